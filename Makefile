@@ -1,0 +1,83 @@
+# carehub: `make run` starts a node on the embedded defaults with demo data; `make test` runs the
+# whole suite. `make help` lists every target.
+
+SHELL        := /bin/bash
+GO           ?= go
+BIN          := bin/carehub
+VERSION      ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
+DATA_DIR     ?= /tmp/carehub-data
+HTTP_ADDR    ?= 127.0.0.1:8080
+KAFKA_PORT   ?= 9092
+GOTESTFLAGS  ?= -timeout 15m
+NODE_DIRS    := api/ws/nodetest api/graphql/explorer/web
+
+.DEFAULT_GOAL := help
+
+.PHONY: help
+help: ## list the targets
+	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  \033[36m%-14s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+
+.PHONY: build
+build: ## build bin/carehub
+	$(GO) build -ldflags "-X main.version=$(VERSION)" -o $(BIN) ./cmd/carehub
+
+.PHONY: postgres-binaries
+postgres-binaries: ## install PostgreSQL server binaries with apt-get when they are missing
+	@deploy/local/ensure-postgres.sh
+
+.PHONY: run
+run: postgres-binaries build ## start carehub on the embedded defaults with demo data (DATA_DIR, HTTP_ADDR)
+	$(BIN) serve --data-dir $(DATA_DIR) --http-addr $(HTTP_ADDR) --webhooks-allow-private --demo-key --log-format text
+
+.PHONY: node-deps
+node-deps: ## install the npm packages the Node-based tests use (lockfiles committed)
+	@for d in $(NODE_DIRS); do \
+		if [ -f $$d/package-lock.json ] && [ ! -d $$d/node_modules ]; then (cd $$d && npm ci --no-audit --no-fund --loglevel=error) || exit 1; fi; \
+	done
+
+.PHONY: test
+test: postgres-binaries node-deps ## run the whole suite (real Postgres, embedded Kafka, Node and Chromium clients)
+	$(GO) vet ./...
+	$(GO) test $(GOTESTFLAGS) ./...
+
+.PHONY: kafka-up
+kafka-up: ## fetch (once) and start a real single-node Apache Kafka on 127.0.0.1:$(KAFKA_PORT)
+	KAFKA_PORT=$(KAFKA_PORT) deploy/local/kafka/kafka.sh up
+
+.PHONY: kafka-down
+kafka-down: ## stop the real Kafka broker
+	KAFKA_PORT=$(KAFKA_PORT) deploy/local/kafka/kafka.sh down
+
+# The Kafka-touching suites, run again against the real broker.
+KAFKA_PKGS := ./storage/kafka/... ./ingest/... ./processors/... ./api/server/...
+
+.PHONY: test-kafka
+test-kafka: postgres-binaries node-deps ## run the Kafka-touching suites against a real Apache Kafka broker
+	@set -e; KAFKA_PORT=$(KAFKA_PORT) deploy/local/kafka/kafka.sh up; \
+	trap 'KAFKA_PORT=$(KAFKA_PORT) deploy/local/kafka/kafka.sh down' EXIT; \
+	CAREHUB_TEST_KAFKA_BROKERS=127.0.0.1:$(KAFKA_PORT) \
+	CAREHUB_TEST_KAFKA_SCRIPT=$(CURDIR)/deploy/local/kafka/kafka.sh \
+	KAFKA_PORT=$(KAFKA_PORT) \
+	$(GO) test $(GOTESTFLAGS) -p 1 $(KAFKA_PKGS)
+
+.PHONY: lint
+lint: ## gofmt and go vet
+	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+	$(GO) vet ./...
+
+.PHONY: generate
+generate: ## regenerate generated files (event-type catalogue, explorer bundle)
+	$(GO) generate ./...
+	$(MAKE) explorer
+
+.PHONY: explorer
+explorer: ## rebuild the GraphiQL explorer bundle from its npm lockfile
+	cd api/graphql/explorer/web && npm ci --no-audit --no-fund --loglevel=error && npm run build
+
+.PHONY: bench
+bench: postgres-binaries ## run the Go benchmarks
+	$(GO) test -run '^$$' -bench . -benchmem ./...
+
+.PHONY: clean
+clean: ## remove build output (not DATA_DIR)
+	rm -rf bin

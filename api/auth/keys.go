@@ -1,0 +1,344 @@
+// Package auth authenticates callers (API keys and the JWTs exchanged for them), checks IP
+// allowlists and rate limits, and establishes the access.Principal every service checks. One
+// identity path serves REST, GraphQL and WebSocket alike.
+package auth
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"math/big"
+	"net/netip"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"carehub/processors/access"
+	"carehub/processors/fault"
+	"carehub/storage/ids"
+)
+
+// Key prefixes (DECISIONS §2): the prefix tells live from test keys at a glance.
+const (
+	LivePrefix = "chk_live_"
+	TestPrefix = "chk_test_"
+	keyBodyLen = 32
+)
+
+// RotationGrace is how long a rotated key keeps working (spec: 24 hours).
+const RotationGrace = 24 * time.Hour
+
+const base62 = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+
+// GenerateKey returns a new random API key of mode (access.Live or access.Test).
+func GenerateKey(mode string) (string, error) {
+	prefix := TestPrefix
+	if mode == access.Live {
+		prefix = LivePrefix
+	}
+	var b strings.Builder
+	b.WriteString(prefix)
+	max := big.NewInt(int64(len(base62)))
+	for range keyBodyLen {
+		n, err := rand.Int(rand.Reader, max)
+		if err != nil {
+			return "", fmt.Errorf("generate key: %w", err)
+		}
+		b.WriteByte(base62[n.Int64()])
+	}
+	return b.String(), nil
+}
+
+// WellFormedKey reports whether s has the shape of an API key, so obviously bad input is
+// rejected before any lookup.
+func WellFormedKey(s string) bool {
+	var body string
+	switch {
+	case strings.HasPrefix(s, LivePrefix):
+		body = s[len(LivePrefix):]
+	case strings.HasPrefix(s, TestPrefix):
+		body = s[len(TestPrefix):]
+	default:
+		return false
+	}
+	if len(body) != keyBodyLen {
+		return false
+	}
+	for i := 0; i < len(body); i++ {
+		if strings.IndexByte(base62, body[i]) < 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// HashKey returns the SHA-256 of key: the only form of a key carehub stores.
+func HashKey(key string) []byte {
+	h := sha256.Sum256([]byte(key))
+	return h[:]
+}
+
+// Key is a stored API key, never with its secret.
+type Key struct {
+	ID          string     `json:"id"`
+	OrgID       string     `json:"orgId,omitempty"`
+	Platform    bool       `json:"platform"`
+	Name        string     `json:"name"`
+	Mode        string     `json:"mode"`
+	Prefix      string     `json:"prefix"`
+	Last4       string     `json:"last4"`
+	Scopes      []string   `json:"scopes"`
+	IPAllowlist []string   `json:"ipAllowlist"`
+	Status      string     `json:"status"` // active, rotated, revoked, expired
+	RotatedAt   *time.Time `json:"rotatedAt,omitempty"`
+	ExpiresAt   *time.Time `json:"expiresAt,omitempty"`
+	ReplacedBy  string     `json:"replacedBy,omitempty"`
+	RevokedAt   *time.Time `json:"revokedAt,omitempty"`
+	LastUsedAt  *time.Time `json:"lastUsedAt,omitempty"`
+	CreatedAt   time.Time  `json:"createdAt"`
+}
+
+// Usable reports whether k authenticates at time now.
+func (k *Key) Usable(now time.Time) bool {
+	switch k.Status {
+	case "active":
+		return true
+	case "rotated":
+		return k.ExpiresAt != nil && now.Before(*k.ExpiresAt)
+	}
+	return false
+}
+
+// displayStatus folds a rotated key past its grace period into "expired".
+func (k *Key) displayStatus(now time.Time) string {
+	if k.Status == "rotated" && !k.Usable(now) {
+		return "expired"
+	}
+	return k.Status
+}
+
+// NewKey is what creating a key needs.
+type NewKey struct {
+	OrgID       string // required unless Platform
+	Platform    bool
+	Name        string
+	Mode        string
+	Scopes      []string
+	IPAllowlist []string // CIDRs or single addresses
+}
+
+// CreatedKey is a new key with its secret, shown exactly once.
+type CreatedKey struct {
+	Key
+	Secret string `json:"key"`
+}
+
+// Keys manages API keys in Postgres.
+type Keys struct {
+	pool *pgxpool.Pool
+	now  func() time.Time
+}
+
+// NewKeys returns the key store on pool.
+func NewKeys(pool *pgxpool.Pool) *Keys { return &Keys{pool: pool, now: time.Now} }
+
+// ErrKeyNotFound is returned for an unknown, revoked or expired key.
+var ErrKeyNotFound = errors.New("api key not found")
+
+func validateNewKey(nk *NewKey) error {
+	fields := map[string]string{}
+	if nk.Mode != access.Live && nk.Mode != access.Test {
+		fields["mode"] = "must be live or test"
+	}
+	if !nk.Platform && nk.OrgID == "" {
+		fields["orgId"] = "required"
+	}
+	for _, s := range nk.Scopes {
+		if !access.ValidScope(s) {
+			fields["scopes"] = fmt.Sprintf("unknown scope %q; valid: %s", s, strings.Join(access.Scopes, ", "))
+		}
+	}
+	for i, c := range nk.IPAllowlist {
+		p, err := parseCIDR(c)
+		if err != nil {
+			fields["ipAllowlist"] = fmt.Sprintf("%q is not an IP address or CIDR", c)
+			continue
+		}
+		nk.IPAllowlist[i] = p.String()
+	}
+	if len(fields) > 0 {
+		return fault.Validation("invalid api key request", fields)
+	}
+	slices.Sort(nk.Scopes)
+	nk.Scopes = slices.Compact(nk.Scopes)
+	return nil
+}
+
+func parseCIDR(s string) (netip.Prefix, error) {
+	if strings.Contains(s, "/") {
+		p, err := netip.ParsePrefix(s)
+		return p.Masked(), err
+	}
+	a, err := netip.ParseAddr(s)
+	if err != nil {
+		return netip.Prefix{}, err
+	}
+	return netip.PrefixFrom(a, a.BitLen()), nil
+}
+
+// Create makes a key and returns it with its secret.
+func (s *Keys) Create(ctx context.Context, nk NewKey) (*CreatedKey, error) {
+	if err := validateNewKey(&nk); err != nil {
+		return nil, err
+	}
+	var created *CreatedKey
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		var err error
+		created, err = s.insert(ctx, tx, nk)
+		return err
+	})
+	return created, err
+}
+
+func (s *Keys) insert(ctx context.Context, tx pgx.Tx, nk NewKey) (*CreatedKey, error) {
+	if !nk.Platform {
+		var exists bool
+		if err := tx.QueryRow(ctx, `select exists(select 1 from organizations where id = $1)`, nk.OrgID).Scan(&exists); err != nil {
+			return nil, fmt.Errorf("check organization: %w", err)
+		}
+		if !exists {
+			return nil, fault.NotFound("organization", nk.OrgID)
+		}
+	}
+	secret, err := GenerateKey(nk.Mode)
+	if err != nil {
+		return nil, err
+	}
+	k := Key{ID: ids.New(ids.APIKey), OrgID: nk.OrgID, Platform: nk.Platform, Name: nk.Name, Mode: nk.Mode,
+		Prefix: secret[:len(LivePrefix)], Last4: secret[len(secret)-4:], Scopes: nk.Scopes,
+		IPAllowlist: nk.IPAllowlist, Status: "active"}
+	if k.Scopes == nil {
+		k.Scopes = []string{}
+	}
+	if k.IPAllowlist == nil {
+		k.IPAllowlist = []string{}
+	}
+	var org *string
+	if !nk.Platform {
+		org = &nk.OrgID
+	}
+	err = tx.QueryRow(ctx, `insert into api_keys (id, org_id, platform, name, mode, prefix, last4, hash, scopes, ip_allowlist)
+		values ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10::cidr[]) returning created_at`,
+		k.ID, org, k.Platform, k.Name, k.Mode, k.Prefix, k.Last4, HashKey(secret), k.Scopes, k.IPAllowlist).Scan(&k.CreatedAt)
+	if err != nil {
+		return nil, fmt.Errorf("insert api key: %w", err)
+	}
+	return &CreatedKey{Key: k, Secret: secret}, nil
+}
+
+const keyColumns = `id, coalesce(org_id, ''), platform, name, mode, prefix, last4, scopes, ip_allowlist::text[], status,
+	rotated_at, expires_at, coalesce(replaced_by, ''), revoked_at, last_used_at, created_at`
+
+func scanKey(row pgx.Row) (*Key, error) {
+	var k Key
+	err := row.Scan(&k.ID, &k.OrgID, &k.Platform, &k.Name, &k.Mode, &k.Prefix, &k.Last4, &k.Scopes, &k.IPAllowlist,
+		&k.Status, &k.RotatedAt, &k.ExpiresAt, &k.ReplacedBy, &k.RevokedAt, &k.LastUsedAt, &k.CreatedAt)
+	if err != nil {
+		return nil, err
+	}
+	return &k, nil
+}
+
+// Lookup finds the key whose secret is key, whatever its state.
+func (s *Keys) Lookup(ctx context.Context, key string) (*Key, error) {
+	k, err := scanKey(s.pool.QueryRow(ctx, `select `+keyColumns+` from api_keys where hash = $1`, HashKey(key)))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, ErrKeyNotFound
+	}
+	if err != nil {
+		return nil, fmt.Errorf("look up api key: %w", err)
+	}
+	return k, nil
+}
+
+// Get returns the key with id, visible to an organization filter ("" = any).
+func (s *Keys) Get(ctx context.Context, orgFilter, id string) (*Key, error) {
+	k, err := scanKey(s.pool.QueryRow(ctx, `select `+keyColumns+` from api_keys where id = $1 and ($2 = '' or org_id = $2)`, id, orgFilter))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, fault.NotFound("api key", id)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("get api key: %w", err)
+	}
+	k.Status = k.displayStatus(s.now())
+	return k, nil
+}
+
+// List returns the keys of an organization ("" = every key), newest first.
+func (s *Keys) List(ctx context.Context, orgFilter string) ([]Key, error) {
+	rows, err := s.pool.Query(ctx, `select `+keyColumns+` from api_keys where ($1 = '' or org_id = $1) order by created_at desc, id desc`, orgFilter)
+	if err != nil {
+		return nil, fmt.Errorf("list api keys: %w", err)
+	}
+	defer rows.Close()
+	out := []Key{}
+	now := s.now()
+	for rows.Next() {
+		k, err := scanKey(rows)
+		if err != nil {
+			return nil, fmt.Errorf("list api keys: %w", err)
+		}
+		k.Status = k.displayStatus(now)
+		out = append(out, *k)
+	}
+	return out, rows.Err()
+}
+
+// Rotate issues a replacement for key id with the same organization, mode, scopes and allowlist.
+// The old key keeps working for RotationGrace, so clients switch over without downtime.
+func (s *Keys) Rotate(ctx context.Context, orgFilter, id string) (*CreatedKey, error) {
+	var created *CreatedKey
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		old, err := scanKey(tx.QueryRow(ctx, `select `+keyColumns+` from api_keys where id = $1 and ($2 = '' or org_id = $2) for update`, id, orgFilter))
+		if errors.Is(err, pgx.ErrNoRows) {
+			return fault.NotFound("api key", id)
+		}
+		if err != nil {
+			return fmt.Errorf("rotate api key: %w", err)
+		}
+		if old.Status != "active" {
+			return fault.Conflict("api key %s is %s; only an active key can be rotated", id, old.displayStatus(s.now()))
+		}
+		created, err = s.insert(ctx, tx, NewKey{OrgID: old.OrgID, Platform: old.Platform, Name: old.Name, Mode: old.Mode,
+			Scopes: old.Scopes, IPAllowlist: old.IPAllowlist})
+		if err != nil {
+			return err
+		}
+		_, err = tx.Exec(ctx, `update api_keys set status = 'rotated', rotated_at = now(), expires_at = now() + $2::interval, replaced_by = $3 where id = $1`,
+			id, fmt.Sprintf("%d seconds", int(RotationGrace.Seconds())), created.ID)
+		return err
+	})
+	return created, err
+}
+
+// Revoke ends key id at once; JWTs issued from it die with it.
+func (s *Keys) Revoke(ctx context.Context, orgFilter, id string) (*Key, error) {
+	tag, err := s.pool.Exec(ctx, `update api_keys set status = 'revoked', revoked_at = coalesce(revoked_at, now()) where id = $1 and ($2 = '' or org_id = $2)`, id, orgFilter)
+	if err != nil {
+		return nil, fmt.Errorf("revoke api key: %w", err)
+	}
+	if tag.RowsAffected() == 0 {
+		return nil, fault.NotFound("api key", id)
+	}
+	return s.Get(ctx, orgFilter, id)
+}
+
+// Principal returns the identity k grants.
+func (k *Key) Principal() *access.Principal {
+	return &access.Principal{OrgID: k.OrgID, KeyID: k.ID, Mode: k.Mode, Scopes: k.Scopes, Platform: k.Platform}
+}

@@ -1,0 +1,182 @@
+// Package server composes carehub: it starts the stores (embedded or external), the roles asked
+// for (api, ingest, processors) in order, serves HTTP, and shuts down in reverse order after first
+// reporting not-ready. cmd/carehub parses flags into a Config and calls Run; tests call Start.
+package server
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// Roles a node can run.
+const (
+	RoleAPI        = "api"
+	RoleIngest     = "ingest"
+	RoleProcessors = "processors"
+)
+
+// AllRoles is the default: one node does everything.
+var AllRoles = []string{RoleAPI, RoleIngest, RoleProcessors}
+
+// Config is everything carehub serve needs. Zero values mean "use the default"; Validate checks
+// it up front so bad configuration fails before anything starts.
+type Config struct {
+	DataDir       string        // embedded Postgres and Kafka live here
+	HTTPAddr      string        // host:port
+	Roles         []string      // subset of AllRoles
+	KafkaBrokers  []string      // empty: embedded kfake broker
+	DatabaseURL   string        // empty: embedded local Postgres cluster
+	ClickHouseURL string        // empty: event and audit log in Postgres
+	Partitions    int           // partitions of topics carehub creates
+	Seed          string        // demo or none
+	LogLevel      string        // debug, info, warn, error
+	LogFormat     string        // json or text
+	ShutdownGrace time.Duration // bound on graceful shutdown
+
+	TLSCert, TLSKey      string
+	AllowInsecureHTTP    bool // serve plain HTTP on a non-loopback address (behind a TLS proxy)
+	WebhooksAllowPrivate bool // allow webhook delivery to private and loopback addresses
+	TrustedProxies       []string
+}
+
+// Defaults returns the configuration `carehub serve` starts from.
+func Defaults() Config {
+	return Config{
+		DataDir:       defaultDataDir(),
+		HTTPAddr:      "127.0.0.1:8080",
+		Roles:         slices.Clone(AllRoles),
+		Partitions:    6,
+		Seed:          "demo",
+		LogLevel:      "info",
+		LogFormat:     "json",
+		ShutdownGrace: 20 * time.Second,
+	}
+}
+
+// defaultDataDir is under /tmp-like space rather than $HOME: the embedded Postgres runs as the
+// postgres user, which must be able to traverse every parent directory (root's home is not).
+func defaultDataDir() string {
+	return filepath.Join(os.TempDir(), "carehub")
+}
+
+// Validate checks the configuration and returns one error naming each problem.
+func (c *Config) Validate() error {
+	var errs []error
+	if c.DataDir == "" && (c.DatabaseURL == "" || len(c.KafkaBrokers) == 0) {
+		errs = append(errs, errors.New("--data-dir is required for the embedded Postgres or Kafka"))
+	}
+	if err := validateAddr(c.HTTPAddr); err != nil {
+		errs = append(errs, fmt.Errorf("--http-addr %q: %w", c.HTTPAddr, err))
+	}
+	if len(c.Roles) == 0 {
+		errs = append(errs, errors.New("--roles: at least one role is required (api, ingest, processors)"))
+	}
+	for _, r := range c.Roles {
+		if !slices.Contains(AllRoles, r) {
+			errs = append(errs, fmt.Errorf("--roles: unknown role %q (valid: %s)", r, strings.Join(AllRoles, ", ")))
+		}
+	}
+	for _, b := range c.KafkaBrokers {
+		if err := validateAddr(b); err != nil {
+			errs = append(errs, fmt.Errorf("--kafka-brokers: %q: %w", b, err))
+		}
+	}
+	if c.DatabaseURL != "" {
+		if _, err := pgconn.ParseConfig(c.DatabaseURL); err != nil {
+			errs = append(errs, errors.New("--database-url: not a valid Postgres URL or connection string"))
+		}
+	}
+	if c.ClickHouseURL != "" {
+		if err := validateURL(c.ClickHouseURL, "clickhouse", "tcp"); err != nil {
+			errs = append(errs, fmt.Errorf("--clickhouse-url: %w", err))
+		}
+	}
+	if c.Partitions < 1 || c.Partitions > 1000 {
+		errs = append(errs, fmt.Errorf("--partitions %d: must be 1..1000", c.Partitions))
+	}
+	if c.Seed != "demo" && c.Seed != "none" {
+		errs = append(errs, fmt.Errorf("--seed %q: must be demo or none", c.Seed))
+	}
+	if !slices.Contains([]string{"debug", "info", "warn", "error"}, c.LogLevel) {
+		errs = append(errs, fmt.Errorf("--log-level %q: must be debug, info, warn or error", c.LogLevel))
+	}
+	if c.LogFormat != "json" && c.LogFormat != "text" {
+		errs = append(errs, fmt.Errorf("--log-format %q: must be json or text", c.LogFormat))
+	}
+	if (c.TLSCert == "") != (c.TLSKey == "") {
+		errs = append(errs, errors.New("--tls-cert and --tls-key go together"))
+	}
+	if c.TLSCert == "" && !c.AllowInsecureHTTP && c.HTTPAddr != "" && !loopback(c.HTTPAddr) {
+		errs = append(errs, fmt.Errorf("--http-addr %q is not a loopback address: serve TLS (--tls-cert, --tls-key) or set --allow-insecure-http behind a TLS-terminating proxy", c.HTTPAddr))
+	}
+	if c.ShutdownGrace <= 0 {
+		errs = append(errs, errors.New("--shutdown-timeout must be positive"))
+	}
+	return errors.Join(errs...)
+}
+
+func validateAddr(addr string) error {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return errors.New("must be host:port")
+	}
+	n, err := strconv.Atoi(port)
+	if err != nil || n < 0 || n > 65535 {
+		return errors.New("port must be 0..65535")
+	}
+	if strings.ContainsAny(host, " /") {
+		return errors.New("malformed host")
+	}
+	return nil
+}
+
+func validateURL(raw string, schemes ...string) error {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return errors.New("not a URL")
+	}
+	if !slices.Contains(schemes, u.Scheme) {
+		return fmt.Errorf("scheme must be one of %s", strings.Join(schemes, ", "))
+	}
+	if u.Host == "" && u.Query().Get("host") == "" {
+		return errors.New("missing host")
+	}
+	return nil
+}
+
+func loopback(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+// CheckDataDir makes sure dir exists and is writable, so an unwritable data dir is one clear line
+// at start rather than a failure deep inside initdb.
+func CheckDataDir(dir string) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("data dir %s: %w", dir, err)
+	}
+	f, err := os.CreateTemp(dir, ".write-check-*")
+	if err != nil {
+		return fmt.Errorf("data dir %s is not writable: %w", dir, err)
+	}
+	name := f.Name()
+	f.Close()
+	return os.Remove(name)
+}

@@ -1,0 +1,172 @@
+package server
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/gorilla/mux"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"carehub/api/rest"
+	"carehub/storage/ids"
+	"carehub/storage/kafka"
+	"carehub/storage/postgres"
+)
+
+// httpMetrics counts requests by route template, so cardinality stays bounded.
+type httpMetrics struct {
+	requests *prometheus.CounterVec
+	latency  *prometheus.HistogramVec
+}
+
+func newHTTPMetrics(reg prometheus.Registerer) *httpMetrics {
+	m := &httpMetrics{
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "carehub", Subsystem: "http",
+			Name: "requests_total", Help: "HTTP requests by route and status class."}, []string{"route", "method", "code"}),
+		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: "carehub", Subsystem: "http",
+			Name: "request_duration_seconds", Help: "HTTP request latency by route.",
+			Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5}}, []string{"route", "method"}),
+	}
+	reg.MustRegister(m.requests, m.latency)
+	return m
+}
+
+type statusWriter struct {
+	http.ResponseWriter
+	status int
+	bytes  int
+}
+
+func (w *statusWriter) WriteHeader(code int) {
+	if w.status == 0 {
+		w.status = code
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *statusWriter) Write(b []byte) (int, error) {
+	if w.status == 0 {
+		w.status = http.StatusOK
+	}
+	n, err := w.ResponseWriter.Write(b)
+	w.bytes += n
+	return n, err
+}
+
+// Unwrap lets http.ResponseController reach Flush and Hijack (WebSocket upgrades).
+func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// observe is the outermost middleware: request id, recover, access log, metrics. It logs the
+// route template, never the query string, which may carry identifiers of patients.
+func observe(logger *slog.Logger, m *httpMetrics) mux.MiddlewareFunc {
+	return func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			start := time.Now()
+			id := ids.New(ids.Request)
+			w.Header().Set("Request-Id", id)
+			l := logger.With("request_id", id)
+			ctx := rest.WithLogger(rest.WithRequestID(r.Context(), id), l)
+			r = r.WithContext(ctx)
+			sw := &statusWriter{ResponseWriter: w}
+			route := "unmatched"
+			if cr := mux.CurrentRoute(r); cr != nil {
+				if t, err := cr.GetPathTemplate(); err == nil {
+					route = t
+				}
+			}
+			defer func() {
+				if p := recover(); p != nil {
+					l.Error("panic serving request", "route", route, "panic", fmt.Sprint(p))
+					if sw.status == 0 {
+						rest.WriteError(sw, r, fmt.Errorf("panic: %v", p))
+					}
+				}
+				code := sw.status
+				if code == 0 {
+					code = http.StatusOK
+				}
+				elapsed := time.Since(start)
+				m.requests.WithLabelValues(route, r.Method, fmt.Sprintf("%dxx", code/100)).Inc()
+				m.latency.WithLabelValues(route, r.Method).Observe(elapsed.Seconds())
+				if route != "/healthz" && route != "/readyz" && route != "/metrics" {
+					l.Info("request", "method", r.Method, "route", route, "status", code,
+						"bytes", sw.bytes, "duration_ms", elapsed.Milliseconds())
+				}
+			}()
+			next.ServeHTTP(sw, r)
+		})
+	}
+}
+
+func (s *Server) health(r *mux.Router) {
+	r.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) {
+		rest.WriteJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+	}).Methods(http.MethodGet)
+	r.HandleFunc("/readyz", func(w http.ResponseWriter, r *http.Request) {
+		checks := s.readiness(r.Context())
+		status := http.StatusOK
+		for _, v := range checks {
+			if v != "ok" {
+				status = http.StatusServiceUnavailable
+			}
+		}
+		rest.WriteJSON(w, status, map[string]any{"status": map[bool]string{true: "ready", false: "not ready"}[status == http.StatusOK], "checks": checks})
+	}).Methods(http.MethodGet)
+	r.Handle("/metrics", promhttp.HandlerFor(s.registry, promhttp.HandlerOpts{Registry: s.registry})).Methods(http.MethodGet)
+	r.HandleFunc("/docs/errors", serveErrorDocs).Methods(http.MethodGet)
+}
+
+// readiness checks each dependency with a short bound so /readyz answers quickly.
+func (s *Server) readiness(ctx context.Context) map[string]string {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	checks := map[string]string{"server": "ok", "postgres": "ok", "kafka": "ok", "migrations": "ok"}
+	if !s.ready.Load() {
+		checks["server"] = "shutting down or starting"
+	}
+	if err := s.pool.Ping(ctx); err != nil {
+		checks["postgres"] = "unreachable"
+	}
+	if pending, err := postgres.Pending(ctx, s.pool); err != nil {
+		checks["migrations"] = "unknown"
+	} else if len(pending) > 0 {
+		checks["migrations"] = fmt.Sprintf("%d pending", len(pending))
+	}
+	if err := kafka.Ping(ctx, s.kcl); err != nil {
+		checks["kafka"] = "unreachable"
+	}
+	return checks
+}
+
+// errorDocs is served at /docs/errors, the docsUrl target of every error envelope.
+var errorDocs = [][2]string{
+	{rest.CodeInvalidRequest, "400: the request is malformed (bad JSON, bad parameter, bad cursor)."},
+	{rest.CodeUnauthorized, "401: the API key or token is missing, malformed, invalid, expired or revoked."},
+	{rest.CodeForbidden, "403: the credential may not perform this operation."},
+	{rest.CodeInsufficientScope, "403: the credential lacks the scope the operation requires (see details.requiredScope)."},
+	{rest.CodeIPNotAllowed, "403: the key has an IP allowlist that does not include the caller's address."},
+	{rest.CodeNotFound, "404: the resource does not exist or belongs to another organization."},
+	{rest.CodeConflict, "409: the resource's state does not allow the operation, or an Idempotency-Key was reused with a different body."},
+	{rest.CodeTooLarge, "413: the body exceeds the limit (1 MiB; 16 MiB for observation ingest)."},
+	{rest.CodeUnsupportedMedia, "415: the Content-Type is not accepted by this endpoint."},
+	{rest.CodeValidationFailed, "422: the body is well-formed but invalid (see details)."},
+	{rest.CodeRateLimited, "429: too many requests for this credential; retry after Retry-After seconds."},
+	{rest.CodeInternal, "500: an unexpected error; quote the requestId when reporting it."},
+	{rest.CodeUnavailable, "503: a dependency is temporarily unavailable; retry with backoff."},
+}
+
+func serveErrorDocs(w http.ResponseWriter, r *http.Request) {
+	var b strings.Builder
+	b.WriteString("<!doctype html><html><head><meta charset=utf-8><title>carehub error codes</title></head><body><h1>carehub error codes</h1><dl>")
+	for _, d := range errorDocs {
+		fmt.Fprintf(&b, `<dt id="%s"><code>%s</code></dt><dd>%s</dd>`, d[0], d[0], d[1])
+	}
+	b.WriteString("</dl></body></html>")
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	w.Write([]byte(b.String()))
+}

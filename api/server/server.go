@@ -1,0 +1,304 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"carehub/processors/demo"
+	"carehub/storage/kafka"
+	"carehub/storage/postgres"
+)
+
+// Server is a running carehub node.
+type Server struct {
+	cfg    Config
+	logger *slog.Logger
+
+	// Infrastructure, in start order.
+	local    *postgres.Local // nil with an external database
+	pool     *pgxpool.Pool   //
+	broker   *kafka.Embedded // nil with external brokers
+	brokers  []string        //
+	kcl      *kgo.Client     // shared producer client
+	registry *prometheus.Registry
+
+	http     *http.Server
+	listener net.Listener
+	ready    atomic.Bool
+
+	// Background workers (consumers, relays), each run by run() and waited for on shutdown.
+	cancelWorkers context.CancelFunc
+	workers       sync.WaitGroup
+	workerErr     chan error
+
+	// closers run in reverse order on shutdown.
+	closers []func(context.Context) error
+
+	closeOnce sync.Once
+	closeErr  error
+}
+
+// Start brings a node up: stores first, then workers, then HTTP. On error everything already
+// started is stopped again.
+func Start(ctx context.Context, cfg Config, logger *slog.Logger) (_ *Server, err error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	s := &Server{cfg: cfg, logger: logger, registry: prometheus.NewRegistry(), workerErr: make(chan error, 16)}
+	s.registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	defer func() {
+		if err != nil {
+			sctx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownGrace)
+			defer cancel()
+			s.shutdown(sctx)
+		}
+	}()
+	began := time.Now()
+	if cfg.DataDir != "" {
+		if err := CheckDataDir(cfg.DataDir); err != nil {
+			return nil, err
+		}
+	}
+	if err := s.startPostgres(ctx); err != nil {
+		return nil, err
+	}
+	if err := s.startKafka(ctx); err != nil {
+		return nil, err
+	}
+	wctx, cancel := context.WithCancel(context.Background())
+	s.cancelWorkers = cancel
+	h, err := s.wire(ctx, wctx)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.serveHTTP(h); err != nil {
+		return nil, err
+	}
+	s.ready.Store(true)
+	logger.Info("carehub ready", "http_addr", s.Addr(), "roles", cfg.Roles, "kafka_brokers", s.brokers,
+		"embedded_postgres", s.local != nil, "embedded_kafka", s.broker != nil, "startup_ms", time.Since(began).Milliseconds())
+	return s, nil
+}
+
+func (s *Server) startPostgres(ctx context.Context) error {
+	dsn := s.cfg.DatabaseURL
+	if dsn == "" {
+		local, err := postgres.StartLocal(ctx, filepath.Join(s.cfg.DataDir, "postgres"), s.logger)
+		if err != nil {
+			return fmt.Errorf("embedded postgres: %w", err)
+		}
+		s.local = local
+		s.closers = append(s.closers, local.Stop)
+		if err := local.EnsureDatabase(ctx, "carehub"); err != nil {
+			return fmt.Errorf("embedded postgres: %w", err)
+		}
+		dsn = local.DSN("carehub")
+	}
+	pool, err := postgres.Connect(ctx, dsn)
+	if err != nil {
+		return fmt.Errorf("database: %w", err)
+	}
+	s.pool = pool
+	s.closers = append(s.closers, func(context.Context) error { pool.Close(); return nil })
+	applied, err := postgres.Migrate(ctx, pool, s.logger)
+	if err != nil {
+		return fmt.Errorf("migrate: %w", err)
+	}
+	if applied > 0 {
+		s.logger.Info("migrations applied", "count", applied)
+	}
+	if s.cfg.Seed == "demo" {
+		sum, err := demo.Seed(ctx, pool, s.logger)
+		if err != nil {
+			return fmt.Errorf("seed demo data: %w", err)
+		}
+		if !sum.Skipped {
+			s.logger.Info("demo data seeded", "summary", sum)
+		}
+	}
+	return nil
+}
+
+func (s *Server) startKafka(ctx context.Context) error {
+	s.brokers = s.cfg.KafkaBrokers
+	if len(s.brokers) == 0 {
+		b, err := kafka.StartEmbedded(ctx, filepath.Join(s.cfg.DataDir, "kafka"), s.logger)
+		if err != nil {
+			return fmt.Errorf("embedded kafka: %w", err)
+		}
+		s.broker = b
+		s.closers = append(s.closers, func(context.Context) error { return b.Close() })
+		s.brokers = b.Addrs()
+	}
+	cl, err := kafka.NewClient(kafka.ClientConfig{Brokers: s.brokers, ClientID: "carehub", Registerer: s.registry, Logger: s.logger})
+	if err != nil {
+		return fmt.Errorf("kafka: %w", err)
+	}
+	s.kcl = cl
+	s.closers = append(s.closers, func(context.Context) error { cl.Close(); return nil })
+	tctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if err := kafka.EnsureTopics(tctx, cl, int32(s.cfg.Partitions), kafka.DefaultTopics().All()...); err != nil {
+		return fmt.Errorf("kafka brokers %v: %w", s.brokers, err)
+	}
+	return nil
+}
+
+// run starts a background worker owned by the server; Close cancels and waits for it.
+func (s *Server) run(name string, fn func(ctx context.Context) error, ctx context.Context) {
+	s.workers.Add(1)
+	go func() {
+		defer s.workers.Done()
+		defer func() {
+			if r := recover(); r != nil {
+				s.logger.Error("worker panicked", "worker", name, "panic", fmt.Sprint(r))
+				s.workerErr <- fmt.Errorf("%s panicked: %v", name, r)
+			}
+		}()
+		if err := fn(ctx); err != nil && !errors.Is(err, context.Canceled) && ctx.Err() == nil {
+			s.logger.Error("worker stopped", "worker", name, "err", err)
+			select {
+			case s.workerErr <- fmt.Errorf("%s: %w", name, err):
+			default:
+			}
+		}
+	}()
+}
+
+func (s *Server) serveHTTP(h http.Handler) error {
+	ln, err := net.Listen("tcp", s.cfg.HTTPAddr)
+	if err != nil {
+		return fmt.Errorf("listen on %s: %w", s.cfg.HTTPAddr, err)
+	}
+	s.listener = ln
+	s.http = &http.Server{
+		Handler:           h,
+		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       120 * time.Second,
+		MaxHeaderBytes:    64 << 10,
+		ErrorLog:          slog.NewLogLogger(s.logger.Handler(), slog.LevelWarn),
+	}
+	go func() {
+		var err error
+		if s.cfg.TLSCert != "" {
+			err = s.http.ServeTLS(ln, s.cfg.TLSCert, s.cfg.TLSKey)
+		} else {
+			err = s.http.Serve(ln)
+		}
+		if err != nil && !errors.Is(err, http.ErrServerClosed) {
+			s.logger.Error("http server stopped", "err", err)
+			s.workerErr <- fmt.Errorf("http: %w", err)
+		}
+	}()
+	return nil
+}
+
+// Addr is the address the HTTP server listens on.
+func (s *Server) Addr() string {
+	if s.listener == nil {
+		return ""
+	}
+	return s.listener.Addr().String()
+}
+
+// URL is the base URL of the HTTP server.
+func (s *Server) URL() string {
+	scheme := "http"
+	if s.cfg.TLSCert != "" {
+		scheme = "https"
+	}
+	return scheme + "://" + s.Addr()
+}
+
+// Pool is the node's Postgres pool (for tests and the CLI).
+func (s *Server) Pool() *pgxpool.Pool { return s.pool }
+
+// Brokers are the Kafka bootstrap addresses the node uses.
+func (s *Server) Brokers() []string { return s.brokers }
+
+// Err delivers a fatal error of a background component.
+func (s *Server) Err() <-chan error { return s.workerErr }
+
+// Close shuts down: not-ready first, then HTTP drains, then workers, then stores in reverse start
+// order. It is idempotent.
+func (s *Server) Close(ctx context.Context) error {
+	s.closeOnce.Do(func() { s.closeErr = s.shutdown(ctx) })
+	return s.closeErr
+}
+
+func (s *Server) shutdown(ctx context.Context) error {
+	s.ready.Store(false)
+	var errs []error
+	if s.http != nil {
+		if err := s.http.Shutdown(ctx); err != nil {
+			errs = append(errs, fmt.Errorf("http shutdown: %w", err))
+			s.http.Close()
+		}
+	}
+	if s.cancelWorkers != nil {
+		s.cancelWorkers()
+	}
+	done := make(chan struct{})
+	go func() { s.workers.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-ctx.Done():
+		errs = append(errs, errors.New("workers did not stop in time"))
+	}
+	for i := len(s.closers) - 1; i >= 0; i-- {
+		if err := s.closers[i](ctx); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Run starts the node and blocks until ctx is cancelled (SIGINT/SIGTERM) or a component fails,
+// then shuts down within the configured grace.
+func Run(ctx context.Context, cfg Config, logger *slog.Logger, started func(*Server)) error {
+	s, err := Start(ctx, cfg, logger)
+	if err != nil {
+		return err
+	}
+	if started != nil {
+		started(s)
+	}
+	var runErr error
+	select {
+	case <-ctx.Done():
+		logger.Info("shutting down")
+	case runErr = <-s.Err():
+		logger.Error("component failed; shutting down", "err", runErr)
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownGrace)
+	defer cancel()
+	if err := s.Close(sctx); err != nil {
+		return errors.Join(runErr, err)
+	}
+	return runErr
+}
+
+// NewLogger returns the slog logger for cfg.
+func NewLogger(cfg Config) *slog.Logger {
+	var lvl slog.Level
+	_ = lvl.UnmarshalText([]byte(cfg.LogLevel))
+	opts := &slog.HandlerOptions{Level: lvl}
+	if cfg.LogFormat == "text" {
+		return slog.New(slog.NewTextHandler(os.Stderr, opts))
+	}
+	return slog.New(slog.NewJSONHandler(os.Stderr, opts))
+}

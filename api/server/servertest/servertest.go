@@ -1,0 +1,232 @@
+// Package servertest starts a whole carehub node in process for black-box tests: a fresh database
+// cloned from the migrated template (carehub/storage/postgres/pgtest, whose Main the test package
+// must call from TestMain), a Kafka-protocol broker (kfake per test, or the real broker named by
+// CAREHUB_TEST_KAFKA_BROKERS), demo data, and the HTTP server on a free loopback port. Tests then
+// talk to it only through its public API, as a client would.
+package servertest
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net/http"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"carehub/api/auth"
+	"carehub/api/server"
+	"carehub/processors/access"
+	"carehub/processors/demo"
+	"carehub/storage/kafka/kafkatest"
+	"carehub/storage/postgres/pgtest"
+)
+
+// Server is a running node and what a test needs to call it.
+type Server struct {
+	*server.Server
+	URL string
+	cfg server.Config
+	t   testing.TB
+}
+
+// Option adjusts the configuration before start.
+type Option func(*server.Config)
+
+// WithRoles runs only the given roles.
+func WithRoles(roles ...string) Option { return func(c *server.Config) { c.Roles = roles } }
+
+// WithoutSeed starts with an empty database.
+func WithoutSeed() Option { return func(c *server.Config) { c.Seed = "none" } }
+
+// Config returns a test configuration on a fresh database and broker.
+func Config(t testing.TB, opts ...Option) server.Config {
+	cfg := server.Defaults()
+	cfg.DataDir = t.TempDir()
+	cfg.HTTPAddr = "127.0.0.1:0"
+	cfg.DatabaseURL = pgtest.NewDSN(t)
+	cfg.KafkaBrokers = kafkatest.Brokers(t)
+	cfg.Partitions = 3
+	cfg.WebhooksAllowPrivate = true
+	cfg.ShutdownGrace = 10 * time.Second
+	for _, o := range opts {
+		o(&cfg)
+	}
+	return cfg
+}
+
+// Start starts a node with a fresh database and broker and stops it when the test ends.
+func Start(t testing.TB, opts ...Option) *Server {
+	t.Helper()
+	return StartConfig(t, Config(t, opts...))
+}
+
+// StartConfig starts a node with cfg (to restart a node on the same database and broker).
+func StartConfig(t testing.TB, cfg server.Config) *Server {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	s, err := server.Start(ctx, cfg, Logger(t))
+	if err != nil {
+		t.Fatalf("start carehub: %v", err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if err := s.Close(ctx); err != nil {
+			t.Errorf("stop carehub: %v", err)
+		}
+	})
+	return &Server{Server: s, URL: s.URL(), cfg: cfg, t: t}
+}
+
+// Cfg is the configuration the node runs with.
+func (s *Server) Cfg() server.Config { return s.cfg }
+
+// Logger logs to the test log at warn and above, or everything with CAREHUB_TEST_VERBOSE=1.
+func Logger(t testing.TB) *slog.Logger {
+	lvl := slog.LevelWarn
+	if os.Getenv("CAREHUB_TEST_VERBOSE") != "" {
+		lvl = slog.LevelDebug
+	}
+	return slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: lvl}))
+}
+
+type testWriter struct{ t testing.TB }
+
+func (w testWriter) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimRight(string(p), "\n"))
+	return len(p), nil
+}
+
+// OrgID returns the id of the organization with slug (demo.DemoOrgSlug for the demo tenant).
+func (s *Server) OrgID(slug string) string {
+	s.t.Helper()
+	var id string
+	if err := s.Pool().QueryRow(context.Background(), `select id from organizations where slug = $1`, slug).Scan(&id); err != nil {
+		s.t.Fatalf("organization %s: %v", slug, err)
+	}
+	return id
+}
+
+// Key creates an API key for the organization with slug and returns its secret.
+func (s *Server) Key(slug, mode string, scopes ...string) string {
+	s.t.Helper()
+	k, err := auth.NewKeys(s.Pool()).Create(context.Background(), auth.NewKey{OrgID: s.OrgID(slug), Mode: mode, Scopes: scopes})
+	if err != nil {
+		s.t.Fatalf("create key: %v", err)
+	}
+	return k.Secret
+}
+
+// DemoKey is a live key of the demo organization with every scope.
+func (s *Server) DemoKey() string { return s.Key(demo.DemoOrgSlug, access.Live, access.Scopes...) }
+
+// PlatformKey is a platform operator key.
+func (s *Server) PlatformKey() string {
+	s.t.Helper()
+	k, err := auth.NewKeys(s.Pool()).Create(context.Background(), auth.NewKey{Platform: true, Mode: access.Live})
+	if err != nil {
+		s.t.Fatalf("create platform key: %v", err)
+	}
+	return k.Secret
+}
+
+// Response is a decoded HTTP response.
+type Response struct {
+	Status int
+	Header http.Header
+	Body   []byte
+}
+
+// JSON decodes the body into v, failing the test on error.
+func (r *Response) JSON(t testing.TB, v any) {
+	t.Helper()
+	if err := json.Unmarshal(r.Body, v); err != nil {
+		t.Fatalf("decode %d response %q: %v", r.Status, r.Body, err)
+	}
+}
+
+// Do sends a request with the key (if non-empty) and a JSON body (if non-nil).
+func (s *Server) Do(method, path, key string, body any) *Response {
+	s.t.Helper()
+	var rd io.Reader
+	if body != nil {
+		switch b := body.(type) {
+		case []byte:
+			rd = bytes.NewReader(b)
+		case string:
+			rd = strings.NewReader(b)
+		default:
+			buf, err := json.Marshal(body)
+			if err != nil {
+				s.t.Fatalf("encode body: %v", err)
+			}
+			rd = bytes.NewReader(buf)
+		}
+	}
+	req, err := http.NewRequest(method, s.URL+path, rd)
+	if err != nil {
+		s.t.Fatalf("request: %v", err)
+	}
+	if key != "" {
+		req.Header.Set("Authorization", "Bearer "+key)
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		s.t.Fatalf("%s %s: %v", method, path, err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		s.t.Fatalf("read %s %s: %v", method, path, err)
+	}
+	return &Response{Status: resp.StatusCode, Header: resp.Header, Body: b}
+}
+
+// GraphQLResponse is a GraphQL response body.
+type GraphQLResponse struct {
+	Data   json.RawMessage `json:"data"`
+	Errors []GraphQLError  `json:"errors"`
+}
+
+// GraphQLError is one element of a GraphQL errors array.
+type GraphQLError struct {
+	Message    string           `json:"message"`
+	Path       []any            `json:"path"`
+	Locations  []map[string]int `json:"locations"`
+	Extensions map[string]any   `json:"extensions"`
+}
+
+// Code is extensions.code.
+func (e GraphQLError) Code() string { s, _ := e.Extensions["code"].(string); return s }
+
+// GraphQL posts a query with variables and decodes the response; HTTP status must be 200.
+func (s *Server) GraphQL(key, query string, vars map[string]any) *GraphQLResponse {
+	s.t.Helper()
+	r := s.Do(http.MethodPost, "/graphql", key, map[string]any{"query": query, "variables": vars})
+	if r.Status != http.StatusOK {
+		s.t.Fatalf("graphql: HTTP %d: %s", r.Status, r.Body)
+	}
+	var out GraphQLResponse
+	r.JSON(s.t, &out)
+	return &out
+}
+
+// Eventually polls cond every 20 ms until it holds or timeout passes.
+func Eventually(t testing.TB, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s", timeout, what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}

@@ -1,0 +1,161 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+
+	"carehub/api/server"
+)
+
+// version is set at build time with -ldflags "-X main.version=...".
+var version = "dev"
+
+const usage = `carehub: the clinical AI platform event hub
+
+Usage:
+  carehub serve   [flags]    run a node (API, ingest, processors)
+  carehub migrate [flags]    apply database migrations and exit
+  carehub seed    [flags]    seed demo data into an empty database and exit
+  carehub keys    create|list|rotate|revoke [flags]   manage API keys
+  carehub version            print the version
+
+Run 'carehub <command> -h' for a command's flags. Every flag can also be set through the
+environment as CAREHUB_<FLAG> (e.g. --data-dir as CAREHUB_DATA_DIR); flags win over the environment.
+`
+
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return 2
+	}
+	var err error
+	switch args[0] {
+	case "serve":
+		err = cmdServe(ctx, args[1:], stdout, stderr)
+	case "migrate":
+		err = cmdMigrate(ctx, args[1:], stdout, stderr)
+	case "seed":
+		err = cmdSeed(ctx, args[1:], stdout, stderr)
+	case "keys":
+		err = cmdKeys(ctx, args[1:], stdout, stderr)
+	case "version", "--version", "-v":
+		fmt.Fprintln(stdout, "carehub", version)
+	case "help", "-h", "--help":
+		fmt.Fprint(stdout, usage)
+	default:
+		fmt.Fprintf(stderr, "carehub: unknown command %q\n\n%s", args[0], usage)
+		return 2
+	}
+	if err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		if errors.Is(err, errUsage) {
+			return 2
+		}
+		// One clear line per problem, nothing else: the operator reads it first.
+		fmt.Fprintln(stderr, "carehub:", strings.ReplaceAll(err.Error(), "\n", "\ncarehub: "))
+		return 1
+	}
+	return 0
+}
+
+var errUsage = errors.New("usage")
+
+// serverFlags registers the flags that describe where carehub's stores are, shared by serve and
+// the operator commands so they all find the same data.
+func serverFlags(fs *flag.FlagSet, cfg *server.Config) {
+	fs.StringVar(&cfg.DataDir, "data-dir", cfg.DataDir, "directory of the embedded Postgres and Kafka")
+	fs.StringVar(&cfg.DatabaseURL, "database-url", cfg.DatabaseURL, "Postgres URL (empty: embedded cluster under the data dir)")
+	fs.Func("kafka-brokers", "comma-separated Kafka bootstrap brokers (empty: embedded broker)", func(v string) error {
+		cfg.KafkaBrokers = splitList(v)
+		return nil
+	})
+	fs.StringVar(&cfg.ClickHouseURL, "clickhouse-url", cfg.ClickHouseURL, "ClickHouse URL for the event and audit log (empty: Postgres)")
+	fs.StringVar(&cfg.LogLevel, "log-level", cfg.LogLevel, "debug, info, warn or error")
+	fs.StringVar(&cfg.LogFormat, "log-format", cfg.LogFormat, "json or text")
+}
+
+func serveFlags(fs *flag.FlagSet, cfg *server.Config) {
+	serverFlags(fs, cfg)
+	fs.StringVar(&cfg.HTTPAddr, "http-addr", cfg.HTTPAddr, "HTTP listen address host:port")
+	fs.Func("roles", "comma-separated roles: api, ingest, processors (default all)", func(v string) error {
+		cfg.Roles = splitList(v)
+		return nil
+	})
+	fs.IntVar(&cfg.Partitions, "partitions", cfg.Partitions, "partitions of the Kafka topics carehub creates")
+	fs.StringVar(&cfg.Seed, "seed", cfg.Seed, "demo data on an empty database: demo or none")
+	fs.DurationVar(&cfg.ShutdownGrace, "shutdown-timeout", cfg.ShutdownGrace, "bound on graceful shutdown")
+	fs.StringVar(&cfg.TLSCert, "tls-cert", cfg.TLSCert, "TLS certificate file (serve HTTPS)")
+	fs.StringVar(&cfg.TLSKey, "tls-key", cfg.TLSKey, "TLS key file")
+	fs.BoolVar(&cfg.AllowInsecureHTTP, "allow-insecure-http", cfg.AllowInsecureHTTP, "serve plain HTTP on a non-loopback address (behind a TLS proxy)")
+	fs.BoolVar(&cfg.WebhooksAllowPrivate, "webhooks-allow-private", cfg.WebhooksAllowPrivate, "allow webhook delivery to private and loopback addresses (development, tests)")
+	fs.Func("trusted-proxies", "comma-separated proxy addresses whose X-Forwarded-For is believed", func(v string) error {
+		cfg.TrustedProxies = splitList(v)
+		return nil
+	})
+}
+
+// parse applies CAREHUB_* environment variables, then the command line, so flags win.
+func parse(fs *flag.FlagSet, args []string, stderr io.Writer) error {
+	fs.SetOutput(stderr)
+	var envErr error
+	fs.VisitAll(func(f *flag.Flag) {
+		name := "CAREHUB_" + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
+		if v, ok := os.LookupEnv(name); ok {
+			if err := fs.Set(f.Name, v); err != nil && envErr == nil {
+				envErr = fmt.Errorf("%s=%q: %w", name, v, err)
+			}
+		}
+	})
+	if envErr != nil {
+		return envErr
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return err
+		}
+		return errUsage
+	}
+	return nil
+}
+
+func splitList(v string) []string {
+	var out []string
+	for _, p := range strings.Split(v, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+func cmdServe(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	cfg := server.Defaults()
+	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	serveFlags(fs, &cfg)
+	demoKey := fs.Bool("demo-key", false, "once ready, create an API key for the demo organization and print how to call carehub with it")
+	if err := parse(fs, args, stderr); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("serve: unexpected argument %q", fs.Arg(0))
+	}
+	if err := cfg.Validate(); err != nil {
+		return err
+	}
+	logger := server.NewLogger(cfg)
+	return server.Run(ctx, cfg, logger, func(s *server.Server) {
+		fmt.Fprintf(stdout, "carehub %s listening on %s\n", version, s.URL())
+		if *demoKey {
+			if err := printDemoKey(ctx, s, stdout); err != nil {
+				logger.Warn("could not create a demo key", "err", err)
+			}
+		}
+	})
+}

@@ -1,0 +1,263 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"path/filepath"
+	"text/tabwriter"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"carehub/api/auth"
+	"carehub/api/server"
+	"carehub/processors/access"
+	"carehub/processors/demo"
+	"carehub/storage/postgres"
+)
+
+// openDatabase connects to carehub's database for an operator command: the configured URL, or
+// the embedded cluster under the data dir, started for the command if no server is running and
+// stopped again afterwards (a running server's cluster is left alone).
+func openDatabase(ctx context.Context, cfg server.Config) (*pgxpool.Pool, func(), error) {
+	logger := server.NewLogger(cfg)
+	dsn := cfg.DatabaseURL
+	var local *postgres.Local
+	if dsn == "" {
+		if err := server.CheckDataDir(cfg.DataDir); err != nil {
+			return nil, nil, err
+		}
+		var err error
+		local, err = postgres.StartLocal(ctx, filepath.Join(cfg.DataDir, "postgres"), logger)
+		if err != nil {
+			return nil, nil, fmt.Errorf("embedded postgres: %w", err)
+		}
+		if err := local.EnsureDatabase(ctx, "carehub"); err != nil {
+			return nil, nil, err
+		}
+		dsn = local.DSN("carehub")
+	}
+	pool, err := postgres.Connect(ctx, dsn)
+	if err != nil {
+		return nil, nil, fmt.Errorf("database: %w", err)
+	}
+	cleanup := func() {
+		pool.Close()
+		if local != nil && !local.Reused() {
+			sctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			_ = local.Stop(sctx)
+		}
+	}
+	if _, err := postgres.Migrate(ctx, pool, logger); err != nil {
+		cleanup()
+		return nil, nil, fmt.Errorf("migrate: %w", err)
+	}
+	return pool, cleanup, nil
+}
+
+func storeFlags(name string, cfg *server.Config) *flag.FlagSet {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	serverFlags(fs, cfg)
+	return fs
+}
+
+func cmdMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	cfg := server.Defaults()
+	cfg.LogLevel = "warn"
+	if err := parse(storeFlags("migrate", &cfg), args, stderr); err != nil {
+		return err
+	}
+	pool, cleanup, err := openDatabase(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	defer cleanup()
+	fmt.Fprintln(stdout, "migrations up to date")
+	_ = pool
+	return nil
+}
+
+func cmdSeed(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	cfg := server.Defaults()
+	cfg.LogLevel = "warn"
+	if err := parse(storeFlags("seed", &cfg), args, stderr); err != nil {
+		return err
+	}
+	pool, cleanup, err := openDatabase(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	defer cleanup()
+	sum, err := demo.Seed(ctx, pool, server.NewLogger(cfg))
+	if err != nil {
+		return err
+	}
+	if sum.Skipped {
+		fmt.Fprintln(stdout, "database already has data; nothing seeded")
+		return nil
+	}
+	return json.NewEncoder(stdout).Encode(sum)
+}
+
+const keysUsage = `Usage:
+  carehub keys create [--data-dir DIR] --org <id|slug> --mode live|test --scopes a,b [--ip CIDR,...] [--name N] [--json]
+  carehub keys create [--data-dir DIR] --platform [--mode live|test] [--json]
+  carehub keys list   [--data-dir DIR] [--org <id|slug>] [--json]
+  carehub keys rotate [--data-dir DIR] [--json] KEY_ID
+  carehub keys revoke [--data-dir DIR] [--json] KEY_ID
+`
+
+func cmdKeys(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, keysUsage)
+		return errUsage
+	}
+	sub, args := args[0], args[1:]
+	cfg := server.Defaults()
+	cfg.LogLevel = "warn"
+	fs := storeFlags("keys "+sub, &cfg)
+	var (
+		org, mode, name  string
+		scopes, ips      string
+		platform, asJSON bool
+	)
+	fs.BoolVar(&asJSON, "json", false, "print JSON")
+	switch sub {
+	case "create":
+		fs.StringVar(&org, "org", "", "organization id or slug")
+		fs.StringVar(&mode, "mode", "", "live or test (platform keys default to live)")
+		fs.StringVar(&scopes, "scopes", "", "comma-separated scopes")
+		fs.StringVar(&ips, "ip", "", "comma-separated IP allowlist (CIDRs)")
+		fs.StringVar(&name, "name", "", "a label for the key")
+		fs.BoolVar(&platform, "platform", false, "a platform operator key that sees all organizations")
+	case "list":
+		fs.StringVar(&org, "org", "", "organization id or slug (default: all)")
+	case "rotate", "revoke":
+	default:
+		fmt.Fprintf(stderr, "carehub keys: unknown subcommand %q\n%s", sub, keysUsage)
+		return errUsage
+	}
+	if err := parse(fs, args, stderr); err != nil {
+		return err
+	}
+	if (sub == "rotate" || sub == "revoke") != (fs.NArg() == 1) || (sub != "rotate" && sub != "revoke" && fs.NArg() > 0) {
+		fmt.Fprint(stderr, keysUsage)
+		return errUsage
+	}
+	if sub == "create" {
+		if platform && org != "" {
+			return fmt.Errorf("keys create: --platform and --org are exclusive")
+		}
+		if !platform && org == "" {
+			return fmt.Errorf("keys create: --org is required (or --platform)")
+		}
+		if mode == "" && platform {
+			mode = access.Live
+		}
+		if mode != access.Live && mode != access.Test {
+			return fmt.Errorf("keys create: --mode must be live or test")
+		}
+	}
+	pool, cleanup, err := openDatabase(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	defer cleanup()
+	keys := auth.NewKeys(pool)
+	orgID := ""
+	if org != "" {
+		if err := pool.QueryRow(ctx, `select id from organizations where id = $1 or slug = $1`, org).Scan(&orgID); err != nil {
+			return fmt.Errorf("organization %q not found", org)
+		}
+	}
+	switch sub {
+	case "create":
+		ck, err := keys.Create(ctx, auth.NewKey{OrgID: orgID, Platform: platform, Name: name, Mode: mode,
+			Scopes: splitList(scopes), IPAllowlist: splitList(ips)})
+		if err != nil {
+			return err
+		}
+		return printCreated(stdout, ck, asJSON)
+	case "list":
+		list, err := keys.List(ctx, orgID)
+		if err != nil {
+			return err
+		}
+		if asJSON {
+			return json.NewEncoder(stdout).Encode(list)
+		}
+		tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "ID\tORG\tMODE\tKEY\tSTATUS\tSCOPES\tCREATED")
+		for _, k := range list {
+			o := k.OrgID
+			if k.Platform {
+				o = "(platform)"
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s…%s\t%s\t%v\t%s\n", k.ID, o, k.Mode, k.Prefix, k.Last4, k.Status, k.Scopes, k.CreatedAt.Format(time.RFC3339))
+		}
+		return tw.Flush()
+	case "rotate":
+		ck, err := keys.Rotate(ctx, "", fs.Arg(0))
+		if err != nil {
+			return err
+		}
+		if !asJSON {
+			fmt.Fprintf(stdout, "rotated %s: the old key stays valid for 24 hours\n", fs.Arg(0))
+		}
+		return printCreated(stdout, ck, asJSON)
+	case "revoke":
+		k, err := keys.Revoke(ctx, "", fs.Arg(0))
+		if err != nil {
+			return err
+		}
+		if asJSON {
+			return json.NewEncoder(stdout).Encode(k)
+		}
+		fmt.Fprintf(stdout, "revoked %s\n", k.ID)
+	}
+	return nil
+}
+
+func printCreated(w io.Writer, ck *auth.CreatedKey, asJSON bool) error {
+	if asJSON {
+		return json.NewEncoder(w).Encode(map[string]any{"id": ck.ID, "key": ck.Secret, "orgId": ck.OrgID,
+			"mode": ck.Mode, "scopes": ck.Scopes, "platform": ck.Platform, "createdAt": ck.CreatedAt})
+	}
+	fmt.Fprintf(w, "id:     %s\nkey:    %s\nmode:   %s\nscopes: %v\n\nStore the key now: carehub keeps only its hash and cannot show it again.\n",
+		ck.ID, ck.Secret, ck.Mode, ck.Scopes)
+	return nil
+}
+
+// printDemoKey creates a live key with every scope for the demo organization and prints it with
+// curl examples, so `make run` ends with something a newcomer can paste.
+func printDemoKey(ctx context.Context, s *server.Server, w io.Writer) error {
+	var orgID string
+	if err := s.Pool().QueryRow(ctx, `select id from organizations where slug = $1`, demo.DemoOrgSlug).Scan(&orgID); err != nil {
+		return fmt.Errorf("demo organization %s: %w", demo.DemoOrgSlug, err)
+	}
+	ck, err := auth.NewKeys(s.Pool()).Create(ctx, auth.NewKey{OrgID: orgID, Name: "make run", Mode: access.Live, Scopes: access.Scopes})
+	if err != nil {
+		return err
+	}
+	base := s.URL()
+	fmt.Fprintf(w, `
+A live API key for the demo organization %[1]s (every scope; shown once):
+
+  export CAREHUB_KEY=%[2]s
+
+Try:
+  curl -s %[3]s/v1/organizations -H "Authorization: Bearer $CAREHUB_KEY"
+  curl -s %[3]s/graphql -H "Authorization: Bearer $CAREHUB_KEY" -H 'Content-Type: application/json' \
+       -d '{"query":"{ organizations { id name slug plan } }"}'
+  curl -s '%[3]s/v1/assets?type=agent&limit=5' -H "Authorization: Bearer $CAREHUB_KEY"
+
+Explorer: %[3]s/graphiql (paste the key)    Metrics: %[3]s/metrics    Health: %[3]s/readyz
+More keys: bin/carehub keys create --data-dir <dir> --org %[1]s --mode test --scopes read:patients
+Stop with Ctrl-C; data stays in the data dir for the next start.
+`, demo.DemoOrgSlug, ck.Secret, base)
+	return nil
+}

@@ -1,0 +1,106 @@
+// Package fault is carehub's error vocabulary: a small set of kinds that services return and that
+// one place per transport (api/rest, api/graphql) maps to HTTP statuses and GraphQL codes.
+package fault
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Kind classifies an error for the transports.
+type Kind int
+
+// The kinds. Their HTTP and GraphQL mappings live in the transports.
+const (
+	KindInternal Kind = iota
+	KindInvalid            // 400 INVALID_REQUEST / BAD_USER_INPUT
+	KindValidation         // 422 VALIDATION_FAILED / BAD_USER_INPUT
+	KindUnauthenticated    // 401 UNAUTHORIZED / UNAUTHENTICATED
+	KindForbidden          // 403 FORBIDDEN
+	KindInsufficientScope  // 403 INSUFFICIENT_SCOPE / FORBIDDEN
+	KindIPNotAllowed       // 403 IP_NOT_ALLOWED / FORBIDDEN
+	KindNotFound           // 404 NOT_FOUND
+	KindConflict           // 409 CONFLICT
+	KindTooLarge           // 413 PAYLOAD_TOO_LARGE
+	KindUnsupportedMedia   // 415 UNSUPPORTED_MEDIA_TYPE
+	KindRateLimited        // 429 RATE_LIMITED
+	KindUnavailable        // 503 UNAVAILABLE
+)
+
+// Error is a classified error. Details carry per-field validation messages or context such as the
+// id that was not found.
+type Error struct {
+	Kind    Kind
+	Message string
+	Details map[string]any
+	Err     error // cause, never shown to clients
+}
+
+func (e *Error) Error() string {
+	if e.Err != nil {
+		return e.Message + ": " + e.Err.Error()
+	}
+	return e.Message
+}
+
+func (e *Error) Unwrap() error { return e.Err }
+
+// KindOf returns the kind of err, KindInternal when it is not classified.
+func KindOf(err error) Kind {
+	var f *Error
+	if errors.As(err, &f) {
+		return f.Kind
+	}
+	return KindInternal
+}
+
+// As returns the classified error in err's chain, or nil.
+func As(err error) *Error {
+	var f *Error
+	if errors.As(err, &f) {
+		return f
+	}
+	return nil
+}
+
+// New returns an error of kind k.
+func New(k Kind, format string, args ...any) *Error {
+	return &Error{Kind: k, Message: fmt.Sprintf(format, args...)}
+}
+
+// NotFound says resource id does not exist or is not visible to the caller; the two are
+// deliberately indistinguishable so existence does not leak across tenants.
+func NotFound(resource, id string) *Error {
+	return &Error{Kind: KindNotFound, Message: fmt.Sprintf("%s %q not found", resource, id),
+		Details: map[string]any{"resource": resource, "id": id}}
+}
+
+// Invalid reports bad input.
+func Invalid(format string, args ...any) *Error { return New(KindInvalid, format, args...) }
+
+// Validation reports failed validation with per-field messages.
+func Validation(message string, fields map[string]string) *Error {
+	d := make(map[string]any, len(fields))
+	for k, v := range fields {
+		d[k] = v
+	}
+	return &Error{Kind: KindValidation, Message: message, Details: map[string]any{"fields": d}}
+}
+
+// Unauthenticated reports a missing, invalid or expired credential.
+func Unauthenticated(message string) *Error { return New(KindUnauthenticated, "%s", message) }
+
+// InsufficientScope reports a credential lacking scope.
+func InsufficientScope(scope string) *Error {
+	return &Error{Kind: KindInsufficientScope, Message: fmt.Sprintf("this operation requires the %s scope", scope),
+		Details: map[string]any{"requiredScope": scope}}
+}
+
+// Conflict reports a state conflict.
+func Conflict(format string, args ...any) *Error { return New(KindConflict, format, args...) }
+
+// Unavailable reports a dependency that cannot serve right now.
+func Unavailable(format string, args ...any) *Error { return New(KindUnavailable, format, args...) }
+
+// Wrap returns err classified as k with message, keeping err as the cause.
+func Wrap(k Kind, err error, message string) *Error { return &Error{Kind: k, Message: message, Err: err} }

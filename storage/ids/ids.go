@@ -1,0 +1,65 @@
+// Package ids makes carehub's identifiers: a type prefix and a lowercase ULID (DECISIONS §1), so
+// ids sort by creation time and say what they name (org_, prj_, key_, pub_, ast_, ins_, dep_, agt_,
+// ses_, wf_, run_, wh_, dlv_, evt_, pat_, obs_, enc_, req_).
+package ids
+
+import (
+	"crypto/rand"
+	"io"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/oklog/ulid/v2"
+)
+
+// Prefixes of every identifier kind.
+const (
+	Organization = "org_"
+	Project      = "prj_"
+	APIKey       = "key_"
+	Publisher    = "pub_"
+	Asset        = "ast_"
+	Installation = "ins_"
+	Deployment   = "dep_"
+	Agent        = "agt_"
+	Session      = "ses_"
+	Workflow     = "wf_"
+	Run          = "run_"
+	Webhook      = "wh_"
+	Delivery     = "dlv_"
+	Event        = "evt_"
+	Patient      = "pat_"
+	Observation  = "obs_"
+	Encounter    = "enc_"
+	Request      = "req_"
+	Attempt      = "att_"
+)
+
+var (
+	mu      sync.Mutex
+	entropy = ulid.Monotonic(rand.Reader, 0)
+)
+
+// New returns prefix + a new lowercase ULID. Ids made by one process are strictly increasing.
+func New(prefix string) string {
+	mu.Lock()
+	id := ulid.MustNew(ulid.Timestamp(time.Now()), entropy)
+	mu.Unlock()
+	return prefix + strings.ToLower(id.String())
+}
+
+// At returns prefix + a lowercase ULID for time t drawn from r. With a seeded r it is
+// deterministic, which the demo data relies on.
+func At(prefix string, t time.Time, r io.Reader) string {
+	return prefix + strings.ToLower(ulid.MustNew(ulid.Timestamp(t), r).String())
+}
+
+// Valid reports whether id has the given prefix followed by a well-formed ULID.
+func Valid(prefix, id string) bool {
+	if !strings.HasPrefix(id, prefix) {
+		return false
+	}
+	_, err := ulid.ParseStrict(strings.ToUpper(id[len(prefix):]))
+	return err == nil
+}
