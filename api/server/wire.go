@@ -15,13 +15,16 @@ import (
 // wctx lives until shutdown; ctx only bounds start-up.
 func (s *Server) wire(ctx context.Context, wctx context.Context) (http.Handler, error) {
 	r := mux.NewRouter()
-	r.Use(observe(s.logger, newHTTPMetrics(s.registry)))
-	r.NotFoundHandler = r.NewRoute().HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	obs := observe(s.logger, newHTTPMetrics(s.registry))
+	r.Use(obs)
+	// mux runs middleware only on matched routes; these get it explicitly so every response
+	// carries a Request-Id and the error envelope.
+	r.NotFoundHandler = obs(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		rest.WriteError(w, r, notFound)
-	}).GetHandler()
-	r.MethodNotAllowedHandler = r.NewRoute().HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	}))
+	r.MethodNotAllowedHandler = obs(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		rest.WriteError(w, r, methodNotAllowed)
-	}).GetHandler()
+	}))
 	s.health(r)
 
 	keys := auth.NewKeys(s.pool)
