@@ -116,7 +116,7 @@ func (c *Config) Validate() error {
 	if (c.TLSCert == "") != (c.TLSKey == "") {
 		errs = append(errs, errors.New("--tls-cert and --tls-key go together"))
 	}
-	if c.TLSCert == "" && !c.AllowInsecureHTTP && c.HTTPAddr != "" && !loopback(c.HTTPAddr) {
+	if c.TLSCert == "" && !c.AllowInsecureHTTP && validateAddr(c.HTTPAddr) == nil && !loopback(c.HTTPAddr) {
 		errs = append(errs, fmt.Errorf("--http-addr %q is not a loopback address: serve TLS (--tls-cert, --tls-key) or set --allow-insecure-http behind a TLS-terminating proxy", c.HTTPAddr))
 	}
 	if c.ShutdownGrace <= 0 {

@@ -59,7 +59,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			return 2
 		}
 		// One clear line per problem, nothing else: the operator reads it first.
-		fmt.Fprintln(stderr, "carehub:", strings.ReplaceAll(err.Error(), "\n", "\ncarehub: "))
+		// Continuation lines (a driver's indented detail) fold into their problem's line.
+		msg := strings.ReplaceAll(err.Error(), "\n\t", " ")
+		fmt.Fprintln(stderr, "carehub:", strings.ReplaceAll(msg, "\n", "\ncarehub: "))
 		return 1
 	}
 	return 0

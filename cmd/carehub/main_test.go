@@ -1,0 +1,273 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// These tests drive the real binary as an operator would: build it once, then start, stop,
+// kill and misconfigure it.
+
+var binary string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "carehub-bin-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	binary = filepath.Join(dir, "carehub")
+	out, err := exec.Command("go", "build", "-o", binary, ".").CombinedOutput()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "build carehub: %v\n%s", err, out)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// dataDir is a data dir the postgres user can traverse (t.TempDir is under /tmp).
+func dataDir(t *testing.T) string {
+	t.Helper()
+	return filepath.Join(t.TempDir(), "data")
+}
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+type node struct {
+	cmd    *exec.Cmd
+	addr   string
+	stdout *bytes.Buffer
+	stderr *bytes.Buffer
+}
+
+// serve starts `carehub serve` and waits until /readyz answers 200.
+func serve(t *testing.T, dir, addr string, extra ...string) *node {
+	t.Helper()
+	args := append([]string{"serve", "--data-dir", dir, "--http-addr", addr, "--partitions", "2"}, extra...)
+	cmd := exec.Command(binary, args...)
+	n := &node{cmd: cmd, addr: addr, stdout: &bytes.Buffer{}, stderr: &bytes.Buffer{}}
+	cmd.Stdout, cmd.Stderr = n.stdout, n.stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if cmd.ProcessState == nil {
+			cmd.Process.Kill()
+			cmd.Wait()
+		}
+	})
+	deadline := time.Now().Add(90 * time.Second)
+	for {
+		resp, err := http.Get("http://" + addr + "/readyz")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return n
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("carehub not ready after 90 s\nstderr:\n%s", n.stderr)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func (n *node) stop(t *testing.T, sig syscall.Signal) {
+	t.Helper()
+	n.cmd.Process.Signal(sig)
+	done := make(chan error, 1)
+	go func() { done <- n.cmd.Wait() }()
+	select {
+	case err := <-done:
+		if sig == syscall.SIGTERM && err != nil {
+			t.Fatalf("carehub exited with %v after SIGTERM\nstderr:\n%s", err, n.stderr)
+		}
+	case <-time.After(60 * time.Second):
+		t.Fatal("carehub did not exit within 60 s")
+	}
+}
+
+func runCLI(t *testing.T, args ...string) (string, string, int) {
+	t.Helper()
+	cmd := exec.Command(binary, args...)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err := cmd.Run()
+	code := 0
+	if ee, ok := err.(*exec.ExitError); ok {
+		code = ee.ExitCode()
+	} else if err != nil {
+		t.Fatal(err)
+	}
+	return out.String(), errb.String(), code
+}
+
+func graphql(t *testing.T, addr, key, query string) map[string]any {
+	t.Helper()
+	body, _ := json.Marshal(map[string]any{"query": query})
+	req, _ := http.NewRequest(http.MethodPost, "http://"+addr+"/graphql", bytes.NewReader(body))
+	req.Header.Set("Authorization", "Bearer "+key)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var out map[string]any
+	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil {
+		t.Fatalf("decode graphql response (HTTP %d): %v", resp.StatusCode, err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("graphql HTTP %d: %v", resp.StatusCode, out)
+	}
+	return out
+}
+
+// TestServeRestartKeepsDataAndSurvivesSIGKILL is the newcomer's path: start with demo data, get
+// a key, stop, start again (data kept), SIGKILL, start again (no manual cleanup).
+func TestServeRestartKeepsDataAndSurvivesSIGKILL(t *testing.T) {
+	dir, addr := dataDir(t), freeAddr(t)
+	n := serve(t, dir, addr, "--demo-key")
+	key := ""
+	sc := bufio.NewScanner(bytes.NewReader(n.stdout.Bytes()))
+	for sc.Scan() {
+		if k, ok := strings.CutPrefix(strings.TrimSpace(sc.Text()), "export CAREHUB_KEY="); ok {
+			key = k
+		}
+	}
+	if !strings.HasPrefix(key, "chk_live_") {
+		t.Fatalf("serve --demo-key printed no key:\n%s", n.stdout)
+	}
+	countOrgs := func() int {
+		out := graphql(t, addr, key, `{ organizations(limit: 100) { id slug } }`)
+		data, _ := out["data"].(map[string]any)
+		orgs, _ := data["organizations"].([]any)
+		return len(orgs)
+	}
+	first := countOrgs()
+	if first < 5 {
+		t.Fatalf("demo data: %d organizations", first)
+	}
+	n.stop(t, syscall.SIGTERM)
+
+	n = serve(t, dir, addr)
+	if got := countOrgs(); got != first {
+		t.Fatalf("after restart: %d organizations, want %d", got, first)
+	}
+	n.stop(t, syscall.SIGKILL)
+
+	n = serve(t, dir, addr)
+	if got := countOrgs(); got != first {
+		t.Fatalf("after SIGKILL and restart: %d organizations, want %d", got, first)
+	}
+	// The key created before the crash still works, and a new one can be made with the CLI
+	// while the server runs.
+	out, stderr, code := runCLI(t, "keys", "create", "--data-dir", dir, "--org", "demo-health", "--mode", "test", "--scopes", "read:patients", "--json")
+	if code != 0 {
+		t.Fatalf("keys create while serving: exit %d: %s", code, stderr)
+	}
+	var created struct{ ID, Key, OrgID, Mode string }
+	if err := json.Unmarshal([]byte(out), &created); err != nil || !strings.HasPrefix(created.Key, "chk_test_") {
+		t.Fatalf("keys create --json: %q (%v)", out, err)
+	}
+	if got := countOrgs(); got != first {
+		t.Fatalf("server lost its database after the CLI ran: %d organizations", got)
+	}
+	n.stop(t, syscall.SIGTERM)
+}
+
+func TestKeysCLIWithoutServer(t *testing.T) {
+	dir := dataDir(t)
+	out, stderr, code := runCLI(t, "seed", "--data-dir", dir)
+	if code != 0 {
+		t.Fatalf("seed: exit %d: %s", code, stderr)
+	}
+	out, stderr, code = runCLI(t, "keys", "create", "--data-dir", dir, "--platform", "--json")
+	if code != 0 {
+		t.Fatalf("keys create --platform: exit %d: %s", code, stderr)
+	}
+	var k struct {
+		ID, Key  string
+		Platform bool
+	}
+	if err := json.Unmarshal([]byte(out), &k); err != nil || !k.Platform || !strings.HasPrefix(k.Key, "chk_live_") {
+		t.Fatalf("platform key: %q (%v)", out, err)
+	}
+	out, stderr, code = runCLI(t, "keys", "list", "--data-dir", dir)
+	if code != 0 || !strings.Contains(out, k.ID) || strings.Contains(out, k.Key) {
+		t.Fatalf("keys list (exit %d) must show the id and never the key:\n%s%s", code, out, stderr)
+	}
+	out, stderr, code = runCLI(t, "keys", "revoke", "--data-dir", dir, k.ID)
+	if code != 0 || !strings.Contains(out, "revoked") {
+		t.Fatalf("keys revoke: exit %d: %s%s", code, out, stderr)
+	}
+	_, stderr, code = runCLI(t, "keys", "create", "--data-dir", dir, "--org", "no-such-org", "--mode", "live")
+	if code != 1 || !strings.Contains(stderr, "no-such-org") {
+		t.Fatalf("unknown org: exit %d: %s", code, stderr)
+	}
+}
+
+// TestBadConfiguration: each problem exits non-zero with one clear line naming it.
+func TestBadConfiguration(t *testing.T) {
+	readonly := filepath.Join(t.TempDir(), "ro")
+	os.MkdirAll(readonly, 0o555)
+	// Root ignores directory permissions; a path under a regular file cannot be created by anyone.
+	file := filepath.Join(t.TempDir(), "file")
+	os.WriteFile(file, nil, 0o644)
+	cases := []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"unknown role", []string{"--roles", "api,cooking"}, `unknown role "cooking"`},
+		{"malformed address", []string{"--http-addr", "localhost"}, "--http-addr"},
+		{"bad port", []string{"--http-addr", "127.0.0.1:99999"}, "--http-addr"},
+		{"unwritable data dir", []string{"--data-dir", filepath.Join(file, "data")}, "data dir"},
+		{"unreachable database", []string{"--database-url", "postgres://carehub@127.0.0.1:1/carehub?connect_timeout=2"}, "database"},
+		{"malformed database url", []string{"--database-url", "postgres://%zz"}, "--database-url"},
+		{"bad seed", []string{"--seed", "lots"}, "--seed"},
+		{"bad partitions", []string{"--partitions", "0"}, "--partitions"},
+		{"non-loopback without TLS", []string{"--http-addr", "0.0.0.0:8080"}, "not a loopback address"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			args := append([]string{"serve", "--data-dir", dataDir(t)}, c.args...)
+			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+			defer cancel()
+			cmd := exec.CommandContext(ctx, binary, args...)
+			var errb bytes.Buffer
+			cmd.Stderr = &errb
+			err := cmd.Run()
+			ee, ok := err.(*exec.ExitError)
+			if !ok || ee.ExitCode() == 0 {
+				t.Fatalf("want non-zero exit, got %v; stderr:\n%s", err, errb.String())
+			}
+			lines := strings.Split(strings.TrimSpace(errb.String()), "\n")
+			if len(lines) != 1 || !strings.Contains(lines[0], c.want) {
+				t.Fatalf("want one line containing %q, got:\n%s", c.want, errb.String())
+			}
+		})
+	}
+}
