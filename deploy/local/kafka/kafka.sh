@@ -1,0 +1,354 @@
+#!/usr/bin/env bash
+# kafka.sh runs a single-node Apache Kafka (KRaft, combined broker and
+# controller) on 127.0.0.1 for carehub's tests and local runs.
+#
+#   kafka.sh fetch                           jars into the cache (Maven), once
+#   kafka.sh up                              format once, start, wait until it answers metadata
+#   kafka.sh down                            SIGTERM (controlled shutdown), SIGKILL after a timeout
+#   kafka.sh restart [--signal TERM|KILL]    stop with that signal, start on the same storage
+#   kafka.sh status                          exit 0 up, 1 running but not answering, 3 down
+#   kafka.sh version                         the version fetched/started
+#
+# Environment:
+#   KAFKA_PORT             client port (default 9092)
+#   KAFKA_CONTROLLER_PORT  controller port (default KAFKA_PORT+1)
+#   KAFKA_STATE_DIR        config, data, log, pid (default /tmp/carehub-kafka-$KAFKA_PORT)
+#   CAREHUB_CACHE_DIR      jar cache root (default $HOME/.cache/carehub)
+#   KAFKA_VERSION          overrides kafka.version in pom.xml
+#   KAFKA_START_TIMEOUT    seconds up waits for the broker (default 60)
+#   KAFKA_STOP_TIMEOUT     seconds down waits after SIGTERM before SIGKILL (default 30)
+#   KAFKA_HEAP_OPTS        JVM heap flags (default -Xms256m -Xmx1g)
+#   JAVA_HOME              Java 17+ to use (default: java on PATH)
+#
+# up and down are idempotent; concurrent calls on one state dir serialise on a
+# lock file.
+set -euo pipefail
+
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+pom=$here/pom.xml
+version=${KAFKA_VERSION:-$(sed -n 's:.*<kafka.version>\(.*\)</kafka.version>.*:\1:p' "$pom")}
+cache=${CAREHUB_CACHE_DIR:-$HOME/.cache/carehub}/kafka
+libs=$cache/$version/libs
+port=${KAFKA_PORT:-9092}
+cport=${KAFKA_CONTROLLER_PORT:-$((port + 1))}
+state=${KAFKA_STATE_DIR:-/tmp/carehub-kafka-$port}
+start_timeout=${KAFKA_START_TIMEOUT:-60}
+stop_timeout=${KAFKA_STOP_TIMEOUT:-30}
+heap=${KAFKA_HEAP_OPTS:--Xms256m -Xmx1g}
+java=${JAVA_HOME:+$JAVA_HOME/bin/}java
+
+props=$state/server.properties
+logfile=$state/kafka.log
+pidfile=$state/kafka.pid
+
+say() { printf 'kafka.sh: %s\n' "$*" >&2; }
+die() { say "$*"; exit 1; }
+
+usage() {
+	sed -n '2,/^set -euo/p' "${BASH_SOURCE[0]}" | sed '$d; s/^# \{0,1\}//'
+	exit 2
+}
+
+# lock serialises commands that change the broker's state on one state dir.
+lock() {
+	mkdir -p "$state"
+	exec 9>"$state/.lock"
+	flock 9
+}
+
+fetch() {
+	if [[ -f $libs/.complete ]]; then
+		say "kafka $version already fetched into $libs"
+		return
+	fi
+	command -v mvn >/dev/null || die "mvn not found: install Maven (apt-get install maven)"
+	mkdir -p "$cache"
+	exec 8>"$cache/.fetch.lock"
+	flock 8
+	if [[ -f $libs/.complete ]]; then
+		return
+	fi
+	local tmp
+	tmp=$(mktemp -d "$cache/.fetch.XXXXXX")
+	say "fetching kafka $version into $libs"
+	# sed: Maven 3.8 prints colour resets even in batch mode.
+	if ! mvn -q -B -f "$pom" -Dkafka.version="$version" \
+		dependency:copy-dependencies -DincludeScope=runtime -DoutputDirectory="$tmp/libs" 2>&1 |
+		sed 's/\x1b\[[0-9;]*m//g' >&2; then
+		rm -rf "$tmp"
+		die "maven could not fetch kafka $version"
+	fi
+	[[ -f $tmp/libs/kafka_2.13-$version.jar ]] || { rm -rf "$tmp"; die "kafka_2.13-$version.jar missing after fetch"; }
+	touch "$tmp/libs/.complete"
+	rm -rf "$libs"
+	mkdir -p "$(dirname "$libs")"
+	mv "$tmp/libs" "$libs"
+	rm -rf "$tmp"
+}
+
+check_java() {
+	command -v "$java" >/dev/null || die "java not found: Kafka $version needs Java 17+ (set JAVA_HOME)"
+	local v major
+	v=$("$java" -version 2>&1 | sed -n 's/.*version "\([^"]*\)".*/\1/p' | head -1)
+	major=${v%%.*}
+	[[ $major =~ ^[0-9]+$ ]] && ((major >= 17)) || die "java $v found: Kafka $version needs Java 17+ (set JAVA_HOME)"
+}
+
+# alive tells whether pid is a broker of this state dir that has not fully
+# exited. A zombie has closed its sockets, so it is not alive; a process in
+# the middle of exiting has dropped its cmdline but may still hold the ports,
+# so it is. A recycled pid (another cmdline) is not ours.
+alive() {
+	local pid=$1 stat st cmd
+	stat=$(cat "/proc/$pid/stat" 2>/dev/null) || return 1
+	st=${stat##*) }
+	st=${st%% *}
+	[[ $st != Z && $st != X ]] || return 1
+	cmd=$(tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null) || return 1
+	[[ -z $cmd || $cmd == *"$props"* ]]
+}
+
+running_pid() {
+	[[ -f $pidfile ]] || return 1
+	local pid
+	pid=$(<"$pidfile")
+	[[ $pid =~ ^[0-9]+$ ]] && alive "$pid" || return 1
+	echo "$pid"
+}
+
+# probe sends a Metadata v4 request (no topics) and succeeds when the answer
+# carries our correlation id and at least one live broker: the broker is
+# registered, unfenced and serving clients. Kafka 4 removed Metadata v0-v3.
+probe() {
+	local out
+	out=$(timeout 3 bash -c '
+		exec 3<>"/dev/tcp/127.0.0.1/$1" || exit 1
+		# size 23 | api_key 3 | version 4 | correlation 7 | client_id "kafka.sh" | topics [] | allow_auto_topic_creation false
+		printf "\x00\x00\x00\x17\x00\x03\x00\x04\x00\x00\x00\x07\x00\x08kafka.sh\x00\x00\x00\x00\x00" >&3
+		# size | correlation | throttle_time_ms | broker count
+		head -c 16 <&3 | od -An -tu1 -v
+	' probe "$port" 2>/dev/null) || return 1
+	# shellcheck disable=SC2086
+	set -- $out
+	(($# == 16)) || return 1
+	[[ "$5 $6 $7 $8" == "0 0 0 7" ]] || return 1
+	(((${13} << 24 | ${14} << 16 | ${15} << 8 | ${16}) >= 1))
+}
+
+port_taken() {
+	timeout 1 bash -c 'exec 3<>"/dev/tcp/127.0.0.1/$1"' taken "$1" 2>/dev/null
+}
+
+write_config() {
+	mkdir -p "$state/data"
+	cat >"$props" <<EOF
+# Written by kafka.sh up; edits are overwritten.
+process.roles=broker,controller
+node.id=1
+controller.quorum.voters=1@127.0.0.1:$cport
+listeners=PLAINTEXT://127.0.0.1:$port,CONTROLLER://127.0.0.1:$cport
+advertised.listeners=PLAINTEXT://127.0.0.1:$port
+controller.listener.names=CONTROLLER
+inter.broker.listener.name=PLAINTEXT
+listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT
+log.dirs=$state/data
+num.partitions=1
+default.replication.factor=1
+min.insync.replicas=1
+auto.create.topics.enable=false
+offsets.topic.replication.factor=1
+offsets.topic.num.partitions=10
+transaction.state.log.replication.factor=1
+transaction.state.log.min.isr=1
+transaction.state.log.num.partitions=10
+share.coordinator.state.topic.replication.factor=1
+share.coordinator.state.topic.min.isr=1
+group.initial.rebalance.delay.ms=0
+# After a kill -9 the restarted controller keeps the dead incarnation's
+# registration until its session expires (default 9 s) and rejects the new one
+# meanwhile; a short session makes restart --signal KILL quick.
+broker.session.timeout.ms=2000
+broker.heartbeat.interval.ms=500
+# One node: nothing to hand leadership to, so controlled shutdown is quick.
+controlled.shutdown.enable=true
+EOF
+	cat >"$state/log4j2.properties" <<'EOF'
+status = warn
+appender.out.type = Console
+appender.out.name = OUT
+appender.out.layout.type = PatternLayout
+appender.out.layout.pattern = [%d] %p %m (%c)%n
+rootLogger.level = INFO
+rootLogger.appenderRef.out.ref = OUT
+logger.statechange.name = state.change.logger
+logger.statechange.level = WARN
+logger.request.name = kafka.request.logger
+logger.request.level = WARN
+EOF
+}
+
+# format_once formats KRaft storage on the first up of a state dir only;
+# later ups (restart after a crash included) reuse the same storage.
+format_once() {
+	[[ -f $state/data/meta.properties ]] && return
+	local cid
+	if [[ ! -s $state/cluster.id ]]; then
+		# A Kafka Uuid: 16 random bytes, base64url without padding.
+		head -c 16 /dev/urandom | base64 | tr '+/' '-_' | tr -d '=\n' >"$state/cluster.id"
+	fi
+	cid=$(<"$state/cluster.id")
+	say "formatting storage in $state/data (cluster $cid)"
+	"$java" -Xmx256m -Dlog4j2.configurationFile="$state/log4j2.properties" -cp "$libs/*" \
+		kafka.tools.StorageTool format -t "$cid" -c "$props" --ignore-formatted >>"$logfile" 2>&1 8>&- 9>&- ||
+		die "format failed; see $logfile"
+}
+
+running_version() {
+	local from=${1:-0}
+	tail -c +$((from + 1)) "$logfile" 2>/dev/null | sed -n 's/.*Kafka version: \([^ ]*\).*/\1/p' | tail -1
+}
+
+up() {
+	[[ -f $libs/.complete ]] || fetch
+	check_java
+	lock
+	local pid
+	if pid=$(running_pid); then
+		if probe; then
+			say "kafka $(running_version) already up on 127.0.0.1:$port (pid $pid)"
+			return
+		fi
+		say "kafka (pid $pid) is running but not answering yet; waiting"
+		wait_ready "$pid" 0
+		say "kafka $(running_version) up on 127.0.0.1:$port (pid $pid)"
+		return
+	fi
+	rm -f "$pidfile"
+	port_taken "$port" && die "port $port is taken by another process (set KAFKA_PORT)"
+	port_taken "$cport" && die "controller port $cport is taken by another process (set KAFKA_CONTROLLER_PORT)"
+	write_config
+	if [[ -f $logfile ]] && (($(stat -c %s "$logfile") > 50 << 20)); then
+		mv -f "$logfile" "$logfile.1"
+	fi
+	touch "$logfile"
+	local offset t0
+	offset=$(stat -c %s "$logfile")
+	t0=$(date +%s%N)
+	format_once
+	echo "=== kafka.sh up $(date -Is) ===" >>"$logfile"
+	# setsid: the broker must not die with the shell or make recipe that
+	# started it; down is the way to stop it. It must not inherit the lock
+	# fds either, or it would hold the lock for its whole life.
+	# shellcheck disable=SC2086
+	setsid "$java" $heap -XX:+UseG1GC -XX:MaxGCPauseMillis=20 -Djava.awt.headless=true \
+		-Dlog4j2.configurationFile="$state/log4j2.properties" \
+		-cp "$libs/*" kafka.Kafka "$props" >>"$logfile" 2>&1 </dev/null 8>&- 9>&- &
+	pid=$!
+	echo "$pid" >"$pidfile"
+	wait_ready "$pid" "$offset"
+	local ms=$((($(date +%s%N) - t0) / 1000000))
+	say "kafka $(running_version "$offset") up on 127.0.0.1:$port (pid $pid, state $state, ${ms} ms)"
+}
+
+wait_ready() {
+	local pid=$1 offset=$2 deadline=$((SECONDS + start_timeout))
+	until probe; do
+		if ! alive "$pid"; then
+			rm -f "$pidfile"
+			tail -c +$((offset + 1)) "$logfile" | tail -n 40 >&2
+			die "kafka exited during startup; log: $logfile"
+		fi
+		if ((SECONDS >= deadline)); then
+			tail -n 40 "$logfile" >&2
+			die "kafka did not answer metadata on 127.0.0.1:$port within ${start_timeout}s (pid $pid left running; log: $logfile)"
+		fi
+		sleep 0.2
+	done
+}
+
+# stop signals the broker and waits for it to exit. TERM is a controlled
+# shutdown; if it outlasts KAFKA_STOP_TIMEOUT the broker is killed.
+stop() {
+	local sig=$1 pid
+	if ! pid=$(running_pid); then
+		rm -f "$pidfile"
+		say "kafka on 127.0.0.1:$port is not running"
+		return
+	fi
+	kill -"$sig" "$pid" 2>/dev/null || true
+	local deadline=$((SECONDS + stop_timeout))
+	while alive "$pid"; do
+		if ((SECONDS >= deadline)); then
+			say "kafka (pid $pid) still running ${stop_timeout}s after SIG$sig; killing"
+			kill -KILL "$pid" 2>/dev/null || true
+			deadline=$((SECONDS + 10))
+			sig=KILL
+		fi
+		sleep 0.1
+	done
+	rm -f "$pidfile"
+	# The kernel may take a moment to release the listeners of a killed JVM.
+	local i
+	for ((i = 0; i < 100; i++)); do
+		port_taken "$port" || port_taken "$cport" || break
+		sleep 0.1
+	done
+	say "kafka (pid $pid) stopped with SIG$sig"
+}
+
+down() {
+	lock
+	stop TERM
+}
+
+restart() {
+	local sig=TERM
+	while (($#)); do
+		case $1 in
+		--signal) sig=${2:-}; shift 2 || usage ;;
+		--signal=*) sig=${1#--signal=}; shift ;;
+		*) usage ;;
+		esac
+	done
+	sig=${sig#SIG}
+	[[ $sig == TERM || $sig == KILL ]] || die "restart --signal takes TERM or KILL, not $sig"
+	lock
+	stop "$sig"
+	exec 9>&-
+	up
+}
+
+status() {
+	local pid
+	if pid=$(running_pid); then
+		if probe; then
+			echo "up: kafka $(running_version) on 127.0.0.1:$port (pid $pid, state $state)"
+			return 0
+		fi
+		echo "running but not answering: pid $pid on 127.0.0.1:$port (log $logfile)"
+		return 1
+	fi
+	echo "down: 127.0.0.1:$port (state $state)"
+	return 3
+}
+
+show_version() {
+	local v
+	if running_pid >/dev/null && v=$(running_version) && [[ -n $v ]]; then
+		echo "$v"
+	else
+		echo "$version"
+	fi
+}
+
+cmd=${1:-}
+shift || true
+case $cmd in
+fetch) fetch ;;
+up) up ;;
+down) down ;;
+restart) restart "$@" ;;
+status) status ;;
+version) show_version ;;
+*) usage ;;
+esac

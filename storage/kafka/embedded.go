@@ -1,0 +1,188 @@
+package kafka
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"slices"
+	"sync"
+
+	"github.com/twmb/franz-go/pkg/kfake"
+)
+
+// ErrDataDirLocked is returned by StartEmbedded when another process (or
+// another Embedded in this one) already serves the data dir.
+var ErrDataDirLocked = errors.New("kafka data dir is in use")
+
+// Names of carehub's own files in the data dir; kfake ignores them.
+const (
+	lockFile  = "carehub.lock"
+	dirtyFile = "carehub.running"
+)
+
+// EmbeddedOption configures StartEmbedded.
+type EmbeddedOption func(*embeddedConfig)
+
+type embeddedConfig struct {
+	port       int
+	syncWrites bool
+}
+
+// EmbeddedPort makes the broker listen on 127.0.0.1:port instead of an
+// ephemeral port.
+func EmbeddedPort(port int) EmbeddedOption {
+	return func(c *embeddedConfig) { c.port = port }
+}
+
+// EmbeddedSyncWrites fsyncs every produced batch before it is acknowledged.
+//
+// Without it (the default) an acknowledged record is in the OS page cache:
+// it survives a crash or kill -9 of carehub, not a crash of the machine.
+// That is Kafka's own default (log.flush.interval.messages unbounded), where
+// replication covers machine loss; the embedded broker has no replicas, so
+// turn this on where losing the last acknowledged records to a power cut
+// matters more than produce throughput.
+func EmbeddedSyncWrites() EmbeddedOption {
+	return func(c *embeddedConfig) { c.syncWrites = true }
+}
+
+// Embedded is an in-process Kafka-protocol broker (franz-go's kfake) whose
+// topics, records, committed group offsets and producer ids persist under a
+// data dir. It is one broker on 127.0.0.1; clients reach it at Addrs.
+//
+// Topics are never created automatically (like carehub's Kafka config):
+// use EnsureTopics.
+type Embedded struct {
+	c     *kfake.Cluster
+	dir   string
+	lock  *os.File
+	log   *slog.Logger
+	once  sync.Once
+	addrs []string
+}
+
+// StartEmbedded starts the embedded broker on dir, creating dir if needed,
+// and returns once it accepts connections.
+//
+// Only one Embedded may serve a dir at a time (ErrDataDirLocked otherwise);
+// the lock is an flock, so the kernel drops it when a process dies and a
+// killed carehub needs no manual cleanup.
+//
+// If the previous process on dir did not Close (it crashed or was killed),
+// StartEmbedded recovers: kfake replays the segment files, dropping a torn
+// trailing batch, and StartEmbedded then checkpoints the recovered state
+// with one clean close and reopen, so that state logs with a torn tail are
+// rewritten before anything is appended after the tear.
+//
+// ctx bounds nothing inside kfake (loading a dir cannot be interrupted);
+// StartEmbedded fails if ctx is done before it returns.
+func StartEmbedded(ctx context.Context, dir string, logger *slog.Logger, opts ...EmbeddedOption) (*Embedded, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	var cfg embeddedConfig
+	for _, o := range opts {
+		o(&cfg)
+	}
+	if dir == "" {
+		return nil, errors.New("embedded kafka: empty data dir")
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("embedded kafka: %w", err)
+	}
+	lock, err := lockDir(filepath.Join(dir, lockFile))
+	if err != nil {
+		return nil, fmt.Errorf("embedded kafka on %s: %w", dir, err)
+	}
+
+	e := &Embedded{dir: dir, lock: lock, log: logger.With("data_dir", dir)}
+	c, err := e.open(cfg)
+	if err != nil {
+		lock.Close()
+		return nil, err
+	}
+	e.c = c
+	e.addrs = c.ListenAddrs()
+	if err := ctx.Err(); err != nil {
+		e.Close()
+		return nil, err
+	}
+	return e, nil
+}
+
+// open starts kfake on the dir, first checkpointing it if the last process
+// died with it open.
+func (e *Embedded) open(cfg embeddedConfig) (*kfake.Cluster, error) {
+	marker := filepath.Join(e.dir, dirtyFile)
+	_, statErr := os.Stat(marker)
+	dirty := statErr == nil
+	if err := os.WriteFile(marker, fmt.Appendf(nil, "%d\n", os.Getpid()), 0o644); err != nil {
+		return nil, fmt.Errorf("embedded kafka: %w", err)
+	}
+
+	kopts := []kfake.Opt{
+		kfake.NumBrokers(1),
+		kfake.DataDir(e.dir),
+		kfake.ClusterID("carehub-embedded"),
+		kfake.WithLogger(kfakeLogger{e.log}),
+	}
+	if cfg.port != 0 {
+		kopts = append(kopts, kfake.Ports(cfg.port))
+	}
+	if cfg.syncWrites {
+		kopts = append(kopts, kfake.SyncWrites())
+	}
+
+	if dirty {
+		e.log.Warn("embedded kafka was not shut down cleanly; recovering")
+		c, err := kfake.NewCluster(kopts...)
+		if err != nil {
+			return nil, fmt.Errorf("embedded kafka: recover %s: %w", e.dir, err)
+		}
+		// Close writes every state file whole (tmp file + rename), which
+		// is the checkpoint; the reopen below loads a clean dir.
+		c.Close()
+	}
+	c, err := kfake.NewCluster(kopts...)
+	if err != nil {
+		return nil, fmt.Errorf("embedded kafka: start on %s: %w", e.dir, err)
+	}
+	return c, nil
+}
+
+// Addrs returns the broker's host:port addresses, for ClientConfig.Brokers.
+func (e *Embedded) Addrs() []string { return slices.Clone(e.addrs) }
+
+// Close persists the broker's state, stops it and releases the data dir. It
+// is safe to call more than once; later calls do nothing.
+func (e *Embedded) Close() error {
+	var err error
+	e.once.Do(func() {
+		e.c.Close()
+		if rmErr := os.Remove(filepath.Join(e.dir, dirtyFile)); rmErr != nil && !errors.Is(rmErr, os.ErrNotExist) {
+			err = fmt.Errorf("embedded kafka: %w", rmErr)
+		}
+		if cErr := e.lock.Close(); cErr != nil && err == nil {
+			err = fmt.Errorf("embedded kafka: release lock: %w", cErr)
+		}
+	})
+	return err
+}
+
+// kfakeLogger forwards kfake's warnings and errors to slog.
+type kfakeLogger struct{ l *slog.Logger }
+
+func (k kfakeLogger) Logf(level kfake.LogLevel, msg string, args ...any) {
+	switch level {
+	case kfake.LogLevelError:
+		k.l.Error(fmt.Sprintf(msg, args...))
+	case kfake.LogLevelWarn:
+		k.l.Warn(fmt.Sprintf(msg, args...))
+	}
+}

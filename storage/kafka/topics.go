@@ -1,0 +1,141 @@
+package kafka
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// Topics names carehub's topics. The zero value names none; start from
+// DefaultTopics and override what a deployment renames.
+type Topics struct {
+	Events       string // platform events, keyed by project id
+	Observations string // device observations, keyed by patient id
+	WorkflowRuns string // workflow run commands and updates, keyed by run id
+	Audit        string // audit records, keyed by org id
+}
+
+// DefaultTopics returns the topic names carehub uses unless configured
+// otherwise.
+func DefaultTopics() Topics {
+	return Topics{
+		Events:       "carehub.events.v1",
+		Observations: "carehub.observations.v1",
+		WorkflowRuns: "carehub.workflow-runs.v1",
+		Audit:        "carehub.audit.v1",
+	}
+}
+
+// All returns the non-empty topic names in a fixed order: events,
+// observations, workflow runs, audit.
+func (t Topics) All() []string {
+	all := make([]string, 0, 4)
+	for _, name := range []string{t.Events, t.Observations, t.WorkflowRuns, t.Audit} {
+		if name != "" {
+			all = append(all, name)
+		}
+	}
+	return all
+}
+
+// EnsureTopics creates the topics that do not exist yet with the given
+// number of partitions (partitions < 1 means the broker's default) and the
+// broker's default replication factor, then waits until metadata shows every
+// topic with a leader on each partition, so a producer started next does not
+// race the creation. Topics that already exist are left as they are, whatever
+// their partition count. It is safe to call concurrently and repeatedly.
+//
+// cl is only borrowed: EnsureTopics does not close it.
+func EnsureTopics(ctx context.Context, cl *kgo.Client, partitions int32, topics ...string) error {
+	if len(topics) == 0 {
+		return nil
+	}
+	if partitions < 1 {
+		partitions = -1
+	}
+	adm := kadm.NewClient(cl) // closing adm would close cl
+
+	// -1 replication: the broker's default.replication.factor, which is 1 on
+	// a single node and whatever production chose elsewhere.
+	created, err := adm.CreateTopics(ctx, partitions, -1, nil, topics...)
+	if err != nil {
+		return fmt.Errorf("create topics %v: %w", topics, err)
+	}
+	var errs []error
+	for _, r := range created.Sorted() {
+		if r.Err != nil && !errors.Is(r.Err, kerr.TopicAlreadyExists) {
+			errs = append(errs, fmt.Errorf("create topic %s: %w", r.Topic, r.Err))
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return err
+	}
+
+	backoff := 20 * time.Millisecond
+	for {
+		missing, err := topicsNotReady(ctx, adm, topics)
+		if err == nil && len(missing) == 0 {
+			cl.ForceMetadataRefresh()
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			if err == nil {
+				err = fmt.Errorf("not in metadata: %v", missing)
+			}
+			return fmt.Errorf("wait for topics %v: %w (%w)", topics, ctx.Err(), err)
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, 500*time.Millisecond)
+	}
+}
+
+// topicsNotReady returns the topics that metadata does not yet show with a
+// leader for every partition, or whose leaders do not yet serve them.
+func topicsNotReady(ctx context.Context, adm *kadm.Client, topics []string) ([]string, error) {
+	md, err := adm.ListTopics(ctx, topics...)
+	if err != nil {
+		return nil, err
+	}
+	var missing []string
+	for _, name := range topics {
+		td, ok := md[name]
+		if !ok || td.Err != nil || len(td.Partitions) == 0 {
+			missing = append(missing, name)
+			continue
+		}
+		for _, p := range td.Partitions {
+			if p.Err != nil || p.Leader < 0 {
+				missing = append(missing, name)
+				break
+			}
+		}
+	}
+	if len(missing) > 0 {
+		return missing, nil
+	}
+	// Kafka announces a new partition's leader in metadata slightly before
+	// that broker serves it; a produce in between fails with
+	// NOT_LEADER_OR_FOLLOWER and the client backs off for its metadata
+	// min age. Asking each leader for its end offset closes the gap.
+	ends, err := adm.ListEndOffsets(ctx, topics...)
+	if err != nil {
+		return nil, err
+	}
+	for _, name := range topics {
+		ps := ends[name]
+		ok := len(ps) == len(md[name].Partitions)
+		for _, o := range ps {
+			ok = ok && o.Err == nil
+		}
+		if !ok {
+			missing = append(missing, name)
+		}
+	}
+	return missing, nil
+}
