@@ -1,0 +1,477 @@
+package ws
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/coder/websocket"
+	gqlerrors "github.com/graph-gophers/graphql-go/errors"
+)
+
+// protocol is what differs between the two wire protocols: how client messages are handled
+// and how operation results are framed.
+type protocol struct {
+	name string
+	// handle processes one client message on the reader goroutine.
+	handle func(c *conn, data []byte)
+	// next frames one execution result.
+	next func(id string, r *Response) []byte
+	// requestError frames the errors of an operation that never ran; nothing follows it.
+	requestError func(id string, errs []*gqlerrors.QueryError) []byte
+	// complete frames the end of an operation's results.
+	complete func(id string) []byte
+	// keepAlive, if set, is sent after connection_ack and then every KeepAlive.
+	keepAlive []byte
+	// internalErrorCode closes a socket the server failed.
+	internalErrorCode websocket.StatusCode
+}
+
+// closeMode says how the writer ends a failed connection.
+type closeMode int
+
+const (
+	// closeHandshake drops queued messages and sends the close frame at once.
+	closeHandshake closeMode = iota
+	// closeAfterFlush writes what is queued (e.g. legacy connection_error) first.
+	closeAfterFlush
+	// closeNow drops the TCP connection without a close frame (dead or broken peer).
+	closeNow
+)
+
+// outbound is one queued message. Messages of an operation the client has stopped are
+// dropped by the writer; op is nil for connection-level messages.
+type outbound struct {
+	op   *operation
+	data []byte
+}
+
+// operation is one running subscribe (legacy start).
+type operation struct {
+	id     string
+	cancel context.CancelFunc
+	// stopped is set when the client stops the operation (or a legacy start replaces it):
+	// none of its messages may be written after that.
+	stopped atomic.Bool
+}
+
+var errConnClosing = errors.New("ws: connection closing")
+
+// conn is one accepted socket. Its reader runs on the ServeHTTP goroutine; serve starts and
+// waits for the writer, the keeper and the operations.
+type conn struct {
+	h     *Handler
+	ws    *websocket.Conn
+	req   *http.Request
+	proto *protocol
+	log   *slog.Logger
+
+	// ctx is cancelled when the connection starts closing; operations derive from it.
+	ctx    context.Context
+	cancel context.CancelFunc
+
+	queue chan outbound
+
+	closeOnce   sync.Once
+	closing     chan struct{} // closed by fail; closeCode, closeReason, closeMode are set before
+	closeCode   websocket.StatusCode
+	closeReason string
+	closeMode   closeMode
+
+	acked atomic.Bool // connection_ack sent: operations allowed
+
+	// Reader-goroutine state.
+	initSeen      bool
+	authCtx       context.Context
+	stopAuthWatch func() bool // unregisters the expiry watch on authCtx
+
+	mu  sync.Mutex // guards ops
+	ops map[string]*operation
+
+	opsWG sync.WaitGroup // operation goroutines
+	bgWG  sync.WaitGroup // writer and keeper
+}
+
+func newConn(h *Handler, wsc *websocket.Conn, r *http.Request, proto *protocol, log *slog.Logger) *conn {
+	// r.Context stays valid after the hijack until ServeHTTP returns, which is after serve.
+	ctx, cancel := context.WithCancel(r.Context())
+	return &conn{
+		h:       h,
+		ws:      wsc,
+		req:     r,
+		proto:   proto,
+		log:     log,
+		ctx:     ctx,
+		cancel:  cancel,
+		queue:   make(chan outbound, h.opts.SubscriberBuffer),
+		closing: make(chan struct{}),
+		ops:     make(map[string]*operation),
+	}
+}
+
+// serve runs the connection to its end and returns only when every goroutine it started has.
+func (c *conn) serve() {
+	c.h.metrics.connOpened(c.proto.name)
+	defer c.h.metrics.connClosed(c.proto.name)
+	c.log.Debug("ws: socket opened")
+
+	c.bgWG.Go(c.writeLoop)
+	c.bgWG.Go(c.keepLoop)
+
+	c.readLoop()
+
+	// The reader has stopped: nothing can start an operation any more.
+	c.fail(websocket.StatusNormalClosure, "", closeHandshake)
+	if c.stopAuthWatch != nil {
+		// authCtx need not derive from c.ctx; do not leave a callback registered on it.
+		c.stopAuthWatch()
+	}
+	c.mu.Lock()
+	for id, op := range c.ops {
+		op.stopped.Store(true)
+		op.cancel()
+		delete(c.ops, id)
+	}
+	c.mu.Unlock()
+	c.opsWG.Wait()
+	c.bgWG.Wait()
+	c.log.Debug("ws: socket closed", "close_code", int(c.closeCode), "close_reason", c.closeReason)
+}
+
+// fail starts closing the connection with code and reason; the first call wins. It cancels
+// every operation and hands the close to the writer. It reports whether this call was first.
+func (c *conn) fail(code websocket.StatusCode, reason string, mode closeMode) bool {
+	first := false
+	c.closeOnce.Do(func() {
+		first = true
+		c.closeCode, c.closeReason, c.closeMode = code, closeReason(reason), mode
+		c.cancel()
+		close(c.closing)
+		if mode == closeNow {
+			// The writer may be stuck in a write to this peer; this unblocks it.
+			_ = c.ws.CloseNow()
+		}
+	})
+	return first
+}
+
+func (c *conn) readLoop() {
+	for {
+		if c.ctx.Err() != nil {
+			return
+		}
+		// Not c.ctx: cancelling a read context tears the socket down before the writer can
+		// send the close frame. The read ends when the socket closes.
+		_, data, err := c.ws.Read(context.Background())
+		if err != nil {
+			switch {
+			case errors.Is(err, websocket.ErrMessageTooBig):
+				// The library has sent the 1009 close frame; the writer completes the handshake.
+				c.log.Info("ws: message too big", "limit_bytes", c.h.opts.MaxMessageBytes)
+				c.fail(websocket.StatusMessageTooBig, "message too big", closeHandshake)
+			case websocket.CloseStatus(err) != -1:
+				c.fail(websocket.CloseStatus(err), "closed by client", closeHandshake)
+			default:
+				c.log.Debug("ws: read failed", "error", err)
+				c.fail(websocket.StatusGoingAway, "read failed", closeNow)
+			}
+			return
+		}
+		c.handle(data)
+	}
+}
+
+// handle runs the protocol on one message; a panic in it (or in Authenticate) closes this
+// socket with the protocol's internal-error code instead of leaving it half-served.
+func (c *conn) handle(data []byte) {
+	defer func() {
+		if v := recover(); v != nil {
+			c.log.Error("ws: panic handling message", "panic", v)
+			c.fail(c.proto.internalErrorCode, "Internal server error", closeHandshake)
+		}
+	}()
+	c.proto.handle(c, data)
+}
+
+// send queues a connection-level message; see enqueue.
+func (c *conn) send(op *operation, data []byte) error { return c.enqueue(c.ctx, op, data) }
+
+// enqueue queues a message. When the queue is full it waits up to SlowConsumerTimeout for
+// room and then closes the connection as a slow consumer. It gives up when ctx ends: the
+// operation's context for its own messages (a stopped operation stops waiting), the
+// connection's otherwise.
+func (c *conn) enqueue(ctx context.Context, op *operation, data []byte) error {
+	if ctx.Err() != nil {
+		return errConnClosing
+	}
+	m := outbound{op: op, data: data}
+	select {
+	case c.queue <- m:
+		return nil
+	default:
+	}
+	t := time.NewTimer(c.h.opts.SlowConsumerTimeout)
+	defer t.Stop()
+	select {
+	case c.queue <- m:
+		return nil
+	case <-ctx.Done():
+		return errConnClosing
+	case <-t.C:
+		if c.fail(CloseSlowConsumer, "Subscriber too slow", closeHandshake) {
+			c.h.metrics.slowConsumerClosed()
+			c.log.Warn("ws: closing slow consumer", "queue_capacity", cap(c.queue),
+				"wait", c.h.opts.SlowConsumerTimeout)
+		}
+		return errConnClosing
+	}
+}
+
+// writeLoop is the only writer of data frames, and performs the close.
+func (c *conn) writeLoop() {
+	for {
+		// Closing takes precedence over whatever is still queued.
+		select {
+		case <-c.closing:
+			c.finish()
+			return
+		default:
+		}
+		select {
+		case <-c.closing:
+			c.finish()
+			return
+		case m := <-c.queue:
+			c.write(m)
+		}
+	}
+}
+
+func (c *conn) write(m outbound) {
+	if m.op != nil && m.op.stopped.Load() {
+		return
+	}
+	// Not derived from c.ctx: a cancelled write context tears the socket down.
+	ctx, cancel := context.WithTimeout(context.Background(), c.h.opts.WriteTimeout)
+	err := c.ws.Write(ctx, websocket.MessageText, m.data)
+	cancel()
+	if err != nil {
+		if c.fail(websocket.StatusGoingAway, "write failed", closeNow) {
+			c.log.Info("ws: write failed, dropping socket", "error", err)
+		}
+		return
+	}
+	c.h.metrics.messageSent(c.proto.name)
+}
+
+// finish ends the socket as fail asked.
+func (c *conn) finish() {
+	switch c.closeMode {
+	case closeNow:
+		_ = c.ws.CloseNow()
+		return
+	case closeAfterFlush:
+		for flushing := true; flushing; {
+			select {
+			case m := <-c.queue:
+				c.write(m)
+			default:
+				flushing = false
+			}
+		}
+	}
+	// Close writes the close frame (5 s limit) and waits for the peer's (5 s), then drops
+	// the TCP connection, which also ends the reader.
+	if err := c.ws.Close(c.closeCode, c.closeReason); err != nil {
+		c.log.Debug("ws: close handshake incomplete", "error", err)
+	}
+}
+
+// keepLoop enforces InitTimeout and keeps the socket alive.
+func (c *conn) keepLoop() {
+	initTimer := time.NewTimer(c.h.opts.InitTimeout)
+	defer initTimer.Stop()
+	ticker := time.NewTicker(c.h.opts.KeepAlive)
+	defer ticker.Stop()
+	for {
+		select {
+		case <-c.ctx.Done():
+			return
+		case <-initTimer.C:
+			if !c.acked.Load() {
+				c.log.Info("ws: no connection_init in time", "init_timeout", c.h.opts.InitTimeout)
+				c.fail(CloseInitTimeout, "Connection initialisation timeout", closeHandshake)
+				return
+			}
+		case <-ticker.C:
+			if c.proto.keepAlive != nil && c.acked.Load() {
+				if c.send(nil, c.proto.keepAlive) != nil {
+					return
+				}
+			}
+			// Not derived from c.ctx: see write. Ping waits for the pong the reader receives.
+			ctx, cancel := context.WithTimeout(context.Background(), c.h.opts.KeepAlive)
+			err := c.ws.Ping(ctx)
+			cancel()
+			if err != nil && c.ctx.Err() == nil {
+				if c.fail(websocket.StatusGoingAway, "keep-alive timeout", closeNow) {
+					c.log.Info("ws: peer did not answer ping, dropping socket", "error", err)
+				}
+				return
+			}
+		}
+	}
+}
+
+// authenticated records the identity context of a successful connection_init. When that
+// context ends before the socket does (a credential that carries an expiry, e.g. a JWT's exp
+// as the context deadline), the socket is closed with 4403 and the client must reconnect
+// with a fresh credential; operations never outlive the credential they run under.
+func (c *conn) authenticated(ctx context.Context) {
+	c.authCtx = ctx
+	c.acked.Store(true)
+	c.stopAuthWatch = context.AfterFunc(ctx, func() {
+		if c.ctx.Err() == nil && c.fail(CloseForbidden, "Forbidden: credential expired", closeHandshake) {
+			c.log.Info("ws: credential expired, closing socket")
+		}
+	})
+}
+
+// startOperation registers and starts op id under the authenticated context. It reports
+// false, starting nothing, when id is active or the connection is at MaxOperationsPerConn.
+func (c *conn) startOperation(id string, req Request) (started, duplicate bool) {
+	c.mu.Lock()
+	if _, ok := c.ops[id]; ok {
+		c.mu.Unlock()
+		return false, true
+	}
+	if len(c.ops) >= c.h.opts.MaxOperationsPerConn {
+		c.mu.Unlock()
+		return false, false
+	}
+	ctx, cancel := context.WithCancel(c.authCtx)
+	// Authenticate should return a context derived from c.ctx; this holds even if it did not.
+	stop := context.AfterFunc(c.ctx, cancel)
+	op := &operation{id: id, cancel: func() { stop(); cancel() }}
+	c.ops[id] = op
+	c.opsWG.Add(1)
+	c.mu.Unlock()
+
+	c.h.metrics.operationStarted(c.proto.name)
+	go c.runOperation(ctx, op, req)
+	return true, false
+}
+
+// stopOperation stops op id at the client's request. Its queued and future messages are
+// dropped. It reports whether id was active.
+func (c *conn) stopOperation(id string) bool {
+	c.mu.Lock()
+	op, ok := c.ops[id]
+	if ok {
+		delete(c.ops, id)
+	}
+	c.mu.Unlock()
+	if ok {
+		op.stopped.Store(true)
+		op.cancel()
+	}
+	return ok
+}
+
+// release unregisters op when it ends by itself, before its last message is queued so that
+// a client reusing the id after that message is never taken for a duplicate. It reports
+// false when the client had stopped op already: then nothing more may be sent for it.
+func (c *conn) release(op *operation) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.ops[op.id] != op {
+		return false
+	}
+	delete(c.ops, op.id)
+	return true
+}
+
+// drainTimeout bounds the wait for an executor to close its channel after cancellation.
+const drainTimeout = 5 * time.Second
+
+func (c *conn) drain(op *operation, results <-chan *Response) {
+	op.cancel()
+	t := time.NewTimer(drainTimeout)
+	defer t.Stop()
+	for {
+		select {
+		case _, ok := <-results:
+			if !ok {
+				return
+			}
+		case <-t.C:
+			c.log.Error("ws: executor did not close its channel after cancellation", "op_id", op.id, "waited", drainTimeout)
+			return
+		}
+	}
+}
+
+func (c *conn) runOperation(ctx context.Context, op *operation, req Request) {
+	defer c.opsWG.Done()
+	defer c.h.metrics.operationEnded(c.proto.name)
+	defer op.cancel()
+	defer func() {
+		if v := recover(); v != nil {
+			c.log.Error("ws: panic in operation", "op_id", op.id, "panic", v)
+			if c.release(op) {
+				_ = c.enqueue(ctx, op, c.proto.requestError(op.id, []*gqlerrors.QueryError{internalError()}))
+			}
+		}
+	}()
+
+	results, err := c.h.exec.Execute(ctx, req)
+	if err != nil {
+		var qe *gqlerrors.QueryError
+		if !errors.As(err, &qe) {
+			c.log.Error("ws: execute failed", "op_id", op.id, "error", err)
+			qe = internalError()
+		}
+		if c.release(op) {
+			_ = c.enqueue(ctx, op, c.proto.requestError(op.id, []*gqlerrors.QueryError{qe}))
+		}
+		return
+	}
+
+	// However the operation ends, wait for the executor to close its channel: its goroutines
+	// belong to this operation, and this operation to the connection that waits for it.
+	defer c.drain(op, results)
+
+	first := true
+	for {
+		select {
+		case <-ctx.Done():
+			c.release(op)
+			return
+		case r, ok := <-results:
+			if !ok {
+				if c.release(op) {
+					_ = c.enqueue(ctx, op, c.proto.complete(op.id))
+				}
+				return
+			}
+			if r == nil {
+				continue
+			}
+			if first && len(r.Data) == 0 && len(r.Errors) > 0 {
+				if c.release(op) {
+					_ = c.enqueue(ctx, op, c.proto.requestError(op.id, r.Errors))
+				}
+				return
+			}
+			first = false
+			if c.enqueue(ctx, op, c.proto.next(op.id, r)) != nil {
+				c.release(op)
+				return
+			}
+		}
+	}
+}

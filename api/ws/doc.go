@@ -1,0 +1,85 @@
+// Package ws serves GraphQL over WebSocket on /graphql: subscriptions, and queries and
+// mutations too, in both wire protocols clients use today.
+//
+// The protocol is chosen by the Sec-WebSocket-Protocol header:
+//
+//   - "graphql-transport-ws": the GraphQL over WebSocket protocol of enisdenjo/graphql-ws
+//     (the graphql-ws npm package, Apollo Client's GraphQLWsLink). Preferred when a client
+//     offers both.
+//   - "graphql-ws": the legacy protocol of apollographql/subscriptions-transport-ws.
+//
+// A client that offers neither is accepted and closed at once with 4406 "Subprotocol not
+// acceptable", as the graphql-ws server does.
+//
+// # Authentication
+//
+// The connection_init payload carries the credential under "Authorization" (an API key or a
+// JWT, with or without "Bearer "). Executor.Authenticate turns it into a context that every
+// operation on the socket then runs under: an operation never re-authenticates, and a socket
+// whose init failed never runs one. When that context ends while the socket is open (the
+// executor gives it the credential's expiry, a JWT's exp, as deadline) the socket is closed
+// with 4403 "Forbidden: credential expired", and the client reconnects with a fresh one.
+//
+// # Close codes
+//
+// graphql-transport-ws, as its PROTOCOL.md and the graphql-ws server define them:
+//
+//	4400 <reason>                              invalid message (bad JSON, unknown type, bad payload)
+//	4401 Unauthorized                          subscribe before connection_ack
+//	4403 Forbidden                             connection_init with a missing or bad credential,
+//	                                           or the credential expired (both protocols)
+//	4406 Subprotocol not acceptable            neither subprotocol offered (both protocols)
+//	4408 Connection initialisation timeout     no successful connection_init within InitTimeout
+//	4409 Subscriber for <id> already exists    subscribe with the id of an active operation
+//	4429 Too many initialisation requests      a second connection_init
+//	4500 Internal server error                 the server failed handling a message (a panic)
+//
+// The legacy protocol answers bad JSON with connection_error and unknown types with error,
+// and keeps the socket open (its PROTOCOL.md); a failed init is connection_error followed by
+// close 4403, a second init connection_error and 4429, no init within InitTimeout 4408.
+// A start with the id of an active operation replaces it, as the reference server does, but
+// silently: the old operation's messages and its complete are not sent, so the client cannot
+// mistake them for the new one's. A server failure while handling a message closes with 1011.
+//
+// Chosen by this package, for both protocols:
+//
+//	4008 Subscriber too slow   the connection's send queue stayed full for SlowConsumerTimeout
+//	1009 (message too big)     an incoming message larger than MaxMessageBytes
+//	1001 Going away            the server is shutting down (Handler.Shutdown)
+//
+// 4008 sits in the private range beside graphql-ws's own codes and collides with none of them;
+// graphql-ws clients treat it as retryable (unlike 1008), so a client that fell behind reconnects
+// with back-off and resubscribes instead of giving up. A socket whose peer does not answer the
+// keep-alive ping within KeepAlive is dropped without a close frame: nobody is there to read it.
+//
+// # Concurrency and backpressure
+//
+// Each connection has exactly these goroutines, all owned by the ServeHTTP call that accepted
+// it, which waits for every one of them before it returns:
+//
+//   - the reader (the ServeHTTP goroutine itself): reads and handles client messages in order;
+//     connection_init is authenticated inline, so nothing runs before the ack.
+//   - the writer: the only goroutine that writes data frames. It drains the send queue, one
+//     frame at a time, each under WriteTimeout, and performs the close handshake at the end.
+//   - the keeper: init timeout, the protocol keep-alive (legacy "ka"), WebSocket pings.
+//   - one per operation: runs Executor.Execute and turns its responses into messages.
+//
+// Every outgoing message goes through one bounded queue per connection (SubscriberBuffer
+// messages). An operation that finds the queue full waits at most SlowConsumerTimeout for room
+// and then closes the connection with 4008; memory per connection is thus bounded by the queue
+// plus one pending message per operation, and a slow client stalls nothing but its own
+// operations. Closing a connection, for whatever reason, cancels the context of all its
+// operations and waits for their goroutines.
+//
+// # Files
+//
+//	handler.go    Executor, Request, Response, Options, Handler (upgrade, shutdown)
+//	conn.go       one socket: reader, send queue, writer, keeper, operations, closing
+//	transport.go  graphql-transport-ws messages
+//	legacy.go     subscriptions-transport-ws messages
+//	message.go    envelope and payload parsing, encoding
+//	metrics.go    Prometheus collectors
+//	adapt.go      ResponsesFrom, for executors built on graph-gophers' Schema.Subscribe
+//	wstest/       a minimal graphql-transport-ws client for black-box tests
+//	nodetest/     the real graphql-ws and subscriptions-transport-ws clients, run by node_test.go
+package ws

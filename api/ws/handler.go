@@ -1,0 +1,305 @@
+package ws
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/coder/websocket"
+	gqlerrors "github.com/graph-gophers/graphql-go/errors"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Subprotocols negotiated through Sec-WebSocket-Protocol.
+const (
+	// ProtocolTransportWS is the graphql-ws library's protocol (graphql-transport-ws).
+	ProtocolTransportWS = "graphql-transport-ws"
+	// ProtocolLegacy is the subscriptions-transport-ws protocol (graphql-ws).
+	ProtocolLegacy = "graphql-ws"
+)
+
+// Close codes this package sends; see the package documentation for when.
+const (
+	CloseSlowConsumer             websocket.StatusCode = 4008
+	CloseBadRequest               websocket.StatusCode = 4400
+	CloseUnauthorized             websocket.StatusCode = 4401
+	CloseForbidden                websocket.StatusCode = 4403
+	CloseSubprotocolNotAcceptable websocket.StatusCode = 4406
+	CloseInitTimeout              websocket.StatusCode = 4408
+	CloseSubscriberExists         websocket.StatusCode = 4409
+	CloseTooManyInitRequests      websocket.StatusCode = 4429
+	CloseInternalServerError      websocket.StatusCode = 4500
+)
+
+// Executor is what the transport needs from the GraphQL layer.
+type Executor interface {
+	// Authenticate turns the connection_init payload's Authorization value (an API key or JWT,
+	// with or without "Bearer "; empty when the client sent none) into a context carrying the
+	// caller's identity. ctx is the connection's context, cancelled when the socket closes; the
+	// returned context should derive from it; if it ends earlier (give it the credential's
+	// expiry as deadline), the socket is closed with 4403. r is the upgrade request (remote address, headers)
+	// and must not be read from. It returns an error for a missing or bad credential; the socket
+	// is then closed with 4403 and no operation runs. The error is logged, so it must not
+	// contain the credential; the client is told only "Forbidden".
+	Authenticate(ctx context.Context, r *http.Request, authorization string) (context.Context, error)
+	// Execute runs one operation under ctx, which derives from the context Authenticate
+	// returned and is cancelled when the client stops the operation or the socket closes.
+	// For a subscription the channel yields one response per event and closes when the source
+	// ends or ctx is cancelled; for a query or mutation it yields exactly one. A first response
+	// with Errors and no Data (nil, not JSON null) means the operation was rejected before it
+	// ran (syntax, validation, authorization) and is sent as an error message. The caller
+	// receives promptly, except while the connection's send queue is full, and then for at most
+	// Options.SlowConsumerTimeout. An error return is sent to the client as an error message:
+	// a *gqlerrors.QueryError as it is, anything else as a generic internal error.
+	Execute(ctx context.Context, req Request) (<-chan *Response, error)
+}
+
+// Request is one GraphQL operation as a client sent it in subscribe (or legacy start).
+type Request struct {
+	Query         string
+	OperationName string
+	Variables     map[string]any
+}
+
+// Response is one GraphQL execution result, encoded as the payload of next (legacy data).
+// Its fields match *graphql.Response of graph-gophers/graphql-go; see ResponsesFrom.
+type Response struct {
+	Data       json.RawMessage         `json:"data,omitempty"`
+	Errors     []*gqlerrors.QueryError `json:"errors,omitempty"`
+	Extensions map[string]any          `json:"extensions,omitempty"`
+}
+
+// Options configures a Handler. Zero values take the documented defaults.
+type Options struct {
+	// InitTimeout is how long a socket may stay without a successful connection_init
+	// (default 10 s); then it is closed with 4408.
+	InitTimeout time.Duration
+	// KeepAlive is the interval of WebSocket pings (both protocols) and legacy "ka" messages
+	// (default 15 s). A peer that has not answered a ping within KeepAlive is dropped.
+	KeepAlive time.Duration
+	// WriteTimeout bounds the write of each frame (default 10 s); a socket that cannot take
+	// one frame in that time is dropped.
+	WriteTimeout time.Duration
+	// SlowConsumerTimeout is how long an operation waits for room in a full send queue before
+	// the socket is closed with 4008 (default 500 ms). Keep it below graph-gophers'
+	// SubscribeResolverTimeout (1 s by default), which drops events it cannot hand over.
+	SlowConsumerTimeout time.Duration
+	// MaxMessageBytes is the largest message a client may send (default 64 KiB); a larger
+	// one closes the socket with 1009.
+	MaxMessageBytes int64
+	// SubscriberBuffer is the capacity of each connection's send queue, in messages
+	// (default 64).
+	SubscriberBuffer int
+	// MaxOperationsPerConn caps the operations active at once on one socket (default 100); a
+	// subscribe beyond it gets an error message for that operation.
+	MaxOperationsPerConn int
+	// OriginPatterns lists the cross-origin hosts allowed to open a socket (the request's own
+	// host always is), as in websocket.AcceptOptions. Clients that send no Origin header
+	// (non-browser clients) are always allowed.
+	OriginPatterns []string
+	// Logger receives connection events; default slog.Default().
+	Logger *slog.Logger
+	// Metrics, if set, registers the package's collectors (carehub_ws_*).
+	Metrics prometheus.Registerer
+}
+
+// Default option values.
+const (
+	DefaultInitTimeout          = 10 * time.Second
+	DefaultKeepAlive            = 15 * time.Second
+	DefaultWriteTimeout         = 10 * time.Second
+	DefaultSlowConsumerTimeout  = 500 * time.Millisecond
+	DefaultMaxMessageBytes      = 64 << 10
+	DefaultSubscriberBuffer     = 64
+	DefaultMaxOperationsPerConn = 100
+)
+
+// Validate reports options that are set but unusable (negative values).
+func (o Options) Validate() error {
+	var errs []error
+	for _, d := range []struct {
+		name string
+		v    time.Duration
+	}{
+		{"InitTimeout", o.InitTimeout}, {"KeepAlive", o.KeepAlive},
+		{"WriteTimeout", o.WriteTimeout}, {"SlowConsumerTimeout", o.SlowConsumerTimeout},
+	} {
+		if d.v < 0 {
+			errs = append(errs, fmt.Errorf("ws: %s must not be negative, got %v", d.name, d.v))
+		}
+	}
+	if o.MaxMessageBytes < 0 {
+		errs = append(errs, fmt.Errorf("ws: MaxMessageBytes must not be negative, got %d", o.MaxMessageBytes))
+	}
+	if o.SubscriberBuffer < 0 {
+		errs = append(errs, fmt.Errorf("ws: SubscriberBuffer must not be negative, got %d", o.SubscriberBuffer))
+	}
+	if o.MaxOperationsPerConn < 0 {
+		errs = append(errs, fmt.Errorf("ws: MaxOperationsPerConn must not be negative, got %d", o.MaxOperationsPerConn))
+	}
+	return errors.Join(errs...)
+}
+
+// withDefaults fills zero (and, defensively, negative) values.
+func (o Options) withDefaults() Options {
+	if o.InitTimeout <= 0 {
+		o.InitTimeout = DefaultInitTimeout
+	}
+	if o.KeepAlive <= 0 {
+		o.KeepAlive = DefaultKeepAlive
+	}
+	if o.WriteTimeout <= 0 {
+		o.WriteTimeout = DefaultWriteTimeout
+	}
+	if o.SlowConsumerTimeout <= 0 {
+		o.SlowConsumerTimeout = DefaultSlowConsumerTimeout
+	}
+	if o.MaxMessageBytes <= 0 {
+		o.MaxMessageBytes = DefaultMaxMessageBytes
+	}
+	if o.SubscriberBuffer <= 0 {
+		o.SubscriberBuffer = DefaultSubscriberBuffer
+	}
+	if o.MaxOperationsPerConn <= 0 {
+		o.MaxOperationsPerConn = DefaultMaxOperationsPerConn
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	return o
+}
+
+// Handler accepts WebSocket upgrades and serves GraphQL over them. It is safe for concurrent
+// use. Route only upgrade requests to it; anything else is answered 426 Upgrade Required.
+type Handler struct {
+	exec    Executor
+	opts    Options
+	log     *slog.Logger
+	metrics *metrics
+
+	mu     sync.Mutex
+	closed bool
+	conns  map[*conn]struct{}
+	wg     sync.WaitGroup // one per ServeHTTP call past the closed check
+}
+
+// New returns a Handler that runs operations on exec. Options are used with their defaults
+// filled in; call Options.Validate first to reject bad configuration.
+func New(exec Executor, opts Options) *Handler {
+	opts = opts.withDefaults()
+	return &Handler{
+		exec:    exec,
+		opts:    opts,
+		log:     opts.Logger,
+		metrics: newMetrics(opts.Metrics, opts.Logger),
+		conns:   make(map[*conn]struct{}),
+	}
+}
+
+// ServeHTTP upgrades the request and serves the socket until it closes.
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	h.mu.Lock()
+	if h.closed {
+		h.mu.Unlock()
+		http.Error(w, "server shutting down", http.StatusServiceUnavailable)
+		return
+	}
+	h.wg.Add(1)
+	h.mu.Unlock()
+	defer h.wg.Done()
+
+	log := h.log.With("remote_addr", r.RemoteAddr)
+	defer func() {
+		// A panic here would take the whole server down with it; the socket is lost anyway.
+		if v := recover(); v != nil {
+			log.Error("ws: panic serving socket", "panic", v)
+		}
+	}()
+
+	wsc, err := websocket.Accept(w, r, &websocket.AcceptOptions{
+		Subprotocols:   []string{ProtocolTransportWS, ProtocolLegacy},
+		OriginPatterns: h.opts.OriginPatterns,
+	})
+	if err != nil {
+		// Accept has already answered the request.
+		log.Debug("ws: upgrade rejected", "error", err)
+		return
+	}
+	wsc.SetReadLimit(h.opts.MaxMessageBytes)
+
+	var proto *protocol
+	switch wsc.Subprotocol() {
+	case ProtocolTransportWS:
+		proto = transportProtocol
+	case ProtocolLegacy:
+		proto = legacyProtocol
+	default:
+		log.Debug("ws: no acceptable subprotocol", "offered", r.Header.Values("Sec-WebSocket-Protocol"))
+		_ = wsc.Close(CloseSubprotocolNotAcceptable, "Subprotocol not acceptable")
+		return
+	}
+
+	c := newConn(h, wsc, r, proto, log.With("protocol", proto.name))
+	h.mu.Lock()
+	if h.closed {
+		h.mu.Unlock()
+		_ = wsc.Close(websocket.StatusGoingAway, "Going away")
+		return
+	}
+	h.conns[c] = struct{}{}
+	h.mu.Unlock()
+	defer func() {
+		h.mu.Lock()
+		delete(h.conns, c)
+		h.mu.Unlock()
+	}()
+
+	c.serve()
+}
+
+// Shutdown refuses new sockets, closes every open one with 1001 "Going away" (cancelling
+// their operations) and waits until all are gone or ctx ends; then it drops the rest without
+// a close handshake and still waits for their goroutines. It is idempotent.
+func (h *Handler) Shutdown(ctx context.Context) error {
+	h.mu.Lock()
+	h.closed = true
+	conns := make([]*conn, 0, len(h.conns))
+	for c := range h.conns {
+		conns = append(conns, c)
+	}
+	h.mu.Unlock()
+
+	for _, c := range conns {
+		c.fail(websocket.StatusGoingAway, "Going away", closeHandshake)
+	}
+	done := make(chan struct{})
+	go func() {
+		h.wg.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+	}
+	for _, c := range conns {
+		_ = c.ws.CloseNow()
+	}
+	<-done
+	return fmt.Errorf("ws: shutdown: %w", ctx.Err())
+}
+
+// Close is Shutdown without a grace period: every socket is dropped at once.
+func (h *Handler) Close() error {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := h.Shutdown(ctx); err != nil && !errors.Is(err, context.Canceled) {
+		return err
+	}
+	return nil
+}
