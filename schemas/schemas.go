@@ -9,3 +9,15 @@ import "embed"
 //
 //go:embed postgres/*.sql
 var Postgres embed.FS
+
+// GraphQL is the GraphQL schema (SDL), schema version 2.0. Parse it with
+// graphql.UseStringDescriptions() so its descriptions reach introspection.
+//
+//go:embed graphql/schema.graphql
+var GraphQL string
+
+// OpenAPI holds the OpenAPI 3.1 description of the REST interface, openapi/openapi.json, served
+// at GET /v1/openapi.json.
+//
+//go:embed openapi/*.json
+var OpenAPI embed.FS

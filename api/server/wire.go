@@ -2,13 +2,29 @@ package server
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"slices"
 
 	"github.com/gorilla/mux"
 
 	"carehub/api/auth"
+	"carehub/api/graphql"
+	"carehub/api/graphql/explorer"
 	"carehub/api/rest"
+	"carehub/api/ws"
+	"carehub/processors/agents"
+	"carehub/processors/deployments"
+	"carehub/processors/fanout"
+	"carehub/processors/feed"
+	"carehub/processors/marketplace"
+	"carehub/processors/orgs"
+	"carehub/processors/patients"
+	"carehub/processors/webhooks"
+	"carehub/processors/workflows"
+	"carehub/storage"
+	"carehub/storage/kafka"
+	"carehub/storage/postgres"
 )
 
 // wire builds the HTTP handler and starts the background workers of the configured roles.
@@ -32,8 +48,57 @@ func (s *Server) wire(ctx context.Context, wctx context.Context) (http.Handler, 
 	_ = authn
 	if s.has(RoleAPI) {
 		// Routes of the API role are mounted here.
+		if err := s.mountAPI(r, authn, wctx); err != nil {
+			return nil, err
+		}
 	}
 	return r, nil
 }
 
+// mountAPI constructs the domain services and mounts GraphQL (POST and WebSocket on /graphql), the
+// explorer and the platform REST routes.
+func (s *Server) mountAPI(r *mux.Router, authn *auth.Authenticator, wctx context.Context) error {
+	hub, err := fanout.New(fanout.Config{Brokers: s.brokers, Topic: kafka.DefaultTopics().Events, Logger: s.logger, Registerer: s.registry})
+	if err != nil {
+		return fmt.Errorf("event fan-out: %w", err)
+	}
+	s.run("fanout", hub.Run, wctx)
+	agentSvc := agents.New(s.pool, agents.WithLogger(s.logger))
+	webhookSvc := webhooks.NewService(s.pool)
+	s.closers = append(s.closers, func(context.Context) error { return agentSvc.Close() })
+	svc := graphql.Services{Orgs: orgs.New(s.pool), Marketplace: marketplace.New(s.pool), Deployments: deployments.New(s.pool),
+		Agents: agentSvc, Workflows: workflows.New(s.pool), Patients: patients.New(s.pool),
+		Feed: feed.New(s.pool, postgres.NewEventLog(s.pool)), Webhooks: webhookSvc,
+		Events: graphql.EventSourceFunc(func(context.Context) (<-chan storage.Event, func()) {
+			sub := hub.Subscribe(256)
+			return sub.C, sub.Close
+		})}
+	gh, err := graphql.New(svc, graphql.Options{Logger: s.logger})
+	if err != nil {
+		return err
+	}
+	wsh := ws.New(gh.Executor(authn), ws.Options{Logger: s.logger, Metrics: s.registry})
+	s.closers = append(s.closers, wsh.Shutdown)
+
+	gql := r.NewRoute().Subrouter()
+	gql.Use(auth.LimitBody(auth.DefaultBodyLimit), authn.Middleware(graphql.WriteAuthError))
+	gql.Handle("/graphql", graphql.WithWebSocket(gh, wsh)).Methods(http.MethodGet, http.MethodPost)
+	r.Handle("/graphiql", explorer.Handler()).Methods(http.MethodGet)
+	r.PathPrefix("/graphiql/").Handler(explorer.Handler()).Methods(http.MethodGet, http.MethodHead)
+	authed := r.NewRoute().Subrouter()
+	authed.Use(auth.LimitBody(auth.DefaultBodyLimit), authn.Middleware(nil))
+	rest.Mount(r, authed, rest.Services{Orgs: svc.Orgs, Marketplace: svc.Marketplace, Deployments: svc.Deployments,
+		Agents: svc.Agents, Workflows: svc.Workflows, Feed: svc.Feed, Webhooks: svc.Webhooks})
+	rest.PatientRoutes(authed, svc.Patients)
+	rest.WebhookRoutes(authed, webhookSvc)
+	return nil
+}
+
 func (s *Server) has(role string) bool { return slices.Contains(s.cfg.Roles, role) }
+
+// Router returns the node's HTTP router, for listings of the routes it serves (the OpenAPI
+// document's test walks it).
+func (s *Server) Router() *mux.Router {
+	r, _ := s.http.Handler.(*mux.Router)
+	return r
+}

@@ -160,27 +160,27 @@ func TestServeRestartKeepsDataAndSurvivesSIGKILL(t *testing.T) {
 	if !strings.HasPrefix(key, "chk_live_") {
 		t.Fatalf("serve --demo-key printed no key:\n%s", n.stdout)
 	}
-	countOrgs := func() int {
-		out := graphql(t, addr, key, `{ organizations(limit: 100) { id slug } }`)
+	countAssets := func() int {
+		out := graphql(t, addr, key, `{ assets(limit: 100) { id } }`)
 		data, _ := out["data"].(map[string]any)
-		orgs, _ := data["organizations"].([]any)
-		return len(orgs)
+		assets, _ := data["assets"].([]any)
+		return len(assets)
 	}
-	first := countOrgs()
+	first := countAssets()
 	if first < 5 {
-		t.Fatalf("demo data: %d organizations", first)
+		t.Fatalf("demo data: %d assets", first)
 	}
 	n.stop(t, syscall.SIGTERM)
 
 	n = serve(t, dir, addr)
-	if got := countOrgs(); got != first {
-		t.Fatalf("after restart: %d organizations, want %d", got, first)
+	if got := countAssets(); got != first {
+		t.Fatalf("after restart: %d assets, want %d", got, first)
 	}
 	n.stop(t, syscall.SIGKILL)
 
 	n = serve(t, dir, addr)
-	if got := countOrgs(); got != first {
-		t.Fatalf("after SIGKILL and restart: %d organizations, want %d", got, first)
+	if got := countAssets(); got != first {
+		t.Fatalf("after SIGKILL and restart: %d assets, want %d", got, first)
 	}
 	// The key created before the crash still works, and a new one can be made with the CLI
 	// while the server runs.
@@ -192,8 +192,8 @@ func TestServeRestartKeepsDataAndSurvivesSIGKILL(t *testing.T) {
 	if err := json.Unmarshal([]byte(out), &created); err != nil || !strings.HasPrefix(created.Key, "chk_test_") {
 		t.Fatalf("keys create --json: %q (%v)", out, err)
 	}
-	if got := countOrgs(); got != first {
-		t.Fatalf("server lost its database after the CLI ran: %d organizations", got)
+	if got := countAssets(); got != first {
+		t.Fatalf("server lost its database after the CLI ran: %d assets", got)
 	}
 	n.stop(t, syscall.SIGTERM)
 }

@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"io"
 	"path/filepath"
+	"slices"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -16,6 +18,7 @@ import (
 	"carehub/api/server"
 	"carehub/processors/access"
 	"carehub/processors/demo"
+	"carehub/processors/fault"
 	"carehub/storage/postgres"
 )
 
@@ -179,7 +182,7 @@ func cmdKeys(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		ck, err := keys.Create(ctx, auth.NewKey{OrgID: orgID, Platform: platform, Name: name, Mode: mode,
 			Scopes: splitList(scopes), IPAllowlist: splitList(ips)})
 		if err != nil {
-			return err
+			return withFieldErrors(err)
 		}
 		return printCreated(stdout, ck, asJSON)
 	case "list":
@@ -220,6 +223,29 @@ func cmdKeys(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		fmt.Fprintf(stdout, "revoked %s\n", k.ID)
 	}
 	return nil
+}
+
+// withFieldErrors spells out the per-field messages of a validation fault, which the API
+// returns as details but an operator only sees if they are in the error line.
+func withFieldErrors(err error) error {
+	f := fault.As(err)
+	if f == nil {
+		return err
+	}
+	fields, _ := f.Details["fields"].(map[string]any)
+	if len(fields) == 0 {
+		return err
+	}
+	names := make([]string, 0, len(fields))
+	for k := range fields {
+		names = append(names, k)
+	}
+	slices.Sort(names)
+	parts := make([]string, len(names))
+	for i, k := range names {
+		parts[i] = fmt.Sprintf("%s: %v", k, fields[k])
+	}
+	return fmt.Errorf("%s (%s)", f.Message, strings.Join(parts, "; "))
 }
 
 func printCreated(w io.Writer, ck *auth.CreatedKey, asJSON bool) error {

@@ -1,0 +1,236 @@
+// Package graphql serves carehub's GraphQL API (schemas/graphql/schema.graphql, schema version
+// 2.0) with graph-gophers/graphql-go: POST /graphql for queries and mutations, and an Executor for
+// api/ws, which serves the same schema (subscriptions included) over WebSocket.
+//
+// Resolvers convert arguments and results only; the domain services under processors/ check
+// scopes and tenancy, so every field is protected whichever transport reaches it. Nested fields
+// resolve through per-request batched loaders (loader.go, loaders.go): a nested selection costs
+// one statement per level whatever the length of the lists above it.
+//
+// Errors (errors.go) carry extensions.code, mapped from the services' fault kinds in one place.
+// Limits: queries of at most 32 KiB (rejected before parsing), depth at most 12 (depth.go),
+// limit 1..100 and offset ≥ 0 on list fields (args.go).
+package graphql
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"strings"
+	"time"
+
+	gql "github.com/graph-gophers/graphql-go"
+	gqlerrors "github.com/graph-gophers/graphql-go/errors"
+
+	"carehub/api/rest"
+	"carehub/processors/agents"
+	"carehub/processors/deployments"
+	"carehub/processors/feed"
+	"carehub/processors/marketplace"
+	"carehub/processors/orgs"
+	"carehub/processors/patients"
+	"carehub/processors/webhooks"
+	"carehub/processors/workflows"
+	"carehub/schemas"
+)
+
+// WebhookService is what the schema needs of the webhook service (*webhooks.Service).
+type WebhookService interface {
+	Create(ctx context.Context, projectID, url string, events []string) (*webhooks.Subscription, error)
+	List(ctx context.Context, projectID string) ([]webhooks.Subscription, error)
+	Update(ctx context.Context, id string, u webhooks.Update) (*webhooks.Subscription, error)
+	RotateSecret(ctx context.Context, id string) (*webhooks.Subscription, error)
+	Delete(ctx context.Context, id string) error
+	Deliveries(ctx context.Context, webhookID, status string, limit, offset int) ([]webhooks.Delivery, error)
+	Attempts(ctx context.Context, deliveryIDs []string) (map[string][]webhooks.Attempt, error)
+	Redeliver(ctx context.Context, deliveryID string) (*webhooks.Delivery, error)
+	Recover(ctx context.Context, webhookID string, since time.Time) (int, error)
+	ByIDs(ctx context.Context, ids []string) (map[string]*webhooks.Subscription, error)
+}
+
+// Services are the domain services the resolvers call. Events may be nil on a node without the
+// fan-out; subscriptions then fail with an INTERNAL error that says so.
+type Services struct {
+	Orgs        *orgs.Service
+	Marketplace *marketplace.Service
+	Deployments *deployments.Service
+	Agents      *agents.Service
+	Workflows   *workflows.Service
+	Patients    *patients.Service
+	Feed        *feed.Service
+	Webhooks    WebhookService
+	Events      EventSource
+}
+
+// Options configure a Handler; zero values take the defaults.
+type Options struct {
+	Logger *slog.Logger
+	// MaxQueryBytes bounds the query document (default 32 KiB); a longer one is rejected before
+	// it is parsed.
+	MaxQueryBytes int
+	// MaxParallelism bounds the resolvers of one request running at once (default 16).
+	MaxParallelism int
+}
+
+// DefaultMaxQueryBytes is the query length limit of DECISIONS §3.
+const DefaultMaxQueryBytes = 32 << 10
+
+// Handler serves GraphQL over HTTP. It is safe for concurrent use.
+type Handler struct {
+	s             *Services
+	schema        *gql.Schema // data operations: depth ≤ MaxDepth
+	introspection *gql.Schema // introspection-only operations: depth ≤ IntrospectionMaxDepth
+	logger        *slog.Logger
+	maxQuery      int
+}
+
+// New binds the schema (schemas.GraphQL) to the services. It fails when a resolver does not
+// match the schema.
+func New(s Services, o Options) (*Handler, error) {
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	if o.MaxQueryBytes <= 0 {
+		o.MaxQueryBytes = DefaultMaxQueryBytes
+	}
+	if o.MaxParallelism <= 0 {
+		o.MaxParallelism = 16
+	}
+	h := &Handler{s: &s, logger: o.Logger, maxQuery: o.MaxQueryBytes}
+	opts := func(depth int) []gql.SchemaOpt {
+		return []gql.SchemaOpt{
+			gql.UseStringDescriptions(),
+			gql.MaxDepth(depth),
+			gql.MaxQueryLength(o.MaxQueryBytes),
+			gql.MaxParallelism(o.MaxParallelism),
+			gql.PanicHandler(panicHandler{}),
+			gql.Logger(slogPanicLogger{o.Logger}),
+		}
+	}
+	var err error
+	if h.schema, err = gql.ParseSchema(schemas.GraphQL, &root{h.s}, opts(MaxDepth)...); err != nil {
+		return nil, fmt.Errorf("graphql schema: %w", err)
+	}
+	if h.introspection, err = gql.ParseSchema(schemas.GraphQL, &root{h.s}, opts(IntrospectionMaxDepth)...); err != nil {
+		return nil, fmt.Errorf("graphql schema: %w", err)
+	}
+	return h, nil
+}
+
+// Request is a GraphQL request body.
+type Request struct {
+	Query         string         `json:"query"`
+	OperationName string         `json:"operationName"`
+	Variables     map[string]any `json:"variables"`
+}
+
+// Response is a GraphQL response body. Data is present (possibly null) when the operation was
+// executed and absent when it was rejected before (syntax, validation, limits).
+type Response struct {
+	Errors     []*gqlerrors.QueryError `json:"errors,omitempty"`
+	Data       json.RawMessage         `json:"data,omitempty"`
+	Extensions map[string]any          `json:"extensions,omitempty"`
+}
+
+// ServeHTTP serves POST /graphql: a JSON body {query, variables, operationName}. Every operation
+// is answered with HTTP 200, errors included (the spec's rule); the caller's principal must
+// already be in the request context (the authentication middleware).
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodPost {
+		w.Header().Set("Allow", http.MethodPost)
+		h.write(w, http.StatusMethodNotAllowed, &Response{Errors: []*gqlerrors.QueryError{
+			queryError(CodeBadUserInput, "use POST with a JSON body {query, variables, operationName}; subscriptions use a WebSocket on this path")}})
+		return
+	}
+	body, err := io.ReadAll(r.Body)
+	var tooLarge *http.MaxBytesError
+	if errors.As(err, &tooLarge) {
+		rest.WriteError(w, r, err) // 413 PAYLOAD_TOO_LARGE: the body limit is the middleware's
+		return
+	}
+	if err != nil {
+		h.write(w, http.StatusOK, &Response{Errors: []*gqlerrors.QueryError{queryError(CodeBadUserInput, "cannot read the request body")}})
+		return
+	}
+	var req Request
+	if err := json.Unmarshal(body, &req); err != nil {
+		h.write(w, http.StatusOK, &Response{Errors: []*gqlerrors.QueryError{
+			queryError(CodeBadUserInput, "the body must be a JSON object {query, variables, operationName}: %v", err)}})
+		return
+	}
+	h.write(w, http.StatusOK, h.Execute(r.Context(), req))
+}
+
+// Execute runs one query or mutation under ctx (which carries the caller's principal) with fresh
+// loaders, and returns the response with its errors mapped.
+func (h *Handler) Execute(ctx context.Context, req Request) *Response {
+	if errs := h.precheck(req.Query); errs != nil {
+		return &Response{Errors: errs}
+	}
+	ctx = withLoaders(ctx, newLoaders(h.s))
+	res := h.schemaFor(req.Query).Exec(ctx, req.Query, req.OperationName, req.Variables)
+	return h.finish(ctx, req, res)
+}
+
+// precheck rejects what must not reach the parser.
+func (h *Handler) precheck(query string) []*gqlerrors.QueryError {
+	if len(query) > h.maxQuery {
+		return []*gqlerrors.QueryError{queryError(CodeBadUserInput, "the query is %d bytes long; at most %d are allowed", len(query), h.maxQuery)}
+	}
+	if strings.TrimSpace(query) == "" {
+		return []*gqlerrors.QueryError{queryError(CodeBadUserInput, "no query: send {\"query\": \"...\"}")}
+	}
+	return nil
+}
+
+func (h *Handler) schemaFor(query string) *gql.Schema {
+	if introspectionOnly(query) {
+		return h.introspection
+	}
+	return h.schema
+}
+
+// finish fills the locations graph-gophers leaves out, maps the errors and applies the data-null
+// rule to one graph-gophers response to req.
+func (h *Handler) finish(ctx context.Context, req Request, res *gql.Response) *Response {
+	addLocations(req, res.Errors)
+	mapErrors(ctx, h.logger, res.Errors)
+	out := &Response{Errors: res.Errors, Data: res.Data, Extensions: res.Extensions}
+	if out.Data != nil {
+		out.Data = nullDataWhenAllFailed(out.Data, out.Errors)
+	}
+	return out
+}
+
+func (h *Handler) write(w http.ResponseWriter, status int, res *Response) {
+	b, err := json.Marshal(res)
+	if err != nil {
+		h.logger.Error("encode graphql response", "err", err)
+		b = []byte(`{"errors":[{"message":"internal error","extensions":{"code":"INTERNAL"}}]}`)
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	w.Write(b)
+}
+
+// WriteAuthError answers a /graphql request the authentication middleware refused (its onError):
+// the REST status (401, 403, 429, 503) with a body carrying both the REST error object and a
+// GraphQL errors array, so REST and GraphQL clients alike understand it (DECISIONS §3).
+func WriteAuthError(w http.ResponseWriter, r *http.Request, err error) {
+	status, obj := rest.NewErrorObject(r, err)
+	if status == http.StatusUnauthorized {
+		w.Header().Set("WWW-Authenticate", `Bearer realm="carehub"`)
+	}
+	ext := map[string]any{"code": Code(err)}
+	for k, v := range obj.Details {
+		ext[k] = v
+	}
+	rest.WriteJSON(w, status, struct {
+		Error  rest.ErrorObject        `json:"error"`
+		Errors []*gqlerrors.QueryError `json:"errors"`
+	}{obj, []*gqlerrors.QueryError{{Message: obj.Message, Extensions: ext}}})
+}

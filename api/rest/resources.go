@@ -1,0 +1,497 @@
+package rest
+
+import (
+	"encoding/json"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/gorilla/mux"
+
+	"carehub/processors/agents"
+	"carehub/processors/deployments"
+	"carehub/processors/events"
+	"carehub/processors/feed"
+	"carehub/processors/marketplace"
+	"carehub/processors/orgs"
+	"carehub/processors/webhooks"
+	"carehub/processors/workflows"
+	"carehub/storage"
+)
+
+// REST representations. Field names are the GraphQL ones (DECISIONS §1); times are UTC.
+
+// Organization is the spec's REST Organization, plus slug and memberCount.
+type Organization struct {
+	ID             string    `json:"id"`
+	Name           string    `json:"name"`
+	Slug           string    `json:"slug"`
+	Type           string    `json:"type"`
+	FHIRBase       *string   `json:"fhirBase"`
+	HIPAACompliant bool      `json:"hipaaCompliant"`
+	Plan           string    `json:"plan"`
+	MemberCount    int       `json:"memberCount"`
+	CreatedAt      time.Time `json:"createdAt"`
+}
+
+func organizationOf(o *orgs.Organization) Organization {
+	return Organization{ID: o.ID, Name: o.Name, Slug: o.Slug, Type: o.Type, FHIRBase: o.FHIRBase,
+		HIPAACompliant: o.HIPAACompliant, Plan: o.Plan, MemberCount: o.MemberCount, CreatedAt: o.CreatedAt.UTC()}
+}
+
+// Project is a project.
+type Project struct {
+	ID             string    `json:"id"`
+	OrganizationID string    `json:"organizationId"`
+	Name           string    `json:"name"`
+	CreatedAt      time.Time `json:"createdAt"`
+}
+
+// Asset is a marketplace asset: the GraphQL MarketplaceAsset's fields.
+type Asset struct {
+	ID              string          `json:"id"`
+	Name            string          `json:"name"`
+	Description     string          `json:"description"`
+	Type            string          `json:"type"`
+	Category        string          `json:"category"`
+	Version         string          `json:"version"`
+	Publisher       *Publisher      `json:"publisher"`
+	Pricing         Pricing         `json:"pricing"`
+	FHIRResources   []string        `json:"fhirResources"`
+	ComplianceScore ComplianceScore `json:"complianceScore"`
+	Badges          []string        `json:"badges"`
+	Rating          *float64        `json:"rating"`
+	Downloads       int             `json:"downloads"`
+	Status          string          `json:"status"`
+	CreatedAt       time.Time       `json:"createdAt"`
+	UpdatedAt       time.Time       `json:"updatedAt"`
+}
+
+// Publisher is an asset's publisher; organizationId stands for the GraphQL organization object.
+type Publisher struct {
+	ID             string  `json:"id"`
+	Name           string  `json:"name"`
+	Email          string  `json:"email"`
+	OrganizationID *string `json:"organizationId"`
+	Verified       bool    `json:"verified"`
+	TotalApps      int     `json:"totalApps"`
+}
+
+// Pricing is an asset's pricing.
+type Pricing struct {
+	Type           string   `json:"type"`
+	CostPerRequest *float64 `json:"costPerRequest"`
+	MonthlyFee     *float64 `json:"monthlyFee"`
+	AnnualFee      *float64 `json:"annualFee"`
+	FreeTierLimit  *int32   `json:"freeTierLimit"`
+}
+
+// ComplianceScore is an asset's compliance score.
+type ComplianceScore struct {
+	Overall        int  `json:"overall"`
+	Security       int  `json:"security"`
+	Privacy        int  `json:"privacy"`
+	ClinicalSafety int  `json:"clinicalSafety"`
+	HIPAACompliant bool `json:"hipaaCompliant"`
+	FDACleared     bool `json:"fdaCleared"`
+}
+
+func assetOf(a *marketplace.Asset, p *marketplace.Publisher) Asset {
+	out := Asset{ID: a.ID, Name: a.Name, Description: a.Description, Type: a.Type, Category: a.Category, Version: a.Version,
+		Pricing:       Pricing{Type: a.PricingType, CostPerRequest: a.CostPerRequest, MonthlyFee: a.MonthlyFee, AnnualFee: a.AnnualFee, FreeTierLimit: a.FreeTierLimit},
+		FHIRResources: nonNil(a.FHIRResources),
+		ComplianceScore: ComplianceScore{Overall: a.ScoreOverall, Security: a.ScoreSecurity, Privacy: a.ScorePrivacy,
+			ClinicalSafety: a.ScoreClinical, HIPAACompliant: a.HIPAACompliant, FDACleared: a.FDACleared},
+		Badges: nonNil(a.Badges), Rating: a.Rating, Downloads: a.Downloads, Status: a.Status,
+		CreatedAt: a.CreatedAt.UTC(), UpdatedAt: a.UpdatedAt.UTC()}
+	if p != nil {
+		out.Publisher = &Publisher{ID: p.ID, Name: p.Name, Email: p.Email, OrganizationID: p.OrgID, Verified: p.Verified, TotalApps: p.TotalApps}
+	}
+	return out
+}
+
+// Event is the spec's REST Event.
+type Event struct {
+	ID        string          `json:"id"`
+	Type      string          `json:"type"`
+	ProjectID string          `json:"projectId"`
+	Source    string          `json:"source"`
+	Payload   json.RawMessage `json:"payload"`
+	Severity  string          `json:"severity"`
+	CreatedAt time.Time       `json:"createdAt"`
+}
+
+func eventOf(e storage.Event) Event {
+	return Event{ID: e.ID, Type: e.Type, ProjectID: e.ProjectID, Source: e.Source, Payload: e.Payload,
+		Severity: e.Severity, CreatedAt: e.CreatedAt.UTC()}
+}
+
+// Webhook is the spec's REST Webhook, plus projectId; the secret is masked.
+type Webhook struct {
+	ID              string     `json:"id"`
+	ProjectID       string     `json:"projectId"`
+	URL             string     `json:"url"`
+	Events          []string   `json:"events"`
+	Status          string     `json:"status"`
+	Secret          string     `json:"secret"`
+	FailureCount    int        `json:"failureCount"`
+	LastDeliveredAt *time.Time `json:"lastDeliveredAt"`
+	CreatedAt       time.Time  `json:"createdAt"`
+}
+
+func webhookOf(w *webhooks.Subscription) Webhook {
+	out := Webhook{ID: w.ID, ProjectID: w.ProjectID, URL: w.URL, Events: nonNil(w.Events), Status: w.Status,
+		Secret: maskSecret(w.Secret), FailureCount: w.FailureCount, CreatedAt: w.CreatedAt.UTC()}
+	if w.LastDeliveredAt != nil {
+		t := w.LastDeliveredAt.UTC()
+		out.LastDeliveredAt = &t
+	}
+	return out
+}
+
+// maskSecret keeps a listing's secret masked even if a full one reached it: the whsec_ prefix and
+// the last four characters at most.
+func maskSecret(s string) string {
+	if s == "" || strings.Contains(s, "*") || strings.Contains(s, "…") {
+		return s
+	}
+	if len(s) <= 10 {
+		return "whsec_****"
+	}
+	return "whsec_****" + s[len(s)-4:]
+}
+
+// Agent is an agent.
+type Agent struct {
+	ID          string    `json:"id"`
+	ProjectID   string    `json:"projectId"`
+	Name        string    `json:"name"`
+	Description string    `json:"description"`
+	RunMode     string    `json:"runMode"`
+	Status      string    `json:"status"`
+	Skill       string    `json:"skill"`
+	CreatedAt   time.Time `json:"createdAt"`
+}
+
+// Workflow is a workflow.
+type Workflow struct {
+	ID          string    `json:"id"`
+	ProjectID   string    `json:"projectId"`
+	Name        string    `json:"name"`
+	Description string    `json:"description"`
+	Status      string    `json:"status"`
+	Nodes       int       `json:"nodes"`
+	Steps       []string  `json:"steps"`
+	Triggers    []string  `json:"triggers"`
+	CreatedAt   time.Time `json:"createdAt"`
+}
+
+// WorkflowRun is a workflow run.
+type WorkflowRun struct {
+	ID          string          `json:"id"`
+	WorkflowID  string          `json:"workflowId"`
+	Status      string          `json:"status"`
+	Trigger     string          `json:"trigger"`
+	Input       json.RawMessage `json:"input"`
+	Output      json.RawMessage `json:"output"`
+	DurationMs  *int32          `json:"durationMs"`
+	StartedAt   time.Time       `json:"startedAt"`
+	CompletedAt *time.Time      `json:"completedAt"`
+}
+
+func runOf(r *workflows.Run) WorkflowRun {
+	out := WorkflowRun{ID: r.ID, WorkflowID: r.WorkflowID, Status: r.Status, Trigger: r.Trigger, Input: nullJSON(r.Input),
+		Output: nullJSON(r.Output), DurationMs: r.DurationMs, StartedAt: r.StartedAt.UTC()}
+	if r.CompletedAt != nil {
+		t := r.CompletedAt.UTC()
+		out.CompletedAt = &t
+	}
+	return out
+}
+
+// Deployment is a deployment.
+type Deployment struct {
+	ID             string    `json:"id"`
+	ProjectID      string    `json:"projectId"`
+	InstallationID string    `json:"installationId"`
+	Environment    string    `json:"environment"`
+	Status         string    `json:"status"`
+	StatusReason   *string   `json:"statusReason"`
+	Replicas       int       `json:"replicas"`
+	Endpoint       *string   `json:"endpoint"`
+	HIPAAMode      bool      `json:"hipaaMode"`
+	DeployedAt     time.Time `json:"deployedAt"`
+}
+
+func (h *handlers) organizations(w http.ResponseWriter, r *http.Request) {
+	q := newQuery(r)
+	limit := q.intRange("limit", 20, 1, 100)
+	cursor := q.str("cursor")
+	if err := q.err(); err != nil {
+		WriteError(w, r, err)
+		return
+	}
+	page, err := h.s.Orgs.OrganizationsAfter(r.Context(), limit, cursor)
+	if err != nil {
+		WriteError(w, r, err)
+		return
+	}
+	data := make([]Organization, len(page.Organizations))
+	for i := range page.Organizations {
+		data[i] = organizationOf(&page.Organizations[i])
+	}
+	WriteJSON(w, http.StatusOK, List[Organization]{Data: data, Meta: CursorMeta{Total: page.Total, Cursor: optString(page.NextCursor)}})
+}
+
+func (h *handlers) organization(w http.ResponseWriter, r *http.Request) {
+	o, err := h.s.Orgs.Organization(r.Context(), mux.Vars(r)["id"])
+	if err != nil {
+		WriteError(w, r, err)
+		return
+	}
+	WriteJSON(w, http.StatusOK, organizationOf(o))
+}
+
+func (h *handlers) project(w http.ResponseWriter, r *http.Request) {
+	p, err := h.s.Orgs.Project(r.Context(), mux.Vars(r)["id"])
+	if err != nil {
+		WriteError(w, r, err)
+		return
+	}
+	WriteJSON(w, http.StatusOK, Project{ID: p.ID, OrganizationID: p.OrgID, Name: p.Name, CreatedAt: p.CreatedAt.UTC()})
+}
+
+// assetTypes maps the lowercase type parameter of GET /v1/assets to AssetType.
+func assetType(s string) (string, bool) {
+	u := strings.ToUpper(s)
+	for _, t := range marketplace.AssetTypes {
+		if t == u {
+			return t, true
+		}
+	}
+	return "", false
+}
+
+var assetStatuses = []string{marketplace.StatusDraft, marketplace.StatusUnderReview, marketplace.StatusApproved,
+	marketplace.StatusRejected, marketplace.StatusDeprecated}
+
+func (h *handlers) assets(w http.ResponseWriter, r *http.Request) {
+	q := newQuery(r)
+	f := marketplace.Filter{Limit: q.intRange("limit", 20, 1, 100), Category: q.str("category"), MinRating: q.float("minRating"),
+		Badges: q.list("badges"), FHIRResources: q.list("fhirResources")}
+	if s := q.str("type"); s != "" {
+		t, ok := assetType(s)
+		if !ok {
+			q.bad = append(q.bad, "type must be one of model, agent, connector, dataset, solution, app")
+		}
+		f.Type = t
+	}
+	if s := q.str("status"); s != "" {
+		f.Status = strings.ToUpper(s)
+		if !contains(assetStatuses, f.Status) {
+			q.bad = append(q.bad, "status must be one of draft, under_review, approved, rejected, deprecated")
+		}
+	}
+	cursor := q.str("cursor")
+	if err := q.err(); err != nil {
+		WriteError(w, r, err)
+		return
+	}
+	page, err := h.s.Marketplace.AssetsAfter(r.Context(), f, cursor)
+	if err != nil {
+		WriteError(w, r, err)
+		return
+	}
+	pubIDs := make([]string, 0, len(page.Assets))
+	for _, a := range page.Assets {
+		pubIDs = append(pubIDs, a.PublisherID)
+	}
+	pubs, err := h.s.Marketplace.PublishersByID(r.Context(), pubIDs)
+	if err != nil {
+		WriteError(w, r, err)
+		return
+	}
+	data := make([]Asset, len(page.Assets))
+	for i := range page.Assets {
+		data[i] = assetOf(&page.Assets[i], pubs[page.Assets[i].PublisherID])
+	}
+	WriteJSON(w, http.StatusOK, List[Asset]{Data: data, Meta: CursorMeta{Total: page.Total, Cursor: optString(page.NextCursor)}})
+}
+
+func (h *handlers) agent(w http.ResponseWriter, r *http.Request) {
+	a, err := h.s.Agents.Agent(r.Context(), mux.Vars(r)["id"])
+	if err != nil {
+		WriteError(w, r, err)
+		return
+	}
+	WriteJSON(w, http.StatusOK, agentOf(a))
+}
+
+func agentOf(a *agents.Agent) Agent {
+	return Agent{ID: a.ID, ProjectID: a.ProjectID, Name: a.Name, Description: a.Description, RunMode: a.RunMode,
+		Status: a.Status, Skill: a.Skill, CreatedAt: a.CreatedAt.UTC()}
+}
+
+func (h *handlers) workflow(w http.ResponseWriter, r *http.Request) {
+	wf, err := h.s.Workflows.Workflow(r.Context(), mux.Vars(r)["id"])
+	if err != nil {
+		WriteError(w, r, err)
+		return
+	}
+	WriteJSON(w, http.StatusOK, Workflow{ID: wf.ID, ProjectID: wf.ProjectID, Name: wf.Name, Description: wf.Description,
+		Status: wf.Status, Nodes: len(wf.Steps), Steps: nonNil(wf.Steps), Triggers: nonNil(wf.Triggers), CreatedAt: wf.CreatedAt.UTC()})
+}
+
+func (h *handlers) workflowRun(w http.ResponseWriter, r *http.Request) {
+	run, err := h.s.Workflows.Run(r.Context(), mux.Vars(r)["id"])
+	if err != nil {
+		WriteError(w, r, err)
+		return
+	}
+	WriteJSON(w, http.StatusOK, runOf(run))
+}
+
+func (h *handlers) deployment(w http.ResponseWriter, r *http.Request) {
+	d, err := h.s.Deployments.Deployment(r.Context(), mux.Vars(r)["id"])
+	if err != nil {
+		WriteError(w, r, err)
+		return
+	}
+	WriteJSON(w, http.StatusOK, deploymentOf(d))
+}
+
+func deploymentOf(d *deployments.Deployment) Deployment {
+	return Deployment{ID: d.ID, ProjectID: d.ProjectID, InstallationID: d.InstallationID, Environment: d.Environment,
+		Status: d.Status, StatusReason: d.StatusReason, Replicas: d.Replicas, Endpoint: d.Endpoint, HIPAAMode: d.HIPAAMode,
+		DeployedAt: d.DeployedAt.UTC()}
+}
+
+func (h *handlers) events(w http.ResponseWriter, r *http.Request) {
+	q := newQuery(r)
+	fq := feed.Query{ProjectID: q.required("projectId"), Type: q.str("type"), Since: q.time("since"),
+		Limit: q.intRange("limit", 100, 1, 1000), Cursor: q.str("cursor")}
+	if err := q.err(); err != nil {
+		WriteError(w, r, err)
+		return
+	}
+	page, err := h.s.Feed.Events(r.Context(), fq)
+	if err != nil {
+		WriteError(w, r, err)
+		return
+	}
+	data := make([]Event, len(page.Events))
+	for i, e := range page.Events {
+		data[i] = eventOf(e)
+	}
+	WriteJSON(w, http.StatusOK, List[Event]{Data: data, Meta: CursorMeta{Total: page.Total, Cursor: optString(page.NextCursor)}})
+}
+
+func (h *handlers) webhooks(w http.ResponseWriter, r *http.Request) {
+	q := newQuery(r)
+	projectID := q.required("projectId")
+	if err := q.err(); err != nil {
+		WriteError(w, r, err)
+		return
+	}
+	subs, err := h.s.Webhooks.List(r.Context(), projectID)
+	if err != nil {
+		WriteError(w, r, err)
+		return
+	}
+	data := make([]Webhook, len(subs))
+	for i := range subs {
+		data[i] = webhookOf(&subs[i])
+	}
+	WriteJSON(w, http.StatusOK, List[Webhook]{Data: data})
+}
+
+// StartRunRequest is the body of POST /api/v1/workflows/runs, in the spec's snake_case.
+type StartRunRequest struct {
+	WorkflowID string          `json:"workflow_id"`
+	Trigger    string          `json:"trigger"`
+	Input      json.RawMessage `json:"input"`
+}
+
+// runInput is the shape of the input the spec shows; the whole object is kept as the run input.
+type runInput struct {
+	ObservationID string `json:"observation_id"`
+	PatientID     string `json:"patient_id"`
+	DeviceType    string `json:"device_type"`
+}
+
+// startRun starts a run of an ACTIVE workflow from an event (an observation of a device) and
+// answers 202 Accepted with the QUEUED run: the workflow runner executes it.
+func (h *handlers) startRun(w http.ResponseWriter, r *http.Request) {
+	var req StartRunRequest
+	if err := decodeJSON(r, &req); err != nil {
+		WriteError(w, r, err)
+		return
+	}
+	bad := map[string]string{}
+	if req.WorkflowID == "" {
+		bad["workflow_id"] = "is required"
+	}
+	if req.Trigger == "" {
+		req.Trigger = workflows.TriggerEvent
+	}
+	if req.Trigger != workflows.TriggerEvent && req.Trigger != workflows.TriggerManual {
+		bad["trigger"] = "must be event (or manual)"
+	}
+	var in runInput
+	if len(req.Input) > 0 && string(req.Input) != "null" {
+		if err := json.Unmarshal(req.Input, &in); err != nil || !strings.HasPrefix(strings.TrimSpace(string(req.Input)), "{") {
+			bad["input"] = "must be an object {observation_id, patient_id, device_type}"
+		}
+	}
+	if len(bad) > 0 {
+		WriteError(w, r, validation(bad))
+		return
+	}
+	run, err := h.s.Workflows.Start(r.Context(), req.WorkflowID, req.Input, workflows.RunOptions{Trigger: req.Trigger, PatientID: in.PatientID})
+	if err != nil {
+		WriteError(w, r, err)
+		return
+	}
+	w.Header().Set("Location", "/v1/workflow-runs/"+run.ID)
+	WriteJSON(w, http.StatusAccepted, runOf(run))
+}
+
+// EventTypes is the body of GET /v1/event-types.
+type EventTypes struct {
+	Data []events.EventType `json:"data"`
+}
+
+func serveEventTypes(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Cache-Control", "public, max-age=300")
+	WriteJSON(w, http.StatusOK, EventTypes{Data: events.Catalogue})
+}
+
+func nonNil(s []string) []string {
+	if s == nil {
+		return []string{}
+	}
+	return s
+}
+
+func nullJSON(raw json.RawMessage) json.RawMessage {
+	if len(raw) == 0 {
+		return json.RawMessage("null")
+	}
+	return raw
+}
+
+func optString(s string) *string {
+	if s == "" {
+		return nil
+	}
+	return &s
+}
+
+func contains(ss []string, s string) bool {
+	for _, x := range ss {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,272 @@
+// Package deployments serves deployments of installed assets: an environment, a replica count, an
+// optional HIPAA mode and (once served) an endpoint.
+//
+// States (DECISIONS §6): PENDING → RUNNING → DEGRADED ↔ RUNNING; any live state → STOPPED;
+// PENDING → FAILED. This package creates deployments (PENDING) and stops them; the runtime that
+// moves PENDING to RUNNING comes with the deployment runtime. Every transition is written with a
+// deployment.status_changed event in one transaction.
+package deployments
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"regexp"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"carehub/processors/access"
+	"carehub/processors/events"
+	"carehub/processors/fault"
+	"carehub/storage/ids"
+	"carehub/storage/kafka"
+)
+
+// Statuses of a deployment.
+const (
+	StatusPending  = "PENDING"
+	StatusRunning  = "RUNNING"
+	StatusDegraded = "DEGRADED"
+	StatusStopped  = "STOPPED"
+	StatusFailed   = "FAILED"
+)
+
+// Replica bounds (the deployments table's check).
+const (
+	MinReplicas = 1
+	MaxReplicas = 16
+)
+
+// Deployment is a deployment of an installation.
+type Deployment struct {
+	ID             string    `db:"id"`
+	OrgID          string    `db:"org_id"`
+	ProjectID      string    `db:"project_id"`
+	InstallationID string    `db:"installation_id"`
+	Environment    string    `db:"environment"`
+	Status         string    `db:"status"`
+	StatusReason   *string   `db:"status_reason"`
+	Replicas       int       `db:"replicas"`
+	Endpoint       *string   `db:"endpoint"`
+	HIPAAMode      bool      `db:"hipaa_mode"`
+	DeployedAt     time.Time `db:"deployed_at"`
+	UpdatedAt      time.Time `db:"updated_at"`
+}
+
+// Service manages deployments. It is safe for concurrent use.
+type Service struct {
+	pool        *pgxpool.Pool
+	eventsTopic string
+}
+
+// Option configures a Service.
+type Option func(*Service)
+
+// WithEventsTopic names the topic events are written to (default carehub.events.v1).
+func WithEventsTopic(topic string) Option { return func(s *Service) { s.eventsTopic = topic } }
+
+// New returns the service on pool.
+func New(pool *pgxpool.Pool, opts ...Option) *Service {
+	s := &Service{pool: pool, eventsTopic: kafka.DefaultTopics().Events}
+	for _, o := range opts {
+		o(s)
+	}
+	return s
+}
+
+const columns = `id, org_id, project_id, installation_id, environment, status, status_reason, replicas, endpoint,
+hipaa_mode, deployed_at, updated_at`
+
+var environmentName = regexp.MustCompile(`^[a-z][a-z0-9-]{0,31}$`)
+
+// Create deploys an installation of the caller's organization: PENDING, with replicas (default 1,
+// 1..16) in environment (a lowercase name such as production or staging). HIPAA mode needs an
+// asset whose compliance score says HIPAA compliant and an organization with a BAA on file.
+// Requires admin:org.
+func (s *Service) Create(ctx context.Context, installationID, environment string, replicas *int, hipaaMode bool) (*Deployment, error) {
+	p, err := access.Require(ctx, access.AdminOrg)
+	if err != nil {
+		return nil, err
+	}
+	n := 1
+	if replicas != nil {
+		n = *replicas
+	}
+	bad := map[string]string{}
+	if !environmentName.MatchString(environment) {
+		bad["environment"] = "must be a lowercase name of up to 32 letters, digits and dashes, such as production or staging"
+	}
+	if n < MinReplicas || n > MaxReplicas {
+		bad["replicas"] = fmt.Sprintf("must be %d to %d", MinReplicas, MaxReplicas)
+	}
+	if len(bad) > 0 {
+		return nil, fault.Validation("invalid deployment", bad)
+	}
+	var out *Deployment
+	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		var orgID, projectID, assetName string
+		var assetHIPAA, orgHIPAA bool
+		err := tx.QueryRow(ctx, `select i.org_id, i.project_id, a.name, a.hipaa_compliant, o.hipaa_compliant
+from installations i join assets a on a.id = i.asset_id join organizations o on o.id = i.org_id
+where i.id = $1 and ($2 = '' or i.org_id = $2)`, installationID, p.OrgFilter()).Scan(&orgID, &projectID, &assetName, &assetHIPAA, &orgHIPAA)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return fault.NotFound("installation", installationID)
+		}
+		if err != nil {
+			return fmt.Errorf("installation %s: %w", installationID, err)
+		}
+		if hipaaMode && !assetHIPAA {
+			return fault.Validation("hipaaMode needs a HIPAA-compliant asset", map[string]string{
+				"hipaaMode": fmt.Sprintf("asset %q is not HIPAA compliant", assetName)})
+		}
+		if hipaaMode && !orgHIPAA {
+			return fault.Validation("hipaaMode needs an organization with a signed BAA", map[string]string{
+				"hipaaMode": "the organization has no business associate agreement on file"})
+		}
+		rows, _ := tx.Query(ctx, `insert into deployments (id, org_id, project_id, installation_id, environment, status,
+status_reason, replicas, hipaa_mode) values ($1, $2, $3, $4, $5, 'PENDING', 'created', $6, $7) returning `+columns,
+			ids.New(ids.Deployment), orgID, projectID, installationID, environment, n, hipaaMode)
+		if out, err = pgx.CollectOneRow(rows, pgx.RowToAddrOfStructByName[Deployment]); err != nil {
+			return fmt.Errorf("insert deployment: %w", err)
+		}
+		return s.statusChanged(ctx, tx, out, "", "created")
+	})
+	if err != nil {
+		return nil, classify(err, "create deployment")
+	}
+	return out, nil
+}
+
+// Stop moves a PENDING, RUNNING or DEGRADED deployment to STOPPED and releases its endpoint.
+// Requires admin:org.
+func (s *Service) Stop(ctx context.Context, id string) (*Deployment, error) {
+	p, err := access.Require(ctx, access.AdminOrg)
+	if err != nil {
+		return nil, err
+	}
+	var out *Deployment
+	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		var from string
+		err := tx.QueryRow(ctx, `select status from deployments where id = $1 and ($2 = '' or org_id = $2) for update`,
+			id, p.OrgFilter()).Scan(&from)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return fault.NotFound("deployment", id)
+		}
+		if err != nil {
+			return fmt.Errorf("deployment %s: %w", id, err)
+		}
+		if from == StatusStopped || from == StatusFailed {
+			return fault.Conflict("deployment %s is already %s", id, from)
+		}
+		rows, _ := tx.Query(ctx, `update deployments set status = 'STOPPED', status_reason = 'stopped by request',
+endpoint = null, updated_at = now() where id = $1 returning `+columns, id)
+		if out, err = pgx.CollectOneRow(rows, pgx.RowToAddrOfStructByName[Deployment]); err != nil {
+			return fmt.Errorf("stop deployment: %w", err)
+		}
+		return s.statusChanged(ctx, tx, out, from, "stopped by request")
+	})
+	if err != nil {
+		return nil, classify(err, "stop deployment")
+	}
+	return out, nil
+}
+
+func (s *Service) statusChanged(ctx context.Context, tx pgx.Tx, d *Deployment, from, reason string) error {
+	ev, err := events.New("deployment.status_changed", d.OrgID, d.ProjectID, events.SourceDeployment, events.SeverityInfo,
+		map[string]any{"deploymentId": d.ID, "installationId": d.InstallationID, "from": from, "to": d.Status, "reason": reason})
+	if err != nil {
+		return err
+	}
+	return events.Append(ctx, tx, s.eventsTopic, ev)
+}
+
+// Deployment returns one deployment of the caller's organization.
+func (s *Service) Deployment(ctx context.Context, id string) (*Deployment, error) {
+	p, err := access.Caller(ctx)
+	if err != nil {
+		return nil, err
+	}
+	rows, _ := s.pool.Query(ctx, `select `+columns+` from deployments where id = $1 and ($2 = '' or org_id = $2)`, id, p.OrgFilter())
+	d, err := pgx.CollectOneRow(rows, pgx.RowToAddrOfStructByName[Deployment])
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, fault.NotFound("deployment", id)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("deployment %s: %w", id, err)
+	}
+	return d, nil
+}
+
+// Deployments returns up to limit deployments of a project, newest first. A project the caller
+// cannot see is NotFound.
+func (s *Service) Deployments(ctx context.Context, projectID string, limit int) ([]Deployment, error) {
+	p, err := access.Caller(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var exists bool
+	var out []Deployment
+	batch := &pgx.Batch{}
+	batch.Queue(`select exists(select 1 from projects where id = $1 and ($2 = '' or org_id = $2))`, projectID, p.OrgFilter()).
+		QueryRow(func(row pgx.Row) error { return row.Scan(&exists) })
+	batch.Queue(`select `+columns+` from deployments where project_id = $1 and ($2 = '' or org_id = $2)
+order by deployed_at desc, id desc limit $3`, projectID, p.OrgFilter(), limit).Query(func(rows pgx.Rows) error {
+		var err error
+		out, err = pgx.CollectRows(rows, pgx.RowToStructByName[Deployment])
+		return err
+	})
+	if err := s.pool.SendBatch(ctx, batch).Close(); err != nil {
+		return nil, fmt.Errorf("deployments of %s: %w", projectID, err)
+	}
+	if !exists {
+		return nil, fault.NotFound("project", projectID)
+	}
+	return out, nil
+}
+
+// ByProject returns the deployments of each project among projectIDs, newest first (a batched
+// loader).
+func (s *Service) ByProject(ctx context.Context, projectIDs []string) (map[string][]Deployment, error) {
+	p, err := access.Caller(ctx)
+	if err != nil {
+		return nil, err
+	}
+	rows, _ := s.pool.Query(ctx, `select `+columns+` from deployments where project_id = any($1) and ($2 = '' or org_id = $2)
+order by deployed_at desc, id desc`, projectIDs, p.OrgFilter())
+	list, err := pgx.CollectRows(rows, pgx.RowToStructByName[Deployment])
+	if err != nil {
+		return nil, fmt.Errorf("deployments by project: %w", err)
+	}
+	out := make(map[string][]Deployment, len(projectIDs))
+	for _, d := range list {
+		out[d.ProjectID] = append(out[d.ProjectID], d)
+	}
+	return out, nil
+}
+
+// ByID returns the caller's deployments among ids (a batched loader).
+func (s *Service) ByID(ctx context.Context, ids []string) (map[string]*Deployment, error) {
+	p, err := access.Caller(ctx)
+	if err != nil {
+		return nil, err
+	}
+	rows, _ := s.pool.Query(ctx, `select `+columns+` from deployments where id = any($1) and ($2 = '' or org_id = $2)`, ids, p.OrgFilter())
+	list, err := pgx.CollectRows(rows, pgx.RowToAddrOfStructByName[Deployment])
+	if err != nil {
+		return nil, fmt.Errorf("deployments by id: %w", err)
+	}
+	out := make(map[string]*Deployment, len(list))
+	for _, d := range list {
+		out[d.ID] = d
+	}
+	return out, nil
+}
+
+func classify(err error, what string) error {
+	if fault.As(err) != nil {
+		return err
+	}
+	return fmt.Errorf("%s: %w", what, err)
+}

@@ -1,0 +1,267 @@
+// Package orgs serves organizations and their projects: the tenants of carehub and the containers
+// of installations, deployments, agents and workflows. Reads are filtered by the caller's
+// organization (a platform operator sees all); another tenant's organization or project is
+// NOT_FOUND, never FORBIDDEN, so existence does not leak.
+package orgs
+
+import (
+	"context"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"carehub/processors/access"
+	"carehub/processors/fault"
+)
+
+// Organization is a tenant: a health system, clinic, payer, developer tenant or research body.
+type Organization struct {
+	ID             string    `db:"id"`
+	Name           string    `db:"name"`
+	Slug           string    `db:"slug"`
+	Type           string    `db:"type"` // health_system, clinic, payer, developer, research
+	Plan           string    `db:"plan"` // starter, growth, enterprise
+	FHIRBase       *string   `db:"fhir_base"`
+	HIPAACompliant bool      `db:"hipaa_compliant"` // a signed BAA is on file
+	MemberCount    int       `db:"member_count"`
+	CreatedAt      time.Time `db:"created_at"`
+}
+
+// Project belongs to one organization.
+type Project struct {
+	ID        string    `db:"id"`
+	OrgID     string    `db:"org_id"`
+	Name      string    `db:"name"`
+	CreatedAt time.Time `db:"created_at"`
+}
+
+// Service reads organizations and projects. It is safe for concurrent use.
+type Service struct {
+	pool *pgxpool.Pool
+}
+
+// New returns the service on pool.
+func New(pool *pgxpool.Pool) *Service { return &Service{pool: pool} }
+
+const orgColumns = `id, name, slug, type, plan, fhir_base, hipaa_compliant, member_count, created_at`
+
+// Organization returns the organization with id, or a NotFound fault when the caller cannot see
+// it.
+func (s *Service) Organization(ctx context.Context, id string) (*Organization, error) {
+	p, err := access.Caller(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if !p.SeesOrg(id) {
+		return nil, fault.NotFound("organization", id)
+	}
+	rows, _ := s.pool.Query(ctx, `select `+orgColumns+` from organizations where id = $1`, id)
+	o, err := pgx.CollectOneRow(rows, pgx.RowToAddrOfStructByName[Organization])
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, fault.NotFound("organization", id)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("organization %s: %w", id, err)
+	}
+	return o, nil
+}
+
+// Organizations returns a page of the organizations the caller sees, oldest first.
+func (s *Service) Organizations(ctx context.Context, limit, offset int) ([]Organization, error) {
+	p, err := access.Caller(ctx)
+	if err != nil {
+		return nil, err
+	}
+	rows, _ := s.pool.Query(ctx, `select `+orgColumns+` from organizations
+where ($1 = '' or id = $1) order by created_at, id limit $2 offset $3`, p.OrgFilter(), limit, offset)
+	out, err := pgx.CollectRows(rows, pgx.RowToStructByName[Organization])
+	if err != nil {
+		return nil, fmt.Errorf("organizations: %w", err)
+	}
+	return out, nil
+}
+
+// OrganizationPage is one page of a cursor-paginated organization listing.
+type OrganizationPage struct {
+	Organizations []Organization
+	Total         int64
+	NextCursor    string // "" on the last page
+}
+
+// ErrBadCursor is returned for a cursor this service did not produce.
+var ErrBadCursor = fault.Invalid("invalid cursor: pass the meta.cursor of an earlier response unchanged")
+
+// OrganizationsAfter returns up to limit organizations the caller sees after cursor (oldest
+// first) and the total count. The cursor is opaque: the position of the last row of a page.
+func (s *Service) OrganizationsAfter(ctx context.Context, limit int, cursor string) (OrganizationPage, error) {
+	p, err := access.Caller(ctx)
+	if err != nil {
+		return OrganizationPage{}, err
+	}
+	at, afterID := time.Time{}, ""
+	if cursor != "" {
+		if at, afterID, err = decodeCursor(cursor); err != nil {
+			return OrganizationPage{}, ErrBadCursor
+		}
+	}
+	var page OrganizationPage
+	batch := &pgx.Batch{}
+	batch.Queue(`select `+orgColumns+` from organizations
+where ($1 = '' or id = $1) and ($2 = '' or (created_at, id) > ($3, $2))
+order by created_at, id limit $4`, p.OrgFilter(), afterID, at, limit+1).Query(func(rows pgx.Rows) error {
+		out, err := pgx.CollectRows(rows, pgx.RowToStructByName[Organization])
+		page.Organizations = out
+		return err
+	})
+	batch.Queue(`select count(*) from organizations where ($1 = '' or id = $1)`, p.OrgFilter()).QueryRow(func(row pgx.Row) error {
+		return row.Scan(&page.Total)
+	})
+	if err := s.pool.SendBatch(ctx, batch).Close(); err != nil {
+		return OrganizationPage{}, fmt.Errorf("organizations: %w", err)
+	}
+	if len(page.Organizations) > limit {
+		page.Organizations = page.Organizations[:limit]
+		last := page.Organizations[limit-1]
+		page.NextCursor = encodeCursor(last.CreatedAt, last.ID)
+	}
+	return page, nil
+}
+
+// OrganizationsByID returns the visible organizations among ids (a batched loader); invisible or
+// unknown ids are absent from the map.
+func (s *Service) OrganizationsByID(ctx context.Context, ids []string) (map[string]*Organization, error) {
+	p, err := access.Caller(ctx)
+	if err != nil {
+		return nil, err
+	}
+	rows, _ := s.pool.Query(ctx, `select `+orgColumns+` from organizations where id = any($1) and ($2 = '' or id = $2)`,
+		ids, p.OrgFilter())
+	list, err := pgx.CollectRows(rows, pgx.RowToAddrOfStructByName[Organization])
+	if err != nil {
+		return nil, fmt.Errorf("organizations by id: %w", err)
+	}
+	out := make(map[string]*Organization, len(list))
+	for _, o := range list {
+		out[o.ID] = o
+	}
+	return out, nil
+}
+
+const projectColumns = `id, org_id, name, created_at`
+
+// Project returns the project with id, or NotFound when the caller cannot see it.
+func (s *Service) Project(ctx context.Context, id string) (*Project, error) {
+	p, err := access.Caller(ctx)
+	if err != nil {
+		return nil, err
+	}
+	rows, _ := s.pool.Query(ctx, `select `+projectColumns+` from projects where id = $1 and ($2 = '' or org_id = $2)`,
+		id, p.OrgFilter())
+	pr, err := pgx.CollectOneRow(rows, pgx.RowToAddrOfStructByName[Project])
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, fault.NotFound("project", id)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("project %s: %w", id, err)
+	}
+	return pr, nil
+}
+
+// Projects returns a page of an organization's projects, oldest first. An organization the
+// caller cannot see is NotFound.
+func (s *Service) Projects(ctx context.Context, orgID string, limit, offset int) ([]Project, error) {
+	p, err := access.Caller(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if !p.SeesOrg(orgID) {
+		return nil, fault.NotFound("organization", orgID)
+	}
+	batch := &pgx.Batch{}
+	var exists bool
+	var out []Project
+	batch.Queue(`select exists(select 1 from organizations where id = $1)`, orgID).QueryRow(func(row pgx.Row) error {
+		return row.Scan(&exists)
+	})
+	batch.Queue(`select `+projectColumns+` from projects where org_id = $1 order by created_at, id limit $2 offset $3`,
+		orgID, limit, offset).Query(func(rows pgx.Rows) error {
+		var err error
+		out, err = pgx.CollectRows(rows, pgx.RowToStructByName[Project])
+		return err
+	})
+	if err := s.pool.SendBatch(ctx, batch).Close(); err != nil {
+		return nil, fmt.Errorf("projects of %s: %w", orgID, err)
+	}
+	if !exists {
+		return nil, fault.NotFound("organization", orgID)
+	}
+	return out, nil
+}
+
+// ProjectsByOrg returns the projects of each organization among orgIDs that the caller sees, oldest
+// first (a batched loader).
+func (s *Service) ProjectsByOrg(ctx context.Context, orgIDs []string) (map[string][]Project, error) {
+	p, err := access.Caller(ctx)
+	if err != nil {
+		return nil, err
+	}
+	rows, _ := s.pool.Query(ctx, `select `+projectColumns+` from projects where org_id = any($1) and ($2 = '' or org_id = $2)
+order by created_at, id`, orgIDs, p.OrgFilter())
+	list, err := pgx.CollectRows(rows, pgx.RowToStructByName[Project])
+	if err != nil {
+		return nil, fmt.Errorf("projects by organization: %w", err)
+	}
+	out := make(map[string][]Project, len(orgIDs))
+	for _, pr := range list {
+		out[pr.OrgID] = append(out[pr.OrgID], pr)
+	}
+	return out, nil
+}
+
+// ProjectsByID returns the visible projects among ids (a batched loader).
+func (s *Service) ProjectsByID(ctx context.Context, ids []string) (map[string]*Project, error) {
+	p, err := access.Caller(ctx)
+	if err != nil {
+		return nil, err
+	}
+	rows, _ := s.pool.Query(ctx, `select `+projectColumns+` from projects where id = any($1) and ($2 = '' or org_id = $2)`,
+		ids, p.OrgFilter())
+	list, err := pgx.CollectRows(rows, pgx.RowToAddrOfStructByName[Project])
+	if err != nil {
+		return nil, fmt.Errorf("projects by id: %w", err)
+	}
+	out := make(map[string]*Project, len(list))
+	for _, pr := range list {
+		out[pr.ID] = pr
+	}
+	return out, nil
+}
+
+// A cursor is the position of the last row of a page: "1.<created_at unix micros>.<id>" in
+// unpadded base64url; the leading version lets the format change.
+func encodeCursor(at time.Time, id string) string {
+	return base64.RawURLEncoding.EncodeToString([]byte("1." + strconv.FormatInt(at.UnixMicro(), 10) + "." + id))
+}
+
+func decodeCursor(cursor string) (time.Time, string, error) {
+	raw, err := base64.RawURLEncoding.DecodeString(cursor)
+	if err != nil {
+		return time.Time{}, "", err
+	}
+	version, rest, ok1 := strings.Cut(string(raw), ".")
+	micros, id, ok2 := strings.Cut(rest, ".")
+	if !ok1 || !ok2 || version != "1" || !strings.HasPrefix(id, "org_") {
+		return time.Time{}, "", errors.New("malformed cursor")
+	}
+	us, err := strconv.ParseInt(micros, 10, 64)
+	if err != nil {
+		return time.Time{}, "", err
+	}
+	return time.UnixMicro(us).UTC(), id, nil
+}

@@ -1,0 +1,353 @@
+// Package workflows serves workflow definitions and their runs. A workflow is an ordered list of
+// steps from a fixed catalogue (steps.go); a run is queued here and executed by the workflow
+// runner, a Kafka consumer group reading carehub.workflow-runs.v1.
+//
+// Workflow states: ACTIVE (runs may start) ⇄ PAUSED; ACTIVE or PAUSED → ARCHIVED (final). Run
+// states: QUEUED → RUNNING → COMPLETED | FAILED, and QUEUED/RUNNING → CANCELLED. Starting a run
+// writes the run, the runner's command (outbox row on the workflow-runs topic, key run id) and a
+// workflow.run.updated event in one transaction, so a run exists exactly when its command does.
+package workflows
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"carehub/processors/access"
+	"carehub/processors/events"
+	"carehub/processors/fault"
+	"carehub/storage/ids"
+	"carehub/storage/kafka"
+)
+
+// Workflow statuses.
+const (
+	StatusActive   = "ACTIVE"
+	StatusPaused   = "PAUSED"
+	StatusArchived = "ARCHIVED"
+)
+
+// Run statuses (RunStatus).
+const (
+	RunQueued    = "QUEUED"
+	RunRunning   = "RUNNING"
+	RunCompleted = "COMPLETED"
+	RunFailed    = "FAILED"
+	RunCancelled = "CANCELLED"
+)
+
+// Triggers a run may record.
+const (
+	TriggerManual = "manual" // runWorkflow
+	TriggerEvent  = "event"  // POST /api/v1/workflows/runs, or an event matching a trigger pattern
+)
+
+// Workflow is a workflow definition.
+type Workflow struct {
+	ID          string    `db:"id"`
+	OrgID       string    `db:"org_id"`
+	ProjectID   string    `db:"project_id"`
+	Name        string    `db:"name"`
+	Description string    `db:"description"`
+	Status      string    `db:"status"`
+	Steps       []string  `db:"steps"`
+	Triggers    []string  `db:"triggers"`
+	CreatedAt   time.Time `db:"created_at"`
+	UpdatedAt   time.Time `db:"updated_at"`
+}
+
+// Run is one run of a workflow.
+type Run struct {
+	ID          string          `db:"id"`
+	OrgID       string          `db:"org_id"`
+	ProjectID   string          `db:"project_id"`
+	WorkflowID  string          `db:"workflow_id"`
+	Status      string          `db:"status"`
+	Trigger     string          `db:"trigger"`
+	Input       json.RawMessage `db:"input"`
+	Output      json.RawMessage `db:"output"`
+	Error       *string         `db:"error"`
+	DurationMs  *int32          `db:"duration_ms"`
+	StartedAt   time.Time       `db:"started_at"`
+	CompletedAt *time.Time      `db:"completed_at"`
+}
+
+// Command is the message on carehub.workflow-runs.v1 that asks the runner to execute a run
+// (schemas/kafka/workflow-runs.v1.json).
+type Command struct {
+	RunID      string `json:"runId"`
+	WorkflowID string `json:"workflowId"`
+	OrgID      string `json:"orgId"`
+	ProjectID  string `json:"projectId"`
+	Attempt    int    `json:"attempt"`
+}
+
+// Service manages workflows and queues their runs. It is safe for concurrent use.
+type Service struct {
+	pool        *pgxpool.Pool
+	eventsTopic string
+	runsTopic   string
+}
+
+// Option configures a Service.
+type Option func(*Service)
+
+// WithTopics names the events topic and the workflow-runs topic (defaults carehub.events.v1 and
+// carehub.workflow-runs.v1).
+func WithTopics(events, runs string) Option {
+	return func(s *Service) { s.eventsTopic, s.runsTopic = events, runs }
+}
+
+// New returns the service on pool.
+func New(pool *pgxpool.Pool, opts ...Option) *Service {
+	t := kafka.DefaultTopics()
+	s := &Service{pool: pool, eventsTopic: t.Events, runsTopic: t.WorkflowRuns}
+	for _, o := range opts {
+		o(s)
+	}
+	return s
+}
+
+const workflowColumns = `id, org_id, project_id, name, description, status, steps, triggers, created_at, updated_at`
+
+// NewWorkflow describes a workflow to create.
+type NewWorkflow struct {
+	Name, ProjectID, Description string
+	Steps                        []string // names from the step catalogue (Steps), in run order
+	Triggers                     []string // event type patterns
+}
+
+// MaxSteps bounds the length of a workflow.
+const MaxSteps = 50
+
+// Create creates an ACTIVE workflow in one of the caller's projects. Every step must be in the
+// catalogue (a run_agent:<id> step must name an agent of the same project) and every trigger a
+// valid event pattern. Requires exec:workflows.
+func (s *Service) Create(ctx context.Context, in NewWorkflow) (*Workflow, error) {
+	p, err := access.Require(ctx, access.ExecWorkflows)
+	if err != nil {
+		return nil, err
+	}
+	in.Name = strings.TrimSpace(in.Name)
+	bad := map[string]string{}
+	if in.Name == "" || len(in.Name) > 200 {
+		bad["name"] = "must be 1 to 200 characters"
+	}
+	if len(in.Description) > 2000 {
+		bad["description"] = "must be at most 2000 characters"
+	}
+	var agentIDs []string
+	switch {
+	case len(in.Steps) == 0:
+		bad["steps"] = "at least one step is required; valid steps: " + StepNames()
+	case len(in.Steps) > MaxSteps:
+		bad["steps"] = fmt.Sprintf("at most %d steps", MaxSteps)
+	default:
+		for i, st := range in.Steps {
+			agentID, ok := ParseStep(st)
+			if !ok {
+				bad["steps"] = fmt.Sprintf("step %d: unknown step %q; valid steps: %s", i+1, st, StepNames())
+				break
+			}
+			if agentID != "" {
+				agentIDs = append(agentIDs, agentID)
+			}
+		}
+	}
+	for _, t := range in.Triggers {
+		if !events.ValidPattern(t) {
+			bad["triggers"] = fmt.Sprintf("%q is not an event pattern (an exact type such as device.observation_received, prefix.* or *)", t)
+			break
+		}
+	}
+	if len(bad) > 0 {
+		return nil, fault.Validation("invalid workflow", bad)
+	}
+	triggers := in.Triggers
+	if triggers == nil {
+		triggers = []string{}
+	}
+	var out *Workflow
+	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		var orgID string
+		err := tx.QueryRow(ctx, `select org_id from projects where id = $1 and ($2 = '' or org_id = $2)`, in.ProjectID, p.OrgFilter()).Scan(&orgID)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return fault.NotFound("project", in.ProjectID)
+		}
+		if err != nil {
+			return fmt.Errorf("project %s: %w", in.ProjectID, err)
+		}
+		if len(agentIDs) > 0 {
+			var found []string
+			rows, _ := tx.Query(ctx, `select id from agents where id = any($1) and project_id = $2`, agentIDs, in.ProjectID)
+			if found, err = pgx.CollectRows(rows, pgx.RowTo[string]); err != nil {
+				return fmt.Errorf("step agents: %w", err)
+			}
+			for _, id := range agentIDs {
+				if !contains(found, id) {
+					return fault.Validation("invalid workflow", map[string]string{
+						"steps": fmt.Sprintf("run_agent:%s: no such agent in project %s", id, in.ProjectID)})
+				}
+			}
+		}
+		rows, _ := tx.Query(ctx, `insert into workflows (id, org_id, project_id, name, description, status, steps, triggers)
+values ($1, $2, $3, $4, $5, 'ACTIVE', $6, $7) returning `+workflowColumns,
+			ids.New(ids.Workflow), orgID, in.ProjectID, in.Name, in.Description, in.Steps, triggers)
+		out, err = pgx.CollectOneRow(rows, pgx.RowToAddrOfStructByName[Workflow])
+		return err
+	})
+	if err != nil {
+		return nil, classify(err, "create workflow")
+	}
+	return out, nil
+}
+
+// transitions lists, per target status, the statuses a workflow may move from. Moving to the
+// status it already has is allowed and changes nothing.
+var transitions = map[string][]string{
+	StatusPaused:   {StatusActive},
+	StatusActive:   {StatusPaused},
+	StatusArchived: {StatusActive, StatusPaused},
+}
+
+// SetStatus pauses (PAUSED), resumes (ACTIVE) or archives (ARCHIVED) a workflow. Requires
+// exec:workflows.
+func (s *Service) SetStatus(ctx context.Context, id, to string) (*Workflow, error) {
+	p, err := access.Require(ctx, access.ExecWorkflows)
+	if err != nil {
+		return nil, err
+	}
+	from, ok := transitions[to]
+	if !ok {
+		return nil, fault.Invalid("unknown workflow status %q", to)
+	}
+	var out *Workflow
+	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		rows, _ := tx.Query(ctx, `select `+workflowColumns+` from workflows where id = $1 and ($2 = '' or org_id = $2) for update`, id, p.OrgFilter())
+		w, err := pgx.CollectOneRow(rows, pgx.RowToAddrOfStructByName[Workflow])
+		if errors.Is(err, pgx.ErrNoRows) {
+			return fault.NotFound("workflow", id)
+		}
+		if err != nil {
+			return fmt.Errorf("workflow %s: %w", id, err)
+		}
+		if w.Status == to {
+			out = w
+			return nil
+		}
+		if !contains(from, w.Status) {
+			return fault.Conflict("workflow %s is %s and cannot become %s", id, w.Status, to)
+		}
+		rows, _ = tx.Query(ctx, `update workflows set status = $2, updated_at = now() where id = $1 returning `+workflowColumns, id, to)
+		out, err = pgx.CollectOneRow(rows, pgx.RowToAddrOfStructByName[Workflow])
+		return err
+	})
+	if err != nil {
+		return nil, classify(err, "set workflow status")
+	}
+	return out, nil
+}
+
+// Workflow returns one workflow of the caller's organization.
+func (s *Service) Workflow(ctx context.Context, id string) (*Workflow, error) {
+	p, err := access.Caller(ctx)
+	if err != nil {
+		return nil, err
+	}
+	rows, _ := s.pool.Query(ctx, `select `+workflowColumns+` from workflows where id = $1 and ($2 = '' or org_id = $2)`, id, p.OrgFilter())
+	w, err := pgx.CollectOneRow(rows, pgx.RowToAddrOfStructByName[Workflow])
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, fault.NotFound("workflow", id)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("workflow %s: %w", id, err)
+	}
+	return w, nil
+}
+
+// Workflows returns up to limit workflows of a project, oldest first, optionally in one status.
+// A project the caller cannot see is NotFound.
+func (s *Service) Workflows(ctx context.Context, projectID, status string, limit int) ([]Workflow, error) {
+	p, err := access.Caller(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var exists bool
+	var out []Workflow
+	batch := &pgx.Batch{}
+	batch.Queue(`select exists(select 1 from projects where id = $1 and ($2 = '' or org_id = $2))`, projectID, p.OrgFilter()).
+		QueryRow(func(row pgx.Row) error { return row.Scan(&exists) })
+	batch.Queue(`select `+workflowColumns+` from workflows where project_id = $1 and ($2 = '' or org_id = $2)
+and ($3 = '' or status = $3) order by created_at, id limit $4`, projectID, p.OrgFilter(), status, limit).Query(func(rows pgx.Rows) error {
+		var err error
+		out, err = pgx.CollectRows(rows, pgx.RowToStructByName[Workflow])
+		return err
+	})
+	if err := s.pool.SendBatch(ctx, batch).Close(); err != nil {
+		return nil, fmt.Errorf("workflows of %s: %w", projectID, err)
+	}
+	if !exists {
+		return nil, fault.NotFound("project", projectID)
+	}
+	return out, nil
+}
+
+// ByProject returns the workflows of each project among projectIDs, oldest first (a batched
+// loader).
+func (s *Service) ByProject(ctx context.Context, projectIDs []string) (map[string][]Workflow, error) {
+	p, err := access.Caller(ctx)
+	if err != nil {
+		return nil, err
+	}
+	rows, _ := s.pool.Query(ctx, `select `+workflowColumns+` from workflows where project_id = any($1) and ($2 = '' or org_id = $2)
+order by created_at, id`, projectIDs, p.OrgFilter())
+	list, err := pgx.CollectRows(rows, pgx.RowToStructByName[Workflow])
+	if err != nil {
+		return nil, fmt.Errorf("workflows by project: %w", err)
+	}
+	out := make(map[string][]Workflow, len(projectIDs))
+	for _, w := range list {
+		out[w.ProjectID] = append(out[w.ProjectID], w)
+	}
+	return out, nil
+}
+
+// ByID returns the caller's workflows among ids (a batched loader).
+func (s *Service) ByID(ctx context.Context, ids []string) (map[string]*Workflow, error) {
+	p, err := access.Caller(ctx)
+	if err != nil {
+		return nil, err
+	}
+	rows, _ := s.pool.Query(ctx, `select `+workflowColumns+` from workflows where id = any($1) and ($2 = '' or org_id = $2)`, ids, p.OrgFilter())
+	list, err := pgx.CollectRows(rows, pgx.RowToAddrOfStructByName[Workflow])
+	if err != nil {
+		return nil, fmt.Errorf("workflows by id: %w", err)
+	}
+	out := make(map[string]*Workflow, len(list))
+	for _, w := range list {
+		out[w.ID] = w
+	}
+	return out, nil
+}
+
+func classify(err error, what string) error {
+	if fault.As(err) != nil {
+		return err
+	}
+	return fmt.Errorf("%s: %w", what, err)
+}
+
+func contains(ss []string, s string) bool {
+	for _, x := range ss {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
