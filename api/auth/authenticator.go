@@ -17,6 +17,9 @@ import (
 // key cached. Short enough for security review, long enough that a warm request does no I/O.
 const cacheTTL = 5 * time.Second
 
+// maxCached bounds the key cache; past it, stale entries go first, then random ones.
+const maxCached = 100_000
+
 // TokenVerifier verifies a JWT and returns the id of its parent key and the scopes and mode it
 // carries. It is satisfied by *Tokens.
 type TokenVerifier interface {
@@ -25,23 +28,58 @@ type TokenVerifier interface {
 
 // Authenticator turns an Authorization value into a Principal. Keys are looked up by hash with a
 // short-lived cache; JWTs are verified and tied to their parent key, so a token dies with its key.
+// Its Middleware adds per-credential rate limits. Safe for concurrent use.
 type Authenticator struct {
-	keys   *Keys
-	tokens TokenVerifier
-	now    func() time.Time
+	keys     *Keys
+	tokens   TokenVerifier
+	now      func() time.Time
+	clientIP func(*http.Request) netip.Addr
+	limits   Limits
+	wsPath   string
+	rate     map[Class]*limiter
 
 	mu    sync.Mutex
-	cache map[string]cachedKey // by key hash (string of bytes) or "id:"+key id
+	cache map[string]cachedKey // "h:"+key hash, or "i:"+key id
 }
 
 type cachedKey struct {
-	key     *Key
+	key     *Key // nil: no such key (negative entry)
 	fetched time.Time
 }
 
+// Option configures an Authenticator.
+type Option func(*Authenticator)
+
+// WithLimits sets the rate limits (default DefaultLimits()).
+func WithLimits(l Limits) Option { return func(a *Authenticator) { a.limits = l } }
+
+// WithClientIP sets how the middleware finds a request's client address (default ClientIP, the
+// socket peer; see TrustedProxies).
+func WithClientIP(f func(*http.Request) netip.Addr) Option {
+	return func(a *Authenticator) { a.clientIP = f }
+}
+
+// WithClock sets the clock for key expiry and rate limits (tests).
+func WithClock(now func() time.Time) Option { return func(a *Authenticator) { a.now = now } }
+
+// WithWebSocketPath names the path whose WebSocket upgrades the middleware lets through
+// unauthenticated, because the credential of a subscription arrives in its connection_init
+// message, which the WebSocket handler authenticates with Authenticate (default "/graphql").
+func WithWebSocketPath(path string) Option { return func(a *Authenticator) { a.wsPath = path } }
+
 // NewAuthenticator returns an Authenticator over keys; tokens may be nil to accept keys only.
-func NewAuthenticator(keys *Keys, tokens TokenVerifier) *Authenticator {
-	return &Authenticator{keys: keys, tokens: tokens, now: time.Now, cache: map[string]cachedKey{}}
+func NewAuthenticator(keys *Keys, tokens TokenVerifier, opts ...Option) *Authenticator {
+	a := &Authenticator{keys: keys, tokens: tokens, now: time.Now, clientIP: ClientIP, limits: DefaultLimits(),
+		wsPath: "/graphql", cache: map[string]cachedKey{}}
+	for _, o := range opts {
+		o(a)
+	}
+	a.limits = a.limits.withDefaults()
+	a.rate = map[Class]*limiter{
+		ClassDefault: newLimiter(a.limits.Default, a.limits.MaxTracked),
+		ClassIngest:  newLimiter(a.limits.Ingest, a.limits.MaxTracked),
+	}
+	return a
 }
 
 // ErrMissingCredential, ErrMalformedCredential and ErrInvalidCredential distinguish the 401 cases
@@ -51,6 +89,9 @@ var (
 	ErrMalformedCredential = fault.Unauthenticated("malformed Authorization header: expected 'Bearer <API key or token>'")
 	ErrInvalidCredential   = fault.Unauthenticated("invalid, expired or revoked credential")
 )
+
+// ErrIPNotAllowed is returned for a key with an IP allowlist that excludes the client.
+var ErrIPNotAllowed = fault.New(fault.KindIPNotAllowed, "requests from this IP address are not allowed for this key")
 
 // ParseAuthorization extracts the credential from an Authorization header value. "Bearer" is
 // case-insensitive; a bare key (as WebSocket connection params often carry) is accepted too.
@@ -82,6 +123,16 @@ func ParseAuthorization(v string) (string, error) {
 
 // Authenticate returns the principal for an Authorization value presented from clientIP.
 func (a *Authenticator) Authenticate(ctx context.Context, authorization string, clientIP netip.Addr) (*access.Principal, error) {
+	p, err := a.authenticate(ctx, authorization, clientIP)
+	if err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+// authenticate is Authenticate, but also returns the principal along with ErrIPNotAllowed, so
+// that the audit log can name the key a refused call was made with.
+func (a *Authenticator) authenticate(ctx context.Context, authorization string, clientIP netip.Addr) (*access.Principal, error) {
 	cred, err := ParseAuthorization(authorization)
 	if err != nil {
 		return nil, err
@@ -95,27 +146,21 @@ func (a *Authenticator) Authenticate(ctx context.Context, authorization string, 
 		if !WellFormedKey(cred) {
 			return nil, ErrInvalidCredential
 		}
-		key, err = a.lookup(ctx, "h:"+string(HashKey(cred)), func() (*Key, error) { return a.keys.Lookup(ctx, cred) })
+		key, err = a.lookup("h:"+string(HashKey(cred)), func() (*Key, error) { return a.keys.authLookup(ctx, cred) })
 	case strings.Count(cred, ".") == 2 && a.tokens != nil:
 		claims, err = a.tokens.Verify(ctx, cred)
 		if err != nil {
 			return nil, err
 		}
-		key, err = a.lookup(ctx, "i:"+claims.KeyID, func() (*Key, error) { return a.keys.Get(ctx, "", claims.KeyID) })
+		key, err = a.lookup("i:"+claims.KeyID, func() (*Key, error) { return a.keys.Get(ctx, "", claims.KeyID) })
 	default:
 		return nil, ErrInvalidCredential
 	}
 	if err != nil {
-		if errors.Is(err, ErrKeyNotFound) || fault.KindOf(err) == fault.KindNotFound {
-			return nil, ErrInvalidCredential
-		}
 		return nil, fault.Wrap(fault.KindUnavailable, err, "authentication is temporarily unavailable")
 	}
-	if !key.Usable(a.now()) {
+	if key == nil || !key.Usable(a.now()) {
 		return nil, ErrInvalidCredential
-	}
-	if !allowed(key.IPAllowlist, clientIP) {
-		return nil, fault.New(fault.KindIPNotAllowed, "requests from this IP address are not allowed for this key")
 	}
 	p := key.Principal()
 	p.ClientIP = clientIP.String()
@@ -126,28 +171,53 @@ func (a *Authenticator) Authenticate(ctx context.Context, authorization string, 
 		p.Scopes = intersect(claims.Scopes, key.Scopes, key.Platform)
 		p.TokenID = claims.ID
 	}
+	if !allowed(key.IPAllowlist, clientIP) {
+		return p, ErrIPNotAllowed
+	}
 	return p, nil
 }
 
-func (a *Authenticator) lookup(ctx context.Context, cacheKey string, fetch func() (*Key, error)) (*Key, error) {
+// lookup returns the cached key under cacheKey, or fetches it. A key that does not exist is
+// cached as nil for cacheTTL too, so a client retrying a dead key does not reach the database on
+// every request. Errors other than not-found are not cached.
+func (a *Authenticator) lookup(cacheKey string, fetch func() (*Key, error)) (*Key, error) {
 	now := a.now()
 	a.mu.Lock()
 	c, ok := a.cache[cacheKey]
 	a.mu.Unlock()
-	if ok && now.Sub(c.fetched) < cacheTTL {
+	if ok && now.Sub(c.fetched) < cacheTTL && !now.Before(c.fetched) {
 		return c.key, nil
 	}
 	k, err := fetch()
+	if errors.Is(err, ErrKeyNotFound) || fault.KindOf(err) == fault.KindNotFound {
+		k, err = nil, nil
+	}
 	if err != nil {
 		return nil, err
 	}
 	a.mu.Lock()
-	if len(a.cache) > 100_000 {
-		clear(a.cache)
+	if len(a.cache) >= maxCached {
+		a.evictLocked(now)
 	}
 	a.cache[cacheKey] = cachedKey{key: k, fetched: now}
 	a.mu.Unlock()
 	return k, nil
+}
+
+// evictLocked drops stale entries, and if that frees less than a tenth of the cache, random
+// ones until it does (map iteration order is random), so one sweep serves many inserts.
+func (a *Authenticator) evictLocked(now time.Time) {
+	for k, c := range a.cache {
+		if now.Sub(c.fetched) >= cacheTTL {
+			delete(a.cache, k)
+		}
+	}
+	for k := range a.cache {
+		if len(a.cache) < maxCached-maxCached/10 {
+			break
+		}
+		delete(a.cache, k)
+	}
 }
 
 // Forget drops cached state so a revocation made on this node applies at once.
@@ -155,6 +225,20 @@ func (a *Authenticator) Forget() {
 	a.mu.Lock()
 	clear(a.cache)
 	a.mu.Unlock()
+}
+
+// ForgetKey drops the cached state of key id (both its hash and its id entries), so a
+// revocation or rotation made on this node applies here at once; other nodes follow within
+// cacheTTL.
+func (a *Authenticator) ForgetKey(id string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	delete(a.cache, "i:"+id)
+	for k, c := range a.cache {
+		if c.key != nil && c.key.ID == id {
+			delete(a.cache, k)
+		}
+	}
 }
 
 func allowed(allowlist []string, ip netip.Addr) bool {
@@ -188,11 +272,7 @@ func intersect(tokenScopes, keyScopes []string, platform bool) []string {
 	return out
 }
 
-// ClientIP returns the socket peer address of r. (A --trusted-proxies setting would extend this.)
-func ClientIP(r *http.Request) netip.Addr {
-	ap, err := netip.ParseAddrPort(r.RemoteAddr)
-	if err != nil {
-		return netip.Addr{}
-	}
-	return ap.Addr().Unmap()
-}
+// ClientIP returns r's client address as this Authenticator sees it (WithClientIP: the socket
+// peer, or the X-Forwarded-For of trusted proxies). The WebSocket handler should use it for the
+// address it passes to Authenticate, so allowlists hold behind a proxy there too.
+func (a *Authenticator) ClientIP(r *http.Request) netip.Addr { return a.clientIP(r) }

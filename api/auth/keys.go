@@ -1,6 +1,23 @@
 // Package auth authenticates callers (API keys and the JWTs exchanged for them), checks IP
-// allowlists and rate limits, and establishes the access.Principal every service checks. One
-// identity path serves REST, GraphQL and WebSocket alike.
+// allowlists and rate limits, establishes the access.Principal every service checks, and writes
+// the HIPAA audit record of every live-key call. One identity path serves REST, GraphQL and
+// WebSocket alike.
+//
+// File map:
+//
+//	keys.go           API keys: format, hashing, create, rotate (24 h grace), revoke, allowlists
+//	keyadmin.go       KeyAdmin: key management for API callers (admin:org, no escalation)
+//	tokens.go         Tokens: the EdDSA JWT exchange, verification, signing keys, JWKS
+//	authenticator.go  Authenticator: Authorization value → Principal, with a key cache
+//	middleware.go     Authenticator.Middleware (authenticate, rate limit) and LimitBody
+//	ratelimit.go      per-credential token buckets and the RateLimit headers
+//	clientip.go       the client address: socket peer, or X-Forwarded-For of trusted proxies
+//	audit.go          Auditor: the audit middleware (patient data waits for the broker's ack)
+//	gqlop.go          GraphQLOperation: names a GraphQL call for the audit log
+//	handlers.go       REST: /v1/auth/token, /.well-known/jwks.json, /v1/api-keys, /v1/audit
+//
+// Middleware order on an authenticated route, outermost first: LimitBody, Auditor.Middleware,
+// Authenticator.Middleware, the handler.
 package auth
 
 import (
@@ -32,6 +49,16 @@ const (
 
 // RotationGrace is how long a rotated key keeps working (spec: 24 hours).
 const RotationGrace = 24 * time.Hour
+
+// Bounds on what a key carries.
+const (
+	maxKeyName   = 200
+	maxAllowlist = 64
+)
+
+// lastUsedResolution is how stale api_keys.last_used_at may get: the authenticator refreshes it
+// at most this often per key, so authentication does not write on every request.
+const lastUsedResolution = time.Minute
 
 const base62 = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
 
@@ -92,6 +119,7 @@ type Key struct {
 	Mode        string     `json:"mode"`
 	Prefix      string     `json:"prefix"`
 	Last4       string     `json:"last4"`
+	Masked      string     `json:"masked"` // prefix…last4, what listings show instead of the key
 	Scopes      []string   `json:"scopes"`
 	IPAllowlist []string   `json:"ipAllowlist"`
 	Status      string     `json:"status"` // active, rotated, revoked, expired
@@ -158,37 +186,66 @@ func validateNewKey(nk *NewKey) error {
 	if !nk.Platform && nk.OrgID == "" {
 		fields["orgId"] = "required"
 	}
+	if len(nk.Name) > maxKeyName {
+		fields["name"] = fmt.Sprintf("at most %d characters", maxKeyName)
+	}
+	if len(nk.IPAllowlist) > maxAllowlist {
+		fields["ipAllowlist"] = fmt.Sprintf("at most %d entries", maxAllowlist)
+		nk.IPAllowlist = nil
+	}
 	for _, s := range nk.Scopes {
 		if !access.ValidScope(s) {
 			fields["scopes"] = fmt.Sprintf("unknown scope %q; valid: %s", s, strings.Join(access.Scopes, ", "))
 		}
 	}
+	allowlist := make([]string, len(nk.IPAllowlist))
 	for i, c := range nk.IPAllowlist {
 		p, err := parseCIDR(c)
 		if err != nil {
 			fields["ipAllowlist"] = fmt.Sprintf("%q is not an IP address or CIDR", c)
 			continue
 		}
-		nk.IPAllowlist[i] = p.String()
+		allowlist[i] = p.String()
 	}
 	if len(fields) > 0 {
 		return fault.Validation("invalid api key request", fields)
 	}
+	// Copies: the caller's slices are not ours to reorder or rewrite.
+	nk.IPAllowlist = allowlist
+	nk.Scopes = slices.Clone(nk.Scopes)
 	slices.Sort(nk.Scopes)
 	nk.Scopes = slices.Compact(nk.Scopes)
 	return nil
 }
 
+// parseCIDR parses an allowlist entry: a CIDR or a single address. IPv4-mapped IPv6 entries
+// (::ffff:192.0.2.0/120) are stored as the IPv4 prefix they denote, because client addresses are
+// unmapped before the check: a dual-stack listener reports IPv4 peers in mapped form.
 func parseCIDR(s string) (netip.Prefix, error) {
+	s = strings.TrimSpace(s)
+	var p netip.Prefix
 	if strings.Contains(s, "/") {
-		p, err := netip.ParsePrefix(s)
-		return p.Masked(), err
+		var err error
+		if p, err = netip.ParsePrefix(s); err != nil {
+			return netip.Prefix{}, err
+		}
+	} else {
+		a, err := netip.ParseAddr(s)
+		if err != nil {
+			return netip.Prefix{}, err
+		}
+		if a.Zone() != "" {
+			return netip.Prefix{}, fmt.Errorf("%s: zones are not allowed", s)
+		}
+		p = netip.PrefixFrom(a, a.BitLen())
 	}
-	a, err := netip.ParseAddr(s)
-	if err != nil {
-		return netip.Prefix{}, err
+	if a := p.Addr(); a.Is4In6() {
+		if p.Bits() < 96 {
+			return netip.Prefix{}, fmt.Errorf("%s reaches beyond the IPv4-mapped range", s)
+		}
+		p = netip.PrefixFrom(a.Unmap(), p.Bits()-96)
 	}
-	return netip.PrefixFrom(a, a.BitLen()), nil
+	return p.Masked(), nil
 }
 
 // Create makes a key and returns it with its secret.
@@ -222,6 +279,7 @@ func (s *Keys) insert(ctx context.Context, tx pgx.Tx, nk NewKey) (*CreatedKey, e
 	k := Key{ID: ids.New(ids.APIKey), OrgID: nk.OrgID, Platform: nk.Platform, Name: nk.Name, Mode: nk.Mode,
 		Prefix: secret[:len(LivePrefix)], Last4: secret[len(secret)-4:], Scopes: nk.Scopes,
 		IPAllowlist: nk.IPAllowlist, Status: "active"}
+	k.Masked = k.Prefix + "…" + k.Last4
 	if k.Scopes == nil {
 		k.Scopes = []string{}
 	}
@@ -251,6 +309,7 @@ func scanKey(row pgx.Row) (*Key, error) {
 	if err != nil {
 		return nil, err
 	}
+	k.Masked = k.Prefix + "…" + k.Last4
 	return &k, nil
 }
 
@@ -265,6 +324,27 @@ func (s *Keys) Lookup(ctx context.Context, key string) (*Key, error) {
 	}
 	return k, nil
 }
+
+// authLookup is Lookup for the authenticator: it also refreshes last_used_at of a usable key when
+// that is older than lastUsedResolution, in the same round trip. (The select sees the row as it
+// was before the update, which is all it needs.)
+func (s *Keys) authLookup(ctx context.Context, key string) (*Key, error) {
+	k, err := scanKey(s.pool.QueryRow(ctx, `with touched as (
+			update api_keys set last_used_at = now()
+			where hash = $1 and status <> 'revoked' and (expires_at is null or expires_at > now())
+				and (last_used_at is null or last_used_at < now() - $2::interval)
+			returning id)
+		select `+keyColumns+` from api_keys where hash = $1`, HashKey(key), interval(lastUsedResolution)))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, ErrKeyNotFound
+	}
+	if err != nil {
+		return nil, fmt.Errorf("look up api key: %w", err)
+	}
+	return k, nil
+}
+
+func interval(d time.Duration) string { return fmt.Sprintf("%d milliseconds", d.Milliseconds()) }
 
 // Get returns the key with id, visible to an organization filter ("" = any).
 func (s *Keys) Get(ctx context.Context, orgFilter, id string) (*Key, error) {
@@ -320,7 +400,7 @@ func (s *Keys) Rotate(ctx context.Context, orgFilter, id string) (*CreatedKey, e
 			return err
 		}
 		_, err = tx.Exec(ctx, `update api_keys set status = 'rotated', rotated_at = now(), expires_at = now() + $2::interval, replaced_by = $3 where id = $1`,
-			id, fmt.Sprintf("%d seconds", int(RotationGrace.Seconds())), created.ID)
+			id, interval(RotationGrace), created.ID)
 		return err
 	})
 	return created, err

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"slices"
+	"time"
 
 	"github.com/gorilla/mux"
 
@@ -14,6 +15,7 @@ import (
 	"carehub/api/rest"
 	"carehub/api/ws"
 	"carehub/processors/agents"
+	"carehub/processors/audit"
 	"carehub/processors/deployments"
 	"carehub/processors/fanout"
 	"carehub/processors/feed"
@@ -44,20 +46,56 @@ func (s *Server) wire(ctx context.Context, wctx context.Context) (http.Handler, 
 	s.health(r)
 
 	keys := auth.NewKeys(s.pool)
-	authn := auth.NewAuthenticator(keys, &auth.Tokens{})
-	_ = authn
+	tokens := auth.NewTokens(s.pool)
+	clientIP, err := auth.TrustedProxies(s.cfg.TrustedProxies)
+	if err != nil {
+		return nil, fmt.Errorf("--trusted-proxies: %w", err)
+	}
+	authn := auth.NewAuthenticator(keys, tokens, auth.WithClientIP(clientIP))
+	auditLog := postgres.NewAuditLog(s.pool) // the ClickHouse audit log when one is configured
 	if s.has(RoleAPI) {
-		// Routes of the API role are mounted here.
-		if err := s.mountAPI(r, authn, wctx); err != nil {
+		if err := tokens.EnsureSigningKey(ctx); err != nil {
+			return nil, fmt.Errorf("jwt signing key: %w", err)
+		}
+		pub, err := audit.NewPublisher(audit.PublisherConfig{Brokers: s.brokers, Logger: s.logger, Registerer: s.registry})
+		if err != nil {
 			return nil, err
 		}
+		s.closers = append(s.closers, func(context.Context) error { pub.Close(5 * time.Second); return nil })
+		a := authRoutes{authn: authn, auditor: auth.NewAuditor(pub),
+			handlers: auth.NewHandlers(tokens, auth.NewKeyAdmin(keys, authn), audit.NewService(auditLog))}
+		if err := s.mountAPI(r, a, wctx); err != nil {
+			return nil, err
+		}
+	}
+	if s.has(RoleProcessors) {
+		w, err := audit.NewWriter(audit.WriterConfig{Brokers: s.brokers, Store: auditLog, Logger: s.logger, Registerer: s.registry})
+		if err != nil {
+			return nil, fmt.Errorf("audit writer: %w", err)
+		}
+		s.run("audit-writer", w.Run, wctx)
 	}
 	return r, nil
 }
 
+// authRoutes is what mountAPI needs of api/auth.
+type authRoutes struct {
+	authn    *auth.Authenticator
+	auditor  *auth.Auditor
+	handlers *auth.Handlers
+}
+
+// chain is the middleware of every authenticated route, outermost first: the body limit (so
+// the auditor's GraphQL peek is bounded), the auditor (outside the authenticator, so refused
+// calls of live keys are recorded too), the authenticator (principal, IP allowlist, rate limit).
+func (a authRoutes) chain(bodyLimit int64, onError func(http.ResponseWriter, *http.Request, error)) []mux.MiddlewareFunc {
+	return []mux.MiddlewareFunc{auth.LimitBody(bodyLimit), a.auditor.Middleware(onError), a.authn.Middleware(onError)}
+}
+
 // mountAPI constructs the domain services and mounts GraphQL (POST and WebSocket on /graphql), the
 // explorer and the platform REST routes.
-func (s *Server) mountAPI(r *mux.Router, authn *auth.Authenticator, wctx context.Context) error {
+func (s *Server) mountAPI(r *mux.Router, a authRoutes, wctx context.Context) error {
+	authn := a.authn
 	hub, err := fanout.New(fanout.Config{Brokers: s.brokers, Topic: kafka.DefaultTopics().Events, Logger: s.logger, Registerer: s.registry})
 	if err != nil {
 		return fmt.Errorf("event fan-out: %w", err)
@@ -81,12 +119,14 @@ func (s *Server) mountAPI(r *mux.Router, authn *auth.Authenticator, wctx context
 	s.closers = append(s.closers, wsh.Shutdown)
 
 	gql := r.NewRoute().Subrouter()
-	gql.Use(auth.LimitBody(auth.DefaultBodyLimit), authn.Middleware(graphql.WriteAuthError))
+	gql.Use(a.chain(auth.DefaultBodyLimit, graphql.WriteAuthError)...)
 	gql.Handle("/graphql", graphql.WithWebSocket(gh, wsh)).Methods(http.MethodGet, http.MethodPost)
 	r.Handle("/graphiql", explorer.Handler()).Methods(http.MethodGet)
 	r.PathPrefix("/graphiql/").Handler(explorer.Handler()).Methods(http.MethodGet, http.MethodHead)
 	authed := r.NewRoute().Subrouter()
-	authed.Use(auth.LimitBody(auth.DefaultBodyLimit), authn.Middleware(nil))
+	authed.Use(a.chain(auth.DefaultBodyLimit, nil)...)
+	a.handlers.PublicRoutes(r)
+	a.handlers.Routes(authed)
 	rest.Mount(r, authed, rest.Services{Orgs: svc.Orgs, Marketplace: svc.Marketplace, Deployments: svc.Deployments,
 		Agents: svc.Agents, Workflows: svc.Workflows, Feed: svc.Feed, Webhooks: svc.Webhooks})
 	rest.PatientRoutes(authed, svc.Patients)

@@ -100,6 +100,7 @@ func (s *Service) Patient(ctx context.Context, id string) (*Patient, error) {
 	if err != nil {
 		return nil, fmt.Errorf("patient %s: %w", id, err)
 	}
+	access.Touch(ctx, access.KindPatient, pt.ID)
 	return pt, nil
 }
 
@@ -123,6 +124,9 @@ and ($3 = '' or risk_level = $3) and ($4 = '' or programs @> array[$4]) order by
 	out, err := pgx.CollectRows(rows, pgx.RowToStructByName[Patient])
 	if err != nil {
 		return nil, fmt.Errorf("patients: %w", err)
+	}
+	for i := range out {
+		access.Touch(ctx, access.KindPatient, out[i].ID)
 	}
 	return out, nil
 }
@@ -161,6 +165,10 @@ where pt.id = any($6) and ($1 = '' or pt.org_id = $1) and ($2 or pt.synthetic)`,
 	out := make(map[string][]Observation, len(patientIDs))
 	for _, o := range list {
 		out[o.PatientID] = append(out[o.PatientID], o)
+		access.Touch(ctx, access.KindObservation, o.ID)
+	}
+	for id := range out {
+		access.Touch(ctx, access.KindPatient, id)
 	}
 	return out, nil
 }
@@ -185,6 +193,10 @@ where pt.id = any($4) and ($1 = '' or pt.org_id = $1) and ($2 or pt.synthetic)`,
 	out := make(map[string][]Encounter, len(patientIDs))
 	for _, e := range list {
 		out[e.PatientID] = append(out[e.PatientID], e)
+		access.Touch(ctx, access.KindEncounter, e.ID)
+	}
+	for id := range out {
+		access.Touch(ctx, access.KindPatient, id)
 	}
 	return out, nil
 }

@@ -1,0 +1,481 @@
+package auth
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"mime"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/gorilla/mux"
+
+	"carehub/api/rest"
+	"carehub/processors/access"
+	"carehub/processors/fault"
+	"carehub/storage"
+	"carehub/storage/ids"
+)
+
+// AuditSink takes audit records; *audit.Publisher (carehub/processors/audit) is the real one.
+type AuditSink interface {
+	// Publish hands rec over without waiting for the broker.
+	Publish(rec storage.AuditRecord)
+	// PublishSync returns nil only once the broker has acknowledged rec.
+	PublishSync(ctx context.Context, rec storage.AuditRecord) error
+}
+
+// DefaultAckTimeout bounds how long a response carrying patient data waits for the broker to
+// acknowledge its audit record before it is refused with 503.
+const DefaultAckTimeout = 5 * time.Second
+
+// maxGraphQLPeek bounds how much of a GraphQL request body the auditor reads to name the
+// operation (the body limit is 1 MiB anyway).
+const maxGraphQLPeek = 1 << 20
+
+// Auditor writes the HIPAA audit record of every call made with a live key (DECISIONS §2):
+// time, organization, key, mode, client IP, user agent, operation, the resources the services
+// touched (access.Touch), outcome, HTTP status and latency. Test-key and unauthenticated calls
+// are not recorded.
+type Auditor struct {
+	sink        AuditSink
+	ackTimeout  time.Duration
+	graphqlPath string
+	now         func() time.Time
+}
+
+// AuditorOption configures an Auditor.
+type AuditorOption func(*Auditor)
+
+// WithAckTimeout sets how long a patient-data response waits for its record's acknowledgement
+// (default DefaultAckTimeout).
+func WithAckTimeout(d time.Duration) AuditorOption { return func(a *Auditor) { a.ackTimeout = d } }
+
+// WithGraphQLPath names the GraphQL endpoint, whose calls are recorded by operation rather than
+// by route (default "/graphql").
+func WithGraphQLPath(p string) AuditorOption { return func(a *Auditor) { a.graphqlPath = p } }
+
+// NewAuditor returns an Auditor writing to sink.
+func NewAuditor(sink AuditSink, opts ...AuditorOption) *Auditor {
+	a := &Auditor{sink: sink, ackTimeout: DefaultAckTimeout, graphqlPath: "/graphql", now: time.Now}
+	for _, o := range opts {
+		o(a)
+	}
+	return a
+}
+
+// ErrAuditUnavailable is the 503 a patient-data response is replaced with when its audit record
+// is not acknowledged in time: patient data never leaves unaudited.
+var ErrAuditUnavailable = fault.Unavailable("the audit log is temporarily unavailable; patient data is withheld until it can be recorded")
+
+// Middleware records live-key calls. Place it outside (before) Authenticator.Middleware, so that
+// calls the authenticator refuses (IP_NOT_ALLOWED, RATE_LIMITED) are recorded as denied too;
+// placed inside, it records the calls that got through.
+//
+// A live-key response is buffered until the handler returns. If the services touched a patient
+// (access.Touch with access.KindPatient), the record is produced synchronously and the response
+// is sent only after the broker acknowledges it; when that does not happen within the ack
+// timeout, the buffered response is dropped and onError (nil: rest.WriteError) answers 503
+// UNAVAILABLE instead. Other live-key records are produced asynchronously and the response goes
+// out at once.
+func (a *Auditor) Middleware(onError func(http.ResponseWriter, *http.Request, error)) func(http.Handler) http.Handler {
+	if onError == nil {
+		onError = rest.WriteError
+	}
+	return func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			start := a.now()
+			st := &auditState{a: a}
+			ctx, recorder := access.WithRecorder(context.WithValue(r.Context(), auditStateKey{}, st))
+			r = r.WithContext(ctx)
+			if p := access.From(ctx); p != nil { // placed inside the authenticator
+				st.setPrincipal(p)
+				r = st.authenticated(r)
+			}
+			aw := &auditWriter{w: w, st: st}
+			defer func() {
+				if v := recover(); v != nil {
+					// The buffered response is dropped; the recover outside answers 500. The
+					// call is still recorded.
+					aw.status = http.StatusInternalServerError
+					if rec := a.record(aw, r, recorder, start); rec != nil {
+						a.sink.Publish(*rec)
+					}
+					panic(v)
+				}
+			}()
+			next.ServeHTTP(aw, r)
+			a.finish(aw, r, recorder, start, onError)
+		})
+	}
+}
+
+func (a *Auditor) finish(aw *auditWriter, r *http.Request, recorder *access.Recorder, start time.Time, onError func(http.ResponseWriter, *http.Request, error)) {
+	rec := a.record(aw, r, recorder, start)
+	if rec == nil {
+		aw.send()
+		return
+	}
+	if len(rec.PatientIDs) == 0 {
+		a.sink.Publish(*rec)
+		aw.send()
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), a.ackTimeout)
+	err := a.sink.PublishSync(ctx, *rec)
+	cancel()
+	if err != nil {
+		// onError logs it (a 503), with the cause.
+		aw.refuse(r, onError, fault.Wrap(fault.KindUnavailable, err, ErrAuditUnavailable.Message))
+		return
+	}
+	aw.send()
+}
+
+// record builds the audit record of a live-key call, or returns nil when the call is not audited.
+func (a *Auditor) record(aw *auditWriter, r *http.Request, recorder *access.Recorder, start time.Time) *storage.AuditRecord {
+	p := aw.st.get()
+	if p == nil || p.Mode != access.Live {
+		return nil
+	}
+	status := aw.status
+	if status == 0 {
+		status = http.StatusOK
+	}
+	id := rest.RequestID(r.Context())
+	if id == "" {
+		id = ids.New(ids.Request)
+	}
+	rec := &storage.AuditRecord{
+		ID: id, Time: start.UTC(), OrgID: p.OrgID, KeyID: p.KeyID, Mode: p.Mode, ClientIP: p.ClientIP,
+		UserAgent: truncate(r.UserAgent(), 512), Operation: aw.st.operation(r),
+		ResourceIDs: recorder.ResourceIDs(), PatientIDs: recorder.PatientIDs(),
+		Outcome: outcome(status), Status: status, LatencyMs: int(a.now().Sub(start).Milliseconds()),
+	}
+	if rec.Outcome == "success" && r.URL.Path == a.graphqlPath && aw.buffer {
+		rec.Outcome = graphQLOutcome(aw.body.Bytes())
+	}
+	return rec
+}
+
+// Call describes an operation that does not pass through Middleware, such as a GraphQL
+// operation over a WebSocket, for Audit.
+type Call struct {
+	RequestID string    // "" for a new req_ id
+	Start     time.Time // when the operation began
+	UserAgent string    // of the connection's upgrade request
+	Operation string    // GraphQLOperation(query, operationName)
+	Status    int       // 0 means 200
+	Outcome   string    // "" to derive it from Status: success, denied or error
+}
+
+// Audit records call for the principal in ctx, with the ids the access.Recorder in ctx
+// collected; test-mode and anonymous calls are not recorded. When a patient was touched it
+// waits (up to the ack timeout) for the broker's acknowledgement and returns an UNAVAILABLE
+// fault if none came: the caller must then not send the data. Otherwise it returns at once.
+func (a *Auditor) Audit(ctx context.Context, c Call) error {
+	p := access.From(ctx)
+	if p == nil || p.Mode != access.Live {
+		return nil
+	}
+	status := c.Status
+	if status == 0 {
+		status = http.StatusOK
+	}
+	rec := storage.AuditRecord{ID: c.RequestID, Time: c.Start.UTC(), OrgID: p.OrgID, KeyID: p.KeyID, Mode: p.Mode,
+		ClientIP: p.ClientIP, UserAgent: truncate(c.UserAgent, 512), Operation: c.Operation, Outcome: c.Outcome,
+		Status: status, LatencyMs: int(a.now().Sub(c.Start).Milliseconds())}
+	if rec.ID == "" {
+		rec.ID = ids.New(ids.Request)
+	}
+	if rec.Outcome == "" {
+		rec.Outcome = outcome(status)
+	}
+	if r := access.RecorderFrom(ctx); r != nil {
+		rec.ResourceIDs, rec.PatientIDs = r.ResourceIDs(), r.PatientIDs()
+	}
+	if len(rec.PatientIDs) == 0 {
+		a.sink.Publish(rec)
+		return nil
+	}
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), a.ackTimeout)
+	defer cancel()
+	if err := a.sink.PublishSync(sctx, rec); err != nil {
+		return fault.Wrap(fault.KindUnavailable, err, ErrAuditUnavailable.Message)
+	}
+	return nil
+}
+
+func outcome(status int) string {
+	switch {
+	case status < 400:
+		return "success"
+	case status == http.StatusUnauthorized || status == http.StatusForbidden || status == http.StatusTooManyRequests:
+		return "denied"
+	}
+	return "error"
+}
+
+// graphQLOutcome reads a GraphQL response (HTTP 200 even on errors): denied when every error is
+// FORBIDDEN or UNAUTHENTICATED, error when other errors left no data, else success.
+func graphQLOutcome(body []byte) string {
+	var resp struct {
+		Data   json.RawMessage `json:"data"`
+		Errors []struct {
+			Extensions struct {
+				Code string `json:"code"`
+			} `json:"extensions"`
+		} `json:"errors"`
+	}
+	if json.Unmarshal(body, &resp) != nil || len(resp.Errors) == 0 {
+		return "success"
+	}
+	denied := true
+	for _, e := range resp.Errors {
+		if e.Extensions.Code != "FORBIDDEN" && e.Extensions.Code != "UNAUTHENTICATED" {
+			denied = false
+		}
+	}
+	switch {
+	case denied:
+		return "denied"
+	case len(resp.Data) == 0 || string(resp.Data) == "null":
+		return "error"
+	}
+	return "success"
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n]
+}
+
+type auditStateKey struct{}
+
+// auditState is what the auditor learns during a request: the principal (set by the
+// authenticator, also for calls it refuses) and, for GraphQL, the operation.
+type auditState struct {
+	a *Auditor
+
+	mu        sync.Mutex
+	principal *access.Principal
+	graphqlOp string
+}
+
+func auditStateFrom(ctx context.Context) *auditState {
+	st, _ := ctx.Value(auditStateKey{}).(*auditState)
+	return st
+}
+
+func (st *auditState) setPrincipal(p *access.Principal) {
+	st.mu.Lock()
+	st.principal = p
+	st.mu.Unlock()
+}
+
+func (st *auditState) get() *access.Principal {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	return st.principal
+}
+
+// authenticated runs once the caller is known. For a live caller of the GraphQL endpoint it
+// reads the operation from the request, putting back a body the handler reads unchanged.
+func (st *auditState) authenticated(r *http.Request) *http.Request {
+	p := st.get()
+	if p == nil || p.Mode != access.Live || r.URL.Path != st.a.graphqlPath {
+		return r
+	}
+	var op string
+	switch r.Method {
+	case http.MethodGet:
+		q := r.URL.Query()
+		op = GraphQLOperation(q.Get("query"), q.Get("operationName"))
+	case http.MethodPost:
+		if r.Body == nil {
+			break
+		}
+		peek, err := io.ReadAll(io.LimitReader(r.Body, maxGraphQLPeek+1))
+		r.Body = replayBody{Reader: io.MultiReader(bytes.NewReader(peek), errReader{err}, r.Body), Closer: r.Body}
+		if err != nil || len(peek) > maxGraphQLPeek {
+			op = unparsedOperation
+			break
+		}
+		op = graphQLOperationFromBody(r.Header.Get("Content-Type"), peek)
+	}
+	st.mu.Lock()
+	st.graphqlOp = op
+	st.mu.Unlock()
+	return r
+}
+
+// operation names the call: the GraphQL operation, or "<METHOD> <route template>".
+func (st *auditState) operation(r *http.Request) string {
+	st.mu.Lock()
+	op := st.graphqlOp
+	st.mu.Unlock()
+	if op != "" {
+		return op
+	}
+	if r.URL.Path == st.a.graphqlPath {
+		return "graphql " + strings.ToLower(r.Method)
+	}
+	route := "unmatched"
+	if cr := mux.CurrentRoute(r); cr != nil {
+		if t, err := cr.GetPathTemplate(); err == nil {
+			route = t
+		}
+	}
+	return r.Method + " " + route
+}
+
+func graphQLOperationFromBody(contentType string, body []byte) string {
+	if mt, _, err := mime.ParseMediaType(contentType); err == nil && mt == "application/graphql" {
+		return GraphQLOperation(string(body), "")
+	}
+	trimmed := bytes.TrimLeft(body, " \t\r\n")
+	if len(trimmed) > 0 && trimmed[0] == '[' {
+		return "graphql batch"
+	}
+	var req struct {
+		Query         string `json:"query"`
+		OperationName string `json:"operationName"`
+	}
+	if json.Unmarshal(body, &req) != nil {
+		return unparsedOperation
+	}
+	return GraphQLOperation(req.Query, req.OperationName)
+}
+
+// errReader returns err (a read error met while peeking) after the peeked bytes, or nothing.
+type errReader struct{ err error }
+
+func (e errReader) Read([]byte) (int, error) {
+	if e.err != nil {
+		return 0, e.err
+	}
+	return 0, io.EOF
+}
+
+type replayBody struct {
+	io.Reader
+	io.Closer
+}
+
+// auditWriter buffers the response of a live-key call until its record is settled, and passes
+// every other response straight through. It decides which on first use, by which time the
+// authenticator has named the caller.
+type auditWriter struct {
+	w  http.ResponseWriter
+	st *auditState
+
+	decided bool
+	buffer  bool
+	header  http.Header // buffer mode: the handler's headers, applied on send
+	status  int
+	body    bytes.Buffer
+}
+
+func (aw *auditWriter) decide() {
+	if aw.decided {
+		return
+	}
+	aw.decided = true
+	p := aw.st.get()
+	aw.buffer = p != nil && p.Mode == access.Live
+	if aw.buffer {
+		aw.header = aw.w.Header().Clone()
+	}
+}
+
+func (aw *auditWriter) Header() http.Header {
+	aw.decide()
+	if aw.buffer {
+		return aw.header
+	}
+	return aw.w.Header()
+}
+
+func (aw *auditWriter) WriteHeader(code int) {
+	aw.decide()
+	if aw.buffer {
+		if aw.status == 0 && code >= 200 {
+			aw.status = code
+		}
+		return
+	}
+	if aw.status == 0 && code >= 200 {
+		aw.status = code
+	}
+	aw.w.WriteHeader(code)
+}
+
+func (aw *auditWriter) Write(b []byte) (int, error) {
+	aw.decide()
+	if aw.status == 0 {
+		aw.status = http.StatusOK
+	}
+	if aw.buffer {
+		return aw.body.Write(b)
+	}
+	return aw.w.Write(b)
+}
+
+// Flush forwards in pass-through mode; a buffered response is not flushed before its record
+// is settled.
+func (aw *auditWriter) Flush() {
+	aw.decide()
+	if !aw.buffer {
+		_ = http.NewResponseController(aw.w).Flush()
+	}
+}
+
+// Unwrap exposes the underlying writer (WebSocket upgrades, deadlines) in pass-through mode
+// only: nothing may bypass the buffer of an audited response.
+func (aw *auditWriter) Unwrap() http.ResponseWriter {
+	aw.decide()
+	if aw.buffer {
+		return nil
+	}
+	return aw.w
+}
+
+// send writes the buffered response out.
+func (aw *auditWriter) send() {
+	if !aw.buffer {
+		return
+	}
+	h := aw.w.Header()
+	for k := range h {
+		if _, ok := aw.header[k]; !ok {
+			delete(h, k)
+		}
+	}
+	for k, v := range aw.header {
+		h[k] = v
+	}
+	status := aw.status
+	if status == 0 {
+		status = http.StatusOK
+	}
+	aw.w.WriteHeader(status)
+	_, _ = aw.w.Write(aw.body.Bytes())
+}
+
+// refuse drops the buffered response and answers err instead, keeping only the rate-limit
+// headers of what the handler set.
+func (aw *auditWriter) refuse(r *http.Request, onError func(http.ResponseWriter, *http.Request, error), err error) {
+	h := aw.w.Header()
+	for k, v := range aw.header {
+		if strings.HasPrefix(k, "Ratelimit-") {
+			h[k] = v
+		}
+	}
+	aw.body.Reset()
+	onError(aw.w, r, err)
+}

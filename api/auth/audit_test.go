@@ -1,0 +1,348 @@
+package auth
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gorilla/mux"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"carehub/api/rest"
+	"carehub/processors/access"
+	"carehub/processors/audit"
+	"carehub/storage"
+	"carehub/storage/ids"
+	"carehub/storage/kafka/kafkatest"
+	"carehub/storage/postgres"
+	"carehub/storage/postgres/pgtest"
+)
+
+const patientName = "Ada Lovelace-Byron"
+
+// patientAPI is a stand-in for the patient endpoints: it reads the caller's patient through
+// access and touches it, as the patient service does.
+func patientAPI(a *Authenticator, aud *Auditor) http.Handler {
+	r := mux.NewRouter()
+	r.Use(aud.Middleware(nil), a.Middleware(nil))
+	r.HandleFunc("/v1/patients/{id}", func(w http.ResponseWriter, r *http.Request) {
+		if _, err := access.Require(r.Context(), access.ReadPatients); err != nil {
+			rest.WriteError(w, r, err)
+			return
+		}
+		id := mux.Vars(r)["id"]
+		access.Touch(r.Context(), access.KindPatient, id)
+		rest.WriteJSON(w, http.StatusOK, map[string]any{"id": id, "name": patientName})
+	}).Methods(http.MethodGet)
+	r.HandleFunc("/v1/organizations", func(w http.ResponseWriter, r *http.Request) {
+		rest.WriteJSON(w, http.StatusOK, map[string]any{"data": []any{}})
+	}).Methods(http.MethodGet)
+	r.HandleFunc("/graphql", func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		if !bytes.Contains(body, []byte("patient")) {
+			rest.WriteError(w, r, io.ErrUnexpectedEOF)
+			return
+		}
+		access.Touch(r.Context(), access.KindPatient, "pat_gql")
+		access.Touch(r.Context(), access.KindObservation, "obs_gql")
+		w.Header().Set("Content-Type", "application/json")
+		io.WriteString(w, `{"data":{"patient":{"id":"pat_gql","name":[{"family":"`+patientName+`"}]}}}`)
+	}).Methods(http.MethodPost)
+	// The request id as the server's outer middleware sets it.
+	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		id := ids.New(ids.Request)
+		w.Header().Set("Request-Id", id)
+		r.ServeHTTP(w, req.WithContext(rest.WithRequestID(req.Context(), id)))
+	})
+}
+
+type call struct {
+	status int
+	header http.Header
+	body   string
+}
+
+func do(t *testing.T, method, url, key, body string) call {
+	t.Helper()
+	var rd io.Reader
+	if body != "" {
+		rd = strings.NewReader(body)
+	}
+	req, _ := http.NewRequest(method, url, rd)
+	req.Header.Set("Authorization", "Bearer "+key)
+	req.Header.Set("User-Agent", "carehub-audit-test/1")
+	if body != "" {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return call{resp.StatusCode, resp.Header, string(b)}
+}
+
+func storedRecord(t *testing.T, store storage.AuditLog, id string) storage.AuditRecord {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		page, err := store.QueryAudit(context.Background(), storage.AuditQuery{Limit: 1000})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range page.Records {
+			if r.ID == id {
+				return r
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("audit record %s not stored within 30s", id)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func recordsOf(t *testing.T, store storage.AuditLog, keyID string) []storage.AuditRecord {
+	t.Helper()
+	page, err := store.QueryAudit(context.Background(), storage.AuditQuery{KeyID: keyID, Limit: 1000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return page.Records
+}
+
+// TestAuditThroughKafka follows live-key calls through the publisher, the audit topic and the
+// audit writer into the Postgres audit store.
+func TestAuditThroughKafka(t *testing.T) {
+	pool := pgtest.New(t)
+	keys := NewKeys(pool)
+	org := newOrg(t, pool)
+	live := newKey(t, keys, NewKey{OrgID: org, Mode: access.Live, Scopes: []string{access.ReadPatients}})
+	test := newKey(t, keys, NewKey{OrgID: org, Mode: access.Test, Scopes: []string{access.ReadPatients}})
+	fenced := newKey(t, keys, NewKey{OrgID: org, Mode: access.Live, Scopes: []string{access.ReadPatients}, IPAllowlist: []string{"10.0.0.0/8"}})
+	noScope := newKey(t, keys, NewKey{OrgID: org, Mode: access.Live})
+
+	topic := kafkatest.Topic(t, "audit")
+	pub, err := audit.NewPublisher(audit.PublisherConfig{Brokers: kafkatest.Brokers(t), Topic: topic})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { pub.Close(5 * time.Second) })
+	store := postgres.NewAuditLog(pool)
+	w, err := audit.NewWriter(audit.WriterConfig{Brokers: kafkatest.Brokers(t), Topic: topic, Group: kafkatest.Group(t, "audit"), Store: store})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+
+	srv := httptest.NewServer(patientAPI(NewAuthenticator(keys, nil), NewAuditor(pub)))
+	t.Cleanup(srv.Close)
+
+	// A live-key patient read: exactly one record, naming the patient.
+	c := do(t, http.MethodGet, srv.URL+"/v1/patients/pat_123", live.Secret, "")
+	if c.status != http.StatusOK || !strings.Contains(c.body, patientName) || c.header.Get("RateLimit-Limit") == "" {
+		t.Fatalf("live patient read: %d %v %s", c.status, c.header, c.body)
+	}
+	got := storedRecord(t, store, c.header.Get("Request-Id"))
+	want := storage.AuditRecord{ID: c.header.Get("Request-Id"), OrgID: org, KeyID: live.ID, Mode: access.Live, ClientIP: "127.0.0.1",
+		UserAgent: "carehub-audit-test/1", Operation: "GET /v1/patients/{id}", ResourceIDs: []string{"pat_123"},
+		PatientIDs: []string{"pat_123"}, Outcome: "success", Status: 200}
+	got.Time, got.LatencyMs = time.Time{}, 0
+	if !sameAudit(got, want) {
+		t.Fatalf("stored %+v\nwant   %+v", got, want)
+	}
+
+	// A test-key read leaves no record; a live call after it (same organization, so the same
+	// partition) shows the writer got past it.
+	if c := do(t, http.MethodGet, srv.URL+"/v1/patients/pat_123", test.Secret, ""); c.status != http.StatusOK {
+		t.Fatalf("test-key read: %d %s", c.status, c.body)
+	}
+	marker := do(t, http.MethodGet, srv.URL+"/v1/organizations", live.Secret, "")
+	if m := storedRecord(t, store, marker.header.Get("Request-Id")); m.Operation != "GET /v1/organizations" || len(m.PatientIDs) != 0 {
+		t.Fatalf("non-patient record %+v", m)
+	}
+	if rs := recordsOf(t, store, test.ID); len(rs) != 0 {
+		t.Fatalf("test-key calls were audited: %+v", rs)
+	}
+	if rs := recordsOf(t, store, live.ID); len(rs) != 2 {
+		t.Fatalf("%d records of the live key, want exactly 2", len(rs))
+	}
+
+	// Refusals are recorded as denied, with the key that was refused.
+	c = do(t, http.MethodGet, srv.URL+"/v1/patients/pat_123", fenced.Secret, "")
+	if c.status != http.StatusForbidden {
+		t.Fatalf("fenced key: %d %s", c.status, c.body)
+	}
+	if r := storedRecord(t, store, c.header.Get("Request-Id")); r.Outcome != "denied" || r.Status != 403 || r.KeyID != fenced.ID || len(r.PatientIDs) != 0 {
+		t.Fatalf("refused call recorded as %+v", r)
+	}
+	c = do(t, http.MethodGet, srv.URL+"/v1/patients/pat_123", noScope.Secret, "")
+	if c.status != http.StatusForbidden || strings.Contains(c.body, patientName) {
+		t.Fatalf("key without read:patients: %d %s", c.status, c.body)
+	}
+	if r := storedRecord(t, store, c.header.Get("Request-Id")); r.Outcome != "denied" || r.KeyID != noScope.ID {
+		t.Fatalf("scope refusal recorded as %+v", r)
+	}
+
+	// GraphQL calls are recorded by operation.
+	c = do(t, http.MethodPost, srv.URL+"/graphql", live.Secret, `{"query":"query P { patient(id: \"pat_gql\") { id name } }","operationName":"P"}`)
+	if c.status != http.StatusOK || !strings.Contains(c.body, patientName) {
+		t.Fatalf("graphql: %d %s", c.status, c.body)
+	}
+	if r := storedRecord(t, store, c.header.Get("Request-Id")); r.Operation != "graphql query patient" ||
+		!slices.Equal(r.PatientIDs, []string{"pat_gql"}) || !slices.Equal(r.ResourceIDs, []string{"pat_gql", "obs_gql"}) {
+		t.Fatalf("graphql recorded as %+v", r)
+	}
+}
+
+func sameAudit(a, b storage.AuditRecord) bool {
+	return a.ID == b.ID && a.OrgID == b.OrgID && a.KeyID == b.KeyID && a.Mode == b.Mode && a.ClientIP == b.ClientIP &&
+		a.UserAgent == b.UserAgent && a.Operation == b.Operation && slices.Equal(a.ResourceIDs, b.ResourceIDs) &&
+		slices.Equal(a.PatientIDs, b.PatientIDs) && a.Outcome == b.Outcome && a.Status == b.Status
+}
+
+// TestAuditBrokerUnreachable: patient data is never sent unaudited.
+func TestAuditBrokerUnreachable(t *testing.T) {
+	pool := pgtest.New(t)
+	keys := NewKeys(pool)
+	org := newOrg(t, pool)
+	live := newKey(t, keys, NewKey{OrgID: org, Mode: access.Live, Scopes: []string{access.ReadPatients}})
+	test := newKey(t, keys, NewKey{OrgID: org, Mode: access.Test, Scopes: []string{access.ReadPatients}})
+
+	// A broker of this test's own, so that it can go away in the middle.
+	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "audit"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pub, err := audit.NewPublisher(audit.PublisherConfig{Brokers: cluster.ListenAddrs(), Topic: "audit"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { pub.Close(time.Second) })
+	srv := httptest.NewServer(patientAPI(NewAuthenticator(keys, nil), NewAuditor(pub, WithAckTimeout(500*time.Millisecond))))
+	t.Cleanup(srv.Close)
+
+	if c := do(t, http.MethodGet, srv.URL+"/v1/patients/pat_1", live.Secret, ""); c.status != http.StatusOK {
+		t.Fatalf("with the broker up: %d %s", c.status, c.body)
+	}
+	cluster.Close()
+
+	c := do(t, http.MethodGet, srv.URL+"/v1/patients/pat_1", live.Secret, "")
+	if c.status != http.StatusServiceUnavailable || errorCode(t, []byte(c.body)) != "UNAVAILABLE" || strings.Contains(c.body, patientName) {
+		t.Fatalf("live patient read with the broker down: %d %s", c.status, c.body)
+	}
+	if c.header.Get("Request-Id") == "" || c.header.Get("RateLimit-Limit") == "" {
+		t.Fatalf("the 503 lost the request id or rate-limit headers: %v", c.header)
+	}
+	c = do(t, http.MethodPost, srv.URL+"/graphql", live.Secret, `{"query":"{ patient(id: \"pat_gql\") { id } }"}`)
+	if c.status != http.StatusServiceUnavailable || strings.Contains(c.body, patientName) {
+		t.Fatalf("live GraphQL patient read with the broker down: %d %s", c.status, c.body)
+	}
+	// Calls without patient data, and test-key calls, are not held up.
+	if c := do(t, http.MethodGet, srv.URL+"/v1/organizations", live.Secret, ""); c.status != http.StatusOK {
+		t.Fatalf("live non-patient call with the broker down: %d %s", c.status, c.body)
+	}
+	if c := do(t, http.MethodGet, srv.URL+"/v1/patients/pat_1", test.Secret, ""); c.status != http.StatusOK {
+		t.Fatalf("test-key read with the broker down: %d %s", c.status, c.body)
+	}
+}
+
+// TestAuditBrokerNeverReachable starts with no broker at all behind the address.
+func TestAuditBrokerNeverReachable(t *testing.T) {
+	pool := pgtest.New(t)
+	keys := NewKeys(pool)
+	live := newKey(t, keys, NewKey{OrgID: newOrg(t, pool), Mode: access.Live, Scopes: []string{access.ReadPatients}})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	pub, err := audit.NewPublisher(audit.PublisherConfig{Brokers: []string{addr}, Topic: "audit"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { pub.Close(0) })
+	srv := httptest.NewServer(patientAPI(NewAuthenticator(keys, nil), NewAuditor(pub, WithAckTimeout(300*time.Millisecond))))
+	t.Cleanup(srv.Close)
+	c := do(t, http.MethodGet, srv.URL+"/v1/patients/pat_1", live.Secret, "")
+	if c.status != http.StatusServiceUnavailable || strings.Contains(c.body, patientName) {
+		t.Fatalf("live patient read without a broker: %d %s", c.status, c.body)
+	}
+}
+
+// TestAuditCall covers Audit, the entry point for operations outside the HTTP middleware.
+func TestAuditCall(t *testing.T) {
+	topic := kafkatest.Topic(t, "audit")
+	pub, err := audit.NewPublisher(audit.PublisherConfig{Brokers: kafkatest.Brokers(t), Topic: topic})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { pub.Close(5 * time.Second) })
+	aud := NewAuditor(pub)
+	live := &access.Principal{OrgID: "org_1", KeyID: "key_live", Mode: access.Live, ClientIP: "192.0.2.9"}
+	test := &access.Principal{OrgID: "org_1", KeyID: "key_test", Mode: access.Test}
+
+	ctx, _ := access.WithRecorder(access.With(context.Background(), live))
+	access.Touch(ctx, access.KindSession, "ses_1")
+	access.Touch(ctx, access.KindPatient, "pat_9")
+	start := time.Now()
+	if err := aud.Audit(ctx, Call{RequestID: "req_01jz0000000000000000000001", Start: start, UserAgent: "ws-client",
+		Operation: GraphQLOperation(`subscription { agentSessionUpdated(agentId: "agt_1") { id } }`, "")}); err != nil {
+		t.Fatal(err)
+	}
+	tctx, _ := access.WithRecorder(access.With(context.Background(), test))
+	access.Touch(tctx, access.KindPatient, "pat_9")
+	if err := aud.Audit(tctx, Call{Start: start, Operation: "graphql query patient"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := aud.Audit(context.Background(), Call{Start: start, Operation: "graphql query patient"}); err != nil {
+		t.Fatal(err)
+	}
+	// A marker after them: when it arrives, anything recorded before it has arrived too.
+	mctx := access.With(context.Background(), live)
+	if err := aud.Audit(mctx, Call{RequestID: "req_01jz0000000000000000000002", Start: start, Operation: "marker"}); err != nil {
+		t.Fatal(err)
+	}
+	pub.Close(5 * time.Second)
+
+	cl := kafkatest.Client(t, kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	var got []storage.AuditRecord
+	deadline := time.Now().Add(30 * time.Second)
+	for len(got) == 0 || got[len(got)-1].Operation != "marker" {
+		if time.Now().After(deadline) {
+			t.Fatalf("records on the topic: %+v", got)
+		}
+		fctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		cl.PollFetches(fctx).EachRecord(func(r *kgo.Record) {
+			var a storage.AuditRecord
+			if err := json.Unmarshal(r.Value, &a); err != nil {
+				t.Fatal(err)
+			}
+			got = append(got, a)
+		})
+		cancel()
+	}
+	if len(got) != 2 {
+		t.Fatalf("%d records, want the live call and the marker: %+v", len(got), got)
+	}
+	want := storage.AuditRecord{ID: "req_01jz0000000000000000000001", OrgID: "org_1", KeyID: "key_live", Mode: access.Live,
+		ClientIP: "192.0.2.9", UserAgent: "ws-client", Operation: "graphql subscription agentSessionUpdated",
+		ResourceIDs: []string{"ses_1", "pat_9"}, PatientIDs: []string{"pat_9"}, Outcome: "success", Status: 200}
+	if !sameAudit(got[0], want) || !got[0].Time.Equal(start.UTC().Truncate(time.Nanosecond)) {
+		t.Fatalf("record %+v\nwant     %+v", got[0], want)
+	}
+}

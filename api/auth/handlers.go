@@ -1,0 +1,264 @@
+package auth
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"mime"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/gorilla/mux"
+
+	"carehub/api/rest"
+	"carehub/processors/access"
+	"carehub/processors/fault"
+	"carehub/storage"
+)
+
+// AuditReader answers audit log reads; *audit.Service (carehub/processors/audit) is the real one.
+type AuditReader interface {
+	Query(ctx context.Context, q storage.AuditQuery) (storage.AuditPage, error)
+}
+
+// Handlers serves the REST endpoints of authentication: the token exchange, the JWKS, API key
+// management (/v1/api-keys, a carehub extension) and the audit log (/v1/audit).
+type Handlers struct {
+	tokens *Tokens
+	keys   *KeyAdmin
+	audit  AuditReader // nil: /v1/audit is not mounted
+}
+
+// NewHandlers returns the handlers; audit may be nil.
+func NewHandlers(tokens *Tokens, keys *KeyAdmin, audit AuditReader) *Handlers {
+	return &Handlers{tokens: tokens, keys: keys, audit: audit}
+}
+
+// Routes mounts the endpoints that need a credential on r, which must be behind
+// Authenticator.Middleware:
+//
+//	POST   /v1/auth/token
+//	GET    /v1/api-keys
+//	POST   /v1/api-keys
+//	GET    /v1/api-keys/{id}
+//	POST   /v1/api-keys/{id}/rotate
+//	POST   /v1/api-keys/{id}/revoke
+//	DELETE /v1/api-keys/{id}
+//	GET    /v1/audit
+func (h *Handlers) Routes(r *mux.Router) {
+	r.HandleFunc("/v1/auth/token", h.Token).Methods(http.MethodPost)
+	r.HandleFunc("/v1/api-keys", h.ListKeys).Methods(http.MethodGet)
+	r.HandleFunc("/v1/api-keys", h.CreateKey).Methods(http.MethodPost)
+	r.HandleFunc("/v1/api-keys/{id}", h.GetKey).Methods(http.MethodGet)
+	r.HandleFunc("/v1/api-keys/{id}/rotate", h.RotateKey).Methods(http.MethodPost)
+	r.HandleFunc("/v1/api-keys/{id}/revoke", h.RevokeKey).Methods(http.MethodPost)
+	r.HandleFunc("/v1/api-keys/{id}", h.RevokeKey).Methods(http.MethodDelete)
+	if h.audit != nil {
+		r.HandleFunc("/v1/audit", h.Audit).Methods(http.MethodGet)
+	}
+}
+
+// PublicRoutes mounts the endpoints that need no credential: GET /.well-known/jwks.json.
+func (h *Handlers) PublicRoutes(r *mux.Router) {
+	r.HandleFunc("/.well-known/jwks.json", h.JWKS).Methods(http.MethodGet)
+}
+
+// Token is POST /v1/auth/token: body {scope: [..]}, the API key in Authorization.
+func (h *Handlers) Token(w http.ResponseWriter, r *http.Request) {
+	var body struct {
+		Scope json.RawMessage `json:"scope"`
+	}
+	if err := decodeJSON(r, &body, false); err != nil {
+		rest.WriteError(w, r, err)
+		return
+	}
+	var scopes []string
+	if len(body.Scope) == 0 || string(body.Scope) == "null" {
+		rest.WriteError(w, r, fault.Validation("invalid token request", map[string]string{"scope": "required: a list of scope names"}))
+		return
+	}
+	if err := json.Unmarshal(body.Scope, &scopes); err != nil {
+		rest.WriteError(w, r, fault.Validation("invalid token request", map[string]string{"scope": "must be a list of scope names, e.g. [\"read:patients\"]"}))
+		return
+	}
+	tok, err := h.tokens.Issue(r.Context(), access.From(r.Context()), scopes)
+	if err != nil {
+		rest.WriteError(w, r, err)
+		return
+	}
+	w.Header().Set("Cache-Control", "no-store")
+	w.Header().Set("Pragma", "no-cache")
+	rest.WriteJSON(w, http.StatusOK, tok)
+}
+
+// JWKS is GET /.well-known/jwks.json.
+func (h *Handlers) JWKS(w http.ResponseWriter, r *http.Request) {
+	set, err := h.tokens.JWKS(r.Context())
+	if err != nil {
+		rest.WriteError(w, r, err)
+		return
+	}
+	w.Header().Set("Cache-Control", "public, max-age=300")
+	rest.WriteJSON(w, http.StatusOK, set)
+}
+
+// ListKeys is GET /v1/api-keys: {data: [key]}, masked.
+func (h *Handlers) ListKeys(w http.ResponseWriter, r *http.Request) {
+	list, err := h.keys.List(r.Context())
+	if err != nil {
+		rest.WriteError(w, r, err)
+		return
+	}
+	rest.WriteJSON(w, http.StatusOK, rest.List[Key]{Data: list})
+}
+
+// GetKey is GET /v1/api-keys/{id}.
+func (h *Handlers) GetKey(w http.ResponseWriter, r *http.Request) {
+	k, err := h.keys.Get(r.Context(), mux.Vars(r)["id"])
+	if err != nil {
+		rest.WriteError(w, r, err)
+		return
+	}
+	rest.WriteJSON(w, http.StatusOK, k)
+}
+
+// CreateKey is POST /v1/api-keys: body {name, mode, scopes, ipAllowlist, orgId (platform
+// operator only)}; 201 with the key's secret under "key", shown this once.
+func (h *Handlers) CreateKey(w http.ResponseWriter, r *http.Request) {
+	var body struct {
+		OrgID       string   `json:"orgId"`
+		Name        string   `json:"name"`
+		Mode        string   `json:"mode"`
+		Scopes      []string `json:"scopes"`
+		IPAllowlist []string `json:"ipAllowlist"`
+	}
+	if err := decodeJSON(r, &body, true); err != nil {
+		rest.WriteError(w, r, err)
+		return
+	}
+	ck, err := h.keys.Create(r.Context(), NewKey{OrgID: body.OrgID, Name: body.Name, Mode: body.Mode,
+		Scopes: body.Scopes, IPAllowlist: body.IPAllowlist})
+	if err != nil {
+		rest.WriteError(w, r, err)
+		return
+	}
+	w.Header().Set("Cache-Control", "no-store")
+	rest.WriteJSON(w, http.StatusCreated, ck)
+}
+
+// RotateKey is POST /v1/api-keys/{id}/rotate: 201 with the replacement and its secret; the old
+// key keeps working for 24 hours.
+func (h *Handlers) RotateKey(w http.ResponseWriter, r *http.Request) {
+	ck, err := h.keys.Rotate(r.Context(), mux.Vars(r)["id"])
+	if err != nil {
+		rest.WriteError(w, r, err)
+		return
+	}
+	w.Header().Set("Cache-Control", "no-store")
+	rest.WriteJSON(w, http.StatusCreated, ck)
+}
+
+// RevokeKey is POST /v1/api-keys/{id}/revoke and DELETE /v1/api-keys/{id}: 200 with the
+// revoked key. Revoking a revoked key is not an error.
+func (h *Handlers) RevokeKey(w http.ResponseWriter, r *http.Request) {
+	k, err := h.keys.Revoke(r.Context(), mux.Vars(r)["id"])
+	if err != nil {
+		rest.WriteError(w, r, err)
+		return
+	}
+	rest.WriteJSON(w, http.StatusOK, k)
+}
+
+// Audit is GET /v1/audit: query from, to (RFC 3339; from inclusive, to exclusive), keyId,
+// patientId, operation (exact), limit (1..1000, default 100), cursor, and orgId (platform
+// operator only). 200 {data: [record], meta: {total, cursor}}, newest first.
+func (h *Handlers) Audit(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	aq := storage.AuditQuery{OrgID: q.Get("orgId"), KeyID: q.Get("keyId"), PatientID: q.Get("patientId"),
+		Operation: q.Get("operation"), Cursor: q.Get("cursor")}
+	var err error
+	if aq.From, err = timeParam(q.Get("from"), "from"); err != nil {
+		rest.WriteError(w, r, err)
+		return
+	}
+	if aq.To, err = timeParam(q.Get("to"), "to"); err != nil {
+		rest.WriteError(w, r, err)
+		return
+	}
+	if s := q.Get("limit"); s != "" {
+		if aq.Limit, err = strconv.Atoi(s); err != nil || aq.Limit < 1 {
+			rest.WriteError(w, r, fault.Invalid("limit must be an integer between 1 and 1000"))
+			return
+		}
+	}
+	page, err := h.audit.Query(r.Context(), aq)
+	if err != nil {
+		rest.WriteError(w, r, err)
+		return
+	}
+	for i := range page.Records {
+		page.Records[i].ResourceIDs = nonNil(page.Records[i].ResourceIDs)
+		page.Records[i].PatientIDs = nonNil(page.Records[i].PatientIDs)
+	}
+	if page.Records == nil {
+		page.Records = []storage.AuditRecord{}
+	}
+	var cursor *string
+	if page.NextCursor != "" {
+		cursor = &page.NextCursor
+	}
+	rest.WriteJSON(w, http.StatusOK, rest.List[storage.AuditRecord]{Data: page.Records,
+		Meta: rest.CursorMeta{Total: page.Total, Cursor: cursor}})
+}
+
+func nonNil(s []string) []string {
+	if s == nil {
+		return []string{}
+	}
+	return s
+}
+
+func timeParam(s, name string) (time.Time, error) {
+	if s == "" {
+		return time.Time{}, nil
+	}
+	t, err := time.Parse(time.RFC3339Nano, s)
+	if err != nil {
+		return time.Time{}, fault.Invalid("%s must be an RFC 3339 timestamp such as 2024-05-01T12:00:00Z", name)
+	}
+	return t, nil
+}
+
+// decodeJSON reads one JSON object from r's body into v. A Content-Type other than
+// application/json is 415; an empty, malformed or trailing-garbage body is 400 (with strict,
+// unknown fields too); a body past the limit is 413.
+func decodeJSON(r *http.Request, v any, strict bool) error {
+	if ct := r.Header.Get("Content-Type"); ct != "" {
+		if mt, _, err := mime.ParseMediaType(ct); err != nil || mt != "application/json" {
+			return fault.New(fault.KindUnsupportedMedia, "Content-Type must be application/json")
+		}
+	}
+	if r.Body == nil {
+		return fault.Invalid("request body is empty: send a JSON object")
+	}
+	dec := json.NewDecoder(r.Body)
+	if strict {
+		dec.DisallowUnknownFields()
+	}
+	if err := dec.Decode(v); err != nil {
+		var mbe *http.MaxBytesError
+		switch {
+		case errors.As(err, &mbe):
+			return err
+		case errors.Is(err, io.EOF):
+			return fault.Invalid("request body is empty: send a JSON object")
+		}
+		return fault.Invalid("malformed JSON body: %v", err)
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		return fault.Invalid("malformed JSON body: trailing data after the object")
+	}
+	return nil
+}

@@ -1,0 +1,114 @@
+package auth
+
+import (
+	"io"
+	"net/http"
+	"strings"
+
+	"carehub/api/rest"
+	"carehub/processors/access"
+	"carehub/processors/fault"
+)
+
+// Middleware authenticates every request, applies the credential's rate limit and puts the
+// principal in the request context (access.With). A request it refuses gets onError (nil means
+// rest.WriteError) with a fault: UNAUTHORIZED (401), IP_NOT_ALLOWED (403), RATE_LIMITED (429,
+// with Retry-After) or UNAVAILABLE (503, the key store is down). Every response to an
+// authenticated request carries RateLimit-Limit, RateLimit-Remaining and RateLimit-Reset.
+//
+// The limit class is ClassIngest for requests Limits.IsIngest selects (POST /v1/observations),
+// ClassDefault otherwise; each class has its own buckets.
+//
+// WebSocket upgrades of the subscription path pass through unauthenticated: browsers cannot
+// set headers on them, so their credential arrives in connection_init and the WebSocket handler
+// authenticates it with Authenticate.
+//
+// Placed inside an Auditor's middleware, it tells the auditor which key a call was made with,
+// refused calls included.
+func (a *Authenticator) Middleware(onError func(http.ResponseWriter, *http.Request, error)) func(http.Handler) http.Handler {
+	if onError == nil {
+		onError = rest.WriteError
+	}
+	return func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.URL.Path == a.wsPath && isWebSocketUpgrade(r) {
+				next.ServeHTTP(w, r)
+				return
+			}
+			ctx := r.Context()
+			p, err := a.authenticate(ctx, r.Header.Get("Authorization"), a.clientIP(r))
+			st := auditStateFrom(ctx)
+			if st != nil && p != nil {
+				st.setPrincipal(p)
+			}
+			if err != nil {
+				onError(w, r, err)
+				return
+			}
+			d := a.rate[a.limits.class(r)].take(p.KeyID, a.now())
+			d.setHeaders(w.Header())
+			if !d.allowed {
+				onError(w, r, fault.New(fault.KindRateLimited, "rate limit exceeded for this credential: retry after %s seconds",
+					w.Header().Get("Retry-After")))
+				return
+			}
+			r = r.WithContext(access.With(ctx, p))
+			if st != nil {
+				r = st.authenticated(r)
+			}
+			next.ServeHTTP(w, r)
+		})
+	}
+}
+
+func isWebSocketUpgrade(r *http.Request) bool {
+	return r.Method == http.MethodGet && strings.EqualFold(r.Header.Get("Upgrade"), "websocket") &&
+		headerHasToken(r.Header, "Connection", "upgrade")
+}
+
+func headerHasToken(h http.Header, name, token string) bool {
+	for _, v := range h.Values(name) {
+		for t := range strings.SplitSeq(v, ",") {
+			if strings.EqualFold(strings.TrimSpace(t), token) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// Body size limits of DECISIONS §3.
+const (
+	DefaultBodyLimit int64 = 1 << 20  // 1 MiB
+	IngestBodyLimit  int64 = 16 << 20 // 16 MiB, POST /v1/observations
+)
+
+// LimitBody limits request bodies to n bytes: a declared Content-Length above n is refused at
+// once with 413 PAYLOAD_TOO_LARGE, and reading past n fails with *http.MaxBytesError, which
+// rest.WriteError maps to the same. The innermost LimitBody wins, so a router-wide
+// LimitBody(DefaultBodyLimit) and a route's LimitBody(IngestBodyLimit) compose as expected.
+func LimitBody(n int64) func(http.Handler) http.Handler {
+	return func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.ContentLength > n {
+				rest.WriteError(w, r, fault.New(fault.KindTooLarge, "request body of %d bytes exceeds the limit of %d bytes", r.ContentLength, n))
+				return
+			}
+			if r.Body != nil && r.Body != http.NoBody {
+				orig := r.Body
+				if lb, ok := orig.(*limitedBody); ok {
+					orig = lb.orig
+				}
+				r.Body = &limitedBody{ReadCloser: http.MaxBytesReader(w, orig, n), orig: orig}
+			}
+			next.ServeHTTP(w, r)
+		})
+	}
+}
+
+// limitedBody remembers the unlimited body so that an inner LimitBody can replace the limit
+// rather than nest inside it.
+type limitedBody struct {
+	io.ReadCloser
+	orig io.ReadCloser
+}

@@ -1,0 +1,162 @@
+package auth
+
+import (
+	"math"
+	"net/http"
+	"strconv"
+	"sync"
+	"time"
+)
+
+// Rate is a token bucket: PerSecond tokens refill continuously up to Burst.
+type Rate struct {
+	PerSecond float64
+	Burst     int
+}
+
+// Class selects which limit applies to a request.
+type Class int
+
+// The limit classes of DECISIONS §3.
+const (
+	ClassDefault Class = iota // every authenticated request but ingest
+	ClassIngest               // POST /v1/observations
+)
+
+// Limits are the per-credential rate limits. Limits are per node: with N api nodes behind a
+// balancer a credential gets up to N times the rate, which is the usual trade for not putting a
+// shared store on every request's path.
+type Limits struct {
+	Default Rate // default 50/s, burst 100
+	Ingest  Rate // default 200/s, burst 400
+	// IsIngest classifies a request (default: POST /v1/observations).
+	IsIngest func(*http.Request) bool
+	// MaxTracked bounds the buckets kept per class (default 100,000). Past it, buckets that
+	// have refilled completely are dropped first (dropping them changes nothing), then random
+	// ones.
+	MaxTracked int
+}
+
+// DefaultLimits returns the limits of DECISIONS §3.
+func DefaultLimits() Limits {
+	return Limits{Default: Rate{PerSecond: 50, Burst: 100}, Ingest: Rate{PerSecond: 200, Burst: 400}}
+}
+
+func (l Limits) withDefaults() Limits {
+	d := DefaultLimits()
+	if l.Default.PerSecond <= 0 || l.Default.Burst <= 0 {
+		l.Default = d.Default
+	}
+	if l.Ingest.PerSecond <= 0 || l.Ingest.Burst <= 0 {
+		l.Ingest = d.Ingest
+	}
+	if l.IsIngest == nil {
+		l.IsIngest = func(r *http.Request) bool {
+			return r.Method == http.MethodPost && r.URL.Path == "/v1/observations"
+		}
+	}
+	if l.MaxTracked <= 0 {
+		l.MaxTracked = 100_000
+	}
+	return l
+}
+
+func (l Limits) class(r *http.Request) Class {
+	if l.IsIngest(r) {
+		return ClassIngest
+	}
+	return ClassDefault
+}
+
+// limiter holds the token buckets of one class, by credential (API key id; a JWT counts
+// against its parent key, so exchanging tokens cannot multiply a key's rate).
+type limiter struct {
+	rate Rate
+	max  int
+
+	mu      sync.Mutex
+	buckets map[string]*bucket
+}
+
+type bucket struct {
+	tokens float64
+	last   time.Time
+}
+
+// decision is the outcome of taking one token, with what the RateLimit headers report.
+type decision struct {
+	allowed    bool
+	limit      int           // the burst: the most requests a full bucket admits at once
+	remaining  int           // whole tokens left
+	reset      time.Duration // until the bucket is full again
+	retryAfter time.Duration // until one token is available (when refused)
+}
+
+func newLimiter(r Rate, max int) *limiter {
+	return &limiter{rate: r, max: max, buckets: map[string]*bucket{}}
+}
+
+// take spends one token of id's bucket at now, if there is one.
+func (l *limiter) take(id string, now time.Time) decision {
+	burst := float64(l.rate.Burst)
+	l.mu.Lock()
+	b, ok := l.buckets[id]
+	if !ok {
+		if len(l.buckets) >= l.max {
+			l.evictLocked(now)
+		}
+		b = &bucket{tokens: burst, last: now}
+		l.buckets[id] = b
+	}
+	if elapsed := now.Sub(b.last); elapsed > 0 {
+		b.tokens = math.Min(burst, b.tokens+elapsed.Seconds()*l.rate.PerSecond)
+		b.last = now
+	}
+	d := decision{limit: l.rate.Burst}
+	if b.tokens >= 1 {
+		b.tokens--
+		d.allowed = true
+	} else {
+		d.retryAfter = l.seconds(1 - b.tokens)
+	}
+	tokens := b.tokens
+	l.mu.Unlock()
+	d.remaining = int(tokens)
+	d.reset = l.seconds(burst - tokens)
+	return d
+}
+
+func (l *limiter) seconds(tokens float64) time.Duration {
+	return time.Duration(tokens / l.rate.PerSecond * float64(time.Second))
+}
+
+func (l *limiter) evictLocked(now time.Time) {
+	full := time.Duration(float64(l.rate.Burst) / l.rate.PerSecond * float64(time.Second))
+	for id, b := range l.buckets {
+		if now.Sub(b.last) >= full {
+			delete(l.buckets, id)
+		}
+	}
+	for id := range l.buckets {
+		if len(l.buckets) < l.max-l.max/10 {
+			break
+		}
+		delete(l.buckets, id)
+	}
+}
+
+// setHeaders writes the RateLimit headers (IETF draft "RateLimit header fields for HTTP"):
+// Limit is the burst, Remaining the whole requests left now, Reset the seconds until the bucket
+// is full again; a refusal adds Retry-After, the seconds until the next request is admitted.
+func (d decision) setHeaders(h http.Header) {
+	h.Set("RateLimit-Limit", strconv.Itoa(d.limit))
+	h.Set("RateLimit-Remaining", strconv.Itoa(d.remaining))
+	h.Set("RateLimit-Reset", strconv.Itoa(ceilSeconds(d.reset)))
+	if !d.allowed {
+		h.Set("Retry-After", strconv.Itoa(max(1, ceilSeconds(d.retryAfter))))
+	}
+}
+
+func ceilSeconds(d time.Duration) int {
+	return int((d + time.Second - 1) / time.Second)
+}

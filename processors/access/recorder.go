@@ -1,0 +1,107 @@
+package access
+
+import (
+	"context"
+	"slices"
+	"sync"
+)
+
+// Resource kinds services pass to Touch. Any other kind is recorded as a resource id only;
+// KindPatient is also what the HIPAA audit log indexes and what makes an audited response wait
+// for the broker's acknowledgement of its record before it is sent (DECISIONS §2).
+const (
+	KindPatient     = "patient"
+	KindObservation = "observation"
+	KindEncounter   = "encounter"
+	KindSession     = "agent_session"
+	KindRun         = "workflow_run"
+)
+
+// Bounds on what one request records: every patient id up to maxPatientIDs (patient lists are
+// bounded by page limits far below it), other ids up to maxResourceIDs, so a request that reads
+// a hundred patients with their observations still yields an audit record of sane size.
+const (
+	maxPatientIDs  = 10_000
+	maxResourceIDs = 1_000
+)
+
+// Recorder collects the resource ids one request touched, for its audit record. It is safe for
+// concurrent use: GraphQL resolves fields in parallel. The zero value is not usable; get one from
+// WithRecorder.
+type Recorder struct {
+	mu        sync.Mutex
+	seen      map[string]struct{}
+	patients  []string
+	resources []string
+}
+
+type recorderKey struct{}
+
+// WithRecorder returns ctx carrying a new Recorder, and the Recorder. The audit middleware calls
+// it once per audited request; services only call Touch.
+func WithRecorder(ctx context.Context) (context.Context, *Recorder) {
+	r := &Recorder{seen: map[string]struct{}{}}
+	return context.WithValue(ctx, recorderKey{}, r), r
+}
+
+// RecorderFrom returns the Recorder in ctx, or nil.
+func RecorderFrom(ctx context.Context) *Recorder {
+	r, _ := ctx.Value(recorderKey{}).(*Recorder)
+	return r
+}
+
+// Touch records that the request in ctx read or changed resource id of kind (KindPatient, …).
+// Services call it for every resource whose data they return or change, and for the patient of
+// any patient-derived data (an observation's subject, a session's patientId). It is a no-op
+// without a Recorder (test keys, background work) and for an empty id.
+func Touch(ctx context.Context, kind, id string) {
+	if id == "" {
+		return
+	}
+	r := RecorderFrom(ctx)
+	if r == nil {
+		return
+	}
+	r.touch(kind, id)
+}
+
+func (r *Recorder) touch(kind, id string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if _, dup := r.seen[id]; dup {
+		return
+	}
+	if kind == KindPatient {
+		if len(r.patients) >= maxPatientIDs {
+			return
+		}
+		r.patients = append(r.patients, id)
+	} else if len(r.resources) >= maxResourceIDs {
+		return
+	}
+	r.seen[id] = struct{}{}
+	r.resources = append(r.resources, id)
+}
+
+// PatientIDs returns the distinct patient ids touched so far, in first-touch order.
+func (r *Recorder) PatientIDs() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.patients)
+}
+
+// ResourceIDs returns the distinct ids of every kind touched so far (patients included), in
+// first-touch order.
+func (r *Recorder) ResourceIDs() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.resources)
+}
+
+// TouchedPatients reports whether any patient was touched: the response then carries patient
+// data and its audit record must be durable before it is sent.
+func (r *Recorder) TouchedPatients() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.patients) > 0
+}
