@@ -74,6 +74,15 @@ func (s *Server) wire(ctx context.Context, wctx context.Context) (http.Handler, 
 			return nil, fmt.Errorf("audit writer: %w", err)
 		}
 		s.run("audit-writer", w.Run, wctx)
+		d, err := webhooks.NewDispatcher(webhooks.DispatcherConfig{
+			Pool: s.pool, Brokers: s.brokers, Topic: kafka.DefaultTopics().Events,
+			Logger: s.logger.With("component", "webhooks"), Registerer: s.registry,
+			AllowPrivate: s.cfg.WebhooksAllowPrivate,
+		})
+		if err != nil {
+			return nil, fmt.Errorf("webhook dispatcher: %w", err)
+		}
+		s.run("webhooks", d.Run, wctx)
 	}
 	return r, nil
 }
@@ -102,7 +111,11 @@ func (s *Server) mountAPI(r *mux.Router, a authRoutes, wctx context.Context) err
 	}
 	s.run("fanout", hub.Run, wctx)
 	agentSvc := agents.New(s.pool, agents.WithLogger(s.logger))
-	webhookSvc := webhooks.NewService(s.pool)
+	var whOpts []webhooks.Option
+	if s.cfg.WebhooksAllowPrivate {
+		whOpts = append(whOpts, webhooks.AllowPrivate())
+	}
+	webhookSvc := webhooks.NewService(s.pool, whOpts...)
 	s.closers = append(s.closers, func(context.Context) error { return agentSvc.Close() })
 	svc := graphql.Services{Orgs: orgs.New(s.pool), Marketplace: marketplace.New(s.pool), Deployments: deployments.New(s.pool),
 		Agents: agentSvc, Workflows: workflows.New(s.pool), Patients: patients.New(s.pool),

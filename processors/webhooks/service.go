@@ -1,13 +1,41 @@
 // Package webhooks manages webhook subscriptions and delivers events to them, signed per Standard
 // Webhooks (DECISIONS §5).
+//
+// Two halves share one Postgres schema (schemas/postgres/0003_webhooks.sql):
+//
+//	service.go        Service: subscriptions, deliveries and attempts for the API (scopes, tenancy)
+//	testsend.go       Service.Test: POST /api/v1/webhooks/test
+//	dispatcher.go     Dispatcher: the "carehub-webhooks" consumer group on carehub.events.v1; it
+//	                  records one delivery per (subscription, event) before committing offsets
+//	subscriptions.go  the dispatcher's per-project subscription cache
+//	deliver.go        the delivery worker pool: claims lanes, attempts, records outcomes, leases
+//	sender.go         one signed HTTP attempt (no redirects, no proxy, bounded, trimmed answer)
+//	sign.go           secrets, Standard Webhooks signatures, the delivered body
+//	ssrf.go           destination checks at create time and in the dialer
+//	schedule.go       retry schedule, jitter, Retry-After
+//	nodeverify/       the reference verifier (npm standardwebhooks) the tests check against
+//
+// Delivery is at least once, in order per subscription. An event becomes a delivery row before
+// its Kafka offset is committed; a delivery is attempted by the dispatcher that holds its
+// subscription's lane lease, and a lease that is not renewed (a dispatcher killed mid-attempt)
+// expires and the delivery is sent again, with the same webhook-id, so receivers deduplicate.
 package webhooks
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
+	"slices"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"carehub/processors/access"
+	"carehub/processors/events"
+	"carehub/processors/fault"
+	"carehub/storage/ids"
 )
 
 // Subscription is a webhook subscription. Secret is the full secret only on the results of Create
@@ -28,15 +56,18 @@ type Subscription struct {
 
 // Delivery is one event's delivery to one subscription.
 type Delivery struct {
-	ID            string     `json:"id"`
-	WebhookID     string     `json:"webhookId"`
-	EventID       string     `json:"eventId"`
-	EventType     string     `json:"eventType"`
-	Status        string     `json:"status"` // pending, delivering, succeeded, failed
-	AttemptCount  int        `json:"attemptCount"`
-	NextAttemptAt *time.Time `json:"nextAttemptAt"`
-	LastAttemptAt *time.Time `json:"lastAttemptAt"`
-	CreatedAt     time.Time  `json:"createdAt"`
+	ID             string     `json:"id"`
+	WebhookID      string     `json:"webhookId"`
+	EventID        string     `json:"eventId"`
+	EventType      string     `json:"eventType"`
+	Status         string     `json:"status"` // pending, delivering, succeeded, failed, cancelled
+	AttemptCount   int        `json:"attemptCount"`
+	NextAttemptAt  *time.Time `json:"nextAttemptAt"`
+	LastAttemptAt  *time.Time `json:"lastAttemptAt"`
+	LastStatusCode *int       `json:"lastStatusCode"`
+	CreatedAt      time.Time  `json:"createdAt"`
+	// Body is the exact request body sent; only Service.Delivery fills it.
+	Body json.RawMessage `json:"body,omitempty"`
 }
 
 // Attempt is one HTTP attempt of a delivery.
@@ -57,64 +88,572 @@ type Update struct {
 	Status *string // active, paused, disabled
 }
 
+// Subscription statuses.
+const (
+	StatusActive   = "active"
+	StatusPaused   = "paused"
+	StatusFailing  = "failing"
+	StatusDisabled = "disabled"
+)
+
+// Delivery statuses.
+const (
+	DeliveryPending    = "pending"
+	DeliveryDelivering = "delivering"
+	DeliverySucceeded  = "succeeded"
+	DeliveryFailed     = "failed"
+	DeliveryCancelled  = "cancelled"
+)
+
+// PauseAfter is the number of consecutive failed attempts that pauses a subscription.
+const PauseAfter = 10
+
+// RotationOverlap is how long a rotated-out secret keeps signing.
+const RotationOverlap = 24 * time.Hour
+
+// RedeliverWindow is how long a finished delivery can be sent again.
+const RedeliverWindow = 30 * 24 * time.Hour
+
+// NotifyChannel is the Postgres channel on which subscription changes ("sub:<project id>") and
+// newly due deliveries ("due") are announced to every dispatcher.
+const NotifyChannel = "carehub_webhooks"
+
+const maxPatterns = 100
+
+// Option configures a Service (and, through DispatcherConfig, a Dispatcher).
+type Option func(*options)
+
+type options struct {
+	allowPrivate bool
+	timeout      time.Duration
+}
+
+// AllowPrivate permits subscription URLs and test sends to private, loopback and other
+// non-public destinations, and plain http://. For development and tests only
+// (--webhooks-allow-private).
+func AllowPrivate() Option { return func(o *options) { o.allowPrivate = true } }
+
+// WithTimeout bounds a test send (default DefaultTimeout).
+func WithTimeout(d time.Duration) Option { return func(o *options) { o.timeout = d } }
+
 // Service is the webhook subscription service used by the GraphQL and REST transports. Every
-// method checks the caller's scope (admin:org) and tenancy from ctx.
+// method checks the caller's scope and tenancy from ctx: reads of subscriptions (List, Get, ByIDs)
+// take any valid credential and mask secrets; everything else requires admin:org. Another
+// organization's subscription or delivery is NOT_FOUND.
 type Service struct {
-	pool *pgxpool.Pool
+	pool   *pgxpool.Pool
+	opts   options
+	sender *sender
 }
 
 // NewService returns the service on pool.
-func NewService(pool *pgxpool.Pool) *Service { return &Service{pool: pool} }
+func NewService(pool *pgxpool.Pool, opts ...Option) *Service {
+	var o options
+	for _, opt := range opts {
+		opt(&o)
+	}
+	return &Service{pool: pool, opts: o, sender: newSender(o.allowPrivate, o.timeout, 2)}
+}
 
-var errPending = errors.New("webhooks: not implemented yet")
+const subscriptionColumns = `id, org_id, project_id, url, events, status, secret, failure_count, last_delivered_at, created_at, updated_at`
+
+func scanSubscription(row pgx.Row) (*Subscription, error) {
+	var s Subscription
+	err := row.Scan(&s.ID, &s.OrgID, &s.ProjectID, &s.URL, &s.Events, &s.Status, &s.Secret, &s.FailureCount,
+		&s.LastDeliveredAt, &s.CreatedAt, &s.UpdatedAt)
+	if err != nil {
+		return nil, err
+	}
+	s.CreatedAt, s.UpdatedAt = s.CreatedAt.UTC(), s.UpdatedAt.UTC()
+	if s.LastDeliveredAt != nil {
+		t := s.LastDeliveredAt.UTC()
+		s.LastDeliveredAt = &t
+	}
+	return &s, nil
+}
+
+func (s *Subscription) masked() *Subscription {
+	s.Secret = maskSecret(s.Secret)
+	return s
+}
+
+// checkEvents validates and normalizes subscription patterns: at least one, each an exact type,
+// "prefix.*" or "*", duplicates removed, order kept.
+func checkEvents(patterns []string) ([]string, error) {
+	if len(patterns) == 0 {
+		return nil, fault.Validation("events must name at least one event type or pattern",
+			map[string]string{"events": "at least one pattern is required"})
+	}
+	if len(patterns) > maxPatterns {
+		return nil, fault.Validation("too many event patterns", map[string]string{"events": "at most 100 patterns"})
+	}
+	out := make([]string, 0, len(patterns))
+	for _, p := range patterns {
+		if !events.ValidPattern(p) {
+			return nil, fault.Validation("invalid event pattern "+quote(p),
+				map[string]string{"events": "each pattern is an event type (two or more dot-separated segments of [a-z0-9_]), prefix.* or *"})
+		}
+		if !slices.Contains(out, p) {
+			out = append(out, p)
+		}
+	}
+	return out, nil
+}
+
+func quote(s string) string {
+	b, _ := json.Marshal(s)
+	return string(b)
+}
 
 // Create registers a subscription and returns it with its full secret.
-func (s *Service) Create(ctx context.Context, projectID, url string, events []string) (*Subscription, error) {
-	return nil, errPending
+func (s *Service) Create(ctx context.Context, projectID, url string, patterns []string) (*Subscription, error) {
+	p, err := access.Require(ctx, access.AdminOrg)
+	if err != nil {
+		return nil, err
+	}
+	if err := checkURL(url, s.opts.allowPrivate); err != nil {
+		return nil, err
+	}
+	patterns, err = checkEvents(patterns)
+	if err != nil {
+		return nil, err
+	}
+	var sub *Subscription
+	err = s.inTx(ctx, func(tx pgx.Tx) error {
+		row := tx.QueryRow(ctx, `
+insert into webhooks (id, org_id, project_id, url, events, secret)
+select $1, p.org_id, p.id, $3, $4, $5 from projects p where p.id = $2 and ($6 = '' or p.org_id = $6)
+returning `+subscriptionColumns,
+			ids.New(ids.Webhook), projectID, url, patterns, newSecret(), p.OrgFilter())
+		var err error
+		if sub, err = scanSubscription(row); errors.Is(err, pgx.ErrNoRows) {
+			return fault.NotFound("project", projectID)
+		} else if err != nil {
+			return err
+		}
+		return notify(ctx, tx, "sub:"+sub.ProjectID)
+	})
+	if err != nil {
+		return nil, wrap("create webhook", err)
+	}
+	return sub, nil
 }
 
 // List returns the subscriptions of a project, secrets masked.
 func (s *Service) List(ctx context.Context, projectID string) ([]Subscription, error) {
-	return nil, errPending
+	p, err := access.Caller(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var visible bool
+	err = s.pool.QueryRow(ctx, `select exists (select 1 from projects where id = $1 and ($2 = '' or org_id = $2))`,
+		projectID, p.OrgFilter()).Scan(&visible)
+	if err != nil {
+		return nil, wrap("list webhooks", err)
+	}
+	if !visible {
+		return nil, fault.NotFound("project", projectID)
+	}
+	rows, err := s.pool.Query(ctx, `select `+subscriptionColumns+` from webhooks
+where project_id = $1 and deleted_at is null and ($2 = '' or org_id = $2) order by created_at, id`, projectID, p.OrgFilter())
+	if err != nil {
+		return nil, wrap("list webhooks", err)
+	}
+	out := []Subscription{}
+	for rows.Next() {
+		sub, err := scanSubscription(rows)
+		if err != nil {
+			rows.Close()
+			return nil, wrap("list webhooks", err)
+		}
+		out = append(out, *sub.masked())
+	}
+	if err := rows.Err(); err != nil {
+		return nil, wrap("list webhooks", err)
+	}
+	return out, nil
 }
 
 // Get returns one subscription, secret masked.
-func (s *Service) Get(ctx context.Context, id string) (*Subscription, error) { return nil, errPending }
+func (s *Service) Get(ctx context.Context, id string) (*Subscription, error) {
+	p, err := access.Caller(ctx)
+	if err != nil {
+		return nil, err
+	}
+	sub, err := scanSubscription(s.pool.QueryRow(ctx, `select `+subscriptionColumns+` from webhooks
+where id = $1 and deleted_at is null and ($2 = '' or org_id = $2)`, id, p.OrgFilter()))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, fault.NotFound("webhook", id)
+	}
+	if err != nil {
+		return nil, wrap("get webhook", err)
+	}
+	return sub.masked(), nil
+}
 
-// Update changes url, events or status (pause, resume, disable).
+// ByIDs returns subscriptions by id (a batched loader), secrets masked, tenancy applied.
+func (s *Service) ByIDs(ctx context.Context, idList []string) (map[string]*Subscription, error) {
+	p, err := access.Caller(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[string]*Subscription, len(idList))
+	if len(idList) == 0 {
+		return out, nil
+	}
+	rows, err := s.pool.Query(ctx, `select `+subscriptionColumns+` from webhooks
+where id = any($1) and deleted_at is null and ($2 = '' or org_id = $2)`, idList, p.OrgFilter())
+	if err != nil {
+		return nil, wrap("load webhooks", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		sub, err := scanSubscription(rows)
+		if err != nil {
+			return nil, wrap("load webhooks", err)
+		}
+		out[sub.ID] = sub.masked()
+	}
+	if err := rows.Err(); err != nil {
+		return nil, wrap("load webhooks", err)
+	}
+	return out, nil
+}
+
+// Update changes url, events or status. Status active resumes a paused, failing or disabled
+// subscription: failureCount returns to 0 and every pending delivery becomes due at once, to be
+// sent in order. paused stops attempts and keeps pending deliveries; disabled stops attempts
+// and records no new deliveries.
 func (s *Service) Update(ctx context.Context, id string, u Update) (*Subscription, error) {
-	return nil, errPending
+	p, err := access.Require(ctx, access.AdminOrg)
+	if err != nil {
+		return nil, err
+	}
+	if u.URL != nil {
+		if err := checkURL(*u.URL, s.opts.allowPrivate); err != nil {
+			return nil, err
+		}
+	}
+	if u.Events != nil {
+		if u.Events, err = checkEvents(u.Events); err != nil {
+			return nil, err
+		}
+	}
+	if u.Status != nil && !slices.Contains([]string{StatusActive, StatusPaused, StatusDisabled}, *u.Status) {
+		return nil, fault.Validation("invalid status "+quote(*u.Status),
+			map[string]string{"status": "must be active, paused or disabled"})
+	}
+	var sub *Subscription
+	err = s.inTx(ctx, func(tx pgx.Tx) error {
+		row := tx.QueryRow(ctx, `
+update webhooks set
+	url = coalesce($3, url),
+	events = coalesce($4, events),
+	status = coalesce($5, status),
+	failure_count = case when $5 = 'active' then 0 else failure_count end,
+	updated_at = now()
+where id = $1 and deleted_at is null and ($2 = '' or org_id = $2)
+returning `+subscriptionColumns, id, p.OrgFilter(), u.URL, u.Events, u.Status)
+		var err error
+		if sub, err = scanSubscription(row); errors.Is(err, pgx.ErrNoRows) {
+			return fault.NotFound("webhook", id)
+		} else if err != nil {
+			return err
+		}
+		if u.Status != nil && *u.Status == StatusActive {
+			if _, err := tx.Exec(ctx, `update webhook_deliveries set next_attempt_at = now(), updated_at = now()
+where webhook_id = $1 and status = 'pending' and next_attempt_at > now()`, id); err != nil {
+				return err
+			}
+			if err := notify(ctx, tx, "due"); err != nil {
+				return err
+			}
+		}
+		return notify(ctx, tx, "sub:"+sub.ProjectID)
+	})
+	if err != nil {
+		return nil, wrap("update webhook", err)
+	}
+	return sub.masked(), nil
 }
 
 // RotateSecret issues a new secret, returned in full; the old one keeps signing for 24 h.
 func (s *Service) RotateSecret(ctx context.Context, id string) (*Subscription, error) {
-	return nil, errPending
+	p, err := access.Require(ctx, access.AdminOrg)
+	if err != nil {
+		return nil, err
+	}
+	sub, err := scanSubscription(s.pool.QueryRow(ctx, `
+update webhooks set previous_secret = secret, previous_secret_expires_at = now() + $4 * interval '1 second',
+	secret = $3, updated_at = now()
+where id = $1 and deleted_at is null and ($2 = '' or org_id = $2)
+returning `+subscriptionColumns, id, p.OrgFilter(), newSecret(), int64(RotationOverlap/time.Second)))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, fault.NotFound("webhook", id)
+	}
+	if err != nil {
+		return nil, wrap("rotate webhook secret", err)
+	}
+	return sub, nil
 }
 
-// Delete removes a subscription.
-func (s *Service) Delete(ctx context.Context, id string) error { return errPending }
+// Delete removes a subscription (a soft delete: its deliveries stay readable to the platform
+// operator until retention removes them). Its pending deliveries are cancelled.
+func (s *Service) Delete(ctx context.Context, id string) error {
+	p, err := access.Require(ctx, access.AdminOrg)
+	if err != nil {
+		return err
+	}
+	err = s.inTx(ctx, func(tx pgx.Tx) error {
+		var project string
+		err := tx.QueryRow(ctx, `update webhooks set deleted_at = now(), updated_at = now()
+where id = $1 and deleted_at is null and ($2 = '' or org_id = $2) returning project_id`, id, p.OrgFilter()).Scan(&project)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return fault.NotFound("webhook", id)
+		} else if err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, `update webhook_deliveries set status = 'cancelled', lease_owner = null,
+	lease_until = null, completed_at = now(), updated_at = now()
+where webhook_id = $1 and status in ('pending', 'delivering')`, id); err != nil {
+			return err
+		}
+		return notify(ctx, tx, "sub:"+project)
+	})
+	return wrap("delete webhook", err)
+}
 
-// Deliveries lists a subscription's deliveries, newest first, optionally by status.
+const deliveryColumns = `d.id, d.webhook_id, d.event_id, d.event_type, d.status, d.attempt_count,
+	d.next_attempt_at, d.last_attempt_at, d.last_status_code, d.created_at`
+
+func scanDelivery(row pgx.Row, extra ...any) (*Delivery, error) {
+	var d Delivery
+	var next time.Time
+	dest := append([]any{&d.ID, &d.WebhookID, &d.EventID, &d.EventType, &d.Status, &d.AttemptCount, &next,
+		&d.LastAttemptAt, &d.LastStatusCode, &d.CreatedAt}, extra...)
+	if err := row.Scan(dest...); err != nil {
+		return nil, err
+	}
+	d.CreatedAt = d.CreatedAt.UTC()
+	if d.Status == DeliveryPending || d.Status == DeliveryDelivering {
+		next = next.UTC()
+		d.NextAttemptAt = &next
+	}
+	if d.LastAttemptAt != nil {
+		t := d.LastAttemptAt.UTC()
+		d.LastAttemptAt = &t
+	}
+	return &d, nil
+}
+
+var deliveryStatuses = []string{DeliveryPending, DeliveryDelivering, DeliverySucceeded, DeliveryFailed, DeliveryCancelled}
+
+// Deliveries lists a subscription's deliveries, newest first, optionally by status. limit is
+// 1..100 (0: 20), offset ≥ 0.
 func (s *Service) Deliveries(ctx context.Context, webhookID, status string, limit, offset int) ([]Delivery, error) {
-	return nil, errPending
+	p, err := access.Require(ctx, access.AdminOrg)
+	if err != nil {
+		return nil, err
+	}
+	if status != "" && !slices.Contains(deliveryStatuses, status) {
+		return nil, fault.Validation("invalid delivery status "+quote(status),
+			map[string]string{"status": "must be pending, delivering, succeeded, failed or cancelled"})
+	}
+	if limit == 0 {
+		limit = 20
+	}
+	if limit < 1 || limit > 100 {
+		return nil, fault.Validation("limit out of range", map[string]string{"limit": "must be 1..100"})
+	}
+	if offset < 0 {
+		return nil, fault.Validation("offset out of range", map[string]string{"offset": "must be ≥ 0"})
+	}
+	if err := s.visibleWebhook(ctx, webhookID, p); err != nil {
+		return nil, err
+	}
+	rows, err := s.pool.Query(ctx, `select `+deliveryColumns+` from webhook_deliveries d
+where d.webhook_id = $1 and ($2 = '' or d.status = $2)
+order by d.created_at desc, d.id desc limit $3 offset $4`, webhookID, status, limit, offset)
+	if err != nil {
+		return nil, wrap("list deliveries", err)
+	}
+	defer rows.Close()
+	out := []Delivery{}
+	for rows.Next() {
+		d, err := scanDelivery(rows)
+		if err != nil {
+			return nil, wrap("list deliveries", err)
+		}
+		out = append(out, *d)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, wrap("list deliveries", err)
+	}
+	return out, nil
+}
+
+// Delivery returns one delivery with the body it sends.
+func (s *Service) Delivery(ctx context.Context, id string) (*Delivery, error) {
+	p, err := access.Require(ctx, access.AdminOrg)
+	if err != nil {
+		return nil, err
+	}
+	var body []byte
+	d, err := scanDelivery(s.pool.QueryRow(ctx, `select `+deliveryColumns+`, d.body from webhook_deliveries d
+join webhooks w on w.id = d.webhook_id and w.deleted_at is null
+where d.id = $1 and ($2 = '' or d.org_id = $2)`, id, p.OrgFilter()), &body)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, fault.NotFound("delivery", id)
+	}
+	if err != nil {
+		return nil, wrap("get delivery", err)
+	}
+	d.Body = body
+	return d, nil
 }
 
 // Attempts returns the attempts of each delivery, oldest first (a batched loader).
 func (s *Service) Attempts(ctx context.Context, deliveryIDs []string) (map[string][]Attempt, error) {
-	return nil, errPending
+	p, err := access.Require(ctx, access.AdminOrg)
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[string][]Attempt, len(deliveryIDs))
+	if len(deliveryIDs) == 0 {
+		return out, nil
+	}
+	rows, err := s.pool.Query(ctx, `select id, delivery_id, status_code, latency_ms, error, response_body, attempted_at
+from webhook_attempts where delivery_id = any($1) and ($2 = '' or org_id = $2) order by attempted_at, id`,
+		deliveryIDs, p.OrgFilter())
+	if err != nil {
+		return nil, wrap("load attempts", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var a Attempt
+		if err := rows.Scan(&a.ID, &a.DeliveryID, &a.StatusCode, &a.LatencyMs, &a.Error, &a.ResponseBody, &a.AttemptedAt); err != nil {
+			return nil, wrap("load attempts", err)
+		}
+		a.AttemptedAt = a.AttemptedAt.UTC()
+		out[a.DeliveryID] = append(out[a.DeliveryID], a)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, wrap("load attempts", err)
+	}
+	return out, nil
 }
 
-// Redeliver schedules a delivery again at once.
+// Redeliver schedules a delivery again at once. A failed or succeeded delivery gets a fresh
+// retry schedule (for RedeliverWindow after it was created); a pending one becomes due now; one
+// being attempted is returned as it is; a cancelled one (its subscription was deleted) is a
+// conflict.
 func (s *Service) Redeliver(ctx context.Context, deliveryID string) (*Delivery, error) {
-	return nil, errPending
+	p, err := access.Require(ctx, access.AdminOrg)
+	if err != nil {
+		return nil, err
+	}
+	var d *Delivery
+	err = s.inTx(ctx, func(tx pgx.Tx) error {
+		var status string
+		var created time.Time
+		err := tx.QueryRow(ctx, `select d.status, d.created_at from webhook_deliveries d
+join webhooks w on w.id = d.webhook_id and w.deleted_at is null
+where d.id = $1 and ($2 = '' or d.org_id = $2) for update of d`, deliveryID, p.OrgFilter()).Scan(&status, &created)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return fault.NotFound("delivery", deliveryID)
+		} else if err != nil {
+			return err
+		}
+		switch status {
+		case DeliveryCancelled:
+			return fault.Conflict("delivery %s was cancelled", deliveryID)
+		case DeliveryFailed, DeliverySucceeded:
+			if time.Since(created) > RedeliverWindow {
+				return fault.Conflict("delivery %s is older than 30 days and can no longer be redelivered", deliveryID)
+			}
+		}
+		d, err = scanDelivery(tx.QueryRow(ctx, `update webhook_deliveries d set
+	status = case when d.status = 'delivering' then d.status else 'pending' end,
+	schedule_pos = case when d.status in ('failed', 'succeeded') then 0 else d.schedule_pos end,
+	next_attempt_at = case when d.status = 'delivering' then d.next_attempt_at else now() end,
+	completed_at = case when d.status = 'delivering' then d.completed_at else null end,
+	updated_at = now()
+where d.id = $1 returning `+deliveryColumns, deliveryID))
+		if err != nil {
+			return err
+		}
+		return notify(ctx, tx, "due")
+	})
+	if err != nil {
+		return nil, wrap("redeliver", err)
+	}
+	return d, nil
 }
 
-// Recover schedules again every failed delivery of a subscription created since a time.
+// Recover schedules again every failed delivery of a subscription created since a time (at most
+// RedeliverWindow ago) and returns how many.
 func (s *Service) Recover(ctx context.Context, webhookID string, since time.Time) (int, error) {
-	return 0, errPending
+	p, err := access.Require(ctx, access.AdminOrg)
+	if err != nil {
+		return 0, err
+	}
+	if since.IsZero() {
+		return 0, fault.Validation("since is required", map[string]string{"since": "required (ISO 8601)"})
+	}
+	if err := s.visibleWebhook(ctx, webhookID, p); err != nil {
+		return 0, err
+	}
+	if earliest := time.Now().Add(-RedeliverWindow); since.Before(earliest) {
+		since = earliest
+	}
+	var n int64
+	err = s.inTx(ctx, func(tx pgx.Tx) error {
+		tag, err := tx.Exec(ctx, `update webhook_deliveries set status = 'pending', schedule_pos = 0,
+	next_attempt_at = now(), completed_at = null, updated_at = now()
+where webhook_id = $1 and status = 'failed' and created_at >= $2`, webhookID, since)
+		if err != nil {
+			return err
+		}
+		n = tag.RowsAffected()
+		if n == 0 {
+			return nil
+		}
+		return notify(ctx, tx, "due")
+	})
+	if err != nil {
+		return 0, wrap("recover deliveries", err)
+	}
+	return int(n), nil
 }
 
-// ByIDs returns subscriptions by id (a batched loader), secrets masked, tenancy applied.
-func (s *Service) ByIDs(ctx context.Context, ids []string) (map[string]*Subscription, error) {
-	return nil, errPending
+// visibleWebhook returns NOT_FOUND unless the caller sees the (non-deleted) subscription.
+func (s *Service) visibleWebhook(ctx context.Context, id string, p *access.Principal) error {
+	var ok bool
+	err := s.pool.QueryRow(ctx, `select exists (select 1 from webhooks where id = $1 and deleted_at is null
+and ($2 = '' or org_id = $2))`, id, p.OrgFilter()).Scan(&ok)
+	if err != nil {
+		return wrap("find webhook", err)
+	}
+	if !ok {
+		return fault.NotFound("webhook", id)
+	}
+	return nil
+}
+
+func (s *Service) inTx(ctx context.Context, fn func(pgx.Tx) error) error {
+	return pgx.BeginFunc(ctx, s.pool, fn)
+}
+
+// notify announces payload on NotifyChannel when tx commits.
+func notify(ctx context.Context, tx pgx.Tx, payload string) error {
+	_, err := tx.Exec(ctx, `select pg_notify($1, $2)`, NotifyChannel, payload)
+	return err
+}
+
+// wrap leaves classified errors as they are and gives the others context.
+func wrap(op string, err error) error {
+	if err == nil || fault.As(err) != nil {
+		return err
+	}
+	return fmt.Errorf("%s: %w", op, err)
 }

@@ -1,0 +1,488 @@
+package webhooks
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"carehub/processors/events"
+	"carehub/storage"
+	"carehub/storage/ids"
+	"carehub/storage/kafka"
+)
+
+// DefaultGroup is the dispatcher's consumer group.
+const DefaultGroup = "carehub-webhooks"
+
+// Dispatcher defaults.
+const (
+	DefaultLease           = 30 * time.Second
+	DefaultMaxInFlight     = 64
+	DefaultPerSubscription = 1
+	DefaultLaneBatch       = 32
+	DefaultPollInterval    = 500 * time.Millisecond
+	DefaultCacheTTL        = 5 * time.Second
+)
+
+// creationSkew is how much earlier than a subscription's creation an event may have been
+// created and still be delivered to it: events and subscriptions are timestamped by different
+// clocks (the producing node's and Postgres's).
+const creationSkew = time.Minute
+
+// DispatcherConfig configures a Dispatcher. Zero values take the defaults.
+type DispatcherConfig struct {
+	Pool       *pgxpool.Pool // required
+	Brokers    []string      // required
+	Topic      string        // default kafka.DefaultTopics().Events
+	Group      string        // default DefaultGroup
+	Logger     *slog.Logger
+	Registerer prometheus.Registerer
+
+	// AllowPrivate lets deliveries connect to private and loopback addresses (development and
+	// tests; --webhooks-allow-private).
+	AllowPrivate bool
+	// Schedule is the delay before each attempt (DefaultSchedule); its length is the number of
+	// attempts before a delivery fails. Tests shorten it.
+	Schedule []time.Duration
+	// Timeout bounds one attempt (DefaultTimeout).
+	Timeout time.Duration
+	// Lease is how long a claimed delivery stays with this dispatcher without renewal; a
+	// dispatcher renews its leases every Lease/3, so a delivery outlives its dispatcher by at
+	// most Lease before another sends it again (DefaultLease).
+	Lease time.Duration
+	// MaxInFlight bounds the attempts in flight, and the subscriptions being served, at once on
+	// this dispatcher (DefaultMaxInFlight).
+	MaxInFlight int
+	// PerSubscription bounds the attempts in flight per subscription (DefaultPerSubscription,
+	// at most 16). 1 keeps a subscription's deliveries strictly in order; more trades order for
+	// throughput to a slow receiver.
+	PerSubscription int
+	// LaneBatch is how many of a subscription's due deliveries one claim takes (DefaultLaneBatch).
+	LaneBatch int
+	// PollInterval is how often the worker pool looks for due deliveries when nothing wakes it
+	// (DefaultPollInterval). New deliveries, resumes and redeliveries wake it at once.
+	PollInterval time.Duration
+	// CacheTTL bounds how long the subscriptions of a project are cached; changes made through
+	// the Service invalidate them at once (DefaultCacheTTL).
+	CacheTTL time.Duration
+	// ClientOpts are extra franz-go options (tests).
+	ClientOpts []kgo.Opt
+}
+
+func (c *DispatcherConfig) defaults() error {
+	if c.Pool == nil {
+		return errors.New("webhook dispatcher: no Postgres pool")
+	}
+	if len(c.Brokers) == 0 {
+		return errors.New("webhook dispatcher: no Kafka brokers")
+	}
+	if c.Topic == "" {
+		c.Topic = kafka.DefaultTopics().Events
+	}
+	if c.Group == "" {
+		c.Group = DefaultGroup
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	if len(c.Schedule) == 0 {
+		c.Schedule = DefaultSchedule
+	}
+	if c.Timeout <= 0 {
+		c.Timeout = DefaultTimeout
+	}
+	if c.Lease <= 0 {
+		c.Lease = DefaultLease
+	}
+	if c.Lease < 300*time.Millisecond {
+		return fmt.Errorf("webhook dispatcher: lease %s is too short", c.Lease)
+	}
+	if c.MaxInFlight <= 0 {
+		c.MaxInFlight = DefaultMaxInFlight
+	}
+	if c.PerSubscription <= 0 {
+		c.PerSubscription = DefaultPerSubscription
+	}
+	if c.PerSubscription > 16 {
+		return fmt.Errorf("webhook dispatcher: PerSubscription %d: at most 16", c.PerSubscription)
+	}
+	if c.LaneBatch <= 0 {
+		c.LaneBatch = DefaultLaneBatch
+	}
+	if c.PollInterval <= 0 {
+		c.PollInterval = DefaultPollInterval
+	}
+	if c.CacheTTL <= 0 {
+		c.CacheTTL = DefaultCacheTTL
+	}
+	return nil
+}
+
+// Dispatcher turns platform events into signed webhook deliveries. It is two loops that share
+// only Postgres: the consumer (group DefaultGroup on the events topic) records one delivery per
+// matching (subscription, event) and commits offsets only after the rows are written; the worker
+// pool claims due deliveries, a subscription at a time, attempts them and records the outcome.
+// Any number of dispatchers may run against one database and group.
+type Dispatcher struct {
+	cfg    DispatcherConfig
+	logger *slog.Logger
+	cl     *kgo.Client
+	pool   *pgxpool.Pool
+	sender *sender
+	subs   *subCache
+	node   string // lease owner id of this dispatcher
+	m      *metrics
+
+	wake   chan struct{} // a nudge for the claimer
+	sem    chan struct{} // attempts in flight
+	active atomic.Int64  // lanes being served
+	held   heldSet       // deliveries claimed and not finished, whose leases are renewed
+
+	claimPasses atomic.Int64 // claims made, for tests
+
+	runOnce  sync.Once
+	closeErr error
+}
+
+// NewDispatcher returns a dispatcher; Run starts it.
+func NewDispatcher(cfg DispatcherConfig) (*Dispatcher, error) {
+	if err := cfg.defaults(); err != nil {
+		return nil, err
+	}
+	opts := append([]kgo.Opt{
+		kgo.ConsumerGroup(cfg.Group),
+		kgo.ConsumeTopics(cfg.Topic),
+		kgo.DisableAutoCommit(),
+		// Polls and rebalances alternate, so a revoked partition's offsets are committed (after
+		// its deliveries are recorded) before another member takes it.
+		kgo.BlockRebalanceOnPoll(),
+		// A new group starts at the beginning: subscriptions only get events created after them
+		// (within creationSkew), so the history of the topic is not replayed to anyone.
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
+		kgo.FetchMaxWait(250 * time.Millisecond),
+	}, cfg.ClientOpts...)
+	cl, err := kafka.NewClient(kafka.ClientConfig{Brokers: cfg.Brokers, ClientID: "carehub-webhooks",
+		Registerer: cfg.Registerer, Logger: cfg.Logger}, opts...)
+	if err != nil {
+		return nil, fmt.Errorf("webhook dispatcher: %w", err)
+	}
+	m, err := newMetrics(cfg.Registerer)
+	if err != nil {
+		cl.Close()
+		return nil, fmt.Errorf("webhook dispatcher: %w", err)
+	}
+	return &Dispatcher{
+		cfg:    cfg,
+		logger: cfg.Logger,
+		cl:     cl,
+		pool:   cfg.Pool,
+		sender: newSender(cfg.AllowPrivate, cfg.Timeout, cfg.PerSubscription),
+		subs:   newSubCache(cfg.Pool, cfg.CacheTTL),
+		node:   ids.New("wdsp_"),
+		m:      m,
+		wake:   make(chan struct{}, 1),
+		sem:    make(chan struct{}, cfg.MaxInFlight),
+	}, nil
+}
+
+// Run consumes events and delivers them until ctx is done, then stops: attempts in flight are
+// abandoned unrecorded and their deliveries, with those claimed but not yet attempted, are handed
+// back (pending) for any dispatcher to take. Offsets of events whose deliveries are not recorded
+// are not committed. Run may be called once; it closes the Kafka client when it returns.
+func (d *Dispatcher) Run(ctx context.Context) error {
+	err := errors.New("webhook dispatcher: Run called twice")
+	d.runOnce.Do(func() { err = d.run(ctx) })
+	return err
+}
+
+func (d *Dispatcher) run(ctx context.Context) error {
+	defer d.closeClient()
+	defer d.sender.close()
+	var wg sync.WaitGroup
+	errc := make(chan error, 1)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	start := func(name string, fn func(context.Context) error) {
+		wg.Go(func() {
+			if err := fn(ctx); err != nil && ctx.Err() == nil {
+				select {
+				case errc <- fmt.Errorf("webhook %s: %w", name, err):
+				default:
+				}
+				cancel()
+			}
+		})
+	}
+	var lanes sync.WaitGroup
+	start("listener", d.listen)
+	start("claimer", func(ctx context.Context) error { return d.claimLoop(ctx, &lanes) })
+	start("leases", d.renewLeases)
+	start("retention", d.retention)
+	start("consumer", d.consume)
+	wg.Wait()
+	lanes.Wait()
+	select {
+	case err := <-errc:
+		return err
+	default:
+		return nil
+	}
+}
+
+// clientCloseTimeout bounds leaving the group on the way out. Leaving waits for a join in
+// progress, and a join waits for the members of a rebalance, a crashed one up to its session
+// timeout; past this the client is left to finish closing on its own.
+const clientCloseTimeout = 10 * time.Second
+
+func (d *Dispatcher) closeClient() {
+	// The last poll, cut short by ctx, still blocks rebalancing, and leaving the group is one:
+	// allow it, or Close waits forever. What that poll returned was not committed.
+	d.cl.AllowRebalance()
+	done := make(chan struct{})
+	go func() {
+		d.cl.Close()
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-time.After(clientCloseTimeout):
+		d.logger.Warn("webhook dispatcher: leaving the consumer group is taking long; not waiting for it")
+	}
+}
+
+// consume polls events, records their deliveries and commits. A batch whose deliveries cannot
+// be recorded (Postgres down) is retried until it can or ctx ends; it is never skipped.
+func (d *Dispatcher) consume(ctx context.Context) error {
+	for {
+		fetches := d.cl.PollRecords(ctx, 1000)
+		if ctx.Err() != nil {
+			return nil
+		}
+		if err := fetches.Err0(); errors.Is(err, kgo.ErrClientClosed) {
+			return nil
+		}
+		fetches.EachError(func(topic string, p int32, err error) {
+			if !errors.Is(err, context.Canceled) {
+				d.logger.Warn("webhook dispatcher fetch error", "topic", topic, "partition", p, "err", err)
+			}
+		})
+		if recs := fetches.Records(); len(recs) > 0 {
+			if err := d.recordWithRetry(ctx, recs); err != nil {
+				return nil // ctx ended: uncommitted, so consumed again by whoever resumes
+			}
+			if err := d.cl.CommitUncommittedOffsets(ctx); err != nil && ctx.Err() == nil {
+				// Harmless: the next commit covers these offsets, and a re-consumed event is a
+				// no-op (one delivery per subscription and event).
+				d.logger.Warn("webhook dispatcher commit failed", "err", err)
+			}
+		}
+		d.cl.AllowRebalance()
+	}
+}
+
+func (d *Dispatcher) recordWithRetry(ctx context.Context, recs []*kgo.Record) error {
+	backoff := 100 * time.Millisecond
+	for {
+		err := d.record(ctx, recs)
+		if err == nil {
+			return nil
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		d.logger.Error("webhook dispatcher cannot record deliveries; retrying", "records", len(recs), "err", err)
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, 10*time.Second)
+	}
+}
+
+// newDelivery is a row to insert.
+type newDelivery struct {
+	id, orgID, webhookID string
+	ev                   storage.Event
+	body                 []byte
+}
+
+// record writes one delivery per matching subscription of each event in recs, in record order
+// (so seq follows each partition's order), idempotently.
+func (d *Dispatcher) record(ctx context.Context, recs []*kgo.Record) error {
+	evs := make([]storage.Event, 0, len(recs))
+	var projects []string
+	seen := map[string]bool{}
+	for _, r := range recs {
+		ev, err := events.Decode(r.Value)
+		if err != nil {
+			// A poison record cannot become valid by waiting; never log its value (patient data).
+			d.logger.Warn("webhook dispatcher skipping invalid event", "topic", r.Topic, "partition", r.Partition,
+				"offset", r.Offset, "err", err)
+			continue
+		}
+		if ev.ProjectID == "" {
+			continue // marketplace events belong to no project, so to no subscription
+		}
+		evs = append(evs, ev)
+		if !seen[ev.ProjectID] {
+			seen[ev.ProjectID] = true
+			projects = append(projects, ev.ProjectID)
+		}
+	}
+	if len(evs) == 0 {
+		return nil
+	}
+	byProject, err := d.subs.get(ctx, projects)
+	if err != nil {
+		return fmt.Errorf("load subscriptions: %w", err)
+	}
+	var rows []newDelivery
+	for _, ev := range evs {
+		var body []byte
+		for _, sub := range byProject[ev.ProjectID] {
+			if (ev.OrgID != "" && ev.OrgID != sub.orgID) || ev.CreatedAt.Before(sub.createdAt.Add(-creationSkew)) ||
+				!events.MatchAny(sub.patterns, ev.Type) {
+				continue
+			}
+			if body == nil {
+				if body, err = Body(ev); err != nil {
+					return fmt.Errorf("event %s: %w", ev.ID, err)
+				}
+			}
+			rows = append(rows, newDelivery{id: ids.New(ids.Delivery), orgID: sub.orgID, webhookID: sub.id, ev: ev, body: body})
+		}
+	}
+	if len(rows) == 0 {
+		return nil
+	}
+	n, err := d.insertDeliveries(ctx, rows)
+	if err != nil {
+		return err
+	}
+	d.m.recorded.Add(float64(n))
+	if n > 0 {
+		d.nudge()
+		// Other dispatchers' workers wake too; without it they find the rows at their next poll.
+		if _, err := d.pool.Exec(ctx, `select pg_notify($1, 'due')`, NotifyChannel); err != nil && ctx.Err() == nil {
+			d.logger.Warn("webhook dispatcher notify failed", "err", err)
+		}
+	}
+	return nil
+}
+
+func (d *Dispatcher) insertDeliveries(ctx context.Context, rows []newDelivery) (int64, error) {
+	n := len(rows)
+	dids, orgs, hooks, evIDs, types := make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+	created := make([]time.Time, n)
+	bodies := make([][]byte, n)
+	for i, r := range rows {
+		dids[i], orgs[i], hooks[i], evIDs[i], types[i] = r.id, r.orgID, r.webhookID, r.ev.ID, r.ev.Type
+		created[i], bodies[i] = r.ev.CreatedAt, r.body
+	}
+	tag, err := d.pool.Exec(ctx, `
+insert into webhook_deliveries (id, org_id, webhook_id, event_id, event_type, event_created_at, body)
+select id, org_id, webhook_id, event_id, event_type, created, body
+from unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::timestamptz[], $7::bytea[])
+	with ordinality as t(id, org_id, webhook_id, event_id, event_type, created, body, n)
+order by n
+on conflict (webhook_id, event_id) do nothing`, dids, orgs, hooks, evIDs, types, created, bodies)
+	if err != nil {
+		return 0, fmt.Errorf("insert deliveries: %w", err)
+	}
+	return tag.RowsAffected(), nil
+}
+
+// nudge wakes the claimer without blocking.
+func (d *Dispatcher) nudge() {
+	select {
+	case d.wake <- struct{}{}:
+	default:
+	}
+}
+
+// listen follows NotifyChannel: subscription changes invalidate the cache, due deliveries wake
+// the claimer. A lost connection is re-established; what was missed meanwhile is covered by
+// dropping the whole cache and by the claimer's polling.
+func (d *Dispatcher) listen(ctx context.Context) error {
+	backoff := 100 * time.Millisecond
+	for ctx.Err() == nil {
+		err := d.listenOnce(ctx)
+		if ctx.Err() != nil {
+			return nil
+		}
+		d.subs.invalidate("")
+		d.logger.Warn("webhook dispatcher lost its notification connection", "err", err)
+		select {
+		case <-ctx.Done():
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, 5*time.Second)
+	}
+	return nil
+}
+
+func (d *Dispatcher) listenOnce(ctx context.Context) error {
+	// A connection of its own: a LISTENing connection cannot serve the pool's other users.
+	conn, err := pgx.ConnectConfig(ctx, d.pool.Config().ConnConfig.Copy())
+	if err != nil {
+		return err
+	}
+	defer conn.Close(context.Background())
+	if _, err := conn.Exec(ctx, "listen "+NotifyChannel); err != nil {
+		return err
+	}
+	// Anything changed before LISTEN took effect is unknown.
+	d.subs.invalidate("")
+	d.nudge()
+	for {
+		n, err := conn.WaitForNotification(ctx)
+		if err != nil {
+			return err
+		}
+		switch p := n.Payload; {
+		case p == "due":
+			d.nudge()
+		case strings.HasPrefix(p, "sub:"):
+			d.subs.invalidate(p[len("sub:"):])
+		}
+	}
+}
+
+// retention deletes deliveries (and their attempts) finished more than RedeliverWindow ago,
+// hourly, in small batches.
+func (d *Dispatcher) retention(ctx context.Context) error {
+	t := time.NewTicker(time.Hour)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+		for ctx.Err() == nil {
+			tag, err := d.pool.Exec(ctx, `delete from webhook_deliveries where id in (
+	select id from webhook_deliveries where completed_at < now() - $1 * interval '1 second' limit 1000)`,
+				int64(RedeliverWindow/time.Second))
+			if err != nil {
+				if ctx.Err() == nil {
+					d.logger.Warn("webhook retention failed", "err", err)
+				}
+				break
+			}
+			if tag.RowsAffected() < 1000 {
+				break
+			}
+		}
+	}
+}

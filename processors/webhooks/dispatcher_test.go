@@ -1,0 +1,494 @@
+package webhooks
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"net/http"
+	"slices"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+
+	"carehub/storage"
+	"carehub/storage/kafka/kafkatest"
+)
+
+type runPayload struct {
+	RunID          string `json:"run_id"`
+	WorkflowID     string `json:"workflow_id"`
+	Status         string `json:"status"`
+	DurationMs     int    `json:"duration_ms"`
+	AlertGenerated bool   `json:"alert_generated"`
+	Severity       string `json:"severity"`
+}
+
+func TestEventIsDeliveredOnceSignedWithTheSpecBody(t *testing.T) {
+	f := newFixture(t)
+	rc := newReceiver(t, nil)
+	sub := f.create(rc.URL+"/hook", "workflow.run.completed")
+	f.start()
+
+	ev := f.publish("workflow.run.completed", runPayload{RunID: "run_1", WorkflowID: "wf_1", Status: "COMPLETED",
+		DurationMs: 1234, AlertGenerated: true, Severity: "HIGH"})
+	req := rc.waitRequests(t, 1, 20*time.Second)[0]
+
+	if got := req.id(); got != ev.ID {
+		t.Errorf("webhook-id = %q, want the event id %q", got, ev.ID)
+	}
+	ts, err := strconv.ParseInt(req.Header.Get(HeaderTimestamp), 10, 64)
+	if err != nil || time.Since(time.Unix(ts, 0)).Abs() > time.Minute {
+		t.Errorf("webhook-timestamp = %q, want unix seconds of the attempt", req.Header.Get(HeaderTimestamp))
+	}
+	if !Verify(sub.Secret, req.id(), req.Header.Get(HeaderTimestamp), req.Body, req.Header.Get(HeaderSignature)) {
+		t.Errorf("webhook-signature %q does not verify with the subscription secret", req.Header.Get(HeaderSignature))
+	}
+	if ct := req.Header.Get("Content-Type"); ct != "application/json" {
+		t.Errorf("Content-Type = %q", ct)
+	}
+	if ua := req.Header.Get("User-Agent"); ua == "" || ua == "Go-http-client/1.1" {
+		t.Errorf("User-Agent = %q, want carehub's", ua)
+	}
+
+	// The body is exactly the spec's delivered shape, fields in its order.
+	want := `{"event":"workflow.run.completed","timestamp":"` + ev.CreatedAt.UTC().Format(time.RFC3339Nano) +
+		`","org_id":"` + f.orgID + `","project_id":"` + f.projectID + `","payload":{"run_id":"run_1","workflow_id":"wf_1",` +
+		`"status":"COMPLETED","duration_ms":1234,"alert_generated":true,"severity":"HIGH"}}`
+	if string(req.Body) != want {
+		t.Errorf("body\n got %s\nwant %s", req.Body, want)
+	}
+	var body struct {
+		Timestamp time.Time `json:"timestamp"`
+	}
+	if err := json.Unmarshal(req.Body, &body); err != nil || !body.Timestamp.Equal(ev.CreatedAt) {
+		t.Errorf("timestamp %v does not round-trip to the event's createdAt %v (%v)", body.Timestamp, ev.CreatedAt, err)
+	}
+
+	d := f.waitDeliveryStatus(sub.ID, ev.ID, DeliverySucceeded)
+	if d.AttemptCount != 1 {
+		t.Errorf("attempt count = %d, want 1", d.AttemptCount)
+	}
+	if codes := f.attemptCodes(d.ID); !slices.Equal(codes, []int{200}) {
+		t.Errorf("attempts = %v, want [200]", codes)
+	}
+	got := f.get(sub.ID)
+	if got.Status != StatusActive || got.FailureCount != 0 || got.LastDeliveredAt == nil {
+		t.Errorf("subscription after success: status %s, failureCount %d, lastDeliveredAt %v", got.Status, got.FailureCount, got.LastDeliveredAt)
+	}
+
+	// A later event arrives after the first; by then a duplicate of the first would have too.
+	second := f.publish("workflow.run.completed", runPayload{RunID: "run_2"})
+	f.waitDeliveryStatus(sub.ID, second.ID, DeliverySucceeded)
+	if ids := requestIDs(rc.requests()); !slices.Equal(ids, []string{ev.ID, second.ID}) {
+		t.Errorf("receiver got %v, want each event once: %v", ids, []string{ev.ID, second.ID})
+	}
+	if n := len(f.deliveries(sub.ID)); n != 2 {
+		t.Errorf("%d deliveries recorded, want 2", n)
+	}
+}
+
+func TestWildcardSubscriptionGetsOnlyItsNamespace(t *testing.T) {
+	f := newFixture(t)
+	rc := newReceiver(t, nil)
+	sub := f.create(rc.URL, "agent.*")
+	f.start()
+
+	f.publish("agent.run_completed", nil)
+	f.publish("workflow.run.completed", nil)
+	f.publish("agents.run_completed", nil)
+	f.publish("agent.run.failed", nil)
+	f.publish("device.observation_received", nil)
+	last := f.publish("agent.sentinel", nil)
+
+	// Same project, same partition, one at a time: once the last arrives, everything before it
+	// that matched has arrived too.
+	f.waitDeliveryStatus(sub.ID, last.ID, DeliverySucceeded)
+	var types []string
+	for _, r := range rc.requests() {
+		types = append(types, r.eventType())
+	}
+	if want := []string{"agent.run_completed", "agent.run.failed", "agent.sentinel"}; !slices.Equal(types, want) {
+		t.Errorf("delivered %v, want %v", types, want)
+	}
+	if n := len(f.deliveries(sub.ID)); n != 3 {
+		t.Errorf("%d deliveries recorded, want 3", n)
+	}
+}
+
+func TestFailureMakesFailingAndSuccessRestoresActive(t *testing.T) {
+	f := newFixture(t)
+	release := make(chan struct{})
+	rc := newReceiver(t, func(n int, w http.ResponseWriter, r *http.Request) {
+		if n == 0 {
+			w.WriteHeader(http.StatusInternalServerError)
+			w.Write([]byte(`{"error":"boom"}`))
+			return
+		}
+		<-release
+		w.WriteHeader(http.StatusNoContent)
+	})
+	sub := f.create(rc.URL, "*")
+	f.start()
+	ev := f.publish("diagnostic.result_ready", nil)
+
+	// The retry is in flight (and held): the first failure is recorded by now.
+	rc.waitRequests(t, 2, 20*time.Second)
+	got := f.get(sub.ID)
+	if got.Status != StatusFailing || got.FailureCount != 1 {
+		t.Errorf("after one failure: status %s, failureCount %d; want failing, 1", got.Status, got.FailureCount)
+	}
+	close(release)
+	d := f.waitDeliveryStatus(sub.ID, ev.ID, DeliverySucceeded)
+	if codes := f.attemptCodes(d.ID); !slices.Equal(codes, []int{500, 204}) {
+		t.Errorf("attempts = %v, want [500 204]", codes)
+	}
+	atts, _ := f.svc.Attempts(f.admin, []string{d.ID})
+	if first := atts[d.ID][0]; first.ResponseBody == nil || *first.ResponseBody != `{"error":"boom"}` || first.Error == nil {
+		t.Errorf("first attempt log: body %v, error %v", first.ResponseBody, first.Error)
+	}
+	got = f.get(sub.ID)
+	if got.Status != StatusActive || got.FailureCount != 0 {
+		t.Errorf("after success: status %s, failureCount %d; want active, 0", got.Status, got.FailureCount)
+	}
+	if rc.count() != 2 {
+		t.Errorf("receiver got %d requests, want 2", rc.count())
+	}
+}
+
+func TestTenFailuresPauseAndResumeDeliversEverythingInOrder(t *testing.T) {
+	f := newFixture(t)
+	var healthy = make(chan struct{})
+	rc := newReceiver(t, func(n int, w http.ResponseWriter, r *http.Request) {
+		select {
+		case <-healthy:
+			w.WriteHeader(http.StatusOK)
+		default:
+			w.WriteHeader(http.StatusInternalServerError)
+		}
+	})
+	sub := f.create(rc.URL, "*")
+	var evs []storage.Event
+	for i := range 15 {
+		evs = append(evs, f.publish("device.observation_received", map[string]int{"n": i}))
+	}
+	d := f.start(func(c *DispatcherConfig) { c.Schedule = oneShotSchedule })
+
+	eventually(t, 20*time.Second, "the subscription to pause", func() bool { return f.get(sub.ID).Status == StatusPaused })
+	got := f.get(sub.ID)
+	if got.FailureCount != PauseAfter {
+		t.Errorf("failureCount = %d, want %d", got.FailureCount, PauseAfter)
+	}
+	quiet(t, d, rc, 5)
+	if n := rc.count(); n != PauseAfter {
+		t.Fatalf("receiver got %d attempts before the pause, want %d", n, PauseAfter)
+	}
+	if ids := requestIDs(rc.requests()); !slices.Equal(ids, eventIDs(evs[:PauseAfter])) {
+		t.Errorf("attempted %v, want the first ten in order", ids)
+	}
+	rows := f.deliveries(sub.ID)
+	if len(rows) != 15 {
+		t.Fatalf("%d deliveries, want 15", len(rows))
+	}
+	for i, r := range rows {
+		wantAttempts := 0
+		if i < PauseAfter {
+			wantAttempts = 1
+		}
+		if r.Status != DeliveryPending || r.AttemptCount != wantAttempts {
+			t.Errorf("delivery %d: %s after %d attempts, want pending after %d", i, r.Status, r.AttemptCount, wantAttempts)
+		}
+	}
+
+	// Events that arrive while paused are kept too.
+	for i := range 3 {
+		evs = append(evs, f.publish("device.observation_received", map[string]int{"n": 15 + i}))
+	}
+	eventually(t, 20*time.Second, "deliveries recorded while paused", func() bool { return len(f.deliveries(sub.ID)) == 18 })
+	quiet(t, d, rc, 3)
+
+	close(healthy)
+	active := StatusActive
+	if _, err := f.svc.Update(f.admin, sub.ID, Update{Status: &active}); err != nil {
+		t.Fatal(err)
+	}
+	reqs := rc.waitRequests(t, PauseAfter+18, 20*time.Second)
+	if ids := requestIDs(reqs[PauseAfter:]); !slices.Equal(ids, eventIDs(evs)) {
+		t.Errorf("after resume delivered\n%v\nwant every event in order\n%v", ids, eventIDs(evs))
+	}
+	eventually(t, 20*time.Second, "every delivery to succeed", func() bool {
+		for _, r := range f.deliveries(sub.ID) {
+			if r.Status != DeliverySucceeded {
+				return false
+			}
+		}
+		return true
+	})
+	got = f.get(sub.ID)
+	if got.Status != StatusActive || got.FailureCount != 0 {
+		t.Errorf("after resume: status %s, failureCount %d", got.Status, got.FailureCount)
+	}
+}
+
+func TestGoneDisablesTheSubscription(t *testing.T) {
+	f := newFixture(t)
+	gone := newReceiver(t, status(http.StatusGone))
+	other := newReceiver(t, nil)
+	sub := f.create(gone.URL, "*")
+	witness := f.create(other.URL, "*")
+	d := f.start()
+	first := f.publish("agent.run_completed", nil)
+	f.publish("agent.run_completed", nil)
+
+	eventually(t, 20*time.Second, "the subscription to be disabled", func() bool { return f.get(sub.ID).Status == StatusDisabled })
+	quiet(t, d, gone, 5)
+	if n := gone.count(); n != 1 {
+		t.Errorf("a 410 receiver got %d requests, want 1", n)
+	}
+	// Nothing is dropped: the delivery stays pending, ready if the subscription is re-enabled.
+	if rows := f.deliveries(sub.ID); len(rows) != 2 || rows[0].EventID != first.ID || rows[0].Status != DeliveryPending || rows[0].AttemptCount != 1 {
+		t.Errorf("deliveries of the disabled subscription: %+v", rows)
+	}
+	// A disabled subscription records no new deliveries.
+	later := f.publish("agent.run_completed", nil)
+	f.waitDeliveryStatus(witness.ID, later.ID, DeliverySucceeded)
+	if rows := f.deliveries(sub.ID); len(rows) != 2 {
+		t.Errorf("disabled subscription got a delivery for a later event: %+v", rows)
+	}
+}
+
+func TestRetryAfterIsHonoured(t *testing.T) {
+	for _, code := range []int{http.StatusTooManyRequests, http.StatusServiceUnavailable} {
+		t.Run(strconv.Itoa(code), func(t *testing.T) {
+			f := newFixture(t)
+			rc := newReceiver(t, func(n int, w http.ResponseWriter, r *http.Request) {
+				if n == 0 {
+					w.Header().Set("Retry-After", "2")
+					w.WriteHeader(code)
+					return
+				}
+				w.WriteHeader(http.StatusOK)
+			})
+			sub := f.create(rc.URL, "*")
+			f.start() // the schedule alone would retry after 20 ms
+			ev := f.publish("agent.run.failed", nil)
+
+			rc.waitRequests(t, 1, 20*time.Second)
+			var next time.Time
+			var last time.Time
+			eventually(t, 20*time.Second, "the first outcome", func() bool {
+				return f.pool.QueryRow(context.Background(), `select next_attempt_at, last_attempt_at from webhook_deliveries
+where webhook_id = $1 and attempt_count = 1 and status = 'pending'`, sub.ID).Scan(&next, &last) == nil
+			})
+			if gap := next.Sub(last); gap < 2*time.Second {
+				t.Errorf("next attempt scheduled %s after the %d, want at least Retry-After (2s)", gap, code)
+			}
+			reqs := rc.waitRequests(t, 2, 20*time.Second)
+			if gap := reqs[1].At.Sub(reqs[0].At); gap < 2*time.Second {
+				t.Errorf("retried %s after a %d with Retry-After: 2", gap, code)
+			}
+			d := f.waitDeliveryStatus(sub.ID, ev.ID, DeliverySucceeded)
+			if codes := f.attemptCodes(d.ID); !slices.Equal(codes, []int{code, 200}) {
+				t.Errorf("attempts = %v", codes)
+			}
+		})
+	}
+}
+
+func TestTimeoutIsAFailedAttempt(t *testing.T) {
+	f := newFixture(t)
+	rc := newReceiver(t, func(n int, w http.ResponseWriter, r *http.Request) {
+		if n == 0 {
+			<-r.Context().Done() // never answers; the dispatcher gives up
+			return
+		}
+		w.WriteHeader(http.StatusOK)
+	})
+	sub := f.create(rc.URL, "*")
+	f.start(func(c *DispatcherConfig) { c.Timeout = 300 * time.Millisecond })
+	ev := f.publish("agent.run.failed", nil)
+	d := f.waitDeliveryStatus(sub.ID, ev.ID, DeliverySucceeded)
+	atts, err := f.svc.Attempts(f.admin, []string{d.ID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := atts[d.ID]
+	if len(a) != 2 || a[0].StatusCode != nil || a[0].Error == nil || *a[0].Error != "timeout" || a[0].LatencyMs < 300 {
+		t.Fatalf("attempts %+v: want a timeout (no status, error \"timeout\", ≥ 300 ms) then a success", a)
+	}
+	if a[1].StatusCode == nil || *a[1].StatusCode != 200 {
+		t.Errorf("second attempt %+v, want 200", a[1])
+	}
+}
+
+func TestSlowReceiverDoesNotDelayAnotherSubscription(t *testing.T) {
+	f := newFixture(t)
+	release := make(chan struct{})
+	slow := newReceiver(t, func(n int, w http.ResponseWriter, r *http.Request) {
+		select {
+		case <-release:
+		case <-r.Context().Done():
+		}
+		w.WriteHeader(http.StatusOK)
+	})
+	fast := newReceiver(t, nil)
+	slowSub := f.create(slow.URL, "*")
+	fastSub := f.create(fast.URL, "*")
+	f.start()
+	var evs []storage.Event
+	for range 5 {
+		evs = append(evs, f.publish("workflow.completed", nil))
+	}
+	// Every fast delivery completes while the slow receiver still holds its first request.
+	for _, ev := range evs {
+		f.waitDeliveryStatus(fastSub.ID, ev.ID, DeliverySucceeded)
+	}
+	if n := slow.count(); n != 1 {
+		t.Errorf("slow receiver has %d requests in flight, want 1 (one at a time per subscription)", n)
+	}
+	close(release)
+	for _, ev := range evs {
+		f.waitDeliveryStatus(slowSub.ID, ev.ID, DeliverySucceeded)
+	}
+	if ids := requestIDs(slow.requests()); !slices.Equal(ids, eventIDs(evs)) {
+		t.Errorf("slow receiver got %v, want %v", ids, eventIDs(evs))
+	}
+}
+
+func TestEventConsumedTwiceIsDeliveredOnce(t *testing.T) {
+	f := newFixture(t)
+	rc := newReceiver(t, nil)
+	sub := f.create(rc.URL, "*")
+	ev := f.publish("agent.run_completed", nil)
+	f.produce(ev) // the same event again, as a relay retry would publish it
+	first := f.start()
+	sentinel := f.publish("agent.sentinel", nil)
+	f.waitDeliveryStatus(sub.ID, sentinel.ID, DeliverySucceeded)
+	first.stop(t)
+
+	// A second group reads the whole topic again.
+	group := kafkatest.Group(t, "replay")
+	f.start(func(c *DispatcherConfig) { c.Group = group })
+	adm := kadm.NewClient(kafkatest.Client(t))
+	eventually(t, 30*time.Second, "the replay group to commit the end of the topic", func() bool {
+		ctx := context.Background()
+		ends, err := adm.ListEndOffsets(ctx, f.topic)
+		if err != nil {
+			return false
+		}
+		committed, err := adm.FetchOffsets(ctx, group)
+		if err != nil {
+			return false
+		}
+		caught := true
+		ends.Each(func(o kadm.ListedOffset) {
+			if o.Offset == 0 {
+				return
+			}
+			c, ok := committed.Lookup(o.Topic, o.Partition)
+			caught = caught && ok && c.At >= o.Offset
+		})
+		return caught
+	})
+	if ids := requestIDs(rc.requests()); !slices.Equal(ids, []string{ev.ID, sentinel.ID}) {
+		t.Errorf("receiver got %v, want each event once", ids)
+	}
+	if rows := f.deliveries(sub.ID); len(rows) != 2 {
+		t.Errorf("%d deliveries recorded, want 2: %+v", len(rows), rows)
+	}
+}
+
+func TestRotationSignsWithBothSecrets(t *testing.T) {
+	f := newFixture(t)
+	rc := newReceiver(t, nil)
+	sub := f.create(rc.URL, "*")
+	rotated, err := f.svc.RotateSecret(f.admin, sub.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rotated.Secret == sub.Secret || len(rotated.Secret) != len(sub.Secret) {
+		t.Fatalf("rotation returned %q", rotated.Secret)
+	}
+	f.start()
+	f.publish("agent.run_completed", nil)
+	req := rc.waitRequests(t, 1, 20*time.Second)[0]
+	sigs := bytes.Fields([]byte(req.Header.Get(HeaderSignature)))
+	if len(sigs) != 2 {
+		t.Fatalf("webhook-signature %q: want two signatures during the rotation", req.Header.Get(HeaderSignature))
+	}
+	ts := req.Header.Get(HeaderTimestamp)
+	for i, secret := range []string{rotated.Secret, sub.Secret} {
+		if !Verify(secret, req.id(), ts, req.Body, string(sigs[i])) {
+			t.Errorf("signature %d does not verify with its secret", i)
+		}
+		if Verify(secret, req.id(), ts, req.Body, string(sigs[1-i])) {
+			t.Errorf("signature %d verifies with the other secret", 1-i)
+		}
+	}
+
+	// After the overlap the old secret stops signing.
+	if _, err := f.pool.Exec(context.Background(), `update webhooks set previous_secret_expires_at = now() - interval '1 second' where id = $1`, sub.ID); err != nil {
+		t.Fatal(err)
+	}
+	f.publish("agent.run_completed", nil)
+	req = rc.waitRequests(t, 2, 20*time.Second)[1]
+	if sigs := bytes.Fields([]byte(req.Header.Get(HeaderSignature))); len(sigs) != 1 ||
+		!Verify(rotated.Secret, req.id(), req.Header.Get(HeaderTimestamp), req.Body, string(sigs[0])) {
+		t.Errorf("after the overlap: webhook-signature %q, want only the new secret's", req.Header.Get(HeaderSignature))
+	}
+}
+
+func TestDeletedSubscriptionCancelsPendingDeliveries(t *testing.T) {
+	f := newFixture(t)
+	rc := newReceiver(t, status(http.StatusInternalServerError))
+	sub := f.create(rc.URL, "*")
+	f.start(func(c *DispatcherConfig) { c.Schedule = oneShotSchedule })
+	ev := f.publish("agent.run_completed", nil)
+	eventually(t, 20*time.Second, "a failed attempt", func() bool {
+		rows := f.deliveries(sub.ID)
+		return len(rows) == 1 && rows[0].AttemptCount == 1
+	})
+	if err := f.svc.Delete(f.admin, sub.ID); err != nil {
+		t.Fatal(err)
+	}
+	if rows := f.deliveries(sub.ID); rows[0].Status != DeliveryCancelled || rows[0].EventID != ev.ID {
+		t.Errorf("after delete: %+v, want cancelled", rows)
+	}
+	if _, err := f.svc.Get(f.admin, sub.ID); err == nil {
+		t.Error("a deleted subscription is still visible")
+	}
+}
+
+func TestPerSubscriptionBoundsConcurrentAttempts(t *testing.T) {
+	f := newFixture(t)
+	var mu sync.Mutex
+	inFlight, most := 0, 0
+	rc := newReceiver(t, func(_ int, w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		inFlight++
+		most = max(most, inFlight)
+		mu.Unlock()
+		// Hold each request a while so that concurrent ones overlap.
+		time.Sleep(50 * time.Millisecond)
+		mu.Lock()
+		inFlight--
+		mu.Unlock()
+		w.WriteHeader(http.StatusOK)
+	})
+	sub := f.create(rc.URL, "*")
+	var evs []storage.Event
+	for range 16 {
+		evs = append(evs, f.publish("agent.run_completed", nil))
+	}
+	f.start(func(c *DispatcherConfig) { c.PerSubscription = 4 })
+	for _, ev := range evs {
+		f.waitDeliveryStatus(sub.ID, ev.ID, DeliverySucceeded)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if most > 4 || most < 2 {
+		t.Errorf("at most %d attempts were in flight at once, want 2..4 with PerSubscription 4", most)
+	}
+}

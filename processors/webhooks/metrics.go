@@ -1,0 +1,54 @@
+package webhooks
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// metrics of a Dispatcher (namespace carehub, subsystem webhooks).
+type metrics struct {
+	recorded        prometheus.Counter
+	reclaimed       prometheus.Counter
+	lanes           prometheus.Gauge
+	attempts        *prometheus.CounterVec
+	attemptSeconds  prometheus.Histogram
+	firstAttemptLag prometheus.Histogram
+}
+
+func newMetrics(reg prometheus.Registerer) (*metrics, error) {
+	m := &metrics{
+		recorded: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "carehub", Subsystem: "webhooks",
+			Name: "deliveries_recorded_total", Help: "Deliveries recorded from consumed events."}),
+		reclaimed: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "carehub", Subsystem: "webhooks",
+			Name: "deliveries_reclaimed_total", Help: "Deliveries taken back from an expired lease (a dispatcher died mid-attempt)."}),
+		lanes: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "carehub", Subsystem: "webhooks",
+			Name: "lanes_active", Help: "Subscriptions being served by this dispatcher."}),
+		attempts: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "carehub", Subsystem: "webhooks",
+			Name: "attempts_total", Help: "Delivery attempts by result (success, http_error, no_response)."}, []string{"result"}),
+		attemptSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: "carehub", Subsystem: "webhooks",
+			Name: "attempt_duration_seconds", Help: "Duration of delivery attempts.",
+			Buckets: prometheus.ExponentialBuckets(0.001, 2, 15)}),
+		firstAttemptLag: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: "carehub", Subsystem: "webhooks",
+			Name: "first_attempt_lag_seconds", Help: "Time from an event's creation to its first delivery attempt.",
+			Buckets: prometheus.ExponentialBuckets(0.001, 2, 18)}),
+	}
+	if reg != nil {
+		for _, c := range []prometheus.Collector{m.recorded, m.reclaimed, m.lanes, m.attempts, m.attemptSeconds, m.firstAttemptLag} {
+			if err := reg.Register(c); err != nil {
+				return nil, err
+			}
+		}
+	}
+	return m, nil
+}
+
+func (m *metrics) observe(out outcome) {
+	m.attemptSeconds.Observe(out.Latency.Seconds())
+	switch {
+	case out.Succeeded():
+		m.attempts.WithLabelValues("success").Inc()
+	case out.StatusCode != 0:
+		m.attempts.WithLabelValues("http_error").Inc()
+	default:
+		m.attempts.WithLabelValues("no_response").Inc()
+	}
+}

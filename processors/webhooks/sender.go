@@ -1,0 +1,165 @@
+package webhooks
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+)
+
+// DefaultTimeout bounds one delivery attempt, connection included (DECISIONS §5).
+const DefaultTimeout = 15 * time.Second
+
+// responseBodyLimit is how much of a receiver's answer an attempt keeps.
+const responseBodyLimit = 1 << 10
+
+// drainLimit is how much more of an answer is read, unkept, so the connection can be reused.
+const drainLimit = 64 << 10
+
+// sender makes signed delivery attempts. Its client refuses non-public destinations at connect
+// time (unless allowPrivate), follows no redirects and uses no proxy from the environment (a
+// proxy would connect on our behalf, past the address check).
+type sender struct {
+	client  *http.Client
+	timeout time.Duration
+}
+
+func newSender(allowPrivate bool, timeout time.Duration, maxConnsPerHost int) *sender {
+	if timeout <= 0 {
+		timeout = DefaultTimeout
+	}
+	dialer := &net.Dialer{Timeout: timeout, KeepAlive: 30 * time.Second}
+	if !allowPrivate {
+		dialer.Control = dialControl
+	}
+	tr := &http.Transport{
+		Proxy:                 nil,
+		DialContext:           dialer.DialContext,
+		ForceAttemptHTTP2:     true,
+		MaxIdleConns:          256,
+		MaxIdleConnsPerHost:   max(maxConnsPerHost, 2),
+		IdleConnTimeout:       90 * time.Second,
+		TLSHandshakeTimeout:   timeout,
+		ResponseHeaderTimeout: timeout,
+		ExpectContinueTimeout: time.Second,
+	}
+	return &sender{
+		timeout: timeout,
+		client: &http.Client{
+			Transport: tr,
+			// 3xx is a failed attempt: the subscription's URL is the only destination.
+			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+		},
+	}
+}
+
+func (s *sender) close() { s.client.CloseIdleConnections() }
+
+// outcome is what one attempt found.
+type outcome struct {
+	StatusCode   int // 0 when there was no response
+	Latency      time.Duration
+	Err          string // why there was no response or the response is a failure; "" on success
+	ResponseBody string // the first responseBodyLimit bytes, as valid UTF-8
+	RetryAfter   time.Duration
+	Header       http.Header // the request headers sent
+	AttemptedAt  time.Time
+}
+
+// Succeeded reports a 2xx answer.
+func (o outcome) Succeeded() bool { return o.StatusCode >= 200 && o.StatusCode < 300 }
+
+// Gone reports a 410 answer: the receiver asks not to be called again.
+func (o outcome) Gone() bool { return o.StatusCode == http.StatusGone }
+
+// send POSTs body to url signed for message id with secrets (current first).
+func (s *sender) send(ctx context.Context, url, id string, body []byte, secrets []string) outcome {
+	now := time.Now()
+	out := outcome{AttemptedAt: now, Header: http.Header{}}
+	sig, err := Sign(id, now, body, secrets...)
+	if err != nil {
+		out.Err = "signing: " + err.Error()
+		return out
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
+	if err != nil {
+		out.Err = "bad url"
+		return out
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("User-Agent", userAgent)
+	req.Header.Set(HeaderID, id)
+	req.Header.Set(HeaderTimestamp, strconv.FormatInt(now.Unix(), 10))
+	req.Header.Set(HeaderSignature, sig)
+	out.Header = req.Header.Clone()
+
+	resp, err := s.client.Do(req)
+	if err != nil {
+		out.Latency = time.Since(now)
+		out.Err = describeSendError(err, ctx)
+		return out
+	}
+	buf := make([]byte, responseBodyLimit)
+	n, _ := io.ReadFull(resp.Body, buf)
+	_, _ = io.CopyN(io.Discard, resp.Body, drainLimit)
+	resp.Body.Close()
+	out.Latency = time.Since(now)
+	out.StatusCode = resp.StatusCode
+	out.ResponseBody = cleanText(buf[:n])
+	switch {
+	case out.Succeeded():
+	case resp.StatusCode >= 300 && resp.StatusCode < 400:
+		out.Err = "redirect not followed"
+	default:
+		out.Err = "HTTP " + strconv.Itoa(resp.StatusCode)
+	}
+	if resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode == http.StatusServiceUnavailable {
+		out.RetryAfter = parseRetryAfter(resp.Header.Get("Retry-After"), time.Now())
+	}
+	return out
+}
+
+// describeSendError names a transport failure without echoing anything the receiver sent.
+func describeSendError(err error, ctx context.Context) string {
+	switch {
+	case errors.Is(err, ErrForbiddenDestination):
+		return ErrForbiddenDestination.Error()
+	case errors.Is(ctx.Err(), context.DeadlineExceeded), errors.Is(err, context.DeadlineExceeded):
+		return "timeout"
+	case errors.Is(err, context.Canceled):
+		return "cancelled"
+	}
+	var dnsErr *net.DNSError
+	if errors.As(err, &dnsErr) {
+		return "dns: " + dnsErr.Err
+	}
+	var opErr *net.OpError
+	if errors.As(err, &opErr) {
+		if opErr.Err != nil {
+			return opErr.Op + ": " + opErr.Err.Error()
+		}
+		return opErr.Op + " failed"
+	}
+	msg := err.Error()
+	if i := strings.LastIndex(msg, ": "); i >= 0 { // drop the "Post \"url\"" preamble
+		msg = msg[i+2:]
+	}
+	return msg
+}
+
+// cleanText makes b storable as Postgres text: valid UTF-8 without NUL.
+func cleanText(b []byte) string {
+	s := string(b)
+	if !utf8.ValidString(s) {
+		s = strings.ToValidUTF8(s, "\uFFFD")
+	}
+	return strings.ReplaceAll(s, "\x00", "")
+}
