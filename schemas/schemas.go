@@ -21,3 +21,15 @@ var GraphQL string
 //
 //go:embed openapi/*.json
 var OpenAPI embed.FS
+
+// ClickHouse holds the ClickHouse DDL of the event and audit logs, clickhouse/NNNN_name.sql,
+// applied in lexical order by storage/clickhouse.Open (every statement is idempotent).
+//
+//go:embed clickhouse/*.sql
+var ClickHouse embed.FS
+
+// Kafka holds the JSON Schemas of the topics' messages (kafka/<topic>.v1.json) and the event
+// type catalogue generated from processors/events.Catalogue (kafka/event-types.json).
+//
+//go:embed kafka/*.json
+var Kafka embed.FS

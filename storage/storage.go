@@ -29,12 +29,12 @@ type Event struct {
 
 // EventQuery selects events of one project, newest first.
 type EventQuery struct {
-	OrgID     string // required unless the caller is the platform operator ("" = any organization)
-	ProjectID string // required
-	Type      string // exact type, optional
-	Since     time.Time
-	Limit     int    // 1..1000
-	Cursor    string // from an earlier page's NextCursor
+	OrgID     string    // required unless the caller is the platform operator ("" = any organization)
+	ProjectID string    // required
+	Type      string    // exact type, optional
+	Since     time.Time // events created at or after Since; zero = no bound
+	Limit     int       // 1..1000; 0 = the implementation's default (100), more is clamped to 1000
+	Cursor    string    // from an earlier page's NextCursor; a foreign one gives ErrBadCursor
 }
 
 // EventPage is one page of events. Total counts every match of the query, not only this page.
@@ -73,8 +73,8 @@ type AuditRecord struct {
 
 // AuditQuery selects audit records of one organization, newest first.
 type AuditQuery struct {
-	OrgID     string // "" = any organization (platform operator)
-	From, To  time.Time
+	OrgID     string    // "" = any organization (platform operator)
+	From, To  time.Time // records at or after From and before To; zero = no bound
 	KeyID     string
 	PatientID string
 	Operation string

@@ -19,6 +19,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"carehub/processors/demo"
+	"carehub/storage"
 	"carehub/storage/kafka"
 	"carehub/storage/postgres"
 )
@@ -35,6 +36,8 @@ type Server struct {
 	brokers  []string        //
 	kcl      *kgo.Client     // shared producer client
 	registry *prometheus.Registry
+	eventLog storage.EventLog
+	auditLog storage.AuditLog
 
 	http     *http.Server
 	listener net.Listener

@@ -14,9 +14,11 @@ import (
 	"carehub/api/graphql/explorer"
 	"carehub/api/rest"
 	"carehub/api/ws"
+	"carehub/ingest/outbox"
 	"carehub/processors/agents"
 	"carehub/processors/audit"
 	"carehub/processors/deployments"
+	"carehub/processors/eventlog"
 	"carehub/processors/fanout"
 	"carehub/processors/feed"
 	"carehub/processors/marketplace"
@@ -25,6 +27,7 @@ import (
 	"carehub/processors/webhooks"
 	"carehub/processors/workflows"
 	"carehub/storage"
+	"carehub/storage/clickhouse"
 	"carehub/storage/kafka"
 	"carehub/storage/postgres"
 )
@@ -52,7 +55,10 @@ func (s *Server) wire(ctx context.Context, wctx context.Context) (http.Handler, 
 		return nil, fmt.Errorf("--trusted-proxies: %w", err)
 	}
 	authn := auth.NewAuthenticator(keys, tokens, auth.WithClientIP(clientIP))
-	auditLog := postgres.NewAuditLog(s.pool) // the ClickHouse audit log when one is configured
+	if err := s.openLogStores(ctx); err != nil {
+		return nil, err
+	}
+	auditLog := s.auditLog
 	if s.has(RoleAPI) {
 		if err := tokens.EnsureSigningKey(ctx); err != nil {
 			return nil, fmt.Errorf("jwt signing key: %w", err)
@@ -68,7 +74,19 @@ func (s *Server) wire(ctx context.Context, wctx context.Context) (http.Handler, 
 			return nil, err
 		}
 	}
+	if s.has(RoleIngest) {
+		// The outbox relay publishes what services wrote in their transactions; with several
+		// nodes each runs one and SKIP LOCKED divides the rows.
+		relay := outbox.New(s.pool, s.kcl, outbox.Options{Logger: s.logger.With("component", "outbox"), Registerer: s.registry})
+		s.run("outbox-relay", relay.Run, wctx)
+	}
 	if s.has(RoleProcessors) {
+		el, err := eventlog.New(eventlog.Config{Brokers: s.brokers, Topic: kafka.DefaultTopics().Events, Store: s.eventLog,
+			Logger: s.logger.With("component", "eventlog"), Registerer: s.registry})
+		if err != nil {
+			return nil, fmt.Errorf("event log writer: %w", err)
+		}
+		s.run("eventlog-writer", el.Run, wctx)
 		w, err := audit.NewWriter(audit.WriterConfig{Brokers: s.brokers, Store: auditLog, Logger: s.logger, Registerer: s.registry})
 		if err != nil {
 			return nil, fmt.Errorf("audit writer: %w", err)
@@ -119,7 +137,7 @@ func (s *Server) mountAPI(r *mux.Router, a authRoutes, wctx context.Context) err
 	s.closers = append(s.closers, func(context.Context) error { return agentSvc.Close() })
 	svc := graphql.Services{Orgs: orgs.New(s.pool), Marketplace: marketplace.New(s.pool), Deployments: deployments.New(s.pool),
 		Agents: agentSvc, Workflows: workflows.New(s.pool), Patients: patients.New(s.pool),
-		Feed: feed.New(s.pool, postgres.NewEventLog(s.pool)), Webhooks: webhookSvc,
+		Feed: feed.New(s.pool, s.eventLog), Webhooks: webhookSvc,
 		Events: graphql.EventSourceFunc(func(context.Context) (<-chan storage.Event, func()) {
 			sub := hub.Subscribe(256)
 			return sub.C, sub.Close
@@ -144,6 +162,22 @@ func (s *Server) mountAPI(r *mux.Router, a authRoutes, wctx context.Context) err
 		Agents: svc.Agents, Workflows: svc.Workflows, Feed: svc.Feed, Webhooks: svc.Webhooks})
 	rest.PatientRoutes(authed, svc.Patients)
 	rest.WebhookRoutes(authed, webhookSvc)
+	return nil
+}
+
+// openLogStores picks the event and audit log store: ClickHouse when configured, else Postgres
+// tables of the same shape (the embedded default).
+func (s *Server) openLogStores(ctx context.Context) error {
+	if s.cfg.ClickHouseURL == "" {
+		s.eventLog, s.auditLog = postgres.NewEventLog(s.pool), postgres.NewAuditLog(s.pool)
+		return nil
+	}
+	ch, err := clickhouse.Open(ctx, s.cfg.ClickHouseURL)
+	if err != nil {
+		return fmt.Errorf("clickhouse: %w", err)
+	}
+	s.closers = append(s.closers, func(context.Context) error { return ch.Close() })
+	s.eventLog, s.auditLog = ch, ch
 	return nil
 }
 

@@ -1,0 +1,59 @@
+package outbox_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"carehub/ingest/outbox"
+	"carehub/processors/events"
+	"carehub/storage"
+	"carehub/storage/kafka/kafkatest"
+	"carehub/storage/postgres/pgtest"
+)
+
+// BenchmarkRelay measures the relay's throughput from committed outbox rows to acknowledged
+// records marked sent (default batch size; kfake unless CAREHUB_TEST_KAFKA_BROKERS is set).
+// Each iteration commits 5,000 events in 50 transactions and waits until all are sent.
+//
+//	go test ./ingest/outbox -run '^$' -bench Relay -benchtime 10x
+func BenchmarkRelay(b *testing.B) {
+	pool := pgtest.New(b)
+	topic := kafkatest.Topic(b, "events")
+	relay := outbox.New(pool, kafkatest.Client(b), outbox.Options{})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- relay.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+
+	const perTx, txs = 100, 50
+	batch := make([]storage.Event, perTx)
+	b.ResetTimer()
+	for b.Loop() {
+		for range txs {
+			for i := range batch {
+				ev, err := events.New("a.b", "org_1", "prj_1", events.SourceSystem, events.SeverityInfo, nil)
+				if err != nil {
+					b.Fatal(err)
+				}
+				batch[i] = ev
+			}
+			if err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error { return events.Append(ctx, tx, topic, batch...) }); err != nil {
+				b.Fatal(err)
+			}
+		}
+		for {
+			var n int
+			if err := pool.QueryRow(ctx, "select count(*) from outbox where sent_at is null").Scan(&n); err != nil {
+				b.Fatal(err)
+			}
+			if n == 0 {
+				break
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
+	b.ReportMetric(float64(b.N*perTx*txs)/b.Elapsed().Seconds(), "events/s")
+}

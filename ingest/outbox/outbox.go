@@ -1,0 +1,467 @@
+// Package outbox is the transactional outbox relay: it publishes the rows that services write to
+// the Postgres outbox table (processors/events.Append, in the same transaction as their entity
+// change) to Kafka, and marks them sent.
+//
+// # Delivery
+//
+// A relay claims a batch of unsent rows in seq order with SELECT … FOR UPDATE SKIP LOCKED inside
+// a transaction, produces them (topic and key from the row, value = the row's JSON, header
+// event-id), waits for the broker's acknowledgement of every record (acks=all, idempotent
+// producer), sets sent_at on the acknowledged rows and commits. Because the rows stay locked
+// until that commit, several relays (one per carehub instance) never publish the same row
+// concurrently: each row is published once, except in one window — a relay that crashes (or
+// loses its database connection) after the broker acknowledged a batch and before its commit
+// leaves those rows unsent, and they are published again. Consumers therefore deduplicate by
+// event id (the event log by primary key, webhooks by delivery key); that is the documented
+// at-least-once contract of carehub.events.v1.
+//
+// Within one relay rows are produced in seq order, and the producer keeps per-partition order.
+// seq follows insertion, not commit, order, and with several relays under a backlog two batches
+// may be in flight at once, so consumers must not rely on cross-batch order; events carry
+// createdAt.
+//
+// # Failure
+//
+// When the broker is unreachable or refuses writes, the produce times out
+// (Options.PublishTimeout), the transaction rolls back, and the relay retries with exponential
+// backoff. Mutations keep succeeding meanwhile: they only insert outbox rows. When the broker
+// returns, the backlog drains in seq order.
+//
+// One case cannot time out: a broker that accepted a produce request and never answers. The
+// idempotent producer may not abandon records it has sent (that would break its sequence
+// numbers), so the batch waits for the broker. The claiming transaction meanwhile sits idle
+// and Postgres ends it after idle_in_transaction_session_timeout (storage/postgres.Connect: one
+// minute), which releases the rows to the next claim; if the stuck records are then delivered
+// too, those events are duplicated, which consumers absorb by event id.
+//
+// # Waking
+//
+// The relay LISTENs on Channel on a connection of its own taken from the pool (re-established
+// after any error) and drains the outbox when notified; Append issues the NOTIFY, which Postgres
+// delivers on commit. A poll every Options.PollInterval covers lost notifications and the time
+// the listener is reconnecting.
+package outbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// Channel is the Postgres notification channel the relay listens on. processors/events.Append
+// notifies it.
+const Channel = "carehub_outbox"
+
+// HeaderEventID is the record header that carries the event id, for consumers that deduplicate
+// before decoding.
+const HeaderEventID = "event-id"
+
+// Defaults of Options.
+const (
+	DefaultBatchSize       = 500
+	DefaultPollInterval    = time.Second
+	DefaultRetention       = time.Hour
+	DefaultCleanupInterval = time.Minute
+	// DefaultPublishTimeout bounds one batch's produce. It must stay below the pool's
+	// idle_in_transaction_session_timeout (one minute, storage/postgres.Connect): the claiming
+	// transaction is idle while the broker is producing.
+	DefaultPublishTimeout = 20 * time.Second
+	maxBackoff            = 30 * time.Second
+	cleanupChunk          = 5000
+)
+
+// Options configures a Relay. The zero value is usable.
+type Options struct {
+	Logger *slog.Logger // default: discard
+	// BatchSize is the number of rows claimed and produced together. Default DefaultBatchSize.
+	BatchSize int
+	// PollInterval is the fallback wake-up when no notification arrives. Default 1 s.
+	PollInterval time.Duration
+	// Retention is how long sent rows are kept (for inspection and replays) before cleanup
+	// deletes them. Default 1 h.
+	Retention time.Duration
+	// CleanupInterval is how often sent rows past Retention are deleted. Default 1 min.
+	CleanupInterval time.Duration
+	// PublishTimeout bounds the wait for the broker to acknowledge one batch. Default 20 s.
+	PublishTimeout time.Duration
+	// Registerer receives the relay's metrics when set. Relays sharing a Registerer share
+	// their metrics.
+	Registerer prometheus.Registerer
+}
+
+func (o *Options) defaults() {
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if o.BatchSize <= 0 {
+		o.BatchSize = DefaultBatchSize
+	}
+	if o.PollInterval <= 0 {
+		o.PollInterval = DefaultPollInterval
+	}
+	if o.Retention <= 0 {
+		o.Retention = DefaultRetention
+	}
+	if o.CleanupInterval <= 0 {
+		o.CleanupInterval = DefaultCleanupInterval
+	}
+	if o.PublishTimeout <= 0 {
+		o.PublishTimeout = DefaultPublishTimeout
+	}
+}
+
+// Relay publishes outbox rows to Kafka. Create it with New and run it with Run.
+type Relay struct {
+	pool     *pgxpool.Pool
+	producer *kgo.Client
+	opts     Options
+	log      *slog.Logger
+	m        metrics
+}
+
+// New returns a relay that reads pool's outbox table and produces with producer, which should
+// be built by storage/kafka.NewClient (idempotent, acks=all). The relay does not close either.
+func New(pool *pgxpool.Pool, producer *kgo.Client, opts Options) *Relay {
+	opts.defaults()
+	return &Relay{
+		pool:     pool,
+		producer: producer,
+		opts:     opts,
+		log:      opts.Logger.With("component", "outbox_relay"),
+		m:        newMetrics(opts.Registerer),
+	}
+}
+
+// Run publishes outbox rows until ctx is done, then waits for its goroutines (listener,
+// cleanup) and returns nil. Errors of the database or the broker are logged and retried; they
+// never end Run. Run must not be called twice at once on one Relay.
+func (r *Relay) Run(ctx context.Context) error {
+	ctx, cancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	defer func() {
+		cancel()
+		wg.Wait()
+	}()
+	wake := make(chan struct{}, 1)
+	wg.Go(func() { r.listen(ctx, wake) })
+	wg.Go(func() { r.cleanupLoop(ctx) })
+
+	poll := time.NewTicker(r.opts.PollInterval)
+	defer poll.Stop()
+	var failures int
+	for {
+		err := r.drain(ctx)
+		r.refreshBacklog(ctx)
+		if ctx.Err() != nil {
+			return nil
+		}
+		wait := time.Duration(0)
+		if err != nil {
+			failures++
+			wait = backoff(failures)
+			r.log.Warn("publish outbox batch failed; retrying", "error", err, "attempt", failures, "retry_in", wait)
+		} else {
+			failures = 0
+		}
+		if wait > 0 {
+			if !sleep(ctx, wait) {
+				return nil
+			}
+			continue
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-wake:
+		case <-poll.C:
+		}
+	}
+}
+
+// drain publishes batches until one comes back short.
+func (r *Relay) drain(ctx context.Context) error {
+	for {
+		n, err := r.publishBatch(ctx)
+		if err != nil || n < r.opts.BatchSize {
+			return err
+		}
+	}
+}
+
+type outboxRow struct {
+	seq       int64
+	eventID   string
+	topic     string
+	key       string
+	value     string
+	createdAt time.Time
+}
+
+// publishBatch claims, produces and marks one batch; it returns how many rows it claimed.
+func (r *Relay) publishBatch(ctx context.Context) (int, error) {
+	tx, err := r.pool.Begin(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("begin: %w", err)
+	}
+	// Not ctx: on shutdown the rollback of an unfinished batch must still reach the server.
+	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+
+	rows, err := tx.Query(ctx, `
+select seq, event_id, topic, key, value::text, created_at
+from outbox
+where sent_at is null
+order by seq
+limit $1
+for update skip locked`, r.opts.BatchSize)
+	if err != nil {
+		return 0, fmt.Errorf("claim rows: %w", err)
+	}
+	batch, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (outboxRow, error) {
+		var x outboxRow
+		err := row.Scan(&x.seq, &x.eventID, &x.topic, &x.key, &x.value, &x.createdAt)
+		return x, err
+	})
+	if err != nil {
+		return 0, fmt.Errorf("claim rows: %w", err)
+	}
+	if len(batch) == 0 {
+		return 0, nil
+	}
+
+	records := make([]*kgo.Record, len(batch))
+	for i, x := range batch {
+		records[i] = &kgo.Record{
+			Topic:   x.topic,
+			Key:     []byte(x.key),
+			Value:   []byte(x.value),
+			Headers: []kgo.RecordHeader{{Key: HeaderEventID, Value: []byte(x.eventID)}},
+		}
+	}
+	produceCtx, cancel := context.WithTimeout(ctx, r.opts.PublishTimeout)
+	results := r.producer.ProduceSync(produceCtx, records...)
+	cancel()
+	acked := time.Now()
+
+	// Mark what the broker acknowledged even if other records failed: those need no resend.
+	sent := make([]int64, 0, len(batch))
+	var produceErr error
+	for i, res := range results {
+		if res.Err != nil {
+			if produceErr == nil {
+				produceErr = fmt.Errorf("produce event %s to %s: %w", batch[i].eventID, batch[i].topic, res.Err)
+			}
+			continue
+		}
+		sent = append(sent, batch[i].seq)
+	}
+	if len(sent) > 0 {
+		// The broker has the records now; finishing the bookkeeping must not be cut short by
+		// shutdown, or they would be sent again after restart.
+		markCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		defer cancel()
+		if _, err := tx.Exec(markCtx, "update outbox set sent_at = now() where seq = any($1)", sent); err != nil {
+			return len(batch), errors.Join(produceErr, fmt.Errorf("mark sent: %w", err))
+		}
+		if err := tx.Commit(markCtx); err != nil {
+			return len(batch), errors.Join(produceErr, fmt.Errorf("commit sent: %w", err))
+		}
+		r.m.published.Add(float64(len(sent)))
+		for i, res := range results {
+			if res.Err == nil {
+				r.m.latency.Observe(acked.Sub(batch[i].createdAt).Seconds())
+			}
+		}
+	}
+	if produceErr != nil {
+		r.m.errors.Inc()
+		return len(batch), produceErr
+	}
+	return len(batch), nil
+}
+
+func (r *Relay) refreshBacklog(ctx context.Context) {
+	var n int64
+	// Counts the partial index outbox_unsent: cheap however many sent rows are retained.
+	if err := r.pool.QueryRow(ctx, "select count(*) from outbox where sent_at is null").Scan(&n); err != nil {
+		if ctx.Err() == nil {
+			r.log.Warn("count outbox backlog", "error", err)
+		}
+		return
+	}
+	r.m.backlog.Set(float64(n))
+}
+
+// listen holds a LISTEN connection and signals wake on every notification, reconnecting with
+// backoff after errors, until ctx is done.
+func (r *Relay) listen(ctx context.Context, wake chan<- struct{}) {
+	for failures := 0; ctx.Err() == nil; failures++ {
+		err := r.listenOnce(ctx, wake, func() { failures = 0 })
+		if ctx.Err() != nil {
+			return
+		}
+		wait := backoff(failures + 1)
+		r.log.Warn("outbox listener lost its connection; polling until it is back", "error", err, "retry_in", wait)
+		if !sleep(ctx, wait) {
+			return
+		}
+	}
+}
+
+func (r *Relay) listenOnce(ctx context.Context, wake chan<- struct{}, listening func()) error {
+	c, err := r.pool.Acquire(ctx)
+	if err != nil {
+		return err
+	}
+	// Hijacked: the pool forgets the connection, so a listening session never serves another
+	// caller, and closing it below ends the LISTEN.
+	conn := c.Hijack()
+	defer func() {
+		closeCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		_ = conn.Close(closeCtx)
+	}()
+	if _, err := conn.Exec(ctx, "listen "+pgx.Identifier{Channel}.Sanitize()); err != nil {
+		return err
+	}
+	listening()
+	// Rows committed while nobody listened would otherwise wait for the next poll.
+	notify(wake)
+	for {
+		if _, err := conn.WaitForNotification(ctx); err != nil {
+			return err
+		}
+		notify(wake)
+	}
+}
+
+func notify(wake chan<- struct{}) {
+	select {
+	case wake <- struct{}{}:
+	default: // a wake-up is already pending; the drain it triggers covers this one too
+	}
+}
+
+// cleanupLoop deletes sent rows older than Retention every CleanupInterval.
+func (r *Relay) cleanupLoop(ctx context.Context) {
+	t := time.NewTicker(r.opts.CleanupInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if n, err := r.Cleanup(ctx); err != nil {
+			if ctx.Err() == nil {
+				r.log.Warn("clean up outbox", "error", err)
+			}
+		} else if n > 0 {
+			r.log.Debug("cleaned up outbox", "deleted", n)
+		}
+	}
+}
+
+// Cleanup deletes the rows sent more than Retention ago, in chunks, and returns how many. Run
+// calls it every CleanupInterval; several relays may run it at once.
+func (r *Relay) Cleanup(ctx context.Context) (int64, error) {
+	var total int64
+	for {
+		// Rows are deleted oldest seq first. The seq bound (the first row created inside the
+		// retention window) keeps each pass to the old head of the table instead of scanning
+		// every retained row for sent_at, which has no index.
+		tag, err := r.pool.Exec(ctx, `
+delete from outbox where seq in (
+	select seq from outbox
+	where seq < coalesce((select seq from outbox where created_at >= now() - $1::interval order by seq limit 1),
+	                     9223372036854775807)
+	  and sent_at < now() - $1::interval
+	order by seq
+	limit $2
+	for update skip locked)`, r.opts.Retention, cleanupChunk)
+		if err != nil {
+			return total, fmt.Errorf("delete sent outbox rows: %w", err)
+		}
+		total += tag.RowsAffected()
+		if tag.RowsAffected() < cleanupChunk {
+			return total, nil
+		}
+	}
+}
+
+// backoff returns the wait before retry number attempt (1, 2, …): 100 ms doubling to 30 s,
+// with ±20 % jitter so relays that failed together do not retry together.
+func backoff(attempt int) time.Duration {
+	d := 100 * time.Millisecond << min(attempt-1, 16)
+	d = min(d, maxBackoff)
+	return time.Duration(float64(d) * (0.8 + 0.4*rand.Float64()))
+}
+
+// sleep waits d or until ctx is done; it reports whether the full d elapsed.
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
+
+type metrics struct {
+	backlog   prometheus.Gauge
+	published prometheus.Counter
+	errors    prometheus.Counter
+	latency   prometheus.Histogram
+}
+
+func newMetrics(reg prometheus.Registerer) metrics {
+	m := metrics{
+		backlog: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: "carehub", Subsystem: "outbox", Name: "backlog",
+			Help: "Outbox rows not yet published to Kafka.",
+		}),
+		published: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: "carehub", Subsystem: "outbox", Name: "published_total",
+			Help: "Outbox rows published to Kafka and marked sent.",
+		}),
+		errors: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: "carehub", Subsystem: "outbox", Name: "publish_errors_total",
+			Help: "Outbox batches that failed to publish (retried with backoff).",
+		}),
+		latency: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Namespace: "carehub", Subsystem: "outbox", Name: "publish_latency_seconds",
+			Help:    "Time from an outbox row's creation to the broker's acknowledgement of its record.",
+			Buckets: prometheus.ExponentialBuckets(0.001, 2.5, 14), // 1 ms … ~150 s
+		}),
+	}
+	if reg != nil {
+		m.backlog = register(reg, m.backlog)
+		m.published = register(reg, m.published)
+		m.errors = register(reg, m.errors)
+		m.latency = register(reg, m.latency)
+	}
+	return m
+}
+
+// register registers c on reg, or returns the collector already registered under its name.
+func register[C prometheus.Collector](reg prometheus.Registerer, c C) C {
+	if err := reg.Register(c); err != nil {
+		if are, ok := errors.AsType[prometheus.AlreadyRegisteredError](err); ok {
+			if existing, ok := are.ExistingCollector.(C); ok {
+				return existing
+			}
+		}
+		panic(fmt.Sprintf("outbox: register metric: %v", err)) // a programming error: a clashing name
+	}
+	return c
+}

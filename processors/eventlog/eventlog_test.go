@@ -1,0 +1,426 @@
+package eventlog_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"carehub/processors/eventlog"
+	"carehub/processors/events"
+	"carehub/storage"
+	"carehub/storage/kafka"
+	"carehub/storage/kafka/kafkatest"
+	"carehub/storage/postgres"
+	"carehub/storage/postgres/pgtest"
+)
+
+func TestMain(m *testing.M) { pgtest.Main(m) }
+
+// countingStore wraps the real Postgres event log: it counts how often each event id is
+// appended (to see re-processing) and can be told to fail.
+type countingStore struct {
+	storage.EventLog
+	fail  atomic.Bool
+	calls atomic.Int64
+
+	mu       sync.Mutex
+	appended map[string]int
+}
+
+func newCountingStore(t *testing.T) *countingStore {
+	return &countingStore{EventLog: postgres.NewEventLog(pgtest.New(t)), appended: map[string]int{}}
+}
+
+var errStoreDown = errors.New("store down")
+
+func (s *countingStore) AppendEvents(ctx context.Context, evs []storage.Event) error {
+	s.calls.Add(1)
+	if s.fail.Load() {
+		return errStoreDown
+	}
+	if err := s.EventLog.AppendEvents(ctx, evs); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	for _, ev := range evs {
+		s.appended[ev.ID]++
+	}
+	s.mu.Unlock()
+	return nil
+}
+
+func (s *countingStore) timesAppended() map[string]int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return maps.Clone(s.appended)
+}
+
+func newEvents(t *testing.T, n, projects int) []storage.Event {
+	t.Helper()
+	evs := make([]storage.Event, n)
+	for i := range evs {
+		ev, err := events.New("agent.run_completed", "org_1", fmt.Sprintf("prj_%d", i%projects), events.SourceAgent,
+			events.SeverityInfo, map[string]any{"sessionId": fmt.Sprintf("ses_%d", i)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		evs[i] = ev
+	}
+	return evs
+}
+
+func produce(t *testing.T, cl *kgo.Client, topic string, evs ...storage.Event) {
+	t.Helper()
+	recs := make([]*kgo.Record, len(evs))
+	for i, ev := range evs {
+		value, err := json.Marshal(ev)
+		if err != nil {
+			t.Fatal(err)
+		}
+		recs[i] = &kgo.Record{Topic: topic, Key: []byte(ev.ProjectID), Value: value}
+	}
+	produceRecords(t, cl, recs...)
+}
+
+func produceRecords(t *testing.T, cl *kgo.Client, recs ...*kgo.Record) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := cl.ProduceSync(ctx, recs...).FirstErr(); err != nil {
+		t.Fatalf("produce: %v", err)
+	}
+}
+
+type env struct {
+	brokers []string
+	topic   string
+	group   string
+	cl      *kgo.Client
+	adm     *kadm.Client
+}
+
+func newEnv(t *testing.T) env {
+	cl := kafkatest.Client(t)
+	return env{
+		brokers: kafkatest.Brokers(t),
+		topic:   kafkatest.Topic(t, "events"),
+		group:   kafkatest.Group(t, "eventlog"),
+		cl:      cl,
+		adm:     kadm.NewClient(cl),
+	}
+}
+
+// start runs a writer until stop or the end of the test.
+func start(t *testing.T, e env, store storage.EventLog, mod func(*eventlog.Config)) (stop func()) {
+	t.Helper()
+	cfg := eventlog.Config{
+		Brokers:       e.brokers,
+		Group:         e.group,
+		Topic:         e.topic,
+		Store:         store,
+		BatchSize:     50,
+		BatchInterval: 20 * time.Millisecond,
+	}
+	if mod != nil {
+		mod(&cfg)
+	}
+	w, err := eventlog.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx) }()
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			cancel()
+			select {
+			case err := <-done:
+				if err != nil {
+					t.Errorf("Run: %v", err)
+				}
+			case <-time.After(60 * time.Second):
+				t.Error("Run did not return after its context was cancelled")
+			}
+		})
+	}
+	t.Cleanup(stop)
+	return stop
+}
+
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(90 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(25 * time.Millisecond)
+	}
+}
+
+// caughtUp reports whether the group has committed the end of every partition of the topic.
+func caughtUp(t *testing.T, e env) bool {
+	t.Helper()
+	lags, err := kafka.Lag(context.Background(), e.adm, e.group, e.topic)
+	if err != nil {
+		t.Logf("lag: %v", err)
+		return false
+	}
+	if len(lags) == 0 {
+		return false
+	}
+	for _, l := range lags {
+		if l.End > l.Start && l.Committed < l.End {
+			return false
+		}
+	}
+	return true
+}
+
+// committed returns the group's committed offsets on the topic (partition → offset).
+func committed(t *testing.T, e env) map[int32]int64 {
+	t.Helper()
+	resp, err := e.adm.FetchOffsetsForTopics(context.Background(), e.group, e.topic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[int32]int64{}
+	resp.Each(func(o kadm.OffsetResponse) {
+		if o.Err == nil && o.At >= 0 {
+			out[o.Partition] = o.At
+		}
+	})
+	return out
+}
+
+// stored returns the ids the event log holds for the given projects.
+func stored(t *testing.T, log storage.EventLog, projects int) []string {
+	t.Helper()
+	var ids []string
+	for p := range projects {
+		q := storage.EventQuery{OrgID: "org_1", ProjectID: fmt.Sprintf("prj_%d", p), Limit: 1000}
+		for {
+			page, err := log.QueryEvents(context.Background(), q)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, ev := range page.Events {
+				ids = append(ids, ev.ID)
+			}
+			if page.NextCursor == "" {
+				break
+			}
+			q.Cursor = page.NextCursor
+		}
+	}
+	slices.Sort(ids)
+	return ids
+}
+
+func ids(evs []storage.Event) []string {
+	out := make([]string, len(evs))
+	for i, ev := range evs {
+		out[i] = ev.ID
+	}
+	slices.Sort(out)
+	return out
+}
+
+func metric(t *testing.T, reg *prometheus.Registry, name string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var v float64
+	for _, mf := range mfs {
+		if mf.GetName() == name {
+			for _, m := range mf.GetMetric() {
+				v += m.GetCounter().GetValue() + m.GetGauge().GetValue() + float64(m.GetHistogram().GetSampleCount())
+			}
+		}
+	}
+	return v
+}
+
+// TestWriterStoresEachEventOnce covers duplicates on the topic (an event the relay published
+// twice), malformed records, and a full re-delivery (the group's offsets reset to the start).
+func TestWriterStoresEachEventOnce(t *testing.T) {
+	e := newEnv(t)
+	store := newCountingStore(t)
+	reg := prometheus.NewRegistry()
+	evs := newEvents(t, 300, 5)
+	produce(t, e.cl, e.topic, evs[:150]...)
+	produce(t, e.cl, e.topic, evs[100:120]...) // re-published by a relay that crashed before marking them sent
+	produceRecords(t, e.cl,
+		&kgo.Record{Topic: e.topic, Key: []byte("prj_0"), Value: []byte("not json")},
+		&kgo.Record{Topic: e.topic, Key: []byte("prj_1"), Value: []byte(`{"id": "evt_x", "type": "nope"}`)},
+		&kgo.Record{Topic: e.topic, Key: []byte("prj_2")},
+	)
+	produce(t, e.cl, e.topic, evs[150:]...)
+
+	stop := start(t, e, store, func(c *eventlog.Config) { c.Registerer = reg; c.LagInterval = 50 * time.Millisecond })
+	waitFor(t, "the writer to commit every record", func() bool { return caughtUp(t, e) })
+	if got := stored(t, store, 5); !slices.Equal(got, ids(evs)) {
+		t.Fatalf("the log holds %d events, want the %d produced", len(got), len(evs))
+	}
+	if n := metric(t, reg, "carehub_eventlog_malformed_records_total"); n != 3 {
+		t.Errorf("malformed records counted: %v, want 3", n)
+	}
+	if n := metric(t, reg, "carehub_eventlog_events_written_total"); n != 320 {
+		t.Errorf("events written: %v, want 320 (300 events, 20 re-published)", n)
+	}
+	if n := metric(t, reg, "carehub_eventlog_latency_seconds"); n != 320 {
+		t.Errorf("latency samples: %v, want 320", n)
+	}
+	waitFor(t, "the lag gauge to show the group caught up", func() bool {
+		mfs, _ := reg.Gather()
+		for _, mf := range mfs {
+			if mf.GetName() == "carehub_kafka_consumer_lag" {
+				return len(mf.GetMetric()) == kafkatest.Partitions && metric(t, reg, "carehub_kafka_consumer_lag") == 0
+			}
+		}
+		return false
+	})
+	stop()
+
+	// Re-delivery of everything: rewind the group to the start and run a new writer.
+	starts, err := e.adm.ListStartOffsets(context.Background(), e.topic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rewind := kadm.Offsets{}
+	starts.Each(func(o kadm.ListedOffset) { rewind.AddOffset(o.Topic, o.Partition, o.Offset, -1) })
+	if _, err := e.adm.CommitOffsets(context.Background(), e.group, rewind); err != nil {
+		t.Fatal(err)
+	}
+	if len(committed(t, e)) == 0 || caughtUp(t, e) {
+		t.Fatal("rewinding the group did not take")
+	}
+	start(t, e, store, nil)
+	waitFor(t, "the second writer to commit every record", func() bool { return caughtUp(t, e) })
+	if got := stored(t, store, 5); !slices.Equal(got, ids(evs)) {
+		t.Fatalf("after re-delivery the log holds %d events, want %d", len(got), len(evs))
+	}
+	appended := store.timesAppended()
+	if appended[evs[0].ID] < 2 {
+		t.Errorf("event %s appended %d times: the re-delivery did not happen", evs[0].ID, appended[evs[0].ID])
+	}
+}
+
+// TestWriterDoesNotCommitWhenStoreFails: while the store fails nothing is committed and the
+// writer keeps retrying; once it recovers every event is stored and committed.
+func TestWriterDoesNotCommitWhenStoreFails(t *testing.T) {
+	e := newEnv(t)
+	store := newCountingStore(t)
+	store.fail.Store(true)
+	reg := prometheus.NewRegistry()
+	evs := newEvents(t, 120, 3)
+	produce(t, e.cl, e.topic, evs...)
+
+	start(t, e, store, func(c *eventlog.Config) { c.Registerer = reg; c.LagInterval = -1 })
+	waitFor(t, "three failed store attempts", func() bool { return store.calls.Load() >= 3 })
+	if c := committed(t, e); len(c) != 0 {
+		t.Fatalf("offsets committed while the store fails: %v", c)
+	}
+	if n := metric(t, reg, "carehub_eventlog_store_errors_total"); n < 3 {
+		t.Errorf("store errors counted: %v", n)
+	}
+	if got := stored(t, store, 3); len(got) != 0 {
+		t.Fatalf("%d events stored by a failing store", len(got))
+	}
+
+	store.fail.Store(false)
+	waitFor(t, "the writer to commit every record after recovery", func() bool { return caughtUp(t, e) })
+	if got := stored(t, store, 3); !slices.Equal(got, ids(evs)) {
+		t.Fatalf("the log holds %d events, want %d", len(got), len(evs))
+	}
+}
+
+// TestWriterRebalance runs two writers in one group while events keep arriving: the second
+// joins (half the partitions move to it) and later the first leaves (they all move to the
+// second). Every event is stored, and, because a writer stores and commits its batch before
+// giving up a partition, none is processed twice.
+func TestWriterRebalance(t *testing.T) {
+	e := newEnv(t)
+	storeA := newCountingStore(t)
+	storeB := &countingStore{EventLog: storeA.EventLog, appended: map[string]int{}} // the same log, counted apart
+	const projects = 12
+
+	var mu sync.Mutex
+	var produced []storage.Event
+	stopProducing := make(chan struct{})
+	producing := make(chan struct{})
+	go func() {
+		defer close(producing)
+		for {
+			select {
+			case <-stopProducing:
+				return
+			case <-time.After(10 * time.Millisecond):
+			}
+			evs := newEvents(t, 12, projects)
+			produce(t, e.cl, e.topic, evs...)
+			mu.Lock()
+			produced = append(produced, evs...)
+			mu.Unlock()
+		}
+	}()
+	// Fast heartbeats: members learn of a rebalance within half a second instead of three.
+	fast := func(id string) func(*eventlog.Config) {
+		return func(c *eventlog.Config) {
+			c.ClientID = id
+			c.ClientOpts = []kgo.Opt{kgo.HeartbeatInterval(300 * time.Millisecond)}
+		}
+	}
+
+	stopA := start(t, e, storeA, fast("writer-a"))
+	waitFor(t, "writer A to store events", func() bool { return len(storeA.timesAppended()) >= 100 })
+	start(t, e, storeB, fast("writer-b"))
+	waitFor(t, "writer B to get partitions and store events", func() bool { return len(storeB.timesAppended()) >= 50 })
+	aBefore := len(storeA.timesAppended())
+	waitFor(t, "writer A to keep its other partitions", func() bool { return len(storeA.timesAppended()) >= aBefore+50 })
+	stopA()
+	bBefore := len(storeB.timesAppended())
+	waitFor(t, "writer B to take over every partition", func() bool { return len(storeB.timesAppended()) >= bBefore+200 })
+	close(stopProducing)
+	<-producing
+	waitFor(t, "the group to commit every record", func() bool { return caughtUp(t, e) })
+
+	if got := stored(t, storeA, projects); !slices.Equal(got, ids(produced)) {
+		t.Fatalf("the log holds %d events, want the %d produced", len(got), len(produced))
+	}
+	a, b := storeA.timesAppended(), storeB.timesAppended()
+	for _, id := range ids(produced) {
+		if n := a[id] + b[id]; n != 1 {
+			t.Errorf("event %s appended %d times across the rebalances (A %d, B %d)", id, n, a[id], b[id])
+		}
+	}
+	t.Logf("%d events: writer A stored %d, writer B %d", len(produced), len(a), len(b))
+}
+
+func TestConfigValidate(t *testing.T) {
+	store := postgres.NewEventLog(nil)
+	for name, cfg := range map[string]eventlog.Config{
+		"no brokers":     {Store: store},
+		"no store":       {Brokers: []string{"localhost:9092"}},
+		"negative batch": {Brokers: []string{"localhost:9092"}, Store: store, BatchSize: -1},
+	} {
+		if _, err := eventlog.New(cfg); err == nil {
+			t.Errorf("%s: New accepted %+v", name, cfg)
+		}
+	}
+}

@@ -1,0 +1,21 @@
+package postgres
+
+import (
+	"context"
+	"time"
+
+	"carehub/storage"
+)
+
+// AppendEventsCopy and AppendEventsUnnest expose AppendEvents' two paths to the benchmarks,
+// which pick the threshold between them (copyThreshold).
+func (l *EventLog) AppendEventsCopy(ctx context.Context, evs []storage.Event) error {
+	return l.appendCopy(ctx, evs)
+}
+
+func (l *EventLog) AppendEventsUnnest(ctx context.Context, evs []storage.Event) error {
+	return l.appendUnnest(ctx, evs)
+}
+
+// EncodeCursor lets the benchmarks start a page anywhere in the log.
+func EncodeCursor(at time.Time, id string) string { return encodeCursor(at, id) }
