@@ -59,6 +59,9 @@ func (s *Server) wire(ctx context.Context, wctx context.Context) (http.Handler, 
 		return nil, err
 	}
 	auditLog := s.auditLog
+	// One agents service per node, so runAgent wakes this node's worker.
+	agentSvc := agents.New(s.pool, agents.WithLogger(s.logger))
+	s.closers = append(s.closers, func(context.Context) error { return agentSvc.Close() })
 	if s.has(RoleAPI) {
 		if err := tokens.EnsureSigningKey(ctx); err != nil {
 			return nil, fmt.Errorf("jwt signing key: %w", err)
@@ -70,7 +73,7 @@ func (s *Server) wire(ctx context.Context, wctx context.Context) (http.Handler, 
 		s.closers = append(s.closers, func(context.Context) error { pub.Close(5 * time.Second); return nil })
 		a := authRoutes{authn: authn, auditor: auth.NewAuditor(pub),
 			handlers: auth.NewHandlers(tokens, auth.NewKeyAdmin(keys, authn), audit.NewService(auditLog))}
-		if err := s.mountAPI(r, a, wctx); err != nil {
+		if err := s.mountAPI(r, a, agentSvc, wctx); err != nil {
 			return nil, err
 		}
 	}
@@ -92,6 +95,32 @@ func (s *Server) wire(ctx context.Context, wctx context.Context) (http.Handler, 
 			return nil, fmt.Errorf("audit writer: %w", err)
 		}
 		s.run("audit-writer", w.Run, wctx)
+		wfSvc := workflows.New(s.pool)
+		runner, err := workflows.NewRunner(workflows.RunnerConfig{Brokers: s.brokers, Service: wfSvc, Agents: agentSvc,
+			Logger: s.logger, Registerer: s.registry})
+		if err != nil {
+			return nil, fmt.Errorf("workflow runner: %w", err)
+		}
+		s.run("workflow-runner", runner.Run, wctx)
+		triggers, err := workflows.NewTriggers(workflows.TriggersConfig{Brokers: s.brokers, Service: wfSvc,
+			Logger: s.logger, Registerer: s.registry})
+		if err != nil {
+			return nil, fmt.Errorf("workflow triggers: %w", err)
+		}
+		s.run("workflow-triggers", triggers.Run, wctx)
+		s.run("agent-worker", agentSvc.Worker(agents.WorkerConfig{Logger: s.logger}).Run, wctx)
+		ctrl, err := deployments.New(s.pool).Controller(deployments.ControllerConfig{Logger: s.logger,
+			// {base_url} is known once the listener is up.
+			BaseURL: func() string {
+				if !s.ready.Load() {
+					return ""
+				}
+				return s.URL()
+			}})
+		if err != nil {
+			return nil, err
+		}
+		s.run("deployment-controller", ctrl.Run, wctx)
 		d, err := webhooks.NewDispatcher(webhooks.DispatcherConfig{
 			Pool: s.pool, Brokers: s.brokers, Topic: kafka.DefaultTopics().Events,
 			Logger: s.logger.With("component", "webhooks"), Registerer: s.registry,
@@ -121,21 +150,22 @@ func (a authRoutes) chain(bodyLimit int64, onError func(http.ResponseWriter, *ht
 
 // mountAPI constructs the domain services and mounts GraphQL (POST and WebSocket on /graphql), the
 // explorer and the platform REST routes.
-func (s *Server) mountAPI(r *mux.Router, a authRoutes, wctx context.Context) error {
+func (s *Server) mountAPI(r *mux.Router, a authRoutes, agentSvc *agents.Service, wctx context.Context) error {
 	authn := a.authn
 	hub, err := fanout.New(fanout.Config{Brokers: s.brokers, Topic: kafka.DefaultTopics().Events, Logger: s.logger, Registerer: s.registry})
 	if err != nil {
 		return fmt.Errorf("event fan-out: %w", err)
 	}
 	s.run("fanout", hub.Run, wctx)
-	agentSvc := agents.New(s.pool, agents.WithLogger(s.logger))
+	deploySvc := deployments.New(s.pool)
+	invoker := deploySvc.Invoker(deployments.InvokerConfig{Logger: s.logger, Registerer: s.registry})
+	s.run("deployment-invoker", invoker.Run, wctx)
 	var whOpts []webhooks.Option
 	if s.cfg.WebhooksAllowPrivate {
 		whOpts = append(whOpts, webhooks.AllowPrivate())
 	}
 	webhookSvc := webhooks.NewService(s.pool, whOpts...)
-	s.closers = append(s.closers, func(context.Context) error { return agentSvc.Close() })
-	svc := graphql.Services{Orgs: orgs.New(s.pool), Marketplace: marketplace.New(s.pool), Deployments: deployments.New(s.pool),
+	svc := graphql.Services{Orgs: orgs.New(s.pool), Marketplace: marketplace.New(s.pool), Deployments: deploySvc,
 		Agents: agentSvc, Workflows: workflows.New(s.pool), Patients: patients.New(s.pool),
 		Feed: feed.New(s.pool, s.eventLog), Webhooks: webhookSvc,
 		Events: graphql.EventSourceFunc(func(context.Context) (<-chan storage.Event, func()) {
@@ -161,6 +191,7 @@ func (s *Server) mountAPI(r *mux.Router, a authRoutes, wctx context.Context) err
 	rest.Mount(r, authed, rest.Services{Orgs: svc.Orgs, Marketplace: svc.Marketplace, Deployments: svc.Deployments,
 		Agents: svc.Agents, Workflows: svc.Workflows, Feed: svc.Feed, Webhooks: svc.Webhooks})
 	rest.PatientRoutes(authed, svc.Patients)
+	rest.InvokeRoutes(authed, invoker)
 	rest.WebhookRoutes(authed, webhookSvc)
 	return nil
 }

@@ -2,11 +2,43 @@
 // skill (processors/clinical: NEWS2, qSOFA, vitals trend) over a patient's stored observations;
 // each run is a session with its input, output, latency and token usage.
 //
-// Run modes (DECISIONS §6): "sync" runs the skill inside the runAgent call and returns the
-// finished session (COMPLETED, or FAILED with a reason); "async" records the session QUEUED and
-// runs it on the service's bounded worker pool (run.go), QUEUED → RUNNING → COMPLETED | FAILED,
-// each change announced by an agent.session.updated event. Every session change is written with
-// its events in one transaction.
+// # Run modes (DECISIONS §6)
+//
+// "sync" (the default) runs the skill inside the runAgent call and returns the finished session:
+// COMPLETED with its output, or FAILED with the reason (the vital signs the patient has no
+// observation of, an unusable value). The session is written once, finished, with its events.
+//
+// "async" records the session QUEUED and returns it. Postgres is the queue: a Worker (run by the
+// processors role of any node) claims QUEUED sessions with FOR UPDATE SKIP LOCKED, moves each to
+// RUNNING under a lease, runs the skill and writes the end state. A worker that dies leaves its
+// session RUNNING with a lease that runs out; the next claim pass of any worker (at start and
+// every poll) takes it again, and after MaxAttempts claims fails it cleanly instead. So no
+// session stays QUEUED or RUNNING for longer than a lease plus a poll while a processors node is
+// up. runAgent wakes the workers with NOTIFY carehub_agent_sessions; they also poll.
+//
+// # What a run reads and writes
+//
+// A run reads the patient's latest stored observation for each LOINC code its skill needs (the
+// vitals trend reads every observation of its codes in its window), runs the skill, and stores the
+// input, the output (score, band, components, recommendations, the ids of the observations used),
+// latencyMs (from the start of the observation read to the end of the skill) and tokensUsed.
+// A patient without the needed vitals gives a FAILED session naming them; a score is never
+// computed from assumed values.
+//
+// tokensUsed is clinical.Tokens (a documented, deterministic BPE-like count: letters 4 per token,
+// digits 3, punctuation 2, CJK 1) over the JSON context the agent processed (patient id, skill,
+// options and the observations read) plus the JSON output it produced.
+//
+// A score that qualifies (Qualifies: NEWS2 ≥ 5 or a single red parameter, qSOFA positive) also
+// produces a report: a FHIR R4 RiskAssessment kept in the reports table (report.go), whose id the
+// session output carries as reportId, announced by diagnostic.result_ready.
+//
+// # Events
+//
+// Every state change is written with its events in one transaction (the outbox):
+// agent.session.updated for each (QUEUED, RUNNING, COMPLETED, FAILED; a sync session has one,
+// its end state), agent.run_completed or agent.run.failed when the session ends, and
+// diagnostic.result_ready with a report.
 package agents
 
 import (
@@ -75,23 +107,23 @@ type Session struct {
 	CompletedAt *time.Time      `db:"completed_at"`
 }
 
-// Service manages agents and runs their sessions. Close stops its worker pool.
+// NotifyChannel is the Postgres channel runAgent notifies when it queues an async session; the
+// workers listen on it.
+const NotifyChannel = "carehub_agent_sessions"
+
+// DefaultMaxQueued bounds the QUEUED async sessions of one organization; runAgent refuses more
+// with RATE_LIMITED until the workers catch up.
+const DefaultMaxQueued = 1000
+
+// Service manages agents and runs their sessions. It is safe for concurrent use and starts no
+// goroutines: async sessions are run by Workers (worker.go).
 type Service struct {
 	pool        *pgxpool.Pool
 	eventsTopic string
 	logger      *slog.Logger
-	workers     int
-	queueSize   int
-
-	// The async worker pool: slots bounds queued plus running jobs, so an accepted async run
-	// always finds room in jobs.
-	jobs   chan job
-	slots  chan struct{}
-	stop   chan struct{}
-	wg     sync.WaitGroup
-	once   sync.Once
-	mu     sync.RWMutex
-	closed bool
+	maxQueued   int
+	wakeCh      chan struct{} // runAgent → this node's idle Workers
+	closeOnce   sync.Once
 }
 
 // Option configures a Service.
@@ -100,40 +132,26 @@ type Option func(*Service)
 // WithEventsTopic names the topic events are written to (default carehub.events.v1).
 func WithEventsTopic(topic string) Option { return func(s *Service) { s.eventsTopic = topic } }
 
-// WithLogger sets the logger of the worker pool.
+// WithLogger sets the logger.
 func WithLogger(l *slog.Logger) Option { return func(s *Service) { s.logger = l } }
 
-// WithWorkers sets the number of async workers (default 2) and the queue bound (default 256).
-func WithWorkers(workers, queue int) Option {
-	return func(s *Service) { s.workers, s.queueSize = max(1, workers), max(1, queue) }
-}
+// WithMaxQueued bounds the QUEUED async sessions per organization (default DefaultMaxQueued).
+func WithMaxQueued(n int) Option { return func(s *Service) { s.maxQueued = max(1, n) } }
 
-// New returns the service on pool and starts its async workers.
+// New returns the service on pool.
 func New(pool *pgxpool.Pool, opts ...Option) *Service {
-	s := &Service{pool: pool, eventsTopic: kafka.DefaultTopics().Events, logger: slog.Default(), workers: 2, queueSize: 256}
+	s := &Service{pool: pool, eventsTopic: kafka.DefaultTopics().Events, logger: slog.Default(), maxQueued: DefaultMaxQueued,
+		wakeCh: make(chan struct{}, 1)}
 	for _, o := range opts {
 		o(s)
-	}
-	s.jobs = make(chan job, s.queueSize)
-	s.slots = make(chan struct{}, s.queueSize)
-	s.stop = make(chan struct{})
-	for range s.workers {
-		s.wg.Add(1)
-		go s.work()
 	}
 	return s
 }
 
-// Close stops accepting async runs, lets the running ones finish and waits for the workers.
-// Sessions still QUEUED stay QUEUED. It is idempotent.
+// Close is kept for the composition root; the service owns no goroutines (Workers are run and
+// stopped by their own Run). It is idempotent.
 func (s *Service) Close() error {
-	s.once.Do(func() {
-		s.mu.Lock()
-		s.closed = true
-		s.mu.Unlock()
-		close(s.stop)
-		s.wg.Wait()
-	})
+	s.closeOnce.Do(func() {})
 	return nil
 }
 

@@ -21,7 +21,8 @@ import (
 // Run runs agent agentID against patient patientID with input (a JSON object of skill options
 // such as {"spo2Scale": 2}, or nil). In sync mode the returned session is finished: COMPLETED with
 // its output, or FAILED with the reason (for example the vital signs the patient has no
-// observation of). In async mode it is QUEUED and the worker pool runs it.
+// observation of). In async mode it is QUEUED and a Worker runs it; more than the configured
+// number of QUEUED sessions in the organization is RATE_LIMITED.
 //
 // The patient must belong to the agent's organization and be visible to the caller: an unknown
 // patient, another tenant's, or a real (not synthetic) patient asked about with a test key is
@@ -35,14 +36,10 @@ func (s *Service) Run(ctx context.Context, agentID, patientID string, input json
 	if err != nil {
 		return nil, err
 	}
-	var found bool
-	if err := s.pool.QueryRow(ctx, `select exists(select 1 from patients where id = $1 and org_id = $2 and ($3 or synthetic))`,
-		patientID, a.OrgID, p.SeesRealPatients()).Scan(&found); err != nil {
-		return nil, fmt.Errorf("run agent: patient %s: %w", patientID, err)
+	if err := s.checkPatient(ctx, s.pool, a.OrgID, patientID, p.SeesRealPatients()); err != nil {
+		return nil, err
 	}
-	if !found {
-		return nil, fault.NotFound("patient", patientID)
-	}
+	access.Touch(ctx, access.KindPatient, patientID)
 	input, opts, err := parseInput(input)
 	if err != nil {
 		return nil, err
@@ -51,40 +48,134 @@ func (s *Service) Run(ctx context.Context, agentID, patientID string, input json
 	if !ok {
 		return nil, fault.Conflict("agent %s runs unknown skill %q", a.ID, a.Skill)
 	}
-	started := events.Now()
 	ses := &Session{ID: ids.New(ids.Session), OrgID: a.OrgID, ProjectID: a.ProjectID, AgentID: a.ID, PatientID: patientID,
-		Input: input, StartedAt: started}
+		Input: input, StartedAt: events.Now()}
+	access.Touch(ctx, access.KindSession, ses.ID)
 
 	if a.RunMode != ModeAsync {
-		if err := s.compute(ctx, skill, ses, opts); err != nil {
+		as, err := Assess(ctx, s.pool, skill, patientID, opts)
+		if err != nil {
 			return nil, fmt.Errorf("run agent %s: %w", a.ID, err)
 		}
-		if err := s.save(ctx, ses, true); err != nil {
-			return nil, err
+		rep, err := finish(ses, as)
+		if err != nil {
+			return nil, fmt.Errorf("run agent %s: %w", a.ID, err)
+		}
+		err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+			if err := insertSession(ctx, tx, ses, ""); err != nil {
+				return err
+			}
+			return s.writeEnd(ctx, tx, ses, rep)
+		})
+		if err != nil {
+			return nil, fmt.Errorf("run agent %s: save session: %w", a.ID, err)
 		}
 		return ses, nil
 	}
 
-	// Reserve room first, so that a session recorded QUEUED is certain to reach a worker.
-	select {
-	case s.slots <- struct{}{}:
-	default:
-		return nil, fault.New(fault.KindRateLimited, "too many agent runs are queued; retry shortly")
-	}
 	ses.Status = StatusQueued
-	if err := s.save(ctx, ses, true); err != nil {
-		<-s.slots
-		return nil, err
+	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		// The bound is checked inside the transaction that queues, under a per-organization
+		// advisory lock, so concurrent runAgent calls cannot overshoot it together.
+		if _, err := tx.Exec(ctx, `select pg_advisory_xact_lock(hashtextextended('agent_queue:' || $1, 0))`, a.OrgID); err != nil {
+			return fmt.Errorf("lock queue: %w", err)
+		}
+		var queued int
+		if err := tx.QueryRow(ctx, `select count(*) from agent_sessions where status = 'QUEUED' and org_id = $1`, a.OrgID).Scan(&queued); err != nil {
+			return fmt.Errorf("count queued sessions: %w", err)
+		}
+		if queued >= s.maxQueued {
+			return fault.New(fault.KindRateLimited, "%d agent sessions are already queued for this organization; retry shortly", queued)
+		}
+		if err := insertSession(ctx, tx, ses, ""); err != nil {
+			return err
+		}
+		evs, err := sessionEvents(ses, nil)
+		if err != nil {
+			return err
+		}
+		if err := events.Append(ctx, tx, s.eventsTopic, evs...); err != nil {
+			return err
+		}
+		_, err = tx.Exec(ctx, `select pg_notify($1, '')`, NotifyChannel)
+		return err
+	})
+	if err != nil {
+		return nil, classify(err, "run agent "+a.ID)
 	}
-	s.mu.RLock()
-	if s.closed {
-		s.mu.RUnlock()
-		<-s.slots
-		return ses, nil // stays QUEUED; a later node (the Kafka runner) picks it up
-	}
-	s.jobs <- job{session: *ses, skill: skill, opts: opts}
-	s.mu.RUnlock()
+	s.wakeWorkers()
 	return ses, nil
+}
+
+// ExecRequest asks Execute for one agent run on behalf of an already authorized caller.
+type ExecRequest struct {
+	AgentID   string
+	ProjectID string // the agent must belong to this project
+	PatientID string // must belong to the agent's organization; the caller checked its visibility
+	RunID     string // the workflow run the session belongs to, recorded on it
+	Input     json.RawMessage
+}
+
+// Execute runs an agent inside tx, whatever its run mode, for a caller that has authorized the
+// run itself (a workflow's run_agent step): it reads the observations through tx and writes the
+// finished session, its report and its events in tx, so they commit or roll back with the
+// caller's own change. The returned session is COMPLETED or FAILED; the report is nil unless the
+// score qualified. An agent outside ProjectID, or an unknown patient, is NotFound.
+func (s *Service) Execute(ctx context.Context, tx pgx.Tx, req ExecRequest) (*Session, *Report, error) {
+	rows, _ := tx.Query(ctx, `select `+agentColumns+` from agents where id = $1 and project_id = $2`, req.AgentID, req.ProjectID)
+	a, err := pgx.CollectOneRow(rows, pgx.RowToAddrOfStructByName[Agent])
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, nil, fault.NotFound("agent", req.AgentID)
+	}
+	if err != nil {
+		return nil, nil, fmt.Errorf("agent %s: %w", req.AgentID, err)
+	}
+	if err := s.checkPatient(ctx, tx, a.OrgID, req.PatientID, true); err != nil {
+		return nil, nil, err
+	}
+	input, opts, err := parseInput(req.Input)
+	if err != nil {
+		return nil, nil, err
+	}
+	skill, ok := clinical.Lookup(a.Skill)
+	if !ok {
+		return nil, nil, fault.Conflict("agent %s runs unknown skill %q", a.ID, a.Skill)
+	}
+	ses := &Session{ID: ids.New(ids.Session), OrgID: a.OrgID, ProjectID: a.ProjectID, AgentID: a.ID, PatientID: req.PatientID,
+		Input: input, StartedAt: events.Now()}
+	as, err := Assess(ctx, tx, skill, req.PatientID, opts)
+	if err != nil {
+		return nil, nil, err
+	}
+	rep, err := finish(ses, as)
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := insertSession(ctx, tx, ses, req.RunID); err != nil {
+		return nil, nil, err
+	}
+	if rep != nil {
+		rep.RunID = nilIfEmpty(req.RunID)
+	}
+	if err := s.writeEnd(ctx, tx, ses, rep); err != nil {
+		return nil, nil, err
+	}
+	return ses, rep, nil
+}
+
+// checkPatient reports NotFound unless patientID is a patient of orgID that the caller may see.
+func (s *Service) checkPatient(ctx context.Context, q Querier, orgID, patientID string, seesReal bool) error {
+	var found bool
+	rows, _ := q.Query(ctx, `select exists(select 1 from patients where id = $1 and org_id = $2 and ($3 or synthetic))`,
+		patientID, orgID, seesReal)
+	found, err := pgx.CollectExactlyOneRow(rows, pgx.RowTo[bool])
+	if err != nil {
+		return fmt.Errorf("patient %s: %w", patientID, err)
+	}
+	if !found {
+		return fault.NotFound("patient", patientID)
+	}
+	return nil
 }
 
 // parseInput checks that input is a JSON object (or absent) and decodes the skill options it may
@@ -104,47 +195,58 @@ func parseInput(input json.RawMessage) (json.RawMessage, clinical.Options, error
 	return input, opts, nil
 }
 
-// compute runs skill over the patient's stored observations and fills the session's end state:
-// COMPLETED with output, or FAILED with the reason when the inputs do not allow a score. Other
-// errors (the database) are returned.
-func (s *Service) compute(ctx context.Context, skill clinical.Skill, ses *Session, opts clinical.Options) error {
+// Querier is what reads need of a pool or a transaction.
+type Querier interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+}
+
+// Assessment is the result of running a skill over a patient's stored observations.
+type Assessment struct {
+	Output  *clinical.Output // nil when the skill could not run
+	Failure string           // why it could not, in terms a caller can act on; "" with an Output
+	// Tokens is clinical.Tokens of the context JSON (patient id, skill, options, the
+	// observations read) plus, with an Output, of the output JSON.
+	Tokens  int
+	Latency time.Duration // observation read plus skill
+}
+
+// Assess reads what skill needs of patientID's stored observations through q and runs it. A
+// patient without the needed vital signs, or with unusable ones, is an Assessment with a Failure,
+// not an error; errors are the database's.
+func Assess(ctx context.Context, q Querier, skill clinical.Skill, patientID string, opts clinical.Options) (Assessment, error) {
 	start := time.Now()
-	obs, err := s.observations(ctx, ses.PatientID, skill, opts)
+	obs, err := Observations(ctx, q, patientID, skill, opts)
 	if err != nil {
-		return err
+		return Assessment{}, err
 	}
-	in := clinical.NewInput(obs, opts)
+	as := Assessment{}
 	context, err := json.Marshal(struct {
 		PatientID    string                 `json:"patientId"`
 		Skill        string                 `json:"skill"`
 		Options      clinical.Options       `json:"options"`
 		Observations []clinical.Observation `json:"observations"`
-	}{ses.PatientID, skill.Name(), opts, obs})
+	}{patientID, skill.Name(), opts, obs})
 	if err != nil {
-		return err
+		return Assessment{}, err
 	}
-	tokens := clinical.Tokens(string(context))
-	out, runErr := skill.Run(in)
+	as.Tokens = clinical.Tokens(string(context))
+	out, runErr := skill.Run(clinical.NewInput(obs, opts))
 	var ie *clinical.InputError
 	switch {
 	case errors.As(runErr, &ie):
-		msg := failureMessage(ie)
-		ses.Status, ses.Error, ses.Output = StatusFailed, &msg, nil
+		as.Failure = failureMessage(ie)
 	case runErr != nil:
-		return runErr
+		return Assessment{}, runErr
 	default:
 		b, err := json.Marshal(out)
 		if err != nil {
-			return err
+			return Assessment{}, err
 		}
-		ses.Status, ses.Output, ses.Error = StatusCompleted, b, nil
-		tokens += clinical.Tokens(string(b))
+		as.Output = &out
+		as.Tokens += clinical.Tokens(string(b))
 	}
-	latency := int32((time.Since(start) + time.Millisecond - 1) / time.Millisecond)
-	done := events.Now()
-	t := int32(tokens)
-	ses.LatencyMs, ses.TokensUsed, ses.CompletedAt = &latency, &t, &done
-	return nil
+	as.Latency = time.Since(start)
+	return as, nil
 }
 
 // failureMessage says what the skill lacked, in terms a caller can act on.
@@ -159,21 +261,22 @@ func failureMessage(ie *clinical.InputError) string {
 	return fmt.Sprintf("%s could not be computed: %s", ie.Skill, strings.Join(parts, "; "))
 }
 
-// observations loads what skill reads: the latest observation per LOINC code, or for the vitals
-// trend every observation of its codes in the window ending at the newest one.
-func (s *Service) observations(ctx context.Context, patientID string, skill clinical.Skill, opts clinical.Options) ([]clinical.Observation, error) {
+// Observations loads what skill reads of patientID's stored observations: the latest observation
+// per LOINC code of skill.Codes(), or for the vitals trend every observation of its codes in the
+// window (opts.Window, default 24 h) ending at the newest one.
+func Observations(ctx context.Context, q Querier, patientID string, skill clinical.Skill, opts clinical.Options) ([]clinical.Observation, error) {
 	var rows pgx.Rows
 	if skill.Name() == clinical.SkillVitalsTrend {
 		window := opts.Window
 		if window <= 0 {
 			window = clinical.DefaultTrendWindow
 		}
-		rows, _ = s.pool.Query(ctx, `select id, loinc, value, coalesce(unit, ''), effective_at from observations
+		rows, _ = q.Query(ctx, `select id, loinc, value, coalesce(unit, ''), effective_at from observations
 where patient_id = $1 and loinc = any($2) and value is not null and effective_at >= (
 	select max(effective_at) from observations where patient_id = $1 and loinc = any($2) and value is not null
 ) - make_interval(secs => $3)`, patientID, skill.Codes(), window.Seconds())
 	} else {
-		rows, _ = s.pool.Query(ctx, `select distinct on (loinc) id, loinc, value, coalesce(unit, ''), effective_at from observations
+		rows, _ = q.Query(ctx, `select distinct on (loinc) id, loinc, value, coalesce(unit, ''), effective_at from observations
 where patient_id = $1 and loinc = any($2) and value is not null and effective_at is not null
 order by loinc, effective_at desc, id desc`, patientID, skill.Codes())
 	}
@@ -190,40 +293,72 @@ order by loinc, effective_at desc, id desc`, patientID, skill.Codes())
 	return out, nil
 }
 
-// save writes the session (inserting it when insert is set) with the events its state calls for,
-// in one transaction.
-func (s *Service) save(ctx context.Context, ses *Session, insert bool) error {
-	evs, err := sessionEvents(ses)
-	if err != nil {
-		return err
+// sessionOutput is a session's stored output: the skill's output and, when the score qualified,
+// the id of its report.
+type sessionOutput struct {
+	clinical.Output
+	ReportID string `json:"reportId,omitempty"`
+}
+
+// finish fills ses's end state from an assessment: COMPLETED with the output, or FAILED with the
+// reason. It returns the report a qualifying score makes (nil otherwise).
+func finish(ses *Session, as Assessment) (*Report, error) {
+	done := events.Now()
+	latency := int32((as.Latency + time.Millisecond - 1) / time.Millisecond)
+	tokens := int32(as.Tokens)
+	ses.LatencyMs, ses.TokensUsed, ses.CompletedAt = &latency, &tokens, &done
+	if as.Output == nil {
+		msg := as.Failure
+		ses.Status, ses.Error, ses.Output = StatusFailed, &msg, nil
+		return nil, nil
 	}
-	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		if insert {
-			_, err := tx.Exec(ctx, `insert into agent_sessions (id, org_id, project_id, agent_id, patient_id, status, input, output,
-error, latency_ms, tokens_used, started_at, completed_at) values ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)`,
-				ses.ID, ses.OrgID, ses.ProjectID, ses.AgentID, ses.PatientID, ses.Status, ses.Input, ses.Output, ses.Error,
-				ses.LatencyMs, ses.TokensUsed, ses.StartedAt, ses.CompletedAt)
-			if err != nil {
-				return fmt.Errorf("insert session: %w", err)
-			}
-		} else {
-			_, err := tx.Exec(ctx, `update agent_sessions set status = $2, output = $3, error = $4, latency_ms = $5, tokens_used = $6,
-completed_at = $7, updated_at = now() where id = $1`, ses.ID, ses.Status, ses.Output, ses.Error, ses.LatencyMs, ses.TokensUsed, ses.CompletedAt)
-			if err != nil {
-				return fmt.Errorf("update session: %w", err)
-			}
+	out := sessionOutput{Output: *as.Output}
+	var rep *Report
+	if Qualifies(*as.Output) {
+		r, err := NewReport(ReportSpec{OrgID: ses.OrgID, ProjectID: ses.ProjectID, PatientID: ses.PatientID,
+			SessionID: ses.ID, Performer: "carehub agent " + ses.AgentID, Output: *as.Output, At: done})
+		if err != nil {
+			return nil, err
 		}
-		return events.Append(ctx, tx, s.eventsTopic, evs...)
-	})
+		rep, out.ReportID = &r, r.ID
+	}
+	b, err := json.Marshal(out)
 	if err != nil {
-		return fmt.Errorf("save agent session %s: %w", ses.ID, err)
+		return nil, err
+	}
+	ses.Status, ses.Output, ses.Error = StatusCompleted, b, nil
+	return rep, nil
+}
+
+// insertSession inserts ses as it is.
+func insertSession(ctx context.Context, tx pgx.Tx, ses *Session, runID string) error {
+	_, err := tx.Exec(ctx, `insert into agent_sessions (id, org_id, project_id, agent_id, patient_id, status, input, output,
+error, latency_ms, tokens_used, started_at, completed_at, run_id) values ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)`,
+		ses.ID, ses.OrgID, ses.ProjectID, ses.AgentID, ses.PatientID, ses.Status, ses.Input, ses.Output, ses.Error,
+		ses.LatencyMs, ses.TokensUsed, ses.StartedAt, ses.CompletedAt, nilIfEmpty(runID))
+	if err != nil {
+		return fmt.Errorf("insert session: %w", err)
 	}
 	return nil
 }
 
+// writeEnd writes, in tx, the report of a finished session (if any) and the session's events.
+func (s *Service) writeEnd(ctx context.Context, tx pgx.Tx, ses *Session, rep *Report) error {
+	evs, err := sessionEvents(ses, rep)
+	if err != nil {
+		return err
+	}
+	if rep != nil {
+		if err := insertReport(ctx, tx, rep); err != nil {
+			return err
+		}
+	}
+	return events.Append(ctx, tx, s.eventsTopic, evs...)
+}
+
 // sessionEvents returns agent.session.updated for every state, plus agent.run_completed (with
-// diagnostic.result_ready for a scored skill) or agent.run.failed when the session ended.
-func sessionEvents(ses *Session) ([]storage.Event, error) {
+// diagnostic.result_ready for a report) or agent.run.failed when the session ended.
+func sessionEvents(ses *Session, rep *Report) ([]storage.Event, error) {
 	updated := map[string]any{"sessionId": ses.ID, "agentId": ses.AgentID, "patientId": ses.PatientID, "status": ses.Status,
 		"startedAt": ses.StartedAt.UTC().Format(time.RFC3339Nano)}
 	if ses.LatencyMs != nil {
@@ -250,21 +385,17 @@ func sessionEvents(ses *Session) ([]storage.Event, error) {
 		if err := add("agent.run_completed", events.SeverityInfo, end); err != nil {
 			return nil, err
 		}
-		var out clinical.Output
-		if json.Unmarshal(ses.Output, &out) == nil && out.Score != nil {
-			conclusion := fmt.Sprintf("%s %d", strings.ToUpper(out.Skill), *out.Score)
-			if out.Band != "" {
-				conclusion += " (" + out.Band + ")"
-			}
-			if out.Response != "" {
-				conclusion += ": " + out.Response
-			}
-			if err := add("diagnostic.result_ready", eventSeverity(out.Severity), map[string]any{"reportId": ses.ID,
-				"patientId": ses.PatientID, "code": out.Skill, "conclusion": conclusion, "severity": string(out.Severity)}); err != nil {
+		if rep != nil {
+			ev, err := rep.Event(events.SourceAgent)
+			if err != nil {
 				return nil, err
 			}
+			evs = append(evs, ev)
 		}
 	case StatusFailed, StatusCancelled:
+		if ses.LatencyMs == nil {
+			end["latencyMs"], end["tokensUsed"] = 0, 0
+		}
 		if ses.Error != nil {
 			end["error"] = *ses.Error
 		}
@@ -275,64 +406,9 @@ func sessionEvents(ses *Session) ([]storage.Event, error) {
 	return evs, nil
 }
 
-// eventSeverity maps a clinical severity onto the event envelope's severity.
-func eventSeverity(s clinical.Severity) string {
-	switch s {
-	case clinical.SeverityCritical:
-		return events.SeverityCritical
-	case clinical.SeverityHigh, clinical.SeverityMedium:
-		return events.SeverityWarning
+func nilIfEmpty(s string) *string {
+	if s == "" {
+		return nil
 	}
-	return events.SeverityInfo
-}
-
-// job is one queued async session.
-type job struct {
-	session Session
-	skill   clinical.Skill
-	opts    clinical.Options
-}
-
-// work runs queued sessions until Close. A job is run to the end even while closing, under a
-// context bounded by a minute, so that no session is left RUNNING by a clean shutdown.
-func (s *Service) work() {
-	defer s.wg.Done()
-	for {
-		select {
-		case <-s.stop:
-			return
-		case j := <-s.jobs:
-			s.runJob(j)
-			<-s.slots
-		}
-	}
-}
-
-func (s *Service) runJob(j job) {
-	defer func() {
-		if r := recover(); r != nil {
-			s.logger.Error("agent worker panicked", "session_id", j.session.ID, "panic", fmt.Sprint(r))
-		}
-	}()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	ses := j.session
-	ses.Status = StatusRunning
-	if err := s.save(ctx, &ses, false); err != nil {
-		s.logger.Error("agent session: mark running", "session_id", ses.ID, "err", err)
-		return
-	}
-	if err := s.compute(ctx, j.skill, &ses, j.opts); err != nil {
-		msg := "internal error while running the agent"
-		s.logger.Error("agent session failed", "session_id", ses.ID, "err", err)
-		now := events.Now()
-		zero := int32(0)
-		ses.Status, ses.Error, ses.CompletedAt = StatusFailed, &msg, &now
-		if ses.LatencyMs == nil {
-			ses.LatencyMs, ses.TokensUsed = &zero, &zero
-		}
-	}
-	if err := s.save(ctx, &ses, false); err != nil {
-		s.logger.Error("agent session: save result", "session_id", ses.ID, "err", err)
-	}
+	return &s
 }

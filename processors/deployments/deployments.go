@@ -1,10 +1,33 @@
 // Package deployments serves deployments of installed assets: an environment, a replica count, an
-// optional HIPAA mode and (once served) an endpoint.
+// optional HIPAA mode and, for assets with a built-in runtime, a live endpoint.
 //
-// States (DECISIONS §6): PENDING → RUNNING → DEGRADED ↔ RUNNING; any live state → STOPPED;
-// PENDING → FAILED. This package creates deployments (PENDING) and stops them; the runtime that
-// moves PENDING to RUNNING comes with the deployment runtime. Every transition is written with a
-// deployment.status_changed event in one transaction.
+// # States (DECISIONS §6)
+//
+//	PENDING  → RUNNING   the Controller started it (endpoint set when the asset has a runtime)
+//	PENDING  → FAILED    it cannot run: its runtime is unknown to this build, or hipaaMode's
+//	                     conditions no longer hold (the organization lost its BAA)
+//	RUNNING  → DEGRADED  invocations failed (5xx: errors, capacity refusals) at or above
+//	                     DegradeRatio over the last Window, with at least MinInvocations
+//	DEGRADED → RUNNING   the failure ratio over the Window fell below RecoverRatio
+//	PENDING, RUNNING, DEGRADED → STOPPED   stopDeployment; the endpoint is released
+//
+// Every transition is written with a deployment.status_changed event (deploymentId,
+// installationId, from, to, reason) in one transaction.
+//
+// An asset without a built-in runtime (a connector, a dataset, a model hosted elsewhere) still
+// deploys: it goes RUNNING with endpoint null and statusReason saying so, because the deployment
+// records the installation's configuration in an environment, which is meaningful without code
+// that carehub runs. FAILED is kept for deployments that should serve and cannot.
+//
+// # Serving
+//
+// Deployments of assets with a built-in runtime (news2, qsofa, vitals_trend) serve
+// POST {base_url}/v1/deployments/{id}/invoke (Invoker, invoke.go) on every api node, with
+// `replicas` concurrent executions per node; requests beyond them wait up to QueueWait in a
+// bounded queue and are then refused 503 with Retry-After.
+//
+// The Controller (controller.go) runs in the processors role of any number of nodes: each pass
+// claims rows with FOR UPDATE SKIP LOCKED, so two controllers never move one deployment twice.
 package deployments
 
 import (
@@ -139,7 +162,8 @@ status_reason, replicas, hipaa_mode) values ($1, $2, $3, $4, $5, 'PENDING', 'cre
 	return out, nil
 }
 
-// Stop moves a PENDING, RUNNING or DEGRADED deployment to STOPPED and releases its endpoint.
+// Stop moves a PENDING, RUNNING or DEGRADED deployment to STOPPED and releases its endpoint; a
+// STOPPED or FAILED one is a Conflict. Nodes stop serving it within InvokerConfig.CacheTTL.
 // Requires admin:org.
 func (s *Service) Stop(ctx context.Context, id string) (*Deployment, error) {
 	p, err := access.Require(ctx, access.AdminOrg)
@@ -173,8 +197,16 @@ endpoint = null, updated_at = now() where id = $1 returning `+columns, id)
 	return out, nil
 }
 
+// statusChanged writes d's deployment.status_changed event (d holds the new state) in tx.
 func (s *Service) statusChanged(ctx context.Context, tx pgx.Tx, d *Deployment, from, reason string) error {
-	ev, err := events.New("deployment.status_changed", d.OrgID, d.ProjectID, events.SourceDeployment, events.SeverityInfo,
+	severity := events.SeverityInfo
+	switch d.Status {
+	case StatusDegraded:
+		severity = events.SeverityWarning
+	case StatusFailed:
+		severity = events.SeverityError
+	}
+	ev, err := events.New("deployment.status_changed", d.OrgID, d.ProjectID, events.SourceDeployment, severity,
 		map[string]any{"deploymentId": d.ID, "installationId": d.InstallationID, "from": from, "to": d.Status, "reason": reason})
 	if err != nil {
 		return err

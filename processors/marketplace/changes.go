@@ -146,8 +146,9 @@ returning `+assetColumns, assetID, decision, n)
 	return out, nil
 }
 
-// Deprecate moves an APPROVED asset to DEPRECATED: installations keep working, new ones are
-// refused. The platform operator or a member of the publisher's organization may deprecate.
+// Deprecate moves an APPROVED asset to DEPRECATED and emits asset.deprecated: installations keep
+// working, new ones are refused. The platform operator, or a key of the publisher's organization
+// holding publish:assets, may deprecate.
 func (s *Service) Deprecate(ctx context.Context, assetID string) (*Asset, error) {
 	p, err := access.Caller(ctx)
 	if err != nil {
@@ -160,6 +161,9 @@ func (s *Service) Deprecate(ctx context.Context, assetID string) (*Asset, error)
 			return err
 		}
 		if !p.Platform {
+			if !p.Has(access.PublishAssets) {
+				return fault.InsufficientScope(access.PublishAssets)
+			}
 			var publisherOrg *string
 			if err := tx.QueryRow(ctx, `select org_id from publishers where id = $1`, a.PublisherID).Scan(&publisherOrg); err != nil {
 				return fmt.Errorf("publisher of %s: %w", assetID, err)

@@ -22,13 +22,62 @@ const runColumns = `id, org_id, project_id, workflow_id, status, trigger, input,
 
 // RunOptions qualify Start.
 type RunOptions struct {
-	Trigger   string // TriggerManual (default) or TriggerEvent
-	PatientID string // when set, the patient must be visible to the caller in the workflow's organization
+	Trigger string // TriggerManual (default) or TriggerEvent
+	// PatientID, when set, is the run's patient (else the input's patient_id or patientId).
+	PatientID string
+}
+
+// RunOutput is the output of a run as the runner records it, step by step.
+type RunOutput struct {
+	PatientID      string       `json:"patientId,omitempty"`
+	Severity       string       `json:"severity"`       // the highest severity of the scores so far
+	AlertGenerated bool         `json:"alertGenerated"` // create_alert raised an alert
+	ReportIDs      []string     `json:"reportIds"`      // reports of the run (create_alert, run_agent)
+	Claims         int          `json:"claims"`         // times a runner took the run up: more than 1 when it was resumed
+	Steps          []StepResult `json:"steps"`          // one per finished step, in order
+	// Current is the step in progress, recorded only for steps that wait.
+	Current *CurrentStep `json:"current,omitempty"`
+}
+
+// StepResult is the recorded result of one step.
+type StepResult struct {
+	Step       string          `json:"step"`
+	Status     string          `json:"status"` // COMPLETED or FAILED
+	StartedAt  time.Time       `json:"startedAt"`
+	DurationMs int64           `json:"durationMs"`
+	Output     json.RawMessage `json:"output,omitempty"`
+	Error      string          `json:"error,omitempty"`
+}
+
+// CurrentStep is a step in progress.
+type CurrentStep struct {
+	Index     int        `json:"index"`
+	Step      string     `json:"step"`
+	StartedAt time.Time  `json:"startedAt"`
+	WaitUntil *time.Time `json:"waitUntil,omitempty"`
+}
+
+// patientFromInput returns the patient a run's input names (patient_id, or patientId).
+func patientFromInput(input json.RawMessage) string {
+	var in struct {
+		Snake string `json:"patient_id"`
+		Camel string `json:"patientId"`
+	}
+	if len(input) == 0 || json.Unmarshal(input, &in) != nil {
+		return ""
+	}
+	if in.Snake != "" {
+		return in.Snake
+	}
+	return in.Camel
 }
 
 // Start queues a run of an ACTIVE workflow with input (a JSON object, or nil): it writes the run
 // QUEUED, the runner's command and a workflow.run.updated event in one transaction. A paused or
-// archived workflow is a Conflict. Requires exec:workflows.
+// archived workflow is a Conflict. The run's patient (o.PatientID, else the input's patient_id or
+// patientId) must be a patient of the workflow's organization visible to the caller (a test key
+// sees only synthetic patients), else NotFound; the run keeps the caller's mode, so a test-mode
+// run never reads a real patient. Requires exec:workflows.
 func (s *Service) Start(ctx context.Context, workflowID string, input json.RawMessage, o RunOptions) (*Run, error) {
 	p, err := access.Require(ctx, access.ExecWorkflows)
 	if err != nil {
@@ -45,6 +94,14 @@ func (s *Service) Start(ctx context.Context, workflowID string, input json.RawMe
 	} else if !strings.HasPrefix(t, "{") || !json.Valid(input) {
 		return nil, fault.Validation("invalid workflow run", map[string]string{"input": "must be a JSON object"})
 	}
+	patientID := o.PatientID
+	if patientID == "" {
+		patientID = patientFromInput(input)
+	}
+	mode := access.Live
+	if !p.SeesRealPatients() {
+		mode = access.Test
+	}
 	var out *Run
 	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		var orgID, projectID, status string
@@ -59,45 +116,90 @@ func (s *Service) Start(ctx context.Context, workflowID string, input json.RawMe
 		if status != StatusActive {
 			return fault.Conflict("workflow %s is %s: runs start only on an ACTIVE workflow", workflowID, status)
 		}
-		if o.PatientID != "" {
+		if patientID != "" {
 			var found bool
 			if err := tx.QueryRow(ctx, `select exists(select 1 from patients where id = $1 and org_id = $2 and ($3 or synthetic))`,
-				o.PatientID, orgID, p.SeesRealPatients()).Scan(&found); err != nil {
-				return fmt.Errorf("patient %s: %w", o.PatientID, err)
+				patientID, orgID, p.SeesRealPatients()).Scan(&found); err != nil {
+				return fmt.Errorf("patient %s: %w", patientID, err)
 			}
 			if !found {
-				return fault.NotFound("patient", o.PatientID)
+				return fault.NotFound("patient", patientID)
 			}
+			access.Touch(ctx, access.KindPatient, patientID)
 		}
-		rows, _ := tx.Query(ctx, `insert into workflow_runs (id, org_id, project_id, workflow_id, status, trigger, input)
-values ($1, $2, $3, $4, 'QUEUED', $5, $6) returning `+runColumns, ids.New(ids.Run), orgID, projectID, workflowID, o.Trigger, input)
-		if out, err = pgx.CollectOneRow(rows, pgx.RowToAddrOfStructByName[Run]); err != nil {
-			return fmt.Errorf("insert run: %w", err)
-		}
-		cmd, err := json.Marshal(Command{RunID: out.ID, WorkflowID: workflowID, OrgID: orgID, ProjectID: projectID, Attempt: 1})
-		if err != nil {
-			return err
-		}
-		// The command is not an event, so it goes into the outbox directly: keyed by run id, with
-		// "<run id>:<attempt>" as its unique outbox id. NOTIFY wakes the relay on commit.
-		if _, err := tx.Exec(ctx, `with cmd as (insert into outbox (event_id, topic, key, value) values ($1, $2, $3, $4::jsonb) returning 1)
-select pg_notify($5, '') from cmd`, out.ID+":"+strconv.Itoa(1), s.runsTopic, out.ID, string(cmd), events.NotifyChannel); err != nil {
-			return fmt.Errorf("queue run command: %w", err)
-		}
-		evs, err := runEvents(out)
-		if err != nil {
-			return err
-		}
-		return events.Append(ctx, tx, s.eventsTopic, evs...)
+		out, _, err = s.insertRun(ctx, tx, newRun{orgID: orgID, projectID: projectID, workflowID: workflowID,
+			trigger: o.Trigger, mode: mode, input: input})
+		return err
 	})
 	if err != nil {
 		return nil, classify(err, "start workflow run")
 	}
+	access.Touch(ctx, access.KindRun, out.ID)
 	return out, nil
 }
 
+// newRun is a run to insert.
+type newRun struct {
+	orgID, projectID, workflowID string
+	trigger, mode                string
+	eventID                      string // the triggering event; one run per workflow and event
+	depth                        int
+	input                        json.RawMessage
+}
+
+// insertRun writes a QUEUED run, its command and workflow.run.updated in tx. It returns false
+// (and no run) when the run's triggering event already started a run of the workflow.
+func (s *Service) insertRun(ctx context.Context, tx pgx.Tx, nr newRun) (*Run, bool, error) {
+	var eventID *string
+	if nr.eventID != "" {
+		eventID = &nr.eventID
+	}
+	rows, _ := tx.Query(ctx, `insert into workflow_runs (id, org_id, project_id, workflow_id, status, trigger, input, mode,
+trigger_event_id, trigger_depth) values ($1, $2, $3, $4, 'QUEUED', $5, $6, $7, $8, $9)
+on conflict (workflow_id, trigger_event_id) where trigger_event_id is not null do nothing
+returning `+runColumns, ids.New(ids.Run), nr.orgID, nr.projectID, nr.workflowID, nr.trigger, nr.input, nr.mode, eventID, nr.depth)
+	r, err := pgx.CollectOneRow(rows, pgx.RowToAddrOfStructByName[Run])
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, false, nil
+	}
+	if err != nil {
+		return nil, false, fmt.Errorf("insert run: %w", err)
+	}
+	if err := s.enqueue(ctx, tx, r, 1, false); err != nil {
+		return nil, false, err
+	}
+	evs, err := runEvents(r)
+	if err != nil {
+		return nil, false, err
+	}
+	if err := events.Append(ctx, tx, s.eventsTopic, evs...); err != nil {
+		return nil, false, err
+	}
+	return r, true, nil
+}
+
+// enqueue writes the runner's command for r into the outbox in tx: keyed by run id, with a
+// unique outbox id ("<run id>:1" for the first; "<run id>:<attempt>:<ulid>" for a re-send). The
+// NOTIFY wakes the outbox relay on commit.
+func (s *Service) enqueue(ctx context.Context, tx pgx.Tx, r *Run, attempt int, resend bool) error {
+	cmd, err := json.Marshal(Command{RunID: r.ID, WorkflowID: r.WorkflowID, OrgID: r.OrgID, ProjectID: r.ProjectID, Attempt: attempt})
+	if err != nil {
+		return err
+	}
+	outboxID := r.ID + ":1"
+	if resend {
+		outboxID = r.ID + ":" + strconv.Itoa(attempt) + ":" + ids.New("")
+	}
+	if _, err := tx.Exec(ctx, `with cmd as (insert into outbox (event_id, topic, key, value) values ($1, $2, $3, $4::jsonb) returning 1)
+select pg_notify($5, '') from cmd`, outboxID, s.runsTopic, r.ID, string(cmd), events.NotifyChannel); err != nil {
+		return fmt.Errorf("queue run command: %w", err)
+	}
+	return nil
+}
+
 // Cancel moves a QUEUED or RUNNING run to CANCELLED and emits the run's end events; a finished
-// run is a Conflict. Requires exec:workflows.
+// run is a Conflict. A RUNNING run stops before its next step (its runner checks between steps).
+// Requires exec:workflows.
 func (s *Service) Cancel(ctx context.Context, runID string) (*Run, error) {
 	p, err := access.Require(ctx, access.ExecWorkflows)
 	if err != nil {
@@ -118,8 +220,8 @@ func (s *Service) Cancel(ctx context.Context, runID string) (*Run, error) {
 			return fault.Conflict("workflow run %s is %s: only a QUEUED or RUNNING run can be cancelled", runID, status)
 		}
 		rows, _ := tx.Query(ctx, `update workflow_runs set status = 'CANCELLED', error = 'cancelled by request', completed_at = now(),
-duration_ms = greatest(0, (extract(epoch from now() - started_at) * 1000)::int), updated_at = now()
-where id = $1 returning `+runColumns, runID)
+duration_ms = greatest(0, (extract(epoch from now() - started_at) * 1000)::int), lease_owner = null, lease_until = null,
+updated_at = now() where id = $1 returning `+runColumns, runID)
 		if out, err = pgx.CollectOneRow(rows, pgx.RowToAddrOfStructByName[Run]); err != nil {
 			return fmt.Errorf("cancel run: %w", err)
 		}
@@ -133,6 +235,15 @@ where id = $1 returning `+runColumns, runID)
 		return nil, classify(err, "cancel workflow run")
 	}
 	return out, nil
+}
+
+// outcome reads the severity and alert a run's output records (NONE and false when it has none).
+func outcome(output json.RawMessage) (severity string, alert bool) {
+	var o RunOutput
+	if len(output) > 0 && json.Unmarshal(output, &o) == nil && o.Severity != "" {
+		return o.Severity, o.AlertGenerated
+	}
+	return "NONE", false
 }
 
 // runEvents returns workflow.run.updated for any state and, for a run that ended,
@@ -158,9 +269,19 @@ func runEvents(r *Run) ([]storage.Event, error) {
 	if r.DurationMs != nil {
 		duration = *r.DurationMs
 	}
-	completed, err := events.New("workflow.run.completed", r.OrgID, r.ProjectID, events.SourceWorkflow, events.SeverityInfo,
+	severity, alert := outcome(r.Output)
+	envSeverity := events.SeverityInfo
+	switch {
+	case r.Status == RunFailed:
+		envSeverity = events.SeverityError
+	case alert && severity == "CRITICAL":
+		envSeverity = events.SeverityCritical
+	case alert:
+		envSeverity = events.SeverityWarning
+	}
+	completed, err := events.New("workflow.run.completed", r.OrgID, r.ProjectID, events.SourceWorkflow, envSeverity,
 		map[string]any{"run_id": r.ID, "workflow_id": r.WorkflowID, "status": r.Status, "duration_ms": duration,
-			"alert_generated": false, "severity": "NONE"})
+			"alert_generated": alert, "severity": severity})
 	if err != nil {
 		return nil, err
 	}

@@ -1,11 +1,38 @@
-// Package workflows serves workflow definitions and their runs. A workflow is an ordered list of
-// steps from a fixed catalogue (steps.go); a run is queued here and executed by the workflow
-// runner, a Kafka consumer group reading carehub.workflow-runs.v1.
+// Package workflows serves workflow definitions and runs them. A workflow is an ordered list of
+// steps from a fixed catalogue (steps.go, STEPS.md); a run is queued by the service and executed
+// by the Runner, a Kafka consumer group ("carehub-workflow-runner") reading
+// carehub.workflow-runs.v1. Triggers (a consumer group on carehub.events.v1,
+// "carehub-workflow-triggers") start runs from events that match a workflow's trigger patterns.
 //
-// Workflow states: ACTIVE (runs may start) ⇄ PAUSED; ACTIVE or PAUSED → ARCHIVED (final). Run
-// states: QUEUED → RUNNING → COMPLETED | FAILED, and QUEUED/RUNNING → CANCELLED. Starting a run
-// writes the run, the runner's command (outbox row on the workflow-runs topic, key run id) and a
-// workflow.run.updated event in one transaction, so a run exists exactly when its command does.
+// # States
+//
+// Workflows: ACTIVE (runs may start) ⇄ PAUSED; ACTIVE or PAUSED → ARCHIVED (final). A run of a
+// workflow that is not ACTIVE is refused with CONFLICT. Runs: QUEUED → RUNNING → COMPLETED |
+// FAILED; QUEUED or RUNNING → CANCELLED (cancelWorkflowRun); RUNNING → QUEUED when a runner stops
+// or dies mid-run (re-queued, then resumed by any runner).
+//
+// # Exactly the effects of one execution
+//
+// Starting a run writes the run QUEUED, the runner's command (an outbox row on the workflow-runs
+// topic, key run id) and workflow.run.updated in one transaction, so a run exists exactly when its
+// command does. The runner claims a run (QUEUED → RUNNING with a lease, attempts + 1, in one
+// transaction with workflow.run.updated); a redelivered command for a run that is finished, or
+// RUNNING under another runner's live lease, is skipped. Each step then commits its effects
+// (reports, events, the patient's riskLevel, an agent session) together with its result in the
+// run output, in one transaction that first checks that the run is still RUNNING under this
+// runner's lease: a run cancelled between steps stops there, and a resumed run continues after
+// the last step that committed, so no step's effects are applied twice. The end state commits
+// with workflow.run.updated, workflow.run.completed and workflow.completed. The command's offset
+// is committed only after that (or after a skip).
+//
+// # Crashes
+//
+// A runner renews the leases of its runs while they execute. A runner that stops cleanly
+// re-queues its unfinished runs at once (RUNNING → QUEUED, with a new command); one that dies
+// leaves leases that run out, and the sweeper of any runner (at start and every SweepInterval)
+// re-queues those runs, or FAILs them once they were claimed MaxAttempts times. The sweeper also
+// re-sends the command of a run QUEUED for longer than RequeueAfter (a lost message): duplicate
+// commands are harmless, since claims are idempotent.
 package workflows
 
 import (
@@ -95,6 +122,9 @@ type Service struct {
 	runsTopic   string
 }
 
+// Topics are the events topic and the workflow-runs topic the service writes to.
+func (s *Service) Topics() (events, runs string) { return s.eventsTopic, s.runsTopic }
+
 // Option configures a Service.
 type Option func(*Service)
 
@@ -149,15 +179,9 @@ func (s *Service) Create(ctx context.Context, in NewWorkflow) (*Workflow, error)
 	case len(in.Steps) > MaxSteps:
 		bad["steps"] = fmt.Sprintf("at most %d steps", MaxSteps)
 	default:
-		for i, st := range in.Steps {
-			agentID, ok := ParseStep(st)
-			if !ok {
-				bad["steps"] = fmt.Sprintf("step %d: unknown step %q; valid steps: %s", i+1, st, StepNames())
-				break
-			}
-			if agentID != "" {
-				agentIDs = append(agentIDs, agentID)
-			}
+		var problem string
+		if agentIDs, problem = checkSteps(in.Steps); problem != "" {
+			bad["steps"] = problem
 		}
 	}
 	for _, t := range in.Triggers {

@@ -1,0 +1,450 @@
+package deployments
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"carehub/processors/access"
+	"carehub/processors/agents"
+	"carehub/processors/clinical"
+	"carehub/processors/fault"
+	"carehub/storage/ids"
+)
+
+// Defaults of InvokerConfig.
+const (
+	DefaultQueueWait     = 2 * time.Second
+	DefaultQueuePerSlot  = 8
+	DefaultCacheTTL      = time.Second
+	DefaultFlushInterval = 2 * time.Second
+)
+
+// InvokerConfig configures an Invoker. The zero value is usable.
+type InvokerConfig struct {
+	// QueueWait is the longest a request waits for a free replica. Default DefaultQueueWait.
+	QueueWait time.Duration
+	// QueuePerReplica bounds the waiting requests per replica: beyond replicas × it a request is
+	// refused at once. Default DefaultQueuePerSlot.
+	QueuePerReplica int
+	// CacheTTL is how long a node trusts its copy of a deployment (status, replicas): a stop
+	// takes effect on every node within it. Default DefaultCacheTTL.
+	CacheTTL time.Duration
+	// FlushInterval is how often invocation counts are written for the Controller. Default
+	// DefaultFlushInterval.
+	FlushInterval time.Duration
+	Logger        *slog.Logger
+	Registerer    prometheus.Registerer
+}
+
+func (c *InvokerConfig) defaults() {
+	if c.QueueWait <= 0 {
+		c.QueueWait = DefaultQueueWait
+	}
+	if c.QueuePerReplica <= 0 {
+		c.QueuePerReplica = DefaultQueuePerSlot
+	}
+	if c.CacheTTL <= 0 {
+		c.CacheTTL = DefaultCacheTTL
+	}
+	if c.FlushInterval <= 0 {
+		c.FlushInterval = DefaultFlushInterval
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+}
+
+// ErrOverloaded is the cause of the Unavailable fault a request gets when every replica is busy
+// and the queue is full or the wait ran out; the transport answers 503 with Retry-After.
+var ErrOverloaded = errors.New("deployment overloaded")
+
+// Invoker serves the invoke endpoint of deployments on one node: a bounded pool of `replicas`
+// execution slots per deployment, with a bounded wait queue in front. Run flushes its
+// invocation counts, which the Controller reads to decide DEGRADED.
+type Invoker struct {
+	s      *Service
+	cfg    InvokerConfig
+	log    *slog.Logger
+	nodeID string
+
+	mu    sync.Mutex
+	deps  map[string]*served
+	stats map[string]*counts
+
+	invocations *prometheus.CounterVec
+}
+
+// served is a node's copy of a deployment it serves, with its replica pool.
+type served struct {
+	id, orgID, status string
+	runtime           *string
+	replicas          int
+	expires           time.Time
+	pool              *replicaPool
+}
+
+type counts struct{ ok, failed atomic.Int64 }
+
+// Invoker returns an invoker of the service's deployments; Run flushes its counts.
+func (s *Service) Invoker(cfg InvokerConfig) *Invoker {
+	cfg.defaults()
+	inv := &Invoker{s: s, cfg: cfg, log: cfg.Logger.With("component", "deployment_invoker"), nodeID: ids.New("node_"),
+		deps: map[string]*served{}, stats: map[string]*counts{},
+		invocations: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "carehub", Subsystem: "deployments",
+			Name: "invocations_total", Help: "Deployment invocations on this node, by runtime and outcome (ok, client_error, failed, overloaded)."},
+			[]string{"runtime", "outcome"})}
+	if cfg.Registerer != nil {
+		if err := cfg.Registerer.Register(inv.invocations); err != nil {
+			if are, ok := errors.AsType[prometheus.AlreadyRegisteredError](err); ok {
+				if c, ok := are.ExistingCollector.(*prometheus.CounterVec); ok {
+					inv.invocations = c
+				}
+			}
+		}
+	}
+	return inv
+}
+
+// InvokeRequest is the body of POST /v1/deployments/{id}/invoke: exactly one of PatientID (score
+// the patient's stored observations) and Vitals (score the values given, stored nowhere).
+type InvokeRequest struct {
+	PatientID string `json:"patientId,omitempty"`
+	// Vitals maps a vital sign, by name (respiratory_rate, spo2, systolic_bp, diastolic_bp,
+	// heart_rate, temperature, oxygen_flow, gcs) or LOINC code, to a number in its canonical
+	// unit or to {value, unit}.
+	Vitals map[string]json.RawMessage `json:"vitals,omitempty"`
+	// Input carries skill options: spo2Scale, onOxygen, consciousness, window.
+	Input json.RawMessage `json:"input,omitempty"`
+}
+
+// InvokeResult is the answer of an invocation.
+type InvokeResult struct {
+	DeploymentID string           `json:"deploymentId"`
+	Runtime      string           `json:"runtime"`
+	PatientID    string           `json:"patientId,omitempty"`
+	Output       *clinical.Output `json:"output"`
+	LatencyMs    int64            `json:"latencyMs"`  // from taking a replica to the output
+	TokensUsed   int              `json:"tokensUsed"` // clinical.Tokens of context and output, as for agents
+}
+
+// Invoke runs deployment id's runtime for the caller. A deployment of another organization is
+// NotFound; PENDING is Unavailable (retry); STOPPED, FAILED, or serving no endpoint is a Conflict.
+// Inputs the runtime cannot score (a missing vital sign) are a Validation fault. When the
+// deployment's replicas on this node are busy the request waits up to QueueWait; then, or when
+// the queue is full, it is Unavailable wrapping ErrOverloaded. Requires exec:agents.
+func (inv *Invoker) Invoke(ctx context.Context, id string, req InvokeRequest) (*InvokeResult, error) {
+	p, err := access.Require(ctx, access.ExecAgents)
+	if err != nil {
+		return nil, err
+	}
+	d, err := inv.deployment(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	if d == nil || !p.SeesOrg(d.orgID) {
+		return nil, fault.NotFound("deployment", id)
+	}
+	switch d.status {
+	case StatusPending:
+		return nil, fault.Unavailable("deployment %s is PENDING: it serves once RUNNING; retry shortly", id)
+	case StatusStopped, StatusFailed:
+		return nil, fault.Conflict("deployment %s is %s and serves no requests", id, d.status)
+	}
+	if d.runtime == nil {
+		return nil, fault.Conflict("deployment %s serves no endpoint: its asset has no built-in runtime", id)
+	}
+	skill, ok := clinical.Lookup(*d.runtime)
+	if !ok {
+		return nil, fault.Conflict("deployment %s runs %q, which this node cannot serve", id, *d.runtime)
+	}
+	var opts clinical.Options
+	bad := map[string]string{}
+	if t := strings.TrimSpace(string(req.Input)); t != "" && t != "null" {
+		if !strings.HasPrefix(t, "{") {
+			bad["input"] = "must be a JSON object of skill options"
+		} else if err := json.Unmarshal(req.Input, &opts); err != nil {
+			bad["input"] = err.Error()
+		}
+	}
+	switch {
+	case req.PatientID == "" && len(req.Vitals) == 0:
+		bad["patientId"] = "give patientId (score stored observations) or vitals (score the values given)"
+	case req.PatientID != "" && len(req.Vitals) > 0:
+		bad["vitals"] = "give either patientId or vitals, not both"
+	case len(req.Vitals) > 0 && skill.Name() == clinical.SkillVitalsTrend:
+		bad["vitals"] = "a trend needs a series: give patientId"
+	}
+	var obs []clinical.Observation
+	if len(req.Vitals) > 0 && len(bad) == 0 {
+		obs = vitalsObservations(req.Vitals, bad)
+	}
+	if len(bad) > 0 {
+		return nil, fault.Validation("invalid invocation", bad)
+	}
+
+	release, err := d.pool.acquire(ctx, inv.cfg.QueueWait)
+	if err != nil {
+		if errors.Is(err, ErrOverloaded) {
+			inv.count(d, "overloaded")
+		}
+		return nil, err
+	}
+	defer release()
+	start := time.Now()
+	res := &InvokeResult{DeploymentID: id, Runtime: skill.Name(), PatientID: req.PatientID}
+	var as agents.Assessment
+	if req.PatientID != "" {
+		var found bool
+		err := inv.s.pool.QueryRow(ctx, `select exists(select 1 from patients where id = $1 and org_id = $2 and ($3 or synthetic))`,
+			req.PatientID, d.orgID, p.SeesRealPatients()).Scan(&found)
+		if err == nil && !found {
+			inv.count(d, "client_error")
+			return nil, fault.NotFound("patient", req.PatientID)
+		}
+		if err == nil {
+			access.Touch(ctx, access.KindPatient, req.PatientID)
+			as, err = agents.Assess(ctx, inv.s.pool, skill, req.PatientID, opts)
+		}
+		if err != nil {
+			inv.count(d, "failed")
+			return nil, fmt.Errorf("invoke %s: %w", id, err)
+		}
+	} else {
+		as = assessVitals(skill, obs, opts)
+	}
+	if as.Output == nil {
+		inv.count(d, "client_error")
+		return nil, fault.Validation("the runtime could not score this input", map[string]string{"vitals": as.Failure})
+	}
+	res.Output, res.TokensUsed = as.Output, as.Tokens
+	res.LatencyMs = time.Since(start).Milliseconds()
+	inv.count(d, "ok")
+	return res, nil
+}
+
+// vitalsObservations turns an invocation's vitals into observations, recording problems in bad.
+func vitalsObservations(vitals map[string]json.RawMessage, bad map[string]string) []clinical.Observation {
+	now := time.Now().UTC()
+	var out []clinical.Observation
+	for key, raw := range vitals {
+		vs, ok := clinical.VitalByCode(key)
+		if !ok {
+			for _, v := range clinical.VitalSigns() {
+				if v.Name == key {
+					vs, ok = v, true
+				}
+			}
+		}
+		if !ok {
+			bad["vitals."+key] = "not a vital sign: use a name (respiratory_rate, spo2, systolic_bp, diastolic_bp, heart_rate, temperature, oxygen_flow, gcs) or its LOINC code"
+			continue
+		}
+		var q struct {
+			Value *float64 `json:"value"`
+			Unit  string   `json:"unit"`
+		}
+		var x float64
+		if err := json.Unmarshal(raw, &x); err == nil {
+			q.Value, q.Unit = &x, vs.Unit
+		} else if err := json.Unmarshal(raw, &q); err != nil || q.Value == nil {
+			bad["vitals."+key] = "must be a number (in " + vs.Unit + ") or {value, unit}"
+			continue
+		}
+		if q.Unit == "" {
+			q.Unit = vs.Unit
+		}
+		out = append(out, clinical.Observation{Code: vs.Code, Value: *q.Value, Unit: q.Unit, EffectiveAt: now})
+	}
+	return out
+}
+
+// assessVitals runs skill over given values, accounted as agents.Assess accounts stored ones.
+func assessVitals(skill clinical.Skill, obs []clinical.Observation, opts clinical.Options) agents.Assessment {
+	var as agents.Assessment
+	ctxJSON, _ := json.Marshal(struct {
+		Skill        string                 `json:"skill"`
+		Options      clinical.Options       `json:"options"`
+		Observations []clinical.Observation `json:"observations"`
+	}{skill.Name(), opts, obs})
+	as.Tokens = clinical.Tokens(string(ctxJSON))
+	out, err := skill.Run(clinical.NewInput(obs, opts))
+	if ie, ok := errors.AsType[*clinical.InputError](err); ok {
+		as.Failure = ie.Error()
+		return as
+	}
+	if err != nil {
+		as.Failure = err.Error()
+		return as
+	}
+	b, _ := json.Marshal(out)
+	as.Tokens += clinical.Tokens(string(b))
+	as.Output = &out
+	return as
+}
+
+// deployment returns this node's copy of deployment id, reloading it after CacheTTL; nil when it
+// does not exist.
+func (inv *Invoker) deployment(ctx context.Context, id string) (*served, error) {
+	inv.mu.Lock()
+	d := inv.deps[id]
+	inv.mu.Unlock()
+	if d != nil && time.Now().Before(d.expires) {
+		return d, nil
+	}
+	var nd served
+	err := inv.s.pool.QueryRow(ctx, `select d.id, d.org_id, d.status, d.replicas, a.runtime from deployments d
+join installations i on i.id = d.installation_id join assets a on a.id = i.asset_id where d.id = $1`, id).Scan(
+		&nd.id, &nd.orgID, &nd.status, &nd.replicas, &nd.runtime)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("deployment %s: %w", id, err)
+	}
+	nd.expires = time.Now().Add(inv.cfg.CacheTTL)
+	inv.mu.Lock()
+	defer inv.mu.Unlock()
+	if cur := inv.deps[id]; cur != nil && cur.replicas == nd.replicas {
+		nd.pool = cur.pool // keep the slots in use
+	} else {
+		nd.pool = newReplicaPool(nd.replicas, nd.replicas*inv.cfg.QueuePerReplica)
+	}
+	if nd.status == StatusStopped || nd.status == StatusFailed {
+		delete(inv.deps, id) // nothing to serve; a later request reloads
+		return &nd, nil
+	}
+	inv.deps[id] = &nd
+	return &nd, nil
+}
+
+// count records one outcome: failed and overloaded count against the deployment's health.
+func (inv *Invoker) count(d *served, outcome string) {
+	runtime := ""
+	if d.runtime != nil {
+		runtime = *d.runtime
+	}
+	inv.invocations.WithLabelValues(runtime, outcome).Inc()
+	inv.mu.Lock()
+	c := inv.stats[d.id]
+	if c == nil {
+		c = &counts{}
+		inv.stats[d.id] = c
+	}
+	inv.mu.Unlock()
+	if outcome == "failed" || outcome == "overloaded" {
+		c.failed.Add(1)
+	} else {
+		c.ok.Add(1)
+	}
+}
+
+// Run writes invocation counts every FlushInterval until ctx ends, then once more, and returns
+// nil.
+func (inv *Invoker) Run(ctx context.Context) error {
+	t := time.NewTicker(inv.cfg.FlushInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+			defer cancel()
+			if err := inv.Flush(fctx); err != nil {
+				inv.log.Warn("final flush of invocation counts failed", "error", err)
+			}
+			return nil
+		case <-t.C:
+			if err := inv.Flush(ctx); err != nil && ctx.Err() == nil {
+				inv.log.Warn("flush of invocation counts failed; kept for the next", "error", err)
+			}
+		}
+	}
+}
+
+// Flush adds the counts since the last flush to the current 10-second bucket of this node. On
+// failure the counts are kept for the next flush.
+func (inv *Invoker) Flush(ctx context.Context) error {
+	inv.mu.Lock()
+	taken := inv.stats
+	inv.stats = map[string]*counts{}
+	inv.mu.Unlock()
+	var depIDs []string
+	var oks, fails []int64
+	for id, c := range taken {
+		ok, failed := c.ok.Load(), c.failed.Load()
+		if ok+failed == 0 {
+			continue
+		}
+		depIDs, oks, fails = append(depIDs, id), append(oks, ok), append(fails, failed)
+	}
+	if len(depIDs) == 0 {
+		return nil
+	}
+	_, err := inv.s.pool.Exec(ctx, `insert into deployment_invocations (deployment_id, bucket, node_id, succeeded, failed)
+select d, to_timestamp(floor(extract(epoch from now()) / 10) * 10), $4, o, f from unnest($1::text[], $2::bigint[], $3::bigint[]) as t(d, o, f)
+where exists (select 1 from deployments where id = d)
+on conflict (deployment_id, bucket, node_id) do update
+set succeeded = deployment_invocations.succeeded + excluded.succeeded, failed = deployment_invocations.failed + excluded.failed`,
+		depIDs, oks, fails, inv.nodeID)
+	if err != nil {
+		inv.mu.Lock()
+		for id, c := range taken {
+			cur := inv.stats[id]
+			if cur == nil {
+				inv.stats[id] = c
+				continue
+			}
+			cur.ok.Add(c.ok.Load())
+			cur.failed.Add(c.failed.Load())
+		}
+		inv.mu.Unlock()
+		return fmt.Errorf("flush invocation counts: %w", err)
+	}
+	return nil
+}
+
+// replicaPool bounds the concurrent executions of one deployment on one node (its replicas)
+// and the requests waiting for one.
+type replicaPool struct {
+	slots      chan struct{}
+	waiting    atomic.Int64
+	maxWaiting int64
+}
+
+func newReplicaPool(replicas, maxWaiting int) *replicaPool {
+	return &replicaPool{slots: make(chan struct{}, replicas), maxWaiting: int64(maxWaiting)}
+}
+
+// acquire takes a replica, waiting up to wait; it returns the function that gives it back.
+func (p *replicaPool) acquire(ctx context.Context, wait time.Duration) (func(), error) {
+	release := func() { <-p.slots }
+	select {
+	case p.slots <- struct{}{}:
+		return release, nil
+	default:
+	}
+	if p.waiting.Add(1) > p.maxWaiting {
+		p.waiting.Add(-1)
+		return nil, fault.Wrap(fault.KindUnavailable, ErrOverloaded, "every replica is busy and the queue is full; retry shortly")
+	}
+	defer p.waiting.Add(-1)
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	select {
+	case p.slots <- struct{}{}:
+		return release, nil
+	case <-t.C:
+		return nil, fault.Wrap(fault.KindUnavailable, ErrOverloaded, "every replica stayed busy; retry shortly")
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}

@@ -1,0 +1,311 @@
+package workflows
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"carehub/processors/access"
+	"carehub/processors/events"
+	"carehub/storage"
+	"carehub/storage/kafka"
+)
+
+// Defaults of TriggersConfig.
+const (
+	DefaultTriggersGroup    = "carehub-workflow-triggers"
+	DefaultTriggersClientID = "carehub-workflow-triggers"
+	// MaxTriggerDepth bounds trigger chains: a run started by an event that a triggered run
+	// caused (through its own events, its agent sessions or its reports) has depth + 1, and
+	// no run deeper than this is started. A workflow is never started by its own runs' events.
+	MaxTriggerDepth = 3
+	// TriggerObservation is the event type whose runs get the spec's input {observation_id,
+	// patient_id, device_type}, and which matches workflows of every project of its organization
+	// (observations belong to the organization; their events are filed under its oldest project).
+	TriggerObservation = "device.observation_received"
+	triggerBatch       = 500
+	maxTriggerBackoff  = 30 * time.Second
+)
+
+// TriggersConfig configures Triggers.
+type TriggersConfig struct {
+	Brokers    []string // required
+	ClientID   string   // default DefaultTriggersClientID
+	ClientOpts []kgo.Opt
+	Group      string // default DefaultTriggersGroup
+	// Service is the workflow service (its pool and topics). Required.
+	Service    *Service
+	Logger     *slog.Logger
+	Registerer prometheus.Registerer
+}
+
+// Triggers is one member of the trigger consumer group: it reads carehub.events.v1 and starts a
+// run (trigger "event") of every ACTIVE workflow whose trigger patterns match an event, once per
+// workflow and event id however often the event is delivered.
+//
+// Matching is in memory against the ACTIVE workflows that have triggers, reloaded before a batch
+// whenever the copy is older than the newest event in the batch (plus a second for clock skew),
+// so a workflow created before an event was emitted sees it. Offsets are committed after a batch's
+// runs are committed. A new group starts with the events of the minute before it first joined,
+// not with the topic's whole history.
+type Triggers struct {
+	cfg TriggersConfig
+	cl  *kgo.Client
+	log *slog.Logger
+
+	loadedAt  time.Time
+	workflows []triggered
+	started   prometheus.Counter
+	closeOnce sync.Once
+}
+
+// triggered is an ACTIVE workflow with triggers.
+type triggered struct {
+	id, orgID, projectID string
+	patterns             []string
+}
+
+// NewTriggers builds the trigger consumer and its Kafka client; Run joins the group.
+func NewTriggers(cfg TriggersConfig) (*Triggers, error) {
+	if len(cfg.Brokers) == 0 {
+		return nil, errors.New("workflow triggers: no brokers")
+	}
+	if cfg.Service == nil {
+		return nil, errors.New("workflow triggers: no workflow service")
+	}
+	if cfg.ClientID == "" {
+		cfg.ClientID = DefaultTriggersClientID
+	}
+	if cfg.Group == "" {
+		cfg.Group = DefaultTriggersGroup
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	opts := []kgo.Opt{
+		kgo.ConsumerGroup(cfg.Group),
+		kgo.ConsumeTopics(cfg.Service.eventsTopic),
+		kgo.DisableAutoCommit(),
+		kgo.BlockRebalanceOnPoll(),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AfterMilli(time.Now().Add(-time.Minute).UnixMilli())),
+	}
+	cl, err := kafka.NewClient(kafka.ClientConfig{Brokers: cfg.Brokers, ClientID: cfg.ClientID, Registerer: cfg.Registerer,
+		Logger: cfg.Logger}, append(opts, cfg.ClientOpts...)...)
+	if err != nil {
+		return nil, fmt.Errorf("workflow triggers: %w", err)
+	}
+	t := &Triggers{cfg: cfg, cl: cl, log: cfg.Logger.With("component", "workflow_triggers"),
+		started: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "carehub", Subsystem: "workflow_triggers",
+			Name: "runs_started_total", Help: "Workflow runs started by events matching trigger patterns."})}
+	if cfg.Registerer != nil {
+		t.started = register(cfg.Registerer, t.started)
+	}
+	return t, nil
+}
+
+// Close leaves the group and closes the Kafka client. Run calls it on return; it is idempotent.
+func (t *Triggers) Close() { t.closeOnce.Do(t.cl.Close) }
+
+// Run consumes events until ctx ends and returns nil. Database errors are retried with backoff
+// (the batch is kept and re-processed; starts are idempotent).
+func (t *Triggers) Run(ctx context.Context) error {
+	defer t.Close()
+	failures := 0
+	for ctx.Err() == nil {
+		fetches := t.cl.PollRecords(ctx, triggerBatch)
+		if fetches.IsClientClosed() {
+			return nil
+		}
+		fetches.EachError(func(topic string, partition int32, err error) {
+			if !errors.Is(err, context.Canceled) {
+				t.log.Warn("fetch failed", "topic", topic, "partition", partition, "error", err)
+			}
+		})
+		recs := fetches.Records()
+		for ctx.Err() == nil && len(recs) > 0 {
+			err := t.handle(ctx, recs)
+			if err == nil {
+				if err := t.cl.CommitRecords(ctx, recs...); err != nil && ctx.Err() == nil {
+					t.log.Warn("commit failed; the events will be redelivered and matched again (idempotently)", "error", err)
+				}
+				failures = 0
+				break
+			}
+			failures++
+			t.log.Error("starting triggered runs failed; retrying", "error", err, "failures", failures)
+			backoff := min(maxTriggerBackoff, time.Duration(1<<min(failures, 10))*100*time.Millisecond)
+			select {
+			case <-ctx.Done():
+			case <-time.After(backoff/2 + rand.N(backoff/2+1)):
+			}
+		}
+		t.cl.AllowRebalance()
+	}
+	return nil
+}
+
+// handle starts the runs a batch of events calls for.
+func (t *Triggers) handle(ctx context.Context, recs []*kgo.Record) error {
+	evs := make([]storage.Event, 0, len(recs))
+	var newest time.Time
+	for _, r := range recs {
+		ev, err := events.Decode(r.Value)
+		if err != nil {
+			t.log.Error("skipping malformed event record", "topic", r.Topic, "partition", r.Partition, "offset", r.Offset, "error", err)
+			continue
+		}
+		evs = append(evs, ev)
+		if ev.CreatedAt.After(newest) {
+			newest = ev.CreatedAt
+		}
+	}
+	if len(evs) == 0 {
+		return nil
+	}
+	if !t.loadedAt.After(newest.Add(time.Second)) {
+		if err := t.reload(ctx); err != nil {
+			return err
+		}
+	}
+	for _, ev := range evs {
+		for _, w := range t.workflows {
+			if w.orgID != ev.OrgID || !events.MatchAny(w.patterns, ev.Type) {
+				continue
+			}
+			if w.projectID != ev.ProjectID && ev.Type != TriggerObservation {
+				continue
+			}
+			if err := t.start(ctx, w, ev); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// reload reads the ACTIVE workflows with triggers; loadedAt is the database's clock before the
+// read.
+func (t *Triggers) reload(ctx context.Context) error {
+	var at time.Time
+	var list []triggered
+	err := pgx.BeginTxFunc(ctx, t.cfg.Service.pool, pgx.TxOptions{AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
+		if err := tx.QueryRow(ctx, `select clock_timestamp()`).Scan(&at); err != nil {
+			return err
+		}
+		rows, _ := tx.Query(ctx, `select id, org_id, project_id, triggers from workflows where status = 'ACTIVE' and cardinality(triggers) > 0`)
+		var w triggered
+		_, err := pgx.ForEachRow(rows, []any{&w.id, &w.orgID, &w.projectID, &w.patterns}, func() error {
+			list = append(list, w)
+			return nil
+		})
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("load triggered workflows: %w", err)
+	}
+	t.loadedAt, t.workflows = at, list
+	return nil
+}
+
+// triggerInput is the input of a run started by an event: the spec's shape for observations,
+// the event itself otherwise.
+func triggerInput(ev storage.Event) (json.RawMessage, error) {
+	var p map[string]any
+	_ = json.Unmarshal(ev.Payload, &p)
+	str := func(k string) string { s, _ := p[k].(string); return s }
+	if ev.Type == TriggerObservation {
+		return json.Marshal(map[string]string{"observation_id": str("observationId"), "patient_id": str("patientId"),
+			"device_type": str("deviceType")})
+	}
+	in := map[string]any{"event_id": ev.ID, "event_type": ev.Type, "payload": ev.Payload}
+	if id := str("patientId"); id != "" {
+		in["patient_id"] = id
+	}
+	return json.Marshal(in)
+}
+
+// start starts one run of w for ev unless ev already started one, or ev was caused by a run of w
+// or by a chain of triggered runs MaxTriggerDepth deep.
+func (t *Triggers) start(ctx context.Context, w triggered, ev storage.Event) error {
+	depth, cause, err := t.causeOf(ctx, ev)
+	if err != nil {
+		return err
+	}
+	if cause == w.id {
+		return nil // a workflow is not triggered by its own runs
+	}
+	if depth > MaxTriggerDepth {
+		t.log.Warn("trigger chain too deep; run not started", "workflow_id", w.id, "event_id", ev.ID, "depth", depth)
+		return nil
+	}
+	input, err := triggerInput(ev)
+	if err != nil {
+		return err
+	}
+	var run *Run
+	err = pgx.BeginFunc(ctx, t.cfg.Service.pool, func(tx pgx.Tx) error {
+		// Re-check under a lock: the workflow may have been paused since the reload.
+		var status string
+		err := tx.QueryRow(ctx, `select status from workflows where id = $1 for share`, w.id).Scan(&status)
+		if errors.Is(err, pgx.ErrNoRows) || (err == nil && status != StatusActive) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		run, _, err = t.cfg.Service.insertRun(ctx, tx, newRun{orgID: w.orgID, projectID: w.projectID, workflowID: w.id,
+			trigger: TriggerEvent, mode: access.Live, eventID: ev.ID, depth: depth, input: input})
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("start run of %s for event %s: %w", w.id, ev.ID, err)
+	}
+	if run != nil {
+		t.started.Inc()
+		t.log.Debug("triggered run started", "workflow_id", w.id, "run_id", run.ID, "event_id", ev.ID, "event_type", ev.Type)
+	}
+	return nil
+}
+
+// causeOf finds the run whose work emitted ev, if any: ev names it (workflow.* events), or ev
+// belongs to an agent session or a report a run made. It returns the depth a run started by ev
+// would have and the causing run's workflow.
+func (t *Triggers) causeOf(ctx context.Context, ev storage.Event) (depth int, workflowID string, err error) {
+	if ev.Source != events.SourceWorkflow && ev.Source != events.SourceAgent {
+		return 0, "", nil
+	}
+	var p map[string]any
+	_ = json.Unmarshal(ev.Payload, &p)
+	str := func(k string) string { s, _ := p[k].(string); return s }
+	runID := str("run_id")
+	if runID == "" {
+		runID = str("runId")
+	}
+	sessionID, reportID := str("sessionId"), str("reportId")
+	if runID == "" && sessionID == "" && reportID == "" {
+		return 0, "", nil
+	}
+	var d int
+	var wf string
+	err = t.cfg.Service.pool.QueryRow(ctx, `select r.trigger_depth, r.workflow_id from workflow_runs r where r.id = coalesce(
+	nullif($1, ''),
+	(select run_id from agent_sessions where id = nullif($2, '')),
+	(select coalesce(rp.run_id, s.run_id) from reports rp left join agent_sessions s on s.id = rp.session_id where rp.id = nullif($3, ''))
+)`, runID, sessionID, reportID).Scan(&d, &wf)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return 0, "", nil
+	}
+	if err != nil {
+		return 0, "", fmt.Errorf("cause of event %s: %w", ev.ID, err)
+	}
+	return d + 1, wf, nil
+}
