@@ -12,19 +12,19 @@ type Kind int
 
 // The kinds. Their HTTP and GraphQL mappings live in the transports.
 const (
-	KindInternal Kind = iota
-	KindInvalid            // 400 INVALID_REQUEST / BAD_USER_INPUT
-	KindValidation         // 422 VALIDATION_FAILED / BAD_USER_INPUT
-	KindUnauthenticated    // 401 UNAUTHORIZED / UNAUTHENTICATED
-	KindForbidden          // 403 FORBIDDEN
-	KindInsufficientScope  // 403 INSUFFICIENT_SCOPE / FORBIDDEN
-	KindIPNotAllowed       // 403 IP_NOT_ALLOWED / FORBIDDEN
-	KindNotFound           // 404 NOT_FOUND
-	KindConflict           // 409 CONFLICT
-	KindTooLarge           // 413 PAYLOAD_TOO_LARGE
-	KindUnsupportedMedia   // 415 UNSUPPORTED_MEDIA_TYPE
-	KindRateLimited        // 429 RATE_LIMITED
-	KindUnavailable        // 503 UNAVAILABLE
+	KindInternal          Kind = iota
+	KindInvalid                // 400 INVALID_REQUEST / BAD_USER_INPUT
+	KindValidation             // 422 VALIDATION_FAILED / BAD_USER_INPUT
+	KindUnauthenticated        // 401 UNAUTHORIZED / UNAUTHENTICATED
+	KindForbidden              // 403 FORBIDDEN
+	KindInsufficientScope      // 403 INSUFFICIENT_SCOPE / FORBIDDEN
+	KindIPNotAllowed           // 403 IP_NOT_ALLOWED / FORBIDDEN
+	KindNotFound               // 404 NOT_FOUND
+	KindConflict               // 409 CONFLICT
+	KindTooLarge               // 413 PAYLOAD_TOO_LARGE
+	KindUnsupportedMedia       // 415 UNSUPPORTED_MEDIA_TYPE
+	KindRateLimited            // 429 RATE_LIMITED
+	KindUnavailable            // 503 UNAVAILABLE
 )
 
 // Error is a classified error. Details carry per-field validation messages or context such as the
@@ -103,4 +103,6 @@ func Conflict(format string, args ...any) *Error { return New(KindConflict, form
 func Unavailable(format string, args ...any) *Error { return New(KindUnavailable, format, args...) }
 
 // Wrap returns err classified as k with message, keeping err as the cause.
-func Wrap(k Kind, err error, message string) *Error { return &Error{Kind: k, Message: message, Err: err} }
+func Wrap(k Kind, err error, message string) *Error {
+	return &Error{Kind: k, Message: message, Err: err}
+}
