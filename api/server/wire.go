@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/gorilla/mux"
+	"github.com/twmb/franz-go/pkg/kgo"
 
 	"carehub/api/auth"
 	"carehub/api/graphql"
@@ -80,7 +81,15 @@ func (s *Server) wire(ctx context.Context, wctx context.Context) (http.Handler, 
 	if s.has(RoleIngest) {
 		// The outbox relay publishes what services wrote in their transactions; with several
 		// nodes each runs one and SKIP LOCKED divides the rows.
-		relay := outbox.New(s.pool, s.kcl, outbox.Options{Logger: s.logger.With("component", "outbox"), Registerer: s.registry})
+		// The relay's own producer may cancel idempotent produces, so its PublishTimeout really
+		// bounds a batch while the broker is unreachable (the rows stay unsent and are retried).
+		relayClient, err := kafka.NewClient(kafka.ClientConfig{Brokers: s.brokers, ClientID: "carehub-outbox", Registerer: s.registry,
+			Logger: s.logger}, kgo.AllowIdempotentProduceCancellation())
+		if err != nil {
+			return nil, fmt.Errorf("outbox relay: %w", err)
+		}
+		s.closers = append(s.closers, func(context.Context) error { relayClient.Close(); return nil })
+		relay := outbox.New(s.pool, relayClient, outbox.Options{Logger: s.logger.With("component", "outbox"), Registerer: s.registry})
 		s.run("outbox-relay", relay.Run, wctx)
 	}
 	if s.has(RoleProcessors) {

@@ -268,10 +268,13 @@ for update skip locked`, r.opts.BatchSize)
 		// shutdown, or they would be sent again after restart.
 		markCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 		defer cancel()
+		// A batch that cannot be marked sent is produced again: it counts as failed.
 		if _, err := tx.Exec(markCtx, "update outbox set sent_at = now() where seq = any($1)", sent); err != nil {
+			r.m.errors.Inc()
 			return len(batch), errors.Join(produceErr, fmt.Errorf("mark sent: %w", err))
 		}
 		if err := tx.Commit(markCtx); err != nil {
+			r.m.errors.Inc()
 			return len(batch), errors.Join(produceErr, fmt.Errorf("commit sent: %w", err))
 		}
 		r.m.published.Add(float64(len(sent)))

@@ -1,0 +1,486 @@
+// Command eventload measures the event pipeline end to end under load: C clients publish events
+// with the GraphQL mutation publishEvent for D seconds against a running carehub node, while a
+// reader samples how long published events take to appear in GET /v1/events (outbox → relay →
+// carehub.events.v1 → event log writer → event log). It reports publishes per second, the
+// publish call's latency and the sampled publish → visible latency; see loadtest/README.md.
+//
+//	eventload -url http://127.0.0.1:8080 -key chk_live_A,chk_live_B,chk_live_C -c 8 -d 30s
+//
+// Load is bounded (duration, optional -max and -rate) and loopback only. Rate limits are per
+// key (50/s, burst 100 by default), so pass several keys with exec:workflows: publish calls take
+// them in turn (so n keys allow about n × 50 publishes/s), and with two keys or more the reader
+// gets the last one to itself. A 429 is counted, honoured (Retry-After) and not reported as a
+// publish; a run with 429s measured the limit, not the server.
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"os/signal"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"carehub/api/pipelinetest"
+)
+
+// Bounds of a run: the tool must not be able to run away.
+const (
+	maxClients  = 256
+	maxDuration = 10 * time.Minute
+	maxDrain    = 5 * time.Minute
+)
+
+// config is the command line.
+type config struct {
+	URL      string
+	Keys     []string
+	Project  string // id (prj_…) or name
+	Clients  int
+	Duration time.Duration
+	Rate     float64 // total publishes per second; 0 = as fast as the clients go
+	Max      int     // total publishes; 0 = only Duration bounds the run
+	Sample   int     // every Sample-th publish of each client is sampled for visibility
+	Poll     time.Duration
+	Drain    time.Duration
+	Payload  int // bytes of filler in each payload
+}
+
+func (c *config) validate() error {
+	var errs []error
+	if err := loopbackURL(c.URL); err != nil {
+		errs = append(errs, fmt.Errorf("-url: %w", err))
+	}
+	if len(c.Keys) == 0 {
+		errs = append(errs, errors.New("-key: at least one API key with exec:workflows is required"))
+	}
+	if c.Clients < 1 || c.Clients > maxClients {
+		errs = append(errs, fmt.Errorf("-c %d: must be 1..%d", c.Clients, maxClients))
+	}
+	if c.Duration <= 0 || c.Duration > maxDuration {
+		errs = append(errs, fmt.Errorf("-d %v: must be positive and at most %v", c.Duration, maxDuration))
+	}
+	if c.Rate < 0 || c.Max < 0 || c.Payload < 0 || c.Payload > 200<<10 {
+		errs = append(errs, errors.New("-rate, -max must not be negative; -payload must be 0..204800"))
+	}
+	if c.Sample < 1 {
+		errs = append(errs, fmt.Errorf("-sample %d: must be at least 1", c.Sample))
+	}
+	if c.Poll < 5*time.Millisecond {
+		errs = append(errs, fmt.Errorf("-poll %v: at least 5ms", c.Poll))
+	}
+	if c.Drain < 0 || c.Drain > maxDrain {
+		errs = append(errs, fmt.Errorf("-drain %v: must be 0..%v", c.Drain, maxDrain))
+	}
+	return errors.Join(errs...)
+}
+
+func loopbackURL(raw string) error {
+	u, err := url.Parse(raw)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return fmt.Errorf("%q is not an http(s) URL", raw)
+	}
+	host := u.Hostname()
+	if host == "localhost" {
+		return nil
+	}
+	if ip := net.ParseIP(host); ip == nil || !ip.IsLoopback() {
+		return fmt.Errorf("%q is not a loopback address: eventload only loads a local node", host)
+	}
+	return nil
+}
+
+func main() {
+	var cfg config
+	var keys string
+	flag.StringVar(&cfg.URL, "url", "http://127.0.0.1:8080", "base URL of a carehub node with the api role (loopback only)")
+	flag.StringVar(&keys, "key", os.Getenv("CAREHUB_KEY"), "API key(s) with exec:workflows, comma-separated (default $CAREHUB_KEY)")
+	flag.StringVar(&cfg.Project, "project", "Sepsis Early Warning", "project id (prj_…) or name to publish into")
+	flag.IntVar(&cfg.Clients, "c", 4, "concurrent publishing clients")
+	flag.DurationVar(&cfg.Duration, "d", 10*time.Second, "length of the publishing phase")
+	flag.Float64Var(&cfg.Rate, "rate", 0, "target publishes per second over all clients (0: as fast as they go)")
+	flag.IntVar(&cfg.Max, "max", 0, "stop after this many publish calls (0: the duration alone bounds the run)")
+	flag.IntVar(&cfg.Sample, "sample", 20, "sample every n-th publish of each client for publish → visible latency")
+	flag.DurationVar(&cfg.Poll, "poll", 25*time.Millisecond, "pause between two reads of GET /v1/events (the visibility measurement's resolution)")
+	flag.DurationVar(&cfg.Drain, "drain", 30*time.Second, "after publishing, how long to wait for the log to catch up")
+	flag.IntVar(&cfg.Payload, "payload", 0, "extra bytes of filler in each event's payload")
+	jsonOut := flag.String("json", "", "also write the report as JSON to this file (- for stdout)")
+	flag.Parse()
+	for k := range strings.SplitSeq(keys, ",") {
+		if k = strings.TrimSpace(k); k != "" {
+			cfg.Keys = append(cfg.Keys, k)
+		}
+	}
+	if err := cfg.validate(); err != nil {
+		fmt.Fprintln(os.Stderr, "eventload:", err)
+		os.Exit(2)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	rep, err := run(ctx, cfg, os.Stderr)
+	if rep != nil {
+		rep.print(os.Stdout)
+		if *jsonOut != "" {
+			if werr := writeJSON(*jsonOut, rep); werr != nil && err == nil {
+				err = werr
+			}
+		}
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "eventload:", err)
+		os.Exit(1)
+	}
+}
+
+func writeJSON(path string, rep *report) error {
+	b, err := json.MarshalIndent(rep, "", "  ")
+	if err != nil {
+		return err
+	}
+	b = append(b, '\n')
+	if path == "-" {
+		_, err = os.Stdout.Write(b)
+		return err
+	}
+	return os.WriteFile(path, b, 0o644)
+}
+
+// sample is one publish whose visibility is measured.
+type sample struct {
+	id   string
+	sent time.Time
+	seen time.Time
+}
+
+// run executes one load and returns its report (also when it ends early with an error).
+func run(ctx context.Context, cfg config, logw io.Writer) (*report, error) {
+	hc := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{
+		MaxIdleConns: cfg.Clients + 4, MaxIdleConnsPerHost: cfg.Clients + 4, IdleConnTimeout: 30 * time.Second,
+	}}
+	readerKey, pubKeys := cfg.Keys[len(cfg.Keys)-1], cfg.Keys
+	if len(cfg.Keys) > 1 {
+		pubKeys = cfg.Keys[:len(cfg.Keys)-1]
+	}
+	reader := &pipelinetest.Client{BaseURL: strings.TrimRight(cfg.URL, "/"), Key: readerKey, HTTP: hc}
+	project := cfg.Project
+	if !strings.HasPrefix(project, "prj_") {
+		pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		id, err := reader.ProjectID(pctx, project)
+		cancel()
+		if err != nil {
+			return nil, err
+		}
+		project = id
+	}
+	// Two types unique to this run: bulk events, and the sampled ones, which the reader can then
+	// select without paging through the bulk.
+	runID := randomHex(5)
+	bulkType, sampleType := "eventload.r"+runID+".bulk", "eventload.r"+runID+".sample"
+	filler := strings.Repeat("x", cfg.Payload)
+
+	rep := &report{URL: cfg.URL, Project: project, Clients: cfg.Clients, Keys: len(pubKeys), ReaderKeyShared: len(cfg.Keys) == 1,
+		Duration: cfg.Duration.String(), TargetRate: cfg.Rate, Types: []string{bulkType, sampleType}}
+	fmt.Fprintf(logw, "eventload: %d clients on %d publishing keys for %v into %s (types %s, %s)\n",
+		cfg.Clients, len(pubKeys), cfg.Duration, project, bulkType, sampleType)
+
+	var (
+		mu        sync.Mutex
+		samples   []*sample
+		calls     []time.Duration // successful publish calls
+		published atomic.Int64    // successful
+		failed    atomic.Int64
+		limited   atomic.Int64
+		attempts  atomic.Int64
+		firstErr  atomic.Value
+	)
+	var pace <-chan time.Time
+	if cfg.Rate > 0 {
+		t := time.NewTicker(time.Duration(float64(time.Second) / cfg.Rate))
+		defer t.Stop()
+		pace = t.C
+	}
+	loadCtx, endLoad := context.WithTimeout(ctx, cfg.Duration)
+	defer endLoad()
+	began := time.Now()
+	// Each call takes the next key, so the load spreads over every key whatever the number of
+	// clients, and the per-key limit caps the run only past len(pubKeys) × 50/s.
+	byKey := make([]*pipelinetest.Client, len(pubKeys))
+	for i, k := range pubKeys {
+		byKey[i] = &pipelinetest.Client{BaseURL: reader.BaseURL, Key: k, HTTP: hc}
+	}
+	var nextKey atomic.Uint64
+	var wg sync.WaitGroup
+	for w := range cfg.Clients {
+		wg.Go(func() {
+			var local []time.Duration
+			defer func() { mu.Lock(); calls = append(calls, local...); mu.Unlock() }()
+			for seq := 0; loadCtx.Err() == nil; seq++ {
+				if pace != nil {
+					select {
+					case <-loadCtx.Done():
+						return
+					case <-pace:
+					}
+				}
+				if cfg.Max > 0 && attempts.Add(1) > int64(cfg.Max) {
+					return
+				}
+				typ, sm := bulkType, (*sample)(nil)
+				if seq%cfg.Sample == 0 {
+					typ, sm = sampleType, &sample{}
+				}
+				body := map[string]any{"client": w, "seq": seq}
+				if filler != "" {
+					body["filler"] = filler
+				}
+				// The call itself is not cut by the end of the phase: a publish in flight is
+				// measured to its answer.
+				callCtx, cancel := context.WithTimeout(context.WithoutCancel(loadCtx), 30*time.Second)
+				sent := time.Now()
+				if sm != nil {
+					sm.sent = sent
+					mu.Lock()
+					samples = append(samples, sm)
+					mu.Unlock()
+				}
+				c := byKey[nextKey.Add(1)%uint64(len(byKey))]
+				p, err := c.Publish(callCtx, project, typ, body)
+				took := time.Since(sent)
+				cancel()
+				if wait, ok := pipelinetest.RateLimited(err); ok {
+					limited.Add(1)
+					if sm != nil {
+						mu.Lock()
+						sm.sent = time.Time{} // not published: never to be seen
+						mu.Unlock()
+					}
+					sleep(loadCtx, max(wait, 100*time.Millisecond))
+					continue
+				}
+				if err != nil {
+					failed.Add(1)
+					firstErr.CompareAndSwap(nil, err.Error())
+					if sm != nil {
+						mu.Lock()
+						sm.sent = time.Time{}
+						mu.Unlock()
+					}
+					sleep(loadCtx, 50*time.Millisecond)
+					continue
+				}
+				published.Add(1)
+				local = append(local, took)
+				if sm != nil {
+					mu.Lock()
+					sm.id = p.ID
+					mu.Unlock()
+				}
+			}
+		})
+	}
+
+	// The reader: the sampled events created since the oldest unseen sample, every Poll, until
+	// every sample is seen or the drain ends.
+	readerDone := make(chan error, 1)
+	publishingDone := make(chan struct{})
+	var reads, readErrors int
+	go func() {
+		var drainEnd <-chan time.Time
+		for {
+			mu.Lock()
+			var oldest time.Time
+			unseen := 0
+			byID := map[string]*sample{}
+			for _, s := range samples {
+				if s.sent.IsZero() || !s.seen.IsZero() {
+					continue
+				}
+				unseen++
+				if oldest.IsZero() || s.sent.Before(oldest) {
+					oldest = s.sent
+				}
+				if s.id != "" {
+					byID[s.id] = s
+				}
+			}
+			mu.Unlock()
+			select {
+			case <-publishingDone:
+				if unseen == 0 {
+					readerDone <- nil
+					return
+				}
+				if drainEnd == nil {
+					drainEnd = time.After(cfg.Drain)
+				}
+			default:
+			}
+			select {
+			case <-drainEnd:
+				readerDone <- fmt.Errorf("%d sampled events not visible %v after publishing ended", unseen, cfg.Drain)
+				return
+			case <-ctx.Done():
+				readerDone <- ctx.Err()
+				return
+			default:
+			}
+			if unseen > 0 {
+				rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+				evs, _, _, err := reader.AllEvents(rctx, pipelinetest.Query{ProjectID: project, Type: sampleType,
+					Since: oldest.Add(-100 * time.Millisecond), Limit: 1000}, 50)
+				cancel()
+				now := time.Now()
+				reads++
+				if err != nil {
+					readErrors++
+				}
+				mu.Lock()
+				for _, ev := range evs {
+					if s := byID[ev.ID]; s != nil && s.seen.IsZero() {
+						s.seen = now
+					}
+				}
+				mu.Unlock()
+			}
+			sleep(ctx, cfg.Poll)
+		}
+	}()
+
+	wg.Wait()
+	elapsed := time.Since(began)
+	close(publishingDone)
+	fmt.Fprintf(logw, "eventload: publishing ended after %v; waiting up to %v for the log\n", elapsed.Round(time.Millisecond), cfg.Drain)
+	readErr := <-readerDone
+
+	mu.Lock()
+	var visible []time.Duration
+	unseen := 0
+	for _, s := range samples {
+		switch {
+		case s.sent.IsZero():
+		case s.seen.IsZero():
+			unseen++
+		default:
+			visible = append(visible, s.seen.Sub(s.sent))
+		}
+	}
+	callDist, visDist := pipelinetest.Distribute(calls), pipelinetest.Distribute(visible)
+	mu.Unlock()
+
+	rep.Elapsed = elapsed.Round(time.Millisecond).String()
+	rep.Published, rep.Failed, rep.RateLimited = published.Load(), failed.Load(), limited.Load()
+	rep.PublishesPerSec = float64(rep.Published) / elapsed.Seconds()
+	rep.Publish = ms(callDist)
+	rep.Visible = ms(visDist)
+	rep.Unseen, rep.Reads, rep.ReadErrors = unseen, reads, readErrors
+	if v, ok := firstErr.Load().(string); ok {
+		rep.FirstError = v
+	}
+
+	// Everything acknowledged, sampled or not, must reach the log: count both types.
+	var inLog int64
+	deadline := time.Now().Add(cfg.Drain)
+	for {
+		inLog = 0
+		var err error
+		for _, typ := range rep.Types {
+			cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+			p, perr := reader.Events(cctx, pipelinetest.Query{ProjectID: project, Type: typ, Limit: 1})
+			cancel()
+			if perr != nil {
+				err = perr
+				break
+			}
+			inLog += p.Total
+		}
+		if err == nil && inLog >= rep.Published || time.Now().After(deadline) || ctx.Err() != nil {
+			break
+		}
+		sleep(ctx, 250*time.Millisecond)
+	}
+	rep.InLog = inLog
+	switch {
+	case readErr != nil:
+		return rep, readErr
+	case inLog < rep.Published:
+		return rep, fmt.Errorf("only %d of %d acknowledged events in the log %v after publishing ended", inLog, rep.Published, cfg.Drain)
+	}
+	return rep, nil
+}
+
+// report is what a run measured. Latencies are in milliseconds.
+type report struct {
+	URL             string   `json:"url"`
+	Project         string   `json:"project"`
+	Types           []string `json:"types"`
+	Clients         int      `json:"clients"`
+	Keys            int      `json:"publishingKeys"`
+	ReaderKeyShared bool     `json:"readerKeyShared"`
+	Duration        string   `json:"duration"`
+	TargetRate      float64  `json:"targetRate,omitempty"`
+	Elapsed         string   `json:"elapsed"`
+	Published       int64    `json:"published"`
+	Failed          int64    `json:"failed"`
+	RateLimited     int64    `json:"rateLimited"`
+	FirstError      string   `json:"firstError,omitempty"`
+	PublishesPerSec float64  `json:"publishesPerSec"`
+	Publish         msDist   `json:"publishMs"`
+	Visible         msDist   `json:"publishToVisibleMs"`
+	Unseen          int      `json:"sampledUnseen"`
+	Reads           int      `json:"logReads"`
+	ReadErrors      int      `json:"logReadErrors"`
+	InLog           int64    `json:"inLog"`
+}
+
+type msDist struct {
+	N   int     `json:"n"`
+	P50 float64 `json:"p50"`
+	P90 float64 `json:"p90"`
+	P99 float64 `json:"p99"`
+	Max float64 `json:"max"`
+}
+
+func ms(d pipelinetest.Distribution) msDist {
+	f := func(x time.Duration) float64 { return float64(x.Microseconds()) / 1000 }
+	return msDist{N: d.N, P50: f(d.P50), P90: f(d.P90), P99: f(d.P99), Max: f(d.Max)}
+}
+
+func (r *report) print(w io.Writer) {
+	fmt.Fprintf(w, "clients %d on %d publishing keys (reader key %s), %s (elapsed %s)\n", r.Clients, r.Keys,
+		map[bool]string{true: "shared", false: "own"}[r.ReaderKeyShared], r.Duration, r.Elapsed)
+	fmt.Fprintf(w, "published      %d ok, %d failed, %d rate limited  →  %.1f publishes/s\n", r.Published, r.Failed, r.RateLimited, r.PublishesPerSec)
+	if r.FirstError != "" {
+		fmt.Fprintf(w, "first error    %s\n", r.FirstError)
+	}
+	fmt.Fprintf(w, "publish call   n=%d p50=%.1fms p90=%.1fms p99=%.1fms max=%.1fms\n", r.Publish.N, r.Publish.P50, r.Publish.P90, r.Publish.P99, r.Publish.Max)
+	fmt.Fprintf(w, "publish→log    n=%d p50=%.1fms p90=%.1fms p99=%.1fms max=%.1fms (sampled; %d unseen; %d reads, %d failed)\n",
+		r.Visible.N, r.Visible.P50, r.Visible.P90, r.Visible.P99, r.Visible.Max, r.Unseen, r.Reads, r.ReadErrors)
+	fmt.Fprintf(w, "in the log     %d of %d acknowledged\n", r.InLog, r.Published)
+}
+
+func sleep(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
+}
+
+func randomHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
