@@ -47,6 +47,13 @@ type Config struct {
 	AllowInsecureHTTP    bool // serve plain HTTP on a non-loopback address (behind a TLS proxy)
 	WebhooksAllowPrivate bool // allow webhook delivery to private and loopback addresses
 	TrustedProxies       []string
+
+	// Observation ingest (zero values mean the defaults of ingest/observations).
+	IngestMaxLag                 int64         // writer lag that turns intake away with 503; -1 disables
+	IngestProducers              int           // concurrent transactional producers
+	IngestTimeout                time.Duration // bound on one request, body read included
+	IngestTransactionalID        string        // stable per instance, to fence a crashed predecessor at once
+	ObservationWriterConcurrency int           // partitions stored at once
 }
 
 // Defaults returns the configuration `carehub serve` starts from.
@@ -118,6 +125,9 @@ func (c *Config) Validate() error {
 	}
 	if c.TLSCert == "" && !c.AllowInsecureHTTP && validateAddr(c.HTTPAddr) == nil && !loopback(c.HTTPAddr) {
 		errs = append(errs, fmt.Errorf("--http-addr %q is not a loopback address: serve TLS (--tls-cert, --tls-key) or set --allow-insecure-http behind a TLS-terminating proxy", c.HTTPAddr))
+	}
+	if c.IngestMaxLag < -1 || c.IngestProducers < 0 || c.IngestTimeout < 0 || c.ObservationWriterConcurrency < 0 {
+		errs = append(errs, errors.New("--ingest-max-lag, --ingest-producers, --ingest-timeout and --observation-writer-concurrency must not be negative (except --ingest-max-lag -1: off)"))
 	}
 	if c.ShutdownGrace <= 0 {
 		errs = append(errs, errors.New("--shutdown-timeout must be positive"))

@@ -15,6 +15,7 @@ import (
 	"carehub/api/graphql/explorer"
 	"carehub/api/rest"
 	"carehub/api/ws"
+	ingestobs "carehub/ingest/observations"
 	"carehub/ingest/outbox"
 	"carehub/processors/agents"
 	"carehub/processors/audit"
@@ -23,6 +24,7 @@ import (
 	"carehub/processors/fanout"
 	"carehub/processors/feed"
 	"carehub/processors/marketplace"
+	obswriter "carehub/processors/observations"
 	"carehub/processors/orgs"
 	"carehub/processors/patients"
 	"carehub/processors/webhooks"
@@ -63,22 +65,39 @@ func (s *Server) wire(ctx context.Context, wctx context.Context) (http.Handler, 
 	// One agents service per node, so runAgent wakes this node's worker.
 	agentSvc := agents.New(s.pool, agents.WithLogger(s.logger))
 	s.closers = append(s.closers, func(context.Context) error { return agentSvc.Close() })
-	if s.has(RoleAPI) {
-		if err := tokens.EnsureSigningKey(ctx); err != nil {
-			return nil, fmt.Errorf("jwt signing key: %w", err)
-		}
+	var a authRoutes
+	if s.has(RoleAPI) || s.has(RoleIngest) {
+		// Both HTTP roles authenticate and audit the same way.
 		pub, err := audit.NewPublisher(audit.PublisherConfig{Brokers: s.brokers, Logger: s.logger, Registerer: s.registry})
 		if err != nil {
 			return nil, err
 		}
 		s.closers = append(s.closers, func(context.Context) error { pub.Close(5 * time.Second); return nil })
-		a := authRoutes{authn: authn, auditor: auth.NewAuditor(pub),
+		a = authRoutes{authn: authn, auditor: auth.NewAuditor(pub),
 			handlers: auth.NewHandlers(tokens, auth.NewKeyAdmin(keys, authn), audit.NewService(auditLog))}
+	}
+	if s.has(RoleAPI) {
+		if err := tokens.EnsureSigningKey(ctx); err != nil {
+			return nil, fmt.Errorf("jwt signing key: %w", err)
+		}
 		if err := s.mountAPI(r, a, agentSvc, wctx); err != nil {
 			return nil, err
 		}
 	}
 	if s.has(RoleIngest) {
+		in, err := ingestobs.New(ingestobs.Config{Brokers: s.brokers, Pool: s.pool,
+			MaxLag: s.cfg.IngestMaxLag, Producers: s.cfg.IngestProducers, RequestTimeout: s.cfg.IngestTimeout,
+			TransactionalIDPrefix: s.cfg.IngestTransactionalID, Logger: s.logger, Registerer: s.registry})
+		if err != nil {
+			return nil, fmt.Errorf("observation intake: %w", err)
+		}
+		s.closers = append(s.closers, func(context.Context) error { in.Close(); return nil })
+		s.run("observation-intake", in.Run, wctx)
+		ing := r.NewRoute().Subrouter()
+		// 16 MiB bodies; intake handles Idempotency-Key itself.
+		ing.Use(a.chain(auth.IngestBodyLimit, nil)...)
+		rest.ObservationIngestRoutes(ing, in)
+
 		// The outbox relay publishes what services wrote in their transactions; with several
 		// nodes each runs one and SKIP LOCKED divides the rows.
 		// The relay's own producer may cancel idempotent produces, so its PublishTimeout really
@@ -104,6 +123,12 @@ func (s *Server) wire(ctx context.Context, wctx context.Context) (http.Handler, 
 			return nil, fmt.Errorf("audit writer: %w", err)
 		}
 		s.run("audit-writer", w.Run, wctx)
+		ow, err := obswriter.NewWriter(obswriter.WriterConfig{Brokers: s.brokers, Pool: s.pool,
+			Concurrency: s.cfg.ObservationWriterConcurrency, Logger: s.logger, Registerer: s.registry})
+		if err != nil {
+			return nil, fmt.Errorf("observation writer: %w", err)
+		}
+		s.run("observation-writer", ow.Run, wctx)
 		wfSvc := workflows.New(s.pool)
 		runner, err := workflows.NewRunner(workflows.RunnerConfig{Brokers: s.brokers, Service: wfSvc, Agents: agentSvc,
 			Logger: s.logger, Registerer: s.registry})

@@ -97,6 +97,11 @@ func serveFlags(fs *flag.FlagSet, cfg *server.Config) {
 	fs.StringVar(&cfg.TLSKey, "tls-key", cfg.TLSKey, "TLS key file")
 	fs.BoolVar(&cfg.AllowInsecureHTTP, "allow-insecure-http", cfg.AllowInsecureHTTP, "serve plain HTTP on a non-loopback address (behind a TLS proxy)")
 	fs.BoolVar(&cfg.WebhooksAllowPrivate, "webhooks-allow-private", cfg.WebhooksAllowPrivate, "allow webhook delivery to private and loopback addresses (development, tests)")
+	fs.Int64Var(&cfg.IngestMaxLag, "ingest-max-lag", cfg.IngestMaxLag, "observation writer lag that makes intake answer 503 (0: default 200000; -1: off)")
+	fs.IntVar(&cfg.IngestProducers, "ingest-producers", cfg.IngestProducers, "concurrent transactional producers of observation intake (0: default 16)")
+	fs.DurationVar(&cfg.IngestTimeout, "ingest-timeout", cfg.IngestTimeout, "bound on one observation intake request (0: default 30s)")
+	fs.StringVar(&cfg.IngestTransactionalID, "ingest-transactional-id", cfg.IngestTransactionalID, "stable transactional id prefix of this instance's intake (default: random per process)")
+	fs.IntVar(&cfg.ObservationWriterConcurrency, "observation-writer-concurrency", cfg.ObservationWriterConcurrency, "partitions the observation writer stores at once (0: default 3)")
 	fs.Func("trusted-proxies", "comma-separated proxy addresses whose X-Forwarded-For is believed", func(v string) error {
 		cfg.TrustedProxies = splitList(v)
 		return nil

@@ -1,0 +1,78 @@
+package rest
+
+import (
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/gorilla/mux"
+
+	ingest "carehub/ingest/observations"
+	"carehub/processors/patients"
+)
+
+// ObservationIngestRoutes mounts POST /v1/observations (write:observations) on r, which must
+// run the authentication middleware. It is the ingest role's route.
+//
+// The body is a FHIR R4 Observation or Bundle (batch or transaction) as application/fhir+json
+// or application/json, or FHIR NDJSON as application/fhir+ndjson (also application/x-ndjson),
+// at most 16 MiB and 10,000 observations (413 PAYLOAD_TOO_LARGE). The answer comes after the
+// broker has acknowledged the accepted observations:
+//
+//	202 {accepted, rejected: [{index, code, message}], ids}
+//	422 VALIDATION_FAILED with details {accepted: 0, rejected, ids: []} when nothing is valid,
+//	    or a transaction Bundle has an invalid entry (then nothing is accepted)
+//	503 UNAVAILABLE + Retry-After when the writers are too far behind or Kafka is unavailable
+//	    (nothing is accepted)
+//
+// An Idempotency-Key header replays the first answer for 24 h (Idempotent-Replayed: true); the
+// same key with another body is 409 CONFLICT.
+func ObservationIngestRoutes(r *mux.Router, in *ingest.Intake) {
+	r.Handle("/v1/observations", ingestHandler{in}).Methods(http.MethodPost)
+}
+
+type ingestHandler struct{ in *ingest.Intake }
+
+func (h ingestHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	// A request holds a producer and an open Kafka transaction while it streams: bound slow
+	// senders by the same timeout as the whole request.
+	_ = http.NewResponseController(w).SetReadDeadline(time.Now().Add(h.in.RequestTimeout()))
+	res, err := h.in.Submit(r.Context(), ingest.Submission{
+		ContentType:    r.Header.Get("Content-Type"),
+		Body:           http.MaxBytesReader(w, r.Body, h.in.MaxBodyBytes()),
+		IdempotencyKey: r.Header.Get("Idempotency-Key"),
+	})
+	if res.Replayed {
+		w.Header().Set("Idempotent-Replayed", "true")
+	}
+	if err != nil {
+		status, obj := NewErrorObject(r, err)
+		if status == http.StatusServiceUnavailable {
+			// Backpressure and broker outages are expected states, logged by the intake once;
+			// WriteError would log every refused request.
+			w.Header().Set("Retry-After", strconv.Itoa(int((h.in.RetryAfter()+time.Second-1)/time.Second)))
+			WriteJSON(w, status, ErrorBody{Error: obj})
+			return
+		}
+		WriteError(w, r, err)
+		return
+	}
+	WriteJSON(w, http.StatusAccepted, res.Answer)
+}
+
+// observations serves GET /v1/patients/{id}/observations (mounted by PatientRoutes).
+func (h patientHandlers) observations(w http.ResponseWriter, r *http.Request) {
+	p := fhirParams{r: r}
+	q := patients.ObservationListQuery{Code: p.str("code"), Since: p.timestamp("since"),
+		Limit: p.intIn("limit", 100, 1, 1000), Cursor: p.str("cursor")}
+	if err := p.err(); err != nil {
+		WriteError(w, r, err)
+		return
+	}
+	page, err := h.svc.ListObservationDocuments(r.Context(), mux.Vars(r)["id"], q)
+	if err != nil {
+		WriteError(w, r, err)
+		return
+	}
+	WriteJSON(w, http.StatusOK, FHIRList{Data: nonNilRaw(page.Observations), Meta: CursorMeta{Total: page.Total, Cursor: cursorOrNull(page.NextCursor)}})
+}

@@ -1,0 +1,129 @@
+package observations_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/exec"
+	"testing"
+	"time"
+
+	"carehub/ingest/observations"
+	"carehub/processors/access"
+	obs "carehub/processors/observations"
+	"carehub/storage/postgres"
+)
+
+// envWriterChild carries the child writer's configuration (JSON of childConfig).
+const envWriterChild = "CAREHUB_TEST_OBSERVATION_WRITER_CHILD"
+
+type childConfig struct {
+	DSN     string   `json:"dsn"`
+	Brokers []string `json:"brokers"`
+	Topic   string   `json:"topic"`
+	Group   string   `json:"group"`
+}
+
+// runWriterChild is the process TestWriterKilledStoresEveryAcceptedObservationOnce kills: an
+// observation writer with small batches, run until it is killed.
+func runWriterChild() int {
+	var cfg childConfig
+	if err := json.Unmarshal([]byte(os.Getenv(envWriterChild)), &cfg); err != nil {
+		fmt.Fprintln(os.Stderr, "child config:", err)
+		return 2
+	}
+	ctx := context.Background()
+	pool, err := postgres.Connect(ctx, cfg.DSN)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 2
+	}
+	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	w, err := obs.NewWriter(obs.WriterConfig{Brokers: cfg.Brokers, Pool: pool, Topic: cfg.Topic, Group: cfg.Group,
+		EventsTopic: "carehub.events.test", MaxBatch: 97, SessionTimeout: 6 * time.Second, Logger: logger})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 2
+	}
+	fmt.Fprintln(os.Stderr, "writer child running")
+	if err := w.Run(ctx); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+	}
+	return 1
+}
+
+// TestWriterKilledStoresEveryAcceptedObservationOnce runs the writer in a child process, keeps
+// ingesting while it stores, kills it with SIGKILL in the middle, and then runs a new writer in
+// the same group: every observation answered 202 must be stored exactly once, with exactly one
+// event queued each, and nothing else may be stored.
+func TestWriterKilledStoresEveryAcceptedObservationOnce(t *testing.T) {
+	w := newWorld(t)
+	in := newIntake(t, w)
+	cfg, _ := json.Marshal(childConfig{DSN: w.dsn, Brokers: w.brokers, Topic: w.topic, Group: w.group})
+	child := exec.Command(os.Args[0], "-test.run=^$")
+	child.Env = append(os.Environ(), envWriterChild+"="+string(cfg))
+	child.Stderr = t.Output()
+	if err := child.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan struct{})
+	go func() { _ = child.Wait(); close(exited) }()
+	t.Cleanup(func() {
+		_ = child.Process.Kill()
+		<-exited
+	})
+
+	ctx := principal(w.orgA, access.Live)
+	var accepted []string
+	ingest := func(requests int) {
+		t.Helper()
+		for range requests {
+			list := make([]map[string]any, 250)
+			for i := range list {
+				list[i] = vital([]string{w.synthA, w.realA}[i%2], func(o map[string]any) {
+					o["valueQuantity"] = map[string]any{"value": 40 + i%100, "unit": "/min"}
+				})
+			}
+			res, err := submit(t, in, ctx, observations.MediaFHIRNDJSON, ndjson(t, list...))
+			if err != nil {
+				t.Fatalf("ingest: %v", err)
+			}
+			accepted = append(accepted, res.Answer.IDs...)
+		}
+	}
+
+	ingest(8)
+	// Kill the writer once it is demonstrably in the middle of the stream.
+	deadline := time.Now().Add(60 * time.Second)
+	for count(t, w.pool, `select count(*) from observations`) < 300 {
+		if time.Now().After(deadline) {
+			t.Fatal("the child writer stored nothing")
+		}
+		ingest(1)
+	}
+	if err := child.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	<-exited
+	stored := count(t, w.pool, `select count(*) from observations`)
+	ingest(4) // accepted while no writer runs
+	t.Logf("killed the writer after it stored %d of %d accepted observations", stored, len(accepted))
+
+	startWriter(t, w)
+	waitStored(t, w.pool, accepted)
+	if n := count(t, w.pool, `select count(*) from observations`); n != len(accepted) {
+		t.Fatalf("%d observations stored; %d were accepted", n, len(accepted))
+	}
+	eventIDs := make([]string, len(accepted))
+	for i, id := range accepted {
+		eventIDs[i] = obs.EventID(id)
+	}
+	if n := count(t, w.pool, `select count(*) from outbox where event_id = any($1)`, eventIDs); n != len(accepted) {
+		t.Fatalf("%d events queued for %d stored observations", n, len(accepted))
+	}
+	if n := count(t, w.pool, `select count(*) from outbox`); n != len(accepted) {
+		t.Fatalf("%d events in the outbox; want %d", n, len(accepted))
+	}
+}

@@ -1,0 +1,36 @@
+// Package observations is device observation intake: the service behind POST /v1/observations.
+// It validates FHIR R4 Observations (one, a Bundle of type batch or transaction, or an NDJSON
+// stream), checks that each names a patient the caller may write for, and commits the valid
+// ones to carehub.observations.v1 (key = patient id) in one Kafka transaction per request,
+// answering only after the broker has acknowledged it. The observation writer
+// (processors/observations) stores them.
+//
+// # Guarantees
+//
+//   - 202 means every accepted observation is durably in Kafka (acks=all, idempotent,
+//     transactional producer) and will be stored; any other answer means none of the request
+//     will be (the writer reads read-committed, an unanswered request's transaction aborts).
+//   - A batch Bundle and an NDJSON stream are answered per entry: {accepted, rejected[{index,
+//     code, message}], ids}. A transaction Bundle with any invalid entry is 422 and nothing is
+//     produced. A request with nothing valid is 422 with the same fields as error details.
+//   - NDJSON is read line by line with a bounded buffer and produced in chunks as it is read;
+//     past MaxEntries lines (or MaxBodyBytes) the transaction aborts and the answer is 413.
+//   - Retries are safe: an Observation.id makes the observation's id a function of (organization,
+//     that id), so however often it is sent it is stored once; an Idempotency-Key replays the
+//     first answer for 24 h (409 for another body, or while the first is still running).
+//   - Tenancy and test mode: an observation of another organization's patient, or of a real
+//     patient under a test key, is rejected as UNKNOWN_PATIENT, exactly like a patient that does
+//     not exist.
+//   - Backpressure: past MaxLag records of writer lag (measured every LagInterval, cached),
+//     requests are refused with 503 and Retry-After before anything is read.
+//
+// # Files
+//
+//	intake.go       Config, Intake, Submit: formats, chunks, answers
+//	validate.go     the FHIR Observation checks and the entry error codes
+//	patients.go     batched, cached patient lookups
+//	producer.go     the pool of transactional producers
+//	idempotency.go  Idempotency-Key reservation, replay and expiry
+//	backpressure.go the writer lag watch
+//	metrics.go      Prometheus metrics
+package observations

@@ -1,0 +1,390 @@
+package observations
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"carehub/processors/clinical"
+	obs "carehub/processors/observations"
+)
+
+// Codes of per-entry errors ({index, code, message}); docs/errors and the OpenAPI document list
+// them with their meaning.
+const (
+	CodeInvalidJSON      = "INVALID_JSON"      // the entry (NDJSON line, bundle entry) is not a JSON object carehub can store
+	CodeEntryTooLarge    = "ENTRY_TOO_LARGE"   // one observation larger than MaxEntryBytes
+	CodeInvalidEntry     = "INVALID_ENTRY"     // a bundle entry without a resource, or whose request is not POST Observation
+	CodeInvalidResource  = "INVALID_RESOURCE"  // not an Observation, or an element of the wrong type
+	CodeInvalidID        = "INVALID_ID"        // Observation.id is not a FHIR id
+	CodeInvalidStatus    = "INVALID_STATUS"    // status missing or outside the observation-status value set
+	CodeMissingCode      = "MISSING_CODE"      // no code.coding, or a vital sign without a LOINC coding
+	CodeInvalidSubject   = "INVALID_SUBJECT"   // subject.reference is not Patient/<id>
+	CodeUnknownPatient   = "UNKNOWN_PATIENT"   // no such patient visible to the caller (the entry form of NOT_FOUND)
+	CodeInvalidEffective = "INVALID_EFFECTIVE" // effectiveDateTime missing, not RFC 3339, or absurd
+	CodeInvalidValue     = "INVALID_VALUE"     // valueQuantity missing, without a number or unit, or implausible
+)
+
+// EntryError is why one entry of a request was not accepted. Index is the entry's position: 0
+// for a single Observation, the index in Bundle.entry, or the zero-based line number of an
+// NDJSON stream (blank lines count).
+type EntryError struct {
+	Index   int    `json:"index"`
+	Code    string `json:"code"`
+	Message string `json:"message"`
+}
+
+// MaxEntryBytes bounds one observation's JSON. Device observations are well under 1 KiB; the
+// bound keeps a record far below Kafka's message size limit.
+const MaxEntryBytes = 64 << 10
+
+// LOINCSystem is the coding system of LOINC codes.
+const LOINCSystem = "http://loinc.org"
+
+// observationCategorySystem and vitalSigns mark an Observation of the FHIR vital-signs category,
+// which must carry a LOINC code.
+const (
+	observationCategorySystem = "http://terminology.hl7.org/CodeSystem/observation-category"
+	vitalSignsCategory        = "vital-signs"
+)
+
+// statuses is FHIR R4's observation-status value set (required binding).
+var statuses = map[string]bool{
+	"registered": true, "preliminary": true, "final": true, "amended": true,
+	"corrected": true, "cancelled": true, "entered-in-error": true, "unknown": true,
+}
+
+// The FHIR elements validation reads; every other element passes through untouched.
+type fhirObservation struct {
+	ResourceType      string          `json:"resourceType"`
+	ID                *string         `json:"id"`
+	Identifier        json.RawMessage `json:"identifier"`
+	Status            *string         `json:"status"`
+	Category          []concept       `json:"category"`
+	Code              *concept        `json:"code"`
+	Subject           *reference      `json:"subject"`
+	EffectiveDateTime *string         `json:"effectiveDateTime"`
+	ValueQuantity     *quantity       `json:"valueQuantity"`
+	Device            *reference      `json:"device"`
+}
+
+type concept struct {
+	Coding []coding `json:"coding"`
+}
+
+type coding struct {
+	System string `json:"system"`
+	Code   string `json:"code"`
+}
+
+type reference struct {
+	Reference string `json:"reference"`
+	Display   string `json:"display"`
+}
+
+type quantity struct {
+	Value *float64 `json:"value"`
+	Unit  *string  `json:"unit"`
+	Code  *string  `json:"code"`
+}
+
+// limits are the time bounds of effectiveDateTime.
+type limits struct {
+	now       time.Time
+	maxFuture time.Duration
+}
+
+// earliestEffective is the earliest effectiveDateTime accepted: older is a device clock or
+// entry error, not a reading.
+var earliestEffective = time.Date(1900, 1, 1, 0, 0, 0, 0, time.UTC)
+
+// parseObservation validates one Observation (in a fixed order; the first failure is
+// reported) and returns it as a message without the id, organization and time intake adds.
+// raw is kept, not copied: it is stored as sent.
+func parseObservation(raw []byte, lim limits) (obs.Message, *EntryError) {
+	if len(raw) > MaxEntryBytes {
+		return obs.Message{}, entryErr(CodeEntryTooLarge, "the observation is %d bytes; at most %d are accepted", len(raw), MaxEntryBytes)
+	}
+	if msg := unstorableJSON(raw); msg != "" {
+		return obs.Message{}, entryErr(CodeInvalidJSON, "%s", msg)
+	}
+	var o fhirObservation
+	if err := json.Unmarshal(raw, &o); err != nil {
+		return obs.Message{}, decodeError(err)
+	}
+	if o.ResourceType != "Observation" {
+		return obs.Message{}, entryErr(CodeInvalidResource, "resourceType must be Observation, not %q", truncate(o.ResourceType))
+	}
+	var clientID string
+	if o.ID != nil {
+		if !validFHIRID(*o.ID) {
+			return obs.Message{}, entryErr(CodeInvalidID, "id must be a FHIR id: 1 to 64 of A-Z a-z 0-9 - . _")
+		}
+		clientID = *o.ID
+	}
+	if len(o.Identifier) > 0 && o.Identifier[0] != '[' && string(o.Identifier) != "null" {
+		return obs.Message{}, entryErr(CodeInvalidResource, "identifier must be an array")
+	}
+	if o.Status == nil || *o.Status == "" {
+		return obs.Message{}, entryErr(CodeInvalidStatus, "status is required")
+	}
+	if !statuses[*o.Status] {
+		return obs.Message{}, entryErr(CodeInvalidStatus, "status %q is not in the observation-status value set (registered, preliminary, final, amended, corrected, cancelled, entered-in-error, unknown)", truncate(*o.Status))
+	}
+	code, loinc, e := codes(&o)
+	if e != nil {
+		return obs.Message{}, e
+	}
+	patientID, e := subjectPatient(o.Subject)
+	if e != nil {
+		return obs.Message{}, e
+	}
+	effective, e := effectiveAt(o.EffectiveDateTime, lim)
+	if e != nil {
+		return obs.Message{}, e
+	}
+	value, unit, e := valueQuantity(o.ValueQuantity, loinc)
+	if e != nil {
+		return obs.Message{}, e
+	}
+	var device string
+	if o.Device != nil {
+		device = truncate(strings.TrimSpace(o.Device.Display))
+	}
+	return obs.Message{
+		PatientID: patientID, Observation: raw, Status: *o.Status, LOINC: loinc, Code: code,
+		Value: value, Unit: unit, EffectiveAt: effective, DeviceType: device, ClientID: clientID,
+	}, nil
+}
+
+// codes returns the code events carry (LOINC if any, else the first coding's) and the LOINC
+// code. A vital-signs Observation, or one coded with a vital sign carehub scores, needs LOINC.
+func codes(o *fhirObservation) (code, loinc string, _ *EntryError) {
+	if o.Code == nil || len(o.Code.Coding) == 0 {
+		return "", "", entryErr(CodeMissingCode, "code.coding must hold at least one coding")
+	}
+	for _, c := range o.Code.Coding {
+		if c.Code == "" {
+			continue
+		}
+		if code == "" {
+			code = c.Code
+		}
+		if c.System == LOINCSystem && loinc == "" {
+			loinc = c.Code
+		}
+	}
+	if code == "" {
+		return "", "", entryErr(CodeMissingCode, "code.coding has no coding with a code")
+	}
+	if loinc == "" && isVitalSign(o) {
+		return "", "", entryErr(CodeMissingCode, "a vital-signs observation needs a LOINC coding (system %s)", LOINCSystem)
+	}
+	if loinc != "" {
+		code = loinc
+	}
+	return truncate(code), truncate(loinc), nil
+}
+
+func isVitalSign(o *fhirObservation) bool {
+	for _, cat := range o.Category {
+		for _, c := range cat.Coding {
+			if c.Code == vitalSignsCategory && (c.System == observationCategorySystem || c.System == "") {
+				return true
+			}
+		}
+	}
+	for _, c := range o.Code.Coding {
+		if _, ok := clinical.VitalByCode(c.Code); ok && c.System != LOINCSystem {
+			return true // a vital sign's code under another system: say which system is expected
+		}
+	}
+	return false
+}
+
+func subjectPatient(s *reference) (string, *EntryError) {
+	if s == nil || s.Reference == "" {
+		return "", entryErr(CodeInvalidSubject, "subject.reference is required: Patient/<id>")
+	}
+	id, ok := strings.CutPrefix(s.Reference, "Patient/")
+	if !ok || !validFHIRID(id) {
+		return "", entryErr(CodeInvalidSubject, "subject.reference must be Patient/<id>, a patient of this organization")
+	}
+	return id, nil
+}
+
+func effectiveAt(s *string, lim limits) (time.Time, *EntryError) {
+	if s == nil || *s == "" {
+		return time.Time{}, entryErr(CodeInvalidEffective, "effectiveDateTime is required")
+	}
+	t, err := time.Parse(time.RFC3339Nano, *s)
+	if err != nil {
+		return time.Time{}, entryErr(CodeInvalidEffective, "effectiveDateTime must be an RFC 3339 date-time with a time zone, e.g. 2026-11-01T08:30:00Z")
+	}
+	if t.Before(earliestEffective) {
+		return time.Time{}, entryErr(CodeInvalidEffective, "effectiveDateTime %s is before 1900", *s)
+	}
+	if t.After(lim.now.Add(lim.maxFuture)) {
+		return time.Time{}, entryErr(CodeInvalidEffective, "effectiveDateTime %s is more than %s in the future", truncate(*s), lim.maxFuture)
+	}
+	return t, nil
+}
+
+func valueQuantity(q *quantity, loinc string) (float64, string, *EntryError) {
+	if q == nil {
+		return 0, "", entryErr(CodeInvalidValue, "valueQuantity is required")
+	}
+	if q.Value == nil {
+		return 0, "", entryErr(CodeInvalidValue, "valueQuantity.value must be a number")
+	}
+	unit := ""
+	if q.Unit != nil {
+		unit = strings.TrimSpace(*q.Unit)
+	}
+	if unit == "" && q.Code != nil {
+		unit = strings.TrimSpace(*q.Code)
+	}
+	if unit == "" {
+		return 0, "", entryErr(CodeInvalidValue, "valueQuantity needs a unit (unit or code)")
+	}
+	if _, err := clinical.Normalize(loinc, *q.Value, unit); err != nil && !errors.Is(err, clinical.ErrUnknownCode) {
+		return 0, "", entryErr(CodeInvalidValue, "valueQuantity: %s", strings.TrimSuffix(err.Error(), ": "+clinical.ErrInvalidInput.Error()))
+	}
+	return *q.Value, truncate(unit), nil
+}
+
+// decodeError classifies a decoding failure: malformed JSON, or an element of the wrong type,
+// reported under the code of the element.
+func decodeError(err error) *EntryError {
+	var te *json.UnmarshalTypeError
+	if errors.As(err, &te) {
+		field := te.Field
+		code := CodeInvalidResource
+		switch {
+		case strings.HasPrefix(field, "valueQuantity"):
+			code = CodeInvalidValue
+		case field == "status":
+			code = CodeInvalidStatus
+		case strings.HasPrefix(field, "code"):
+			code = CodeMissingCode
+		case strings.HasPrefix(field, "subject"):
+			code = CodeInvalidSubject
+		case field == "effectiveDateTime":
+			code = CodeInvalidEffective
+		case field == "id":
+			code = CodeInvalidID
+		case field == "":
+			return entryErr(CodeInvalidJSON, "the entry must be a JSON object")
+		}
+		return entryErr(code, "%s must be a JSON %s", field, jsonKind(te.Type.Kind().String()))
+	}
+	return entryErr(CodeInvalidJSON, "malformed JSON: %s", strings.TrimPrefix(err.Error(), "json: "))
+}
+
+func jsonKind(goKind string) string {
+	switch goKind {
+	case "string":
+		return "string"
+	case "float64":
+		return "number"
+	case "slice":
+		return "array"
+	case "struct", "ptr", "map":
+		return "object"
+	}
+	return goKind
+}
+
+// unstorableJSON finds what encoding/json accepts but Postgres jsonb refuses: invalid UTF-8, the
+// escape \u0000 and unpaired UTF-16 surrogate escapes. It returns "" when raw is storable.
+func unstorableJSON(raw []byte) string {
+	if !utf8.Valid(raw) {
+		return "the entry is not valid UTF-8"
+	}
+	for i := 0; i < len(raw); {
+		j := bytes.IndexByte(raw[i:], '\\')
+		if j < 0 || i+j+1 >= len(raw) {
+			break
+		}
+		i += j
+		if raw[i+1] != 'u' {
+			i += 2 // \" \\ \n …: skip both, so that \\u is not read as an escape
+			continue
+		}
+		r, ok := hex4(raw, i+2)
+		switch {
+		case !ok:
+			return "" // malformed: the decoder reports it
+		case r == 0:
+			return `the escape \u0000 is not accepted`
+		case r >= 0xd800 && r < 0xdc00:
+			lo, ok := hex4(raw, i+8)
+			if !ok || raw[i+6] != '\\' || raw[i+7] != 'u' || lo < 0xdc00 || lo > 0xdfff {
+				return "a \\u escape is an unpaired UTF-16 surrogate"
+			}
+			i += 12
+			continue
+		case r >= 0xdc00 && r <= 0xdfff:
+			return "a \\u escape is an unpaired UTF-16 surrogate"
+		}
+		i += 6
+	}
+	return ""
+}
+
+func hex4(b []byte, at int) (rune, bool) {
+	if at+4 > len(b) {
+		return 0, false
+	}
+	var r rune
+	for _, c := range b[at : at+4] {
+		switch {
+		case c >= '0' && c <= '9':
+			r = r<<4 | rune(c-'0')
+		case c >= 'a' && c <= 'f':
+			r = r<<4 | rune(c-'a'+10)
+		case c >= 'A' && c <= 'F':
+			r = r<<4 | rune(c-'A'+10)
+		default:
+			return 0, false
+		}
+	}
+	return r, true
+}
+
+// validFHIRID reports whether s is a FHIR id, [A-Za-z0-9\-\.]{1,64}, also allowing '_', which
+// carehub's own ids (pat_…, obs_…) contain.
+func validFHIRID(s string) bool {
+	if len(s) == 0 || len(s) > 64 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '.' || c == '_') {
+			return false
+		}
+	}
+	return true
+}
+
+// truncate bounds client strings that are echoed in messages or stored as columns.
+func truncate(s string) string {
+	const max = 200
+	if len(s) <= max {
+		return s
+	}
+	for i := max; i > 0; i-- {
+		if utf8.RuneStart(s[i]) {
+			return s[:i]
+		}
+	}
+	return ""
+}
+
+func entryErr(code, format string, args ...any) *EntryError {
+	return &EntryError{Code: code, Message: fmt.Sprintf(format, args...)}
+}

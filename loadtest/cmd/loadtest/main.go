@@ -1,0 +1,164 @@
+// Command loadtest drives a carehub node with bounded, loopback-only load and reports what it
+// sustained; see loadtest/README.md.
+//
+//	loadtest -scenario observations -devices 32 -batch 1000 -duration 30s -url http://127.0.0.1:8080 -key chk_test_…
+//	loadtest -self -devices 32 -batch 100 -duration 30s   # an in-process pipeline on the embedded broker
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"math"
+	"os"
+	"os/signal"
+	"runtime/pprof"
+	"strings"
+	"syscall"
+	"time"
+
+	"carehub/loadtest"
+)
+
+func main() {
+	if err := run(); err != nil {
+		fmt.Fprintln(os.Stderr, "loadtest:", err)
+		os.Exit(1)
+	}
+}
+
+func run() error {
+	var (
+		scenario    = flag.String("scenario", "observations", "scenario to run (observations)")
+		url         = flag.String("url", "", "base URL of a carehub node with the ingest and api roles (loopback only)")
+		keys        = flag.String("key", "", "API key(s), comma-separated, with write:observations and read:patients; devices take them in turn")
+		brokers     = flag.String("brokers", "", "Kafka broker(s) of that node, for the raw-produce baseline (loopback only); empty skips it")
+		metricsURLs = flag.String("metrics-url", "", "/metrics of the processors node(s), comma-separated (default URL/metrics)")
+		devices     = flag.Int("devices", 16, "simulated devices posting concurrently")
+		batch       = flag.Int("batch", 100, "observations per request")
+		duration    = flag.Duration("duration", 30*time.Second, "length of the ingest phase (and of the raw phase)")
+		maxRequests = flag.Int("max-requests", 0, "stop after this many requests (0: only the duration bounds the run)")
+		format      = flag.String("format", "mixed", "request bodies: bundle (FHIR batch), ndjson, or mixed")
+		patientsN   = flag.Int("patients", 200, "spread readings over up to this many patients")
+		drain       = flag.Duration("drain", 2*time.Minute, "how long to wait for the writers to store what was accepted")
+		self        = flag.Bool("self", false, "start an in-process pipeline (embedded broker, local Postgres with demo data) and load it")
+		dataDir     = flag.String("data-dir", "", "with -self: where Postgres and the broker keep their data (default: a new directory under /tmp, removed after)")
+		out         = flag.String("out", "", "also write the report as JSON to this file")
+		maxLag      = flag.Int64("max-lag", 0, "with -self: the writer lag past which intake answers 503 (default 200,000; -1 disables backpressure)")
+		cpuProfile  = flag.String("cpuprofile", "", "write a CPU profile of this process (with -self: of the whole pipeline) to this file")
+		verbose     = flag.Bool("v", false, "log progress")
+	)
+	flag.Parse()
+	if *scenario != "observations" {
+		return fmt.Errorf("-scenario %q: the only scenario is observations", *scenario)
+	}
+	lvl := slog.LevelWarn
+	if *verbose {
+		lvl = slog.LevelInfo
+	}
+	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: lvl}))
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+
+	cfg := loadtest.Config{URL: *url, Keys: split(*keys), MetricsURLs: split(*metricsURLs), Brokers: split(*brokers),
+		Devices: *devices, Batch: *batch, Duration: *duration, MaxRequests: *maxRequests, Format: *format,
+		Patients: *patientsN, Drain: *drain, Logger: logger}
+	if *self {
+		dir := *dataDir
+		if dir == "" {
+			d, err := os.MkdirTemp("/tmp", "carehub-loadtest-")
+			if err != nil {
+				return err
+			}
+			// The embedded Postgres runs as user postgres when we are root: it must traverse dir.
+			if err := os.Chmod(d, 0o755); err != nil {
+				return err
+			}
+			defer os.RemoveAll(d)
+			dir = d
+		}
+		logger.Info("starting the in-process pipeline", "data_dir", dir)
+		st, err := loadtest.StartStack(ctx, dir, logger, loadtest.StackOptions{MaxLag: *maxLag})
+		if err != nil {
+			return err
+		}
+		defer st.Close()
+		cfg.URL, cfg.Keys, cfg.Brokers, cfg.MetricsURLs = st.URL, []string{st.Key}, st.Brokers, nil
+	}
+	if cfg.URL == "" {
+		return errors.New("-url (or -self) is required")
+	}
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
+	}
+	rep, err := loadtest.RunObservations(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	print(rep)
+	if *out != "" {
+		b, err := json.MarshalIndent(finite(rep), "", "  ")
+		if err != nil {
+			return err
+		}
+		if err := os.WriteFile(*out, append(b, '\n'), 0o644); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func split(s string) []string {
+	var out []string
+	for p := range strings.SplitSeq(s, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+func print(r *loadtest.Report) {
+	fmt.Printf("scenario %s: %d devices, %s bodies of %d observations, %.1f s\n", r.Scenario, r.Devices, r.Format, r.Batch, r.Seconds)
+	fmt.Printf("  requests %d: accepted %d observations (rejected %d), refused %d (429/503), failed %d\n",
+		r.Requests, r.Accepted, r.Rejected, r.Refused, r.Failed)
+	if r.FirstFailure != "" {
+		fmt.Printf("  first failure: %s\n", r.FirstFailure)
+	}
+	fmt.Printf("  acknowledged  %10.0f observations/s   accept latency p50 %.1f ms, p99 %.1f ms, max %.1f ms\n",
+		r.AcceptedPerSecond, r.AcceptP50Ms, r.AcceptP99Ms, r.AcceptMaxMs)
+	fmt.Printf("  stored        %10.0f observations/s   (%.0f stored, %.0f during ingest, drained %.1f s after)\n",
+		r.StoredPerSecond, r.Stored, r.StoredDuringIngest, r.DrainSeconds)
+	over := ""
+	if r.AcceptToStoredP99Capped {
+		over = ">"
+	}
+	fmt.Printf("  accept→stored p50 %.0f ms, p99 %s%.0f ms (from the writer's histogram)\n", r.AcceptToStoredP50, over, r.AcceptToStoredP99)
+	if r.RawPerSecond > 0 {
+		fmt.Printf("  raw produce   %10.0f records/s      (same records, same broker, idempotent acks=all)\n", r.RawPerSecond)
+		fmt.Printf("  ratio         %10.2f               ingest acknowledged ÷ raw produce\n", r.Ratio)
+	}
+}
+
+// finite replaces NaN (no samples) with 0 so that the report encodes as JSON.
+func finite(r *loadtest.Report) *loadtest.Report {
+	c := *r
+	for _, f := range []*float64{&c.AcceptP50Ms, &c.AcceptP99Ms, &c.AcceptMaxMs, &c.AcceptToStoredP50, &c.AcceptToStoredP99,
+		&c.AcceptedPerSecond, &c.StoredPerSecond, &c.RawPerSecond, &c.Ratio} {
+		if math.IsNaN(*f) || math.IsInf(*f, 0) {
+			*f = 0
+		}
+	}
+	return &c
+}

@@ -1,0 +1,445 @@
+// Package loadtest drives carehub with bounded, loopback-only load and reports what it
+// sustained. The observations scenario is N simulated devices posting FHIR batch Bundles and
+// NDJSON streams of vital signs to POST /v1/observations, measuring acknowledged observations
+// per second and the accept latency, then, from the processors' /metrics, how fast they were
+// stored and the accept→stored latency; and, in the same run, a raw franz-go produce of the
+// same records to the same broker for comparison.
+package loadtest
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math"
+	"net"
+	"net/http"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"carehub/storage/kafka"
+)
+
+// Bounds every run stays within, whatever the flags say.
+const (
+	MaxDuration = 10 * time.Minute
+	MaxDevices  = 1024
+	MaxBatch    = 10_000
+)
+
+// Config is one run of the observations scenario.
+type Config struct {
+	URL         string   // base URL of a carehub node with the ingest and api roles (loopback)
+	Keys        []string // API keys with write:observations and read:patients; devices take them in turn
+	MetricsURLs []string // /metrics of the processors nodes; default URL + "/metrics"
+	Brokers     []string // the broker, for the raw-produce baseline; empty skips it
+	Devices     int
+	Batch       int           // observations per request
+	Duration    time.Duration // of the ingest phase, and again of the raw phase
+	MaxRequests int           // 0: no bound but Duration
+	Format      string        // bundle, ndjson or mixed
+	Patients    int           // readings are spread over up to this many patients
+	Drain       time.Duration // how long to wait for the writers to store what was accepted
+	Logger      *slog.Logger
+}
+
+// Validate checks cfg and fills defaults.
+func (c *Config) Validate() error {
+	var errs []error
+	if err := loopbackURL(c.URL); err != nil {
+		errs = append(errs, fmt.Errorf("-url: %w", err))
+	}
+	if len(c.Keys) == 0 {
+		errs = append(errs, errors.New("-key: at least one API key is required"))
+	}
+	for _, b := range c.Brokers {
+		if err := loopbackHost(b); err != nil {
+			errs = append(errs, fmt.Errorf("-brokers %s: %w", b, err))
+		}
+	}
+	if len(c.MetricsURLs) == 0 && c.URL != "" {
+		c.MetricsURLs = []string{strings.TrimRight(c.URL, "/") + "/metrics"}
+	}
+	for _, u := range c.MetricsURLs {
+		if err := loopbackURL(u); err != nil {
+			errs = append(errs, fmt.Errorf("-metrics-url: %w", err))
+		}
+	}
+	if c.Devices < 1 || c.Devices > MaxDevices {
+		errs = append(errs, fmt.Errorf("-devices must be 1..%d", MaxDevices))
+	}
+	if c.Batch < 1 || c.Batch > MaxBatch {
+		errs = append(errs, fmt.Errorf("-batch must be 1..%d", MaxBatch))
+	}
+	if c.Duration <= 0 || c.Duration > MaxDuration {
+		errs = append(errs, fmt.Errorf("-duration must be positive and at most %s", MaxDuration))
+	}
+	if c.MaxRequests < 0 {
+		errs = append(errs, errors.New("-max-requests must not be negative"))
+	}
+	if !slices.Contains([]string{"bundle", "ndjson", "mixed"}, c.Format) {
+		errs = append(errs, errors.New("-format must be bundle, ndjson or mixed"))
+	}
+	if c.Patients <= 0 {
+		c.Patients = 200
+	}
+	if c.Drain <= 0 {
+		c.Drain = 2 * time.Minute
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	return errors.Join(errs...)
+}
+
+// loopbackURL refuses anything but http(s) on a loopback address: load is for local nodes.
+func loopbackURL(raw string) error {
+	u, err := url.Parse(raw)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return errors.New("must be an http(s) URL")
+	}
+	return loopbackHost(u.Host)
+}
+
+func loopbackHost(hostport string) error {
+	host, _, err := net.SplitHostPort(hostport)
+	if err != nil {
+		host = hostport
+	}
+	if host == "localhost" {
+		return nil
+	}
+	if ip := net.ParseIP(host); ip != nil && ip.IsLoopback() {
+		return nil
+	}
+	return errors.New("load is only sent to loopback addresses")
+}
+
+// Report is what a run measured. Latencies are milliseconds.
+type Report struct {
+	Scenario string  `json:"scenario"`
+	Format   string  `json:"format"`
+	Devices  int     `json:"devices"`
+	Batch    int     `json:"batch"`
+	Seconds  float64 `json:"seconds"`
+
+	Requests          int64   `json:"requests"`
+	Accepted          int64   `json:"accepted"`
+	Rejected          int64   `json:"rejected"`
+	Refused           int64   `json:"refused"` // 429 and 503 answers (rate limit, backpressure)
+	Failed            int64   `json:"failed"`  // other answers and transport errors
+	FirstFailure      string  `json:"firstFailure,omitempty"`
+	AcceptedPerSecond float64 `json:"acceptedPerSecond"`
+	AcceptP50Ms       float64 `json:"acceptP50Ms"`
+	AcceptP99Ms       float64 `json:"acceptP99Ms"`
+	AcceptMaxMs       float64 `json:"acceptMaxMs"`
+
+	StoredDuringIngest float64 `json:"storedDuringIngest"`
+	Stored             float64 `json:"stored"`
+	StoredPerSecond    float64 `json:"storedPerSecond"` // stored ÷ (ingest + drain time)
+	DrainSeconds       float64 `json:"drainSeconds"`    // after ingest ended, until all was stored
+	AcceptToStoredP50  float64 `json:"acceptToStoredP50Ms"`
+	AcceptToStoredP99  float64 `json:"acceptToStoredP99Ms"`
+	// AcceptToStoredP99Capped: the p99 lies past the histogram's last bucket, which it reports.
+	AcceptToStoredP99Capped bool `json:"acceptToStoredP99Capped,omitempty"`
+
+	RawRecords   int64   `json:"rawRecords,omitempty"`
+	RawPerSecond float64 `json:"rawPerSecond,omitempty"`
+	Ratio        float64 `json:"ingestToRawRatio,omitempty"` // acceptedPerSecond ÷ rawPerSecond
+}
+
+// RunObservations runs the scenario: ingest for Duration, wait for the writers to store what
+// was accepted, then (with Brokers) produce the same records raw for Duration.
+func RunObservations(ctx context.Context, cfg Config) (*Report, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: cfg.Devices + 4, DisableCompression: true},
+		Timeout: 2 * time.Minute}
+	defer client.CloseIdleConnections()
+	orgID, patients, err := listPatients(ctx, client, cfg.URL, cfg.Keys[0], cfg.Patients)
+	if err != nil {
+		return nil, err
+	}
+	cfg.Logger.Info("patients found", "count", len(patients))
+
+	bodies := buildBodies(cfg, orgID, patients)
+	rep := &Report{Scenario: "observations", Format: cfg.Format, Devices: cfg.Devices, Batch: cfg.Batch}
+	before, err := scrape(ctx, client, cfg.MetricsURLs)
+	if err != nil {
+		return nil, err
+	}
+
+	start := time.Now()
+	lat := postLoad(ctx, cfg, client, bodies, rep)
+	elapsed := time.Since(start)
+	rep.Seconds = elapsed.Seconds()
+	rep.AcceptedPerSecond = float64(rep.Accepted) / elapsed.Seconds()
+	slices.Sort(lat)
+	rep.AcceptP50Ms, rep.AcceptP99Ms = percentile(lat, 0.50), percentile(lat, 0.99)
+	if len(lat) > 0 {
+		rep.AcceptMaxMs = lat[len(lat)-1]
+	}
+
+	end, err := scrape(ctx, client, cfg.MetricsURLs)
+	if err != nil {
+		return nil, err
+	}
+	rep.StoredDuringIngest = end.stored - before.stored
+	drainStart := time.Now()
+	for end.stored-before.stored < float64(rep.Accepted) && time.Since(drainStart) < cfg.Drain {
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+		if end, err = scrape(ctx, client, cfg.MetricsURLs); err != nil {
+			return nil, err
+		}
+	}
+	rep.DrainSeconds = time.Since(drainStart).Seconds()
+	rep.Stored = end.stored - before.stored
+	rep.StoredPerSecond = rep.Stored / time.Since(start).Seconds()
+	p50, _ := quantile(0.50, before.buckets, end.buckets)
+	p99, capped := quantile(0.99, before.buckets, end.buckets)
+	rep.AcceptToStoredP50, rep.AcceptToStoredP99, rep.AcceptToStoredP99Capped = p50*1000, p99*1000, capped
+	if rep.Stored < float64(rep.Accepted) {
+		cfg.Logger.Warn("not everything accepted was stored within the drain time", "accepted", rep.Accepted, "stored", rep.Stored)
+	}
+
+	if len(cfg.Brokers) > 0 {
+		if err := rawProduce(ctx, cfg, bodies, rep); err != nil {
+			return nil, fmt.Errorf("raw produce: %w", err)
+		}
+		if rep.RawPerSecond > 0 {
+			rep.Ratio = rep.AcceptedPerSecond / rep.RawPerSecond
+		}
+	}
+	return rep, nil
+}
+
+// listPatients pages GET /v1/patients for up to max patients the key may write for.
+func listPatients(ctx context.Context, client *http.Client, base, key string, max int) (string, []string, error) {
+	var out []string
+	orgID := ""
+	cursor := ""
+	for len(out) < max {
+		u := strings.TrimRight(base, "/") + "/v1/patients?limit=100"
+		if cursor != "" {
+			u += "&cursor=" + url.QueryEscape(cursor)
+		}
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+		if err != nil {
+			return "", nil, err
+		}
+		req.Header.Set("Authorization", "Bearer "+key)
+		resp, err := client.Do(req)
+		if err != nil {
+			return "", nil, fmt.Errorf("list patients: %w", err)
+		}
+		var page struct {
+			Data []struct {
+				ID                   string `json:"id"`
+				ManagingOrganization struct {
+					Reference string `json:"reference"`
+				} `json:"managingOrganization"`
+			} `json:"data"`
+			Meta struct {
+				Cursor *string `json:"cursor"`
+			} `json:"meta"`
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			return "", nil, fmt.Errorf("list patients: HTTP %d: %.300s", resp.StatusCode, b)
+		}
+		if err := json.Unmarshal(b, &page); err != nil {
+			return "", nil, fmt.Errorf("list patients: %w", err)
+		}
+		for _, p := range page.Data {
+			out = append(out, p.ID)
+			if orgID == "" {
+				orgID = strings.TrimPrefix(p.ManagingOrganization.Reference, "Organization/")
+			}
+		}
+		if page.Meta.Cursor == nil {
+			break
+		}
+		cursor = *page.Meta.Cursor
+	}
+	if len(out) == 0 {
+		return "", nil, errors.New("the key sees no patients: seed demo data, and use a key of its organization with read:patients")
+	}
+	return orgID, out[:min(len(out), max)], nil
+}
+
+// buildBodies pre-builds the request bodies, so that generating JSON does not compete with the
+// server for the CPU during the timed phase. Bodies repeat; each POST is new observations all
+// the same (carehub assigns ids; the bodies carry no client ids).
+func buildBodies(cfg Config, orgID string, patients []string) []body {
+	n := min(max(2*cfg.Devices, 8), 48)
+	if cfg.Batch*n > 200_000 {
+		n = max(2, 200_000/cfg.Batch)
+	}
+	at := time.Now().Add(-time.Minute)
+	out := make([]body, n)
+	for i := range out {
+		g := newGenerator(uint64(i+1), orgID, patients)
+		format := cfg.Format
+		if format == "mixed" {
+			format = []string{"bundle", "ndjson"}[i%2]
+		}
+		if format == "bundle" {
+			out[i] = g.bundleBody(cfg.Batch, at)
+		} else {
+			out[i] = g.ndjsonBody(cfg.Batch, at)
+		}
+	}
+	return out
+}
+
+// postLoad runs the devices until Duration or MaxRequests and returns the accept latencies of
+// the 202 answers, in milliseconds.
+func postLoad(ctx context.Context, cfg Config, client *http.Client, bodies []body, rep *Report) []float64 {
+	ctx, cancel := context.WithTimeout(ctx, cfg.Duration)
+	defer cancel()
+	var requests, accepted, rejected, refused, failed atomic.Int64
+	var firstFailure atomic.Value
+	var mu sync.Mutex
+	var all []float64
+	var wg sync.WaitGroup
+	target := strings.TrimRight(cfg.URL, "/") + "/v1/observations"
+	for d := range cfg.Devices {
+		wg.Go(func() {
+			key := cfg.Keys[d%len(cfg.Keys)]
+			var lat []float64
+			defer func() { mu.Lock(); all = append(all, lat...); mu.Unlock() }()
+			for i := 0; ctx.Err() == nil; i++ {
+				if n := requests.Add(1); cfg.MaxRequests > 0 && n > int64(cfg.MaxRequests) {
+					requests.Add(-1)
+					return
+				}
+				b := bodies[(d+i*cfg.Devices)%len(bodies)]
+				req, _ := http.NewRequestWithContext(ctx, http.MethodPost, target, bytes.NewReader(b.data))
+				req.Header.Set("Authorization", "Bearer "+key)
+				req.Header.Set("Content-Type", b.contentType)
+				t0 := time.Now()
+				resp, err := client.Do(req)
+				if err != nil {
+					if ctx.Err() == nil {
+						failed.Add(1)
+						firstFailure.CompareAndSwap(nil, err.Error())
+					} else {
+						requests.Add(-1) // cut off by the end of the phase
+					}
+					continue
+				}
+				respBody, _ := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				took := time.Since(t0)
+				switch resp.StatusCode {
+				case http.StatusAccepted:
+					var a struct {
+						Accepted int               `json:"accepted"`
+						Rejected []json.RawMessage `json:"rejected"`
+					}
+					_ = json.Unmarshal(respBody, &a)
+					accepted.Add(int64(a.Accepted))
+					rejected.Add(int64(len(a.Rejected)))
+					lat = append(lat, float64(took.Microseconds())/1000)
+				case http.StatusTooManyRequests, http.StatusServiceUnavailable:
+					refused.Add(1)
+					wait := time.Second
+					if s, err := strconv.Atoi(resp.Header.Get("Retry-After")); err == nil && s > 0 {
+						wait = time.Duration(s) * time.Second
+					}
+					select {
+					case <-ctx.Done():
+					case <-time.After(wait):
+					}
+				default:
+					failed.Add(1)
+					firstFailure.CompareAndSwap(nil, fmt.Sprintf("HTTP %d: %.300s", resp.StatusCode, respBody))
+				}
+			}
+		})
+	}
+	wg.Wait()
+	rep.Requests, rep.Accepted, rep.Rejected, rep.Refused, rep.Failed = requests.Load(), accepted.Load(), rejected.Load(), refused.Load(), failed.Load()
+	if f, ok := firstFailure.Load().(string); ok {
+		rep.FirstFailure = f
+	}
+	return all
+}
+
+// rawProduce produces the same records (the messages intake would have produced for the
+// bodies) with one idempotent acks=all client, Devices goroutines each producing a batch and
+// waiting for its acknowledgement, for Duration, to a topic of its own on the same broker.
+func rawProduce(ctx context.Context, cfg Config, bodies []body, rep *Report) error {
+	cl, err := kafka.NewClient(kafka.ClientConfig{Brokers: cfg.Brokers, ClientID: "carehub-loadtest-raw"})
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	topic := fmt.Sprintf("carehub.loadtest.raw.%d", time.Now().UnixNano())
+	tctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if err := kafka.EnsureTopics(tctx, cl, 6, topic); err != nil {
+		return err
+	}
+	defer func() {
+		dctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_, _ = kadm.NewClient(cl).DeleteTopics(dctx, topic)
+	}()
+	pctx, pcancel := context.WithTimeout(ctx, cfg.Duration)
+	defer pcancel()
+	var acked atomic.Int64
+	var firstErr atomic.Value
+	start := time.Now()
+	var wg sync.WaitGroup
+	for d := range cfg.Devices {
+		wg.Go(func() {
+			for i := 0; pctx.Err() == nil; i++ {
+				b := bodies[(d+i*cfg.Devices)%len(bodies)]
+				recs := make([]*kgo.Record, len(b.records))
+				for j := range recs {
+					recs[j] = &kgo.Record{Topic: topic, Key: b.keys[j], Value: b.records[j]}
+				}
+				if err := cl.ProduceSync(pctx, recs...).FirstErr(); err != nil {
+					if pctx.Err() == nil {
+						firstErr.CompareAndSwap(nil, err)
+					}
+					return
+				}
+				acked.Add(int64(len(recs)))
+			}
+		})
+	}
+	wg.Wait()
+	if err, ok := firstErr.Load().(error); ok {
+		return err
+	}
+	rep.RawRecords = acked.Load()
+	rep.RawPerSecond = float64(rep.RawRecords) / time.Since(start).Seconds()
+	return nil
+}
+
+func percentile(sorted []float64, q float64) float64 {
+	if len(sorted) == 0 {
+		return math.NaN()
+	}
+	i := int(math.Ceil(q*float64(len(sorted)))) - 1
+	return sorted[max(0, min(i, len(sorted)-1))]
+}

@@ -1,0 +1,164 @@
+package loadtest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"path/filepath"
+	"time"
+
+	"github.com/gorilla/mux"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"carehub/api/auth"
+	"carehub/api/rest"
+	ingest "carehub/ingest/observations"
+	"carehub/ingest/outbox"
+	"carehub/processors/access"
+	"carehub/processors/demo"
+	obs "carehub/processors/observations"
+	"carehub/processors/patients"
+	"carehub/storage/kafka"
+	"carehub/storage/postgres"
+)
+
+// Stack is an in-process carehub observation pipeline for -self runs: the embedded broker
+// (kfake, persisted under the data dir, as `carehub serve` runs it), a local Postgres cluster
+// with the demo data, intake and the patient routes behind the real authenticator, the
+// observation writer and the outbox relay, and /metrics, on a loopback port. It is the
+// observation path of a `carehub serve` node with every role, without the rest of the API.
+type Stack struct {
+	URL     string
+	Brokers []string
+	Key     string // a test-mode demo-health key: write:observations, read:patients
+
+	closers []func()
+}
+
+// StackOptions adjusts a Stack.
+type StackOptions struct {
+	// MaxLag is intake's backpressure bound (ingest/observations.Config.MaxLag): 0 for the
+	// default, -1 to measure intake without it.
+	MaxLag int64
+}
+
+// StartStack starts a Stack under dataDir. Close stops it.
+func StartStack(ctx context.Context, dataDir string, logger *slog.Logger, opts StackOptions) (_ *Stack, err error) {
+	s := &Stack{}
+	defer func() {
+		if err != nil {
+			s.Close()
+		}
+	}()
+	local, err := postgres.StartLocal(ctx, filepath.Join(dataDir, "postgres"), logger)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: %w", err)
+	}
+	s.closers = append(s.closers, func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		_ = local.Stop(sctx)
+	})
+	if err := local.EnsureDatabase(ctx, "carehub"); err != nil {
+		return nil, err
+	}
+	pool, err := postgres.Connect(ctx, local.DSN("carehub")+" pool_max_conns=24")
+	if err != nil {
+		return nil, err
+	}
+	s.closers = append(s.closers, pool.Close)
+	if _, err := postgres.Migrate(ctx, pool, logger); err != nil {
+		return nil, err
+	}
+	if _, err := demo.Seed(ctx, pool, logger); err != nil {
+		return nil, err
+	}
+
+	broker, err := kafka.StartEmbedded(ctx, filepath.Join(dataDir, "kafka"), logger)
+	if err != nil {
+		return nil, fmt.Errorf("kafka: %w", err)
+	}
+	s.closers = append(s.closers, func() { _ = broker.Close() })
+	s.Brokers = broker.Addrs()
+	reg := prometheus.NewRegistry()
+	producer, err := kafka.NewClient(kafka.ClientConfig{Brokers: s.Brokers, ClientID: "carehub", Registerer: reg, Logger: logger})
+	if err != nil {
+		return nil, err
+	}
+	s.closers = append(s.closers, producer.Close)
+	tctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if err := kafka.EnsureTopics(tctx, producer, 6, kafka.DefaultTopics().All()...); err != nil {
+		return nil, err
+	}
+
+	in, err := ingest.New(ingest.Config{Brokers: s.Brokers, Pool: pool, Producers: 32, MaxLag: opts.MaxLag, Logger: logger, Registerer: reg})
+	if err != nil {
+		return nil, err
+	}
+	writer, err := obs.NewWriter(obs.WriterConfig{Brokers: s.Brokers, Pool: pool, Logger: logger, Registerer: reg})
+	if err != nil {
+		in.Close()
+		return nil, err
+	}
+	relay := outbox.New(pool, producer, outbox.Options{Logger: logger, Registerer: reg})
+	wctx, stop := context.WithCancel(context.Background())
+	done := make(chan struct{}, 3)
+	for _, run := range []func(context.Context) error{in.Run, writer.Run, relay.Run} {
+		go func() { _ = run(wctx); done <- struct{}{} }()
+	}
+	s.closers = append(s.closers, func() {
+		stop()
+		for range 3 {
+			<-done
+		}
+		in.Close()
+	})
+
+	keys := auth.NewKeys(pool)
+	key, err := keys.Create(ctx, auth.NewKey{OrgID: demo.DemoOrgID, Mode: access.Test, Name: "loadtest",
+		Scopes: []string{access.WriteObservations, access.ReadPatients}})
+	if err != nil {
+		return nil, err
+	}
+	s.Key = key.Secret
+	// Rate limits are the deployment's choice; the load test measures the pipeline.
+	authn := auth.NewAuthenticator(keys, nil, auth.WithLimits(auth.Limits{
+		Default: auth.Rate{PerSecond: 10_000, Burst: 10_000}, Ingest: auth.Rate{PerSecond: 100_000, Burst: 100_000}}))
+	r := mux.NewRouter()
+	r.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{})).Methods(http.MethodGet)
+	ingestRoutes := r.NewRoute().Subrouter()
+	ingestRoutes.Use(auth.LimitBody(auth.IngestBodyLimit), authn.Middleware(nil))
+	rest.ObservationIngestRoutes(ingestRoutes, in)
+	api := r.NewRoute().Subrouter()
+	api.Use(auth.LimitBody(auth.DefaultBodyLimit), authn.Middleware(nil))
+	rest.PatientRoutes(api, patients.New(pool))
+
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	srv := &http.Server{Handler: r, ReadHeaderTimeout: 10 * time.Second}
+	go func() { _ = srv.Serve(ln) }()
+	s.closers = append(s.closers, func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := srv.Shutdown(sctx); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			srv.Close()
+		}
+	})
+	s.URL = "http://" + ln.Addr().String()
+	return s, nil
+}
+
+// Close stops everything StartStack started, in reverse order.
+func (s *Stack) Close() {
+	for i := len(s.closers) - 1; i >= 0; i-- {
+		s.closers[i]()
+	}
+	s.closers = nil
+}

@@ -1,0 +1,74 @@
+package observations
+
+import (
+	"errors"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// writerMetrics are the writer's Prometheus metrics (namespace carehub, subsystem observations).
+type writerMetrics struct {
+	stored         prometheus.Counter
+	duplicates     prometheus.Counter
+	skipped        *prometheus.CounterVec
+	acceptToStored prometheus.Histogram
+	batchSeconds   prometheus.Histogram
+	batchSize      prometheus.Histogram
+}
+
+// AcceptToStoredBuckets are the buckets of carehub_observations_accept_to_stored_seconds.
+var AcceptToStoredBuckets = []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 120}
+
+func newWriterMetrics(reg prometheus.Registerer) (*writerMetrics, error) {
+	m := &writerMetrics{
+		stored: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "carehub", Subsystem: "observations",
+			Name: "stored_total", Help: "Observations the writer stored for the first time (each also queued its device.observation_received event)."}),
+		duplicates: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "carehub", Subsystem: "observations",
+			Name: "duplicates_total", Help: "Observation records whose id was already stored (redeliveries, repeated client ids); nothing was written."}),
+		skipped: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "carehub", Subsystem: "observations",
+			Name: "skipped_total", Help: "Observation records that can never be stored, by reason."}, []string{"reason"}),
+		acceptToStored: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: "carehub", Subsystem: "observations",
+			Name: "accept_to_stored_seconds", Help: "Time from intake accepting an observation to the writer's commit of it (and its outbox event).",
+			Buckets: AcceptToStoredBuckets}),
+		batchSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: "carehub", Subsystem: "observations",
+			Name: "store_batch_seconds", Help: "Duration of one batch's store transaction.",
+			Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10}}),
+		batchSize: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: "carehub", Subsystem: "observations",
+			Name: "store_batch_records", Help: "Records per store transaction.",
+			Buckets: []float64{1, 10, 50, 100, 250, 500, 1000, 2500, 5000, 10000}}),
+	}
+	for _, reason := range []string{"invalid_message", "unknown_patient", "rejected_by_database"} {
+		m.skipped.WithLabelValues(reason)
+	}
+	if reg == nil {
+		return m, nil
+	}
+	var done []prometheus.Collector
+	for _, c := range m.collectors() {
+		if err := reg.Register(c); err != nil {
+			for _, d := range done {
+				reg.Unregister(d)
+			}
+			var are prometheus.AlreadyRegisteredError
+			if errors.As(err, &are) {
+				return nil, errors.New("observation writer metrics are already registered: run one writer per registry")
+			}
+			return nil, err
+		}
+		done = append(done, c)
+	}
+	return m, nil
+}
+
+func (m *writerMetrics) collectors() []prometheus.Collector {
+	return []prometheus.Collector{m.stored, m.duplicates, m.skipped, m.acceptToStored, m.batchSeconds, m.batchSize}
+}
+
+func (m *writerMetrics) unregister(reg prometheus.Registerer) {
+	if reg == nil {
+		return
+	}
+	for _, c := range m.collectors() {
+		reg.Unregister(c)
+	}
+}

@@ -1,0 +1,389 @@
+package observations_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	obs "carehub/processors/observations"
+	"carehub/schemas"
+	"carehub/storage/ids"
+	"carehub/storage/kafka/kafkatest"
+	"carehub/storage/postgres/pgtest"
+)
+
+func TestMain(m *testing.M) { pgtest.Main(m) }
+
+type env struct {
+	pool               *pgxpool.Pool
+	brokers            []string
+	topic              string
+	orgA, orgB         string // orgB has no project
+	projectA           string
+	patientA, patientB string
+}
+
+func newEnv(t testing.TB) *env {
+	t.Helper()
+	e := &env{pool: pgtest.New(t), brokers: kafkatest.Brokers(t), topic: kafkatest.Topic(t, "obs"),
+		orgA: ids.New(ids.Organization), orgB: ids.New(ids.Organization), projectA: ids.New(ids.Project),
+		patientA: ids.New(ids.Patient), patientB: ids.New(ids.Patient)}
+	ctx := context.Background()
+	for _, q := range []struct {
+		sql  string
+		args []any
+	}{
+		{`insert into organizations (id, name, slug, type, plan) values ($1, 'A', $1, 'clinic', 'growth'), ($2, 'B', $2, 'clinic', 'growth')`, []any{e.orgA, e.orgB}},
+		{`insert into projects (id, org_id, name) values ($1, $2, 'p')`, []any{e.projectA, e.orgA}},
+		{`insert into patients (id, org_id, name) values ($1, $3, '[]'), ($2, $4, '[]')`, []any{e.patientA, e.patientB, e.orgA, e.orgB}},
+	} {
+		if _, err := e.pool.Exec(ctx, q.sql, q.args...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return e
+}
+
+// message returns a valid record value for patient of org.
+func message(org, patient string, value float64) obs.Message {
+	eff := time.Date(2026, 11, 1, 8, 0, 0, 0, time.UTC)
+	raw := fmt.Sprintf(`{"resourceType":"Observation","status":"final","code":{"coding":[{"system":"http://loinc.org","code":"8867-4"}]},`+
+		`"subject":{"reference":"Patient/%s"},"effectiveDateTime":"2026-11-01T08:00:00Z","valueQuantity":{"value":%v,"unit":"/min"}}`, patient, value)
+	return obs.Message{ID: ids.New(ids.Observation), OrgID: org, PatientID: patient, ReceivedAt: time.Now().UTC(),
+		Observation: json.RawMessage(raw), Status: "final", LOINC: "8867-4", Code: "8867-4", Value: value, Unit: "/min",
+		EffectiveAt: eff, DeviceType: "wearable"}
+}
+
+func produce(t testing.TB, e *env, values ...[]byte) {
+	t.Helper()
+	produceTo(t, kafkatest.Client(t), e.topic, values)
+}
+
+func produceTo(t testing.TB, cl *kgo.Client, topic string, values [][]byte) {
+	t.Helper()
+	recs := make([]*kgo.Record, len(values))
+	for i, v := range values {
+		recs[i] = &kgo.Record{Topic: topic, Key: []byte(fmt.Sprint(i % 7)), Value: v}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := cl.ProduceSync(ctx, recs...).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func encode(msgs ...obs.Message) [][]byte {
+	out := make([][]byte, len(msgs))
+	for i := range msgs {
+		out[i] = msgs[i].AppendJSON(nil)
+	}
+	return out
+}
+
+type running struct {
+	reg  *prometheus.Registry
+	stop func()
+}
+
+func run(t *testing.T, e *env, group string, edit ...func(*obs.WriterConfig)) *running {
+	t.Helper()
+	reg := prometheus.NewRegistry()
+	cfg := obs.WriterConfig{Brokers: e.brokers, Pool: e.pool, Topic: e.topic, Group: group, EventsTopic: "events.test",
+		MaxBatch: 300, SessionTimeout: 6 * time.Second, Registerer: reg,
+		Logger: slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelError + 4}))}
+	for _, f := range edit {
+		f(&cfg)
+	}
+	w, err := obs.NewWriter(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); w.Run(ctx) }()
+	var once sync.Once
+	stop := func() { once.Do(func() { cancel(); <-done }) }
+	t.Cleanup(stop)
+	return &running{reg: reg, stop: stop}
+}
+
+func (r *running) counter(t *testing.T, name string, labels ...string) float64 {
+	t.Helper()
+	mfs, err := r.reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			match := true
+			for i := 0; i+1 < len(labels); i += 2 {
+				found := false
+				for _, lp := range m.GetLabel() {
+					found = found || lp.GetName() == labels[i] && lp.GetValue() == labels[i+1]
+				}
+				match = match && found
+			}
+			if match {
+				return m.GetCounter().GetValue()
+			}
+		}
+	}
+	return 0
+}
+
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func count(t *testing.T, pool *pgxpool.Pool, sql string, args ...any) int {
+	t.Helper()
+	var n int
+	if err := pool.QueryRow(context.Background(), sql, args...).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+func TestMessageRoundTrip(t *testing.T) {
+	m := message("org_1", "pat_1", 72.25)
+	m.ID = "obs_01ke9nk500cmm0mhj9psxg961n"
+	m.DeviceType = "monitor \"7\"\\\n\t\x01 é"
+	m.ClientID = "c-1"
+	m.ReceivedAt = time.Date(2026, 11, 1, 8, 0, 1, 123456789, time.UTC)
+	b := m.AppendJSON(nil)
+	if !json.Valid(b) {
+		t.Fatalf("invalid JSON: %s", b)
+	}
+	got, err := obs.DecodeMessage(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	std, _ := json.Marshal(m)
+	again, _ := json.Marshal(got)
+	if string(std) != string(again) {
+		t.Fatalf("round trip:\n%s\n%s", std, again)
+	}
+	for _, bad := range []string{`{`, `{"id":"obs_x"}`, strings.Replace(string(b), `"observation":{`, `"observation":[{`, 1)[:len(b)] + `}`} {
+		if _, err := obs.DecodeMessage([]byte(bad)); err == nil {
+			t.Errorf("DecodeMessage(%.60s) accepted", bad)
+		}
+	}
+	if obs.EventID(m.ID) != "evt_01ke9nk500cmm0mhj9psxg961n" {
+		t.Fatal(obs.EventID(m.ID))
+	}
+}
+
+// TestRedeliveryStoresNothingTwice stores a topic, then has a second group read it all again:
+// nothing is stored or queued a second time.
+func TestRedeliveryStoresNothingTwice(t *testing.T) {
+	e := newEnv(t)
+	msgs := make([]obs.Message, 1000)
+	for i := range msgs {
+		msgs[i] = message(e.orgA, e.patientA, float64(50+i%50))
+	}
+	msgs = append(msgs, msgs[3], msgs[4]) // a duplicate within the stream
+	produce(t, e, encode(msgs...)...)
+	first := run(t, e, kafkatest.Group(t, "first"))
+	waitFor(t, "1000 stored", func() bool { return count(t, e.pool, `select count(*) from observations`) == 1000 })
+	waitFor(t, "the first writer's metrics", func() bool {
+		return first.counter(t, "carehub_observations_stored_total")+first.counter(t, "carehub_observations_duplicates_total") == 1002
+	})
+	if s := first.counter(t, "carehub_observations_stored_total"); s != 1000 {
+		t.Fatalf("stored_total %v", s)
+	}
+	first.stop()
+
+	second := run(t, e, kafkatest.Group(t, "second"))
+	waitFor(t, "the second group to read everything", func() bool {
+		return second.counter(t, "carehub_observations_duplicates_total") == 1002
+	})
+	if s := second.counter(t, "carehub_observations_stored_total"); s != 0 {
+		t.Fatalf("the second pass stored %v", s)
+	}
+	if n := count(t, e.pool, `select count(*) from observations`); n != 1000 {
+		t.Fatalf("%d observations", n)
+	}
+	if n := count(t, e.pool, `select count(*) from outbox`); n != 1000 {
+		t.Fatalf("%d events; want one per observation", n)
+	}
+	if n := count(t, e.pool, `select count(*) from outbox o join observations b on o.event_id = 'evt_' || substr(b.id, 5)`); n != 1000 {
+		t.Fatalf("%d events match an observation", n)
+	}
+}
+
+// TestUnstorableRecordsAreSkipped mixes records that can never be stored (not a message, a
+// value Postgres refuses, a patient of another organization) into a stream: the writer stores
+// the rest and does not stall.
+func TestUnstorableRecordsAreSkipped(t *testing.T) {
+	e := newEnv(t)
+	good := []obs.Message{message(e.orgA, e.patientA, 60), message(e.orgA, e.patientA, 61), message(e.orgB, e.patientB, 62)}
+	nul := message(e.orgA, e.patientA, 63)
+	nul.Observation = json.RawMessage(strings.Replace(string(nul.Observation), `"status":"final"`, `"status":"final","note":[{"text":"\u0000"}]`, 1))
+	cross := message(e.orgA, e.patientB, 64) // patientB is not orgA's
+	values := encode(good[0], nul, cross, good[1])
+	values = append(values, []byte(`{"id":"obs_x"}`), []byte("not json"))
+	values = append(values, encode(good[2])...)
+	produce(t, e, values...)
+	w := run(t, e, kafkatest.Group(t, "w"))
+	waitFor(t, "the good records", func() bool {
+		return count(t, e.pool, `select count(*) from observations where id = any($1)`, []string{good[0].ID, good[1].ID, good[2].ID}) == 3
+	})
+	waitFor(t, "every record accounted for", func() bool {
+		return w.counter(t, "carehub_observations_skipped_total", "reason", "invalid_message") == 2 &&
+			w.counter(t, "carehub_observations_skipped_total", "reason", "rejected_by_database") == 1 &&
+			w.counter(t, "carehub_observations_skipped_total", "reason", "unknown_patient") == 1
+	})
+	if n := count(t, e.pool, `select count(*) from observations`); n != 3 {
+		t.Fatalf("%d stored", n)
+	}
+	if n := count(t, e.pool, `select count(*) from outbox`); n != 3 {
+		t.Fatalf("%d events", n)
+	}
+	// orgB has no project: its event is filed under the empty project rather than dropped.
+	var project string
+	if err := e.pool.QueryRow(context.Background(), `select value->>'projectId' from outbox where event_id = $1`, obs.EventID(good[2].ID)).Scan(&project); err != nil || project != "" {
+		t.Fatalf("project %q, %v", project, err)
+	}
+	if err := e.pool.QueryRow(context.Background(), `select value->>'projectId' from outbox where event_id = $1`, obs.EventID(good[0].ID)).Scan(&project); err != nil || project != e.projectA {
+		t.Fatalf("project %q, %v; want %s", project, err, e.projectA)
+	}
+}
+
+// TestRebalanceLosesAndDuplicatesNothing runs two writers in one group while records arrive,
+// stops one half way (its partitions move to the other) and checks every record is stored once
+// with one event.
+func TestRebalanceLosesAndDuplicatesNothing(t *testing.T) {
+	e := newEnv(t)
+	group := kafkatest.Group(t, "pair")
+	a := run(t, e, group)
+	b := run(t, e, group)
+	var all []string
+	for round := range 10 {
+		msgs := make([]obs.Message, 300)
+		for i := range msgs {
+			p, org := e.patientA, e.orgA
+			if i%3 == 0 {
+				p, org = e.patientB, e.orgB
+			}
+			msgs[i] = message(org, p, float64(40+i%60))
+			all = append(all, msgs[i].ID)
+		}
+		produce(t, e, encode(msgs...)...)
+		if round == 5 {
+			a.stop()
+		}
+	}
+	waitFor(t, "every record stored", func() bool {
+		return count(t, e.pool, `select count(*) from observations where id = any($1)`, all) == len(all)
+	})
+	if n := count(t, e.pool, `select count(*) from observations`); n != len(all) {
+		t.Fatalf("%d stored of %d", n, len(all))
+	}
+	if n := count(t, e.pool, `select count(*) from outbox`); n != len(all) {
+		t.Fatalf("%d events of %d", n, len(all))
+	}
+	if s := b.counter(t, "carehub_observations_stored_total") + a.counter(t, "carehub_observations_stored_total"); s != float64(len(all)) {
+		t.Fatalf("stored_total %v of %d", s, len(all))
+	}
+}
+
+func TestDisableEvents(t *testing.T) {
+	e := newEnv(t)
+	m := message(e.orgA, e.patientA, 70)
+	produce(t, e, encode(m)...)
+	run(t, e, kafkatest.Group(t, "quiet"), func(c *obs.WriterConfig) { c.DisableEvents = true })
+	waitFor(t, "the observation", func() bool { return count(t, e.pool, `select count(*) from observations`) == 1 })
+	if n := count(t, e.pool, `select count(*) from outbox`); n != 0 {
+		t.Fatalf("%d events with events disabled", n)
+	}
+}
+
+func TestWriterMetricsRegisterOnce(t *testing.T) {
+	e := newEnv(t)
+	reg := prometheus.NewRegistry()
+	cfg := obs.WriterConfig{Brokers: e.brokers, Pool: e.pool, Topic: e.topic, Registerer: reg}
+	w, err := obs.NewWriter(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	if _, err := obs.NewWriter(cfg); err == nil {
+		t.Fatal("a second writer on one registry was accepted")
+	}
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := false
+	for _, mf := range mfs {
+		found = found || mf.GetName() == "carehub_observations_stored_total"
+	}
+	if !found {
+		t.Fatal("carehub_observations_stored_total is not registered")
+	}
+}
+
+// TestMessageMatchesTopicSchema checks a message as intake encodes it against the topic's JSON
+// Schema (schemas/kafka/observations.v1.json): every required property, the id pattern, and the
+// required elements of the FHIR Observation.
+func TestMessageMatchesTopicSchema(t *testing.T) {
+	raw, err := schemas.Kafka.ReadFile("kafka/observations.v1.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var schema struct {
+		Required   []string `json:"required"`
+		Properties map[string]struct {
+			Pattern  string   `json:"pattern"`
+			Required []string `json:"required"`
+		} `json:"properties"`
+	}
+	if err := json.Unmarshal(raw, &schema); err != nil {
+		t.Fatal(err)
+	}
+	m := message("org_1", "pat_1", 72)
+	var got map[string]json.RawMessage
+	if err := json.Unmarshal(m.AppendJSON(nil), &got); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range schema.Required {
+		if _, ok := got[name]; !ok {
+			t.Errorf("required property %s missing", name)
+		}
+	}
+	if p := schema.Properties["id"].Pattern; !regexp.MustCompile(p).MatchString(m.ID) {
+		t.Errorf("id %s does not match %s", m.ID, p)
+	}
+	var o map[string]json.RawMessage
+	_ = json.Unmarshal(got["observation"], &o)
+	for _, name := range schema.Properties["observation"].Required {
+		if _, ok := o[name]; !ok {
+			t.Errorf("observation.%s missing", name)
+		}
+	}
+	for name := range got {
+		if _, ok := schema.Properties[name]; !ok {
+			t.Logf("property %s is not described by the schema (additional properties are allowed)", name)
+		}
+	}
+}
