@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"net/netip"
 	"strings"
+	"time"
 
 	gql "github.com/graph-gophers/graphql-go"
 	gqlerrors "github.com/graph-gophers/graphql-go/errors"
@@ -19,22 +20,53 @@ type Authenticator interface {
 	Authenticate(ctx context.Context, authorization string, clientIP netip.Addr) (*access.Principal, error)
 }
 
+// Auditor records an operation in the HIPAA audit log (*auth.Auditor). When the operation touched
+// a patient it returns an error unless the record is durable, and the data must not be sent.
+type Auditor interface {
+	Audit(ctx context.Context, c auth.Call) error
+}
+
 // Executor returns the adapter api/ws runs operations on: it authenticates connection_init's
 // Authorization value with a and executes queries, mutations and subscriptions with the same
-// schema, limits, loaders and error mapping as POST /graphql.
-func (h *Handler) Executor(a Authenticator) ws.Executor { return &wsExecutor{h: h, a: a} }
+// schema, limits, loaders and error mapping as POST /graphql. With an auditor, every message an
+// operation sends is audited first (live keys), as HTTP requests are by the audit middleware.
+func (h *Handler) Executor(a Authenticator, au Auditor) ws.Executor {
+	return &wsExecutor{h: h, a: a, au: au}
+}
 
 type wsExecutor struct {
-	h *Handler
-	a Authenticator
+	h  *Handler
+	a  Authenticator
+	au Auditor
 }
+
+type userAgentKey struct{}
 
 func (e *wsExecutor) Authenticate(ctx context.Context, r *http.Request, authorization string) (context.Context, error) {
 	p, err := e.a.Authenticate(ctx, authorization, auth.ClientIP(r))
 	if err != nil {
 		return nil, err
 	}
-	return access.With(ctx, p), nil
+	return context.WithValue(access.With(ctx, p), userAgentKey{}, r.UserAgent()), nil
+}
+
+// audit records one message of an operation; on failure the message becomes an UNAVAILABLE error
+// so patient data never leaves unaudited.
+func (e *wsExecutor) audit(ctx context.Context, req ws.Request, start time.Time, res *ws.Response) *ws.Response {
+	if e.au == nil {
+		return res
+	}
+	ua, _ := ctx.Value(userAgentKey{}).(string)
+	status := http.StatusOK
+	if len(res.Errors) > 0 && res.Data == nil {
+		status = http.StatusBadRequest
+	}
+	err := e.au.Audit(ctx, auth.Call{Start: start, UserAgent: ua, Operation: auth.GraphQLOperation(req.Query, req.OperationName), Status: status})
+	if err == nil {
+		return res
+	}
+	return &ws.Response{Errors: []*gqlerrors.QueryError{{Message: "the audit log is unavailable; patient data withheld",
+		Extensions: map[string]any{"code": CodeInternal}}}}
 }
 
 func (e *wsExecutor) Execute(ctx context.Context, req ws.Request) (<-chan *ws.Response, error) {
@@ -45,6 +77,8 @@ func (e *wsExecutor) Execute(ctx context.Context, req ws.Request) (<-chan *ws.Re
 		return c, nil
 	}
 	ctx = withLoaders(ctx, newLoaders(e.h.s))
+	ctx, _ = access.WithRecorder(ctx)
+	start := time.Now()
 	src, err := e.h.schemaFor(req.Query).Subscribe(ctx, req.Query, req.OperationName, req.Variables)
 	if err != nil {
 		return nil, &gqlerrors.QueryError{Message: err.Error(), Extensions: map[string]any{"code": CodeInternal}}
@@ -56,7 +90,7 @@ func (e *wsExecutor) Execute(ctx context.Context, req ws.Request) (<-chan *ws.Re
 		defer close(mapped)
 		for item := range src {
 			if res, ok := item.(*gql.Response); ok {
-				item = e.h.finishWS(ctx, Request{Query: req.Query, OperationName: req.OperationName}, res)
+				item = e.audit(ctx, req, start, e.h.finishWS(ctx, Request{Query: req.Query, OperationName: req.OperationName}, res))
 			}
 			select {
 			case mapped <- item:

@@ -210,7 +210,7 @@ func (s *Server) mountAPI(r *mux.Router, a authRoutes, agentSvc *agents.Service,
 	if err != nil {
 		return err
 	}
-	wsh := ws.New(gh.Executor(authn), ws.Options{Logger: s.logger, Metrics: s.registry})
+	wsh := ws.New(gh.Executor(authn, a.auditor), ws.Options{Logger: s.logger, Metrics: s.registry})
 	s.closers = append(s.closers, wsh.Shutdown)
 
 	gql := r.NewRoute().Subrouter()
