@@ -322,6 +322,8 @@ func (s *Service) Session(ctx context.Context, id string) (*Session, error) {
 	if err != nil {
 		return nil, fmt.Errorf("agent session %s: %w", id, err)
 	}
+	access.Touch(ctx, access.KindSession, ses.ID)
+	access.Touch(ctx, access.KindPatient, ses.PatientID)
 	return ses, nil
 }
 
@@ -342,6 +344,8 @@ func (s *Service) SessionsByAgent(ctx context.Context, agentIDs []string, limit 
 	out := make(map[string][]Session, len(agentIDs))
 	for _, ses := range list {
 		out[ses.AgentID] = append(out[ses.AgentID], ses)
+		access.Touch(ctx, access.KindSession, ses.ID)
+		access.Touch(ctx, access.KindPatient, ses.PatientID)
 	}
 	return out, nil
 }

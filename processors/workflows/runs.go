@@ -307,6 +307,7 @@ func (s *Service) Run(ctx context.Context, id string) (*Run, error) {
 	if err != nil {
 		return nil, fmt.Errorf("workflow run %s: %w", id, err)
 	}
+	touchRun(ctx, r)
 	return r, nil
 }
 
@@ -325,8 +326,17 @@ func (s *Service) RunsByWorkflow(ctx context.Context, workflowIDs []string, limi
 		return nil, fmt.Errorf("runs by workflow: %w", err)
 	}
 	out := make(map[string][]Run, len(workflowIDs))
-	for _, r := range list {
+	for i, r := range list {
 		out[r.WorkflowID] = append(out[r.WorkflowID], r)
+		touchRun(ctx, &list[i])
 	}
 	return out, nil
+}
+
+// touchRun records a run read for the audit log, with the patient its input names.
+func touchRun(ctx context.Context, r *Run) {
+	access.Touch(ctx, access.KindRun, r.ID)
+	if pid := patientFromInput(r.Input); pid != "" {
+		access.Touch(ctx, access.KindPatient, pid)
+	}
 }
