@@ -8,7 +8,7 @@ VERSION      ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 DATA_DIR     ?= /tmp/carehub-data
 HTTP_ADDR    ?= 127.0.0.1:8080
 KAFKA_PORT   ?= 9092
-GOTESTFLAGS  ?= -timeout 15m
+GOTESTFLAGS  ?= -count=1 -timeout 15m
 NODE_DIRS    := api/ws/nodetest api/graphql/explorer/web processors/webhooks/nodeverify
 
 .DEFAULT_GOAL := help

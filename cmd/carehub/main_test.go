@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -58,8 +59,26 @@ func freeAddr(t *testing.T) string {
 type node struct {
 	cmd    *exec.Cmd
 	addr   string
-	stdout *bytes.Buffer
-	stderr *bytes.Buffer
+	stdout *syncBuffer
+	stderr *syncBuffer
+}
+
+// syncBuffer is written by exec's copying goroutine while the test reads it.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }
 
 // serve starts `carehub serve` and waits until /readyz answers 200.
@@ -67,7 +86,7 @@ func serve(t *testing.T, dir, addr string, extra ...string) *node {
 	t.Helper()
 	args := append([]string{"serve", "--data-dir", dir, "--http-addr", addr, "--partitions", "2"}, extra...)
 	cmd := exec.Command(binary, args...)
-	n := &node{cmd: cmd, addr: addr, stdout: &bytes.Buffer{}, stderr: &bytes.Buffer{}}
+	n := &node{cmd: cmd, addr: addr, stdout: &syncBuffer{}, stderr: &syncBuffer{}}
 	cmd.Stdout, cmd.Stderr = n.stdout, n.stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -150,11 +169,14 @@ func graphql(t *testing.T, addr, key, query string) map[string]any {
 func TestServeRestartKeepsDataAndSurvivesSIGKILL(t *testing.T) {
 	dir, addr := dataDir(t), freeAddr(t)
 	n := serve(t, dir, addr, "--demo-key")
+	// The key is printed just after the node reports ready.
 	key := ""
-	sc := bufio.NewScanner(bytes.NewReader(n.stdout.Bytes()))
-	for sc.Scan() {
-		if k, ok := strings.CutPrefix(strings.TrimSpace(sc.Text()), "export CAREHUB_KEY="); ok {
-			key = k
+	for deadline := time.Now().Add(10 * time.Second); key == "" && time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		sc := bufio.NewScanner(strings.NewReader(n.stdout.String()))
+		for sc.Scan() {
+			if k, ok := strings.CutPrefix(strings.TrimSpace(sc.Text()), "export CAREHUB_KEY="); ok {
+				key = k
+			}
 		}
 	}
 	if !strings.HasPrefix(key, "chk_live_") {
