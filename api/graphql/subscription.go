@@ -3,30 +3,47 @@ package graphql
 import (
 	"context"
 	"encoding/json"
+	"slices"
 
 	gql "github.com/graph-gophers/graphql-go"
 
 	"carehub/processors/access"
+	"carehub/processors/agents"
+	"carehub/processors/deployments"
 	"carehub/processors/events"
 	"carehub/processors/fault"
+	"carehub/processors/workflows"
 	"carehub/storage"
 )
 
 // EventSource delivers the platform events this node sees (the fan-out of carehub.events.v1).
 type EventSource interface {
-	// Subscribe returns a channel of every event from now on, of every organization, and a
-	// function that ends the subscription; the caller calls it when done (the resolvers do when
-	// their context ends). The channel is closed when the subscription ends: by the function, or
-	// because the subscriber fell behind and was dropped. The function is idempotent. Filtering
-	// by tenant and type is the caller's job.
-	Subscribe(ctx context.Context) (<-chan storage.Event, func())
+	// Subscribe returns a channel of the events from now on that f selects, of every
+	// organization, and a function that ends the subscription; the caller calls it when done
+	// (the resolvers do when their context ends). The channel is closed when the subscription
+	// ends: by the function, or because the subscriber fell behind and was dropped. The function
+	// is idempotent. f only spares work (processors/fanout indexes subscriptions by project and
+	// exact type, and never wakes a subscriber for an event f does not select); filtering by
+	// tenant stays the caller's job.
+	Subscribe(ctx context.Context, f EventFilter) (<-chan storage.Event, func())
+}
+
+// EventFilter selects events at the source. The zero EventFilter selects every event.
+type EventFilter struct {
+	// ProjectID, when not empty, selects the events of that project.
+	ProjectID string
+	// Types, when not nil, selects the events whose type matches one of these patterns (exact,
+	// prefix.* or *, as events.MatchAny).
+	Types []string
 }
 
 // EventSourceFunc adapts a function to EventSource.
-type EventSourceFunc func(ctx context.Context) (<-chan storage.Event, func())
+type EventSourceFunc func(ctx context.Context, f EventFilter) (<-chan storage.Event, func())
 
-// Subscribe calls f.
-func (f EventSourceFunc) Subscribe(ctx context.Context) (<-chan storage.Event, func()) { return f(ctx) }
+// Subscribe calls fn.
+func (fn EventSourceFunc) Subscribe(ctx context.Context, f EventFilter) (<-chan storage.Event, func()) {
+	return fn(ctx, f)
+}
 
 // subscriptionResolver implements Subscription. Each field checks scope and tenancy when the
 // subscription starts (an error then ends it before any event) and again for every event it
@@ -44,11 +61,11 @@ func (r *subscriptionResolver) source() (EventSource, error) {
 	return r.s.Events, nil
 }
 
-// stream runs one subscription: for every event from src that passes keep, it calls load and
-// sends the result, until ctx ends or src closes. out is closed at the end.
-func stream[T any](ctx context.Context, src EventSource, keep func(*access.Principal, storage.Event) bool,
+// stream runs one subscription: for every event from src that f selects and keep passes, it
+// calls load and sends the result, until ctx ends or src closes. out is closed at the end.
+func stream[T any](ctx context.Context, src EventSource, f EventFilter, keep func(*access.Principal, storage.Event) bool,
 	load func(context.Context, storage.Event) (T, bool)) <-chan T {
-	events, stop := src.Subscribe(ctx)
+	events, stop := src.Subscribe(ctx, f)
 	out := make(chan T)
 	go func() {
 		defer close(out)
@@ -103,7 +120,7 @@ func (r *subscriptionResolver) EventStream(ctx context.Context, args struct {
 		return nil, err
 	}
 	projectID := string(args.ProjectID)
-	return stream(ctx, src, func(p *access.Principal, ev storage.Event) bool {
+	return stream(ctx, src, EventFilter{ProjectID: projectID, Types: types}, func(p *access.Principal, ev storage.Event) bool {
 		return ev.ProjectID == projectID && (types == nil || events.MatchAny(types, ev.Type))
 	}, func(ctx context.Context, ev storage.Event) (*eventResolver, bool) {
 		return &eventResolver{&ev}, true
@@ -129,7 +146,8 @@ func (r *subscriptionResolver) AgentSessionUpdated(ctx context.Context, args str
 	if _, err := access.Require(ctx, access.ExecAgents); err != nil {
 		return nil, err
 	}
-	if _, err := r.s.Agents.Agent(ctx, string(args.AgentID)); err != nil {
+	a, err := r.s.Agents.Agent(ctx, string(args.AgentID))
+	if err != nil {
 		return nil, err
 	}
 	src, err := r.source()
@@ -138,15 +156,16 @@ func (r *subscriptionResolver) AgentSessionUpdated(ctx context.Context, args str
 	}
 	agentID := string(args.AgentID)
 	pushed := lastPushed{}
-	return stream(ctx, src, func(p *access.Principal, ev storage.Event) bool {
-		switch ev.Type {
-		case "agent.session.updated", "agent.run_completed", "agent.run.failed":
-			return p.Has(access.ExecAgents) && payloadString(ev, "agentId") == agentID
-		}
-		return false
+	sessionEvents := []string{"agent.session.updated", "agent.run_completed", "agent.run.failed"}
+	return stream(ctx, src, EventFilter{ProjectID: a.ProjectID, Types: sessionEvents}, func(p *access.Principal, ev storage.Event) bool {
+		return slices.Contains(sessionEvents, ev.Type) && p.Has(access.ExecAgents) && payloadString(ev, "agentId") == agentID
 	}, func(ctx context.Context, ev storage.Event) (*sessionResolver, bool) {
 		s, err := r.s.Agents.Session(ctx, payloadString(ev, "sessionId"))
-		if err != nil || s.AgentID != agentID || !pushed.changed(s.ID, s.Status) {
+		if err != nil || s.AgentID != agentID {
+			return nil, false
+		}
+		s = sessionAsOf(s, ev)
+		if !pushed.changed(s.ID, s.Status) {
 			return nil, false
 		}
 		return &sessionResolver{s, newLoaders(r.s)}, true
@@ -157,7 +176,8 @@ func (r *subscriptionResolver) WorkflowRunUpdated(ctx context.Context, args stru
 	if _, err := access.Require(ctx, access.ExecWorkflows); err != nil {
 		return nil, err
 	}
-	if _, err := r.s.Workflows.Workflow(ctx, string(args.WorkflowID)); err != nil {
+	wf, err := r.s.Workflows.Workflow(ctx, string(args.WorkflowID))
+	if err != nil {
 		return nil, err
 	}
 	src, err := r.source()
@@ -172,7 +192,8 @@ func (r *subscriptionResolver) WorkflowRunUpdated(ctx context.Context, args stru
 		}
 		return payloadString(ev, "run_id")
 	}
-	return stream(ctx, src, func(p *access.Principal, ev storage.Event) bool {
+	runEvents := []string{"workflow.run.updated", "workflow.completed", "workflow.run.completed"}
+	return stream(ctx, src, EventFilter{ProjectID: wf.ProjectID, Types: runEvents}, func(p *access.Principal, ev storage.Event) bool {
 		if !p.Has(access.ExecWorkflows) {
 			return false
 		}
@@ -185,7 +206,11 @@ func (r *subscriptionResolver) WorkflowRunUpdated(ctx context.Context, args stru
 		return false
 	}, func(ctx context.Context, ev storage.Event) (*runResolver, bool) {
 		run, err := r.s.Workflows.Run(ctx, runID(ev))
-		if err != nil || run.WorkflowID != workflowID || !pushed.changed(run.ID, run.Status) {
+		if err != nil || run.WorkflowID != workflowID {
+			return nil, false
+		}
+		run = runAsOf(run, ev)
+		if !pushed.changed(run.ID, run.Status) {
 			return nil, false
 		}
 		return &runResolver{run, newLoaders(r.s)}, true
@@ -193,7 +218,8 @@ func (r *subscriptionResolver) WorkflowRunUpdated(ctx context.Context, args stru
 }
 
 func (r *subscriptionResolver) DeploymentStatusChanged(ctx context.Context, args struct{ DeploymentID gql.ID }) (<-chan *deploymentResolver, error) {
-	if _, err := r.s.Deployments.Deployment(ctx, string(args.DeploymentID)); err != nil {
+	dep, err := r.s.Deployments.Deployment(ctx, string(args.DeploymentID))
+	if err != nil {
 		return nil, err
 	}
 	src, err := r.source()
@@ -201,15 +227,72 @@ func (r *subscriptionResolver) DeploymentStatusChanged(ctx context.Context, args
 		return nil, err
 	}
 	deploymentID := string(args.DeploymentID)
-	return stream(ctx, src, func(p *access.Principal, ev storage.Event) bool {
+	pushed := lastPushed{}
+	return stream(ctx, src, EventFilter{ProjectID: dep.ProjectID, Types: []string{"deployment.status_changed"}}, func(p *access.Principal, ev storage.Event) bool {
 		return ev.Type == "deployment.status_changed" && payloadString(ev, "deploymentId") == deploymentID
 	}, func(ctx context.Context, ev storage.Event) (*deploymentResolver, bool) {
 		d, err := r.s.Deployments.Deployment(ctx, deploymentID)
 		if err != nil {
 			return nil, false
 		}
+		d = deploymentAsOf(d, ev)
+		if !pushed.changed(d.ID, d.Status) {
+			return nil, false
+		}
 		return &deploymentResolver{d, newLoaders(r.s)}, true
 	}), nil
+}
+
+// The subscriptions push the state an event announces, not the entity's current row: events
+// reach a node tens of milliseconds after their change, and an entity may have moved on by then
+// (an async agent run goes QUEUED → RUNNING → COMPLETED within milliseconds). Pushing the row
+// would skip the states in between and push the last one several times. The row supplies what
+// the event does not carry; fields that only a later state has are cleared.
+
+// sessionAsOf returns s as the session-state event ev describes (its payload status).
+func sessionAsOf(s *agents.Session, ev storage.Event) *agents.Session {
+	status := payloadString(ev, "status")
+	if status == "" || status == s.Status {
+		return s
+	}
+	c := *s
+	c.Status = status
+	if status == agents.StatusQueued || status == agents.StatusRunning {
+		c.Output, c.Error, c.LatencyMs, c.TokensUsed, c.CompletedAt = nil, nil, nil, nil, nil
+	}
+	return &c
+}
+
+// runAsOf returns run as the run-state event ev describes (its payload status).
+func runAsOf(run *workflows.Run, ev storage.Event) *workflows.Run {
+	status := payloadString(ev, "status")
+	if status == "" || status == run.Status {
+		return run
+	}
+	c := *run
+	c.Status = status
+	if status == workflows.RunQueued || status == workflows.RunRunning {
+		c.Output, c.Error, c.DurationMs, c.CompletedAt = nil, nil, nil, nil
+	}
+	return &c
+}
+
+// deploymentAsOf returns d as the transition ev describes (its payload to and reason). Only a
+// live deployment has an endpoint.
+func deploymentAsOf(d *deployments.Deployment, ev storage.Event) *deployments.Deployment {
+	to := payloadString(ev, "to")
+	if to == "" || to == d.Status {
+		return d
+	}
+	c := *d
+	c.Status = to
+	if reason := payloadString(ev, "reason"); reason != "" {
+		c.StatusReason = &reason
+	}
+	if to != deployments.StatusRunning && to != deployments.StatusDegraded {
+		c.Endpoint = nil
+	}
+	return &c
 }
 
 // payloadString returns the string field key of the event's payload, or "".

@@ -202,8 +202,11 @@ func (s *Server) mountAPI(r *mux.Router, a authRoutes, agentSvc *agents.Service,
 	svc := graphql.Services{Orgs: orgs.New(s.pool), Marketplace: marketplace.New(s.pool), Deployments: deploySvc,
 		Agents: agentSvc, Workflows: workflows.New(s.pool), Patients: patients.New(s.pool),
 		Feed: feed.New(s.pool, s.eventLog), Webhooks: webhookSvc,
-		Events: graphql.EventSourceFunc(func(context.Context) (<-chan storage.Event, func()) {
-			sub := hub.Subscribe(256)
+		Events: graphql.EventSourceFunc(func(ctx context.Context, f graphql.EventFilter) (<-chan storage.Event, func()) {
+			// A subscriber the hub drops for falling behind is closed with 4008, as one whose
+			// socket stays full is, so that its client resubscribes instead of seeing complete.
+			sub := hub.SubscribeFilter(256, fanout.Filter{ProjectID: f.ProjectID, Types: f.Types,
+				OnOverflow: func() { ws.CloseSlow(ctx) }})
 			return sub.C, sub.Close
 		})}
 	gh, err := graphql.New(svc, graphql.Options{Logger: s.logger})

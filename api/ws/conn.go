@@ -222,12 +222,16 @@ func (c *conn) enqueue(ctx context.Context, op *operation, data []byte) error {
 	case <-ctx.Done():
 		return errConnClosing
 	case <-t.C:
-		if c.fail(CloseSlowConsumer, "Subscriber too slow", closeHandshake) {
-			c.h.metrics.slowConsumerClosed()
-			c.log.Warn("ws: closing slow consumer", "queue_capacity", cap(c.queue),
-				"wait", c.h.opts.SlowConsumerTimeout)
-		}
+		c.slow("send queue full", "queue_capacity", cap(c.queue), "wait", c.h.opts.SlowConsumerTimeout)
 		return errConnClosing
+	}
+}
+
+// slow closes the connection with 4008 "Subscriber too slow"; why and attrs are logged.
+func (c *conn) slow(why string, attrs ...any) {
+	if c.fail(CloseSlowConsumer, "Subscriber too slow", closeHandshake) {
+		c.h.metrics.slowConsumerClosed()
+		c.log.Warn("ws: closing slow consumer", append([]any{"reason", why}, attrs...)...)
 	}
 }
 
@@ -353,7 +357,7 @@ func (c *conn) startOperation(id string, req Request) (started, duplicate bool) 
 		c.mu.Unlock()
 		return false, false
 	}
-	ctx, cancel := context.WithCancel(c.authCtx)
+	ctx, cancel := context.WithCancel(context.WithValue(c.authCtx, connKey{}, c))
 	// Authenticate should return a context derived from c.ctx; this holds even if it did not.
 	stop := context.AfterFunc(c.ctx, cancel)
 	op := &operation{id: id, cancel: func() { stop(); cancel() }}

@@ -43,7 +43,8 @@
 //
 // Chosen by this package, for both protocols:
 //
-//	4008 Subscriber too slow   the connection's send queue stayed full for SlowConsumerTimeout
+//	4008 Subscriber too slow   the connection's send queue stayed full for SlowConsumerTimeout,
+//	                           or the executor's event source dropped an operation (CloseSlow)
 //	1009 (message too big)     an incoming message larger than MaxMessageBytes
 //	1001 Going away            the server is shutting down (Handler.Shutdown)
 //
@@ -80,6 +81,7 @@
 //	message.go    envelope and payload parsing, encoding
 //	metrics.go    Prometheus collectors
 //	adapt.go      ResponsesFrom, for executors built on graph-gophers' Schema.Subscribe
+//	slow.go       CloseSlow, for executors whose event source drops a subscriber that fell behind
 //	wstest/       a minimal graphql-transport-ws client for black-box tests
 //	nodetest/     the real graphql-ws and subscriptions-transport-ws clients, run by node_test.go
 package ws

@@ -3,17 +3,26 @@
 // any node can serve any subscriber and a subscriber on one node sees events caused through
 // another. Each subscriber has a bounded buffer: one too slow to keep up is dropped (its channel
 // closed with Overflowed set) instead of stalling the others or growing memory.
+//
+// Subscriptions may name the project and the event types they want (Filter). The hub indexes
+// them by project and, for exact types, by type (index.go), so an event visits only the
+// subscriptions that may want it, not every subscription of the node; and an event a
+// subscription does not select is never sent, so it neither wakes the subscriber nor takes room
+// in its buffer. With thousands of subscriptions that is the difference between one channel
+// send per subscription per event on the hub goroutine and a handful.
 package fanout
 
 import (
 	"context"
 	"encoding/json"
 	"log/slog"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"carehub/storage"
@@ -24,8 +33,11 @@ type Hub struct {
 	cl     *kgo.Client
 	logger *slog.Logger
 
-	mu   sync.RWMutex
-	subs map[*Subscription]struct{}
+	// mu guards idx and every Subscription's refs. route holds it for reading while it visits
+	// an event's subscriptions; Subscribe and Close take it for writing, so they wait for an
+	// event being routed.
+	mu  sync.RWMutex
+	idx index
 
 	delivered prometheus.Counter
 	dropped   prometheus.Counter
@@ -43,12 +55,20 @@ type Config struct {
 	ClientOpts []kgo.Opt
 }
 
-// New returns a hub reading cfg.Topic from its current end. Run starts it.
+// New returns a hub reading cfg.Topic from its end as of now, before Run starts it: the node
+// reports ready only after New, so an event produced once the node is ready is never missed (a
+// plain "start at the end" would be resolved at the first fetch, after some events).
 func New(cfg Config) (*Hub, error) {
+	start := kgo.ConsumeTopics(cfg.Topic)
+	if ends, err := endOffsets(cfg); err == nil && len(ends) > 0 {
+		start = kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{cfg.Topic: ends})
+	} else if cfg.Logger != nil {
+		cfg.Logger.Warn("fan-out: reading from the end at first fetch", "err", err)
+	}
 	opts := append([]kgo.Opt{
 		kgo.SeedBrokers(cfg.Brokers...),
 		kgo.ClientID("carehub-fanout"),
-		kgo.ConsumeTopics(cfg.Topic),
+		start,
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtEnd()),
 		kgo.FetchMaxWait(100 * time.Millisecond),
 		kgo.MetadataMaxAge(10 * time.Second),
@@ -57,7 +77,7 @@ func New(cfg Config) (*Hub, error) {
 	if err != nil {
 		return nil, err
 	}
-	h := &Hub{cl: cl, logger: cfg.Logger, subs: map[*Subscription]struct{}{}}
+	h := &Hub{cl: cl, logger: cfg.Logger, idx: newIndex()}
 	if h.logger == nil {
 		h.logger = slog.Default()
 	}
@@ -72,12 +92,33 @@ func New(cfg Config) (*Hub, error) {
 		Name: "subscribers", Help: "Current subscribers on this node."}, func() float64 {
 		h.mu.RLock()
 		defer h.mu.RUnlock()
-		return float64(len(h.subs))
+		return float64(h.idx.count)
 	})
 	if cfg.Registerer != nil {
 		cfg.Registerer.MustRegister(h.delivered, h.dropped, h.latency, h.active)
 	}
 	return h, nil
+}
+
+// endOffsets returns the current end offset of every partition of cfg.Topic.
+func endOffsets(cfg Config) (map[int32]kgo.Offset, error) {
+	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(cfg.Brokers...)}, cfg.ClientOpts...)...)
+	if err != nil {
+		return nil, err
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	listed, err := kadm.NewClient(cl).ListEndOffsets(ctx, cfg.Topic)
+	if err != nil {
+		return nil, err
+	}
+	if err := listed.Error(); err != nil {
+		return nil, err
+	}
+	out := map[int32]kgo.Offset{}
+	listed.Each(func(o kadm.ListedOffset) { out[o.Partition] = kgo.NewOffset().At(o.Offset) })
+	return out, nil
 }
 
 // Subscription is one subscriber's stream. C is closed when the subscription ends: by Close, by
@@ -86,8 +127,29 @@ type Subscription struct {
 	C          <-chan storage.Event
 	c          chan storage.Event
 	hub        *Hub
+	filter     Filter
+	refs       []ref // where the index holds it; guarded by hub.mu
 	once       sync.Once
 	overflowed atomic.Bool
+}
+
+// Filter selects the events a subscription receives. The zero Filter selects every event.
+type Filter struct {
+	// ProjectID, when not empty, selects the events of that project only. Such subscriptions are
+	// indexed by project: events of other projects never visit them.
+	ProjectID string
+	// Types, when not nil, selects the events whose type matches one of these patterns: an exact
+	// type, prefix.* or * (processors/events.MatchAny); an empty list selects nothing. When every
+	// pattern is an exact type the subscription is indexed by type too.
+	Types []string
+	// Match, when not nil, must also accept an event for it to be sent. It runs on the hub's
+	// goroutine for every event the other fields select, so it must be cheap and must not block.
+	Match func(storage.Event) bool
+	// OnOverflow, when not nil, is called when the subscription is dropped because its buffer
+	// was full, before C is closed: the end of C alone looks like any other end, and a consumer
+	// that passes events on (a WebSocket subscription) should tell its client it fell behind
+	// rather than that the stream is over. It runs on the hub's goroutine and must not block.
+	OnOverflow func()
 }
 
 // Overflowed reports whether the subscription ended because its buffer filled up.
@@ -96,26 +158,46 @@ func (s *Subscription) Overflowed() bool { return s.overflowed.Load() }
 // Close ends the subscription. It is idempotent.
 func (s *Subscription) Close() { s.hub.remove(s) }
 
-// Subscribe registers a subscriber with a buffer of n events (n ≥ 1).
-func (h *Hub) Subscribe(n int) *Subscription {
+// Subscribe registers a subscriber of every event with a buffer of n events (n ≥ 1).
+func (h *Hub) Subscribe(n int) *Subscription { return h.SubscribeFilter(n, Filter{}) }
+
+// SubscribeFilter registers a subscriber of the events f selects with a buffer of n events
+// (n ≥ 1). It receives the events routed after it returns, in the order the hub reads them.
+func (h *Hub) SubscribeFilter(n int, f Filter) *Subscription {
 	if n < 1 {
 		n = 1
 	}
 	c := make(chan storage.Event, n)
-	s := &Subscription{C: c, c: c, hub: h}
+	if f.Types != nil {
+		f.Types = slices.Clone(f.Types) // the index keeps it
+	}
+	s := &Subscription{C: c, c: c, hub: h, filter: f}
 	h.mu.Lock()
-	h.subs[s] = struct{}{}
+	h.idx.add(s)
 	h.mu.Unlock()
 	return s
 }
 
-func (h *Hub) remove(s *Subscription) {
+func (h *Hub) remove(s *Subscription) { s.once.Do(func() { h.end(s) }) }
+
+// drop ends a subscription whose buffer was full, unless it has ended already (its owner may be
+// closing it right now): only then is it Overflowed and told so.
+func (h *Hub) drop(s *Subscription) {
 	s.once.Do(func() {
-		h.mu.Lock()
-		delete(h.subs, s)
-		h.mu.Unlock()
-		close(s.c)
+		s.overflowed.Store(true)
+		h.dropped.Inc()
+		if s.filter.OnOverflow != nil {
+			s.filter.OnOverflow()
+		}
+		h.end(s)
 	})
+}
+
+func (h *Hub) end(s *Subscription) {
+	h.mu.Lock()
+	h.idx.remove(s)
+	h.mu.Unlock()
+	close(s.c)
 }
 
 // Run reads events until ctx is done, then ends every subscription and closes the client.
@@ -123,10 +205,7 @@ func (h *Hub) Run(ctx context.Context) error {
 	defer func() {
 		h.cl.Close()
 		h.mu.Lock()
-		subs := make([]*Subscription, 0, len(h.subs))
-		for s := range h.subs {
-			subs = append(subs, s)
-		}
+		subs := h.idx.all()
 		h.mu.Unlock()
 		for _, s := range subs {
 			s.Close()
@@ -151,25 +230,26 @@ func (h *Hub) Run(ctx context.Context) error {
 	}
 }
 
-// route hands ev to every subscriber without blocking: a full buffer drops that subscriber.
+// route hands ev to every subscription that selects it, without blocking: a full buffer drops
+// that subscriber.
 func (h *Hub) route(ev storage.Event) {
 	if !ev.CreatedAt.IsZero() {
 		h.latency.Observe(time.Since(ev.CreatedAt).Seconds())
 	}
 	var slow []*Subscription
+	delivered := 0
 	h.mu.RLock()
-	for s := range h.subs {
+	h.idx.each(ev, func(s *Subscription) {
 		select {
 		case s.c <- ev:
-			h.delivered.Inc()
+			delivered++
 		default:
 			slow = append(slow, s)
 		}
-	}
+	})
 	h.mu.RUnlock()
+	h.delivered.Add(float64(delivered))
 	for _, s := range slow {
-		s.overflowed.Store(true)
-		h.dropped.Inc()
-		s.Close()
+		h.drop(s)
 	}
 }

@@ -116,6 +116,9 @@ func TestSlowSubscriberIsDroppedWithoutDelayingOthers(t *testing.T) {
 	if !slow.Overflowed() {
 		t.Fatal("slow subscriber not marked overflowed")
 	}
+	if fast.Overflowed() {
+		t.Fatal("fast subscriber marked overflowed")
+	}
 	if n > 5 {
 		t.Fatalf("slow subscriber buffered %d events, more than its bound of 5", n)
 	}

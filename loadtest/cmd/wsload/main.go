@@ -41,6 +41,7 @@ type config struct {
 	projects             []string
 	rate                 float64
 	duration, drain      time.Duration
+	settle               time.Duration
 	mode                 string
 	brokers              []string
 	topic                string
@@ -88,6 +89,7 @@ func parseFlags(args []string) (config, error) {
 	fs.Float64Var(&c.rate, "rate", 100, fmt.Sprintf("events published per second (≤ %d)", maxRate))
 	fs.DurationVar(&c.duration, "duration", 30*time.Second, fmt.Sprintf("how long to publish (≤ %v)", maxDuration))
 	fs.DurationVar(&c.drain, "drain", 10*time.Second, "how long to wait for deliveries after publishing stops")
+	fs.DurationVar(&c.settle, "settle", 2*time.Second, "wait after every subscription registered before reading the server's memory")
 	fs.StringVar(&c.mode, "publish", "graphql", "graphql (publishEvent: outbox, relay, Kafka, fan-out) or kafka (produce envelopes to the events topic)")
 	fs.StringVar(&brokers, "brokers", "", "Kafka brokers of the node, for -publish kafka (loopback only)")
 	fs.StringVar(&c.topic, "topic", kafka.DefaultTopics().Events, "the events topic, for -publish kafka")
@@ -125,8 +127,8 @@ func parseFlags(args []string) (config, error) {
 	if c.rate <= 0 || c.rate > maxRate {
 		errs = append(errs, fmt.Errorf("-rate must be in (0, %d]", maxRate))
 	}
-	if c.duration <= 0 || c.duration > maxDuration || c.drain < 0 || c.drain > time.Minute {
-		errs = append(errs, fmt.Errorf("-duration must be in (0, %v], -drain in [0, 1m]", maxDuration))
+	if c.duration <= 0 || c.duration > maxDuration || c.drain < 0 || c.drain > time.Minute || c.settle < 0 || c.settle > time.Minute {
+		errs = append(errs, fmt.Errorf("-duration must be in (0, %v], -drain and -settle in [0, 1m]", maxDuration))
 	}
 	if c.mode != "graphql" && c.mode != "kafka" {
 		errs = append(errs, errors.New("-publish must be graphql or kafka"))
@@ -144,7 +146,7 @@ func parseFlags(args []string) (config, error) {
 }
 
 // serverMetrics are the node's figures the report uses.
-var serverMetrics = []string{"process_resident_memory_bytes", "go_memstats_heap_inuse_bytes", "go_goroutines",
+var serverMetrics = []string{"process_resident_memory_bytes", "go_memstats_heap_inuse_bytes", "go_memstats_stack_inuse_bytes", "go_goroutines",
 	"process_cpu_seconds_total", "carehub_fanout_subscribers", "carehub_ws_connections",
 	"carehub_ws_slow_consumer_closes_total", "carehub_fanout_slow_subscribers_dropped_total"}
 
@@ -261,7 +263,7 @@ func run(ctx context.Context, cfg config) (*report, error) {
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
-	time.Sleep(2 * time.Second)
+	time.Sleep(cfg.settle)
 	if rep.Server.Connected, err = n.metrics(ctx, cfg.metricsURL, serverMetrics...); err != nil {
 		return rep, err
 	}

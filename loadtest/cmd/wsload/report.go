@@ -64,6 +64,7 @@ type serverReport struct {
 
 	RSSPerConnKiB        float64 `json:"rssPerConnKiB"`
 	HeapPerConnKiB       float64 `json:"heapInusePerConnKiB"`
+	StackPerConnKiB      float64 `json:"stackInusePerConnKiB"`
 	GoroutinesPerConn    float64 `json:"goroutinesPerConn"`
 	CPUSeconds           float64 `json:"cpuSecondsPublishing"`
 	CPUCores             float64 `json:"cpuCores"`
@@ -93,6 +94,7 @@ func (r *report) fill(cfg config, f *fleet, p *publisher, publishing, delivering
 	s := &r.Server
 	s.RSSPerConnKiB = (s.Connected["process_resident_memory_bytes"] - s.Before["process_resident_memory_bytes"]) / total / 1024
 	s.HeapPerConnKiB = (s.Connected["go_memstats_heap_inuse_bytes"] - s.Before["go_memstats_heap_inuse_bytes"]) / total / 1024
+	s.StackPerConnKiB = (s.Connected["go_memstats_stack_inuse_bytes"] - s.Before["go_memstats_stack_inuse_bytes"]) / total / 1024
 	s.GoroutinesPerConn = (s.Connected["go_goroutines"] - s.Before["go_goroutines"]) / total
 	s.CPUSeconds = s.After["process_cpu_seconds_total"] - s.Connected["process_cpu_seconds_total"]
 	s.CPUCores = s.CPUSeconds / delivering.Seconds()
@@ -113,9 +115,11 @@ func (r *report) print(w io.Writer) {
 	s := r.Server
 	if s.Connected != nil {
 		mib := func(m map[string]float64, k string) float64 { return m[k] / (1 << 20) }
-		fmt.Fprintf(w, "server:    RSS %.0f → %.0f MiB (%.1f KiB per connection); heap in use %.0f → %.0f MiB (%.1f KiB per connection); goroutines %.0f → %.0f (%.1f per connection)\n",
+		fmt.Fprintf(w, "server:    RSS %.0f → %.0f MiB (%.1f KiB per connection); heap in use %.0f → %.0f MiB (%.1f KiB per connection); "+
+			"stacks %.0f → %.0f MiB (%.1f KiB per connection); goroutines %.0f → %.0f (%.1f per connection)\n",
 			mib(s.Before, "process_resident_memory_bytes"), mib(s.Connected, "process_resident_memory_bytes"), s.RSSPerConnKiB,
 			mib(s.Before, "go_memstats_heap_inuse_bytes"), mib(s.Connected, "go_memstats_heap_inuse_bytes"), s.HeapPerConnKiB,
+			mib(s.Before, "go_memstats_stack_inuse_bytes"), mib(s.Connected, "go_memstats_stack_inuse_bytes"), s.StackPerConnKiB,
 			s.Before["go_goroutines"], s.Connected["go_goroutines"], s.GoroutinesPerConn)
 	}
 	if r.Publish.Seconds == 0 {

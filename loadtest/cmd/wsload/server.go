@@ -62,7 +62,9 @@ type gqlError struct {
 	code, msg string
 }
 
-func (e *gqlError) Error() string { return fmt.Sprintf("graphql: HTTP %d %s: %s", e.status, e.code, e.msg) }
+func (e *gqlError) Error() string {
+	return fmt.Sprintf("graphql: HTTP %d %s: %s", e.status, e.code, e.msg)
+}
 
 // do sends a request with a JSON body and decodes a JSON answer into out.
 func (n *node) do(ctx context.Context, method, path, key string, body []byte, out any) (int, error) {

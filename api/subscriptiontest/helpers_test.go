@@ -1,0 +1,688 @@
+package subscriptiontest
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/coder/websocket"
+
+	"carehub/api/server/servertest"
+	"carehub/api/ws/wstest"
+)
+
+const (
+	eventStreamQuery = `subscription($projectId: ID!, $types: [String!]) {
+  eventStream(projectId: $projectId, types: $types) { id type payload source timestamp projectId severity }
+}`
+	publishMutation = `mutation($type: String!, $payload: JSON!, $projectId: ID!) {
+  publishEvent(type: $type, payload: $payload, projectId: $projectId) { id type timestamp projectId }
+}`
+	// probeType is the type of the events ready publishes; watch drops them, so that a probe
+	// still in flight when a test starts is never taken for one of its events.
+	probeType = "probe.ready"
+)
+
+// node is a running carehub node under test.
+type node struct {
+	*servertest.Server
+	hc *http.Client
+}
+
+func startNode(t *testing.T, opts ...servertest.Option) *node {
+	return wrap(servertest.Start(t, opts...))
+}
+
+func wrap(s *servertest.Server) *node {
+	return &node{Server: s, hc: &http.Client{Timeout: 30 * time.Second}}
+}
+
+func (n *node) wsURL() string { return "ws://" + n.Addr() + "/graphql" }
+
+// gql posts one GraphQL operation. Unlike servertest.Server.GraphQL it reports errors instead of
+// failing the test, so it may run on any goroutine.
+func (n *node) gql(ctx context.Context, key, query string, vars map[string]any) (*servertest.GraphQLResponse, error) {
+	body, err := json.Marshal(map[string]any{"query": query, "variables": vars})
+	if err != nil {
+		return nil, err
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, n.URL+"/graphql", bytes.NewReader(body))
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Authorization", "Bearer "+key)
+	resp, err := n.hc.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	var out servertest.GraphQLResponse
+	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil {
+		return nil, fmt.Errorf("graphql: HTTP %d: undecodable body: %w", resp.StatusCode, err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		return &out, fmt.Errorf("graphql: HTTP %d: %+v", resp.StatusCode, out.Errors)
+	}
+	return &out, nil
+}
+
+// mustGQL runs an operation that must succeed and decodes its data into out (if not nil).
+func (n *node) mustGQL(t testing.TB, key, query string, vars map[string]any, out any) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	r, err := n.gql(ctx, key, query, vars)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(r.Errors) > 0 {
+		t.Fatalf("graphql errors: %+v\nquery: %s", r.Errors, query)
+	}
+	if out != nil {
+		if err := json.Unmarshal(r.Data, out); err != nil {
+			t.Fatalf("decode data %s: %v", r.Data, err)
+		}
+	}
+}
+
+// published is what publishEvent returned.
+type published struct {
+	ID        string    `json:"id"`
+	Type      string    `json:"type"`
+	Timestamp time.Time `json:"timestamp"`
+	ProjectID string    `json:"projectId"`
+}
+
+// publish publishes an event through the publishEvent mutation; safe from any goroutine.
+func (n *node) publish(ctx context.Context, key, projectID, typ string, payload map[string]any) (published, error) {
+	r, err := n.gql(ctx, key, publishMutation, map[string]any{"type": typ, "payload": payload, "projectId": projectID})
+	if err != nil {
+		return published{}, err
+	}
+	if len(r.Errors) > 0 {
+		return published{}, fmt.Errorf("publishEvent %s: %+v", typ, r.Errors)
+	}
+	var data struct {
+		PublishEvent published `json:"publishEvent"`
+	}
+	if err := json.Unmarshal(r.Data, &data); err != nil || data.PublishEvent.ID == "" {
+		return published{}, fmt.Errorf("publishEvent %s: data %s: %v", typ, r.Data, err)
+	}
+	return data.PublishEvent, nil
+}
+
+func (n *node) mustPublish(t testing.TB, key, projectID, typ string, payload map[string]any) published {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	p, err := n.publish(ctx, key, projectID, typ, payload)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// projectID returns the id of the project called name of the organization with slug.
+func (n *node) projectID(t testing.TB, key, slug, name string) string {
+	t.Helper()
+	var data struct {
+		Projects []struct{ ID, Name string }
+	}
+	n.mustGQL(t, key, `query($org: ID!) { projects(organizationId: $org, limit: 100) { id name } }`,
+		map[string]any{"org": n.OrgID(slug)}, &data)
+	for _, p := range data.Projects {
+		if p.Name == name {
+			return p.ID
+		}
+	}
+	t.Fatalf("organization %s has no project %q: %+v", slug, name, data.Projects)
+	return ""
+}
+
+// metric returns the sum of the samples of metric name on the node's /metrics whose labels
+// include every given `label="value"`.
+func (n *node) metric(t testing.TB, name string, labels ...string) float64 {
+	t.Helper()
+	v, err := scrape(n.hc, n.URL, name, labels...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
+
+func scrape(hc *http.Client, base, name string, labels ...string) (float64, error) {
+	resp, err := hc.Get(base + "/metrics")
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return 0, fmt.Errorf("GET /metrics: HTTP %d", resp.StatusCode)
+	}
+	var sum float64
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		if strings.HasPrefix(line, "#") {
+			continue
+		}
+		series, value, ok := strings.Cut(line, " ")
+		if !ok {
+			continue
+		}
+		metricName, labelSet, _ := strings.Cut(series, "{")
+		if metricName != name {
+			continue
+		}
+		match := true
+		for _, l := range labels {
+			if !strings.Contains(labelSet, l) {
+				match = false
+			}
+		}
+		if !match {
+			continue
+		}
+		f, err := strconv.ParseFloat(strings.Fields(value)[0], 64)
+		if err != nil {
+			return 0, fmt.Errorf("metric %s: %q: %w", name, line, err)
+		}
+		sum += f
+	}
+	return sum, sc.Err()
+}
+
+// subscribers is the number of fan-out subscriptions on the node: one per running subscription
+// operation (of any field), registered when its resolver has run.
+func (n *node) subscribers(t testing.TB) int {
+	return int(n.metric(t, "carehub_fanout_subscribers"))
+}
+
+// waitSubscribers waits until the node has exactly want fan-out subscriptions: the subscriptions
+// a test just sent are then registered, and see every event published from now on.
+func (n *node) waitSubscribers(t testing.TB, want int) {
+	t.Helper()
+	servertest.Eventually(t, 10*time.Second, fmt.Sprintf("%d fan-out subscribers", want), func() bool {
+		return n.subscribers(t) == want
+	})
+}
+
+// ready waits until the node's fan-out hub reads the partitions the given projects' events go to.
+// The hub starts at the tail of the events topic once its partitions are assigned, so an event
+// published earlier is, by design, never delivered; a test that publishes right after start
+// would race that. ready subscribes to probe events, publishes one every 250 ms until it
+// arrives, and unsubscribes.
+func (n *node) ready(t testing.TB, key string, projectIDs ...string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	before := n.subscribers(t)
+	c, err := wstest.Dial(ctx, n.wsURL(), "Bearer "+key)
+	if err != nil {
+		t.Fatalf("ready: %v", err)
+	}
+	defer func() {
+		c.Close()
+		n.waitSubscribers(t, before)
+	}()
+	for i, p := range projectIDs {
+		ch, err := c.Subscribe(ctx, "probe"+strconv.Itoa(i), eventStreamQuery, map[string]any{"projectId": p, "types": []string{probeType}})
+		if err != nil {
+			t.Fatalf("ready: %v", err)
+		}
+		tick := time.NewTicker(250 * time.Millisecond)
+		for arrived := false; !arrived; {
+			if _, err := n.publish(ctx, key, p, probeType, map[string]any{"probe": i}); err != nil {
+				t.Fatalf("ready: %v", err)
+			}
+			select {
+			case _, ok := <-ch:
+				if !ok {
+					t.Fatalf("ready: probe subscription ended: %v", c.Err("probe"+strconv.Itoa(i)))
+				}
+				arrived = true
+			case <-tick.C:
+			case <-ctx.Done():
+				t.Fatalf("ready: no probe event of project %s arrived within a minute: the fan-out does not deliver", p)
+			}
+		}
+		tick.Stop()
+	}
+}
+
+// client is what the tests need of a subscription client; *wstest.Client (graphql-transport-ws)
+// and *legacyClient (graphql-ws) implement it. An operation's channel yields the payload of each
+// result message and closes when the operation ends; Err then says how (nil: complete,
+// *wstest.OperationError: error message, else the socket's error).
+type client interface {
+	Subscribe(ctx context.Context, id, query string, vars map[string]any) (<-chan json.RawMessage, error)
+	Err(id string) error
+	Wait(ctx context.Context) error
+	Close()
+}
+
+// protocol is one of the two WebSocket subprotocols and how to dial it.
+type protocol struct {
+	name string
+	dial func(ctx context.Context, url, authorization string) (client, error)
+}
+
+var protocols = []protocol{
+	{"graphql-transport-ws", func(ctx context.Context, url, authorization string) (client, error) {
+		c, err := wstest.Dial(ctx, url, authorization)
+		if err != nil {
+			return nil, err
+		}
+		return c, nil
+	}},
+	{"graphql-ws", func(ctx context.Context, url, authorization string) (client, error) {
+		c, err := dialLegacy(ctx, url, authorization)
+		if err != nil {
+			return nil, err
+		}
+		return c, nil
+	}},
+}
+
+// dial connects to the node with key in protocol p; the client is closed when the test ends.
+func (n *node) dial(t testing.TB, p protocol, key string) client {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c, err := p.dial(ctx, n.wsURL(), "Bearer "+key)
+	if err != nil {
+		t.Fatalf("%s: dial: %v", p.name, err)
+	}
+	t.Cleanup(c.Close)
+	return c
+}
+
+// subscribe starts an operation that must be accepted; the returned channel yields its results.
+func subscribe(t testing.TB, c client, id, query string, vars map[string]any) <-chan json.RawMessage {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	ch, err := c.Subscribe(ctx, id, query, vars)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ch
+}
+
+// rejection waits for operation id to end with an error message and returns its error codes;
+// it fails the test if the operation delivers a result or ends otherwise.
+func rejection(t testing.TB, c client, id string, ch <-chan json.RawMessage) []string {
+	t.Helper()
+	select {
+	case raw, ok := <-ch:
+		if ok {
+			t.Fatalf("operation %s delivered %s, want an error", id, raw)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatalf("operation %s neither failed nor delivered within 10 s", id)
+	}
+	var oe *wstest.OperationError
+	if err := c.Err(id); !errors.As(err, &oe) {
+		t.Fatalf("operation %s ended with %v, want an error message", id, err)
+	}
+	var codes []string
+	for _, raw := range oe.Errors {
+		var e struct {
+			Message    string         `json:"message"`
+			Extensions map[string]any `json:"extensions"`
+		}
+		if err := json.Unmarshal(raw, &e); err != nil {
+			t.Fatalf("error %s: %v", raw, err)
+		}
+		code, _ := e.Extensions["code"].(string)
+		codes = append(codes, code)
+		t.Logf("operation %s rejected: %s (%s)", id, e.Message, code)
+	}
+	return codes
+}
+
+// arrival is one result of a subscription as the test saw it.
+type arrival struct {
+	at  time.Time       // when the client handed it over
+	obj json.RawMessage // data.<field>
+	ev  event           // obj decoded, for eventStream
+	err error           // the result is not {data: {<field>: <object>}}
+}
+
+// event is an Event object as eventStream delivers it.
+type event struct {
+	ID        string         `json:"id"`
+	Type      string         `json:"type"`
+	Payload   map[string]any `json:"payload"`
+	Source    string         `json:"source"`
+	Timestamp time.Time      `json:"timestamp"`
+	ProjectID string         `json:"projectId"`
+	Severity  string         `json:"severity"`
+}
+
+// seq is payload.seq, or -1.
+func (e event) seq() int {
+	f, ok := e.Payload["seq"].(float64)
+	if !ok {
+		return -1
+	}
+	return int(f)
+}
+
+// watch timestamps and decodes the results of ch as they arrive, on a goroutine of its own so
+// that a test busy publishing does not delay the timestamps. Every result must have the spec's
+// shape {data: {<field>: <object>}}; for eventStream, probe events are dropped.
+func watch(ch <-chan json.RawMessage, field string) <-chan arrival {
+	out := make(chan arrival, 1<<14)
+	go func() {
+		defer close(out)
+		for raw := range ch {
+			a := arrival{at: time.Now()}
+			a.obj, a.err = decode(raw, field)
+			if a.err == nil && field == "eventStream" {
+				if a.err = json.Unmarshal(a.obj, &a.ev); a.err == nil && a.ev.Type == probeType {
+					continue
+				}
+			}
+			out <- a
+		}
+	}()
+	return out
+}
+
+// decode checks that raw is {"data": {field: {...}}} and nothing else, and returns the object.
+func decode(raw json.RawMessage, field string) (json.RawMessage, error) {
+	var top map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &top); err != nil {
+		return nil, fmt.Errorf("result %s is not a JSON object: %w", raw, err)
+	}
+	for k := range top {
+		if k != "data" {
+			return nil, fmt.Errorf("result has %q beside data: %s", k, raw)
+		}
+	}
+	var data map[string]json.RawMessage
+	if err := json.Unmarshal(top["data"], &data); err != nil || data == nil {
+		return nil, fmt.Errorf("result's data is not an object: %s", raw)
+	}
+	obj, ok := data[field]
+	if len(data) != 1 || !ok {
+		return nil, fmt.Errorf("result's data is not {%q: ...}: %s", field, raw)
+	}
+	if t := bytes.TrimSpace(obj); len(t) == 0 || t[0] != '{' {
+		return nil, fmt.Errorf("data.%s is not an object: %s", field, raw)
+	}
+	return obj, nil
+}
+
+// next returns the next arrival, failing the test on a malformed result, on the stream's end and
+// after timeout.
+func next(t testing.TB, arrivals <-chan arrival, timeout time.Duration, what string) arrival {
+	t.Helper()
+	select {
+	case a, ok := <-arrivals:
+		if !ok {
+			t.Fatalf("%s: the subscription ended", what)
+		}
+		if a.err != nil {
+			t.Fatalf("%s: %v", what, a.err)
+		}
+		return a
+	case <-time.After(timeout):
+		t.Fatalf("%s: nothing arrived within %v", what, timeout)
+	}
+	return arrival{}
+}
+
+// nextOf returns the next eventStream arrival of type typ, skipping the project's other events
+// (platform events a test did not cause: a deployment the runtime starts, a triggered run).
+func nextOf(t testing.TB, arrivals <-chan arrival, typ string, timeout time.Duration, what string) arrival {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		a := next(t, arrivals, time.Until(deadline), what)
+		if a.ev.Type == typ {
+			return a
+		}
+	}
+}
+
+// quiet fails the test if anything arrives within d.
+func quiet(t testing.TB, arrivals <-chan arrival, d time.Duration, what string) {
+	t.Helper()
+	select {
+	case a, ok := <-arrivals:
+		if ok {
+			t.Fatalf("%s: unexpected result %s (%v)", what, a.obj, a.err)
+		}
+	case <-time.After(d):
+	}
+}
+
+// latencies summarises a distribution: count, min, p50, p90, p99, max (nearest rank).
+func latencies(ds []time.Duration) string {
+	if len(ds) == 0 {
+		return "n=0"
+	}
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	q := func(p float64) time.Duration {
+		i := max(int(math.Ceil(p*float64(len(s))))-1, 0)
+		return s[i].Round(100 * time.Microsecond)
+	}
+	return fmt.Sprintf("n=%d min=%v p50=%v p90=%v p99=%v max=%v", len(s), q(0), q(0.5), q(0.9), q(0.99), q(1))
+}
+
+// legacyClient is a minimal subscriptions-transport-ws (graphql-ws subprotocol) client: init,
+// start, and the data, error, complete and ka messages. Results wait in a buffer of
+// legacyBuffer per operation; an operation that overflows it ends with an error.
+type legacyClient struct {
+	conn *websocket.Conn
+	done chan struct{}
+
+	mu    sync.Mutex
+	subs  map[string]chan json.RawMessage
+	ended map[string]error
+	err   error
+}
+
+const legacyBuffer = 1 << 14
+
+type wireMessage struct {
+	ID      string          `json:"id,omitempty"`
+	Type    string          `json:"type"`
+	Payload json.RawMessage `json:"payload,omitempty"`
+}
+
+// dialLegacy connects, sends connection_init with {"Authorization": authorization} and waits
+// for connection_ack. A refused init is connection_error and then a close frame; the error
+// wraps the close (websocket.CloseStatus).
+func dialLegacy(ctx context.Context, url, authorization string) (*legacyClient, error) {
+	conn, _, err := websocket.Dial(ctx, url, &websocket.DialOptions{Subprotocols: []string{"graphql-ws"}})
+	if err != nil {
+		return nil, fmt.Errorf("legacy: dial: %w", err)
+	}
+	conn.SetReadLimit(16 << 20)
+	if conn.Subprotocol() != "graphql-ws" {
+		_ = conn.CloseNow()
+		return nil, fmt.Errorf("legacy: server chose subprotocol %q", conn.Subprotocol())
+	}
+	params := map[string]string{}
+	if authorization != "" {
+		params["Authorization"] = authorization
+	}
+	p, _ := json.Marshal(params)
+	if err := writeMessage(ctx, conn, wireMessage{Type: "connection_init", Payload: p}); err != nil {
+		_ = conn.CloseNow()
+		return nil, fmt.Errorf("legacy: send connection_init: %w", err)
+	}
+	for {
+		m, err := readMessage(ctx, conn)
+		if err != nil {
+			_ = conn.CloseNow()
+			return nil, fmt.Errorf("legacy: wait for connection_ack: %w", err)
+		}
+		switch m.Type {
+		case "connection_ack":
+			c := &legacyClient{conn: conn, done: make(chan struct{}), subs: map[string]chan json.RawMessage{}, ended: map[string]error{}}
+			go c.readLoop()
+			return c, nil
+		case "ka":
+		case "connection_error":
+			// The server closes the socket next: report the close with the message.
+			for {
+				if _, err := readMessage(ctx, conn); err != nil {
+					_ = conn.CloseNow()
+					return nil, fmt.Errorf("legacy: connection_error %s: %w", m.Payload, err)
+				}
+			}
+		default:
+			_ = conn.CloseNow()
+			return nil, fmt.Errorf("legacy: unexpected %q before connection_ack", m.Type)
+		}
+	}
+}
+
+func (c *legacyClient) Subscribe(ctx context.Context, id, query string, vars map[string]any) (<-chan json.RawMessage, error) {
+	payload, err := json.Marshal(map[string]any{"query": query, "variables": vars})
+	if err != nil {
+		return nil, err
+	}
+	ch := make(chan json.RawMessage, legacyBuffer)
+	c.mu.Lock()
+	if c.err != nil {
+		c.mu.Unlock()
+		return nil, fmt.Errorf("legacy: subscribe %s: socket closed", id)
+	}
+	if _, ok := c.subs[id]; ok {
+		c.mu.Unlock()
+		return nil, fmt.Errorf("legacy: subscribe %s: id in use", id)
+	}
+	c.subs[id] = ch
+	delete(c.ended, id)
+	c.mu.Unlock()
+	if err := writeMessage(ctx, c.conn, wireMessage{ID: id, Type: "start", Payload: payload}); err != nil {
+		c.end(id, err)
+		return nil, fmt.Errorf("legacy: send start %s: %w", id, err)
+	}
+	return ch, nil
+}
+
+func (c *legacyClient) Err(id string) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.ended[id]
+}
+
+func (c *legacyClient) Wait(ctx context.Context) error {
+	select {
+	case <-c.done:
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		return c.err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// Close closes the socket with 1000 and waits for the read loop. It is idempotent.
+func (c *legacyClient) Close() {
+	_ = c.conn.Close(websocket.StatusNormalClosure, "")
+	<-c.done
+}
+
+func (c *legacyClient) readLoop() {
+	defer close(c.done)
+	var err error
+	for {
+		var m wireMessage
+		if m, err = readMessage(context.Background(), c.conn); err != nil {
+			break
+		}
+		switch m.Type {
+		case "data":
+			// Under mu: end closes a channel only after taking it out of subs.
+			c.mu.Lock()
+			overflow := false
+			if ch := c.subs[m.ID]; ch != nil {
+				select {
+				case ch <- m.Payload:
+				default:
+					overflow = true
+				}
+			}
+			c.mu.Unlock()
+			if overflow {
+				c.end(m.ID, fmt.Errorf("legacy: operation %s: more than %d results unread", m.ID, legacyBuffer))
+			}
+		case "error":
+			var p struct {
+				Message string            `json:"message"`
+				Errors  []json.RawMessage `json:"errors"`
+			}
+			_ = json.Unmarshal(m.Payload, &p)
+			if len(p.Errors) == 0 {
+				p.Errors = []json.RawMessage{m.Payload}
+			}
+			c.end(m.ID, &wstest.OperationError{ID: m.ID, Errors: p.Errors})
+		case "complete":
+			c.end(m.ID, nil)
+		}
+	}
+	c.mu.Lock()
+	c.err = err
+	ids := make([]string, 0, len(c.subs))
+	for id := range c.subs {
+		ids = append(ids, id)
+	}
+	c.mu.Unlock()
+	for _, id := range ids {
+		c.end(id, err)
+	}
+}
+
+func (c *legacyClient) end(id string, err error) {
+	c.mu.Lock()
+	ch, ok := c.subs[id]
+	if ok {
+		delete(c.subs, id)
+		c.ended[id] = err
+	}
+	c.mu.Unlock()
+	if ok {
+		close(ch)
+	}
+}
+
+func writeMessage(ctx context.Context, conn *websocket.Conn, m wireMessage) error {
+	b, err := json.Marshal(m)
+	if err != nil {
+		return err
+	}
+	return conn.Write(ctx, websocket.MessageText, b)
+}
+
+func readMessage(ctx context.Context, conn *websocket.Conn) (wireMessage, error) {
+	_, data, err := conn.Read(ctx)
+	if err != nil {
+		return wireMessage{}, err
+	}
+	var m wireMessage
+	if err := json.Unmarshal(data, &m); err != nil {
+		return wireMessage{}, fmt.Errorf("invalid server message %q: %w", data, err)
+	}
+	return m, nil
+}

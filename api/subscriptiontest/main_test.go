@@ -1,0 +1,9 @@
+package subscriptiontest
+
+import (
+	"testing"
+
+	"carehub/storage/postgres/pgtest"
+)
+
+func TestMain(m *testing.M) { pgtest.Main(m) }

@@ -1,0 +1,304 @@
+package fanout
+
+import (
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"carehub/processors/events"
+	"carehub/storage"
+)
+
+func produceEvents(t *testing.T, cl *kgo.Client, evs ...storage.Event) {
+	t.Helper()
+	recs := make([]*kgo.Record, len(evs))
+	for i, ev := range evs {
+		ev.CreatedAt = time.Now()
+		b, _ := json.Marshal(ev)
+		// One key: the events keep their order across projects.
+		recs[i] = &kgo.Record{Key: []byte("k"), Value: b}
+	}
+	if err := cl.ProduceSync(t.Context(), recs...).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// received reads s until an event with id last arrives and returns the ids before it.
+func received(t *testing.T, s *Subscription, last string) []string {
+	t.Helper()
+	var ids []string
+	timeout := time.After(10 * time.Second)
+	for {
+		select {
+		case ev, ok := <-s.C:
+			if !ok {
+				t.Fatalf("subscription closed after %v", ids)
+			}
+			if ev.ID == last {
+				return ids
+			}
+			if !strings.HasPrefix(ev.ID, "probe") {
+				ids = append(ids, ev.ID)
+			}
+		case <-timeout:
+			t.Fatalf("no %s after %v", last, ids)
+		}
+	}
+}
+
+// TestFilter: a subscription with a project receives that project's events only, Match narrows
+// further, and an unfiltered subscription still receives everything.
+func TestFilter(t *testing.T) {
+	h, prod, _ := startHub(t)
+	waitAssigned(t, h, prod)
+	isLab := func(ev storage.Event) bool { return ev.Type == "lab.result" || ev.ID == "end" }
+	subs := map[string]*Subscription{
+		"all":       h.Subscribe(100),
+		"a types":   h.SubscribeFilter(100, Filter{ProjectID: "prj_a", Types: []string{"lab.result", "device.reading"}}),
+		"lab.*":     h.SubscribeFilter(100, Filter{Types: []string{"lab.*"}}),
+		"b device":  h.SubscribeFilter(100, Filter{ProjectID: "prj_b", Types: []string{"device.reading", "lab.result"}, Match: func(ev storage.Event) bool { return ev.Type != "lab.result" || ev.ID == "end" }}),
+		"a":         h.SubscribeFilter(100, Filter{ProjectID: "prj_a"}),
+		"a lab":     h.SubscribeFilter(100, Filter{ProjectID: "prj_a", Match: isLab}),
+		"any lab":   h.SubscribeFilter(100, Filter{Match: isLab}),
+		"b":         h.SubscribeFilter(100, Filter{ProjectID: "prj_b"}),
+		"c (quiet)": h.SubscribeFilter(100, Filter{ProjectID: "prj_c"}),
+	}
+	for _, s := range subs {
+		defer s.Close()
+	}
+	produceEvents(t, prod,
+		storage.Event{ID: "1", Type: "lab.result", ProjectID: "prj_a"},
+		storage.Event{ID: "2", Type: "device.reading", ProjectID: "prj_a"},
+		storage.Event{ID: "3", Type: "lab.result", ProjectID: "prj_b"},
+		storage.Event{ID: "4", Type: "device.reading", ProjectID: "prj_b"},
+		storage.Event{ID: "5", Type: "lab.result", ProjectID: "prj_a"},
+	)
+	// An end marker every subscription selects, in every project.
+	for _, p := range []string{"prj_a", "prj_b", "prj_c"} {
+		produceEvents(t, prod, storage.Event{ID: "end", Type: "lab.result", ProjectID: p})
+	}
+	want := map[string][]string{
+		"all":       {"1", "2", "3", "4", "5"},
+		"a types":   {"1", "2", "5"},
+		"lab.*":     {"1", "3", "5"},
+		"b device":  {"4"},
+		"a":         {"1", "2", "5"},
+		"a lab":     {"1", "5"},
+		"any lab":   {"1", "3", "5"},
+		"b":         {"3", "4"},
+		"c (quiet)": nil,
+	}
+	for name, s := range subs {
+		if got := received(t, s, "end"); !slices.Equal(got, want[name]) {
+			t.Errorf("%s received %v, want %v", name, got, want[name])
+		}
+	}
+}
+
+// TestIndexChurn: subscriptions with every kind of filter (a project or none; no types, exact
+// types, patterns, a mix, an empty list) come and go in random order; afterwards every open
+// subscription receives exactly the events its filter selects by the reference semantics
+// (events.MatchAny), closed ones none, and the index holds exactly the open ones.
+func TestIndexChurn(t *testing.T) {
+	h, prod, _ := startHub(t)
+	waitAssigned(t, h, prod)
+	r := rand.New(rand.NewPCG(1, 2))
+	typeSets := [][]string{nil, {"a.x"}, {"a.x", "b.x"}, {"a.x", "a.x"}, {"a.*"}, {"b.x", "a.*"}, {"*"}, {}}
+	type entry struct {
+		s *Subscription
+		f Filter
+	}
+	var open []entry
+	for i := range 400 {
+		f := Filter{Types: typeSets[r.IntN(len(typeSets))]}
+		if i%5 != 0 {
+			f.ProjectID = fmt.Sprintf("prj_%d", r.IntN(7))
+		}
+		open = append(open, entry{h.SubscribeFilter(1000, f), f})
+	}
+	r.Shuffle(len(open), func(i, j int) { open[i], open[j] = open[j], open[i] })
+	for _, e := range open[:250] {
+		e.s.Close()
+		if _, ok := <-e.s.C; ok {
+			t.Fatal("closed subscription's channel still open")
+		}
+	}
+	open = open[250:]
+	h.mu.RLock()
+	count, all := h.idx.count, len(h.idx.all())
+	h.mu.RUnlock()
+	if count != len(open) || all != len(open) {
+		t.Fatalf("index counts %d and holds %d subscriptions, want %d", count, all, len(open))
+	}
+
+	var evs []storage.Event
+	for p := range 7 {
+		for _, typ := range []string{"a.x", "a.y", "b.x", "c.x"} {
+			evs = append(evs, storage.Event{ID: fmt.Sprintf("prj_%d/%s", p, typ), Type: typ, ProjectID: fmt.Sprintf("prj_%d", p)})
+		}
+	}
+	// The witness sees the last event only after route has handed every earlier one out.
+	witness := h.SubscribeFilter(1000, Filter{ProjectID: "prj_w"})
+	defer witness.Close()
+	produceEvents(t, prod, append(evs, storage.Event{ID: "last", Type: "z.z", ProjectID: "prj_w"})...)
+	received(t, witness, "last")
+
+	for _, e := range open {
+		var want, got []string
+		for _, ev := range evs {
+			if (e.f.ProjectID == "" || e.f.ProjectID == ev.ProjectID) && (e.f.Types == nil || events.MatchAny(e.f.Types, ev.Type)) {
+				want = append(want, ev.ID)
+			}
+		}
+	drain:
+		for {
+			select {
+			case ev := <-e.s.C:
+				if !strings.HasPrefix(ev.ID, "probe") && ev.ID != "last" {
+					got = append(got, ev.ID)
+				}
+			default:
+				break drain
+			}
+		}
+		if !slices.Equal(got, want) {
+			t.Fatalf("subscription %+v received %v, want %v", e.f, got, want)
+		}
+		e.s.Close()
+	}
+	witness.Close()
+	h.mu.RLock()
+	defer h.mu.RUnlock()
+	if x := h.idx; x.count != 0 || x.global.any != nil || len(x.global.byType) != 0 || len(x.projects) != 0 {
+		t.Fatalf("index not empty after every Close: count %d, %d projects", x.count, len(x.projects))
+	}
+}
+
+// BenchmarkRoute is the hub's cost of one event with 10,000 subscriptions, each drained by a
+// goroutine of its own as the GraphQL resolvers do, which also keeps 1 % of what it receives
+// (one subscription in a hundred wants the event's type). "unindexed" is how subscriptions
+// registered before Filter: every event visits, and wakes, every subscription. The others let
+// the hub skip them: by project (10,000 subscriptions over 100 projects) and by predicate.
+func BenchmarkRoute(b *testing.B) {
+	const subs = 10000
+	cases := []struct {
+		name   string
+		filter func(i int) Filter
+	}{
+		{"unindexed", func(int) Filter { return Filter{} }},
+		{"by project", func(i int) Filter { return Filter{ProjectID: fmt.Sprintf("prj_%d", i%100)} }},
+		{"by predicate", func(i int) Filter {
+			want := fmt.Sprintf("t.%d", i%100)
+			return Filter{Match: func(ev storage.Event) bool { return ev.Type == want }}
+		}},
+		{"by project and predicate", func(i int) Filter {
+			want := fmt.Sprintf("t.%d", i/100%100)
+			return Filter{ProjectID: fmt.Sprintf("prj_%d", i%100), Match: func(ev storage.Event) bool { return ev.Type == want }}
+		}},
+	}
+	for _, tc := range cases {
+		b.Run(tc.name, func(b *testing.B) {
+			h := newBenchHub(b)
+			var kept atomic.Int64
+			var wg sync.WaitGroup
+			all := make([]*Subscription, subs)
+			for i := range all {
+				all[i] = h.SubscribeFilter(256, tc.filter(i))
+				want := fmt.Sprintf("t.%d", i%100)
+				wg.Go(func() {
+					for ev := range all[i].C {
+						if ev.Type == want { // the resolver's own check
+							kept.Add(1)
+						}
+					}
+				})
+			}
+			evs := make([]storage.Event, 100)
+			for i := range evs {
+				evs[i] = storage.Event{ID: "e", Type: fmt.Sprintf("t.%d", i), ProjectID: fmt.Sprintf("prj_%d", i)}
+			}
+			b.ResetTimer()
+			for i := range b.N {
+				h.route(evs[i%len(evs)])
+				if i%64 == 63 {
+					// Let the subscribers keep up, as they do between fetches: no drops.
+					for h.pending() > 0 {
+						time.Sleep(10 * time.Microsecond)
+					}
+				}
+			}
+			for h.pending() > 0 {
+				time.Sleep(10 * time.Microsecond)
+			}
+			b.StopTimer()
+			h.mu.RLock()
+			left := h.idx.count
+			h.mu.RUnlock()
+			if left != subs {
+				b.Fatalf("%d subscriptions were dropped as slow", subs-left)
+			}
+			for _, s := range all {
+				s.Close()
+			}
+			wg.Wait()
+			b.ReportMetric(float64(kept.Load())/float64(b.N), "kept/event")
+		})
+	}
+}
+
+// newBenchHub is a hub that is never run: route is driven directly.
+func newBenchHub(b *testing.B) *Hub {
+	h, err := New(Config{Brokers: []string{"127.0.0.1:1"}, Topic: "bench"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(h.cl.Close)
+	return h
+}
+
+// pending is the number of events waiting in subscription buffers.
+func (h *Hub) pending() int {
+	h.mu.RLock()
+	defer h.mu.RUnlock()
+	n := 0
+	for _, s := range h.idx.all() {
+		n += len(s.c)
+	}
+	return n
+}
+
+// TestOnOverflow: a subscription dropped for a full buffer has OnOverflow called once, before
+// its channel closes; Close and the end of the hub do not call it.
+func TestOnOverflow(t *testing.T) {
+	h, prod, _ := startHub(t)
+	waitAssigned(t, h, prod)
+	var calls atomic.Int32
+	var openAtCall atomic.Bool
+	var slow *Subscription
+	slow = h.SubscribeFilter(2, Filter{ProjectID: "prj_1", OnOverflow: func() {
+		calls.Add(1)
+		// C is still open: its buffer is full, so a non-blocking receive succeeds.
+		select {
+		case _, ok := <-slow.C:
+			openAtCall.Store(ok)
+		default:
+		}
+	}})
+	closed := h.SubscribeFilter(2, Filter{ProjectID: "prj_1", OnOverflow: func() { t.Error("OnOverflow of a closed subscription") }})
+	closed.Close()
+	produce(t, prod, 10, "e")
+	for range slow.C {
+	}
+	if calls.Load() != 1 || !slow.Overflowed() || !openAtCall.Load() {
+		t.Fatalf("OnOverflow called %d times (channel open then: %v), overflowed %v; want once, before the close",
+			calls.Load(), openAtCall.Load(), slow.Overflowed())
+	}
+}
