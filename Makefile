@@ -49,7 +49,7 @@ kafka-down: ## stop the real Kafka broker
 	KAFKA_PORT=$(KAFKA_PORT) deploy/local/kafka/kafka.sh down
 
 # The Kafka-touching suites, run again against the real broker.
-KAFKA_PKGS := ./storage/kafka/... ./ingest/... ./processors/... ./api/server/...
+KAFKA_PKGS := ./storage/kafka/... ./ingest/... ./processors/... ./api/...
 
 .PHONY: test-kafka
 test-kafka: postgres-binaries node-deps ## run the Kafka-touching suites against a real Apache Kafka broker
