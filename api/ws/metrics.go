@@ -1,7 +1,7 @@
 package ws
 
 import (
-	"errors"
+	"carehub/processors/telemetry"
 	"log/slog"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -39,27 +39,11 @@ func newMetrics(reg prometheus.Registerer, log *slog.Logger) *metrics {
 		return m
 	}
 	// A second Handler on the same registry shares the first one's collectors.
-	m.connections = register(reg, m.connections, log)
-	m.operations = register(reg, m.operations, log)
-	m.slowConsumer = register(reg, m.slowConsumer, log)
-	m.sent = register(reg, m.sent, log)
+	m.connections = telemetry.Shared(reg, m.connections)
+	m.operations = telemetry.Shared(reg, m.operations)
+	m.slowConsumer = telemetry.Shared(reg, m.slowConsumer)
+	m.sent = telemetry.Shared(reg, m.sent)
 	return m
-}
-
-func register[C prometheus.Collector](reg prometheus.Registerer, c C, log *slog.Logger) C {
-	err := reg.Register(c)
-	if err == nil {
-		return c
-	}
-	var are prometheus.AlreadyRegisteredError
-	if errors.As(err, &are) {
-		if existing, ok := are.ExistingCollector.(C); ok {
-			return existing
-		}
-	}
-	// Metrics are not worth failing the server for; the collector keeps working unexported.
-	log.Error("ws: register metric", "error", err)
-	return c
 }
 
 func (m *metrics) connOpened(protocol string) { m.connections.WithLabelValues(protocol).Inc() }

@@ -43,6 +43,7 @@
 package outbox
 
 import (
+	"carehub/processors/telemetry"
 	"context"
 	"errors"
 	"fmt"
@@ -448,23 +449,10 @@ func newMetrics(reg prometheus.Registerer) metrics {
 		}),
 	}
 	if reg != nil {
-		m.backlog = register(reg, m.backlog)
-		m.published = register(reg, m.published)
-		m.errors = register(reg, m.errors)
-		m.latency = register(reg, m.latency)
+		m.backlog = telemetry.Shared(reg, m.backlog)
+		m.published = telemetry.Shared(reg, m.published)
+		m.errors = telemetry.Shared(reg, m.errors)
+		m.latency = telemetry.Shared(reg, m.latency)
 	}
 	return m
-}
-
-// register registers c on reg, or returns the collector already registered under its name.
-func register[C prometheus.Collector](reg prometheus.Registerer, c C) C {
-	if err := reg.Register(c); err != nil {
-		if are, ok := errors.AsType[prometheus.AlreadyRegisteredError](err); ok {
-			if existing, ok := are.ExistingCollector.(C); ok {
-				return existing
-			}
-		}
-		panic(fmt.Sprintf("outbox: register metric: %v", err)) // a programming error: a clashing name
-	}
-	return c
 }

@@ -30,6 +30,7 @@
 package eventlog
 
 import (
+	"carehub/processors/telemetry"
 	"context"
 	"errors"
 	"fmt"
@@ -362,25 +363,11 @@ func newWriterMetrics(reg prometheus.Registerer) writerMetrics {
 		}),
 	}
 	if reg != nil {
-		m.written = register(reg, m.written)
-		m.malformed = register(reg, m.malformed)
-		m.storeErrors = register(reg, m.storeErrors)
-		m.commitErrors = register(reg, m.commitErrors)
-		m.latency = register(reg, m.latency)
+		m.written = telemetry.Shared(reg, m.written)
+		m.malformed = telemetry.Shared(reg, m.malformed)
+		m.storeErrors = telemetry.Shared(reg, m.storeErrors)
+		m.commitErrors = telemetry.Shared(reg, m.commitErrors)
+		m.latency = telemetry.Shared(reg, m.latency)
 	}
 	return m
-}
-
-// register registers c on reg, or returns the collector already registered under its name, so
-// several writers (or lag monitors) in one process share their metrics.
-func register[C prometheus.Collector](reg prometheus.Registerer, c C) C {
-	if err := reg.Register(c); err != nil {
-		if are, ok := errors.AsType[prometheus.AlreadyRegisteredError](err); ok {
-			if existing, ok := are.ExistingCollector.(C); ok {
-				return existing
-			}
-		}
-		panic(fmt.Sprintf("eventlog: register metric: %v", err)) // a programming error: a clashing name
-	}
-	return c
 }

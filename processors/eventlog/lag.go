@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kadm"
 
+	"carehub/processors/telemetry"
 	"carehub/storage/kafka"
 )
 
@@ -53,7 +54,7 @@ func NewLagMonitor(adm *kadm.Client, group string, topics []string, opts LagOpti
 		Help: "Records a consumer group has not yet committed, per topic partition.",
 	}, []string{"group", "topic", "partition"})
 	if opts.Registerer != nil {
-		gauge = register(opts.Registerer, gauge)
+		gauge = telemetry.Shared(opts.Registerer, gauge)
 	}
 	return &LagMonitor{adm: adm, group: group, topics: topics, opts: opts, gauge: gauge, seen: map[[2]string]bool{}}
 }

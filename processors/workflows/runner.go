@@ -1,6 +1,7 @@
 package workflows
 
 import (
+	"carehub/processors/telemetry"
 	"context"
 	"encoding/json"
 	"errors"
@@ -469,23 +470,10 @@ func newRunnerMetrics(reg prometheus.Registerer) *runnerMetrics {
 			Name: "runs_requeued_total", Help: "Runs handed back to the queue: by a stopping runner or after an expired lease."}),
 	}
 	if reg != nil {
-		m.runs, m.steps = register(reg, m.runs), register(reg, m.steps)
-		m.skipped, m.requeued = register(reg, m.skipped), register(reg, m.requeued)
+		m.runs, m.steps = telemetry.Shared(reg, m.runs), telemetry.Shared(reg, m.steps)
+		m.skipped, m.requeued = telemetry.Shared(reg, m.skipped), telemetry.Shared(reg, m.requeued)
 	}
 	return m
-}
-
-// register registers c on reg, or returns the collector already registered under its name (two
-// runners of one process share their counters).
-func register[T prometheus.Collector](reg prometheus.Registerer, c T) T {
-	if err := reg.Register(c); err != nil {
-		if are, ok := errors.AsType[prometheus.AlreadyRegisteredError](err); ok {
-			if existing, ok := are.ExistingCollector.(T); ok {
-				return existing
-			}
-		}
-	}
-	return c
 }
 
 // prefixed qualifies every column of a comma-separated list with prefix.

@@ -16,6 +16,7 @@ import (
 
 	"carehub/processors/access"
 	"carehub/processors/events"
+	"carehub/processors/telemetry"
 	"carehub/storage"
 	"carehub/storage/kafka"
 )
@@ -107,7 +108,7 @@ func NewTriggers(cfg TriggersConfig) (*Triggers, error) {
 		started: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "carehub", Subsystem: "workflow_triggers",
 			Name: "runs_started_total", Help: "Workflow runs started by events matching trigger patterns."})}
 	if cfg.Registerer != nil {
-		t.started = register(cfg.Registerer, t.started)
+		t.started = telemetry.Shared(cfg.Registerer, t.started)
 	}
 	return t, nil
 }
