@@ -15,7 +15,6 @@ package clickhouse
 
 import (
 	"context"
-	"encoding/base64"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -23,7 +22,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"time"
 
 	ch "github.com/ClickHouse/clickhouse-go/v2"
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
@@ -172,7 +170,7 @@ func (s *Store) QueryEvents(ctx context.Context, q storage.EventQuery) (storage.
 	}
 	page.Total = int64(total)
 	if q.Cursor != "" {
-		at, id, err := decodeCursor(q.Cursor)
+		at, id, err := storage.DecodeCursor(q.Cursor)
 		if err != nil {
 			return storage.EventPage{}, err
 		}
@@ -200,7 +198,7 @@ FROM event_log FINAL WHERE `+where.sql()+` ORDER BY created_at DESC, id DESC LIM
 	if len(page.Events) > limit {
 		page.Events = page.Events[:limit]
 		last := page.Events[limit-1]
-		page.NextCursor = encodeCursor(last.CreatedAt, last.ID)
+		page.NextCursor = storage.EncodeCursor(last.CreatedAt, last.ID)
 	}
 	return page, nil
 }
@@ -258,7 +256,7 @@ func (s *Store) QueryAudit(ctx context.Context, q storage.AuditQuery) (storage.A
 	}
 	page.Total = int64(total)
 	if q.Cursor != "" {
-		at, id, err := decodeCursor(q.Cursor)
+		at, id, err := storage.DecodeCursor(q.Cursor)
 		if err != nil {
 			return storage.AuditPage{}, err
 		}
@@ -289,7 +287,7 @@ FROM audit_log FINAL WHERE `+where.sql()+` ORDER BY time DESC, id DESC LIMIT `+s
 	if len(page.Records) > limit {
 		page.Records = page.Records[:limit]
 		last := page.Records[limit-1]
-		page.NextCursor = encodeCursor(last.Time, last.ID)
+		page.NextCursor = storage.EncodeCursor(last.Time, last.ID)
 	}
 	return page, nil
 }
@@ -327,26 +325,4 @@ func (c *conditions) sql() string {
 		return "1"
 	}
 	return strings.Join(c.parts, " AND ")
-}
-
-// Cursors have storage/postgres's format: "1.<unix micros>.<id>" in unpadded base64url.
-func encodeCursor(at time.Time, id string) string {
-	return base64.RawURLEncoding.EncodeToString([]byte("1." + strconv.FormatInt(at.UnixMicro(), 10) + "." + id))
-}
-
-func decodeCursor(cursor string) (time.Time, string, error) {
-	raw, err := base64.RawURLEncoding.DecodeString(cursor)
-	if err != nil {
-		return time.Time{}, "", storage.ErrBadCursor
-	}
-	version, rest, ok1 := strings.Cut(string(raw), ".")
-	micros, id, ok2 := strings.Cut(rest, ".")
-	if !ok1 || !ok2 || version != "1" || id == "" {
-		return time.Time{}, "", storage.ErrBadCursor
-	}
-	us, err := strconv.ParseInt(micros, 10, 64)
-	if err != nil {
-		return time.Time{}, "", storage.ErrBadCursor
-	}
-	return time.UnixMicro(us).UTC(), id, nil
 }

@@ -2,10 +2,8 @@ package postgres
 
 import (
 	"context"
-	"encoding/base64"
 	"errors"
 	"fmt"
-	"strconv"
 	"strings"
 	"time"
 
@@ -149,7 +147,7 @@ func (l *EventLog) QueryEvents(ctx context.Context, q storage.EventQuery) (stora
 	countArgs := append([]any(nil), where.args...)
 
 	if q.Cursor != "" {
-		at, id, err := decodeCursor(q.Cursor)
+		at, id, err := storage.DecodeCursor(q.Cursor)
 		if err != nil {
 			return storage.EventPage{}, err
 		}
@@ -183,7 +181,7 @@ from event_log where %s order by created_at desc, id desc limit $%d`, where.sql(
 	if len(page.Events) > limit {
 		page.Events = page.Events[:limit]
 		last := page.Events[limit-1]
-		page.NextCursor = encodeCursor(last.CreatedAt, last.ID)
+		page.NextCursor = storage.EncodeCursor(last.CreatedAt, last.ID)
 	}
 	return page, nil
 }
@@ -273,7 +271,7 @@ func (l *AuditLog) QueryAudit(ctx context.Context, q storage.AuditQuery) (storag
 	countSQL := "select count(*) from audit_log where " + where.sql()
 	countArgs := append([]any(nil), where.args...)
 	if q.Cursor != "" {
-		at, id, err := decodeCursor(q.Cursor)
+		at, id, err := storage.DecodeCursor(q.Cursor)
 		if err != nil {
 			return storage.AuditPage{}, err
 		}
@@ -308,7 +306,7 @@ func (l *AuditLog) QueryAudit(ctx context.Context, q storage.AuditQuery) (storag
 	if len(page.Records) > limit {
 		page.Records = page.Records[:limit]
 		last := page.Records[limit-1]
-		page.NextCursor = encodeCursor(last.Time, last.ID)
+		page.NextCursor = storage.EncodeCursor(last.Time, last.ID)
 	}
 	return page, nil
 }
@@ -344,27 +342,4 @@ func (c *conditions) sql() string {
 		return "true"
 	}
 	return strings.Join(c.parts, " and ")
-}
-
-// A cursor is the position after the last row of a page: its time in Unix microseconds and its
-// id, "1.<micros>.<id>" in unpadded base64url. The leading version lets the format change.
-func encodeCursor(at time.Time, id string) string {
-	return base64.RawURLEncoding.EncodeToString([]byte("1." + strconv.FormatInt(at.UnixMicro(), 10) + "." + id))
-}
-
-func decodeCursor(cursor string) (time.Time, string, error) {
-	raw, err := base64.RawURLEncoding.DecodeString(cursor)
-	if err != nil {
-		return time.Time{}, "", storage.ErrBadCursor
-	}
-	version, rest, ok1 := strings.Cut(string(raw), ".")
-	micros, id, ok2 := strings.Cut(rest, ".")
-	if !ok1 || !ok2 || version != "1" || id == "" {
-		return time.Time{}, "", storage.ErrBadCursor
-	}
-	us, err := strconv.ParseInt(micros, 10, 64)
-	if err != nil {
-		return time.Time{}, "", storage.ErrBadCursor
-	}
-	return time.UnixMicro(us).UTC(), id, nil
 }

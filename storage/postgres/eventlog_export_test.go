@@ -18,4 +18,4 @@ func (l *EventLog) AppendEventsUnnest(ctx context.Context, evs []storage.Event) 
 }
 
 // EncodeCursor lets the benchmarks start a page anywhere in the log.
-func EncodeCursor(at time.Time, id string) string { return encodeCursor(at, id) }
+func EncodeCursor(at time.Time, id string) string { return storage.EncodeCursor(at, id) }

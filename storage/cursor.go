@@ -1,0 +1,33 @@
+package storage
+
+import (
+	"encoding/base64"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// EncodeCursor returns the opaque cursor of a keyset position: the time of the last row of a page
+// in Unix microseconds and its id, "1.<micros>.<id>" in unpadded base64url. Both stores use this
+// one format, so a cursor survives a move between them; the leading version lets it change.
+func EncodeCursor(at time.Time, id string) string {
+	return base64.RawURLEncoding.EncodeToString([]byte("1." + strconv.FormatInt(at.UnixMicro(), 10) + "." + id))
+}
+
+// DecodeCursor parses a cursor made by EncodeCursor; anything else is ErrBadCursor.
+func DecodeCursor(cursor string) (time.Time, string, error) {
+	raw, err := base64.RawURLEncoding.DecodeString(cursor)
+	if err != nil {
+		return time.Time{}, "", ErrBadCursor
+	}
+	version, rest, ok1 := strings.Cut(string(raw), ".")
+	micros, id, ok2 := strings.Cut(rest, ".")
+	if !ok1 || !ok2 || version != "1" || id == "" {
+		return time.Time{}, "", ErrBadCursor
+	}
+	us, err := strconv.ParseInt(micros, 10, 64)
+	if err != nil {
+		return time.Time{}, "", ErrBadCursor
+	}
+	return time.UnixMicro(us).UTC(), id, nil
+}
