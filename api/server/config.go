@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/netip"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -128,6 +129,13 @@ func (c *Config) Validate() error {
 	}
 	if c.IngestMaxLag < -1 || c.IngestProducers < 0 || c.IngestTimeout < 0 || c.ObservationWriterConcurrency < 0 {
 		errs = append(errs, errors.New("--ingest-max-lag, --ingest-producers, --ingest-timeout and --observation-writer-concurrency must not be negative (except --ingest-max-lag -1: off)"))
+	}
+	for _, p := range c.TrustedProxies {
+		if _, err := netip.ParsePrefix(p); err != nil {
+			if _, err := netip.ParseAddr(p); err != nil {
+				errs = append(errs, fmt.Errorf("--trusted-proxies: %q is not an IP address or CIDR", p))
+			}
+		}
 	}
 	if c.ShutdownGrace <= 0 {
 		errs = append(errs, errors.New("--shutdown-timeout must be positive"))
