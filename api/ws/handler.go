@@ -196,7 +196,7 @@ func New(exec Executor, opts Options) *Handler {
 		exec:    exec,
 		opts:    opts,
 		log:     opts.Logger,
-		metrics: newMetrics(opts.Metrics, opts.Logger),
+		metrics: newMetrics(opts.Metrics),
 		conns:   make(map[*conn]struct{}),
 	}
 }

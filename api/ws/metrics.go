@@ -2,7 +2,6 @@ package ws
 
 import (
 	"carehub/processors/telemetry"
-	"log/slog"
 
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -16,7 +15,7 @@ type metrics struct {
 	sent         *prometheus.CounterVec
 }
 
-func newMetrics(reg prometheus.Registerer, log *slog.Logger) *metrics {
+func newMetrics(reg prometheus.Registerer) *metrics {
 	m := &metrics{
 		connections: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "carehub_ws_connections",
