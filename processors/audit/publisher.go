@@ -24,6 +24,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"carehub/processors/telemetry"
 	"carehub/storage"
 	"carehub/storage/kafka"
 )
@@ -81,12 +82,8 @@ func NewPublisher(cfg PublisherConfig) (*Publisher, error) {
 			Name: "records_failed_total", Help: "Audit records the broker did not accept."}),
 	}
 	if cfg.Registerer != nil {
-		for _, c := range []prometheus.Collector{p.dropped, p.failed} {
-			if err := cfg.Registerer.Register(c); err != nil {
-				cl.Close()
-				return nil, fmt.Errorf("audit publisher: register metrics: %w", err)
-			}
-		}
+		p.dropped = telemetry.Shared(cfg.Registerer, p.dropped)
+		p.failed = telemetry.Shared(cfg.Registerer, p.failed)
 	}
 	return p, nil
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"carehub/processors/telemetry"
 	"carehub/storage"
 	"carehub/storage/kafka"
 )
@@ -86,12 +87,8 @@ func NewWriter(cfg WriterConfig) (*Writer, error) {
 			Name: "records_skipped_total", Help: "Undecodable or invalid messages on the audit topic, skipped."}),
 	}
 	if cfg.Registerer != nil {
-		for _, c := range []prometheus.Collector{w.stored, w.skipped} {
-			if err := cfg.Registerer.Register(c); err != nil {
-				cl.Close()
-				return nil, fmt.Errorf("audit writer: register metrics: %w", err)
-			}
-		}
+		w.stored = telemetry.Shared(cfg.Registerer, w.stored)
+		w.skipped = telemetry.Shared(cfg.Registerer, w.skipped)
 	}
 	return w, nil
 }

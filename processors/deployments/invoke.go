@@ -18,6 +18,7 @@ import (
 	"carehub/processors/agents"
 	"carehub/processors/clinical"
 	"carehub/processors/fault"
+	"carehub/processors/telemetry"
 	"carehub/storage/ids"
 )
 
@@ -104,13 +105,7 @@ func (s *Service) Invoker(cfg InvokerConfig) *Invoker {
 			Name: "invocations_total", Help: "Deployment invocations on this node, by runtime and outcome (ok, client_error, failed, overloaded)."},
 			[]string{"runtime", "outcome"})}
 	if cfg.Registerer != nil {
-		if err := cfg.Registerer.Register(inv.invocations); err != nil {
-			if are, ok := errors.AsType[prometheus.AlreadyRegisteredError](err); ok {
-				if c, ok := are.ExistingCollector.(*prometheus.CounterVec); ok {
-					inv.invocations = c
-				}
-			}
-		}
+		inv.invocations = telemetry.Shared(cfg.Registerer, inv.invocations)
 	}
 	return inv
 }
