@@ -26,19 +26,27 @@ import (
 	"carehub/storage/postgres/pgtest"
 )
 
-// statementCounter counts the statements a pool sends, batched ones included.
+// statementCounter counts the statements a pool sends on behalf of a counted request (one whose
+// context carries countedKey), batched ones included. Background workers share the pool, and what
+// they send, whenever they happen to run, is not the query's cost.
 type statementCounter struct{ n atomic.Int64 }
 
+type countedKey struct{}
+
 func (c *statementCounter) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryStartData) context.Context {
-	c.n.Add(1)
+	if ctx.Value(countedKey{}) != nil {
+		c.n.Add(1)
+	}
 	return ctx
 }
 func (c *statementCounter) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
 func (c *statementCounter) TraceBatchStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceBatchStartData) context.Context {
 	return ctx
 }
-func (c *statementCounter) TraceBatchQuery(context.Context, *pgx.Conn, pgx.TraceBatchQueryData) {
-	c.n.Add(1)
+func (c *statementCounter) TraceBatchQuery(ctx context.Context, _ *pgx.Conn, _ pgx.TraceBatchQueryData) {
+	if ctx.Value(countedKey{}) != nil {
+		c.n.Add(1)
+	}
 }
 func (c *statementCounter) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData) {}
 
@@ -70,7 +78,7 @@ func TestNoNPlusOne(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	platform := access.With(ctx, &access.Principal{Platform: true, Mode: access.Live, KeyID: "key_test"})
+	platform := access.With(context.WithValue(ctx, countedKey{}, true), &access.Principal{Platform: true, Mode: access.Live, KeyID: "key_test"})
 
 	run := func(query string) (statements int64, data string) {
 		t.Helper()
@@ -96,7 +104,7 @@ func TestNoNPlusOne(t *testing.T) {
 			if len(big) <= len(small) {
 				t.Fatalf("the 20-organization answer (%d bytes) is not larger than the 1-organization one (%d bytes)", len(big), len(small))
 			}
-			if one != twenty || twenty > tc.max {
+			if one == 0 || one != twenty || twenty > tc.max {
 				t.Fatalf("statements: %d for 1 organization, %d for 20 (at most %d expected, equal)", one, twenty, tc.max)
 			}
 			t.Logf("%d statements for 1 and for 20 organizations", twenty)
@@ -107,7 +115,7 @@ func TestNoNPlusOne(t *testing.T) {
 		q := `{ patients(limit: %d) { id observations(limit: 5) { id } encounters { id } } }`
 		one, _ := run(fmt.Sprintf(q, 1))
 		many, _ := run(fmt.Sprintf(q, 100))
-		if one != many || many > 3 {
+		if one == 0 || one != many || many > 3 {
 			t.Fatalf("statements: %d for 1 patient, %d for 100", one, many)
 		}
 	})

@@ -58,12 +58,13 @@ func TestSubscriptions(t *testing.T) {
 	}
 	c := dial(key)
 
-	// The fan-out reads from the tail: wait until it delivers, probing with events it will pass.
+	// The fan-out reads from the tail: a subscription sees what is published once it is registered.
 	stream, err := c.Subscribe(ctx, "stream", `subscription($p: ID!) { eventStream(projectId: $p, types: ["lab.*"]) { id type payload projectId source } }`,
 		map[string]any{"p": sepsis})
 	if err != nil {
 		t.Fatal(err)
 	}
+	s.WaitSubscribers(1)
 	next := func(ch <-chan json.RawMessage, what string) json.RawMessage {
 		t.Helper()
 		select {
@@ -77,35 +78,6 @@ func TestSubscriptions(t *testing.T) {
 		}
 		return nil
 	}
-	probing, probed := make(chan struct{}), make(chan struct{})
-	go func() {
-		defer close(probed)
-		for {
-			if err := send("lab.probe", demo.DemoOrgID, sepsis, map[string]any{}); err != nil {
-				t.Error(err)
-				return
-			}
-			select {
-			case <-probing:
-				return
-			case <-time.After(200 * time.Millisecond):
-			}
-		}
-	}()
-	next(stream, "probe")
-	close(probing)
-	<-probed
-	time.Sleep(300 * time.Millisecond)
-	drain := func(ch <-chan json.RawMessage) {
-		for {
-			select {
-			case <-ch:
-			case <-time.After(500 * time.Millisecond):
-				return
-			}
-		}
-	}
-	drain(stream)
 
 	t.Run("eventStream filters by project, type and tenant", func(t *testing.T) {
 		produce("lab.result", s.OrgID("northwind-health"), sepsis, map[string]any{"n": 1}) // another tenant's (forged) event
@@ -134,10 +106,10 @@ func TestSubscriptions(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		s.WaitSubscribers(2)
 		var run struct{ RunAgent struct{ ID string } }
 		ok(t, s, key, `mutation($a: ID!, $p: String!) { runAgent(agentId: $a, patientId: $p) { id } }`,
 			map[string]any{"a": ward7, "p": demo.DeterioratingPatientID}, &run)
-		time.Sleep(200 * time.Millisecond) // the subscription is registered on the server
 		payload := map[string]any{"sessionId": run.RunAgent.ID, "agentId": ward7, "patientId": demo.DeterioratingPatientID, "status": "COMPLETED"}
 		produce("agent.session.updated", demo.DemoOrgID, sepsis, payload)
 		produce("agent.run_completed", demo.DemoOrgID, sepsis, payload) // the same change: pushed once
@@ -168,9 +140,9 @@ func TestSubscriptions(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		s.WaitSubscribers(3)
 		var run struct{ RunWorkflow struct{ ID string } }
 		ok(t, s, key, `mutation($w: ID!) { runWorkflow(workflowId: $w) { id } }`, map[string]any{"w": workflow}, &run)
-		time.Sleep(200 * time.Millisecond)
 		produce("workflow.run.updated", demo.DemoOrgID, sepsis, map[string]any{"runId": run.RunWorkflow.ID, "workflowId": workflow, "status": "QUEUED"})
 		var got struct {
 			Data struct {
@@ -197,7 +169,7 @@ func TestSubscriptions(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		time.Sleep(200 * time.Millisecond)
+		s.WaitSubscribers(4)
 		produce("deployment.status_changed", demo.DemoOrgID, sepsis, map[string]any{"deploymentId": dep.CreateDeployment.ID, "from": "", "to": "PENDING"})
 		var d struct {
 			Data struct {

@@ -88,7 +88,7 @@ func TestDeploymentLifecycle(t *testing.T) {
 		_ = json.Unmarshal(m, &d)
 		return d.Data.EventStream.Payload.To
 	})
-	time.Sleep(500 * time.Millisecond)
+	s.WaitSubscribers(1)
 
 	var created struct {
 		CreateDeployment struct {
@@ -113,6 +113,7 @@ func TestDeploymentLifecycle(t *testing.T) {
 		_ = json.Unmarshal(m, &d)
 		return d.Data.DeploymentStatusChanged.Status
 	})
+	s.WaitSubscribers(2)
 
 	var dep struct {
 		Status       string
@@ -184,7 +185,12 @@ func TestDeploymentLifecycle(t *testing.T) {
 				mu.Unlock()
 			})
 		}
-		time.Sleep(2500 * time.Millisecond) // past the queue wait
+		// While the lock holds the replica, the requests beyond it and its queue are refused.
+		servertest.Eventually(t, 60*time.Second, "20 refusals while the replica is busy", func() bool {
+			mu.Lock()
+			defer mu.Unlock()
+			return codes[http.StatusServiceUnavailable] >= 20
+		})
 		if err := tx.Rollback(ctx); err != nil {
 			t.Fatal(err)
 		}

@@ -51,7 +51,7 @@ func TestObservationEndToEnd(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(300 * time.Millisecond) // let the subscription register before the event exists
+	s.WaitSubscribers(1) // the subscription is registered before the event exists
 
 	obs := map[string]any{
 		"resourceType":      "Observation",

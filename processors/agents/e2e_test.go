@@ -94,7 +94,7 @@ func TestAsyncSessionUpdates(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(500 * time.Millisecond) // registered before the run
+	s.WaitSubscribers(1) // registered before the run
 
 	var d struct{ RunAgent sessionView }
 	gql(t, s, key, runAgent, map[string]any{"a": agent, "p": demo.DeterioratingPatientID}, &d)

@@ -361,19 +361,33 @@ func TestInvokeOverload(t *testing.T) {
 		_, err := inv.Invoke(f.ctx, d.ID, deployments.InvokeRequest{PatientID: demo.StablePatientID})
 		held <- err
 	}()
-	time.Sleep(100 * time.Millisecond) // the first request holds the replica, blocked on the lock
+	// The first request holds the replica once its observation read waits for the lock.
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		var waiting int
+		if err := f.pool.QueryRow(f.ctx, `select count(*) from pg_locks where relation = 'observations'::regclass and not granted`).Scan(&waiting); err != nil {
+			t.Fatal(err)
+		}
+		if waiting > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the first invocation never reached the locked table")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	// Of the next two, one takes the only place in the queue and is refused after QueueWait; the
+	// other finds the queue full and is refused at once. Either order ends the same way.
 	queued := make(chan error, 1)
 	go func() {
 		_, err := inv.Invoke(f.ctx, d.ID, deployments.InvokeRequest{PatientID: demo.StablePatientID})
 		queued <- err
 	}()
-	time.Sleep(50 * time.Millisecond) // the second waits in the queue (its only place)
 	_, err = inv.Invoke(f.ctx, d.ID, deployments.InvokeRequest{PatientID: demo.StablePatientID})
 	if !errors.Is(err, deployments.ErrOverloaded) || fault.KindOf(err) != fault.KindUnavailable {
-		t.Fatalf("with the queue full: %v", err)
+		t.Fatalf("with the replica busy: %v", err)
 	}
 	if err := <-queued; !errors.Is(err, deployments.ErrOverloaded) {
-		t.Fatalf("after QueueWait: %v", err)
+		t.Fatalf("with the replica busy: %v", err)
 	}
 	if err := tx.Rollback(f.ctx); err != nil {
 		t.Fatal(err)

@@ -162,7 +162,7 @@ func TestWorkflowRunEndToEnd(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(500 * time.Millisecond) // the subscription is registered before the run starts
+	s.WaitSubscribers(1) // the subscription is registered before the run starts
 
 	id := runWorkflow(t, s, key, wf, demo.DeterioratingPatientID)
 	v := waitRun(t, s, key, id, 30*time.Second, "the run to end", finished)

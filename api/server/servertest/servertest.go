@@ -9,10 +9,12 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
 	"os"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -275,4 +277,29 @@ func Eventually(t testing.TB, timeout time.Duration, what string, cond func() bo
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// Subscribers returns how many event subscribers the node's fan-out holds now, read from
+// /metrics as a monitoring client would.
+func (s *Server) Subscribers() int {
+	s.t.Helper()
+	r := s.Do(http.MethodGet, "/metrics", "", nil)
+	for _, line := range strings.Split(string(r.Body), "\n") {
+		if v, ok := strings.CutPrefix(line, "carehub_fanout_subscribers "); ok {
+			n, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
+			if err != nil {
+				s.t.Fatalf("carehub_fanout_subscribers %q: %v", v, err)
+			}
+			return int(n)
+		}
+	}
+	return 0
+}
+
+// WaitSubscribers waits until the node's fan-out holds at least n subscribers. A subscription
+// that is registered sees every event published after it, so a test that waits here before it
+// publishes needs no pause.
+func (s *Server) WaitSubscribers(n int) {
+	s.t.Helper()
+	Eventually(s.t, 20*time.Second, fmt.Sprintf("%d fan-out subscribers", n), func() bool { return s.Subscribers() >= n })
 }
