@@ -155,14 +155,17 @@ func TestRedeliveredCommandIsSkipped(t *testing.T) {
 func TestCancelStopsARunningRun(t *testing.T) {
 	h := newHarness(t)
 	h.relay()
-	h.startRunner(RunnerConfig{})
+	group := kafkatest.Group(t, "runner")
+	h.startRunner(RunnerConfig{Group: group})
 	w := h.workflow("Slow", []string{"load_patient", "wait:3s", "score_news2", "assess_risk", "create_alert"})
 	run := h.start(w, demo.DeterioratingPatientID)
 	h.wait(run.ID, 20*time.Second, "the run to wait", func(r *Run, o RunOutput) bool { return o.Current != nil })
 	if _, err := h.svc.Cancel(h.ctx, run.ID); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(4 * time.Second) // past the wait: a runner that missed the cancel would score now
+	// The runner commits a command only once it is done with the run: a runner that missed the
+	// cancel would have scored by then.
+	h.drained(group, h.runs, 20*time.Second)
 	r, out := h.run(run.ID)
 	if r.Status != RunCancelled || len(out.Steps) != 1 {
 		t.Fatalf("run %s, steps %+v", r.Status, out.Steps)

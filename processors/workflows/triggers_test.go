@@ -85,7 +85,7 @@ func TestTriggerChainsEnd(t *testing.T) {
 	h := newHarness(t)
 	h.relay()
 	h.startRunner(RunnerConfig{})
-	h.startTriggers()
+	group := h.startTriggers()
 	a := h.workflow("Ping", []string{"notify"}, "workflow.run.completed")
 	b := h.workflow("Pong", []string{"notify"}, "workflow.run.completed")
 	h.start(a, "")
@@ -96,7 +96,15 @@ func TestTriggerChainsEnd(t *testing.T) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	time.Sleep(2 * time.Second) // time for a link too many to appear
+	// A link too many would exist once the last link's events are on the topic and the triggers
+	// group, which commits only after the runs it starts, has consumed them.
+	for h.count(`select count(*) from outbox where sent_at is null`) != 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the relay did not send the last link's events")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	h.drained(group, h.events, 20*time.Second)
 	rows, _ := h.pool.Query(h.ctx, `select workflow_id, trigger_depth from workflow_runs order by trigger_depth`)
 	var chain []string
 	for rows.Next() {
