@@ -8,7 +8,9 @@ VERSION      ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 DATA_DIR     ?= /tmp/carehub-data
 HTTP_ADDR    ?= 127.0.0.1:8080
 KAFKA_PORT   ?= 9092
-GOTESTFLAGS  ?= -count=1 -timeout 15m
+# The whole suite runs under the race detector and in shuffled order: a test that depends on
+# the order of tests or on a data race fails here, not at random later.
+GOTESTFLAGS  ?= -count=1 -timeout 25m -race -shuffle=on
 NODE_DIRS    := api/ws/nodetest api/graphql/explorer/web processors/webhooks/nodeverify
 
 .DEFAULT_GOAL := help
@@ -39,6 +41,14 @@ node-deps: ## install the npm packages the Node-based tests use (lockfiles commi
 test: postgres-binaries node-deps ## run the whole suite (real Postgres, embedded Kafka, Node and Chromium clients)
 	$(GO) vet ./...
 	$(GO) test $(GOTESTFLAGS) ./...
+
+# Packages with whole-node tests, the ones that race with background work.
+FLAKE_PKGS   ?= ./api/... ./processors/... ./ingest/...
+FLAKE_RUNS   ?= 10
+
+.PHONY: flake-hunt
+flake-hunt: postgres-binaries node-deps ## run FLAKE_PKGS FLAKE_RUNS times under CPU contention; report each failure with its seed
+	FLAKE_PKGS="$(FLAKE_PKGS)" FLAKE_RUNS=$(FLAKE_RUNS) GOTESTFLAGS="$(GOTESTFLAGS)" .ci/flake-hunt
 
 .PHONY: kafka-up
 kafka-up: ## fetch (once) and start a real single-node Apache Kafka on 127.0.0.1:$(KAFKA_PORT)
