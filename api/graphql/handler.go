@@ -8,8 +8,9 @@
 // one statement per level whatever the length of the lists above it.
 //
 // Errors (errors.go) carry extensions.code, mapped from the services' fault kinds in one place.
-// Limits: queries of at most 32 KiB (rejected before parsing), depth at most 12 (depth.go),
-// limit 1..100 and offset ≥ 0 on list fields (args.go).
+// Limits: queries of at most 32 KiB (rejected before parsing), depth at most 12 (depth.go), a
+// cost of at most 100 000 estimated values (cost.go), no NUL or invalid UTF-8 in any argument or
+// variable (strict.go), limit 1..100 and offset ≥ 0 on list fields (args.go).
 package graphql
 
 import (
@@ -25,6 +26,8 @@ import (
 
 	gql "github.com/graph-gophers/graphql-go"
 	gqlerrors "github.com/graph-gophers/graphql-go/errors"
+	"github.com/vektah/gqlparser/v2/ast"
+	"github.com/vektah/gqlparser/v2/parser"
 
 	"carehub/api/rest"
 	"carehub/processors/agents"
@@ -74,6 +77,9 @@ type Options struct {
 	MaxQueryBytes int
 	// MaxParallelism bounds the resolvers of one request running at once (default 16).
 	MaxParallelism int
+	// MaxCost is the budget of one operation's estimated cost (default DefaultMaxCost; see
+	// cost.go); a costlier one is refused before it runs.
+	MaxCost int64
 }
 
 // DefaultMaxQueryBytes is the query length limit of DECISIONS §3.
@@ -86,6 +92,8 @@ type Handler struct {
 	introspection *gql.Schema // introspection-only operations: depth ≤ IntrospectionMaxDepth
 	logger        *slog.Logger
 	maxQuery      int
+	cost          *costModel
+	maxCost       int64
 }
 
 // New binds the schema (schemas.GraphQL) to the services. It fails when a resolver does not
@@ -100,7 +108,14 @@ func New(s Services, o Options) (*Handler, error) {
 	if o.MaxParallelism <= 0 {
 		o.MaxParallelism = 16
 	}
-	h := &Handler{s: &s, logger: o.Logger, maxQuery: o.MaxQueryBytes}
+	if o.MaxCost <= 0 {
+		o.MaxCost = DefaultMaxCost
+	}
+	cost, err := newCostModel()
+	if err != nil {
+		return nil, err
+	}
+	h := &Handler{s: &s, logger: o.Logger, maxQuery: o.MaxQueryBytes, cost: cost, maxCost: o.MaxCost}
 	opts := func(depth int) []gql.SchemaOpt {
 		return []gql.SchemaOpt{
 			gql.UseStringDescriptions(),
@@ -111,7 +126,6 @@ func New(s Services, o Options) (*Handler, error) {
 			gql.Logger(slogPanicLogger{o.Logger}),
 		}
 	}
-	var err error
 	if h.schema, err = gql.ParseSchema(schemas.GraphQL, &root{h.s}, opts(MaxDepth)...); err != nil {
 		return nil, fmt.Errorf("graphql schema: %w", err)
 	}
@@ -168,7 +182,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // Execute runs one query or mutation under ctx (which carries the caller's principal) with fresh
 // loaders, and returns the response with its errors mapped.
 func (h *Handler) Execute(ctx context.Context, req Request) *Response {
-	if errs := h.precheck(req.Query); errs != nil {
+	if errs := h.precheck(req); errs != nil {
 		return &Response{Errors: errs}
 	}
 	ctx = withLoaders(ctx, newLoaders(h.s))
@@ -176,15 +190,58 @@ func (h *Handler) Execute(ctx context.Context, req Request) *Response {
 	return h.finish(ctx, req, res)
 }
 
-// precheck rejects what must not reach the parser.
-func (h *Handler) precheck(query string) []*gqlerrors.QueryError {
-	if len(query) > h.maxQuery {
-		return []*gqlerrors.QueryError{queryError(CodeBadUserInput, "the query is %d bytes long; at most %d are allowed", len(query), h.maxQuery)}
+// precheck rejects, before anything runs, what is too long, empty, holds bad text or costs more
+// than the budget. A document it cannot read is left to graph-gophers' validation to explain;
+// should graph-gophers accept what was not costed, it is refused all the same.
+func (h *Handler) precheck(req Request) []*gqlerrors.QueryError {
+	if len(req.Query) > h.maxQuery {
+		return []*gqlerrors.QueryError{queryError(CodeBadUserInput, "the query is %d bytes long; at most %d are allowed", len(req.Query), h.maxQuery)}
 	}
-	if strings.TrimSpace(query) == "" {
+	if strings.TrimSpace(req.Query) == "" {
 		return []*gqlerrors.QueryError{queryError(CodeBadUserInput, "no query: send {\"query\": \"...\"}")}
 	}
+	if e := checkVariables(req.Variables); e != nil {
+		return []*gqlerrors.QueryError{e}
+	}
+	doc, perr := parser.ParseQuery(&ast.Source{Input: req.Query})
+	if perr != nil {
+		return h.unreadable(req.Query, perr)
+	}
+	if e := checkLiterals(doc); e != nil {
+		return []*gqlerrors.QueryError{e}
+	}
+	cost, err := h.cost.cost(doc, req.OperationName, req.Variables)
+	if err != nil {
+		return h.unreadable(req.Query, err)
+	}
+	if cost > h.maxCost {
+		if errs := h.invalid(req.Query); errs != nil {
+			return errs // an invalid document is reported as such, whatever it would cost
+		}
+		e := queryError(CodeBadUserInput, "the query's estimated cost is %d, over the budget of %d: lower the limit arguments, select fewer nested lists or fields, or split it into several requests", cost, h.maxCost)
+		e.Extensions["cost"], e.Extensions["maxCost"] = cost, h.maxCost
+		return []*gqlerrors.QueryError{e}
+	}
 	return nil
+}
+
+// unreadable answers a document precheck could not read: graph-gophers' validation errors, or
+// err when graph-gophers finds nothing wrong.
+func (h *Handler) unreadable(query string, err error) []*gqlerrors.QueryError {
+	if errs := h.invalid(query); errs != nil {
+		return errs
+	}
+	return []*gqlerrors.QueryError{queryError(CodeBadUserInput, "%v", err)}
+}
+
+// invalid returns graph-gophers' validation errors of a document (BAD_USER_INPUT), nil when it
+// finds none.
+func (h *Handler) invalid(query string) []*gqlerrors.QueryError {
+	errs := h.schemaFor(query).Validate(query)
+	for _, e := range errs {
+		e.Extensions = map[string]any{"code": CodeBadUserInput}
+	}
+	return errs
 }
 
 func (h *Handler) schemaFor(query string) *gql.Schema {

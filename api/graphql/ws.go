@@ -70,7 +70,7 @@ func (e *wsExecutor) audit(ctx context.Context, req ws.Request, start time.Time,
 }
 
 func (e *wsExecutor) Execute(ctx context.Context, req ws.Request) (<-chan *ws.Response, error) {
-	if errs := e.h.precheck(req.Query); errs != nil {
+	if errs := e.h.precheck(Request(req)); errs != nil {
 		c := make(chan *ws.Response, 1)
 		c <- &ws.Response{Errors: errs}
 		close(c)

@@ -47,18 +47,27 @@ func (e *Error) Unwrap() error { return e.Err }
 
 // KindOf returns the kind of err, KindInternal when it is not classified.
 func KindOf(err error) Kind {
-	var f *Error
-	if errors.As(err, &f) {
+	if f := As(err); f != nil {
 		return f.Kind
 	}
 	return KindInternal
 }
 
 // As returns the classified error in err's chain, or nil.
+//
+// A database's refusal of a text value that slipped past the edge's input checks (SQLSTATE 22021
+// character_not_in_repertoire: a NUL byte or invalid UTF-8; 22P05 untranslatable_character: a
+// \u0000 in JSON) is the client's bad input, not an internal failure: it classifies as KindInvalid.
+// The error is recognised by its SQLState method (pgconn.PgError's), so this package needs no
+// database driver.
 func As(err error) *Error {
 	var f *Error
 	if errors.As(err, &f) {
 		return f
+	}
+	var db interface{ SQLState() string }
+	if errors.As(err, &db) && (db.SQLState() == "22021" || db.SQLState() == "22P05") {
+		return &Error{Kind: KindInvalid, Message: "a text value holds a NUL byte or invalid UTF-8, which text must not", Err: err}
 	}
 	return nil
 }
