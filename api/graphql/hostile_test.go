@@ -117,6 +117,16 @@ func TestCostBudget(t *testing.T) {
 		ok(t, s, key, `query Organizations { organizations { id name slug plan } }`, nil, nil)
 	})
 
+	t.Run("the budget is configurable", func(t *testing.T) {
+		cfg := servertest.Config(t)
+		cfg.GraphQLMaxCost = 80
+		small := servertest.StartConfig(t, cfg)
+		res := small.GraphQL(small.DemoKey(), `query Organizations { organizations { id name slug plan } }`, nil) // 81
+		if len(res.Errors) != 1 || !strings.Contains(res.Errors[0].Message, "estimated cost is 81, over the budget of 80") {
+			t.Fatalf("errors %+v", res.Errors)
+		}
+	})
+
 	t.Run("the budget counts limits given by variables", func(t *testing.T) {
 		var q strings.Builder
 		q.WriteString("query($n: Int) {")

@@ -48,6 +48,7 @@ type Config struct {
 	AllowInsecureHTTP    bool // serve plain HTTP on a non-loopback address (behind a TLS proxy)
 	WebhooksAllowPrivate bool // allow webhook delivery to private and loopback addresses
 	TrustedProxies       []string
+	GraphQLMaxCost       int64 // budget of one GraphQL operation's estimated cost (0: graphql.DefaultMaxCost)
 
 	// Observation ingest (zero values mean the defaults of ingest/observations).
 	IngestMaxLag                 int64         // writer lag that turns intake away with 503; -1 disables
@@ -129,6 +130,9 @@ func (c *Config) Validate() error {
 	}
 	if c.IngestMaxLag < -1 || c.IngestProducers < 0 || c.IngestTimeout < 0 || c.ObservationWriterConcurrency < 0 {
 		errs = append(errs, errors.New("--ingest-max-lag, --ingest-producers, --ingest-timeout and --observation-writer-concurrency must not be negative (except --ingest-max-lag -1: off)"))
+	}
+	if c.GraphQLMaxCost < 0 {
+		errs = append(errs, fmt.Errorf("--graphql-max-cost %d: must not be negative (0: the default)", c.GraphQLMaxCost))
 	}
 	for _, p := range c.TrustedProxies {
 		if _, err := netip.ParsePrefix(p); err != nil {

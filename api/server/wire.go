@@ -209,7 +209,7 @@ func (s *Server) mountAPI(r *mux.Router, a authRoutes, agentSvc *agents.Service,
 				OnOverflow: func() { ws.CloseSlow(ctx) }})
 			return sub.C, sub.Close
 		})}
-	gh, err := graphql.New(svc, graphql.Options{Logger: s.logger})
+	gh, err := graphql.New(svc, graphql.Options{Logger: s.logger, MaxCost: s.cfg.GraphQLMaxCost})
 	if err != nil {
 		return err
 	}

@@ -271,6 +271,7 @@ func TestBadConfiguration(t *testing.T) {
 		{"malformed database url", []string{"--database-url", "postgres://%zz"}, "--database-url"},
 		{"bad seed", []string{"--seed", "lots"}, "--seed"},
 		{"bad partitions", []string{"--partitions", "0"}, "--partitions"},
+		{"negative GraphQL budget", []string{"--graphql-max-cost", "-1"}, "--graphql-max-cost"},
 		{"bad trusted proxy", []string{"--trusted-proxies", "10.0.0.0/8,proxy.local"}, "--trusted-proxies"},
 		{"non-loopback without TLS", []string{"--http-addr", "0.0.0.0:8080"}, "not a loopback address"},
 	}
