@@ -31,10 +31,11 @@ import (
 // An operation costing more than the budget (Options.MaxCost, DefaultMaxCost) is refused with
 // BAD_USER_INPUT naming both numbers, before any resolver runs.
 //
-// Figures for DefaultMaxCost: the explorer's default query costs 81, the full GraphiQL
-// introspection query a few thousand, a page of 100 patients with their newest 100 observations
-// (4 fields each) 40 201, and 60 aliases of that page — the amplification attack of issue 13 —
-// 2 412 060.
+// Figures for DefaultMaxCost: the explorer's default query costs 81, the full introspection
+// query of graphql-js about 20 000 (its answer holds about 4 700 values: every ofType level counts
+// whether a type nests that deep or not), a page of 100 patients with their newest 100
+// observations (4 fields each) 40 201, and 60 aliases of that page — the amplification attack of
+// issue 13, a 155 MB answer — 2 412 060.
 const (
 	DefaultMaxCost  = 100_000
 	assumedListSize = 20 // lists without a limit argument whose length the server does not cap

@@ -149,3 +149,28 @@ func countValues(v any) int64 {
 	}
 	return 0
 }
+
+// BenchmarkPrecheck measures what the checks before execution add to every request: parsing the
+// document (a second time: graph-gophers parses it again to run it), checking its text and
+// estimating its cost.
+//
+//	go test ./api/graphql -run '^$' -bench Precheck
+func BenchmarkPrecheck(b *testing.B) {
+	h, err := New(Services{}, Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	for name, req := range map[string]Request{
+		"assets query": {Query: `query($t: AssetType, $s: AssetStatus, $r: Float) { assets(type: $t, status: $s, minRating: $r, limit: 20) {
+			id name type status rating downloads pricing { type } complianceScore { overall } } }`,
+			Variables: map[string]any{"t": "MODEL", "s": "APPROVED", "r": 4.0}},
+		"full introspection": {Query: spectest.IntrospectionQuery},
+		"the attack":         {Query: aliases(60, patientPage)},
+	} {
+		b.Run(name, func(b *testing.B) {
+			for b.Loop() {
+				h.precheck(req)
+			}
+		})
+	}
+}

@@ -75,30 +75,7 @@ func TestCostBudget(t *testing.T) {
 	})
 
 	t.Run("the attack is refused over WebSocket", func(t *testing.T) {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		c, err := wstest.Dial(ctx, "ws://"+s.Addr()+"/graphql", "Bearer "+key)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer c.Close()
-		ch, err := c.Subscribe(ctx, "attack", attack(), nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for m := range ch {
-			t.Fatalf("data pushed: %.300s", m)
-		}
-		var opErr *wstest.OperationError
-		if err := c.Err("attack"); !errors.As(err, &opErr) || len(opErr.Errors) != 1 {
-			t.Fatalf("err %v, want one operation error", err)
-		}
-		var e servertest.GraphQLError
-		if err := json.Unmarshal(opErr.Errors[0], &e); err != nil {
-			t.Fatal(err)
-		}
-		wantRefusal(t, e)
-
+		wantRefusal(t, wsRefusal(t, s, key, attack(), nil))
 	})
 
 	t.Run("realistic queries pass", func(t *testing.T) {
@@ -190,24 +167,39 @@ func TestStrictInput(t *testing.T) {
 	}
 
 	t.Run("over WebSocket", func(t *testing.T) {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		c, err := wstest.Dial(ctx, "ws://"+s.Addr()+"/graphql", "Bearer "+key)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer c.Close()
-		ch, err := c.Subscribe(ctx, "nul", `subscription($p: ID!, $t: [String!]) { eventStream(projectId: $p, types: $t) { id } }`,
+		e := wsRefusal(t, s, key, `subscription($p: ID!, $t: [String!]) { eventStream(projectId: $p, types: $t) { id } }`,
 			map[string]any{"p": prj, "t": []any{"lab.*", "a\x00"}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		for m := range ch {
-			t.Fatalf("data pushed: %s", m)
-		}
-		var opErr *wstest.OperationError
-		if err := c.Err("nul"); !errors.As(err, &opErr) || len(opErr.Errors) != 1 || !strings.Contains(string(opErr.Errors[0]), `"variable":"$t[1]"`) {
-			t.Fatalf("err %v, want one error naming $t[1]", err)
+		if e.Code() != graphql.CodeBadUserInput || e.Extensions["variable"] != "$t[1]" {
+			t.Fatalf("error %+v, want BAD_USER_INPUT naming $t[1]", e)
 		}
 	})
+}
+
+// wsRefusal runs an operation over WebSocket that must be refused before it runs, and returns
+// its one error.
+func wsRefusal(t *testing.T, s *node, key, query string, vars map[string]any) servertest.GraphQLError {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	c, err := wstest.Dial(ctx, "ws://"+s.Addr()+"/graphql", "Bearer "+key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ch, err := c.Subscribe(ctx, "op", query, vars)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for m := range ch {
+		t.Fatalf("data pushed: %.300s", m)
+	}
+	var opErr *wstest.OperationError
+	if err := c.Err("op"); !errors.As(err, &opErr) || len(opErr.Errors) != 1 {
+		t.Fatalf("err %v, want one operation error", err)
+	}
+	var e servertest.GraphQLError
+	if err := json.Unmarshal(opErr.Errors[0], &e); err != nil {
+		t.Fatal(err)
+	}
+	return e
 }
