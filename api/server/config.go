@@ -48,6 +48,9 @@ type Config struct {
 	AllowInsecureHTTP    bool // serve plain HTTP on a non-loopback address (behind a TLS proxy)
 	WebhooksAllowPrivate bool // allow webhook delivery to private and loopback addresses
 	TrustedProxies       []string
+	// SocketRecheck is how often an open WebSocket re-checks its credential (revocation,
+	// rotation expiry, scopes); 0 means ws.DefaultRecheckInterval. Not a flag: tests shorten it.
+	SocketRecheck time.Duration
 
 	// Observation ingest (zero values mean the defaults of ingest/observations).
 	IngestMaxLag                 int64         // writer lag that turns intake away with 503; -1 disables
