@@ -68,6 +68,19 @@ func patientAPI(a *Authenticator, aud *Auditor) http.Handler {
 	})
 }
 
+// auditTopic returns a new audit topic on the test's broker and a publisher to it, closed when
+// the test ends.
+func auditTopic(t *testing.T) (string, *audit.Publisher) {
+	t.Helper()
+	topic := kafkatest.Topic(t, "audit")
+	pub, err := audit.NewPublisher(audit.PublisherConfig{Brokers: kafkatest.Brokers(t), Topic: topic})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { pub.Close(5 * time.Second) })
+	return topic, pub
+}
+
 type call struct {
 	status int
 	header http.Header
@@ -135,12 +148,7 @@ func TestAuditThroughKafka(t *testing.T) {
 	fenced := newKey(t, keys, NewKey{OrgID: org, Mode: access.Live, Scopes: []string{access.ReadPatients}, IPAllowlist: []string{"10.0.0.0/8"}})
 	noScope := newKey(t, keys, NewKey{OrgID: org, Mode: access.Live})
 
-	topic := kafkatest.Topic(t, "audit")
-	pub, err := audit.NewPublisher(audit.PublisherConfig{Brokers: kafkatest.Brokers(t), Topic: topic})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { pub.Close(5 * time.Second) })
+	topic, pub := auditTopic(t)
 	store := postgres.NewAuditLog(pool)
 	w, err := audit.NewWriter(audit.WriterConfig{Brokers: kafkatest.Brokers(t), Topic: topic, Group: kafkatest.Group(t, "audit"), Store: store})
 	if err != nil {
@@ -289,12 +297,7 @@ func TestAuditBrokerNeverReachable(t *testing.T) {
 
 // TestAuditCall covers Audit, the entry point for operations outside the HTTP middleware.
 func TestAuditCall(t *testing.T) {
-	topic := kafkatest.Topic(t, "audit")
-	pub, err := audit.NewPublisher(audit.PublisherConfig{Brokers: kafkatest.Brokers(t), Topic: topic})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { pub.Close(5 * time.Second) })
+	topic, pub := auditTopic(t)
 	aud := NewAuditor(pub)
 	live := &access.Principal{OrgID: "org_1", KeyID: "key_live", Mode: access.Live, ClientIP: "192.0.2.9"}
 	test := &access.Principal{OrgID: "org_1", KeyID: "key_test", Mode: access.Test}
@@ -323,22 +326,9 @@ func TestAuditCall(t *testing.T) {
 	pub.Close(5 * time.Second)
 
 	cl := kafkatest.Client(t, kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
-	var got []storage.AuditRecord
-	deadline := time.Now().Add(30 * time.Second)
-	for len(got) == 0 || got[len(got)-1].Operation != "marker" {
-		if time.Now().After(deadline) {
-			t.Fatalf("records on the topic: %+v", got)
-		}
-		fctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		cl.PollFetches(fctx).EachRecord(func(r *kgo.Record) {
-			var a storage.AuditRecord
-			if err := json.Unmarshal(r.Value, &a); err != nil {
-				t.Fatal(err)
-			}
-			got = append(got, a)
-		})
-		cancel()
-	}
+	got, _ := readAudit(t, cl, func(got []storage.AuditRecord) bool {
+		return len(got) > 0 && got[len(got)-1].Operation == "marker"
+	})
 	if len(got) != 2 {
 		t.Fatalf("%d records, want the live call and the marker: %+v", len(got), got)
 	}
@@ -365,12 +355,7 @@ func TestRefusedCredentialsAudited(t *testing.T) {
 	}
 	unknown := otherKey(live.Secret)
 
-	topic := kafkatest.Topic(t, "audit")
-	pub, err := audit.NewPublisher(audit.PublisherConfig{Brokers: kafkatest.Brokers(t), Topic: topic})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { pub.Close(5 * time.Second) })
+	topic, pub := auditTopic(t)
 	reg := prometheus.NewRegistry()
 	const burst = 4
 	aud := NewAuditor(pub, WithRegisterer(reg), WithRefusalLimits(RefusalLimits{PerSource: Rate{PerSecond: 0.001, Burst: burst}}))
@@ -416,24 +401,7 @@ func TestRefusedCredentialsAudited(t *testing.T) {
 	}
 	total := 0
 	ends.Each(func(o kadm.ListedOffset) { total += int(o.Offset) })
-	var got []storage.AuditRecord
-	var raw []string
-	deadline := time.Now().Add(30 * time.Second)
-	for len(got) < total {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d of %d records read: %+v", len(got), total, got)
-		}
-		fctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		cl.PollFetches(fctx).EachRecord(func(r *kgo.Record) {
-			var a storage.AuditRecord
-			if err := json.Unmarshal(r.Value, &a); err != nil {
-				t.Fatal(err)
-			}
-			got = append(got, a)
-			raw = append(raw, string(r.Value))
-		})
-		cancel()
-	}
+	got, raw := readAudit(t, cl, func(got []storage.AuditRecord) bool { return len(got) >= total })
 	if len(got) != burst+1 {
 		t.Fatalf("%d records, want the %d refusals within the burst and the marker: %+v", len(got), burst, got)
 	}
@@ -477,12 +445,7 @@ func TestRefusedCredentialsAudited(t *testing.T) {
 // TestAuditStatesTruncation: a call that touched more ids than a record keeps (10,000 patient
 // ids, 1,000 others) is recorded with what fits, and says it is incomplete and by how much.
 func TestAuditStatesTruncation(t *testing.T) {
-	topic := kafkatest.Topic(t, "audit")
-	pub, err := audit.NewPublisher(audit.PublisherConfig{Brokers: kafkatest.Brokers(t), Topic: topic})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { pub.Close(5 * time.Second) })
+	topic, pub := auditTopic(t)
 	aud := NewAuditor(pub)
 	live := &access.Principal{OrgID: "org_1", KeyID: "key_live", Mode: access.Live, ClientIP: "192.0.2.9"}
 	// The test's broker, not a subtest's.
@@ -508,7 +471,10 @@ func TestAuditStatesTruncation(t *testing.T) {
 			if err := aud.Audit(ctx, Call{RequestID: id, Start: time.Now(), Operation: "graphql query patients"}); err != nil {
 				t.Fatal(err)
 			}
-			rec := recordOnTopic(t, cl, id)
+			got, _ := readAudit(t, cl, func(got []storage.AuditRecord) bool {
+				return len(got) > 0 && got[len(got)-1].ID == id
+			})
+			rec := got[len(got)-1]
 			if rec.Truncated != tc.truncated || rec.PatientIDsOmitted != tc.patientsOmitted || rec.ResourceIDsOmitted != tc.othersOmitted ||
 				len(rec.PatientIDs) != 10_000 || len(rec.ResourceIDs) != 11_000 {
 				t.Fatalf("record: truncated %v, omitted %d patients and %d others, %d patient ids, %d resource ids",
@@ -518,27 +484,26 @@ func TestAuditStatesTruncation(t *testing.T) {
 	}
 }
 
-// recordOnTopic reads cl's topic until the record with id.
-func recordOnTopic(t *testing.T, cl *kgo.Client, id string) storage.AuditRecord {
+// readAudit reads audit records from cl until done holds for those read so far, and returns
+// them with their encoded form.
+func readAudit(t *testing.T, cl *kgo.Client, done func([]storage.AuditRecord) bool) ([]storage.AuditRecord, []string) {
 	t.Helper()
+	var got []storage.AuditRecord
+	var raw []string
 	deadline := time.Now().Add(30 * time.Second)
-	for time.Now().Before(deadline) {
+	for !done(got) {
+		if time.Now().After(deadline) {
+			t.Fatalf("records on the topic after 30s: %+v", got)
+		}
 		fctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		var found *storage.AuditRecord
 		cl.PollFetches(fctx).EachRecord(func(r *kgo.Record) {
 			var a storage.AuditRecord
 			if err := json.Unmarshal(r.Value, &a); err != nil {
 				t.Fatal(err)
 			}
-			if a.ID == id {
-				found = &a
-			}
+			got, raw = append(got, a), append(raw, string(r.Value))
 		})
 		cancel()
-		if found != nil {
-			return *found
-		}
 	}
-	t.Fatalf("audit record %s not on the topic within 30s", id)
-	return storage.AuditRecord{}
+	return got, raw
 }
