@@ -38,7 +38,8 @@ func (a *Authenticator) Middleware(onError func(http.ResponseWriter, *http.Reque
 			}
 			ctx := r.Context()
 			p, err := a.authenticate(ctx, r.Header.Get("Authorization"), a.clientIP(r))
-			if st := auditStateFrom(ctx); st != nil {
+			st := auditStateFrom(ctx)
+			if st != nil {
 				var refusal *Refusal
 				switch {
 				case p != nil:
@@ -59,7 +60,7 @@ func (a *Authenticator) Middleware(onError func(http.ResponseWriter, *http.Reque
 				return
 			}
 			r = r.WithContext(access.With(ctx, p))
-			if st := auditStateFrom(ctx); st != nil {
+			if st != nil {
 				r = st.authenticated(r)
 			}
 			next.ServeHTTP(w, r)
