@@ -69,6 +69,17 @@ type AuditRecord struct {
 	Outcome     string    `json:"outcome"` // success, denied, error
 	Status      int       `json:"status"`  // HTTP status
 	LatencyMs   int       `json:"latencyMs"`
+	// Truncated says the call touched more ids than one record keeps (10,000 patient ids, 1,000
+	// other ids); PatientIDsOmitted and ResourceIDsOmitted count the distinct ids left out (a
+	// lower bound past ten times the cap, where counting stops).
+	Truncated          bool `json:"truncated"`
+	PatientIDsOmitted  int  `json:"patientIdsOmitted"`
+	ResourceIDsOmitted int  `json:"resourceIdsOmitted"`
+	// AuthFailure is set on the record of a refused credential (status 401): missing, malformed,
+	// unknown_key, revoked, expired or invalid_token. Credential then names what was presented
+	// without the secret: "chk_live_…AbCd" (a key's prefix and last four), "jwt", or "".
+	AuthFailure string `json:"authFailure,omitempty"`
+	Credential  string `json:"credential,omitempty"`
 }
 
 // AuditQuery selects audit records of one organization, newest first.

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/gorilla/mux"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"carehub/api/rest"
 	"carehub/processors/access"
@@ -38,13 +39,18 @@ const maxGraphQLPeek = 1 << 20
 
 // Auditor writes the HIPAA audit record of every call made with a live key (DECISIONS §2):
 // time, organization, key, mode, client IP, user agent, operation, the resources the services
-// touched (access.Touch), outcome, HTTP status and latency. Test-key and unauthenticated calls
-// are not recorded.
+// touched (access.Touch), outcome, HTTP status and latency. Test-key calls are not recorded.
+// Refused credentials (401) are, whatever their mode, as failed authentications, sampled per
+// client address so that a flood of bad requests cannot become a flood of records (see
+// RefusalLimits).
 type Auditor struct {
 	sink        AuditSink
 	ackTimeout  time.Duration
 	graphqlPath string
 	now         func() time.Time
+	refusals    RefusalLimits
+	sampler     *refusalSampler
+	registerer  prometheus.Registerer
 }
 
 // AuditorOption configures an Auditor.
@@ -58,12 +64,23 @@ func WithAckTimeout(d time.Duration) AuditorOption { return func(a *Auditor) { a
 // by route (default "/graphql").
 func WithGraphQLPath(p string) AuditorOption { return func(a *Auditor) { a.graphqlPath = p } }
 
+// WithRefusalLimits sets how many failed authentications are recorded (default
+// DefaultRefusalLimits()).
+func WithRefusalLimits(l RefusalLimits) AuditorOption { return func(a *Auditor) { a.refusals = l } }
+
+// WithRegisterer registers the Auditor's metrics (carehub_audit_auth_failures_*) on reg.
+func WithRegisterer(reg prometheus.Registerer) AuditorOption {
+	return func(a *Auditor) { a.registerer = reg }
+}
+
 // NewAuditor returns an Auditor writing to sink.
 func NewAuditor(sink AuditSink, opts ...AuditorOption) *Auditor {
-	a := &Auditor{sink: sink, ackTimeout: DefaultAckTimeout, graphqlPath: "/graphql", now: time.Now}
+	a := &Auditor{sink: sink, ackTimeout: DefaultAckTimeout, graphqlPath: "/graphql", now: time.Now,
+		refusals: DefaultRefusalLimits()}
 	for _, o := range opts {
 		o(a)
 	}
+	a.sampler = newRefusalSampler(a.refusals.withDefaults(), a.registerer)
 	return a
 }
 
@@ -135,15 +152,19 @@ func (a *Auditor) finish(aw *auditWriter, r *http.Request, recorder *access.Reco
 	aw.send()
 }
 
-// record builds the audit record of a live-key call, or returns nil when the call is not audited.
+// record builds the audit record of a live-key call or of a refused credential, or returns nil
+// when the call is not audited.
 func (a *Auditor) record(aw *auditWriter, r *http.Request, recorder *access.Recorder, start time.Time) *storage.AuditRecord {
-	p := aw.st.get()
-	if p == nil || p.Mode != access.Live {
-		return nil
-	}
 	status := aw.status
 	if status == 0 {
 		status = http.StatusOK
+	}
+	p, refusal := aw.st.get()
+	if p == nil && refusal != nil {
+		return a.refusalRecord(refusal, rest.RequestID(r.Context()), start, r.UserAgent(), aw.st.operation(r), status)
+	}
+	if p == nil || p.Mode != access.Live {
+		return nil
 	}
 	id := rest.RequestID(r.Context())
 	if id == "" {
@@ -152,13 +173,24 @@ func (a *Auditor) record(aw *auditWriter, r *http.Request, recorder *access.Reco
 	rec := &storage.AuditRecord{
 		ID: id, Time: start.UTC(), OrgID: p.OrgID, KeyID: p.KeyID, Mode: p.Mode, ClientIP: p.ClientIP,
 		UserAgent: truncate(r.UserAgent(), 512), Operation: aw.st.operation(r),
-		ResourceIDs: recorder.ResourceIDs(), PatientIDs: recorder.PatientIDs(),
 		Outcome: outcome(status), Status: status, LatencyMs: int(a.now().Sub(start).Milliseconds()),
 	}
+	withTouched(rec, recorder)
 	if rec.Outcome == "success" && r.URL.Path == a.graphqlPath && aw.buffer {
 		rec.Outcome = graphQLOutcome(aw.body.Bytes())
 	}
 	return rec
+}
+
+// withTouched fills rec with the ids recorder collected, and says so when there were more than
+// a record keeps.
+func withTouched(rec *storage.AuditRecord, recorder *access.Recorder) {
+	if recorder == nil {
+		return
+	}
+	rec.ResourceIDs, rec.PatientIDs = recorder.ResourceIDs(), recorder.PatientIDs()
+	rec.PatientIDsOmitted, rec.ResourceIDsOmitted = recorder.Omitted()
+	rec.Truncated = rec.PatientIDsOmitted > 0 || rec.ResourceIDsOmitted > 0
 }
 
 // Call describes an operation that does not pass through Middleware, such as a GraphQL
@@ -194,9 +226,7 @@ func (a *Auditor) Audit(ctx context.Context, c Call) error {
 	if rec.Outcome == "" {
 		rec.Outcome = outcome(status)
 	}
-	if r := access.RecorderFrom(ctx); r != nil {
-		rec.ResourceIDs, rec.PatientIDs = r.ResourceIDs(), r.PatientIDs()
-	}
+	withTouched(&rec, access.RecorderFrom(ctx))
 	if len(rec.PatientIDs) == 0 {
 		a.sink.Publish(rec)
 		return nil
@@ -258,12 +288,14 @@ func truncate(s string, n int) string {
 type auditStateKey struct{}
 
 // auditState is what the auditor learns during a request: the principal (set by the
-// authenticator, also for calls it refuses) and, for GraphQL, the operation.
+// authenticator, also for calls it refuses) or the refused credential, and, for GraphQL, the
+// operation.
 type auditState struct {
 	a *Auditor
 
 	mu        sync.Mutex
 	principal *access.Principal
+	refusal   *Refusal
 	graphqlOp string
 }
 
@@ -278,16 +310,23 @@ func (st *auditState) setPrincipal(p *access.Principal) {
 	st.mu.Unlock()
 }
 
-func (st *auditState) get() *access.Principal {
+func (st *auditState) setRefusal(r *Refusal) {
+	st.mu.Lock()
+	st.refusal = r
+	st.mu.Unlock()
+}
+
+// get returns the principal, or the refusal of a credential that did not authenticate.
+func (st *auditState) get() (*access.Principal, *Refusal) {
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	return st.principal
+	return st.principal, st.refusal
 }
 
 // authenticated runs once the caller is known. For a live caller of the GraphQL endpoint it
 // reads the operation from the request, putting back a body the handler reads unchanged.
 func (st *auditState) authenticated(r *http.Request) *http.Request {
-	p := st.get()
+	p, _ := st.get()
 	if p == nil || p.Mode != access.Live || r.URL.Path != st.a.graphqlPath {
 		return r
 	}
@@ -386,7 +425,7 @@ func (aw *auditWriter) decide() {
 		return
 	}
 	aw.decided = true
-	p := aw.st.get()
+	p, _ := aw.st.get()
 	aw.buffer = p != nil && p.Mode == access.Live
 	if aw.buffer {
 		aw.header = aw.w.Header().Clone()

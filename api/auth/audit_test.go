@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -14,6 +15,8 @@ import (
 	"time"
 
 	"github.com/gorilla/mux"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -63,6 +66,19 @@ func patientAPI(a *Authenticator, aud *Auditor) http.Handler {
 		w.Header().Set("Request-Id", id)
 		r.ServeHTTP(w, req.WithContext(rest.WithRequestID(req.Context(), id)))
 	})
+}
+
+// auditTopic returns a new audit topic on the test's broker and a publisher to it, closed when
+// the test ends.
+func auditTopic(t *testing.T) (string, *audit.Publisher) {
+	t.Helper()
+	topic := kafkatest.Topic(t, "audit")
+	pub, err := audit.NewPublisher(audit.PublisherConfig{Brokers: kafkatest.Brokers(t), Topic: topic})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { pub.Close(5 * time.Second) })
+	return topic, pub
 }
 
 type call struct {
@@ -132,12 +148,7 @@ func TestAuditThroughKafka(t *testing.T) {
 	fenced := newKey(t, keys, NewKey{OrgID: org, Mode: access.Live, Scopes: []string{access.ReadPatients}, IPAllowlist: []string{"10.0.0.0/8"}})
 	noScope := newKey(t, keys, NewKey{OrgID: org, Mode: access.Live})
 
-	topic := kafkatest.Topic(t, "audit")
-	pub, err := audit.NewPublisher(audit.PublisherConfig{Brokers: kafkatest.Brokers(t), Topic: topic})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { pub.Close(5 * time.Second) })
+	topic, pub := auditTopic(t)
 	store := postgres.NewAuditLog(pool)
 	w, err := audit.NewWriter(audit.WriterConfig{Brokers: kafkatest.Brokers(t), Topic: topic, Group: kafkatest.Group(t, "audit"), Store: store})
 	if err != nil {
@@ -286,12 +297,7 @@ func TestAuditBrokerNeverReachable(t *testing.T) {
 
 // TestAuditCall covers Audit, the entry point for operations outside the HTTP middleware.
 func TestAuditCall(t *testing.T) {
-	topic := kafkatest.Topic(t, "audit")
-	pub, err := audit.NewPublisher(audit.PublisherConfig{Brokers: kafkatest.Brokers(t), Topic: topic})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { pub.Close(5 * time.Second) })
+	topic, pub := auditTopic(t)
 	aud := NewAuditor(pub)
 	live := &access.Principal{OrgID: "org_1", KeyID: "key_live", Mode: access.Live, ClientIP: "192.0.2.9"}
 	test := &access.Principal{OrgID: "org_1", KeyID: "key_test", Mode: access.Test}
@@ -320,22 +326,9 @@ func TestAuditCall(t *testing.T) {
 	pub.Close(5 * time.Second)
 
 	cl := kafkatest.Client(t, kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
-	var got []storage.AuditRecord
-	deadline := time.Now().Add(30 * time.Second)
-	for len(got) == 0 || got[len(got)-1].Operation != "marker" {
-		if time.Now().After(deadline) {
-			t.Fatalf("records on the topic: %+v", got)
-		}
-		fctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		cl.PollFetches(fctx).EachRecord(func(r *kgo.Record) {
-			var a storage.AuditRecord
-			if err := json.Unmarshal(r.Value, &a); err != nil {
-				t.Fatal(err)
-			}
-			got = append(got, a)
-		})
-		cancel()
-	}
+	got, _ := readAudit(t, cl, func(got []storage.AuditRecord) bool {
+		return len(got) > 0 && got[len(got)-1].Operation == "marker"
+	})
 	if len(got) != 2 {
 		t.Fatalf("%d records, want the live call and the marker: %+v", len(got), got)
 	}
@@ -345,4 +338,172 @@ func TestAuditCall(t *testing.T) {
 	if !sameAudit(got[0], want) || !got[0].Time.Equal(start.UTC().Truncate(time.Nanosecond)) {
 		t.Fatalf("record %+v\nwant     %+v", got[0], want)
 	}
+}
+
+// TestRefusedCredentialsAudited: 401s are audited as failed authentications, without the
+// secret, filed under the key's organization when the key exists and under none otherwise; and
+// a flood of them from one address is sampled, not written one record each.
+func TestRefusedCredentialsAudited(t *testing.T) {
+	pool := pgtest.New(t)
+	keys := NewKeys(pool)
+	tokens := NewTokens(pool)
+	org := newOrg(t, pool)
+	live := newKey(t, keys, NewKey{OrgID: org, Mode: access.Live, Scopes: []string{access.ReadPatients}})
+	revoked := newKey(t, keys, NewKey{OrgID: org, Mode: access.Live, Scopes: []string{access.ReadPatients}})
+	if _, err := keys.Revoke(context.Background(), "", revoked.ID); err != nil {
+		t.Fatal(err)
+	}
+	unknown := otherKey(live.Secret)
+
+	topic, pub := auditTopic(t)
+	reg := prometheus.NewRegistry()
+	const burst = 4
+	aud := NewAuditor(pub, WithRegisterer(reg), WithRefusalLimits(RefusalLimits{PerSource: Rate{PerSecond: 0.001, Burst: burst}}))
+	frozen := time.Now()
+	aud.now = func() time.Time { return frozen } // no refill while the test runs
+	srv := httptest.NewServer(patientAPI(NewAuthenticator(keys, tokens), aud))
+	t.Cleanup(srv.Close)
+
+	type refused struct {
+		name, key, reason, credential, keyID, orgID string
+	}
+	cases := []refused{
+		{"revoked live key", revoked.Secret, ReasonRevoked, revoked.Masked, revoked.ID, org},
+		{"unknown key", unknown, ReasonUnknownKey, maskKey(unknown), "", ""},
+		{"bad JWT", "eyJhbGciOiJFZERTQSJ9.eyJzdWIiOiJrZXlfMSJ9.c2ln", ReasonInvalidToken, "jwt", "", ""},
+		{"malformed", "not a key", ReasonMalformed, "", "", ""},
+	}
+	ids := map[string]refused{}
+	for _, tc := range cases {
+		c := do(t, http.MethodGet, srv.URL+"/v1/patients/pat_123", tc.key, "")
+		if c.status != http.StatusUnauthorized || strings.Contains(c.body, patientName) {
+			t.Fatalf("%s: %d %s", tc.name, c.status, c.body)
+		}
+		ids[c.header.Get("Request-Id")] = tc
+	}
+	// The flood: one address, past its burst. None of these is recorded.
+	for range 20 {
+		if c := do(t, http.MethodGet, srv.URL+"/v1/patients/pat_123", unknown, ""); c.status != http.StatusUnauthorized {
+			t.Fatalf("flood: %d %s", c.status, c.body)
+		}
+	}
+	// Live calls are not sampled; this one marks the end.
+	marker := do(t, http.MethodGet, srv.URL+"/v1/organizations", live.Secret, "")
+	markerID := marker.header.Get("Request-Id")
+	pub.Close(5 * time.Second) // flushes: every record is on the topic now
+
+	// Records are keyed by organization, so they sit in different partitions: read them all,
+	// as many as the partitions' end offsets say there are.
+	cl := kafkatest.Client(t, kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	ends, err := kadm.NewClient(cl).ListEndOffsets(context.Background(), topic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	total := 0
+	ends.Each(func(o kadm.ListedOffset) { total += int(o.Offset) })
+	got, raw := readAudit(t, cl, func(got []storage.AuditRecord) bool { return len(got) >= total })
+	if len(got) != burst+1 {
+		t.Fatalf("%d records, want the %d refusals within the burst and the marker: %+v", len(got), burst, got)
+	}
+	seen := map[string]bool{}
+	for i, rec := range got {
+		if rec.ID == markerID {
+			if rec.AuthFailure != "" || rec.KeyID != live.ID {
+				t.Errorf("marker %+v", rec)
+			}
+			continue
+		}
+		tc, ok := ids[rec.ID]
+		if !ok || seen[rec.ID] {
+			t.Fatalf("record %+v is not one of the first refusals", rec)
+		}
+		seen[rec.ID] = true
+		if rec.AuthFailure != tc.reason || rec.Credential != tc.credential || rec.KeyID != tc.keyID || rec.OrgID != tc.orgID ||
+			rec.Status != http.StatusUnauthorized || rec.Outcome != "denied" || rec.ClientIP != "127.0.0.1" ||
+			rec.UserAgent != "carehub-audit-test/1" || rec.Operation != "GET /v1/patients/{id}" || len(rec.PatientIDs) != 0 {
+			t.Errorf("%s recorded as %+v", tc.name, rec)
+		}
+		if strings.Contains(raw[i], tc.key) {
+			t.Errorf("%s: the record carries the credential: %s", tc.name, raw[i])
+		}
+	}
+	families, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	counts := map[string]float64{}
+	for _, f := range families {
+		for _, m := range f.GetMetric() {
+			counts[f.GetName()] += m.GetCounter().GetValue()
+		}
+	}
+	if counts["carehub_audit_auth_failures_suppressed_total"] != 20 || counts["carehub_audit_auth_failures_recorded_total"] != burst {
+		t.Fatalf("metrics %v, want 20 suppressed and %d recorded", counts, burst)
+	}
+}
+
+// TestAuditStatesTruncation: a call that touched more ids than a record keeps (10,000 patient
+// ids, 1,000 others) is recorded with what fits, and says it is incomplete and by how much.
+func TestAuditStatesTruncation(t *testing.T) {
+	topic, pub := auditTopic(t)
+	aud := NewAuditor(pub)
+	live := &access.Principal{OrgID: "org_1", KeyID: "key_live", Mode: access.Live, ClientIP: "192.0.2.9"}
+	// The test's broker, not a subtest's.
+	cl := kafkatest.Client(t, kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	for _, tc := range []struct {
+		name                           string
+		patients, others               int
+		truncated                      bool
+		patientsOmitted, othersOmitted int
+	}{
+		{"within the caps", 10_000, 1_000, false, 0, 0},
+		{"past both caps", 10_003, 1_002, true, 3, 2},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx, _ := access.WithRecorder(access.With(context.Background(), live))
+			for i := range tc.patients {
+				access.Touch(ctx, access.KindPatient, fmt.Sprintf("pat_%026d", i))
+			}
+			for i := range tc.others {
+				access.Touch(ctx, access.KindObservation, fmt.Sprintf("obs_%026d", i))
+			}
+			id := ids.New(ids.Request)
+			if err := aud.Audit(ctx, Call{RequestID: id, Start: time.Now(), Operation: "graphql query patients"}); err != nil {
+				t.Fatal(err)
+			}
+			got, _ := readAudit(t, cl, func(got []storage.AuditRecord) bool {
+				return len(got) > 0 && got[len(got)-1].ID == id
+			})
+			rec := got[len(got)-1]
+			if rec.Truncated != tc.truncated || rec.PatientIDsOmitted != tc.patientsOmitted || rec.ResourceIDsOmitted != tc.othersOmitted ||
+				len(rec.PatientIDs) != 10_000 || len(rec.ResourceIDs) != 11_000 {
+				t.Fatalf("record: truncated %v, omitted %d patients and %d others, %d patient ids, %d resource ids",
+					rec.Truncated, rec.PatientIDsOmitted, rec.ResourceIDsOmitted, len(rec.PatientIDs), len(rec.ResourceIDs))
+			}
+		})
+	}
+}
+
+// readAudit reads audit records from cl until done holds for those read so far, and returns
+// them with their encoded form.
+func readAudit(t *testing.T, cl *kgo.Client, done func([]storage.AuditRecord) bool) ([]storage.AuditRecord, []string) {
+	t.Helper()
+	var got []storage.AuditRecord
+	var raw []string
+	deadline := time.Now().Add(30 * time.Second)
+	for !done(got) {
+		if time.Now().After(deadline) {
+			t.Fatalf("records on the topic after 30s: %+v", got)
+		}
+		fctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		cl.PollFetches(fctx).EachRecord(func(r *kgo.Record) {
+			var a storage.AuditRecord
+			if err := json.Unmarshal(r.Value, &a); err != nil {
+				t.Fatal(err)
+			}
+			got, raw = append(got, a), append(raw, string(r.Value))
+		})
+		cancel()
+	}
+	return got, raw
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net/http"
 	"net/netip"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -121,7 +122,9 @@ func ParseAuthorization(v string) (string, error) {
 	return v, nil
 }
 
-// Authenticate returns the principal for an Authorization value presented from clientIP.
+// Authenticate returns the principal for an Authorization value presented from clientIP. A
+// refused credential is a *Refusal wrapping ErrMissingCredential, ErrMalformedCredential or
+// ErrInvalidCredential (errors.Is works on it), which says for the audit log what was refused.
 func (a *Authenticator) Authenticate(ctx context.Context, authorization string, clientIP netip.Addr) (*access.Principal, error) {
 	p, err := a.authenticate(ctx, authorization, clientIP)
 	if err != nil {
@@ -135,46 +138,111 @@ func (a *Authenticator) Authenticate(ctx context.Context, authorization string, 
 func (a *Authenticator) authenticate(ctx context.Context, authorization string, clientIP netip.Addr) (*access.Principal, error) {
 	cred, err := ParseAuthorization(authorization)
 	if err != nil {
-		return nil, err
+		reason := ReasonMalformed
+		if errors.Is(err, ErrMissingCredential) {
+			reason = ReasonMissing
+		}
+		return nil, refuse(err, reason, "", nil, clientIP)
 	}
 	var (
 		key    *Key
 		claims *TokenClaims
+		masked string
 	)
 	switch {
 	case strings.HasPrefix(cred, LivePrefix) || strings.HasPrefix(cred, TestPrefix):
 		if !WellFormedKey(cred) {
-			return nil, ErrInvalidCredential
+			return nil, refuse(ErrInvalidCredential, ReasonMalformed, "", nil, clientIP)
 		}
+		masked = maskKey(cred)
 		key, err = a.lookup("h:"+string(HashKey(cred)), func() (*Key, error) { return a.keys.authLookup(ctx, cred) })
 	case strings.Count(cred, ".") == 2 && a.tokens != nil:
+		masked = "jwt"
 		claims, err = a.tokens.Verify(ctx, cred)
-		if err != nil {
+		if fault.KindOf(err) == fault.KindUnavailable {
 			return nil, err
+		}
+		if err != nil {
+			return nil, refuse(ErrInvalidCredential, ReasonInvalidToken, masked, nil, clientIP)
 		}
 		key, err = a.lookup("i:"+claims.KeyID, func() (*Key, error) { return a.keys.Get(ctx, "", claims.KeyID) })
 	default:
-		return nil, ErrInvalidCredential
+		return nil, refuse(ErrInvalidCredential, ReasonMalformed, "", nil, clientIP)
 	}
 	if err != nil {
 		return nil, fault.Wrap(fault.KindUnavailable, err, "authentication is temporarily unavailable")
 	}
-	if key == nil || !key.Usable(a.now()) {
-		return nil, ErrInvalidCredential
+	now := a.now()
+	switch {
+	case key == nil:
+		return nil, refuse(ErrInvalidCredential, ReasonUnknownKey, masked, nil, clientIP)
+	case key.Status == "revoked":
+		return nil, refuse(ErrInvalidCredential, ReasonRevoked, masked, key, clientIP)
+	case !key.Usable(now):
+		return nil, refuse(ErrInvalidCredential, ReasonExpired, masked, key, clientIP)
+	case claims != nil && (claims.OrgID != key.OrgID || claims.Mode != key.Mode):
+		return nil, refuse(ErrInvalidCredential, ReasonInvalidToken, masked, key, clientIP)
 	}
 	p := key.Principal()
 	p.ClientIP = clientIP.String()
+	if key.Status == "rotated" {
+		p.ExpiresAt = *key.ExpiresAt // Usable: set and in the future
+	}
 	if claims != nil {
-		if claims.OrgID != key.OrgID || claims.Mode != key.Mode {
-			return nil, ErrInvalidCredential
-		}
 		p.Scopes = intersect(claims.Scopes, key.Scopes, key.Platform)
 		p.TokenID = claims.ID
+		if p.ExpiresAt.IsZero() || claims.ExpiresAt.Before(p.ExpiresAt) {
+			p.ExpiresAt = claims.ExpiresAt
+		}
 	}
 	if !allowed(key.IPAllowlist, clientIP) {
 		return p, ErrIPNotAllowed
 	}
 	return p, nil
+}
+
+// Recheck reports whether p, a principal this Authenticator returned, still stands: it has not
+// expired (a JWT's exp, a rotated key's grace), its key (a JWT's parent key) is neither revoked
+// nor expired, still holds every scope p carries and still admits p's client address. Long-lived
+// connections (WebSocket) call it periodically, so that revocation, rotation expiry, narrowed
+// scopes and allowlists reach them as they reach requests. The key is read through the same
+// cache as Authenticate: a change made on another node is seen within cacheTTL, one made on this
+// node (ForgetKey) at once, and any number of sockets of one key cost one lookup per cacheTTL.
+//
+// It returns a *Refusal (ErrInvalidCredential), a fault.InsufficientScope, ErrIPNotAllowed, or an
+// UNAVAILABLE fault when the key store cannot be read: then nothing is known either way.
+func (a *Authenticator) Recheck(ctx context.Context, p *access.Principal) error {
+	if p == nil {
+		return ErrMissingCredential
+	}
+	ip, _ := netip.ParseAddr(p.ClientIP)
+	now := a.now()
+	if !p.ExpiresAt.IsZero() && !now.Before(p.ExpiresAt) {
+		return refuse(ErrInvalidCredential, ReasonExpired, "", principalKey(p), ip)
+	}
+	key, err := a.lookup("i:"+p.KeyID, func() (*Key, error) { return a.keys.Get(ctx, "", p.KeyID) })
+	if err != nil {
+		return fault.Wrap(fault.KindUnavailable, err, "authentication is temporarily unavailable")
+	}
+	switch {
+	case key == nil:
+		return refuse(ErrInvalidCredential, ReasonUnknownKey, "", principalKey(p), ip)
+	case key.Status == "revoked":
+		return refuse(ErrInvalidCredential, ReasonRevoked, key.Masked, key, ip)
+	case !key.Usable(now):
+		return refuse(ErrInvalidCredential, ReasonExpired, key.Masked, key, ip)
+	}
+	if !key.Platform {
+		for _, s := range p.Scopes {
+			if !slices.Contains(key.Scopes, s) {
+				return fault.InsufficientScope(s)
+			}
+		}
+	}
+	if !allowed(key.IPAllowlist, ip) {
+		return ErrIPNotAllowed
+	}
+	return nil
 }
 
 // lookup returns the cached key under cacheKey, or fetches it. A key that does not exist is

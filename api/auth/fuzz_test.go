@@ -4,6 +4,8 @@ import (
 	"context"
 	"crypto/ed25519"
 	"encoding/base64"
+	"encoding/json"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -46,7 +48,8 @@ func FuzzParseAuthorization(f *testing.F) {
 }
 
 // FuzzVerifyToken feeds arbitrary strings to Verify over a fixed key. Whatever it accepts must
-// carry a genuine signature of that key over its first two segments and complete claims.
+// carry a genuine signature of that key over its first two segments, complete claims and
+// carehub's audience.
 func FuzzVerifyToken(f *testing.F) {
 	k := fixedKey("fuzz")
 	at := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
@@ -58,6 +61,9 @@ func FuzzVerifyToken(f *testing.F) {
 	f.Add(signWith(f, jwt.SigningMethodNone, jwt.UnsafeAllowNoneSignatureType, validClaims(at), map[string]any{"kid": k.kid}))
 	f.Add(signWith(f, jwt.SigningMethodHS256, []byte(k.public), validClaims(at), map[string]any{"kid": k.kid}))
 	f.Add(signWith(f, jwt.SigningMethodEdDSA, k.private, validClaims(at.Add(-2*time.Hour)), map[string]any{"kid": k.kid}))
+	noAud := validClaims(at)
+	delete(noAud, "aud")
+	f.Add(signWith(f, jwt.SigningMethodEdDSA, k.private, noAud, map[string]any{"kid": k.kid}))
 	f.Add("a.b.c")
 	f.Add("..")
 	f.Add("eyJhbGciOiJFZERTQSJ9..")
@@ -82,6 +88,13 @@ func FuzzVerifyToken(f *testing.F) {
 			if !access.ValidScope(s) {
 				t.Fatalf("accepted unknown scope %q", s)
 			}
+		}
+		var payload struct {
+			Aud jwt.ClaimStrings `json:"aud"`
+		}
+		raw, _ := base64.RawURLEncoding.DecodeString(segs[1])
+		if json.Unmarshal(raw, &payload) != nil || !slices.Contains(payload.Aud, Audience) {
+			t.Fatalf("accepted %q without aud %q", token, Audience)
 		}
 	})
 }

@@ -1,14 +1,16 @@
 // Package auth authenticates callers (API keys and the JWTs exchanged for them), checks IP
 // allowlists and rate limits, establishes the access.Principal every service checks, and writes
-// the HIPAA audit record of every live-key call. One identity path serves REST, GraphQL and
-// WebSocket alike.
+// the HIPAA audit record of every live-key call and of refused credentials. One identity path
+// serves REST, GraphQL and WebSocket alike.
 //
 // File map:
 //
 //	keys.go           API keys: format, hashing, create, rotate (24 h grace), revoke, allowlists
 //	keyadmin.go       KeyAdmin: key management for API callers (admin:org, no escalation)
 //	tokens.go         Tokens: the EdDSA JWT exchange, verification, signing keys, JWKS
-//	authenticator.go  Authenticator: Authorization value → Principal, with a key cache
+//	authenticator.go  Authenticator: Authorization value → Principal, with a key cache; Recheck
+//	                  for long-lived connections (a WebSocket dies with its credential)
+//	refusal.go        Refusal: why a credential was refused, and the sampled audit of refusals
 //	middleware.go     Authenticator.Middleware (authenticate, rate limit) and LimitBody
 //	ratelimit.go      per-credential token buckets and the RateLimit headers
 //	clientip.go       the client address: socket peer, or X-Forwarded-For of trusted proxies

@@ -1,6 +1,7 @@
 package auth
 
 import (
+	"errors"
 	"io"
 	"net/http"
 	"strings"
@@ -24,7 +25,7 @@ import (
 // authenticates it with Authenticate.
 //
 // Placed inside an Auditor's middleware, it tells the auditor which key a call was made with,
-// refused calls included.
+// refused calls included, or what was refused when the credential did not authenticate.
 func (a *Authenticator) Middleware(onError func(http.ResponseWriter, *http.Request, error)) func(http.Handler) http.Handler {
 	if onError == nil {
 		onError = rest.WriteError
@@ -38,8 +39,14 @@ func (a *Authenticator) Middleware(onError func(http.ResponseWriter, *http.Reque
 			ctx := r.Context()
 			p, err := a.authenticate(ctx, r.Header.Get("Authorization"), a.clientIP(r))
 			st := auditStateFrom(ctx)
-			if st != nil && p != nil {
-				st.setPrincipal(p)
+			if st != nil {
+				var refusal *Refusal
+				switch {
+				case p != nil:
+					st.setPrincipal(p)
+				case errors.As(err, &refusal):
+					st.setRefusal(refusal)
+				}
 			}
 			if err != nil {
 				onError(w, r, err)

@@ -24,7 +24,11 @@ import (
 // JWT exchange (spec Authentication 6, DECISIONS §2): an API key buys a short-lived EdDSA token
 // carrying a subset of its scopes.
 const (
-	Issuer        = "carehub"
+	Issuer = "carehub"
+	// Audience is the aud of every token carehub issues, and required of every token it
+	// accepts: a token minted by the same signing keys for another audience (or by a JWT
+	// library's defaults, with none) is not a carehub API credential.
+	Audience      = "carehub-api"
 	TokenLifetime = time.Hour
 	tokenType     = "Bearer"
 	// maxTokenLen bounds what Verify parses; carehub's tokens are about 500 bytes.
@@ -138,6 +142,7 @@ func newTokens(pool *pgxpool.Pool, now func() time.Time) *Tokens {
 	t.parser = jwt.NewParser(
 		jwt.WithValidMethods([]string{jwt.SigningMethodEdDSA.Alg()}),
 		jwt.WithIssuer(Issuer),
+		jwt.WithAudience(Audience),
 		jwt.WithExpirationRequired(),
 		jwt.WithTimeFunc(func() time.Time { return t.now() }),
 		jwt.WithStrictDecoding(),
@@ -181,6 +186,7 @@ func (t *Tokens) Issue(ctx context.Context, p *access.Principal, scopes []string
 	c := &claims{
 		RegisteredClaims: jwt.RegisteredClaims{
 			Issuer:    Issuer,
+			Audience:  jwt.ClaimStrings{Audience},
 			Subject:   p.KeyID,
 			IssuedAt:  jwt.NewNumericDate(iat),
 			ExpiresAt: jwt.NewNumericDate(iat.Add(TokenLifetime)),
@@ -206,8 +212,8 @@ func (e errKeysUnavailable) Error() string { return "load signing keys: " + e.er
 func (e errKeysUnavailable) Unwrap() error { return e.err }
 
 // Verify checks token and returns its claims. Anything but a well-formed, unexpired EdDSA token
-// signed by a current carehub key with every claim present (iss carehub, sub, org, scope, mode,
-// iat, exp, jti) is ErrInvalidCredential; alg "none", HMAC with the public key as secret and
+// signed by a current carehub key with every claim present (iss carehub, aud Audience, sub, org,
+// scope, mode, iat, exp, jti) is ErrInvalidCredential; alg "none", HMAC with the public key as secret and
 // every other algorithm are refused before any key is consulted.
 func (t *Tokens) Verify(ctx context.Context, token string) (*TokenClaims, error) {
 	if t == nil || t.parser == nil || len(token) > maxTokenLen {

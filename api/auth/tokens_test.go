@@ -45,7 +45,7 @@ func staticTokens(now func() time.Time, keys ...*signingKey) *Tokens {
 // validClaims returns the claims of a token carehub would issue at iat.
 func validClaims(iat time.Time) jwt.MapClaims {
 	return jwt.MapClaims{
-		"iss": Issuer, "sub": "key_01jabcdefghjkmnpqrstvwxyz0", "org": "org_01jabcdefghjkmnpqrstvwxyz0",
+		"iss": Issuer, "aud": Audience, "sub": "key_01jabcdefghjkmnpqrstvwxyz0", "org": "org_01jabcdefghjkmnpqrstvwxyz0",
 		"scope": "read:patients exec:agents", "mode": "live", "iat": iat.Unix(), "exp": iat.Add(time.Hour).Unix(),
 		"jti": "jti_01jabcdefghjkmnpqrstvwxyz0",
 	}
@@ -141,6 +141,11 @@ func TestVerifyRejects(t *testing.T) {
 		{"kid not a string", signWith(t, jwt.SigningMethodEdDSA, k.private, validClaims(now), map[string]any{"kid": 7})},
 		{"wrong issuer", signWith(t, jwt.SigningMethodEdDSA, k.private, with("iss", "evil"), edHeader)},
 		{"missing iss", signWith(t, jwt.SigningMethodEdDSA, k.private, without("iss"), edHeader)},
+		{"missing aud", signWith(t, jwt.SigningMethodEdDSA, k.private, without("aud"), edHeader)},
+		{"wrong aud", signWith(t, jwt.SigningMethodEdDSA, k.private, with("aud", "carehub-webhooks"), edHeader)},
+		{"aud list without carehub's", signWith(t, jwt.SigningMethodEdDSA, k.private, with("aud", []string{"a", "b"}), edHeader)},
+		{"aud of the issuer's name", signWith(t, jwt.SigningMethodEdDSA, k.private, with("aud", Issuer), edHeader)},
+		{"empty aud", signWith(t, jwt.SigningMethodEdDSA, k.private, with("aud", ""), edHeader)},
 		{"missing sub", signWith(t, jwt.SigningMethodEdDSA, k.private, without("sub"), edHeader)},
 		{"sub not a key", signWith(t, jwt.SigningMethodEdDSA, k.private, with("sub", "org_1"), edHeader)},
 		{"missing org", signWith(t, jwt.SigningMethodEdDSA, k.private, without("org"), edHeader)},
@@ -233,10 +238,13 @@ func TestIssuePolicy(t *testing.T) {
 	if header["alg"] != "EdDSA" || header["kid"] != fixedKey("a").kid {
 		t.Fatalf("header %v", header)
 	}
-	for _, claim := range []string{"iss", "sub", "org", "scope", "mode", "iat", "exp", "jti"} {
+	for _, claim := range []string{"iss", "aud", "sub", "org", "scope", "mode", "iat", "exp", "jti"} {
 		if _, ok := payload[claim]; !ok {
 			t.Errorf("payload %v lacks %s", payload, claim)
 		}
+	}
+	if aud, _ := payload["aud"].([]any); len(aud) != 1 || aud[0] != Audience {
+		t.Errorf("aud %v, want [%q]", payload["aud"], Audience)
 	}
 	// The platform operator may ask for any scope; a token with no scope is allowed too.
 	platform := &access.Principal{KeyID: "key_p", Mode: access.Live, Platform: true}

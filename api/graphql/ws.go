@@ -13,17 +13,24 @@ import (
 	"carehub/api/auth"
 	"carehub/api/ws"
 	"carehub/processors/access"
+	"carehub/processors/fault"
 )
 
-// Authenticator turns an Authorization value into a principal (*auth.Authenticator).
+// Authenticator turns an Authorization value into a principal, and tells whether a principal
+// it returned still stands (*auth.Authenticator).
 type Authenticator interface {
 	Authenticate(ctx context.Context, authorization string, clientIP netip.Addr) (*access.Principal, error)
+	Recheck(ctx context.Context, p *access.Principal) error
+	// ClientIP is r's client address as the authenticator sees it (behind trusted proxies too).
+	ClientIP(r *http.Request) netip.Addr
 }
 
 // Auditor records an operation in the HIPAA audit log (*auth.Auditor). When the operation touched
 // a patient it returns an error unless the record is durable, and the data must not be sent.
+// Refused records a refused credential.
 type Auditor interface {
 	Audit(ctx context.Context, c auth.Call) error
+	Refused(c auth.Call, err error)
 }
 
 // Executor returns the adapter api/ws runs operations on: it authenticates connection_init's
@@ -42,12 +49,30 @@ type wsExecutor struct {
 
 type userAgentKey struct{}
 
+// wsConnectionInit is the operation a refused connection_init is audited as.
+const wsConnectionInit = "graphql ws connection_init"
+
 func (e *wsExecutor) Authenticate(ctx context.Context, r *http.Request, authorization string) (context.Context, error) {
-	p, err := e.a.Authenticate(ctx, authorization, auth.ClientIP(r))
+	start := time.Now()
+	p, err := e.a.Authenticate(ctx, authorization, e.a.ClientIP(r))
 	if err != nil {
+		if e.au != nil {
+			e.au.Refused(auth.Call{Start: start, UserAgent: r.UserAgent(), Operation: wsConnectionInit}, err)
+		}
 		return nil, err
 	}
 	return context.WithValue(access.With(ctx, p), userAgentKey{}, r.UserAgent()), nil
+}
+
+// Recheck implements ws.Rechecker: a socket lives only as long as the credential it was opened
+// with (revoked, rotated past its grace, narrowed: closed with 4403). An unreachable key store
+// proves nothing either way, so the socket stays and is asked again next time.
+func (e *wsExecutor) Recheck(ctx context.Context) error {
+	err := e.a.Recheck(ctx, access.From(ctx))
+	if fault.KindOf(err) == fault.KindUnavailable {
+		return nil
+	}
+	return err
 }
 
 // audit records one message of an operation; on failure the message becomes an UNAVAILABLE error

@@ -49,6 +49,9 @@ type Config struct {
 	WebhooksAllowPrivate bool // allow webhook delivery to private and loopback addresses
 	TrustedProxies       []string
 	GraphQLMaxCost       int64 // budget of one GraphQL operation's estimated cost (0: graphql.DefaultMaxCost)
+	// SocketRecheck is how often an open WebSocket re-checks its credential (revocation,
+	// rotation expiry, scopes); 0 means ws.DefaultRecheckInterval. Not a flag: tests shorten it.
+	SocketRecheck time.Duration
 
 	// Observation ingest (zero values mean the defaults of ingest/observations).
 	IngestMaxLag                 int64         // writer lag that turns intake away with 503; -1 disables

@@ -73,7 +73,7 @@ func (s *Server) wire(ctx context.Context, wctx context.Context) (http.Handler, 
 			return nil, err
 		}
 		s.closers = append(s.closers, func(context.Context) error { pub.Close(5 * time.Second); return nil })
-		a = authRoutes{authn: authn, auditor: auth.NewAuditor(pub),
+		a = authRoutes{authn: authn, auditor: auth.NewAuditor(pub, auth.WithRegisterer(s.registry)),
 			handlers: auth.NewHandlers(tokens, auth.NewKeyAdmin(keys, authn), audit.NewService(auditLog))}
 	}
 	if s.has(RoleAPI) {
@@ -213,7 +213,7 @@ func (s *Server) mountAPI(r *mux.Router, a authRoutes, agentSvc *agents.Service,
 	if err != nil {
 		return err
 	}
-	wsh := ws.New(gh.Executor(authn, a.auditor), ws.Options{Logger: s.logger, Metrics: s.registry})
+	wsh := ws.New(gh.Executor(authn, a.auditor), ws.Options{Logger: s.logger, Metrics: s.registry, RecheckInterval: s.cfg.SocketRecheck})
 	s.closers = append(s.closers, wsh.Shutdown)
 
 	gql := r.NewRoute().Subrouter()

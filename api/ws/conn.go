@@ -295,16 +295,32 @@ func (c *conn) finish() {
 	}
 }
 
-// keepLoop enforces InitTimeout and keeps the socket alive.
+// recheckTimeout bounds one Rechecker.Recheck call; the keeper waits for it.
+const recheckTimeout = 5 * time.Second
+
+// keepLoop enforces InitTimeout, keeps the socket alive and, with a Rechecker, re-checks the
+// credential of an authenticated socket.
 func (c *conn) keepLoop() {
 	initTimer := time.NewTimer(c.h.opts.InitTimeout)
 	defer initTimer.Stop()
 	ticker := time.NewTicker(c.h.opts.KeepAlive)
 	defer ticker.Stop()
+	var recheck <-chan time.Time
+	rc, _ := c.h.exec.(Rechecker)
+	if rc != nil {
+		t := time.NewTicker(c.h.opts.RecheckInterval)
+		defer t.Stop()
+		recheck = t.C
+	}
 	for {
 		select {
 		case <-c.ctx.Done():
 			return
+		case <-recheck:
+			// acked is stored after authCtx is set: once it reads true, authCtx is safe to read.
+			if c.acked.Load() && !c.recheck(rc) {
+				return
+			}
 		case <-initTimer.C:
 			if !c.acked.Load() {
 				c.log.Info("ws: no connection_init in time", "init_timeout", c.h.opts.InitTimeout)
@@ -343,6 +359,22 @@ func (c *conn) authenticated(ctx context.Context) {
 			c.log.Info("ws: credential expired, closing socket")
 		}
 	})
+}
+
+// recheck asks rc whether the socket's credential still stands and closes the socket with 4403
+// when it does not. It reports whether the socket stays open.
+func (c *conn) recheck(rc Rechecker) bool {
+	ctx, cancel := context.WithTimeout(c.authCtx, recheckTimeout)
+	err := rc.Recheck(ctx)
+	cancel()
+	if err == nil || c.ctx.Err() != nil {
+		return c.ctx.Err() == nil
+	}
+	if c.fail(CloseForbidden, "Forbidden: credential no longer valid", closeHandshake) {
+		c.h.metrics.credentialWithdrawn()
+		c.log.Info("ws: credential no longer valid, closing socket", "error", err)
+	}
+	return false
 }
 
 // startOperation registers and starts op id under the authenticated context. It reports

@@ -17,8 +17,14 @@
 // JWT, with or without "Bearer "). Executor.Authenticate turns it into a context that every
 // operation on the socket then runs under: an operation never re-authenticates, and a socket
 // whose init failed never runs one. When that context ends while the socket is open (the
-// executor gives it the credential's expiry, a JWT's exp, as deadline) the socket is closed
-// with 4403 "Forbidden: credential expired", and the client reconnects with a fresh one.
+// executor may give it the credential's expiry as deadline) the socket is closed with 4403
+// "Forbidden: credential expired", and the client reconnects with a fresh one.
+//
+// A credential can also be withdrawn while the socket is open: an API key revoked (on any
+// node), rotated past its grace, its scopes or allowlist narrowed. An Executor that is a
+// Rechecker is asked every RecheckInterval whether the credential still stands; when it no
+// longer does, the socket is closed with 4403 "Forbidden: credential no longer valid" and every
+// operation on it ends.
 //
 // # Close codes
 //
@@ -27,7 +33,8 @@
 //	4400 <reason>                              invalid message (bad JSON, unknown type, bad payload)
 //	4401 Unauthorized                          subscribe before connection_ack
 //	4403 Forbidden                             connection_init with a missing or bad credential,
-//	                                           or the credential expired (both protocols)
+//	                                           or the credential expired or was withdrawn
+//	                                           (both protocols)
 //	4406 Subprotocol not acceptable            neither subprotocol offered (both protocols)
 //	4408 Connection initialisation timeout     no successful connection_init within InitTimeout
 //	4409 Subscriber for <id> already exists    subscribe with the id of an active operation
@@ -62,7 +69,8 @@
 //     connection_init is authenticated inline, so nothing runs before the ack.
 //   - the writer: the only goroutine that writes data frames. It drains the send queue, one
 //     frame at a time, each under WriteTimeout, and performs the close handshake at the end.
-//   - the keeper: init timeout, the protocol keep-alive (legacy "ka"), WebSocket pings.
+//   - the keeper: init timeout, the protocol keep-alive (legacy "ka"), WebSocket pings, and
+//     the credential re-check (Rechecker).
 //   - one per operation: runs Executor.Execute and turns its responses into messages.
 //
 // Every outgoing message goes through one bounded queue per connection (SubscriberBuffer
@@ -74,7 +82,7 @@
 //
 // # Files
 //
-//	handler.go    Executor, Request, Response, Options, Handler (upgrade, shutdown)
+//	handler.go    Executor, Rechecker, Request, Response, Options, Handler (upgrade, shutdown)
 //	conn.go       one socket: reader, send queue, writer, keeper, operations, closing
 //	transport.go  graphql-transport-ws messages
 //	legacy.go     subscriptions-transport-ws messages

@@ -59,6 +59,18 @@ type Executor interface {
 	Execute(ctx context.Context, req Request) (<-chan *Response, error)
 }
 
+// Rechecker is implemented by an Executor whose credentials can be withdrawn while a socket is
+// open: an API key revoked, rotated past its grace, narrowed. Every Options.RecheckInterval after
+// connection_ack the socket's keeper calls Recheck with the context Authenticate returned (and a
+// timeout); an error closes the socket with 4403 "Forbidden: credential no longer valid",
+// cancelling its operations, and the client must reconnect with a valid credential. Recheck
+// returns nil while the credential stands and also when it cannot tell (its store is out of
+// reach): a socket is closed on a definite answer only, and asked again next time. The error is
+// logged, so it must not contain the credential.
+type Rechecker interface {
+	Recheck(ctx context.Context) error
+}
+
 // Request is one GraphQL operation as a client sent it in subscribe (or legacy start).
 type Request struct {
 	Query         string
@@ -95,6 +107,10 @@ type Options struct {
 	// SubscriberBuffer is the capacity of each connection's send queue, in messages
 	// (default 64).
 	SubscriberBuffer int
+	// RecheckInterval is how often an authenticated socket's credential is re-checked, when the
+	// Executor is a Rechecker (default 1 s). A revocation reaches the socket within it plus
+	// however long the Rechecker's own answers may be stale.
+	RecheckInterval time.Duration
 	// MaxOperationsPerConn caps the operations active at once on one socket (default 100); a
 	// subscribe beyond it gets an error message for that operation.
 	MaxOperationsPerConn int
@@ -117,6 +133,7 @@ const (
 	DefaultMaxMessageBytes      = 64 << 10
 	DefaultSubscriberBuffer     = 64
 	DefaultMaxOperationsPerConn = 100
+	DefaultRecheckInterval      = time.Second
 )
 
 // Validate reports options that are set but unusable (negative values).
@@ -128,6 +145,7 @@ func (o Options) Validate() error {
 	}{
 		{"InitTimeout", o.InitTimeout}, {"KeepAlive", o.KeepAlive},
 		{"WriteTimeout", o.WriteTimeout}, {"SlowConsumerTimeout", o.SlowConsumerTimeout},
+		{"RecheckInterval", o.RecheckInterval},
 	} {
 		if d.v < 0 {
 			errs = append(errs, fmt.Errorf("ws: %s must not be negative, got %v", d.name, d.v))
@@ -167,6 +185,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.MaxOperationsPerConn <= 0 {
 		o.MaxOperationsPerConn = DefaultMaxOperationsPerConn
+	}
+	if o.RecheckInterval <= 0 {
+		o.RecheckInterval = DefaultRecheckInterval
 	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()

@@ -130,6 +130,18 @@ func (t *tick) Pad() string { return t.pad }
 type testExecutor struct {
 	schema *graphql.Schema
 	keys   map[string]string
+	// withdrawn holds the identities whose credential Recheck refuses (string → struct{}).
+	withdrawn sync.Map
+	rechecks  atomic.Int64
+}
+
+// Recheck refuses a socket whose identity was withdrawn.
+func (e *testExecutor) Recheck(ctx context.Context) error {
+	e.rechecks.Add(1)
+	if _, ok := e.withdrawn.Load(identity(ctx)); ok {
+		return errors.New("credential withdrawn")
+	}
+	return nil
 }
 
 // Keys and operation names that make the executor misbehave, for the failure paths.
@@ -176,6 +188,7 @@ func (e *testExecutor) Execute(ctx context.Context, req Request) (<-chan *Respon
 
 type testServer struct {
 	h    *Handler
+	exec *testExecutor
 	srv  *httptest.Server
 	reg  *prometheus.Registry
 	root *root
@@ -191,12 +204,13 @@ func newTestServer(t *testing.T, opts Options) *testServer {
 	reg := prometheus.NewRegistry()
 	opts.Metrics = reg
 	opts.Logger = testLogger(t)
-	h := New(&testExecutor{schema: schema, keys: map[string]string{keyAlice: "alice", keyBob: "bob"}}, opts)
+	exec := &testExecutor{schema: schema, keys: map[string]string{keyAlice: "alice", keyBob: "bob"}}
+	h := New(exec, opts)
 
 	srv := httptest.NewUnstartedServer(h)
 	srv.Listener = smallBufferListener{srv.Listener}
 	srv.Start()
-	ts := &testServer{h: h, srv: srv, reg: reg, root: r, url: "ws" + strings.TrimPrefix(srv.URL, "http")}
+	ts := &testServer{h: h, exec: exec, srv: srv, reg: reg, root: r, url: "ws" + strings.TrimPrefix(srv.URL, "http")}
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 		defer cancel()

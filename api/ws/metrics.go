@@ -12,6 +12,7 @@ type metrics struct {
 	connections  *prometheus.GaugeVec
 	operations   *prometheus.GaugeVec
 	slowConsumer prometheus.Counter
+	withdrawn    prometheus.Counter
 	sent         *prometheus.CounterVec
 }
 
@@ -29,6 +30,10 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "carehub_ws_slow_consumer_closes_total",
 			Help: "WebSocket connections closed with 4008 because their send queue stayed full.",
 		}),
+		withdrawn: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "carehub_ws_credential_closes_total",
+			Help: "WebSocket connections closed with 4403 because a re-check found their credential revoked, expired or narrowed.",
+		}),
 		sent: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "carehub_ws_messages_sent_total",
 			Help: "Messages written to GraphQL WebSocket connections, by subprotocol.",
@@ -41,6 +46,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	m.connections = telemetry.Shared(reg, m.connections)
 	m.operations = telemetry.Shared(reg, m.operations)
 	m.slowConsumer = telemetry.Shared(reg, m.slowConsumer)
+	m.withdrawn = telemetry.Shared(reg, m.withdrawn)
 	m.sent = telemetry.Shared(reg, m.sent)
 	return m
 }
@@ -52,4 +58,5 @@ func (m *metrics) operationStarted(protocol string) {
 }
 func (m *metrics) operationEnded(protocol string) { m.operations.WithLabelValues(protocol).Dec() }
 func (m *metrics) slowConsumerClosed()            { m.slowConsumer.Inc() }
+func (m *metrics) credentialWithdrawn()           { m.withdrawn.Inc() }
 func (m *metrics) messageSent(protocol string)    { m.sent.WithLabelValues(protocol).Inc() }

@@ -533,6 +533,41 @@ func TestCredentialExpiryClosesSocket(t *testing.T) {
 	}
 }
 
+// TestWithdrawnCredentialClosesSocket: a socket whose credential a re-check refuses (revoked,
+// rotated past its grace, narrowed) is closed with 4403 and its operations stop; another
+// identity's socket on the same server is untouched.
+func TestWithdrawnCredentialClosesSocket(t *testing.T) {
+	for _, proto := range []string{ProtocolTransportWS, ProtocolLegacy} {
+		t.Run(proto, func(t *testing.T) {
+			ts := newTestServer(t, Options{RecheckInterval: 10 * time.Millisecond})
+			start := map[string]string{ProtocolTransportWS: "subscribe", ProtocolLegacy: "start"}[proto]
+			next := map[string]string{ProtocolTransportWS: "next", ProtocolLegacy: "data"}[proto]
+			sockets := map[string]*rawClient{}
+			for who, key := range map[string]string{"alice": keyAlice, "bob": keyBob} {
+				c := dialProto(t, ts.url, proto)
+				c.send(wireMsg{Type: "connection_init", Payload: payloadObj(t, map[string]string{"Authorization": key})})
+				c.expect("connection_ack", "")
+				c.send(wireMsg{ID: "s", Type: start, Payload: opPayload(t, `subscription { ticks(n: 1000000, intervalMs: 20) { n } }`, nil)})
+				c.expect(next, "s")
+				sockets[who] = c
+			}
+			// Re-checks run and find nothing wrong: both sockets keep delivering.
+			waitFor(t, 5*time.Second, "re-checks", func() bool { return ts.exec.rechecks.Load() >= 4 })
+			sockets["alice"].expect(next, "s")
+
+			ts.exec.withdrawn.Store("alice", struct{}{})
+			sockets["alice"].expectClose(CloseForbidden, "Forbidden: credential no longer valid")
+			waitFor(t, 2*time.Second, "alice's source to stop", func() bool { return ts.root.active.Load() == 1 })
+			for range 3 {
+				sockets["bob"].expect(next, "s")
+			}
+			if v := ts.metric(t, "carehub_ws_credential_closes_total", ""); v != 1 {
+				t.Fatalf("carehub_ws_credential_closes_total = %v, want 1", v)
+			}
+		})
+	}
+}
+
 // TestWSTestClient covers the helper other packages' black-box tests use.
 func TestWSTestClient(t *testing.T) {
 	ts := newTestServer(t, Options{})

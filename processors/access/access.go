@@ -7,6 +7,7 @@ package access
 import (
 	"context"
 	"slices"
+	"time"
 
 	"carehub/processors/fault"
 )
@@ -47,6 +48,9 @@ type Principal struct {
 	Platform bool     // the platform operator sees every organization and holds every scope
 	TokenID  string   // jti when the caller presented a JWT
 	ClientIP string
+	// ExpiresAt is when the credential stops authenticating by itself (a JWT's exp, a rotated
+	// key's end of grace); zero when it does not. Revocation can end it any time before.
+	ExpiresAt time.Time
 }
 
 // Has reports whether p holds scope.

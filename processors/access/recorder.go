@@ -2,6 +2,7 @@ package access
 
 import (
 	"context"
+	"hash/maphash"
 	"slices"
 	"sync"
 )
@@ -19,10 +20,13 @@ const (
 
 // Bounds on what one request records: every patient id up to maxPatientIDs (patient lists are
 // bounded by page limits far below it), other ids up to maxResourceIDs, so a request that reads
-// a hundred patients with their observations still yields an audit record of sane size.
+// a hundred patients with their observations still yields an audit record of sane size. Ids
+// past a cap are not recorded but counted (Omitted), so the record can say it is incomplete and
+// by how much; that count is exact up to omittedFactor times the cap and a lower bound beyond.
 const (
 	maxPatientIDs  = 10_000
 	maxResourceIDs = 1_000
+	omittedFactor  = 10
 )
 
 // Recorder collects the resource ids one request touched, for its audit record. It is safe for
@@ -32,7 +36,14 @@ type Recorder struct {
 	mu        sync.Mutex
 	seen      map[string]struct{}
 	patients  []string
-	resources []string
+	resources []string // patients included
+	others    int      // ids in resources that are not patients
+	// Ids past a cap: distinct by a 64-bit hash, which keeps the memory of a huge read small;
+	// a collision (odds about 1 in 10^9 at the bound) undercounts by one.
+	seed             maphash.Seed
+	omitted          map[uint64]struct{}
+	patientsOmitted  int
+	resourcesOmitted int
 }
 
 type recorderKey struct{}
@@ -40,7 +51,7 @@ type recorderKey struct{}
 // WithRecorder returns ctx carrying a new Recorder, and the Recorder. The audit middleware calls
 // it once per audited request; services only call Touch.
 func WithRecorder(ctx context.Context) (context.Context, *Recorder) {
-	r := &Recorder{seen: map[string]struct{}{}}
+	r := &Recorder{seen: map[string]struct{}{}, seed: maphash.MakeSeed()}
 	return context.WithValue(ctx, recorderKey{}, r), r
 }
 
@@ -73,14 +84,44 @@ func (r *Recorder) touch(kind, id string) {
 	}
 	if kind == KindPatient {
 		if len(r.patients) >= maxPatientIDs {
+			r.omit(id, &r.patientsOmitted, maxPatientIDs)
 			return
 		}
 		r.patients = append(r.patients, id)
-	} else if len(r.resources) >= maxResourceIDs {
-		return
+	} else {
+		if r.others >= maxResourceIDs {
+			r.omit(id, &r.resourcesOmitted, maxResourceIDs)
+			return
+		}
+		r.others++
 	}
 	r.seen[id] = struct{}{}
 	r.resources = append(r.resources, id)
+}
+
+// omit counts id, past the cap of its kind, once.
+func (r *Recorder) omit(id string, count *int, limit int) {
+	if *count >= omittedFactor*limit {
+		return
+	}
+	if r.omitted == nil {
+		r.omitted = map[uint64]struct{}{}
+	}
+	h := maphash.String(r.seed, id)
+	if _, dup := r.omitted[h]; dup {
+		return
+	}
+	r.omitted[h] = struct{}{}
+	*count++
+}
+
+// Omitted returns how many distinct patient ids and other ids were touched past the caps and
+// are therefore missing from PatientIDs and ResourceIDs: both zero unless the record is
+// truncated. Each count is exact up to ten times its cap and a lower bound beyond.
+func (r *Recorder) Omitted() (patients, resources int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.patientsOmitted, r.resourcesOmitted
 }
 
 // PatientIDs returns the distinct patient ids touched so far, in first-touch order.

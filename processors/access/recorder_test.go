@@ -66,7 +66,7 @@ func TestRecorderConcurrent(t *testing.T) {
 	if n := len(rec.PatientIDs()); n != 100 {
 		t.Fatalf("%d distinct patients, want 100", n)
 	}
-	// Non-patient ids stop at the cap (1,000 ids in all); patients are all kept.
+	// Non-patient ids stop at their cap of 1,000; patients are all kept besides them.
 	ids := rec.ResourceIDs()
 	patients := 0
 	for _, id := range ids {
@@ -74,7 +74,46 @@ func TestRecorderConcurrent(t *testing.T) {
 			patients++
 		}
 	}
-	if patients != 100 || len(ids) < 1000 || len(ids) > 1100 {
+	if patients != 100 || len(ids) != 1100 {
 		t.Fatalf("%d resource ids with %d patients; want every patient and about the cap of 1000", len(ids), patients)
+	}
+}
+
+// TestRecorderStatesTruncation: past its caps (10,000 patient ids, 1,000 other ids) a recorder
+// keeps no more ids but counts the distinct ones it left out, so the audit record can say it is
+// incomplete and by how much.
+func TestRecorderStatesTruncation(t *testing.T) {
+	ctx, rec := access.WithRecorder(context.Background())
+	access.Touch(ctx, access.KindPatient, "pat_first")
+	if p, r := rec.Omitted(); p != 0 || r != 0 {
+		t.Fatalf("Omitted = %d, %d before any cap was reached", p, r)
+	}
+	const patients, others = 10_000 + 250, 1_000 + 40
+	for pass := range 2 { // the second pass repeats every id: none may count twice
+		for i := 1; i < patients; i++ {
+			access.Touch(ctx, access.KindPatient, fmt.Sprintf("pat_%05d", i))
+		}
+		for i := range others {
+			access.Touch(ctx, access.KindObservation, fmt.Sprintf("obs_%05d", i))
+		}
+		if got := len(rec.PatientIDs()); got != 10_000 {
+			t.Fatalf("pass %d: %d patient ids kept, want the cap of 10000", pass, got)
+		}
+		p, r := rec.Omitted()
+		if p != 250 || r != 40 {
+			t.Fatalf("pass %d: Omitted = %d patients, %d others; want 250 and 40", pass, p, r)
+		}
+	}
+	// An id recorded before the cap is still recorded once, never counted as omitted.
+	access.Touch(ctx, access.KindPatient, "pat_first")
+	if p, _ := rec.Omitted(); p != 250 {
+		t.Fatalf("a recorded id was counted as omitted: %d", p)
+	}
+	// The count stops at ten times the cap (a lower bound from there), bounding its memory.
+	for i := range 20_000 {
+		access.Touch(ctx, access.KindObservation, fmt.Sprintf("obs_more_%05d", i))
+	}
+	if _, r := rec.Omitted(); r != 10*1_000 {
+		t.Fatalf("omitted others = %d, want the counting bound of 10000", r)
 	}
 }

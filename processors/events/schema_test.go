@@ -277,6 +277,10 @@ func TestKafkaSchemas(t *testing.T) {
 		{"audit with bad outcome", "audit.v1.json", edit(t, audit, map[string]any{"outcome": "ok"}), false},
 		{"audit with fractional status", "audit.v1.json", edit(t, audit, map[string]any{"status": 200.5}), false},
 		{"audit without operation", "audit.v1.json", edit(t, audit, map[string]any{"operation": nil}), false},
+		{"truncated audit record", "audit.v1.json", edit(t, audit, map[string]any{"truncated": true, "patientIdsOmitted": 250, "resourceIdsOmitted": 40}), true},
+		{"audit with negative omitted count", "audit.v1.json", edit(t, audit, map[string]any{"patientIdsOmitted": -1}), false},
+		{"refused credential", "audit.v1.json", edit(t, auditNil, map[string]any{"authFailure": "revoked", "credential": "chk_live_…AbCd"}), true},
+		{"refusal with unknown reason", "audit.v1.json", edit(t, auditNil, map[string]any{"authFailure": "bad luck"}), false},
 		{"observation", "observations.v1.json", observation, true},
 		{"observation without patient", "observations.v1.json", edit(t, observation, map[string]any{"patientId": nil}), false},
 		{"observation of another resource", "observations.v1.json", edit(t, observation, map[string]any{"observation": map[string]any{

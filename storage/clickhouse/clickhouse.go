@@ -209,14 +209,16 @@ func (s *Store) AppendAudit(ctx context.Context, records []storage.AuditRecord) 
 		return nil
 	}
 	batch, err := s.conn.PrepareBatch(ctx, `INSERT INTO audit_log (id, time, org_id, key_id, mode, client_ip, user_agent,
-operation, resource_ids, patient_ids, outcome, status, latency_ms)`)
+operation, resource_ids, patient_ids, outcome, status, latency_ms, truncated, patient_ids_omitted, resource_ids_omitted,
+auth_failure, credential)`)
 	if err != nil {
 		return fmt.Errorf("append audit: %w", err)
 	}
 	defer func() { _ = batch.Close() }()
 	for _, r := range records {
 		if err := batch.Append(r.ID, r.Time.UTC(), r.OrgID, r.KeyID, r.Mode, r.ClientIP, r.UserAgent, r.Operation,
-			nonNil(r.ResourceIDs), nonNil(r.PatientIDs), r.Outcome, uint16(r.Status), uint32(max(r.LatencyMs, 0))); err != nil {
+			nonNil(r.ResourceIDs), nonNil(r.PatientIDs), r.Outcome, uint16(r.Status), uint32(max(r.LatencyMs, 0)),
+			r.Truncated, uint32(max(r.PatientIDsOmitted, 0)), uint32(max(r.ResourceIDsOmitted, 0)), r.AuthFailure, r.Credential); err != nil {
 			return fmt.Errorf("append audit: %w", err)
 		}
 	}
@@ -263,7 +265,8 @@ func (s *Store) QueryAudit(ctx context.Context, q storage.AuditQuery) (storage.A
 		where.add("(time, id) < (fromUnixTimestamp64Micro(?, 'UTC'), ?)", at.UnixMicro(), id)
 	}
 	rows, err := s.conn.Query(ctx, `SELECT id, time, org_id, key_id, mode, client_ip, user_agent, operation,
-resource_ids, patient_ids, outcome, status, latency_ms
+resource_ids, patient_ids, outcome, status, latency_ms, truncated, patient_ids_omitted, resource_ids_omitted,
+auth_failure, credential
 FROM audit_log FINAL WHERE `+where.sql()+` ORDER BY time DESC, id DESC LIMIT `+strconv.Itoa(limit+1), where.args...)
 	if err != nil {
 		return storage.AuditPage{}, fmt.Errorf("query audit: %w", err)
@@ -272,13 +275,15 @@ FROM audit_log FINAL WHERE `+where.sql()+` ORDER BY time DESC, id DESC LIMIT `+s
 	for rows.Next() {
 		var r storage.AuditRecord
 		var status uint16
-		var latency uint32
+		var latency, patientsOmitted, resourcesOmitted uint32
 		if err := rows.Scan(&r.ID, &r.Time, &r.OrgID, &r.KeyID, &r.Mode, &r.ClientIP, &r.UserAgent, &r.Operation,
-			&r.ResourceIDs, &r.PatientIDs, &r.Outcome, &status, &latency); err != nil {
+			&r.ResourceIDs, &r.PatientIDs, &r.Outcome, &status, &latency,
+			&r.Truncated, &patientsOmitted, &resourcesOmitted, &r.AuthFailure, &r.Credential); err != nil {
 			return storage.AuditPage{}, fmt.Errorf("query audit: %w", err)
 		}
 		r.Time = r.Time.UTC()
 		r.Status, r.LatencyMs = int(status), int(latency)
+		r.PatientIDsOmitted, r.ResourceIDsOmitted = int(patientsOmitted), int(resourcesOmitted)
 		page.Records = append(page.Records, r)
 	}
 	if err := rows.Err(); err != nil {

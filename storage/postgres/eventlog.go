@@ -186,7 +186,8 @@ from event_log where %s order by created_at desc, id desc limit $%d`, where.sql(
 	return page, nil
 }
 
-// AuditLog is the Postgres audit log (table audit_log, schemas/postgres/0002_eventlog.sql). It
+// AuditLog is the Postgres audit log (table audit_log, schemas/postgres/0002_eventlog.sql and
+// 0009_audit_truncation_and_refusals.sql). It
 // implements storage.AuditLog and is safe for concurrent use.
 type AuditLog struct {
 	pool *pgxpool.Pool
@@ -200,11 +201,13 @@ func NewAuditLog(pool *pgxpool.Pool) *AuditLog {
 var _ storage.AuditLog = (*AuditLog)(nil)
 
 var auditColumns = []string{"id", "time", "org_id", "key_id", "mode", "client_ip", "user_agent", "operation",
-	"resource_ids", "patient_ids", "outcome", "status", "latency_ms"}
+	"resource_ids", "patient_ids", "outcome", "status", "latency_ms",
+	"truncated", "patient_ids_omitted", "resource_ids_omitted", "auth_failure", "credential"}
 
 func auditRow(r storage.AuditRecord) []any {
 	return []any{r.ID, r.Time, r.OrgID, r.KeyID, r.Mode, r.ClientIP, r.UserAgent, r.Operation,
-		nonNil(r.ResourceIDs), nonNil(r.PatientIDs), r.Outcome, int32(r.Status), int32(r.LatencyMs)}
+		nonNil(r.ResourceIDs), nonNil(r.PatientIDs), r.Outcome, int32(r.Status), int32(r.LatencyMs),
+		r.Truncated, int32(r.PatientIDsOmitted), int32(r.ResourceIDsOmitted), r.AuthFailure, r.Credential}
 }
 
 func nonNil(s []string) []string {
@@ -225,7 +228,8 @@ func (l *AuditLog) AppendAudit(ctx context.Context, records []storage.AuditRecor
 create temp table audit_log_stage (
 	id text, time timestamptz, org_id text, key_id text, mode text, client_ip text,
 	user_agent text, operation text, resource_ids text[], patient_ids text[], outcome text,
-	status integer, latency_ms integer
+	status integer, latency_ms integer, truncated boolean, patient_ids_omitted integer,
+	resource_ids_omitted integer, auth_failure text, credential text
 ) on commit drop`); err != nil {
 			return err
 		}
@@ -286,13 +290,15 @@ func (l *AuditLog) QueryAudit(ctx context.Context, q storage.AuditQuery) (storag
 	batch.Queue(pageSQL, pageArgs...).Query(func(rows pgx.Rows) error {
 		for rows.Next() {
 			var r storage.AuditRecord
-			var status, latency int32
+			var status, latency, patientsOmitted, resourcesOmitted int32
 			if err := rows.Scan(&r.ID, &r.Time, &r.OrgID, &r.KeyID, &r.Mode, &r.ClientIP, &r.UserAgent, &r.Operation,
-				&r.ResourceIDs, &r.PatientIDs, &r.Outcome, &status, &latency); err != nil {
+				&r.ResourceIDs, &r.PatientIDs, &r.Outcome, &status, &latency,
+				&r.Truncated, &patientsOmitted, &resourcesOmitted, &r.AuthFailure, &r.Credential); err != nil {
 				return err
 			}
 			r.Time = r.Time.UTC()
 			r.Status, r.LatencyMs = int(status), int(latency)
+			r.PatientIDsOmitted, r.ResourceIDsOmitted = int(patientsOmitted), int(resourcesOmitted)
 			page.Records = append(page.Records, r)
 		}
 		return rows.Err()

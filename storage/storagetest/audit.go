@@ -61,8 +61,10 @@ func newestRecordsFirst(rs []storage.AuditRecord) []storage.AuditRecord {
 
 // sameRecord reports how got differs from want, or "". Nil and empty id lists are equal.
 func sameRecord(got, want storage.AuditRecord) string {
-	g := []any{got.ID, got.OrgID, got.KeyID, got.Mode, got.ClientIP, got.UserAgent, got.Operation, got.Outcome, got.Status, got.LatencyMs}
-	w := []any{want.ID, want.OrgID, want.KeyID, want.Mode, want.ClientIP, want.UserAgent, want.Operation, want.Outcome, want.Status, want.LatencyMs}
+	g := []any{got.ID, got.OrgID, got.KeyID, got.Mode, got.ClientIP, got.UserAgent, got.Operation, got.Outcome, got.Status, got.LatencyMs,
+		got.Truncated, got.PatientIDsOmitted, got.ResourceIDsOmitted, got.AuthFailure, got.Credential}
+	w := []any{want.ID, want.OrgID, want.KeyID, want.Mode, want.ClientIP, want.UserAgent, want.Operation, want.Outcome, want.Status, want.LatencyMs,
+		want.Truncated, want.PatientIDsOmitted, want.ResourceIDsOmitted, want.AuthFailure, want.Credential}
 	switch {
 	case !slices.Equal(g, w):
 		return fmt.Sprintf("got %+v, want %+v", got, want)
@@ -111,19 +113,25 @@ func queryAllAudit(t *testing.T, s storage.AuditLog, q storage.AuditQuery) []sto
 func testAuditRoundTrip(t *testing.T, s storage.AuditLog) {
 	full := record("org_a", "key_1", "GET /v1/patients/{id}", 0, "pat_1", "pat_2")
 	full.Time = full.Time.Add(123 * time.Nanosecond) // dropped: microsecond precision
+	// A record that says it is incomplete: more ids were touched than a record keeps.
+	full.Truncated, full.PatientIDsOmitted, full.ResourceIDsOmitted = true, 250, 40
 	empty := record("", "key_platform", "graphql query organizations", time.Second)
 	empty.ResourceIDs, empty.PatientIDs = nil, nil
 	empty.Mode, empty.Outcome, empty.Status, empty.LatencyMs = "test", "denied", 403, 0
-	mustAppendAudit(t, s, []storage.AuditRecord{full, empty})
+	// A refused credential: no key, no organization, no mode.
+	refused := record("", "", "GET /v1/patients/{id}", 2*time.Second)
+	refused.ResourceIDs, refused.Mode, refused.Outcome, refused.Status = nil, "", "denied", 401
+	refused.AuthFailure, refused.Credential = "unknown_key", "chk_live_…AbCd"
+	mustAppendAudit(t, s, []storage.AuditRecord{full, empty, refused})
 	if err := s.AppendAudit(ctxFor(t), nil); err != nil {
 		t.Errorf("AppendAudit(nil): %v", err)
 	}
 
 	page := mustQueryAudit(t, s, storage.AuditQuery{Limit: 10})
-	if len(page.Records) != 2 || page.Total != 2 {
-		t.Fatalf("got %d records, total %d; want 2", len(page.Records), page.Total)
+	if len(page.Records) != 3 || page.Total != 3 {
+		t.Fatalf("got %d records, total %d; want 3", len(page.Records), page.Total)
 	}
-	for i, want := range []storage.AuditRecord{empty, full} {
+	for i, want := range []storage.AuditRecord{refused, empty, full} {
 		if diff := sameRecord(page.Records[i], want); diff != "" {
 			t.Error(diff)
 		}
