@@ -219,9 +219,9 @@ func (s *Server) mountAPI(r *mux.Router, a authRoutes, agentSvc *agents.Service,
 	s.closers = append(s.closers, wsh.Shutdown)
 
 	// Idempotency-Key, inside the authenticator: keys belong to the credential.
-	keys := idemstore.NewStore(s.pool, idemstore.WithLogger(s.logger))
-	s.run("idempotency-sweeper", keys.Run, wctx)
-	idem := idempotency.New(keys, s.logger)
+	idemKeys := idemstore.NewStore(s.pool, idemstore.WithLogger(s.logger))
+	s.run("idempotency-sweeper", idemKeys.Run, wctx)
+	idem := idempotency.New(idemKeys, s.logger)
 
 	gql := r.NewRoute().Subrouter()
 	gql.Use(a.chain(auth.DefaultBodyLimit, graphql.WriteAuthError)...)
