@@ -39,6 +39,7 @@ import (
 
 	"carehub/processors/access"
 	"carehub/processors/fault"
+	"carehub/processors/idempotency"
 	"carehub/storage/ids"
 )
 
@@ -256,7 +257,7 @@ func (s *Keys) Create(ctx context.Context, nk NewKey) (*CreatedKey, error) {
 		return nil, err
 	}
 	var created *CreatedKey
-	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+	err := idempotency.Tx(ctx, s.pool, &created, func(tx pgx.Tx) error {
 		var err error
 		created, err = s.insert(ctx, tx, nk)
 		return err
@@ -385,7 +386,7 @@ func (s *Keys) List(ctx context.Context, orgFilter string) ([]Key, error) {
 // The old key keeps working for RotationGrace, so clients switch over without downtime.
 func (s *Keys) Rotate(ctx context.Context, orgFilter, id string) (*CreatedKey, error) {
 	var created *CreatedKey
-	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+	err := idempotency.Tx(ctx, s.pool, &created, func(tx pgx.Tx) error {
 		old, err := scanKey(tx.QueryRow(ctx, `select `+keyColumns+` from api_keys where id = $1 and ($2 = '' or org_id = $2) for update`, id, orgFilter))
 		if errors.Is(err, pgx.ErrNoRows) {
 			return fault.NotFound("api key", id)
@@ -410,11 +411,16 @@ func (s *Keys) Rotate(ctx context.Context, orgFilter, id string) (*CreatedKey, e
 
 // Revoke ends key id at once; JWTs issued from it die with it.
 func (s *Keys) Revoke(ctx context.Context, orgFilter, id string) (*Key, error) {
-	tag, err := s.pool.Exec(ctx, `update api_keys set status = 'revoked', revoked_at = coalesce(revoked_at, now()) where id = $1 and ($2 = '' or org_id = $2)`, id, orgFilter)
+	var revoked int64
+	err := idempotency.Tx(ctx, s.pool, &revoked, func(tx pgx.Tx) error {
+		tag, err := tx.Exec(ctx, `update api_keys set status = 'revoked', revoked_at = coalesce(revoked_at, now()) where id = $1 and ($2 = '' or org_id = $2)`, id, orgFilter)
+		revoked = tag.RowsAffected()
+		return err
+	})
 	if err != nil {
 		return nil, fmt.Errorf("revoke api key: %w", err)
 	}
-	if tag.RowsAffected() == 0 {
+	if revoked == 0 {
 		return nil, fault.NotFound("api key", id)
 	}
 	return s.Get(ctx, orgFilter, id)

@@ -151,7 +151,7 @@ var errorDocs = [][2]string{
 	{rest.CodeInsufficientScope, "403: the credential lacks the scope the operation requires (see details.requiredScope)."},
 	{rest.CodeIPNotAllowed, "403: the key has an IP allowlist that does not include the caller's address."},
 	{rest.CodeNotFound, "404: the resource does not exist or belongs to another organization."},
-	{rest.CodeConflict, "409: the resource's state does not allow the operation, or an Idempotency-Key was reused with a different body."},
+	{rest.CodeConflict, "409: the resource's state does not allow the operation, or an Idempotency-Key was reused with a different request (method, path or body), or a request with it is still running (retry after Retry-After)."},
 	{rest.CodeTooLarge, "413: the body exceeds the limit (1 MiB; 16 MiB for observation ingest)."},
 	{rest.CodeUnsupportedMedia, "415: the Content-Type is not accepted by this endpoint."},
 	{rest.CodeValidationFailed, "422: the body is well-formed but invalid (see details)."},

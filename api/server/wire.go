@@ -13,6 +13,7 @@ import (
 	"carehub/api/auth"
 	"carehub/api/graphql"
 	"carehub/api/graphql/explorer"
+	"carehub/api/idempotency"
 	"carehub/api/rest"
 	"carehub/api/ws"
 	ingestobs "carehub/ingest/observations"
@@ -23,6 +24,7 @@ import (
 	"carehub/processors/eventlog"
 	"carehub/processors/fanout"
 	"carehub/processors/feed"
+	idemstore "carehub/processors/idempotency"
 	"carehub/processors/marketplace"
 	obswriter "carehub/processors/observations"
 	"carehub/processors/orgs"
@@ -216,13 +218,20 @@ func (s *Server) mountAPI(r *mux.Router, a authRoutes, agentSvc *agents.Service,
 	wsh := ws.New(gh.Executor(authn, a.auditor), ws.Options{Logger: s.logger, Metrics: s.registry, RecheckInterval: s.cfg.SocketRecheck})
 	s.closers = append(s.closers, wsh.Shutdown)
 
+	// Idempotency-Key, inside the authenticator: keys belong to the credential.
+	idemKeys := idemstore.NewStore(s.pool, idemstore.WithLogger(s.logger))
+	s.run("idempotency-sweeper", idemKeys.Run, wctx)
+	idem := idempotency.New(idemKeys, s.logger)
+
 	gql := r.NewRoute().Subrouter()
 	gql.Use(a.chain(auth.DefaultBodyLimit, graphql.WriteAuthError)...)
+	gql.Use(idem.GraphQL(graphql.WriteAuthError))
 	gql.Handle("/graphql", graphql.WithWebSocket(gh, wsh)).Methods(http.MethodGet, http.MethodPost)
 	r.Handle("/graphiql", explorer.Handler()).Methods(http.MethodGet)
 	r.PathPrefix("/graphiql/").Handler(explorer.Handler()).Methods(http.MethodGet, http.MethodHead)
 	authed := r.NewRoute().Subrouter()
 	authed.Use(a.chain(auth.DefaultBodyLimit, nil)...)
+	authed.Use(idem.REST())
 	a.handlers.PublicRoutes(r)
 	a.handlers.Routes(authed)
 	rest.Mount(r, authed, rest.Services{Orgs: svc.Orgs, Marketplace: svc.Marketplace, Deployments: svc.Deployments,

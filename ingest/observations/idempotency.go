@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"carehub/processors/fault"
+	"carehub/processors/idempotency"
 )
 
 // Idempotency-Key handling (DECISIONS §3): the same key with the same body replays the first
@@ -22,11 +23,8 @@ import (
 // released when it ends otherwise (413, 415, 503…), so that a retry runs again. A reservation
 // outlives a crashed request by at most its lease.
 
-// KeyRetention is how long an answer is replayed.
-const KeyRetention = 24 * time.Hour
-
-// maxKeyLength bounds Idempotency-Key.
-const maxKeyLength = 255
+// KeyRetention is how long an answer is replayed: as long as every other Idempotency-Key's.
+const KeyRetention = idempotency.Retention
 
 type keyState int
 
@@ -45,19 +43,6 @@ type storedAnswer struct {
 type keyStore struct {
 	pool  *pgxpool.Pool
 	lease time.Duration
-}
-
-// validKey reports whether k is a usable Idempotency-Key: 1 to 255 visible ASCII characters.
-func validKey(k string) bool {
-	if len(k) == 0 || len(k) > maxKeyLength {
-		return false
-	}
-	for i := 0; i < len(k); i++ {
-		if k[i] < 0x21 || k[i] > 0x7e {
-			return false
-		}
-	}
-	return true
 }
 
 // reserve claims (org, key) for this request, or reports that it is taken.

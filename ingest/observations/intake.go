@@ -27,6 +27,7 @@ import (
 
 	"carehub/processors/access"
 	"carehub/processors/fault"
+	"carehub/processors/idempotency"
 	obs "carehub/processors/observations"
 	"carehub/storage/ids"
 	"carehub/storage/kafka"
@@ -289,8 +290,8 @@ func (in *Intake) Submit(ctx context.Context, s Submission) (res Result, err err
 
 	key := s.IdempotencyKey
 	if key != "" {
-		if !validKey(key) {
-			return Result{}, fault.Invalid("Idempotency-Key must be 1 to %d visible ASCII characters", maxKeyLength)
+		if !idempotency.ValidKey(key) {
+			return Result{}, fault.Invalid("Idempotency-Key must be 1 to %d visible ASCII characters", idempotency.MaxKeyLength)
 		}
 		state, prior, err := in.keys.reserve(ctx, p.OrgID, key)
 		if err != nil {

@@ -57,6 +57,7 @@ import (
 	"carehub/processors/access"
 	"carehub/processors/clinical"
 	"carehub/processors/fault"
+	"carehub/processors/idempotency"
 	"carehub/storage/ids"
 	"carehub/storage/kafka"
 )
@@ -193,7 +194,7 @@ func (s *Service) Create(ctx context.Context, in NewAgent) (*Agent, error) {
 		return nil, fault.Validation("invalid agent", bad)
 	}
 	var out *Agent
-	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+	err = idempotency.Tx(ctx, s.pool, &out, func(tx pgx.Tx) error {
 		var orgID string
 		err := tx.QueryRow(ctx, `select org_id from projects where id = $1 and ($2 = '' or org_id = $2)`, in.ProjectID, p.OrgFilter()).Scan(&orgID)
 		if errors.Is(err, pgx.ErrNoRows) {

@@ -14,6 +14,7 @@ import (
 	"carehub/processors/clinical"
 	"carehub/processors/events"
 	"carehub/processors/fault"
+	"carehub/processors/idempotency"
 	"carehub/storage"
 	"carehub/storage/ids"
 )
@@ -61,7 +62,7 @@ func (s *Service) Run(ctx context.Context, agentID, patientID string, input json
 		if err != nil {
 			return nil, fmt.Errorf("run agent %s: %w", a.ID, err)
 		}
-		err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		err = idempotency.Tx(ctx, s.pool, &ses, func(tx pgx.Tx) error {
 			if err := insertSession(ctx, tx, ses, ""); err != nil {
 				return err
 			}
@@ -74,7 +75,7 @@ func (s *Service) Run(ctx context.Context, agentID, patientID string, input json
 	}
 
 	ses.Status = StatusQueued
-	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+	err = idempotency.Tx(ctx, s.pool, &ses, func(tx pgx.Tx) error {
 		// The bound is checked inside the transaction that queues, under a per-organization
 		// advisory lock, so concurrent runAgent calls cannot overshoot it together.
 		if _, err := tx.Exec(ctx, `select pg_advisory_xact_lock(hashtextextended('agent_queue:' || $1, 0))`, a.OrgID); err != nil {

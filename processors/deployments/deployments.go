@@ -43,6 +43,7 @@ import (
 	"carehub/processors/access"
 	"carehub/processors/events"
 	"carehub/processors/fault"
+	"carehub/processors/idempotency"
 	"carehub/storage/ids"
 	"carehub/storage/kafka"
 )
@@ -128,7 +129,7 @@ func (s *Service) Create(ctx context.Context, installationID, environment string
 		return nil, fault.Validation("invalid deployment", bad)
 	}
 	var out *Deployment
-	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+	err = idempotency.Tx(ctx, s.pool, &out, func(tx pgx.Tx) error {
 		var orgID, projectID, assetName string
 		var assetHIPAA, orgHIPAA bool
 		err := tx.QueryRow(ctx, `select i.org_id, i.project_id, a.name, a.hipaa_compliant, o.hipaa_compliant
@@ -171,7 +172,7 @@ func (s *Service) Stop(ctx context.Context, id string) (*Deployment, error) {
 		return nil, err
 	}
 	var out *Deployment
-	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+	err = idempotency.Tx(ctx, s.pool, &out, func(tx pgx.Tx) error {
 		var from string
 		err := tx.QueryRow(ctx, `select status from deployments where id = $1 and ($2 = '' or org_id = $2) for update`,
 			id, p.OrgFilter()).Scan(&from)

@@ -19,6 +19,7 @@ import (
 	"carehub/processors/access"
 	"carehub/processors/events"
 	"carehub/processors/fault"
+	"carehub/processors/idempotency"
 	"carehub/storage"
 	"carehub/storage/kafka"
 )
@@ -107,7 +108,7 @@ func (s *Service) Publish(ctx context.Context, typ string, payload json.RawMessa
 	if err != nil {
 		return nil, fault.Invalid("invalid event: %v", err)
 	}
-	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+	err = idempotency.Tx(ctx, s.pool, &ev, func(tx pgx.Tx) error {
 		return events.Append(ctx, tx, s.eventsTopic, ev)
 	})
 	if err != nil {

@@ -12,6 +12,7 @@ import (
 	"carehub/processors/access"
 	"carehub/processors/events"
 	"carehub/processors/fault"
+	"carehub/processors/idempotency"
 	"carehub/storage"
 	"carehub/storage/ids"
 )
@@ -48,7 +49,7 @@ func (s *Service) Submit(ctx context.Context, in Submission) (*SubmissionResult,
 		docs = &in.DocumentationURL
 	}
 	id := ids.New(ids.Asset)
-	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+	err = idempotency.Tx(ctx, s.pool, &id, func(tx pgx.Tx) error {
 		publisherID, err := s.orgPublisher(ctx, tx, p.OrgID, in.SupportEmail)
 		if err != nil {
 			return err
@@ -111,7 +112,7 @@ func (s *Service) Review(ctx context.Context, assetID, decision, notes string) (
 		return nil, fault.Invalid("decision must be APPROVED or REJECTED, got %q", decision)
 	}
 	var out *Asset
-	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+	err = idempotency.Tx(ctx, s.pool, &out, func(tx pgx.Tx) error {
 		a, err := s.asset(ctx, tx, p, assetID, true)
 		if err != nil {
 			return err
@@ -155,7 +156,7 @@ func (s *Service) Deprecate(ctx context.Context, assetID string) (*Asset, error)
 		return nil, err
 	}
 	var out *Asset
-	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+	err = idempotency.Tx(ctx, s.pool, &out, func(tx pgx.Tx) error {
 		a, err := s.asset(ctx, tx, p, assetID, true)
 		if err != nil {
 			return err
@@ -200,7 +201,7 @@ func (s *Service) Install(ctx context.Context, assetID, projectID string, config
 		config = nil
 	}
 	var out *Installation
-	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+	err = idempotency.Tx(ctx, s.pool, &out, func(tx pgx.Tx) error {
 		var orgID string
 		err := tx.QueryRow(ctx, `select org_id from projects where id = $1 and ($2 = '' or org_id = $2)`, projectID, p.OrgFilter()).Scan(&orgID)
 		if errors.Is(err, pgx.ErrNoRows) {

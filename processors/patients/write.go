@@ -15,6 +15,7 @@ import (
 
 	"carehub/processors/access"
 	"carehub/processors/fault"
+	"carehub/processors/idempotency"
 	"carehub/storage/ids"
 )
 
@@ -272,11 +273,14 @@ func (s *Service) CreatePatient(ctx context.Context, body []byte) (json.RawMessa
 	if programs == nil {
 		programs = []string{}
 	}
-	_, err = s.pool.Exec(ctx, `insert into patients (id, org_id, synthetic, name, gender, birth_date, address, telecom,
+	err = idempotency.Tx(ctx, s.pool, &id, func(tx pgx.Tx) error {
+		_, err := tx.Exec(ctx, `insert into patients (id, org_id, synthetic, name, gender, birth_date, address, telecom,
 	risk_level, programs, resource, created_at, updated_at)
 values ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $12)`,
-		id, orgID, synthetic, in.name, in.gender, in.birthDate, nullRaw(in.address), nullRaw(in.telecom),
-		in.risk, programs, res, now)
+			id, orgID, synthetic, in.name, in.gender, in.birthDate, nullRaw(in.address), nullRaw(in.telecom),
+			in.risk, programs, res, now)
+		return err
+	})
 	if err != nil {
 		return nil, fmt.Errorf("create patient: %w", err)
 	}

@@ -35,6 +35,7 @@ import (
 	"carehub/processors/access"
 	"carehub/processors/events"
 	"carehub/processors/fault"
+	"carehub/processors/idempotency"
 	"carehub/storage/ids"
 )
 
@@ -219,7 +220,7 @@ func (s *Service) Create(ctx context.Context, projectID, url string, patterns []
 		return nil, err
 	}
 	var sub *Subscription
-	err = s.inTx(ctx, func(tx pgx.Tx) error {
+	err = s.inTx(ctx, &sub, func(tx pgx.Tx) error {
 		row := tx.QueryRow(ctx, `
 insert into webhooks (id, org_id, project_id, url, events, secret)
 select $1, p.org_id, p.id, $3, $4, $5 from projects p where p.id = $2 and ($6 = '' or p.org_id = $6)
@@ -344,7 +345,7 @@ func (s *Service) Update(ctx context.Context, id string, u Update) (*Subscriptio
 			map[string]string{"status": "must be active, paused or disabled"})
 	}
 	var sub *Subscription
-	err = s.inTx(ctx, func(tx pgx.Tx) error {
+	err = s.inTx(ctx, &sub, func(tx pgx.Tx) error {
 		row := tx.QueryRow(ctx, `
 update webhooks set
 	url = coalesce($3, url),
@@ -383,11 +384,16 @@ func (s *Service) RotateSecret(ctx context.Context, id string) (*Subscription, e
 	if err != nil {
 		return nil, err
 	}
-	sub, err := scanSubscription(s.pool.QueryRow(ctx, `
+	var sub *Subscription
+	err = s.inTx(ctx, &sub, func(tx pgx.Tx) error {
+		var err error
+		sub, err = scanSubscription(tx.QueryRow(ctx, `
 update webhooks set previous_secret = secret, previous_secret_expires_at = now() + $4 * interval '1 second',
 	secret = $3, updated_at = now()
 where id = $1 and deleted_at is null and ($2 = '' or org_id = $2)
 returning `+subscriptionColumns, id, p.OrgFilter(), newSecret(), int64(RotationOverlap/time.Second)))
+		return err
+	})
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, fault.NotFound("webhook", id)
 	}
@@ -404,7 +410,7 @@ func (s *Service) Delete(ctx context.Context, id string) error {
 	if err != nil {
 		return err
 	}
-	err = s.inTx(ctx, func(tx pgx.Tx) error {
+	err = s.inTx(ctx, nil, func(tx pgx.Tx) error {
 		var project string
 		err := tx.QueryRow(ctx, `update webhooks set deleted_at = now(), updated_at = now()
 where id = $1 and deleted_at is null and ($2 = '' or org_id = $2) returning project_id`, id, p.OrgFilter()).Scan(&project)
@@ -553,7 +559,7 @@ func (s *Service) Redeliver(ctx context.Context, deliveryID string) (*Delivery, 
 		return nil, err
 	}
 	var d *Delivery
-	err = s.inTx(ctx, func(tx pgx.Tx) error {
+	err = s.inTx(ctx, &d, func(tx pgx.Tx) error {
 		var status string
 		var created time.Time
 		err := tx.QueryRow(ctx, `select d.status, d.created_at from webhook_deliveries d
@@ -607,7 +613,7 @@ func (s *Service) Recover(ctx context.Context, webhookID string, since time.Time
 		since = earliest
 	}
 	var n int64
-	err = s.inTx(ctx, func(tx pgx.Tx) error {
+	err = s.inTx(ctx, &n, func(tx pgx.Tx) error {
 		tag, err := tx.Exec(ctx, `update webhook_deliveries set status = 'pending', schedule_pos = 0,
 	next_attempt_at = now(), completed_at = null, updated_at = now()
 where webhook_id = $1 and status = 'failed' and created_at >= $2`, webhookID, since)
@@ -640,8 +646,10 @@ and ($2 = '' or org_id = $2))`, id, p.OrgFilter()).Scan(&ok)
 	return nil
 }
 
-func (s *Service) inTx(ctx context.Context, fn func(pgx.Tx) error) error {
-	return pgx.BeginFunc(ctx, s.pool, fn)
+// inTx runs fn in a transaction: a step of the request's Idempotency-Key claim, if it has one,
+// recording *out (see idempotency.Tx).
+func (s *Service) inTx(ctx context.Context, out any, fn func(pgx.Tx) error) error {
+	return idempotency.Tx(ctx, s.pool, out, fn)
 }
 
 // notify announces payload on NotifyChannel when tx commits.

@@ -14,6 +14,7 @@ import (
 	"carehub/processors/access"
 	"carehub/processors/events"
 	"carehub/processors/fault"
+	"carehub/processors/idempotency"
 	"carehub/storage"
 	"carehub/storage/ids"
 )
@@ -103,7 +104,7 @@ func (s *Service) Start(ctx context.Context, workflowID string, input json.RawMe
 		mode = access.Test
 	}
 	var out *Run
-	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+	err = idempotency.Tx(ctx, s.pool, &out, func(tx pgx.Tx) error {
 		var orgID, projectID, status string
 		err := tx.QueryRow(ctx, `select org_id, project_id, status from workflows where id = $1 and ($2 = '' or org_id = $2) for share`,
 			workflowID, p.OrgFilter()).Scan(&orgID, &projectID, &status)
@@ -206,7 +207,7 @@ func (s *Service) Cancel(ctx context.Context, runID string) (*Run, error) {
 		return nil, err
 	}
 	var out *Run
-	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+	err = idempotency.Tx(ctx, s.pool, &out, func(tx pgx.Tx) error {
 		var status string
 		err := tx.QueryRow(ctx, `select status from workflow_runs where id = $1 and ($2 = '' or org_id = $2) for update`,
 			runID, p.OrgFilter()).Scan(&status)

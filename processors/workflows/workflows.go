@@ -49,6 +49,7 @@ import (
 	"carehub/processors/access"
 	"carehub/processors/events"
 	"carehub/processors/fault"
+	"carehub/processors/idempotency"
 	"carehub/storage/ids"
 	"carehub/storage/kafka"
 )
@@ -198,7 +199,7 @@ func (s *Service) Create(ctx context.Context, in NewWorkflow) (*Workflow, error)
 		triggers = []string{}
 	}
 	var out *Workflow
-	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+	err = idempotency.Tx(ctx, s.pool, &out, func(tx pgx.Tx) error {
 		var orgID string
 		err := tx.QueryRow(ctx, `select org_id from projects where id = $1 and ($2 = '' or org_id = $2)`, in.ProjectID, p.OrgFilter()).Scan(&orgID)
 		if errors.Is(err, pgx.ErrNoRows) {
@@ -252,7 +253,7 @@ func (s *Service) SetStatus(ctx context.Context, id, to string) (*Workflow, erro
 		return nil, fault.Invalid("unknown workflow status %q", to)
 	}
 	var out *Workflow
-	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+	err = idempotency.Tx(ctx, s.pool, &out, func(tx pgx.Tx) error {
 		rows, _ := tx.Query(ctx, `select `+workflowColumns+` from workflows where id = $1 and ($2 = '' or org_id = $2) for update`, id, p.OrgFilter())
 		w, err := pgx.CollectOneRow(rows, pgx.RowToAddrOfStructByName[Workflow])
 		if errors.Is(err, pgx.ErrNoRows) {
