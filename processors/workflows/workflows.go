@@ -49,6 +49,7 @@ import (
 	"carehub/processors/access"
 	"carehub/processors/events"
 	"carehub/processors/fault"
+	"carehub/processors/phi"
 	"carehub/storage/ids"
 	"carehub/storage/kafka"
 )
@@ -103,6 +104,9 @@ type Run struct {
 	DurationMs  *int32          `db:"duration_ms"`
 	StartedAt   time.Time       `db:"started_at"`
 	CompletedAt *time.Time      `db:"completed_at"`
+	// Redacted is true when the run was served without its input and output (phi.WorkflowRun)
+	// to a caller that may not see the patient data they carry.
+	Redacted bool `db:"-"`
 }
 
 // Command is the message on carehub.workflow-runs.v1 that asks the runner to execute a run
@@ -118,6 +122,7 @@ type Command struct {
 // Service manages workflows and queues their runs. It is safe for concurrent use.
 type Service struct {
 	pool        *pgxpool.Pool
+	guard       *phi.Guard
 	eventsTopic string
 	runsTopic   string
 }
@@ -137,7 +142,7 @@ func WithTopics(events, runs string) Option {
 // New returns the service on pool.
 func New(pool *pgxpool.Pool, opts ...Option) *Service {
 	t := kafka.DefaultTopics()
-	s := &Service{pool: pool, eventsTopic: t.Events, runsTopic: t.WorkflowRuns}
+	s := &Service{pool: pool, guard: phi.NewGuard(pool), eventsTopic: t.Events, runsTopic: t.WorkflowRuns}
 	for _, o := range opts {
 		o(s)
 	}
