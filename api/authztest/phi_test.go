@@ -735,14 +735,25 @@ func (e *phiEnv) restEvents(k credKind, r *phiRecord) got {
 }
 
 func (e *phiEnv) gqlEvents(k credKind, r *phiRecord) got {
-	list := cached(e, "gql events/"+k.name+"/"+r.project+"/"+r.typ, func() map[string]map[string]json.RawMessage {
-		data, _ := e.gql(e.key(k), `query($p: ID!, $t: String, $s: DateTime) { events(projectId: $p, type: $t, since: $s, limit: 100) { id type payload redacted } }`,
-			map[string]any{"p": r.project, "t": r.typ, "s": e.since.UTC().Format(time.RFC3339Nano)})
-		var d struct{ Events []map[string]json.RawMessage }
-		_ = json.Unmarshal(data, &d)
-		return byID(d.Events)
-	})
+	list := e.gqlList(k, `query($p: ID!, $t: String, $s: DateTime) { events(projectId: $p, type: $t, since: $s, limit: 100) { id type payload redacted } }`,
+		map[string]any{"p": r.project, "t": r.typ, "s": e.since.UTC().Format(time.RFC3339Nano)}, "events")
 	return one(list[r.id], "absent")
+}
+
+// gqlList reads, once per credential kind and query, the list at path in a query's data,
+// indexed by id.
+func (e *phiEnv) gqlList(k credKind, query string, vars map[string]any, path ...string) map[string]map[string]json.RawMessage {
+	return cached(e, k.name+query+fmt.Sprint(vars), func() map[string]map[string]json.RawMessage {
+		data, _ := e.gql(e.key(k), query, vars)
+		for _, f := range path {
+			var m map[string]json.RawMessage
+			_ = json.Unmarshal(data, &m)
+			data = m[f]
+		}
+		var list []map[string]json.RawMessage
+		_ = json.Unmarshal(data, &list)
+		return byID(list)
+	})
 }
 
 // streamed reads what a subscription of field pushed, waiting for a credential that must get it.
@@ -796,13 +807,8 @@ func (e *phiEnv) publishAs(k credKind, r *phiRecord) got {
 }
 
 func (e *phiEnv) agentSessions(k credKind, r *phiRecord) got {
-	list := cached(e, "sessions/"+k.name, func() map[string]map[string]json.RawMessage {
-		data, _ := e.gql(e.key(k), `query($a: ID!) { agent(id: $a) { sessions { id patientId status input output error redacted } } }`,
-			map[string]any{"a": e.agent})
-		var d struct{ Agent struct{ Sessions []map[string]json.RawMessage } }
-		_ = json.Unmarshal(data, &d)
-		return byID(d.Agent.Sessions)
-	})
+	list := e.gqlList(k, `query($a: ID!) { agent(id: $a) { sessions { id patientId status input output error redacted } } }`,
+		map[string]any{"a": e.agent}, "agent", "sessions")
 	return one(list[r.id], "absent")
 }
 
@@ -818,12 +824,8 @@ func (e *phiEnv) workflowRun(k credKind, r *phiRecord) got {
 }
 
 func (e *phiEnv) workflowRuns(k credKind, r *phiRecord) got {
-	list := cached(e, "runs/"+k.name, func() map[string]map[string]json.RawMessage {
-		data, _ := e.gql(e.key(k), `query($w: ID!) { workflow(id: $w) { runs { id input output redacted } } }`, map[string]any{"w": e.flow})
-		var d struct{ Workflow struct{ Runs []map[string]json.RawMessage } }
-		_ = json.Unmarshal(data, &d)
-		return byID(d.Workflow.Runs)
-	})
+	list := e.gqlList(k, `query($w: ID!) { workflow(id: $w) { runs { id input output redacted } } }`, map[string]any{"w": e.flow},
+		"workflow", "runs")
 	return one(list[r.id], "absent")
 }
 
