@@ -255,7 +255,7 @@ func (e *phiEnv) served(where string, r *phiRecord, o map[string]json.RawMessage
 		}
 		return
 	}
-	if ids, _ := phi.Patients(payload); r.patient != "" && !slices.Contains(ids, r.patient) {
+	if r.patient != "" && !slices.Contains(phi.Patients(payload).IDs, r.patient) {
 		t.Errorf("%s: payload %s does not name %s", where, payload, r.patient)
 	}
 }
@@ -290,7 +290,7 @@ func (e *phiEnv) redacted(where string, r *phiRecord, o map[string]json.RawMessa
 			t.Errorf("%s: payload keeps %s: %s", where, f, o["payload"])
 		}
 	}
-	if _, named := phi.Patients(o["payload"]); named {
+	if phi.Patients(o["payload"]).Named {
 		t.Errorf("%s: payload still names a patient: %s", where, o["payload"])
 	}
 	for _, f := range r.kept() {
@@ -581,9 +581,9 @@ func (e *phiEnv) produce() {
 			var ev struct{ PublishEvent struct{ ID string } }
 			e.gqlOK(publisher, `mutation($t: String!, $p: ID!, $pl: JSON!) { publishEvent(type: $t, payload: $pl, projectId: $p) { id } }`,
 				map[string]any{"t": typ, "p": e.project, "pl": payload}, &ev)
-			_, need, _ := phi.ClassifyEvent(typ, mustJSON(payload))
+			subject, _ := phi.ClassifyEvent(typ, mustJSON(payload))
 			e.records = append(e.records, &phiRecord{name: "published " + typ + " of " + pt.id, class: "event", id: ev.PublishEvent.ID,
-				project: e.project, patient: pt.id, synthetic: pt.synthetic, need: need, typ: typ, published: payload,
+				project: e.project, patient: pt.id, synthetic: pt.synthetic, need: subject.Need, typ: typ, published: payload,
 				sample: typ == "device.observation_received" || typ == "integration.vitals_note"})
 		}
 

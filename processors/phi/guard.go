@@ -2,7 +2,6 @@ package phi
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"slices"
 
@@ -64,7 +63,10 @@ func (r Reader) holds(n Need) bool {
 type Subject struct {
 	OrgID    string   // the organization the record belongs to
 	Patients []string // the patients it names
-	Need     Need
+	// Unidentified: it also names a patient it does not identify (Naming.Unidentified), whom a
+	// test reader cannot be shown to be synthetic.
+	Unidentified bool
+	Need         Need
 }
 
 // Event is an event as served to one reader.
@@ -84,12 +86,12 @@ func NewGuard(pool *pgxpool.Pool) *Guard { return &Guard{pool: pool} }
 // Allow reports, for each subject, whether r may see its patient data: r holds the scopes of
 // its Need, and every patient it names is one r sees. A live reader sees every patient; a test
 // reader only synthetic patients of the subject's organization, so a patient that is unknown
-// there counts as real. A subject naming no patient needs the scopes only.
+// there, or unidentified, counts as real. A subject naming no patient needs the scopes only.
 func (g *Guard) Allow(ctx context.Context, r Reader, subjects []Subject) ([]bool, error) {
 	out := make([]bool, len(subjects))
 	var ask []string
 	for i, s := range subjects {
-		out[i] = r.holds(s.Need)
+		out[i] = r.holds(s.Need) && (r.Live || !s.Unidentified)
 		if out[i] && !r.Live {
 			ask = append(ask, s.Patients...)
 		}
@@ -173,8 +175,9 @@ func (g *Guard) EventsFor(ctx context.Context, r Reader, evs []storage.Event) ([
 	var at []int
 	for i, ev := range evs {
 		out[i] = Event{Event: ev}
-		if patients, need, ok := ClassifyEvent(ev.Type, ev.Payload); ok {
-			subjects = append(subjects, Subject{OrgID: ev.OrgID, Patients: patients, Need: need})
+		if s, ok := ClassifyEvent(ev.Type, ev.Payload); ok {
+			s.OrgID = ev.OrgID
+			subjects = append(subjects, s)
 			at = append(at, i)
 		}
 	}
@@ -196,24 +199,9 @@ func (g *Guard) EventsFor(ctx context.Context, r Reader, evs []storage.Event) ([
 // RedactEvent returns ev with its patient data removed, whoever reads it: what a stream serves
 // when it cannot decide.
 func RedactEvent(ev storage.Event) Event {
-	if _, _, ok := ClassifyEvent(ev.Type, ev.Payload); !ok {
+	if _, ok := ClassifyEvent(ev.Type, ev.Payload); !ok {
 		return Event{Event: ev}
 	}
 	ev.Payload = RedactPayload(ev.Type, ev.Payload)
 	return Event{Event: ev, Redacted: true}
-}
-
-// Names returns the patients a record's JSON parts name, and whether any part names a patient
-// at all (Patients), for a Subject.
-func Names(parts ...json.RawMessage) (ids []string, named bool) {
-	for _, p := range parts {
-		some, n := Patients(p)
-		named = named || n
-		for _, id := range some {
-			if !slices.Contains(ids, id) {
-				ids = append(ids, id)
-			}
-		}
-	}
-	return ids, named
 }

@@ -141,18 +141,21 @@ func EventClassOf(typ string) (EventClass, bool) {
 }
 
 // ClassifyEvent reports whether an event of type typ with payload carries patient data: its type
-// is classified, or its payload names a patient. It returns the patients the payload names (ids
-// as carehub spells them, pat_…) and what reading it needs.
-func ClassifyEvent(typ string, payload json.RawMessage) (patients []string, need Need, classified bool) {
+// is classified, or its payload names a patient. It returns the Subject to decide on, without
+// its organization: the patients the payload names and what reading it needs.
+func ClassifyEvent(typ string, payload json.RawMessage) (Subject, bool) {
 	c, typed := EventClassOf(typ)
-	patients, named := Patients(payload)
+	n := Patients(payload)
+	s := Subject{Patients: n.IDs, Unidentified: n.Unidentified}
 	switch {
 	case typed:
-		return patients, c.Need, true
-	case named:
-		return patients, FreeForm.Need, true
+		s.Need = c.Need
+	case n.Named:
+		s.Need = FreeForm.Need
+	default:
+		return Subject{}, false
 	}
-	return nil, 0, false
+	return s, true
 }
 
 // keptFields returns the payload fields of typ that a redacted payload keeps: its class's Keep, or for
@@ -183,7 +186,7 @@ func RedactPayload(typ string, payload json.RawMessage) json.RawMessage {
 		if !ok || IsPatientKey(name) {
 			continue
 		}
-		if _, named := Patients(raw); named {
+		if Patients(raw).Named {
 			continue
 		}
 		kept[name] = raw
@@ -195,22 +198,30 @@ func RedactPayload(typ string, payload json.RawMessage) json.RawMessage {
 	return out
 }
 
-// Patients returns the patients a JSON value names: the ids under PatientKeys at any depth,
-// deduplicated. named is true when a patient key occurs at all, even
-// with a value that is no id.
-func Patients(raw json.RawMessage) (ids []string, named bool) {
-	if !mayNamePatient(raw) {
-		return nil, false
-	}
-	dec := json.NewDecoder(bytes.NewReader(raw))
-	dec.UseNumber()
-	var v any
-	if dec.Decode(&v) != nil {
-		return nil, false
-	}
+// Naming is what JSON values say about patients.
+type Naming struct {
+	IDs   []string // the patients they identify (pat_…), deduplicated
+	Named bool     // a patient key occurs at all
+	// Unidentified: some patient key's value identifies no patient (a name, a number, an object
+	// without id or reference), so who it is about cannot be checked.
+	Unidentified bool
+}
+
+// Patients returns what raws say about patients: the ids under PatientKeys at any depth.
+func Patients(raws ...json.RawMessage) Naming {
 	w := walker{}
-	w.walk(v)
-	return w.ids, w.named
+	for _, raw := range raws {
+		if !mayNamePatient(raw) {
+			continue
+		}
+		dec := json.NewDecoder(bytes.NewReader(raw))
+		dec.UseNumber()
+		var v any
+		if dec.Decode(&v) == nil {
+			w.walk(v)
+		}
+	}
+	return w.Naming
 }
 
 // mayNamePatient is a cheap pre-check: a value naming a patient contains "patient" or "subject"
@@ -220,18 +231,17 @@ func mayNamePatient(raw json.RawMessage) bool {
 	return bytes.Contains(l, []byte("patient")) || bytes.Contains(l, []byte("subject"))
 }
 
-type walker struct {
-	ids   []string
-	named bool
-}
+type walker struct{ Naming }
 
 func (w *walker) walk(v any) {
 	switch t := v.(type) {
 	case map[string]any:
 		for k, x := range t {
 			if IsPatientKey(k) {
-				w.named = true
-				w.collect(x)
+				w.Named = true
+				if !w.collect(x) {
+					w.Unidentified = true
+				}
 			}
 			w.walk(x)
 		}
@@ -242,29 +252,37 @@ func (w *walker) walk(v any) {
 	}
 }
 
-// collect records the ids a patient key's value gives.
-func (w *walker) collect(v any) {
+// collect records the ids a patient key's value gives, and reports whether every part of it
+// identified a patient.
+func (w *walker) collect(v any) bool {
 	switch t := v.(type) {
 	case string:
-		w.add(t)
+		return w.add(t)
 	case []any:
+		all := true
 		for _, x := range t {
-			w.collect(x)
+			all = w.collect(x) && all
 		}
+		return all
 	case map[string]any:
 		for _, k := range []string{"id", "reference"} {
 			if s, ok := t[k].(string); ok {
-				w.add(s)
+				return w.add(s)
 			}
 		}
 	}
+	return false
 }
 
-func (w *walker) add(s string) {
+func (w *walker) add(s string) bool {
 	id := PatientID(s)
-	if id != "" && !slices.Contains(w.ids, id) {
-		w.ids = append(w.ids, id)
+	if id == "" {
+		return false
 	}
+	if !slices.Contains(w.IDs, id) {
+		w.IDs = append(w.IDs, id)
+	}
+	return true
 }
 
 // PatientID returns the carehub id a patient reference gives: "pat_…", its FHIR form "pat-…", or

@@ -2,6 +2,7 @@ package phi_test
 
 import (
 	"encoding/json"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -62,25 +63,30 @@ func TestEventsClassifyTheCatalogue(t *testing.T) {
 func TestPatients(t *testing.T) {
 	for _, tc := range []struct {
 		payload string
-		ids     []string
-		named   bool
+		want    phi.Naming
 	}{
-		{`{"patientId": "pat_1", "value": 3}`, []string{"pat_1"}, true},
-		{`{"patient_id": "pat_2"}`, []string{"pat_2"}, true},
-		{`{"note": {"subject": {"reference": "Patient/pat-3"}}}`, []string{"pat_3"}, true},
-		{`{"PatientIDs": ["pat_4", "Patient/pat_5", "pat_4"]}`, []string{"pat_4", "pat_5"}, true},
-		{`{"patient": {"id": "pat_6", "name": "x"}}`, []string{"pat_6"}, true},
-		{`{"entries": [{"patient-id": "pat_7"}]}`, []string{"pat_7"}, true},
-		{`{"patient": {"name": [{"family": "Doe"}]}}`, nil, true},
-		{`{"subject": 42}`, nil, true},
-		{`{"runId": "run_1", "status": "COMPLETED", "note": "patient stable"}`, nil, false},
-		{`{"deploymentId": "dep_1"}`, nil, false},
-		{`not json`, nil, false},
+		{`{"patientId": "pat_1", "value": 3}`, phi.Naming{IDs: []string{"pat_1"}, Named: true}},
+		{`{"patient_id": "pat_2"}`, phi.Naming{IDs: []string{"pat_2"}, Named: true}},
+		{`{"note": {"subject": {"reference": "Patient/pat-3"}}}`, phi.Naming{IDs: []string{"pat_3"}, Named: true}},
+		{`{"PatientIDs": ["pat_4", "Patient/pat_5", "pat_4"]}`, phi.Naming{IDs: []string{"pat_4", "pat_5"}, Named: true}},
+		{`{"patient": {"id": "pat_6", "name": "x"}}`, phi.Naming{IDs: []string{"pat_6"}, Named: true}},
+		{`{"entries": [{"patient-id": "pat_7"}]}`, phi.Naming{IDs: []string{"pat_7"}, Named: true}},
+		{`{"patient": {"name": [{"family": "Doe"}]}}`, phi.Naming{Named: true, Unidentified: true}},
+		{`{"subject": 42}`, phi.Naming{Named: true, Unidentified: true}},
+		{`{"patients": ["pat_8", {"name": "Doe"}]}`, phi.Naming{IDs: []string{"pat_8"}, Named: true, Unidentified: true}},
+		{`{"patientId": ""}`, phi.Naming{Named: true, Unidentified: true}},
+		{`{"runId": "run_1", "status": "COMPLETED", "note": "patient stable"}`, phi.Naming{}},
+		{`{"deploymentId": "dep_1"}`, phi.Naming{}},
+		{`not json`, phi.Naming{}},
 	} {
-		ids, named := phi.Patients(json.RawMessage(tc.payload))
-		if !slices.Equal(ids, tc.ids) || named != tc.named {
-			t.Errorf("Patients(%s) = %v, %v; want %v, %v", tc.payload, ids, named, tc.ids, tc.named)
+		if got := phi.Patients(json.RawMessage(tc.payload)); !reflect.DeepEqual(got, tc.want) {
+			t.Errorf("Patients(%s) = %+v, want %+v", tc.payload, got, tc.want)
 		}
+	}
+	// Several values: a run's input and output.
+	got := phi.Patients(json.RawMessage(`{"patient_id": "pat_1"}`), nil, json.RawMessage(`{"patientId": "pat_1", "steps": []}`))
+	if want := (phi.Naming{IDs: []string{"pat_1"}, Named: true}); !reflect.DeepEqual(got, want) {
+		t.Errorf("Patients(input, output) = %+v, want %+v", got, want)
 	}
 }
 
@@ -88,23 +94,22 @@ func TestClassifyEvent(t *testing.T) {
 	for _, tc := range []struct {
 		typ, payload string
 		classified   bool
-		need         phi.Need
-		patients     []string
+		want         phi.Subject
 	}{
-		{"device.observation_received", `{"patientId": "pat_1", "value": 38.2}`, true, phi.NeedObservations, []string{"pat_1"}},
-		{"agent.run_completed", `{"sessionId": "ses_1", "patientId": "pat_1"}`, true, phi.NeedPatients, []string{"pat_1"}},
+		{"device.observation_received", `{"patientId": "pat_1", "value": 38.2}`, true, phi.Subject{Patients: []string{"pat_1"}, Need: phi.NeedObservations}},
+		{"agent.run_completed", `{"sessionId": "ses_1", "patientId": "pat_1"}`, true, phi.Subject{Patients: []string{"pat_1"}, Need: phi.NeedPatients}},
 		// A classified type is classified even when its payload lost the patient.
-		{"diagnostic.result_ready", `{"reportId": "rep_1"}`, true, phi.NeedPatients, nil},
+		{"diagnostic.result_ready", `{"reportId": "rep_1"}`, true, phi.Subject{Need: phi.NeedPatients}},
 		// Any other payload naming a patient is free-form patient data.
-		{"integration.vitals", `{"patient_id": "pat_2", "hr": 130}`, true, phi.NeedObservations, []string{"pat_2"}},
-		{"workflow.completed", `{"runId": "run_1", "subject": "Patient/pat-3"}`, true, phi.NeedObservations, []string{"pat_3"}},
-		{"workflow.completed", `{"runId": "run_1", "status": "COMPLETED"}`, false, 0, nil},
-		{"integration.heartbeat", `{"ok": true}`, false, 0, nil},
+		{"integration.vitals", `{"patient_id": "pat_2", "hr": 130}`, true, phi.Subject{Patients: []string{"pat_2"}, Need: phi.NeedObservations}},
+		{"workflow.completed", `{"runId": "run_1", "subject": "Patient/pat-3"}`, true, phi.Subject{Patients: []string{"pat_3"}, Need: phi.NeedObservations}},
+		{"integration.note", `{"patient": {"name": "Doe"}}`, true, phi.Subject{Unidentified: true, Need: phi.NeedObservations}},
+		{"workflow.completed", `{"runId": "run_1", "status": "COMPLETED"}`, false, phi.Subject{}},
+		{"integration.heartbeat", `{"ok": true}`, false, phi.Subject{}},
 	} {
-		patients, need, ok := phi.ClassifyEvent(tc.typ, json.RawMessage(tc.payload))
-		if ok != tc.classified || need != tc.need || !slices.Equal(patients, tc.patients) {
-			t.Errorf("ClassifyEvent(%s, %s) = %v, %v, %v; want %v, %v, %v", tc.typ, tc.payload, patients, need, ok,
-				tc.patients, tc.need, tc.classified)
+		got, ok := phi.ClassifyEvent(tc.typ, json.RawMessage(tc.payload))
+		if ok != tc.classified || !reflect.DeepEqual(got, tc.want) {
+			t.Errorf("ClassifyEvent(%s, %s) = %+v, %v; want %+v, %v", tc.typ, tc.payload, got, ok, tc.want, tc.classified)
 		}
 	}
 }

@@ -357,8 +357,8 @@ func (s *Service) serve(ctx context.Context, rs ...*Run) error {
 	var subjects []phi.Subject
 	var at []*Run
 	for _, r := range rs {
-		if patients, named := phi.Names(r.Input, r.Output); named {
-			subjects = append(subjects, phi.Subject{OrgID: r.OrgID, Patients: patients, Need: phi.WorkflowRun.Need})
+		if n := phi.Patients(r.Input, r.Output); n.Named {
+			subjects = append(subjects, phi.Subject{OrgID: r.OrgID, Patients: n.IDs, Unidentified: n.Unidentified, Need: phi.WorkflowRun.Need})
 			at = append(at, r)
 		}
 	}
