@@ -9,6 +9,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"reflect"
 	"slices"
 	"strconv"
@@ -494,7 +495,7 @@ func (e *phiEnv) listen() {
 		for _, p := range slices.Compact([]string{e.project, e.devices}) {
 			var hook struct{ CreateWebhook struct{ ID string } }
 			e.gqlOK(e.key(k, access.AdminOrg), `mutation($p: ID!, $u: String!) { createWebhook(projectId: $p, url: $u, events: ["*"]) { id } }`,
-				map[string]any{"p": p, "u": e.receiver.URL + "/" + k.name}, &hook)
+				map[string]any{"p": p, "u": e.receiver.URL + "/" + url.PathEscape(k.name)}, &hook)
 			if p == e.project {
 				e.hooks[k.name] = hook.CreateWebhook.ID
 			}
