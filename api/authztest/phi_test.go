@@ -1,7 +1,6 @@
 package authztest
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -501,9 +500,7 @@ func (e *phiEnv) listen() {
 			}
 		}
 	}
-	servertest.Eventually(t, 20*time.Second, fmt.Sprintf("%d fan-out subscribers", subscribers), func() bool {
-		return e.fanoutSubscribers() >= subscribers
-	})
+	e.s.WaitSubscribers(subscribers)
 	// The fan-out reads from the tail of the events topic once its partitions are assigned: probe
 	// until an event published now reaches the streams.
 	probe := e.key(credKinds[0], access.ExecWorkflows)
@@ -539,22 +536,6 @@ func (e *phiEnv) pushes(stream, id string) []map[string]json.RawMessage {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	return slices.Clone(e.pushed[stream+"/"+id])
-}
-
-// fanoutSubscribers reads carehub_fanout_subscribers from /metrics.
-func (e *phiEnv) fanoutSubscribers() int {
-	r := e.s.Do(http.MethodGet, "/metrics", "", nil)
-	sum := 0.0
-	sc := bufio.NewScanner(bytes.NewReader(r.Body))
-	for sc.Scan() {
-		if line := sc.Text(); strings.HasPrefix(line, "carehub_fanout_subscribers") {
-			if f := strings.Fields(line); len(f) == 2 {
-				v, _ := strconv.ParseFloat(f[1], 64)
-				sum += v
-			}
-		}
-	}
-	return int(sum)
 }
 
 // patients are the two patients every record is made for.
