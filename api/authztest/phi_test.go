@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -82,15 +83,14 @@ type phiRecord struct {
 	sample    bool           // read by the paths that make a record per call (mutations)
 }
 
+// recordClasses maps the matrix's record classes other than events to the classification; every
+// phi.Records entry must have one (TestPatientDataOnEveryPath checks).
+var recordClasses = map[string]phi.RecordClass{"session": phi.AgentSession, "run": phi.WorkflowRun, "invoke": phi.InvokeResult}
+
 // phiFields returns the fields of r that are patient data, from the classification.
 func (r *phiRecord) phiFields() []string {
-	switch r.class {
-	case "session":
-		return phi.AgentSession.Fields
-	case "run":
-		return phi.WorkflowRun.Fields
-	case "invoke":
-		return phi.InvokeResult.Fields
+	if rc, ok := recordClasses[r.class]; ok {
+		return rc.Fields
 	}
 	if c, ok := phi.EventClassOf(r.typ); ok {
 		return c.Fields
@@ -171,6 +171,11 @@ var streamScopes = sc(access.ExecAgents, access.ExecWorkflows)
 
 // TestPatientDataOnEveryPath crosses every path with every credential kind and every record.
 func TestPatientDataOnEveryPath(t *testing.T) {
+	for _, rc := range phi.Records {
+		if !slices.ContainsFunc(slices.Collect(maps.Values(recordClasses)), func(c phi.RecordClass) bool { return c.Object == rc.Object }) {
+			t.Fatalf("phi.Records classifies %s, which no record class of the matrix stands for", rc.Object)
+		}
+	}
 	s := servertest.Start(t)
 	e := newPHIEnv(t, s)
 	e.listen()
@@ -334,12 +339,22 @@ type phiEnv struct {
 }
 
 func newPHIEnv(t *testing.T, s *servertest.Server) *phiEnv {
-	f := newFixture(t, s)
-	e := &phiEnv{t: t, s: s, f: f, project: f.project, agent: f.agent, pushed: map[string][]map[string]json.RawMessage{},
-		hooks: map[string]string{}, cache: map[string]any{}}
-	if err := s.Pool().QueryRow(context.Background(), `select id from projects where org_id = $1 order by created_at, id limit 1`,
-		f.org).Scan(&e.devices); err != nil {
-		t.Fatal(err)
+	// Only the credential cache of the matrix's fixture: its spare webhook would send to a
+	// public address.
+	f := &fixture{t: t, s: s, org: demo.DemoOrgID, keys: map[string]string{}}
+	e := &phiEnv{t: t, s: s, f: f, pushed: map[string][]map[string]json.RawMessage{}, hooks: map[string]string{}, cache: map[string]any{}}
+	for _, q := range []struct {
+		dst   *string
+		query string
+		arg   string
+	}{
+		{&e.project, `select id from projects where org_id = $1 and name = $2`, demo.SepsisProjectName},
+		{&e.agent, `select id from agents where org_id = $1 and name = $2`, demo.Ward7AgentName},
+		{&e.devices, `select id from projects where org_id = $1 and $2 <> '' order by created_at, id limit 1`, "oldest"},
+	} {
+		if err := s.Pool().QueryRow(context.Background(), q.query, f.org, q.arg).Scan(q.dst); err != nil {
+			t.Fatalf("%s: %v", q.query, err)
+		}
 	}
 	var flow struct{ CreateWorkflow struct{ ID string } }
 	e.gqlOK(f.platformKey(), `mutation($p: ID!) { createWorkflow(name: "phi matrix", projectId: $p, steps: ["load_patient"]) { id } }`,
