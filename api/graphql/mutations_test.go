@@ -234,7 +234,8 @@ func TestDeploymentMutations(t *testing.T) {
 func TestAgentMutations(t *testing.T) {
 	s := start(t)
 	key := s.DemoKey()
-	testKey := s.Key(demo.DemoOrgSlug, access.Test, access.ExecAgents)
+	// The session's output is patient data: the test key reads it with the patient scopes.
+	testKey := s.Key(demo.DemoOrgSlug, access.Test, access.ExecAgents, access.ReadPatients, access.ReadObservations)
 	noScopes := s.Key(demo.DemoOrgSlug, access.Live, access.ReadPatients)
 	sepsis := s.projectID(demo.SepsisProjectName)
 	news2Agent := s.assetID(demo.NEWS2AgentName)

@@ -424,7 +424,7 @@ func TestQueries(t *testing.T) {
 		base := time.Now().UTC().Truncate(time.Second).Add(-time.Hour)
 		var evs []storage.Event
 		for i := range 5 {
-			typ := "device.observation_received"
+			typ := "integration.reading" // names no patient: served whole to a key without patient scopes
 			if i%2 == 1 {
 				typ = "workflow.completed"
 			}

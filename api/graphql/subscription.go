@@ -123,7 +123,8 @@ func (r *subscriptionResolver) EventStream(ctx context.Context, args struct {
 	return stream(ctx, src, EventFilter{ProjectID: projectID, Types: types}, func(p *access.Principal, ev storage.Event) bool {
 		return ev.ProjectID == projectID && (types == nil || events.MatchAny(types, ev.Type))
 	}, func(ctx context.Context, ev storage.Event) (*eventResolver, bool) {
-		return &eventResolver{&ev}, true
+		served := r.s.Feed.Serve(ctx, ev)
+		return &eventResolver{&served}, true
 	}), nil
 }
 

@@ -10,9 +10,9 @@ import (
 	"carehub/processors/deployments"
 	"carehub/processors/marketplace"
 	"carehub/processors/orgs"
+	"carehub/processors/phi"
 	"carehub/processors/webhooks"
 	"carehub/processors/workflows"
-	"carehub/storage"
 )
 
 // Object resolvers. Each wraps a domain value and the request's loaders; nested objects resolve
@@ -317,6 +317,7 @@ func (r *sessionResolver) TokensUsed() *int32     { return r.s.TokensUsed }
 func (r *sessionResolver) StartedAt() DateTime    { return dateTime(r.s.StartedAt) }
 func (r *sessionResolver) CompletedAt() *DateTime { return optDateTime(r.s.CompletedAt) }
 func (r *sessionResolver) Error() *string         { return r.s.Error }
+func (r *sessionResolver) Redacted() bool         { return r.s.Redacted }
 func (r *sessionResolver) Agent(ctx context.Context) (*agentResolver, error) {
 	a, err := r.l.agentByID.Load(ctx, r.s.AgentID)
 	if err != nil {
@@ -382,6 +383,7 @@ func (r *runResolver) Output() *JSON          { return optJSON(r.r.Output) }
 func (r *runResolver) DurationMs() *int32     { return r.r.DurationMs }
 func (r *runResolver) StartedAt() DateTime    { return dateTime(r.r.StartedAt) }
 func (r *runResolver) CompletedAt() *DateTime { return optDateTime(r.r.CompletedAt) }
+func (r *runResolver) Redacted() bool         { return r.r.Redacted }
 func (r *runResolver) Workflow(ctx context.Context) (*workflowResolver, error) {
 	w, err := r.l.workflowByID.Load(ctx, r.r.WorkflowID)
 	if err != nil {
@@ -477,7 +479,8 @@ func (r *attemptResolver) Error() *string        { return r.a.Error }
 func (r *attemptResolver) ResponseBody() *string { return r.a.ResponseBody }
 func (r *attemptResolver) AttemptedAt() DateTime { return dateTime(r.a.AttemptedAt) }
 
-type eventResolver struct{ e *storage.Event }
+// eventResolver is an event as the caller may see it (processors/phi).
+type eventResolver struct{ e *phi.Event }
 
 func (r *eventResolver) ID() gql.ID          { return gql.ID(r.e.ID) }
 func (r *eventResolver) Type() string        { return r.e.Type }
@@ -486,6 +489,7 @@ func (r *eventResolver) Source() string      { return r.e.Source }
 func (r *eventResolver) Timestamp() DateTime { return dateTime(r.e.CreatedAt) }
 func (r *eventResolver) ProjectID() gql.ID   { return gql.ID(r.e.ProjectID) }
 func (r *eventResolver) Severity() string    { return r.e.Severity }
+func (r *eventResolver) Redacted() bool      { return r.e.Redacted }
 
 type submissionResolver struct{ r *marketplace.SubmissionResult }
 

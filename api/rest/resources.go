@@ -14,9 +14,9 @@ import (
 	"carehub/processors/feed"
 	"carehub/processors/marketplace"
 	"carehub/processors/orgs"
+	"carehub/processors/phi"
 	"carehub/processors/webhooks"
 	"carehub/processors/workflows"
-	"carehub/storage"
 )
 
 // REST representations. Field names are the GraphQL ones (DECISIONS §1); times are UTC.
@@ -110,7 +110,8 @@ func assetOf(a *marketplace.Asset, p *marketplace.Publisher) Asset {
 	return out
 }
 
-// Event is the spec's REST Event.
+// Event is the spec's REST Event, plus redacted: true when its payload's patient data was removed
+// for the caller (processors/phi).
 type Event struct {
 	ID        string          `json:"id"`
 	Type      string          `json:"type"`
@@ -119,11 +120,12 @@ type Event struct {
 	Payload   json.RawMessage `json:"payload"`
 	Severity  string          `json:"severity"`
 	CreatedAt time.Time       `json:"createdAt"`
+	Redacted  bool            `json:"redacted,omitempty"`
 }
 
-func eventOf(e storage.Event) Event {
+func eventOf(e phi.Event) Event {
 	return Event{ID: e.ID, Type: e.Type, ProjectID: e.ProjectID, Source: e.Source, Payload: e.Payload,
-		Severity: e.Severity, CreatedAt: e.CreatedAt.UTC()}
+		Severity: e.Severity, CreatedAt: e.CreatedAt.UTC(), Redacted: e.Redacted}
 }
 
 // Webhook is the spec's REST Webhook, plus projectId; the secret is masked.
@@ -186,7 +188,7 @@ type Workflow struct {
 	CreatedAt   time.Time `json:"createdAt"`
 }
 
-// WorkflowRun is a workflow run.
+// WorkflowRun is a workflow run; input and output are patient data when they name a patient.
 type WorkflowRun struct {
 	ID          string          `json:"id"`
 	WorkflowID  string          `json:"workflowId"`
@@ -197,11 +199,13 @@ type WorkflowRun struct {
 	DurationMs  *int32          `json:"durationMs"`
 	StartedAt   time.Time       `json:"startedAt"`
 	CompletedAt *time.Time      `json:"completedAt"`
+	// Redacted is true when input and output were removed for the caller (processors/phi).
+	Redacted bool `json:"redacted,omitempty"`
 }
 
 func runOf(r *workflows.Run) WorkflowRun {
 	out := WorkflowRun{ID: r.ID, WorkflowID: r.WorkflowID, Status: r.Status, Trigger: r.Trigger, Input: nullJSON(r.Input),
-		Output: nullJSON(r.Output), DurationMs: r.DurationMs, StartedAt: r.StartedAt.UTC()}
+		Output: nullJSON(r.Output), DurationMs: r.DurationMs, StartedAt: r.StartedAt.UTC(), Redacted: r.Redacted}
 	if r.CompletedAt != nil {
 		t := r.CompletedAt.UTC()
 		out.CompletedAt = &t

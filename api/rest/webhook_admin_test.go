@@ -224,8 +224,8 @@ func TestWebhookRoutesDeliveries(t *testing.T) {
 		dlv = append(dlv, id)
 		if _, err := a.pool.Exec(context.Background(), `insert into webhook_deliveries
 	(id, org_id, webhook_id, event_id, event_type, event_created_at, body, status, attempt_count, completed_at)
-values ($1, $2, $3, $4, 'agent.run.failed', now(), $5, 'failed', 8, now())`,
-			id, a.orgID, sub.ID, ids.New(ids.Event), []byte(`{"event":"agent.run.failed","n":`+string(rune('0'+i))+`}`)); err != nil {
+values ($1, $2, $3, $4, 'workflow.completed', now(), $5, 'failed', 8, now())`,
+			id, a.orgID, sub.ID, ids.New(ids.Event), []byte(`{"event":"workflow.completed","n":`+string(rune('0'+i))+`}`)); err != nil {
 			t.Fatal(err)
 		}
 		if _, err := a.pool.Exec(context.Background(), `insert into webhook_attempts (id, delivery_id, webhook_id, org_id, status_code, latency_ms, error, response_body)

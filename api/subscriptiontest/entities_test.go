@@ -46,7 +46,8 @@ func (n *node) subscribeAll(t *testing.T, key, query, field string, vars map[str
 // agent receive that session, COMPLETED with its output, once, within a second of the call.
 func TestAgentSessionUpdatedSync(t *testing.T) {
 	n := startNode(t)
-	key := n.Key(demo.DemoOrgSlug, access.Live, access.ExecAgents, access.ExecWorkflows)
+	// A session's patientId and output are patient data: the key holds the patient scopes.
+	key := n.Key(demo.DemoOrgSlug, access.Live, access.ExecAgents, access.ExecWorkflows, access.ReadPatients, access.ReadObservations)
 	sepsis := n.projectID(t, key, demo.DemoOrgSlug, demo.SepsisProjectName)
 	agentID := n.agentID(t, key, sepsis, demo.Ward7AgentName)
 	n.ready(t, key, sepsis)
@@ -88,7 +89,8 @@ func TestAgentSessionUpdatedSync(t *testing.T) {
 // last one as the session query shows it.
 func TestAgentSessionUpdatedAsync(t *testing.T) {
 	n := startNode(t)
-	key := n.Key(demo.DemoOrgSlug, access.Live, access.ExecAgents, access.ExecWorkflows)
+	// A session's patientId and output are patient data: the key holds the patient scopes.
+	key := n.Key(demo.DemoOrgSlug, access.Live, access.ExecAgents, access.ExecWorkflows, access.ReadPatients, access.ReadObservations)
 	rpm := n.projectID(t, key, demo.DemoOrgSlug, demo.RPMProjectName)
 	agentID := n.agentID(t, key, rpm, "Home Vitals Trend Agent")
 	n.ready(t, key, rpm)

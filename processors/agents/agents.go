@@ -58,6 +58,7 @@ import (
 	"carehub/processors/clinical"
 	"carehub/processors/fault"
 	"carehub/processors/idempotency"
+	"carehub/processors/phi"
 	"carehub/storage/ids"
 	"carehub/storage/kafka"
 )
@@ -106,6 +107,9 @@ type Session struct {
 	TokensUsed  *int32          `db:"tokens_used"`
 	StartedAt   time.Time       `db:"started_at"`
 	CompletedAt *time.Time      `db:"completed_at"`
+	// Redacted is true when the session was served without its patient data (phi.AgentSession:
+	// patientId, input, output and error removed) to a caller that may not see it.
+	Redacted bool `db:"-"`
 }
 
 // NotifyChannel is the Postgres channel runAgent notifies when it queues an async session; the
@@ -120,6 +124,7 @@ const DefaultMaxQueued = 1000
 // goroutines: async sessions are run by Workers (worker.go).
 type Service struct {
 	pool        *pgxpool.Pool
+	guard       *phi.Guard
 	eventsTopic string
 	logger      *slog.Logger
 	maxQueued   int
@@ -141,7 +146,7 @@ func WithMaxQueued(n int) Option { return func(s *Service) { s.maxQueued = max(1
 
 // New returns the service on pool.
 func New(pool *pgxpool.Pool, opts ...Option) *Service {
-	s := &Service{pool: pool, eventsTopic: kafka.DefaultTopics().Events, logger: slog.Default(), maxQueued: DefaultMaxQueued,
+	s := &Service{pool: pool, guard: phi.NewGuard(pool), eventsTopic: kafka.DefaultTopics().Events, logger: slog.Default(), maxQueued: DefaultMaxQueued,
 		wakeCh: make(chan struct{}, 1)}
 	for _, o := range opts {
 		o(s)
@@ -324,8 +329,7 @@ func (s *Service) Session(ctx context.Context, id string) (*Session, error) {
 		return nil, fmt.Errorf("agent session %s: %w", id, err)
 	}
 	access.Touch(ctx, access.KindSession, ses.ID)
-	access.Touch(ctx, access.KindPatient, ses.PatientID)
-	return ses, nil
+	return s.served(ctx, ses)
 }
 
 // SessionsByAgent returns the sessions of each agent among agentIDs, newest first, at most limit
@@ -342,13 +346,47 @@ func (s *Service) SessionsByAgent(ctx context.Context, agentIDs []string, limit 
 	if err != nil {
 		return nil, fmt.Errorf("sessions by agent: %w", err)
 	}
+	served := make([]*Session, len(list))
+	for i := range list {
+		served[i] = &list[i]
+		access.Touch(ctx, access.KindSession, list[i].ID)
+	}
+	if err := s.serve(ctx, served...); err != nil {
+		return nil, err
+	}
 	out := make(map[string][]Session, len(agentIDs))
 	for _, ses := range list {
 		out[ses.AgentID] = append(out[ses.AgentID], ses)
-		access.Touch(ctx, access.KindSession, ses.ID)
-		access.Touch(ctx, access.KindPatient, ses.PatientID)
 	}
 	return out, nil
+}
+
+// served is serve for one session.
+func (s *Service) served(ctx context.Context, ses *Session) (*Session, error) {
+	if err := s.serve(ctx, ses); err != nil {
+		return nil, err
+	}
+	return ses, nil
+}
+
+// serve readies sessions for the caller in ctx: a session whose patient data the caller may not
+// see (phi.AgentSession) loses it and is marked Redacted; the patients of the others are touched
+// for the audit record.
+func (s *Service) serve(ctx context.Context, ss ...*Session) error {
+	subjects := make([]phi.Subject, len(ss))
+	for i, ses := range ss {
+		subjects[i] = phi.Subject{OrgID: ses.OrgID, Patients: []string{ses.PatientID}, Need: phi.AgentSession.Need}
+	}
+	ok, err := s.guard.Serve(ctx, subjects)
+	if err != nil {
+		return fmt.Errorf("agent sessions: %w", err)
+	}
+	for i, ses := range ss {
+		if !ok[i] {
+			ses.PatientID, ses.Input, ses.Output, ses.Error, ses.Redacted = "", nil, nil, nil, true
+		}
+	}
+	return nil
 }
 
 func classify(err error, what string) error {

@@ -71,7 +71,7 @@ func (s *Service) Run(ctx context.Context, agentID, patientID string, input json
 		if err != nil {
 			return nil, fmt.Errorf("run agent %s: save session: %w", a.ID, err)
 		}
-		return ses, nil
+		return s.served(ctx, ses)
 	}
 
 	ses.Status = StatusQueued
@@ -105,7 +105,7 @@ func (s *Service) Run(ctx context.Context, agentID, patientID string, input json
 		return nil, classify(err, "run agent "+a.ID)
 	}
 	s.wakeWorkers()
-	return ses, nil
+	return s.served(ctx, ses)
 }
 
 // ExecRequest asks Execute for one agent run on behalf of an already authorized caller.

@@ -18,6 +18,7 @@ import (
 	"carehub/processors/agents"
 	"carehub/processors/clinical"
 	"carehub/processors/fault"
+	"carehub/processors/phi"
 	"carehub/processors/telemetry"
 	"carehub/storage/ids"
 )
@@ -74,6 +75,7 @@ var ErrOverloaded = errors.New("deployment overloaded")
 // invocation counts, which the Controller reads to decide DEGRADED.
 type Invoker struct {
 	s      *Service
+	guard  *phi.Guard
 	cfg    InvokerConfig
 	log    *slog.Logger
 	nodeID string
@@ -99,7 +101,7 @@ type counts struct{ ok, failed atomic.Int64 }
 // Invoker returns an invoker of the service's deployments; Run flushes its counts.
 func (s *Service) Invoker(cfg InvokerConfig) *Invoker {
 	cfg.defaults()
-	inv := &Invoker{s: s, cfg: cfg, log: cfg.Logger.With("component", "deployment_invoker"), nodeID: ids.New("node_"),
+	inv := &Invoker{s: s, guard: phi.NewGuard(s.pool), cfg: cfg, log: cfg.Logger.With("component", "deployment_invoker"), nodeID: ids.New("node_"),
 		deps: map[string]*served{}, stats: map[string]*counts{},
 		invocations: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "carehub", Subsystem: "deployments",
 			Name: "invocations_total", Help: "Deployment invocations on this node, by runtime and outcome (ok, client_error, failed, overloaded)."},
@@ -130,6 +132,9 @@ type InvokeResult struct {
 	Output       *clinical.Output `json:"output"`
 	LatencyMs    int64            `json:"latencyMs"`  // from taking a replica to the output
 	TokensUsed   int              `json:"tokensUsed"` // clinical.Tokens of context and output, as for agents
+	// Redacted is true when patientId and output were removed: scores of a stored patient are
+	// patient data (phi.InvokeResult), served only to a caller that may read it.
+	Redacted bool `json:"redacted,omitempty"`
 }
 
 // Invoke runs deployment id's runtime for the caller. A deployment of another organization is
@@ -224,6 +229,15 @@ func (inv *Invoker) Invoke(ctx context.Context, id string, req InvokeRequest) (*
 	res.Output, res.TokensUsed = as.Output, as.Tokens
 	res.LatencyMs = time.Since(start).Milliseconds()
 	inv.count(d, "ok")
+	if req.PatientID != "" {
+		ok, err := inv.guard.Serve(ctx, []phi.Subject{{OrgID: d.orgID, Patients: []string{req.PatientID}, Need: phi.InvokeResult.Need}})
+		if err != nil {
+			return nil, fmt.Errorf("invoke %s: %w", id, err)
+		}
+		if !ok[0] {
+			res.PatientID, res.Output, res.Redacted = "", nil, true
+		}
+	}
 	return res, nil
 }
 

@@ -3,6 +3,9 @@
 // storage.EventLog contract, so they serve from Postgres or ClickHouse alike; published events go
 // through the transactional outbox to carehub.events.v1 like every other event, and so reach the
 // log, webhooks and subscriptions the same way.
+//
+// Every event a client reads here, by query or by stream, is served through processors/phi:
+// patient data only to callers that may see it, redacted for the others.
 package feed
 
 import (
@@ -20,6 +23,7 @@ import (
 	"carehub/processors/events"
 	"carehub/processors/fault"
 	"carehub/processors/idempotency"
+	"carehub/processors/phi"
 	"carehub/storage"
 	"carehub/storage/kafka"
 )
@@ -30,6 +34,7 @@ const MaxPayloadBytes = 256 << 10
 // Service reads and publishes project events. It is safe for concurrent use.
 type Service struct {
 	pool        *pgxpool.Pool
+	guard       *phi.Guard
 	log         storage.EventLog
 	eventsTopic string
 }
@@ -42,7 +47,7 @@ func WithEventsTopic(topic string) Option { return func(s *Service) { s.eventsTo
 
 // New returns the feed over pool (projects, outbox) and log (reads).
 func New(pool *pgxpool.Pool, log storage.EventLog, opts ...Option) *Service {
-	s := &Service{pool: pool, log: log, eventsTopic: kafka.DefaultTopics().Events}
+	s := &Service{pool: pool, guard: phi.NewGuard(pool), log: log, eventsTopic: kafka.DefaultTopics().Events}
 	for _, o := range opts {
 		o(s)
 	}
@@ -58,31 +63,55 @@ type Query struct {
 	Cursor    string    // from an earlier page
 }
 
+// Page is a page of events as the caller may see them.
+type Page struct {
+	Events     []phi.Event
+	Total      int64
+	NextCursor string // "" on the last page
+}
+
 // Events returns a page of a project's events, newest first, with the total number of matches.
-// A project the caller cannot see is NotFound; a cursor the log did not produce is Invalid.
-func (s *Service) Events(ctx context.Context, q Query) (storage.EventPage, error) {
+// Events carrying patient data the caller may not see are redacted (phi.Guard). A project the
+// caller cannot see is NotFound; a cursor the log did not produce is Invalid.
+func (s *Service) Events(ctx context.Context, q Query) (Page, error) {
 	p, err := access.Caller(ctx)
 	if err != nil {
-		return storage.EventPage{}, err
+		return Page{}, err
 	}
 	if _, err := s.projectOrg(ctx, p, q.ProjectID); err != nil {
-		return storage.EventPage{}, err
+		return Page{}, err
 	}
 	page, err := s.log.QueryEvents(ctx, storage.EventQuery{OrgID: p.OrgFilter(), ProjectID: q.ProjectID, Type: q.Type,
 		Since: q.Since, Limit: q.Limit, Cursor: q.Cursor})
 	if errors.Is(err, storage.ErrBadCursor) {
-		return storage.EventPage{}, fault.Invalid("invalid cursor: pass the meta.cursor of an earlier response unchanged")
+		return Page{}, fault.Invalid("invalid cursor: pass the meta.cursor of an earlier response unchanged")
 	}
 	if err != nil {
-		return storage.EventPage{}, fmt.Errorf("events of %s: %w", q.ProjectID, err)
+		return Page{}, fmt.Errorf("events of %s: %w", q.ProjectID, err)
 	}
-	return page, nil
+	evs, err := s.guard.Events(ctx, page.Events)
+	if err != nil {
+		return Page{}, fmt.Errorf("events of %s: %w", q.ProjectID, err)
+	}
+	return Page{Events: evs, Total: page.Total, NextCursor: page.NextCursor}, nil
+}
+
+// Serve returns one streamed event as the caller in ctx may see it (an eventStream push). When
+// the caller's access to its patients cannot be decided (Postgres unreachable), the event is
+// served redacted rather than withheld or leaked.
+func (s *Service) Serve(ctx context.Context, ev storage.Event) phi.Event {
+	evs, err := s.guard.Events(ctx, []storage.Event{ev})
+	if err != nil {
+		return phi.RedactEvent(ev)
+	}
+	return evs[0]
 }
 
 // Publish creates an event of type typ with payload (a JSON object of at most 256 KiB) in one of
-// the caller's projects, source integration, and writes it to the outbox. Requires
-// exec:workflows.
-func (s *Service) Publish(ctx context.Context, typ string, payload json.RawMessage, projectID string) (*storage.Event, error) {
+// the caller's projects, source integration, and writes it to the outbox. It returns the event as
+// the caller may see it: a payload that names a patient is patient data like any other
+// (phi.FreeForm). Requires exec:workflows.
+func (s *Service) Publish(ctx context.Context, typ string, payload json.RawMessage, projectID string) (*phi.Event, error) {
 	p, err := access.Require(ctx, access.ExecWorkflows)
 	if err != nil {
 		return nil, err
@@ -114,7 +143,8 @@ func (s *Service) Publish(ctx context.Context, typ string, payload json.RawMessa
 	if err != nil {
 		return nil, fmt.Errorf("publish event: %w", err)
 	}
-	return &ev, nil
+	served := s.Serve(ctx, ev)
+	return &served, nil
 }
 
 // projectOrg returns the organization of a project the caller sees, or NotFound.

@@ -9,6 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"carehub/processors/phi"
 	"carehub/storage/ids"
 )
 
@@ -38,13 +39,14 @@ type lane struct {
 
 	mu      sync.Mutex
 	url     string
-	secrets []string // current first, then the rotated-out one while it still signs
+	secrets []string   // current first, then the rotated-out one while it still signs
+	reader  phi.Reader // the patient data the subscription may carry (phi.go)
 }
 
-func (l *lane) target() (string, []string) {
+func (l *lane) target() (string, []string, phi.Reader) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.url, l.secrets
+	return l.url, l.secrets, l.reader
 }
 
 func (d *Dispatcher) claimLoop(ctx context.Context, lanes *sync.WaitGroup) error {
@@ -139,7 +141,8 @@ update webhook_deliveries d set status = 'delivering', lease_owner = $3,
 from picked p, webhooks w
 where d.id = p.id and w.id = d.webhook_id
 returning d.webhook_id, d.seq, d.id, d.event_id, d.body, d.schedule_pos, d.attempt_count, d.event_created_at,
-	w.org_id, w.url, w.secret, case when w.previous_secret_expires_at > statement_timestamp() then w.previous_secret end`,
+	w.org_id, w.url, w.secret, case when w.previous_secret_expires_at > statement_timestamp() then w.previous_secret end,
+	w.patient_scopes, w.patient_mode`,
 			n, d.cfg.LaneBatch, d.node, d.cfg.Lease.Milliseconds())
 		if err != nil {
 			return err
@@ -149,16 +152,18 @@ returning d.webhook_id, d.seq, d.id, d.event_id, d.body, d.schedule_pos, d.attem
 		seqs := map[string]int64{}
 		for rows.Next() {
 			var c claimed
-			var webhookID, orgID, url, secret string
+			var webhookID, orgID, url, secret, patientMode string
 			var seq int64
 			var previous *string
+			var patientScopes []string
 			if err := rows.Scan(&webhookID, &seq, &c.id, &c.eventID, &c.body, &c.schedulePos, &c.attemptCount,
-				&c.eventCreatedAt, &orgID, &url, &secret, &previous); err != nil {
+				&c.eventCreatedAt, &orgID, &url, &secret, &previous, &patientScopes, &patientMode); err != nil {
 				return err
 			}
 			l := byHook[webhookID]
 			if l == nil {
-				l = &lane{webhookID: webhookID, orgID: orgID, url: url, secrets: secretsOf(secret, previous)}
+				l = &lane{webhookID: webhookID, orgID: orgID, url: url, secrets: secretsOf(secret, previous),
+					reader: phi.ReaderFrom(patientScopes, patientMode)}
 				byHook[webhookID] = l
 				lanes = append(lanes, l)
 			}
@@ -236,11 +241,19 @@ func (d *Dispatcher) acquire(ctx context.Context, sem chan struct{}) bool {
 
 // attempt sends one delivery and records the outcome. It reports whether the lane may go on.
 func (d *Dispatcher) attempt(ctx context.Context, l *lane, it claimed) bool {
-	url, secrets := l.target()
+	url, secrets, reader := l.target()
+	body, err := servedBody(ctx, d.guard, reader, it.body)
+	if err != nil {
+		// What the subscription may receive is unknown (Postgres unreachable): send nothing, and
+		// hand the delivery back uncounted to be sent when it is known.
+		d.logger.Warn("webhook delivery held back: its patient data cannot be checked", "delivery_id", it.id, "webhook_id", l.webhookID, "err", err)
+		d.release([]claimed{it})
+		return false
+	}
 	if it.attemptCount == 0 {
 		d.m.firstAttemptLag.Observe(time.Since(it.eventCreatedAt).Seconds())
 	}
-	out := d.sender.send(ctx, url, it.eventID, it.body, secrets)
+	out := d.sender.send(ctx, url, it.eventID, body, secrets)
 	if ctx.Err() != nil && out.StatusCode == 0 {
 		// Stopping cut the attempt short: the outcome is unknown, and not the receiver's fault.
 		// Hand the delivery back uncounted; it is sent again, with the same webhook-id.
@@ -261,7 +274,7 @@ func (d *Dispatcher) attempt(ctx context.Context, l *lane, it claimed) bool {
 		return false
 	}
 	l.mu.Lock()
-	l.url, l.secrets = st.url, st.secrets
+	l.url, l.secrets, l.reader = st.url, st.secrets, st.reader
 	l.mu.Unlock()
 	return st.deliverable
 }
@@ -271,6 +284,7 @@ type hookState struct {
 	deliverable bool
 	url         string
 	secrets     []string
+	reader      phi.Reader
 }
 
 // recordOutcome writes the attempt, moves the delivery on (succeeded, pending with its next
@@ -302,7 +316,8 @@ func (d *Dispatcher) recordOutcome(ctx context.Context, l *lane, it claimed, out
 	var st hookState
 	var hookStatus string
 	var previous *string
-	var secret, project string
+	var secret, project, patientMode string
+	var patientScopes []string
 	var deleted bool
 	err := d.pool.QueryRow(ctx, `
 with att as (
@@ -333,14 +348,15 @@ update webhooks set
 	updated_at = now()
 where id = $3
 returning status, deleted_at is not null, url, secret,
-	case when previous_secret_expires_at > now() then previous_secret end, project_id`,
+	case when previous_secret_expires_at > now() then previous_secret end, project_id, patient_scopes, patient_mode`,
 		ids.New(ids.Attempt), it.id, l.webhookID, l.orgID, code, int(out.Latency.Milliseconds()), errText, respBody,
 		out.AttemptedAt, status, delay.Microseconds(), d.node, out.Succeeded(), out.Gone(), PauseAfter,
-	).Scan(&hookStatus, &deleted, &st.url, &secret, &previous, &project)
+	).Scan(&hookStatus, &deleted, &st.url, &secret, &previous, &project, &patientScopes, &patientMode)
 	if err != nil {
 		return st, err
 	}
 	st.secrets = secretsOf(secret, previous)
+	st.reader = phi.ReaderFrom(patientScopes, patientMode)
 	st.deliverable = !deleted && (hookStatus == StatusActive || hookStatus == StatusFailing)
 	if out.Gone() {
 		// Disabled subscriptions record no deliveries: every dispatcher's cache must know.

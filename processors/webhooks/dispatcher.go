@@ -16,6 +16,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"carehub/processors/events"
+	"carehub/processors/phi"
 	"carehub/storage"
 	"carehub/storage/ids"
 	"carehub/storage/kafka"
@@ -138,6 +139,7 @@ type Dispatcher struct {
 	logger *slog.Logger
 	cl     *kgo.Client
 	pool   *pgxpool.Pool
+	guard  *phi.Guard
 	sender *sender
 	subs   *subCache
 	node   string // lease owner id of this dispatcher
@@ -186,6 +188,7 @@ func NewDispatcher(cfg DispatcherConfig) (*Dispatcher, error) {
 		logger: cfg.Logger,
 		cl:     cl,
 		pool:   cfg.Pool,
+		guard:  phi.NewGuard(cfg.Pool),
 		sender: newSender(cfg.AllowPrivate, cfg.Timeout, cfg.PerSubscription),
 		subs:   newSubCache(cfg.Pool, cfg.CacheTTL),
 		node:   ids.New("wdsp_"),

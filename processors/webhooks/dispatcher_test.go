@@ -13,6 +13,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kadm"
 
+	"carehub/processors/events"
 	"carehub/storage"
 	"carehub/storage/kafka/kafkatest"
 )
@@ -238,9 +239,19 @@ func TestGoneDisablesTheSubscription(t *testing.T) {
 	other := newReceiver(t, nil)
 	sub := f.create(gone.URL, "*")
 	witness := f.create(other.URL, "*")
+	// Both events are in the topic before the dispatcher starts, so it records both before the
+	// first 410 disables the subscription.
+	var evs []storage.Event
+	for range 2 {
+		ev, err := events.New("agent.run_completed", f.orgID, f.projectID, events.SourceIntegration, events.SeverityInfo, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		evs = append(evs, ev)
+	}
+	f.produce(evs...)
+	first := evs[0]
 	d := f.start()
-	first := f.publish("agent.run_completed", nil)
-	f.publish("agent.run_completed", nil)
 
 	eventually(t, 20*time.Second, "the subscription to be disabled", func() bool { return f.get(sub.ID).Status == StatusDisabled })
 	quiet(t, d, gone, 5)

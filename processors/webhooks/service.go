@@ -11,6 +11,7 @@
 //	deliver.go        the delivery worker pool: claims lanes, attempts, records outcomes, leases
 //	sender.go         one signed HTTP attempt (no redirects, no proxy, bounded, trimmed answer)
 //	sign.go           secrets, Standard Webhooks signatures, the delivered body
+//	phi.go            patient data in delivered bodies: what each subscription may carry
 //	ssrf.go           destination checks at create time and in the dialer
 //	schedule.go       retry schedule, jitter, Retry-After
 //	nodeverify/       the reference verifier (npm standardwebhooks) the tests check against
@@ -36,6 +37,7 @@ import (
 	"carehub/processors/events"
 	"carehub/processors/fault"
 	"carehub/processors/idempotency"
+	"carehub/processors/phi"
 	"carehub/storage/ids"
 )
 
@@ -67,7 +69,8 @@ type Delivery struct {
 	LastAttemptAt  *time.Time `json:"lastAttemptAt"`
 	LastStatusCode *int       `json:"lastStatusCode"`
 	CreatedAt      time.Time  `json:"createdAt"`
-	// Body is the exact request body sent; only Service.Delivery fills it.
+	// Body is the request body sent, as the reader may see it (phi.go); only Service.Delivery
+	// fills it.
 	Body json.RawMessage `json:"body,omitempty"`
 }
 
@@ -143,6 +146,7 @@ func WithTimeout(d time.Duration) Option { return func(o *options) { o.timeout =
 // organization's subscription or delivery is NOT_FOUND.
 type Service struct {
 	pool   *pgxpool.Pool
+	guard  *phi.Guard
 	opts   options
 	sender *sender
 }
@@ -153,7 +157,7 @@ func NewService(pool *pgxpool.Pool, opts ...Option) *Service {
 	for _, opt := range opts {
 		opt(&o)
 	}
-	return &Service{pool: pool, opts: o, sender: newSender(o.allowPrivate, o.timeout, 2)}
+	return &Service{pool: pool, guard: phi.NewGuard(pool), opts: o, sender: newSender(o.allowPrivate, o.timeout, 2)}
 }
 
 const subscriptionColumns = `id, org_id, project_id, url, events, status, secret, failure_count, last_delivered_at, created_at, updated_at`
@@ -206,7 +210,9 @@ func quote(s string) string {
 	return string(b)
 }
 
-// Create registers a subscription and returns it with its full secret.
+// Create registers a subscription and returns it with its full secret. The subscription records
+// what patient data the caller may read (its patient scopes and mode): its deliveries carry that
+// much and no more (phi.go).
 func (s *Service) Create(ctx context.Context, projectID, url string, patterns []string) (*Subscription, error) {
 	p, err := access.Require(ctx, access.AdminOrg)
 	if err != nil {
@@ -219,13 +225,14 @@ func (s *Service) Create(ctx context.Context, projectID, url string, patterns []
 	if err != nil {
 		return nil, err
 	}
+	patientScopes, patientMode := phi.ReaderOf(p).Grant()
 	var sub *Subscription
 	err = s.inTx(ctx, &sub, func(tx pgx.Tx) error {
 		row := tx.QueryRow(ctx, `
-insert into webhooks (id, org_id, project_id, url, events, secret)
-select $1, p.org_id, p.id, $3, $4, $5 from projects p where p.id = $2 and ($6 = '' or p.org_id = $6)
+insert into webhooks (id, org_id, project_id, url, events, secret, patient_scopes, patient_mode)
+select $1, p.org_id, p.id, $3, $4, $5, $7, $8 from projects p where p.id = $2 and ($6 = '' or p.org_id = $6)
 returning `+subscriptionColumns,
-			ids.New(ids.Webhook), projectID, url, patterns, newSecret(), p.OrgFilter())
+			ids.New(ids.Webhook), projectID, url, patterns, newSecret(), p.OrgFilter(), patientScopes, patientMode)
 		var err error
 		if sub, err = scanSubscription(row); errors.Is(err, pgx.ErrNoRows) {
 			return fault.NotFound("project", projectID)
@@ -324,7 +331,9 @@ where id = any($1) and deleted_at is null and ($2 = '' or org_id = $2)`, idList,
 // Update changes url, events or status. Status active resumes a paused, failing or disabled
 // subscription: failureCount returns to 0 and every pending delivery becomes due at once, to be
 // sent in order. paused stops attempts and keeps pending deliveries; disabled stops attempts
-// and records no new deliveries.
+// and records no new deliveries. Like Create, it records what patient data the caller may read:
+// from then on the subscription's deliveries carry that much, so a credential that may not read
+// patient data cannot point a subscription somewhere else and receive it.
 func (s *Service) Update(ctx context.Context, id string, u Update) (*Subscription, error) {
 	p, err := access.Require(ctx, access.AdminOrg)
 	if err != nil {
@@ -344,6 +353,7 @@ func (s *Service) Update(ctx context.Context, id string, u Update) (*Subscriptio
 		return nil, fault.Validation("invalid status "+quote(*u.Status),
 			map[string]string{"status": "must be active, paused or disabled"})
 	}
+	patientScopes, patientMode := phi.ReaderOf(p).Grant()
 	var sub *Subscription
 	err = s.inTx(ctx, &sub, func(tx pgx.Tx) error {
 		row := tx.QueryRow(ctx, `
@@ -352,9 +362,10 @@ update webhooks set
 	events = coalesce($4, events),
 	status = coalesce($5, status),
 	failure_count = case when $5 = 'active' then 0 else failure_count end,
+	patient_scopes = $6, patient_mode = $7,
 	updated_at = now()
 where id = $1 and deleted_at is null and ($2 = '' or org_id = $2)
-returning `+subscriptionColumns, id, p.OrgFilter(), u.URL, u.Events, u.Status)
+returning `+subscriptionColumns, id, p.OrgFilter(), u.URL, u.Events, u.Status, patientScopes, patientMode)
 		var err error
 		if sub, err = scanSubscription(row); errors.Is(err, pgx.ErrNoRows) {
 			return fault.NotFound("webhook", id)
@@ -498,23 +509,29 @@ order by d.created_at desc, d.id desc limit $3 offset $4`, webhookID, status, li
 	return out, nil
 }
 
-// Delivery returns one delivery with the body it sends.
+// Delivery returns one delivery with the body it sends, as the caller may see it: without the
+// patient data that the subscription does not carry or that the caller may not read (phi.go).
 func (s *Service) Delivery(ctx context.Context, id string) (*Delivery, error) {
 	p, err := access.Require(ctx, access.AdminOrg)
 	if err != nil {
 		return nil, err
 	}
 	var body []byte
-	d, err := scanDelivery(s.pool.QueryRow(ctx, `select `+deliveryColumns+`, d.body from webhook_deliveries d
-join webhooks w on w.id = d.webhook_id and w.deleted_at is null
-where d.id = $1 and ($2 = '' or d.org_id = $2)`, id, p.OrgFilter()), &body)
+	var patientScopes []string
+	var patientMode string
+	d, err := scanDelivery(s.pool.QueryRow(ctx, `select `+deliveryColumns+`, d.body, w.patient_scopes, w.patient_mode
+from webhook_deliveries d join webhooks w on w.id = d.webhook_id and w.deleted_at is null
+where d.id = $1 and ($2 = '' or d.org_id = $2)`, id, p.OrgFilter()), &body, &patientScopes, &patientMode)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, fault.NotFound("delivery", id)
 	}
 	if err != nil {
 		return nil, wrap("get delivery", err)
 	}
-	d.Body = body
+	reader := phi.ReaderFrom(patientScopes, patientMode).And(phi.ReaderOf(p))
+	if d.Body, err = servedBody(ctx, s.guard, reader, body); err != nil {
+		return nil, wrap("get delivery", err)
+	}
 	return d, nil
 }
 

@@ -111,6 +111,8 @@ type deliveredEvent struct {
 	OrgID     string          `json:"org_id"`
 	ProjectID string          `json:"project_id"`
 	Payload   json.RawMessage `json:"payload"`
+	// Redacted is true when the payload's patient data was removed for the subscription (phi.go).
+	Redacted bool `json:"redacted,omitempty"`
 }
 
 // Body returns the bytes delivered for ev: {event, timestamp, org_id, project_id, payload}, with

@@ -15,6 +15,7 @@ import (
 	"carehub/processors/events"
 	"carehub/processors/fault"
 	"carehub/processors/idempotency"
+	"carehub/processors/phi"
 	"carehub/storage"
 	"carehub/storage/ids"
 )
@@ -136,7 +137,7 @@ func (s *Service) Start(ctx context.Context, workflowID string, input json.RawMe
 		return nil, classify(err, "start workflow run")
 	}
 	access.Touch(ctx, access.KindRun, out.ID)
-	return out, nil
+	return s.served(ctx, out)
 }
 
 // newRun is a run to insert.
@@ -235,7 +236,8 @@ updated_at = now() where id = $1 returning `+runColumns, runID)
 	if err != nil {
 		return nil, classify(err, "cancel workflow run")
 	}
-	return out, nil
+	access.Touch(ctx, access.KindRun, out.ID)
+	return s.served(ctx, out)
 }
 
 // outcome reads the severity and alert a run's output records (NONE and false when it has none).
@@ -308,8 +310,8 @@ func (s *Service) Run(ctx context.Context, id string) (*Run, error) {
 	if err != nil {
 		return nil, fmt.Errorf("workflow run %s: %w", id, err)
 	}
-	touchRun(ctx, r)
-	return r, nil
+	access.Touch(ctx, access.KindRun, r.ID)
+	return s.served(ctx, r)
 }
 
 // RunsByWorkflow returns the runs of each workflow among workflowIDs, newest first, at most limit
@@ -326,18 +328,52 @@ func (s *Service) RunsByWorkflow(ctx context.Context, workflowIDs []string, limi
 	if err != nil {
 		return nil, fmt.Errorf("runs by workflow: %w", err)
 	}
+	served := make([]*Run, len(list))
+	for i := range list {
+		served[i] = &list[i]
+		access.Touch(ctx, access.KindRun, list[i].ID)
+	}
+	if err := s.serve(ctx, served...); err != nil {
+		return nil, err
+	}
 	out := make(map[string][]Run, len(workflowIDs))
-	for i, r := range list {
+	for _, r := range list {
 		out[r.WorkflowID] = append(out[r.WorkflowID], r)
-		touchRun(ctx, &list[i])
 	}
 	return out, nil
 }
 
-// touchRun records a run read for the audit log, with the patient its input names.
-func touchRun(ctx context.Context, r *Run) {
-	access.Touch(ctx, access.KindRun, r.ID)
-	if pid := patientFromInput(r.Input); pid != "" {
-		access.Touch(ctx, access.KindPatient, pid)
+// served is serve for one run.
+func (s *Service) served(ctx context.Context, r *Run) (*Run, error) {
+	if err := s.serve(ctx, r); err != nil {
+		return nil, err
 	}
+	return r, nil
+}
+
+// serve readies runs for the caller in ctx: a run whose input or output names a patient is
+// patient data (phi.WorkflowRun). One the caller may not see loses its input and output and is
+// marked Redacted; the patients of the others are touched for the audit record.
+func (s *Service) serve(ctx context.Context, rs ...*Run) error {
+	var subjects []phi.Subject
+	var at []*Run
+	for _, r := range rs {
+		if n := phi.Patients(r.Input, r.Output); n.Named {
+			subjects = append(subjects, phi.Subject{OrgID: r.OrgID, Patients: n.IDs, Unidentified: n.Unidentified, Need: phi.WorkflowRun.Need})
+			at = append(at, r)
+		}
+	}
+	if len(subjects) == 0 {
+		return nil
+	}
+	ok, err := s.guard.Serve(ctx, subjects)
+	if err != nil {
+		return fmt.Errorf("workflow runs: %w", err)
+	}
+	for i, r := range at {
+		if !ok[i] {
+			r.Input, r.Output, r.Error, r.Redacted = nil, nil, nil, true
+		}
+	}
+	return nil
 }

@@ -50,6 +50,7 @@ import (
 	"carehub/processors/events"
 	"carehub/processors/fault"
 	"carehub/processors/idempotency"
+	"carehub/processors/phi"
 	"carehub/storage/ids"
 	"carehub/storage/kafka"
 )
@@ -104,6 +105,9 @@ type Run struct {
 	DurationMs  *int32          `db:"duration_ms"`
 	StartedAt   time.Time       `db:"started_at"`
 	CompletedAt *time.Time      `db:"completed_at"`
+	// Redacted is true when the run was served without its input and output (phi.WorkflowRun)
+	// to a caller that may not see the patient data they carry.
+	Redacted bool `db:"-"`
 }
 
 // Command is the message on carehub.workflow-runs.v1 that asks the runner to execute a run
@@ -119,6 +123,7 @@ type Command struct {
 // Service manages workflows and queues their runs. It is safe for concurrent use.
 type Service struct {
 	pool        *pgxpool.Pool
+	guard       *phi.Guard
 	eventsTopic string
 	runsTopic   string
 }
@@ -138,7 +143,7 @@ func WithTopics(events, runs string) Option {
 // New returns the service on pool.
 func New(pool *pgxpool.Pool, opts ...Option) *Service {
 	t := kafka.DefaultTopics()
-	s := &Service{pool: pool, eventsTopic: t.Events, runsTopic: t.WorkflowRuns}
+	s := &Service{pool: pool, guard: phi.NewGuard(pool), eventsTopic: t.Events, runsTopic: t.WorkflowRuns}
 	for _, o := range opts {
 		o(s)
 	}
