@@ -1,0 +1,176 @@
+// Package contracttest holds the property-based test of the REST contract: Schemathesis, driven by
+// the OpenAPI document the node serves, against a whole node (DECISIONS §3, "the OpenAPI document
+// is exact").
+package contracttest
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"carehub/api/auth"
+	"carehub/api/server"
+	"carehub/api/server/servertest"
+	"carehub/processors/access"
+	"carehub/processors/demo"
+	"carehub/storage/postgres/pgtest"
+)
+
+func TestMain(m *testing.M) { pgtest.Main(m) }
+
+// schemathesis returns the Schemathesis executable: $CAREHUB_SCHEMATHESIS, the one `make
+// fuzz-deps` installs, or one on PATH. Without one the test skips, except under CI=true, where
+// a contract that was not checked is a failure.
+func schemathesis(t *testing.T) string {
+	t.Helper()
+	candidates := []string{os.Getenv("CAREHUB_SCHEMATHESIS")}
+	if home, err := os.UserHomeDir(); err == nil {
+		candidates = append(candidates, filepath.Join(home, ".cache", "carehub", "venv", "bin", "schemathesis"))
+	}
+	for _, c := range candidates {
+		if c == "" {
+			continue
+		}
+		if _, err := os.Stat(c); err == nil {
+			return c
+		}
+	}
+	if p, err := exec.LookPath("schemathesis"); err == nil {
+		return p
+	}
+	if os.Getenv("CI") == "true" {
+		t.Fatal("schemathesis is not installed: run `make fuzz-deps` (or set CAREHUB_SCHEMATHESIS)")
+	}
+	t.Skip("schemathesis is not installed: `make fuzz-deps` installs it (make test does)")
+	return ""
+}
+
+// summary is Schemathesis's closing line, e.g. "== 1 passed, 2 warnings in 61.2s ==" or
+// "== 4 failures, 1 error, 2 warnings in 8.43s ==", and its count of test cases.
+var (
+	summary   = regexp.MustCompile(`(?m)^=+ (.*) in [0-9.]+s =+$`)
+	generated = regexp.MustCompile(`(?m)^\s*(\d+) generated`)
+)
+
+// TestOpenAPIFuzz runs Schemathesis against a node with every check it has (schemathesis.toml):
+// no 5xx, only documented status codes, content types and response shapes, invalid data refused,
+// valid data not refused as malformed, 405 with Allow for undeclared methods, 401 without a
+// credential. The node runs the api and ingest roles: without the processors no webhook is ever
+// delivered to the URLs the fuzzer invents.
+func TestOpenAPIFuzz(t *testing.T) {
+	bin := schemathesis(t)
+	s := servertest.Start(t, servertest.WithRoles(server.RoleAPI, server.RoleIngest))
+	key := s.DemoKey()
+	spare, err := auth.NewKeys(s.Pool()).Create(context.Background(), auth.NewKey{OrgID: s.OrgID(demo.DemoOrgSlug),
+		Name: "revoked by the fuzzer", Mode: access.Test})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := withTestData(t, s, key)
+	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, bin, "--config-file", cfg, "run", s.URL+"/v1/openapi.json",
+		"--report", "junit", "--report-dir", t.TempDir())
+	cmd.Env = append(os.Environ(), "CAREHUB_FUZZ_KEY="+key, "CAREHUB_FUZZ_SPARE_KEY_ID="+spare.ID,
+		"NO_COLOR=1")
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	start := time.Now()
+	err = cmd.Run()
+	line := "no summary"
+	if m := summary.FindSubmatch(out.Bytes()); m != nil {
+		line = string(m[1])
+	}
+	cases := "?"
+	if m := generated.FindSubmatch(out.Bytes()); m != nil {
+		cases = string(m[1])
+	}
+	if err != nil {
+		t.Fatalf("schemathesis: %v: %s (%s test cases)\n%s", err, line, cases, out.String())
+	}
+	t.Logf("schemathesis: %s test cases, %s, in %s", cases, line, time.Since(start).Round(time.Second))
+}
+
+// testData binds parameters to ids that exist in the demo organization, half of the time, so
+// that operations on one resource get past 404 to their own logic and answers. Each names the
+// operations (a path regex), the parameter ("path.id", "query.projectId", "body.workflow_id")
+// and the query listing the ids.
+var testData = []struct{ paths, param, sql string }{
+	{`^/v1/projects/\{id\}$`, "path.id", `select id from projects where org_id = $1`},
+	{`^/v1/(events|webhooks)$`, "query.projectId", `select id from projects where org_id = $1`},
+	{`^/v1/webhooks$`, "body.projectId", `select id from projects where org_id = $1`},
+	{`^/v1/organizations/\{id\}$`, "path.id", `select $1::text`},
+	{`^/v1/agents/\{id\}$`, "path.id", `select a.id from agents a join projects p on p.id = a.project_id where p.org_id = $1`},
+	{`^/v1/workflows/\{id\}$`, "path.id", `select w.id from workflows w join projects p on p.id = w.project_id where p.org_id = $1`},
+	{`^/api/v1/workflows/runs$`, "body.workflow_id", `select w.id from workflows w join projects p on p.id = w.project_id where p.org_id = $1`},
+	{`^/v1/deployments/\{id\}`, "path.id", `select d.id from deployments d join projects p on p.id = d.project_id where p.org_id = $1`},
+	{`^/v1/patients/\{id\}`, "path.id", `select id from patients where org_id = $1`},
+	{`^/v1/deployments/\{id\}/invoke$`, "body.patientId", `select id from patients where org_id = $1`},
+	{`^/v1/webhooks/\{id\}`, "path.id", `select id from webhooks where org_id = $1`},
+}
+
+// withTestData writes schemathesis.toml with the testData bindings added, and returns its path.
+func withTestData(t *testing.T, s *servertest.Server, key string) string {
+	t.Helper()
+	base, err := os.ReadFile("schemathesis.toml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	org := s.OrgID(demo.DemoOrgSlug)
+	// A subscription for the webhook operations to read, change, rotate and delete.
+	var project string
+	if err := s.Pool().QueryRow(context.Background(), `select id from projects where name = $1`, demo.SepsisProjectName).Scan(&project); err != nil {
+		t.Fatal(err)
+	}
+	if r := s.Do(http.MethodPost, "/v1/webhooks", key, map[string]any{"projectId": project,
+		"url": "https://hooks.example.org/carehub", "events": []string{"agent.*"}}); r.Status != http.StatusCreated {
+		t.Fatalf("create webhook: HTTP %d %s", r.Status, r.Body)
+	}
+	// A running deployment for the deployment operations. No processors role runs its controller
+	// here, so the test marks it RUNNING itself: PENDING would answer every invocation 503.
+	var installation string
+	if err := s.Pool().QueryRow(context.Background(), `select i.id from installations i join assets a on a.id = i.asset_id
+where i.project_id = $1 and a.name = $2`, project, demo.NEWS2ModelName).Scan(&installation); err != nil {
+		t.Fatal(err)
+	}
+	res := s.GraphQL(key, `mutation($i: ID!) { createDeployment(installationId: $i, environment: "production", replicas: 1) { id } }`,
+		map[string]any{"i": installation})
+	var created struct{ CreateDeployment struct{ ID string } }
+	if len(res.Errors) > 0 || json.Unmarshal(res.Data, &created) != nil {
+		t.Fatalf("createDeployment: %+v", res.Errors)
+	}
+	if _, err := s.Pool().Exec(context.Background(), `update deployments set status = 'RUNNING' where id = $1`, created.CreateDeployment.ID); err != nil {
+		t.Fatal(err)
+	}
+	var ops, dicts strings.Builder
+	for i, d := range testData {
+		rows, err := s.Pool().Query(context.Background(), d.sql, org)
+		if err != nil {
+			t.Fatalf("%s: %v", d.sql, err)
+		}
+		ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil || len(ids) == 0 {
+			t.Fatalf("%s: %v ids, %v", d.sql, ids, err)
+		}
+		quoted, _ := json.Marshal(ids) // a JSON array of strings is a TOML array
+		fmt.Fprintf(&dicts, "\n[dictionaries.d%d]\nvalues = %s\n", i, quoted)
+		fmt.Fprintf(&ops, "\n[[operations]]\ninclude-path-regex = %q\nparameters = { %q = { dictionary = \"d%d\", probability = 0.5 } }\n",
+			d.paths, d.param, i)
+	}
+	cfg := filepath.Join(t.TempDir(), "schemathesis.toml")
+	if err := os.WriteFile(cfg, append(base, ops.String()+dicts.String()...), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return cfg
+}
