@@ -39,6 +39,7 @@ type docSchema struct {
 	Required             []string             `json:"required"`
 	AdditionalProperties any                  `json:"additionalProperties"`
 	Items                *docSchema           `json:"items"`
+	AllOf                []docSchema          `json:"allOf"`
 }
 
 type docOperation struct {
@@ -97,6 +98,17 @@ func (d *openAPI) resolve(s docSchema) docSchema {
 		return d.Components.Schemas[name]
 	}
 	return s
+}
+
+// properties returns the member names schema s describes, through $ref and allOf.
+func (d *openAPI) properties(s docSchema) []string {
+	s = d.resolve(s)
+	names := slices.Collect(maps.Keys(s.Properties))
+	for _, part := range s.AllOf {
+		names = append(names, d.properties(part)...)
+	}
+	slices.Sort(names)
+	return slices.Compact(names)
 }
 
 // jsonBody returns the application/json request body schema of op, if it takes one.
