@@ -99,7 +99,11 @@ func TestOpenAPIFuzz(t *testing.T) {
 	if err != nil {
 		t.Fatalf("schemathesis: %v: %s (%s test cases)\n%s", err, line, cases, out.String())
 	}
-	t.Logf("schemathesis: %s test cases, %s, in %s", cases, line, time.Since(start).Round(time.Second))
+	report := out.String()
+	if i := strings.LastIndex(report, "= SUMMARY ="); i >= 0 {
+		report = report[i:]
+	}
+	t.Logf("schemathesis: %s test cases, %s, in %s\n%s", cases, line, time.Since(start).Round(time.Second), report)
 }
 
 // testData binds parameters to ids that exist in the demo organization, half of the time, so
