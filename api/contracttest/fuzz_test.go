@@ -8,11 +8,13 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -106,22 +108,34 @@ func TestOpenAPIFuzz(t *testing.T) {
 	t.Logf("schemathesis: %s test cases, %s, in %s\n%s", cases, line, time.Since(start).Round(time.Second), report)
 }
 
+// Queries listing ids of the demo organization ($1).
+const (
+	projects    = `select id from projects where org_id = $1`
+	workflows   = `select w.id from workflows w join projects p on p.id = w.project_id where p.org_id = $1`
+	deployments = `select d.id from deployments d join projects p on p.id = d.project_id where p.org_id = $1`
+	patients    = `select id from patients where org_id = $1`
+)
+
 // testData binds parameters to ids that exist in the demo organization, half of the time, so
-// that operations on one resource get past 404 to their own logic and answers. Each names the
-// operations (a path regex), the parameter ("path.id", "query.projectId", "body.workflow_id")
-// and the query listing the ids.
-var testData = []struct{ paths, param, sql string }{
-	{`^/v1/projects/\{id\}$`, "path.id", `select id from projects where org_id = $1`},
-	{`^/v1/(events|webhooks)$`, "query.projectId", `select id from projects where org_id = $1`},
-	{`^/v1/webhooks$`, "body.projectId", `select id from projects where org_id = $1`},
-	{`^/v1/organizations/\{id\}$`, "path.id", `select $1::text`},
-	{`^/v1/agents/\{id\}$`, "path.id", `select a.id from agents a join projects p on p.id = a.project_id where p.org_id = $1`},
-	{`^/v1/workflows/\{id\}$`, "path.id", `select w.id from workflows w join projects p on p.id = w.project_id where p.org_id = $1`},
-	{`^/api/v1/workflows/runs$`, "body.workflow_id", `select w.id from workflows w join projects p on p.id = w.project_id where p.org_id = $1`},
-	{`^/v1/deployments/\{id\}`, "path.id", `select d.id from deployments d join projects p on p.id = d.project_id where p.org_id = $1`},
-	{`^/v1/patients/\{id\}`, "path.id", `select id from patients where org_id = $1`},
-	{`^/v1/deployments/\{id\}/invoke$`, "body.patientId", `select id from patients where org_id = $1`},
-	{`^/v1/webhooks/\{id\}`, "path.id", `select id from webhooks where org_id = $1`},
+// that operations on one resource get past 404 to their own logic and answers. Each entry names
+// operations by a path regex (no two overlap: Schemathesis takes the parameters of the first
+// entry that matches) and maps parameters ("path.id", "query.projectId", "body.workflow_id") to
+// the query listing their ids.
+var testData = []struct {
+	paths  string
+	params map[string]string
+}{
+	{`^/v1/organizations/\{id\}$`, map[string]string{"path.id": `select $1::text`}},
+	{`^/v1/projects/\{id\}$`, map[string]string{"path.id": projects}},
+	{`^/v1/events$`, map[string]string{"query.projectId": projects}},
+	{`^/v1/webhooks$`, map[string]string{"query.projectId": projects, "body.projectId": projects}},
+	{`^/v1/webhooks/\{id\}`, map[string]string{"path.id": `select id from webhooks where org_id = $1`}},
+	{`^/v1/agents/\{id\}$`, map[string]string{"path.id": `select a.id from agents a join projects p on p.id = a.project_id where p.org_id = $1`}},
+	{`^/v1/workflows/\{id\}$`, map[string]string{"path.id": workflows}},
+	{`^/api/v1/workflows/runs$`, map[string]string{"body.workflow_id": workflows}},
+	{`^/v1/deployments/\{id\}$`, map[string]string{"path.id": deployments}},
+	{`^/v1/deployments/\{id\}/invoke$`, map[string]string{"path.id": deployments, "body.patientId": patients}},
+	{`^/v1/patients/\{id\}`, map[string]string{"path.id": patients}},
 }
 
 // withTestData writes schemathesis.toml with the testData bindings added, and returns its path.
@@ -158,19 +172,29 @@ where i.project_id = $1 and a.name = $2`, project, demo.NEWS2ModelName).Scan(&in
 		t.Fatal(err)
 	}
 	var ops, dicts strings.Builder
-	for i, d := range testData {
-		rows, err := s.Pool().Query(context.Background(), d.sql, org)
-		if err != nil {
-			t.Fatalf("%s: %v", d.sql, err)
+	dictionary := map[string]string{} // query → dictionary name
+	for _, d := range testData {
+		var params []string
+		for _, param := range slices.Sorted(maps.Keys(d.params)) {
+			sql := d.params[param]
+			name, ok := dictionary[sql]
+			if !ok {
+				rows, err := s.Pool().Query(context.Background(), sql, org)
+				if err != nil {
+					t.Fatalf("%s: %v", sql, err)
+				}
+				ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
+				if err != nil || len(ids) == 0 {
+					t.Fatalf("%s: %v ids, %v", sql, ids, err)
+				}
+				name = fmt.Sprintf("ids%d", len(dictionary))
+				dictionary[sql] = name
+				quoted, _ := json.Marshal(ids) // a JSON array of strings is a TOML array
+				fmt.Fprintf(&dicts, "\n[dictionaries.%s]\nvalues = %s\n", name, quoted)
+			}
+			params = append(params, fmt.Sprintf("%q = { dictionary = %q, probability = 0.5 }", param, name))
 		}
-		ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
-		if err != nil || len(ids) == 0 {
-			t.Fatalf("%s: %v ids, %v", d.sql, ids, err)
-		}
-		quoted, _ := json.Marshal(ids) // a JSON array of strings is a TOML array
-		fmt.Fprintf(&dicts, "\n[dictionaries.d%d]\nvalues = %s\n", i, quoted)
-		fmt.Fprintf(&ops, "\n[[operations]]\ninclude-path-regex = %q\nparameters = { %q = { dictionary = \"d%d\", probability = 0.5 } }\n",
-			d.paths, d.param, i)
+		fmt.Fprintf(&ops, "\n[[operations]]\ninclude-path-regex = %q\nparameters = { %s }\n", d.paths, strings.Join(params, ", "))
 	}
 	hooks, err := filepath.Abs("hooks.py")
 	if err != nil {
