@@ -12,6 +12,9 @@ KAFKA_PORT   ?= 9092
 # the order of tests or on a data race fails here, not at random later.
 GOTESTFLAGS  ?= -count=1 -timeout 25m -race -shuffle=on
 NODE_DIRS    := api/ws/nodetest api/graphql/explorer/web processors/webhooks/nodeverify
+PYTHON       ?= python3
+FUZZ_VENV    ?= $(HOME)/.cache/carehub/venv
+FUZZ_REQS    := api/contracttest/requirements.txt
 
 .DEFAULT_GOAL := help
 
@@ -37,10 +40,22 @@ node-deps: ## install the npm packages the Node-based tests use (lockfiles commi
 		if [ -f $$d/package-lock.json ] && [ ! -d $$d/node_modules ]; then (cd $$d && npm ci --no-audit --no-fund --loglevel=error) || exit 1; fi; \
 	done
 
+.PHONY: fuzz-deps
+fuzz-deps: ## install Schemathesis, pinned in api/contracttest/requirements.txt, into FUZZ_VENV
+	@if ! cmp -s $(FUZZ_REQS) $(FUZZ_VENV)/requirements.txt; then \
+		$(PYTHON) -m venv $(FUZZ_VENV) && \
+		$(FUZZ_VENV)/bin/pip install -q --disable-pip-version-check -r $(FUZZ_REQS) && \
+		cp $(FUZZ_REQS) $(FUZZ_VENV)/requirements.txt; \
+	fi
+
 .PHONY: test
-test: postgres-binaries node-deps ## run the whole suite (real Postgres, embedded Kafka, Node and Chromium clients)
+test: postgres-binaries node-deps fuzz-deps ## run the whole suite (real Postgres, embedded Kafka, Node and Chromium clients, Schemathesis)
 	$(GO) vet ./...
-	$(GO) test $(GOTESTFLAGS) ./...
+	CAREHUB_SCHEMATHESIS=$(FUZZ_VENV)/bin/schemathesis $(GO) test $(GOTESTFLAGS) ./...
+
+.PHONY: fuzz-api
+fuzz-api: postgres-binaries fuzz-deps ## fuzz the REST API with Schemathesis, driven by its OpenAPI document, on a fresh node
+	CAREHUB_SCHEMATHESIS=$(FUZZ_VENV)/bin/schemathesis $(GO) test $(GOTESTFLAGS) -v -run '^TestOpenAPIFuzz$$' ./api/contracttest/
 
 # Packages with whole-node tests, the ones that race with background work.
 FLAKE_PKGS   ?= ./api/... ./processors/... ./ingest/...

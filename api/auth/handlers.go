@@ -3,12 +3,7 @@ package auth
 import (
 	"context"
 	"encoding/json"
-	"errors"
-	"io"
-	"mime"
 	"net/http"
-	"strconv"
-	"time"
 
 	"github.com/gorilla/mux"
 
@@ -70,7 +65,7 @@ func (h *Handlers) Token(w http.ResponseWriter, r *http.Request) {
 	var body struct {
 		Scope json.RawMessage `json:"scope"`
 	}
-	if err := decodeJSON(r, &body, false); err != nil {
+	if err := rest.DecodeJSON(r, &body); err != nil {
 		rest.WriteError(w, r, err)
 		return
 	}
@@ -134,7 +129,7 @@ func (h *Handlers) CreateKey(w http.ResponseWriter, r *http.Request) {
 		Scopes      []string `json:"scopes"`
 		IPAllowlist []string `json:"ipAllowlist"`
 	}
-	if err := decodeJSON(r, &body, true); err != nil {
+	if err := rest.DecodeJSON(r, &body); err != nil {
 		rest.WriteError(w, r, err)
 		return
 	}
@@ -175,23 +170,17 @@ func (h *Handlers) RevokeKey(w http.ResponseWriter, r *http.Request) {
 // patientId, operation (exact), limit (1..1000, default 100), cursor, and orgId (platform
 // operator only). 200 {data: [record], meta: {total, cursor}}, newest first.
 func (h *Handlers) Audit(w http.ResponseWriter, r *http.Request) {
-	q := r.URL.Query()
-	aq := storage.AuditQuery{OrgID: q.Get("orgId"), KeyID: q.Get("keyId"), PatientID: q.Get("patientId"),
-		Operation: q.Get("operation"), Cursor: q.Get("cursor")}
-	var err error
-	if aq.From, err = timeParam(q.Get("from"), "from"); err != nil {
+	q := rest.NewQuery(r)
+	aq := storage.AuditQuery{OrgID: q.Str("orgId"), KeyID: q.Str("keyId"), PatientID: q.Str("patientId"),
+		Operation: q.Str("operation"), Cursor: q.Str("cursor"), From: q.Time("from"), To: q.Time("to"),
+		Limit: q.Int("limit", 0, 1, 1000)}
+	if err := q.Err(); err != nil {
 		rest.WriteError(w, r, err)
 		return
 	}
-	if aq.To, err = timeParam(q.Get("to"), "to"); err != nil {
-		rest.WriteError(w, r, err)
+	if !aq.From.IsZero() && aq.To.Before(aq.From) && !aq.To.IsZero() {
+		rest.WriteError(w, r, fault.Validation("to must not be before from", map[string]string{"to": "must not be before from"}))
 		return
-	}
-	if s := q.Get("limit"); s != "" {
-		if aq.Limit, err = strconv.Atoi(s); err != nil || aq.Limit < 1 {
-			rest.WriteError(w, r, fault.Invalid("limit must be an integer between 1 and 1000"))
-			return
-		}
 	}
 	page, err := h.audit.Query(r.Context(), aq)
 	if err != nil {
@@ -218,47 +207,4 @@ func nonNil(s []string) []string {
 		return []string{}
 	}
 	return s
-}
-
-func timeParam(s, name string) (time.Time, error) {
-	if s == "" {
-		return time.Time{}, nil
-	}
-	t, err := time.Parse(time.RFC3339Nano, s)
-	if err != nil {
-		return time.Time{}, fault.Invalid("%s must be an RFC 3339 timestamp such as 2024-05-01T12:00:00Z", name)
-	}
-	return t, nil
-}
-
-// decodeJSON reads one JSON object from r's body into v. A Content-Type other than
-// application/json is 415; an empty, malformed or trailing-garbage body is 400 (with strict,
-// unknown fields too); a body past the limit is 413.
-func decodeJSON(r *http.Request, v any, strict bool) error {
-	if ct := r.Header.Get("Content-Type"); ct != "" {
-		if mt, _, err := mime.ParseMediaType(ct); err != nil || mt != "application/json" {
-			return fault.New(fault.KindUnsupportedMedia, "Content-Type must be application/json")
-		}
-	}
-	if r.Body == nil {
-		return fault.Invalid("request body is empty: send a JSON object")
-	}
-	dec := json.NewDecoder(r.Body)
-	if strict {
-		dec.DisallowUnknownFields()
-	}
-	if err := dec.Decode(v); err != nil {
-		var mbe *http.MaxBytesError
-		switch {
-		case errors.As(err, &mbe):
-			return err
-		case errors.Is(err, io.EOF):
-			return fault.Invalid("request body is empty: send a JSON object")
-		}
-		return fault.Invalid("malformed JSON body: %v", err)
-	}
-	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-		return fault.Invalid("malformed JSON body: trailing data after the object")
-	}
-	return nil
 }

@@ -21,6 +21,7 @@ const (
 	CodeInsufficientScope = "INSUFFICIENT_SCOPE"
 	CodeIPNotAllowed      = "IP_NOT_ALLOWED"
 	CodeNotFound          = "NOT_FOUND"
+	CodeMethodNotAllowed  = "METHOD_NOT_ALLOWED"
 	CodeConflict          = "CONFLICT"
 	CodeTooLarge          = "PAYLOAD_TOO_LARGE"
 	CodeUnsupportedMedia  = "UNSUPPORTED_MEDIA_TYPE"

@@ -34,7 +34,7 @@ type invokeHandler struct{ inv Invoker }
 
 func (h *invokeHandler) invoke(w http.ResponseWriter, r *http.Request) {
 	var req deployments.InvokeRequest
-	if err := decodeJSON(r, &req); err != nil {
+	if err := DecodeJSON(r, &req); err != nil {
 		WriteError(w, r, err)
 		return
 	}

@@ -2,15 +2,7 @@ package rest
 
 import (
 	"context"
-	"encoding/json"
-	"errors"
-	"fmt"
-	"mime"
 	"net/http"
-	"net/url"
-	"strconv"
-	"strings"
-	"time"
 
 	"github.com/gorilla/mux"
 
@@ -79,109 +71,6 @@ func Mount(public, authed *mux.Router, s Services) {
 }
 
 type handlers struct{ s Services }
-
-// query reads and validates query parameters, collecting every problem for one 400 answer.
-type query struct {
-	v   url.Values
-	bad []string
-}
-
-func newQuery(r *http.Request) *query { return &query{v: r.URL.Query()} }
-
-func (q *query) str(name string) string { return strings.TrimSpace(q.v.Get(name)) }
-
-func (q *query) required(name string) string {
-	s := q.str(name)
-	if s == "" {
-		q.bad = append(q.bad, name+" is required")
-	}
-	return s
-}
-
-// intRange returns the integer parameter name, def when absent; outside min..max it is an error.
-func (q *query) intRange(name string, def, min, max int) int {
-	s := q.str(name)
-	if s == "" {
-		return def
-	}
-	n, err := strconv.Atoi(s)
-	if err != nil || n < min || n > max {
-		q.bad = append(q.bad, fmt.Sprintf("%s must be an integer from %d to %d", name, min, max))
-		return def
-	}
-	return n
-}
-
-func (q *query) float(name string) *float64 {
-	s := q.str(name)
-	if s == "" {
-		return nil
-	}
-	f, err := strconv.ParseFloat(s, 64)
-	if err != nil {
-		q.bad = append(q.bad, name+" must be a number")
-		return nil
-	}
-	return &f
-}
-
-func (q *query) time(name string) time.Time {
-	s := q.str(name)
-	if s == "" {
-		return time.Time{}
-	}
-	t, err := time.Parse(time.RFC3339Nano, s)
-	if err != nil {
-		q.bad = append(q.bad, name+" must be an ISO 8601 timestamp such as 2024-05-01T12:00:00Z")
-		return time.Time{}
-	}
-	return t.UTC()
-}
-
-// list returns a repeatable, comma-separable parameter: ?badges=HIPAA&badges=SOC%202 or
-// ?badges=HIPAA,SOC%202.
-func (q *query) list(name string) []string {
-	var out []string
-	for _, v := range q.v[name] {
-		for _, s := range strings.Split(v, ",") {
-			if s = strings.TrimSpace(s); s != "" {
-				out = append(out, s)
-			}
-		}
-	}
-	return out
-}
-
-func (q *query) err() error {
-	if len(q.bad) == 0 {
-		return nil
-	}
-	return fault.Invalid("invalid query parameters: %s", strings.Join(q.bad, "; "))
-}
-
-// decodeJSON reads a JSON object body into v: 415 for another content type, 400 for malformed
-// JSON, 413 (through LimitBody) for a body over the limit.
-func decodeJSON(r *http.Request, v any) error {
-	if ct := r.Header.Get("Content-Type"); ct != "" {
-		mt, _, err := mime.ParseMediaType(ct)
-		if err != nil || mt != "application/json" {
-			return fault.New(fault.KindUnsupportedMedia, "send the body as application/json")
-		}
-	}
-	dec := json.NewDecoder(r.Body)
-	if err := dec.Decode(v); err != nil {
-		if fault.KindOf(err) != fault.KindInternal || isMaxBytes(err) {
-			return err
-		}
-		return fault.Invalid("the body must be a JSON object: %v", err)
-	}
-	return nil
-}
-
-func isMaxBytes(err error) bool {
-	var mbe *http.MaxBytesError
-	return errors.As(err, &mbe)
-}
 
 func serveOpenAPI(w http.ResponseWriter, r *http.Request) {
 	b, err := schemas.OpenAPI.ReadFile("openapi/openapi.json")

@@ -62,10 +62,10 @@ func (h ingestHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 // observations serves GET /v1/patients/{id}/observations (mounted by PatientRoutes).
 func (h patientHandlers) observations(w http.ResponseWriter, r *http.Request) {
-	p := fhirParams{r: r}
-	q := patients.ObservationListQuery{Code: p.str("code"), Since: p.timestamp("since"),
-		Limit: p.intIn("limit", 100, 1, 1000), Cursor: p.str("cursor")}
-	if err := p.err(); err != nil {
+	p := NewQuery(r)
+	q := patients.ObservationListQuery{Code: p.Str("code"), Since: p.Time("since"),
+		Limit: p.Int("limit", 100, 1, 1000), Cursor: p.Str("cursor")}
+	if err := p.Err(); err != nil {
 		WriteError(w, r, err)
 		return
 	}

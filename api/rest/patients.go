@@ -3,13 +3,9 @@ package rest
 import (
 	"encoding/json"
 	"errors"
-	"fmt"
 	"io"
 	"mime"
 	"net/http"
-	"strconv"
-	"strings"
-	"time"
 
 	"github.com/gorilla/mux"
 
@@ -91,10 +87,10 @@ func (h patientHandlers) get(w http.ResponseWriter, r *http.Request) {
 }
 
 func (h patientHandlers) list(w http.ResponseWriter, r *http.Request) {
-	p := fhirParams{r: r}
-	q := patients.PatientListQuery{RiskLevel: p.str("riskLevel"), Program: p.str("program"),
-		Limit: p.intIn("limit", 20, 1, 100), Cursor: p.str("cursor")}
-	if err := p.err(); err != nil {
+	p := NewQuery(r)
+	q := patients.PatientListQuery{RiskLevel: p.Str("riskLevel"), Program: p.Str("program"),
+		Limit: p.Int("limit", 20, 1, 100), Cursor: p.Str("cursor")}
+	if err := p.Err(); err != nil {
 		WriteError(w, r, err)
 		return
 	}
@@ -107,7 +103,9 @@ func (h patientHandlers) list(w http.ResponseWriter, r *http.Request) {
 }
 
 // readFHIRBody reads a JSON body of at most patientBodyLimit: application/fhir+json or
-// application/json, else 415; over the limit 413.
+// application/json, else 415; over the limit 413; invalid UTF-8 or a NUL character 400. FHIR
+// resources are open (extensions, and elements carehub does not model), so unknown fields are
+// the FHIR parser's to judge.
 func readFHIRBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {
 	mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type"))
 	if err != nil || (mt != "application/fhir+json" && mt != "application/json") {
@@ -120,48 +118,10 @@ func readFHIRBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {
 		}
 		return nil, fault.Invalid("the request body could not be read")
 	}
+	if err := CheckJSONText(b); err != nil {
+		return nil, err
+	}
 	return b, nil
-}
-
-// fhirParams reads query parameters, collecting every problem for one 400 answer.
-type fhirParams struct {
-	r   *http.Request
-	bad []string
-}
-
-func (p *fhirParams) str(name string) string { return strings.TrimSpace(p.r.URL.Query().Get(name)) }
-
-func (p *fhirParams) intIn(name string, def, lo, hi int) int {
-	s := p.str(name)
-	if s == "" {
-		return def
-	}
-	n, err := strconv.Atoi(s)
-	if err != nil || n < lo || n > hi {
-		p.bad = append(p.bad, fmt.Sprintf("%s must be an integer from %d to %d", name, lo, hi))
-		return def
-	}
-	return n
-}
-
-func (p *fhirParams) timestamp(name string) time.Time {
-	s := p.str(name)
-	if s == "" {
-		return time.Time{}
-	}
-	t, err := time.Parse(time.RFC3339Nano, s)
-	if err != nil {
-		p.bad = append(p.bad, name+" must be an RFC 3339 timestamp such as 2026-11-01T08:00:00Z")
-		return time.Time{}
-	}
-	return t
-}
-
-func (p *fhirParams) err() error {
-	if len(p.bad) == 0 {
-		return nil
-	}
-	return fault.Invalid("invalid query parameters: %s", strings.Join(p.bad, "; "))
 }
 
 func cursorOrNull(c string) *string {

@@ -228,10 +228,10 @@ type Deployment struct {
 }
 
 func (h *handlers) organizations(w http.ResponseWriter, r *http.Request) {
-	q := newQuery(r)
-	limit := q.intRange("limit", 20, 1, 100)
-	cursor := q.str("cursor")
-	if err := q.err(); err != nil {
+	q := NewQuery(r)
+	limit := q.Int("limit", 20, 1, 100)
+	cursor := q.Str("cursor")
+	if err := q.Err(); err != nil {
 		WriteError(w, r, err)
 		return
 	}
@@ -265,39 +265,16 @@ func (h *handlers) project(w http.ResponseWriter, r *http.Request) {
 	WriteJSON(w, http.StatusOK, Project{ID: p.ID, OrganizationID: p.OrgID, Name: p.Name, CreatedAt: p.CreatedAt.UTC()})
 }
 
-// assetTypes maps the lowercase type parameter of GET /v1/assets to AssetType.
-func assetType(s string) (string, bool) {
-	u := strings.ToUpper(s)
-	for _, t := range marketplace.AssetTypes {
-		if t == u {
-			return t, true
-		}
-	}
-	return "", false
-}
-
 var assetStatuses = []string{marketplace.StatusDraft, marketplace.StatusUnderReview, marketplace.StatusApproved,
 	marketplace.StatusRejected, marketplace.StatusDeprecated}
 
 func (h *handlers) assets(w http.ResponseWriter, r *http.Request) {
-	q := newQuery(r)
-	f := marketplace.Filter{Limit: q.intRange("limit", 20, 1, 100), Category: q.str("category"), MinRating: q.float("minRating"),
-		Badges: q.list("badges"), FHIRResources: q.list("fhirResources")}
-	if s := q.str("type"); s != "" {
-		t, ok := assetType(s)
-		if !ok {
-			q.bad = append(q.bad, "type must be one of model, agent, connector, dataset, solution, app")
-		}
-		f.Type = t
-	}
-	if s := q.str("status"); s != "" {
-		f.Status = strings.ToUpper(s)
-		if !contains(assetStatuses, f.Status) {
-			q.bad = append(q.bad, "status must be one of draft, under_review, approved, rejected, deprecated")
-		}
-	}
-	cursor := q.str("cursor")
-	if err := q.err(); err != nil {
+	q := NewQuery(r)
+	f := marketplace.Filter{Limit: q.Int("limit", 20, 1, 100), Category: q.Str("category"), MinRating: q.Float("minRating"),
+		Badges: q.List("badges"), FHIRResources: q.List("fhirResources"),
+		Type: q.Enum("type", marketplace.AssetTypes...), Status: q.Enum("status", assetStatuses...)}
+	cursor := q.Str("cursor")
+	if err := q.Err(); err != nil {
 		WriteError(w, r, err)
 		return
 	}
@@ -371,10 +348,10 @@ func deploymentOf(d *deployments.Deployment) Deployment {
 }
 
 func (h *handlers) events(w http.ResponseWriter, r *http.Request) {
-	q := newQuery(r)
-	fq := feed.Query{ProjectID: q.required("projectId"), Type: q.str("type"), Since: q.time("since"),
-		Limit: q.intRange("limit", 100, 1, 1000), Cursor: q.str("cursor")}
-	if err := q.err(); err != nil {
+	q := NewQuery(r)
+	fq := feed.Query{ProjectID: q.Required("projectId"), Type: q.Str("type"), Since: q.Time("since"),
+		Limit: q.Int("limit", 100, 1, 1000), Cursor: q.Str("cursor")}
+	if err := q.Err(); err != nil {
 		WriteError(w, r, err)
 		return
 	}
@@ -391,9 +368,9 @@ func (h *handlers) events(w http.ResponseWriter, r *http.Request) {
 }
 
 func (h *handlers) webhooks(w http.ResponseWriter, r *http.Request) {
-	q := newQuery(r)
-	projectID := q.required("projectId")
-	if err := q.err(); err != nil {
+	q := NewQuery(r)
+	projectID := q.Required("projectId")
+	if err := q.Err(); err != nil {
 		WriteError(w, r, err)
 		return
 	}
@@ -427,7 +404,7 @@ type runInput struct {
 // answers 202 Accepted with the QUEUED run: the workflow runner executes it.
 func (h *handlers) startRun(w http.ResponseWriter, r *http.Request) {
 	var req StartRunRequest
-	if err := decodeJSON(r, &req); err != nil {
+	if err := DecodeJSON(r, &req); err != nil {
 		WriteError(w, r, err)
 		return
 	}
@@ -489,13 +466,4 @@ func optString(s string) *string {
 		return nil
 	}
 	return &s
-}
-
-func contains(ss []string, s string) bool {
-	for _, x := range ss {
-		if x == s {
-			return true
-		}
-	}
-	return false
 }

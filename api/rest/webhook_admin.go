@@ -42,7 +42,7 @@ type createWebhookRequest struct {
 
 func (h webhookAdmin) create(w http.ResponseWriter, r *http.Request) {
 	var req createWebhookRequest
-	if err := decodeJSON(r, &req); err != nil {
+	if err := DecodeJSON(r, &req); err != nil {
 		WriteError(w, r, err)
 		return
 	}
@@ -75,7 +75,7 @@ type updateWebhookRequest struct {
 
 func (h webhookAdmin) update(w http.ResponseWriter, r *http.Request) {
 	var req updateWebhookRequest
-	if err := decodeJSON(r, &req); err != nil {
+	if err := DecodeJSON(r, &req); err != nil {
 		WriteError(w, r, err)
 		return
 	}
@@ -119,11 +119,12 @@ type deliveriesMeta struct {
 }
 
 func (h webhookAdmin) deliveries(w http.ResponseWriter, r *http.Request) {
-	q := newQuery(r)
-	limit := q.intRange("limit", 20, 1, 100)
-	offset := q.intRange("offset", 0, 0, math.MaxInt32)
-	status := q.str("status")
-	if err := q.err(); err != nil {
+	q := NewQuery(r)
+	limit := q.Int("limit", 20, 1, 100)
+	offset := q.Int("offset", 0, 0, math.MaxInt32)
+	status := q.Enum("status", webhooks.DeliveryPending, webhooks.DeliveryDelivering, webhooks.DeliverySucceeded,
+		webhooks.DeliveryFailed, webhooks.DeliveryCancelled)
+	if err := q.Err(); err != nil {
 		WriteError(w, r, err)
 		return
 	}
@@ -179,7 +180,7 @@ type recoverRequest struct {
 
 func (h webhookAdmin) recover(w http.ResponseWriter, r *http.Request) {
 	var req recoverRequest
-	if err := decodeJSON(r, &req); err != nil {
+	if err := DecodeJSON(r, &req); err != nil {
 		WriteError(w, r, err)
 		return
 	}
@@ -198,7 +199,7 @@ func (h webhookAdmin) recover(w http.ResponseWriter, r *http.Request) {
 
 func (h webhookAdmin) test(w http.ResponseWriter, r *http.Request) {
 	var req webhooks.TestRequest
-	if err := decodeJSON(r, &req); err != nil {
+	if err := DecodeJSON(r, &req); err != nil {
 		WriteError(w, r, err)
 		return
 	}

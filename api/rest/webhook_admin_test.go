@@ -159,7 +159,7 @@ func TestWebhookRoutesManageSubscriptions(t *testing.T) {
 		status                    int
 		code                      string
 	}{
-		{"misspelt events", "POST", "/v1/webhooks", "admin", `{"projectId":"` + a.project + `","url":"https://x.example","event":["a.b"]}`, 422, "VALIDATION_FAILED"},
+		{"misspelt events", "POST", "/v1/webhooks", "admin", `{"projectId":"` + a.project + `","url":"https://x.example","event":["a.b"]}`, 400, "INVALID_REQUEST"},
 		{"not JSON", "POST", "/v1/webhooks", "admin", `{"projectId":`, 400, "INVALID_REQUEST"},
 		{"no events", "POST", "/v1/webhooks", "admin", map[string]any{"projectId": a.project, "url": "https://x.example"}, 422, "VALIDATION_FAILED"},
 		{"no project", "POST", "/v1/webhooks", "admin", map[string]any{"url": "https://x.example", "events": []string{"*"}}, 422, "VALIDATION_FAILED"},
@@ -174,7 +174,7 @@ func TestWebhookRoutesManageSubscriptions(t *testing.T) {
 		{"delete another org's", "DELETE", "/v1/webhooks/" + sub.ID, "outsider", nil, 404, "NOT_FOUND"},
 		{"deliveries bad limit", "GET", "/v1/webhooks/" + sub.ID + "/deliveries?limit=x", "admin", nil, 400, "INVALID_REQUEST"},
 		{"deliveries limit too big", "GET", "/v1/webhooks/" + sub.ID + "/deliveries?limit=101", "admin", nil, 400, "INVALID_REQUEST"},
-		{"deliveries bad status", "GET", "/v1/webhooks/" + sub.ID + "/deliveries?status=lost", "admin", nil, 422, "VALIDATION_FAILED"},
+		{"deliveries bad status", "GET", "/v1/webhooks/" + sub.ID + "/deliveries?status=lost", "admin", nil, 400, "INVALID_REQUEST"},
 		{"deliveries another org's", "GET", "/v1/webhooks/" + sub.ID + "/deliveries", "outsider", nil, 404, "NOT_FOUND"},
 		{"recover bad since", "POST", "/v1/webhooks/" + sub.ID + "/recover", "admin", map[string]any{"since": "yesterday"}, 422, "VALIDATION_FAILED"},
 		{"unknown delivery", "GET", "/v1/webhooks/deliveries/dlv_01jabcdefghjkmnpqrstvwxyz0", "admin", nil, 404, "NOT_FOUND"},

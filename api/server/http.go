@@ -145,12 +145,13 @@ func (s *Server) readiness(ctx context.Context) map[string]string {
 
 // errorDocs is served at /docs/errors, the docsUrl target of every error envelope.
 var errorDocs = [][2]string{
-	{rest.CodeInvalidRequest, "400: the request is malformed (bad JSON, bad parameter, bad cursor)."},
+	{rest.CodeInvalidRequest, "400: the request is malformed (bad JSON, an unknown field or query parameter, a NUL character or invalid UTF-8, a bad parameter or cursor); the message and details.field name what."},
 	{rest.CodeUnauthorized, "401: the API key or token is missing, malformed, invalid, expired or revoked."},
 	{rest.CodeForbidden, "403: the credential may not perform this operation."},
 	{rest.CodeInsufficientScope, "403: the credential lacks the scope the operation requires (see details.requiredScope)."},
 	{rest.CodeIPNotAllowed, "403: the key has an IP allowlist that does not include the caller's address."},
 	{rest.CodeNotFound, "404: the resource does not exist or belongs to another organization."},
+	{rest.CodeMethodNotAllowed, "405: the path is served, but not with this method; the Allow header lists the methods it takes."},
 	{rest.CodeConflict, "409: the resource's state does not allow the operation, or an Idempotency-Key was reused with a different request (method, path or body), or a request with it is still running (retry after Retry-After)."},
 	{rest.CodeTooLarge, "413: the body exceeds the limit (1 MiB; 16 MiB for observation ingest)."},
 	{rest.CodeUnsupportedMedia, "415: the Content-Type is not accepted by this endpoint."},

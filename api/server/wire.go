@@ -42,15 +42,13 @@ import (
 func (s *Server) wire(ctx context.Context, wctx context.Context) (http.Handler, error) {
 	r := mux.NewRouter()
 	obs := observe(s.logger, newHTTPMetrics(s.registry))
-	r.Use(obs)
+	r.Use(obs, rest.StrictInput)
 	// mux runs middleware only on matched routes; these get it explicitly so every response
 	// carries a Request-Id and the error envelope.
 	r.NotFoundHandler = obs(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		rest.WriteError(w, r, notFound)
 	}))
-	r.MethodNotAllowedHandler = obs(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		rest.WriteError(w, r, methodNotAllowed)
-	}))
+	r.MethodNotAllowedHandler = obs(rest.MethodNotAllowed(r))
 	s.health(r)
 
 	keys := auth.NewKeys(s.pool)
