@@ -115,9 +115,15 @@ func Start(t testing.TB, opts ...Option) *Server {
 // StartConfig starts a node with cfg (to restart a node on the same database and broker).
 func StartConfig(t testing.TB, cfg server.Config) *Server {
 	t.Helper()
+	return StartLogged(t, cfg, Logger(t))
+}
+
+// StartLogged starts a node with cfg that logs to logger (to read what a node logs).
+func StartLogged(t testing.TB, cfg server.Config, logger *slog.Logger) *Server {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	s, err := server.Start(ctx, cfg, Logger(t))
+	s, err := server.Start(ctx, cfg, logger)
 	if err != nil {
 		t.Fatalf("start carehub: %v", err)
 	}
