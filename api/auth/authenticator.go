@@ -125,17 +125,9 @@ func ParseAuthorization(v string) (string, error) {
 // Authenticate returns the principal for an Authorization value presented from clientIP. A
 // refused credential is a *Refusal wrapping ErrMissingCredential, ErrMalformedCredential or
 // ErrInvalidCredential (errors.Is works on it), which says for the audit log what was refused.
+// A key whose IP allowlist excludes clientIP returns its principal along with ErrIPNotAllowed,
+// so that the audit log can name the key the refused call was made with.
 func (a *Authenticator) Authenticate(ctx context.Context, authorization string, clientIP netip.Addr) (*access.Principal, error) {
-	p, err := a.authenticate(ctx, authorization, clientIP)
-	if err != nil {
-		return nil, err
-	}
-	return p, nil
-}
-
-// authenticate is Authenticate, but also returns the principal along with ErrIPNotAllowed, so
-// that the audit log can name the key a refused call was made with.
-func (a *Authenticator) authenticate(ctx context.Context, authorization string, clientIP netip.Addr) (*access.Principal, error) {
 	cred, err := ParseAuthorization(authorization)
 	if err != nil {
 		reason := ReasonMalformed

@@ -37,7 +37,7 @@ func (a *Authenticator) Middleware(onError func(http.ResponseWriter, *http.Reque
 				return
 			}
 			ctx := r.Context()
-			p, err := a.authenticate(ctx, r.Header.Get("Authorization"), a.clientIP(r))
+			p, err := a.Authenticate(ctx, r.Header.Get("Authorization"), a.clientIP(r))
 			st := auditStateFrom(ctx)
 			if st != nil {
 				var refusal *Refusal

@@ -96,6 +96,30 @@ func TestRefusedCredentialsAudited(t *testing.T) {
 		t.Fatalf("refused connection_init recorded as %+v", rec)
 	}
 
+	// A live key used from outside its IP allowlist on a WebSocket: refused at connection_init
+	// and recorded as a denied call of that key, as the same call over HTTP is.
+	var fenced struct {
+		ID  string `json:"id"`
+		Key string `json:"key"`
+	}
+	r = s.Do(http.MethodPost, "/v1/api-keys", admin, map[string]any{"name": "fenced", "mode": "live",
+		"scopes": []string{access.AdminOrg}, "ipAllowlist": []string{"203.0.113.0/24"}})
+	if r.Status != http.StatusCreated {
+		t.Fatalf("create a fenced key: %d %s", r.Status, r.Body)
+	}
+	r.JSON(t, &fenced)
+	if c, err := wstest.Dial(ctx, "ws"+strings.TrimPrefix(s.URL, "http")+"/graphql", "Bearer "+fenced.Key); err == nil {
+		c.Close()
+		t.Fatal("connection_init from outside the key's allowlist was acknowledged")
+	}
+	rec, raw = refusalsOf(t, s, admin, "keyId="+fenced.ID+"&operation=graphql+ws+connection_init", func(x refusal) bool { return true })
+	if rec.Status != http.StatusForbidden || rec.Outcome != "denied" || rec.OrgID != org || rec.ClientIP != "127.0.0.1" {
+		t.Fatalf("connection_init outside the allowlist recorded as %+v", rec)
+	}
+	if strings.Contains(raw, fenced.Key) {
+		t.Fatal("the audit log carries the fenced key's secret")
+	}
+
 	// Credentials that name no key: filed under no organization, seen by the platform operator.
 	unknown := "chk_live_" + strings.Repeat("Z", 28) + victim[len(victim)-4:]
 	for _, tc := range []struct {

@@ -55,10 +55,16 @@ const wsConnectionInit = "graphql ws connection_init"
 func (e *wsExecutor) Authenticate(ctx context.Context, r *http.Request, authorization string) (context.Context, error) {
 	start := time.Now()
 	p, err := e.a.Authenticate(ctx, authorization, e.a.ClientIP(r))
-	if err != nil {
-		if e.au != nil {
-			e.au.Refused(auth.Call{Start: start, UserAgent: r.UserAgent(), Operation: wsConnectionInit}, err)
-		}
+	switch {
+	case err == nil:
+	case e.au == nil:
+		return nil, err
+	case p != nil: // a known key from outside its IP allowlist: a denied call of that key
+		e.au.Audit(access.With(ctx, p), auth.Call{Start: start, UserAgent: r.UserAgent(), Operation: wsConnectionInit,
+			Status: http.StatusForbidden})
+		return nil, err
+	default:
+		e.au.Refused(auth.Call{Start: start, UserAgent: r.UserAgent(), Operation: wsConnectionInit}, err)
 		return nil, err
 	}
 	return context.WithValue(access.With(ctx, p), userAgentKey{}, r.UserAgent()), nil
