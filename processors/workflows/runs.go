@@ -260,7 +260,7 @@ func runEvents(r *Run) ([]storage.Event, error) {
 	if r.CompletedAt != nil {
 		updated["completedAt"] = r.CompletedAt.UTC().Format(time.RFC3339Nano)
 	}
-	ev, err := events.New("workflow.run.updated", r.OrgID, r.ProjectID, events.SourceWorkflow, events.SeverityInfo, updated)
+	ev, err := events.New(events.TypeWorkflowRunUpdated, r.OrgID, r.ProjectID, events.SourceWorkflow, events.SeverityInfo, updated)
 	if err != nil {
 		return nil, err
 	}
@@ -282,13 +282,13 @@ func runEvents(r *Run) ([]storage.Event, error) {
 	case alert:
 		envSeverity = events.SeverityWarning
 	}
-	completed, err := events.New("workflow.run.completed", r.OrgID, r.ProjectID, events.SourceWorkflow, envSeverity,
+	completed, err := events.New(events.TypeWorkflowRunCompleted, r.OrgID, r.ProjectID, events.SourceWorkflow, envSeverity,
 		map[string]any{"run_id": r.ID, "workflow_id": r.WorkflowID, "status": r.Status, "duration_ms": duration,
 			"alert_generated": alert, "severity": severity})
 	if err != nil {
 		return nil, err
 	}
-	compact, err := events.New("workflow.completed", r.OrgID, r.ProjectID, events.SourceWorkflow, events.SeverityInfo,
+	compact, err := events.New(events.TypeWorkflowCompleted, r.OrgID, r.ProjectID, events.SourceWorkflow, events.SeverityInfo,
 		map[string]any{"workflowId": r.WorkflowID, "runId": r.ID, "status": r.Status, "durationMs": duration})
 	if err != nil {
 		return nil, err
