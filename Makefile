@@ -88,19 +88,28 @@ test-kafka: postgres-binaries node-deps ## run the Kafka-touching suites against
 	KAFKA_PORT=$(KAFKA_PORT) \
 	$(GO) test $(KAFKA_TESTFLAGS) -p 1 $(KAFKA_PKGS)
 
+# Every committed generated file, with the test that regenerates it and fails on drift:
+# schemas/kafka/event-types.json (processors/events.Catalogue), the explorer bundle
+# api/graphql/explorer/dist and its test schema testdata/introspection.json (web/).
+DRIFT_TESTS := '^(TestCatalogueFile|TestBundleDrift|TestIntrospectionDrift)$$'
+DRIFT_PKGS  := ./processors/events ./api/graphql/explorer
+
 .PHONY: lint
-lint: ## gofmt and go vet
+lint: node-deps ## gofmt, go vet, go.mod/go.sum tidy, generated files up to date
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
+	@$(GO) mod tidy -diff || { echo "go.mod/go.sum are not tidy: run go mod tidy"; exit 1; }
+	CAREHUB_REQUIRE_GENERATORS=1 $(GO) test -count=1 -run $(DRIFT_TESTS) $(DRIFT_PKGS)
 
 .PHONY: generate
-generate: ## regenerate generated files (event-type catalogue, explorer bundle)
+generate: ## regenerate generated files (event-type catalogue, explorer bundle, its test schema)
 	$(GO) generate ./...
 	$(MAKE) explorer
 
 .PHONY: explorer
-explorer: ## rebuild the GraphiQL explorer bundle from its npm lockfile
-	cd api/graphql/explorer/web && npm ci --no-audit --no-fund --loglevel=error && npm run build
+explorer: ## rebuild the GraphiQL explorer bundle and its test schema from the npm lockfile
+	cd api/graphql/explorer/web && npm ci --no-audit --no-fund --loglevel=error && npm run build && \
+		node introspection.mjs > ../testdata/introspection.json
 
 .PHONY: bench
 bench: postgres-binaries ## run the Go benchmarks

@@ -57,7 +57,7 @@ func auditOf(t *testing.T, s *servertest.Server, admin, keyID string, cond func(
 func TestTokenExchangeOnServer(t *testing.T) {
 	s := servertest.Start(t)
 	if !served(s, http.MethodPost, "/v1/auth/token") {
-		t.Skip("POST /v1/auth/token is not mounted yet (api/server/wire.go)")
+		t.Skip("POST /v1/auth/token is not mounted yet (api/server/routes.go)")
 	}
 	key := s.Key(demo.DemoOrgSlug, access.Live, access.ReadPatients, access.ExecAgents)
 	r := s.Do(http.MethodPost, "/v1/auth/token", key, map[string]any{"scope": []string{"read:patients"}})
@@ -104,7 +104,7 @@ func TestTokenExchangeOnServer(t *testing.T) {
 func TestHIPAAAuditOnServer(t *testing.T) {
 	s := servertest.Start(t)
 	if !served(s, http.MethodGet, "/v1/audit") {
-		t.Skip("GET /v1/audit is not mounted yet (api/server/wire.go)")
+		t.Skip("GET /v1/audit is not mounted yet (api/server/routes.go)")
 	}
 	admin := s.Key(demo.DemoOrgSlug, access.Live, access.AdminOrg)
 	live := s.Key(demo.DemoOrgSlug, access.Live, access.ReadPatients)

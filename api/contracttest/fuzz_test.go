@@ -22,8 +22,8 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"carehub/api/auth"
-	"carehub/api/server"
 	"carehub/api/server/servertest"
+	"carehub/cmd/carehub/node"
 	"carehub/processors/access"
 	"carehub/processors/demo"
 	"carehub/storage/postgres/pgtest"
@@ -72,7 +72,7 @@ var (
 // delivered to the URLs the fuzzer invents.
 func TestOpenAPIFuzz(t *testing.T) {
 	bin := schemathesis(t)
-	s := servertest.Start(t, servertest.WithRoles(server.RoleAPI, server.RoleIngest))
+	s := servertest.Start(t, servertest.WithRoles(node.RoleAPI, node.RoleIngest))
 	key := s.DemoKey()
 	spare, err := auth.NewKeys(s.Pool()).Create(context.Background(), auth.NewKey{OrgID: s.OrgID(demo.DemoOrgSlug),
 		Name: "revoked by the fuzzer", Mode: access.Test})

@@ -157,7 +157,7 @@ func (r *subscriptionResolver) AgentSessionUpdated(ctx context.Context, args str
 	}
 	agentID := string(args.AgentID)
 	pushed := lastPushed{}
-	sessionEvents := []string{"agent.session.updated", "agent.run_completed", "agent.run.failed"}
+	sessionEvents := []string{events.TypeAgentSessionUpdated, events.TypeAgentRunCompleted, events.TypeAgentRunFailed}
 	return stream(ctx, src, EventFilter{ProjectID: a.ProjectID, Types: sessionEvents}, func(p *access.Principal, ev storage.Event) bool {
 		return slices.Contains(sessionEvents, ev.Type) && p.Has(access.ExecAgents) && payloadString(ev, "agentId") == agentID
 	}, func(ctx context.Context, ev storage.Event) (*sessionResolver, bool) {
@@ -193,15 +193,15 @@ func (r *subscriptionResolver) WorkflowRunUpdated(ctx context.Context, args stru
 		}
 		return payloadString(ev, "run_id")
 	}
-	runEvents := []string{"workflow.run.updated", "workflow.completed", "workflow.run.completed"}
+	runEvents := []string{events.TypeWorkflowRunUpdated, events.TypeWorkflowCompleted, events.TypeWorkflowRunCompleted}
 	return stream(ctx, src, EventFilter{ProjectID: wf.ProjectID, Types: runEvents}, func(p *access.Principal, ev storage.Event) bool {
 		if !p.Has(access.ExecWorkflows) {
 			return false
 		}
 		switch ev.Type {
-		case "workflow.run.updated", "workflow.completed":
+		case events.TypeWorkflowRunUpdated, events.TypeWorkflowCompleted:
 			return payloadString(ev, "workflowId") == workflowID
-		case "workflow.run.completed":
+		case events.TypeWorkflowRunCompleted:
 			return payloadString(ev, "workflow_id") == workflowID
 		}
 		return false
@@ -229,8 +229,8 @@ func (r *subscriptionResolver) DeploymentStatusChanged(ctx context.Context, args
 	}
 	deploymentID := string(args.DeploymentID)
 	pushed := lastPushed{}
-	return stream(ctx, src, EventFilter{ProjectID: dep.ProjectID, Types: []string{"deployment.status_changed"}}, func(p *access.Principal, ev storage.Event) bool {
-		return ev.Type == "deployment.status_changed" && payloadString(ev, "deploymentId") == deploymentID
+	return stream(ctx, src, EventFilter{ProjectID: dep.ProjectID, Types: []string{events.TypeDeploymentStatusChanged}}, func(p *access.Principal, ev storage.Event) bool {
+		return ev.Type == events.TypeDeploymentStatusChanged && payloadString(ev, "deploymentId") == deploymentID
 	}, func(ctx context.Context, ev storage.Event) (*deploymentResolver, bool) {
 		d, err := r.s.Deployments.Deployment(ctx, deploymentID)
 		if err != nil {

@@ -1,3 +1,7 @@
+// Package server is carehub's HTTP edge: the router every node serves (request ids, recovery,
+// access log, metrics, health, error docs) and the routes of the two HTTP roles, mounted on it
+// from services the node has already built. It starts nothing: the composition root,
+// carehub/cmd/carehub/node, starts the stores and workers and calls it.
 package server
 
 import (
@@ -14,8 +18,6 @@ import (
 
 	"carehub/api/rest"
 	"carehub/storage/ids"
-	"carehub/storage/kafka"
-	"carehub/storage/postgres"
 )
 
 // httpMetrics counts requests by route template, so cardinality stays bounded.
@@ -103,12 +105,33 @@ func observe(logger *slog.Logger, m *httpMetrics) mux.MiddlewareFunc {
 	}
 }
 
-func (s *Server) health(r *mux.Router) {
+// Readiness reports each dependency of a node: "ok" or what is wrong. /readyz answers 503 unless
+// every check is "ok".
+type Readiness func(ctx context.Context) map[string]string
+
+// NewRouter returns the router every node serves, whatever its roles: request ids, recovery,
+// access log and metrics on every response, strict input, the error envelope for unknown routes
+// and methods, and /healthz, /readyz, /metrics, /docs/errors. The roles mount their routes on it.
+func NewRouter(logger *slog.Logger, registry *prometheus.Registry, ready Readiness) *mux.Router {
+	r := mux.NewRouter()
+	obs := observe(logger, newHTTPMetrics(registry))
+	r.Use(obs, rest.StrictInput)
+	// mux runs middleware only on matched routes; these get it explicitly so every response
+	// carries a Request-Id and the error envelope.
+	r.NotFoundHandler = obs(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		rest.WriteError(w, r, notFound)
+	}))
+	r.MethodNotAllowedHandler = obs(rest.MethodNotAllowed(r))
+	health(r, registry, ready)
+	return r
+}
+
+func health(r *mux.Router, registry *prometheus.Registry, ready Readiness) {
 	r.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) {
 		rest.WriteJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	}).Methods(http.MethodGet)
 	r.HandleFunc("/readyz", func(w http.ResponseWriter, r *http.Request) {
-		checks := s.readiness(r.Context())
+		checks := ready(r.Context())
 		status := http.StatusOK
 		for _, v := range checks {
 			if v != "ok" {
@@ -117,30 +140,8 @@ func (s *Server) health(r *mux.Router) {
 		}
 		rest.WriteJSON(w, status, map[string]any{"status": map[bool]string{true: "ready", false: "not ready"}[status == http.StatusOK], "checks": checks})
 	}).Methods(http.MethodGet)
-	r.Handle("/metrics", promhttp.HandlerFor(s.registry, promhttp.HandlerOpts{Registry: s.registry})).Methods(http.MethodGet)
+	r.Handle("/metrics", promhttp.HandlerFor(registry, promhttp.HandlerOpts{Registry: registry})).Methods(http.MethodGet)
 	r.HandleFunc("/docs/errors", serveErrorDocs).Methods(http.MethodGet)
-}
-
-// readiness checks each dependency with a short bound so /readyz answers quickly.
-func (s *Server) readiness(ctx context.Context) map[string]string {
-	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-	defer cancel()
-	checks := map[string]string{"server": "ok", "postgres": "ok", "kafka": "ok", "migrations": "ok"}
-	if !s.ready.Load() {
-		checks["server"] = "shutting down or starting"
-	}
-	if err := s.pool.Ping(ctx); err != nil {
-		checks["postgres"] = "unreachable"
-	}
-	if pending, err := postgres.Pending(ctx, s.pool); err != nil {
-		checks["migrations"] = "unknown"
-	} else if len(pending) > 0 {
-		checks["migrations"] = fmt.Sprintf("%d pending", len(pending))
-	}
-	if err := kafka.Ping(ctx, s.kcl); err != nil {
-		checks["kafka"] = "unreachable"
-	}
-	return checks
 }
 
 // errorDocs is served at /docs/errors, the docsUrl target of every error envelope.

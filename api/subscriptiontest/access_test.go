@@ -225,7 +225,7 @@ func TestTenancy(t *testing.T) {
 type gqlError struct{ code, message string }
 
 // rejectionMessage subscribes to query with $id and returns the single error it is rejected with.
-func (n *node) rejectionMessage(t *testing.T, c client, query, id string) gqlError {
+func (n *testNode) rejectionMessage(t *testing.T, c client, query, id string) gqlError {
 	t.Helper()
 	opID := "reject-" + id
 	ch := subscribe(t, c, opID, query, map[string]any{"id": id})
@@ -239,7 +239,7 @@ func (n *node) rejectionMessage(t *testing.T, c client, query, id string) gqlErr
 	return gqlError{codes[0], e.Message}
 }
 
-func (n *node) agentID(t testing.TB, key, projectID, name string) string {
+func (n *testNode) agentID(t testing.TB, key, projectID, name string) string {
 	t.Helper()
 	var data struct{ Agents []struct{ ID, Name string } }
 	n.mustGQL(t, key, `query($p: ID!) { agents(projectId: $p, limit: 100) { id name } }`, map[string]any{"p": projectID}, &data)
@@ -252,7 +252,7 @@ func (n *node) agentID(t testing.TB, key, projectID, name string) string {
 	return ""
 }
 
-func (n *node) workflowID(t testing.TB, key, projectID, name string) string {
+func (n *testNode) workflowID(t testing.TB, key, projectID, name string) string {
 	t.Helper()
 	var data struct{ Workflows []struct{ ID, Name string } }
 	n.mustGQL(t, key, `query($p: ID!) { workflows(projectId: $p, limit: 100) { id name } }`, map[string]any{"p": projectID}, &data)
@@ -266,7 +266,7 @@ func (n *node) workflowID(t testing.TB, key, projectID, name string) string {
 }
 
 // createDeployment deploys the first installation of the project (staging) and returns its id.
-func (n *node) createDeployment(t testing.TB, key, projectID string) string {
+func (n *testNode) createDeployment(t testing.TB, key, projectID string) string {
 	t.Helper()
 	var ins struct{ Installations []struct{ ID string } }
 	n.mustGQL(t, key, `query($p: ID!) { installations(projectId: $p) { id } }`, map[string]any{"p": projectID}, &ins)

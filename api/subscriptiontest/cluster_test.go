@@ -5,8 +5,8 @@ import (
 	"testing"
 	"time"
 
-	"carehub/api/server"
 	"carehub/api/server/servertest"
+	"carehub/cmd/carehub/node"
 	"carehub/processors/demo"
 )
 
@@ -18,7 +18,7 @@ func TestTwoNodes(t *testing.T) {
 	cfg := n1.Cfg()
 	cfg.HTTPAddr = "127.0.0.1:0"
 	cfg.DataDir = t.TempDir()
-	cfg.Roles = []string{server.RoleAPI}
+	cfg.Roles = []string{node.RoleAPI}
 	n2 := wrap(servertest.StartConfig(t, cfg))
 	if n1.Addr() == n2.Addr() {
 		t.Fatal("both nodes listen on the same address")
@@ -29,7 +29,7 @@ func TestTwoNodes(t *testing.T) {
 	n1.ready(t, key, project)
 	n2.ready(t, key, project)
 
-	nodes := map[string]*node{"node 1": n1, "node 2 (api only)": n2}
+	nodes := map[string]*testNode{"node 1": n1, "node 2 (api only)": n2}
 	for _, dir := range [][2]string{{"node 1", "node 2 (api only)"}, {"node 2 (api only)", "node 1"}} {
 		from, to := nodes[dir[0]], nodes[dir[1]]
 		t.Run("published on "+dir[0]+", subscribed on "+dir[1], func(t *testing.T) {

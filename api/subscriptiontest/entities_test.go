@@ -32,7 +32,7 @@ const runAgentMutation = `mutation($a: ID!, $p: String!) {
 }`
 
 // subscribeAll subscribes once in each protocol with key and returns the watched results.
-func (n *node) subscribeAll(t *testing.T, key, query, field string, vars map[string]any) map[string]<-chan arrival {
+func (n *testNode) subscribeAll(t *testing.T, key, query, field string, vars map[string]any) map[string]<-chan arrival {
 	t.Helper()
 	out := map[string]<-chan arrival{}
 	for _, p := range protocols {
@@ -127,7 +127,7 @@ func TestAgentSessionUpdatedAsync(t *testing.T) {
 				t.Fatalf("%s: pushed %s, want session %s QUEUED", p.name, a.obj, ran.ID)
 			}
 		}
-		t.Skipf("session %s is still %s after 15 s: async sessions do not progress on this node (api/server runs no "+
+		t.Skipf("session %s is still %s after 15 s: async sessions do not progress on this node (it runs no "+
 			"agents.Worker), so RUNNING and the final state cannot be observed", ran.ID, final.Status)
 	}
 	var states stateChecks
@@ -371,7 +371,7 @@ func TestWorkflowRunUpdated(t *testing.T) {
 			}
 		}
 		t.Skipf("run %s is still %s after 15 s: workflow runs do not progress on this node (no workflow runner consumes "+
-			"carehub.workflow-runs.v1 in api/server), so RUNNING and the final state cannot be observed", started.ID, now.WorkflowRun.Status)
+			"carehub.workflow-runs.v1 in cmd/carehub/node), so RUNNING and the final state cannot be observed", started.ID, now.WorkflowRun.Status)
 	}
 	var states stateChecks
 	for _, p := range protocols {

@@ -34,25 +34,25 @@ const (
 	probeType = "probe.ready"
 )
 
-// node is a running carehub node under test.
-type node struct {
+// testNode is a running carehub node under test.
+type testNode struct {
 	*servertest.Server
 	hc *http.Client
 }
 
-func startNode(t *testing.T, opts ...servertest.Option) *node {
+func startNode(t *testing.T, opts ...servertest.Option) *testNode {
 	return wrap(servertest.Start(t, opts...))
 }
 
-func wrap(s *servertest.Server) *node {
-	return &node{Server: s, hc: &http.Client{Timeout: 30 * time.Second}}
+func wrap(s *servertest.Server) *testNode {
+	return &testNode{Server: s, hc: &http.Client{Timeout: 30 * time.Second}}
 }
 
-func (n *node) wsURL() string { return "ws://" + n.Addr() + "/graphql" }
+func (n *testNode) wsURL() string { return "ws://" + n.Addr() + "/graphql" }
 
 // gql posts one GraphQL operation. Unlike servertest.Server.GraphQL it reports errors instead of
 // failing the test, so it may run on any goroutine.
-func (n *node) gql(ctx context.Context, key, query string, vars map[string]any) (*servertest.GraphQLResponse, error) {
+func (n *testNode) gql(ctx context.Context, key, query string, vars map[string]any) (*servertest.GraphQLResponse, error) {
 	body, err := json.Marshal(map[string]any{"query": query, "variables": vars})
 	if err != nil {
 		return nil, err
@@ -79,7 +79,7 @@ func (n *node) gql(ctx context.Context, key, query string, vars map[string]any) 
 }
 
 // mustGQL runs an operation that must succeed and decodes its data into out (if not nil).
-func (n *node) mustGQL(t testing.TB, key, query string, vars map[string]any, out any) {
+func (n *testNode) mustGQL(t testing.TB, key, query string, vars map[string]any, out any) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -106,7 +106,7 @@ type published struct {
 }
 
 // publish publishes an event through the publishEvent mutation; safe from any goroutine.
-func (n *node) publish(ctx context.Context, key, projectID, typ string, payload map[string]any) (published, error) {
+func (n *testNode) publish(ctx context.Context, key, projectID, typ string, payload map[string]any) (published, error) {
 	r, err := n.gql(ctx, key, publishMutation, map[string]any{"type": typ, "payload": payload, "projectId": projectID})
 	if err != nil {
 		return published{}, err
@@ -123,7 +123,7 @@ func (n *node) publish(ctx context.Context, key, projectID, typ string, payload 
 	return data.PublishEvent, nil
 }
 
-func (n *node) mustPublish(t testing.TB, key, projectID, typ string, payload map[string]any) published {
+func (n *testNode) mustPublish(t testing.TB, key, projectID, typ string, payload map[string]any) published {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -135,7 +135,7 @@ func (n *node) mustPublish(t testing.TB, key, projectID, typ string, payload map
 }
 
 // projectID returns the id of the project called name of the organization with slug.
-func (n *node) projectID(t testing.TB, key, slug, name string) string {
+func (n *testNode) projectID(t testing.TB, key, slug, name string) string {
 	t.Helper()
 	var data struct {
 		Projects []struct{ ID, Name string }
@@ -153,7 +153,7 @@ func (n *node) projectID(t testing.TB, key, slug, name string) string {
 
 // metric returns the sum of the samples of metric name on the node's /metrics whose labels
 // include every given `label="value"`.
-func (n *node) metric(t testing.TB, name string, labels ...string) float64 {
+func (n *testNode) metric(t testing.TB, name string, labels ...string) float64 {
 	t.Helper()
 	v, err := scrape(n.hc, n.URL, name, labels...)
 	if err != nil {
@@ -207,13 +207,13 @@ func scrape(hc *http.Client, base, name string, labels ...string) (float64, erro
 
 // subscribers is the number of fan-out subscriptions on the node: one per running subscription
 // operation (of any field), registered when its resolver has run.
-func (n *node) subscribers(t testing.TB) int {
+func (n *testNode) subscribers(t testing.TB) int {
 	return int(n.metric(t, "carehub_fanout_subscribers"))
 }
 
 // waitSubscribers waits until the node has exactly want fan-out subscriptions: the subscriptions
 // a test just sent are then registered, and see every event published from now on.
-func (n *node) waitSubscribers(t testing.TB, want int) {
+func (n *testNode) waitSubscribers(t testing.TB, want int) {
 	t.Helper()
 	servertest.Eventually(t, 10*time.Second, fmt.Sprintf("%d fan-out subscribers", want), func() bool {
 		return n.subscribers(t) == want
@@ -225,7 +225,7 @@ func (n *node) waitSubscribers(t testing.TB, want int) {
 // published earlier is, by design, never delivered; a test that publishes right after start
 // would race that. ready subscribes to probe events, publishes one every 250 ms until it
 // arrives, and unsubscribes.
-func (n *node) ready(t testing.TB, key string, projectIDs ...string) {
+func (n *testNode) ready(t testing.TB, key string, projectIDs ...string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -298,7 +298,7 @@ var protocols = []protocol{
 }
 
 // dial connects to the node with key in protocol p; the client is closed when the test ends.
-func (n *node) dial(t testing.TB, p protocol, key string) client {
+func (n *testNode) dial(t testing.TB, p protocol, key string) client {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()

@@ -9,15 +9,15 @@ import (
 
 	"github.com/coder/websocket"
 
-	"carehub/api/server"
 	"carehub/api/server/servertest"
+	"carehub/cmd/carehub/node"
 	"carehub/processors/access"
 	"carehub/processors/demo"
 )
 
 // recheckOften re-checks socket credentials every 50 ms, so that a test waits for the key cache
 // (5 s, on a node that did not make the change) rather than for the re-check.
-func recheckOften(c *server.Config) { c.SocketRecheck = 50 * time.Millisecond }
+func recheckOften(c *node.Config) { c.SocketRecheck = 50 * time.Millisecond }
 
 // createdKey is an API key made through POST /v1/api-keys.
 type createdKey struct {
@@ -26,7 +26,7 @@ type createdKey struct {
 }
 
 // createKey makes a live key of admin's organization with scopes, through the REST API.
-func (n *node) createKey(t testing.TB, admin string, scopes ...string) createdKey {
+func (n *testNode) createKey(t testing.TB, admin string, scopes ...string) createdKey {
 	t.Helper()
 	r := n.Do(http.MethodPost, "/v1/api-keys", admin, map[string]any{"name": "socket test", "mode": access.Live, "scopes": append([]string{}, scopes...)})
 	if r.Status != http.StatusCreated {
@@ -38,7 +38,7 @@ func (n *node) createKey(t testing.TB, admin string, scopes ...string) createdKe
 }
 
 // exchange buys a JWT for key through POST /v1/auth/token.
-func (n *node) exchange(t testing.TB, key string, scopes ...string) string {
+func (n *testNode) exchange(t testing.TB, key string, scopes ...string) string {
 	t.Helper()
 	r := n.Do(http.MethodPost, "/v1/auth/token", key, map[string]any{"scope": append([]string{}, scopes...)})
 	if r.Status != http.StatusOK {
@@ -52,7 +52,7 @@ func (n *node) exchange(t testing.TB, key string, scopes ...string) string {
 }
 
 // post sends a REST call that must answer want.
-func (n *node) post(t testing.TB, path, key string, want int) {
+func (n *testNode) post(t testing.TB, path, key string, want int) {
 	t.Helper()
 	if r := n.Do(http.MethodPost, path, key, nil); r.Status != want {
 		t.Fatalf("POST %s: %d %s, want %d", path, r.Status, r.Body, want)
@@ -157,7 +157,7 @@ func TestRevocationReachesEveryNode(t *testing.T) {
 	cfg := n1.Cfg()
 	cfg.HTTPAddr = "127.0.0.1:0"
 	cfg.DataDir = t.TempDir()
-	cfg.Roles = []string{server.RoleAPI}
+	cfg.Roles = []string{node.RoleAPI}
 	recheckOften(&cfg)
 	n2 := wrap(servertest.StartConfig(t, cfg))
 

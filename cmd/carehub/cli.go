@@ -9,7 +9,7 @@ import (
 	"os"
 	"strings"
 
-	"carehub/api/server"
+	"carehub/cmd/carehub/node"
 )
 
 // version is set at build time with -ldflags "-X main.version=...".
@@ -71,7 +71,7 @@ var errUsage = errors.New("usage")
 
 // serverFlags registers the flags that describe where carehub's stores are, shared by serve and
 // the operator commands so they all find the same data.
-func serverFlags(fs *flag.FlagSet, cfg *server.Config) {
+func serverFlags(fs *flag.FlagSet, cfg *node.Config) {
 	fs.StringVar(&cfg.DataDir, "data-dir", cfg.DataDir, "directory of the embedded Postgres and Kafka")
 	fs.StringVar(&cfg.DatabaseURL, "database-url", cfg.DatabaseURL, "Postgres URL (empty: embedded cluster under the data dir)")
 	fs.Func("kafka-brokers", "comma-separated Kafka bootstrap brokers (empty: embedded broker)", func(v string) error {
@@ -83,7 +83,7 @@ func serverFlags(fs *flag.FlagSet, cfg *server.Config) {
 	fs.StringVar(&cfg.LogFormat, "log-format", cfg.LogFormat, "json or text")
 }
 
-func serveFlags(fs *flag.FlagSet, cfg *server.Config) {
+func serveFlags(fs *flag.FlagSet, cfg *node.Config) {
 	serverFlags(fs, cfg)
 	fs.StringVar(&cfg.HTTPAddr, "http-addr", cfg.HTTPAddr, "HTTP listen address host:port")
 	fs.Func("roles", "comma-separated roles: api, ingest, processors (default all)", func(v string) error {
@@ -144,7 +144,7 @@ func splitList(v string) []string {
 }
 
 func cmdServe(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	cfg := server.Defaults()
+	cfg := node.Defaults()
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	serveFlags(fs, &cfg)
 	demoKey := fs.Bool("demo-key", false, "once ready, create an API key for the demo organization and print how to call carehub with it")
@@ -157,8 +157,8 @@ func cmdServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err := cfg.Validate(); err != nil {
 		return err
 	}
-	logger := server.NewLogger(cfg)
-	return server.Run(ctx, cfg, logger, func(s *server.Server) {
+	logger := node.NewLogger(cfg)
+	return node.Run(ctx, cfg, logger, func(s *node.Node) {
 		fmt.Fprintf(stdout, "carehub %s listening on %s\n", version, s.URL())
 		if *demoKey {
 			if err := printDemoKey(ctx, s, stdout); err != nil {

@@ -1,6 +1,6 @@
 // Command carehub is the clinical AI platform event hub: `carehub serve` runs a node; migrate,
-// seed, keys and version are operator tools. main only parses and dispatches; the server lives in
-// carehub/api/server.
+// seed, keys and version are operator tools. main only parses and dispatches; the node is composed
+// in carehub/cmd/carehub/node.
 package main
 
 import (

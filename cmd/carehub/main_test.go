@@ -56,7 +56,7 @@ func freeAddr(t *testing.T) string {
 	return ln.Addr().String()
 }
 
-type node struct {
+type process struct {
 	cmd    *exec.Cmd
 	addr   string
 	stdout *syncBuffer
@@ -82,11 +82,11 @@ func (s *syncBuffer) String() string {
 }
 
 // serve starts `carehub serve` and waits until /readyz answers 200.
-func serve(t *testing.T, dir, addr string, extra ...string) *node {
+func serve(t *testing.T, dir, addr string, extra ...string) *process {
 	t.Helper()
 	args := append([]string{"serve", "--data-dir", dir, "--http-addr", addr, "--partitions", "2"}, extra...)
 	cmd := exec.Command(binary, args...)
-	n := &node{cmd: cmd, addr: addr, stdout: &syncBuffer{}, stderr: &syncBuffer{}}
+	n := &process{cmd: cmd, addr: addr, stdout: &syncBuffer{}, stderr: &syncBuffer{}}
 	cmd.Stdout, cmd.Stderr = n.stdout, n.stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -113,7 +113,7 @@ func serve(t *testing.T, dir, addr string, extra ...string) *node {
 	}
 }
 
-func (n *node) stop(t *testing.T, sig syscall.Signal) {
+func (n *process) stop(t *testing.T, sig syscall.Signal) {
 	t.Helper()
 	n.cmd.Process.Signal(sig)
 	done := make(chan error, 1)

@@ -15,7 +15,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"carehub/api/auth"
-	"carehub/api/server"
+	"carehub/cmd/carehub/node"
 	"carehub/processors/access"
 	"carehub/processors/demo"
 	"carehub/processors/fault"
@@ -25,12 +25,12 @@ import (
 // openDatabase connects to carehub's database for an operator command: the configured URL, or
 // the embedded cluster under the data dir, started for the command if no server is running and
 // stopped again afterwards (a running server's cluster is left alone).
-func openDatabase(ctx context.Context, cfg server.Config) (*pgxpool.Pool, func(), error) {
-	logger := server.NewLogger(cfg)
+func openDatabase(ctx context.Context, cfg node.Config) (*pgxpool.Pool, func(), error) {
+	logger := node.NewLogger(cfg)
 	dsn := cfg.DatabaseURL
 	var local *postgres.Local
 	if dsn == "" {
-		if err := server.CheckDataDir(cfg.DataDir); err != nil {
+		if err := node.CheckDataDir(cfg.DataDir); err != nil {
 			return nil, nil, err
 		}
 		var err error
@@ -62,14 +62,14 @@ func openDatabase(ctx context.Context, cfg server.Config) (*pgxpool.Pool, func()
 	return pool, cleanup, nil
 }
 
-func storeFlags(name string, cfg *server.Config) *flag.FlagSet {
+func storeFlags(name string, cfg *node.Config) *flag.FlagSet {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	serverFlags(fs, cfg)
 	return fs
 }
 
 func cmdMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	cfg := server.Defaults()
+	cfg := node.Defaults()
 	cfg.LogLevel = "warn"
 	if err := parse(storeFlags("migrate", &cfg), args, stderr); err != nil {
 		return err
@@ -85,7 +85,7 @@ func cmdMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) er
 }
 
 func cmdSeed(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	cfg := server.Defaults()
+	cfg := node.Defaults()
 	cfg.LogLevel = "warn"
 	if err := parse(storeFlags("seed", &cfg), args, stderr); err != nil {
 		return err
@@ -95,7 +95,7 @@ func cmdSeed(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		return err
 	}
 	defer cleanup()
-	sum, err := demo.Seed(ctx, pool, server.NewLogger(cfg))
+	sum, err := demo.Seed(ctx, pool, node.NewLogger(cfg))
 	if err != nil {
 		return err
 	}
@@ -120,7 +120,7 @@ func cmdKeys(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		return errUsage
 	}
 	sub, args := args[0], args[1:]
-	cfg := server.Defaults()
+	cfg := node.Defaults()
 	cfg.LogLevel = "warn"
 	fs := storeFlags("keys "+sub, &cfg)
 	var (
@@ -260,7 +260,7 @@ func printCreated(w io.Writer, ck *auth.CreatedKey, asJSON bool) error {
 
 // printDemoKey creates a live key with every scope for the demo organization and prints it with
 // curl examples, so `make run` ends with something a newcomer can paste.
-func printDemoKey(ctx context.Context, s *server.Server, w io.Writer) error {
+func printDemoKey(ctx context.Context, s *node.Node, w io.Writer) error {
 	var orgID string
 	if err := s.Pool().QueryRow(ctx, `select id from organizations where slug = $1`, demo.DemoOrgSlug).Scan(&orgID); err != nil {
 		return fmt.Errorf("demo organization %s: %w", demo.DemoOrgSlug, err)

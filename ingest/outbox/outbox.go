@@ -1,6 +1,8 @@
-// Package outbox is the transactional outbox relay: it publishes the rows that services write to
-// the Postgres outbox table (processors/events.Append, in the same transaction as their entity
-// change) to Kafka, and marks them sent.
+// Package outbox owns carehub's transactional outbox: Append writes messages to the Postgres
+// outbox table inside the caller's transaction (the same one as its entity change) and notifies
+// Channel; the Relay publishes the rows to Kafka after commit and marks them sent. Events go
+// through processors/events.Append, which validates envelopes and calls Append; workflow run
+// commands call Append directly.
 //
 // # Delivery
 //
@@ -58,8 +60,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
-// Channel is the Postgres notification channel the relay listens on. processors/events.Append
-// notifies it.
+// Channel is the Postgres notification channel Append notifies and the relay listens on.
 const Channel = "carehub_outbox"
 
 // HeaderEventID is the record header that carries the event id, for consumers that deduplicate

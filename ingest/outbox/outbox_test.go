@@ -29,9 +29,45 @@ import (
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
 
-func TestChannelMatchesEvents(t *testing.T) {
-	if outbox.Channel != events.NotifyChannel {
-		t.Fatalf("relay listens on %q, events.Append notifies %q", outbox.Channel, events.NotifyChannel)
+// TestAppend: messages of several topics in one transaction are stored in order, each with its
+// own topic and key; a message without a topic writes nothing.
+func TestAppend(t *testing.T) {
+	pool := pgtest.New(t)
+	ctx := context.Background()
+	msgs := []outbox.Message{
+		{ID: "run_1:1", Topic: "carehub.workflow-runs.v1", Key: "run_1", Value: []byte(`{"runId":"run_1"}`)},
+		{ID: "evt_1", Topic: "carehub.events.v1", Key: "prj_1", Value: []byte(`{"id":"evt_1"}`)},
+	}
+	if err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error { return outbox.Append(ctx, tx, msgs...) }); err != nil {
+		t.Fatal(err)
+	}
+	rows, err := pool.Query(ctx, `select event_id, topic, key, value::text from outbox order by seq`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (outbox.Message, error) {
+		var m outbox.Message
+		var v string
+		err := r.Scan(&m.ID, &m.Topic, &m.Key, &v)
+		m.Value = []byte(v)
+		return m, err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != len(msgs) {
+		t.Fatalf("%d rows, want %d", len(got), len(msgs))
+	}
+	for i := range msgs {
+		if got[i].ID != msgs[i].ID || got[i].Topic != msgs[i].Topic || got[i].Key != msgs[i].Key {
+			t.Errorf("row %d = %+v, want %+v", i, got[i], msgs[i])
+		}
+	}
+	err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		return outbox.Append(ctx, tx, outbox.Message{ID: "evt_2", Key: "prj_1", Value: []byte(`{}`)})
+	})
+	if err == nil {
+		t.Fatal("a message without a topic was appended")
 	}
 }
 

@@ -162,7 +162,7 @@ func NewReport(sp ReportSpec) (Report, error) {
 
 // Event returns the report's diagnostic.result_ready event, from source (agent or workflow).
 func (r *Report) Event(source string) (storage.Event, error) {
-	return events.New("diagnostic.result_ready", r.OrgID, r.ProjectID, source, eventSeverity(clinical.Severity(r.Severity)),
+	return events.New(events.TypeDiagnosticResultReady, r.OrgID, r.ProjectID, source, eventSeverity(clinical.Severity(r.Severity)),
 		map[string]any{"reportId": r.ID, "patientId": r.PatientID, "code": r.Code, "conclusion": r.Conclusion, "severity": r.Severity})
 }
 

@@ -374,7 +374,7 @@ func sessionEvents(ses *Session, rep *Report) ([]storage.Event, error) {
 		evs = append(evs, ev)
 		return err
 	}
-	if err := add("agent.session.updated", events.SeverityInfo, updated); err != nil {
+	if err := add(events.TypeAgentSessionUpdated, events.SeverityInfo, updated); err != nil {
 		return nil, err
 	}
 	end := map[string]any{"sessionId": ses.ID, "agentId": ses.AgentID, "patientId": ses.PatientID, "status": ses.Status}
@@ -383,7 +383,7 @@ func sessionEvents(ses *Session, rep *Report) ([]storage.Event, error) {
 	}
 	switch ses.Status {
 	case StatusCompleted:
-		if err := add("agent.run_completed", events.SeverityInfo, end); err != nil {
+		if err := add(events.TypeAgentRunCompleted, events.SeverityInfo, end); err != nil {
 			return nil, err
 		}
 		if rep != nil {
@@ -400,7 +400,7 @@ func sessionEvents(ses *Session, rep *Report) ([]storage.Event, error) {
 		if ses.Error != nil {
 			end["error"] = *ses.Error
 		}
-		if err := add("agent.run.failed", events.SeverityWarning, end); err != nil {
+		if err := add(events.TypeAgentRunFailed, events.SeverityWarning, end); err != nil {
 			return nil, err
 		}
 	}

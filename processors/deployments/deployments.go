@@ -207,7 +207,7 @@ func (s *Service) statusChanged(ctx context.Context, tx pgx.Tx, d *Deployment, f
 	case StatusFailed:
 		severity = events.SeverityError
 	}
-	ev, err := events.New("deployment.status_changed", d.OrgID, d.ProjectID, events.SourceDeployment, severity,
+	ev, err := events.New(events.TypeDeploymentStatusChanged, d.OrgID, d.ProjectID, events.SourceDeployment, severity,
 		map[string]any{"deploymentId": d.ID, "installationId": d.InstallationID, "from": from, "to": d.Status, "reason": reason})
 	if err != nil {
 		return err

@@ -8,6 +8,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"carehub/ingest/outbox"
 	"carehub/processors/events"
 	"carehub/storage"
 	"carehub/storage/postgres/pgtest"
@@ -35,7 +36,7 @@ func TestAppend(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer listener.Release()
-	if _, err := listener.Exec(ctx, "listen "+events.NotifyChannel); err != nil {
+	if _, err := listener.Exec(ctx, "listen "+outbox.Channel); err != nil {
 		t.Fatal(err)
 	}
 	notified := func(wait time.Duration) bool {

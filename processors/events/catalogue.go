@@ -37,7 +37,7 @@ const (
 // "integration"). Treat it as read-only; Lookup finds one entry.
 var Catalogue = []EventType{
 	{
-		Type: "asset.submitted", Source: SourceSystem,
+		Type: TypeAssetSubmitted, Source: SourceSystem,
 		Description: "An asset was submitted to the marketplace and awaits review.",
 		Payload: []Field{
 			{"assetId", FieldString, true, "the asset (ast_)"},
@@ -48,7 +48,7 @@ var Catalogue = []EventType{
 		},
 	},
 	{
-		Type: "asset.approved", Source: SourceSystem,
+		Type: TypeAssetApproved, Source: SourceSystem,
 		Description: "A marketplace review approved an asset; it is now listed.",
 		Payload: []Field{
 			{"assetId", FieldString, true, "the asset (ast_)"},
@@ -58,7 +58,7 @@ var Catalogue = []EventType{
 		},
 	},
 	{
-		Type: "asset.rejected", Source: SourceSystem,
+		Type: TypeAssetRejected, Source: SourceSystem,
 		Description: "A marketplace review rejected an asset.",
 		Payload: []Field{
 			{"assetId", FieldString, true, "the asset (ast_)"},
@@ -68,7 +68,7 @@ var Catalogue = []EventType{
 		},
 	},
 	{
-		Type: "asset.installed", Source: SourceSystem,
+		Type: TypeAssetInstalled, Source: SourceSystem,
 		Description: "An asset was installed into a project.",
 		Payload: []Field{
 			{"installationId", FieldString, true, "the installation (ins_)"},
@@ -78,7 +78,7 @@ var Catalogue = []EventType{
 		},
 	},
 	{
-		Type: "asset.deprecated", Source: SourceSystem,
+		Type: TypeAssetDeprecated, Source: SourceSystem,
 		Description: "An asset was deprecated: it stays installed where it is but is no longer offered.",
 		Payload: []Field{
 			{"assetId", FieldString, true, "the asset (ast_)"},
@@ -88,7 +88,7 @@ var Catalogue = []EventType{
 		},
 	},
 	{
-		Type: "deployment.status_changed", Source: SourceDeployment,
+		Type: TypeDeploymentStatusChanged, Source: SourceDeployment,
 		Description: "A deployment moved between states (any transition, including its creation as PENDING).",
 		Payload: []Field{
 			{"deploymentId", FieldString, true, "the deployment (dep_)"},
@@ -99,7 +99,7 @@ var Catalogue = []EventType{
 		},
 	},
 	{
-		Type: "agent.session.updated", Source: SourceAgent,
+		Type: TypeAgentSessionUpdated, Source: SourceAgent,
 		Description: "An agent session changed state (QUEUED, RUNNING, COMPLETED, FAILED, CANCELLED); feeds agentSessionUpdated subscriptions.",
 		Payload: []Field{
 			{"sessionId", FieldString, true, "the agent session (ses_)"},
@@ -113,7 +113,7 @@ var Catalogue = []EventType{
 		},
 	},
 	{
-		Type: "agent.run_completed", Source: SourceAgent,
+		Type: TypeAgentRunCompleted, Source: SourceAgent,
 		Description: "An agent session ended successfully.",
 		Payload: []Field{
 			{"sessionId", FieldString, true, "the agent session (ses_)"},
@@ -125,7 +125,7 @@ var Catalogue = []EventType{
 		},
 	},
 	{
-		Type: "agent.run.failed", Source: SourceAgent,
+		Type: TypeAgentRunFailed, Source: SourceAgent,
 		Description: "An agent session ended in failure or was cancelled.",
 		Payload: []Field{
 			{"sessionId", FieldString, true, "the agent session (ses_)"},
@@ -138,7 +138,7 @@ var Catalogue = []EventType{
 		},
 	},
 	{
-		Type: "workflow.run.updated", Source: SourceWorkflow,
+		Type: TypeWorkflowRunUpdated, Source: SourceWorkflow,
 		Description: "A workflow run changed state (QUEUED, RUNNING, COMPLETED, FAILED, CANCELLED); feeds workflowRunUpdated subscriptions.",
 		Payload: []Field{
 			{"runId", FieldString, true, "the run (run_)"},
@@ -150,7 +150,7 @@ var Catalogue = []EventType{
 		},
 	},
 	{
-		Type: "workflow.run.completed", Source: SourceWorkflow,
+		Type: TypeWorkflowRunCompleted, Source: SourceWorkflow,
 		Description: "A workflow run ended, with any terminal status (the spec's webhook shape, snake_case fields).",
 		Payload: []Field{
 			{"run_id", FieldString, true, "the run (run_)"},
@@ -162,7 +162,7 @@ var Catalogue = []EventType{
 		},
 	},
 	{
-		Type: "workflow.completed", Source: SourceWorkflow,
+		Type: TypeWorkflowCompleted, Source: SourceWorkflow,
 		Description: "A workflow run ended (the compact stream form of workflow.run.completed).",
 		Payload: []Field{
 			{"workflowId", FieldString, true, "the workflow (wf_)"},
@@ -172,7 +172,7 @@ var Catalogue = []EventType{
 		},
 	},
 	{
-		Type: "device.observation_received", Source: SourceIntegration,
+		Type: TypeDeviceObservationReceived, Source: SourceIntegration,
 		Description: "An ingested device observation was stored.",
 		Payload: []Field{
 			{"observationId", FieldString, true, "the observation (obs_)"},
@@ -185,7 +185,7 @@ var Catalogue = []EventType{
 		},
 	},
 	{
-		Type: "diagnostic.result_ready", Source: SourceAgent,
+		Type: TypeDiagnosticResultReady, Source: SourceAgent,
 		Description: "An agent or a workflow step produced a diagnostic report (source agent or workflow).",
 		Payload: []Field{
 			{"reportId", FieldString, true, "the report"},
@@ -196,7 +196,7 @@ var Catalogue = []EventType{
 		},
 	},
 	{
-		Type: "webhook.status_changed", Source: SourceSystem,
+		Type: TypeWebhookStatusChanged, Source: SourceSystem,
 		Description: "A webhook subscription changed status, e.g. paused after 10 consecutive failed deliveries.",
 		Payload: []Field{
 			{"webhookId", FieldString, true, "the subscription (wh_)"},

@@ -1,6 +1,6 @@
 // Package events defines carehub's platform events: the envelope (storage.Event), the catalogue of
 // event types (DECISIONS §4), the type and pattern syntax, and Append, which writes events to the
-// transactional outbox inside the caller's Postgres transaction.
+// transactional outbox (carehub/ingest/outbox) inside the caller's Postgres transaction.
 //
 // An event exists exactly when the change that caused it commits: a service calls Append in the
 // same transaction as its entity write, and the outbox relay (ingest/outbox) publishes the rows to
@@ -17,12 +17,10 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"carehub/ingest/outbox"
 	"carehub/storage"
 	"carehub/storage/ids"
 )
-
-// NotifyChannel is the Postgres channel Append notifies; the outbox relay listens on it.
-const NotifyChannel = "carehub_outbox"
 
 // Sources an event may carry (the REST Event's source enumeration).
 const (
@@ -219,9 +217,9 @@ func Decode(data []byte) (storage.Event, error) {
 	return ev, nil
 }
 
-// Append writes evs to the outbox inside tx, for the relay to publish on topic once tx commits:
-// key = project id, value = the JSON envelope. It also issues NOTIFY carehub_outbox, which
-// Postgres delivers on commit (and drops on rollback), so the relay wakes without polling.
+// Append writes evs to the outbox inside tx (carehub/ingest/outbox.Append), for the relay to
+// publish on topic once tx commits: key = project id, value = the JSON envelope, and the relay is
+// woken on commit.
 //
 // Append validates every event first and writes nothing if one is invalid. An event id already
 // in the outbox is an error (the unique constraint), which aborts tx: ids are minted by New.
@@ -232,9 +230,7 @@ func Append(ctx context.Context, tx pgx.Tx, topic string, evs ...storage.Event) 
 	if topic == "" {
 		return errors.New("append events: no topic")
 	}
-	eventIDs := make([]string, len(evs))
-	keys := make([]string, len(evs))
-	values := make([]string, len(evs))
+	msgs := make([]outbox.Message, len(evs))
 	for i, ev := range evs {
 		if err := Validate(ev); err != nil {
 			return fmt.Errorf("append events: %w", err)
@@ -243,19 +239,9 @@ func Append(ctx context.Context, tx pgx.Tx, topic string, evs ...storage.Event) 
 		if err != nil {
 			return fmt.Errorf("append events: marshal %s: %w", ev.ID, err)
 		}
-		eventIDs[i], keys[i], values[i] = ev.ID, ev.ProjectID, string(value)
+		msgs[i] = outbox.Message{ID: ev.ID, Topic: topic, Key: ev.ProjectID, Value: value}
 	}
-	// One statement for the rows (unnest keeps the array order, so seq follows evs) and the
-	// notification; pg_notify inside a transaction is queued until commit.
-	const q = `
-with rows as (
-	insert into outbox (event_id, topic, key, value)
-	select e, $1, k, v::jsonb from unnest($2::text[], $3::text[], $4::text[]) with ordinality as t(e, k, v, n)
-	order by n
-	returning 1
-)
-select pg_notify($5, '') from (select 1 from rows limit 1) as any_row`
-	if _, err := tx.Exec(ctx, q, topic, eventIDs, keys, values, NotifyChannel); err != nil {
+	if err := outbox.Append(ctx, tx, msgs...); err != nil {
 		return fmt.Errorf("append events: %w", err)
 	}
 	return nil

@@ -62,7 +62,7 @@ values ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, false,
 			in.MonthlyFee, fhir, score.Overall, score.Security, score.Privacy, score.ClinicalSafety, docs, in.SupportEmail); err != nil {
 			return fmt.Errorf("insert asset: %w", err)
 		}
-		return s.emit(ctx, tx, "asset.submitted", p.OrgID, "", map[string]any{
+		return s.emit(ctx, tx, events.TypeAssetSubmitted, p.OrgID, "", map[string]any{
 			"assetId": id, "publisherId": publisherID, "name": in.Name, "version": in.Version, "status": StatusUnderReview,
 		})
 	})
@@ -130,9 +130,9 @@ returning `+assetColumns, assetID, decision, n)
 			return fmt.Errorf("update asset: %w", err)
 		}
 		payload := map[string]any{"assetId": assetID, "publisherId": a.PublisherID, "status": decision}
-		typ := "asset.approved"
+		typ := events.TypeAssetApproved
 		if decision == StatusRejected {
-			typ = "asset.rejected"
+			typ = events.TypeAssetRejected
 			if notes != "" {
 				payload["reason"] = notes
 			}
@@ -180,7 +180,7 @@ func (s *Service) Deprecate(ctx context.Context, assetID string) (*Asset, error)
 		if out, err = pgx.CollectOneRow(rows, scanAssetAddr); err != nil {
 			return fmt.Errorf("update asset: %w", err)
 		}
-		return s.emit(ctx, tx, "asset.deprecated", deref(a.SubmittedByOrg), "", map[string]any{
+		return s.emit(ctx, tx, events.TypeAssetDeprecated, deref(a.SubmittedByOrg), "", map[string]any{
 			"assetId": assetID, "publisherId": a.PublisherID, "status": StatusDeprecated,
 		})
 	})
@@ -225,7 +225,7 @@ values ($1, $2, $3, $4, 'installed', $5) returning `+installationColumns, ids.Ne
 		if _, err := tx.Exec(ctx, `update assets set downloads = downloads + 1 where id = $1`, assetID); err != nil {
 			return fmt.Errorf("count download: %w", err)
 		}
-		return s.emit(ctx, tx, "asset.installed", orgID, projectID, map[string]any{
+		return s.emit(ctx, tx, events.TypeAssetInstalled, orgID, projectID, map[string]any{
 			"installationId": out.ID, "assetId": assetID, "projectId": projectID, "status": out.Status,
 		})
 	})

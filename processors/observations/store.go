@@ -18,7 +18,7 @@ import (
 )
 
 // EventType is the type of the event queued for each newly stored observation.
-const EventType = "device.observation_received"
+const EventType = events.TypeDeviceObservationReceived
 
 // ClientIDSystem is the identifier system under which a stored Observation keeps the id its
 // client sent (the resource's own id is carehub's obs_ id).

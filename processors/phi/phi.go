@@ -68,17 +68,17 @@ type EventClass struct {
 // Events classifies every catalogued event type whose payload names a patient. A test checks it
 // against events.Catalogue: a catalogue type with a field that names a patient must be listed.
 var Events = []EventClass{
-	{Type: "agent.session.updated", Need: NeedPatients, Fields: []string{"patientId"},
+	{Type: events.TypeAgentSessionUpdated, Need: NeedPatients, Fields: []string{"patientId"},
 		Keep: []string{"sessionId", "agentId", "status", "latencyMs", "tokensUsed", "startedAt", "completedAt"}},
-	{Type: "agent.run_completed", Need: NeedPatients, Fields: []string{"patientId"},
+	{Type: events.TypeAgentRunCompleted, Need: NeedPatients, Fields: []string{"patientId"},
 		Keep: []string{"sessionId", "agentId", "status", "latencyMs", "tokensUsed"}},
 	// error names the vital signs the patient has no observation of.
-	{Type: "agent.run.failed", Need: NeedPatients, Fields: []string{"patientId", "error"},
+	{Type: events.TypeAgentRunFailed, Need: NeedPatients, Fields: []string{"patientId", "error"},
 		Keep: []string{"sessionId", "agentId", "status", "latencyMs", "tokensUsed"}},
 	// effectiveAt is a date of the patient's care, which HIPAA counts as an identifier.
-	{Type: "device.observation_received", Need: NeedObservations, Fields: []string{"patientId", "value", "unit", "effectiveAt"},
+	{Type: events.TypeDeviceObservationReceived, Need: NeedObservations, Fields: []string{"patientId", "value", "unit", "effectiveAt"},
 		Keep: []string{"observationId", "code", "deviceType"}},
-	{Type: "diagnostic.result_ready", Need: NeedPatients, Fields: []string{"patientId", "conclusion"},
+	{Type: events.TypeDiagnosticResultReady, Need: NeedPatients, Fields: []string{"patientId", "conclusion"},
 		Keep: []string{"reportId", "code", "severity"}},
 }
 

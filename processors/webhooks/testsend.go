@@ -103,7 +103,7 @@ from webhooks where id = $1 and deleted_at is null and ($2 = '' or org_id = $2)`
 
 // SampleEvent is the workflow.run.completed event a test send delivers, with fresh ids.
 func SampleEvent(orgID, projectID string) (storage.Event, error) {
-	return events.New("workflow.run.completed", orgID, projectID, events.SourceWorkflow, events.SeverityInfo, samplePayload{
+	return events.New(events.TypeWorkflowRunCompleted, orgID, projectID, events.SourceWorkflow, events.SeverityInfo, samplePayload{
 		RunID:          ids.New(ids.Run),
 		WorkflowID:     ids.New(ids.Workflow),
 		Status:         "COMPLETED",

@@ -574,11 +574,11 @@ func (e *engine) notify(ctx context.Context, tx pgx.Tx, st *runState) (any, erro
 	}
 	n := 0
 	for _, p := range patterns {
-		if events.MatchAny(p, "workflow.run.completed") {
+		if events.MatchAny(p, events.TypeWorkflowRunCompleted) {
 			n++
 		}
 	}
-	return map[string]any{"event": "workflow.run.completed", "subscriptions": n}, nil
+	return map[string]any{"event": events.TypeWorkflowRunCompleted, "subscriptions": n}, nil
 }
 
 func (e *engine) runAgent(ctx context.Context, tx pgx.Tx, st *runState, agentID string) (any, error) {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"carehub/ingest/outbox"
 	"carehub/processors/access"
 	"carehub/processors/events"
 	"carehub/processors/fault"
@@ -182,7 +183,7 @@ returning `+runColumns, ids.New(ids.Run), nr.orgID, nr.projectID, nr.workflowID,
 
 // enqueue writes the runner's command for r into the outbox in tx: keyed by run id, with a
 // unique outbox id ("<run id>:1" for the first; "<run id>:<attempt>:<ulid>" for a re-send). The
-// NOTIFY wakes the outbox relay on commit.
+// relay is woken on commit.
 func (s *Service) enqueue(ctx context.Context, tx pgx.Tx, r *Run, attempt int, resend bool) error {
 	cmd, err := json.Marshal(Command{RunID: r.ID, WorkflowID: r.WorkflowID, OrgID: r.OrgID, ProjectID: r.ProjectID, Attempt: attempt})
 	if err != nil {
@@ -192,8 +193,7 @@ func (s *Service) enqueue(ctx context.Context, tx pgx.Tx, r *Run, attempt int, r
 	if resend {
 		outboxID = r.ID + ":" + strconv.Itoa(attempt) + ":" + ids.New("")
 	}
-	if _, err := tx.Exec(ctx, `with cmd as (insert into outbox (event_id, topic, key, value) values ($1, $2, $3, $4::jsonb) returning 1)
-select pg_notify($5, '') from cmd`, outboxID, s.runsTopic, r.ID, string(cmd), events.NotifyChannel); err != nil {
+	if err := outbox.Append(ctx, tx, outbox.Message{ID: outboxID, Topic: s.runsTopic, Key: r.ID, Value: cmd}); err != nil {
 		return fmt.Errorf("queue run command: %w", err)
 	}
 	return nil
@@ -260,7 +260,7 @@ func runEvents(r *Run) ([]storage.Event, error) {
 	if r.CompletedAt != nil {
 		updated["completedAt"] = r.CompletedAt.UTC().Format(time.RFC3339Nano)
 	}
-	ev, err := events.New("workflow.run.updated", r.OrgID, r.ProjectID, events.SourceWorkflow, events.SeverityInfo, updated)
+	ev, err := events.New(events.TypeWorkflowRunUpdated, r.OrgID, r.ProjectID, events.SourceWorkflow, events.SeverityInfo, updated)
 	if err != nil {
 		return nil, err
 	}
@@ -282,13 +282,13 @@ func runEvents(r *Run) ([]storage.Event, error) {
 	case alert:
 		envSeverity = events.SeverityWarning
 	}
-	completed, err := events.New("workflow.run.completed", r.OrgID, r.ProjectID, events.SourceWorkflow, envSeverity,
+	completed, err := events.New(events.TypeWorkflowRunCompleted, r.OrgID, r.ProjectID, events.SourceWorkflow, envSeverity,
 		map[string]any{"run_id": r.ID, "workflow_id": r.WorkflowID, "status": r.Status, "duration_ms": duration,
 			"alert_generated": alert, "severity": severity})
 	if err != nil {
 		return nil, err
 	}
-	compact, err := events.New("workflow.completed", r.OrgID, r.ProjectID, events.SourceWorkflow, events.SeverityInfo,
+	compact, err := events.New(events.TypeWorkflowCompleted, r.OrgID, r.ProjectID, events.SourceWorkflow, events.SeverityInfo,
 		map[string]any{"workflowId": r.WorkflowID, "runId": r.ID, "status": r.Status, "durationMs": duration})
 	if err != nil {
 		return nil, err

@@ -32,7 +32,7 @@ const (
 	// TriggerObservation is the event type whose runs get the spec's input {observation_id,
 	// patient_id, device_type}, and which matches workflows of every project of its organization
 	// (observations belong to the organization; their events are filed under its oldest project).
-	TriggerObservation = "device.observation_received"
+	TriggerObservation = events.TypeDeviceObservationReceived
 	triggerBatch       = 500
 	maxTriggerBackoff  = 30 * time.Second
 )

@@ -5,7 +5,8 @@
 //
 //	cd api/graphql/explorer/web && npm ci && npm run build
 //
-// CI rebuilds it and fails when the committed files differ. The page talks to
+// TestBundleDrift (run by make lint) rebuilds it and fails when the committed
+// files differ. The page talks to
 // the same origin only: POST /graphql for queries and mutations, and a
 // WebSocket on /graphql (graphql-transport-ws) for subscriptions. The key the
 // user pastes is sent as "Authorization: Bearer <key>" and as the

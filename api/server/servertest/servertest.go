@@ -23,7 +23,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"carehub/api/auth"
-	"carehub/api/server"
+	"carehub/cmd/carehub/node"
 	"carehub/processors/access"
 	"carehub/processors/audit"
 	"carehub/processors/demo"
@@ -72,24 +72,24 @@ func skipBacklog(t testing.TB, brokers []string, partitions int) {
 
 // Server is a running node and what a test needs to call it.
 type Server struct {
-	*server.Server
+	*node.Node
 	URL string
-	cfg server.Config
+	cfg node.Config
 	t   testing.TB
 }
 
 // Option adjusts the configuration before start.
-type Option func(*server.Config)
+type Option func(*node.Config)
 
 // WithRoles runs only the given roles.
-func WithRoles(roles ...string) Option { return func(c *server.Config) { c.Roles = roles } }
+func WithRoles(roles ...string) Option { return func(c *node.Config) { c.Roles = roles } }
 
 // WithoutSeed starts with an empty database.
-func WithoutSeed() Option { return func(c *server.Config) { c.Seed = "none" } }
+func WithoutSeed() Option { return func(c *node.Config) { c.Seed = "none" } }
 
 // Config returns a test configuration on a fresh database and broker.
-func Config(t testing.TB, opts ...Option) server.Config {
-	cfg := server.Defaults()
+func Config(t testing.TB, opts ...Option) node.Config {
+	cfg := node.Defaults()
 	cfg.DataDir = t.TempDir()
 	cfg.HTTPAddr = "127.0.0.1:0"
 	cfg.DatabaseURL = pgtest.NewDSN(t)
@@ -113,17 +113,17 @@ func Start(t testing.TB, opts ...Option) *Server {
 }
 
 // StartConfig starts a node with cfg (to restart a node on the same database and broker).
-func StartConfig(t testing.TB, cfg server.Config) *Server {
+func StartConfig(t testing.TB, cfg node.Config) *Server {
 	t.Helper()
 	return StartLogged(t, cfg, Logger(t))
 }
 
 // StartLogged starts a node with cfg that logs to logger (to read what a node logs).
-func StartLogged(t testing.TB, cfg server.Config, logger *slog.Logger) *Server {
+func StartLogged(t testing.TB, cfg node.Config, logger *slog.Logger) *Server {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	s, err := server.Start(ctx, cfg, logger)
+	s, err := node.Start(ctx, cfg, logger)
 	if err != nil {
 		t.Fatalf("start carehub: %v", err)
 	}
@@ -134,11 +134,11 @@ func StartLogged(t testing.TB, cfg server.Config, logger *slog.Logger) *Server {
 			t.Errorf("stop carehub: %v", err)
 		}
 	})
-	return &Server{Server: s, URL: s.URL(), cfg: cfg, t: t}
+	return &Server{Node: s, URL: s.URL(), cfg: cfg, t: t}
 }
 
 // Cfg is the configuration the node runs with.
-func (s *Server) Cfg() server.Config { return s.cfg }
+func (s *Server) Cfg() node.Config { return s.cfg }
 
 // Logger logs to the test log at warn and above, or everything with CAREHUB_TEST_VERBOSE=1.
 func Logger(t testing.TB) *slog.Logger {

@@ -1,6 +1,8 @@
 // Builds the explorer into ../dist (index.html, app.js, app.css), which the Go
 // package embeds. Run with `npm run build` after `npm ci`; the output is
-// committed and must be byte-for-byte reproducible (CI rebuilds and diffs).
+// committed and must be byte-for-byte reproducible: the Go test
+// TestBundleDrift builds into EXPLORER_DIST (a temporary directory) and fails
+// when the result differs from the committed files.
 import { createHash } from 'node:crypto';
 import { mkdir, readFile, rm, writeFile } from 'node:fs/promises';
 import { dirname, join } from 'node:path';
@@ -8,7 +10,7 @@ import { fileURLToPath } from 'node:url';
 import * as esbuild from 'esbuild';
 
 const here = dirname(fileURLToPath(import.meta.url));
-const dist = join(here, '..', 'dist');
+const dist = process.env.EXPLORER_DIST || join(here, '..', 'dist');
 const title = 'carehub GraphQL explorer (API 2.0)';
 // Where the Go server mounts the explorer; assets are referenced absolutely.
 const base = '/graphiql/';

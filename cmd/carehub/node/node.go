@@ -1,4 +1,4 @@
-package server
+package node
 
 import (
 	"context"
@@ -18,14 +18,20 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"carehub/processors/demo"
+	"github.com/gorilla/mux"
+
+	"carehub/api/auth"
+	"carehub/api/server"
+	"carehub/processors/agents"
+	"carehub/processors/deployments"
+	"carehub/processors/workflows"
 	"carehub/storage"
 	"carehub/storage/kafka"
 	"carehub/storage/postgres"
 )
 
-// Server is a running carehub node.
-type Server struct {
+// Node is a running carehub node.
+type Node struct {
 	cfg    Config
 	logger *slog.Logger
 
@@ -38,6 +44,16 @@ type Server struct {
 	registry *prometheus.Registry
 	eventLog storage.EventLog
 	auditLog storage.AuditLog
+
+	// What the components provide to those that need them (components.go says which sets what).
+	router      *mux.Router
+	keys        *auth.Keys
+	tokens      *auth.Tokens
+	authn       *auth.Authenticator
+	edge        server.Edge
+	agents      *agents.Service
+	workflows   *workflows.Service
+	deployments *deployments.Service
 
 	http     *http.Server
 	listener net.Listener
@@ -55,13 +71,17 @@ type Server struct {
 	closeErr  error
 }
 
-// Start brings a node up: stores first, then workers, then HTTP. On error everything already
-// started is stopped again.
-func Start(ctx context.Context, cfg Config, logger *slog.Logger) (_ *Server, err error) {
+// Start brings a node up: the components its roles need, in dependency order (stores first,
+// then workers and routes), then HTTP. On error everything already started is stopped again.
+func Start(ctx context.Context, cfg Config, logger *slog.Logger) (_ *Node, err error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	s := &Server{cfg: cfg, logger: logger, registry: prometheus.NewRegistry(), workerErr: make(chan error, 16)}
+	plan, err := startOrder(components, cfg.Roles)
+	if err != nil {
+		return nil, err
+	}
+	s := &Node{cfg: cfg, logger: logger, registry: prometheus.NewRegistry(), workerErr: make(chan error, 16)}
 	s.registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	defer func() {
 		if err != nil {
@@ -76,19 +96,15 @@ func Start(ctx context.Context, cfg Config, logger *slog.Logger) (_ *Server, err
 			return nil, err
 		}
 	}
-	if err := s.startPostgres(ctx); err != nil {
-		return nil, err
-	}
-	if err := s.startKafka(ctx); err != nil {
-		return nil, err
-	}
+	// Workers live until shutdown; ctx only bounds start-up.
 	wctx, cancel := context.WithCancel(context.Background())
 	s.cancelWorkers = cancel
-	h, err := s.wire(ctx, wctx)
-	if err != nil {
-		return nil, err
+	for _, c := range plan {
+		if err := c.start(s, ctx, wctx); err != nil {
+			return nil, err
+		}
 	}
-	if err := s.serveHTTP(h); err != nil {
+	if err := s.serveHTTP(s.router); err != nil {
 		return nil, err
 	}
 	s.ready.Store(true)
@@ -97,7 +113,7 @@ func Start(ctx context.Context, cfg Config, logger *slog.Logger) (_ *Server, err
 	return s, nil
 }
 
-func (s *Server) startPostgres(ctx context.Context) error {
+func (s *Node) startPostgres(ctx context.Context) error {
 	dsn := s.cfg.DatabaseURL
 	if dsn == "" {
 		local, err := postgres.StartLocal(ctx, filepath.Join(s.cfg.DataDir, "postgres"), s.logger)
@@ -124,19 +140,10 @@ func (s *Server) startPostgres(ctx context.Context) error {
 	if applied > 0 {
 		s.logger.Info("migrations applied", "count", applied)
 	}
-	if s.cfg.Seed == "demo" {
-		sum, err := demo.Seed(ctx, pool, s.logger)
-		if err != nil {
-			return fmt.Errorf("seed demo data: %w", err)
-		}
-		if !sum.Skipped {
-			s.logger.Info("demo data seeded", "summary", sum)
-		}
-	}
 	return nil
 }
 
-func (s *Server) startKafka(ctx context.Context) error {
+func (s *Node) startKafka(ctx context.Context) error {
 	s.brokers = s.cfg.KafkaBrokers
 	if len(s.brokers) == 0 {
 		b, err := kafka.StartEmbedded(ctx, filepath.Join(s.cfg.DataDir, "kafka"), s.logger)
@@ -161,8 +168,8 @@ func (s *Server) startKafka(ctx context.Context) error {
 	return nil
 }
 
-// run starts a background worker owned by the server; Close cancels and waits for it.
-func (s *Server) run(name string, fn func(ctx context.Context) error, ctx context.Context) {
+// run starts a background worker owned by the node; Close cancels and waits for it.
+func (s *Node) run(name string, fn func(ctx context.Context) error, ctx context.Context) {
 	s.workers.Add(1)
 	go func() {
 		defer s.workers.Done()
@@ -182,7 +189,7 @@ func (s *Server) run(name string, fn func(ctx context.Context) error, ctx contex
 	}()
 }
 
-func (s *Server) serveHTTP(h http.Handler) error {
+func (s *Node) serveHTTP(h http.Handler) error {
 	ln, err := net.Listen("tcp", s.cfg.HTTPAddr)
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", s.cfg.HTTPAddr, err)
@@ -211,7 +218,7 @@ func (s *Server) serveHTTP(h http.Handler) error {
 }
 
 // Addr is the address the HTTP server listens on.
-func (s *Server) Addr() string {
+func (s *Node) Addr() string {
 	if s.listener == nil {
 		return ""
 	}
@@ -219,7 +226,7 @@ func (s *Server) Addr() string {
 }
 
 // URL is the base URL of the HTTP server.
-func (s *Server) URL() string {
+func (s *Node) URL() string {
 	scheme := "http"
 	if s.cfg.TLSCert != "" {
 		scheme = "https"
@@ -227,23 +234,49 @@ func (s *Server) URL() string {
 	return scheme + "://" + s.Addr()
 }
 
+// Router returns the node's HTTP router, for listings of the routes it serves (the OpenAPI
+// document's test walks it).
+func (s *Node) Router() *mux.Router { return s.router }
+
 // Pool is the node's Postgres pool (for tests and the CLI).
-func (s *Server) Pool() *pgxpool.Pool { return s.pool }
+func (s *Node) Pool() *pgxpool.Pool { return s.pool }
 
 // Brokers are the Kafka bootstrap addresses the node uses.
-func (s *Server) Brokers() []string { return s.brokers }
+func (s *Node) Brokers() []string { return s.brokers }
 
 // Err delivers a fatal error of a background component.
-func (s *Server) Err() <-chan error { return s.workerErr }
+func (s *Node) Err() <-chan error { return s.workerErr }
+
+// readiness checks each dependency with a short bound so /readyz answers quickly.
+func (s *Node) readiness(ctx context.Context) map[string]string {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	checks := map[string]string{"server": "ok", "postgres": "ok", "kafka": "ok", "migrations": "ok"}
+	if !s.ready.Load() {
+		checks["server"] = "shutting down or starting"
+	}
+	if err := s.pool.Ping(ctx); err != nil {
+		checks["postgres"] = "unreachable"
+	}
+	if pending, err := postgres.Pending(ctx, s.pool); err != nil {
+		checks["migrations"] = "unknown"
+	} else if len(pending) > 0 {
+		checks["migrations"] = fmt.Sprintf("%d pending", len(pending))
+	}
+	if err := kafka.Ping(ctx, s.kcl); err != nil {
+		checks["kafka"] = "unreachable"
+	}
+	return checks
+}
 
 // Close shuts down: not-ready first, then HTTP drains, then workers, then stores in reverse start
 // order. It is idempotent.
-func (s *Server) Close(ctx context.Context) error {
+func (s *Node) Close(ctx context.Context) error {
 	s.closeOnce.Do(func() { s.closeErr = s.shutdown(ctx) })
 	return s.closeErr
 }
 
-func (s *Server) shutdown(ctx context.Context) error {
+func (s *Node) shutdown(ctx context.Context) error {
 	s.ready.Store(false)
 	var errs []error
 	if s.http != nil {
@@ -272,7 +305,7 @@ func (s *Server) shutdown(ctx context.Context) error {
 
 // Run starts the node and blocks until ctx is cancelled (SIGINT/SIGTERM) or a component fails,
 // then shuts down within the configured grace.
-func Run(ctx context.Context, cfg Config, logger *slog.Logger, started func(*Server)) error {
+func Run(ctx context.Context, cfg Config, logger *slog.Logger, started func(*Node)) error {
 	s, err := Start(ctx, cfg, logger)
 	if err != nil {
 		return err

@@ -1,7 +1,9 @@
-// Package server composes carehub: it starts the stores (embedded or external), the roles asked
-// for (api, ingest, processors) in order, serves HTTP, and shuts down in reverse order after first
-// reporting not-ready. cmd/carehub parses flags into a Config and calls Run; tests call Start.
-package server
+// Package node is carehub's composition root: it builds a node from one table of components
+// tagged by role (components.go), starts what the configured roles need in dependency order,
+// serves HTTP, and shuts down in reverse order after first reporting not-ready. cmd/carehub
+// parses flags into a Config and calls Run; tests start whole nodes through
+// carehub/api/server/servertest, which calls Start.
+package node
 
 import (
 	"errors"

@@ -1,0 +1,105 @@
+package server
+
+import (
+	"context"
+	"log/slog"
+	"net/http"
+	"time"
+
+	"github.com/gorilla/mux"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"carehub/api/auth"
+	"carehub/api/graphql"
+	"carehub/api/graphql/explorer"
+	"carehub/api/idempotency"
+	"carehub/api/rest"
+	"carehub/api/ws"
+	ingestobs "carehub/ingest/observations"
+	"carehub/processors/fanout"
+	idemstore "carehub/processors/idempotency"
+	"carehub/processors/patients"
+	"carehub/processors/webhooks"
+	"carehub/storage"
+)
+
+// Edge is what every authenticated route of both HTTP roles (api, ingest) runs through: they
+// authenticate and audit the same way.
+type Edge struct {
+	Authn    *auth.Authenticator
+	Auditor  *auth.Auditor
+	Handlers *auth.Handlers // token exchange, key administration, audit log reads
+}
+
+// chain is the middleware of every authenticated route, outermost first: the body limit (so
+// the auditor's GraphQL peek is bounded), the auditor (outside the authenticator, so refused
+// calls of live keys are recorded too), the authenticator (principal, IP allowlist, rate limit).
+func (e Edge) chain(bodyLimit int64, onError func(http.ResponseWriter, *http.Request, error)) []mux.MiddlewareFunc {
+	return []mux.MiddlewareFunc{auth.LimitBody(bodyLimit), e.Auditor.Middleware(onError), e.Authn.Middleware(onError)}
+}
+
+// API is what the api role serves: the domain services (constructed, and their workers started,
+// by the node) and the transport's own settings.
+type API struct {
+	Services    graphql.Services
+	Patients    *patients.Service
+	Webhooks    *webhooks.Service
+	Invoker     rest.Invoker
+	Idempotency *idemstore.Store
+
+	Logger         *slog.Logger
+	Registerer     prometheus.Registerer
+	GraphQLMaxCost int64         // 0: graphql.DefaultMaxCost
+	SocketRecheck  time.Duration // 0: ws.DefaultRecheckInterval
+}
+
+// MountAPI mounts GraphQL (POST and WebSocket on /graphql), the explorer and the platform REST
+// routes on r. The returned shutdown closes the open WebSockets; the caller runs it on shutdown.
+func MountAPI(r *mux.Router, e Edge, a API) (shutdown func(context.Context) error, err error) {
+	gh, err := graphql.New(a.Services, graphql.Options{Logger: a.Logger, MaxCost: a.GraphQLMaxCost})
+	if err != nil {
+		return nil, err
+	}
+	wsh := ws.New(gh.Executor(e.Authn, e.Auditor), ws.Options{Logger: a.Logger, Metrics: a.Registerer, RecheckInterval: a.SocketRecheck})
+
+	// Idempotency-Key, inside the authenticator: keys belong to the credential.
+	idem := idempotency.New(a.Idempotency, a.Logger)
+
+	gql := r.NewRoute().Subrouter()
+	gql.Use(e.chain(auth.DefaultBodyLimit, graphql.WriteAuthError)...)
+	gql.Use(idem.GraphQL(graphql.WriteAuthError))
+	gql.Handle("/graphql", graphql.WithWebSocket(gh, wsh)).Methods(http.MethodGet, http.MethodPost)
+	r.Handle("/graphiql", explorer.Handler()).Methods(http.MethodGet)
+	r.PathPrefix("/graphiql/").Handler(explorer.Handler()).Methods(http.MethodGet, http.MethodHead)
+	authed := r.NewRoute().Subrouter()
+	authed.Use(e.chain(auth.DefaultBodyLimit, nil)...)
+	authed.Use(idem.REST())
+	e.Handlers.PublicRoutes(r)
+	e.Handlers.Routes(authed)
+	svc := a.Services
+	rest.Mount(r, authed, rest.Services{Orgs: svc.Orgs, Marketplace: svc.Marketplace, Deployments: svc.Deployments,
+		Agents: svc.Agents, Workflows: svc.Workflows, Feed: svc.Feed, Webhooks: svc.Webhooks})
+	rest.PatientRoutes(authed, a.Patients)
+	rest.InvokeRoutes(authed, a.Invoker)
+	rest.WebhookRoutes(authed, a.Webhooks)
+	return wsh.Shutdown, nil
+}
+
+// MountIngest mounts observation intake on r: 16 MiB bodies; intake handles Idempotency-Key
+// itself.
+func MountIngest(r *mux.Router, e Edge, in *ingestobs.Intake) {
+	ing := r.NewRoute().Subrouter()
+	ing.Use(e.chain(auth.IngestBodyLimit, nil)...)
+	rest.ObservationIngestRoutes(ing, in)
+}
+
+// Events is the GraphQL event source of a node's fan-out hub. A subscriber the hub drops for
+// falling behind is closed with 4008, as one whose socket stays full is, so that its client
+// resubscribes instead of seeing complete.
+func Events(hub *fanout.Hub) graphql.EventSource {
+	return graphql.EventSourceFunc(func(ctx context.Context, f graphql.EventFilter) (<-chan storage.Event, func()) {
+		sub := hub.SubscribeFilter(256, fanout.Filter{ProjectID: f.ProjectID, Types: f.Types,
+			OnOverflow: func() { ws.CloseSlow(ctx) }})
+		return sub.C, sub.Close
+	})
+}

@@ -1,0 +1,349 @@
+package node
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"carehub/api/auth"
+	"carehub/api/graphql"
+	"carehub/api/server"
+	ingestobs "carehub/ingest/observations"
+	"carehub/ingest/outbox"
+	"carehub/processors/agents"
+	"carehub/processors/audit"
+	"carehub/processors/demo"
+	"carehub/processors/deployments"
+	"carehub/processors/eventlog"
+	"carehub/processors/fanout"
+	"carehub/processors/feed"
+	idemstore "carehub/processors/idempotency"
+	"carehub/processors/marketplace"
+	obswriter "carehub/processors/observations"
+	"carehub/processors/orgs"
+	"carehub/processors/patients"
+	"carehub/processors/webhooks"
+	"carehub/processors/workflows"
+	"carehub/storage/clickhouse"
+	"carehub/storage/kafka"
+	"carehub/storage/postgres"
+)
+
+// component is one row of the table: a part of a node, the roles that run it, the components it
+// needs, and how it starts. Its name is what it provides to the components that need it (the
+// field of Node it sets, or the worker or routes it runs). start may add closers (run in
+// reverse on shutdown) and workers (s.run, on wctx, which lives until shutdown); ctx only
+// bounds start-up.
+type component struct {
+	name  string
+	roles []string // the roles whose nodes start it; none: only when another component needs it
+	needs []string
+	start func(s *Node, ctx, wctx context.Context) error
+}
+
+// components is the only place roles are wired. A node starts the components tagged with its
+// roles and, first, everything they need; where the needs leave the order open, this table's
+// order decides (routes match in the order they are mounted: api before ingest).
+var components = []component{
+	// Stores and the router: every node has them (/readyz checks the first two).
+	{name: "postgres", roles: AllRoles, start: func(s *Node, ctx, _ context.Context) error { return s.startPostgres(ctx) }},
+	{name: "seed", roles: AllRoles, needs: []string{"postgres"}, start: startSeed},
+	{name: "kafka", roles: AllRoles, start: func(s *Node, ctx, _ context.Context) error { return s.startKafka(ctx) }},
+	{name: "router", roles: AllRoles, needs: []string{"postgres", "kafka"}, start: startRouter},
+
+	// Shared by the roles that need them.
+	{name: "log-stores", needs: []string{"postgres"}, start: startLogStores},
+	{name: "authenticator", needs: []string{"postgres"}, start: startAuthenticator},
+	{name: "agents", needs: []string{"postgres"}, start: startAgents},
+	{name: "workflows", needs: []string{"postgres"}, start: func(s *Node, _, _ context.Context) error {
+		s.workflows = workflows.New(s.pool)
+		return nil
+	}},
+	{name: "deployments", needs: []string{"postgres"}, start: func(s *Node, _, _ context.Context) error {
+		s.deployments = deployments.New(s.pool)
+		return nil
+	}},
+	{name: "edge", needs: []string{"authenticator", "kafka", "log-stores"}, start: startEdge},
+
+	// api: GraphQL, WebSocket subscriptions, REST, and the workers behind them.
+	{name: "api", roles: []string{RoleAPI},
+		needs: []string{"router", "edge", "agents", "workflows", "deployments", "log-stores"}, start: startAPI},
+
+	// ingest: what writes into Kafka.
+	{name: "observation-intake", roles: []string{RoleIngest}, needs: []string{"router", "edge", "kafka"}, start: startIntake},
+	{name: "outbox-relay", roles: []string{RoleIngest}, needs: []string{"postgres", "kafka"}, start: startOutboxRelay},
+
+	// processors: the consumer groups and background workers.
+	{name: "eventlog-writer", roles: []string{RoleProcessors}, needs: []string{"kafka", "log-stores"}, start: startEventLogWriter},
+	{name: "audit-writer", roles: []string{RoleProcessors}, needs: []string{"kafka", "log-stores"}, start: startAuditWriter},
+	{name: "observation-writer", roles: []string{RoleProcessors}, needs: []string{"postgres", "kafka"}, start: startObservationWriter},
+	{name: "workflow-runner", roles: []string{RoleProcessors}, needs: []string{"kafka", "workflows", "agents"}, start: startWorkflowRunner},
+	{name: "workflow-triggers", roles: []string{RoleProcessors}, needs: []string{"kafka", "workflows"}, start: startWorkflowTriggers},
+	{name: "agent-worker", roles: []string{RoleProcessors}, needs: []string{"agents"}, start: func(s *Node, _, wctx context.Context) error {
+		s.run("agent-worker", s.agents.Worker(agents.WorkerConfig{Logger: s.logger}).Run, wctx)
+		return nil
+	}},
+	{name: "deployment-controller", roles: []string{RoleProcessors}, needs: []string{"deployments"}, start: startDeploymentController},
+	{name: "webhook-dispatcher", roles: []string{RoleProcessors}, needs: []string{"postgres", "kafka"}, start: startWebhookDispatcher},
+}
+
+// startOrder returns the components the roles need, each after everything it needs; ties keep
+// the table's order. A need that names no component, or a cycle, is an error.
+func startOrder(table []component, roles []string) ([]component, error) {
+	byName := make(map[string]int, len(table))
+	for i, c := range table {
+		if _, dup := byName[c.name]; dup {
+			return nil, fmt.Errorf("component %q is listed twice", c.name)
+		}
+		byName[c.name] = i
+	}
+	const (
+		unvisited = iota
+		visiting
+		done
+	)
+	state := make([]int, len(table))
+	var order []component
+	var visit func(i int, path []string) error
+	visit = func(i int, path []string) error {
+		c := table[i]
+		switch state[i] {
+		case done:
+			return nil
+		case visiting:
+			return fmt.Errorf("components need each other: %s", strings.Join(append(path, c.name), " → "))
+		}
+		state[i] = visiting
+		for _, n := range c.needs {
+			j, ok := byName[n]
+			if !ok {
+				return fmt.Errorf("component %q needs %q, which is not in the table", c.name, n)
+			}
+			if err := visit(j, append(path, c.name)); err != nil {
+				return err
+			}
+		}
+		state[i] = done
+		order = append(order, c)
+		return nil
+	}
+	for i, c := range table {
+		if slices.ContainsFunc(c.roles, func(r string) bool { return slices.Contains(roles, r) }) {
+			if err := visit(i, nil); err != nil {
+				return nil, err
+			}
+		}
+	}
+	return order, nil
+}
+
+func startSeed(s *Node, ctx, _ context.Context) error {
+	if s.cfg.Seed != "demo" {
+		return nil
+	}
+	sum, err := demo.Seed(ctx, s.pool, s.logger)
+	if err != nil {
+		return fmt.Errorf("seed demo data: %w", err)
+	}
+	if !sum.Skipped {
+		s.logger.Info("demo data seeded", "summary", sum)
+	}
+	return nil
+}
+
+func startRouter(s *Node, _, _ context.Context) error {
+	s.router = server.NewRouter(s.logger, s.registry, s.readiness)
+	return nil
+}
+
+// startLogStores picks the event and audit log store: ClickHouse when configured, else Postgres
+// tables of the same shape (the embedded default).
+func startLogStores(s *Node, ctx, _ context.Context) error {
+	if s.cfg.ClickHouseURL == "" {
+		s.eventLog, s.auditLog = postgres.NewEventLog(s.pool), postgres.NewAuditLog(s.pool)
+		return nil
+	}
+	ch, err := clickhouse.Open(ctx, s.cfg.ClickHouseURL)
+	if err != nil {
+		return fmt.Errorf("clickhouse: %w", err)
+	}
+	s.closers = append(s.closers, func(context.Context) error { return ch.Close() })
+	s.eventLog, s.auditLog = ch, ch
+	return nil
+}
+
+func startAuthenticator(s *Node, _, _ context.Context) error {
+	s.keys, s.tokens = auth.NewKeys(s.pool), auth.NewTokens(s.pool)
+	clientIP, err := auth.TrustedProxies(s.cfg.TrustedProxies)
+	if err != nil {
+		return fmt.Errorf("--trusted-proxies: %w", err)
+	}
+	s.authn = auth.NewAuthenticator(s.keys, s.tokens, auth.WithClientIP(clientIP))
+	return nil
+}
+
+// startAgents makes the node's one agents service, so runAgent wakes this node's worker.
+func startAgents(s *Node, _, _ context.Context) error {
+	s.agents = agents.New(s.pool, agents.WithLogger(s.logger))
+	s.closers = append(s.closers, func(context.Context) error { return s.agents.Close() })
+	return nil
+}
+
+// startEdge builds what both HTTP roles put in front of their routes: authentication and the
+// audit hook, whose records go to Kafka.
+func startEdge(s *Node, _, _ context.Context) error {
+	pub, err := audit.NewPublisher(audit.PublisherConfig{Brokers: s.brokers, Logger: s.logger, Registerer: s.registry})
+	if err != nil {
+		return err
+	}
+	s.closers = append(s.closers, func(context.Context) error { pub.Close(5 * time.Second); return nil })
+	s.edge = server.Edge{Authn: s.authn, Auditor: auth.NewAuditor(pub, auth.WithRegisterer(s.registry)),
+		Handlers: auth.NewHandlers(s.tokens, auth.NewKeyAdmin(s.keys, s.authn), audit.NewService(s.auditLog))}
+	return nil
+}
+
+// startAPI starts the api role's workers (event fan-out, deployment invoker, idempotency
+// sweeper) and mounts its routes.
+func startAPI(s *Node, ctx, wctx context.Context) error {
+	if err := s.tokens.EnsureSigningKey(ctx); err != nil {
+		return fmt.Errorf("jwt signing key: %w", err)
+	}
+	hub, err := fanout.New(fanout.Config{Brokers: s.brokers, Topic: kafka.DefaultTopics().Events, Logger: s.logger, Registerer: s.registry})
+	if err != nil {
+		return fmt.Errorf("event fan-out: %w", err)
+	}
+	s.run("fanout", hub.Run, wctx)
+	invoker := s.deployments.Invoker(deployments.InvokerConfig{Logger: s.logger, Registerer: s.registry})
+	s.run("deployment-invoker", invoker.Run, wctx)
+	var whOpts []webhooks.Option
+	if s.cfg.WebhooksAllowPrivate {
+		whOpts = append(whOpts, webhooks.AllowPrivate())
+	}
+	webhookSvc := webhooks.NewService(s.pool, whOpts...)
+	idemKeys := idemstore.NewStore(s.pool, idemstore.WithLogger(s.logger))
+	s.run("idempotency-sweeper", idemKeys.Run, wctx)
+	patientSvc := patients.New(s.pool)
+	shutdown, err := server.MountAPI(s.router, s.edge, server.API{
+		Services: graphql.Services{Orgs: orgs.New(s.pool), Marketplace: marketplace.New(s.pool), Deployments: s.deployments,
+			Agents: s.agents, Workflows: s.workflows, Patients: patientSvc, Feed: feed.New(s.pool, s.eventLog),
+			Webhooks: webhookSvc, Events: server.Events(hub)},
+		Patients: patientSvc, Webhooks: webhookSvc, Invoker: invoker, Idempotency: idemKeys,
+		Logger: s.logger, Registerer: s.registry, GraphQLMaxCost: s.cfg.GraphQLMaxCost, SocketRecheck: s.cfg.SocketRecheck,
+	})
+	if err != nil {
+		return err
+	}
+	s.closers = append(s.closers, shutdown)
+	return nil
+}
+
+func startIntake(s *Node, _, wctx context.Context) error {
+	in, err := ingestobs.New(ingestobs.Config{Brokers: s.brokers, Pool: s.pool,
+		MaxLag: s.cfg.IngestMaxLag, Producers: s.cfg.IngestProducers, RequestTimeout: s.cfg.IngestTimeout,
+		TransactionalIDPrefix: s.cfg.IngestTransactionalID, Logger: s.logger, Registerer: s.registry})
+	if err != nil {
+		return fmt.Errorf("observation intake: %w", err)
+	}
+	s.closers = append(s.closers, func(context.Context) error { in.Close(); return nil })
+	s.run("observation-intake", in.Run, wctx)
+	server.MountIngest(s.router, s.edge, in)
+	return nil
+}
+
+// startOutboxRelay publishes what services wrote in their transactions; with several nodes each
+// runs one and SKIP LOCKED divides the rows. The relay's own producer may cancel idempotent
+// produces, so its PublishTimeout really bounds a batch while the broker is unreachable (the rows
+// stay unsent and are retried).
+func startOutboxRelay(s *Node, _, wctx context.Context) error {
+	relayClient, err := kafka.NewClient(kafka.ClientConfig{Brokers: s.brokers, ClientID: "carehub-outbox", Registerer: s.registry,
+		Logger: s.logger}, kgo.AllowIdempotentProduceCancellation())
+	if err != nil {
+		return fmt.Errorf("outbox relay: %w", err)
+	}
+	s.closers = append(s.closers, func(context.Context) error { relayClient.Close(); return nil })
+	relay := outbox.New(s.pool, relayClient, outbox.Options{Logger: s.logger.With("component", "outbox"), Registerer: s.registry})
+	s.run("outbox-relay", relay.Run, wctx)
+	return nil
+}
+
+func startEventLogWriter(s *Node, _, wctx context.Context) error {
+	el, err := eventlog.New(eventlog.Config{Brokers: s.brokers, Topic: kafka.DefaultTopics().Events, Store: s.eventLog,
+		Logger: s.logger.With("component", "eventlog"), Registerer: s.registry})
+	if err != nil {
+		return fmt.Errorf("event log writer: %w", err)
+	}
+	s.run("eventlog-writer", el.Run, wctx)
+	return nil
+}
+
+func startAuditWriter(s *Node, _, wctx context.Context) error {
+	w, err := audit.NewWriter(audit.WriterConfig{Brokers: s.brokers, Store: s.auditLog, Logger: s.logger, Registerer: s.registry})
+	if err != nil {
+		return fmt.Errorf("audit writer: %w", err)
+	}
+	s.run("audit-writer", w.Run, wctx)
+	return nil
+}
+
+func startObservationWriter(s *Node, _, wctx context.Context) error {
+	ow, err := obswriter.NewWriter(obswriter.WriterConfig{Brokers: s.brokers, Pool: s.pool,
+		Concurrency: s.cfg.ObservationWriterConcurrency, Logger: s.logger, Registerer: s.registry})
+	if err != nil {
+		return fmt.Errorf("observation writer: %w", err)
+	}
+	s.run("observation-writer", ow.Run, wctx)
+	return nil
+}
+
+func startWorkflowRunner(s *Node, _, wctx context.Context) error {
+	runner, err := workflows.NewRunner(workflows.RunnerConfig{Brokers: s.brokers, Service: s.workflows, Agents: s.agents,
+		Logger: s.logger, Registerer: s.registry})
+	if err != nil {
+		return fmt.Errorf("workflow runner: %w", err)
+	}
+	s.run("workflow-runner", runner.Run, wctx)
+	return nil
+}
+
+func startWorkflowTriggers(s *Node, _, wctx context.Context) error {
+	triggers, err := workflows.NewTriggers(workflows.TriggersConfig{Brokers: s.brokers, Service: s.workflows,
+		Logger: s.logger, Registerer: s.registry})
+	if err != nil {
+		return fmt.Errorf("workflow triggers: %w", err)
+	}
+	s.run("workflow-triggers", triggers.Run, wctx)
+	return nil
+}
+
+func startDeploymentController(s *Node, _, wctx context.Context) error {
+	ctrl, err := s.deployments.Controller(deployments.ControllerConfig{Logger: s.logger,
+		// {base_url} is known once the listener is up.
+		BaseURL: func() string {
+			if !s.ready.Load() {
+				return ""
+			}
+			return s.URL()
+		}})
+	if err != nil {
+		return err
+	}
+	s.run("deployment-controller", ctrl.Run, wctx)
+	return nil
+}
+
+func startWebhookDispatcher(s *Node, _, wctx context.Context) error {
+	d, err := webhooks.NewDispatcher(webhooks.DispatcherConfig{
+		Pool: s.pool, Brokers: s.brokers, Topic: kafka.DefaultTopics().Events,
+		Logger: s.logger.With("component", "webhooks"), Registerer: s.registry,
+		AllowPrivate: s.cfg.WebhooksAllowPrivate,
+	})
+	if err != nil {
+		return fmt.Errorf("webhook dispatcher: %w", err)
+	}
+	s.run("webhooks", d.Run, wctx)
+	return nil
+}
