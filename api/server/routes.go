@@ -47,10 +47,12 @@ type API struct {
 	Invoker     rest.Invoker
 	Idempotency *idemstore.Store
 
-	Logger         *slog.Logger
-	Registerer     prometheus.Registerer
-	GraphQLMaxCost int64         // 0: graphql.DefaultMaxCost
-	SocketRecheck  time.Duration // 0: ws.DefaultRecheckInterval
+	Logger             *slog.Logger
+	Registerer         prometheus.Registerer
+	GraphQLMaxCost     int64         // 0: graphql.DefaultMaxCost
+	SocketRecheck      time.Duration // 0: ws.DefaultRecheckInterval
+	SocketKeepAlive    time.Duration // 0: ws.DefaultKeepAlive
+	SocketWriteTimeout time.Duration // 0: ws.DefaultWriteTimeout
 }
 
 // MountAPI mounts GraphQL (POST and WebSocket on /graphql), the explorer and the platform REST
@@ -60,7 +62,8 @@ func MountAPI(r *mux.Router, e Edge, a API) (shutdown func(context.Context) erro
 	if err != nil {
 		return nil, err
 	}
-	wsh := ws.New(gh.Executor(e.Authn, e.Auditor), ws.Options{Logger: a.Logger, Metrics: a.Registerer, RecheckInterval: a.SocketRecheck})
+	wsh := ws.New(gh.Executor(e.Authn, e.Auditor), ws.Options{Logger: a.Logger, Metrics: a.Registerer, RecheckInterval: a.SocketRecheck,
+		KeepAlive: a.SocketKeepAlive, WriteTimeout: a.SocketWriteTimeout})
 
 	// Idempotency-Key, inside the authenticator: keys belong to the credential.
 	idem := idempotency.New(a.Idempotency, a.Logger)

@@ -14,6 +14,7 @@ import (
 
 	"github.com/coder/websocket"
 
+	"carehub/cmd/carehub/node"
 	"carehub/processors/demo"
 )
 
@@ -21,9 +22,12 @@ import (
 // with 4008 "Subscriber too slow", while a client subscribed to the same events keeps receiving
 // every one of them, in order, also after the close. Events are published at up to 40/s with
 // 32 KiB payloads, so the slow client's buffers fill within seconds on a quiet machine; the test
-// waits on counts, not on a clock, since a loaded machine publishes slowly.
+// waits on counts, not on a clock, since a loaded machine publishes slowly. A client that
+// reads nothing answers no ping either, and a stalled write times out: when publishing is slow
+// those drop the socket (as a dead peer) before its queue fills, so this node waits minutes on
+// pings and writes and only the send queue decides.
 func TestSlowSubscriber(t *testing.T) {
-	n := startNode(t)
+	n := startNode(t, func(c *node.Config) { c.SocketKeepAlive, c.SocketWriteTimeout = 10*time.Minute, 10*time.Minute })
 	key := n.DemoKey()
 	project := n.projectID(t, key, demo.DemoOrgSlug, demo.SepsisProjectName)
 	n.ready(t, key, project)

@@ -233,6 +233,7 @@ func startAPI(s *Node, ctx, wctx context.Context) error {
 			Webhooks: webhookSvc, Events: server.Events(hub)},
 		Patients: patientSvc, Webhooks: webhookSvc, Invoker: invoker, Idempotency: idemKeys,
 		Logger: s.logger, Registerer: s.registry, GraphQLMaxCost: s.cfg.GraphQLMaxCost, SocketRecheck: s.cfg.SocketRecheck,
+		SocketKeepAlive: s.cfg.SocketKeepAlive, SocketWriteTimeout: s.cfg.SocketWriteTimeout,
 	})
 	if err != nil {
 		return err

@@ -54,6 +54,10 @@ type Config struct {
 	// SocketRecheck is how often an open WebSocket re-checks its credential (revocation,
 	// rotation expiry, scopes); 0 means ws.DefaultRecheckInterval. Not a flag: tests shorten it.
 	SocketRecheck time.Duration
+	// SocketKeepAlive (ping interval and pong deadline) and SocketWriteTimeout (one frame's
+	// write) drop dead peers; 0 means the ws defaults. Not flags: the slow-consumer test
+	// lengthens both so that only the send queue decides.
+	SocketKeepAlive, SocketWriteTimeout time.Duration
 
 	// Observation ingest (zero values mean the defaults of ingest/observations).
 	IngestMaxLag                 int64         // writer lag that turns intake away with 503; -1 disables
