@@ -30,6 +30,7 @@ const (
 	// DefaultStoreTimeout bounds one attempt to store a batch. An attempt that has begun is
 	// finished even when the writer is asked to stop, so a clean shutdown redelivers nothing.
 	DefaultStoreTimeout = 15 * time.Second
+	transactionTimeout  = 10 * time.Second
 )
 
 // WriterConfig configures a Writer.
@@ -128,6 +129,10 @@ func NewWriter(cfg WriterConfig) (*Writer, error) {
 		kgo.ConsumerGroup(cfg.Group),
 		kgo.ConsumeTopics(cfg.Topic),
 		kgo.TransactionalID(cfg.TransactionalID),
+		// A transaction only produces a poll's events and commits its offsets. A killed writer's
+		// open one holds back readers of the events topic (read committed) until it is fenced
+		// or times out; keep that short.
+		kgo.TransactionTimeout(transactionTimeout),
 		// Intake produces each request in a Kafka transaction and kafka.NewClient reads
 		// committed: an aborted request (413, client gone, broker failure) is never stored.
 		// A new group starts at the beginning: every observation on the topic was answered 202.

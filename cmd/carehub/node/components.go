@@ -292,7 +292,8 @@ func startAuditWriter(s *Node, _, wctx context.Context) error {
 
 func startObservationWriter(s *Node, _, wctx context.Context) error {
 	ow, err := obswriter.NewWriter(obswriter.WriterConfig{Brokers: s.brokers, Pool: s.pool,
-		Concurrency: s.cfg.ObservationWriterConcurrency, Logger: s.logger, Registerer: s.registry})
+		TransactionalID: s.cfg.writerTransactionalID(), Concurrency: s.cfg.ObservationWriterConcurrency,
+		Logger: s.logger, Registerer: s.registry})
 	if err != nil {
 		return fmt.Errorf("observation writer: %w", err)
 	}

@@ -156,6 +156,20 @@ func (c *Config) Validate() error {
 	return errors.Join(errs...)
 }
 
+// writerTransactionalID is the observation writer's transactional id: derived from
+// --ingest-transactional-id when set; fixed with the embedded broker, which serves this node
+// only; otherwise random per process ("" lets the writer choose). A stable id lets a restarted
+// writer fence what its killed predecessor left open instead of waiting out the timeout.
+func (c *Config) writerTransactionalID() string {
+	switch {
+	case c.IngestTransactionalID != "":
+		return c.IngestTransactionalID + "-observation-writer"
+	case len(c.KafkaBrokers) == 0:
+		return "carehub-observation-writer"
+	}
+	return ""
+}
+
 func validateAddr(addr string) error {
 	host, port, err := net.SplitHostPort(addr)
 	if err != nil {
