@@ -38,7 +38,7 @@ func newEnv(t testing.TB) *env {
 	t.Helper()
 	e := &env{pool: pgtest.New(t), brokers: kafkatest.Brokers(t), topic: kafkatest.Topic(t, "obs"),
 		events: kafkatest.Topic(t, "events"),
-		orgA: ids.New(ids.Organization), orgB: ids.New(ids.Organization), projectA: ids.New(ids.Project),
+		orgA:   ids.New(ids.Organization), orgB: ids.New(ids.Organization), projectA: ids.New(ids.Project),
 		patientA: ids.New(ids.Patient), patientB: ids.New(ids.Patient)}
 	ctx := context.Background()
 	for _, q := range []struct {
