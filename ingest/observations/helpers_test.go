@@ -97,10 +97,10 @@ func principal(org, mode string, scopes ...string) context.Context {
 type intakeOption func(*ingest.Config)
 
 // newIntake returns an Intake on w's topic, closed and stopped when the test ends. Backpressure
-// is off unless an option sets MaxLag.
+// is off unless an option sets MaxLag or LatencyBudget.
 func newIntake(t testing.TB, w *world, opts ...intakeOption) *ingest.Intake {
 	t.Helper()
-	cfg := ingest.Config{Brokers: w.brokers, Pool: w.pool, Topic: w.topic, WriterGroup: w.group, MaxLag: -1,
+	cfg := ingest.Config{Brokers: w.brokers, Pool: w.pool, Topic: w.topic, WriterGroup: w.group, MaxLag: -1, LatencyBudget: -1,
 		Registerer: prometheus.NewRegistry(), Logger: testLogger(t), RequestTimeout: 20 * time.Second, Producers: 4}
 	for _, o := range opts {
 		o(&cfg)

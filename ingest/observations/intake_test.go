@@ -545,6 +545,47 @@ func TestBackpressure(t *testing.T) {
 	}
 }
 
+// TestBackpressureByTime: with no writer running, what intake accepts is stored in no time it
+// can promise; once its estimate (lag ÷ the writers' measured store rate) passes the latency
+// budget it refuses with 503 and a Retry-After, and accepts again when a writer has caught up.
+func TestBackpressureByTime(t *testing.T) {
+	w := newWorld(t)
+	in := newIntake(t, w, func(c *observations.Config) {
+		c.LatencyBudget = time.Second
+		c.LagInterval = 20 * time.Millisecond
+	})
+	ctx := principal(w.orgA, access.Live)
+	list := make([]map[string]any, 100)
+	for i := range list {
+		list[i] = vital(w.synthA)
+	}
+	body := ndjson(t, list...)
+	accepted := 0
+	deadline := time.Now().Add(30 * time.Second)
+	var err error
+	for err == nil {
+		if time.Now().After(deadline) {
+			t.Fatalf("accepted %d observations with no writer running, and never refused", accepted)
+		}
+		var res observations.Result
+		if res, err = submit(t, in, ctx, observations.MediaFHIRNDJSON, body); err == nil {
+			accepted += res.Answer.Accepted
+		}
+	}
+	if fault.KindOf(err) != fault.KindUnavailable || !strings.Contains(err.Error(), "budget") {
+		t.Fatalf("after %d accepted: %v; want 503 over the budget", accepted, err)
+	}
+	if ra := in.RetryAfter(); ra < time.Second || ra > 30*time.Second {
+		t.Fatalf("Retry-After %v", ra)
+	}
+	t.Logf("refused after %d accepted, Retry-After %v: %v", accepted, in.RetryAfter(), err)
+	startWriter(t, w)
+	waitFor(t, "the writer to catch up", func() bool { lag, fresh := in.Lag(); return fresh && lag <= 64 })
+	if _, err := submit(t, in, ctx, observations.MediaFHIRJSON, mustJSON(t, vital(w.synthA))); err != nil {
+		t.Fatalf("within the budget again: %v", err)
+	}
+}
+
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)

@@ -244,7 +244,7 @@ func startAPI(s *Node, ctx, wctx context.Context) error {
 
 func startIntake(s *Node, _, wctx context.Context) error {
 	in, err := ingestobs.New(ingestobs.Config{Brokers: s.brokers, Pool: s.pool,
-		MaxLag: s.cfg.IngestMaxLag, Producers: s.cfg.IngestProducers, RequestTimeout: s.cfg.IngestTimeout,
+		LatencyBudget: s.cfg.IngestLatencyBudget, MaxLag: s.cfg.IngestMaxLag, Producers: s.cfg.IngestProducers, RequestTimeout: s.cfg.IngestTimeout,
 		TransactionalIDPrefix: s.cfg.IngestTransactionalID, Logger: s.logger, Registerer: s.registry})
 	if err != nil {
 		return fmt.Errorf("observation intake: %w", err)

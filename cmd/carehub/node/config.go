@@ -60,6 +60,7 @@ type Config struct {
 	SocketKeepAlive, SocketWriteTimeout time.Duration
 
 	// Observation ingest (zero values mean the defaults of ingest/observations).
+	IngestLatencyBudget          time.Duration // accept → stored bound that turns intake away with 503; negative disables
 	IngestMaxLag                 int64         // writer lag that turns intake away with 503; -1 disables
 	IngestProducers              int           // concurrent transactional producers
 	IngestTimeout                time.Duration // bound on one request, body read included
@@ -142,6 +143,9 @@ func (c *Config) Validate() error {
 	}
 	if c.GraphQLMaxCost < 0 {
 		errs = append(errs, fmt.Errorf("--graphql-max-cost %d: must not be negative (0: the default)", c.GraphQLMaxCost))
+	}
+	if c.IngestLatencyBudget > 0 && c.IngestLatencyBudget < 100*time.Millisecond {
+		errs = append(errs, fmt.Errorf("--ingest-latency-budget %v: at least 100ms (the writers' lag is measured every 250ms), or negative: off", c.IngestLatencyBudget))
 	}
 	for _, p := range c.TrustedProxies {
 		if _, err := netip.ParsePrefix(p); err != nil {
