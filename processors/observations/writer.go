@@ -25,7 +25,9 @@ const DefaultGroup = "carehub-observations"
 // Defaults of WriterConfig.
 const (
 	DefaultMaxBatch = 5000
-	// DefaultConcurrency is how many partitions' batches one writer stores at once.
+	// DefaultChunkSize is the most records one Postgres transaction stores.
+	DefaultChunkSize = 1000
+	// DefaultConcurrency is how many chunks one writer stores at once.
 	DefaultConcurrency = 3
 	// DefaultStoreTimeout bounds one attempt to store a batch. An attempt that has begun is
 	// finished even when the writer is asked to stop, so a clean shutdown redelivers nothing.
@@ -52,8 +54,11 @@ type WriterConfig struct {
 	// after the transaction timeout; default: random per process.
 	TransactionalID string
 	MaxBatch        int // most records one poll returns; default DefaultMaxBatch
-	// Concurrency is how many partitions' records are stored at once, each in a transaction
-	// of its own; default DefaultConcurrency. It needs as many pool connections.
+	// ChunkSize is the most records of one Postgres transaction: a poll's records are stored
+	// by partition, in chunks of at most ChunkSize; default DefaultChunkSize.
+	ChunkSize int
+	// Concurrency is how many chunks are stored at once, each in a transaction of its own;
+	// default DefaultConcurrency. It needs as many pool connections.
 	Concurrency  int
 	StoreTimeout time.Duration
 	// SessionTimeout is how long the group waits for a member that stopped heartbeating (a
@@ -68,8 +73,8 @@ type WriterConfig struct {
 // device.observation_received event for each one. Writers on several processors nodes share
 // the partitions through the consumer group.
 //
-// Per poll: each partition's records are one Postgres transaction (COPY into a temporary table,
-// INSERT … ON CONFLICT (id) DO NOTHING), up to Concurrency at once; then one Kafka transaction
+// Per poll: each partition's records, in chunks of at most ChunkSize, are Postgres transactions
+// (COPY into a temporary table, INSERT … ON CONFLICT (id) DO NOTHING), up to Concurrency at once; then one Kafka transaction
 // produces the events of every stored record of the poll, new or stored before, and commits the
 // poll's offsets (kgo.GroupTransactSession). A crash before that commit redelivers the poll,
 // which stores nothing twice and produces the same events again under the same ids in a new
@@ -110,6 +115,9 @@ func NewWriter(cfg WriterConfig) (*Writer, error) {
 	}
 	if cfg.MaxBatch <= 0 {
 		cfg.MaxBatch = DefaultMaxBatch
+	}
+	if cfg.ChunkSize <= 0 {
+		cfg.ChunkSize = DefaultChunkSize
 	}
 	if cfg.Concurrency <= 0 {
 		cfg.Concurrency = DefaultConcurrency
@@ -209,12 +217,11 @@ func (w *Writer) runSession(ctx context.Context) error {
 }
 
 // handle stores one poll's records, then produces their events and commits their offsets in
-// one Kafka transaction. The records of each partition are one Postgres transaction; up to
-// Concurrency partitions are stored at once (the poll holds several when the writer is
-// behind). When storing is cut short (ctx done) the Kafka transaction is aborted and the whole
+// one Kafka transaction. The records of each partition, in chunks of at most ChunkSize, are
+// Postgres transactions, up to Concurrency at once. When storing is cut short (ctx done) the Kafka transaction is aborted and the whole
 // poll is redelivered, which stores nothing twice.
 func (w *Writer) handle(ctx context.Context, recs []*kgo.Record) error {
-	groups := byPartition(recs)
+	groups := chunks(byPartition(recs), w.cfg.ChunkSize)
 	results := make([]storeResult, len(groups))
 	errs := make([]error, len(groups))
 	if len(groups) == 1 || w.cfg.Concurrency == 1 {
@@ -299,6 +306,21 @@ func (w *Writer) emit(ctx context.Context, present []Message) (bool, error) {
 		return false, fmt.Errorf("observation writer: end transaction: %w", err)
 	}
 	return committed, nil
+}
+
+// chunks splits groups larger than size into pieces of at most size. A poll often holds one
+// partition's records only; pieces of it stored at once keep Postgres busy on every core (each
+// piece is idempotent by id, and the offsets move only when all are stored).
+func chunks(groups [][]*kgo.Record, size int) [][]*kgo.Record {
+	var out [][]*kgo.Record
+	for _, g := range groups {
+		for len(g) > size {
+			out = append(out, g[:size:size])
+			g = g[size:]
+		}
+		out = append(out, g)
+	}
+	return out
 }
 
 // byPartition splits recs by topic partition, keeping each partition's order.
