@@ -9,6 +9,8 @@ import (
 	"time"
 
 	obs "carehub/processors/observations"
+	"github.com/jackc/pgx/v5"
+
 	"carehub/storage/kafka/kafkatest"
 )
 
@@ -64,20 +66,43 @@ func BenchmarkWriter(b *testing.B) {
 }
 
 // BenchmarkStore measures the Postgres side alone: b.N observations stored in batches of
-// BENCH_BATCH (default obs.DefaultMaxBatch / partitions as a busy writer sees them) by
-// BENCH_CONCURRENCY (default obs.DefaultConcurrency) transactions at once, as the writer's
-// partitions do. Report: observations stored per second.
+// BENCH_BATCH (default obs.DefaultChunkSize) by BENCH_CONCURRENCY (default
+// obs.DefaultConcurrency) transactions at once, as the writer's chunks are. Report:
+// observations stored per second. BENCH_STORE=raw is the raw baseline: a plain COPY of the same
+// rows, in the same batches, into a table like observations (its indexes, no foreign keys, no
+// staging); BENCH_STORE=nofk is the writer's store with observations' foreign keys dropped.
 //
 //	go test -run '^$' -bench BenchmarkStore -benchtime 100000x ./processors/observations/
 func BenchmarkStore(b *testing.B) {
 	e := newEnv(b)
-	batch := envInt(b, "BENCH_BATCH", 1000)
+	batch := envInt(b, "BENCH_BATCH", obs.DefaultChunkSize)
 	conc := envInt(b, "BENCH_CONCURRENCY", obs.DefaultConcurrency)
 	msgs := make([]obs.Message, b.N)
 	for i := range msgs {
 		msgs[i] = message(e.orgA, e.patientA, float64(40+i%100))
 	}
 	store := obs.StoreFunc(e.pool)
+	ctx := context.Background()
+	switch os.Getenv("BENCH_STORE") {
+	case "raw":
+		if _, err := e.pool.Exec(ctx, `create table raw_observations (like observations including all)`); err != nil {
+			b.Fatal(err)
+		}
+		cols := []string{"id", "org_id", "patient_id", "status", "code", "loinc", "subject", "value", "unit", "effective_at", "device_type", "resource", "received_at"}
+		store = func(ctx context.Context, msgs []obs.Message) error {
+			rows := make([][]any, len(msgs))
+			for i, m := range msgs {
+				rows[i] = []any{m.ID, m.OrgID, m.PatientID, m.Status, []byte(`{"coding":[{"system":"http://loinc.org","code":"8867-4"}]}`), m.LOINC,
+					[]byte(`{"reference":"Patient/` + m.PatientID + `"}`), m.Value, m.Unit, m.EffectiveAt, m.DeviceType, []byte(m.Observation), m.ReceivedAt}
+			}
+			_, err := e.pool.CopyFrom(ctx, pgx.Identifier{"raw_observations"}, cols, pgx.CopyFromRows(rows))
+			return err
+		}
+	case "nofk":
+		if _, err := e.pool.Exec(ctx, `alter table observations drop constraint observations_org_id_fkey, drop constraint observations_patient_id_fkey`); err != nil {
+			b.Fatal(err)
+		}
+	}
 	work := make(chan []obs.Message, len(msgs)/batch+1)
 	for i := 0; i < len(msgs); i += batch {
 		work <- msgs[i:min(i+batch, len(msgs))]
