@@ -122,7 +122,7 @@ func TestWriterKilledStoresEveryAcceptedObservationOnce(t *testing.T) {
 	// Exactly one committed event each, although the killed writer had stored observations
 	// whose events it never committed: its successor (the same transactional id) fenced its
 	// open transaction, re-read the uncommitted batch and produced them again.
-	evs := events(t, w)
+	evs := waitEvents(t, w, accepted)
 	missing, duplicated := 0, 0
 	for _, id := range accepted {
 		switch n := len(evs[obs.EventID(id)]); {

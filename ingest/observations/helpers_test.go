@@ -162,6 +162,30 @@ func events(t testing.TB, w *world) map[string][]storage.Event {
 	return out
 }
 
+// waitEvents waits until the events topic holds a committed event for each observation of ids
+// and returns the events as events does. Stored is not enough: a poll's events commit after
+// its observations are stored, and a transaction aborted by a rebalance commits them later.
+func waitEvents(t testing.TB, w *world, ids []string) map[string][]storage.Event {
+	t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		evs := events(t, w)
+		missing := 0
+		for _, id := range ids {
+			if len(evs[obs.EventID(id)]) == 0 {
+				missing++
+			}
+		}
+		if missing == 0 {
+			return evs
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d observations have no committed event", missing, len(ids))
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
 func testLogger(t testing.TB) *slog.Logger {
 	return slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn}))
 }

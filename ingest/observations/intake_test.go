@@ -54,7 +54,7 @@ func TestSingleObservationStoredWithItsEvent(t *testing.T) {
 			t.Fatalf("stored %s %s %s %s %v %s %s %s %s %v %v", org, patient, status, loinc, value, unit, device, resID, subject, effective, received)
 		}
 
-		evs := events(t, w)[obs.EventID(id)]
+		evs := waitEvents(t, w, []string{id})[obs.EventID(id)]
 		if len(evs) != 1 {
 			t.Fatalf("%d events of %s", len(evs), id)
 		}
@@ -380,7 +380,7 @@ func TestSameClientIDIsStoredOnce(t *testing.T) {
 		t.Fatalf("stored %d times", n)
 	}
 	// Each copy on the topic has its event record, all under one id: consumers keep one.
-	if n := len(events(t, w)[obs.EventID(ids[0])]); n < 1 || n > len(ids) {
+	if n := len(waitEvents(t, w, ids[:1])[obs.EventID(ids[0])]); n < 1 || n > len(ids) {
 		t.Fatalf("%d event records for %d copies", n, len(ids))
 	}
 	var clientID string
@@ -629,7 +629,7 @@ func TestConcurrentRequests(t *testing.T) {
 		t.Fatalf("%d accepted", len(all))
 	}
 	waitStored(t, w.pool, all)
-	evs := events(t, w)
+	evs := waitEvents(t, w, all)
 	for _, id := range all {
 		if n := len(evs[obs.EventID(id)]); n != 1 {
 			t.Fatalf("%d events for %s", n, id)

@@ -157,9 +157,32 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 	}
 }
 
-// events returns the committed device.observation_received events on e's events topic, by id,
-// and fails t on an event id seen twice.
-func events(t *testing.T, e *env) map[string]storage.Event {
+// events waits until e's events topic holds a committed device.observation_received event of
+// each observation of ids (they commit after the observations are stored, later when a
+// rebalance aborted a transaction) and returns the events by id; it fails t on an event id
+// committed twice.
+func events(t *testing.T, e *env, ids ...string) map[string]storage.Event {
+	t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		evs := readEvents(t, e)
+		missing := 0
+		for _, id := range ids {
+			if _, ok := evs[obs.EventID(id)]; !ok {
+				missing++
+			}
+		}
+		if missing == 0 {
+			return evs
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d observations have no committed event", missing, len(ids))
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+func readEvents(t *testing.T, e *env) map[string]storage.Event {
 	t.Helper()
 	out := map[string]storage.Event{}
 	for _, r := range kafkatest.ReadAll(t, e.events) {
@@ -250,8 +273,21 @@ func TestRedeliveryStoresNothingTwice(t *testing.T) {
 	// the second group's pass produced each again, and the repeated records theirs (consumers
 	// deduplicate by event id).
 	ids := map[string]int{}
-	for _, r := range kafkatest.ReadAll(t, e.events) {
-		ids[string(r.Headers[0].Value)]++
+	deadline := time.Now().Add(60 * time.Second)
+	for twice := 0; twice < 1000; {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of 1000 observations have events from both groups", twice)
+		}
+		clear(ids)
+		for _, r := range kafkatest.ReadAll(t, e.events) {
+			ids[string(r.Headers[0].Value)]++
+		}
+		twice = 0
+		for i := range 1000 {
+			if ids[obs.EventID(msgs[i].ID)] >= 2 {
+				twice++
+			}
+		}
 	}
 	if len(ids) != 1000 {
 		t.Fatalf("%d event ids; want 1000", len(ids))
@@ -288,7 +324,7 @@ func TestUnstorableRecordsAreSkipped(t *testing.T) {
 	if n := count(t, e.pool, `select count(*) from observations`); n != 3 {
 		t.Fatalf("%d stored", n)
 	}
-	evs := events(t, e)
+	evs := events(t, e, good[0].ID, good[1].ID, good[2].ID)
 	if len(evs) != 3 {
 		t.Fatalf("%d events", len(evs))
 	}
@@ -339,14 +375,7 @@ func TestRebalanceLosesAndDuplicatesNothing(t *testing.T) {
 	if n := count(t, e.pool, `select count(*) from observations`); n != len(all) {
 		t.Fatalf("%d stored of %d", n, len(all))
 	}
-	a.stop()
-	b.stop()
-	evs := events(t, e)
-	for _, id := range all {
-		if _, ok := evs[obs.EventID(id)]; !ok {
-			t.Fatalf("no event for %s", id)
-		}
-	}
+	evs := events(t, e, all...)
 	if len(evs) != len(all) {
 		t.Fatalf("%d events of %d", len(evs), len(all))
 	}
