@@ -132,7 +132,7 @@ func TestWriterKilledStoresEveryAcceptedObservationOnce(t *testing.T) {
 			duplicated++
 		}
 	}
-	t.Logf("acknowledged %d, stored %d, duplicates 0, events %d (%d missing, %d committed twice)", len(accepted),
+	t.Logf("acknowledged %d, stored %d (rows, unique by id), events %d (%d missing, %d committed twice)", len(accepted),
 		count(t, w.pool, `select count(*) from observations`), len(evs), missing, duplicated)
 	if missing > 0 || duplicated > 0 || len(evs) != len(accepted) {
 		t.Fatalf("%d events for %d observations: %d missing, %d committed twice", len(evs), len(accepted), missing, duplicated)
