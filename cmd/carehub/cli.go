@@ -102,7 +102,7 @@ func serveFlags(fs *flag.FlagSet, cfg *node.Config) {
 	fs.IntVar(&cfg.IngestProducers, "ingest-producers", cfg.IngestProducers, "concurrent transactional producers of observation intake (0: default 16)")
 	fs.DurationVar(&cfg.IngestTimeout, "ingest-timeout", cfg.IngestTimeout, "bound on one observation intake request (0: default 30s)")
 	fs.StringVar(&cfg.IngestTransactionalID, "ingest-transactional-id", cfg.IngestTransactionalID, "stable transactional id prefix of this instance's intake (default: random per process)")
-	fs.IntVar(&cfg.ObservationWriterConcurrency, "observation-writer-concurrency", cfg.ObservationWriterConcurrency, "partitions the observation writer stores at once (0: default 3)")
+	fs.IntVar(&cfg.ObservationWriterConcurrency, "observation-writer-concurrency", cfg.ObservationWriterConcurrency, "Postgres transactions (chunks of up to 1,000 records) the observation writer stores at once (0: default 3)")
 	fs.Int64Var(&cfg.GraphQLMaxCost, "graphql-max-cost", cfg.GraphQLMaxCost, "budget of one GraphQL operation's estimated cost, in values its answer can hold (0: default 100000)")
 	fs.Func("trusted-proxies", "comma-separated proxy addresses whose X-Forwarded-For is believed", func(v string) error {
 		cfg.TrustedProxies = splitList(v)

@@ -65,7 +65,7 @@ type Config struct {
 	IngestProducers              int           // concurrent transactional producers
 	IngestTimeout                time.Duration // bound on one request, body read included
 	IngestTransactionalID        string        // stable per instance, to fence a crashed predecessor at once
-	ObservationWriterConcurrency int           // partitions stored at once
+	ObservationWriterConcurrency int           // chunks stored at once
 }
 
 // Defaults returns the configuration `carehub serve` starts from.
