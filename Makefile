@@ -115,6 +115,15 @@ explorer: ## rebuild the GraphiQL explorer bundle and its test schema from the n
 bench: postgres-binaries ## run the Go benchmarks
 	$(GO) test -run '^$$' -bench . -benchmem ./...
 
+BENCH_RESULTS ?= loadtest/results
+BENCH_DURATION ?= 20s
+
+.PHONY: bench-pipeline
+bench-pipeline: postgres-binaries ## observation path end to end with its raw baselines (produce, COPY) in one run; JSON under BENCH_RESULTS
+	mkdir -p $(BENCH_RESULTS)
+	$(GO) build -o bin/loadtest ./loadtest/cmd/loadtest
+	bin/loadtest -self -devices 16 -batch 100 -duration $(BENCH_DURATION) -out $(BENCH_RESULTS)/pipeline-$$(date -u +%Y%m%dT%H%M%SZ).json
+
 .PHONY: clean
 clean: ## remove build output (not DATA_DIR)
 	rm -rf bin

@@ -25,9 +25,13 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	obs "carehub/processors/observations"
+	"carehub/storage/ids"
 	"carehub/storage/kafka"
 )
 
@@ -44,6 +48,8 @@ type Config struct {
 	Keys        []string // API keys with write:observations and read:patients; devices take them in turn
 	MetricsURLs []string // /metrics of the processors nodes; default URL + "/metrics"
 	Brokers     []string // the broker, for the raw-produce baseline; empty skips it
+	// CopyPool is the node's database, for the raw COPY baseline; nil skips it.
+	CopyPool    *pgxpool.Pool
 	Devices     int
 	Batch       int           // observations per request
 	Duration    time.Duration // of the ingest phase, and again of the raw phase
@@ -157,6 +163,10 @@ type Report struct {
 	RawRecords   int64   `json:"rawRecords,omitempty"`
 	RawPerSecond float64 `json:"rawPerSecond,omitempty"`
 	Ratio        float64 `json:"ingestToRawRatio,omitempty"` // acceptedPerSecond ÷ rawPerSecond
+
+	RawCopyRows       int64   `json:"rawCopyRows,omitempty"`
+	RawCopyPerSecond  float64 `json:"rawCopyPerSecond,omitempty"`
+	StoredToCopyRatio float64 `json:"storedToCopyRatio,omitempty"` // storedPerSecond ÷ rawCopyPerSecond
 }
 
 // RunObservations runs the scenario: ingest for Duration, wait for the writers to store what
@@ -224,6 +234,14 @@ func RunObservations(ctx context.Context, cfg Config) (*Report, error) {
 		}
 		if rep.RawPerSecond > 0 {
 			rep.Ratio = rep.AcceptedPerSecond / rep.RawPerSecond
+		}
+	}
+	if cfg.CopyPool != nil {
+		if err := rawCopy(ctx, cfg, bodies, rep); err != nil {
+			return nil, fmt.Errorf("raw COPY: %w", err)
+		}
+		if rep.RawCopyPerSecond > 0 {
+			rep.StoredToCopyRatio = rep.StoredPerSecond / rep.RawCopyPerSecond
 		}
 	}
 	return rep, nil
@@ -433,6 +451,71 @@ func rawProduce(ctx context.Context, cfg Config, bodies []body, rep *Report) err
 	}
 	rep.RawRecords = acked.Load()
 	rep.RawPerSecond = float64(rep.RawRecords) / time.Since(start).Seconds()
+	return nil
+}
+
+// rawCopy copies the same rows (the columns the writer stores, from the same messages, with
+// fresh ids) into a table like observations (its indexes; no foreign keys, no staging, no
+// conflict handling) for Duration, in the writer's transaction size and concurrency
+// (processors/observations DefaultChunkSize, DefaultConcurrency): what Postgres itself does
+// with these rows on this machine.
+func rawCopy(ctx context.Context, cfg Config, bodies []body, rep *Report) error {
+	const table = "loadtest_raw_copy"
+	if _, err := cfg.CopyPool.Exec(ctx, `drop table if exists `+table+`; create table `+table+` (like observations including all)`); err != nil {
+		return err
+	}
+	defer func() {
+		dctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		_, _ = cfg.CopyPool.Exec(dctx, `drop table if exists `+table)
+	}()
+	var msgs []obs.Message
+	for _, b := range bodies {
+		for _, r := range b.records {
+			m, err := obs.DecodeMessage(r)
+			if err != nil {
+				return err
+			}
+			msgs = append(msgs, m)
+		}
+	}
+	if len(msgs) == 0 {
+		return nil
+	}
+	cols := []string{"id", "org_id", "patient_id", "status", "code", "loinc", "subject", "value", "unit", "effective_at",
+		"device_type", "resource", "received_at"}
+	pctx, cancel := context.WithTimeout(ctx, cfg.Duration)
+	defer cancel()
+	var copied atomic.Int64
+	var firstErr atomic.Value
+	start := time.Now()
+	var wg sync.WaitGroup
+	for w := range obs.DefaultConcurrency {
+		wg.Go(func() {
+			rows := make([][]any, obs.DefaultChunkSize)
+			for i := w * len(rows); pctx.Err() == nil; i += obs.DefaultConcurrency * len(rows) {
+				for j := range rows {
+					m := &msgs[(i+j)%len(msgs)]
+					rows[j] = []any{ids.New(ids.Observation), m.OrgID, m.PatientID, m.Status, []byte(`{}`), m.LOINC,
+						[]byte(`{"reference":"Patient/` + m.PatientID + `"}`), m.Value, m.Unit, m.EffectiveAt, m.DeviceType,
+						[]byte(m.Observation), m.ReceivedAt}
+				}
+				if _, err := cfg.CopyPool.CopyFrom(pctx, pgx.Identifier{table}, cols, pgx.CopyFromRows(rows)); err != nil {
+					if pctx.Err() == nil {
+						firstErr.CompareAndSwap(nil, err)
+					}
+					return
+				}
+				copied.Add(int64(len(rows)))
+			}
+		})
+	}
+	wg.Wait()
+	if err, ok := firstErr.Load().(error); ok {
+		return err
+	}
+	rep.RawCopyRows = copied.Load()
+	rep.RawCopyPerSecond = float64(rep.RawCopyRows) / time.Since(start).Seconds()
 	return nil
 }
 

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/gorilla/mux"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
@@ -34,7 +35,8 @@ import (
 type Stack struct {
 	URL     string
 	Brokers []string
-	Key     string // a test-mode demo-health key: write:observations, read:patients
+	Key     string        // a test-mode demo-health key: write:observations, read:patients
+	Pool    *pgxpool.Pool // the stack's database, for the raw COPY baseline
 
 	closers []func()
 }
@@ -44,6 +46,9 @@ type StackOptions struct {
 	// MaxLag is intake's backpressure bound (ingest/observations.Config.MaxLag): 0 for the
 	// default, -1 to measure intake without it.
 	MaxLag int64
+	// LatencyBudget is intake's accept → stored budget (Config.LatencyBudget): 0 for the
+	// default, negative to measure without it.
+	LatencyBudget time.Duration
 }
 
 // StartStack starts a Stack under dataDir. Close stops it.
@@ -71,6 +76,7 @@ func StartStack(ctx context.Context, dataDir string, logger *slog.Logger, opts S
 		return nil, err
 	}
 	s.closers = append(s.closers, pool.Close)
+	s.Pool = pool
 	if _, err := postgres.Migrate(ctx, pool, logger); err != nil {
 		return nil, err
 	}
@@ -96,7 +102,7 @@ func StartStack(ctx context.Context, dataDir string, logger *slog.Logger, opts S
 		return nil, err
 	}
 
-	in, err := ingest.New(ingest.Config{Brokers: s.Brokers, Pool: pool, Producers: 32, MaxLag: opts.MaxLag, Logger: logger, Registerer: reg})
+	in, err := ingest.New(ingest.Config{Brokers: s.Brokers, Pool: pool, Producers: 32, MaxLag: opts.MaxLag, LatencyBudget: opts.LatencyBudget, Logger: logger, Registerer: reg})
 	if err != nil {
 		return nil, err
 	}

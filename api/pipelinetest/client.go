@@ -94,6 +94,51 @@ func (c *Client) Publish(ctx context.Context, projectID, typ string, payload any
 	return Published{ID: data.PublishEvent.ID, Timestamp: data.PublishEvent.Timestamp}, nil
 }
 
+// Draft is one event of a PublishBatch call.
+type Draft struct {
+	Type    string
+	Payload any
+}
+
+// PublishBatch publishes drafts into projectID with one POST /v1/events (an array: all or
+// nothing) and returns what it answered for each, in order. Errors are as Publish's.
+func (c *Client) PublishBatch(ctx context.Context, projectID string, drafts []Draft) ([]Published, error) {
+	type item struct {
+		ProjectID string `json:"projectId"`
+		Type      string `json:"type"`
+		Payload   any    `json:"payload"`
+	}
+	items := make([]item, len(drafts))
+	for i, d := range drafts {
+		items[i] = item{ProjectID: projectID, Type: d.Type, Payload: d.Payload}
+	}
+	body, err := json.Marshal(items)
+	if err != nil {
+		return nil, err
+	}
+	b, err := c.do(ctx, http.MethodPost, "/v1/events", body)
+	if err != nil {
+		return nil, err
+	}
+	var resp struct {
+		Data []struct {
+			ID        string    `json:"id"`
+			CreatedAt time.Time `json:"createdAt"`
+		} `json:"data"`
+	}
+	if err := json.Unmarshal(b, &resp); err != nil {
+		return nil, fmt.Errorf("decode POST /v1/events: %w", err)
+	}
+	if len(resp.Data) != len(drafts) {
+		return nil, fmt.Errorf("POST /v1/events answered %d events for %d", len(resp.Data), len(drafts))
+	}
+	out := make([]Published, len(drafts))
+	for i, d := range resp.Data {
+		out[i] = Published{ID: d.ID, Timestamp: d.CreatedAt}
+	}
+	return out, nil
+}
+
 // GraphQL posts a query and decodes data into out. GraphQL errors become a *StatusError with
 // the first error's code.
 func (c *Client) GraphQL(ctx context.Context, query string, vars map[string]any, out any) error {
@@ -253,7 +298,7 @@ func (c *Client) do(ctx context.Context, method, path string, body []byte) ([]by
 	if err != nil {
 		return nil, fmt.Errorf("read %s %s: %w", method, path, err)
 	}
-	if resp.StatusCode != http.StatusOK {
+	if resp.StatusCode != http.StatusOK && resp.StatusCode != http.StatusAccepted {
 		se := &StatusError{Status: resp.StatusCode, Body: strings.TrimSpace(string(b[:min(len(b), 512)]))}
 		var env struct {
 			Error struct{ Code string } `json:"error"`

@@ -33,7 +33,7 @@ type sample struct {
 // publishEvent at 20/s while another client reads GET /v1/events every 25 ms; each event's
 // latency runs from the moment its publish request is sent to the moment a read that serves it
 // returns (so it includes the publish call, the outbox, the relay, the broker, the event log
-// writer's 50 ms batch and the read). The distribution is logged, never asserted: a loaded
+// writer's append and the read). The distribution is logged, never asserted: a loaded
 // machine makes any bound a coin toss (the figures belong to loadtest/cmd/eventload); what the
 // test asserts is that every event reaches the log exactly once, as published.
 func TestPublishToLogLatency(t *testing.T) {

@@ -182,29 +182,43 @@ var openAPIQuery = sync.OnceValue(func() map[string]map[string]bool {
 // the object. Objects that v holds as json.RawMessage or maps (input, payload, vitals) are open:
 // any names, checked for NUL like the rest.
 func DecodeJSON(r *http.Request, v any) error {
+	b, err := readJSON(r)
+	if err != nil {
+		return err
+	}
+	return decodeObject(b, v)
+}
+
+// readJSON reads r's body as DecodeJSON does and returns it, checked to be a non-empty JSON
+// text of valid UTF-8 without NUL (not yet checked to be well-formed).
+func readJSON(r *http.Request) ([]byte, error) {
 	if ct := r.Header.Get("Content-Type"); ct != "" {
 		if mt, _, err := mime.ParseMediaType(ct); err != nil || mt != "application/json" {
-			return fault.New(fault.KindUnsupportedMedia, "Content-Type must be application/json")
+			return nil, fault.New(fault.KindUnsupportedMedia, "Content-Type must be application/json")
 		}
 	}
 	if r.Body == nil {
-		return fault.Invalid("the request body is empty: send a JSON object")
+		return nil, fault.Invalid("the request body is empty: send a JSON object")
 	}
 	b, err := io.ReadAll(r.Body)
 	if err != nil {
 		if isMaxBytes(err) {
-			return err
+			return nil, err
 		}
-		return fault.Invalid("the request body could not be read")
+		return nil, fault.Invalid("the request body could not be read")
 	}
-	text := bytes.TrimSpace(b)
-	if len(text) == 0 {
-		return fault.Invalid("the request body is empty: send a JSON object")
+	if len(bytes.TrimSpace(b)) == 0 {
+		return nil, fault.Invalid("the request body is empty: send a JSON object")
 	}
 	if err := CheckJSONText(b); err != nil {
-		return err
+		return nil, err
 	}
-	if text[0] != '{' {
+	return b, nil
+}
+
+// decodeObject decodes the JSON text b, which must be one object, into v, strictly (DecodeJSON).
+func decodeObject(b []byte, v any) error {
+	if text := bytes.TrimSpace(b); len(text) == 0 || text[0] != '{' {
 		return fault.Invalid("the request body must be a JSON object")
 	}
 	var members map[string]json.RawMessage

@@ -47,6 +47,7 @@ type Services struct {
 //	GET  /v1/workflow-runs/{id}        one workflow run
 //	GET  /v1/deployments/{id}          one deployment
 //	GET  /v1/events                    a project's events, newest first, cursor-paginated
+//	POST /v1/events                    publish one event or an array of up to 1,000, all or nothing
 //	GET  /v1/webhooks                  a project's webhook subscriptions, secrets masked
 //	POST /api/v1/workflows/runs        start a workflow run (trigger "event")
 func Mount(public, authed *mux.Router, s Services) {
@@ -68,6 +69,7 @@ func Mount(public, authed *mux.Router, s Services) {
 		authed.HandleFunc(path, fn).Methods(http.MethodGet)
 	}
 	authed.HandleFunc("/api/v1/workflows/runs", h.startRun).Methods(http.MethodPost)
+	authed.HandleFunc("/v1/events", h.publishEvents).Methods(http.MethodPost)
 }
 
 type handlers struct{ s Services }

@@ -53,6 +53,7 @@ func TestOpenAPITypes(t *testing.T) {
 		"IngestResult": ingest.Answer{}, "WebhookTestRequest": webhooks.TestRequest{},
 		"InvokeRequest": deployments.InvokeRequest{}, "InvokeResult": deployments.InvokeResult{},
 		"WebhookDelivery": webhooks.Delivery{}, "WebhookAttempt": webhooks.Attempt{},
+		"PublishEventRequest": rest.PublishEventRequest{}, "PublishedEvents": rest.PublishedEvents{},
 	}
 	for name, v := range schemas {
 		s, ok := doc.Components.Schemas[name]

@@ -18,6 +18,7 @@ import (
 	ingest "carehub/ingest/observations"
 	"carehub/processors/access"
 	obs "carehub/processors/observations"
+	"carehub/storage"
 	"carehub/storage/ids"
 	"carehub/storage/kafka/kafkatest"
 	"carehub/storage/postgres"
@@ -39,6 +40,8 @@ type world struct {
 	brokers []string
 	topic   string
 	group   string
+	events  string // the writer's events topic
+	txnID   string // the writer's transactional id, the same for each writer of the world
 
 	orgA, orgB         string
 	projectA, projectB string // each organization's oldest project
@@ -50,7 +53,8 @@ type world struct {
 // topic and group on the test's broker.
 func newWorld(t testing.TB) *world {
 	t.Helper()
-	w := &world{dsn: pgtest.NewDSN(t), brokers: kafkatest.Brokers(t), topic: kafkatest.Topic(t, "obs"), group: kafkatest.Group(t, "writer")}
+	w := &world{dsn: pgtest.NewDSN(t), brokers: kafkatest.Brokers(t), topic: kafkatest.Topic(t, "obs"), group: kafkatest.Group(t, "writer"),
+		events: kafkatest.Topic(t, "events"), txnID: kafkatest.Name(t, "writer")}
 	ctx := context.Background()
 	pool, err := postgres.Connect(ctx, w.dsn)
 	if err != nil {
@@ -93,10 +97,10 @@ func principal(org, mode string, scopes ...string) context.Context {
 type intakeOption func(*ingest.Config)
 
 // newIntake returns an Intake on w's topic, closed and stopped when the test ends. Backpressure
-// is off unless an option sets MaxLag.
+// is off unless an option sets MaxLag or LatencyBudget.
 func newIntake(t testing.TB, w *world, opts ...intakeOption) *ingest.Intake {
 	t.Helper()
-	cfg := ingest.Config{Brokers: w.brokers, Pool: w.pool, Topic: w.topic, WriterGroup: w.group, MaxLag: -1,
+	cfg := ingest.Config{Brokers: w.brokers, Pool: w.pool, Topic: w.topic, WriterGroup: w.group, MaxLag: -1, LatencyBudget: -1,
 		Registerer: prometheus.NewRegistry(), Logger: testLogger(t), RequestTimeout: 20 * time.Second, Producers: 4}
 	for _, o := range opts {
 		o(&cfg)
@@ -117,7 +121,7 @@ func newIntake(t testing.TB, w *world, opts ...intakeOption) *ingest.Intake {
 func startWriter(t testing.TB, w *world) (stop func()) {
 	t.Helper()
 	wr, err := obs.NewWriter(obs.WriterConfig{Brokers: w.brokers, Pool: w.pool, Topic: w.topic, Group: w.group,
-		EventsTopic: "carehub.events.test", SessionTimeout: 6 * time.Second, Logger: testLogger(t), Registerer: prometheus.NewRegistry()})
+		EventsTopic: w.events, TransactionalID: w.txnID, SessionTimeout: 6 * time.Second, Logger: testLogger(t), Registerer: prometheus.NewRegistry()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -137,6 +141,49 @@ func startWriter(t testing.TB, w *world) (stop func()) {
 	}
 	t.Cleanup(stop)
 	return stop
+}
+
+// events returns the committed records of the world's events topic by event id (the record
+// header), decoded. An observation whose record is on the topic more than once (a client that
+// sent it again) has an event record per copy, all with one id.
+func events(t testing.TB, w *world) map[string][]storage.Event {
+	t.Helper()
+	out := map[string][]storage.Event{}
+	for _, r := range kafkatest.ReadAll(t, w.events) {
+		var ev storage.Event
+		if err := json.Unmarshal(r.Value, &ev); err != nil {
+			t.Fatal(err)
+		}
+		if len(r.Headers) != 1 || string(r.Headers[0].Value) != ev.ID || string(r.Key) != ev.ProjectID {
+			t.Fatalf("event record %s: key %q, headers %v", ev.ID, r.Key, r.Headers)
+		}
+		out[ev.ID] = append(out[ev.ID], ev)
+	}
+	return out
+}
+
+// waitEvents waits until the events topic holds a committed event for each observation of ids
+// and returns the events as events does. Stored is not enough: a poll's events commit after
+// its observations are stored, and a transaction aborted by a rebalance commits them later.
+func waitEvents(t testing.TB, w *world, ids []string) map[string][]storage.Event {
+	t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		evs := events(t, w)
+		missing := 0
+		for _, id := range ids {
+			if len(evs[obs.EventID(id)]) == 0 {
+				missing++
+			}
+		}
+		if missing == 0 {
+			return evs
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d observations have no committed event", missing, len(ids))
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 }
 
 func testLogger(t testing.TB) *slog.Logger {

@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"mime"
 	"net/http"
 	"sort"
@@ -36,6 +37,7 @@ import (
 // Defaults of Config.
 const (
 	DefaultMaxLag         = 200_000
+	DefaultLatencyBudget  = time.Second
 	DefaultLagInterval    = 250 * time.Millisecond
 	DefaultRetryAfter     = 2 * time.Second
 	DefaultRequestTimeout = 30 * time.Second
@@ -65,12 +67,18 @@ type Config struct {
 	// WriterGroup is the consumer group whose lag is watched; default
 	// processors/observations.DefaultGroup.
 	WriterGroup string
-	// MaxLag is the writer lag (records) past which intake answers 503 with Retry-After;
-	// default DefaultMaxLag, negative disables backpressure.
+	// LatencyBudget bounds accept → stored: intake answers 503 with Retry-After while storing
+	// what it has accepted would take the writers longer (lag ÷ their measured store rate);
+	// default DefaultLatencyBudget, negative disables it.
+	LatencyBudget time.Duration
+	// MaxLag is a hard bound on the writer lag (records) past which intake answers 503 with
+	// Retry-After whatever the store rate; default DefaultMaxLag, negative disables it.
 	MaxLag int64
 	// LagInterval is how often the lag is measured; default 250 ms.
 	LagInterval time.Duration
-	// RetryAfter is the Retry-After of 503 answers; default 2 s.
+	// RetryAfter is the Retry-After of 503 answers when no better one is known (the writers
+	// store nothing, a broker fails); default 2 s. Over the latency budget the answer is the
+	// estimated time until the backlog fits it again.
 	RetryAfter time.Duration
 	// RequestTimeout bounds a request from its first byte to its answer, reading the body
 	// included; default 30 s. A request over it is aborted (503) and nothing of it is stored.
@@ -105,6 +113,9 @@ func (c *Config) defaults() error {
 	}
 	if c.MaxLag == 0 {
 		c.MaxLag = DefaultMaxLag
+	}
+	if c.LatencyBudget == 0 {
+		c.LatencyBudget = DefaultLatencyBudget
 	}
 	if c.LagInterval <= 0 {
 		c.LagInterval = DefaultLagInterval
@@ -168,7 +179,7 @@ func New(cfg Config) (*Intake, error) {
 		m:         newMetrics(),
 		logger:    logger,
 	}
-	if cfg.MaxLag > 0 {
+	if cfg.MaxLag > 0 || cfg.LatencyBudget > 0 {
 		cl, err := kafka.NewClient(kafka.ClientConfig{Brokers: cfg.Brokers, ClientID: "carehub-ingest-lag", Logger: cfg.Logger})
 		if err != nil {
 			return nil, fmt.Errorf("observation intake: %w", err)
@@ -276,9 +287,14 @@ func (in *Intake) Submit(ctx context.Context, s Submission) (res Result, err err
 	if err != nil {
 		return Result{}, err
 	}
-	if lag, fresh := in.Lag(); fresh && lag > in.cfg.MaxLag {
+	if lag, fresh := in.Lag(); fresh && in.cfg.MaxLag > 0 && lag > in.cfg.MaxLag {
 		in.m.throttled.Inc()
 		return Result{}, fault.Unavailable("observation ingest is behind: %d observations wait to be stored; retry later", lag)
+	}
+	if est, over := in.overBudget(); over {
+		in.m.throttled.Inc()
+		return Result{}, fault.Unavailable("observation ingest is behind: what is accepted would be stored in %s, over its %s budget; retry later",
+			roundEstimate(est), in.cfg.LatencyBudget)
 	}
 	media, ndjson, err := mediaKind(s.ContentType)
 	if err != nil {
@@ -353,8 +369,34 @@ func (in *Intake) Submit(ctx context.Context, s Submission) (res Result, err err
 	return res, err
 }
 
-// RetryAfter is how long a client should wait after a 503 from Submit.
-func (in *Intake) RetryAfter() time.Duration { return in.cfg.RetryAfter }
+// RetryAfter is how long a client should wait after a 503 from Submit: over the latency
+// budget, the estimated time until the backlog fits it again (1 s to 30 s); otherwise (the
+// writers store nothing, a broker failed) Config.RetryAfter.
+func (in *Intake) RetryAfter() time.Duration {
+	est, over := in.overBudget()
+	if !over || est == time.Duration(math.MaxInt64) {
+		return in.cfg.RetryAfter
+	}
+	return min(max(est-in.cfg.LatencyBudget, time.Second), maxRetryAfter)
+}
+
+// overBudget returns the writers' estimated time to store what is accepted and whether it is
+// over the latency budget (false when the budget is off or the estimate is not current).
+func (in *Intake) overBudget() (time.Duration, bool) {
+	if in.lag == nil || in.cfg.LatencyBudget <= 0 {
+		return 0, false
+	}
+	est, fresh := in.lag.storeEstimate()
+	return est, fresh && est > in.cfg.LatencyBudget
+}
+
+// roundEstimate formats an estimate for an error message.
+func roundEstimate(d time.Duration) string {
+	if d == time.Duration(math.MaxInt64) {
+		return "an unknown time (the writers store nothing now)"
+	}
+	return d.Round(100 * time.Millisecond).String()
+}
 
 // RequestTimeout bounds a Submit; transports bound reading the body by it too.
 func (in *Intake) RequestTimeout() time.Duration { return in.cfg.RequestTimeout }

@@ -17,10 +17,13 @@
 // event id (the event log by primary key, webhooks by delivery key); that is the documented
 // at-least-once contract of carehub.events.v1.
 //
-// Within one relay rows are produced in seq order, and the producer keeps per-partition order.
-// seq follows insertion, not commit, order, and with several relays under a backlog two batches
-// may be in flight at once, so consumers must not rely on cross-batch order; events carry
-// createdAt.
+// Under a backlog a relay keeps Options.Workers batches in flight (claiming, waiting for the
+// broker and committing are round trips; one batch at a time left the database and the broker
+// idle in turn). Claims are serialized, so within one relay rows enter the producer in seq
+// order, and the producer keeps per-partition order, as long as every batch succeeds: a batch
+// that fails is produced again after the later ones. seq follows insertion, not commit, order,
+// and with several relays two batches may be in flight at once, so consumers must not rely on
+// cross-batch order; events carry createdAt.
 //
 // # Failure
 //
@@ -58,6 +61,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"golang.org/x/sync/errgroup"
 )
 
 // Channel is the Postgres notification channel Append notifies and the relay listens on.
@@ -69,7 +73,8 @@ const HeaderEventID = "event-id"
 
 // Defaults of Options.
 const (
-	DefaultBatchSize       = 500
+	DefaultBatchSize       = 2000
+	DefaultWorkers         = 3
 	DefaultPollInterval    = time.Second
 	DefaultRetention       = time.Hour
 	DefaultCleanupInterval = time.Minute
@@ -86,6 +91,9 @@ type Options struct {
 	Logger *slog.Logger // default: discard
 	// BatchSize is the number of rows claimed and produced together. Default DefaultBatchSize.
 	BatchSize int
+	// Workers is how many batches are in flight at once while there is a backlog. Default
+	// DefaultWorkers.
+	Workers int
 	// PollInterval is the fallback wake-up when no notification arrives. Default 1 s.
 	PollInterval time.Duration
 	// Retention is how long sent rows are kept (for inspection and replays) before cleanup
@@ -106,6 +114,9 @@ func (o *Options) defaults() {
 	}
 	if o.BatchSize <= 0 {
 		o.BatchSize = DefaultBatchSize
+	}
+	if o.Workers <= 0 {
+		o.Workers = DefaultWorkers
 	}
 	if o.PollInterval <= 0 {
 		o.PollInterval = DefaultPollInterval
@@ -128,6 +139,7 @@ type Relay struct {
 	opts     Options
 	log      *slog.Logger
 	m        metrics
+	claimMu  sync.Mutex // see claim
 }
 
 // New returns a relay that reads pool's outbox table and produces with producer, which should
@@ -189,14 +201,29 @@ func (r *Relay) Run(ctx context.Context) error {
 	}
 }
 
-// drain publishes batches until one comes back short.
+// drain publishes batches until one comes back short, with Options.Workers batches in flight
+// while a backlog lasts: claiming rows, waiting for the broker and committing are round trips,
+// and one batch at a time leaves the database and the broker idle in turn.
 func (r *Relay) drain(ctx context.Context) error {
-	for {
-		n, err := r.publishBatch(ctx)
-		if err != nil || n < r.opts.BatchSize {
-			return err
+	n, err := r.publishBatch(ctx)
+	if err != nil || n < r.opts.BatchSize || r.opts.Workers == 1 {
+		for err == nil && n == r.opts.BatchSize {
+			n, err = r.publishBatch(ctx)
 		}
+		return err
 	}
+	g, gctx := errgroup.WithContext(ctx)
+	for range r.opts.Workers {
+		g.Go(func() error {
+			for {
+				n, err := r.publishBatch(gctx)
+				if err != nil || n < r.opts.BatchSize {
+					return err
+				}
+			}
+		})
+	}
+	return g.Wait()
 }
 
 type outboxRow struct {
@@ -210,56 +237,22 @@ type outboxRow struct {
 
 // publishBatch claims, produces and marks one batch; it returns how many rows it claimed.
 func (r *Relay) publishBatch(ctx context.Context) (int, error) {
-	tx, err := r.pool.Begin(ctx)
-	if err != nil {
-		return 0, fmt.Errorf("begin: %w", err)
+	tx, batch, wait, err := r.claim(ctx)
+	if err != nil || len(batch) == 0 {
+		return 0, err
 	}
 	// Not ctx: on shutdown the rollback of an unfinished batch must still reach the server.
 	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
-
-	rows, err := tx.Query(ctx, `
-select seq, event_id, topic, key, value::text, created_at
-from outbox
-where sent_at is null
-order by seq
-limit $1
-for update skip locked`, r.opts.BatchSize)
-	if err != nil {
-		return 0, fmt.Errorf("claim rows: %w", err)
-	}
-	batch, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (outboxRow, error) {
-		var x outboxRow
-		err := row.Scan(&x.seq, &x.eventID, &x.topic, &x.key, &x.value, &x.createdAt)
-		return x, err
-	})
-	if err != nil {
-		return 0, fmt.Errorf("claim rows: %w", err)
-	}
-	if len(batch) == 0 {
-		return 0, nil
-	}
-
-	records := make([]*kgo.Record, len(batch))
-	for i, x := range batch {
-		records[i] = &kgo.Record{
-			Topic:   x.topic,
-			Key:     []byte(x.key),
-			Value:   []byte(x.value),
-			Headers: []kgo.RecordHeader{{Key: HeaderEventID, Value: []byte(x.eventID)}},
-		}
-	}
-	produceCtx, cancel := context.WithTimeout(ctx, r.opts.PublishTimeout)
-	results := r.producer.ProduceSync(produceCtx, records...)
-	cancel()
+	results := wait()
 	acked := time.Now()
 
 	// Mark what the broker acknowledged even if other records failed: those need no resend.
 	sent := make([]int64, 0, len(batch))
 	var produceErr error
-	for i, res := range results {
-		if res.Err != nil {
+	for i, err := range results {
+		if err != nil {
 			if produceErr == nil {
-				produceErr = fmt.Errorf("produce event %s to %s: %w", batch[i].eventID, batch[i].topic, res.Err)
+				produceErr = fmt.Errorf("produce event %s to %s: %w", batch[i].eventID, batch[i].topic, err)
 			}
 			continue
 		}
@@ -280,8 +273,8 @@ for update skip locked`, r.opts.BatchSize)
 			return len(batch), errors.Join(produceErr, fmt.Errorf("commit sent: %w", err))
 		}
 		r.m.published.Add(float64(len(sent)))
-		for i, res := range results {
-			if res.Err == nil {
+		for i, err := range results {
+			if err == nil {
 				r.m.latency.Observe(acked.Sub(batch[i].createdAt).Seconds())
 			}
 		}
@@ -291,6 +284,63 @@ for update skip locked`, r.opts.BatchSize)
 		return len(batch), produceErr
 	}
 	return len(batch), nil
+}
+
+// claim begins a transaction, locks the next batch of unsent rows in it and hands their records
+// to the producer; wait returns each record's produce error once the broker has answered for
+// all of them. Claims are serialized (claimMu), so the batches a relay has in flight enter the
+// producer in seq order, which keeps each partition's records in that order while every batch
+// succeeds. A claim that finds no row returns no transaction.
+func (r *Relay) claim(ctx context.Context) (_ pgx.Tx, _ []outboxRow, wait func() []error, err error) {
+	r.claimMu.Lock()
+	defer r.claimMu.Unlock()
+	tx, err := r.pool.Begin(ctx)
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("begin: %w", err)
+	}
+	rows, err := tx.Query(ctx, `
+select seq, event_id, topic, key, value::text, created_at
+from outbox
+where sent_at is null
+order by seq
+limit $1
+for update skip locked`, r.opts.BatchSize)
+	var batch []outboxRow
+	if err == nil {
+		batch, err = pgx.CollectRows(rows, func(row pgx.CollectableRow) (outboxRow, error) {
+			var x outboxRow
+			err := row.Scan(&x.seq, &x.eventID, &x.topic, &x.key, &x.value, &x.createdAt)
+			return x, err
+		})
+	}
+	if err != nil || len(batch) == 0 {
+		_ = tx.Rollback(context.WithoutCancel(ctx))
+		if err != nil {
+			return nil, nil, nil, fmt.Errorf("claim rows: %w", err)
+		}
+		return nil, nil, nil, nil
+	}
+
+	produceCtx, cancel := context.WithTimeout(ctx, r.opts.PublishTimeout)
+	errs := make([]error, len(batch))
+	var acked sync.WaitGroup
+	acked.Add(len(batch))
+	for i, x := range batch {
+		r.producer.Produce(produceCtx, &kgo.Record{
+			Topic:   x.topic,
+			Key:     []byte(x.key),
+			Value:   []byte(x.value),
+			Headers: []kgo.RecordHeader{{Key: HeaderEventID, Value: []byte(x.eventID)}},
+		}, func(_ *kgo.Record, err error) {
+			errs[i] = err
+			acked.Done()
+		})
+	}
+	return tx, batch, func() []error {
+		acked.Wait()
+		cancel()
+		return errs
+	}, nil
 }
 
 func (r *Relay) refreshBacklog(ctx context.Context) {

@@ -11,17 +11,20 @@
 //
 // # Batches, commits and rebalances
 //
-// The writer polls records into a batch bounded by size (Config.BatchSize) and age
-// (Config.BatchInterval), appends the batch's events in one call, then commits the batch's
-// offsets synchronously (auto-commit is off). A record that is not a valid envelope is logged
-// by topic, partition and offset, counted, and skipped: it is committed with its batch and
-// never blocks its partition.
+// The writer stores what each poll returns at once (at most Config.BatchSize records): there is
+// no linger, so at a low rate an event is stored as soon as it is fetched, and under load the
+// batches grow by themselves with what arrives while the previous one is being stored. A batch
+// is appended in chunks of Config.ChunkSize events, Config.Concurrency chunks at once, so one
+// large batch is not one long transaction that every later event waits behind; then the
+// batch's offsets are committed synchronously (auto-commit is off). A record that is not a
+// valid envelope is logged by topic, partition and offset, counted, and skipped: it is
+// committed with its batch and never blocks its partition.
 //
-// Rebalances use kgo.BlockRebalanceOnPoll: from the poll that starts a batch until the batch is
-// stored and committed, the group cannot take partitions away, so the writer never commits a
+// Rebalances use kgo.BlockRebalanceOnPoll: from the poll that returns a batch until the batch
+// is stored and committed, the group cannot take partitions away, so the writer never commits a
 // partition it no longer owns and hands over partitions with nothing processed-but-uncommitted
 // (no re-processing on a clean rebalance). The price is that a rebalance waits for the batch in
-// hand, at most BatchInterval plus one store call. The alternative, flushing from an
+// hand, at most one store call. The alternative, flushing from an
 // OnPartitionsRevoked callback, runs concurrently with the poll loop and needs a lock around the
 // batch plus care for records polled just before the revoke; blocking is simpler to reason
 // about. When the store fails the writer does not hold the rebalance: it drops the batch, rewinds
@@ -36,12 +39,14 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"golang.org/x/sync/errgroup"
 
 	"carehub/processors/events"
 	"carehub/storage"
@@ -50,11 +55,12 @@ import (
 
 // Defaults of Config.
 const (
-	DefaultGroup         = "carehub-eventlog"
-	DefaultClientID      = "carehub-eventlog"
-	DefaultBatchSize     = 5000
-	DefaultBatchInterval = 50 * time.Millisecond
-	DefaultLagInterval   = 15 * time.Second
+	DefaultGroup       = "carehub-eventlog"
+	DefaultClientID    = "carehub-eventlog"
+	DefaultBatchSize   = 5000
+	DefaultChunkSize   = 1000
+	DefaultConcurrency = 3
+	DefaultLagInterval = 15 * time.Second
 	// storeTimeout bounds one AppendEvents call.
 	storeTimeout = 30 * time.Second
 	// shutdownTimeout bounds storing and committing the batch in hand when Run's context ends.
@@ -81,11 +87,14 @@ type Config struct {
 	// Registerer receives the writer's metrics, the Kafka client's and the group's lag gauge
 	// when set.
 	Registerer prometheus.Registerer
-	// BatchSize is the most records stored in one AppendEvents call. Default DefaultBatchSize.
+	// BatchSize is the most records taken by one poll and committed together. Default
+	// DefaultBatchSize.
 	BatchSize int
-	// BatchInterval is the longest a polled record waits for its batch to fill before the
-	// batch is stored. Default DefaultBatchInterval.
-	BatchInterval time.Duration
+	// ChunkSize is the most events of one AppendEvents call. Default DefaultChunkSize.
+	ChunkSize int
+	// Concurrency is how many AppendEvents calls of one batch run at once. Default
+	// DefaultConcurrency.
+	Concurrency int
 	// LagInterval is how often the lag gauge is refreshed (only with a Registerer). Default
 	// DefaultLagInterval; negative disables the gauge.
 	LagInterval time.Duration
@@ -98,8 +107,8 @@ func (c Config) Validate() error {
 		return errors.New("eventlog writer: no brokers")
 	case c.Store == nil:
 		return errors.New("eventlog writer: no store")
-	case c.BatchSize < 0:
-		return errors.New("eventlog writer: negative batch size")
+	case c.BatchSize < 0 || c.ChunkSize < 0 || c.Concurrency < 0:
+		return errors.New("eventlog writer: negative batch size, chunk size or concurrency")
 	}
 	return nil
 }
@@ -120,8 +129,11 @@ func (c *Config) defaults() {
 	if c.BatchSize == 0 {
 		c.BatchSize = DefaultBatchSize
 	}
-	if c.BatchInterval <= 0 {
-		c.BatchInterval = DefaultBatchInterval
+	if c.ChunkSize == 0 {
+		c.ChunkSize = DefaultChunkSize
+	}
+	if c.Concurrency == 0 {
+		c.Concurrency = DefaultConcurrency
 	}
 	if c.LagInterval == 0 {
 		c.LagInterval = DefaultLagInterval
@@ -184,9 +196,8 @@ func (w *Writer) Close() {
 // batch is what the writer has polled and not yet stored: every record (for the commit) and
 // the events decoded from the valid ones.
 type batch struct {
-	records  []*kgo.Record
-	events   []storage.Event
-	deadline time.Time
+	records []*kgo.Record
+	events  []storage.Event
 }
 
 func (b *batch) reset() {
@@ -212,12 +223,7 @@ func (w *Writer) Run(ctx context.Context) error {
 	b := &batch{}
 	failures := 0
 	for ctx.Err() == nil {
-		pollCtx, cancel := ctx, context.CancelFunc(func() {})
-		if len(b.records) > 0 {
-			pollCtx, cancel = context.WithDeadline(ctx, b.deadline)
-		}
-		fetches := w.cl.PollRecords(pollCtx, w.cfg.BatchSize-len(b.records))
-		cancel()
+		fetches := w.cl.PollRecords(ctx, w.cfg.BatchSize)
 		if fetches.IsClientClosed() {
 			return nil
 		}
@@ -227,9 +233,6 @@ func (w *Writer) Run(ctx context.Context) error {
 			}
 		})
 		fetches.EachRecord(func(r *kgo.Record) {
-			if len(b.records) == 0 {
-				b.deadline = time.Now().Add(w.cfg.BatchInterval)
-			}
 			b.records = append(b.records, r)
 			ev, err := events.Decode(r.Value)
 			if err != nil {
@@ -245,9 +248,6 @@ func (w *Writer) Run(ctx context.Context) error {
 			// that blocks rebalances; nothing is in hand, so release it.
 			w.cl.AllowRebalance()
 			continue
-		}
-		if len(b.records) < w.cfg.BatchSize && time.Now().Before(b.deadline) && ctx.Err() == nil {
-			continue // keep filling; rebalances stay blocked meanwhile
 		}
 		if ctx.Err() != nil {
 			break
@@ -282,13 +282,19 @@ func (w *Writer) Run(ctx context.Context) error {
 	return nil
 }
 
-// flush stores b's events and then commits all of b's records. It returns an error only when
-// the store failed; a failed commit is logged, since the events are stored and reading them
-// again is harmless.
+// flush stores b's events, in chunks of ChunkSize with up to Concurrency at once, and then
+// commits all of b's records. It returns an error only when the store failed (some chunks may
+// be stored: the retry stores them again, which the store ignores by id); a failed commit is
+// logged, since the events are stored and reading them again is harmless.
 func (w *Writer) flush(ctx context.Context, b *batch) error {
 	if len(b.events) > 0 {
 		storeCtx, cancel := context.WithTimeout(ctx, storeTimeout)
-		err := w.cfg.Store.AppendEvents(storeCtx, b.events)
+		g, gctx := errgroup.WithContext(storeCtx)
+		g.SetLimit(w.cfg.Concurrency)
+		for chunk := range slices.Chunk(b.events, w.cfg.ChunkSize) {
+			g.Go(func() error { return w.cfg.Store.AppendEvents(gctx, chunk) })
+		}
+		err := g.Wait()
 		cancel()
 		if err != nil {
 			w.m.storeErrors.Inc()

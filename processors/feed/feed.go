@@ -100,11 +100,19 @@ func (s *Service) Events(ctx context.Context, q Query) (Page, error) {
 // the caller's access to its patients cannot be decided (Postgres unreachable), the event is
 // served redacted rather than withheld or leaked.
 func (s *Service) Serve(ctx context.Context, ev storage.Event) phi.Event {
-	evs, err := s.guard.Events(ctx, []storage.Event{ev})
+	return s.serve(ctx, []storage.Event{ev})[0]
+}
+
+// serve is Serve of several events.
+func (s *Service) serve(ctx context.Context, evs []storage.Event) []phi.Event {
+	served, err := s.guard.Events(ctx, evs)
 	if err != nil {
-		return phi.RedactEvent(ev)
+		served = make([]phi.Event, len(evs))
+		for i, ev := range evs {
+			served[i] = phi.RedactEvent(ev)
+		}
 	}
-	return evs[0]
+	return served
 }
 
 // Publish creates an event of type typ with payload (a JSON object of at most 256 KiB) in one of
@@ -112,39 +120,80 @@ func (s *Service) Serve(ctx context.Context, ev storage.Event) phi.Event {
 // the caller may see it: a payload that names a patient is patient data like any other
 // (phi.FreeForm). Requires exec:workflows.
 func (s *Service) Publish(ctx context.Context, typ string, payload json.RawMessage, projectID string) (*phi.Event, error) {
+	evs, err := s.publish(ctx, []Draft{{ProjectID: projectID, Type: typ, Payload: payload}}, func(int) string { return "" })
+	if err != nil {
+		return nil, err
+	}
+	return &evs[0], nil
+}
+
+// MaxBatch is the most events PublishBatch takes in one call.
+const MaxBatch = 1000
+
+// Draft is an event a client publishes: its project, type and payload.
+type Draft struct {
+	ProjectID string
+	Type      string
+	Payload   json.RawMessage
+}
+
+// PublishBatch publishes 1 to MaxBatch events as Publish does each, all or nothing: every draft
+// is checked first (a validation failure names each field as "[i].field"; a project the caller
+// cannot see is NotFound), then all the events are written to the outbox in one transaction.
+// It returns them in the order of drafts, as the caller may see them. Requires exec:workflows.
+func (s *Service) PublishBatch(ctx context.Context, drafts []Draft) ([]phi.Event, error) {
+	if len(drafts) == 0 || len(drafts) > MaxBatch {
+		return nil, fault.Invalid("a batch holds 1 to %d events, not %d", MaxBatch, len(drafts))
+	}
+	return s.publish(ctx, drafts, func(i int) string { return fmt.Sprintf("[%d].", i) })
+}
+
+// publish checks, writes and serves drafts; field(i) prefixes the names of draft i's invalid
+// fields.
+func (s *Service) publish(ctx context.Context, drafts []Draft, field func(int) string) ([]phi.Event, error) {
 	p, err := access.Require(ctx, access.ExecWorkflows)
 	if err != nil {
 		return nil, err
 	}
 	bad := map[string]string{}
-	if !events.ValidType(typ) {
-		bad["type"] = "must be two or more dot-separated segments of a-z, 0-9 and _, such as device.observation_received"
-	}
-	switch t := strings.TrimSpace(string(payload)); {
-	case len(payload) > MaxPayloadBytes:
-		bad["payload"] = fmt.Sprintf("is %d bytes; at most %d (256 KiB) are allowed", len(payload), MaxPayloadBytes)
-	case !strings.HasPrefix(t, "{") || !json.Valid(payload):
-		bad["payload"] = "must be a JSON object"
+	for i, d := range drafts {
+		if d.ProjectID == "" {
+			bad[field(i)+"projectId"] = "is required"
+		}
+		if !events.ValidType(d.Type) {
+			bad[field(i)+"type"] = "must be two or more dot-separated segments of a-z, 0-9 and _, such as device.observation_received"
+		}
+		switch t := strings.TrimSpace(string(d.Payload)); {
+		case len(d.Payload) > MaxPayloadBytes:
+			bad[field(i)+"payload"] = fmt.Sprintf("is %d bytes; at most %d (256 KiB) are allowed", len(d.Payload), MaxPayloadBytes)
+		case !strings.HasPrefix(t, "{") || !json.Valid(d.Payload):
+			bad[field(i)+"payload"] = "must be a JSON object"
+		}
 	}
 	if len(bad) > 0 {
 		return nil, fault.Validation("invalid event", bad)
 	}
-	orgID, err := s.projectOrg(ctx, p, projectID)
-	if err != nil {
-		return nil, err
+	orgs := map[string]string{} // project → organization
+	evs := make([]storage.Event, len(drafts))
+	for i, d := range drafts {
+		orgID, ok := orgs[d.ProjectID]
+		if !ok {
+			if orgID, err = s.projectOrg(ctx, p, d.ProjectID); err != nil {
+				return nil, err
+			}
+			orgs[d.ProjectID] = orgID
+		}
+		if evs[i], err = events.New(d.Type, orgID, d.ProjectID, events.SourceIntegration, events.SeverityInfo, d.Payload); err != nil {
+			return nil, fault.Invalid("invalid event %s: %v", strings.TrimSuffix(field(i), "."), err)
+		}
 	}
-	ev, err := events.New(typ, orgID, projectID, events.SourceIntegration, events.SeverityInfo, payload)
-	if err != nil {
-		return nil, fault.Invalid("invalid event: %v", err)
-	}
-	err = idempotency.Tx(ctx, s.pool, &ev, func(tx pgx.Tx) error {
-		return events.Append(ctx, tx, s.eventsTopic, ev)
+	err = idempotency.Tx(ctx, s.pool, &evs, func(tx pgx.Tx) error {
+		return events.Append(ctx, tx, s.eventsTopic, evs...)
 	})
 	if err != nil {
-		return nil, fmt.Errorf("publish event: %w", err)
+		return nil, fmt.Errorf("publish events: %w", err)
 	}
-	served := s.Serve(ctx, ev)
-	return &served, nil
+	return s.serve(ctx, evs), nil
 }
 
 // projectOrg returns the organization of a project the caller sees, or NotFound.

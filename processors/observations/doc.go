@@ -1,31 +1,40 @@
 // Package observations is the observation writer: the consumer group ("carehub-observations")
-// that stores device observations from carehub.observations.v1 in Postgres and queues one
-// device.observation_received event per observation it stores, and the wire format of that
-// topic (Message), which ingest/observations produces.
+// that stores device observations from carehub.observations.v1 in Postgres and produces one
+// device.observation_received event per stored observation to carehub.events.v1, and the wire
+// format of that topic (Message), which ingest/observations produces.
 //
-// # Effectively once
+// # Exactly once in effect, in the stream
 //
 // Intake answers 202 only after the Kafka transaction that holds a request's records commits,
-// and the writer reads read-committed, so every record the writer sees was acknowledged to a
-// client and nothing from a failed request is ever stored. Delivery to the writer is at least
-// once; storing is idempotent by observation id: one Postgres transaction per partition's share
-// of a poll (up to Concurrency at once) copies the records into a temporary table, inserts them
-// with ON CONFLICT (id) DO NOTHING RETURNING id, and appends to the outbox
-// (processors/events.Append) the events of exactly the returned ids. So an observation is stored if and only if its event
-// is queued, and a redelivered record stores nothing and queues nothing. The outbox relay
-// publishes each row at least once under the event id EventID(observation id), derived rather
-// than random, so every copy carries one id and consumers that deduplicate by event id (event
-// log, webhooks) see the event once.
+// and every carehub consumer reads committed, so every record the writer sees was acknowledged
+// to a client and nothing from a failed request is ever stored. The record is durable on the
+// topic, so its event is derived from it in the stream rather than queued again through a
+// Postgres outbox row (insert, relay claim, update, cleanup per observation halved the writer).
 //
-// Offsets are committed only for stored records (marked after commit; committed then, on
-// revoke and on close), and rebalances wait for the batch in hand (kgo.BlockRebalanceOnPoll).
-// A writer killed at any point leaves at worst a batch stored but not committed, which its
-// successor re-reads and skips.
+// Per poll (kgo.GroupTransactSession, rebalances held off while a poll is in hand):
+//
+//  1. Store: each partition's records, in chunks of at most ChunkSize, are Postgres
+//     transactions, up to Concurrency at once: COPY into a temporary table, then INSERT …
+//     ON CONFLICT (id) DO NOTHING, which also returns which rows are in observations now (new
+//     or stored before; a patient outside its organization never is).
+//  2. Emit: one Kafka transaction produces the event of every such observation — not only the
+//     new ones, so a poll re-read after a crash still emits what it did not commit — under the
+//     id EventID(observation id), and commits the poll's offsets.
+//
+// A crash before 2 commits aborts the transaction (a restarted writer with the same
+// TransactionalID fences it at once; otherwise it times out): its events are never read, the
+// offsets stay, and the poll is read again, stores nothing twice and emits the same events in a
+// new transaction. A crash after 2 has nothing to redo. So the events topic holds one committed
+// event per observation record; a record that is on the topic twice (a client that sent the
+// same observation again) has its event twice under one id, which consumers deduplicate (event
+// log: ON CONFLICT (id); webhooks: one delivery per (webhook, event); workflow triggers: one run
+// per (workflow, event)).
 //
 // # Files
 //
 //	message.go  Message, DecodeMessage, EventID: the topic's records
-//	writer.go   Writer: the consumer loop, commits, rebalances
-//	store.go    the batch transaction (COPY, insert, events) and the device-event project
+//	writer.go   Writer: the consumer loop, chunks, the Kafka transaction
+//	store.go    the batch transaction (COPY, insert) and the device-event project
+//	event.go    the device.observation_received records
 //	metrics.go  Prometheus metrics
 package observations

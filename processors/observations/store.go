@@ -2,7 +2,6 @@ package observations
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -14,10 +13,9 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"carehub/processors/events"
-	"carehub/storage"
 )
 
-// EventType is the type of the event queued for each newly stored observation.
+// EventType is the type of the event the writer produces for each stored observation.
 const EventType = events.TypeDeviceObservationReceived
 
 // ClientIDSystem is the identifier system under which a stored Observation keeps the id its
@@ -27,21 +25,20 @@ const ClientIDSystem = "urn:carehub:client-id"
 // projectTTL bounds how long a resolved device-event project is reused.
 const projectTTL = time.Minute
 
-// store writes batches of observations and their events.
+// store writes batches of observations, idempotently by id.
 type store struct {
-	pool        *pgxpool.Pool
-	eventsTopic string
-	emit        bool
-	projects    projectCache
+	pool     *pgxpool.Pool
+	projects projectCache
 }
 
-func newStore(pool *pgxpool.Pool, eventsTopic string, emit bool) *store {
-	return &store{pool: pool, eventsTopic: eventsTopic, emit: emit, projects: projectCache{m: map[string]projectEntry{}}}
+func newStore(pool *pgxpool.Pool) *store {
+	return &store{pool: pool, projects: projectCache{m: map[string]projectEntry{}}}
 }
 
 // storeResult says what one batch did.
 type storeResult struct {
-	stored         []Message // newly stored, in batch order
+	present        []Message // in observations after the batch, once per id, in batch order: each gets its event
+	stored         []Message // of present, those this batch stored
 	duplicates     int       // already stored (redeliveries, repeated client ids)
 	unknownPatient int       // patient absent from the record's organization: never stored
 	rejected       int       // values Postgres refused (e.g. \u0000 in a JSON string): never stored
@@ -56,13 +53,19 @@ const createIncoming = `create temp table if not exists observations_in (
 var incomingColumns = []string{"id", "org_id", "patient_id", "status", "loinc", "value", "unit", "effective_at",
 	"device_type", "client_id", "resource", "received_at"}
 
-// insertIncoming moves the temporary rows into observations. A row is stored only when its
-// patient belongs to its organization (intake checked; this keeps a stray record from writing
-// across tenants), once per id (distinct on, then ON CONFLICT for rows stored earlier or by a
-// concurrent writer). The resource gets carehub's id, and the client's id as an identifier.
-const insertIncoming = `insert into observations (id, org_id, patient_id, status, code, loinc, subject, value, unit,
+// insertIncoming moves the temporary rows into observations and returns, for every row that is
+// in observations afterwards, its id and whether this statement stored it. A row is stored only
+// when its patient belongs to its organization (intake checked; this keeps a stray record from
+// writing across tenants), once per id (distinct on, then ON CONFLICT for rows stored earlier or
+// by a concurrent writer). The resource gets carehub's id, and the client's id as an identifier.
+const insertIncoming = `with storable as (
+	select distinct on (t.id) t.* from observations_in t
+	join patients p on p.id = t.patient_id and p.org_id = t.org_id
+	order by t.id
+), ins as (
+insert into observations (id, org_id, patient_id, status, code, loinc, subject, value, unit,
 	effective_at, device_type, resource, received_at)
-select distinct on (t.id) t.id, t.org_id, t.patient_id, t.status,
+select t.id, t.org_id, t.patient_id, t.status,
 	coalesce(t.resource->'code', '{}'::jsonb), t.loinc,
 	coalesce(t.resource->'subject', jsonb_build_object('reference', 'Patient/' || t.patient_id)),
 	t.value, t.unit, t.effective_at, t.device_type,
@@ -72,35 +75,26 @@ select distinct on (t.id) t.id, t.org_id, t.patient_id, t.status,
 		|| jsonb_build_array(jsonb_build_object('system', $1::text, 'value', t.client_id)))
 	end,
 	t.received_at
-from observations_in t
-join patients p on p.id = t.patient_id and p.org_id = t.org_id
+from storable t
 order by t.id
 on conflict (id) do nothing
-returning id`
+returning id
+)
+select s.id, ins.id is not null from storable s left join ins on ins.id = s.id`
 
-const countUnknownPatients = `select count(*) from observations_in t
-where not exists (select 1 from patients p where p.id = t.patient_id and p.org_id = t.org_id)`
-
-// write stores msgs in one transaction with their events. When Postgres refuses a value
+// write stores msgs in one transaction. When Postgres refuses a value
 // (a data exception, SQLSTATE class 22: what a record that slipped past intake's checks could
 // carry), it stores the batch again one record at a time and skips the refused ones, so one
 // bad record never stalls the partition.
 func (s *store) write(ctx context.Context, msgs []Message) (storeResult, error) {
-	var projects map[string]string
-	if s.emit {
-		var err error
-		if projects, err = s.projects.resolve(ctx, s.pool, msgs); err != nil {
-			return storeResult{}, err
-		}
-	}
-	res, err := s.writeTx(ctx, msgs, projects, false)
+	res, err := s.writeTx(ctx, msgs, false)
 	if err != nil && isDataError(err) {
-		return s.writeTx(ctx, msgs, projects, true)
+		return s.writeTx(ctx, msgs, true)
 	}
 	return res, err
 }
 
-func (s *store) writeTx(ctx context.Context, msgs []Message, projects map[string]string, oneByOne bool) (storeResult, error) {
+func (s *store) writeTx(ctx context.Context, msgs []Message, oneByOne bool) (storeResult, error) {
 	tx, err := s.pool.Begin(ctx)
 	if err != nil {
 		return storeResult{}, fmt.Errorf("store observations: begin: %w", err)
@@ -111,12 +105,12 @@ func (s *store) writeTx(ctx context.Context, msgs []Message, projects map[string
 	}
 	var res storeResult
 	if !oneByOne {
-		if res, err = s.insert(ctx, tx, msgs, projects); err != nil {
+		if res, err = s.insert(ctx, tx, msgs); err != nil {
 			return storeResult{}, err
 		}
 	} else {
 		for i := range msgs {
-			one, err := s.insertSavepoint(ctx, tx, msgs[i:i+1], projects)
+			one, err := s.insertSavepoint(ctx, tx, msgs[i:i+1])
 			if isDataError(err) {
 				res.rejected++
 				continue
@@ -124,6 +118,7 @@ func (s *store) writeTx(ctx context.Context, msgs []Message, projects map[string
 			if err != nil {
 				return storeResult{}, err
 			}
+			res.present = append(res.present, one.present...)
 			res.stored = append(res.stored, one.stored...)
 			res.duplicates += one.duplicates
 			res.unknownPatient += one.unknownPatient
@@ -135,12 +130,12 @@ func (s *store) writeTx(ctx context.Context, msgs []Message, projects map[string
 	return res, nil
 }
 
-func (s *store) insertSavepoint(ctx context.Context, tx pgx.Tx, msgs []Message, projects map[string]string) (storeResult, error) {
+func (s *store) insertSavepoint(ctx context.Context, tx pgx.Tx, msgs []Message) (storeResult, error) {
 	sp, err := tx.Begin(ctx)
 	if err != nil {
 		return storeResult{}, fmt.Errorf("store observations: savepoint: %w", err)
 	}
-	res, err := s.insert(ctx, sp, msgs, projects)
+	res, err := s.insert(ctx, sp, msgs)
 	if err == nil {
 		// The next record is copied into the same temporary table in this transaction.
 		_, err = sp.Exec(ctx, `delete from observations_in`)
@@ -155,9 +150,8 @@ func (s *store) insertSavepoint(ctx context.Context, tx pgx.Tx, msgs []Message, 
 	return res, nil
 }
 
-// insert copies msgs into the temporary table, moves the new ones into observations, queues
-// their events and empties the temporary table again.
-func (s *store) insert(ctx context.Context, tx pgx.Tx, msgs []Message, projects map[string]string) (storeResult, error) {
+// insert copies msgs into the temporary table and moves the new ones into observations.
+func (s *store) insert(ctx context.Context, tx pgx.Tx, msgs []Message) (storeResult, error) {
 	rows := make([][]any, len(msgs))
 	for i := range msgs {
 		m := &msgs[i]
@@ -168,76 +162,38 @@ func (s *store) insert(ctx context.Context, tx pgx.Tx, msgs []Message, projects 
 		return storeResult{}, fmt.Errorf("store observations: copy: %w", err)
 	}
 	qrows, _ := tx.Query(ctx, insertIncoming, ClientIDSystem)
-	newIDs, err := pgx.CollectRows(qrows, pgx.RowTo[string])
+	isNew := make(map[string]bool, len(msgs))
+	var id string
+	var fresh bool
+	_, err := pgx.ForEachRow(qrows, []any{&id, &fresh}, func() error {
+		isNew[id] = fresh
+		return nil
+	})
 	if err != nil {
 		return storeResult{}, fmt.Errorf("store observations: insert: %w", err)
 	}
-	res := storeResult{}
-	if len(newIDs) < len(msgs) {
-		var unknown int
-		if err := tx.QueryRow(ctx, countUnknownPatients).Scan(&unknown); err != nil {
-			return storeResult{}, fmt.Errorf("store observations: %w", err)
+	res := storeResult{present: make([]Message, 0, len(isNew))}
+	seen := make(map[string]bool, len(isNew))
+	for i := range msgs {
+		fresh, ok := isNew[msgs[i].ID]
+		switch {
+		case !ok:
+			res.unknownPatient++
+		case seen[msgs[i].ID]:
+			// A repeated id in the batch: stored once (distinct on), its event produced once.
+			res.duplicates++
+		case fresh:
+			res.stored = append(res.stored, msgs[i])
+			res.present = append(res.present, msgs[i])
+		default:
+			res.duplicates++
+			res.present = append(res.present, msgs[i])
 		}
-		res.unknownPatient = unknown
-		res.duplicates = len(msgs) - len(newIDs) - unknown
-	}
-	if len(newIDs) > 0 {
-		isNew := make(map[string]bool, len(newIDs))
-		for _, id := range newIDs {
-			isNew[id] = true
-		}
-		res.stored = make([]Message, 0, len(newIDs))
-		for i := range msgs {
-			// distinct on stored each id once; report it once.
-			if isNew[msgs[i].ID] {
-				res.stored = append(res.stored, msgs[i])
-				delete(isNew, msgs[i].ID)
-			}
-		}
-	}
-	if s.emit && len(res.stored) > 0 {
-		evs, err := receivedEvents(res.stored, projects)
-		if err != nil {
-			return storeResult{}, err
-		}
-		if err := events.Append(ctx, tx, s.eventsTopic, evs...); err != nil {
-			return storeResult{}, fmt.Errorf("store observations: %w", err)
+		if ok {
+			seen[msgs[i].ID] = true
 		}
 	}
 	return res, nil
-}
-
-// receivedPayload is the payload of device.observation_received (DECISIONS §4).
-type receivedPayload struct {
-	ObservationID string  `json:"observationId"`
-	PatientID     string  `json:"patientId"`
-	Code          string  `json:"code"`
-	DeviceType    string  `json:"deviceType,omitempty"`
-	Value         float64 `json:"value"`
-	Unit          string  `json:"unit,omitempty"`
-	EffectiveAt   string  `json:"effectiveAt"`
-}
-
-// receivedEvents builds the events of newly stored observations, with ids derived from the
-// observation ids (EventID).
-func receivedEvents(stored []Message, projects map[string]string) ([]storage.Event, error) {
-	now := events.Now()
-	evs := make([]storage.Event, len(stored))
-	for i := range stored {
-		m := &stored[i]
-		payload, err := json.Marshal(receivedPayload{
-			ObservationID: m.ID, PatientID: m.PatientID, Code: m.Code, DeviceType: m.DeviceType,
-			Value: m.Value, Unit: m.Unit, EffectiveAt: m.EffectiveAt.UTC().Format(time.RFC3339Nano),
-		})
-		if err != nil {
-			return nil, fmt.Errorf("store observations: event payload: %w", err)
-		}
-		evs[i] = storage.Event{
-			ID: EventID(m.ID), Type: EventType, OrgID: m.OrgID, ProjectID: projects[m.OrgID],
-			Source: events.SourceIntegration, Severity: events.SeverityInfo, Payload: payload, CreatedAt: now,
-		}
-	}
-	return evs, nil
 }
 
 // isDataError reports whether Postgres refused a value (SQLSTATE class 22, data exception),

@@ -1,7 +1,10 @@
 package observations
 
 import (
+	"cmp"
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -22,11 +25,14 @@ const DefaultGroup = "carehub-observations"
 // Defaults of WriterConfig.
 const (
 	DefaultMaxBatch = 5000
-	// DefaultConcurrency is how many partitions' batches one writer stores at once.
+	// DefaultChunkSize is the most records one Postgres transaction stores.
+	DefaultChunkSize = 1000
+	// DefaultConcurrency is how many chunks one writer stores at once.
 	DefaultConcurrency = 3
 	// DefaultStoreTimeout bounds one attempt to store a batch. An attempt that has begun is
 	// finished even when the writer is asked to stop, so a clean shutdown redelivers nothing.
 	DefaultStoreTimeout = 15 * time.Second
+	transactionTimeout  = 10 * time.Second
 )
 
 // WriterConfig configures a Writer.
@@ -37,15 +43,22 @@ type WriterConfig struct {
 	Topic string
 	// Group is the consumer group; default DefaultGroup.
 	Group string
-	// EventsTopic is the topic device.observation_received events are queued for (outbox);
-	// default kafka.DefaultTopics().Events.
+	// EventsTopic receives the device.observation_received events; default
+	// kafka.DefaultTopics().Events.
 	EventsTopic string
-	// DisableEvents stores observations without queuing their events.
+	// DisableEvents stores observations without producing their events.
 	DisableEvents bool
 	ClientID      string // default "carehub-observation-writer"
-	MaxBatch      int    // most records one poll returns; default DefaultMaxBatch
-	// Concurrency is how many partitions' records are stored at once, each in a transaction
-	// of its own; default DefaultConcurrency. It needs as many pool connections.
+	// TransactionalID is the id of the writer's Kafka transactions. Stable per instance, a
+	// restarted writer fences (aborts) what its killed predecessor left open at once instead of
+	// after the transaction timeout; default: random per process.
+	TransactionalID string
+	MaxBatch        int // most records one poll returns; default DefaultMaxBatch
+	// ChunkSize is the most records of one Postgres transaction: a poll's records are stored
+	// by partition, in chunks of at most ChunkSize; default DefaultChunkSize.
+	ChunkSize int
+	// Concurrency is how many chunks are stored at once, each in a transaction of its own;
+	// default DefaultConcurrency. It needs as many pool connections.
 	Concurrency  int
 	StoreTimeout time.Duration
 	// SessionTimeout is how long the group waits for a member that stopped heartbeating (a
@@ -56,25 +69,25 @@ type WriterConfig struct {
 	Registerer     prometheus.Registerer
 }
 
-// Writer moves observations from carehub.observations.v1 into Postgres and queues a
-// device.observation_received event for each one it stores. Writers on several processors
-// nodes share the partitions through the consumer group.
+// Writer moves observations from carehub.observations.v1 into Postgres and produces a
+// device.observation_received event for each one. Writers on several processors nodes share
+// the partitions through the consumer group.
 //
-// Each partition's records of a poll are one Postgres transaction: COPY into a temporary table,
-// INSERT … ON CONFLICT (id) DO NOTHING RETURNING id into observations, and events.Append of the
-// events of exactly the returned (newly stored) ids. Offsets are committed only after that transaction commits, so a
-// crash redelivers and never loses; a redelivered observation conflicts, returns nothing and
-// queues no second event. Rebalances wait for the batch in hand (BlockRebalanceOnPoll), and a
-// revoked partition's stored offsets are committed before it moves.
+// Per poll: each partition's records, in chunks of at most ChunkSize, are Postgres transactions
+// (COPY into a temporary table, INSERT … ON CONFLICT (id) DO NOTHING), up to Concurrency at once; then one Kafka transaction
+// produces the events of every stored record of the poll, new or stored before, and commits the
+// poll's offsets (kgo.GroupTransactSession). A crash before that commit redelivers the poll,
+// which stores nothing twice and produces the same events again under the same ids in a new
+// transaction; the aborted one is never read (consumers read committed).
 type Writer struct {
-	cl          *kgo.Client
-	store       *store
-	maxBatch    int
-	concurrency int
-	timeout     time.Duration
-	logger      *slog.Logger
-	m           *writerMetrics
-	once        sync.Once
+	cfg   WriterConfig
+	opts  []kgo.Opt
+	store *store
+
+	sess   *kgo.GroupTransactSession
+	logger *slog.Logger
+	m      *writerMetrics
+	once   sync.Once
 }
 
 // NewWriter returns a Writer; Run runs it.
@@ -95,8 +108,16 @@ func NewWriter(cfg WriterConfig) (*Writer, error) {
 	if cfg.ClientID == "" {
 		cfg.ClientID = "carehub-observation-writer"
 	}
+	if cfg.TransactionalID == "" {
+		b := make([]byte, 8)
+		_, _ = rand.Read(b)
+		cfg.TransactionalID = "carehub-observation-writer-" + hex.EncodeToString(b)
+	}
 	if cfg.MaxBatch <= 0 {
 		cfg.MaxBatch = DefaultMaxBatch
+	}
+	if cfg.ChunkSize <= 0 {
+		cfg.ChunkSize = DefaultChunkSize
 	}
 	if cfg.Concurrency <= 0 {
 		cfg.Concurrency = DefaultConcurrency
@@ -115,48 +136,65 @@ func NewWriter(cfg WriterConfig) (*Writer, error) {
 	opts := []kgo.Opt{
 		kgo.ConsumerGroup(cfg.Group),
 		kgo.ConsumeTopics(cfg.Topic),
-		// Intake produces each request in a Kafka transaction; an aborted request (413, client
-		// gone, broker failure) must never be stored.
-		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
+		kgo.TransactionalID(cfg.TransactionalID),
+		// A transaction only produces a poll's events and commits its offsets. A killed writer's
+		// open one holds back readers of the events topic (read committed) until it is fenced
+		// or times out; keep that short.
+		kgo.TransactionTimeout(transactionTimeout),
+		// Intake produces each request in a Kafka transaction and kafka.NewClient reads
+		// committed: an aborted request (413, client gone, broker failure) is never stored.
 		// A new group starts at the beginning: every observation on the topic was answered 202.
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
-		// Only offsets of stored records are ever committed: marked after the store commits,
-		// committed then, and by the autocommit and the revoke below.
-		kgo.AutoCommitMarks(),
+		// A batch in hand is finished before its partitions move, so a rebalance aborts
+		// nothing that is in progress.
 		kgo.BlockRebalanceOnPoll(),
-		kgo.OnPartitionsRevoked(func(ctx context.Context, cl *kgo.Client, _ map[string][]int32) {
-			// Runs between batches (BlockRebalanceOnPoll): everything marked is stored.
-			if err := cl.CommitMarkedOffsets(ctx); err != nil {
-				logger.Warn("commit on revoke failed; the next owner re-reads the batch and stores nothing twice", "err", err)
-			}
-		}),
 	}
 	if cfg.SessionTimeout > 0 {
 		opts = append(opts, kgo.SessionTimeout(cfg.SessionTimeout), kgo.HeartbeatInterval(min(3*time.Second, cfg.SessionTimeout/3)))
 	}
-	cl, err := kafka.NewClient(kafka.ClientConfig{Brokers: cfg.Brokers, ClientID: cfg.ClientID, Registerer: cfg.Registerer, Logger: cfg.Logger}, opts...)
-	if err != nil {
+	w := &Writer{cfg: cfg, opts: opts, store: newStore(cfg.Pool), logger: logger, m: m}
+	if w.sess, err = w.newSession(); err != nil {
 		m.unregister(cfg.Registerer)
 		return nil, fmt.Errorf("observation writer: %w", err)
-	}
-	w := &Writer{
-		cl:          cl,
-		store:       newStore(cfg.Pool, cfg.EventsTopic, !cfg.DisableEvents),
-		maxBatch:    cfg.MaxBatch,
-		concurrency: cfg.Concurrency,
-		timeout:     cfg.StoreTimeout,
-		logger:      logger,
-		m:           m,
 	}
 	return w, nil
 }
 
-// Run consumes until ctx is done, then leaves the group and closes the client. It returns
-// ctx's error, or an error when the client was closed under it; a Writer runs once.
+func (w *Writer) newSession() (*kgo.GroupTransactSession, error) {
+	return kafka.NewGroupTransactSession(kafka.ClientConfig{Brokers: w.cfg.Brokers, ClientID: w.cfg.ClientID,
+		Registerer: w.cfg.Registerer, Logger: w.cfg.Logger}, w.opts...)
+}
+
+// Run consumes until ctx is done, then leaves the group and closes the client; it returns
+// ctx's error. A Kafka transaction that fails beyond retrying closes the session and starts a
+// new one (same transactional id, which fences the old one) after a pause. A Writer runs once.
 func (w *Writer) Run(ctx context.Context) error {
 	defer w.Close()
+	for failures := 0; ; failures++ {
+		err := w.runSession(ctx)
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		wait := min(time.Second<<min(failures, 5), 30*time.Second)
+		w.logger.Error("observation writer session failed; starting a new one", "err", err, "retry_in", wait.String())
+		w.Close()
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(wait):
+		}
+		sess, err := w.newSession()
+		if err != nil {
+			w.logger.Error("observation writer: new session", "err", err)
+			continue
+		}
+		w.sess, w.once = sess, sync.Once{}
+	}
+}
+
+func (w *Writer) runSession(ctx context.Context) error {
 	for {
-		fetches := w.cl.PollRecords(ctx, w.maxBatch)
+		fetches := w.sess.PollRecords(ctx, w.cfg.MaxBatch)
 		if fetches.IsClientClosed() {
 			return errors.New("observation writer: client closed")
 		}
@@ -167,58 +205,122 @@ func (w *Writer) Run(ctx context.Context) error {
 		})
 		if recs := fetches.Records(); len(recs) > 0 {
 			if err := w.handle(ctx, recs); err != nil {
-				w.cl.AllowRebalance()
+				w.sess.AllowRebalance()
 				return err
 			}
 		}
-		w.cl.AllowRebalance()
+		w.sess.AllowRebalance()
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
 	}
 }
 
-// handle stores one poll's records and commits their offsets. The records of each partition
-// are one transaction; up to Concurrency partitions are stored at once (the poll holds several
-// when the writer is behind). It returns only when every group is stored or ctx is done; then
-// only the stored groups are committed and the rest is redelivered.
+// handle stores one poll's records, then produces their events and commits their offsets in
+// one Kafka transaction. The records of each partition, in chunks of at most ChunkSize, are
+// Postgres transactions, up to Concurrency at once. When storing is cut short (ctx done) the Kafka transaction is aborted and the whole
+// poll is redelivered, which stores nothing twice.
 func (w *Writer) handle(ctx context.Context, recs []*kgo.Record) error {
-	groups := byPartition(recs)
+	groups := chunks(byPartition(recs), w.cfg.ChunkSize)
+	results := make([]storeResult, len(groups))
 	errs := make([]error, len(groups))
-	if len(groups) == 1 || w.concurrency == 1 {
+	if len(groups) == 1 || w.cfg.Concurrency == 1 {
 		for i, g := range groups {
-			if errs[i] = w.handleGroup(ctx, g); errs[i] != nil {
+			if results[i], errs[i] = w.handleGroup(ctx, g); errs[i] != nil {
 				break
 			}
 		}
 	} else {
-		sem := make(chan struct{}, w.concurrency)
+		sem := make(chan struct{}, w.cfg.Concurrency)
 		var wg sync.WaitGroup
 		for i, g := range groups {
 			sem <- struct{}{}
 			wg.Go(func() {
 				defer func() { <-sem }()
-				errs[i] = w.handleGroup(ctx, g)
+				results[i], errs[i] = w.handleGroup(ctx, g)
 			})
 		}
 		wg.Wait()
 	}
-	var firstErr error
-	for i, g := range groups {
-		if errs[i] == nil {
-			w.cl.MarkCommitRecords(g...)
-		} else if firstErr == nil {
-			firstErr = errs[i]
+	var present []Message
+	for i := range groups {
+		if errs[i] != nil {
+			return errs[i] // offsets stay where they were: the poll is read again
+		}
+		present = append(present, results[i].present...)
+	}
+	// Not ctx: a stored batch's events and offsets are worth committing during shutdown too.
+	ectx, cancel := context.WithTimeout(context.WithoutCancel(ctx), w.cfg.StoreTimeout)
+	defer cancel()
+	committed, err := w.emit(ectx, present)
+	if err != nil {
+		return err
+	}
+	if !committed {
+		// A rebalance or a failed produce: the offsets were reset to the last commit and the
+		// records come again.
+		w.logger.Warn("observation batch not committed; it is read again", "records", len(recs))
+		return nil
+	}
+	return nil
+}
+
+// emit produces the events of present in a transaction that also commits the poll's offsets,
+// and reports whether it committed.
+func (w *Writer) emit(ctx context.Context, present []Message) (bool, error) {
+	var recs []*kgo.Record
+	if !w.cfg.DisableEvents && len(present) > 0 {
+		projects, err := w.store.projects.resolve(ctx, w.cfg.Pool, present)
+		if err != nil {
+			return false, err
+		}
+		if recs, err = receivedRecords(w.cfg.EventsTopic, present, projects); err != nil {
+			return false, err
 		}
 	}
-	// Not ctx: a stored batch's offsets are worth committing during shutdown too. A failed
-	// commit only means redelivery, which stores nothing twice.
-	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-	defer cancel()
-	if err := w.cl.CommitMarkedOffsets(cctx); err != nil {
-		w.logger.Warn("observation offset commit failed; will retry with the next batch", "err", err)
+	if err := w.sess.Begin(); err != nil {
+		return false, fmt.Errorf("observation writer: begin transaction: %w", err)
 	}
-	return firstErr
+	var (
+		mu         sync.Mutex
+		produceErr error
+	)
+	for _, r := range recs {
+		w.sess.Produce(ctx, r, func(_ *kgo.Record, err error) {
+			if err != nil {
+				mu.Lock()
+				produceErr = cmp.Or(produceErr, err)
+				mu.Unlock()
+			}
+		})
+	}
+	_ = w.sess.Client().Flush(ctx) // a failure shows in the promises
+	mu.Lock()
+	try := kgo.TransactionEndTry(produceErr == nil)
+	mu.Unlock()
+	if produceErr != nil {
+		w.logger.Warn("producing observation events failed; aborting the batch", "err", produceErr)
+	}
+	committed, err := w.sess.End(ctx, try)
+	if err != nil {
+		return false, fmt.Errorf("observation writer: end transaction: %w", err)
+	}
+	return committed, nil
+}
+
+// chunks splits groups larger than size into pieces of at most size. A poll often holds one
+// partition's records only; pieces of it stored at once keep Postgres busy on every core (each
+// piece is idempotent by id, and the offsets move only when all are stored).
+func chunks(groups [][]*kgo.Record, size int) [][]*kgo.Record {
+	var out [][]*kgo.Record
+	for _, g := range groups {
+		for len(g) > size {
+			out = append(out, g[:size:size])
+			g = g[size:]
+		}
+		out = append(out, g)
+	}
+	return out
 }
 
 // byPartition splits recs by topic partition, keeping each partition's order.
@@ -243,7 +345,7 @@ func byPartition(recs []*kgo.Record) [][]*kgo.Record {
 }
 
 // handleGroup decodes and stores one partition's records.
-func (w *Writer) handleGroup(ctx context.Context, recs []*kgo.Record) error {
+func (w *Writer) handleGroup(ctx context.Context, recs []*kgo.Record) (storeResult, error) {
 	msgs := make([]Message, 0, len(recs))
 	for _, r := range recs {
 		m, err := DecodeMessage(r.Value)
@@ -256,12 +358,14 @@ func (w *Writer) handleGroup(ctx context.Context, recs []*kgo.Record) error {
 		msgs = append(msgs, m)
 	}
 	if len(msgs) == 0 {
-		return nil
+		return storeResult{}, nil
 	}
 	res, err := w.storeWithRetry(ctx, msgs)
 	if err != nil {
-		return err
+		return storeResult{}, err
 	}
+	// Counted as Postgres commits them: a batch whose Kafka transaction then aborts is read
+	// again and finds them stored (duplicates).
 	now := time.Now()
 	for _, m := range res.stored {
 		w.m.acceptToStored.Observe(now.Sub(m.ReceivedAt).Seconds())
@@ -275,7 +379,7 @@ func (w *Writer) handleGroup(ctx context.Context, recs []*kgo.Record) error {
 	if res.rejected > 0 {
 		w.m.skipped.WithLabelValues("rejected_by_database").Add(float64(res.rejected))
 	}
-	return nil
+	return res, nil
 }
 
 // storeWithRetry stores msgs, retrying with backoff until Postgres confirms or ctx is done:
@@ -284,7 +388,7 @@ func (w *Writer) storeWithRetry(ctx context.Context, msgs []Message) (storeResul
 	backoff := 100 * time.Millisecond
 	for {
 		start := time.Now()
-		actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), w.timeout)
+		actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), w.cfg.StoreTimeout)
 		res, err := w.store.write(actx, msgs)
 		cancel()
 		if err == nil {
@@ -307,4 +411,4 @@ func (w *Writer) storeWithRetry(ctx context.Context, msgs []Message) (storeResul
 
 // Close leaves the group (committing what is marked) and closes the client without running;
 // Run calls it on return. It is idempotent.
-func (w *Writer) Close() { w.once.Do(w.cl.Close) }
+func (w *Writer) Close() { w.once.Do(w.sess.Close) }

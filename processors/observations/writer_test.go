@@ -17,6 +17,7 @@ import (
 
 	obs "carehub/processors/observations"
 	"carehub/schemas"
+	"carehub/storage"
 	"carehub/storage/ids"
 	"carehub/storage/kafka/kafkatest"
 	"carehub/storage/postgres/pgtest"
@@ -27,7 +28,7 @@ func TestMain(m *testing.M) { pgtest.Main(m) }
 type env struct {
 	pool               *pgxpool.Pool
 	brokers            []string
-	topic              string
+	topic, events      string
 	orgA, orgB         string // orgB has no project
 	projectA           string
 	patientA, patientB string
@@ -36,7 +37,8 @@ type env struct {
 func newEnv(t testing.TB) *env {
 	t.Helper()
 	e := &env{pool: pgtest.New(t), brokers: kafkatest.Brokers(t), topic: kafkatest.Topic(t, "obs"),
-		orgA: ids.New(ids.Organization), orgB: ids.New(ids.Organization), projectA: ids.New(ids.Project),
+		events: kafkatest.Topic(t, "events"),
+		orgA:   ids.New(ids.Organization), orgB: ids.New(ids.Organization), projectA: ids.New(ids.Project),
 		patientA: ids.New(ids.Patient), patientB: ids.New(ids.Patient)}
 	ctx := context.Background()
 	for _, q := range []struct {
@@ -98,7 +100,7 @@ type running struct {
 func run(t *testing.T, e *env, group string, edit ...func(*obs.WriterConfig)) *running {
 	t.Helper()
 	reg := prometheus.NewRegistry()
-	cfg := obs.WriterConfig{Brokers: e.brokers, Pool: e.pool, Topic: e.topic, Group: group, EventsTopic: "events.test",
+	cfg := obs.WriterConfig{Brokers: e.brokers, Pool: e.pool, Topic: e.topic, Group: group, EventsTopic: e.events,
 		MaxBatch: 300, SessionTimeout: 6 * time.Second, Registerer: reg,
 		Logger: slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelError + 4}))}
 	for _, f := range edit {
@@ -153,6 +155,50 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// events waits until e's events topic holds a committed device.observation_received event of
+// each observation of ids (they commit after the observations are stored, later when a
+// rebalance aborted a transaction) and returns the events by id; it fails t on an event id
+// committed twice.
+func events(t *testing.T, e *env, ids ...string) map[string]storage.Event {
+	t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		evs := readEvents(t, e)
+		missing := 0
+		for _, id := range ids {
+			if _, ok := evs[obs.EventID(id)]; !ok {
+				missing++
+			}
+		}
+		if missing == 0 {
+			return evs
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d observations have no committed event", missing, len(ids))
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+func readEvents(t *testing.T, e *env) map[string]storage.Event {
+	t.Helper()
+	out := map[string]storage.Event{}
+	for _, r := range kafkatest.ReadAll(t, e.events) {
+		var ev storage.Event
+		if err := json.Unmarshal(r.Value, &ev); err != nil {
+			t.Fatal(err)
+		}
+		if _, dup := out[ev.ID]; dup {
+			t.Errorf("event %s committed twice", ev.ID)
+		}
+		if len(r.Headers) != 1 || string(r.Headers[0].Value) != ev.ID || string(r.Key) != ev.ProjectID || ev.Type != obs.EventType {
+			t.Errorf("event record %s: key %q, headers %v", ev.ID, r.Key, r.Headers)
+		}
+		out[ev.ID] = ev
+	}
+	return out
 }
 
 func count(t *testing.T, pool *pgxpool.Pool, sql string, args ...any) int {
@@ -223,11 +269,33 @@ func TestRedeliveryStoresNothingTwice(t *testing.T) {
 	if n := count(t, e.pool, `select count(*) from observations`); n != 1000 {
 		t.Fatalf("%d observations", n)
 	}
-	if n := count(t, e.pool, `select count(*) from outbox`); n != 1000 {
-		t.Fatalf("%d events; want one per observation", n)
+	// Every record read produces its observation's event, under the observation's event id:
+	// the second group's pass produced each again, and the repeated records theirs (consumers
+	// deduplicate by event id).
+	ids := map[string]int{}
+	deadline := time.Now().Add(60 * time.Second)
+	for twice := 0; twice < 1000; {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of 1000 observations have events from both groups", twice)
+		}
+		clear(ids)
+		for _, r := range kafkatest.ReadAll(t, e.events) {
+			ids[string(r.Headers[0].Value)]++
+		}
+		twice = 0
+		for i := range 1000 {
+			if ids[obs.EventID(msgs[i].ID)] >= 2 {
+				twice++
+			}
+		}
 	}
-	if n := count(t, e.pool, `select count(*) from outbox o join observations b on o.event_id = 'evt_' || substr(b.id, 5)`); n != 1000 {
-		t.Fatalf("%d events match an observation", n)
+	if len(ids) != 1000 {
+		t.Fatalf("%d event ids; want 1000", len(ids))
+	}
+	for i := range 1000 {
+		if n := ids[obs.EventID(msgs[i].ID)]; n < 2 || n > 4 || (n != 2 && i != 3 && i != 4) {
+			t.Fatalf("observation %d: %d events", i, n)
+		}
 	}
 }
 
@@ -256,16 +324,24 @@ func TestUnstorableRecordsAreSkipped(t *testing.T) {
 	if n := count(t, e.pool, `select count(*) from observations`); n != 3 {
 		t.Fatalf("%d stored", n)
 	}
-	if n := count(t, e.pool, `select count(*) from outbox`); n != 3 {
-		t.Fatalf("%d events", n)
+	evs := events(t, e, good[0].ID, good[1].ID, good[2].ID)
+	if len(evs) != 3 {
+		t.Fatalf("%d events", len(evs))
 	}
 	// orgB has no project: its event is filed under the empty project rather than dropped.
-	var project string
-	if err := e.pool.QueryRow(context.Background(), `select value->>'projectId' from outbox where event_id = $1`, obs.EventID(good[2].ID)).Scan(&project); err != nil || project != "" {
-		t.Fatalf("project %q, %v", project, err)
+	if ev, ok := evs[obs.EventID(good[2].ID)]; !ok || ev.ProjectID != "" {
+		t.Fatalf("event %+v", ev)
 	}
-	if err := e.pool.QueryRow(context.Background(), `select value->>'projectId' from outbox where event_id = $1`, obs.EventID(good[0].ID)).Scan(&project); err != nil || project != e.projectA {
-		t.Fatalf("project %q, %v; want %s", project, err, e.projectA)
+	if ev, ok := evs[obs.EventID(good[0].ID)]; !ok || ev.ProjectID != e.projectA {
+		t.Fatalf("event %+v; want project %s", ev, e.projectA)
+	}
+	var p struct {
+		ObservationID string  `json:"observationId"`
+		PatientID     string  `json:"patientId"`
+		Value         float64 `json:"value"`
+	}
+	if err := json.Unmarshal(evs[obs.EventID(good[1].ID)].Payload, &p); err != nil || p.ObservationID != good[1].ID || p.PatientID != e.patientA || p.Value != 61 {
+		t.Fatalf("payload %+v, %v", p, err)
 	}
 }
 
@@ -299,8 +375,9 @@ func TestRebalanceLosesAndDuplicatesNothing(t *testing.T) {
 	if n := count(t, e.pool, `select count(*) from observations`); n != len(all) {
 		t.Fatalf("%d stored of %d", n, len(all))
 	}
-	if n := count(t, e.pool, `select count(*) from outbox`); n != len(all) {
-		t.Fatalf("%d events of %d", n, len(all))
+	evs := events(t, e, all...)
+	if len(evs) != len(all) {
+		t.Fatalf("%d events of %d", len(evs), len(all))
 	}
 	if s := b.counter(t, "carehub_observations_stored_total") + a.counter(t, "carehub_observations_stored_total"); s != float64(len(all)) {
 		t.Fatalf("stored_total %v of %d", s, len(all))
@@ -313,8 +390,8 @@ func TestDisableEvents(t *testing.T) {
 	produce(t, e, encode(m)...)
 	run(t, e, kafkatest.Group(t, "quiet"), func(c *obs.WriterConfig) { c.DisableEvents = true })
 	waitFor(t, "the observation", func() bool { return count(t, e.pool, `select count(*) from observations`) == 1 })
-	if n := count(t, e.pool, `select count(*) from outbox`); n != 0 {
-		t.Fatalf("%d events with events disabled", n)
+	if evs := kafkatest.ReadAll(t, e.events); len(evs) != 0 {
+		t.Fatalf("%d events with events disabled", len(evs))
 	}
 }
 

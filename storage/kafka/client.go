@@ -88,12 +88,38 @@ func (c ClientConfig) Validate() error {
 //   - keyed records go to murmur2(key) mod partitions, as the Java client
 //     partitions them (StickyKeyPartitioner); unkeyed records stick to one
 //     partition per batch;
+//   - consumers read committed (kgo.ReadCommitted): a record of an aborted
+//     transaction (an intake request that failed, a writer batch cut short
+//     by a crash) is never seen, and a committed one is seen once the
+//     transaction commits;
 //   - franz-go's warnings and errors go to cfg.Logger;
 //   - kprom metrics on cfg.Registerer, if set.
 //
 // extra options are applied last and override the defaults. The caller
 // closes the client.
 func NewClient(cfg ClientConfig, extra ...kgo.Opt) (*kgo.Client, error) {
+	return newClient(cfg, extra, kgo.NewClient)
+}
+
+// NewGroupTransactSession is NewClient for a consumer that produces what it derives from its
+// input in Kafka transactions that also commit its consumer offsets (exactly once from topic to
+// topic); extra must name a kgo.ConsumerGroup and a kgo.TransactionalID.
+func NewGroupTransactSession(cfg ClientConfig, extra ...kgo.Opt) (*kgo.GroupTransactSession, error) {
+	var s *kgo.GroupTransactSession
+	_, err := newClient(cfg, extra, func(opts ...kgo.Opt) (*kgo.Client, error) {
+		var err error
+		if s, err = kgo.NewGroupTransactSession(opts...); err != nil {
+			return nil, err
+		}
+		return s.Client(), nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+func newClient(cfg ClientConfig, extra []kgo.Opt, build func(...kgo.Opt) (*kgo.Client, error)) (*kgo.Client, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -108,6 +134,7 @@ func NewClient(cfg ClientConfig, extra ...kgo.Opt) (*kgo.Client, error) {
 		kgo.ProducerBatchMaxBytes(DefaultBatchMaxBytes),
 		kgo.RecordPartitioner(kgo.StickyKeyPartitioner(nil)),
 		kgo.FetchMaxWait(DefaultFetchMaxWait),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
 		kgo.MetadataMinAge(DefaultMetadataMinAge),
 	}
 	if cfg.Logger != nil {
@@ -134,7 +161,7 @@ func NewClient(cfg ClientConfig, extra ...kgo.Opt) (*kgo.Client, error) {
 	}
 	opts = append(opts, extra...)
 
-	cl, err := kgo.NewClient(opts...)
+	cl, err := build(opts...)
 	if err != nil {
 		return nil, fmt.Errorf("kafka client: %w", err)
 	}

@@ -244,7 +244,7 @@ func startAPI(s *Node, ctx, wctx context.Context) error {
 
 func startIntake(s *Node, _, wctx context.Context) error {
 	in, err := ingestobs.New(ingestobs.Config{Brokers: s.brokers, Pool: s.pool,
-		MaxLag: s.cfg.IngestMaxLag, Producers: s.cfg.IngestProducers, RequestTimeout: s.cfg.IngestTimeout,
+		LatencyBudget: s.cfg.IngestLatencyBudget, MaxLag: s.cfg.IngestMaxLag, Producers: s.cfg.IngestProducers, RequestTimeout: s.cfg.IngestTimeout,
 		TransactionalIDPrefix: s.cfg.IngestTransactionalID, Logger: s.logger, Registerer: s.registry})
 	if err != nil {
 		return fmt.Errorf("observation intake: %w", err)
@@ -292,7 +292,8 @@ func startAuditWriter(s *Node, _, wctx context.Context) error {
 
 func startObservationWriter(s *Node, _, wctx context.Context) error {
 	ow, err := obswriter.NewWriter(obswriter.WriterConfig{Brokers: s.brokers, Pool: s.pool,
-		Concurrency: s.cfg.ObservationWriterConcurrency, Logger: s.logger, Registerer: s.registry})
+		TransactionalID: s.cfg.writerTransactionalID(), Concurrency: s.cfg.ObservationWriterConcurrency,
+		Logger: s.logger, Registerer: s.registry})
 	if err != nil {
 		return fmt.Errorf("observation writer: %w", err)
 	}

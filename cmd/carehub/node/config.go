@@ -60,11 +60,12 @@ type Config struct {
 	SocketKeepAlive, SocketWriteTimeout time.Duration
 
 	// Observation ingest (zero values mean the defaults of ingest/observations).
+	IngestLatencyBudget          time.Duration // accept → stored bound that turns intake away with 503; negative disables
 	IngestMaxLag                 int64         // writer lag that turns intake away with 503; -1 disables
 	IngestProducers              int           // concurrent transactional producers
 	IngestTimeout                time.Duration // bound on one request, body read included
 	IngestTransactionalID        string        // stable per instance, to fence a crashed predecessor at once
-	ObservationWriterConcurrency int           // partitions stored at once
+	ObservationWriterConcurrency int           // chunks stored at once
 }
 
 // Defaults returns the configuration `carehub serve` starts from.
@@ -143,6 +144,9 @@ func (c *Config) Validate() error {
 	if c.GraphQLMaxCost < 0 {
 		errs = append(errs, fmt.Errorf("--graphql-max-cost %d: must not be negative (0: the default)", c.GraphQLMaxCost))
 	}
+	if c.IngestLatencyBudget > 0 && c.IngestLatencyBudget < 100*time.Millisecond {
+		errs = append(errs, fmt.Errorf("--ingest-latency-budget %v: at least 100ms (the writers' lag is measured every 250ms), or negative: off", c.IngestLatencyBudget))
+	}
 	for _, p := range c.TrustedProxies {
 		if _, err := netip.ParsePrefix(p); err != nil {
 			if _, err := netip.ParseAddr(p); err != nil {
@@ -154,6 +158,20 @@ func (c *Config) Validate() error {
 		errs = append(errs, errors.New("--shutdown-timeout must be positive"))
 	}
 	return errors.Join(errs...)
+}
+
+// writerTransactionalID is the observation writer's transactional id: derived from
+// --ingest-transactional-id when set; fixed with the embedded broker, which serves this node
+// only; otherwise random per process ("" lets the writer choose). A stable id lets a restarted
+// writer fence what its killed predecessor left open instead of waiting out the timeout.
+func (c *Config) writerTransactionalID() string {
+	switch {
+	case c.IngestTransactionalID != "":
+		return c.IngestTransactionalID + "-observation-writer"
+	case len(c.KafkaBrokers) == 0:
+		return "carehub-observation-writer"
+	}
+	return ""
 }
 
 func validateAddr(addr string) error {

@@ -56,6 +56,7 @@ type config struct {
 	Poll     time.Duration
 	Drain    time.Duration
 	Payload  int // bytes of filler in each payload
+	Batch    int // events per call: 1 publishes with GraphQL publishEvent, more with POST /v1/events
 }
 
 func (c *config) validate() error {
@@ -74,6 +75,9 @@ func (c *config) validate() error {
 	}
 	if c.Rate < 0 || c.Max < 0 || c.Payload < 0 || c.Payload > 200<<10 {
 		errs = append(errs, errors.New("-rate, -max must not be negative; -payload must be 0..204800"))
+	}
+	if c.Batch < 1 || c.Batch > 1000 {
+		errs = append(errs, fmt.Errorf("-batch %d: must be 1..1000", c.Batch))
 	}
 	if c.Sample < 1 {
 		errs = append(errs, fmt.Errorf("-sample %d: must be at least 1", c.Sample))
@@ -116,6 +120,7 @@ func main() {
 	flag.DurationVar(&cfg.Poll, "poll", 25*time.Millisecond, "pause between two reads of GET /v1/events (the visibility measurement's resolution)")
 	flag.DurationVar(&cfg.Drain, "drain", 30*time.Second, "after publishing, how long to wait for the log to catch up")
 	flag.IntVar(&cfg.Payload, "payload", 0, "extra bytes of filler in each event's payload")
+	flag.IntVar(&cfg.Batch, "batch", 1, "events per call: 1 uses GraphQL publishEvent, 2..1000 an array to POST /v1/events")
 	jsonOut := flag.String("json", "", "also write the report as JSON to this file (- for stdout)")
 	flag.Parse()
 	for k := range strings.SplitSeq(keys, ",") {
@@ -190,7 +195,7 @@ func run(ctx context.Context, cfg config, logw io.Writer) (*report, error) {
 	bulkType, sampleType := "eventload.r"+runID+".bulk", "eventload.r"+runID+".sample"
 	filler := strings.Repeat("x", cfg.Payload)
 
-	rep := &report{URL: cfg.URL, Project: project, Clients: cfg.Clients, Keys: len(pubKeys), ReaderKeyShared: len(cfg.Keys) == 1,
+	rep := &report{URL: cfg.URL, Project: project, Clients: cfg.Clients, Batch: cfg.Batch, Keys: len(pubKeys), ReaderKeyShared: len(cfg.Keys) == 1,
 		Duration: cfg.Duration.String(), TargetRate: cfg.Rate, Types: []string{bulkType, sampleType}}
 	fmt.Fprintf(logw, "eventload: %d clients on %d publishing keys for %v into %s (types %s, %s)\n",
 		cfg.Clients, len(pubKeys), cfg.Duration, project, bulkType, sampleType)
@@ -198,8 +203,9 @@ func run(ctx context.Context, cfg config, logw io.Writer) (*report, error) {
 	var (
 		mu        sync.Mutex
 		samples   []*sample
-		calls     []time.Duration // successful publish calls
-		published atomic.Int64    // successful
+		callTimes []time.Duration // successful publish calls
+		calls     atomic.Int64    // successful
+		published atomic.Int64    // events of successful calls
 		failed    atomic.Int64
 		limited   atomic.Int64
 		attempts  atomic.Int64
@@ -225,7 +231,7 @@ func run(ctx context.Context, cfg config, logw io.Writer) (*report, error) {
 	for w := range cfg.Clients {
 		wg.Go(func() {
 			var local []time.Duration
-			defer func() { mu.Lock(); calls = append(calls, local...); mu.Unlock() }()
+			defer func() { mu.Lock(); callTimes = append(callTimes, local...); mu.Unlock() }()
 			for seq := 0; loadCtx.Err() == nil; seq++ {
 				if pace != nil {
 					select {
@@ -256,7 +262,7 @@ func run(ctx context.Context, cfg config, logw io.Writer) (*report, error) {
 					mu.Unlock()
 				}
 				c := byKey[nextKey.Add(1)%uint64(len(byKey))]
-				p, err := c.Publish(callCtx, project, typ, body)
+				p, err := publish(callCtx, c, project, typ, bulkType, body, cfg.Batch)
 				took := time.Since(sent)
 				cancel()
 				if wait, ok := pipelinetest.RateLimited(err); ok {
@@ -280,7 +286,8 @@ func run(ctx context.Context, cfg config, logw io.Writer) (*report, error) {
 					sleep(loadCtx, 50*time.Millisecond)
 					continue
 				}
-				published.Add(1)
+				published.Add(int64(cfg.Batch))
+				calls.Add(1)
 				local = append(local, took)
 				if sm != nil {
 					mu.Lock()
@@ -376,12 +383,13 @@ func run(ctx context.Context, cfg config, logw io.Writer) (*report, error) {
 			visible = append(visible, s.seen.Sub(s.sent))
 		}
 	}
-	callDist, visDist := pipelinetest.Distribute(calls), pipelinetest.Distribute(visible)
+	callDist, visDist := pipelinetest.Distribute(callTimes), pipelinetest.Distribute(visible)
 	mu.Unlock()
 
 	rep.Elapsed = elapsed.Round(time.Millisecond).String()
 	rep.Published, rep.Failed, rep.RateLimited = published.Load(), failed.Load(), limited.Load()
 	rep.PublishesPerSec = float64(rep.Published) / elapsed.Seconds()
+	rep.CallsPerSec = float64(calls.Load()) / elapsed.Seconds()
 	rep.Publish = ms(callDist)
 	rep.Visible = ms(visDist)
 	rep.Unseen, rep.Reads, rep.ReadErrors = unseen, reads, readErrors
@@ -435,7 +443,9 @@ type report struct {
 	Failed          int64    `json:"failed"`
 	RateLimited     int64    `json:"rateLimited"`
 	FirstError      string   `json:"firstError,omitempty"`
-	PublishesPerSec float64  `json:"publishesPerSec"`
+	Batch           int      `json:"batch"`
+	PublishesPerSec float64  `json:"publishesPerSec"` // events
+	CallsPerSec     float64  `json:"callsPerSec"`
 	Publish         msDist   `json:"publishMs"`
 	Visible         msDist   `json:"publishToVisibleMs"`
 	Unseen          int      `json:"sampledUnseen"`
@@ -460,7 +470,8 @@ func ms(d pipelinetest.Distribution) msDist {
 func (r *report) print(w io.Writer) {
 	fmt.Fprintf(w, "clients %d on %d publishing keys (reader key %s), %s (elapsed %s)\n", r.Clients, r.Keys,
 		map[bool]string{true: "shared", false: "own"}[r.ReaderKeyShared], r.Duration, r.Elapsed)
-	fmt.Fprintf(w, "published      %d ok, %d failed, %d rate limited  →  %.1f publishes/s\n", r.Published, r.Failed, r.RateLimited, r.PublishesPerSec)
+	fmt.Fprintf(w, "published      %d events ok, %d calls failed, %d rate limited  →  %.1f events/s in %.1f calls/s of %d\n",
+		r.Published, r.Failed, r.RateLimited, r.PublishesPerSec, r.CallsPerSec, r.Batch)
 	if r.FirstError != "" {
 		fmt.Fprintf(w, "first error    %s\n", r.FirstError)
 	}
@@ -468,6 +479,25 @@ func (r *report) print(w io.Writer) {
 	fmt.Fprintf(w, "publish→log    n=%d p50=%.1fms p90=%.1fms p99=%.1fms max=%.1fms (sampled; %d unseen; %d reads, %d failed)\n",
 		r.Visible.N, r.Visible.P50, r.Visible.P90, r.Visible.P99, r.Visible.Max, r.Unseen, r.Reads, r.ReadErrors)
 	fmt.Fprintf(w, "in the log     %d of %d acknowledged\n", r.InLog, r.Published)
+}
+
+// publish makes one call: publishEvent for batch 1, else POST /v1/events with an array whose
+// first event is of typ (the sample type when sampled) and the others of bulk. It returns what
+// was answered for the first event.
+func publish(ctx context.Context, c *pipelinetest.Client, project, typ, bulk string, payload map[string]any, batch int) (pipelinetest.Published, error) {
+	if batch == 1 {
+		return c.Publish(ctx, project, typ, payload)
+	}
+	drafts := make([]pipelinetest.Draft, batch)
+	for i := range drafts {
+		drafts[i] = pipelinetest.Draft{Type: bulk, Payload: payload}
+	}
+	drafts[0].Type = typ
+	ps, err := c.PublishBatch(ctx, project, drafts)
+	if err != nil {
+		return pipelinetest.Published{}, err
+	}
+	return ps[0], nil
 }
 
 func sleep(ctx context.Context, d time.Duration) {

@@ -9,7 +9,7 @@ import (
 func TestValidate(t *testing.T) {
 	ok := func() config {
 		return config{URL: "http://127.0.0.1:8080", Keys: []string{"chk_live_x"}, Clients: 4, Duration: 10 * time.Second,
-			Sample: 10, Poll: 25 * time.Millisecond, Drain: 30 * time.Second}
+			Sample: 10, Poll: 25 * time.Millisecond, Drain: 30 * time.Second, Batch: 1}
 	}
 	cases := []struct {
 		name string
@@ -31,6 +31,9 @@ func TestValidate(t *testing.T) {
 		{"poll too fast", func(c *config) { c.Poll = time.Millisecond }, "-poll"},
 		{"drain too long", func(c *config) { c.Drain = maxDrain + time.Second }, "-drain"},
 		{"negative rate", func(c *config) { c.Rate = -1 }, "-rate"},
+		{"batch of 1,000", func(c *config) { c.Batch = 1000 }, ""},
+		{"batch too large", func(c *config) { c.Batch = 1001 }, "-batch"},
+		{"batch zero", func(c *config) { c.Batch = 0 }, "-batch"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -47,6 +47,7 @@ func run() error {
 		self        = flag.Bool("self", false, "start an in-process pipeline (embedded broker, local Postgres with demo data) and load it")
 		dataDir     = flag.String("data-dir", "", "with -self: where Postgres and the broker keep their data (default: a new directory under /tmp, removed after)")
 		out         = flag.String("out", "", "also write the report as JSON to this file")
+		budget      = flag.Duration("latency-budget", 0, "with -self: intake's accept → stored budget (default 1s; negative disables it)")
 		maxLag      = flag.Int64("max-lag", 0, "with -self: the writer lag past which intake answers 503 (default 200,000; -1 disables backpressure)")
 		cpuProfile  = flag.String("cpuprofile", "", "write a CPU profile of this process (with -self: of the whole pipeline) to this file")
 		verbose     = flag.Bool("v", false, "log progress")
@@ -81,12 +82,12 @@ func run() error {
 			dir = d
 		}
 		logger.Info("starting the in-process pipeline", "data_dir", dir)
-		st, err := loadtest.StartStack(ctx, dir, logger, loadtest.StackOptions{MaxLag: *maxLag})
+		st, err := loadtest.StartStack(ctx, dir, logger, loadtest.StackOptions{MaxLag: *maxLag, LatencyBudget: *budget})
 		if err != nil {
 			return err
 		}
 		defer st.Close()
-		cfg.URL, cfg.Keys, cfg.Brokers, cfg.MetricsURLs = st.URL, []string{st.Key}, st.Brokers, nil
+		cfg.URL, cfg.Keys, cfg.Brokers, cfg.MetricsURLs, cfg.CopyPool = st.URL, []string{st.Key}, st.Brokers, nil, st.Pool
 	}
 	if cfg.URL == "" {
 		return errors.New("-url (or -self) is required")
@@ -149,13 +150,17 @@ func print(r *loadtest.Report) {
 		fmt.Printf("  raw produce   %10.0f records/s      (same records, same broker, idempotent acks=all)\n", r.RawPerSecond)
 		fmt.Printf("  ratio         %10.2f               ingest acknowledged ÷ raw produce\n", r.Ratio)
 	}
+	if r.RawCopyPerSecond > 0 {
+		fmt.Printf("  raw COPY      %10.0f rows/s         (same rows, same database, like observations without foreign keys)\n", r.RawCopyPerSecond)
+		fmt.Printf("  ratio         %10.2f               stored ÷ raw COPY\n", r.StoredToCopyRatio)
+	}
 }
 
 // finite replaces NaN (no samples) with 0 so that the report encodes as JSON.
 func finite(r *loadtest.Report) *loadtest.Report {
 	c := *r
 	for _, f := range []*float64{&c.AcceptP50Ms, &c.AcceptP99Ms, &c.AcceptMaxMs, &c.AcceptToStoredP50, &c.AcceptToStoredP99,
-		&c.AcceptedPerSecond, &c.StoredPerSecond, &c.RawPerSecond, &c.Ratio} {
+		&c.AcceptedPerSecond, &c.StoredPerSecond, &c.RawPerSecond, &c.Ratio, &c.RawCopyPerSecond, &c.StoredToCopyRatio} {
 		if math.IsNaN(*f) || math.IsInf(*f, 0) {
 			*f = 0
 		}

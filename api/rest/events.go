@@ -1,0 +1,112 @@
+package rest
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+
+	"carehub/processors/fault"
+	"carehub/processors/feed"
+	"carehub/processors/phi"
+)
+
+// PublishEventRequest is one event of POST /v1/events: the body is one of these, or an array
+// of 1 to 1,000 of them.
+type PublishEventRequest struct {
+	ProjectID string          `json:"projectId"`
+	Type      string          `json:"type"`
+	Payload   json.RawMessage `json:"payload"`
+}
+
+// PublishedEvents is the answer of POST /v1/events: the events created, in the order of the
+// request, as the caller may see them.
+type PublishedEvents struct {
+	Data []Event `json:"data"`
+}
+
+// publishEvents is POST /v1/events, publishEvent for high-volume producers: one event or an
+// array of up to 1,000, all or nothing, written to the outbox in one transaction. 202 Accepted:
+// the events are durable and reach the log, webhooks and subscriptions through the pipeline.
+func (h *handlers) publishEvents(w http.ResponseWriter, r *http.Request) {
+	drafts, array, err := decodeDrafts(r)
+	if err != nil {
+		WriteError(w, r, err)
+		return
+	}
+	var evs []phi.Event
+	if array {
+		evs, err = h.s.Feed.PublishBatch(r.Context(), drafts)
+	} else {
+		var ev *phi.Event
+		if ev, err = h.s.Feed.Publish(r.Context(), drafts[0].Type, drafts[0].Payload, drafts[0].ProjectID); err == nil {
+			evs = []phi.Event{*ev}
+		}
+	}
+	if err != nil {
+		WriteError(w, r, err)
+		return
+	}
+	out := PublishedEvents{Data: make([]Event, len(evs))}
+	for i, e := range evs {
+		out.Data[i] = eventOf(e)
+	}
+	WriteJSON(w, http.StatusAccepted, out)
+}
+
+// decodeDrafts reads the body of POST /v1/events strictly, as DecodeJSON reads an object, and
+// reports whether it was an array; an element of an array is named "[i]" in the errors (as
+// "[3].type").
+func decodeDrafts(r *http.Request) (_ []feed.Draft, array bool, _ error) {
+	b, err := readJSON(r)
+	if err != nil {
+		return nil, false, err
+	}
+	switch bytes.TrimSpace(b)[0] {
+	case '[':
+	case '{':
+		var one PublishEventRequest
+		if err := decodeObject(b, &one); err != nil {
+			return nil, false, err
+		}
+		return []feed.Draft{draftOf(one)}, false, nil
+	default:
+		return nil, false, fault.Invalid("the request body must be a JSON object (one event) or an array of them")
+	}
+	var items []json.RawMessage
+	if err := json.Unmarshal(b, &items); err != nil {
+		return nil, true, jsonError(err)
+	}
+	if len(items) == 0 || len(items) > feed.MaxBatch {
+		return nil, true, fault.Invalid("the array holds %d events; send 1 to %d", len(items), feed.MaxBatch)
+	}
+	drafts := make([]feed.Draft, len(items))
+	for i, item := range items {
+		var one PublishEventRequest
+		if err := decodeObject(item, &one); err != nil {
+			return nil, true, inElement(i, err)
+		}
+		drafts[i] = draftOf(one)
+	}
+	return drafts, true, nil
+}
+
+func draftOf(e PublishEventRequest) feed.Draft {
+	return feed.Draft{ProjectID: e.ProjectID, Type: e.Type, Payload: e.Payload}
+}
+
+// inElement names element i of the body's array in err: the field "type" becomes "[i].type".
+func inElement(i int, err error) error {
+	var fe *fault.Error
+	if !errors.As(err, &fe) {
+		return err
+	}
+	out := *fe
+	out.Message = fmt.Sprintf("[%d]: %s", i, fe.Message)
+	if field, ok := fe.Details["field"].(string); ok {
+		out.Details = map[string]any{"field": fmt.Sprintf("[%d].%s", i, field)}
+		out.Message = fmt.Sprintf("[%d].%s", i, fe.Message)
+	}
+	return &out
+}
