@@ -181,7 +181,7 @@ func parseEntry(raw []byte, lim limits) (parsed, *EntryError) {
 }
 
 // codes returns the code events carry (LOINC if any, else the first coding's) and the LOINC
-// code. A vital-signs Observation, or one coded with a vital sign carehub scores, needs LOINC.
+// code (the first one carehub scores, else the first). A vital-signs Observation, or one coded with a vital sign carehub scores, needs LOINC.
 func codes(o *fhirObservation) (code, loinc string, _ *EntryError) {
 	if o.Code == nil || len(o.Code.Coding) == 0 {
 		return "", "", entryErr(CodeMissingCode, "code.coding must hold at least one coding")
@@ -193,7 +193,7 @@ func codes(o *fhirObservation) (code, loinc string, _ *EntryError) {
 		if code == "" {
 			code = c.Code
 		}
-		if c.System == LOINCSystem && loinc == "" {
+		if c.System == LOINCSystem && (loinc == "" || preferred(c.Code) && !preferred(loinc)) {
 			loinc = c.Code
 		}
 	}
@@ -207,6 +207,13 @@ func codes(o *fhirObservation) (code, loinc string, _ *EntryError) {
 		code = loinc
 	}
 	return truncate(code), truncate(loinc), nil
+}
+
+// preferred reports whether a LOINC code is one carehub scores: of several LOINC codings (HL7's
+// SpO2 example codes 2708-6 and 59408-5), that one is stored, as NEWS2 reads it.
+func preferred(loinc string) bool {
+	_, ok := clinical.VitalByCode(loinc)
+	return ok
 }
 
 func isVitalSign(o *fhirObservation) bool {
