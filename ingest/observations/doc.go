@@ -28,6 +28,9 @@
 //
 //	intake.go       Config, Intake, Submit: formats, chunks, answers
 //	validate.go     the FHIR Observation checks and the entry error codes
+//	values.go       value[x], dataAbsentReason and effective[x]
+//	ucum.go         UCUM by system+code: the vital signs' canonical units and conversions
+//	parts.go        component: a panel's vital signs stored as observations of their own
 //	patients.go     batched, cached patient lookups
 //	producer.go     the pool of transactional producers
 //	idempotency.go  Idempotency-Key reservation, replay and expiry

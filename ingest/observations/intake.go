@@ -502,13 +502,13 @@ func (rq *request) json(body io.Reader) (format string, accepted []string, err e
 		entries = []entry{{index: 0, raw: data}}
 	case "Bundle":
 		switch head.bundleType {
-		case "batch":
+		case "batch", "collection": // a collection is what devices and exports send: taken like a batch
 			format = "batch"
 		case "transaction":
 			format, transaction = "transaction", true
 		default:
-			return "bundle", nil, fault.Validation("Bundle.type must be batch or transaction",
-				map[string]string{"type": "must be batch or transaction"})
+			return "bundle", nil, fault.Validation("Bundle.type must be batch, transaction or collection",
+				map[string]string{"type": "must be batch, transaction or collection"})
 		}
 		if head.tooMany {
 			return format, nil, tooManyEntries(rq.in.cfg.MaxEntries)
@@ -727,7 +727,7 @@ func readLine(br *bufio.Reader) (line []byte, tooLong bool, err error) {
 // validate checks entries, looks up their patients in one query, and returns the records of
 // the valid ones with their ids; the invalid ones are added to rq.rejected.
 func (rq *request) validate(entries []entry) ([]*kgo.Record, []string, error) {
-	msgs := make([]obs.Message, 0, len(entries))
+	msgs := make([]parsed, 0, len(entries))
 	indexes := make([]int, 0, len(entries))
 	patientIDs := make([]string, 0, 8)
 	seen := map[string]bool{}
@@ -736,16 +736,16 @@ func (rq *request) validate(entries []entry) ([]*kgo.Record, []string, error) {
 			rq.reject(e.index, e.err)
 			continue
 		}
-		m, ee := parseObservation(e.raw, rq.lim)
+		p, ee := parseEntry(e.raw, rq.lim)
 		if ee != nil {
 			rq.reject(e.index, ee)
 			continue
 		}
-		msgs = append(msgs, m)
+		msgs = append(msgs, p)
 		indexes = append(indexes, e.index)
-		if !seen[m.PatientID] {
-			seen[m.PatientID] = true
-			patientIDs = append(patientIDs, m.PatientID)
+		if id := p.msg.PatientID; !seen[id] {
+			seen[id] = true
+			patientIDs = append(patientIDs, id)
 		}
 	}
 	if len(msgs) == 0 {
@@ -758,7 +758,7 @@ func (rq *request) validate(entries []entry) ([]*kgo.Record, []string, error) {
 	recs := make([]*kgo.Record, 0, len(msgs))
 	accepted := make([]string, 0, len(msgs))
 	for i := range msgs {
-		m := &msgs[i]
+		m := &msgs[i].msg
 		pe := found[m.PatientID]
 		if !pe.visibleTo(rq.p) {
 			rq.reject(indexes[i], entryErr(CodeUnknownPatient, "patient %q not found", m.PatientID))
@@ -768,14 +768,21 @@ func (rq *request) validate(entries []entry) ([]*kgo.Record, []string, error) {
 		m.ReceivedAt = rq.received
 		m.ID = rq.observationID(m, indexes[i])
 		access.Touch(rq.ctx, access.KindPatient, m.PatientID)
-		recs = append(recs, &kgo.Record{
-			Topic: rq.in.cfg.Topic,
-			Key:   []byte(m.PatientID),
-			Value: m.AppendJSON(make([]byte, 0, len(m.Observation)+384)),
-		})
+		parts, err := partMessages(m, msgs[i].parts)
+		if err != nil {
+			return nil, nil, err // not reached: the panel was decoded once already
+		}
+		recs = append(recs, rq.record(m))
+		for j := range parts {
+			recs = append(recs, rq.record(&parts[j]))
+		}
 		accepted = append(accepted, m.ID)
 	}
 	return recs, accepted, nil
+}
+
+func (rq *request) record(m *obs.Message) *kgo.Record {
+	return &kgo.Record{Topic: rq.in.cfg.Topic, Key: []byte(m.PatientID), Value: m.AppendJSON(make([]byte, 0, len(m.Observation)+384))}
 }
 
 // observationID is the id of an accepted observation. With Observation.id it is derived from

@@ -169,7 +169,7 @@ func TestWholeRequestErrors(t *testing.T) {
 		{"XML", ctx, "application/fhir+xml", []byte("<Observation/>"), fault.KindUnsupportedMedia},
 		{"not JSON", ctx, observations.MediaFHIRJSON, []byte("{"), fault.KindInvalid},
 		{"bundle entry not an array", ctx, observations.MediaFHIRJSON, []byte(`{"resourceType":"Bundle","type":"batch","entry":{}}`), fault.KindInvalid},
-		{"collection bundle", ctx, observations.MediaFHIRJSON, bundle(t, "collection", vital(w.synthA)), fault.KindValidation},
+		{"searchset bundle", ctx, observations.MediaFHIRJSON, bundle(t, "searchset", vital(w.synthA)), fault.KindValidation},
 		{"empty bundle", ctx, observations.MediaFHIRJSON, bundle(t, "batch"), fault.KindValidation},
 		{"empty stream", ctx, observations.MediaFHIRNDJSON, []byte("\n\n"), fault.KindValidation},
 		{"a Patient", ctx, observations.MediaFHIRJSON, []byte(`{"resourceType":"Patient"}`), fault.KindValidation},

@@ -25,8 +25,8 @@ const (
 	CodeMissingCode      = "MISSING_CODE"      // no code.coding, or a vital sign without a LOINC coding
 	CodeInvalidSubject   = "INVALID_SUBJECT"   // subject.reference is not Patient/<id>
 	CodeUnknownPatient   = "UNKNOWN_PATIENT"   // no such patient visible to the caller (the entry form of NOT_FOUND)
-	CodeInvalidEffective = "INVALID_EFFECTIVE" // effectiveDateTime missing, not RFC 3339, or absurd
-	CodeInvalidValue     = "INVALID_VALUE"     // valueQuantity missing, without a number or unit, or implausible
+	CodeInvalidEffective = "INVALID_EFFECTIVE" // effective[x] missing, not a FHIR dateTime/instant/Period, or absurd
+	CodeInvalidValue     = "INVALID_VALUE"     // value[x], component or dataAbsentReason missing or wrong: no number, a unit that does not fit the code, implausible
 )
 
 // EntryError is why one entry of a request was not accepted. Index is the entry's position: 0
@@ -60,20 +60,22 @@ var statuses = map[string]bool{
 
 // The FHIR elements validation reads; every other element passes through untouched.
 type fhirObservation struct {
-	ResourceType      string          `json:"resourceType"`
-	ID                *string         `json:"id"`
-	Identifier        json.RawMessage `json:"identifier"`
-	Status            *string         `json:"status"`
-	Category          []concept       `json:"category"`
-	Code              *concept        `json:"code"`
-	Subject           *reference      `json:"subject"`
-	EffectiveDateTime *string         `json:"effectiveDateTime"`
-	ValueQuantity     *quantity       `json:"valueQuantity"`
-	Device            *reference      `json:"device"`
+	ResourceType string          `json:"resourceType"`
+	ID           *string         `json:"id"`
+	Identifier   json.RawMessage `json:"identifier"`
+	Status       *string         `json:"status"`
+	Category     []concept       `json:"category"`
+	Code         *concept        `json:"code"`
+	Subject      *reference      `json:"subject"`
+	Device       *reference      `json:"device"`
+	effective
+	value
+	Component []json.RawMessage `json:"component"`
 }
 
 type concept struct {
 	Coding []coding `json:"coding"`
+	Text   string   `json:"text"`
 }
 
 type coding struct {
@@ -87,9 +89,10 @@ type reference struct {
 }
 
 type quantity struct {
-	Value *float64 `json:"value"`
-	Unit  *string  `json:"unit"`
-	Code  *string  `json:"code"`
+	Value  *float64 `json:"value"`
+	Unit   *string  `json:"unit"`
+	System *string  `json:"system"`
+	Code   *string  `json:"code"`
 }
 
 // limits are the time bounds of effectiveDateTime.
@@ -106,63 +109,79 @@ var earliestEffective = time.Date(1900, 1, 1, 0, 0, 0, 0, time.UTC)
 // reported) and returns it as a message without the id, organization and time intake adds.
 // raw is kept, not copied: it is stored as sent.
 func parseObservation(raw []byte, lim limits) (obs.Message, *EntryError) {
+	p, e := parseEntry(raw, lim)
+	return p.msg, e
+}
+
+// parsed is one valid Observation: its message, and the vital signs among its components,
+// stored as observations of their own (see parts.go).
+type parsed struct {
+	msg   obs.Message
+	parts []part
+}
+
+func parseEntry(raw []byte, lim limits) (parsed, *EntryError) {
 	if len(raw) > MaxEntryBytes {
-		return obs.Message{}, entryErr(CodeEntryTooLarge, "the observation is %d bytes; at most %d are accepted", len(raw), MaxEntryBytes)
+		return parsed{}, entryErr(CodeEntryTooLarge, "the observation is %d bytes; at most %d are accepted", len(raw), MaxEntryBytes)
 	}
 	if msg := unstorableJSON(raw); msg != "" {
-		return obs.Message{}, entryErr(CodeInvalidJSON, "%s", msg)
+		return parsed{}, entryErr(CodeInvalidJSON, "%s", msg)
 	}
 	var o fhirObservation
 	if err := json.Unmarshal(raw, &o); err != nil {
-		return obs.Message{}, decodeError(err)
+		return parsed{}, decodeError(err)
 	}
 	if o.ResourceType != "Observation" {
-		return obs.Message{}, entryErr(CodeInvalidResource, "resourceType must be Observation, not %q", truncate(o.ResourceType))
+		return parsed{}, entryErr(CodeInvalidResource, "resourceType must be Observation, not %q", truncate(o.ResourceType))
 	}
 	var clientID string
 	if o.ID != nil {
 		if !validFHIRID(*o.ID) {
-			return obs.Message{}, entryErr(CodeInvalidID, "id must be a FHIR id: 1 to 64 of A-Z a-z 0-9 - . _")
+			return parsed{}, entryErr(CodeInvalidID, "id must be a FHIR id: 1 to 64 of A-Z a-z 0-9 - . _")
 		}
 		clientID = *o.ID
 	}
 	if len(o.Identifier) > 0 && o.Identifier[0] != '[' && string(o.Identifier) != "null" {
-		return obs.Message{}, entryErr(CodeInvalidResource, "identifier must be an array")
+		return parsed{}, entryErr(CodeInvalidResource, "identifier must be an array")
 	}
 	if o.Status == nil || *o.Status == "" {
-		return obs.Message{}, entryErr(CodeInvalidStatus, "status is required")
+		return parsed{}, entryErr(CodeInvalidStatus, "status is required")
 	}
 	if !statuses[*o.Status] {
-		return obs.Message{}, entryErr(CodeInvalidStatus, "status %q is not in the observation-status value set (registered, preliminary, final, amended, corrected, cancelled, entered-in-error, unknown)", truncate(*o.Status))
+		return parsed{}, entryErr(CodeInvalidStatus, "status %q is not in the observation-status value set (registered, preliminary, final, amended, corrected, cancelled, entered-in-error, unknown)", truncate(*o.Status))
 	}
 	code, loinc, e := codes(&o)
 	if e != nil {
-		return obs.Message{}, e
+		return parsed{}, e
 	}
 	patientID, e := subjectPatient(o.Subject)
 	if e != nil {
-		return obs.Message{}, e
+		return parsed{}, e
 	}
-	effective, e := effectiveAt(o.EffectiveDateTime, lim)
+	effective, e := o.effective.at(lim)
 	if e != nil {
-		return obs.Message{}, e
+		return parsed{}, e
 	}
-	value, unit, e := valueQuantity(o.ValueQuantity, loinc)
+	parts, e := components(o.Component)
 	if e != nil {
-		return obs.Message{}, e
+		return parsed{}, e
+	}
+	v, e := o.value.read(loinc, "", len(o.Component) > 0)
+	if e != nil {
+		return parsed{}, e
 	}
 	var device string
 	if o.Device != nil {
 		device = truncate(strings.TrimSpace(o.Device.Display))
 	}
-	return obs.Message{
+	return parsed{msg: obs.Message{
 		PatientID: patientID, Observation: raw, Status: *o.Status, LOINC: loinc, Code: code,
-		Value: value, Unit: unit, EffectiveAt: effective, DeviceType: device, ClientID: clientID,
-	}, nil
+		Value: v.value, NoValue: !v.has, Unit: truncate(v.unit), EffectiveAt: effective, DeviceType: device, ClientID: clientID,
+	}, parts: parts}, nil
 }
 
 // codes returns the code events carry (LOINC if any, else the first coding's) and the LOINC
-// code. A vital-signs Observation, or one coded with a vital sign carehub scores, needs LOINC.
+// code (the first one carehub scores, else the first). A vital-signs Observation, or one coded with a vital sign carehub scores, needs LOINC.
 func codes(o *fhirObservation) (code, loinc string, _ *EntryError) {
 	if o.Code == nil || len(o.Code.Coding) == 0 {
 		return "", "", entryErr(CodeMissingCode, "code.coding must hold at least one coding")
@@ -174,7 +193,7 @@ func codes(o *fhirObservation) (code, loinc string, _ *EntryError) {
 		if code == "" {
 			code = c.Code
 		}
-		if c.System == LOINCSystem && loinc == "" {
+		if c.System == LOINCSystem && (loinc == "" || preferred(c.Code) && !preferred(loinc)) {
 			loinc = c.Code
 		}
 	}
@@ -188,6 +207,13 @@ func codes(o *fhirObservation) (code, loinc string, _ *EntryError) {
 		code = loinc
 	}
 	return truncate(code), truncate(loinc), nil
+}
+
+// preferred reports whether a LOINC code is one carehub scores: of several LOINC codings (HL7's
+// SpO2 example codes 2708-6 and 59408-5), that one is stored, as NEWS2 reads it.
+func preferred(loinc string) bool {
+	_, ok := clinical.VitalByCode(loinc)
+	return ok
 }
 
 func isVitalSign(o *fhirObservation) bool {
@@ -217,46 +243,6 @@ func subjectPatient(s *reference) (string, *EntryError) {
 	return id, nil
 }
 
-func effectiveAt(s *string, lim limits) (time.Time, *EntryError) {
-	if s == nil || *s == "" {
-		return time.Time{}, entryErr(CodeInvalidEffective, "effectiveDateTime is required")
-	}
-	t, err := time.Parse(time.RFC3339Nano, *s)
-	if err != nil {
-		return time.Time{}, entryErr(CodeInvalidEffective, "effectiveDateTime must be an RFC 3339 date-time with a time zone, e.g. 2026-11-01T08:30:00Z")
-	}
-	if t.Before(earliestEffective) {
-		return time.Time{}, entryErr(CodeInvalidEffective, "effectiveDateTime %s is before 1900", *s)
-	}
-	if t.After(lim.now.Add(lim.maxFuture)) {
-		return time.Time{}, entryErr(CodeInvalidEffective, "effectiveDateTime %s is more than %s in the future", truncate(*s), lim.maxFuture)
-	}
-	return t, nil
-}
-
-func valueQuantity(q *quantity, loinc string) (float64, string, *EntryError) {
-	if q == nil {
-		return 0, "", entryErr(CodeInvalidValue, "valueQuantity is required")
-	}
-	if q.Value == nil {
-		return 0, "", entryErr(CodeInvalidValue, "valueQuantity.value must be a number")
-	}
-	unit := ""
-	if q.Unit != nil {
-		unit = strings.TrimSpace(*q.Unit)
-	}
-	if unit == "" && q.Code != nil {
-		unit = strings.TrimSpace(*q.Code)
-	}
-	if unit == "" {
-		return 0, "", entryErr(CodeInvalidValue, "valueQuantity needs a unit (unit or code)")
-	}
-	if _, err := clinical.Normalize(loinc, *q.Value, unit); err != nil && !errors.Is(err, clinical.ErrUnknownCode) {
-		return 0, "", entryErr(CodeInvalidValue, "valueQuantity: %s", strings.TrimSuffix(err.Error(), ": "+clinical.ErrInvalidInput.Error()))
-	}
-	return *q.Value, truncate(unit), nil
-}
-
 // decodeError classifies a decoding failure: malformed JSON, or an element of the wrong type,
 // reported under the code of the element.
 func decodeError(err error) *EntryError {
@@ -265,7 +251,7 @@ func decodeError(err error) *EntryError {
 		field := te.Field
 		code := CodeInvalidResource
 		switch {
-		case strings.HasPrefix(field, "valueQuantity"):
+		case strings.HasPrefix(field, "value"), strings.HasPrefix(field, "dataAbsentReason"), strings.HasPrefix(field, "component"):
 			code = CodeInvalidValue
 		case field == "status":
 			code = CodeInvalidStatus
@@ -273,7 +259,7 @@ func decodeError(err error) *EntryError {
 			code = CodeMissingCode
 		case strings.HasPrefix(field, "subject"):
 			code = CodeInvalidSubject
-		case field == "effectiveDateTime":
+		case strings.HasPrefix(field, "effective"):
 			code = CodeInvalidEffective
 		case field == "id":
 			code = CodeInvalidID

@@ -19,10 +19,13 @@ func receivedRecords(topic string, stored []Message, projects map[string]string)
 	recs := make([]*kgo.Record, len(stored))
 	for i := range stored {
 		m := &stored[i]
-		value, effective := m.Value, m.EffectiveAt.UTC()
+		value, effective := &m.Value, m.EffectiveAt.UTC()
+		if m.NoValue { // a panel, a coded value, dataAbsentReason
+			value = nil
+		}
 		payload, err := json.Marshal(events.DeviceObservationReceived{
 			ObservationID: m.ID, PatientID: m.PatientID, Code: m.Code, DeviceType: m.DeviceType,
-			Value: &value, Unit: m.Unit, EffectiveAt: &effective,
+			Value: value, Unit: m.Unit, EffectiveAt: &effective,
 		})
 		if err != nil {
 			return nil, fmt.Errorf("observation event payload: %w", err)

@@ -23,11 +23,12 @@ type Message struct {
 
 	// Extracted at intake from Observation after validation.
 	Status      string    `json:"status"`
-	LOINC       string    `json:"loinc,omitempty"` // first coding with system http://loinc.org
-	Code        string    `json:"code"`            // LOINC, else the first coding's code
-	Value       float64   `json:"value"`           // valueQuantity.value as sent
-	Unit        string    `json:"unit"`            // valueQuantity.unit as sent
-	EffectiveAt time.Time `json:"effectiveAt"`     // effectiveDateTime
+	LOINC       string    `json:"loinc,omitempty"`   // first coding with system http://loinc.org
+	Code        string    `json:"code"`              // LOINC, else the first coding's code
+	Value       float64   `json:"value"`             // valueQuantity.value in Unit
+	Unit        string    `json:"unit"`              // the canonical UCUM unit of a vital sign, else valueQuantity's code or unit as sent
+	NoValue     bool      `json:"noValue,omitempty"` // stored without a value: a panel, a coded or text value, dataAbsentReason
+	EffectiveAt time.Time `json:"effectiveAt"`       // effectiveDateTime
 	DeviceType  string    `json:"deviceType,omitempty"`
 	// ClientID is the Observation.id the client sent, kept as an identifier of the stored
 	// resource; ID is derived from it (see ingest/observations).
@@ -61,6 +62,9 @@ func (m *Message) AppendJSON(b []byte) []byte {
 	b = appendString(b, m.Code)
 	b = append(b, `,"value":`...)
 	b = strconv.AppendFloat(b, m.Value, 'g', -1, 64)
+	if m.NoValue {
+		b = append(b, `,"noValue":true`...)
+	}
 	b = append(b, `,"unit":`...)
 	b = appendString(b, m.Unit)
 	b = append(b, `,"effectiveAt":"`...)

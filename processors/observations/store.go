@@ -46,7 +46,7 @@ type storeResult struct {
 
 const createIncoming = `create temp table if not exists observations_in (
 	id text not null, org_id text not null, patient_id text not null, status text not null,
-	loinc text, value double precision not null, unit text, effective_at timestamptz not null,
+	loinc text, value double precision, unit text, effective_at timestamptz not null,
 	device_type text, client_id text, resource jsonb not null, received_at timestamptz not null
 ) on commit delete rows`
 
@@ -155,7 +155,7 @@ func (s *store) insert(ctx context.Context, tx pgx.Tx, msgs []Message) (storeRes
 	rows := make([][]any, len(msgs))
 	for i := range msgs {
 		m := &msgs[i]
-		rows[i] = []any{m.ID, m.OrgID, m.PatientID, m.Status, nullable(m.LOINC), m.Value, nullable(m.Unit),
+		rows[i] = []any{m.ID, m.OrgID, m.PatientID, m.Status, nullable(m.LOINC), storedValue(m), nullable(m.Unit),
 			m.EffectiveAt, nullable(m.DeviceType), nullable(m.ClientID), []byte(m.Observation), m.ReceivedAt}
 	}
 	if _, err := tx.CopyFrom(ctx, pgx.Identifier{"observations_in"}, incomingColumns, pgx.CopyFromRows(rows)); err != nil {
@@ -194,6 +194,14 @@ func (s *store) insert(ctx context.Context, tx pgx.Tx, msgs []Message) (storeRes
 		}
 	}
 	return res, nil
+}
+
+// storedValue is the value column of m: NULL for an observation without a value.
+func storedValue(m *Message) any {
+	if m.NoValue {
+		return nil
+	}
+	return m.Value
 }
 
 // isDataError reports whether Postgres refused a value (SQLSTATE class 22, data exception),
