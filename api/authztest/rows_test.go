@@ -144,6 +144,9 @@ var rows = []row{
 	{op: "POST /api/v1/workflows/runs", scopes: sc(access.ExecWorkflows), tenant: true, rest: call("POST", fixed("/api/v1/workflows/runs"), func(f *fixture) any {
 		return map[string]any{"workflow_id": f.workflow, "trigger": "manual", "input": map[string]any{"patient_id": f.patient}}
 	})},
+	{op: "POST /v1/events", scopes: sc(access.ExecWorkflows), tenant: true, rest: call("POST", fixed("/v1/events"), func(f *fixture) any {
+		return []any{map[string]any{"type": "authz.probe", "projectId": f.project, "payload": map[string]any{}}}
+	})},
 	{op: "POST /v1/auth/token", keyOnly: true, rest: call("POST", fixed("/v1/auth/token"), func(*fixture) any { return map[string]any{"scope": []string{}} })},
 
 	// REST, FHIR patients and observations.
