@@ -127,3 +127,24 @@ bench-pipeline: postgres-binaries ## observation path end to end with its raw ba
 .PHONY: clean
 clean: ## remove build output (not DATA_DIR)
 	rm -rf bin
+
+CLICKHOUSE_TCP_PORT  ?= 19000
+CLICKHOUSE_HTTP_PORT ?= 18123
+CLICKHOUSE_URL       ?= clickhouse://127.0.0.1:$(CLICKHOUSE_TCP_PORT)/default
+CLICKHOUSE_SH        := CLICKHOUSE_TCP_PORT=$(CLICKHOUSE_TCP_PORT) CLICKHOUSE_HTTP_PORT=$(CLICKHOUSE_HTTP_PORT) deploy/local/clickhouse/clickhouse.sh
+
+.PHONY: clickhouse-up
+clickhouse-up: ## fetch (once) and start a ClickHouse engine on 127.0.0.1:$(CLICKHOUSE_TCP_PORT) (HTTP $(CLICKHOUSE_HTTP_PORT))
+	$(CLICKHOUSE_SH) up
+
+.PHONY: clickhouse-down
+clickhouse-down: ## stop the ClickHouse engine (its data stays for the next clickhouse-up)
+	$(CLICKHOUSE_SH) down
+
+# The suites that start a node or open the event and audit log, run again with both in ClickHouse.
+CLICKHOUSE_PKGS := ./storage/clickhouse/... ./api/... ./processors/... ./cmd/...
+
+.PHONY: test-clickhouse
+test-clickhouse: postgres-binaries node-deps ## run the event and audit log suites and the whole-node suites on a real ClickHouse engine
+	@set -e; $(CLICKHOUSE_SH) up; trap '$(CLICKHOUSE_SH) down' EXIT; \
+	CAREHUB_CLICKHOUSE_URL=$(CLICKHOUSE_URL) $(GO) test $(GOTESTFLAGS) $(CLICKHOUSE_PKGS)
