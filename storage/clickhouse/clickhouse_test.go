@@ -2,6 +2,7 @@ package clickhouse_test
 
 import (
 	"context"
+	"encoding/json"
 	"net"
 	"sync"
 	"testing"
@@ -12,6 +13,7 @@ import (
 	"carehub/storage"
 	"carehub/storage/clickhouse"
 	"carehub/storage/clickhouse/chtest"
+	"carehub/storage/ids"
 	"carehub/storage/storagetest"
 )
 
@@ -86,5 +88,142 @@ func TestServerSurvivesConnectionReset(t *testing.T) {
 			t.Fatalf("server gone after a client reset its connection: %v", err)
 		}
 		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// exec runs statements on the database of dsn.
+func exec(t *testing.T, dsn string, stmts ...string) {
+	t.Helper()
+	opts, err := ch.ParseDSN(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn, err := ch.Open(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = conn.Close() }()
+	for _, stmt := range stmts {
+		if err := conn.Exec(context.Background(), stmt); err != nil {
+			t.Fatalf("%s: %v", stmt, err)
+		}
+	}
+}
+
+func testEvent(project string, at time.Time) storage.Event {
+	return storage.Event{ID: ids.New(ids.Event), Type: "a.b", OrgID: "org_a", ProjectID: project, Source: "system",
+		Severity: "info", Payload: json.RawMessage(`{}`), CreatedAt: at}
+}
+
+// TestPageSkipsUnmergedCopies stores many copies of the newest events with merges stopped, so
+// none collapse, and checks pages still hold distinct events: the page reader must ask for more
+// rows than the page when copies crowd its first read.
+func TestPageSkipsUnmergedCopies(t *testing.T) {
+	dsn := chtest.NewURL(t)
+	store := newStoreAt(t, dsn)
+	exec(t, dsn, "SYSTEM STOP MERGES event_log")
+	ctx := context.Background()
+	now := time.Now().UTC().Truncate(time.Microsecond)
+	var evs []storage.Event
+	for i := range 10 {
+		evs = append(evs, testEvent("prj_a", now.Add(-time.Duration(i)*time.Second)))
+	}
+	if err := store.AppendEvents(ctx, evs); err != nil {
+		t.Fatal(err)
+	}
+	for range 30 { // 30 more copies of the two newest, one insert (part) each
+		if err := store.AppendEvents(ctx, evs[:2]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var got []string
+	q := storage.EventQuery{OrgID: "org_a", ProjectID: "prj_a", Limit: 3}
+	for {
+		page, err := store.QueryEvents(ctx, q)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if page.Total != int64(len(evs)) {
+			t.Fatalf("total %d, want %d", page.Total, len(evs))
+		}
+		if len(page.Events) != min(3, len(evs)-len(got)) {
+			t.Fatalf("page of %d events after %d, want %d", len(page.Events), len(got), min(3, len(evs)-len(got)))
+		}
+		for _, ev := range page.Events {
+			got = append(got, ev.ID)
+		}
+		if page.NextCursor == "" {
+			break
+		}
+		q.Cursor = page.NextCursor
+	}
+	for i, ev := range evs {
+		if got[i] != ev.ID {
+			t.Fatalf("pages visited %v, want the %d events newest first", got, len(evs))
+		}
+	}
+}
+
+// TestRetention opens a store with a retention and checks events older than it go, newer stay,
+// and reopening with the same retention leaves the table alone.
+func TestRetention(t *testing.T) {
+	dsn := chtest.NewURL(t)
+	store := newStoreAt(t, dsn)
+	ctx := context.Background()
+	now := time.Now().UTC()
+	old, recent := testEvent("prj_a", now.AddDate(-2, 0, 0)), testEvent("prj_a", now.Add(-time.Hour))
+	if err := store.AppendEvents(ctx, []storage.Event{old, recent}); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 { // the second Open finds the TTL in place
+		s, err := clickhouse.Open(ctx, dsn, clickhouse.WithRetention(365*24*time.Hour, 0))
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = s.Close()
+	}
+	deadline := time.Now().Add(time.Minute)
+	for {
+		page, err := store.QueryEvents(ctx, storage.EventQuery{OrgID: "org_a", ProjectID: "prj_a"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(page.Events) == 1 && page.Events[0].ID == recent.ID {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("events %d a minute after a one-year retention, want only the recent one", len(page.Events))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// TestHostileFilterValues passes quotes, backslashes and SQL through every filter: they must
+// match only themselves, never change the query.
+func TestHostileFilterValues(t *testing.T) {
+	store := newStore(t)
+	ctx := context.Background()
+	hostile := []string{`x' OR '1'='1`, `x\' OR 1=1 --`, "x'; DROP TABLE event_log; --", `{p:String}`, "x\x00y", `?`}
+	var evs []storage.Event
+	for _, h := range hostile {
+		ev := testEvent(h, time.Now().UTC())
+		ev.Type, ev.OrgID = h, h
+		evs = append(evs, ev)
+	}
+	if err := store.AppendEvents(ctx, evs); err != nil {
+		t.Fatal(err)
+	}
+	for _, ev := range evs {
+		page, err := store.QueryEvents(ctx, storage.EventQuery{OrgID: ev.OrgID, ProjectID: ev.ProjectID, Type: ev.Type})
+		if err != nil {
+			t.Fatalf("%q: %v", ev.ProjectID, err)
+		}
+		if len(page.Events) != 1 || page.Events[0].ID != ev.ID || page.Total != 1 {
+			t.Errorf("%q: %d events (total %d), want its own one", ev.ProjectID, len(page.Events), page.Total)
+		}
+		audit, err := store.QueryAudit(ctx, storage.AuditQuery{OrgID: ev.OrgID, KeyID: ev.OrgID, PatientID: ev.OrgID, Operation: ev.OrgID})
+		if err != nil || len(audit.Records) != 0 {
+			t.Errorf("%q: audit %d records, %v; want none", ev.OrgID, len(audit.Records), err)
+		}
 	}
 }
