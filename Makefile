@@ -156,3 +156,15 @@ test-clickhouse: postgres-binaries node-deps fuzz-deps ## run the suites that us
 	@set -e; $(CLICKHOUSE_SH) up; trap '$(CLICKHOUSE_SH) down' EXIT; \
 	CAREHUB_CLICKHOUSE_URL=$(CLICKHOUSE_URL) CAREHUB_SCHEMATHESIS=$(FUZZ_VENV)/bin/schemathesis \
 	$(GO) test $(CLICKHOUSE_TESTFLAGS) $(CLICKHOUSE_PKGS)
+
+SCALE_KAFKA_PORT ?= 19092
+
+# Scale-out on the real engines, each fresh: its own Kafka broker (not KAFKA_PORT's, whose topics
+# other suites fill) and a ClickHouse database of its own.
+.PHONY: test-scaleout
+test-scaleout: postgres-binaries ## api, ingest and processors as separate processes on real Kafka and ClickHouse; SIGKILL the processors mid-load and count
+	@set -e; export KAFKA_PORT=$(SCALE_KAFKA_PORT) KAFKA_STATE_DIR=$$(mktemp -d /tmp/carehub-scale-kafka.XXXXXX); \
+	trap 'deploy/local/kafka/kafka.sh down; rm -rf "$$KAFKA_STATE_DIR"; $(CLICKHOUSE_SH) down' EXIT; \
+	$(CLICKHOUSE_SH) up; deploy/local/kafka/kafka.sh up; \
+	CAREHUB_TEST_KAFKA_BROKERS=127.0.0.1:$(SCALE_KAFKA_PORT) CAREHUB_CLICKHOUSE_URL=$(CLICKHOUSE_URL) \
+	$(GO) test -count=1 -timeout 15m -v -run '^TestScaleOut' ./cmd/carehub/scaletest
