@@ -168,3 +168,25 @@ test-scaleout: postgres-binaries ## api, ingest and processors as separate proce
 	$(CLICKHOUSE_SH) up; deploy/local/kafka/kafka.sh up; \
 	CAREHUB_TEST_KAFKA_BROKERS=127.0.0.1:$(SCALE_KAFKA_PORT) CAREHUB_CLICKHOUSE_URL=$(CLICKHOUSE_URL) \
 	$(GO) test -count=1 -timeout 15m -v -run '^TestScaleOut' ./cmd/carehub/scaletest
+
+DEPLOY_VENV  ?= $(HOME)/.cache/carehub/deploy-venv
+DEPLOY_REQS  := deploy/requirements.txt
+HELM_VERSION ?= v3.22.0
+HELM         ?= $(HOME)/.cache/carehub/bin/helm-$(HELM_VERSION)
+
+.PHONY: deploy-tools
+deploy-tools: ## install the deployment files' checkers: deploy/requirements.txt into DEPLOY_VENV, helm built from the Go module proxy
+	@if ! cmp -s $(DEPLOY_REQS) $(DEPLOY_VENV)/requirements.txt; then \
+		$(PYTHON) -m venv $(DEPLOY_VENV) && \
+		$(DEPLOY_VENV)/bin/pip install -q --disable-pip-version-check -r $(DEPLOY_REQS) && \
+		cp $(DEPLOY_REQS) $(DEPLOY_VENV)/requirements.txt; \
+	fi
+	@if [ ! -x $(HELM) ]; then \
+		tmp=$$(mktemp -d) && GOBIN=$$tmp $(GO) install helm.sh/helm/v3/cmd/helm@$(HELM_VERSION) && \
+		mkdir -p $(dir $(HELM)) && mv $$tmp/helm $(HELM) && rm -rf $$tmp; \
+	fi
+
+.PHONY: lint-deploy
+lint-deploy: deploy-tools ## lint the Dockerfile, validate the Compose file and the Helm chart (defaults, every role on), check their CAREHUB_* against the flags
+	DEPLOY_VENV=$(DEPLOY_VENV) HELM=$(HELM) deploy/lint.sh
+	$(GO) test -count=1 -run '^(TestDeployFilesNameRealFlags|TestHealthCommand)$$' ./cmd/carehub
