@@ -378,26 +378,15 @@ func (l *load) call(ctx context.Context, u string, body, out any) bool {
 // node is one carehub process.
 type node struct {
 	name, addr string
+	log        string // the file of its stdout and stderr
 	cmd        *exec.Cmd
-	out        *syncBuffer
 	exited     chan struct{} // closed when the process has exited
 }
 
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
+// output is everything the process wrote so far.
+func (n *node) output() string {
+	b, _ := os.ReadFile(n.log)
+	return string(b)
 }
 
 // start runs `carehub serve` with args on a free loopback port and waits until /readyz
@@ -411,8 +400,14 @@ func start(t *testing.T, name string, args ...string) *node {
 	addr := ln.Addr().String()
 	_ = ln.Close()
 	args = append([]string{"serve", "--http-addr", addr, "--data-dir", filepath.Join(t.TempDir(), "data")}, args...)
-	n := &node{name: name, addr: addr, cmd: exec.Command(binary, args...), out: &syncBuffer{}, exited: make(chan struct{})}
-	n.cmd.Stdout, n.cmd.Stderr = n.out, n.out
+	n := &node{name: name, addr: addr, log: filepath.Join(t.TempDir(), name+".log"), cmd: exec.Command(binary, args...),
+		exited: make(chan struct{})}
+	out, err := os.Create(n.log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = out.Close() }() // the child has its own descriptor
+	n.cmd.Stdout, n.cmd.Stderr = out, out
 	if err := n.cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -426,13 +421,13 @@ func start(t *testing.T, name string, args ...string) *node {
 			<-n.exited
 		}
 		if t.Failed() {
-			t.Logf("%s output:\n%s", n.name, n.out)
+			t.Logf("%s output:\n%s", n.name, n.output())
 		}
 	})
 	servertest.Eventually(t, 2*time.Minute, name+" ready", func() bool {
 		select {
 		case <-n.exited:
-			t.Fatalf("%s exited: %s", name, n.out)
+			t.Fatalf("%s exited: %s", name, n.output())
 		default:
 		}
 		resp, err := http.Get("http://" + addr + "/readyz")
@@ -459,7 +454,7 @@ func (n *node) demoKey(t *testing.T) string {
 	t.Helper()
 	var key string
 	servertest.Eventually(t, 30*time.Second, "the demo key", func() bool {
-		for line := range strings.SplitSeq(n.out.String(), "\n") {
+		for line := range strings.SplitSeq(n.output(), "\n") {
 			if k, ok := strings.CutPrefix(strings.TrimSpace(line), "export CAREHUB_KEY="); ok {
 				key = k
 			}
