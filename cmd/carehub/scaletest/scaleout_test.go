@@ -190,10 +190,11 @@ func settled(adm *kadm.Client) string {
 		if l.Error() != nil {
 			return l.Error().Error()
 		}
-		// The observation writer reads transactions and commits the offset after its last
-		// record, so the commit markers and aborted records after it remain as lag (KAFKA-6607):
-		// that it stored every acknowledged observation is checked above instead.
-		if group == observations.DefaultGroup {
+		// The observation and event topics are written in transactions (intake; the observation
+		// writer's events), and their readers commit the offset after their last record, so
+		// commit markers and aborted records after it remain as lag (KAFKA-6607): that every
+		// acknowledged observation and event is stored is checked above instead.
+		if group == observations.DefaultGroup || group == eventlog.DefaultGroup {
 			continue
 		}
 		if total := l.Lag.Total(); total != 0 {
