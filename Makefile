@@ -127,3 +127,66 @@ bench-pipeline: postgres-binaries ## observation path end to end with its raw ba
 .PHONY: clean
 clean: ## remove build output (not DATA_DIR)
 	rm -rf bin
+
+CLICKHOUSE_TCP_PORT  ?= 19000
+CLICKHOUSE_HTTP_PORT ?= 18123
+CLICKHOUSE_URL       ?= clickhouse://127.0.0.1:$(CLICKHOUSE_TCP_PORT)/default
+CLICKHOUSE_SH        := CLICKHOUSE_TCP_PORT=$(CLICKHOUSE_TCP_PORT) CLICKHOUSE_HTTP_PORT=$(CLICKHOUSE_HTTP_PORT) deploy/local/clickhouse/clickhouse.sh
+
+.PHONY: clickhouse-up
+clickhouse-up: ## fetch (once) and start a ClickHouse engine on 127.0.0.1:$(CLICKHOUSE_TCP_PORT) (HTTP $(CLICKHOUSE_HTTP_PORT))
+	$(CLICKHOUSE_SH) up
+
+.PHONY: clickhouse-down
+clickhouse-down: ## stop the ClickHouse engine (its data stays for the next clickhouse-up)
+	$(CLICKHOUSE_SH) down
+
+# The suites whose behaviour depends on the event and audit store: every test binary that links
+# chtest (the ClickHouse store's own suites, and through servertest every whole-node suite, whose
+# node then keeps both logs in ClickHouse). The other packages never read CAREHUB_CLICKHOUSE_URL,
+# so `CAREHUB_CLICKHOUSE_URL=… make test` differs from `make test` in these alone. make test
+# already ran the same code under the race detector; here the store is what is tested, and -race
+# would double the stage's time.
+CLICKHOUSE_PKGS      = $(shell $(GO) list -test -f '{{.ImportPath}}{{range .Deps}} {{.}}{{end}}' ./... | \
+	awk '$$1 ~ /\.test$$/ && / carehub\/storage\/clickhouse\/chtest( |$$)/ {sub(/\.test$$/, "", $$1); print $$1}')
+CLICKHOUSE_TESTFLAGS ?= -count=1 -timeout 25m -shuffle=on
+
+.PHONY: test-clickhouse
+test-clickhouse: postgres-binaries node-deps fuzz-deps ## run the suites that use the event and audit store on a real ClickHouse engine
+	@set -e; $(CLICKHOUSE_SH) up; trap '$(CLICKHOUSE_SH) down' EXIT; \
+	CAREHUB_CLICKHOUSE_URL=$(CLICKHOUSE_URL) CAREHUB_SCHEMATHESIS=$(FUZZ_VENV)/bin/schemathesis \
+	$(GO) test $(CLICKHOUSE_TESTFLAGS) $(CLICKHOUSE_PKGS)
+
+SCALE_KAFKA_PORT ?= 19092
+
+# Scale-out on the real engines, each fresh: its own Kafka broker (not KAFKA_PORT's, whose topics
+# other suites fill) and a ClickHouse database of its own.
+.PHONY: test-scaleout
+test-scaleout: postgres-binaries ## api, ingest and processors as separate processes on real Kafka and ClickHouse; SIGKILL the processors mid-load and count
+	@set -e; export KAFKA_PORT=$(SCALE_KAFKA_PORT) KAFKA_STATE_DIR=$$(mktemp -d /tmp/carehub-scale-kafka.XXXXXX); \
+	trap 'deploy/local/kafka/kafka.sh down; rm -rf "$$KAFKA_STATE_DIR"; $(CLICKHOUSE_SH) down' EXIT; \
+	$(CLICKHOUSE_SH) up; deploy/local/kafka/kafka.sh up; \
+	CAREHUB_TEST_KAFKA_BROKERS=127.0.0.1:$(SCALE_KAFKA_PORT) CAREHUB_CLICKHOUSE_URL=$(CLICKHOUSE_URL) \
+	$(GO) test -count=1 -timeout 15m -v -run '^TestScaleOut' ./cmd/carehub/scaletest
+
+DEPLOY_VENV  ?= $(HOME)/.cache/carehub/deploy-venv
+DEPLOY_REQS  := deploy/requirements.txt
+HELM_VERSION ?= v3.22.0
+HELM         ?= $(HOME)/.cache/carehub/bin/helm-$(HELM_VERSION)
+
+.PHONY: deploy-tools
+deploy-tools: ## install the deployment files' checkers: deploy/requirements.txt into DEPLOY_VENV, helm built from the Go module proxy
+	@if ! cmp -s $(DEPLOY_REQS) $(DEPLOY_VENV)/requirements.txt; then \
+		$(PYTHON) -m venv $(DEPLOY_VENV) && \
+		$(DEPLOY_VENV)/bin/pip install -q --disable-pip-version-check -r $(DEPLOY_REQS) && \
+		cp $(DEPLOY_REQS) $(DEPLOY_VENV)/requirements.txt; \
+	fi
+	@if [ ! -x $(HELM) ]; then \
+		tmp=$$(mktemp -d) && GOBIN=$$tmp $(GO) install helm.sh/helm/v3/cmd/helm@$(HELM_VERSION) && \
+		mkdir -p $(dir $(HELM)) && mv $$tmp/helm $(HELM) && rm -rf $$tmp; \
+	fi
+
+.PHONY: lint-deploy
+lint-deploy: deploy-tools ## lint the Dockerfile, validate the Compose file and the Helm chart (defaults, every role on), check their CAREHUB_* against the flags
+	DEPLOY_VENV=$(DEPLOY_VENV) HELM=$(HELM) deploy/lint.sh
+	$(GO) test -count=1 -run '^(TestDeployFilesNameRealFlags|TestHealthCommand)$$' ./cmd/carehub

@@ -25,6 +25,7 @@ import (
 	"carehub/processors/demo"
 	"carehub/processors/events"
 	"carehub/processors/phi"
+	"carehub/storage"
 )
 
 // The patient-data matrix (DECISIONS §2, processors/phi). Records naming a real and a synthetic
@@ -330,6 +331,7 @@ type phiEnv struct {
 	flow    string // a workflow of one load_patient step
 	invoke  string // the invoke path of a RUNNING NEWS2 deployment
 	records []*phiRecord
+	log     storage.EventLog // the node's, opened by logged
 
 	mu       sync.Mutex
 	pushed   map[string][]map[string]json.RawMessage // "<field>/<kind>/<record id>" → pushes
@@ -589,7 +591,7 @@ func (e *phiEnv) produce() {
 			map[string]any{"a": e.agent, "p": pt.id}, &ses)
 		e.records = append(e.records, &phiRecord{name: "session of " + pt.id, class: "session", id: ses.RunAgent.ID, patient: pt.id,
 			synthetic: pt.synthetic, need: phi.AgentSession.Need, sample: true})
-		e.emitted(`payload->>'sessionId' = $2`, ses.RunAgent.ID, e.project, pt.id, pt.synthetic, "agent.run_completed", "agent.session.updated")
+		e.emitted("sessionId", ses.RunAgent.ID, e.project, pt.id, pt.synthetic, "agent.run_completed", "agent.session.updated")
 
 		var run struct{ RunWorkflow struct{ ID string } }
 		e.gqlOK(publisher, `mutation($w: ID!, $in: JSON) { runWorkflow(workflowId: $w, input: $in) { id } }`,
@@ -609,7 +611,7 @@ func (e *phiEnv) produce() {
 		if r.Status != http.StatusAccepted || len(obs.IDs) != 1 {
 			t.Fatalf("POST /v1/observations: %d %s", r.Status, r.Body)
 		}
-		e.emitted(`payload->>'observationId' = $2`, obs.IDs[0], e.devices, pt.id, pt.synthetic, "device.observation_received")
+		e.emitted("observationId", obs.IDs[0], e.devices, pt.id, pt.synthetic, "device.observation_received")
 
 		e.records = append(e.records, &phiRecord{name: "invoke on " + pt.id, class: "invoke", patient: pt.id, synthetic: pt.synthetic,
 			need: phi.InvokeResult.Need, sample: true})
@@ -627,23 +629,47 @@ func (e *phiEnv) produce() {
 			continue
 		}
 		servertest.Eventually(t, 30*time.Second, "event "+r.id+" in the event log", func() bool {
-			var n int
-			err := e.s.Pool().QueryRow(context.Background(), `select count(*) from event_log where id = $1`, r.id).Scan(&n)
-			return err == nil && n == 1
+			return slices.ContainsFunc(e.logged(r.project, r.typ), func(ev storage.Event) bool { return ev.ID == r.id })
 		})
 	}
 }
 
-// emitted adds, as records, the events of types that the platform emitted for a change: those of
-// the event log matching cond ($2 = arg).
-func (e *phiEnv) emitted(cond, arg, project, patient string, synthetic bool, types ...string) {
+// logged is every event of typ in project's event log (Postgres or ClickHouse, as the node
+// runs), newest first.
+func (e *phiEnv) logged(project, typ string) []storage.Event {
+	if e.log == nil {
+		e.log = e.s.EventLog()
+	}
+	var out []storage.Event
+	q := storage.EventQuery{ProjectID: project, Type: typ, Limit: 1000}
+	for {
+		page, err := e.log.QueryEvents(context.Background(), q)
+		if err != nil {
+			e.t.Fatalf("event log: %v", err)
+		}
+		out = append(out, page.Events...)
+		if page.NextCursor == "" {
+			return out
+		}
+		q.Cursor = page.NextCursor
+	}
+}
+
+// emitted adds, as records, the events of types that the platform emitted for a change: the
+// oldest of each type in project whose payload has field = arg.
+func (e *phiEnv) emitted(field, arg, project, patient string, synthetic bool, types ...string) {
 	t := e.t
 	for _, typ := range types {
 		var id string
 		servertest.Eventually(t, 30*time.Second, typ+" of "+arg, func() bool {
-			err := e.s.Pool().QueryRow(context.Background(), `select id from event_log where type = $1 and `+cond+` order by created_at limit 1`,
-				typ, arg).Scan(&id)
-			return err == nil
+			for _, ev := range slices.Backward(e.logged(project, typ)) {
+				var payload map[string]any
+				if json.Unmarshal(ev.Payload, &payload) == nil && payload[field] == arg {
+					id = ev.ID
+					return true
+				}
+			}
+			return false
 		})
 		c, _ := phi.EventClassOf(typ)
 		e.records = append(e.records, &phiRecord{name: "emitted " + typ + " of " + patient, class: "event", id: id, project: project,

@@ -12,7 +12,6 @@ import (
 	"carehub/processors/demo"
 	"carehub/storage"
 	"carehub/storage/ids"
-	"carehub/storage/postgres"
 )
 
 // TestQueries drives every query field through the running server: valid input, bad input,
@@ -420,7 +419,7 @@ func TestQueries(t *testing.T) {
 	})
 
 	t.Run("events newest first with type and since filters", func(t *testing.T) {
-		log := postgres.NewEventLog(s.Pool())
+		log := s.EventLog()
 		base := time.Now().UTC().Truncate(time.Second).Add(-time.Hour)
 		var evs []storage.Event
 		for i := range 5 {

@@ -20,7 +20,6 @@ import (
 	"carehub/schemas"
 	"carehub/storage"
 	"carehub/storage/ids"
-	"carehub/storage/postgres"
 	"carehub/storage/postgres/pgtest"
 )
 
@@ -203,7 +202,7 @@ func TestREST(t *testing.T) {
 	})
 
 	t.Run("events: newest first, filters, cursor, limits", func(t *testing.T) {
-		log := postgres.NewEventLog(s.Pool())
+		log := s.EventLog()
 		base := time.Now().UTC().Truncate(time.Millisecond).Add(-time.Hour)
 		var evs []storage.Event
 		for i := range 7 {

@@ -1,16 +1,21 @@
 // Package clickhouse is the production implementation of the event log and the audit log
 // (storage.EventLog, storage.AuditLog) on ClickHouse, over the native protocol with
-// clickhouse-go/v2. The DDL is schemas/clickhouse/*.sql, applied by Open.
+// clickhouse-go/v2. The DDL is schemas/clickhouse/*.sql, applied by Open; it says how the tables
+// are laid out for these queries and why.
 //
-// Dedupe by id uses ReplacingMergeTree and FINAL reads (see the DDL for why); every append is
-// one batched INSERT (one block per call, which is how the Kafka writers call it: thousands of
-// rows at a time).
+// Writes: one INSERT per append, its rows sent column by column. A batch of asyncInsertBelow rows
+// or more is written as a part of its own; a smaller one goes through the server's asynchronous
+// insert buffer (waiting until it is flushed, so an append is durable when it returns), which
+// folds the small batches of many writers into one part.
 //
-// Testing: no ClickHouse server runs on carehub's development machines or in CI, so this
-// package is compiled there but its conformance tests (storage/storagetest, the same suites the
-// Postgres implementation passes) run only when CAREHUB_CLICKHOUSE_URL points at a server, e.g.
-// clickhouse://default:@localhost:9000/default. Until someone runs them so, treat this
-// implementation as unverified against a live server.
+// Dedupe: Kafka delivers at least once, so an event or record may be inserted twice. Copies share
+// the sorting key and collapse when parts merge (ReplacingMergeTree). Until then reads remove
+// them: a page is read newest first in sorting-key order, where copies are adjacent, without
+// FINAL, so it reads only the granules the page needs; totals count with FINAL.
+//
+// Testing: the conformance suites (storage/storagetest) and the benchmarks run when
+// CAREHUB_CLICKHOUSE_URL points at a server, such as the one `make clickhouse-up` starts
+// (deploy/local/clickhouse); `make test-clickhouse` runs them.
 package clickhouse
 
 import (
@@ -22,6 +27,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	ch "github.com/ClickHouse/clickhouse-go/v2"
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
@@ -36,6 +42,10 @@ const (
 	MaxPageSize     = 1000
 )
 
+// asyncInsertBelow is the batch size under which an append goes through the server's
+// asynchronous insert buffer: a part per small batch would make the server merge far more.
+const asyncInsertBelow = 1000
+
 // Store is the ClickHouse event log and audit log. It is safe for concurrent use.
 type Store struct {
 	conn driver.Conn
@@ -46,15 +56,35 @@ var (
 	_ storage.AuditLog = (*Store)(nil)
 )
 
+// Option configures Open.
+type Option func(*options)
+
+type options struct {
+	eventRetention, auditRetention time.Duration
+}
+
+// WithRetention keeps events for events and audit records for audit (rounded up to whole days)
+// and lets the server drop what is older, a month's part at a time, as a TTL on each table. Zero
+// leaves that table's TTL as it is. Open sets a TTL only when it differs from the table's, so a
+// restart costs nothing; a new TTL applies to the stored parts in the background.
+func WithRetention(events, audit time.Duration) Option {
+	return func(o *options) { o.eventRetention, o.auditRetention = events, audit }
+}
+
 // Open connects to the ClickHouse server at url (clickhouse://user:password@host:9000/database?
 // dial_timeout=5s&compress=lz4, as clickhouse-go's ParseDSN reads it), checks that it answers,
-// and creates the tables of schemas/clickhouse if they do not exist. Close the store when done.
-func Open(ctx context.Context, url string) (*Store, error) {
-	opts, err := ch.ParseDSN(url)
+// creates the tables of schemas/clickhouse if they do not exist and applies the options. Close
+// the store when done.
+func Open(ctx context.Context, url string, opts ...Option) (*Store, error) {
+	var o options
+	for _, opt := range opts {
+		opt(&o)
+	}
+	chOpts, err := ch.ParseDSN(url)
 	if err != nil {
 		return nil, fmt.Errorf("open clickhouse: %w", err)
 	}
-	conn, err := ch.Open(opts)
+	conn, err := ch.Open(chOpts)
 	if err != nil {
 		return nil, fmt.Errorf("open clickhouse: %w", err)
 	}
@@ -67,7 +97,38 @@ func Open(ctx context.Context, url string) (*Store, error) {
 		_ = conn.Close()
 		return nil, err
 	}
+	for _, r := range []struct {
+		table, column string
+		keep          time.Duration
+	}{{"event_log", "created_at", o.eventRetention}, {"audit_log", "time", o.auditRetention}} {
+		if err := s.retain(ctx, r.table, r.column, r.keep); err != nil {
+			_ = conn.Close()
+			return nil, err
+		}
+	}
 	return s, nil
+}
+
+// retain sets table's TTL to keep rows for keep after their time column, unless keep is zero or
+// the table has that TTL already.
+func (s *Store) retain(ctx context.Context, table, column string, keep time.Duration) error {
+	if keep <= 0 {
+		return nil
+	}
+	days := (keep + 24*time.Hour - 1) / (24 * time.Hour)
+	ttl := fmt.Sprintf("toDateTime(%s) + toIntervalDay(%d)", column, days)
+	var engine string
+	if err := s.conn.QueryRow(ctx, "SELECT engine_full FROM system.tables WHERE database = currentDatabase() AND name = ?",
+		table).Scan(&engine); err != nil {
+		return fmt.Errorf("clickhouse retention of %s: %w", table, err)
+	}
+	if strings.Contains(engine, " TTL "+ttl+" ") {
+		return nil
+	}
+	if err := s.conn.Exec(ctx, "ALTER TABLE "+table+" MODIFY TTL "+ttl); err != nil {
+		return fmt.Errorf("clickhouse retention of %s: %w", table, err)
+	}
+	return nil
 }
 
 // Close closes the connections.
@@ -119,29 +180,50 @@ func (s *Store) migrate(ctx context.Context) error {
 }
 
 // AppendEvents inserts events in one batch. Copies of an id already stored collapse with it
-// (ReplacingMergeTree); queries read through FINAL, so they never see two.
+// (ReplacingMergeTree); queries never return two.
 func (s *Store) AppendEvents(ctx context.Context, events []storage.Event) error {
 	if len(events) == 0 {
 		return nil
 	}
-	batch, err := s.conn.PrepareBatch(ctx, "INSERT INTO event_log (id, org_id, project_id, type, source, severity, payload, created_at)")
+	n := len(events)
+	id, org, project, typ, source, severity, payload := make([]string, n), make([]string, n), make([]string, n),
+		make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+	created := make([]time.Time, n)
+	for i, ev := range events {
+		id[i], org[i], project[i], typ[i], source[i], severity[i] = ev.ID, ev.OrgID, ev.ProjectID, ev.Type, ev.Source, ev.Severity
+		payload[i] = string(ev.Payload)
+		if payload[i] == "" {
+			payload[i] = "null"
+		}
+		created[i] = ev.CreatedAt.UTC()
+	}
+	err := s.insert(ctx, "INSERT INTO event_log (id, org_id, project_id, type, source, severity, payload, created_at)",
+		n, id, org, project, typ, source, severity, payload, created)
 	if err != nil {
 		return fmt.Errorf("append events: %w", err)
 	}
-	defer func() { _ = batch.Close() }()
-	for _, ev := range events {
-		payload := string(ev.Payload)
-		if payload == "" {
-			payload = "null"
-		}
-		if err := batch.Append(ev.ID, ev.OrgID, ev.ProjectID, ev.Type, ev.Source, ev.Severity, payload, ev.CreatedAt.UTC()); err != nil {
-			return fmt.Errorf("append events: %w", err)
-		}
-	}
-	if err := batch.Send(); err != nil {
-		return fmt.Errorf("append events: %w", err)
-	}
 	return nil
+}
+
+// insert sends rows rows of an INSERT as one block, given column by column (the driver appends a
+// column at once instead of converting row by row).
+func (s *Store) insert(ctx context.Context, query string, rows int, columns ...any) error {
+	if rows < asyncInsertBelow {
+		ctx = ch.Context(ctx, ch.WithAsync(true))
+	} else {
+		ctx = ch.Context(ctx, ch.WithSettings(ch.Settings{"async_insert": 0}))
+	}
+	batch, err := s.conn.PrepareBatch(ctx, query)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = batch.Close() }()
+	for i, col := range columns {
+		if err := batch.Column(i).Append(col); err != nil {
+			return err
+		}
+	}
+	return batch.Send()
 }
 
 // QueryEvents has the semantics of storage/postgres.EventLog.QueryEvents: newest first, ties by
@@ -164,35 +246,20 @@ func (s *Store) QueryEvents(ctx context.Context, q storage.EventQuery) (storage.
 		where.add("created_at >= fromUnixTimestamp64Micro(?, 'UTC')", q.Since.UnixMicro())
 	}
 	var page storage.EventPage
-	var total uint64
-	if err := s.conn.QueryRow(ctx, "SELECT count() FROM event_log FINAL WHERE "+where.sql(), where.args...).Scan(&total); err != nil {
-		return storage.EventPage{}, fmt.Errorf("query events: count: %w", err)
+	var err error
+	if page.Total, err = s.count(ctx, "event_log", where); err != nil {
+		return storage.EventPage{}, fmt.Errorf("query events: %w", err)
 	}
-	page.Total = int64(total)
 	if q.Cursor != "" {
 		at, id, err := storage.DecodeCursor(q.Cursor)
 		if err != nil {
 			return storage.EventPage{}, err
 		}
-		where.add("(created_at, id) < (fromUnixTimestamp64Micro(?, 'UTC'), ?)", at.UnixMicro(), id)
+		where.after("created_at", at, id)
 	}
-	rows, err := s.conn.Query(ctx, `SELECT id, org_id, project_id, type, source, severity, payload, created_at
-FROM event_log FINAL WHERE `+where.sql()+` ORDER BY created_at DESC, id DESC LIMIT `+strconv.Itoa(limit+1), where.args...)
+	page.Events, err = newestFirst(ctx, s.conn, `SELECT id, org_id, project_id, type, source, severity, payload, created_at
+FROM event_log WHERE `+where.sql()+` ORDER BY created_at DESC, id DESC`, where.args, limit+1, scanEvent)
 	if err != nil {
-		return storage.EventPage{}, fmt.Errorf("query events: %w", err)
-	}
-	defer func() { _ = rows.Close() }()
-	for rows.Next() {
-		var ev storage.Event
-		var payload string
-		if err := rows.Scan(&ev.ID, &ev.OrgID, &ev.ProjectID, &ev.Type, &ev.Source, &ev.Severity, &payload, &ev.CreatedAt); err != nil {
-			return storage.EventPage{}, fmt.Errorf("query events: %w", err)
-		}
-		ev.Payload = []byte(payload)
-		ev.CreatedAt = ev.CreatedAt.UTC()
-		page.Events = append(page.Events, ev)
-	}
-	if err := rows.Err(); err != nil {
 		return storage.EventPage{}, fmt.Errorf("query events: %w", err)
 	}
 	if len(page.Events) > limit {
@@ -203,26 +270,95 @@ FROM event_log FINAL WHERE `+where.sql()+` ORDER BY created_at DESC, id DESC LIM
 	return page, nil
 }
 
+func scanEvent(rows driver.Rows) (string, storage.Event, error) {
+	var ev storage.Event
+	var payload string
+	if err := rows.Scan(&ev.ID, &ev.OrgID, &ev.ProjectID, &ev.Type, &ev.Source, &ev.Severity, &payload, &ev.CreatedAt); err != nil {
+		return "", ev, err
+	}
+	ev.Payload = []byte(payload)
+	ev.CreatedAt = ev.CreatedAt.UTC()
+	return ev.ID, ev, nil
+}
+
+// count counts the distinct rows of table matching where. FINAL collapses the copies no merge
+// has collapsed yet; it is cheap where they cannot be, in a partition of one part.
+func (s *Store) count(ctx context.Context, table string, where conditions) (int64, error) {
+	var n uint64
+	if err := s.conn.QueryRow(ctx, "SELECT count() FROM "+table+" FINAL WHERE "+where.sql(), where.args...).Scan(&n); err != nil {
+		return 0, fmt.Errorf("count: %w", err)
+	}
+	return int64(n), nil
+}
+
+// newestFirst returns the first want distinct rows of query, which must order rows by their
+// (time, id) sorting key, newest first, and leave LIMIT to newestFirst. The copies of a row share
+// that key, so they come one after the other: newestFirst keeps the first of each. The server
+// reads the table in key order and stops after LIMIT rows, so a page costs what the page reads,
+// not what the project holds, as FINAL would (it collapses copies over every matching row before
+// sorting). When copies leave fewer than want distinct rows, it asks again for more.
+func newestFirst[T any](ctx context.Context, conn driver.Conn, query string, args []any, want int,
+	scan func(driver.Rows) (string, T, error)) ([]T, error) {
+	for n := want; ; n *= 4 {
+		out, read, err := distinct(ctx, conn, query+" LIMIT "+strconv.Itoa(n), args, scan)
+		if err != nil || len(out) >= want || read < n {
+			return out[:min(len(out), want)], err
+		}
+	}
+}
+
+// distinct runs query and returns its rows without adjacent copies (equal ids), and how many it read.
+func distinct[T any](ctx context.Context, conn driver.Conn, query string, args []any,
+	scan func(driver.Rows) (string, T, error)) ([]T, int, error) {
+	rows, err := conn.Query(ctx, query, args...)
+	if err != nil {
+		return nil, 0, err
+	}
+	defer func() { _ = rows.Close() }()
+	var out []T
+	var last string
+	read := 0
+	for rows.Next() {
+		id, v, err := scan(rows)
+		if err != nil {
+			return nil, 0, err
+		}
+		if read == 0 || id != last {
+			out = append(out, v)
+		}
+		read++
+		last = id
+	}
+	return out, read, rows.Err()
+}
+
 // AppendAudit inserts records in one batch; copies of a stored id collapse as events do.
 func (s *Store) AppendAudit(ctx context.Context, records []storage.AuditRecord) error {
 	if len(records) == 0 {
 		return nil
 	}
-	batch, err := s.conn.PrepareBatch(ctx, `INSERT INTO audit_log (id, time, org_id, key_id, mode, client_ip, user_agent,
-operation, resource_ids, patient_ids, outcome, status, latency_ms, truncated, patient_ids_omitted, resource_ids_omitted,
-auth_failure, credential)`)
+	n := len(records)
+	id, org, key, mode, ip, agent, op, outcome, failure, credential := make([]string, n), make([]string, n), make([]string, n),
+		make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+	at := make([]time.Time, n)
+	resources, patients := make([][]string, n), make([][]string, n)
+	status := make([]uint16, n)
+	latency, patientsOmitted, resourcesOmitted := make([]uint32, n), make([]uint32, n), make([]uint32, n)
+	truncated := make([]bool, n)
+	for i, r := range records {
+		id[i], org[i], key[i], mode[i], ip[i], agent[i], op[i], outcome[i] = r.ID, r.OrgID, r.KeyID, r.Mode, r.ClientIP, r.UserAgent, r.Operation, r.Outcome
+		failure[i], credential[i] = r.AuthFailure, r.Credential
+		at[i] = r.Time.UTC()
+		resources[i], patients[i] = nonNil(r.ResourceIDs), nonNil(r.PatientIDs)
+		status[i], latency[i] = uint16(r.Status), uint32(max(r.LatencyMs, 0))
+		truncated[i] = r.Truncated
+		patientsOmitted[i], resourcesOmitted[i] = uint32(max(r.PatientIDsOmitted, 0)), uint32(max(r.ResourceIDsOmitted, 0))
+	}
+	err := s.insert(ctx, `INSERT INTO audit_log (id, time, org_id, key_id, mode, client_ip, user_agent, operation,
+resource_ids, patient_ids, outcome, status, latency_ms, truncated, patient_ids_omitted, resource_ids_omitted,
+auth_failure, credential)`, n, id, at, org, key, mode, ip, agent, op, resources, patients, outcome, status, latency,
+		truncated, patientsOmitted, resourcesOmitted, failure, credential)
 	if err != nil {
-		return fmt.Errorf("append audit: %w", err)
-	}
-	defer func() { _ = batch.Close() }()
-	for _, r := range records {
-		if err := batch.Append(r.ID, r.Time.UTC(), r.OrgID, r.KeyID, r.Mode, r.ClientIP, r.UserAgent, r.Operation,
-			nonNil(r.ResourceIDs), nonNil(r.PatientIDs), r.Outcome, uint16(r.Status), uint32(max(r.LatencyMs, 0)),
-			r.Truncated, uint32(max(r.PatientIDsOmitted, 0)), uint32(max(r.ResourceIDsOmitted, 0)), r.AuthFailure, r.Credential); err != nil {
-			return fmt.Errorf("append audit: %w", err)
-		}
-	}
-	if err := batch.Send(); err != nil {
 		return fmt.Errorf("append audit: %w", err)
 	}
 	return nil
@@ -252,41 +388,22 @@ func (s *Store) QueryAudit(ctx context.Context, q storage.AuditQuery) (storage.A
 		where.add("operation = ?", q.Operation)
 	}
 	var page storage.AuditPage
-	var total uint64
-	if err := s.conn.QueryRow(ctx, "SELECT count() FROM audit_log FINAL WHERE "+where.sql(), where.args...).Scan(&total); err != nil {
-		return storage.AuditPage{}, fmt.Errorf("query audit: count: %w", err)
+	var err error
+	if page.Total, err = s.count(ctx, "audit_log", where); err != nil {
+		return storage.AuditPage{}, fmt.Errorf("query audit: %w", err)
 	}
-	page.Total = int64(total)
 	if q.Cursor != "" {
 		at, id, err := storage.DecodeCursor(q.Cursor)
 		if err != nil {
 			return storage.AuditPage{}, err
 		}
-		where.add("(time, id) < (fromUnixTimestamp64Micro(?, 'UTC'), ?)", at.UnixMicro(), id)
+		where.after("time", at, id)
 	}
-	rows, err := s.conn.Query(ctx, `SELECT id, time, org_id, key_id, mode, client_ip, user_agent, operation,
+	page.Records, err = newestFirst(ctx, s.conn, `SELECT id, time, org_id, key_id, mode, client_ip, user_agent, operation,
 resource_ids, patient_ids, outcome, status, latency_ms, truncated, patient_ids_omitted, resource_ids_omitted,
 auth_failure, credential
-FROM audit_log FINAL WHERE `+where.sql()+` ORDER BY time DESC, id DESC LIMIT `+strconv.Itoa(limit+1), where.args...)
+FROM audit_log WHERE `+where.sql()+` ORDER BY time DESC, id DESC`, where.args, limit+1, scanAudit)
 	if err != nil {
-		return storage.AuditPage{}, fmt.Errorf("query audit: %w", err)
-	}
-	defer func() { _ = rows.Close() }()
-	for rows.Next() {
-		var r storage.AuditRecord
-		var status uint16
-		var latency, patientsOmitted, resourcesOmitted uint32
-		if err := rows.Scan(&r.ID, &r.Time, &r.OrgID, &r.KeyID, &r.Mode, &r.ClientIP, &r.UserAgent, &r.Operation,
-			&r.ResourceIDs, &r.PatientIDs, &r.Outcome, &status, &latency,
-			&r.Truncated, &patientsOmitted, &resourcesOmitted, &r.AuthFailure, &r.Credential); err != nil {
-			return storage.AuditPage{}, fmt.Errorf("query audit: %w", err)
-		}
-		r.Time = r.Time.UTC()
-		r.Status, r.LatencyMs = int(status), int(latency)
-		r.PatientIDsOmitted, r.ResourceIDsOmitted = int(patientsOmitted), int(resourcesOmitted)
-		page.Records = append(page.Records, r)
-	}
-	if err := rows.Err(); err != nil {
 		return storage.AuditPage{}, fmt.Errorf("query audit: %w", err)
 	}
 	if len(page.Records) > limit {
@@ -295,6 +412,21 @@ FROM audit_log FINAL WHERE `+where.sql()+` ORDER BY time DESC, id DESC LIMIT `+s
 		page.NextCursor = storage.EncodeCursor(last.Time, last.ID)
 	}
 	return page, nil
+}
+
+func scanAudit(rows driver.Rows) (string, storage.AuditRecord, error) {
+	var r storage.AuditRecord
+	var status uint16
+	var latency, patientsOmitted, resourcesOmitted uint32
+	if err := rows.Scan(&r.ID, &r.Time, &r.OrgID, &r.KeyID, &r.Mode, &r.ClientIP, &r.UserAgent, &r.Operation,
+		&r.ResourceIDs, &r.PatientIDs, &r.Outcome, &status, &latency,
+		&r.Truncated, &patientsOmitted, &resourcesOmitted, &r.AuthFailure, &r.Credential); err != nil {
+		return "", r, err
+	}
+	r.Time = r.Time.UTC()
+	r.Status, r.LatencyMs = int(status), int(latency)
+	r.PatientIDsOmitted, r.ResourceIDsOmitted = int(patientsOmitted), int(resourcesOmitted)
+	return r.ID, r, nil
 }
 
 func nonNil(s []string) []string {
@@ -323,6 +455,14 @@ type conditions struct {
 func (c *conditions) add(cond string, args ...any) {
 	c.parts = append(c.parts, cond)
 	c.args = append(c.args, args...)
+}
+
+// after keeps the rows before the cursor (at, id) in newest-first order. The bound on column
+// alone is implied by the tuple comparison, but ClickHouse prunes partitions and granules only on
+// it, not on the tuple.
+func (c *conditions) after(column string, at time.Time, id string) {
+	c.add(column+" <= fromUnixTimestamp64Micro(?, 'UTC')", at.UnixMicro())
+	c.add("("+column+", id) < (fromUnixTimestamp64Micro(?, 'UTC'), ?)", at.UnixMicro(), id)
 }
 
 func (c *conditions) sql() string {

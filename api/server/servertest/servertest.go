@@ -1,8 +1,10 @@
 // Package servertest starts a whole carehub node in process for black-box tests: a fresh database
 // cloned from the migrated template (carehub/storage/postgres/pgtest, whose Main the test package
 // must call from TestMain), a Kafka-protocol broker (kfake per test, or the real broker named by
-// CAREHUB_TEST_KAFKA_BROKERS), demo data, and the HTTP server on a free loopback port. Tests then
-// talk to it only through its public API, as a client would.
+// CAREHUB_TEST_KAFKA_BROKERS), demo data, and the HTTP server on a free loopback port. The event
+// and audit log are in Postgres, or in a fresh database on the ClickHouse server named by
+// CAREHUB_CLICKHOUSE_URL when it is set (carehub/storage/clickhouse/chtest). Tests then talk to
+// it only through its public API, as a client would.
 package servertest
 
 import (
@@ -31,8 +33,12 @@ import (
 	"carehub/processors/observations"
 	"carehub/processors/webhooks"
 	"carehub/processors/workflows"
+	"carehub/storage"
+	"carehub/storage/clickhouse"
+	"carehub/storage/clickhouse/chtest"
 	"carehub/storage/kafka"
 	"carehub/storage/kafka/kafkatest"
+	"carehub/storage/postgres"
 	"carehub/storage/postgres/pgtest"
 )
 
@@ -94,6 +100,9 @@ func Config(t testing.TB, opts ...Option) node.Config {
 	cfg.HTTPAddr = "127.0.0.1:0"
 	cfg.DatabaseURL = pgtest.NewDSN(t)
 	cfg.KafkaBrokers = kafkatest.Brokers(t)
+	if chtest.Real() {
+		cfg.ClickHouseURL = chtest.NewURL(t)
+	}
 	if kafkatest.Real() {
 		skipBacklog(t, cfg.KafkaBrokers, cfg.Partitions)
 	}
@@ -139,6 +148,23 @@ func StartLogged(t testing.TB, cfg node.Config, logger *slog.Logger) *Server {
 
 // Cfg is the configuration the node runs with.
 func (s *Server) Cfg() node.Config { return s.cfg }
+
+// EventLog is the store the node keeps its event log in (ClickHouse or Postgres, as configured),
+// for tests that plant events to read back through the API.
+func (s *Server) EventLog() storage.EventLog {
+	s.t.Helper()
+	if s.cfg.ClickHouseURL == "" {
+		return postgres.NewEventLog(s.Pool())
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	store, err := clickhouse.Open(ctx, s.cfg.ClickHouseURL)
+	if err != nil {
+		s.t.Fatalf("event log: %v", err)
+	}
+	s.t.Cleanup(func() { _ = store.Close() })
+	return store
+}
 
 // Logger logs to the test log at warn and above, or everything with CAREHUB_TEST_VERBOSE=1.
 func Logger(t testing.TB) *slog.Logger {

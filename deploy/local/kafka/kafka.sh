@@ -193,8 +193,13 @@ format_once() {
 	[[ -f $state/data/meta.properties ]] && return
 	local cid
 	if [[ ! -s $state/cluster.id ]]; then
-		# A Kafka Uuid: 16 random bytes, base64url without padding.
-		head -c 16 /dev/urandom | base64 | tr '+/' '-_' | tr -d '=\n' >"$state/cluster.id"
+		# A Kafka Uuid: 16 random bytes, base64url without padding; like Kafka's own, never
+		# one starting with "-", which the format command would read as an option.
+		cid=-
+		while [[ $cid == -* ]]; do
+			cid=$(head -c 16 /dev/urandom | base64 | tr '+/' '-_' | tr -d '=\n')
+		done
+		echo -n "$cid" >"$state/cluster.id"
 	fi
 	cid=$(<"$state/cluster.id")
 	say "formatting storage in $state/data (cluster $cid)"

@@ -1,0 +1,523 @@
+// Package scaletest proves that carehub scales out by role on the real engines: separate api,
+// ingest and processors processes (the built binary) on one Postgres, a real Apache Kafka broker
+// and a real ClickHouse server. It runs only with both engines named (CAREHUB_TEST_KAFKA_BROKERS,
+// CAREHUB_CLICKHOUSE_URL); `make test-scaleout` starts them, each fresh, and runs it.
+package scaletest
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"maps"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/twmb/franz-go/pkg/kadm"
+
+	"carehub/api/server/servertest"
+	"carehub/processors/audit"
+	"carehub/processors/demo"
+	"carehub/processors/eventlog"
+	"carehub/processors/observations"
+	"carehub/storage/clickhouse/chtest"
+	"carehub/storage/kafka/kafkatest"
+	"carehub/storage/postgres/pgtest"
+)
+
+var binary string
+
+func TestMain(m *testing.M) {
+	if !kafkatest.Real() || !chtest.Real() {
+		os.Exit(m.Run()) // the test skips: nothing to build or start
+	}
+	dir, err := os.MkdirTemp("", "carehub-scale-bin-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	binary = filepath.Join(dir, "carehub")
+	if out, err := exec.Command("go", "build", "-o", binary, "carehub/cmd/carehub").CombinedOutput(); err != nil {
+		fmt.Fprintf(os.Stderr, "build carehub: %v\n%s", err, out)
+		os.Exit(1)
+	}
+	defer os.RemoveAll(dir)
+	pgtest.Main(m)
+}
+
+// partitions of the topics the nodes create: more than one, so the processors' groups have
+// partitions to hand over.
+const partitions = 6
+
+// processorGroups are the consumer groups of the processors role whose work the test counts.
+var processorGroups = []string{eventlog.DefaultGroup, audit.DefaultGroup, observations.DefaultGroup}
+
+// TestScaleOutSurvivesProcessorsKill runs api, ingest and processors as three processes, drives
+// publishEvent (api) and observation intake (ingest) from concurrent clients, SIGKILLs the
+// processors process mid-load and starts another, and counts: every acknowledged event and
+// observation is stored once, the replacement owns every partition, and the lag is zero.
+func TestScaleOutSurvivesProcessorsKill(t *testing.T) {
+	if !kafkatest.Real() || !chtest.Real() {
+		t.Skip("needs a real Kafka broker and ClickHouse server (CAREHUB_TEST_KAFKA_BROKERS, CAREHUB_CLICKHOUSE_URL): make test-scaleout")
+	}
+	brokers := strings.Join(kafkatest.Brokers(t), ",")
+	dsn := pgtest.NewDSN(t)
+	common := []string{"--database-url", dsn, "--kafka-brokers", brokers, "--clickhouse-url", chtest.NewURL(t),
+		"--partitions", fmt.Sprint(partitions), "--log-format", "text", "--log-level", "warn"}
+
+	api := start(t, "api", append(common, "--roles", "api", "--demo-key")...)
+	key := api.demoKey(t)
+	ingest := start(t, "ingest", append(common, "--roles", "ingest", "--seed", "none")...)
+	proc := start(t, "processors-1", append(common, "--roles", "processors", "--seed", "none")...)
+
+	ctx := context.Background()
+	db, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = db.Close(context.Background()) })
+	var project, devices string
+	if err := db.QueryRow(ctx, `select id from projects where org_id = $1 and name = $2`, demo.DemoOrgID, demo.SepsisProjectName).Scan(&project); err != nil {
+		t.Fatal(err)
+	}
+	// Device events land in the organization's oldest project.
+	if err := db.QueryRow(ctx, `select id from projects where org_id = $1 order by created_at, id limit 1`, demo.DemoOrgID).Scan(&devices); err != nil {
+		t.Fatal(err)
+	}
+
+	l := &load{t: t, key: key, api: api.addr, ingest: ingest.addr, project: project, failures: map[string]int{}}
+	stop := l.run(4, 2)
+	l.waitAcked(200, 120*time.Second)
+	beforeKill := l.counts()
+	proc.kill(t)
+	proc = start(t, "processors-2", append(common, "--roles", "processors", "--seed", "none")...)
+	l.waitAcked(beforeKill.events+beforeKill.observations+200, 120*time.Second)
+	stop()
+	acked := l.counts()
+	t.Logf("acknowledged: %d events (%d before the kill), %d observations (%d before); not acknowledged: %v",
+		acked.events, beforeKill.events, acked.observations, beforeKill.observations, l.failureCounts())
+
+	// Every acknowledged event is in the event log once, read back through the API.
+	var logged []string
+	servertest.Eventually(t, 3*time.Minute, "every acknowledged event in the event log", func() bool {
+		var err error
+		logged, err = api.eventIDs(key, project, "integration.heartbeat")
+		return err == nil && l.missing(logged, l.eventIDs()) == 0
+	})
+	if dup := duplicates(logged); len(dup) > 0 {
+		t.Errorf("events served more than once: %v", dup)
+	}
+	// Every acknowledged observation is stored, and its device event is logged once.
+	obsIDs := l.observationIDs()
+	servertest.Eventually(t, 3*time.Minute, "every acknowledged observation stored", func() bool {
+		var n int
+		err := db.QueryRow(ctx, `select count(*) from observations where id = any($1)`, obsIDs).Scan(&n)
+		return err == nil && n == len(obsIDs)
+	})
+	var obsEvents map[string]int
+	servertest.Eventually(t, 3*time.Minute, "a device event of every acknowledged observation", func() bool {
+		var err error
+		if obsEvents, err = api.observationEvents(key, devices); err != nil {
+			return false
+		}
+		for _, id := range obsIDs {
+			if obsEvents[id] == 0 {
+				return false
+			}
+		}
+		return true
+	})
+	for _, id := range obsIDs {
+		if obsEvents[id] > 1 {
+			t.Errorf("observation %s: %d device events, want 1", id, obsEvents[id])
+		}
+	}
+
+	// The replacement owns every partition of the processors' groups, and has caught up.
+	adm := kadm.NewClient(kafkatest.Client(t))
+	last := ""
+	servertest.Eventually(t, 2*time.Minute, "processors' groups rebalanced onto the replacement, caught up", func() bool {
+		why := settled(adm)
+		if why != last {
+			t.Logf("groups: %s", why)
+			last = why
+		}
+		return why == ""
+	})
+	t.Logf("replacement %s owns all %d partitions of %s, caught up; %d events and %d observations acknowledged, each stored once",
+		proc.name, partitions, strings.Join(processorGroups, ", "), acked.events, acked.observations)
+}
+
+// settled says what is not yet so of the processors' groups: stable, one member (the killed
+// process's has left), every partition assigned to it, lag 0 (but see observations); "" when all
+// holds.
+func settled(adm *kadm.Client) string {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	described, err := adm.DescribeGroups(ctx, processorGroups...)
+	if err != nil {
+		return err.Error()
+	}
+	for _, g := range described.Sorted() {
+		if g.Err != nil || g.State != "Stable" || len(g.Members) != 1 {
+			return fmt.Sprintf("group %s: state %s, %d members (%v)", g.Group, g.State, len(g.Members), g.Err)
+		}
+		assigned := 0
+		if a, ok := g.Members[0].Assigned.AsConsumer(); ok {
+			for _, topic := range a.Topics {
+				assigned += len(topic.Partitions)
+			}
+		}
+		if assigned != partitions {
+			return fmt.Sprintf("group %s: %d partitions assigned, want %d", g.Group, assigned, partitions)
+		}
+	}
+	lags, err := adm.Lag(ctx, processorGroups...)
+	if err != nil {
+		return err.Error()
+	}
+	for group, l := range lags {
+		if l.Error() != nil {
+			return l.Error().Error()
+		}
+		// The observation and event topics are written in transactions (intake; the observation
+		// writer's events), and their readers commit the offset after their last record, so
+		// commit markers and aborted records after it remain as lag (KAFKA-6607): that every
+		// acknowledged observation and event is stored is checked above instead.
+		if group == observations.DefaultGroup || group == eventlog.DefaultGroup {
+			continue
+		}
+		if total := l.Lag.Total(); total != 0 {
+			return fmt.Sprintf("group %s: lag %d", group, total)
+		}
+	}
+	return ""
+}
+
+func duplicates(ids []string) []string {
+	seen := map[string]int{}
+	var dup []string
+	for _, id := range ids {
+		if seen[id]++; seen[id] == 2 {
+			dup = append(dup, id)
+		}
+	}
+	return dup
+}
+
+// load publishes events through the api process and ingests observations through the ingest
+// process, and remembers what was acknowledged.
+type load struct {
+	t                         *testing.T
+	key, api, ingest, project string
+
+	mu       sync.Mutex
+	events   []string
+	obs      []string
+	failures map[string]int // by what was answered
+}
+
+func (l *load) failed(why string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.failures[why]++
+}
+
+func (l *load) failureCounts() map[string]int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return maps.Clone(l.failures)
+}
+
+type counts struct{ events, observations int }
+
+func (l *load) counts() counts {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return counts{len(l.events), len(l.obs)}
+}
+
+func (l *load) eventIDs() []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return append([]string(nil), l.events...)
+}
+
+func (l *load) observationIDs() []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return append([]string(nil), l.obs...)
+}
+
+func (l *load) missing(seen, want []string) int {
+	have := map[string]bool{}
+	for _, id := range seen {
+		have[id] = true
+	}
+	n := 0
+	for _, id := range want {
+		if !have[id] {
+			n++
+		}
+	}
+	return n
+}
+
+// The load's pace, under the demo key's rate limits (DECISIONS §3: 50/s, ingest 200/s).
+const (
+	publishRate = 40
+	ingestRate  = 150
+)
+
+// run starts publishers and ingesters, which share a pace of publishRate and ingestRate calls a
+// second; the returned func stops them and waits.
+func (l *load) run(publishers, ingesters int) (stop func()) {
+	ctx, cancel := context.WithCancel(context.Background())
+	pubTick, ingTick := time.NewTicker(time.Second/publishRate), time.NewTicker(time.Second/ingestRate)
+	paced := func(tick *time.Ticker) bool {
+		select {
+		case <-ctx.Done():
+			return false
+		case <-tick.C:
+			return true
+		}
+	}
+	var wg sync.WaitGroup
+	for w := range publishers {
+		wg.Go(func() {
+			for i := 0; paced(pubTick); i++ {
+				if id, ok := l.publish(ctx, w, i); ok {
+					l.mu.Lock()
+					l.events = append(l.events, id)
+					l.mu.Unlock()
+				}
+			}
+		})
+	}
+	for range ingesters {
+		wg.Go(func() {
+			for paced(ingTick) {
+				if ids, ok := l.observe(ctx); ok {
+					l.mu.Lock()
+					l.obs = append(l.obs, ids...)
+					l.mu.Unlock()
+				}
+			}
+		})
+	}
+	return func() { cancel(); wg.Wait(); pubTick.Stop(); ingTick.Stop() }
+}
+
+// waitAcked waits until n calls in all were acknowledged.
+func (l *load) waitAcked(n int, timeout time.Duration) {
+	servertest.Eventually(l.t, timeout, fmt.Sprintf("%d acknowledged calls", n), func() bool {
+		c := l.counts()
+		return c.events+c.observations >= n
+	})
+}
+
+func (l *load) publish(ctx context.Context, worker, i int) (string, bool) {
+	var out struct {
+		Data struct{ PublishEvent struct{ ID string } }
+	}
+	ok := l.call(ctx, "http://"+l.api+"/graphql", map[string]any{
+		"query":     `mutation($p: ID!, $pl: JSON!) { publishEvent(type: "integration.heartbeat", payload: $pl, projectId: $p) { id } }`,
+		"variables": map[string]any{"p": l.project, "pl": map[string]any{"worker": worker, "seq": i}},
+	}, &out)
+	return out.Data.PublishEvent.ID, ok && out.Data.PublishEvent.ID != ""
+}
+
+func (l *load) observe(ctx context.Context) ([]string, bool) {
+	var out struct{ IDs []string }
+	ok := l.call(ctx, "http://"+l.ingest+"/v1/observations", map[string]any{
+		"resourceType":      "Observation",
+		"status":            "final",
+		"code":              map[string]any{"coding": []any{map[string]any{"system": "http://loinc.org", "code": "8867-4"}}},
+		"subject":           map[string]any{"reference": "Patient/" + demo.StablePatientID},
+		"effectiveDateTime": time.Now().UTC().Format(time.RFC3339),
+		"valueQuantity":     map[string]any{"value": 72, "unit": "/min"},
+	}, &out)
+	return out.IDs, ok && len(out.IDs) == 1
+}
+
+// call POSTs body and decodes a 2xx answer into out; anything else counts as a failed call
+// (not acknowledged, so not counted).
+func (l *load) call(ctx context.Context, u string, body, out any) bool {
+	b, _ := json.Marshal(body)
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, u, bytes.NewReader(b))
+	req.Header.Set("Authorization", "Bearer "+l.key)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		if ctx.Err() == nil {
+			l.failed("no answer")
+		}
+		return false
+	}
+	defer func() { _ = resp.Body.Close() }()
+	if resp.StatusCode/100 != 2 {
+		l.failed(resp.Status)
+		return false
+	}
+	if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
+		l.failed("undecodable " + resp.Status)
+		return false
+	}
+	return true
+}
+
+// node is one carehub process.
+type node struct {
+	name, addr string
+	log        string // the file of its stdout and stderr
+	cmd        *exec.Cmd
+	exited     chan struct{} // closed when the process has exited
+}
+
+// output is everything the process wrote so far.
+func (n *node) output() string {
+	b, _ := os.ReadFile(n.log)
+	return string(b)
+}
+
+// start runs `carehub serve` with args on a free loopback port and waits until /readyz
+// answers 200. The process is stopped with SIGTERM when the test ends.
+func start(t *testing.T, name string, args ...string) *node {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	_ = ln.Close()
+	args = append([]string{"serve", "--http-addr", addr, "--data-dir", filepath.Join(t.TempDir(), "data")}, args...)
+	n := &node{name: name, addr: addr, log: filepath.Join(t.TempDir(), name+".log"), cmd: exec.Command(binary, args...),
+		exited: make(chan struct{})}
+	out, err := os.Create(n.log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = out.Close() }() // the child has its own descriptor
+	n.cmd.Stdout, n.cmd.Stderr = out, out
+	if err := n.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = n.cmd.Wait(); close(n.exited) }()
+	t.Cleanup(func() {
+		_ = n.cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-n.exited:
+		case <-time.After(time.Minute):
+			_ = n.cmd.Process.Kill()
+			<-n.exited
+		}
+		if t.Failed() {
+			t.Logf("%s output:\n%s", n.name, n.output())
+		}
+	})
+	servertest.Eventually(t, 2*time.Minute, name+" ready", func() bool {
+		select {
+		case <-n.exited:
+			t.Fatalf("%s exited: %s", name, n.output())
+		default:
+		}
+		resp, err := http.Get("http://" + addr + "/readyz")
+		if err != nil {
+			return false
+		}
+		_ = resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	})
+	return n
+}
+
+// kill SIGKILLs the process and waits for it to be gone.
+func (n *node) kill(t *testing.T) {
+	t.Helper()
+	if err := n.cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	<-n.exited
+}
+
+// demoKey is the key `serve --demo-key` prints once ready.
+func (n *node) demoKey(t *testing.T) string {
+	t.Helper()
+	var key string
+	servertest.Eventually(t, 30*time.Second, "the demo key", func() bool {
+		for line := range strings.SplitSeq(n.output(), "\n") {
+			if k, ok := strings.CutPrefix(strings.TrimSpace(line), "export CAREHUB_KEY="); ok {
+				key = k
+			}
+		}
+		return key != ""
+	})
+	return key
+}
+
+// events pages GET /v1/events of project (of typ, when given) and calls each for every event.
+func (n *node) events(key, project, typ string, each func(id string, payload json.RawMessage)) error {
+	cursor := ""
+	for {
+		q := url.Values{"projectId": {project}, "limit": {"1000"}}
+		if typ != "" {
+			q.Set("type", typ)
+		}
+		if cursor != "" {
+			q.Set("cursor", cursor)
+		}
+		req, _ := http.NewRequest(http.MethodGet, "http://"+n.addr+"/v1/events?"+q.Encode(), nil)
+		req.Header.Set("Authorization", "Bearer "+key)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return err
+		}
+		var page struct {
+			Data []struct {
+				ID      string
+				Payload json.RawMessage
+			}
+			Meta struct{ Cursor *string }
+		}
+		err = json.NewDecoder(resp.Body).Decode(&page)
+		_ = resp.Body.Close()
+		if resp.StatusCode != http.StatusOK || err != nil {
+			return fmt.Errorf("GET /v1/events: %s %v", resp.Status, err)
+		}
+		for _, e := range page.Data {
+			each(e.ID, e.Payload)
+		}
+		if page.Meta.Cursor == nil || *page.Meta.Cursor == "" {
+			return nil
+		}
+		cursor = *page.Meta.Cursor
+	}
+}
+
+func (n *node) eventIDs(key, project, typ string) ([]string, error) {
+	var ids []string
+	err := n.events(key, project, typ, func(id string, _ json.RawMessage) { ids = append(ids, id) })
+	return ids, err
+}
+
+// observationEvents counts the device.observation_received events of project per observation.
+func (n *node) observationEvents(key, project string) (map[string]int, error) {
+	out := map[string]int{}
+	err := n.events(key, project, "device.observation_received", func(_ string, payload json.RawMessage) {
+		var p struct{ ObservationID string }
+		if json.Unmarshal(payload, &p) == nil && p.ObservationID != "" {
+			out[p.ObservationID]++
+		}
+	})
+	return out, err
+}
