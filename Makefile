@@ -5,7 +5,7 @@ SHELL        := /bin/bash
 GO           ?= go
 BIN          := bin/carehub
 VERSION      ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
-DATA_DIR     ?= /tmp/carehub-data
+DATA_DIR     ?= /tmp/carehub
 HTTP_ADDR    ?= 127.0.0.1:8080
 KAFKA_PORT   ?= 9092
 # The whole suite runs under the race detector and in shuffled order: a test that depends on

@@ -165,7 +165,7 @@ func cmdServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	return node.Run(ctx, cfg, logger, func(s *node.Node) {
 		fmt.Fprintf(stdout, "carehub %s listening on %s\n", version, s.URL())
 		if *demoKey {
-			if err := printDemoKey(ctx, s, stdout); err != nil {
+			if err := printDemoKey(ctx, s, cfg.DataDir, stdout); err != nil {
 				logger.Warn("could not create a demo key", "err", err)
 			}
 		}

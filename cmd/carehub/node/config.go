@@ -12,7 +12,6 @@ import (
 	"net/netip"
 	"net/url"
 	"os"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -71,7 +70,7 @@ type Config struct {
 // Defaults returns the configuration `carehub serve` starts from.
 func Defaults() Config {
 	return Config{
-		DataDir:       defaultDataDir(),
+		DataDir:       DefaultDataDir,
 		HTTPAddr:      "127.0.0.1:8080",
 		Roles:         slices.Clone(AllRoles),
 		Partitions:    6,
@@ -82,11 +81,12 @@ func Defaults() Config {
 	}
 }
 
-// defaultDataDir is under /tmp-like space rather than $HOME: the embedded Postgres runs as the
-// postgres user, which must be able to traverse every parent directory (root's home is not).
-func defaultDataDir() string {
-	return filepath.Join(os.TempDir(), "carehub")
-}
+// DefaultDataDir is the one data-dir default: every command (serve, migrate, seed, keys) and every
+// make target (DATA_DIR) uses it, so a key created without --data-dir is one the node sees. It is
+// under /tmp rather than $HOME or $TMPDIR: the embedded Postgres runs as the postgres user, which
+// must be able to traverse every parent directory (root's home, a private TMPDIR are not).
+// TestMakefileDataDir keeps the Makefile's DATA_DIR equal to it.
+const DefaultDataDir = "/tmp/carehub"
 
 // Validate checks the configuration and returns one error naming each problem.
 func (c *Config) Validate() error {
