@@ -89,6 +89,8 @@ func serverFlags(fs *flag.FlagSet, cfg *node.Config) {
 func serveFlags(fs *flag.FlagSet, cfg *node.Config) {
 	serverFlags(fs, cfg)
 	fs.StringVar(&cfg.HTTPAddr, "http-addr", cfg.HTTPAddr, "HTTP listen address host:port")
+	fs.StringVar(&cfg.AccessLog, "access-log", cfg.AccessLog, "level of the one log line per HTTP request: info, debug (shown with --log-level debug) or off")
+	fs.Float64Var(&cfg.AccessLogSample, "access-log-sample", cfg.AccessLogSample, "fraction of HTTP requests in the access log, more than 0 up to 1 (0.01: one in a hundred); answers >= 500 are always logged")
 	fs.Func("roles", "comma-separated roles: api, ingest, processors (default all)", func(v string) error {
 		cfg.Roles = splitList(v)
 		return nil
@@ -149,6 +151,7 @@ func splitList(v string) []string {
 
 func cmdServe(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	cfg := node.Defaults()
+	cfg.Version = version
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	serveFlags(fs, &cfg)
 	demoKey := fs.Bool("demo-key", false, "once ready, create an API key for the demo organization and print how to call carehub with it")
