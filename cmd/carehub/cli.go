@@ -23,6 +23,7 @@ Usage:
   carehub seed    [flags]    seed demo data into an empty database and exit
   carehub keys    create|list|rotate|revoke [flags]   manage API keys
   carehub health  [flags]    ask a running node's /healthz; exit 0 when it answers 200
+  carehub subscribe --project ID [--types a,b] [--count N]   print a project's events as they happen (key in CAREHUB_KEY)
   carehub version            print the version
 
 Run 'carehub <command> -h' for a command's flags. Every flag can also be set through the
@@ -46,6 +47,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		err = cmdKeys(ctx, args[1:], stdout, stderr)
 	case "health":
 		err = cmdHealth(ctx, args[1:], stdout, stderr)
+	case "subscribe":
+		err = cmdSubscribe(ctx, args[1:], stdout, stderr)
 	case "version", "--version", "-v":
 		fmt.Fprintln(stdout, "carehub", version)
 	case "help", "-h", "--help":
