@@ -120,33 +120,45 @@ func (s *Service) OrganizationsAfter(ctx context.Context, limit int, cursor stri
 	if err != nil {
 		return OrganizationPage{}, err
 	}
+	l := listing[Organization]{table: "organizations", columns: orgColumns, filterColumn: "id", idPrefix: ids.Organization,
+		key: func(o *Organization) (time.Time, string) { return o.CreatedAt, o.ID }}
+	rows, total, next, err := l.after(ctx, s.pool, p.OrgFilter(), limit, cursor)
+	return OrganizationPage{Organizations: rows, Total: total, NextCursor: next}, err
+}
+
+// listing is a keyset-paginated listing of a table, oldest first, filtered by one column.
+type listing[T any] struct {
+	table, columns, filterColumn, idPrefix string
+	key                                    func(*T) (time.Time, string) // created_at and id of a row
+}
+
+// after returns up to limit rows after cursor whose filterColumn is filter ("" for all), the total
+// count under the filter, and the cursor of the next page ("" on the last).
+func (l listing[T]) after(ctx context.Context, pool *pgxpool.Pool, filter string, limit int, cursor string) (rows []T, total int64, next string, err error) {
 	at, afterID := time.Time{}, ""
 	if cursor != "" {
-		if at, afterID, err = decodeCursor(cursor, ids.Organization); err != nil {
-			return OrganizationPage{}, ErrBadCursor
+		if at, afterID, err = decodeCursor(cursor, l.idPrefix); err != nil {
+			return nil, 0, "", ErrBadCursor
 		}
 	}
-	var page OrganizationPage
+	where := `($1 = '' or ` + l.filterColumn + ` = $1)`
 	batch := &pgx.Batch{}
-	batch.Queue(`select `+orgColumns+` from organizations
-where ($1 = '' or id = $1) and ($2 = '' or (created_at, id) > ($3, $2))
-order by created_at, id limit $4`, p.OrgFilter(), afterID, at, limit+1).Query(func(rows pgx.Rows) error {
-		out, err := pgx.CollectRows(rows, pgx.RowToStructByName[Organization])
-		page.Organizations = out
+	batch.Queue(`select `+l.columns+` from `+l.table+` where `+where+` and ($2 = '' or (created_at, id) > ($3, $2))
+order by created_at, id limit $4`, filter, afterID, at, limit+1).Query(func(r pgx.Rows) error {
+		rows, err = pgx.CollectRows(r, pgx.RowToStructByName[T])
 		return err
 	})
-	batch.Queue(`select count(*) from organizations where ($1 = '' or id = $1)`, p.OrgFilter()).QueryRow(func(row pgx.Row) error {
-		return row.Scan(&page.Total)
+	batch.Queue(`select count(*) from `+l.table+` where `+where, filter).QueryRow(func(row pgx.Row) error {
+		return row.Scan(&total)
 	})
-	if err := s.pool.SendBatch(ctx, batch).Close(); err != nil {
-		return OrganizationPage{}, fmt.Errorf("organizations: %w", err)
+	if err := pool.SendBatch(ctx, batch).Close(); err != nil {
+		return nil, 0, "", fmt.Errorf("%s: %w", l.table, err)
 	}
-	if len(page.Organizations) > limit {
-		page.Organizations = page.Organizations[:limit]
-		last := page.Organizations[limit-1]
-		page.NextCursor = encodeCursor(last.CreatedAt, last.ID)
+	if len(rows) > limit {
+		rows = rows[:limit]
+		next = encodeCursor(l.key(&rows[limit-1]))
 	}
-	return page, nil
+	return rows, total, next, nil
 }
 
 // OrganizationsByID returns the visible organizations among ids (a batched loader); invisible or
@@ -226,33 +238,10 @@ func (s *Service) ProjectsAfter(ctx context.Context, orgRef string, limit int, c
 			return ProjectPage{}, err
 		}
 	}
-	at, afterID := time.Time{}, ""
-	if cursor != "" {
-		if at, afterID, err = decodeCursor(cursor, ids.Project); err != nil {
-			return ProjectPage{}, ErrBadCursor
-		}
-	}
-	var page ProjectPage
-	batch := &pgx.Batch{}
-	batch.Queue(`select `+projectColumns+` from projects
-where ($1 = '' or org_id = $1) and ($2 = '' or (created_at, id) > ($3, $2))
-order by created_at, id limit $4`, orgID, afterID, at, limit+1).Query(func(rows pgx.Rows) error {
-		out, err := pgx.CollectRows(rows, pgx.RowToStructByName[Project])
-		page.Projects = out
-		return err
-	})
-	batch.Queue(`select count(*) from projects where ($1 = '' or org_id = $1)`, orgID).QueryRow(func(row pgx.Row) error {
-		return row.Scan(&page.Total)
-	})
-	if err := s.pool.SendBatch(ctx, batch).Close(); err != nil {
-		return ProjectPage{}, fmt.Errorf("projects: %w", err)
-	}
-	if len(page.Projects) > limit {
-		page.Projects = page.Projects[:limit]
-		last := page.Projects[limit-1]
-		page.NextCursor = encodeCursor(last.CreatedAt, last.ID)
-	}
-	return page, nil
+	l := listing[Project]{table: "projects", columns: projectColumns, filterColumn: "org_id", idPrefix: ids.Project,
+		key: func(p *Project) (time.Time, string) { return p.CreatedAt, p.ID }}
+	rows, total, next, err := l.after(ctx, s.pool, orgID, limit, cursor)
+	return ProjectPage{Projects: rows, Total: total, NextCursor: next}, err
 }
 
 // ProjectsByOrg returns the projects of each organization among orgIDs that the caller sees, oldest
