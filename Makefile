@@ -5,7 +5,7 @@ SHELL        := /bin/bash
 GO           ?= go
 BIN          := bin/carehub
 VERSION      ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
-DATA_DIR     ?= /tmp/carehub-data
+DATA_DIR     ?= /tmp/carehub
 HTTP_ADDR    ?= 127.0.0.1:8080
 KAFKA_PORT   ?= 9092
 # The whole suite runs under the race detector and in shuffled order: a test that depends on
@@ -48,8 +48,17 @@ fuzz-deps: ## install Schemathesis, pinned in api/contracttest/requirements.txt,
 		cp $(FUZZ_REQS) $(FUZZ_VENV)/requirements.txt; \
 	fi
 
+# Tools the suites use outside Go, installed with apt-get when missing (as root; otherwise the
+# command to run is printed): Chromium (the explorer's browser tests), jq and curl (README's tour).
+TEST_APT_PKGS := chromium:/usr/bin/chromium jq:jq curl:curl
+
+.PHONY: test-deps
+test-deps: postgres-binaries node-deps fuzz-deps ## install everything make test needs on a fresh Debian/Ubuntu machine (PostgreSQL, Chromium, jq, npm packages, Schemathesis)
+	@missing=; for p in $(TEST_APT_PKGS); do 		command -v $${p#*:} >/dev/null 2>&1 || missing="$$missing $${p%%:*}"; 	done; 	if [ -n "$$missing" ]; then 		if [ "$$(id -u)" != 0 ]; then echo "missing:$$missing; run: sudo apt-get install -y$$missing" >&2; exit 1; fi; 		echo "installing$$missing (apt-get)..." >&2; 		DEBIAN_FRONTEND=noninteractive apt-get update -qq && 		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing >/dev/null; 	fi
+
+# CAREHUB_REQUIRE_SUITES=1 (CI sets it) turns a suite's skip for a missing tool into a failure.
 .PHONY: test
-test: postgres-binaries node-deps fuzz-deps ## run the whole suite (real Postgres, embedded Kafka, Node and Chromium clients, Schemathesis)
+test: test-deps ## run the whole suite (real Postgres, embedded Kafka, Node and Chromium clients, Schemathesis, README's tour)
 	$(GO) vet ./...
 	CAREHUB_SCHEMATHESIS=$(FUZZ_VENV)/bin/schemathesis $(GO) test $(GOTESTFLAGS) ./...
 

@@ -133,6 +133,7 @@ var rows = []row{
 	// REST, the spec's routes and their extensions.
 	{op: "GET /v1/organizations", rest: call("GET", fixed("/v1/organizations"), nil)},
 	{op: "GET /v1/organizations/{id}", tenant: true, rest: call("GET", func(f *fixture) string { return "/v1/organizations/" + f.org }, nil)},
+	{op: "GET /v1/projects", tenant: true, rest: call("GET", func(f *fixture) string { return "/v1/projects?organizationId=" + f.org }, nil)},
 	{op: "GET /v1/projects/{id}", tenant: true, rest: call("GET", func(f *fixture) string { return "/v1/projects/" + f.project }, nil)},
 	{op: "GET /v1/assets", rest: call("GET", fixed("/v1/assets?type=agent&limit=5"), nil)},
 	{op: "GET /v1/agents/{id}", tenant: true, rest: call("GET", func(f *fixture) string { return "/v1/agents/" + f.agent }, nil)},

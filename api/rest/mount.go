@@ -39,7 +39,8 @@ type Services struct {
 //	GET  /v1/openapi.json              the OpenAPI 3.1 document of every REST route (public)
 //	GET  /v1/event-types               the event-type catalogue (public)
 //	GET  /v1/organizations             organizations, cursor-paginated
-//	GET  /v1/organizations/{id}        one organization
+//	GET  /v1/organizations/{id}        one organization, by id or slug
+//	GET  /v1/projects                  projects, of one organization (id or slug) or all visible, cursor-paginated
 //	GET  /v1/projects/{id}             one project
 //	GET  /v1/assets                    marketplace assets, filtered, cursor-paginated
 //	GET  /v1/agents/{id}               one agent
@@ -57,6 +58,7 @@ func Mount(public, authed *mux.Router, s Services) {
 	for path, fn := range map[string]http.HandlerFunc{
 		"/v1/organizations":      h.organizations,
 		"/v1/organizations/{id}": h.organization,
+		"/v1/projects":           h.projects,
 		"/v1/projects/{id}":      h.project,
 		"/v1/assets":             h.assets,
 		"/v1/agents/{id}":        h.agent,

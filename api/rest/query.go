@@ -67,6 +67,19 @@ func (q *Query) Required(name string) string {
 	return s
 }
 
+// findProject tells a client without a project id where to get one.
+const findProject = "list your projects with GET /v1/projects"
+
+// ProjectID returns the required projectId parameter; its absence is an error that says how to
+// find one.
+func (q *Query) ProjectID() string {
+	s := q.Str("projectId")
+	if s == "" {
+		q.bad = append(q.bad, "projectId is required ("+findProject+")")
+	}
+	return s
+}
+
 // Int returns the integer parameter name, def when absent; outside lo..hi it is an error.
 func (q *Query) Int(name string, def, lo, hi int) int {
 	s, ok := q.typed(name)

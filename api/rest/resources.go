@@ -262,7 +262,34 @@ func (h *handlers) project(w http.ResponseWriter, r *http.Request) {
 		WriteError(w, r, err)
 		return
 	}
-	WriteJSON(w, http.StatusOK, Project{ID: p.ID, OrganizationID: p.OrgID, Name: p.Name, CreatedAt: p.CreatedAt.UTC()})
+	WriteJSON(w, http.StatusOK, projectOf(p))
+}
+
+func projectOf(p *orgs.Project) Project {
+	return Project{ID: p.ID, OrganizationID: p.OrgID, Name: p.Name, CreatedAt: p.CreatedAt.UTC()}
+}
+
+// projects lists the projects the caller sees, those of one organization (id or slug) with
+// ?organizationId.
+func (h *handlers) projects(w http.ResponseWriter, r *http.Request) {
+	q := NewQuery(r)
+	orgRef := q.Str("organizationId")
+	limit := q.Int("limit", 20, 1, 100)
+	cursor := q.Str("cursor")
+	if err := q.Err(); err != nil {
+		WriteError(w, r, err)
+		return
+	}
+	page, err := h.s.Orgs.ProjectsAfter(r.Context(), orgRef, limit, cursor)
+	if err != nil {
+		WriteError(w, r, err)
+		return
+	}
+	data := make([]Project, len(page.Projects))
+	for i := range page.Projects {
+		data[i] = projectOf(&page.Projects[i])
+	}
+	WriteJSON(w, http.StatusOK, List[Project]{Data: data, Meta: CursorMeta{Total: page.Total, Cursor: optString(page.NextCursor)}})
 }
 
 var assetStatuses = []string{marketplace.StatusDraft, marketplace.StatusUnderReview, marketplace.StatusApproved,
@@ -349,7 +376,7 @@ func deploymentOf(d *deployments.Deployment) Deployment {
 
 func (h *handlers) events(w http.ResponseWriter, r *http.Request) {
 	q := NewQuery(r)
-	fq := feed.Query{ProjectID: q.Required("projectId"), Type: q.Str("type"), Since: q.Time("since"),
+	fq := feed.Query{ProjectID: q.ProjectID(), Type: q.Str("type"), Since: q.Time("since"),
 		Limit: q.Int("limit", 100, 1, 1000), Cursor: q.Str("cursor")}
 	if err := q.Err(); err != nil {
 		WriteError(w, r, err)
@@ -369,7 +396,7 @@ func (h *handlers) events(w http.ResponseWriter, r *http.Request) {
 
 func (h *handlers) webhooks(w http.ResponseWriter, r *http.Request) {
 	q := NewQuery(r)
-	projectID := q.Required("projectId")
+	projectID := q.ProjectID()
 	if err := q.Err(); err != nil {
 		WriteError(w, r, err)
 		return

@@ -47,7 +47,7 @@ func (h webhookAdmin) create(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if req.ProjectID == "" {
-		WriteError(w, r, fault.Validation("projectId is required", map[string]string{"projectId": "required"}))
+		WriteError(w, r, fault.Validation("projectId is required ("+findProject+")", map[string]string{"projectId": "required"}))
 		return
 	}
 	sub, err := h.svc.Create(r.Context(), req.ProjectID, req.URL, req.Events)

@@ -11,6 +11,8 @@ import (
 	"carehub/api/server/servertest"
 	"carehub/processors/demo"
 	"carehub/storage/postgres/pgtest"
+
+	"carehub/internal/testenv"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
@@ -24,11 +26,11 @@ func TestExplorerAgainstServer(t *testing.T) {
 	web, _ := filepath.Abs("../graphql/explorer/web")
 	for _, need := range []string{"/usr/bin/chromium", filepath.Join(web, "node_modules", "playwright-core")} {
 		if _, err := os.Stat(need); err != nil {
-			t.Skipf("explorer end-to-end test needs %s (make test installs it: apt-get install chromium; npm ci)", need)
+			testenv.Missing(t, "explorer end-to-end test needs %s (make test installs it: make test-deps)", need)
 		}
 	}
 	if _, err := exec.LookPath("node"); err != nil {
-		t.Skip("explorer end-to-end test needs node")
+		testenv.Missing(t, "explorer end-to-end test needs node (apt-get install nodejs)")
 	}
 	s := servertest.Start(t)
 	shot := filepath.Join(t.TempDir(), "explorer.png")

@@ -9,7 +9,9 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/gorilla/mux"
@@ -29,7 +31,7 @@ type httpMetrics struct {
 func newHTTPMetrics(reg prometheus.Registerer) *httpMetrics {
 	m := &httpMetrics{
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "carehub", Subsystem: "http",
-			Name: "requests_total", Help: "HTTP requests by route and status class."}, []string{"route", "method", "code"}),
+			Name: "requests_total", Help: "HTTP requests by route, method and status code."}, []string{"route", "method", "code"}),
 		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: "carehub", Subsystem: "http",
 			Name: "request_duration_seconds", Help: "HTTP request latency by route.",
 			Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5}}, []string{"route", "method"}),
@@ -63,9 +65,35 @@ func (w *statusWriter) Write(b []byte) (int, error) {
 // Unwrap lets http.ResponseController reach Flush and Hijack (WebSocket upgrades).
 func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
+// AccessLog configures the access log: one line per request (method, route template, status,
+// bytes, duration), never the query string, which may carry identifiers of patients.
+type AccessLog struct {
+	// Level of the lines: slog.LevelInfo or slog.LevelDebug (shown only with --log-level debug).
+	Level slog.Level
+	// Off: no access lines at all.
+	Off bool
+	// Sample is the fraction of requests logged, in (0, 1]; 0 means 1. Sampling is by count, not
+	// chance (0.1 logs exactly every tenth request), and spares answers ≥ 500, always logged.
+	Sample float64
+	n      atomic.Uint64
+}
+
+// sampled reports whether the request with status code is logged.
+func (a *AccessLog) sampled(code int) bool {
+	if a.Off {
+		return false
+	}
+	if a.Sample <= 0 || a.Sample >= 1 || code >= 500 {
+		return true
+	}
+	n := a.n.Add(1)
+	// Request n is logged when it carries the running count n·Sample past an integer.
+	return uint64(float64(n)*a.Sample) > uint64(float64(n-1)*a.Sample)
+}
+
 // observe is the outermost middleware: request id, recover, access log, metrics. It logs the
 // route template, never the query string, which may carry identifiers of patients.
-func observe(logger *slog.Logger, m *httpMetrics) mux.MiddlewareFunc {
+func observe(logger *slog.Logger, m *httpMetrics, access *AccessLog) mux.MiddlewareFunc {
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			start := time.Now()
@@ -93,10 +121,10 @@ func observe(logger *slog.Logger, m *httpMetrics) mux.MiddlewareFunc {
 					code = http.StatusOK
 				}
 				elapsed := time.Since(start)
-				m.requests.WithLabelValues(route, r.Method, fmt.Sprintf("%dxx", code/100)).Inc()
+				m.requests.WithLabelValues(route, r.Method, strconv.Itoa(code)).Inc()
 				m.latency.WithLabelValues(route, r.Method).Observe(elapsed.Seconds())
-				if route != "/healthz" && route != "/readyz" && route != "/metrics" {
-					l.Info("request", "method", r.Method, "route", route, "status", code,
+				if route != "/healthz" && route != "/readyz" && route != "/metrics" && access.sampled(code) {
+					l.Log(r.Context(), access.Level, "request", "method", r.Method, "route", route, "status", code,
 						"bytes", sw.bytes, "duration_ms", elapsed.Milliseconds())
 				}
 			}()
@@ -112,9 +140,9 @@ type Readiness func(ctx context.Context) map[string]string
 // NewRouter returns the router every node serves, whatever its roles: request ids, recovery,
 // access log and metrics on every response, strict input, the error envelope for unknown routes
 // and methods, and /healthz, /readyz, /metrics, /docs/errors. The roles mount their routes on it.
-func NewRouter(logger *slog.Logger, registry *prometheus.Registry, ready Readiness) *mux.Router {
+func NewRouter(logger *slog.Logger, registry *prometheus.Registry, ready Readiness, access *AccessLog) *mux.Router {
 	r := mux.NewRouter()
-	obs := observe(logger, newHTTPMetrics(registry))
+	obs := observe(logger, newHTTPMetrics(registry), access)
 	r.Use(obs, rest.StrictInput)
 	// mux runs middleware only on matched routes; these get it explicitly so every response
 	// carries a Request-Id and the error envelope.

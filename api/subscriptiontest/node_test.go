@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"carehub/processors/demo"
+
+	"carehub/internal/testenv"
 )
 
 // nodeClientDir holds api/ws's client.mjs, which drives an endpoint with the npm graphql-ws
@@ -39,12 +41,12 @@ type nodeSummary struct {
 func TestNodeClients(t *testing.T) {
 	node, err := exec.LookPath("node")
 	if err != nil {
-		t.Skip("node is not on PATH: skipping the graphql-ws and subscriptions-transport-ws clients")
+		testenv.Missing(t, "node is not on PATH: skipping the graphql-ws and subscriptions-transport-ws clients")
 	}
 	if _, err := os.Stat(filepath.Join(nodeClientDir, "node_modules", "graphql-ws")); err != nil {
 		npm, lookErr := exec.LookPath("npm")
 		if lookErr != nil {
-			t.Skip("npm is not on PATH and api/ws/nodetest/node_modules is missing")
+			testenv.Missing(t, "npm is not on PATH and api/ws/nodetest/node_modules is missing (make node-deps)")
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 		defer cancel()

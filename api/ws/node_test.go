@@ -10,6 +10,8 @@ import (
 	"path/filepath"
 	"testing"
 	"time"
+
+	"carehub/internal/testenv"
 )
 
 // nodeDir holds client.mjs, package.json and the committed package-lock.json.
@@ -75,11 +77,11 @@ func runNodeClient(t *testing.T, node string, env ...string) (nodeSummary, error
 func TestNodeClients(t *testing.T) {
 	node, err := exec.LookPath("node")
 	if err != nil {
-		t.Skip("node is not on PATH: skipping the graphql-ws and subscriptions-transport-ws client test")
+		testenv.Missing(t, "node is not on PATH: skipping the graphql-ws and subscriptions-transport-ws client test")
 	}
 	npm, err := exec.LookPath("npm")
 	if err != nil {
-		t.Skip("npm is not on PATH: skipping the graphql-ws and subscriptions-transport-ws client test")
+		testenv.Missing(t, "npm is not on PATH: skipping the graphql-ws and subscriptions-transport-ws client test")
 	}
 	ensureNodeModules(t, npm)
 	ts := newTestServer(t, Options{})

@@ -23,6 +23,7 @@ Usage:
   carehub seed    [flags]    seed demo data into an empty database and exit
   carehub keys    create|list|rotate|revoke [flags]   manage API keys
   carehub health  [flags]    ask a running node's /healthz; exit 0 when it answers 200
+  carehub subscribe --project ID [--types a,b] [--count N]   print a project's events as they happen (key in CAREHUB_KEY)
   carehub version            print the version
 
 Run 'carehub <command> -h' for a command's flags. Every flag can also be set through the
@@ -46,6 +47,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		err = cmdKeys(ctx, args[1:], stdout, stderr)
 	case "health":
 		err = cmdHealth(ctx, args[1:], stdout, stderr)
+	case "subscribe":
+		err = cmdSubscribe(ctx, args[1:], stdout, stderr)
 	case "version", "--version", "-v":
 		fmt.Fprintln(stdout, "carehub", version)
 	case "help", "-h", "--help":
@@ -89,6 +92,8 @@ func serverFlags(fs *flag.FlagSet, cfg *node.Config) {
 func serveFlags(fs *flag.FlagSet, cfg *node.Config) {
 	serverFlags(fs, cfg)
 	fs.StringVar(&cfg.HTTPAddr, "http-addr", cfg.HTTPAddr, "HTTP listen address host:port")
+	fs.StringVar(&cfg.AccessLog, "access-log", cfg.AccessLog, "level of the one log line per HTTP request: info, debug (shown with --log-level debug) or off")
+	fs.Float64Var(&cfg.AccessLogSample, "access-log-sample", cfg.AccessLogSample, "fraction of HTTP requests in the access log, more than 0 up to 1 (0.01: one in a hundred); answers >= 500 are always logged")
 	fs.Func("roles", "comma-separated roles: api, ingest, processors (default all)", func(v string) error {
 		cfg.Roles = splitList(v)
 		return nil
@@ -149,6 +154,7 @@ func splitList(v string) []string {
 
 func cmdServe(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	cfg := node.Defaults()
+	cfg.Version = version
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	serveFlags(fs, &cfg)
 	demoKey := fs.Bool("demo-key", false, "once ready, create an API key for the demo organization and print how to call carehub with it")
@@ -165,7 +171,7 @@ func cmdServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	return node.Run(ctx, cfg, logger, func(s *node.Node) {
 		fmt.Fprintf(stdout, "carehub %s listening on %s\n", version, s.URL())
 		if *demoKey {
-			if err := printDemoKey(ctx, s, stdout); err != nil {
+			if err := printDemoKey(ctx, s, cfg.DataDir, stdout); err != nil {
 				logger.Warn("could not create a demo key", "err", err)
 			}
 		}

@@ -260,7 +260,7 @@ func printCreated(w io.Writer, ck *auth.CreatedKey, asJSON bool) error {
 
 // printDemoKey creates a live key with every scope for the demo organization and prints it with
 // curl examples, so `make run` ends with something a newcomer can paste.
-func printDemoKey(ctx context.Context, s *node.Node, w io.Writer) error {
+func printDemoKey(ctx context.Context, s *node.Node, dataDir string, w io.Writer) error {
 	var orgID string
 	if err := s.Pool().QueryRow(ctx, `select id from organizations where slug = $1`, demo.DemoOrgSlug).Scan(&orgID); err != nil {
 		return fmt.Errorf("demo organization %s: %w", demo.DemoOrgSlug, err)
@@ -270,6 +270,10 @@ func printDemoKey(ctx context.Context, s *node.Node, w io.Writer) error {
 		return err
 	}
 	base := s.URL()
+	keysCmd := "bin/carehub keys create"
+	if dataDir != node.DefaultDataDir {
+		keysCmd += " --data-dir " + dataDir
+	}
 	fmt.Fprintf(w, `
 A live API key for the demo organization %[1]s (every scope; shown once):
 
@@ -282,8 +286,8 @@ Try:
   curl -s '%[3]s/v1/assets?type=agent&limit=5' -H "Authorization: Bearer $CAREHUB_KEY"
 
 Explorer: %[3]s/graphiql (paste the key)    Metrics: %[3]s/metrics    Health: %[3]s/readyz
-More keys: bin/carehub keys create --data-dir <dir> --org %[1]s --mode test --scopes read:patients
+More keys: %[4]s --org %[1]s --mode test --scopes read:patients
 Stop with Ctrl-C; data stays in the data dir for the next start.
-`, demo.DemoOrgSlug, ck.Secret, base)
+`, demo.DemoOrgSlug, ck.Secret, base, keysCmd)
 	return nil
 }

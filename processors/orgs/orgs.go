@@ -18,6 +18,7 @@ import (
 
 	"carehub/processors/access"
 	"carehub/processors/fault"
+	"carehub/storage/ids"
 )
 
 // Organization is a tenant: a health system, clinic, payer, developer tenant or research body.
@@ -51,25 +52,40 @@ func New(pool *pgxpool.Pool) *Service { return &Service{pool: pool} }
 
 const orgColumns = `id, name, slug, type, plan, fhir_base, hipaa_compliant, member_count, created_at`
 
-// Organization returns the organization with id, or a NotFound fault when the caller cannot see
-// it.
-func (s *Service) Organization(ctx context.Context, id string) (*Organization, error) {
+// Organization returns the organization that ref names (its id or its slug), or a NotFound fault
+// when the caller cannot see it.
+func (s *Service) Organization(ctx context.Context, ref string) (*Organization, error) {
 	p, err := access.Caller(ctx)
 	if err != nil {
 		return nil, err
 	}
-	if !p.SeesOrg(id) {
-		return nil, fault.NotFound("organization", id)
-	}
-	rows, _ := s.pool.Query(ctx, `select `+orgColumns+` from organizations where id = $1`, id)
+	rows, _ := s.pool.Query(ctx, `select `+orgColumns+` from organizations where id = $1 or slug = $1`, ref)
 	o, err := pgx.CollectOneRow(rows, pgx.RowToAddrOfStructByName[Organization])
-	if errors.Is(err, pgx.ErrNoRows) {
-		return nil, fault.NotFound("organization", id)
+	if errors.Is(err, pgx.ErrNoRows) || (err == nil && !p.SeesOrg(o.ID)) {
+		return nil, fault.NotFound("organization", ref)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("organization %s: %w", id, err)
+		return nil, fmt.Errorf("organization %s: %w", ref, err)
 	}
 	return o, nil
+}
+
+// OrgID returns the id of the organization that ref names (its id or its slug), or a NotFound
+// fault when there is none the caller sees: another tenant's slug is as unknown as a made-up one.
+func (s *Service) OrgID(ctx context.Context, ref string) (string, error) {
+	p, err := access.Caller(ctx)
+	if err != nil {
+		return "", err
+	}
+	var id string
+	err = s.pool.QueryRow(ctx, `select id from organizations where id = $1 or slug = $1`, ref).Scan(&id)
+	if errors.Is(err, pgx.ErrNoRows) || (err == nil && !p.SeesOrg(id)) {
+		return "", fault.NotFound("organization", ref)
+	}
+	if err != nil {
+		return "", fmt.Errorf("organization %s: %w", ref, err)
+	}
+	return id, nil
 }
 
 // Organizations returns a page of the organizations the caller sees, oldest first.
@@ -104,33 +120,45 @@ func (s *Service) OrganizationsAfter(ctx context.Context, limit int, cursor stri
 	if err != nil {
 		return OrganizationPage{}, err
 	}
+	l := listing[Organization]{table: "organizations", columns: orgColumns, filterColumn: "id", idPrefix: ids.Organization,
+		key: func(o *Organization) (time.Time, string) { return o.CreatedAt, o.ID }}
+	rows, total, next, err := l.after(ctx, s.pool, p.OrgFilter(), limit, cursor)
+	return OrganizationPage{Organizations: rows, Total: total, NextCursor: next}, err
+}
+
+// listing is a keyset-paginated listing of a table, oldest first, filtered by one column.
+type listing[T any] struct {
+	table, columns, filterColumn, idPrefix string
+	key                                    func(*T) (time.Time, string) // created_at and id of a row
+}
+
+// after returns up to limit rows after cursor whose filterColumn is filter ("" for all), the total
+// count under the filter, and the cursor of the next page ("" on the last).
+func (l listing[T]) after(ctx context.Context, pool *pgxpool.Pool, filter string, limit int, cursor string) (rows []T, total int64, next string, err error) {
 	at, afterID := time.Time{}, ""
 	if cursor != "" {
-		if at, afterID, err = decodeCursor(cursor); err != nil {
-			return OrganizationPage{}, ErrBadCursor
+		if at, afterID, err = decodeCursor(cursor, l.idPrefix); err != nil {
+			return nil, 0, "", ErrBadCursor
 		}
 	}
-	var page OrganizationPage
+	where := `($1 = '' or ` + l.filterColumn + ` = $1)`
 	batch := &pgx.Batch{}
-	batch.Queue(`select `+orgColumns+` from organizations
-where ($1 = '' or id = $1) and ($2 = '' or (created_at, id) > ($3, $2))
-order by created_at, id limit $4`, p.OrgFilter(), afterID, at, limit+1).Query(func(rows pgx.Rows) error {
-		out, err := pgx.CollectRows(rows, pgx.RowToStructByName[Organization])
-		page.Organizations = out
+	batch.Queue(`select `+l.columns+` from `+l.table+` where `+where+` and ($2 = '' or (created_at, id) > ($3, $2))
+order by created_at, id limit $4`, filter, afterID, at, limit+1).Query(func(r pgx.Rows) error {
+		rows, err = pgx.CollectRows(r, pgx.RowToStructByName[T])
 		return err
 	})
-	batch.Queue(`select count(*) from organizations where ($1 = '' or id = $1)`, p.OrgFilter()).QueryRow(func(row pgx.Row) error {
-		return row.Scan(&page.Total)
+	batch.Queue(`select count(*) from `+l.table+` where `+where, filter).QueryRow(func(row pgx.Row) error {
+		return row.Scan(&total)
 	})
-	if err := s.pool.SendBatch(ctx, batch).Close(); err != nil {
-		return OrganizationPage{}, fmt.Errorf("organizations: %w", err)
+	if err := pool.SendBatch(ctx, batch).Close(); err != nil {
+		return nil, 0, "", fmt.Errorf("%s: %w", l.table, err)
 	}
-	if len(page.Organizations) > limit {
-		page.Organizations = page.Organizations[:limit]
-		last := page.Organizations[limit-1]
-		page.NextCursor = encodeCursor(last.CreatedAt, last.ID)
+	if len(rows) > limit {
+		rows = rows[:limit]
+		next = encodeCursor(l.key(&rows[limit-1]))
 	}
-	return page, nil
+	return rows, total, next, nil
 }
 
 // OrganizationsByID returns the visible organizations among ids (a batched loader); invisible or
@@ -173,35 +201,47 @@ func (s *Service) Project(ctx context.Context, id string) (*Project, error) {
 	return pr, nil
 }
 
-// Projects returns a page of an organization's projects, oldest first. An organization the
-// caller cannot see is NotFound.
-func (s *Service) Projects(ctx context.Context, orgID string, limit, offset int) ([]Project, error) {
-	p, err := access.Caller(ctx)
+// Projects returns a page of the projects of the organization orgRef names (its id or its slug),
+// oldest first. An organization the caller cannot see is NotFound.
+func (s *Service) Projects(ctx context.Context, orgRef string, limit, offset int) ([]Project, error) {
+	orgID, err := s.OrgID(ctx, orgRef)
 	if err != nil {
 		return nil, err
 	}
-	if !p.SeesOrg(orgID) {
-		return nil, fault.NotFound("organization", orgID)
-	}
-	batch := &pgx.Batch{}
-	var exists bool
-	var out []Project
-	batch.Queue(`select exists(select 1 from organizations where id = $1)`, orgID).QueryRow(func(row pgx.Row) error {
-		return row.Scan(&exists)
-	})
-	batch.Queue(`select `+projectColumns+` from projects where org_id = $1 order by created_at, id limit $2 offset $3`,
-		orgID, limit, offset).Query(func(rows pgx.Rows) error {
-		var err error
-		out, err = pgx.CollectRows(rows, pgx.RowToStructByName[Project])
-		return err
-	})
-	if err := s.pool.SendBatch(ctx, batch).Close(); err != nil {
+	rows, _ := s.pool.Query(ctx, `select `+projectColumns+` from projects where org_id = $1 order by created_at, id limit $2 offset $3`,
+		orgID, limit, offset)
+	out, err := pgx.CollectRows(rows, pgx.RowToStructByName[Project])
+	if err != nil {
 		return nil, fmt.Errorf("projects of %s: %w", orgID, err)
 	}
-	if !exists {
-		return nil, fault.NotFound("organization", orgID)
-	}
 	return out, nil
+}
+
+// ProjectPage is one page of a cursor-paginated project listing.
+type ProjectPage struct {
+	Projects   []Project
+	Total      int64
+	NextCursor string // "" on the last page
+}
+
+// ProjectsAfter returns up to limit projects the caller sees after cursor (oldest first) and the
+// total count: those of the organization orgRef names (id or slug) when it is not empty, else
+// every project the caller sees (its organization's; a platform operator's: all).
+func (s *Service) ProjectsAfter(ctx context.Context, orgRef string, limit int, cursor string) (ProjectPage, error) {
+	p, err := access.Caller(ctx)
+	if err != nil {
+		return ProjectPage{}, err
+	}
+	orgID := p.OrgFilter()
+	if orgRef != "" {
+		if orgID, err = s.OrgID(ctx, orgRef); err != nil {
+			return ProjectPage{}, err
+		}
+	}
+	l := listing[Project]{table: "projects", columns: projectColumns, filterColumn: "org_id", idPrefix: ids.Project,
+		key: func(p *Project) (time.Time, string) { return p.CreatedAt, p.ID }}
+	rows, total, next, err := l.after(ctx, s.pool, orgID, limit, cursor)
+	return ProjectPage{Projects: rows, Total: total, NextCursor: next}, err
 }
 
 // ProjectsByOrg returns the projects of each organization among orgIDs that the caller sees, oldest
@@ -249,14 +289,15 @@ func encodeCursor(at time.Time, id string) string {
 	return base64.RawURLEncoding.EncodeToString([]byte("1." + strconv.FormatInt(at.UnixMicro(), 10) + "." + id))
 }
 
-func decodeCursor(cursor string) (time.Time, string, error) {
+// decodeCursor reads a cursor of a listing of ids with prefix.
+func decodeCursor(cursor, prefix string) (time.Time, string, error) {
 	raw, err := base64.RawURLEncoding.DecodeString(cursor)
 	if err != nil {
 		return time.Time{}, "", err
 	}
 	version, rest, ok1 := strings.Cut(string(raw), ".")
 	micros, id, ok2 := strings.Cut(rest, ".")
-	if !ok1 || !ok2 || version != "1" || !strings.HasPrefix(id, "org_") {
+	if !ok1 || !ok2 || version != "1" || !strings.HasPrefix(id, prefix) {
 		return time.Time{}, "", errors.New("malformed cursor")
 	}
 	us, err := strconv.ParseInt(micros, 10, 64)

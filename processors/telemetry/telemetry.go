@@ -4,6 +4,8 @@ package telemetry
 import (
 	"errors"
 	"fmt"
+	"runtime"
+	"runtime/debug"
 
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -25,4 +27,23 @@ func Shared[C prometheus.Collector](reg prometheus.Registerer, c C) C {
 		}
 	}
 	panic(fmt.Sprintf("register metric: %v", err))
+}
+
+// BuildInfo is the gauge carehub_build_info{version,revision,goversion} 1: which build a node
+// runs, to join on other series (`* on(instance) group_left(version) carehub_build_info`).
+// revision is the VCS commit the binary was built from ("unknown" outside a checkout).
+func BuildInfo(version string) prometheus.Collector {
+	revision := "unknown"
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		for _, s := range bi.Settings {
+			if s.Key == "vcs.revision" && s.Value != "" {
+				revision = s.Value
+			}
+		}
+	}
+	g := prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "carehub", Name: "build_info",
+		Help:        "A metric with a constant 1 value labelled by the version, VCS revision and Go version carehub was built with.",
+		ConstLabels: prometheus.Labels{"version": version, "revision": revision, "goversion": runtime.Version()}})
+	g.Set(1)
+	return g
 }

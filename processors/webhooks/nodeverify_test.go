@@ -12,6 +12,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"carehub/internal/testenv"
 )
 
 // signedDelivery is one input of nodeverify/verify.mjs.
@@ -44,7 +46,7 @@ func verifyWithNode(t *testing.T, ds []signedDelivery) (int, []string) {
 	t.Helper()
 	node, err := exec.LookPath("node")
 	if err != nil {
-		t.Skip("node is not installed: the Standard Webhooks reference verifier (nodeverify/) cannot run")
+		testenv.Missing(t, "node is not installed: the Standard Webhooks reference verifier (nodeverify/) cannot run")
 	}
 	dir, err := filepath.Abs("nodeverify")
 	if err != nil {
@@ -104,7 +106,7 @@ func verifyWithNode(t *testing.T, ds []signedDelivery) (int, []string) {
 
 func TestReferenceVerifierAcceptsEveryDelivery(t *testing.T) {
 	if _, err := exec.LookPath("node"); err != nil {
-		t.Skip("node is not installed: the Standard Webhooks reference verifier (nodeverify/) cannot run")
+		testenv.Missing(t, "node is not installed: the Standard Webhooks reference verifier (nodeverify/) cannot run")
 	}
 	f := newFixture(t)
 	rc := newReceiver(t, nil)

@@ -141,7 +141,7 @@ func newClient(cfg ClientConfig, extra []kgo.Opt, build func(...kgo.Opt) (*kgo.C
 		opts = append(opts, kgo.WithLogger(&slogLogger{l: cfg.Logger.With("client_id", cfg.ClientID)}))
 	}
 	var (
-		metrics *kprom.Metrics
+		metrics *conventionalMetrics
 		unreg   *unregisterOnClose
 	)
 	if cfg.Registerer != nil {
@@ -149,15 +149,15 @@ func newClient(cfg ClientConfig, extra []kgo.Opt, build func(...kgo.Opt) (*kgo.C
 		// duplicate. Instead it registers nowhere, and the whole set goes
 		// on the caller's registry as one collector after the client
 		// exists, so a clash is an error we can return.
-		metrics = kprom.NewMetrics("carehub",
+		metrics = newConventionalMetrics(kprom.NewMetrics("carehub",
 			kprom.Subsystem("kafka"),
 			kprom.WithClientLabel(),
 			kprom.FetchAndProduceDetail(kprom.ByNode, kprom.ByTopic, kprom.Records, kprom.Batches,
 				kprom.UncompressedBytes, kprom.CompressedBytes, kprom.ConsistentNaming),
 			kprom.Registry(nil),
-		)
+		), cfg.ClientID)
 		unreg = &unregisterOnClose{reg: cfg.Registerer, c: metrics}
-		opts = append(opts, kgo.WithHooks(metrics, unreg))
+		opts = append(opts, kgo.WithHooks(metrics.Metrics, unreg))
 	}
 	opts = append(opts, extra...)
 

@@ -167,7 +167,7 @@ func TestMetricsShareRegistry(t *testing.T) {
 	} else if !strings.Contains(err.Error(), "distinct ClientID") {
 		t.Errorf("duplicate id error = %v", err)
 	}
-	if !hasClientMetric(t, reg, "carehub_kafka_buffered_produce_records_total", "metrics-a") {
+	if !hasClientMetric(t, reg, "carehub_kafka_buffered_produce_records", "metrics-a") {
 		t.Fatal("the rejected duplicate took the metrics of the first metrics-a client with it")
 	}
 
@@ -179,7 +179,7 @@ func TestMetricsShareRegistry(t *testing.T) {
 	defer again.Close()
 	// Closing the old client again must not take the new one's metrics.
 	a.Close()
-	if !hasClientMetric(t, reg, "carehub_kafka_buffered_produce_records_total", "metrics-a") {
+	if !hasClientMetric(t, reg, "carehub_kafka_buffered_produce_records", "metrics-a") {
 		t.Error("metrics of the second metrics-a client vanished when the first was closed twice")
 	}
 }

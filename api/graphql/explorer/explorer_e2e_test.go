@@ -15,6 +15,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"carehub/internal/testenv"
 )
 
 const (
@@ -77,14 +79,14 @@ func TestExplorerEndToEnd(t *testing.T) {
 		t.Skip("end-to-end browser test skipped in -short mode")
 	}
 	if _, err := os.Stat(e2eChromium); err != nil {
-		t.Skipf("end-to-end test needs Debian's chromium at %s (apt-get install -y chromium): %v", e2eChromium, err)
+		testenv.Missing(t, "end-to-end test needs Debian's chromium at %s (make test-deps): %v", e2eChromium, err)
 	}
 	node, err := exec.LookPath("node")
 	if err != nil {
-		t.Skipf("end-to-end test needs node on PATH: %v", err)
+		testenv.Missing(t, "end-to-end test needs node on PATH: %v", err)
 	}
 	if _, err := os.Stat(filepath.Join(e2eWebDir, "node_modules", "playwright-core")); err != nil {
-		t.Skipf("end-to-end test needs web/node_modules (cd api/graphql/explorer/web && npm ci): %v", err)
+		testenv.Missing(t, "end-to-end test needs web/node_modules (make node-deps): %v", err)
 	}
 	introspection, err := os.ReadFile(filepath.Join("testdata", "introspection.json"))
 	if err != nil {

@@ -156,7 +156,7 @@ func startSeed(s *Node, ctx, _ context.Context) error {
 }
 
 func startRouter(s *Node, _, _ context.Context) error {
-	s.router = server.NewRouter(s.logger, s.registry, s.readiness)
+	s.router = server.NewRouter(s.logger, s.registry, s.readiness, s.cfg.accessLog())
 	return nil
 }
 

@@ -8,17 +8,19 @@ package node
 import (
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/netip"
 	"net/url"
 	"os"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"carehub/api/server"
 )
 
 // Roles a node can run.
@@ -34,17 +36,20 @@ var AllRoles = []string{RoleAPI, RoleIngest, RoleProcessors}
 // Config is everything carehub serve needs. Zero values mean "use the default"; Validate checks
 // it up front so bad configuration fails before anything starts.
 type Config struct {
-	DataDir       string        // embedded Postgres and Kafka live here
-	HTTPAddr      string        // host:port
-	Roles         []string      // subset of AllRoles
-	KafkaBrokers  []string      // empty: embedded kfake broker
-	DatabaseURL   string        // empty: embedded local Postgres cluster
-	ClickHouseURL string        // empty: event and audit log in Postgres
-	Partitions    int           // partitions of topics carehub creates
-	Seed          string        // demo or none
-	LogLevel      string        // debug, info, warn, error
-	LogFormat     string        // json or text
-	ShutdownGrace time.Duration // bound on graceful shutdown
+	Version         string        // the build's version, served as carehub_build_info{version}
+	DataDir         string        // embedded Postgres and Kafka live here
+	HTTPAddr        string        // host:port
+	Roles           []string      // subset of AllRoles
+	KafkaBrokers    []string      // empty: embedded kfake broker
+	DatabaseURL     string        // empty: embedded local Postgres cluster
+	ClickHouseURL   string        // empty: event and audit log in Postgres
+	Partitions      int           // partitions of topics carehub creates
+	Seed            string        // demo or none
+	LogLevel        string        // debug, info, warn, error
+	LogFormat       string        // json or text
+	AccessLog       string        // info, debug or off: the level of the one line per HTTP request
+	AccessLogSample float64       // fraction of requests in the access log, (0, 1]; answers ≥ 500 always
+	ShutdownGrace   time.Duration // bound on graceful shutdown
 
 	TLSCert, TLSKey      string
 	AllowInsecureHTTP    bool // serve plain HTTP on a non-loopback address (behind a TLS proxy)
@@ -71,21 +76,34 @@ type Config struct {
 // Defaults returns the configuration `carehub serve` starts from.
 func Defaults() Config {
 	return Config{
-		DataDir:       defaultDataDir(),
-		HTTPAddr:      "127.0.0.1:8080",
-		Roles:         slices.Clone(AllRoles),
-		Partitions:    6,
-		Seed:          "demo",
-		LogLevel:      "info",
-		LogFormat:     "json",
-		ShutdownGrace: 20 * time.Second,
+		Version:         "dev",
+		DataDir:         DefaultDataDir,
+		HTTPAddr:        "127.0.0.1:8080",
+		Roles:           slices.Clone(AllRoles),
+		Partitions:      6,
+		Seed:            "demo",
+		LogLevel:        "info",
+		AccessLog:       "info",
+		AccessLogSample: 1,
+		LogFormat:       "json",
+		ShutdownGrace:   20 * time.Second,
 	}
 }
 
-// defaultDataDir is under /tmp-like space rather than $HOME: the embedded Postgres runs as the
-// postgres user, which must be able to traverse every parent directory (root's home is not).
-func defaultDataDir() string {
-	return filepath.Join(os.TempDir(), "carehub")
+// DefaultDataDir is the one data-dir default: every command (serve, migrate, seed, keys) and every
+// make target (DATA_DIR) uses it, so a key created without --data-dir is one the node sees. It is
+// under /tmp rather than $HOME or $TMPDIR: the embedded Postgres runs as the postgres user, which
+// must be able to traverse every parent directory (root's home, a private TMPDIR are not).
+// TestMakefileDataDir keeps the Makefile's DATA_DIR equal to it.
+const DefaultDataDir = "/tmp/carehub"
+
+// accessLog is the router's access-log setting.
+func (c *Config) accessLog() *server.AccessLog {
+	a := &server.AccessLog{Level: slog.LevelInfo, Off: c.AccessLog == "off", Sample: c.AccessLogSample}
+	if c.AccessLog == "debug" {
+		a.Level = slog.LevelDebug
+	}
+	return a
 }
 
 // Validate checks the configuration and returns one error naming each problem.
@@ -128,6 +146,12 @@ func (c *Config) Validate() error {
 	}
 	if !slices.Contains([]string{"debug", "info", "warn", "error"}, c.LogLevel) {
 		errs = append(errs, fmt.Errorf("--log-level %q: must be debug, info, warn or error", c.LogLevel))
+	}
+	if !slices.Contains([]string{"info", "debug", "off"}, c.AccessLog) {
+		errs = append(errs, fmt.Errorf("--access-log %q: must be info, debug or off", c.AccessLog))
+	}
+	if !(c.AccessLogSample > 0 && c.AccessLogSample <= 1) {
+		errs = append(errs, fmt.Errorf("--access-log-sample %v: must be more than 0 and at most 1 (use --access-log off for none)", c.AccessLogSample))
 	}
 	if c.LogFormat != "json" && c.LogFormat != "text" {
 		errs = append(errs, fmt.Errorf("--log-format %q: must be json or text", c.LogFormat))

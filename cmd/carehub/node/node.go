@@ -24,6 +24,7 @@ import (
 	"carehub/api/server"
 	"carehub/processors/agents"
 	"carehub/processors/deployments"
+	"carehub/processors/telemetry"
 	"carehub/processors/workflows"
 	"carehub/storage"
 	"carehub/storage/kafka"
@@ -82,7 +83,8 @@ func Start(ctx context.Context, cfg Config, logger *slog.Logger) (_ *Node, err e
 		return nil, err
 	}
 	s := &Node{cfg: cfg, logger: logger, registry: prometheus.NewRegistry(), workerErr: make(chan error, 16)}
-	s.registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	s.registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+		telemetry.BuildInfo(cfg.Version))
 	defer func() {
 		if err != nil {
 			sctx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownGrace)
