@@ -31,7 +31,14 @@ func record(org string, patients ...string) storage.AuditRecord {
 // runWriter runs a writer on topic until the test ends.
 func runWriter(t *testing.T, topic, group string, store storage.AuditLog) {
 	t.Helper()
-	w, err := audit.NewWriter(audit.WriterConfig{Brokers: kafkatest.Brokers(t), Topic: topic, Group: group, Store: store})
+	runWriterWith(t, audit.WriterConfig{Topic: topic, Group: group, Store: store})
+}
+
+// runWriterWith runs a writer of cfg (on the test's brokers) until the test ends.
+func runWriterWith(t *testing.T, cfg audit.WriterConfig) {
+	t.Helper()
+	cfg.Brokers = kafkatest.Brokers(t)
+	w, err := audit.NewWriter(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -159,6 +166,46 @@ func TestWriterCommitsOnlyStoredRecords(t *testing.T) {
 	}
 	waitFor(t, "all records stored", func() bool { return count(t, store, storage.AuditQuery{}) == n })
 	waitFor(t, "offsets committed", func() bool { return committed() == n })
+}
+
+// hangingStore never answers its first append: it returns only when the call's context ends, as
+// a ClickHouse insert whose answer never comes returns only at the context's deadline.
+type hangingStore struct {
+	storage.AuditLog
+	calls atomic.Int32
+}
+
+func (s *hangingStore) AppendAudit(ctx context.Context, rs []storage.AuditRecord) error {
+	if s.calls.Add(1) == 1 {
+		<-ctx.Done()
+		return ctx.Err()
+	}
+	return s.AuditLog.AppendAudit(ctx, rs)
+}
+
+// A store call that never returns must not stop the writer for good: the attempt is abandoned at
+// the store timeout and retried, and the records are stored.
+func TestWriterRetriesAStoreCallThatNeverReturns(t *testing.T) {
+	pool := pgtest.New(t)
+	store := &hangingStore{AuditLog: postgres.NewAuditLog(pool)}
+	topic := kafkatest.Topic(t, "audit")
+	pub, err := audit.NewPublisher(audit.PublisherConfig{Brokers: kafkatest.Brokers(t), Topic: topic})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pub.Close(5 * time.Second)
+	const n = 20
+	for range n {
+		if err := pub.PublishSync(context.Background(), record("org_a", "pat_1")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	runWriterWith(t, audit.WriterConfig{Topic: topic, Group: kafkatest.Group(t, "audit"), Store: store,
+		StoreTimeout: 100 * time.Millisecond})
+	waitFor(t, "the records stored after the unanswered call", func() bool { return count(t, store, storage.AuditQuery{}) == n })
+	if c := store.calls.Load(); c < 2 {
+		t.Fatalf("%d store calls, want the unanswered one and a retry", c)
+	}
 }
 
 func TestServiceQuery(t *testing.T) {

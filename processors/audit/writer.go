@@ -23,16 +23,24 @@ const DefaultGroup = "carehub-audit"
 // DefaultMaxBatch is the most records the writer stores in one AppendAudit call.
 const DefaultMaxBatch = 5000
 
+// DefaultStoreTimeout bounds one AppendAudit attempt. The store's client may not bound a call
+// whose context has no deadline (clickhouse-go waits up to its 5-minute read timeout for an
+// insert's answer), and a call that never returns would stop the writer without a word.
+const DefaultStoreTimeout = 30 * time.Second
+
 // WriterConfig configures a Writer.
 type WriterConfig struct {
-	Brokers    []string         // required
-	Store      storage.AuditLog // required
-	Topic      string           // default kafka.DefaultTopics().Audit
-	Group      string           // default DefaultGroup
-	ClientID   string           // default "carehub-audit-writer"
-	MaxBatch   int              // default DefaultMaxBatch
-	Logger     *slog.Logger     // default: discard
-	Registerer prometheus.Registerer
+	Brokers  []string         // required
+	Store    storage.AuditLog // required
+	Topic    string           // default kafka.DefaultTopics().Audit
+	Group    string           // default DefaultGroup
+	ClientID string           // default "carehub-audit-writer"
+	MaxBatch int              // default DefaultMaxBatch
+	// StoreTimeout bounds one AppendAudit attempt; one that runs out is logged and retried.
+	// Default DefaultStoreTimeout.
+	StoreTimeout time.Duration
+	Logger       *slog.Logger // default: discard
+	Registerer   prometheus.Registerer
 }
 
 // Writer moves audit records from the audit topic into the audit store. Several writers (one per
@@ -40,13 +48,14 @@ type WriterConfig struct {
 // committed only after the store has confirmed the whole batch, so a crash redelivers rather than
 // loses; the store is idempotent by record id, so a redelivered record is stored once.
 type Writer struct {
-	cl       *kgo.Client
-	store    storage.AuditLog
-	maxBatch int
-	logger   *slog.Logger
-	stored   prometheus.Counter
-	skipped  prometheus.Counter
-	once     sync.Once
+	cl           *kgo.Client
+	store        storage.AuditLog
+	maxBatch     int
+	storeTimeout time.Duration
+	logger       *slog.Logger
+	stored       prometheus.Counter
+	skipped      prometheus.Counter
+	once         sync.Once
 }
 
 // NewWriter returns a Writer; Run runs it.
@@ -66,6 +75,9 @@ func NewWriter(cfg WriterConfig) (*Writer, error) {
 	if cfg.MaxBatch <= 0 {
 		cfg.MaxBatch = DefaultMaxBatch
 	}
+	if cfg.StoreTimeout <= 0 {
+		cfg.StoreTimeout = DefaultStoreTimeout
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -80,7 +92,7 @@ func NewWriter(cfg WriterConfig) (*Writer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("audit writer: %w", err)
 	}
-	w := &Writer{cl: cl, store: cfg.Store, maxBatch: cfg.MaxBatch, logger: cfg.Logger.With("group", cfg.Group),
+	w := &Writer{cl: cl, store: cfg.Store, maxBatch: cfg.MaxBatch, storeTimeout: cfg.StoreTimeout, logger: cfg.Logger.With("group", cfg.Group),
 		stored: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "carehub", Subsystem: "audit",
 			Name: "records_stored_total", Help: "Audit records the audit writer stored (redeliveries included)."}),
 		skipped: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "carehub", Subsystem: "audit",
@@ -148,11 +160,14 @@ func (w *Writer) decode(recs []*kgo.Record) []storage.AuditRecord {
 }
 
 // storeBatch appends batch, retrying with backoff until the store confirms or ctx is done: the
-// offsets must not move past records that are not stored.
+// offsets must not move past records that are not stored. Each attempt is bounded by the store
+// timeout, so a call the store never answers is retried rather than waited on for ever.
 func (w *Writer) storeBatch(ctx context.Context, batch []storage.AuditRecord) error {
 	backoff := 100 * time.Millisecond
 	for {
-		err := w.store.AppendAudit(ctx, batch)
+		attempt, cancel := context.WithTimeout(ctx, w.storeTimeout)
+		err := w.store.AppendAudit(attempt, batch)
+		cancel()
 		if err == nil {
 			w.stored.Add(float64(len(batch)))
 			return nil
