@@ -295,6 +295,15 @@ func TestOnOverflow(t *testing.T) {
 	closed := h.SubscribeFilter(2, Filter{ProjectID: "prj_1", OnOverflow: func() { t.Error("OnOverflow of a closed subscription") }})
 	closed.Close()
 	produce(t, prod, 10, "e")
+	// Nothing reads C until the hub has dropped the subscription: a reader draining it as events
+	// arrive would keep the buffer from ever filling.
+	deadline := time.Now().Add(30 * time.Second)
+	for !slow.Overflowed() {
+		if time.Now().After(deadline) {
+			t.Fatal("the subscription with a full buffer was not dropped")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 	for range slow.C {
 	}
 	if calls.Load() != 1 || !slow.Overflowed() || !openAtCall.Load() {
