@@ -41,6 +41,11 @@ cc=${CC:-cc}
 data=$state/data
 logfile=$state/clickhouse.log
 pidfile=$state/clickhouse.pid
+name=clickhouse where="127.0.0.1:$tcp_port (http $http_port)" ports=("$tcp_port" "$http_port")
+# shellcheck source=../daemon.sh
+. "$here/../daemon.sh"
+# running, not alive: the child started by up may not have exec'd the launcher yet.
+starting() { running "$1"; }
 
 say() { printf 'clickhouse.sh: %s\n' "$*" >&2; }
 die() { say "$*"; exit 1; }
@@ -173,7 +178,7 @@ up() {
 			return
 		fi
 		say "clickhouse (pid $pid) is running but not answering yet; waiting"
-		wait_ready "$pid" 0
+		wait_ready "$pid" 0 "logs: $logfile, $state/clickhouse-server.log"
 		say "clickhouse $(running_version) up on 127.0.0.1:$tcp_port (http $http_port, pid $pid)"
 		return
 	fi
@@ -200,55 +205,9 @@ up() {
 		>>"$logfile" 2>&1 </dev/null 8>&- 9>&- &
 	pid=$!
 	echo "$pid" >"$pidfile"
-	wait_ready "$pid" "$offset"
+	wait_ready "$pid" "$offset" "logs: $logfile, $state/clickhouse-server.log"
 	local ms=$((($(date +%s%N) - t0) / 1000000))
 	say "clickhouse $(running_version) up on 127.0.0.1:$tcp_port (http $http_port, pid $pid, state $state, ${ms} ms)"
-}
-
-wait_ready() {
-	local pid=$1 offset=$2 deadline=$((SECONDS + start_timeout))
-	until probe; do
-		# running, not alive: the child started by up may not have exec'd the launcher yet.
-		if ! running "$pid"; then
-			rm -f "$pidfile"
-			tail -c +$((offset + 1)) "$logfile" | tail -n 40 >&2
-			die "clickhouse exited during startup; logs: $logfile, $state/clickhouse-server.log"
-		fi
-		if ((SECONDS >= deadline)); then
-			tail -n 40 "$logfile" >&2
-			die "clickhouse did not answer on 127.0.0.1:$http_port within ${start_timeout}s (pid $pid left running; log: $logfile)"
-		fi
-		sleep 0.05
-	done
-}
-
-# stop signals the server and waits for it to exit. TERM ends the serving query, after which
-# clickhouse-local shuts down cleanly; if that outlasts CLICKHOUSE_STOP_TIMEOUT it is killed.
-stop() {
-	local sig=$1 pid
-	if ! pid=$(running_pid); then
-		rm -f "$pidfile"
-		say "clickhouse on 127.0.0.1:$tcp_port is not running"
-		return
-	fi
-	kill -"$sig" "$pid" 2>/dev/null || true
-	local deadline=$((SECONDS + stop_timeout))
-	while alive "$pid"; do
-		if ((SECONDS >= deadline)); then
-			say "clickhouse (pid $pid) still running ${stop_timeout}s after SIG$sig; killing"
-			kill -KILL "$pid" 2>/dev/null || true
-			deadline=$((SECONDS + 10))
-			sig=KILL
-		fi
-		sleep 0.05
-	done
-	rm -f "$pidfile"
-	local i
-	for ((i = 0; i < 100; i++)); do
-		port_taken "$tcp_port" || port_taken "$http_port" || break
-		sleep 0.1
-	done
-	say "clickhouse (pid $pid) stopped with SIG$sig"
 }
 
 down() {

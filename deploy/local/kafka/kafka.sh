@@ -40,6 +40,10 @@ java=${JAVA_HOME:+$JAVA_HOME/bin/}java
 props=$state/server.properties
 logfile=$state/kafka.log
 pidfile=$state/kafka.pid
+name=kafka where=127.0.0.1:$port ports=("$port" "$cport")
+# shellcheck source=../daemon.sh
+. "$here/../daemon.sh"
+starting() { alive "$1"; }
 
 say() { printf 'kafka.sh: %s\n' "$*" >&2; }
 die() { say "$*"; exit 1; }
@@ -224,7 +228,7 @@ up() {
 			return
 		fi
 		say "kafka (pid $pid) is running but not answering yet; waiting"
-		wait_ready "$pid" 0
+		wait_ready "$pid" 0 "log: $logfile"
 		say "kafka $(running_version) up on 127.0.0.1:$port (pid $pid)"
 		return
 	fi
@@ -250,55 +254,9 @@ up() {
 		-cp "$libs/*" kafka.Kafka "$props" >>"$logfile" 2>&1 </dev/null 8>&- 9>&- &
 	pid=$!
 	echo "$pid" >"$pidfile"
-	wait_ready "$pid" "$offset"
+	wait_ready "$pid" "$offset" "log: $logfile"
 	local ms=$((($(date +%s%N) - t0) / 1000000))
 	say "kafka $(running_version "$offset") up on 127.0.0.1:$port (pid $pid, state $state, ${ms} ms)"
-}
-
-wait_ready() {
-	local pid=$1 offset=$2 deadline=$((SECONDS + start_timeout))
-	until probe; do
-		if ! alive "$pid"; then
-			rm -f "$pidfile"
-			tail -c +$((offset + 1)) "$logfile" | tail -n 40 >&2
-			die "kafka exited during startup; log: $logfile"
-		fi
-		if ((SECONDS >= deadline)); then
-			tail -n 40 "$logfile" >&2
-			die "kafka did not answer metadata on 127.0.0.1:$port within ${start_timeout}s (pid $pid left running; log: $logfile)"
-		fi
-		sleep 0.2
-	done
-}
-
-# stop signals the broker and waits for it to exit. TERM is a controlled
-# shutdown; if it outlasts KAFKA_STOP_TIMEOUT the broker is killed.
-stop() {
-	local sig=$1 pid
-	if ! pid=$(running_pid); then
-		rm -f "$pidfile"
-		say "kafka on 127.0.0.1:$port is not running"
-		return
-	fi
-	kill -"$sig" "$pid" 2>/dev/null || true
-	local deadline=$((SECONDS + stop_timeout))
-	while alive "$pid"; do
-		if ((SECONDS >= deadline)); then
-			say "kafka (pid $pid) still running ${stop_timeout}s after SIG$sig; killing"
-			kill -KILL "$pid" 2>/dev/null || true
-			deadline=$((SECONDS + 10))
-			sig=KILL
-		fi
-		sleep 0.1
-	done
-	rm -f "$pidfile"
-	# The kernel may take a moment to release the listeners of a killed JVM.
-	local i
-	for ((i = 0; i < 100; i++)); do
-		port_taken "$port" || port_taken "$cport" || break
-		sleep 0.1
-	done
-	say "kafka (pid $pid) stopped with SIG$sig"
 }
 
 down() {
