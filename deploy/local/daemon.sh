@@ -1,10 +1,10 @@
 # daemon.sh: what deploy/local/kafka/kafka.sh and deploy/local/clickhouse/clickhouse.sh share,
-# sourced by both: waiting for the started process to answer, and stopping it.
+# sourced by both: waiting for the started process to answer, stopping and restarting it.
 #
 # The sourcing script sets name (kafka), where (127.0.0.1:9092), ports (every port it listens
 # on), pidfile, logfile, start_timeout and stop_timeout, and defines say, die, probe (it
-# answers), running_pid (the recorded process, if it runs), alive PID (the process runs) and
-# starting PID (the process started by up runs, or is about to).
+# answers), running_pid (the recorded process, if it runs), alive PID (the process runs),
+# starting PID (the process started by up runs, or is about to), lock (fd 9), usage and up.
 
 # wait_ready PID OFFSET HINT: polls probe until it answers; dies with the log since OFFSET when
 # the process exits, or with the log's tail after start_timeout. HINT names what to read.
@@ -56,4 +56,27 @@ stop() {
 		sleep 0.1
 	done
 	say "$name (pid $pid) stopped with SIG$sig"
+}
+
+down() {
+	lock
+	stop TERM
+}
+
+# restart [--signal TERM|KILL]: stops the process with the signal, then starts it again.
+restart() {
+	local sig=TERM
+	while (($#)); do
+		case $1 in
+		--signal) sig=${2:-}; shift 2 || usage ;;
+		--signal=*) sig=${1#--signal=}; shift ;;
+		*) usage ;;
+		esac
+	done
+	sig=${sig#SIG}
+	[[ $sig == TERM || $sig == KILL ]] || die "restart --signal takes TERM or KILL, not $sig"
+	lock
+	stop "$sig"
+	exec 9>&-
+	up
 }

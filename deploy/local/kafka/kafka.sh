@@ -259,28 +259,6 @@ up() {
 	say "kafka $(running_version "$offset") up on 127.0.0.1:$port (pid $pid, state $state, ${ms} ms)"
 }
 
-down() {
-	lock
-	stop TERM
-}
-
-restart() {
-	local sig=TERM
-	while (($#)); do
-		case $1 in
-		--signal) sig=${2:-}; shift 2 || usage ;;
-		--signal=*) sig=${1#--signal=}; shift ;;
-		*) usage ;;
-		esac
-	done
-	sig=${sig#SIG}
-	[[ $sig == TERM || $sig == KILL ]] || die "restart --signal takes TERM or KILL, not $sig"
-	lock
-	stop "$sig"
-	exec 9>&-
-	up
-}
-
 status() {
 	local pid
 	if pid=$(running_pid); then
