@@ -98,10 +98,10 @@ test-kafka: postgres-binaries node-deps ## run the Kafka-touching suites against
 	$(GO) test $(KAFKA_TESTFLAGS) -p 1 $(KAFKA_PKGS)
 
 # Every committed generated file, with the test that regenerates it and fails on drift:
-# schemas/kafka/event-types.json (processors/events.Catalogue), the explorer bundle
+# schemas/kafka/event-types.json (kernel/events.Catalogue), the explorer bundle
 # api/graphql/explorer/dist and its test schema testdata/introspection.json (web/).
 DRIFT_TESTS := '^(TestCatalogueFile|TestBundleDrift|TestIntrospectionDrift)$$'
-DRIFT_PKGS  := ./processors/events ./api/graphql/explorer
+DRIFT_PKGS  := ./kernel/events ./api/graphql/explorer
 
 .PHONY: lint
 lint: node-deps ## gofmt, go vet, go.mod/go.sum tidy, generated files up to date

@@ -29,7 +29,7 @@ var OpenAPI embed.FS
 var ClickHouse embed.FS
 
 // Kafka holds the JSON Schemas of the topics' messages (kafka/<topic>.v1.json) and the event
-// type catalogue generated from processors/events.Catalogue (kafka/event-types.json).
+// type catalogue generated from kernel/events.Catalogue (kafka/event-types.json).
 //
 //go:embed kafka/*.json
 var Kafka embed.FS

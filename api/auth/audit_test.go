@@ -21,7 +21,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"carehub/api/rest"
-	"carehub/processors/access"
+	"carehub/kernel/access"
 	"carehub/processors/audit"
 	"carehub/storage"
 	"carehub/storage/ids"

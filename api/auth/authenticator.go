@@ -10,8 +10,8 @@ import (
 	"sync"
 	"time"
 
-	"carehub/processors/access"
-	"carehub/processors/fault"
+	"carehub/kernel/access"
+	"carehub/kernel/fault"
 )
 
 // cacheTTL bounds how long a revocation or rotation expiry takes to reach a node that has the

@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"carehub/processors/access"
-	"carehub/processors/fault"
+	"carehub/kernel/access"
+	"carehub/kernel/fault"
 	"carehub/storage/postgres/pgtest"
 )
 

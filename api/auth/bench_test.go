@@ -7,7 +7,7 @@ import (
 	"net/netip"
 	"testing"
 
-	"carehub/processors/access"
+	"carehub/kernel/access"
 	"carehub/storage/postgres/pgtest"
 )
 

@@ -12,7 +12,7 @@ import (
 
 	"github.com/golang-jwt/jwt/v5"
 
-	"carehub/processors/access"
+	"carehub/kernel/access"
 )
 
 func FuzzParseAuthorization(f *testing.F) {

@@ -8,8 +8,8 @@ import (
 	"github.com/gorilla/mux"
 
 	"carehub/api/rest"
-	"carehub/processors/access"
-	"carehub/processors/fault"
+	"carehub/kernel/access"
+	"carehub/kernel/fault"
 	"carehub/storage"
 )
 

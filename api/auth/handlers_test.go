@@ -12,7 +12,7 @@ import (
 	"github.com/gorilla/mux"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"carehub/processors/access"
+	"carehub/kernel/access"
 	"carehub/processors/audit"
 	"carehub/storage/postgres"
 	"carehub/storage/postgres/pgtest"

@@ -3,8 +3,8 @@ package auth
 import (
 	"context"
 
-	"carehub/processors/access"
-	"carehub/processors/fault"
+	"carehub/kernel/access"
+	"carehub/kernel/fault"
 )
 
 // KeyAdmin is API key management for callers of the API (REST /v1/api-keys): admin:org, the

@@ -10,7 +10,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"carehub/processors/access"
+	"carehub/kernel/access"
 	"carehub/storage/ids"
 	"carehub/storage/postgres/pgtest"
 )

@@ -7,8 +7,8 @@ import (
 	"strings"
 
 	"carehub/api/rest"
-	"carehub/processors/access"
-	"carehub/processors/fault"
+	"carehub/kernel/access"
+	"carehub/kernel/fault"
 )
 
 // Middleware authenticates every request, applies the credential's rate limit and puts the

@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"carehub/api/rest"
-	"carehub/processors/access"
+	"carehub/kernel/access"
 	"carehub/storage/postgres/pgtest"
 )
 

@@ -8,8 +8,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"carehub/processors/access"
-	"carehub/processors/telemetry"
+	"carehub/kernel/access"
+	"carehub/kernel/telemetry"
 	"carehub/storage"
 	"carehub/storage/ids"
 )

@@ -11,8 +11,8 @@ import (
 	"time"
 
 	"carehub/api/server/servertest"
-	"carehub/processors/access"
-	"carehub/processors/clinical"
+	"carehub/kernel/access"
+	"carehub/kernel/clinical"
 )
 
 // lockedBuffer collects a node's log lines from its goroutines.

@@ -16,8 +16,8 @@ import (
 	"carehub/api/auth"
 	"carehub/api/server/servertest"
 	"carehub/api/ws/wstest"
-	"carehub/processors/access"
-	"carehub/processors/demo"
+	"carehub/kernel/access"
+	"carehub/kernel/demo"
 )
 
 // otherSlug is the tenant whose credentials must not reach demo-health's resources.

@@ -20,15 +20,15 @@ import (
 
 	"carehub/api/server/servertest"
 	"carehub/api/ws/wstest"
-	"carehub/processors/access"
-	"carehub/processors/clinical"
-	"carehub/processors/demo"
-	"carehub/processors/events"
-	"carehub/processors/phi"
+	"carehub/kernel/access"
+	"carehub/kernel/clinical"
+	"carehub/kernel/demo"
+	"carehub/kernel/events"
+	"carehub/kernel/phi"
 	"carehub/storage"
 )
 
-// The patient-data matrix (DECISIONS §2, processors/phi). Records naming a real and a synthetic
+// The patient-data matrix (DECISIONS §2, kernel/phi). Records naming a real and a synthetic
 // patient — one event of every catalogued type, a free-form event, the events a live agent run
 // and an ingested observation emit, agent sessions, workflow runs and invoke results — are read
 // through every path that serves them, with every kind of credential. The records and what must

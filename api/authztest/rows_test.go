@@ -3,7 +3,7 @@ package authztest
 import (
 	"fmt"
 
-	"carehub/processors/access"
+	"carehub/kernel/access"
 )
 
 // Access classes of a row besides scopes.

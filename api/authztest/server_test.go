@@ -7,8 +7,8 @@ import (
 	"time"
 
 	"carehub/api/server/servertest"
-	"carehub/processors/access"
-	"carehub/processors/demo"
+	"carehub/kernel/access"
+	"carehub/kernel/demo"
 )
 
 // served reports whether the node serves method path (a credential-less call is not 404).

@@ -8,8 +8,8 @@ import (
 
 	"carehub/api/server/servertest"
 	"carehub/api/ws/wstest"
-	"carehub/processors/access"
-	"carehub/processors/demo"
+	"carehub/kernel/access"
+	"carehub/kernel/demo"
 )
 
 // TestWebSocketOperationsAreAudited: a live-key patient read over the WebSocket is audited with

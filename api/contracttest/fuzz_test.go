@@ -24,8 +24,8 @@ import (
 	"carehub/api/auth"
 	"carehub/api/server/servertest"
 	"carehub/cmd/carehub/node"
-	"carehub/processors/access"
-	"carehub/processors/demo"
+	"carehub/kernel/access"
+	"carehub/kernel/demo"
 	"carehub/storage/postgres/pgtest"
 
 	"carehub/internal/testenv"

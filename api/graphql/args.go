@@ -1,7 +1,7 @@
 package graphql
 
 import (
-	"carehub/processors/fault"
+	"carehub/kernel/fault"
 )
 
 // Pagination of list fields (spec and DECISIONS §3): limit defaults to 20 and must be 1..100,

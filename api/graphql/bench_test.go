@@ -11,8 +11,8 @@ import (
 	"testing"
 	"time"
 
-	"carehub/processors/access"
-	"carehub/processors/demo"
+	"carehub/kernel/access"
+	"carehub/kernel/demo"
 )
 
 // BenchmarkAssetsQuery measures the assets query with three filters combined, through the running

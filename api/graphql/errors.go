@@ -10,7 +10,7 @@ import (
 
 	gqlerrors "github.com/graph-gophers/graphql-go/errors"
 
-	"carehub/processors/fault"
+	"carehub/kernel/fault"
 )
 
 // Codes of extensions.code (DECISIONS §3).

@@ -15,7 +15,7 @@ import (
 	"carehub/api/graphql/spectest"
 	"carehub/api/server/servertest"
 	"carehub/api/ws/wstest"
-	"carehub/processors/demo"
+	"carehub/kernel/demo"
 )
 
 // patientPage is one alias of the amplification attack of issue 13: a page of 100 patients with

@@ -8,8 +8,8 @@ import (
 	"time"
 
 	"carehub/api/server/servertest"
-	"carehub/processors/access"
-	"carehub/processors/demo"
+	"carehub/kernel/access"
+	"carehub/kernel/demo"
 )
 
 // outboxEvents counts the events of type typ in the outbox whose payload field has value.

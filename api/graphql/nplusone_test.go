@@ -11,9 +11,9 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"carehub/api/graphql"
-	"carehub/processors/access"
+	"carehub/kernel/access"
+	"carehub/kernel/demo"
 	"carehub/processors/agents"
-	"carehub/processors/demo"
 	"carehub/processors/deployments"
 	"carehub/processors/feed"
 	"carehub/processors/marketplace"

@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"carehub/processors/access"
-	"carehub/processors/demo"
+	"carehub/kernel/access"
+	"carehub/kernel/demo"
 	"carehub/storage"
 	"carehub/storage/ids"
 )

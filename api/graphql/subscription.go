@@ -7,11 +7,11 @@ import (
 
 	gql "github.com/graph-gophers/graphql-go"
 
-	"carehub/processors/access"
+	"carehub/kernel/access"
+	"carehub/kernel/events"
+	"carehub/kernel/fault"
 	"carehub/processors/agents"
 	"carehub/processors/deployments"
-	"carehub/processors/events"
-	"carehub/processors/fault"
 	"carehub/processors/workflows"
 	"carehub/storage"
 )

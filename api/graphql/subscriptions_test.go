@@ -11,9 +11,9 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"carehub/api/ws/wstest"
-	"carehub/processors/access"
-	"carehub/processors/demo"
-	"carehub/processors/events"
+	"carehub/kernel/access"
+	"carehub/kernel/demo"
+	"carehub/kernel/events"
 	"carehub/storage/kafka"
 )
 

@@ -6,11 +6,11 @@ import (
 
 	gql "github.com/graph-gophers/graphql-go"
 
+	"carehub/kernel/phi"
 	"carehub/processors/agents"
 	"carehub/processors/deployments"
 	"carehub/processors/marketplace"
 	"carehub/processors/orgs"
-	"carehub/processors/phi"
 	"carehub/processors/webhooks"
 	"carehub/processors/workflows"
 )
@@ -479,7 +479,7 @@ func (r *attemptResolver) Error() *string        { return r.a.Error }
 func (r *attemptResolver) ResponseBody() *string { return r.a.ResponseBody }
 func (r *attemptResolver) AttemptedAt() DateTime { return dateTime(r.a.AttemptedAt) }
 
-// eventResolver is an event as the caller may see it (processors/phi).
+// eventResolver is an event as the caller may see it (kernel/phi).
 type eventResolver struct{ e *phi.Event }
 
 func (r *eventResolver) ID() gql.ID          { return gql.ID(r.e.ID) }

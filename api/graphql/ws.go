@@ -12,8 +12,8 @@ import (
 
 	"carehub/api/auth"
 	"carehub/api/ws"
-	"carehub/processors/access"
-	"carehub/processors/fault"
+	"carehub/kernel/access"
+	"carehub/kernel/fault"
 )
 
 // Authenticator turns an Authorization value into a principal, and tells whether a principal

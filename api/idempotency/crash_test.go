@@ -19,8 +19,8 @@ import (
 
 	"carehub/api/auth"
 	"carehub/api/server/servertest"
-	"carehub/processors/access"
-	"carehub/processors/demo"
+	"carehub/kernel/access"
+	"carehub/kernel/demo"
 	core "carehub/processors/idempotency"
 	"carehub/storage/postgres"
 )

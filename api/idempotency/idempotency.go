@@ -39,8 +39,8 @@ import (
 	"carehub/api/auth"
 	"carehub/api/graphql"
 	"carehub/api/rest"
-	"carehub/processors/access"
-	"carehub/processors/fault"
+	"carehub/kernel/access"
+	"carehub/kernel/fault"
 	core "carehub/processors/idempotency"
 )
 

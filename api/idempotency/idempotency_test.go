@@ -17,8 +17,8 @@ import (
 	"time"
 
 	"carehub/api/server/servertest"
-	"carehub/processors/access"
-	"carehub/processors/demo"
+	"carehub/kernel/access"
+	"carehub/kernel/demo"
 	"carehub/storage/postgres/pgtest"
 )
 

@@ -16,8 +16,8 @@ import (
 	"time"
 
 	"carehub/api/pipelinetest"
-	"carehub/processors/access"
-	"carehub/processors/demo"
+	"carehub/kernel/access"
+	"carehub/kernel/demo"
 )
 
 // The crash load: crashRounds times, start carehub, run crashWorkers clients, each with a key

@@ -11,7 +11,7 @@ import (
 
 	"carehub/api/pipelinetest"
 	"carehub/api/server/servertest"
-	"carehub/processors/demo"
+	"carehub/kernel/demo"
 	"carehub/storage/postgres/pgtest"
 )
 

@@ -10,7 +10,7 @@ import (
 	"net/http"
 	"strconv"
 
-	"carehub/processors/fault"
+	"carehub/kernel/fault"
 )
 
 // Error codes of the REST error envelope (DECISIONS §3).

@@ -7,9 +7,9 @@ import (
 	"fmt"
 	"net/http"
 
-	"carehub/processors/fault"
+	"carehub/kernel/fault"
+	"carehub/kernel/phi"
 	"carehub/processors/feed"
-	"carehub/processors/phi"
 )
 
 // PublishEventRequest is one event of POST /v1/events: the body is one of these, or an array

@@ -13,8 +13,8 @@ import (
 	"time"
 
 	"carehub/api/server/servertest"
-	"carehub/processors/access"
-	"carehub/processors/demo"
+	"carehub/kernel/access"
+	"carehub/kernel/demo"
 	"carehub/storage/ids"
 )
 

@@ -12,7 +12,7 @@ import (
 
 	"carehub/api/server/servertest"
 	ingest "carehub/ingest/observations"
-	"carehub/processors/demo"
+	"carehub/kernel/demo"
 )
 
 // TestHL7VitalSignsExamples is issue 15's intake acceptance on a whole node: the vital-signs

@@ -13,7 +13,7 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"carehub/processors/fault"
+	"carehub/kernel/fault"
 )
 
 // FuzzQuery feeds arbitrary query strings to the edge check and the Query helper. Whatever the

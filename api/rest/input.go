@@ -18,7 +18,7 @@ import (
 
 	"github.com/gorilla/mux"
 
-	"carehub/processors/fault"
+	"carehub/kernel/fault"
 	"carehub/schemas"
 )
 

@@ -6,8 +6,8 @@ import (
 
 	"github.com/gorilla/mux"
 
+	"carehub/kernel/fault"
 	"carehub/processors/deployments"
-	"carehub/processors/fault"
 )
 
 // Invoker is what the invoke route needs of the deployment runtime (*deployments.Invoker).

@@ -11,8 +11,8 @@ import (
 
 	"carehub/api/server/servertest"
 	"carehub/api/ws/wstest"
-	"carehub/processors/access"
-	"carehub/processors/demo"
+	"carehub/kernel/access"
+	"carehub/kernel/demo"
 )
 
 // statusStream collects the statuses a subscription delivers.

@@ -6,9 +6,9 @@ import (
 
 	"github.com/gorilla/mux"
 
+	"carehub/kernel/fault"
 	"carehub/processors/agents"
 	"carehub/processors/deployments"
-	"carehub/processors/fault"
 	"carehub/processors/feed"
 	"carehub/processors/marketplace"
 	"carehub/processors/orgs"

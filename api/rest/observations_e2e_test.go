@@ -10,8 +10,8 @@ import (
 
 	"carehub/api/server/servertest"
 	"carehub/api/ws/wstest"
-	"carehub/processors/clinical"
-	"carehub/processors/demo"
+	"carehub/kernel/clinical"
+	"carehub/kernel/demo"
 )
 
 // TestObservationEndToEnd is issue 10's first acceptance, on a whole node: an observation posted

@@ -9,8 +9,8 @@ import (
 	"carehub/api/auth"
 	"carehub/api/rest"
 	ingest "carehub/ingest/observations"
+	"carehub/kernel/events"
 	"carehub/processors/deployments"
-	"carehub/processors/events"
 	"carehub/processors/webhooks"
 	"carehub/storage"
 )

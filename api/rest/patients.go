@@ -9,7 +9,7 @@ import (
 
 	"github.com/gorilla/mux"
 
-	"carehub/processors/fault"
+	"carehub/kernel/fault"
 	"carehub/processors/patients"
 )
 

@@ -8,8 +8,8 @@ import (
 	"testing"
 
 	"carehub/api/server/servertest"
-	"carehub/processors/access"
-	"carehub/processors/demo"
+	"carehub/kernel/access"
+	"carehub/kernel/demo"
 )
 
 type projectPage struct {

@@ -9,7 +9,7 @@ import (
 	"strings"
 	"time"
 
-	"carehub/processors/fault"
+	"carehub/kernel/fault"
 )
 
 // Query reads and validates a request's query parameters, collecting every problem for one 400

@@ -8,13 +8,13 @@ import (
 
 	"github.com/gorilla/mux"
 
+	"carehub/kernel/events"
+	"carehub/kernel/phi"
 	"carehub/processors/agents"
 	"carehub/processors/deployments"
-	"carehub/processors/events"
 	"carehub/processors/feed"
 	"carehub/processors/marketplace"
 	"carehub/processors/orgs"
-	"carehub/processors/phi"
 	"carehub/processors/webhooks"
 	"carehub/processors/workflows"
 )
@@ -111,7 +111,7 @@ func assetOf(a *marketplace.Asset, p *marketplace.Publisher) Asset {
 }
 
 // Event is the spec's REST Event, plus redacted: true when its payload's patient data was removed
-// for the caller (processors/phi).
+// for the caller (kernel/phi).
 type Event struct {
 	ID        string          `json:"id"`
 	Type      string          `json:"type"`
@@ -199,7 +199,7 @@ type WorkflowRun struct {
 	DurationMs  *int32          `json:"durationMs"`
 	StartedAt   time.Time       `json:"startedAt"`
 	CompletedAt *time.Time      `json:"completedAt"`
-	// Redacted is true when input and output were removed for the caller (processors/phi).
+	// Redacted is true when input and output were removed for the caller (kernel/phi).
 	Redacted bool `json:"redacted,omitempty"`
 }
 

@@ -15,8 +15,8 @@ import (
 	"github.com/gorilla/mux"
 
 	"carehub/api/server/servertest"
-	"carehub/processors/access"
-	"carehub/processors/demo"
+	"carehub/kernel/access"
+	"carehub/kernel/demo"
 	"carehub/schemas"
 	"carehub/storage"
 	"carehub/storage/ids"

@@ -7,7 +7,7 @@ import (
 
 	"github.com/gorilla/mux"
 
-	"carehub/processors/fault"
+	"carehub/kernel/fault"
 	"carehub/processors/webhooks"
 )
 

@@ -14,7 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"carehub/api/rest"
-	"carehub/processors/access"
+	"carehub/kernel/access"
 	"carehub/processors/webhooks"
 	"carehub/storage/ids"
 	"carehub/storage/postgres/pgtest"

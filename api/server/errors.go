@@ -1,5 +1,5 @@
 package server
 
-import "carehub/processors/fault"
+import "carehub/kernel/fault"
 
 var notFound = fault.New(fault.KindNotFound, "no such route")

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"carehub/api/server/servertest"
-	"carehub/processors/demo"
+	"carehub/kernel/demo"
 	"carehub/storage/postgres/pgtest"
 
 	"carehub/internal/testenv"

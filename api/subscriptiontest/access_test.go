@@ -13,8 +13,8 @@ import (
 	"github.com/coder/websocket"
 
 	"carehub/api/ws/wstest"
-	"carehub/processors/access"
-	"carehub/processors/demo"
+	"carehub/kernel/access"
+	"carehub/kernel/demo"
 )
 
 const (

@@ -7,7 +7,7 @@ import (
 
 	"carehub/api/server/servertest"
 	"carehub/cmd/carehub/node"
-	"carehub/processors/demo"
+	"carehub/kernel/demo"
 )
 
 // TestTwoNodes: two carehub instances share Postgres and Kafka; the second runs only the api

@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"carehub/processors/access"
-	"carehub/processors/demo"
+	"carehub/kernel/access"
+	"carehub/kernel/demo"
 )
 
 // session is an AgentSession as the subscription and the queries deliver it.

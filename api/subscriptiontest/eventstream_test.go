@@ -6,8 +6,8 @@ import (
 	"testing"
 	"time"
 
-	"carehub/processors/access"
-	"carehub/processors/demo"
+	"carehub/kernel/access"
+	"carehub/kernel/demo"
 )
 
 // TestEventStreamDelivery: a subscriber in each protocol sees every event of publishEvent, in

@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"carehub/processors/demo"
+	"carehub/kernel/demo"
 
 	"carehub/internal/testenv"
 )

@@ -11,8 +11,8 @@ import (
 
 	"carehub/api/server/servertest"
 	"carehub/cmd/carehub/node"
-	"carehub/processors/access"
-	"carehub/processors/demo"
+	"carehub/kernel/access"
+	"carehub/kernel/demo"
 )
 
 // recheckOften re-checks socket credentials every 50 ms, so that a test waits for the key cache

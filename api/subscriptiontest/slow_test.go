@@ -15,7 +15,7 @@ import (
 	"github.com/coder/websocket"
 
 	"carehub/cmd/carehub/node"
-	"carehub/processors/demo"
+	"carehub/kernel/demo"
 )
 
 // TestSlowSubscriber: on a real node, a client that subscribes and then stops reading is closed

@@ -1,7 +1,7 @@
 package ws
 
 import (
-	"carehub/processors/telemetry"
+	"carehub/kernel/telemetry"
 
 	"github.com/prometheus/client_golang/prometheus"
 )

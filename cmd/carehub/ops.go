@@ -16,9 +16,9 @@ import (
 
 	"carehub/api/auth"
 	"carehub/cmd/carehub/node"
-	"carehub/processors/access"
-	"carehub/processors/demo"
-	"carehub/processors/fault"
+	"carehub/kernel/access"
+	"carehub/kernel/demo"
+	"carehub/kernel/fault"
 	"carehub/storage/postgres"
 )
 

@@ -6,7 +6,7 @@ import (
 	"testing"
 
 	ingest "carehub/ingest/observations"
-	"carehub/processors/access"
+	"carehub/kernel/access"
 )
 
 // BenchmarkSubmit measures intake end to end on the test broker and database: validation,

@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"carehub/ingest/observations"
-	"carehub/processors/access"
+	"carehub/kernel/access"
 	obs "carehub/processors/observations"
 	"carehub/storage/postgres"
 )

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"carehub/processors/fault"
+	"carehub/kernel/fault"
 )
 
 // FuzzIntakeParser feeds arbitrary bytes to the intake's parsers as each body format reads

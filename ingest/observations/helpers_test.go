@@ -16,7 +16,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 
 	ingest "carehub/ingest/observations"
-	"carehub/processors/access"
+	"carehub/kernel/access"
 	obs "carehub/processors/observations"
 	"carehub/storage"
 	"carehub/storage/ids"

@@ -10,7 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"carehub/processors/fault"
+	"carehub/kernel/fault"
 	"carehub/processors/idempotency"
 )
 

@@ -26,8 +26,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"carehub/processors/access"
-	"carehub/processors/fault"
+	"carehub/kernel/access"
+	"carehub/kernel/fault"
 	"carehub/processors/idempotency"
 	obs "carehub/processors/observations"
 	"carehub/storage/ids"
@@ -150,7 +150,7 @@ func (c *Config) defaults() error {
 }
 
 // Intake is the service behind POST /v1/observations (api/rest.ObservationIngestRoutes is its
-// transport). Submit reads the caller from the context (processors/access). Run does its
+// transport). Submit reads the caller from the context (kernel/access). Run does its
 // background work (lag measurement, Idempotency-Key expiry); Close it after the HTTP server has
 // drained. It is safe for concurrent use.
 type Intake struct {

@@ -14,8 +14,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 
 	"carehub/ingest/observations"
-	"carehub/processors/access"
-	"carehub/processors/fault"
+	"carehub/kernel/access"
+	"carehub/kernel/fault"
 	obs "carehub/processors/observations"
 	"carehub/storage/kafka/kafkatest"
 )

@@ -9,7 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"carehub/processors/access"
+	"carehub/kernel/access"
 )
 
 // Patient lookups are cached briefly: a device posts for the same few patients again and again,

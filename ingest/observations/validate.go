@@ -9,7 +9,7 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"carehub/processors/clinical"
+	"carehub/kernel/clinical"
 	obs "carehub/processors/observations"
 )
 

@@ -5,7 +5,7 @@ import (
 	"strings"
 	"time"
 
-	"carehub/processors/clinical"
+	"carehub/kernel/clinical"
 )
 
 // effective is Observation.effective[x]. effectiveTiming is refused: a device reading happens at

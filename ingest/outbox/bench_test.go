@@ -8,7 +8,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"carehub/ingest/outbox"
-	"carehub/processors/events"
+	"carehub/kernel/events"
 	"carehub/storage"
 	"carehub/storage/kafka/kafkatest"
 	"carehub/storage/postgres/pgtest"

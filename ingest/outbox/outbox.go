@@ -1,7 +1,7 @@
 // Package outbox owns carehub's transactional outbox: Append writes messages to the Postgres
 // outbox table inside the caller's transaction (the same one as its entity change) and notifies
 // Channel; the Relay publishes the rows to Kafka after commit and marks them sent. Events go
-// through processors/events.Append, which validates envelopes and calls Append; workflow run
+// through kernel/events.Append, which validates envelopes and calls Append; workflow run
 // commands call Append directly.
 //
 // # Delivery
@@ -48,7 +48,7 @@
 package outbox
 
 import (
-	"carehub/processors/telemetry"
+	"carehub/kernel/telemetry"
 	"context"
 	"errors"
 	"fmt"

@@ -19,7 +19,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"carehub/ingest/outbox"
-	"carehub/processors/events"
+	"carehub/kernel/events"
 	"carehub/storage"
 	"carehub/storage/kafka"
 	"carehub/storage/kafka/kafkatest"

@@ -1,5 +1,5 @@
 // Package agents serves clinical agents and their sessions. An agent runs one built-in clinical
-// skill (processors/clinical: NEWS2, qSOFA, vitals trend) over a patient's stored observations;
+// skill (kernel/clinical: NEWS2, qSOFA, vitals trend) over a patient's stored observations;
 // each run is a session with its input, output, latency and token usage.
 //
 // # Run modes (DECISIONS §6)
@@ -54,11 +54,11 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"carehub/processors/access"
-	"carehub/processors/clinical"
-	"carehub/processors/fault"
+	"carehub/kernel/access"
+	"carehub/kernel/clinical"
+	"carehub/kernel/fault"
+	"carehub/kernel/phi"
 	"carehub/processors/idempotency"
-	"carehub/processors/phi"
 	"carehub/storage/ids"
 	"carehub/storage/kafka"
 )

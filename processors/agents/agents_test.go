@@ -11,11 +11,11 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"carehub/processors/access"
+	"carehub/kernel/access"
+	"carehub/kernel/clinical"
+	"carehub/kernel/demo"
+	"carehub/kernel/fault"
 	"carehub/processors/agents"
-	"carehub/processors/clinical"
-	"carehub/processors/demo"
-	"carehub/processors/fault"
 )
 
 func newAgent(t *testing.T, svc *agents.Service, ctx context.Context, pool *pgxpool.Pool, skill, mode string) *agents.Agent {

@@ -14,8 +14,8 @@ import (
 
 	"carehub/api/server/servertest"
 	"carehub/api/ws/wstest"
-	"carehub/processors/access"
-	"carehub/processors/demo"
+	"carehub/kernel/access"
+	"carehub/kernel/demo"
 )
 
 func gql(t testing.TB, s *servertest.Server, key, query string, vars map[string]any, v any) {

@@ -7,9 +7,9 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"carehub/processors/access"
-	"carehub/processors/clinical"
-	"carehub/processors/demo"
+	"carehub/kernel/access"
+	"carehub/kernel/clinical"
+	"carehub/kernel/demo"
 	"carehub/storage/postgres/pgtest"
 )
 

@@ -10,10 +10,10 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"carehub/processors/access"
-	"carehub/processors/clinical"
-	"carehub/processors/events"
-	"carehub/processors/fault"
+	"carehub/kernel/access"
+	"carehub/kernel/clinical"
+	"carehub/kernel/events"
+	"carehub/kernel/fault"
 	"carehub/storage"
 	"carehub/storage/ids"
 )

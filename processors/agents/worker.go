@@ -10,8 +10,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"carehub/processors/clinical"
-	"carehub/processors/events"
+	"carehub/kernel/clinical"
+	"carehub/kernel/events"
 )
 
 // Defaults of WorkerConfig.

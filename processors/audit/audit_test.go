@@ -10,9 +10,9 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"carehub/processors/access"
+	"carehub/kernel/access"
+	"carehub/kernel/fault"
 	"carehub/processors/audit"
-	"carehub/processors/fault"
 	"carehub/storage"
 	"carehub/storage/ids"
 	"carehub/storage/kafka/kafkatest"

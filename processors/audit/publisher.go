@@ -24,7 +24,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"carehub/processors/telemetry"
+	"carehub/kernel/telemetry"
 	"carehub/storage"
 	"carehub/storage/kafka"
 )

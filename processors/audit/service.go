@@ -4,8 +4,8 @@ import (
 	"context"
 	"errors"
 
-	"carehub/processors/access"
-	"carehub/processors/fault"
+	"carehub/kernel/access"
+	"carehub/kernel/fault"
 	"carehub/storage"
 )
 

@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"carehub/processors/demo"
+	"carehub/kernel/demo"
 	"carehub/processors/deployments"
 )
 

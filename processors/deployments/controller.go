@@ -11,7 +11,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"carehub/processors/clinical"
+	"carehub/kernel/clinical"
 )
 
 // Defaults of ControllerConfig.

@@ -40,9 +40,9 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"carehub/processors/access"
-	"carehub/processors/events"
-	"carehub/processors/fault"
+	"carehub/kernel/access"
+	"carehub/kernel/events"
+	"carehub/kernel/fault"
 	"carehub/processors/idempotency"
 	"carehub/storage/ids"
 	"carehub/storage/kafka"

@@ -13,10 +13,10 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"carehub/processors/access"
-	"carehub/processors/demo"
+	"carehub/kernel/access"
+	"carehub/kernel/demo"
+	"carehub/kernel/fault"
 	"carehub/processors/deployments"
-	"carehub/processors/fault"
 	"carehub/storage/ids"
 	"carehub/storage/postgres/pgtest"
 )

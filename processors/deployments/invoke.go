@@ -14,12 +14,12 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/prometheus/client_golang/prometheus"
 
-	"carehub/processors/access"
+	"carehub/kernel/access"
+	"carehub/kernel/clinical"
+	"carehub/kernel/fault"
+	"carehub/kernel/phi"
+	"carehub/kernel/telemetry"
 	"carehub/processors/agents"
-	"carehub/processors/clinical"
-	"carehub/processors/fault"
-	"carehub/processors/phi"
-	"carehub/processors/telemetry"
 	"carehub/storage/ids"
 )
 

@@ -33,7 +33,7 @@
 package eventlog
 
 import (
-	"carehub/processors/telemetry"
+	"carehub/kernel/telemetry"
 	"context"
 	"errors"
 	"fmt"
@@ -48,7 +48,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"golang.org/x/sync/errgroup"
 
-	"carehub/processors/events"
+	"carehub/kernel/events"
 	"carehub/storage"
 	"carehub/storage/kafka"
 )

@@ -16,8 +16,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"carehub/kernel/events"
 	"carehub/processors/eventlog"
-	"carehub/processors/events"
 	"carehub/storage"
 	"carehub/storage/kafka"
 	"carehub/storage/kafka/kafkatest"

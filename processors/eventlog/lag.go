@@ -10,7 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kadm"
 
-	"carehub/processors/telemetry"
+	"carehub/kernel/telemetry"
 	"carehub/storage/kafka"
 )
 

@@ -139,7 +139,7 @@ type Filter struct {
 	// indexed by project: events of other projects never visit them.
 	ProjectID string
 	// Types, when not nil, selects the events whose type matches one of these patterns: an exact
-	// type, prefix.* or * (processors/events.MatchAny); an empty list selects nothing. When every
+	// type, prefix.* or * (kernel/events.MatchAny); an empty list selects nothing. When every
 	// pattern is an exact type the subscription is indexed by type too.
 	Types []string
 	// Match, when not nil, must also accept an event for it to be sent. It runs on the hub's

@@ -1,7 +1,7 @@
 package fanout
 
 import (
-	"carehub/processors/events"
+	"carehub/kernel/events"
 	"carehub/storage"
 )
 

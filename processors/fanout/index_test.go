@@ -13,7 +13,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"carehub/processors/events"
+	"carehub/kernel/events"
 	"carehub/storage"
 )
 

@@ -4,7 +4,7 @@
 // through the transactional outbox to carehub.events.v1 like every other event, and so reach the
 // log, webhooks and subscriptions the same way.
 //
-// Every event a client reads here, by query or by stream, is served through processors/phi:
+// Every event a client reads here, by query or by stream, is served through kernel/phi:
 // patient data only to callers that may see it, redacted for the others.
 package feed
 
@@ -19,11 +19,11 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"carehub/processors/access"
-	"carehub/processors/events"
-	"carehub/processors/fault"
+	"carehub/kernel/access"
+	"carehub/kernel/events"
+	"carehub/kernel/fault"
+	"carehub/kernel/phi"
 	"carehub/processors/idempotency"
-	"carehub/processors/phi"
 	"carehub/storage"
 	"carehub/storage/kafka"
 )

@@ -9,7 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"carehub/processors/fault"
+	"carehub/kernel/fault"
 )
 
 // Errors of Claim and Tx. All are CONFLICT (409): the request did not run, or stopped.

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"time"
 
-	"carehub/processors/fault"
+	"carehub/kernel/fault"
 )
 
 // ErrBadCursor is returned for a cursor this service did not produce.

@@ -7,8 +7,8 @@ import (
 	"testing"
 
 	"carehub/api/server/servertest"
-	"carehub/processors/access"
-	"carehub/processors/demo"
+	"carehub/kernel/access"
+	"carehub/kernel/demo"
 	"carehub/storage/postgres/pgtest"
 )
 

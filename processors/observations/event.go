@@ -7,7 +7,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"carehub/ingest/outbox"
-	"carehub/processors/events"
+	"carehub/kernel/events"
 	"carehub/storage"
 )
 

@@ -12,7 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"carehub/processors/events"
+	"carehub/kernel/events"
 )
 
 // EventType is the type of the event the writer produces for each stored observation.

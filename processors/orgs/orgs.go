@@ -16,8 +16,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"carehub/processors/access"
-	"carehub/processors/fault"
+	"carehub/kernel/access"
+	"carehub/kernel/fault"
 	"carehub/storage/ids"
 )
 

@@ -15,8 +15,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"carehub/processors/access"
-	"carehub/processors/fault"
+	"carehub/kernel/access"
+	"carehub/kernel/fault"
 )
 
 // Patient is a FHIR Patient as stored.

@@ -13,8 +13,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"carehub/processors/access"
-	"carehub/processors/fault"
+	"carehub/kernel/access"
+	"carehub/kernel/fault"
 	"carehub/processors/idempotency"
 	"carehub/storage/ids"
 )

@@ -12,7 +12,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"carehub/processors/events"
+	"carehub/kernel/events"
 	"carehub/storage"
 )
 

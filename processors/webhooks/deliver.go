@@ -9,7 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"carehub/processors/phi"
+	"carehub/kernel/phi"
 	"carehub/storage/ids"
 )
 

@@ -15,8 +15,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"carehub/processors/events"
-	"carehub/processors/phi"
+	"carehub/kernel/events"
+	"carehub/kernel/phi"
 	"carehub/storage"
 	"carehub/storage/ids"
 	"carehub/storage/kafka"

@@ -13,7 +13,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kadm"
 
-	"carehub/processors/events"
+	"carehub/kernel/events"
 	"carehub/storage"
 	"carehub/storage/kafka/kafkatest"
 )

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"carehub/processors/fault"
+	"carehub/kernel/fault"
 )
 
 // FuzzCheckURL feeds arbitrary strings to the subscription URL check. Whatever it accepts

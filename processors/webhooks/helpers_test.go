@@ -17,8 +17,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"carehub/processors/access"
-	"carehub/processors/events"
+	"carehub/kernel/access"
+	"carehub/kernel/events"
 	"carehub/storage"
 	"carehub/storage/ids"
 	"carehub/storage/kafka/kafkatest"

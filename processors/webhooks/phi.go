@@ -5,11 +5,11 @@ import (
 	"encoding/json"
 	"fmt"
 
-	"carehub/processors/phi"
+	"carehub/kernel/phi"
 	"carehub/storage"
 )
 
-// Patient data in deliveries (DECISIONS §2, processors/phi). A subscription carries patient data
+// Patient data in deliveries (DECISIONS §2, kernel/phi). A subscription carries patient data
 // only as far as the credential that last configured it could read it: Create and Update record
 // that credential's patient scopes and mode on the subscription (patient_scopes, patient_mode).
 // A delivery stores the event's full body; what an attempt sends is decided when it is made,

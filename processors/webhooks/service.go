@@ -33,11 +33,11 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"carehub/processors/access"
-	"carehub/processors/events"
-	"carehub/processors/fault"
+	"carehub/kernel/access"
+	"carehub/kernel/events"
+	"carehub/kernel/fault"
+	"carehub/kernel/phi"
 	"carehub/processors/idempotency"
-	"carehub/processors/phi"
 	"carehub/storage/ids"
 )
 

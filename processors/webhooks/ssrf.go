@@ -9,7 +9,7 @@ import (
 	"strings"
 	"syscall"
 
-	"carehub/processors/fault"
+	"carehub/kernel/fault"
 )
 
 // ErrForbiddenDestination is returned (wrapped) when a webhook would connect to an address that

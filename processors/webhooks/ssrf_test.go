@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"carehub/processors/fault"
+	"carehub/kernel/fault"
 )
 
 func TestPublicAddr(t *testing.T) {

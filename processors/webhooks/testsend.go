@@ -8,9 +8,9 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"carehub/processors/access"
-	"carehub/processors/events"
-	"carehub/processors/fault"
+	"carehub/kernel/access"
+	"carehub/kernel/events"
+	"carehub/kernel/fault"
 	"carehub/storage"
 	"carehub/storage/ids"
 )

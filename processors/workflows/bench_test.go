@@ -4,7 +4,7 @@ import (
 	"testing"
 	"time"
 
-	"carehub/processors/demo"
+	"carehub/kernel/demo"
 )
 
 // BenchmarkRunnerThroughput measures runs per second end to end through the runner: Start (run,

@@ -17,8 +17,8 @@ import (
 
 	"carehub/api/server/servertest"
 	"carehub/api/ws/wstest"
-	"carehub/processors/access"
-	"carehub/processors/demo"
+	"carehub/kernel/access"
+	"carehub/kernel/demo"
 	"carehub/storage/postgres"
 )
 

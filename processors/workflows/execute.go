@@ -11,11 +11,11 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"carehub/processors/access"
+	"carehub/kernel/access"
+	"carehub/kernel/clinical"
+	"carehub/kernel/events"
+	"carehub/kernel/fault"
 	"carehub/processors/agents"
-	"carehub/processors/clinical"
-	"carehub/processors/events"
-	"carehub/processors/fault"
 )
 
 // errLost means the run is no longer this runner's to execute: it was cancelled, finished, or

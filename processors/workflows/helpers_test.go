@@ -13,8 +13,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"carehub/ingest/outbox"
-	"carehub/processors/access"
-	"carehub/processors/demo"
+	"carehub/kernel/access"
+	"carehub/kernel/demo"
 	"carehub/storage/kafka"
 	"carehub/storage/kafka/kafkatest"
 	"carehub/storage/postgres"

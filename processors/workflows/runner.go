@@ -1,7 +1,7 @@
 package workflows
 
 import (
-	"carehub/processors/telemetry"
+	"carehub/kernel/telemetry"
 	"context"
 	"encoding/json"
 	"errors"

@@ -15,8 +15,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"carehub/processors/clinical"
-	"carehub/processors/demo"
+	"carehub/kernel/clinical"
+	"carehub/kernel/demo"
 	"carehub/storage/kafka/kafkatest"
 	"carehub/storage/postgres"
 )

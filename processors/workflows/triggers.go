@@ -14,9 +14,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"carehub/processors/access"
-	"carehub/processors/events"
-	"carehub/processors/telemetry"
+	"carehub/kernel/access"
+	"carehub/kernel/events"
+	"carehub/kernel/telemetry"
 	"carehub/storage"
 	"carehub/storage/kafka"
 )

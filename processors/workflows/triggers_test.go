@@ -7,8 +7,8 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"carehub/processors/demo"
-	"carehub/processors/events"
+	"carehub/kernel/demo"
+	"carehub/kernel/events"
 	"carehub/storage/kafka/kafkatest"
 )
 

@@ -26,9 +26,9 @@ import (
 
 	"carehub/api/auth"
 	"carehub/cmd/carehub/node"
-	"carehub/processors/access"
+	"carehub/kernel/access"
+	"carehub/kernel/demo"
 	"carehub/processors/audit"
-	"carehub/processors/demo"
 	"carehub/processors/eventlog"
 	"carehub/processors/observations"
 	"carehub/processors/webhooks"

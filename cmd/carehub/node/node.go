@@ -22,9 +22,9 @@ import (
 
 	"carehub/api/auth"
 	"carehub/api/server"
+	"carehub/kernel/telemetry"
 	"carehub/processors/agents"
 	"carehub/processors/deployments"
-	"carehub/processors/telemetry"
 	"carehub/processors/workflows"
 	"carehub/storage"
 	"carehub/storage/kafka"

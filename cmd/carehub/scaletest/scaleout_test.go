@@ -26,8 +26,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 
 	"carehub/api/server/servertest"
+	"carehub/kernel/demo"
 	"carehub/processors/audit"
-	"carehub/processors/demo"
 	"carehub/processors/eventlog"
 	"carehub/processors/observations"
 	"carehub/storage/clickhouse/chtest"

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"carehub/processors/events"
+	"carehub/kernel/events"
 )
 
 // jsonType is the catalogue field type a Go payload field encodes as.

@@ -7,7 +7,7 @@ import (
 	"os"
 	"testing"
 
-	"carehub/processors/events"
+	"carehub/kernel/events"
 )
 
 var update = flag.Bool("update", false, "rewrite schemas/kafka/event-types.json from events.Catalogue")
@@ -21,7 +21,7 @@ func catalogueJSON(t *testing.T) []byte {
 		Comment string             `json:"$comment"`
 		Types   []events.EventType `json:"eventTypes"`
 	}{
-		Comment: "Generated from processors/events.Catalogue by `go generate ./processors/events`; do not edit.",
+		Comment: "Generated from kernel/events.Catalogue by `go generate ./kernel/events`; do not edit.",
 		Types:   events.Catalogue,
 	}, "", "  ")
 	if err != nil {
@@ -41,10 +41,10 @@ func TestCatalogueFile(t *testing.T) {
 	}
 	got, err := os.ReadFile(catalogueFile)
 	if err != nil {
-		t.Fatalf("%v (run go generate ./processors/events)", err)
+		t.Fatalf("%v (run go generate ./kernel/events)", err)
 	}
 	if !bytes.Equal(got, want) {
-		t.Fatalf("%s is out of date with events.Catalogue: run go generate ./processors/events", catalogueFile)
+		t.Fatalf("%s is out of date with events.Catalogue: run go generate ./kernel/events", catalogueFile)
 	}
 }
 

@@ -5,8 +5,8 @@ import (
 	"slices"
 	"testing"
 
-	"carehub/processors/access"
-	"carehub/processors/phi"
+	"carehub/kernel/access"
+	"carehub/kernel/phi"
 	"carehub/storage/ids"
 	"carehub/storage/postgres/pgtest"
 )

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"carehub/processors/events"
+	"carehub/kernel/events"
 )
 
 func TestValidType(t *testing.T) {

@@ -30,8 +30,8 @@ import (
 	"slices"
 	"strings"
 
-	"carehub/processors/access"
-	"carehub/processors/events"
+	"carehub/kernel/access"
+	"carehub/kernel/events"
 )
 
 // Need is what reading a classified record requires, besides seeing its patients.

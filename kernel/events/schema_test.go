@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"carehub/processors/events"
+	"carehub/kernel/events"
 	"carehub/storage"
 )
 

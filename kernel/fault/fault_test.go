@@ -8,7 +8,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgconn"
 
-	"carehub/processors/fault"
+	"carehub/kernel/fault"
 )
 
 // A NUL byte or invalid UTF-8 that reaches Postgres is the client's bad input, whatever wraps it.

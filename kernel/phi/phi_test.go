@@ -7,8 +7,8 @@ import (
 	"strings"
 	"testing"
 
-	"carehub/processors/events"
-	"carehub/processors/phi"
+	"carehub/kernel/events"
+	"carehub/kernel/phi"
 )
 
 // namesPatient reports whether a catalogue field looks like it could carry a patient's identity.

@@ -9,7 +9,7 @@ import (
 	"slices"
 	"time"
 
-	"carehub/processors/fault"
+	"carehub/kernel/fault"
 )
 
 // Scope names of the spec's scope table.

@@ -7,7 +7,7 @@ import (
 	"sync"
 	"testing"
 
-	"carehub/processors/access"
+	"carehub/kernel/access"
 )
 
 func TestTouchWithoutRecorderIsNoop(t *testing.T) {

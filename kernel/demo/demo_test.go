@@ -284,7 +284,7 @@ func TestSeed(t *testing.T) {
 			t.Fatalf("%v (run go test -update to create it)", err)
 		}
 		if a != string(want) {
-			t.Errorf("demo data changed; if intended, run go test ./processors/demo -run TestSeed -update\ngot:\n%s\nwant:\n%s", a, want)
+			t.Errorf("demo data changed; if intended, run go test ./kernel/demo -run TestSeed -update\ngot:\n%s\nwant:\n%s", a, want)
 		}
 	})
 }

@@ -287,7 +287,7 @@ func TestOptionsJSON(t *testing.T) {
 }
 
 // TestNEWS2OutputGolden pins the JSON an agent session carries. Regenerate
-// with: go test ./processors/clinical -run TestNEWS2OutputGolden -update
+// with: go test ./kernel/clinical -run TestNEWS2OutputGolden -update
 func TestNEWS2OutputGolden(t *testing.T) {
 	out := run(t, SkillNEWS2, NewInput(ward(), Options{}))
 	got, err := json.MarshalIndent(out, "", "  ")
