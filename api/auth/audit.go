@@ -14,7 +14,7 @@ import (
 	"github.com/gorilla/mux"
 	"github.com/prometheus/client_golang/prometheus"
 
-	"carehub/api/rest"
+	"carehub/api/envelope"
 	"carehub/kernel/access"
 	"carehub/kernel/fault"
 	"carehub/storage"
@@ -95,12 +95,12 @@ var ErrAuditUnavailable = fault.Unavailable("the audit log is temporarily unavai
 // A live-key response is buffered until the handler returns. If the services touched a patient
 // (access.Touch with access.KindPatient), the record is produced synchronously and the response
 // is sent only after the broker acknowledges it; when that does not happen within the ack
-// timeout, the buffered response is dropped and onError (nil: rest.WriteError) answers 503
+// timeout, the buffered response is dropped and onError (nil: envelope.WriteError) answers 503
 // UNAVAILABLE instead. Other live-key records are produced asynchronously and the response goes
 // out at once.
 func (a *Auditor) Middleware(onError func(http.ResponseWriter, *http.Request, error)) func(http.Handler) http.Handler {
 	if onError == nil {
-		onError = rest.WriteError
+		onError = envelope.WriteError
 	}
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -161,12 +161,12 @@ func (a *Auditor) record(aw *auditWriter, r *http.Request, recorder *access.Reco
 	}
 	p, refusal := aw.st.get()
 	if p == nil && refusal != nil {
-		return a.refusalRecord(refusal, rest.RequestID(r.Context()), start, r.UserAgent(), aw.st.operation(r), status)
+		return a.refusalRecord(refusal, envelope.RequestID(r.Context()), start, r.UserAgent(), aw.st.operation(r), status)
 	}
 	if p == nil || p.Mode != access.Live {
 		return nil
 	}
-	id := rest.RequestID(r.Context())
+	id := envelope.RequestID(r.Context())
 	if id == "" {
 		id = ids.New(ids.Request)
 	}

@@ -20,7 +20,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"carehub/api/rest"
+	"carehub/api/envelope"
 	"carehub/kernel/access"
 	"carehub/processors/audit"
 	"carehub/storage"
@@ -39,20 +39,20 @@ func patientAPI(a *Authenticator, aud *Auditor) http.Handler {
 	r.Use(aud.Middleware(nil), a.Middleware(nil))
 	r.HandleFunc("/v1/patients/{id}", func(w http.ResponseWriter, r *http.Request) {
 		if _, err := access.Require(r.Context(), access.ReadPatients); err != nil {
-			rest.WriteError(w, r, err)
+			envelope.WriteError(w, r, err)
 			return
 		}
 		id := mux.Vars(r)["id"]
 		access.Touch(r.Context(), access.KindPatient, id)
-		rest.WriteJSON(w, http.StatusOK, map[string]any{"id": id, "name": patientName})
+		envelope.WriteJSON(w, http.StatusOK, map[string]any{"id": id, "name": patientName})
 	}).Methods(http.MethodGet)
 	r.HandleFunc("/v1/organizations", func(w http.ResponseWriter, r *http.Request) {
-		rest.WriteJSON(w, http.StatusOK, map[string]any{"data": []any{}})
+		envelope.WriteJSON(w, http.StatusOK, map[string]any{"data": []any{}})
 	}).Methods(http.MethodGet)
 	r.HandleFunc("/graphql", func(w http.ResponseWriter, r *http.Request) {
 		body, _ := io.ReadAll(r.Body)
 		if !bytes.Contains(body, []byte("patient")) {
-			rest.WriteError(w, r, io.ErrUnexpectedEOF)
+			envelope.WriteError(w, r, io.ErrUnexpectedEOF)
 			return
 		}
 		access.Touch(r.Context(), access.KindPatient, "pat_gql")
@@ -64,7 +64,7 @@ func patientAPI(a *Authenticator, aud *Auditor) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 		id := ids.New(ids.Request)
 		w.Header().Set("Request-Id", id)
-		r.ServeHTTP(w, req.WithContext(rest.WithRequestID(req.Context(), id)))
+		r.ServeHTTP(w, req.WithContext(envelope.WithRequestID(req.Context(), id)))
 	})
 }
 

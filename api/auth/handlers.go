@@ -7,7 +7,7 @@ import (
 
 	"github.com/gorilla/mux"
 
-	"carehub/api/rest"
+	"carehub/api/envelope"
 	"carehub/kernel/access"
 	"carehub/kernel/fault"
 	"carehub/storage"
@@ -65,58 +65,58 @@ func (h *Handlers) Token(w http.ResponseWriter, r *http.Request) {
 	var body struct {
 		Scope json.RawMessage `json:"scope"`
 	}
-	if err := rest.DecodeJSON(r, &body); err != nil {
-		rest.WriteError(w, r, err)
+	if err := envelope.DecodeJSON(r, &body); err != nil {
+		envelope.WriteError(w, r, err)
 		return
 	}
 	var scopes []string
 	if len(body.Scope) == 0 || string(body.Scope) == "null" {
-		rest.WriteError(w, r, fault.Validation("invalid token request", map[string]string{"scope": "required: a list of scope names"}))
+		envelope.WriteError(w, r, fault.Validation("invalid token request", map[string]string{"scope": "required: a list of scope names"}))
 		return
 	}
 	if err := json.Unmarshal(body.Scope, &scopes); err != nil {
-		rest.WriteError(w, r, fault.Validation("invalid token request", map[string]string{"scope": "must be a list of scope names, e.g. [\"read:patients\"]"}))
+		envelope.WriteError(w, r, fault.Validation("invalid token request", map[string]string{"scope": "must be a list of scope names, e.g. [\"read:patients\"]"}))
 		return
 	}
 	tok, err := h.tokens.Issue(r.Context(), access.From(r.Context()), scopes)
 	if err != nil {
-		rest.WriteError(w, r, err)
+		envelope.WriteError(w, r, err)
 		return
 	}
 	w.Header().Set("Cache-Control", "no-store")
 	w.Header().Set("Pragma", "no-cache")
-	rest.WriteJSON(w, http.StatusOK, tok)
+	envelope.WriteJSON(w, http.StatusOK, tok)
 }
 
 // JWKS is GET /.well-known/jwks.json.
 func (h *Handlers) JWKS(w http.ResponseWriter, r *http.Request) {
 	set, err := h.tokens.JWKS(r.Context())
 	if err != nil {
-		rest.WriteError(w, r, err)
+		envelope.WriteError(w, r, err)
 		return
 	}
 	w.Header().Set("Cache-Control", "public, max-age=300")
-	rest.WriteJSON(w, http.StatusOK, set)
+	envelope.WriteJSON(w, http.StatusOK, set)
 }
 
 // ListKeys is GET /v1/api-keys: {data: [key]}, masked.
 func (h *Handlers) ListKeys(w http.ResponseWriter, r *http.Request) {
 	list, err := h.keys.List(r.Context())
 	if err != nil {
-		rest.WriteError(w, r, err)
+		envelope.WriteError(w, r, err)
 		return
 	}
-	rest.WriteJSON(w, http.StatusOK, rest.List[Key]{Data: list})
+	envelope.WriteJSON(w, http.StatusOK, envelope.List[Key]{Data: list})
 }
 
 // GetKey is GET /v1/api-keys/{id}.
 func (h *Handlers) GetKey(w http.ResponseWriter, r *http.Request) {
 	k, err := h.keys.Get(r.Context(), mux.Vars(r)["id"])
 	if err != nil {
-		rest.WriteError(w, r, err)
+		envelope.WriteError(w, r, err)
 		return
 	}
-	rest.WriteJSON(w, http.StatusOK, k)
+	envelope.WriteJSON(w, http.StatusOK, k)
 }
 
 // CreateKey is POST /v1/api-keys: body {name, mode, scopes, ipAllowlist, orgId (platform
@@ -129,18 +129,18 @@ func (h *Handlers) CreateKey(w http.ResponseWriter, r *http.Request) {
 		Scopes      []string `json:"scopes"`
 		IPAllowlist []string `json:"ipAllowlist"`
 	}
-	if err := rest.DecodeJSON(r, &body); err != nil {
-		rest.WriteError(w, r, err)
+	if err := envelope.DecodeJSON(r, &body); err != nil {
+		envelope.WriteError(w, r, err)
 		return
 	}
 	ck, err := h.keys.Create(r.Context(), NewKey{OrgID: body.OrgID, Name: body.Name, Mode: body.Mode,
 		Scopes: body.Scopes, IPAllowlist: body.IPAllowlist})
 	if err != nil {
-		rest.WriteError(w, r, err)
+		envelope.WriteError(w, r, err)
 		return
 	}
 	w.Header().Set("Cache-Control", "no-store")
-	rest.WriteJSON(w, http.StatusCreated, ck)
+	envelope.WriteJSON(w, http.StatusCreated, ck)
 }
 
 // RotateKey is POST /v1/api-keys/{id}/rotate: 201 with the replacement and its secret; the old
@@ -148,11 +148,11 @@ func (h *Handlers) CreateKey(w http.ResponseWriter, r *http.Request) {
 func (h *Handlers) RotateKey(w http.ResponseWriter, r *http.Request) {
 	ck, err := h.keys.Rotate(r.Context(), mux.Vars(r)["id"])
 	if err != nil {
-		rest.WriteError(w, r, err)
+		envelope.WriteError(w, r, err)
 		return
 	}
 	w.Header().Set("Cache-Control", "no-store")
-	rest.WriteJSON(w, http.StatusCreated, ck)
+	envelope.WriteJSON(w, http.StatusCreated, ck)
 }
 
 // RevokeKey is POST /v1/api-keys/{id}/revoke and DELETE /v1/api-keys/{id}: 200 with the
@@ -160,31 +160,31 @@ func (h *Handlers) RotateKey(w http.ResponseWriter, r *http.Request) {
 func (h *Handlers) RevokeKey(w http.ResponseWriter, r *http.Request) {
 	k, err := h.keys.Revoke(r.Context(), mux.Vars(r)["id"])
 	if err != nil {
-		rest.WriteError(w, r, err)
+		envelope.WriteError(w, r, err)
 		return
 	}
-	rest.WriteJSON(w, http.StatusOK, k)
+	envelope.WriteJSON(w, http.StatusOK, k)
 }
 
 // Audit is GET /v1/audit: query from, to (RFC 3339; from inclusive, to exclusive), keyId,
 // patientId, operation (exact), limit (1..1000, default 100), cursor, and orgId (platform
 // operator only). 200 {data: [record], meta: {total, cursor}}, newest first.
 func (h *Handlers) Audit(w http.ResponseWriter, r *http.Request) {
-	q := rest.NewQuery(r)
+	q := envelope.NewQuery(r)
 	aq := storage.AuditQuery{OrgID: q.Str("orgId"), KeyID: q.Str("keyId"), PatientID: q.Str("patientId"),
 		Operation: q.Str("operation"), Cursor: q.Str("cursor"), From: q.Time("from"), To: q.Time("to"),
 		Limit: q.Int("limit", 0, 1, 1000)}
 	if err := q.Err(); err != nil {
-		rest.WriteError(w, r, err)
+		envelope.WriteError(w, r, err)
 		return
 	}
 	if !aq.From.IsZero() && aq.To.Before(aq.From) && !aq.To.IsZero() {
-		rest.WriteError(w, r, fault.Validation("to must not be before from", map[string]string{"to": "must not be before from"}))
+		envelope.WriteError(w, r, fault.Validation("to must not be before from", map[string]string{"to": "must not be before from"}))
 		return
 	}
 	page, err := h.audit.Query(r.Context(), aq)
 	if err != nil {
-		rest.WriteError(w, r, err)
+		envelope.WriteError(w, r, err)
 		return
 	}
 	for i := range page.Records {
@@ -198,8 +198,8 @@ func (h *Handlers) Audit(w http.ResponseWriter, r *http.Request) {
 	if page.NextCursor != "" {
 		cursor = &page.NextCursor
 	}
-	rest.WriteJSON(w, http.StatusOK, rest.List[storage.AuditRecord]{Data: page.Records,
-		Meta: rest.CursorMeta{Total: page.Total, Cursor: cursor}})
+	envelope.WriteJSON(w, http.StatusOK, envelope.List[storage.AuditRecord]{Data: page.Records,
+		Meta: envelope.CursorMeta{Total: page.Total, Cursor: cursor}})
 }
 
 func nonNil(s []string) []string {

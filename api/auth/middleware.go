@@ -6,14 +6,14 @@ import (
 	"net/http"
 	"strings"
 
-	"carehub/api/rest"
+	"carehub/api/envelope"
 	"carehub/kernel/access"
 	"carehub/kernel/fault"
 )
 
 // Middleware authenticates every request, applies the credential's rate limit and puts the
 // principal in the request context (access.With). A request it refuses gets onError (nil means
-// rest.WriteError) with a fault: UNAUTHORIZED (401), IP_NOT_ALLOWED (403), RATE_LIMITED (429,
+// envelope.WriteError) with a fault: UNAUTHORIZED (401), IP_NOT_ALLOWED (403), RATE_LIMITED (429,
 // with Retry-After) or UNAVAILABLE (503, the key store is down). Every response to an
 // authenticated request carries RateLimit-Limit, RateLimit-Remaining and RateLimit-Reset.
 //
@@ -28,7 +28,7 @@ import (
 // refused calls included, or what was refused when the credential did not authenticate.
 func (a *Authenticator) Middleware(onError func(http.ResponseWriter, *http.Request, error)) func(http.Handler) http.Handler {
 	if onError == nil {
-		onError = rest.WriteError
+		onError = envelope.WriteError
 	}
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -92,13 +92,13 @@ const (
 
 // LimitBody limits request bodies to n bytes: a declared Content-Length above n is refused at
 // once with 413 PAYLOAD_TOO_LARGE, and reading past n fails with *http.MaxBytesError, which
-// rest.WriteError maps to the same. The innermost LimitBody wins, so a router-wide
+// envelope.WriteError maps to the same. The innermost LimitBody wins, so a router-wide
 // LimitBody(DefaultBodyLimit) and a route's LimitBody(IngestBodyLimit) compose as expected.
 func LimitBody(n int64) func(http.Handler) http.Handler {
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			if r.ContentLength > n {
-				rest.WriteError(w, r, fault.New(fault.KindTooLarge, "request body of %d bytes exceeds the limit of %d bytes", r.ContentLength, n))
+				envelope.WriteError(w, r, fault.New(fault.KindTooLarge, "request body of %d bytes exceeds the limit of %d bytes", r.ContentLength, n))
 				return
 			}
 			if r.Body != nil && r.Body != http.NoBody {

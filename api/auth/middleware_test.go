@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"carehub/api/rest"
+	"carehub/api/envelope"
 	"carehub/kernel/access"
 	"carehub/storage/postgres/pgtest"
 )
@@ -108,7 +108,7 @@ func get(t *testing.T, method, url, key string) (*http.Response, []byte) {
 
 func errorCode(t *testing.T, body []byte) string {
 	t.Helper()
-	var e rest.ErrorBody
+	var e envelope.ErrorBody
 	if err := json.Unmarshal(body, &e); err != nil {
 		t.Fatalf("not an error envelope: %s", body)
 	}
@@ -130,7 +130,7 @@ func TestMiddleware(t *testing.T) {
 			w.WriteHeader(http.StatusSwitchingProtocols)
 			return
 		}
-		rest.WriteJSON(w, http.StatusOK, map[string]string{"keyId": p.KeyID, "ip": p.ClientIP})
+		envelope.WriteJSON(w, http.StatusOK, map[string]string{"keyId": p.KeyID, "ip": p.ClientIP})
 	}))
 
 	resp, body := get(t, http.MethodGet, url+"/v1/organizations", "")
@@ -187,7 +187,7 @@ func TestLimitBody(t *testing.T) {
 	read := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		b, err := io.ReadAll(r.Body)
 		if err != nil {
-			rest.WriteError(w, r, err)
+			envelope.WriteError(w, r, err)
 			return
 		}
 		got = len(b)

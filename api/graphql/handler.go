@@ -29,7 +29,7 @@ import (
 	"github.com/vektah/gqlparser/v2/ast"
 	"github.com/vektah/gqlparser/v2/parser"
 
-	"carehub/api/rest"
+	"carehub/api/envelope"
 	"carehub/processors/agents"
 	"carehub/processors/deployments"
 	"carehub/processors/feed"
@@ -163,7 +163,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	body, err := io.ReadAll(r.Body)
 	var tooLarge *http.MaxBytesError
 	if errors.As(err, &tooLarge) {
-		rest.WriteError(w, r, err) // 413 PAYLOAD_TOO_LARGE: the body limit is the middleware's
+		envelope.WriteError(w, r, err) // 413 PAYLOAD_TOO_LARGE: the body limit is the middleware's
 		return
 	}
 	if err != nil {
@@ -278,7 +278,7 @@ func (h *Handler) write(w http.ResponseWriter, status int, res *Response) {
 // the REST status (401, 403, 429, 503) with a body carrying both the REST error object and a
 // GraphQL errors array, so REST and GraphQL clients alike understand it (DECISIONS §3).
 func WriteAuthError(w http.ResponseWriter, r *http.Request, err error) {
-	status, obj := rest.NewErrorObject(r, err)
+	status, obj := envelope.NewErrorObject(r, err)
 	if status == http.StatusUnauthorized {
 		w.Header().Set("WWW-Authenticate", `Bearer realm="carehub"`)
 	}
@@ -286,8 +286,8 @@ func WriteAuthError(w http.ResponseWriter, r *http.Request, err error) {
 	for k, v := range obj.Details {
 		ext[k] = v
 	}
-	rest.WriteJSON(w, status, struct {
-		Error  rest.ErrorObject        `json:"error"`
+	envelope.WriteJSON(w, status, struct {
+		Error  envelope.ErrorObject    `json:"error"`
 		Errors []*gqlerrors.QueryError `json:"errors"`
 	}{obj, []*gqlerrors.QueryError{{Message: obj.Message, Extensions: ext}}})
 }

@@ -37,8 +37,8 @@ import (
 	"time"
 
 	"carehub/api/auth"
+	"carehub/api/envelope"
 	"carehub/api/graphql"
-	"carehub/api/rest"
 	"carehub/kernel/access"
 	"carehub/kernel/fault"
 	core "carehub/processors/idempotency"
@@ -90,7 +90,7 @@ func (m *Middleware) REST() func(http.Handler) http.Handler {
 	return m.handler(policy{
 		applies: func(r *http.Request, _ []byte) bool { return r.URL.Path != "/v1/auth/token" },
 		keep:    keepREST,
-		onError: rest.WriteError,
+		onError: envelope.WriteError,
 	})
 }
 
@@ -186,7 +186,7 @@ func (m *Middleware) end(ctx context.Context, c *core.Claim, a *core.Answer) {
 		err = c.Release(ctx)
 	}
 	if err != nil {
-		rest.LoggerFrom(ctx).Warn("ending an idempotency key failed", "err", err)
+		envelope.LoggerFrom(ctx).Warn("ending an idempotency key failed", "err", err)
 	}
 }
 

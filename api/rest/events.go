@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/http"
 
+	"carehub/api/envelope"
 	"carehub/kernel/fault"
 	"carehub/kernel/phi"
 	"carehub/processors/feed"
@@ -32,7 +33,7 @@ type PublishedEvents struct {
 func (h *handlers) publishEvents(w http.ResponseWriter, r *http.Request) {
 	drafts, array, err := decodeDrafts(r)
 	if err != nil {
-		WriteError(w, r, err)
+		envelope.WriteError(w, r, err)
 		return
 	}
 	var evs []phi.Event
@@ -45,21 +46,21 @@ func (h *handlers) publishEvents(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	if err != nil {
-		WriteError(w, r, err)
+		envelope.WriteError(w, r, err)
 		return
 	}
 	out := PublishedEvents{Data: make([]Event, len(evs))}
 	for i, e := range evs {
 		out.Data[i] = eventOf(e)
 	}
-	WriteJSON(w, http.StatusAccepted, out)
+	envelope.WriteJSON(w, http.StatusAccepted, out)
 }
 
 // decodeDrafts reads the body of POST /v1/events strictly, as DecodeJSON reads an object, and
 // reports whether it was an array; an element of an array is named "[i]" in the errors (as
 // "[3].type").
 func decodeDrafts(r *http.Request) (_ []feed.Draft, array bool, _ error) {
-	b, err := readJSON(r)
+	b, err := envelope.ReadJSON(r)
 	if err != nil {
 		return nil, false, err
 	}
@@ -67,7 +68,7 @@ func decodeDrafts(r *http.Request) (_ []feed.Draft, array bool, _ error) {
 	case '[':
 	case '{':
 		var one PublishEventRequest
-		if err := decodeObject(b, &one); err != nil {
+		if err := envelope.DecodeObject(b, &one); err != nil {
 			return nil, false, err
 		}
 		return []feed.Draft{draftOf(one)}, false, nil
@@ -76,7 +77,7 @@ func decodeDrafts(r *http.Request) (_ []feed.Draft, array bool, _ error) {
 	}
 	var items []json.RawMessage
 	if err := json.Unmarshal(b, &items); err != nil {
-		return nil, true, jsonError(err)
+		return nil, true, envelope.JSONError(err)
 	}
 	if len(items) == 0 || len(items) > feed.MaxBatch {
 		return nil, true, fault.Invalid("the array holds %d events; send 1 to %d", len(items), feed.MaxBatch)
@@ -84,7 +85,7 @@ func decodeDrafts(r *http.Request) (_ []feed.Draft, array bool, _ error) {
 	drafts := make([]feed.Draft, len(items))
 	for i, item := range items {
 		var one PublishEventRequest
-		if err := decodeObject(item, &one); err != nil {
+		if err := envelope.DecodeObject(item, &one); err != nil {
 			return nil, true, inElement(i, err)
 		}
 		drafts[i] = draftOf(one)

@@ -13,6 +13,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"carehub/api/envelope"
 	"carehub/kernel/fault"
 )
 
@@ -28,7 +29,7 @@ func FuzzQuery(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, raw string) {
 		r := &http.Request{Method: http.MethodGet, URL: &url.URL{Path: "/v1/x", RawQuery: raw}}
-		if err := checkRequest(r); err != nil {
+		if err := envelope.CheckRequest(r); err != nil {
 			if fault.KindOf(err) != fault.KindInvalid {
 				t.Fatalf("refusal %v is not a 400", err)
 			}
@@ -45,7 +46,7 @@ func FuzzQuery(f *testing.F) {
 				}
 			}
 		}
-		q := NewQuery(r)
+		q := envelope.NewQuery(r)
 		limit := q.Int("limit", 20, 1, 100)
 		rating := q.Float("minRating")
 		since := q.Time("since")
@@ -84,7 +85,7 @@ func FuzzQuery(f *testing.F) {
 	})
 }
 
-// FuzzDecodeJSON feeds arbitrary bodies to DecodeJSON. What it accepts is a UTF-8 JSON object
+// FuzzDecodeJSON feeds arbitrary bodies to envelope.DecodeJSON. What it accepts is a UTF-8 JSON object
 // without NUL, null members or unknown fields, which the standard strict decoder reads the same
 // way; whatever it refuses is a 400.
 func FuzzDecodeJSON(f *testing.F) {
@@ -102,7 +103,7 @@ func FuzzDecodeJSON(f *testing.F) {
 			r.Body = io.NopCloser(bytes.NewReader(body))
 		}
 		var v StartRunRequest
-		if err := DecodeJSON(r, &v); err != nil {
+		if err := envelope.DecodeJSON(r, &v); err != nil {
 			if fault.KindOf(err) != fault.KindInvalid {
 				t.Fatalf("refusal %v is not a 400", err)
 			}
@@ -112,7 +113,7 @@ func FuzzDecodeJSON(f *testing.F) {
 			t.Fatalf("accepted %q", body)
 		}
 		for _, s := range []string{v.WorkflowID, v.Trigger, string(v.Input)} {
-			if strings.IndexByte(s, 0) >= 0 || strings.Contains(s, `\u0000`) && CheckJSONText([]byte(s)) != nil {
+			if strings.IndexByte(s, 0) >= 0 || strings.Contains(s, `\u0000`) && envelope.CheckJSONText([]byte(s)) != nil {
 				t.Fatalf("accepted a NUL: %q", body)
 			}
 		}

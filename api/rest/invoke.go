@@ -6,6 +6,7 @@ import (
 
 	"github.com/gorilla/mux"
 
+	"carehub/api/envelope"
 	"carehub/kernel/fault"
 	"carehub/processors/deployments"
 )
@@ -34,8 +35,8 @@ type invokeHandler struct{ inv Invoker }
 
 func (h *invokeHandler) invoke(w http.ResponseWriter, r *http.Request) {
 	var req deployments.InvokeRequest
-	if err := DecodeJSON(r, &req); err != nil {
-		WriteError(w, r, err)
+	if err := envelope.DecodeJSON(r, &req); err != nil {
+		envelope.WriteError(w, r, err)
 		return
 	}
 	res, err := h.inv.Invoke(r.Context(), mux.Vars(r)["id"], req)
@@ -44,12 +45,12 @@ func (h *invokeHandler) invoke(w http.ResponseWriter, r *http.Request) {
 			// Load shedding and a deployment still starting are expected answers, not failures of
 			// the node: no error log line per refused request (the invoker counts them).
 			w.Header().Set("Retry-After", "1")
-			status, obj := NewErrorObject(r, err)
-			WriteJSON(w, status, ErrorBody{Error: obj})
+			status, obj := envelope.NewErrorObject(r, err)
+			envelope.WriteJSON(w, status, envelope.ErrorBody{Error: obj})
 			return
 		}
-		WriteError(w, r, err)
+		envelope.WriteError(w, r, err)
 		return
 	}
-	WriteJSON(w, http.StatusOK, res)
+	envelope.WriteJSON(w, http.StatusOK, res)
 }

@@ -1,3 +1,5 @@
+// Package rest serves carehub's REST interface (/v1 and /api/v1): decoding, authorization through
+// the services, and the response envelopes of the spec (package envelope writes them).
 package rest
 
 import (
@@ -6,6 +8,7 @@ import (
 
 	"github.com/gorilla/mux"
 
+	"carehub/api/envelope"
 	"carehub/kernel/fault"
 	"carehub/processors/agents"
 	"carehub/processors/deployments"
@@ -79,7 +82,7 @@ type handlers struct{ s Services }
 func serveOpenAPI(w http.ResponseWriter, r *http.Request) {
 	b, err := schemas.OpenAPI.ReadFile("openapi/openapi.json")
 	if err != nil {
-		WriteError(w, r, err)
+		envelope.WriteError(w, r, err)
 		return
 	}
 	w.Header().Set("Content-Type", "application/json")

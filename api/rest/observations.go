@@ -7,6 +7,7 @@ import (
 
 	"github.com/gorilla/mux"
 
+	"carehub/api/envelope"
 	ingest "carehub/ingest/observations"
 	"carehub/processors/patients"
 )
@@ -46,33 +47,33 @@ func (h ingestHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Idempotent-Replayed", "true")
 	}
 	if err != nil {
-		status, obj := NewErrorObject(r, err)
+		status, obj := envelope.NewErrorObject(r, err)
 		if status == http.StatusServiceUnavailable {
 			// Backpressure and broker outages are expected states, logged by the intake once;
 			// WriteError would log every refused request.
 			w.Header().Set("Retry-After", strconv.Itoa(int((h.in.RetryAfter()+time.Second-1)/time.Second)))
-			WriteJSON(w, status, ErrorBody{Error: obj})
+			envelope.WriteJSON(w, status, envelope.ErrorBody{Error: obj})
 			return
 		}
-		WriteError(w, r, err)
+		envelope.WriteError(w, r, err)
 		return
 	}
-	WriteJSON(w, http.StatusAccepted, res.Answer)
+	envelope.WriteJSON(w, http.StatusAccepted, res.Answer)
 }
 
 // observations serves GET /v1/patients/{id}/observations (mounted by PatientRoutes).
 func (h patientHandlers) observations(w http.ResponseWriter, r *http.Request) {
-	p := NewQuery(r)
+	p := envelope.NewQuery(r)
 	q := patients.ObservationListQuery{Code: p.Str("code"), Since: p.Time("since"),
 		Limit: p.Int("limit", 100, 1, 1000), Cursor: p.Str("cursor")}
 	if err := p.Err(); err != nil {
-		WriteError(w, r, err)
+		envelope.WriteError(w, r, err)
 		return
 	}
 	page, err := h.svc.ListObservationDocuments(r.Context(), mux.Vars(r)["id"], q)
 	if err != nil {
-		WriteError(w, r, err)
+		envelope.WriteError(w, r, err)
 		return
 	}
-	WriteJSON(w, http.StatusOK, FHIRList{Data: nonNilRaw(page.Observations), Meta: CursorMeta{Total: page.Total, Cursor: cursorOrNull(page.NextCursor)}})
+	envelope.WriteJSON(w, http.StatusOK, FHIRList{Data: nonNilRaw(page.Observations), Meta: envelope.CursorMeta{Total: page.Total, Cursor: cursorOrNull(page.NextCursor)}})
 }

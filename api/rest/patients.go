@@ -9,6 +9,7 @@ import (
 
 	"github.com/gorilla/mux"
 
+	"carehub/api/envelope"
 	"carehub/kernel/fault"
 	"carehub/processors/patients"
 )
@@ -40,19 +41,19 @@ type patientHandlers struct{ svc *patients.Service }
 
 // FHIRList is a list of FHIR resources in the REST list envelope {data, meta}.
 type FHIRList struct {
-	Data []json.RawMessage `json:"data"`
-	Meta CursorMeta        `json:"meta"`
+	Data []json.RawMessage   `json:"data"`
+	Meta envelope.CursorMeta `json:"meta"`
 }
 
 func (h patientHandlers) create(w http.ResponseWriter, r *http.Request) {
 	body, err := readFHIRBody(w, r)
 	if err != nil {
-		WriteError(w, r, err)
+		envelope.WriteError(w, r, err)
 		return
 	}
 	doc, err := h.svc.CreatePatient(r.Context(), body)
 	if err != nil {
-		WriteError(w, r, err)
+		envelope.WriteError(w, r, err)
 		return
 	}
 	var created struct {
@@ -60,46 +61,46 @@ func (h patientHandlers) create(w http.ResponseWriter, r *http.Request) {
 	}
 	_ = json.Unmarshal(doc, &created)
 	w.Header().Set("Location", "/v1/patients/"+created.ID)
-	WriteJSON(w, http.StatusCreated, doc)
+	envelope.WriteJSON(w, http.StatusCreated, doc)
 }
 
 func (h patientHandlers) update(w http.ResponseWriter, r *http.Request) {
 	body, err := readFHIRBody(w, r)
 	if err != nil {
-		WriteError(w, r, err)
+		envelope.WriteError(w, r, err)
 		return
 	}
 	doc, err := h.svc.UpdatePatient(r.Context(), mux.Vars(r)["id"], body)
 	if err != nil {
-		WriteError(w, r, err)
+		envelope.WriteError(w, r, err)
 		return
 	}
-	WriteJSON(w, http.StatusOK, doc)
+	envelope.WriteJSON(w, http.StatusOK, doc)
 }
 
 func (h patientHandlers) get(w http.ResponseWriter, r *http.Request) {
 	doc, err := h.svc.PatientDocument(r.Context(), mux.Vars(r)["id"])
 	if err != nil {
-		WriteError(w, r, err)
+		envelope.WriteError(w, r, err)
 		return
 	}
-	WriteJSON(w, http.StatusOK, doc)
+	envelope.WriteJSON(w, http.StatusOK, doc)
 }
 
 func (h patientHandlers) list(w http.ResponseWriter, r *http.Request) {
-	p := NewQuery(r)
+	p := envelope.NewQuery(r)
 	q := patients.PatientListQuery{RiskLevel: p.Str("riskLevel"), Program: p.Str("program"),
 		Limit: p.Int("limit", 20, 1, 100), Cursor: p.Str("cursor")}
 	if err := p.Err(); err != nil {
-		WriteError(w, r, err)
+		envelope.WriteError(w, r, err)
 		return
 	}
 	page, err := h.svc.ListPatientDocuments(r.Context(), q)
 	if err != nil {
-		WriteError(w, r, err)
+		envelope.WriteError(w, r, err)
 		return
 	}
-	WriteJSON(w, http.StatusOK, FHIRList{Data: nonNilRaw(page.Patients), Meta: CursorMeta{Total: page.Total, Cursor: cursorOrNull(page.NextCursor)}})
+	envelope.WriteJSON(w, http.StatusOK, FHIRList{Data: nonNilRaw(page.Patients), Meta: envelope.CursorMeta{Total: page.Total, Cursor: cursorOrNull(page.NextCursor)}})
 }
 
 // readFHIRBody reads a JSON body of at most patientBodyLimit: application/fhir+json or
@@ -118,7 +119,7 @@ func readFHIRBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {
 		}
 		return nil, fault.Invalid("the request body could not be read")
 	}
-	if err := CheckJSONText(b); err != nil {
+	if err := envelope.CheckJSONText(b); err != nil {
 		return nil, err
 	}
 	return b, nil

@@ -18,6 +18,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"carehub/api/envelope"
 	"carehub/api/rest"
 	"carehub/api/server/servertest"
 	ingest "carehub/ingest/observations"
@@ -128,7 +129,7 @@ func (r fhirResp) decode(t *testing.T, v any) {
 // errorCode checks the error envelope and returns error.code.
 func (r fhirResp) errorCode(t *testing.T) string {
 	t.Helper()
-	var e rest.ErrorBody
+	var e envelope.ErrorBody
 	r.decode(t, &e)
 	if e.Error.Message == "" || e.Error.DocsURL == "" || !strings.HasSuffix(e.Error.DocsURL, "#"+e.Error.Code) {
 		t.Errorf("error envelope %s lacks message or docsUrl", r.body)
@@ -330,7 +331,7 @@ func TestPatientWriteErrors(t *testing.T) {
 				t.Fatalf("%d %s; want %d %s", r.status, r.body, tt.status, tt.code)
 			}
 			if tt.field != "" {
-				var e rest.ErrorBody
+				var e envelope.ErrorBody
 				r.decode(t, &e)
 				if fields, _ := e.Error.Details["fields"].(map[string]any); fields[tt.field] == nil {
 					t.Fatalf("details %v lack %s", e.Error.Details, tt.field)

@@ -8,6 +8,7 @@ import (
 
 	"github.com/gorilla/mux"
 
+	"carehub/api/envelope"
 	"carehub/kernel/events"
 	"carehub/kernel/phi"
 	"carehub/processors/agents"
@@ -228,41 +229,41 @@ type Deployment struct {
 }
 
 func (h *handlers) organizations(w http.ResponseWriter, r *http.Request) {
-	q := NewQuery(r)
+	q := envelope.NewQuery(r)
 	limit := q.Int("limit", 20, 1, 100)
 	cursor := q.Str("cursor")
 	if err := q.Err(); err != nil {
-		WriteError(w, r, err)
+		envelope.WriteError(w, r, err)
 		return
 	}
 	page, err := h.s.Orgs.OrganizationsAfter(r.Context(), limit, cursor)
 	if err != nil {
-		WriteError(w, r, err)
+		envelope.WriteError(w, r, err)
 		return
 	}
 	data := make([]Organization, len(page.Organizations))
 	for i := range page.Organizations {
 		data[i] = organizationOf(&page.Organizations[i])
 	}
-	WriteJSON(w, http.StatusOK, List[Organization]{Data: data, Meta: CursorMeta{Total: page.Total, Cursor: optString(page.NextCursor)}})
+	envelope.WriteJSON(w, http.StatusOK, envelope.List[Organization]{Data: data, Meta: envelope.CursorMeta{Total: page.Total, Cursor: optString(page.NextCursor)}})
 }
 
 func (h *handlers) organization(w http.ResponseWriter, r *http.Request) {
 	o, err := h.s.Orgs.Organization(r.Context(), mux.Vars(r)["id"])
 	if err != nil {
-		WriteError(w, r, err)
+		envelope.WriteError(w, r, err)
 		return
 	}
-	WriteJSON(w, http.StatusOK, organizationOf(o))
+	envelope.WriteJSON(w, http.StatusOK, organizationOf(o))
 }
 
 func (h *handlers) project(w http.ResponseWriter, r *http.Request) {
 	p, err := h.s.Orgs.Project(r.Context(), mux.Vars(r)["id"])
 	if err != nil {
-		WriteError(w, r, err)
+		envelope.WriteError(w, r, err)
 		return
 	}
-	WriteJSON(w, http.StatusOK, projectOf(p))
+	envelope.WriteJSON(w, http.StatusOK, projectOf(p))
 }
 
 func projectOf(p *orgs.Project) Project {
@@ -272,42 +273,42 @@ func projectOf(p *orgs.Project) Project {
 // projects lists the projects the caller sees, those of one organization (id or slug) with
 // ?organizationId.
 func (h *handlers) projects(w http.ResponseWriter, r *http.Request) {
-	q := NewQuery(r)
+	q := envelope.NewQuery(r)
 	orgRef := q.Str("organizationId")
 	limit := q.Int("limit", 20, 1, 100)
 	cursor := q.Str("cursor")
 	if err := q.Err(); err != nil {
-		WriteError(w, r, err)
+		envelope.WriteError(w, r, err)
 		return
 	}
 	page, err := h.s.Orgs.ProjectsAfter(r.Context(), orgRef, limit, cursor)
 	if err != nil {
-		WriteError(w, r, err)
+		envelope.WriteError(w, r, err)
 		return
 	}
 	data := make([]Project, len(page.Projects))
 	for i := range page.Projects {
 		data[i] = projectOf(&page.Projects[i])
 	}
-	WriteJSON(w, http.StatusOK, List[Project]{Data: data, Meta: CursorMeta{Total: page.Total, Cursor: optString(page.NextCursor)}})
+	envelope.WriteJSON(w, http.StatusOK, envelope.List[Project]{Data: data, Meta: envelope.CursorMeta{Total: page.Total, Cursor: optString(page.NextCursor)}})
 }
 
 var assetStatuses = []string{marketplace.StatusDraft, marketplace.StatusUnderReview, marketplace.StatusApproved,
 	marketplace.StatusRejected, marketplace.StatusDeprecated}
 
 func (h *handlers) assets(w http.ResponseWriter, r *http.Request) {
-	q := NewQuery(r)
+	q := envelope.NewQuery(r)
 	f := marketplace.Filter{Limit: q.Int("limit", 20, 1, 100), Category: q.Str("category"), MinRating: q.Float("minRating"),
 		Badges: q.List("badges"), FHIRResources: q.List("fhirResources"),
 		Type: q.Enum("type", marketplace.AssetTypes...), Status: q.Enum("status", assetStatuses...)}
 	cursor := q.Str("cursor")
 	if err := q.Err(); err != nil {
-		WriteError(w, r, err)
+		envelope.WriteError(w, r, err)
 		return
 	}
 	page, err := h.s.Marketplace.AssetsAfter(r.Context(), f, cursor)
 	if err != nil {
-		WriteError(w, r, err)
+		envelope.WriteError(w, r, err)
 		return
 	}
 	pubIDs := make([]string, 0, len(page.Assets))
@@ -316,23 +317,23 @@ func (h *handlers) assets(w http.ResponseWriter, r *http.Request) {
 	}
 	pubs, err := h.s.Marketplace.PublishersByID(r.Context(), pubIDs)
 	if err != nil {
-		WriteError(w, r, err)
+		envelope.WriteError(w, r, err)
 		return
 	}
 	data := make([]Asset, len(page.Assets))
 	for i := range page.Assets {
 		data[i] = assetOf(&page.Assets[i], pubs[page.Assets[i].PublisherID])
 	}
-	WriteJSON(w, http.StatusOK, List[Asset]{Data: data, Meta: CursorMeta{Total: page.Total, Cursor: optString(page.NextCursor)}})
+	envelope.WriteJSON(w, http.StatusOK, envelope.List[Asset]{Data: data, Meta: envelope.CursorMeta{Total: page.Total, Cursor: optString(page.NextCursor)}})
 }
 
 func (h *handlers) agent(w http.ResponseWriter, r *http.Request) {
 	a, err := h.s.Agents.Agent(r.Context(), mux.Vars(r)["id"])
 	if err != nil {
-		WriteError(w, r, err)
+		envelope.WriteError(w, r, err)
 		return
 	}
-	WriteJSON(w, http.StatusOK, agentOf(a))
+	envelope.WriteJSON(w, http.StatusOK, agentOf(a))
 }
 
 func agentOf(a *agents.Agent) Agent {
@@ -343,29 +344,29 @@ func agentOf(a *agents.Agent) Agent {
 func (h *handlers) workflow(w http.ResponseWriter, r *http.Request) {
 	wf, err := h.s.Workflows.Workflow(r.Context(), mux.Vars(r)["id"])
 	if err != nil {
-		WriteError(w, r, err)
+		envelope.WriteError(w, r, err)
 		return
 	}
-	WriteJSON(w, http.StatusOK, Workflow{ID: wf.ID, ProjectID: wf.ProjectID, Name: wf.Name, Description: wf.Description,
+	envelope.WriteJSON(w, http.StatusOK, Workflow{ID: wf.ID, ProjectID: wf.ProjectID, Name: wf.Name, Description: wf.Description,
 		Status: wf.Status, Nodes: len(wf.Steps), Steps: nonNil(wf.Steps), Triggers: nonNil(wf.Triggers), CreatedAt: wf.CreatedAt.UTC()})
 }
 
 func (h *handlers) workflowRun(w http.ResponseWriter, r *http.Request) {
 	run, err := h.s.Workflows.Run(r.Context(), mux.Vars(r)["id"])
 	if err != nil {
-		WriteError(w, r, err)
+		envelope.WriteError(w, r, err)
 		return
 	}
-	WriteJSON(w, http.StatusOK, runOf(run))
+	envelope.WriteJSON(w, http.StatusOK, runOf(run))
 }
 
 func (h *handlers) deployment(w http.ResponseWriter, r *http.Request) {
 	d, err := h.s.Deployments.Deployment(r.Context(), mux.Vars(r)["id"])
 	if err != nil {
-		WriteError(w, r, err)
+		envelope.WriteError(w, r, err)
 		return
 	}
-	WriteJSON(w, http.StatusOK, deploymentOf(d))
+	envelope.WriteJSON(w, http.StatusOK, deploymentOf(d))
 }
 
 func deploymentOf(d *deployments.Deployment) Deployment {
@@ -375,42 +376,42 @@ func deploymentOf(d *deployments.Deployment) Deployment {
 }
 
 func (h *handlers) events(w http.ResponseWriter, r *http.Request) {
-	q := NewQuery(r)
+	q := envelope.NewQuery(r)
 	fq := feed.Query{ProjectID: q.ProjectID(), Type: q.Str("type"), Since: q.Time("since"),
 		Limit: q.Int("limit", 100, 1, 1000), Cursor: q.Str("cursor")}
 	if err := q.Err(); err != nil {
-		WriteError(w, r, err)
+		envelope.WriteError(w, r, err)
 		return
 	}
 	page, err := h.s.Feed.Events(r.Context(), fq)
 	if err != nil {
-		WriteError(w, r, err)
+		envelope.WriteError(w, r, err)
 		return
 	}
 	data := make([]Event, len(page.Events))
 	for i, e := range page.Events {
 		data[i] = eventOf(e)
 	}
-	WriteJSON(w, http.StatusOK, List[Event]{Data: data, Meta: CursorMeta{Total: page.Total, Cursor: optString(page.NextCursor)}})
+	envelope.WriteJSON(w, http.StatusOK, envelope.List[Event]{Data: data, Meta: envelope.CursorMeta{Total: page.Total, Cursor: optString(page.NextCursor)}})
 }
 
 func (h *handlers) webhooks(w http.ResponseWriter, r *http.Request) {
-	q := NewQuery(r)
+	q := envelope.NewQuery(r)
 	projectID := q.ProjectID()
 	if err := q.Err(); err != nil {
-		WriteError(w, r, err)
+		envelope.WriteError(w, r, err)
 		return
 	}
 	subs, err := h.s.Webhooks.List(r.Context(), projectID)
 	if err != nil {
-		WriteError(w, r, err)
+		envelope.WriteError(w, r, err)
 		return
 	}
 	data := make([]Webhook, len(subs))
 	for i := range subs {
 		data[i] = webhookOf(&subs[i])
 	}
-	WriteJSON(w, http.StatusOK, List[Webhook]{Data: data})
+	envelope.WriteJSON(w, http.StatusOK, envelope.List[Webhook]{Data: data})
 }
 
 // StartRunRequest is the body of POST /api/v1/workflows/runs, in the spec's snake_case.
@@ -431,8 +432,8 @@ type runInput struct {
 // answers 202 Accepted with the QUEUED run: the workflow runner executes it.
 func (h *handlers) startRun(w http.ResponseWriter, r *http.Request) {
 	var req StartRunRequest
-	if err := DecodeJSON(r, &req); err != nil {
-		WriteError(w, r, err)
+	if err := envelope.DecodeJSON(r, &req); err != nil {
+		envelope.WriteError(w, r, err)
 		return
 	}
 	bad := map[string]string{}
@@ -452,16 +453,16 @@ func (h *handlers) startRun(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	if len(bad) > 0 {
-		WriteError(w, r, validation(bad))
+		envelope.WriteError(w, r, validation(bad))
 		return
 	}
 	run, err := h.s.Workflows.Start(r.Context(), req.WorkflowID, req.Input, workflows.RunOptions{Trigger: req.Trigger, PatientID: in.PatientID})
 	if err != nil {
-		WriteError(w, r, err)
+		envelope.WriteError(w, r, err)
 		return
 	}
 	w.Header().Set("Location", "/v1/workflow-runs/"+run.ID)
-	WriteJSON(w, http.StatusAccepted, runOf(run))
+	envelope.WriteJSON(w, http.StatusAccepted, runOf(run))
 }
 
 // EventTypes is the body of GET /v1/event-types.
@@ -471,7 +472,7 @@ type EventTypes struct {
 
 func serveEventTypes(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Cache-Control", "public, max-age=300")
-	WriteJSON(w, http.StatusOK, EventTypes{Data: events.Catalogue})
+	envelope.WriteJSON(w, http.StatusOK, EventTypes{Data: events.Catalogue})
 }
 
 func nonNil(s []string) []string {

@@ -7,6 +7,7 @@ import (
 
 	"github.com/gorilla/mux"
 
+	"carehub/api/envelope"
 	"carehub/kernel/fault"
 	"carehub/processors/webhooks"
 )
@@ -42,29 +43,29 @@ type createWebhookRequest struct {
 
 func (h webhookAdmin) create(w http.ResponseWriter, r *http.Request) {
 	var req createWebhookRequest
-	if err := DecodeJSON(r, &req); err != nil {
-		WriteError(w, r, err)
+	if err := envelope.DecodeJSON(r, &req); err != nil {
+		envelope.WriteError(w, r, err)
 		return
 	}
 	if req.ProjectID == "" {
-		WriteError(w, r, fault.Validation("projectId is required ("+findProject+")", map[string]string{"projectId": "required"}))
+		envelope.WriteError(w, r, fault.Validation("projectId is required ("+envelope.FindProject+")", map[string]string{"projectId": "required"}))
 		return
 	}
 	sub, err := h.svc.Create(r.Context(), req.ProjectID, req.URL, req.Events)
 	if err != nil {
-		WriteError(w, r, err)
+		envelope.WriteError(w, r, err)
 		return
 	}
-	WriteJSON(w, http.StatusCreated, sub)
+	envelope.WriteJSON(w, http.StatusCreated, sub)
 }
 
 func (h webhookAdmin) get(w http.ResponseWriter, r *http.Request) {
 	sub, err := h.svc.Get(r.Context(), mux.Vars(r)["id"])
 	if err != nil {
-		WriteError(w, r, err)
+		envelope.WriteError(w, r, err)
 		return
 	}
-	WriteJSON(w, http.StatusOK, sub)
+	envelope.WriteJSON(w, http.StatusOK, sub)
 }
 
 type updateWebhookRequest struct {
@@ -75,8 +76,8 @@ type updateWebhookRequest struct {
 
 func (h webhookAdmin) update(w http.ResponseWriter, r *http.Request) {
 	var req updateWebhookRequest
-	if err := DecodeJSON(r, &req); err != nil {
-		WriteError(w, r, err)
+	if err := envelope.DecodeJSON(r, &req); err != nil {
+		envelope.WriteError(w, r, err)
 		return
 	}
 	u := webhooks.Update{URL: req.URL, Status: req.Status}
@@ -88,15 +89,15 @@ func (h webhookAdmin) update(w http.ResponseWriter, r *http.Request) {
 	}
 	sub, err := h.svc.Update(r.Context(), mux.Vars(r)["id"], u)
 	if err != nil {
-		WriteError(w, r, err)
+		envelope.WriteError(w, r, err)
 		return
 	}
-	WriteJSON(w, http.StatusOK, sub)
+	envelope.WriteJSON(w, http.StatusOK, sub)
 }
 
 func (h webhookAdmin) delete(w http.ResponseWriter, r *http.Request) {
 	if err := h.svc.Delete(r.Context(), mux.Vars(r)["id"]); err != nil {
-		WriteError(w, r, err)
+		envelope.WriteError(w, r, err)
 		return
 	}
 	w.WriteHeader(http.StatusNoContent)
@@ -105,10 +106,10 @@ func (h webhookAdmin) delete(w http.ResponseWriter, r *http.Request) {
 func (h webhookAdmin) rotate(w http.ResponseWriter, r *http.Request) {
 	sub, err := h.svc.RotateSecret(r.Context(), mux.Vars(r)["id"])
 	if err != nil {
-		WriteError(w, r, err)
+		envelope.WriteError(w, r, err)
 		return
 	}
-	WriteJSON(w, http.StatusOK, sub)
+	envelope.WriteJSON(w, http.StatusOK, sub)
 }
 
 // deliveriesMeta pages a delivery listing by offset; NextOffset is null on the last page.
@@ -119,18 +120,18 @@ type deliveriesMeta struct {
 }
 
 func (h webhookAdmin) deliveries(w http.ResponseWriter, r *http.Request) {
-	q := NewQuery(r)
+	q := envelope.NewQuery(r)
 	limit := q.Int("limit", 20, 1, 100)
 	offset := q.Int("offset", 0, 0, math.MaxInt32)
 	status := q.Enum("status", webhooks.DeliveryPending, webhooks.DeliveryDelivering, webhooks.DeliverySucceeded,
 		webhooks.DeliveryFailed, webhooks.DeliveryCancelled)
 	if err := q.Err(); err != nil {
-		WriteError(w, r, err)
+		envelope.WriteError(w, r, err)
 		return
 	}
 	list, err := h.svc.Deliveries(r.Context(), mux.Vars(r)["id"], status, limit, offset)
 	if err != nil {
-		WriteError(w, r, err)
+		envelope.WriteError(w, r, err)
 		return
 	}
 	meta := deliveriesMeta{Limit: limit, Offset: offset}
@@ -138,7 +139,7 @@ func (h webhookAdmin) deliveries(w http.ResponseWriter, r *http.Request) {
 		next := offset + limit
 		meta.NextOffset = &next
 	}
-	WriteJSON(w, http.StatusOK, List[webhooks.Delivery]{Data: list, Meta: meta})
+	envelope.WriteJSON(w, http.StatusOK, envelope.List[webhooks.Delivery]{Data: list, Meta: meta})
 }
 
 // deliveryView is a delivery with the body it sends and its attempts, oldest first.
@@ -150,28 +151,28 @@ type deliveryView struct {
 func (h webhookAdmin) delivery(w http.ResponseWriter, r *http.Request) {
 	d, err := h.svc.Delivery(r.Context(), mux.Vars(r)["id"])
 	if err != nil {
-		WriteError(w, r, err)
+		envelope.WriteError(w, r, err)
 		return
 	}
 	attempts, err := h.svc.Attempts(r.Context(), []string{d.ID})
 	if err != nil {
-		WriteError(w, r, err)
+		envelope.WriteError(w, r, err)
 		return
 	}
 	view := deliveryView{Delivery: d, Attempts: attempts[d.ID]}
 	if view.Attempts == nil {
 		view.Attempts = []webhooks.Attempt{}
 	}
-	WriteJSON(w, http.StatusOK, view)
+	envelope.WriteJSON(w, http.StatusOK, view)
 }
 
 func (h webhookAdmin) redeliver(w http.ResponseWriter, r *http.Request) {
 	d, err := h.svc.Redeliver(r.Context(), mux.Vars(r)["id"])
 	if err != nil {
-		WriteError(w, r, err)
+		envelope.WriteError(w, r, err)
 		return
 	}
-	WriteJSON(w, http.StatusAccepted, d)
+	envelope.WriteJSON(w, http.StatusAccepted, d)
 }
 
 type recoverRequest struct {
@@ -180,33 +181,33 @@ type recoverRequest struct {
 
 func (h webhookAdmin) recover(w http.ResponseWriter, r *http.Request) {
 	var req recoverRequest
-	if err := DecodeJSON(r, &req); err != nil {
-		WriteError(w, r, err)
+	if err := envelope.DecodeJSON(r, &req); err != nil {
+		envelope.WriteError(w, r, err)
 		return
 	}
 	since, err := time.Parse(time.RFC3339Nano, req.Since)
 	if err != nil {
-		WriteError(w, r, fault.Validation("since must be an ISO 8601 timestamp", map[string]string{"since": "required, ISO 8601 (RFC 3339)"}))
+		envelope.WriteError(w, r, fault.Validation("since must be an ISO 8601 timestamp", map[string]string{"since": "required, ISO 8601 (RFC 3339)"}))
 		return
 	}
 	n, err := h.svc.Recover(r.Context(), mux.Vars(r)["id"], since)
 	if err != nil {
-		WriteError(w, r, err)
+		envelope.WriteError(w, r, err)
 		return
 	}
-	WriteJSON(w, http.StatusAccepted, map[string]int{"recovered": n})
+	envelope.WriteJSON(w, http.StatusAccepted, map[string]int{"recovered": n})
 }
 
 func (h webhookAdmin) test(w http.ResponseWriter, r *http.Request) {
 	var req webhooks.TestRequest
-	if err := DecodeJSON(r, &req); err != nil {
-		WriteError(w, r, err)
+	if err := envelope.DecodeJSON(r, &req); err != nil {
+		envelope.WriteError(w, r, err)
 		return
 	}
 	res, err := h.svc.Test(r.Context(), req)
 	if err != nil {
-		WriteError(w, r, err)
+		envelope.WriteError(w, r, err)
 		return
 	}
-	WriteJSON(w, http.StatusOK, res)
+	envelope.WriteJSON(w, http.StatusOK, res)
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/gorilla/mux"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"carehub/api/envelope"
 	"carehub/api/rest"
 	"carehub/kernel/access"
 	"carehub/processors/webhooks"
@@ -90,7 +91,7 @@ func (r apiResponse) decode(t *testing.T, v any) {
 // code is error.code of an error envelope.
 func (r apiResponse) code(t *testing.T) string {
 	t.Helper()
-	var e rest.ErrorBody
+	var e envelope.ErrorBody
 	r.decode(t, &e)
 	if e.Error.Message == "" || e.Error.DocsURL == "" {
 		t.Errorf("error envelope %s lacks message or docsUrl", r.body)

@@ -18,7 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
-	"carehub/api/rest"
+	"carehub/api/envelope"
 	"carehub/storage/ids"
 )
 
@@ -100,7 +100,7 @@ func observe(logger *slog.Logger, m *httpMetrics, access *AccessLog) mux.Middlew
 			id := ids.New(ids.Request)
 			w.Header().Set("Request-Id", id)
 			l := logger.With("request_id", id)
-			ctx := rest.WithLogger(rest.WithRequestID(r.Context(), id), l)
+			ctx := envelope.WithLogger(envelope.WithRequestID(r.Context(), id), l)
 			r = r.WithContext(ctx)
 			sw := &statusWriter{ResponseWriter: w}
 			route := "unmatched"
@@ -113,7 +113,7 @@ func observe(logger *slog.Logger, m *httpMetrics, access *AccessLog) mux.Middlew
 				if p := recover(); p != nil {
 					l.Error("panic serving request", "route", route, "panic", fmt.Sprint(p))
 					if sw.status == 0 {
-						rest.WriteError(sw, r, fmt.Errorf("panic: %v", p))
+						envelope.WriteError(sw, r, fmt.Errorf("panic: %v", p))
 					}
 				}
 				code := sw.status
@@ -143,20 +143,20 @@ type Readiness func(ctx context.Context) map[string]string
 func NewRouter(logger *slog.Logger, registry *prometheus.Registry, ready Readiness, access *AccessLog) *mux.Router {
 	r := mux.NewRouter()
 	obs := observe(logger, newHTTPMetrics(registry), access)
-	r.Use(obs, rest.StrictInput)
+	r.Use(obs, envelope.StrictInput)
 	// mux runs middleware only on matched routes; these get it explicitly so every response
 	// carries a Request-Id and the error envelope.
 	r.NotFoundHandler = obs(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		rest.WriteError(w, r, notFound)
+		envelope.WriteError(w, r, notFound)
 	}))
-	r.MethodNotAllowedHandler = obs(rest.MethodNotAllowed(r))
+	r.MethodNotAllowedHandler = obs(envelope.MethodNotAllowed(r))
 	health(r, registry, ready)
 	return r
 }
 
 func health(r *mux.Router, registry *prometheus.Registry, ready Readiness) {
 	r.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) {
-		rest.WriteJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+		envelope.WriteJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	}).Methods(http.MethodGet)
 	r.HandleFunc("/readyz", func(w http.ResponseWriter, r *http.Request) {
 		checks := ready(r.Context())
@@ -166,7 +166,7 @@ func health(r *mux.Router, registry *prometheus.Registry, ready Readiness) {
 				status = http.StatusServiceUnavailable
 			}
 		}
-		rest.WriteJSON(w, status, map[string]any{"status": map[bool]string{true: "ready", false: "not ready"}[status == http.StatusOK], "checks": checks})
+		envelope.WriteJSON(w, status, map[string]any{"status": map[bool]string{true: "ready", false: "not ready"}[status == http.StatusOK], "checks": checks})
 	}).Methods(http.MethodGet)
 	r.Handle("/metrics", promhttp.HandlerFor(registry, promhttp.HandlerOpts{Registry: registry})).Methods(http.MethodGet)
 	r.HandleFunc("/docs/errors", serveErrorDocs).Methods(http.MethodGet)
@@ -174,20 +174,20 @@ func health(r *mux.Router, registry *prometheus.Registry, ready Readiness) {
 
 // errorDocs is served at /docs/errors, the docsUrl target of every error envelope.
 var errorDocs = [][2]string{
-	{rest.CodeInvalidRequest, "400: the request is malformed (bad JSON, an unknown field or query parameter, a NUL character or invalid UTF-8, a bad parameter or cursor); the message and details.field name what."},
-	{rest.CodeUnauthorized, "401: the API key or token is missing, malformed, invalid, expired or revoked."},
-	{rest.CodeForbidden, "403: the credential may not perform this operation."},
-	{rest.CodeInsufficientScope, "403: the credential lacks the scope the operation requires (see details.requiredScope)."},
-	{rest.CodeIPNotAllowed, "403: the key has an IP allowlist that does not include the caller's address."},
-	{rest.CodeNotFound, "404: the resource does not exist or belongs to another organization."},
-	{rest.CodeMethodNotAllowed, "405: the path is served, but not with this method; the Allow header lists the methods it takes."},
-	{rest.CodeConflict, "409: the resource's state does not allow the operation, or an Idempotency-Key was reused with a different request (method, path or body), or a request with it is still running (retry after Retry-After)."},
-	{rest.CodeTooLarge, "413: the body exceeds the limit (1 MiB; 16 MiB for observation ingest)."},
-	{rest.CodeUnsupportedMedia, "415: the Content-Type is not accepted by this endpoint."},
-	{rest.CodeValidationFailed, "422: the body is well-formed but invalid (see details)."},
-	{rest.CodeRateLimited, "429: too many requests for this credential; retry after Retry-After seconds."},
-	{rest.CodeInternal, "500: an unexpected error; quote the requestId when reporting it."},
-	{rest.CodeUnavailable, "503: a dependency is temporarily unavailable; retry with backoff."},
+	{envelope.CodeInvalidRequest, "400: the request is malformed (bad JSON, an unknown field or query parameter, a NUL character or invalid UTF-8, a bad parameter or cursor); the message and details.field name what."},
+	{envelope.CodeUnauthorized, "401: the API key or token is missing, malformed, invalid, expired or revoked."},
+	{envelope.CodeForbidden, "403: the credential may not perform this operation."},
+	{envelope.CodeInsufficientScope, "403: the credential lacks the scope the operation requires (see details.requiredScope)."},
+	{envelope.CodeIPNotAllowed, "403: the key has an IP allowlist that does not include the caller's address."},
+	{envelope.CodeNotFound, "404: the resource does not exist or belongs to another organization."},
+	{envelope.CodeMethodNotAllowed, "405: the path is served, but not with this method; the Allow header lists the methods it takes."},
+	{envelope.CodeConflict, "409: the resource's state does not allow the operation, or an Idempotency-Key was reused with a different request (method, path or body), or a request with it is still running (retry after Retry-After)."},
+	{envelope.CodeTooLarge, "413: the body exceeds the limit (1 MiB; 16 MiB for observation ingest)."},
+	{envelope.CodeUnsupportedMedia, "415: the Content-Type is not accepted by this endpoint."},
+	{envelope.CodeValidationFailed, "422: the body is well-formed but invalid (see details)."},
+	{envelope.CodeRateLimited, "429: too many requests for this credential; retry after Retry-After seconds."},
+	{envelope.CodeInternal, "500: an unexpected error; quote the requestId when reporting it."},
+	{envelope.CodeUnavailable, "503: a dependency is temporarily unavailable; retry with backoff."},
 }
 
 func serveErrorDocs(w http.ResponseWriter, r *http.Request) {

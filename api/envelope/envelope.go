@@ -1,6 +1,7 @@
-// Package rest serves carehub's REST interface (/v1 and /api/v1): decoding, authorization through
-// the services, and the response and error envelopes of the spec and DECISIONS §3.
-package rest
+// Package envelope is the HTTP edge every carehub transport shares: the error envelope and codes of
+// DECISIONS §3, JSON responses and list metadata, strict request decoding, and the request id and
+// logger carried in a request's context. REST, GraphQL, auth and idempotency write errors through it.
+package envelope
 
 import (
 	"context"

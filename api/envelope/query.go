@@ -1,4 +1,4 @@
-package rest
+package envelope
 
 import (
 	"fmt"
@@ -67,15 +67,15 @@ func (q *Query) Required(name string) string {
 	return s
 }
 
-// findProject tells a client without a project id where to get one.
-const findProject = "list your projects with GET /v1/projects"
+// FindProject tells a client without a project id where to get one.
+const FindProject = "list your projects with GET /v1/projects"
 
 // ProjectID returns the required projectId parameter; its absence is an error that says how to
 // find one.
 func (q *Query) ProjectID() string {
 	s := q.Str("projectId")
 	if s == "" {
-		q.bad = append(q.bad, "projectId is required ("+findProject+")")
+		q.bad = append(q.bad, "projectId is required ("+FindProject+")")
 	}
 	return s
 }

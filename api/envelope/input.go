@@ -1,4 +1,4 @@
-package rest
+package envelope
 
 import (
 	"bytes"
@@ -51,7 +51,7 @@ func badText(s string) string {
 // parameter. Bodies are checked where they are decoded (DecodeJSON, readFHIRBody).
 func StrictInput(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if err := checkRequest(r); err != nil {
+		if err := CheckRequest(r); err != nil {
 			WriteError(w, r, err)
 			return
 		}
@@ -59,7 +59,8 @@ func StrictInput(next http.Handler) http.Handler {
 	})
 }
 
-func checkRequest(r *http.Request) error {
+// CheckRequest is StrictInput's check of one request: nil, or the 400 naming the parameter.
+func CheckRequest(r *http.Request) error {
 	vars := mux.Vars(r)
 	for _, name := range slices.Sorted(maps.Keys(vars)) {
 		if msg := badText(vars[name]); msg != "" {
@@ -182,16 +183,16 @@ var openAPIQuery = sync.OnceValue(func() map[string]map[string]bool {
 // the object. Objects that v holds as json.RawMessage or maps (input, payload, vitals) are open:
 // any names, checked for NUL like the rest.
 func DecodeJSON(r *http.Request, v any) error {
-	b, err := readJSON(r)
+	b, err := ReadJSON(r)
 	if err != nil {
 		return err
 	}
-	return decodeObject(b, v)
+	return DecodeObject(b, v)
 }
 
-// readJSON reads r's body as DecodeJSON does and returns it, checked to be a non-empty JSON
+// ReadJSON reads r's body as DecodeJSON does and returns it, checked to be a non-empty JSON
 // text of valid UTF-8 without NUL (not yet checked to be well-formed).
-func readJSON(r *http.Request) ([]byte, error) {
+func ReadJSON(r *http.Request) ([]byte, error) {
 	if ct := r.Header.Get("Content-Type"); ct != "" {
 		if mt, _, err := mime.ParseMediaType(ct); err != nil || mt != "application/json" {
 			return nil, fault.New(fault.KindUnsupportedMedia, "Content-Type must be application/json")
@@ -216,14 +217,14 @@ func readJSON(r *http.Request) ([]byte, error) {
 	return b, nil
 }
 
-// decodeObject decodes the JSON text b, which must be one object, into v, strictly (DecodeJSON).
-func decodeObject(b []byte, v any) error {
+// DecodeObject decodes the JSON text b, which must be one object, into v, strictly (DecodeJSON).
+func DecodeObject(b []byte, v any) error {
 	if text := bytes.TrimSpace(b); len(text) == 0 || text[0] != '{' {
 		return fault.Invalid("the request body must be a JSON object")
 	}
 	var members map[string]json.RawMessage
 	if err := json.Unmarshal(b, &members); err != nil {
-		return jsonError(err)
+		return JSONError(err)
 	}
 	for _, name := range slices.Sorted(maps.Keys(members)) {
 		if string(members[name]) == "null" {
@@ -233,7 +234,7 @@ func decodeObject(b []byte, v any) error {
 	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
-		return jsonError(err)
+		return JSONError(err)
 	}
 	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
 		return fault.Invalid("malformed JSON body: data after the JSON object")
@@ -299,8 +300,8 @@ func isMaxBytes(err error) bool {
 	return errors.As(err, &mbe)
 }
 
-// jsonError turns an encoding/json decode error into a 400 naming the field.
-func jsonError(err error) error {
+// JSONError turns an encoding/json decode error into a 400 naming the field.
+func JSONError(err error) error {
 	var syn *json.SyntaxError
 	var typ *json.UnmarshalTypeError
 	switch {
