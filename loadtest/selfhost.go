@@ -17,7 +17,7 @@ import (
 
 	"carehub/api/auth"
 	"carehub/api/rest"
-	ingest "carehub/ingest/observations"
+	"carehub/ingest/intake"
 	"carehub/ingest/outbox"
 	"carehub/kernel/access"
 	"carehub/kernel/demo"
@@ -43,7 +43,7 @@ type Stack struct {
 
 // StackOptions adjusts a Stack.
 type StackOptions struct {
-	// MaxLag is intake's backpressure bound (ingest/observations.Config.MaxLag): 0 for the
+	// MaxLag is intake's backpressure bound (ingest/intake.Config.MaxLag): 0 for the
 	// default, -1 to measure intake without it.
 	MaxLag int64
 	// LatencyBudget is intake's accept → stored budget (Config.LatencyBudget): 0 for the
@@ -102,7 +102,7 @@ func StartStack(ctx context.Context, dataDir string, logger *slog.Logger, opts S
 		return nil, err
 	}
 
-	in, err := ingest.New(ingest.Config{Brokers: s.Brokers, Pool: pool, Producers: 32, MaxLag: opts.MaxLag, LatencyBudget: opts.LatencyBudget, Logger: logger, Registerer: reg})
+	in, err := intake.New(intake.Config{Brokers: s.Brokers, Pool: pool, Producers: 32, MaxLag: opts.MaxLag, LatencyBudget: opts.LatencyBudget, Logger: logger, Registerer: reg})
 	if err != nil {
 		return nil, err
 	}

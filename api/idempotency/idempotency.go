@@ -20,7 +20,7 @@
 // worth storing for replay); GraphQL POST requests whose operation is a mutation (the key covers
 // the whole request, every mutation in it). PUT and DELETE are idempotent by method and ignore
 // the header, as do GraphQL queries. POST /v1/observations keeps its own handling
-// (ingest/observations): its 16 MiB bodies are streamed, not buffered.
+// (ingest/intake): its 16 MiB bodies are streamed, not buffered.
 package idempotency
 
 import (

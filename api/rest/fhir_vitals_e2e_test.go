@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"carehub/api/server/servertest"
-	ingest "carehub/ingest/observations"
+	"carehub/ingest/intake"
 	"carehub/kernel/demo"
 )
 
@@ -77,7 +77,7 @@ func TestHL7VitalSignsExamples(t *testing.T) {
 	}
 
 	panel := ids[slices.IndexFunc(files, func(f string) bool { return strings.HasSuffix(f, "bloodpressure.json") })]
-	systolic := ingest.DerivedID(demo.DemoOrgID, "component", panel+"\x00"+"8480-6")
+	systolic := intake.DerivedID(demo.DemoOrgID, "component", panel+"\x00"+"8480-6")
 	type observation struct {
 		ID            string
 		ValueQuantity *struct {

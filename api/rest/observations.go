@@ -8,7 +8,7 @@ import (
 	"github.com/gorilla/mux"
 
 	"carehub/api/envelope"
-	ingest "carehub/ingest/observations"
+	"carehub/ingest/intake"
 	"carehub/processors/patients"
 )
 
@@ -28,17 +28,17 @@ import (
 //
 // An Idempotency-Key header replays the first answer for 24 h (Idempotent-Replayed: true); the
 // same key with another body is 409 CONFLICT.
-func ObservationIngestRoutes(r *mux.Router, in *ingest.Intake) {
+func ObservationIngestRoutes(r *mux.Router, in *intake.Intake) {
 	r.Handle("/v1/observations", ingestHandler{in}).Methods(http.MethodPost)
 }
 
-type ingestHandler struct{ in *ingest.Intake }
+type ingestHandler struct{ in *intake.Intake }
 
 func (h ingestHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// A request holds a producer and an open Kafka transaction while it streams: bound slow
 	// senders by the same timeout as the whole request.
 	_ = http.NewResponseController(w).SetReadDeadline(time.Now().Add(h.in.RequestTimeout()))
-	res, err := h.in.Submit(r.Context(), ingest.Submission{
+	res, err := h.in.Submit(r.Context(), intake.Submission{
 		ContentType:    r.Header.Get("Content-Type"),
 		Body:           http.MaxBytesReader(w, r.Body, h.in.MaxBodyBytes()),
 		IdempotencyKey: r.Header.Get("Idempotency-Key"),

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	ingest "carehub/ingest/observations"
+	"carehub/ingest/intake"
 )
 
 func restVital(patient, loinc string, value float64, unit string, at time.Time) map[string]any {
@@ -34,7 +34,7 @@ type ingestAnswer struct {
 }
 
 func TestObservationIngestHTTP(t *testing.T) {
-	a := newFHIRAPI(t, func(c *ingest.Config) { c.MaxBodyBytes = 64 << 10 })
+	a := newFHIRAPI(t, func(c *intake.Config) { c.MaxBodyBytes = 64 << 10 })
 	now := time.Now().Add(-time.Hour)
 	batch := fhirJSON(t, map[string]any{"resourceType": "Bundle", "type": "batch", "entry": []any{
 		map[string]any{"resource": restVital(a.synthA, "8867-4", 80, "/min", now)},
@@ -102,7 +102,7 @@ func TestObservationIngestUnavailableHTTP(t *testing.T) {
 	}
 	dead := ln.Addr().String()
 	ln.Close()
-	a := newFHIRAPI(t, func(c *ingest.Config) {
+	a := newFHIRAPI(t, func(c *intake.Config) {
 		c.Brokers = []string{dead}
 		c.RequestTimeout = 2 * time.Second
 		c.RetryAfter = 7 * time.Second

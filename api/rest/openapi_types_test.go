@@ -8,7 +8,7 @@ import (
 
 	"carehub/api/auth"
 	"carehub/api/rest"
-	ingest "carehub/ingest/observations"
+	"carehub/ingest/intake"
 	"carehub/kernel/events"
 	"carehub/processors/deployments"
 	"carehub/processors/webhooks"
@@ -50,7 +50,7 @@ func TestOpenAPITypes(t *testing.T) {
 		"WorkflowRun": rest.WorkflowRun{}, "StartRunRequest": rest.StartRunRequest{}, "Deployment": rest.Deployment{},
 		"EventType": events.EventType{}, "ApiKey": auth.Key{}, "CreatedApiKey": auth.CreatedKey{},
 		"Token": auth.IssuedToken{}, "JWKS": auth.JWKSet{}, "AuditRecord": storage.AuditRecord{},
-		"IngestResult": ingest.Answer{}, "WebhookTestRequest": webhooks.TestRequest{},
+		"IngestResult": intake.Answer{}, "WebhookTestRequest": webhooks.TestRequest{},
 		"InvokeRequest": deployments.InvokeRequest{}, "InvokeResult": deployments.InvokeResult{},
 		"WebhookDelivery": webhooks.Delivery{}, "WebhookAttempt": webhooks.Attempt{},
 		"PublishEventRequest": rest.PublishEventRequest{}, "PublishedEvents": rest.PublishedEvents{},

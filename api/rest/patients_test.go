@@ -21,7 +21,7 @@ import (
 	"carehub/api/envelope"
 	"carehub/api/rest"
 	"carehub/api/server/servertest"
-	ingest "carehub/ingest/observations"
+	"carehub/ingest/intake"
 	"carehub/kernel/access"
 	"carehub/kernel/demo"
 	obs "carehub/processors/observations"
@@ -45,7 +45,7 @@ type fhirAPI struct {
 	synthA, realA, synthB string
 }
 
-func newFHIRAPI(t *testing.T, intake func(*ingest.Config)) *fhirAPI {
+func newFHIRAPI(t *testing.T, tune func(*intake.Config)) *fhirAPI {
 	t.Helper()
 	pool := pgtest.New(t)
 	a := &fhirAPI{t: t, pool: pool, tokens: map[string]*access.Principal{},
@@ -76,12 +76,12 @@ func newFHIRAPI(t *testing.T, intake func(*ingest.Config)) *fhirAPI {
 
 	brokers, topic, group := kafkatest.Brokers(t), kafkatest.Topic(t, "obs"), kafkatest.Group(t, "writer")
 	logger := slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelError + 4}))
-	cfg := ingest.Config{Brokers: brokers, Pool: pool, Topic: topic, WriterGroup: group, MaxLag: -1, Producers: 2,
+	cfg := intake.Config{Brokers: brokers, Pool: pool, Topic: topic, WriterGroup: group, MaxLag: -1, Producers: 2,
 		Registerer: prometheus.NewRegistry(), Logger: logger}
-	if intake != nil {
-		intake(&cfg)
+	if tune != nil {
+		tune(&cfg)
 	}
-	in, err := ingest.New(cfg)
+	in, err := intake.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

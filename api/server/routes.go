@@ -15,7 +15,7 @@ import (
 	"carehub/api/idempotency"
 	"carehub/api/rest"
 	"carehub/api/ws"
-	ingestobs "carehub/ingest/observations"
+	"carehub/ingest/intake"
 	"carehub/processors/fanout"
 	idemstore "carehub/processors/idempotency"
 	"carehub/processors/patients"
@@ -90,7 +90,7 @@ func MountAPI(r *mux.Router, e Edge, a API) (shutdown func(context.Context) erro
 
 // MountIngest mounts observation intake on r: 16 MiB bodies; intake handles Idempotency-Key
 // itself.
-func MountIngest(r *mux.Router, e Edge, in *ingestobs.Intake) {
+func MountIngest(r *mux.Router, e Edge, in *intake.Intake) {
 	ing := r.NewRoute().Subrouter()
 	ing.Use(e.chain(auth.IngestBodyLimit, nil)...)
 	rest.ObservationIngestRoutes(ing, in)

@@ -1,7 +1,7 @@
 // Package observations is the observation writer: the consumer group ("carehub-observations")
 // that stores device observations from carehub.observations.v1 in Postgres and produces one
 // device.observation_received event per stored observation to carehub.events.v1, and the wire
-// format of that topic (Message), which ingest/observations produces.
+// format of that topic (Message), which ingest/intake produces.
 //
 // # Exactly once in effect, in the stream
 //

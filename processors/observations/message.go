@@ -31,7 +31,7 @@ type Message struct {
 	EffectiveAt time.Time `json:"effectiveAt"`       // effectiveDateTime
 	DeviceType  string    `json:"deviceType,omitempty"`
 	// ClientID is the Observation.id the client sent, kept as an identifier of the stored
-	// resource; ID is derived from it (see ingest/observations).
+	// resource; ID is derived from it (see ingest/intake).
 	ClientID string `json:"clientId,omitempty"`
 }
 

@@ -12,7 +12,7 @@ import (
 	"carehub/api/auth"
 	"carehub/api/graphql"
 	"carehub/api/server"
-	ingestobs "carehub/ingest/observations"
+	"carehub/ingest/intake"
 	"carehub/ingest/outbox"
 	"carehub/kernel/demo"
 	"carehub/processors/agents"
@@ -243,7 +243,7 @@ func startAPI(s *Node, ctx, wctx context.Context) error {
 }
 
 func startIntake(s *Node, _, wctx context.Context) error {
-	in, err := ingestobs.New(ingestobs.Config{Brokers: s.brokers, Pool: s.pool,
+	in, err := intake.New(intake.Config{Brokers: s.brokers, Pool: s.pool,
 		LatencyBudget: s.cfg.IngestLatencyBudget, MaxLag: s.cfg.IngestMaxLag, Producers: s.cfg.IngestProducers, RequestTimeout: s.cfg.IngestTimeout,
 		TransactionalIDPrefix: s.cfg.IngestTransactionalID, Logger: s.logger, Registerer: s.registry})
 	if err != nil {

@@ -64,7 +64,7 @@ type Config struct {
 	// lengthens both so that only the send queue decides.
 	SocketKeepAlive, SocketWriteTimeout time.Duration
 
-	// Observation ingest (zero values mean the defaults of ingest/observations).
+	// Observation ingest (zero values mean the defaults of ingest/intake).
 	IngestLatencyBudget          time.Duration // accept → stored bound that turns intake away with 503; negative disables
 	IngestMaxLag                 int64         // writer lag that turns intake away with 503; -1 disables
 	IngestProducers              int           // concurrent transactional producers

@@ -1,4 +1,4 @@
-package observations_test
+package intake_test
 
 import (
 	"context"
@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"carehub/ingest/observations"
+	"carehub/ingest/intake"
 	"carehub/kernel/access"
 	obs "carehub/processors/observations"
 	"carehub/storage/postgres"
@@ -89,7 +89,7 @@ func TestWriterKilledStoresEveryAcceptedObservationOnce(t *testing.T) {
 					o["valueQuantity"] = map[string]any{"value": 40 + i%100, "unit": "/min"}
 				})
 			}
-			res, err := submit(t, in, ctx, observations.MediaFHIRNDJSON, ndjson(t, list...))
+			res, err := submit(t, in, ctx, intake.MediaFHIRNDJSON, ndjson(t, list...))
 			if err != nil {
 				t.Fatalf("ingest: %v", err)
 			}

@@ -36,4 +36,4 @@
 //	idempotency.go  Idempotency-Key reservation, replay and expiry
 //	backpressure.go the writer lag watch
 //	metrics.go      Prometheus metrics
-package observations
+package intake

@@ -1,4 +1,4 @@
-package observations_test
+package intake_test
 
 import (
 	"context"
@@ -15,7 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kfake"
 
-	ingest "carehub/ingest/observations"
+	"carehub/ingest/intake"
 	"carehub/kernel/access"
 	obs "carehub/processors/observations"
 	"carehub/storage"
@@ -94,18 +94,18 @@ func principal(org, mode string, scopes ...string) context.Context {
 	return access.With(context.Background(), &access.Principal{OrgID: org, KeyID: "key_test", Mode: mode, Scopes: scopes})
 }
 
-type intakeOption func(*ingest.Config)
+type intakeOption func(*intake.Config)
 
 // newIntake returns an Intake on w's topic, closed and stopped when the test ends. Backpressure
 // is off unless an option sets MaxLag or LatencyBudget.
-func newIntake(t testing.TB, w *world, opts ...intakeOption) *ingest.Intake {
+func newIntake(t testing.TB, w *world, opts ...intakeOption) *intake.Intake {
 	t.Helper()
-	cfg := ingest.Config{Brokers: w.brokers, Pool: w.pool, Topic: w.topic, WriterGroup: w.group, MaxLag: -1, LatencyBudget: -1,
+	cfg := intake.Config{Brokers: w.brokers, Pool: w.pool, Topic: w.topic, WriterGroup: w.group, MaxLag: -1, LatencyBudget: -1,
 		Registerer: prometheus.NewRegistry(), Logger: testLogger(t), RequestTimeout: 20 * time.Second, Producers: 4}
 	for _, o := range opts {
 		o(&cfg)
 	}
-	in, err := ingest.New(cfg)
+	in, err := intake.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -235,9 +235,9 @@ func ndjson(t testing.TB, resources ...map[string]any) []byte {
 	return []byte(b.String())
 }
 
-func submit(t testing.TB, in *ingest.Intake, ctx context.Context, contentType string, body []byte) (ingest.Result, error) {
+func submit(t testing.TB, in *intake.Intake, ctx context.Context, contentType string, body []byte) (intake.Result, error) {
 	t.Helper()
-	return in.Submit(ctx, ingest.Submission{ContentType: contentType, Body: strings.NewReader(string(body))})
+	return in.Submit(ctx, intake.Submission{ContentType: contentType, Body: strings.NewReader(string(body))})
 }
 
 // waitStored waits until every id is in observations.
@@ -280,7 +280,7 @@ func count(t testing.TB, pool *pgxpool.Pool, sql string, args ...any) int {
 	return n
 }
 
-func codesOf(rejected []ingest.EntryError) string {
+func codesOf(rejected []intake.EntryError) string {
 	parts := make([]string, len(rejected))
 	for i, r := range rejected {
 		parts[i] = fmt.Sprintf("%d:%s", r.Index, r.Code)

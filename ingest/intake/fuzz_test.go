@@ -1,4 +1,4 @@
-package observations
+package intake
 
 import (
 	"bufio"

@@ -1,4 +1,4 @@
-package observations_test
+package intake_test
 
 import (
 	"context"
@@ -13,7 +13,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kadm"
 
-	"carehub/ingest/observations"
+	"carehub/ingest/intake"
 	"carehub/kernel/access"
 	"carehub/kernel/fault"
 	obs "carehub/processors/observations"
@@ -28,7 +28,7 @@ func TestSingleObservationStoredWithItsEvent(t *testing.T) {
 		o["effectiveDateTime"] = "2026-10-31T22:15:00.5+01:00"
 		o["identifier"] = []any{map[string]any{"system": "urn:device", "value": "d-1"}}
 	})
-	for _, ct := range []string{observations.MediaFHIRJSON, observations.MediaJSON + "; charset=utf-8"} {
+	for _, ct := range []string{intake.MediaFHIRJSON, intake.MediaJSON + "; charset=utf-8"} {
 		res, err := submit(t, in, principal(w.orgA, access.Live), ct, mustJSON(t, o))
 		if err != nil {
 			t.Fatalf("%s: %v", ct, err)
@@ -95,7 +95,7 @@ func TestBatchAnswersEachEntry(t *testing.T) {
 	_ = json.Unmarshal(body, &b)
 	b["entry"] = append(b["entry"].([]any), map[string]any{"fullUrl": "urn:uuid:1"},
 		map[string]any{"resource": vital(w.synthA), "request": map[string]any{"method": "DELETE", "url": "Observation/1"}})
-	res, err := submit(t, in, principal(w.orgA, access.Live), observations.MediaFHIRJSON, mustJSON(t, b))
+	res, err := submit(t, in, principal(w.orgA, access.Live), intake.MediaFHIRJSON, mustJSON(t, b))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -131,15 +131,15 @@ func TestTransactionBundleIsAllOrNothing(t *testing.T) {
 	in := newIntake(t, w)
 	ctx := principal(w.orgA, access.Live)
 	bad := bundle(t, "transaction", vital(w.synthA), vital(w.synthA), vital(w.synthB), vital(w.synthA, func(o map[string]any) { o["status"] = "x" }))
-	_, err := submit(t, in, ctx, observations.MediaFHIRJSON, bad)
+	_, err := submit(t, in, ctx, intake.MediaFHIRJSON, bad)
 	f := fault.As(err)
-	if f == nil || f.Kind != fault.KindValidation || f.Details["accepted"] != 0 || codesOf(f.Details["rejected"].([]observations.EntryError)) != "2:UNKNOWN_PATIENT,3:INVALID_STATUS" {
+	if f == nil || f.Kind != fault.KindValidation || f.Details["accepted"] != 0 || codesOf(f.Details["rejected"].([]intake.EntryError)) != "2:UNKNOWN_PATIENT,3:INVALID_STATUS" {
 		t.Fatalf("invalid transaction: %v %+v", err, f)
 	}
 	if n := endOffsets(t, w); n != 0 {
 		t.Fatalf("a rejected transaction produced %d records", n)
 	}
-	res, err := submit(t, in, ctx, observations.MediaFHIRJSON, bundle(t, "transaction", vital(w.synthA), vital(w.realA)))
+	res, err := submit(t, in, ctx, intake.MediaFHIRJSON, bundle(t, "transaction", vital(w.synthA), vital(w.realA)))
 	if err != nil || res.Answer.Accepted != 2 {
 		t.Fatalf("valid transaction: %+v %v", res, err)
 	}
@@ -149,7 +149,7 @@ func TestTransactionBundleIsAllOrNothing(t *testing.T) {
 
 func TestWholeRequestErrors(t *testing.T) {
 	w := newWorld(t)
-	in := newIntake(t, w, func(c *observations.Config) { c.MaxEntries = 5; c.MaxBodyBytes = 8 << 10 })
+	in := newIntake(t, w, func(c *intake.Config) { c.MaxEntries = 5; c.MaxBodyBytes = 8 << 10 })
 	ctx := principal(w.orgA, access.Live)
 	six := make([]map[string]any, 6)
 	for i := range six {
@@ -162,22 +162,22 @@ func TestWholeRequestErrors(t *testing.T) {
 		body        []byte
 		kind        fault.Kind
 	}{
-		{"no credential", context.Background(), observations.MediaFHIRJSON, mustJSON(t, vital(w.synthA)), fault.KindUnauthenticated},
-		{"no write:observations", principal(w.orgA, access.Live, access.ReadObservations), observations.MediaFHIRJSON, mustJSON(t, vital(w.synthA)), fault.KindInsufficientScope},
+		{"no credential", context.Background(), intake.MediaFHIRJSON, mustJSON(t, vital(w.synthA)), fault.KindUnauthenticated},
+		{"no write:observations", principal(w.orgA, access.Live, access.ReadObservations), intake.MediaFHIRJSON, mustJSON(t, vital(w.synthA)), fault.KindInsufficientScope},
 		{"text/plain", ctx, "text/plain", mustJSON(t, vital(w.synthA)), fault.KindUnsupportedMedia},
 		{"no content type", ctx, "", mustJSON(t, vital(w.synthA)), fault.KindUnsupportedMedia},
 		{"XML", ctx, "application/fhir+xml", []byte("<Observation/>"), fault.KindUnsupportedMedia},
-		{"not JSON", ctx, observations.MediaFHIRJSON, []byte("{"), fault.KindInvalid},
-		{"bundle entry not an array", ctx, observations.MediaFHIRJSON, []byte(`{"resourceType":"Bundle","type":"batch","entry":{}}`), fault.KindInvalid},
-		{"searchset bundle", ctx, observations.MediaFHIRJSON, bundle(t, "searchset", vital(w.synthA)), fault.KindValidation},
-		{"empty bundle", ctx, observations.MediaFHIRJSON, bundle(t, "batch"), fault.KindValidation},
-		{"empty stream", ctx, observations.MediaFHIRNDJSON, []byte("\n\n"), fault.KindValidation},
-		{"a Patient", ctx, observations.MediaFHIRJSON, []byte(`{"resourceType":"Patient"}`), fault.KindValidation},
-		{"invalid single", ctx, observations.MediaFHIRJSON, mustJSON(t, vital(w.synthA, func(o map[string]any) { delete(o, "status") })), fault.KindValidation},
-		{"bundle over the entry limit", ctx, observations.MediaFHIRJSON, bundle(t, "batch", six...), fault.KindTooLarge},
-		{"stream over the entry limit", ctx, observations.MediaFHIRNDJSON, ndjson(t, six...), fault.KindTooLarge},
-		{"body over the byte limit", ctx, observations.MediaFHIRJSON, mustJSON(t, vital(w.synthA, func(o map[string]any) { o["note"] = strings.Repeat("x", 9<<10) })), fault.KindTooLarge},
-		{"stream over the byte limit", ctx, observations.MediaFHIRNDJSON, []byte(strings.Repeat(" \n", 5<<10)), fault.KindTooLarge},
+		{"not JSON", ctx, intake.MediaFHIRJSON, []byte("{"), fault.KindInvalid},
+		{"bundle entry not an array", ctx, intake.MediaFHIRJSON, []byte(`{"resourceType":"Bundle","type":"batch","entry":{}}`), fault.KindInvalid},
+		{"searchset bundle", ctx, intake.MediaFHIRJSON, bundle(t, "searchset", vital(w.synthA)), fault.KindValidation},
+		{"empty bundle", ctx, intake.MediaFHIRJSON, bundle(t, "batch"), fault.KindValidation},
+		{"empty stream", ctx, intake.MediaFHIRNDJSON, []byte("\n\n"), fault.KindValidation},
+		{"a Patient", ctx, intake.MediaFHIRJSON, []byte(`{"resourceType":"Patient"}`), fault.KindValidation},
+		{"invalid single", ctx, intake.MediaFHIRJSON, mustJSON(t, vital(w.synthA, func(o map[string]any) { delete(o, "status") })), fault.KindValidation},
+		{"bundle over the entry limit", ctx, intake.MediaFHIRJSON, bundle(t, "batch", six...), fault.KindTooLarge},
+		{"stream over the entry limit", ctx, intake.MediaFHIRNDJSON, ndjson(t, six...), fault.KindTooLarge},
+		{"body over the byte limit", ctx, intake.MediaFHIRJSON, mustJSON(t, vital(w.synthA, func(o map[string]any) { o["note"] = strings.Repeat("x", 9<<10) })), fault.KindTooLarge},
+		{"stream over the byte limit", ctx, intake.MediaFHIRNDJSON, []byte(strings.Repeat(" \n", 5<<10)), fault.KindTooLarge},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -205,12 +205,12 @@ func TestNDJSONStreamAnswersEachLine(t *testing.T) {
 		`{"resourceType":"Observation","status":`, // malformed
 		string(mustJSON(t, vital(w.synthA, func(o map[string]any) { o["valueQuantity"] = map[string]any{"value": "high", "unit": "/min"} }))),
 		"   ",
-		`{"resourceType":"Observation","note":"` + strings.Repeat("x", observations.MaxEntryBytes) + `"}`, // longer than a line may be
-		string(mustJSON(t, vital(w.realA))) + "\r",                                                        // CRLF
+		`{"resourceType":"Observation","note":"` + strings.Repeat("x", intake.MaxEntryBytes) + `"}`, // longer than a line may be
+		string(mustJSON(t, vital(w.realA))) + "\r",                                                  // CRLF
 		string(mustJSON(t, vital(w.synthB))),
 		string(mustJSON(t, vital(w.synthA))), // no trailing newline
 	}
-	res, err := submit(t, in, principal(w.orgA, access.Live), observations.MediaFHIRNDJSON+"; charset=utf-8", []byte(strings.Join(lines, "\n")))
+	res, err := submit(t, in, principal(w.orgA, access.Live), intake.MediaFHIRNDJSON+"; charset=utf-8", []byte(strings.Join(lines, "\n")))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -229,12 +229,12 @@ func TestNDJSONIsProducedWhileRead(t *testing.T) {
 	in := newIntake(t, w)
 	pr, pw := io.Pipe()
 	type outcome struct {
-		res observations.Result
+		res intake.Result
 		err error
 	}
 	done := make(chan outcome, 1)
 	go func() {
-		res, err := in.Submit(principal(w.orgA, access.Live), observations.Submission{ContentType: observations.MediaFHIRNDJSON, Body: pr})
+		res, err := in.Submit(principal(w.orgA, access.Live), intake.Submission{ContentType: intake.MediaFHIRNDJSON, Body: pr})
 		done <- outcome{res, err}
 	}()
 	list := make([]map[string]any, 1200)
@@ -270,7 +270,7 @@ func TestNDJSONIsProducedWhileRead(t *testing.T) {
 // reached the broker (their transaction aborted).
 func TestRefusedStreamIsNeverStored(t *testing.T) {
 	w := newWorld(t)
-	in := newIntake(t, w, func(c *observations.Config) { c.MaxEntries = 1100 })
+	in := newIntake(t, w, func(c *intake.Config) { c.MaxEntries = 1100 })
 	startWriter(t, w)
 	ctx := principal(w.orgA, access.Live)
 	list := make([]map[string]any, 1101)
@@ -278,14 +278,14 @@ func TestRefusedStreamIsNeverStored(t *testing.T) {
 	for i := range list {
 		clientID := fmt.Sprintf("refused-%d", i)
 		list[i] = vital(w.synthA, func(o map[string]any) { o["id"] = clientID })
-		refused = append(refused, observations.DerivedID(w.orgA, "id", clientID))
+		refused = append(refused, intake.DerivedID(w.orgA, "id", clientID))
 	}
 	// The first 1000 lines go out, and their records reach the broker, before the stream
 	// passes the limit.
 	pr, pw := io.Pipe()
 	done := make(chan error, 1)
 	go func() {
-		_, err := in.Submit(ctx, observations.Submission{ContentType: observations.MediaFHIRNDJSON, Body: pr})
+		_, err := in.Submit(ctx, intake.Submission{ContentType: intake.MediaFHIRNDJSON, Body: pr})
 		done <- err
 	}()
 	pw.Write(ndjson(t, list[:1000]...))
@@ -296,7 +296,7 @@ func TestRefusedStreamIsNeverStored(t *testing.T) {
 		t.Fatalf("err %v; want 413", err)
 	}
 	// A later request is stored; by then the writer has read past the aborted records.
-	res, err := submit(t, in, ctx, observations.MediaFHIRJSON, mustJSON(t, vital(w.synthA)))
+	res, err := submit(t, in, ctx, intake.MediaFHIRJSON, mustJSON(t, vital(w.synthA)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -324,7 +324,7 @@ func TestTenancyAndTestMode(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			res, err := submit(t, in, tt.ctx, observations.MediaFHIRJSON, bundle(t, "batch", vital(tt.patient)))
+			res, err := submit(t, in, tt.ctx, intake.MediaFHIRJSON, bundle(t, "batch", vital(tt.patient)))
 			if tt.accepted {
 				if err != nil || res.Answer.Accepted != 1 {
 					t.Fatalf("%+v %v", res, err)
@@ -335,8 +335,8 @@ func TestTenancyAndTestMode(t *testing.T) {
 			if f == nil || f.Kind != fault.KindValidation {
 				t.Fatalf("err %v; want 422", err)
 			}
-			rej := f.Details["rejected"].([]observations.EntryError)
-			if len(rej) != 1 || rej[0].Code != observations.CodeUnknownPatient || rej[0].Message != fmt.Sprintf("patient %q not found", tt.patient) {
+			rej := f.Details["rejected"].([]intake.EntryError)
+			if len(rej) != 1 || rej[0].Code != intake.CodeUnknownPatient || rej[0].Message != fmt.Sprintf("patient %q not found", tt.patient) {
 				t.Fatalf("rejected %+v", rej)
 			}
 		})
@@ -351,9 +351,9 @@ func TestSameClientIDIsStoredOnce(t *testing.T) {
 	o := vital(w.synthA, func(o map[string]any) { o["id"] = "monitor-3.reading-981" })
 	var ids []string
 	for _, body := range [][]byte{mustJSON(t, o), ndjson(t, o, o), bundle(t, "batch", o)} {
-		ct := observations.MediaFHIRJSON
+		ct := intake.MediaFHIRJSON
 		if body[len(body)-1] == '\n' {
-			ct = observations.MediaFHIRNDJSON
+			ct = intake.MediaFHIRNDJSON
 		}
 		res, err := submit(t, in, ctx, ct, body)
 		if err != nil {
@@ -361,17 +361,17 @@ func TestSameClientIDIsStoredOnce(t *testing.T) {
 		}
 		ids = append(ids, res.Answer.IDs...)
 	}
-	if len(distinct(ids)) != 1 || ids[0] != observations.DerivedID(w.orgA, "id", "monitor-3.reading-981") {
+	if len(distinct(ids)) != 1 || ids[0] != intake.DerivedID(w.orgA, "id", "monitor-3.reading-981") {
 		t.Fatalf("ids %v; want one id derived from the client id", ids)
 	}
 	// The same client id in another organization is another observation.
-	other, err := submit(t, in, principal(w.orgB, access.Live), observations.MediaFHIRJSON, mustJSON(t, vital(w.synthB, func(o map[string]any) { o["id"] = "monitor-3.reading-981" })))
+	other, err := submit(t, in, principal(w.orgB, access.Live), intake.MediaFHIRJSON, mustJSON(t, vital(w.synthB, func(o map[string]any) { o["id"] = "monitor-3.reading-981" })))
 	if err != nil || other.Answer.IDs[0] == ids[0] {
 		t.Fatalf("other organization: %+v %v", other, err)
 	}
 	waitStored(t, w.pool, append(ids, other.Answer.IDs...))
 	// Let the writer read everything (a later request is stored after the duplicates).
-	last, err := submit(t, in, ctx, observations.MediaFHIRJSON, mustJSON(t, vital(w.synthA)))
+	last, err := submit(t, in, ctx, intake.MediaFHIRJSON, mustJSON(t, vital(w.synthA)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -394,8 +394,8 @@ func TestIdempotencyKey(t *testing.T) {
 	w := newWorld(t)
 	in := newIntake(t, w)
 	ctx := principal(w.orgA, access.Live)
-	send := func(ctx context.Context, key string, body []byte) (observations.Result, error) {
-		return in.Submit(ctx, observations.Submission{ContentType: observations.MediaFHIRJSON, Body: strings.NewReader(string(body)), IdempotencyKey: key})
+	send := func(ctx context.Context, key string, body []byte) (intake.Result, error) {
+		return in.Submit(ctx, intake.Submission{ContentType: intake.MediaFHIRJSON, Body: strings.NewReader(string(body)), IdempotencyKey: key})
 	}
 	body := bundle(t, "batch", vital(w.synthA), vital(w.synthB))
 	first, err := send(ctx, "k-1", body)
@@ -425,7 +425,7 @@ func TestIdempotencyKey(t *testing.T) {
 		t.Fatalf("422 replay: %v / %v %+v", err1, err2, res2)
 	}
 	// A refused request (415) releases its key: the corrected retry runs.
-	if _, err := in.Submit(ctx, observations.Submission{ContentType: "text/csv", Body: strings.NewReader("x"), IdempotencyKey: "k-3"}); fault.KindOf(err) != fault.KindUnsupportedMedia {
+	if _, err := in.Submit(ctx, intake.Submission{ContentType: "text/csv", Body: strings.NewReader("x"), IdempotencyKey: "k-3"}); fault.KindOf(err) != fault.KindUnsupportedMedia {
 		t.Fatal(err)
 	}
 	if res, err := send(ctx, "k-3", body); err != nil || res.Replayed || res.Answer.Accepted != 1 {
@@ -435,7 +435,7 @@ func TestIdempotencyKey(t *testing.T) {
 	pr, pw := io.Pipe()
 	running := make(chan error, 1)
 	go func() {
-		_, err := in.Submit(ctx, observations.Submission{ContentType: observations.MediaFHIRNDJSON, Body: pr, IdempotencyKey: "k-4"})
+		_, err := in.Submit(ctx, intake.Submission{ContentType: intake.MediaFHIRNDJSON, Body: pr, IdempotencyKey: "k-4"})
 		running <- err
 	}()
 	pw.Write(ndjson(t, vital(w.synthA)))
@@ -470,12 +470,12 @@ func TestDeadBrokerIsUnavailable(t *testing.T) {
 	}
 	dead := ln.Addr().String()
 	ln.Close()
-	in := newIntake(t, w, func(c *observations.Config) {
+	in := newIntake(t, w, func(c *intake.Config) {
 		c.Brokers = []string{dead}
 		c.RequestTimeout = 2 * time.Second
 	})
 	start := time.Now()
-	res, err := submit(t, in, principal(w.orgA, access.Live), observations.MediaFHIRJSON, bundle(t, "batch", vital(w.synthA), vital(w.realA)))
+	res, err := submit(t, in, principal(w.orgA, access.Live), intake.MediaFHIRJSON, bundle(t, "batch", vital(w.synthA), vital(w.realA)))
 	if fault.KindOf(err) != fault.KindUnavailable || res.Answer.Accepted != 0 {
 		t.Fatalf("%+v %v; want 503", res, err)
 	}
@@ -495,14 +495,14 @@ func TestBrokerLostMidStream(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	in := newIntake(t, w, func(c *observations.Config) {
+	in := newIntake(t, w, func(c *intake.Config) {
 		c.Brokers = cluster.ListenAddrs()
 		c.RequestTimeout = 3 * time.Second
 	})
 	pr, pw := io.Pipe()
 	done := make(chan error, 1)
 	go func() {
-		_, err := in.Submit(principal(w.orgA, access.Live), observations.Submission{ContentType: observations.MediaFHIRNDJSON, Body: pr})
+		_, err := in.Submit(principal(w.orgA, access.Live), intake.Submission{ContentType: intake.MediaFHIRNDJSON, Body: pr})
 		done <- err
 	}()
 	list := make([]map[string]any, 600)
@@ -520,7 +520,7 @@ func TestBrokerLostMidStream(t *testing.T) {
 
 func TestBackpressure(t *testing.T) {
 	w := newWorld(t)
-	in := newIntake(t, w, func(c *observations.Config) {
+	in := newIntake(t, w, func(c *intake.Config) {
 		c.MaxLag = 20
 		c.LagInterval = 50 * time.Millisecond
 		c.RetryAfter = 3 * time.Second
@@ -530,17 +530,17 @@ func TestBackpressure(t *testing.T) {
 	for i := range list {
 		list[i] = vital(w.synthA)
 	}
-	if _, err := submit(t, in, ctx, observations.MediaFHIRNDJSON, ndjson(t, list...)); err != nil {
+	if _, err := submit(t, in, ctx, intake.MediaFHIRNDJSON, ndjson(t, list...)); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, "the lag to pass the bound", func() bool { lag, fresh := in.Lag(); return fresh && lag > 20 })
-	_, err := submit(t, in, ctx, observations.MediaFHIRJSON, mustJSON(t, vital(w.synthA)))
+	_, err := submit(t, in, ctx, intake.MediaFHIRJSON, mustJSON(t, vital(w.synthA)))
 	if fault.KindOf(err) != fault.KindUnavailable || in.RetryAfter() != 3*time.Second {
 		t.Fatalf("over the bound: %v; want 503", err)
 	}
 	startWriter(t, w)
 	waitFor(t, "the writer to catch up", func() bool { lag, fresh := in.Lag(); return fresh && lag <= 20 })
-	if _, err := submit(t, in, ctx, observations.MediaFHIRJSON, mustJSON(t, vital(w.synthA))); err != nil {
+	if _, err := submit(t, in, ctx, intake.MediaFHIRJSON, mustJSON(t, vital(w.synthA))); err != nil {
 		t.Fatalf("under the bound again: %v", err)
 	}
 }
@@ -550,7 +550,7 @@ func TestBackpressure(t *testing.T) {
 // budget it refuses with 503 and a Retry-After, and accepts again when a writer has caught up.
 func TestBackpressureByTime(t *testing.T) {
 	w := newWorld(t)
-	in := newIntake(t, w, func(c *observations.Config) {
+	in := newIntake(t, w, func(c *intake.Config) {
 		c.LatencyBudget = time.Second
 		c.LagInterval = 20 * time.Millisecond
 	})
@@ -567,8 +567,8 @@ func TestBackpressureByTime(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatalf("accepted %d observations with no writer running, and never refused", accepted)
 		}
-		var res observations.Result
-		if res, err = submit(t, in, ctx, observations.MediaFHIRNDJSON, body); err == nil {
+		var res intake.Result
+		if res, err = submit(t, in, ctx, intake.MediaFHIRNDJSON, body); err == nil {
 			accepted += res.Answer.Accepted
 		}
 	}
@@ -581,7 +581,7 @@ func TestBackpressureByTime(t *testing.T) {
 	t.Logf("refused after %d accepted, Retry-After %v: %v", accepted, in.RetryAfter(), err)
 	startWriter(t, w)
 	waitFor(t, "the writer to catch up", func() bool { lag, fresh := in.Lag(); return fresh && lag <= 64 })
-	if _, err := submit(t, in, ctx, observations.MediaFHIRJSON, mustJSON(t, vital(w.synthA))); err != nil {
+	if _, err := submit(t, in, ctx, intake.MediaFHIRJSON, mustJSON(t, vital(w.synthA))); err != nil {
 		t.Fatalf("within the budget again: %v", err)
 	}
 }
@@ -613,7 +613,7 @@ func TestConcurrentRequests(t *testing.T) {
 				for i := range list {
 					list[i] = vital([]string{w.synthA, w.realA}[(g+i)%2])
 				}
-				res, err := submit(t, in, principal(w.orgA, access.Live), observations.MediaFHIRJSON, bundle(t, "batch", list...))
+				res, err := submit(t, in, principal(w.orgA, access.Live), intake.MediaFHIRJSON, bundle(t, "batch", list...))
 				if err != nil {
 					t.Error(err)
 					return

@@ -1,11 +1,11 @@
-package observations_test
+package intake_test
 
 import (
 	"bytes"
 	"fmt"
 	"testing"
 
-	ingest "carehub/ingest/observations"
+	"carehub/ingest/intake"
 	"carehub/kernel/access"
 )
 
@@ -28,13 +28,13 @@ func BenchmarkSubmit(b *testing.B) {
 			name, contentType string
 			body              []byte
 		}{
-			{"bundle", ingest.MediaFHIRJSON, bundle(b, "batch", list...)},
-			{"ndjson", ingest.MediaFHIRNDJSON, ndjson(b, list...)},
+			{"bundle", intake.MediaFHIRJSON, bundle(b, "batch", list...)},
+			{"ndjson", intake.MediaFHIRNDJSON, ndjson(b, list...)},
 		} {
 			b.Run(fmt.Sprintf("%s-%d", f.name, n), func(b *testing.B) {
 				b.SetBytes(int64(len(f.body)))
 				for b.Loop() {
-					res, err := in.Submit(ctx, ingest.Submission{ContentType: f.contentType, Body: bytes.NewReader(f.body)})
+					res, err := in.Submit(ctx, intake.Submission{ContentType: f.contentType, Body: bytes.NewReader(f.body)})
 					if err != nil || res.Answer.Accepted != n {
 						b.Fatalf("%+v %v", res.Answer.Accepted, err)
 					}
