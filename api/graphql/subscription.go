@@ -2,8 +2,6 @@ package graphql
 
 import (
 	"context"
-	"encoding/json"
-	"slices"
 
 	gql "github.com/graph-gophers/graphql-go"
 
@@ -159,13 +157,15 @@ func (r *subscriptionResolver) AgentSessionUpdated(ctx context.Context, args str
 	pushed := lastPushed{}
 	sessionEvents := []string{events.TypeAgentSessionUpdated, events.TypeAgentRunCompleted, events.TypeAgentRunFailed}
 	return stream(ctx, src, EventFilter{ProjectID: a.ProjectID, Types: sessionEvents}, func(p *access.Principal, ev storage.Event) bool {
-		return slices.Contains(sessionEvents, ev.Type) && p.Has(access.ExecAgents) && payloadString(ev, "agentId") == agentID
+		st, ok := events.SessionStateOf(ev.Type, ev.Payload)
+		return ok && p.Has(access.ExecAgents) && st.AgentID == agentID
 	}, func(ctx context.Context, ev storage.Event) (*sessionResolver, bool) {
-		s, err := r.s.Agents.Session(ctx, payloadString(ev, "sessionId"))
+		st, _ := events.SessionStateOf(ev.Type, ev.Payload)
+		s, err := r.s.Agents.Session(ctx, st.SessionID)
 		if err != nil || s.AgentID != agentID {
 			return nil, false
 		}
-		s = sessionAsOf(s, ev)
+		s = sessionAsOf(s, st.Status)
 		if !pushed.changed(s.ID, s.Status) {
 			return nil, false
 		}
@@ -187,30 +187,17 @@ func (r *subscriptionResolver) WorkflowRunUpdated(ctx context.Context, args stru
 	}
 	workflowID := string(args.WorkflowID)
 	pushed := lastPushed{}
-	runID := func(ev storage.Event) string {
-		if id := payloadString(ev, "runId"); id != "" {
-			return id
-		}
-		return payloadString(ev, "run_id")
-	}
 	runEvents := []string{events.TypeWorkflowRunUpdated, events.TypeWorkflowCompleted, events.TypeWorkflowRunCompleted}
 	return stream(ctx, src, EventFilter{ProjectID: wf.ProjectID, Types: runEvents}, func(p *access.Principal, ev storage.Event) bool {
-		if !p.Has(access.ExecWorkflows) {
-			return false
-		}
-		switch ev.Type {
-		case events.TypeWorkflowRunUpdated, events.TypeWorkflowCompleted:
-			return payloadString(ev, "workflowId") == workflowID
-		case events.TypeWorkflowRunCompleted:
-			return payloadString(ev, "workflow_id") == workflowID
-		}
-		return false
+		st, ok := events.RunStateOf(ev.Type, ev.Payload)
+		return ok && p.Has(access.ExecWorkflows) && st.WorkflowID == workflowID
 	}, func(ctx context.Context, ev storage.Event) (*runResolver, bool) {
-		run, err := r.s.Workflows.Run(ctx, runID(ev))
+		st, _ := events.RunStateOf(ev.Type, ev.Payload)
+		run, err := r.s.Workflows.Run(ctx, st.RunID)
 		if err != nil || run.WorkflowID != workflowID {
 			return nil, false
 		}
-		run = runAsOf(run, ev)
+		run = runAsOf(run, st.Status)
 		if !pushed.changed(run.ID, run.Status) {
 			return nil, false
 		}
@@ -230,13 +217,15 @@ func (r *subscriptionResolver) DeploymentStatusChanged(ctx context.Context, args
 	deploymentID := string(args.DeploymentID)
 	pushed := lastPushed{}
 	return stream(ctx, src, EventFilter{ProjectID: dep.ProjectID, Types: []string{events.TypeDeploymentStatusChanged}}, func(p *access.Principal, ev storage.Event) bool {
-		return ev.Type == events.TypeDeploymentStatusChanged && payloadString(ev, "deploymentId") == deploymentID
+		t, ok := transition(ev)
+		return ok && t.DeploymentID == deploymentID
 	}, func(ctx context.Context, ev storage.Event) (*deploymentResolver, bool) {
 		d, err := r.s.Deployments.Deployment(ctx, deploymentID)
 		if err != nil {
 			return nil, false
 		}
-		d = deploymentAsOf(d, ev)
+		t, _ := transition(ev)
+		d = deploymentAsOf(d, t)
 		if !pushed.changed(d.ID, d.Status) {
 			return nil, false
 		}
@@ -250,9 +239,8 @@ func (r *subscriptionResolver) DeploymentStatusChanged(ctx context.Context, args
 // would skip the states in between and push the last one several times. The row supplies what
 // the event does not carry; fields that only a later state has are cleared.
 
-// sessionAsOf returns s as the session-state event ev describes (its payload status).
-func sessionAsOf(s *agents.Session, ev storage.Event) *agents.Session {
-	status := payloadString(ev, "status")
+// sessionAsOf returns s as a session-state event describes it (the status it announces).
+func sessionAsOf(s *agents.Session, status string) *agents.Session {
 	if status == "" || status == s.Status {
 		return s
 	}
@@ -264,9 +252,8 @@ func sessionAsOf(s *agents.Session, ev storage.Event) *agents.Session {
 	return &c
 }
 
-// runAsOf returns run as the run-state event ev describes (its payload status).
-func runAsOf(run *workflows.Run, ev storage.Event) *workflows.Run {
-	status := payloadString(ev, "status")
+// runAsOf returns run as a run-state event describes it (the status it announces).
+func runAsOf(run *workflows.Run, status string) *workflows.Run {
 	if status == "" || status == run.Status {
 		return run
 	}
@@ -278,33 +265,28 @@ func runAsOf(run *workflows.Run, ev storage.Event) *workflows.Run {
 	return &c
 }
 
-// deploymentAsOf returns d as the transition ev describes (its payload to and reason). Only a
-// live deployment has an endpoint.
-func deploymentAsOf(d *deployments.Deployment, ev storage.Event) *deployments.Deployment {
-	to := payloadString(ev, "to")
+// transition decodes a deployment.status_changed event.
+func transition(ev storage.Event) (events.DeploymentStatusChanged, bool) {
+	if ev.Type != events.TypeDeploymentStatusChanged {
+		return events.DeploymentStatusChanged{}, false
+	}
+	return events.PayloadOf[events.DeploymentStatusChanged](ev.Payload)
+}
+
+// deploymentAsOf returns d as transition t describes it (its to and reason). Only a live
+// deployment has an endpoint.
+func deploymentAsOf(d *deployments.Deployment, t events.DeploymentStatusChanged) *deployments.Deployment {
+	to := t.To
 	if to == "" || to == d.Status {
 		return d
 	}
 	c := *d
 	c.Status = to
-	if reason := payloadString(ev, "reason"); reason != "" {
+	if reason := t.Reason; reason != "" {
 		c.StatusReason = &reason
 	}
 	if to != deployments.StatusRunning && to != deployments.StatusDegraded {
 		c.Endpoint = nil
 	}
 	return &c
-}
-
-// payloadString returns the string field key of the event's payload, or "".
-func payloadString(ev storage.Event, key string) string {
-	var m map[string]json.RawMessage
-	if json.Unmarshal(ev.Payload, &m) != nil {
-		return ""
-	}
-	var s string
-	if json.Unmarshal(m[key], &s) != nil {
-		return ""
-	}
-	return s
 }
