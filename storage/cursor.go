@@ -31,3 +31,13 @@ func DecodeCursor(cursor string) (time.Time, string, error) {
 	}
 	return time.UnixMicro(us).UTC(), id, nil
 }
+
+// DecodeCursorOf parses a cursor made by EncodeCursor over a listing of ids with prefix (ast_,
+// prj_); a cursor of another listing is ErrBadCursor.
+func DecodeCursorOf(cursor, prefix string) (time.Time, string, error) {
+	at, id, err := DecodeCursor(cursor)
+	if err != nil || !strings.HasPrefix(id, prefix) {
+		return time.Time{}, "", ErrBadCursor
+	}
+	return at, id, nil
+}

@@ -115,3 +115,13 @@ func Unavailable(format string, args ...any) *Error { return New(KindUnavailable
 func Wrap(k Kind, err error, message string) *Error {
 	return &Error{Kind: k, Message: message, Err: err}
 }
+
+// Context returns err unchanged when it is already classified, and otherwise wrapped with what
+// the caller was doing, so an unclassified error reaches the transport as an internal error that
+// says where it arose.
+func Context(err error, what string) error {
+	if As(err) != nil {
+		return err
+	}
+	return fmt.Errorf("%s: %w", what, err)
+}

@@ -244,7 +244,7 @@ values ($1, $2, $3, $4, $5, $6, 'active', $7, $8) returning `+agentColumns,
 		return err
 	})
 	if err != nil {
-		return nil, classify(err, "create agent")
+		return nil, fault.Context(err, "create agent")
 	}
 	return out, nil
 }
@@ -387,11 +387,4 @@ func (s *Service) serve(ctx context.Context, ss ...*Session) error {
 		}
 	}
 	return nil
-}
-
-func classify(err error, what string) error {
-	if fault.As(err) != nil {
-		return err
-	}
-	return fmt.Errorf("%s: %w", what, err)
 }

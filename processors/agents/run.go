@@ -102,7 +102,7 @@ func (s *Service) Run(ctx context.Context, agentID, patientID string, input json
 		return err
 	})
 	if err != nil {
-		return nil, classify(err, "run agent "+a.ID)
+		return nil, fault.Context(err, "run agent "+a.ID)
 	}
 	s.wakeWorkers()
 	return s.served(ctx, ses)

@@ -158,7 +158,7 @@ status_reason, replicas, hipaa_mode) values ($1, $2, $3, $4, $5, 'PENDING', 'cre
 		return s.statusChanged(ctx, tx, out, "", "created")
 	})
 	if err != nil {
-		return nil, classify(err, "create deployment")
+		return nil, fault.Context(err, "create deployment")
 	}
 	return out, nil
 }
@@ -193,7 +193,7 @@ endpoint = null, updated_at = now() where id = $1 returning `+columns, id)
 		return s.statusChanged(ctx, tx, out, from, "stopped by request")
 	})
 	if err != nil {
-		return nil, classify(err, "stop deployment")
+		return nil, fault.Context(err, "stop deployment")
 	}
 	return out, nil
 }
@@ -295,11 +295,4 @@ func (s *Service) ByID(ctx context.Context, ids []string) (map[string]*Deploymen
 		out[d.ID] = d
 	}
 	return out, nil
-}
-
-func classify(err error, what string) error {
-	if fault.As(err) != nil {
-		return err
-	}
-	return fmt.Errorf("%s: %w", what, err)
 }

@@ -67,7 +67,7 @@ values ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, false,
 		})
 	})
 	if err != nil {
-		return nil, classify(err, "submit asset")
+		return nil, fault.Context(err, "submit asset")
 	}
 	return &SubmissionResult{ID: id, Status: StatusUnderReview, Score: score, Message: fmt.Sprintf(
 		"Asset submitted for review. Automated compliance score %d/100 (security %d, privacy %d, clinical safety %d); a platform reviewer decides next.",
@@ -142,7 +142,7 @@ returning `+assetColumns, assetID, decision, n)
 		return s.emit(ctx, tx, typ, deref(a.SubmittedByOrg), "", payload)
 	})
 	if err != nil {
-		return nil, classify(err, "review asset")
+		return nil, fault.Context(err, "review asset")
 	}
 	return out, nil
 }
@@ -185,7 +185,7 @@ func (s *Service) Deprecate(ctx context.Context, assetID string) (*Asset, error)
 		})
 	})
 	if err != nil {
-		return nil, classify(err, "deprecate asset")
+		return nil, fault.Context(err, "deprecate asset")
 	}
 	return out, nil
 }
@@ -230,7 +230,7 @@ values ($1, $2, $3, $4, 'installed', $5) returning `+installationColumns, ids.Ne
 		})
 	})
 	if err != nil {
-		return nil, classify(err, "install asset")
+		return nil, fault.Context(err, "install asset")
 	}
 	return out, nil
 }
@@ -241,14 +241,6 @@ func (s *Service) emit(ctx context.Context, tx pgx.Tx, typ, orgID, projectID str
 		return err
 	}
 	return events.Append(ctx, tx, s.eventsTopic, []storage.Event{ev}...)
-}
-
-// classify keeps faults as they are and wraps anything else with what was being done.
-func classify(err error, what string) error {
-	if fault.As(err) != nil {
-		return err
-	}
-	return fmt.Errorf("%s: %w", what, err)
 }
 
 func deref(s *string) string {

@@ -22,6 +22,7 @@ import (
 
 	"carehub/kernel/access"
 	"carehub/kernel/fault"
+	"carehub/storage"
 	"carehub/storage/kafka"
 )
 
@@ -197,6 +198,9 @@ type AssetPage struct {
 	NextCursor string
 }
 
+// ErrBadCursor is returned for a cursor this service did not produce.
+var ErrBadCursor = fault.Invalid("invalid cursor: pass the meta.cursor of an earlier response unchanged")
+
 // AssetsAfter returns up to f.Limit visible assets matching f after cursor (newest first) and
 // the total number of matches. f.Offset is ignored.
 func (s *Service) AssetsAfter(ctx context.Context, f Filter, cursor string) (AssetPage, error) {
@@ -206,7 +210,7 @@ func (s *Service) AssetsAfter(ctx context.Context, f Filter, cursor string) (Ass
 	}
 	at, afterID := time.Time{}, ""
 	if cursor != "" {
-		if at, afterID, err = decodeCursor(cursor); err != nil {
+		if at, afterID, err = storage.DecodeCursorOf(cursor, "ast_"); err != nil {
 			return AssetPage{}, ErrBadCursor
 		}
 	}
@@ -228,7 +232,7 @@ order by created_at desc, id desc limit $10`, filterArgs(p, f, afterID, at, f.Li
 	if len(page.Assets) > f.Limit {
 		page.Assets = page.Assets[:f.Limit]
 		last := page.Assets[f.Limit-1]
-		page.NextCursor = encodeCursor(last.CreatedAt, last.ID)
+		page.NextCursor = storage.EncodeCursor(last.CreatedAt, last.ID)
 	}
 	return page, nil
 }

@@ -6,11 +6,8 @@ package orgs
 
 import (
 	"context"
-	"encoding/base64"
 	"errors"
 	"fmt"
-	"strconv"
-	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -18,6 +15,7 @@ import (
 
 	"carehub/kernel/access"
 	"carehub/kernel/fault"
+	"carehub/storage"
 	"carehub/storage/ids"
 )
 
@@ -137,7 +135,7 @@ type listing[T any] struct {
 func (l listing[T]) after(ctx context.Context, pool *pgxpool.Pool, filter string, limit int, cursor string) (rows []T, total int64, next string, err error) {
 	at, afterID := time.Time{}, ""
 	if cursor != "" {
-		if at, afterID, err = decodeCursor(cursor, l.idPrefix); err != nil {
+		if at, afterID, err = storage.DecodeCursorOf(cursor, l.idPrefix); err != nil {
 			return nil, 0, "", ErrBadCursor
 		}
 	}
@@ -156,7 +154,7 @@ order by created_at, id limit $4`, filter, afterID, at, limit+1).Query(func(r pg
 	}
 	if len(rows) > limit {
 		rows = rows[:limit]
-		next = encodeCursor(l.key(&rows[limit-1]))
+		next = storage.EncodeCursor(l.key(&rows[limit-1]))
 	}
 	return rows, total, next, nil
 }
@@ -281,28 +279,4 @@ func (s *Service) ProjectsByID(ctx context.Context, ids []string) (map[string]*P
 		out[pr.ID] = pr
 	}
 	return out, nil
-}
-
-// A cursor is the position of the last row of a page: "1.<created_at unix micros>.<id>" in
-// unpadded base64url; the leading version lets the format change.
-func encodeCursor(at time.Time, id string) string {
-	return base64.RawURLEncoding.EncodeToString([]byte("1." + strconv.FormatInt(at.UnixMicro(), 10) + "." + id))
-}
-
-// decodeCursor reads a cursor of a listing of ids with prefix.
-func decodeCursor(cursor, prefix string) (time.Time, string, error) {
-	raw, err := base64.RawURLEncoding.DecodeString(cursor)
-	if err != nil {
-		return time.Time{}, "", err
-	}
-	version, rest, ok1 := strings.Cut(string(raw), ".")
-	micros, id, ok2 := strings.Cut(rest, ".")
-	if !ok1 || !ok2 || version != "1" || !strings.HasPrefix(id, prefix) {
-		return time.Time{}, "", errors.New("malformed cursor")
-	}
-	us, err := strconv.ParseInt(micros, 10, 64)
-	if err != nil {
-		return time.Time{}, "", err
-	}
-	return time.UnixMicro(us).UTC(), id, nil
 }

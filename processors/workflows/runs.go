@@ -135,7 +135,7 @@ func (s *Service) Start(ctx context.Context, workflowID string, input json.RawMe
 		return err
 	})
 	if err != nil {
-		return nil, classify(err, "start workflow run")
+		return nil, fault.Context(err, "start workflow run")
 	}
 	access.Touch(ctx, access.KindRun, out.ID)
 	return s.served(ctx, out)
@@ -234,7 +234,7 @@ updated_at = now() where id = $1 returning `+runColumns, runID)
 		return events.Append(ctx, tx, s.eventsTopic, evs...)
 	})
 	if err != nil {
-		return nil, classify(err, "cancel workflow run")
+		return nil, fault.Context(err, "cancel workflow run")
 	}
 	access.Touch(ctx, access.KindRun, out.ID)
 	return s.served(ctx, out)

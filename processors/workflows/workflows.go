@@ -233,7 +233,7 @@ values ($1, $2, $3, $4, $5, 'ACTIVE', $6, $7) returning `+workflowColumns,
 		return err
 	})
 	if err != nil {
-		return nil, classify(err, "create workflow")
+		return nil, fault.Context(err, "create workflow")
 	}
 	return out, nil
 }
@@ -279,7 +279,7 @@ func (s *Service) SetStatus(ctx context.Context, id, to string) (*Workflow, erro
 		return err
 	})
 	if err != nil {
-		return nil, classify(err, "set workflow status")
+		return nil, fault.Context(err, "set workflow status")
 	}
 	return out, nil
 }
@@ -364,13 +364,6 @@ func (s *Service) ByID(ctx context.Context, ids []string) (map[string]*Workflow,
 		out[w.ID] = w
 	}
 	return out, nil
-}
-
-func classify(err error, what string) error {
-	if fault.As(err) != nil {
-		return err
-	}
-	return fmt.Errorf("%s: %w", what, err)
 }
 
 func contains(ss []string, s string) bool {
