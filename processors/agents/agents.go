@@ -59,6 +59,7 @@ import (
 	"carehub/kernel/fault"
 	"carehub/kernel/phi"
 	"carehub/processors/idempotency"
+	"carehub/processors/internal/scoped"
 	"carehub/storage/ids"
 	"carehub/storage/kafka"
 )
@@ -200,13 +201,9 @@ func (s *Service) Create(ctx context.Context, in NewAgent) (*Agent, error) {
 	}
 	var out *Agent
 	err = idempotency.Tx(ctx, s.pool, &out, func(tx pgx.Tx) error {
-		var orgID string
-		err := tx.QueryRow(ctx, `select org_id from projects where id = $1 and ($2 = '' or org_id = $2)`, in.ProjectID, p.OrgFilter()).Scan(&orgID)
-		if errors.Is(err, pgx.ErrNoRows) {
-			return fault.NotFound("project", in.ProjectID)
-		}
+		orgID, err := scoped.ProjectOrg(ctx, tx, p, in.ProjectID)
 		if err != nil {
-			return fmt.Errorf("project %s: %w", in.ProjectID, err)
+			return err
 		}
 		skill := in.Skill
 		var installationID *string
@@ -251,19 +248,7 @@ values ($1, $2, $3, $4, $5, $6, 'active', $7, $8) returning `+agentColumns,
 
 // Agent returns one agent of the caller's organization.
 func (s *Service) Agent(ctx context.Context, id string) (*Agent, error) {
-	p, err := access.Caller(ctx)
-	if err != nil {
-		return nil, err
-	}
-	rows, _ := s.pool.Query(ctx, `select `+agentColumns+` from agents where id = $1 and ($2 = '' or org_id = $2)`, id, p.OrgFilter())
-	a, err := pgx.CollectOneRow(rows, pgx.RowToAddrOfStructByName[Agent])
-	if errors.Is(err, pgx.ErrNoRows) {
-		return nil, fault.NotFound("agent", id)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("agent %s: %w", id, err)
-	}
-	return a, nil
+	return scoped.One[Agent](ctx, s.pool, "agent", agentColumns, "agents", id)
 }
 
 // Agents returns up to limit agents of a project, oldest first. A project the caller cannot see is
@@ -295,20 +280,7 @@ order by created_at, id limit $3`, projectID, p.OrgFilter(), limit).Query(func(r
 
 // AgentsByID returns the caller's agents among ids (a batched loader).
 func (s *Service) AgentsByID(ctx context.Context, ids []string) (map[string]*Agent, error) {
-	p, err := access.Caller(ctx)
-	if err != nil {
-		return nil, err
-	}
-	rows, _ := s.pool.Query(ctx, `select `+agentColumns+` from agents where id = any($1) and ($2 = '' or org_id = $2)`, ids, p.OrgFilter())
-	list, err := pgx.CollectRows(rows, pgx.RowToAddrOfStructByName[Agent])
-	if err != nil {
-		return nil, fmt.Errorf("agents by id: %w", err)
-	}
-	out := make(map[string]*Agent, len(list))
-	for _, a := range list {
-		out[a.ID] = a
-	}
-	return out, nil
+	return scoped.ByID(ctx, s.pool, agentColumns, "agents", ids, func(v *Agent) string { return v.ID })
 }
 
 const sessionColumns = `id, org_id, project_id, agent_id, patient_id, status, input, output, error, latency_ms, tokens_used,

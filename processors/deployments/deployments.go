@@ -44,6 +44,7 @@ import (
 	"carehub/kernel/events"
 	"carehub/kernel/fault"
 	"carehub/processors/idempotency"
+	"carehub/processors/internal/scoped"
 	"carehub/storage/ids"
 	"carehub/storage/kafka"
 )
@@ -217,19 +218,7 @@ func (s *Service) statusChanged(ctx context.Context, tx pgx.Tx, d *Deployment, f
 
 // Deployment returns one deployment of the caller's organization.
 func (s *Service) Deployment(ctx context.Context, id string) (*Deployment, error) {
-	p, err := access.Caller(ctx)
-	if err != nil {
-		return nil, err
-	}
-	rows, _ := s.pool.Query(ctx, `select `+columns+` from deployments where id = $1 and ($2 = '' or org_id = $2)`, id, p.OrgFilter())
-	d, err := pgx.CollectOneRow(rows, pgx.RowToAddrOfStructByName[Deployment])
-	if errors.Is(err, pgx.ErrNoRows) {
-		return nil, fault.NotFound("deployment", id)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("deployment %s: %w", id, err)
-	}
-	return d, nil
+	return scoped.One[Deployment](ctx, s.pool, "deployment", columns, "deployments", id)
 }
 
 // Deployments returns up to limit deployments of a project, newest first. A project the caller
@@ -281,18 +270,5 @@ order by deployed_at desc, id desc`, projectIDs, p.OrgFilter())
 
 // ByID returns the caller's deployments among ids (a batched loader).
 func (s *Service) ByID(ctx context.Context, ids []string) (map[string]*Deployment, error) {
-	p, err := access.Caller(ctx)
-	if err != nil {
-		return nil, err
-	}
-	rows, _ := s.pool.Query(ctx, `select `+columns+` from deployments where id = any($1) and ($2 = '' or org_id = $2)`, ids, p.OrgFilter())
-	list, err := pgx.CollectRows(rows, pgx.RowToAddrOfStructByName[Deployment])
-	if err != nil {
-		return nil, fmt.Errorf("deployments by id: %w", err)
-	}
-	out := make(map[string]*Deployment, len(list))
-	for _, d := range list {
-		out[d.ID] = d
-	}
-	return out, nil
+	return scoped.ByID(ctx, s.pool, columns, "deployments", ids, func(v *Deployment) string { return v.ID })
 }

@@ -33,7 +33,6 @@
 package eventlog
 
 import (
-	"carehub/kernel/telemetry"
 	"context"
 	"errors"
 	"fmt"
@@ -42,6 +41,8 @@ import (
 	"slices"
 	"sync"
 	"time"
+
+	"carehub/kernel/telemetry"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kadm"

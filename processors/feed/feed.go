@@ -24,6 +24,7 @@ import (
 	"carehub/kernel/fault"
 	"carehub/kernel/phi"
 	"carehub/processors/idempotency"
+	"carehub/processors/internal/scoped"
 	"carehub/storage"
 	"carehub/storage/kafka"
 )
@@ -198,13 +199,5 @@ func (s *Service) publish(ctx context.Context, drafts []Draft, field func(int) s
 
 // projectOrg returns the organization of a project the caller sees, or NotFound.
 func (s *Service) projectOrg(ctx context.Context, p *access.Principal, projectID string) (string, error) {
-	var orgID string
-	err := s.pool.QueryRow(ctx, `select org_id from projects where id = $1 and ($2 = '' or org_id = $2)`, projectID, p.OrgFilter()).Scan(&orgID)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return "", fault.NotFound("project", projectID)
-	}
-	if err != nil {
-		return "", fmt.Errorf("project %s: %w", projectID, err)
-	}
-	return orgID, nil
+	return scoped.ProjectOrg(ctx, s.pool, p, projectID)
 }

@@ -13,6 +13,7 @@ import (
 	"carehub/kernel/events"
 	"carehub/kernel/fault"
 	"carehub/processors/idempotency"
+	"carehub/processors/internal/scoped"
 	"carehub/storage"
 	"carehub/storage/ids"
 )
@@ -202,13 +203,9 @@ func (s *Service) Install(ctx context.Context, assetID, projectID string, config
 	}
 	var out *Installation
 	err = idempotency.Tx(ctx, s.pool, &out, func(tx pgx.Tx) error {
-		var orgID string
-		err := tx.QueryRow(ctx, `select org_id from projects where id = $1 and ($2 = '' or org_id = $2)`, projectID, p.OrgFilter()).Scan(&orgID)
-		if errors.Is(err, pgx.ErrNoRows) {
-			return fault.NotFound("project", projectID)
-		}
+		orgID, err := scoped.ProjectOrg(ctx, tx, p, projectID)
 		if err != nil {
-			return fmt.Errorf("project %s: %w", projectID, err)
+			return err
 		}
 		a, err := s.asset(ctx, tx, p, assetID, true)
 		if err != nil {

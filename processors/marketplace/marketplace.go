@@ -22,6 +22,7 @@ import (
 
 	"carehub/kernel/access"
 	"carehub/kernel/fault"
+	"carehub/processors/internal/scoped"
 	"carehub/storage"
 	"carehub/storage/kafka"
 )
@@ -323,20 +324,7 @@ const installationColumns = `id, org_id, project_id, asset_id, status, config, i
 
 // Installation returns one installation of the caller's organization.
 func (s *Service) Installation(ctx context.Context, id string) (*Installation, error) {
-	p, err := access.Caller(ctx)
-	if err != nil {
-		return nil, err
-	}
-	rows, _ := s.pool.Query(ctx, `select `+installationColumns+` from installations where id = $1 and ($2 = '' or org_id = $2)`,
-		id, p.OrgFilter())
-	in, err := pgx.CollectOneRow(rows, pgx.RowToAddrOfStructByName[Installation])
-	if errors.Is(err, pgx.ErrNoRows) {
-		return nil, fault.NotFound("installation", id)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("installation %s: %w", id, err)
-	}
-	return in, nil
+	return scoped.One[Installation](ctx, s.pool, "installation", installationColumns, "installations", id)
 }
 
 // Installations returns the installations of a project, oldest first. A project the caller cannot
@@ -388,19 +376,5 @@ where project_id = any($1) and ($2 = '' or org_id = $2) order by installed_at, i
 
 // InstallationsByID returns the caller's installations among ids (a batched loader).
 func (s *Service) InstallationsByID(ctx context.Context, ids []string) (map[string]*Installation, error) {
-	p, err := access.Caller(ctx)
-	if err != nil {
-		return nil, err
-	}
-	rows, _ := s.pool.Query(ctx, `select `+installationColumns+` from installations where id = any($1) and ($2 = '' or org_id = $2)`,
-		ids, p.OrgFilter())
-	list, err := pgx.CollectRows(rows, pgx.RowToAddrOfStructByName[Installation])
-	if err != nil {
-		return nil, fmt.Errorf("installations by id: %w", err)
-	}
-	out := make(map[string]*Installation, len(list))
-	for _, in := range list {
-		out[in.ID] = in
-	}
-	return out, nil
+	return scoped.ByID(ctx, s.pool, installationColumns, "installations", ids, func(v *Installation) string { return v.ID })
 }

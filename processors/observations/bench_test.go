@@ -8,8 +8,9 @@ import (
 	"testing"
 	"time"
 
-	obs "carehub/processors/observations"
 	"github.com/jackc/pgx/v5"
+
+	obs "carehub/processors/observations"
 
 	"carehub/storage/kafka/kafkatest"
 )

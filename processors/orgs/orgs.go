@@ -15,6 +15,7 @@ import (
 
 	"carehub/kernel/access"
 	"carehub/kernel/fault"
+	"carehub/processors/internal/scoped"
 	"carehub/storage"
 	"carehub/storage/ids"
 )
@@ -183,20 +184,7 @@ const projectColumns = `id, org_id, name, created_at`
 
 // Project returns the project with id, or NotFound when the caller cannot see it.
 func (s *Service) Project(ctx context.Context, id string) (*Project, error) {
-	p, err := access.Caller(ctx)
-	if err != nil {
-		return nil, err
-	}
-	rows, _ := s.pool.Query(ctx, `select `+projectColumns+` from projects where id = $1 and ($2 = '' or org_id = $2)`,
-		id, p.OrgFilter())
-	pr, err := pgx.CollectOneRow(rows, pgx.RowToAddrOfStructByName[Project])
-	if errors.Is(err, pgx.ErrNoRows) {
-		return nil, fault.NotFound("project", id)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("project %s: %w", id, err)
-	}
-	return pr, nil
+	return scoped.One[Project](ctx, s.pool, "project", projectColumns, "projects", id)
 }
 
 // Projects returns a page of the projects of the organization orgRef names (its id or its slug),
@@ -264,19 +252,5 @@ order by created_at, id`, orgIDs, p.OrgFilter())
 
 // ProjectsByID returns the visible projects among ids (a batched loader).
 func (s *Service) ProjectsByID(ctx context.Context, ids []string) (map[string]*Project, error) {
-	p, err := access.Caller(ctx)
-	if err != nil {
-		return nil, err
-	}
-	rows, _ := s.pool.Query(ctx, `select `+projectColumns+` from projects where id = any($1) and ($2 = '' or org_id = $2)`,
-		ids, p.OrgFilter())
-	list, err := pgx.CollectRows(rows, pgx.RowToAddrOfStructByName[Project])
-	if err != nil {
-		return nil, fmt.Errorf("projects by id: %w", err)
-	}
-	out := make(map[string]*Project, len(list))
-	for _, pr := range list {
-		out[pr.ID] = pr
-	}
-	return out, nil
+	return scoped.ByID(ctx, s.pool, projectColumns, "projects", ids, func(v *Project) string { return v.ID })
 }

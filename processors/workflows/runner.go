@@ -1,7 +1,6 @@
 package workflows
 
 import (
-	"carehub/kernel/telemetry"
 	"context"
 	"encoding/json"
 	"errors"
@@ -10,6 +9,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"carehub/kernel/telemetry"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/prometheus/client_golang/prometheus"

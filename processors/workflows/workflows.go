@@ -51,6 +51,7 @@ import (
 	"carehub/kernel/fault"
 	"carehub/kernel/phi"
 	"carehub/processors/idempotency"
+	"carehub/processors/internal/scoped"
 	"carehub/storage/ids"
 	"carehub/storage/kafka"
 )
@@ -205,13 +206,9 @@ func (s *Service) Create(ctx context.Context, in NewWorkflow) (*Workflow, error)
 	}
 	var out *Workflow
 	err = idempotency.Tx(ctx, s.pool, &out, func(tx pgx.Tx) error {
-		var orgID string
-		err := tx.QueryRow(ctx, `select org_id from projects where id = $1 and ($2 = '' or org_id = $2)`, in.ProjectID, p.OrgFilter()).Scan(&orgID)
-		if errors.Is(err, pgx.ErrNoRows) {
-			return fault.NotFound("project", in.ProjectID)
-		}
+		orgID, err := scoped.ProjectOrg(ctx, tx, p, in.ProjectID)
 		if err != nil {
-			return fmt.Errorf("project %s: %w", in.ProjectID, err)
+			return err
 		}
 		if len(agentIDs) > 0 {
 			var found []string
@@ -286,19 +283,7 @@ func (s *Service) SetStatus(ctx context.Context, id, to string) (*Workflow, erro
 
 // Workflow returns one workflow of the caller's organization.
 func (s *Service) Workflow(ctx context.Context, id string) (*Workflow, error) {
-	p, err := access.Caller(ctx)
-	if err != nil {
-		return nil, err
-	}
-	rows, _ := s.pool.Query(ctx, `select `+workflowColumns+` from workflows where id = $1 and ($2 = '' or org_id = $2)`, id, p.OrgFilter())
-	w, err := pgx.CollectOneRow(rows, pgx.RowToAddrOfStructByName[Workflow])
-	if errors.Is(err, pgx.ErrNoRows) {
-		return nil, fault.NotFound("workflow", id)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("workflow %s: %w", id, err)
-	}
-	return w, nil
+	return scoped.One[Workflow](ctx, s.pool, "workflow", workflowColumns, "workflows", id)
 }
 
 // Workflows returns up to limit workflows of a project, oldest first, optionally in one status.
@@ -350,20 +335,7 @@ order by created_at, id`, projectIDs, p.OrgFilter())
 
 // ByID returns the caller's workflows among ids (a batched loader).
 func (s *Service) ByID(ctx context.Context, ids []string) (map[string]*Workflow, error) {
-	p, err := access.Caller(ctx)
-	if err != nil {
-		return nil, err
-	}
-	rows, _ := s.pool.Query(ctx, `select `+workflowColumns+` from workflows where id = any($1) and ($2 = '' or org_id = $2)`, ids, p.OrgFilter())
-	list, err := pgx.CollectRows(rows, pgx.RowToAddrOfStructByName[Workflow])
-	if err != nil {
-		return nil, fmt.Errorf("workflows by id: %w", err)
-	}
-	out := make(map[string]*Workflow, len(list))
-	for _, w := range list {
-		out[w.ID] = w
-	}
-	return out, nil
+	return scoped.ByID(ctx, s.pool, workflowColumns, "workflows", ids, func(v *Workflow) string { return v.ID })
 }
 
 func contains(ss []string, s string) bool {
