@@ -45,10 +45,14 @@ func outcomeOf(r *http.Request, err error, resource string) (int, Outcome) {
 		}
 		return te.status, Outcome{ResourceType: "OperationOutcome", Issue: issues}
 	}
-	status, obj := envelope.NewErrorObject(r, err)
 	if e, ok := err.(*statusError); ok {
-		status = e.status
+		is := Issue{Severity: "error", Code: issueCodes[e.status], Diagnostics: e.msg}
+		if e.param != "" {
+			is.Expression = []string{e.param}
+		}
+		return e.status, Outcome{ResourceType: "OperationOutcome", Issue: []Issue{is}}
 	}
+	status, obj := envelope.NewErrorObject(r, err)
 	code := issueCodes[status]
 	if code == "" {
 		code = "exception"
@@ -68,9 +72,6 @@ func outcomeOf(r *http.Request, err error, resource string) (int, Outcome) {
 			issues = append(issues, Issue{Severity: "error", Code: code, Diagnostics: e.Message,
 				Expression: []string{path(at, entryElement(e))}})
 		}
-	}
-	if p, ok := obj.Details["parameter"].(string); ok {
-		issues = append(issues, Issue{Severity: "error", Code: code, Diagnostics: obj.Message, Expression: []string{p}})
 	}
 	head := Issue{Severity: "error", Code: code, Diagnostics: obj.Message}
 	if status == http.StatusNotFound && resource != "" {
