@@ -7,6 +7,7 @@ import (
 	"io"
 	"mime"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 	"time"
@@ -302,16 +303,17 @@ func (h handler) createPatient(r *http.Request, body []byte, ifNoneExist string)
 // supported.
 func conditionIdentifier(cond string) (patients.Identifier, error) {
 	bad := &statusError{status: http.StatusBadRequest, param: "If-None-Exist",
-		msg: "If-None-Exist must be identifier=system|value (the one condition supported)"}
-	name, value, ok := strings.Cut(strings.TrimPrefix(cond, "?"), "=")
-	if !ok || name != "identifier" || value == "" || strings.ContainsAny(value, "&,") {
+		msg: "If-None-Exist must be identifier=system|value (the one condition supported), not " + strconv.Quote(cond)}
+	q := cond
+	if _, rest, ok := strings.Cut(cond, "?"); ok { // [base/]Patient?identifier=…, as HAPI sends it
+		q = rest
+	}
+	v, err := url.ParseQuery(q)
+	v.Del("_format")
+	if err != nil || len(v) != 1 || len(v["identifier"]) != 1 || v.Get("identifier") == "" || strings.Contains(v.Get("identifier"), ",") {
 		return patients.Identifier{}, bad
 	}
-	v, err := urlUnescape(value)
-	if err != nil {
-		return patients.Identifier{}, bad
-	}
-	return token(v), nil
+	return token(v.Get("identifier")), nil
 }
 
 // createObservation sends one Observation through intake, the path of POST /v1/observations.

@@ -265,8 +265,6 @@ func paramNames(t string) string {
 	return strings.Join(append(n, resultParams...), ", ")
 }
 
-func urlUnescape(s string) (string, error) { return url.QueryUnescape(s) }
-
 // lenientHandling reports whether Prefer asks for handling=lenient (strict is the default).
 func lenientHandling(r *http.Request) bool {
 	for _, p := range strings.Split(r.Header.Get("Prefer"), ",") {
