@@ -48,13 +48,27 @@ fuzz-deps: ## install Schemathesis, pinned in api/contracttest/requirements.txt,
 		cp $(FUZZ_REQS) $(FUZZ_VENV)/requirements.txt; \
 	fi
 
+# The FHIR client suite's Maven repository (api/fhir TestHAPIClientRoundTrip reads the same
+# default, or CAREHUB_M2_REPO): filled once from Maven Central, then the suite runs offline.
+FHIR_CLIENT_POM := tests/fhir-client/pom.xml
+CAREHUB_M2_REPO ?= $(HOME)/.cache/carehub/m2
+
+.PHONY: fhir-client-deps
+fhir-client-deps: ## fetch HAPI FHIR (client, R4 validator) for tests/fhir-client into CAREHUB_M2_REPO
+	@if ! cmp -s $(FHIR_CLIENT_POM) $(CAREHUB_M2_REPO)/fhir-client.pom; then \
+		mvn -B -q -Dmaven.repo.local=$(CAREHUB_M2_REPO) -f $(FHIR_CLIENT_POM) dependency:resolve dependency:resolve-plugins compile exec:help >/dev/null && \
+		cp $(FHIR_CLIENT_POM) $(CAREHUB_M2_REPO)/fhir-client.pom; \
+	fi
+
 # Tools the suites use outside Go, installed with apt-get when missing (as root; otherwise the
-# command to run is printed): Chromium (the explorer's browser tests), jq and curl (README's tour).
-TEST_APT_PKGS := chromium:/usr/bin/chromium jq:jq curl:curl
+# command to run is printed): Chromium (the explorer's browser tests), jq and curl (README's
+# tour), Java 17 and Maven (the FHIR client suite).
+TEST_APT_PKGS := chromium:/usr/bin/chromium jq:jq curl:curl openjdk-17-jdk-headless:javac maven:mvn
 
 .PHONY: test-deps
-test-deps: postgres-binaries node-deps fuzz-deps ## install everything make test needs on a fresh Debian/Ubuntu machine (PostgreSQL, Chromium, jq, npm packages, Schemathesis)
+test-deps: postgres-binaries node-deps fuzz-deps ## install everything make test needs on a fresh Debian/Ubuntu machine (PostgreSQL, Chromium, jq, npm packages, Schemathesis, Maven and HAPI FHIR)
 	@missing=; for p in $(TEST_APT_PKGS); do 		command -v $${p#*:} >/dev/null 2>&1 || missing="$$missing $${p%%:*}"; 	done; 	if [ -n "$$missing" ]; then 		if [ "$$(id -u)" != 0 ]; then echo "missing:$$missing; run: sudo apt-get install -y$$missing" >&2; exit 1; fi; 		echo "installing$$missing (apt-get)..." >&2; 		DEBIAN_FRONTEND=noninteractive apt-get update -qq && 		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing >/dev/null; 	fi
+	@$(MAKE) --no-print-directory fhir-client-deps
 
 # CAREHUB_REQUIRE_SUITES=1 (CI sets it) turns a suite's skip for a missing tool into a failure.
 .PHONY: test

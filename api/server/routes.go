@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"carehub/api/auth"
+	"carehub/api/fhir"
 	"carehub/api/graphql"
 	"carehub/api/graphql/explorer"
 	"carehub/api/idempotency"
@@ -94,6 +95,16 @@ func MountIngest(r *mux.Router, e Edge, in *intake.Intake) {
 	ing := r.NewRoute().Subrouter()
 	ing.Use(e.chain(auth.IngestBodyLimit, nil)...)
 	rest.ObservationIngestRoutes(ing, in)
+}
+
+// MountFHIR mounts the FHIR R4 base (/fhir/R4, package fhir) on r: the CapabilityStatement
+// without a credential, the rest behind the same edge as every route, with errors as
+// OperationOutcomes and the ingest body limit (transaction Bundles of observations). in is nil on
+// a node without the ingest role.
+func MountFHIR(r *mux.Router, e Edge, p *patients.Service, in *intake.Intake) {
+	authed := r.NewRoute().Subrouter()
+	authed.Use(e.chain(auth.IngestBodyLimit, fhir.WriteError)...)
+	fhir.Mount(r, authed, fhir.Services{Patients: p, Intake: in})
 }
 
 // Events is the GraphQL event source of a node's fan-out hub. A subscriber the hub drops for

@@ -11,6 +11,7 @@ import (
 
 	"carehub/kernel/clinical"
 	obs "carehub/processors/observations"
+	"carehub/storage/ids"
 )
 
 // Codes of per-entry errors ({index, code, message}); docs/errors and the OpenAPI document list
@@ -118,6 +119,13 @@ func parseObservation(raw []byte, lim limits) (obs.Message, *EntryError) {
 type parsed struct {
 	msg   obs.Message
 	parts []part
+}
+
+// Check validates one Observation as Submit does, short of its patient lookup: the FHIR base
+// checks a transaction's observations before it writes any of the transaction. nil: valid.
+func (in *Intake) Check(raw []byte) *EntryError {
+	_, e := parseEntry(raw, limits{now: time.Now(), maxFuture: in.cfg.MaxFuture})
+	return e
 }
 
 func parseEntry(raw []byte, lim limits) (parsed, *EntryError) {
@@ -240,7 +248,7 @@ func subjectPatient(s *reference) (string, *EntryError) {
 	if !ok || !validFHIRID(id) {
 		return "", entryErr(CodeInvalidSubject, "subject.reference must be Patient/<id>, a patient of this organization")
 	}
-	return id, nil
+	return ids.FromFHIR(id), nil // Patient/pat-01k… (the FHIR form) names pat_01k…
 }
 
 // decodeError classifies a decoding failure: malformed JSON, or an element of the wrong type,

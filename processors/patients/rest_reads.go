@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -67,9 +68,10 @@ type patientRow struct {
 	Programs  []string        `db:"programs"`
 	Resource  json.RawMessage `db:"resource"`
 	UpdatedAt time.Time       `db:"updated_at"`
+	VersionID int             `db:"version_id"`
 }
 
-const patientDocumentColumns = `id, org_id, synthetic, name, gender, birth_date, address, telecom, risk_level, programs, resource, updated_at`
+const patientDocumentColumns = `id, org_id, synthetic, name, gender, birth_date, address, telecom, risk_level, programs, resource, updated_at, version_id`
 
 // PatientDocument returns patient id as FHIR Patient JSON: the resource as last written, with
 // carehub's id, the risk level and care programs as extensions (ExtensionRiskLevel,
@@ -289,9 +291,11 @@ func renderPatient(r *patientRow) (json.RawMessage, error) {
 	} else {
 		delete(doc, "extension")
 	}
+	meta := map[string]json.RawMessage{}
+	_ = json.Unmarshal(doc["meta"], &meta)
+	meta["versionId"], _ = json.Marshal(strconv.Itoa(r.VersionID))
+	meta["lastUpdated"], _ = json.Marshal(r.UpdatedAt.UTC().Format(time.RFC3339Nano))
 	if r.Synthetic {
-		meta := map[string]json.RawMessage{}
-		_ = json.Unmarshal(doc["meta"], &meta)
 		var tags []struct {
 			System string `json:"system"`
 			Code   string `json:"code"`
@@ -306,9 +310,9 @@ func renderPatient(r *patientRow) (json.RawMessage, error) {
 			_ = json.Unmarshal(meta["tag"], &raw)
 			tag, _ := json.Marshal(map[string]string{"system": testDataSystem, "code": testDataCode, "display": "test health data"})
 			meta["tag"], _ = json.Marshal(append(raw, tag))
-			doc["meta"], _ = json.Marshal(meta)
 		}
 	}
+	doc["meta"], _ = json.Marshal(meta)
 	b, err := json.Marshal(doc)
 	if err != nil {
 		return nil, fmt.Errorf("patient %s: %w", r.ID, err)

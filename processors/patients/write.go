@@ -241,51 +241,218 @@ func (in *patientInput) resource(id, orgID string, synthetic bool, now time.Time
 // carries the HTEST meta tag. The platform operator names the organization in
 // managingOrganization. Requires write:patients.
 func (s *Service) CreatePatient(ctx context.Context, body []byte) (json.RawMessage, error) {
+	doc, _, err := s.createPatient(ctx, body, nil)
+	return doc, err
+}
+
+// Identifier is a FHIR identifier token (system|value); an empty System matches any system.
+type Identifier struct{ System, Value string }
+
+// CreatePatientIfNoneExist is FHIR's conditional create (If-None-Exist: identifier=system|value):
+// when a patient the caller may see already carries the identifier it is returned with created
+// false and nothing is written; two carrying it are a Conflict (FHIR's 412). Concurrent calls with
+// the same identifier create one patient. Requires write:patients.
+func (s *Service) CreatePatientIfNoneExist(ctx context.Context, body []byte, ident Identifier) (doc json.RawMessage, created bool, err error) {
+	return s.createPatient(ctx, body, &ident)
+}
+
+func (s *Service) createPatient(ctx context.Context, body []byte, cond *Identifier) (json.RawMessage, bool, error) {
+	res, err := s.CreatePatients(ctx, []NewPatient{{Body: body, IfNoneExist: cond}})
+	if err != nil {
+		if entries, ok := InvalidEntries(err); ok {
+			return nil, false, entries[0] // one entry: its own error
+		}
+		return nil, false, err
+	}
+	return res[0].Doc, res[0].Created, nil
+}
+
+// NewPatient is one patient to create: a FHIR Patient body, and for a conditional create the
+// identifier that must not exist yet.
+type NewPatient struct {
+	Body        []byte
+	IfNoneExist *Identifier
+}
+
+// CreatedPatient is the outcome of one NewPatient: the patient, and whether it was created (false:
+// a conditional create found it).
+type CreatedPatient struct {
+	Doc     json.RawMessage
+	Created bool
+}
+
+// CreatePatients creates patients in one transaction: all of them, or none when any is invalid
+// (a Validation error whose Details["entries"] maps each invalid entry's index to its error).
+// Requires write:patients.
+func (s *Service) CreatePatients(ctx context.Context, list []NewPatient) ([]CreatedPatient, error) {
 	p, err := access.Require(ctx, access.WritePatients)
 	if err != nil {
 		return nil, err
 	}
 	now := time.Now()
-	in, err := parsePatient(body, now)
-	if err != nil {
-		return nil, err
+	type prepared struct {
+		in        *patientInput
+		orgID, id string
+		synthetic bool
+		res       json.RawMessage
 	}
-	orgID := p.OrgID
-	if p.Platform {
-		ref, _ := strings.CutPrefix(in.orgRef, "Organization/")
-		var exists bool
-		if err := s.pool.QueryRow(ctx, `select exists(select 1 from organizations where id = $1)`, ref).Scan(&exists); err != nil {
-			return nil, fmt.Errorf("create patient: %w", err)
+	preps := make([]prepared, len(list))
+	bad := map[int]*fault.Error{}
+	for i, np := range list {
+		in, err := parsePatient(np.Body, now)
+		if err != nil {
+			bad[i] = fault.As(err)
+			continue
 		}
-		if !exists {
-			return nil, fault.Validation("invalid FHIR Patient", map[string]string{
-				"managingOrganization": "the platform operator must name an existing organization: Organization/<id>"})
+		orgID := p.OrgID
+		if p.Platform {
+			ref, _ := strings.CutPrefix(in.orgRef, "Organization/")
+			var exists bool
+			if err := s.pool.QueryRow(ctx, `select exists(select 1 from organizations where id = $1)`, ref).Scan(&exists); err != nil {
+				return nil, fmt.Errorf("create patient: %w", err)
+			}
+			if !exists {
+				bad[i] = fault.Validation("invalid FHIR Patient", map[string]string{
+					"managingOrganization": "the platform operator must name an existing organization: Organization/<id>"})
+				continue
+			}
+			orgID = ref
 		}
-		orgID = ref
+		synthetic := !p.SeesRealPatients() || in.testData
+		id := ids.New(ids.Patient)
+		res, err := in.resource(id, orgID, synthetic, now)
+		if err != nil {
+			return nil, err
+		}
+		preps[i] = prepared{in: in, orgID: orgID, id: id, synthetic: synthetic, res: res}
 	}
-	synthetic := !p.SeesRealPatients() || in.testData
-	id := ids.New(ids.Patient)
-	res, err := in.resource(id, orgID, synthetic, now)
-	if err != nil {
-		return nil, err
+	if len(bad) > 0 {
+		first := -1
+		for i := range bad {
+			if first < 0 || i < first {
+				first = i
+			}
+		}
+		return nil, &fault.Error{Kind: fault.KindValidation, Message: bad[first].Message, Details: map[string]any{"entries": bad}}
 	}
-	programs := in.programs
-	if programs == nil {
-		programs = []string{}
-	}
-	err = idempotency.Tx(ctx, s.pool, &id, func(tx pgx.Tx) error {
-		_, err := tx.Exec(ctx, `insert into patients (id, org_id, synthetic, name, gender, birth_date, address, telecom,
+	out := make([]CreatedPatient, len(list))
+	createdIDs := make([]string, len(list))
+	err = idempotency.Tx(ctx, s.pool, &createdIDs, func(tx pgx.Tx) error {
+		for i, pr := range preps {
+			createdIDs[i], out[i] = pr.id, CreatedPatient{Created: true}
+			if cond := list[i].IfNoneExist; cond != nil {
+				existing, err := matchIdentifier(ctx, tx, p, pr.orgID, *cond)
+				if err != nil {
+					return err
+				}
+				if existing != "" {
+					createdIDs[i], out[i].Created = existing, false
+					continue
+				}
+			}
+			in := pr.in
+			programs := in.programs
+			if programs == nil {
+				programs = []string{}
+			}
+			_, err := tx.Exec(ctx, `insert into patients (id, org_id, synthetic, name, gender, birth_date, address, telecom,
 	risk_level, programs, resource, created_at, updated_at)
 values ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $12)`,
-			id, orgID, synthetic, in.name, in.gender, in.birthDate, nullRaw(in.address), nullRaw(in.telecom),
-			in.risk, programs, res, now)
-		return err
+				pr.id, pr.orgID, pr.synthetic, in.name, in.gender, in.birthDate, nullRaw(in.address), nullRaw(in.telecom),
+				in.risk, programs, pr.res, now)
+			if err != nil {
+				return err
+			}
+			if out[i].Doc, err = recordVersion(ctx, tx, pr.id); err != nil {
+				return err
+			}
+		}
+		return nil
 	})
 	if err != nil {
+		if f := fault.As(err); f != nil {
+			return nil, f
+		}
 		return nil, fmt.Errorf("create patient: %w", err)
 	}
-	access.Touch(ctx, access.KindPatient, id)
-	return s.renderPatientByID(ctx, s.pool, id)
+	for i, id := range createdIDs {
+		access.Touch(ctx, access.KindPatient, id)
+		if out[i].Doc == nil { // an existing match, or a replayed Idempotency-Key
+			if out[i].Doc, err = s.renderPatientByID(ctx, s.pool, id); err != nil {
+				return nil, err
+			}
+		}
+	}
+	return out, nil
+}
+
+// InvalidEntries returns the per-entry errors of a CreatePatients refusal, by entry index.
+func InvalidEntries(err error) (map[int]*fault.Error, bool) {
+	f := fault.As(err)
+	if f == nil {
+		return nil, false
+	}
+	entries, ok := f.Details["entries"].(map[int]*fault.Error)
+	return entries, ok
+}
+
+// RemoveCreated deletes patients this caller has just created and nothing refers to yet: the
+// FHIR base's undo of a transaction whose observations Kafka then refused.
+func (s *Service) RemoveCreated(ctx context.Context, patientIDs []string) error {
+	p, err := access.Require(ctx, access.WritePatients)
+	if err != nil {
+		return err
+	}
+	return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `delete from patient_versions where patient_id = any($1)`, patientIDs); err != nil {
+			return err
+		}
+		_, err := tx.Exec(ctx, `delete from patients where id = any($1) and ($2 = '' or org_id = $2)`, patientIDs, p.OrgFilter())
+		return err
+	})
+}
+
+// matchIdentifier returns the id of the one patient of orgID visible to p that carries ident, ""
+// when none does. It holds a transaction lock on (organization, identifier) first, so that
+// concurrent conditional creates of one identifier run one after the other.
+func matchIdentifier(ctx context.Context, tx pgx.Tx, p *access.Principal, orgID string, ident Identifier) (string, error) {
+	if _, err := tx.Exec(ctx, `select pg_advisory_xact_lock(hashtextextended($1, 0))`,
+		"patient-identifier|"+orgID+"|"+ident.System+"|"+ident.Value); err != nil {
+		return "", err
+	}
+	match := map[string]string{"value": ident.Value}
+	if ident.System != "" {
+		match["system"] = ident.System
+	}
+	want, _ := json.Marshal([]map[string]string{match})
+	rows, _ := tx.Query(ctx, `select id from patients where org_id = $1 and ($2 or synthetic)
+and resource->'identifier' @> $3::jsonb order by id limit 2`, orgID, p.SeesRealPatients(), string(want))
+	found, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	switch {
+	case err != nil:
+		return "", err
+	case len(found) > 1:
+		return "", fault.Conflict("If-None-Exist: more than one patient carries identifier %s|%s", ident.System, ident.Value)
+	case len(found) == 1:
+		return found[0], nil
+	}
+	return "", nil
+}
+
+// recordVersion keeps the patient's current version (patient_versions) and returns it rendered.
+func recordVersion(ctx context.Context, tx pgx.Tx, id string) (json.RawMessage, error) {
+	rows, _ := tx.Query(ctx, `select `+patientDocumentColumns+` from patients where id = $1`, id)
+	row, err := pgx.CollectOneRow(rows, pgx.RowToStructByName[patientRow])
+	if err != nil {
+		return nil, fmt.Errorf("patient %s: %w", id, err)
+	}
+	doc, err := renderPatient(&row)
+	if err != nil {
+		return nil, err
+	}
+	_, err = tx.Exec(ctx, `insert into patient_versions (patient_id, version_id, resource, updated_at) values ($1, $2, $3, $4)
+on conflict do nothing`, id, row.VersionID, doc, row.UpdatedAt)
+	return doc, err
 }
 
 // UpdatePatient replaces patient id with a FHIR Patient body (FHIR update) and returns it as
@@ -331,16 +498,16 @@ func (s *Service) UpdatePatient(ctx context.Context, id string, body []byte) (js
 	_, err = tx.Exec(ctx, `update patients set name = $2, gender = $3, birth_date = $4, address = $5, telecom = $6,
 	risk_level = case when $7 then $8 else risk_level end,
 	programs = case when $9 then $10 else programs end,
-	resource = $11, updated_at = $12
+	resource = $11, updated_at = $12, version_id = version_id + 1
 where id = $1`,
 		id, in.name, in.gender, in.birthDate, nullRaw(in.address), nullRaw(in.telecom),
 		in.risk != nil, in.risk, in.programsSet, nonNilStrings(in.programs), res, now)
 	if err != nil {
 		return nil, fmt.Errorf("update patient %s: %w", id, err)
 	}
-	doc, err := s.renderPatientByID(ctx, tx, id)
+	doc, err := recordVersion(ctx, tx, id)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("update patient %s: %w", id, err)
 	}
 	if err := tx.Commit(ctx); err != nil {
 		return nil, fmt.Errorf("update patient %s: %w", id, err)

@@ -77,6 +77,13 @@ var components = []component{
 	{name: "observation-intake", roles: []string{RoleIngest}, needs: []string{"router", "edge", "kafka"}, start: startIntake},
 	{name: "outbox-relay", roles: []string{RoleIngest}, needs: []string{"postgres", "kafka"}, start: startOutboxRelay},
 
+	// The FHIR base: an api route that takes Observations through intake when the node also
+	// runs ingest (listed after it, so that intake has started by then).
+	{name: "fhir", roles: []string{RoleAPI}, needs: []string{"router", "edge"}, start: func(s *Node, _, _ context.Context) error {
+		server.MountFHIR(s.router, s.edge, patients.New(s.pool), s.intake)
+		return nil
+	}},
+
 	// processors: the consumer groups and background workers.
 	{name: "eventlog-writer", roles: []string{RoleProcessors}, needs: []string{"kafka", "log-stores"}, start: startEventLogWriter},
 	{name: "audit-writer", roles: []string{RoleProcessors}, needs: []string{"kafka", "log-stores"}, start: startAuditWriter},
@@ -251,6 +258,7 @@ func startIntake(s *Node, _, wctx context.Context) error {
 	}
 	s.closers = append(s.closers, func(context.Context) error { in.Close(); return nil })
 	s.run("observation-intake", in.Run, wctx)
+	s.intake = in
 	server.MountIngest(s.router, s.edge, in)
 	return nil
 }

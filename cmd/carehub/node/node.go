@@ -22,6 +22,7 @@ import (
 
 	"carehub/api/auth"
 	"carehub/api/server"
+	"carehub/ingest/intake"
 	"carehub/kernel/telemetry"
 	"carehub/processors/agents"
 	"carehub/processors/deployments"
@@ -55,6 +56,7 @@ type Node struct {
 	agents      *agents.Service
 	workflows   *workflows.Service
 	deployments *deployments.Service
+	intake      *intake.Intake // nil unless the node runs the ingest role
 
 	http     *http.Server
 	listener net.Listener

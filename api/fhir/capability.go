@@ -1,0 +1,89 @@
+package fhir
+
+import (
+	"net/http"
+	"time"
+)
+
+// started is when this process began serving: the CapabilityStatement's date.
+var started = time.Now().UTC().Format(time.RFC3339)
+
+// metadata serves the CapabilityStatement: what this node really does, from the same tables the
+// handlers use.
+func (h handler) metadata(w http.ResponseWriter, r *http.Request) {
+	if _, ok := route(w, r); !ok {
+		return
+	}
+	type param struct {
+		Name string `json:"name"`
+		Type string `json:"type"`
+	}
+	type interaction struct {
+		Code string `json:"code"`
+	}
+	type resource struct {
+		Type              string        `json:"type"`
+		Interaction       []interaction `json:"interaction"`
+		Versioning        string        `json:"versioning"`
+		ReadHistory       bool          `json:"readHistory"`
+		UpdateCreate      bool          `json:"updateCreate"`
+		ConditionalCreate bool          `json:"conditionalCreate"`
+		SearchInclude     []string      `json:"searchInclude,omitempty"`
+		SearchParam       []param       `json:"searchParam"`
+		Documentation     string        `json:"documentation,omitempty"`
+	}
+	var resources []resource
+	for _, t := range []string{"Patient", "Observation", "Encounter", "RiskAssessment"} {
+		res := resource{Type: t, Versioning: "versioned", ReadHistory: true,
+			Interaction: []interaction{{"read"}, {"vread"}, {"history-instance"}, {"search-type"}}}
+		switch t {
+		case "Patient":
+			res.Interaction = append(res.Interaction, interaction{"create"}, interaction{"update"})
+			res.ConditionalCreate = true
+			res.Documentation = "Conditional create: If-None-Exist: identifier=system|value. Risk level and care programs are extensions."
+		case "Observation":
+			if h.Intake != nil {
+				res.Interaction = append(res.Interaction, interaction{"create"})
+				res.Documentation = "Create goes through observation intake (as POST /v1/observations): 201 once the broker has it; it is readable moments later. Observations are never changed: version 1 is their only version."
+			} else {
+				res.Documentation = "This node does not run observation intake: create is served by nodes with the ingest role."
+			}
+		case "Encounter":
+			res.Documentation = "Read-only: encounters are written by carehub's integrations, not here."
+		case "RiskAssessment":
+			res.Documentation = "Read-only: the NEWS2 and qSOFA reports carehub writes. Needs read:patients and read:observations."
+		}
+		if t != "Patient" {
+			res.SearchInclude = []string{t + ":patient", t + ":subject"}
+		}
+		for _, p := range searchParams[t] {
+			res.SearchParam = append(res.SearchParam, param{Name: p[0], Type: p[1]})
+		}
+		resources = append(resources, res)
+	}
+	cs := map[string]any{
+		"resourceType":   "CapabilityStatement",
+		"status":         "active",
+		"date":           started,
+		"publisher":      "carehub",
+		"kind":           "instance",
+		"software":       map[string]string{"name": "carehub"},
+		"implementation": map[string]string{"description": "carehub FHIR R4 base", "url": baseURL(r)},
+		"fhirVersion":    "4.0.1",
+		"format":         []string{"application/fhir+json", "json"},
+		"rest": []map[string]any{{
+			"mode": "server",
+			"documentation": "Unknown search parameters are refused (400) unless Prefer: handling=lenient, which lists them in an " +
+				"OperationOutcome entry. _count 0..1000 (default 20), _sort, _include of the subject. Ids are carehub's with '-' " +
+				"for the prefix's '_' (pat-01k…); both forms are accepted on input.",
+			"security": map[string]any{
+				"service": []map[string]any{{"coding": []map[string]string{{"system": "http://terminology.hl7.org/CodeSystem/restful-security-service", "code": "OAuth"}},
+					"text": "Authorization: Bearer <carehub API key or token>"}},
+				"description": "Scopes: read:patients, read:observations, write:patients, write:observations; tenancy and test mode as every carehub route.",
+			},
+			"resource":    resources,
+			"interaction": []interaction{{"batch"}, {"transaction"}},
+		}},
+	}
+	writeResource(w, http.StatusOK, cs)
+}

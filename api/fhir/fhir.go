@@ -1,0 +1,461 @@
+package fhir
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"io"
+	"mime"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/gorilla/mux"
+
+	"carehub/ingest/intake"
+	"carehub/kernel/fault"
+	"carehub/processors/patients"
+	"carehub/storage/ids"
+)
+
+// Base is the path of the FHIR base.
+const Base = "/fhir/R4"
+
+// mediaFHIRJSON is the media type of every answer.
+const mediaFHIRJSON = "application/fhir+json"
+
+// resourceBodyLimit bounds a Patient body as REST's (DECISIONS §3); Observations and Bundles take
+// the ingest limit the route's middleware sets.
+const resourceBodyLimit = 1 << 20
+
+// Services are what the FHIR base serves from. Intake is nil on a node without the ingest role:
+// Observation create, and Bundles holding Observations, are then refused (and the
+// CapabilityStatement says so).
+type Services struct {
+	Patients *patients.Service
+	Intake   *intake.Intake
+}
+
+type handler struct{ Services }
+
+// Mount mounts the CapabilityStatement on public (no credential) and the rest of the FHIR base
+// on authed, which runs the authentication middleware.
+func Mount(public, authed *mux.Router, s Services) {
+	h := handler{s}
+	public.HandleFunc(Base+"/metadata", h.metadata).Methods(http.MethodGet)
+	authed.HandleFunc(Base, h.bundle).Methods(http.MethodPost)
+	authed.HandleFunc(Base+"/{type:[A-Z][A-Za-z]+}", h.search).Methods(http.MethodGet)
+	authed.HandleFunc(Base+"/{type:[A-Z][A-Za-z]+}", h.create).Methods(http.MethodPost)
+	authed.HandleFunc(Base+"/{type:[A-Z][A-Za-z]+}/{id}", h.read).Methods(http.MethodGet)
+	authed.HandleFunc(Base+"/{type:[A-Z][A-Za-z]+}/{id}", h.update).Methods(http.MethodPut)
+	authed.HandleFunc(Base+"/{type:[A-Z][A-Za-z]+}/{id}/_history", h.history).Methods(http.MethodGet)
+	authed.HandleFunc(Base+"/{type:[A-Z][A-Za-z]+}/{id}/_history/{version}", h.vread).Methods(http.MethodGet)
+}
+
+// resourceTypes are the types served, each with whether it is written here.
+var resourceTypes = map[string]bool{"Patient": true, "Observation": true, "Encounter": false, "RiskAssessment": false}
+
+// route is the common front of every handler: _format and Accept, and a served resource type.
+func route(w http.ResponseWriter, r *http.Request) (string, bool) {
+	if err := checkFormat(r); err != nil {
+		writeError(w, r, err)
+		return "", false
+	}
+	t := mux.Vars(r)["type"]
+	if _, ok := resourceTypes[t]; !ok && t != "" {
+		writeError(w, r, &statusError{status: http.StatusNotFound, msg: "resource type " + strconv.Quote(t) +
+			" is not served here: Patient, Observation, Encounter, RiskAssessment (see " + Base + "/metadata)"})
+		return "", false
+	}
+	return t, true
+}
+
+// checkFormat refuses a _format or an Accept that asks for something other than FHIR JSON (406).
+func checkFormat(r *http.Request) error {
+	notJSON := &statusError{status: http.StatusNotAcceptable, msg: "only FHIR JSON is served: _format json or application/fhir+json", param: "_format"}
+	if f := r.URL.Query().Get("_format"); f != "" {
+		switch f {
+		case "json", "application/json", "application/fhir+json", "application/json+fhir":
+		default:
+			return notJSON
+		}
+		return nil
+	}
+	accept := r.Header.Get("Accept")
+	if accept == "" {
+		return nil
+	}
+	for _, part := range strings.Split(accept, ",") {
+		mt, _, _ := mime.ParseMediaType(strings.TrimSpace(part))
+		if mt == "*/*" || mt == "application/*" || strings.Contains(mt, "json") {
+			return nil
+		}
+	}
+	return notJSON
+}
+
+// readBody reads a FHIR JSON body: application/fhir+json or application/json, else 415.
+func readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, error) {
+	mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type"))
+	if err != nil || (mt != mediaFHIRJSON && mt != "application/json" && mt != "application/json+fhir") {
+		return nil, fault.New(fault.KindUnsupportedMedia, "Content-Type must be application/fhir+json")
+	}
+	b, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
+	if err != nil {
+		if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
+			return nil, err
+		}
+		return nil, fault.Invalid("the request body could not be read")
+	}
+	return b, nil
+}
+
+func (h handler) read(w http.ResponseWriter, r *http.Request) {
+	t, ok := route(w, r)
+	if !ok {
+		return
+	}
+	doc, err := h.Patients.ReadResource(r.Context(), t, ids.FromFHIR(mux.Vars(r)["id"]))
+	if err != nil {
+		writeErrorAt(w, r, err, t)
+		return
+	}
+	writeDoc(w, r, http.StatusOK, doc)
+}
+
+// versions serves _history and vread: Patients keep their versions; the other resources are
+// never changed once written, so version 1 is their only one.
+func (h handler) versions(w http.ResponseWriter, r *http.Request, version int) ([]json.RawMessage, string, bool) {
+	t, ok := route(w, r)
+	if !ok {
+		return nil, "", false
+	}
+	id := ids.FromFHIR(mux.Vars(r)["id"])
+	var list []json.RawMessage
+	var err error
+	if t == "Patient" {
+		list, err = h.Patients.PatientVersions(r.Context(), id, version)
+	} else {
+		var doc json.RawMessage
+		if doc, err = h.Patients.ReadResource(r.Context(), t, id); err == nil && version > 1 {
+			err = fault.NotFound(t+" version", ids.FHIR(id)+"/_history/"+strconv.Itoa(version))
+		}
+		list = []json.RawMessage{doc}
+	}
+	if err != nil {
+		writeErrorAt(w, r, err, t)
+		return nil, "", false
+	}
+	return list, t, true
+}
+
+func (h handler) vread(w http.ResponseWriter, r *http.Request) {
+	v, err := strconv.Atoi(mux.Vars(r)["version"])
+	if err != nil || v < 1 {
+		writeError(w, r, fault.NotFound("version", mux.Vars(r)["version"]))
+		return
+	}
+	if list, _, ok := h.versions(w, r, v); ok {
+		writeDoc(w, r, http.StatusOK, list[0])
+	}
+}
+
+func (h handler) history(w http.ResponseWriter, r *http.Request) {
+	list, t, ok := h.versions(w, r, 0)
+	if !ok {
+		return
+	}
+	b := bundle{ResourceType: "Bundle", Type: "history", Total: intPtr(int64(len(list))),
+		Link: []link{{Relation: "self", URL: baseURL(r) + strings.TrimPrefix(r.URL.RequestURI(), Base)}}}
+	for _, doc := range list {
+		b.Entry = append(b.Entry, entry{FullURL: fullURL(r, t, doc), Resource: doc})
+	}
+	writeResource(w, http.StatusOK, b)
+}
+
+func (h handler) create(w http.ResponseWriter, r *http.Request) {
+	t, ok := route(w, r)
+	if !ok {
+		return
+	}
+	if !resourceTypes[t] {
+		writeError(w, r, &statusError{status: http.StatusMethodNotAllowed, msg: t + " is read-only here"})
+		return
+	}
+	res := h.createOne(r, t, r.Header.Get("If-None-Exist"), func(limit int64) ([]byte, error) { return readBody(w, r, limit) })
+	if res.err != nil {
+		writeErrorAt(w, r, res.err, t)
+		return
+	}
+	w.Header().Set("Location", baseURL(r)+"/"+t+"/"+res.id+"/_history/"+res.version)
+	w.Header().Set("ETag", `W/"`+res.version+`"`)
+	writeDoc(w, r, res.status, res.doc)
+}
+
+func (h handler) update(w http.ResponseWriter, r *http.Request) {
+	t, ok := route(w, r)
+	if !ok {
+		return
+	}
+	if t != "Patient" {
+		writeError(w, r, &statusError{status: http.StatusMethodNotAllowed, msg: t + " cannot be updated here"})
+		return
+	}
+	body, err := readBody(w, r, resourceBodyLimit)
+	if err != nil {
+		writeErrorAt(w, r, err, t)
+		return
+	}
+	id := ids.FromFHIR(mux.Vars(r)["id"])
+	body, err = withCarehubID(body, id)
+	if err != nil {
+		writeErrorAt(w, r, err, t)
+		return
+	}
+	doc, err := h.Patients.UpdatePatient(r.Context(), id, body)
+	if err != nil {
+		writeErrorAt(w, r, err, t)
+		return
+	}
+	writeDoc(w, r, http.StatusOK, doc)
+}
+
+// withCarehubID replaces the body's id, in either form, by the carehub id when they name the
+// same resource, so that the service's check of the id sees one form.
+func withCarehubID(body []byte, id string) ([]byte, error) {
+	var doc map[string]json.RawMessage
+	if err := json.Unmarshal(body, &doc); err != nil || doc == nil {
+		return nil, fault.Invalid("the body must be a FHIR resource as a JSON object")
+	}
+	var bodyID string
+	if raw, ok := doc["id"]; ok && json.Unmarshal(raw, &bodyID) == nil && ids.FromFHIR(bodyID) == id {
+		doc["id"], _ = json.Marshal(id)
+		return json.Marshal(doc)
+	}
+	return body, nil
+}
+
+// created is the outcome of one create: the resource, its FHIR id and version, and the status
+// (201, or 200 when a conditional create matched).
+type created struct {
+	doc         json.RawMessage
+	id, version string
+	status      int
+	err         error
+}
+
+// createOne creates a resource of type t from the body read: a Patient (conditionally, with
+// ifNoneExist) or an Observation through intake.
+func (h handler) createOne(r *http.Request, t, ifNoneExist string, read func(int64) ([]byte, error)) created {
+	switch t {
+	case "Patient":
+		body, err := read(resourceBodyLimit)
+		if err != nil {
+			return created{err: err}
+		}
+		return h.createPatient(r, body, ifNoneExist)
+	case "Observation":
+		if ifNoneExist != "" {
+			return created{err: &statusError{status: http.StatusBadRequest, param: "If-None-Exist",
+				msg: "If-None-Exist is supported for Patient; an Observation's own id makes its retries idempotent"}}
+		}
+		if h.Intake == nil {
+			return created{err: &statusError{status: http.StatusMethodNotAllowed, msg: "this node does not run observation intake (the ingest role)"}}
+		}
+		body, err := read(h.Intake.MaxBodyBytes())
+		if err != nil {
+			return created{err: err}
+		}
+		return h.createObservation(r, body)
+	}
+	return created{err: &statusError{status: http.StatusMethodNotAllowed, msg: t + " is read-only here"}}
+}
+
+func (h handler) createPatient(r *http.Request, body []byte, ifNoneExist string) created {
+	var doc json.RawMessage
+	var err error
+	status := http.StatusCreated
+	if ifNoneExist == "" {
+		doc, err = h.Patients.CreatePatient(r.Context(), body)
+	} else {
+		ident, perr := conditionIdentifier(ifNoneExist)
+		if perr != nil {
+			return created{err: perr}
+		}
+		var isNew bool
+		if doc, isNew, err = h.Patients.CreatePatientIfNoneExist(r.Context(), body, ident); err == nil && !isNew {
+			status = http.StatusOK
+		}
+	}
+	if f := fault.As(err); f != nil && f.Kind == fault.KindConflict && ifNoneExist != "" {
+		err = &statusError{status: http.StatusPreconditionFailed, msg: f.Message, param: "If-None-Exist"}
+	}
+	if err != nil {
+		return created{err: err}
+	}
+	id, version := idVersion(doc)
+	return created{doc: doc, id: ids.FHIR(id), version: version, status: status}
+}
+
+// conditionIdentifier parses If-None-Exist: identifier=[system|]value, the one condition
+// supported.
+func conditionIdentifier(cond string) (patients.Identifier, error) {
+	bad := &statusError{status: http.StatusBadRequest, param: "If-None-Exist",
+		msg: "If-None-Exist must be identifier=system|value (the one condition supported), not " + strconv.Quote(cond)}
+	q := cond
+	if _, rest, ok := strings.Cut(cond, "?"); ok { // [base/]Patient?identifier=…, as HAPI sends it
+		q = rest
+	}
+	v, err := url.ParseQuery(q)
+	v.Del("_format")
+	if err != nil || len(v) != 1 || len(v["identifier"]) != 1 || v.Get("identifier") == "" || strings.Contains(v.Get("identifier"), ",") {
+		return patients.Identifier{}, bad
+	}
+	return token(v.Get("identifier")), nil
+}
+
+// createObservation sends one Observation through intake, the path of POST /v1/observations.
+// 201 means the broker has it: the observation writer stores it moments later.
+func (h handler) createObservation(r *http.Request, body []byte) created {
+	res, err := h.Intake.Submit(r.Context(), intake.Submission{ContentType: mediaFHIRJSON, Body: bytes.NewReader(body)})
+	if err != nil {
+		return created{err: err}
+	}
+	if len(res.Answer.IDs) != 1 {
+		return created{err: fault.Invalid("the body must be one Observation (POST Bundles to %s)", Base)}
+	}
+	var doc map[string]any
+	_ = json.Unmarshal(body, &doc) // intake has parsed it
+	id := res.Answer.IDs[0]
+	if clientID, ok := doc["id"].(string); ok && clientID != id {
+		list, _ := doc["identifier"].([]any)
+		doc["identifier"] = append(list, map[string]any{"system": "urn:carehub:client-id", "value": clientID})
+	}
+	doc["id"] = id
+	meta, _ := doc["meta"].(map[string]any)
+	if meta == nil {
+		meta = map[string]any{}
+	}
+	meta["versionId"], meta["lastUpdated"] = "1", time.Now().UTC().Format(time.RFC3339Nano)
+	doc["meta"] = meta
+	out, _ := json.Marshal(doc)
+	return created{doc: out, id: ids.FHIR(id), version: "1", status: http.StatusCreated}
+}
+
+// idVersion reads id and meta.versionId of a resource.
+func idVersion(doc json.RawMessage) (id, version string) {
+	var head struct {
+		ID   string `json:"id"`
+		Meta struct {
+			VersionID string `json:"versionId"`
+		} `json:"meta"`
+	}
+	_ = json.Unmarshal(doc, &head)
+	if head.Meta.VersionID == "" {
+		head.Meta.VersionID = "1"
+	}
+	return head.ID, head.Meta.VersionID
+}
+
+// writeDoc writes one resource as FHIR JSON with FHIR ids.
+func writeDoc(w http.ResponseWriter, r *http.Request, status int, doc json.RawMessage) {
+	if _, v := idVersion(doc); v != "" && status < 300 {
+		w.Header().Set("ETag", `W/"`+v+`"`)
+	}
+	writeResource(w, status, doc)
+}
+
+// writeResource encodes v (a resource, or a value that marshals to one) with FHIR ids and
+// without empty elements.
+func writeResource(w http.ResponseWriter, status int, v any) {
+	b, err := json.Marshal(v)
+	if err == nil {
+		b, err = fhirJSON(b)
+	}
+	if err != nil {
+		status, b = http.StatusInternalServerError, []byte(`{"resourceType":"OperationOutcome","issue":[{"severity":"fatal","code":"exception","diagnostics":"encode response"}]}`)
+	}
+	w.Header().Set("Content-Type", mediaFHIRJSON+"; charset=utf-8")
+	w.Header().Set("Content-Length", strconv.Itoa(len(b)))
+	w.WriteHeader(status)
+	_, _ = w.Write(b)
+}
+
+// fhirJSON rewrites a resource for the FHIR base: a resource's id and every reference
+// (Type/id, Type/id/_history/n) in FHIR id form (ids.FHIR), nulls and empty arrays and objects
+// removed (FHIR JSON has none).
+func fhirJSON(b []byte) ([]byte, error) {
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.UseNumber()
+	var v any
+	if err := dec.Decode(&v); err != nil {
+		return nil, err
+	}
+	v, _ = tidy(v)
+	return json.Marshal(v)
+}
+
+func tidy(v any) (any, bool) {
+	switch x := v.(type) {
+	case nil:
+		return nil, false
+	case map[string]any:
+		_, isResource := x["resourceType"]
+		for k, e := range x {
+			t, keep := tidy(e)
+			if !keep {
+				delete(x, k)
+				continue
+			}
+			if s, ok := t.(string); ok && (k == "id" && isResource || k == "reference") {
+				t = fhirRef(s, k == "id")
+			}
+			x[k] = t
+		}
+		return x, len(x) > 0
+	case []any:
+		out := x[:0]
+		for _, e := range x {
+			if t, keep := tidy(e); keep {
+				out = append(out, t)
+			}
+		}
+		return out, len(out) > 0
+	}
+	return v, true
+}
+
+// fhirRef maps an id, or the id in a relative reference, to its FHIR form.
+func fhirRef(s string, bare bool) string {
+	if bare {
+		return ids.FHIR(s)
+	}
+	t, rest, ok := strings.Cut(s, "/")
+	if !ok || strings.Contains(t, ":") {
+		return s // urn:uuid:…, an absolute URL, a fragment
+	}
+	id, tail, _ := strings.Cut(rest, "/")
+	if tail != "" {
+		tail = "/" + tail
+	}
+	return t + "/" + ids.FHIR(id) + tail
+}
+
+// baseURL is the absolute URL of the FHIR base as the client reached it.
+func baseURL(r *http.Request) string {
+	scheme := "http"
+	if r.TLS != nil {
+		scheme = "https"
+	}
+	return scheme + "://" + r.Host + Base
+}
+
+// fullURL is a resource's Bundle.entry.fullUrl.
+func fullURL(r *http.Request, t string, doc json.RawMessage) string {
+	id, _ := idVersion(doc)
+	return baseURL(r) + "/" + t + "/" + ids.FHIR(id)
+}
+
+func intPtr(n int64) *int64 { return &n }

@@ -1,0 +1,429 @@
+package patients
+
+// FHIR search and reads behind the FHIR base (api/fhir): patients, observations, encounters and
+// the RiskAssessments carehub writes (the reports table), as FHIR JSON with meta.versionId and
+// meta.lastUpdated, carehub ids (the FHIR base maps them to FHIR ids).
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"carehub/kernel/access"
+	"carehub/kernel/fault"
+)
+
+// DateBound is one FHIR date condition: its prefix (eq, ne, gt, lt, ge, le, sa, eb; eq, ge, gt,
+// le, lt are supported) and the interval [From, To) that the value's precision spans.
+type DateBound struct {
+	Prefix   string
+	From, To time.Time
+}
+
+// SortKey orders search results: a search parameter name of the resource (see each Search
+// method) or _id, _lastUpdated; Desc for a leading '-'.
+type SortKey struct {
+	Param string
+	Desc  bool
+}
+
+// Search is a FHIR search. Within a list the values are alternatives (FHIR's comma); the
+// parameters together must all hold. Which fields a resource reads is said by its method.
+type Search struct {
+	IDs         []string     // _id (carehub ids)
+	Patients    []string     // patient / subject (carehub patient ids)
+	Identifiers []Identifier // identifier
+	Names       []string     // name: any part of a HumanName starts with it (case-insensitive)
+	Families    []string     // family
+	Genders     []string     // gender
+	BirthDate   []DateBound  // birthdate
+	Codes       []Identifier // code: system|code (System "" = any system)
+	Categories  []Identifier // category
+	Date        []DateBound  // date: Observation.effective, RiskAssessment.occurrence
+	LastUpdated []DateBound  // _lastUpdated
+	Sort        []SortKey
+	Count       int // page size, 0..1000 (0: total only)
+	Offset      int
+}
+
+// SearchPage is one page of a search: the resources in order and the number of all matches.
+type SearchPage struct {
+	Resources  []json.RawMessage
+	PatientIDs []string // the subject of each resource (the patient itself for a Patient)
+	Total      int64
+}
+
+// searchable is one resource type's table and columns.
+type searchable struct {
+	from    string // from clause; t is the resource's table, pt its patient
+	columns string // select list rendered by render
+	patient string // the column of the patient id
+	date    string // the column of search parameter date ("" when none)
+	updated string // the column of _lastUpdated
+	kind    string // access.Kind… touched per resource ("": only its patient)
+	render  func(pgx.CollectableRow) (json.RawMessage, string, error)
+	scopes  []string
+}
+
+var (
+	patientSearch = searchable{from: `patients t join patients pt on pt.id = t.id`,
+		columns: prefixed("t.", patientDocumentColumns), patient: "t.id", updated: "t.updated_at",
+		kind: access.KindPatient, scopes: []string{access.ReadPatients}, render: renderPatientRow}
+	observationSearch = searchable{from: `observations t join patients pt on pt.id = t.patient_id`,
+		columns: `t.id, t.patient_id, t.status, t.code, t.subject, t.value, t.unit, t.effective_at, t.resource, t.stored_at`,
+		patient: "t.patient_id", date: "t.effective_at", updated: "t.stored_at",
+		kind: access.KindObservation, scopes: []string{access.ReadObservations}, render: renderObservationRow}
+	encounterSearch = searchable{from: `encounters t join patients pt on pt.id = t.patient_id`,
+		columns: `t.id, t.patient_id, t.status, t.class, t.subject, t.period, t.created_at`,
+		patient: "t.patient_id", updated: "t.created_at",
+		kind: access.KindEncounter, scopes: []string{access.ReadPatients}, render: renderEncounterRow}
+	riskSearch = searchable{from: `reports t join patients pt on pt.id = t.patient_id`,
+		columns: `t.id, t.patient_id, t.resource, t.created_at`,
+		patient: "t.patient_id", date: "t.created_at", updated: "t.created_at",
+		scopes: []string{access.ReadPatients, access.ReadObservations}, render: renderRiskRow}
+)
+
+// SearchPatients searches patients: IDs, Identifiers, Names, Families, Genders, BirthDate,
+// LastUpdated; sort by _id, _lastUpdated, family, birthdate. Requires read:patients.
+func (s *Service) SearchPatients(ctx context.Context, q Search) (SearchPage, error) {
+	return s.search(ctx, patientSearch, q)
+}
+
+// SearchObservations searches observations: IDs, Patients, Codes, Categories, Date,
+// LastUpdated; sort by date, _id, _lastUpdated (default newest date first). Requires
+// read:observations.
+func (s *Service) SearchObservations(ctx context.Context, q Search) (SearchPage, error) {
+	return s.search(ctx, observationSearch, q)
+}
+
+// SearchEncounters searches encounters: IDs, Patients, LastUpdated. Requires read:patients.
+func (s *Service) SearchEncounters(ctx context.Context, q Search) (SearchPage, error) {
+	return s.search(ctx, encounterSearch, q)
+}
+
+// SearchRiskAssessments searches the RiskAssessments carehub wrote (NEWS2, qSOFA reports): IDs,
+// Patients, Date, LastUpdated. Requires read:patients and read:observations (a score is computed
+// from observation values).
+func (s *Service) SearchRiskAssessments(ctx context.Context, q Search) (SearchPage, error) {
+	return s.search(ctx, riskSearch, q)
+}
+
+// ReadResource returns one resource by type (Patient, Observation, Encounter, RiskAssessment) and
+// carehub id; one the caller may not see is NotFound.
+func (s *Service) ReadResource(ctx context.Context, resourceType, id string) (json.RawMessage, error) {
+	var page SearchPage
+	var err error
+	q := Search{IDs: []string{id}, Count: 1}
+	switch resourceType {
+	case "Patient":
+		page, err = s.SearchPatients(ctx, q)
+	case "Observation":
+		page, err = s.SearchObservations(ctx, q)
+	case "Encounter":
+		page, err = s.SearchEncounters(ctx, q)
+	case "RiskAssessment":
+		page, err = s.SearchRiskAssessments(ctx, q)
+	default:
+		return nil, fault.NotFound(resourceType, id)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if len(page.Resources) == 0 {
+		return nil, fault.NotFound(resourceType, id)
+	}
+	return page.Resources[0], nil
+}
+
+// PatientVersions returns the versions of patient id, newest first (FHIR _history); version
+// 0 means all, else only that one (vread; NotFound when it does not exist). A patient written
+// before versions were kept has its current state as its only version. Requires read:patients.
+func (s *Service) PatientVersions(ctx context.Context, id string, version int) ([]json.RawMessage, error) {
+	current, err := s.ReadResource(ctx, "Patient", id)
+	if err != nil {
+		return nil, err
+	}
+	rows, _ := s.pool.Query(ctx, `select resource from patient_versions where patient_id = $1 and ($2 = 0 or version_id = $2)
+order by version_id desc`, id, version)
+	list, err := pgx.CollectRows(rows, pgx.RowTo[json.RawMessage])
+	if err != nil {
+		return nil, fmt.Errorf("patient %s versions: %w", id, err)
+	}
+	if len(list) == 0 {
+		var meta struct {
+			Meta struct {
+				VersionID string `json:"versionId"`
+			} `json:"meta"`
+		}
+		_ = json.Unmarshal(current, &meta)
+		if version != 0 && strconv.Itoa(version) != meta.Meta.VersionID {
+			return nil, fault.NotFound("Patient version", id+"/_history/"+strconv.Itoa(version))
+		}
+		list = []json.RawMessage{current}
+	}
+	return list, nil
+}
+
+// search runs q on one resource type: the caller's tenancy and test mode, the filters, a count
+// of all matches and one page.
+func (s *Service) search(ctx context.Context, r searchable, q Search) (SearchPage, error) {
+	p, err := access.Require(ctx, r.scopes...)
+	if err != nil {
+		return SearchPage{}, err
+	}
+	w := &where{}
+	w.add(`(%s = '' or pt.org_id = %[1]s) and (%s or pt.synthetic)`, p.OrgFilter(), p.SeesRealPatients())
+	if len(q.IDs) > 0 {
+		w.add(`t.id = any(%s)`, q.IDs)
+	}
+	if len(q.Patients) > 0 {
+		w.add(r.patient+` = any(%s)`, q.Patients)
+	}
+	anyOf(w, q.Identifiers, func(i Identifier) string {
+		return w.format(`t.resource->'identifier' @> %s::jsonb`, tokenJSON(i, "value"))
+	})
+	anyOf(w, q.Names, func(n string) string {
+		return w.format(`exists (select 1 from jsonb_array_elements(t.name) n where n->>'family' ilike %[1]s or n->>'text' ilike %[1]s
+or exists (select 1 from jsonb_array_elements_text(case jsonb_typeof(n->'given') when 'array' then n->'given' else '[]' end) g where g ilike %[1]s))`,
+			likePrefix(n))
+	})
+	anyOf(w, q.Families, func(n string) string {
+		return w.format(`exists (select 1 from jsonb_array_elements(t.name) n where n->>'family' ilike %s)`, likePrefix(n))
+	})
+	if len(q.Genders) > 0 {
+		w.add(`t.gender = any(%s)`, q.Genders)
+	}
+	w.dates(q.BirthDate, `(case length(t.birth_date) when 4 then t.birth_date || '-01-01' when 7 then t.birth_date || '-01' else t.birth_date end)::date`)
+	anyOf(w, q.Codes, func(c Identifier) string {
+		return w.format(`t.code->'coding' @> %s::jsonb`, tokenJSON(c, "code"))
+	})
+	anyOf(w, q.Categories, func(c Identifier) string {
+		return w.format(`t.resource->'category' @> %s::jsonb`, `[{"coding":`+tokenJSON(c, "code")+`}]`)
+	})
+	if r.date != "" {
+		w.dates(q.Date, r.date)
+	}
+	w.dates(q.LastUpdated, r.updated)
+
+	order, err := r.orderBy(q.Sort)
+	if err != nil {
+		return SearchPage{}, err
+	}
+	cond := strings.Join(w.conds, " and ")
+	var page SearchPage
+	batch := &pgx.Batch{}
+	batch.Queue(`select count(*) from `+r.from+` where `+cond, w.args...).QueryRow(func(row pgx.Row) error { return row.Scan(&page.Total) })
+	if q.Count > 0 {
+		args := append(append([]any{}, w.args...), q.Count, q.Offset)
+		batch.Queue(`select `+r.columns+` from `+r.from+` where `+cond+` order by `+order+
+			fmt.Sprintf(` limit $%d offset $%d`, len(args)-1, len(args)), args...).Query(func(rows pgx.Rows) error {
+			for rows.Next() {
+				doc, patientID, err := r.render(rows)
+				if err != nil {
+					return err
+				}
+				page.Resources = append(page.Resources, doc)
+				page.PatientIDs = append(page.PatientIDs, patientID)
+			}
+			return rows.Err()
+		})
+	}
+	if err := s.pool.SendBatch(ctx, batch).Close(); err != nil {
+		if f := fault.As(err); f != nil {
+			return SearchPage{}, f
+		}
+		return SearchPage{}, fmt.Errorf("search: %w", err)
+	}
+	for i, doc := range page.Resources {
+		var head struct {
+			ID string `json:"id"`
+		}
+		if _ = json.Unmarshal(doc, &head); r.kind != "" {
+			access.Touch(ctx, r.kind, head.ID)
+		}
+		access.Touch(ctx, access.KindPatient, page.PatientIDs[i])
+	}
+	return page, nil
+}
+
+// orderBy is the ORDER BY of sort keys; ties break by id.
+func (r searchable) orderBy(keys []SortKey) (string, error) {
+	cols := map[string]string{"_id": "t.id", "_lastUpdated": r.updated}
+	if r.date != "" {
+		cols["date"] = r.date
+	}
+	if r.patient == "t.id" { // Patient
+		cols["family"] = `(t.name->0->>'family')`
+		cols["birthdate"] = `t.birth_date`
+	}
+	if len(keys) == 0 && r.date != "" {
+		keys = []SortKey{{Param: "date", Desc: true}}
+	}
+	var parts []string
+	for _, k := range keys {
+		col, ok := cols[k.Param]
+		if !ok {
+			return "", fault.Validation("unsupported _sort", map[string]string{"_sort": fmt.Sprintf("cannot sort by %q", k.Param)})
+		}
+		dir := " asc nulls last"
+		if k.Desc {
+			dir = " desc nulls last"
+		}
+		parts = append(parts, col+dir)
+	}
+	return strings.Join(append(parts, "t.id"), ", "), nil
+}
+
+// where builds a WHERE clause with numbered arguments.
+type where struct {
+	conds []string
+	args  []any
+}
+
+// format replaces each %s (or %[n]s) of f with a placeholder for the matching value.
+func (w *where) format(f string, vals ...any) string {
+	ph := make([]any, len(vals))
+	for i, v := range vals {
+		w.args = append(w.args, v)
+		ph[i] = "$" + strconv.Itoa(len(w.args))
+	}
+	return fmt.Sprintf(f, ph...)
+}
+
+func (w *where) add(f string, vals ...any) { w.conds = append(w.conds, w.format(f, vals...)) }
+
+// anyOf adds the disjunction of one condition per value (a FHIR comma list).
+func anyOf[T any](w *where, vals []T, cond func(T) string) {
+	if len(vals) == 0 {
+		return
+	}
+	parts := make([]string, len(vals))
+	for i, v := range vals {
+		parts[i] = cond(v)
+	}
+	w.conds = append(w.conds, "("+strings.Join(parts, " or ")+")")
+}
+
+// dates adds each date condition on col (all must hold).
+func (w *where) dates(bounds []DateBound, col string) {
+	for _, b := range bounds {
+		switch b.Prefix {
+		case "ge":
+			w.add(col+` >= %s`, b.From)
+		case "gt":
+			w.add(col+` >= %s`, b.To)
+		case "le":
+			w.add(col+` < %s`, b.To)
+		case "lt":
+			w.add(col+` < %s`, b.From)
+		default: // eq
+			w.add(col+` >= %s and `+col+` < %s`, b.From, b.To)
+		}
+	}
+}
+
+// tokenJSON is the jsonb containment pattern of a token: [{"system": …, key: …}].
+func tokenJSON(i Identifier, key string) string {
+	m := map[string]string{key: i.Value}
+	if i.System != "" {
+		m["system"] = i.System
+	}
+	b, _ := json.Marshal([]map[string]string{m})
+	return string(b)
+}
+
+// likePrefix is the ILIKE pattern of a FHIR string search: starts with s, wildcards escaped.
+func likePrefix(s string) string {
+	return strings.NewReplacer(`\`, `\\`, `%`, `\%`, `_`, `\_`).Replace(s) + "%"
+}
+
+func renderPatientRow(row pgx.CollectableRow) (json.RawMessage, string, error) {
+	r, err := pgx.RowToStructByName[patientRow](row)
+	if err != nil {
+		return nil, "", err
+	}
+	doc, err := renderPatient(&r)
+	return doc, r.ID, err
+}
+
+func renderObservationRow(row pgx.CollectableRow) (json.RawMessage, string, error) {
+	var o Observation
+	var resource json.RawMessage
+	var stored time.Time
+	if err := row.Scan(&o.ID, &o.PatientID, &o.Status, &o.Code, &o.Subject, &o.Value, &o.Unit, &o.EffectiveAt, &resource, &stored); err != nil {
+		return nil, "", err
+	}
+	doc := map[string]any{}
+	if len(resource) > 0 && string(resource) != "null" {
+		if err := json.Unmarshal(resource, &doc); err != nil {
+			return nil, "", fmt.Errorf("observation %s: stored resource: %w", o.ID, err)
+		}
+	} else { // rows written without a resource: the elements carehub keeps
+		doc = map[string]any{"status": o.Status, "code": o.Code, "subject": o.Subject}
+		if o.EffectiveAt != nil {
+			doc["effectiveDateTime"] = o.EffectiveAt.UTC().Format(time.RFC3339Nano)
+		}
+		if q := o.ValueQuantity(); q != nil {
+			doc["valueQuantity"] = q
+		}
+	}
+	if clientID, ok := doc["id"].(string); ok && clientID != o.ID {
+		// The client's id was the key of its retries; it stays as an identifier.
+		ids, _ := doc["identifier"].([]any)
+		doc["identifier"] = append(ids, map[string]any{"system": "urn:carehub:client-id", "value": clientID})
+	}
+	return withMeta(doc, "Observation", o.ID, "1", stored), o.PatientID, nil
+}
+
+func renderEncounterRow(row pgx.CollectableRow) (json.RawMessage, string, error) {
+	var e Encounter
+	if err := row.Scan(&e.ID, &e.PatientID, &e.Status, &e.Class, &e.Subject, &e.Period, &e.CreatedAt); err != nil {
+		return nil, "", err
+	}
+	doc := map[string]any{"status": e.Status, "class": e.Class, "subject": e.Subject}
+	if len(e.Period) > 0 && string(e.Period) != "null" {
+		doc["period"] = e.Period
+	}
+	return withMeta(doc, "Encounter", e.ID, "1", e.CreatedAt), e.PatientID, nil
+}
+
+func renderRiskRow(row pgx.CollectableRow) (json.RawMessage, string, error) {
+	var id, patientID string
+	var resource json.RawMessage
+	var created time.Time
+	if err := row.Scan(&id, &patientID, &resource, &created); err != nil {
+		return nil, "", err
+	}
+	doc := map[string]any{}
+	if err := json.Unmarshal(resource, &doc); err != nil {
+		return nil, "", fmt.Errorf("report %s: %w", id, err)
+	}
+	return withMeta(doc, "RiskAssessment", id, "1", created), patientID, nil
+}
+
+// withMeta sets resourceType, id and meta.versionId/lastUpdated of doc and encodes it.
+func withMeta(doc map[string]any, resourceType, id, version string, updated time.Time) json.RawMessage {
+	doc["resourceType"], doc["id"] = resourceType, id
+	meta, _ := doc["meta"].(map[string]any)
+	if meta == nil {
+		meta = map[string]any{}
+	}
+	meta["versionId"], meta["lastUpdated"] = version, updated.UTC().Format(time.RFC3339Nano)
+	doc["meta"] = meta
+	b, _ := json.Marshal(doc)
+	return b
+}
+
+// prefixed qualifies every column of a comma-separated list with prefix.
+func prefixed(prefix, columns string) string {
+	parts := strings.Split(columns, ",")
+	for i, c := range parts {
+		parts[i] = prefix + strings.TrimSpace(c)
+	}
+	return strings.Join(parts, ", ")
+}
