@@ -34,7 +34,7 @@ var grants = map[string]grant{
 
 // TestScopesDoc holds docs/SCOPES.md to the authorization matrix, which TestAuthorizationMatrix
 // checks against a live node: the reference cannot say what the code does not do.
-// go test ./api/authztest -run TestScopesDoc -update rewrites it.
+// go test ./api/authztest -run TestScopesDoc -args -update rewrites it.
 func TestScopesDoc(t *testing.T) {
 	if got, want := slices.Sorted(maps.Keys(grants)), slices.Sorted(slices.Values(access.Scopes)); !slices.Equal(got, want) {
 		t.Fatalf("the scope table names %v, kernel/access has %v", got, want)
@@ -50,7 +50,7 @@ func TestScopesDoc(t *testing.T) {
 		t.Fatal(err)
 	}
 	if string(got) != want {
-		t.Errorf("docs/SCOPES.md is not what the authorization matrix says; run go test ./api/authztest -run TestScopesDoc -update\n--- want\n%s", want)
+		t.Errorf("docs/SCOPES.md is not what the authorization matrix says; run go test ./api/authztest -run TestScopesDoc -args -update\n--- want\n%s", want)
 	}
 }
 
@@ -59,7 +59,7 @@ func renderScopes() string {
 	b.WriteString(`# Scopes
 
 <!-- Generated from the authorization matrix (api/authztest/rows_test.go) by
-go test ./api/authztest -run TestScopesDoc -update; do not edit. -->
+go test ./api/authztest -run TestScopesDoc -args -update; do not edit. -->
 
 An API key carries scopes chosen when it is created (least privilege); a JWT carries a subset of
 its key's. An operation that needs a scope the credential lacks answers 403 ` + "`INSUFFICIENT_SCOPE`" + `
