@@ -49,8 +49,9 @@ type Recorder struct {
 	last    time.Time
 	points  []Point
 
-	stop chan struct{}
-	done chan struct{}
+	stop    chan struct{}
+	done    chan struct{}
+	stopped bool
 }
 
 // NewRecorder returns a recorder whose clock starts now; Start begins the progress line.
@@ -117,7 +118,12 @@ func (r *Recorder) lag() float64 {
 }
 
 // Stop ends the progress line, closes the last (partial) interval and returns every point.
+// A second Stop only returns the points.
 func (r *Recorder) Stop() []Point {
+	if r.stopped {
+		return r.Points()
+	}
+	r.stopped = true
 	if r.stop != nil {
 		close(r.stop)
 		<-r.done
@@ -152,8 +158,10 @@ func (r *Recorder) Tick(now time.Time, lag float64) Point {
 	if secs > 0 {
 		p.Rate = float64(r.items) / secs
 	}
-	slices.Sort(r.lat)
-	p.P50Ms, p.P99Ms = Percentile(r.lat, 0.50), Percentile(r.lat, 0.99)
+	if len(r.lat) > 0 {
+		slices.Sort(r.lat)
+		p.P50Ms, p.P99Ms = Percentile(r.lat, 0.50), Percentile(r.lat, 0.99)
+	}
 	r.points = append(r.points, p)
 	r.items, r.lat, r.refused, r.last = 0, r.lat[:0], 0, now
 	return p
@@ -180,10 +188,10 @@ func (r *Recorder) print(p Point) {
 	fmt.Fprintln(r.opts.Out, r.Line(p))
 }
 
-// Percentile returns the q-quantile of sorted (nearest rank), 0 when it is empty.
+// Percentile returns the q-quantile of sorted (nearest rank), NaN when it is empty.
 func Percentile(sorted []float64, q float64) float64 {
 	if len(sorted) == 0 {
-		return 0
+		return math.NaN()
 	}
 	i := int(math.Ceil(q*float64(len(sorted)))) - 1
 	return sorted[max(0, min(i, len(sorted)-1))]
