@@ -14,7 +14,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"math"
 	"net"
 	"net/http"
 	"net/url"
@@ -30,6 +29,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"carehub/loadtest/report"
 	obs "carehub/processors/observations"
 	"carehub/storage/ids"
 	"carehub/storage/kafka"
@@ -58,6 +58,8 @@ type Config struct {
 	Patients    int           // readings are spread over up to this many patients
 	Drain       time.Duration // how long to wait for the writers to store what was accepted
 	Logger      *slog.Logger
+	// Progress prints the progress line (loadtest/report) on stderr during ingest and drain.
+	Progress bool
 }
 
 // Validate checks cfg and fills defaults.
@@ -167,6 +169,10 @@ type Report struct {
 	RawCopyRows       int64   `json:"rawCopyRows,omitempty"`
 	RawCopyPerSecond  float64 `json:"rawCopyPerSecond,omitempty"`
 	StoredToCopyRatio float64 `json:"storedToCopyRatio,omitempty"` // storedPerSecond ÷ rawCopyPerSecond
+
+	// Series is the ingest and drain phases second by second: observations acknowledged per
+	// second, accept latency, and the records accepted but not yet stored (report.Write's chart).
+	Series []report.Point `json:"-"`
 }
 
 // RunObservations runs the scenario: ingest for Duration, wait for the writers to store what
@@ -191,13 +197,24 @@ func RunObservations(ctx context.Context, cfg Config) (*Report, error) {
 		return nil, err
 	}
 
+	var acceptedSoFar atomic.Int64
+	rec := report.NewRecorder(report.Options{Unit: "observations/s", LagName: "records behind", Quiet: !cfg.Progress,
+		Lag: func() float64 {
+			s, err := scrape(ctx, client, cfg.MetricsURLs)
+			if err != nil {
+				return 0
+			}
+			return max(0, float64(acceptedSoFar.Load())-(s.stored-before.stored))
+		}})
+	rec.Start()
+	defer rec.Stop()
 	start := time.Now()
-	lat := postLoad(ctx, cfg, client, bodies, rep)
+	lat := postLoad(ctx, cfg, client, bodies, rep, rec, &acceptedSoFar)
 	elapsed := time.Since(start)
 	rep.Seconds = elapsed.Seconds()
 	rep.AcceptedPerSecond = float64(rep.Accepted) / elapsed.Seconds()
 	slices.Sort(lat)
-	rep.AcceptP50Ms, rep.AcceptP99Ms = percentile(lat, 0.50), percentile(lat, 0.99)
+	rep.AcceptP50Ms, rep.AcceptP99Ms = report.Percentile(lat, 0.50), report.Percentile(lat, 0.99)
 	if len(lat) > 0 {
 		rep.AcceptMaxMs = lat[len(lat)-1]
 	}
@@ -219,6 +236,7 @@ func RunObservations(ctx context.Context, cfg Config) (*Report, error) {
 		}
 	}
 	rep.DrainSeconds = time.Since(drainStart).Seconds()
+	rep.Series = rec.Stop()
 	rep.Stored = end.stored - before.stored
 	rep.StoredPerSecond = rep.Stored / time.Since(start).Seconds()
 	p50, _ := quantile(0.50, before.buckets, end.buckets)
@@ -329,10 +347,10 @@ func buildBodies(cfg Config, orgID string, patients []string) []body {
 
 // postLoad runs the devices until Duration or MaxRequests and returns the accept latencies of
 // the 202 answers, in milliseconds.
-func postLoad(ctx context.Context, cfg Config, client *http.Client, bodies []body, rep *Report) []float64 {
+func postLoad(ctx context.Context, cfg Config, client *http.Client, bodies []body, rep *Report, rec *report.Recorder, accepted *atomic.Int64) []float64 {
 	ctx, cancel := context.WithTimeout(ctx, cfg.Duration)
 	defer cancel()
-	var requests, accepted, rejected, refused, failed atomic.Int64
+	var requests, rejected, refused, failed atomic.Int64
 	var firstFailure atomic.Value
 	var mu sync.Mutex
 	var all []float64
@@ -376,8 +394,10 @@ func postLoad(ctx context.Context, cfg Config, client *http.Client, bodies []bod
 					accepted.Add(int64(a.Accepted))
 					rejected.Add(int64(len(a.Rejected)))
 					lat = append(lat, float64(took.Microseconds())/1000)
+					rec.Observe(a.Accepted, took)
 				case http.StatusTooManyRequests, http.StatusServiceUnavailable:
 					refused.Add(1)
+					rec.Refuse(1)
 					wait := time.Second
 					if s, err := strconv.Atoi(resp.Header.Get("Retry-After")); err == nil && s > 0 {
 						wait = time.Duration(s) * time.Second
@@ -517,12 +537,4 @@ func rawCopy(ctx context.Context, cfg Config, bodies []body, rep *Report) error 
 	rep.RawCopyRows = copied.Load()
 	rep.RawCopyPerSecond = float64(rep.RawCopyRows) / time.Since(start).Seconds()
 	return nil
-}
-
-func percentile(sorted []float64, q float64) float64 {
-	if len(sorted) == 0 {
-		return math.NaN()
-	}
-	i := int(math.Ceil(q*float64(len(sorted)))) - 1
-	return sorted[max(0, min(i, len(sorted)-1))]
 }

@@ -24,11 +24,33 @@ type Handlers struct {
 	tokens *Tokens
 	keys   *KeyAdmin
 	audit  AuditReader // nil: /v1/audit is not mounted
+	orgs   OrgResolver // nil: an orgId is taken as an id
+}
+
+// OrgResolver names an organization by its id or its slug, as the caller sees it: one it cannot
+// see is a NotFound fault. *orgs.Service (carehub/processors/orgs) is the real one.
+type OrgResolver interface {
+	OrgID(ctx context.Context, ref string) (string, error)
 }
 
 // NewHandlers returns the handlers; audit may be nil.
 func NewHandlers(tokens *Tokens, keys *KeyAdmin, audit AuditReader) *Handlers {
 	return &Handlers{tokens: tokens, keys: keys, audit: audit}
+}
+
+// WithOrgs makes the orgId of POST /v1/api-keys and GET /v1/audit accept a slug, as every other
+// place that names an organization does.
+func (h *Handlers) WithOrgs(orgs OrgResolver) *Handlers {
+	h.orgs = orgs
+	return h
+}
+
+// orgID resolves ref (an organization's id or slug; empty stays empty) to the organization's id.
+func (h *Handlers) orgID(ctx context.Context, ref string) (string, error) {
+	if ref == "" || h.orgs == nil {
+		return ref, nil
+	}
+	return h.orgs.OrgID(ctx, ref)
 }
 
 // Routes mounts the endpoints that need a credential on r, which must be behind
@@ -119,8 +141,8 @@ func (h *Handlers) GetKey(w http.ResponseWriter, r *http.Request) {
 	envelope.WriteJSON(w, http.StatusOK, k)
 }
 
-// CreateKey is POST /v1/api-keys: body {name, mode, scopes, ipAllowlist, orgId (platform
-// operator only)}; 201 with the key's secret under "key", shown this once.
+// CreateKey is POST /v1/api-keys: body {name, mode, scopes, ipAllowlist, orgId (id or slug;
+// platform operator only)}; 201 with the key's secret under "key", shown this once.
 func (h *Handlers) CreateKey(w http.ResponseWriter, r *http.Request) {
 	var body struct {
 		OrgID       string   `json:"orgId"`
@@ -133,7 +155,12 @@ func (h *Handlers) CreateKey(w http.ResponseWriter, r *http.Request) {
 		envelope.WriteError(w, r, err)
 		return
 	}
-	ck, err := h.keys.Create(r.Context(), NewKey{OrgID: body.OrgID, Name: body.Name, Mode: body.Mode,
+	orgID, err := h.orgID(r.Context(), body.OrgID)
+	if err != nil {
+		envelope.WriteError(w, r, err)
+		return
+	}
+	ck, err := h.keys.Create(r.Context(), NewKey{OrgID: orgID, Name: body.Name, Mode: body.Mode,
 		Scopes: body.Scopes, IPAllowlist: body.IPAllowlist})
 	if err != nil {
 		envelope.WriteError(w, r, err)
@@ -167,8 +194,8 @@ func (h *Handlers) RevokeKey(w http.ResponseWriter, r *http.Request) {
 }
 
 // Audit is GET /v1/audit: query from, to (RFC 3339; from inclusive, to exclusive), keyId,
-// patientId, operation (exact), limit (1..1000, default 100), cursor, and orgId (platform
-// operator only). 200 {data: [record], meta: {total, cursor}}, newest first.
+// patientId, operation (exact), limit (1..1000, default 100), cursor, and orgId (id or slug;
+// platform operator only). 200 {data: [record], meta: {total, cursor}}, newest first.
 func (h *Handlers) Audit(w http.ResponseWriter, r *http.Request) {
 	q := envelope.NewQuery(r)
 	aq := storage.AuditQuery{OrgID: q.Str("orgId"), KeyID: q.Str("keyId"), PatientID: q.Str("patientId"),
@@ -180,6 +207,11 @@ func (h *Handlers) Audit(w http.ResponseWriter, r *http.Request) {
 	}
 	if !aq.From.IsZero() && aq.To.Before(aq.From) && !aq.To.IsZero() {
 		envelope.WriteError(w, r, fault.Validation("to must not be before from", map[string]string{"to": "must not be before from"}))
+		return
+	}
+	var err error
+	if aq.OrgID, err = h.orgID(r.Context(), aq.OrgID); err != nil {
+		envelope.WriteError(w, r, err)
 		return
 	}
 	page, err := h.audit.Query(r.Context(), aq)

@@ -209,7 +209,7 @@ func startEdge(s *Node, _, _ context.Context) error {
 	}
 	s.closers = append(s.closers, func(context.Context) error { pub.Close(5 * time.Second); return nil })
 	s.edge = server.Edge{Authn: s.authn, Auditor: auth.NewAuditor(pub, auth.WithRegisterer(s.registry)),
-		Handlers: auth.NewHandlers(s.tokens, auth.NewKeyAdmin(s.keys, s.authn), audit.NewService(s.auditLog))}
+		Handlers: auth.NewHandlers(s.tokens, auth.NewKeyAdmin(s.keys, s.authn), audit.NewService(s.auditLog)).WithOrgs(orgs.New(s.pool))}
 	return nil
 }
 

@@ -34,6 +34,7 @@ import (
 	"time"
 
 	"carehub/api/pipelinetest"
+	loadreport "carehub/loadtest/report"
 )
 
 // Bounds of a run: the tool must not be able to run away.
@@ -55,8 +56,9 @@ type config struct {
 	Sample   int     // every Sample-th publish of each client is sampled for visibility
 	Poll     time.Duration
 	Drain    time.Duration
-	Payload  int // bytes of filler in each payload
-	Batch    int // events per call: 1 publishes with GraphQL publishEvent, more with POST /v1/events
+	Payload  int  // bytes of filler in each payload
+	Batch    int  // events per call: 1 publishes with GraphQL publishEvent, more with POST /v1/events
+	Quiet    bool // no progress line
 }
 
 func (c *config) validate() error {
@@ -122,6 +124,8 @@ func main() {
 	flag.IntVar(&cfg.Payload, "payload", 0, "extra bytes of filler in each event's payload")
 	flag.IntVar(&cfg.Batch, "batch", 1, "events per call: 1 uses GraphQL publishEvent, 2..1000 an array to POST /v1/events")
 	jsonOut := flag.String("json", "", "also write the report as JSON to this file (- for stdout)")
+	results := flag.String("results", "", "write the report (JSON, PNG chart, HTML page) under this directory")
+	flag.BoolVar(&cfg.Quiet, "quiet", false, "no progress line on stderr")
 	flag.Parse()
 	for k := range strings.SplitSeq(keys, ",") {
 		if k = strings.TrimSpace(k); k != "" {
@@ -134,6 +138,7 @@ func main() {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	started := time.Now()
 	rep, err := run(ctx, cfg, os.Stderr)
 	if rep != nil {
 		rep.print(os.Stdout)
@@ -141,6 +146,14 @@ func main() {
 			if werr := writeJSON(*jsonOut, rep); werr != nil && err == nil {
 				err = werr
 			}
+		}
+		if *results != "" {
+			f, werr := loadreport.Write(*results, loadreport.Report{Scenario: "events", Started: started, Unit: "events/s",
+				LagName: "samples not yet in the log", Summary: rep, Series: rep.Series})
+			if werr != nil && err == nil {
+				err = werr
+			}
+			fmt.Printf("report: %s (chart %s, page %s)\n", f.JSON, f.PNG, f.HTML)
 		}
 	}
 	if err != nil {
@@ -217,6 +230,20 @@ func run(ctx context.Context, cfg config, logw io.Writer) (*report, error) {
 		defer t.Stop()
 		pace = t.C
 	}
+	rec := loadreport.NewRecorder(loadreport.Options{Unit: "events/s", LagName: "samples not yet in the log", Quiet: cfg.Quiet,
+		Lag: func() float64 {
+			mu.Lock()
+			defer mu.Unlock()
+			n := 0
+			for _, s := range samples {
+				if s.id != "" && s.seen.IsZero() {
+					n++
+				}
+			}
+			return float64(n)
+		}})
+	rec.Start()
+	defer rec.Stop()
 	loadCtx, endLoad := context.WithTimeout(ctx, cfg.Duration)
 	defer endLoad()
 	began := time.Now()
@@ -267,6 +294,7 @@ func run(ctx context.Context, cfg config, logw io.Writer) (*report, error) {
 				cancel()
 				if wait, ok := pipelinetest.RateLimited(err); ok {
 					limited.Add(1)
+					rec.Refuse(1)
 					if sm != nil {
 						mu.Lock()
 						sm.sent = time.Time{} // not published: never to be seen
@@ -289,6 +317,7 @@ func run(ctx context.Context, cfg config, logw io.Writer) (*report, error) {
 				published.Add(int64(cfg.Batch))
 				calls.Add(1)
 				local = append(local, took)
+				rec.Observe(cfg.Batch, took)
 				if sm != nil {
 					mu.Lock()
 					sm.id = p.ID
@@ -370,6 +399,7 @@ func run(ctx context.Context, cfg config, logw io.Writer) (*report, error) {
 	close(publishingDone)
 	fmt.Fprintf(logw, "eventload: publishing ended after %v; waiting up to %v for the log\n", elapsed.Round(time.Millisecond), cfg.Drain)
 	readErr := <-readerDone
+	rep.Series = rec.Stop()
 
 	mu.Lock()
 	var visible []time.Duration
@@ -452,6 +482,9 @@ type report struct {
 	Reads           int      `json:"logReads"`
 	ReadErrors      int      `json:"logReadErrors"`
 	InLog           int64    `json:"inLog"`
+	// Series is the run second by second (events/s acknowledged, publish call latency, sampled
+	// events not yet visible in the log), for loadtest/report's chart.
+	Series []loadreport.Point `json:"-"`
 }
 
 type msDist struct {

@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"carehub/loadtest"
+	"carehub/loadtest/report"
 )
 
 func main() {
@@ -47,6 +48,8 @@ func run() error {
 		self        = flag.Bool("self", false, "start an in-process pipeline (embedded broker, local Postgres with demo data) and load it")
 		dataDir     = flag.String("data-dir", "", "with -self: where Postgres and the broker keep their data (default: a new directory under /tmp, removed after)")
 		out         = flag.String("out", "", "also write the report as JSON to this file")
+		results     = flag.String("results", "", "write the report (JSON, PNG chart, HTML page) under this directory")
+		quiet       = flag.Bool("quiet", false, "no progress line on stderr")
 		budget      = flag.Duration("latency-budget", 0, "with -self: intake's accept → stored budget (default 1s; negative disables it)")
 		maxLag      = flag.Int64("max-lag", 0, "with -self: the writer lag past which intake answers 503 (default 200,000; -1 disables backpressure)")
 		cpuProfile  = flag.String("cpuprofile", "", "write a CPU profile of this process (with -self: of the whole pipeline) to this file")
@@ -66,7 +69,7 @@ func run() error {
 
 	cfg := loadtest.Config{URL: *url, Keys: split(*keys), MetricsURLs: split(*metricsURLs), Brokers: split(*brokers),
 		Devices: *devices, Batch: *batch, Duration: *duration, MaxRequests: *maxRequests, Format: *format,
-		Patients: *patientsN, Drain: *drain, Logger: logger}
+		Patients: *patientsN, Drain: *drain, Logger: logger, Progress: !*quiet}
 	if *self {
 		dir := *dataDir
 		if dir == "" {
@@ -103,6 +106,7 @@ func run() error {
 		}
 		defer pprof.StopCPUProfile()
 	}
+	started := time.Now()
 	rep, err := loadtest.RunObservations(ctx, cfg)
 	if err != nil {
 		return err
@@ -116,6 +120,14 @@ func run() error {
 		if err := os.WriteFile(*out, append(b, '\n'), 0o644); err != nil {
 			return err
 		}
+	}
+	if *results != "" {
+		f, err := report.Write(*results, report.Report{Scenario: "observations", Started: started, Unit: "observations/s",
+			LagName: "records behind", Summary: finite(rep), Series: rep.Series})
+		if err != nil {
+			return err
+		}
+		fmt.Printf("report: %s (chart %s, page %s)\n", f.JSON, f.PNG, f.HTML)
 	}
 	return nil
 }

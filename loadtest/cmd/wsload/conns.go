@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/coder/websocket"
+
+	loadreport "carehub/loadtest/report"
 )
 
 const eventStreamQuery = `subscription($projectId: ID!, $types: [String!]) {
@@ -33,6 +35,7 @@ type fleet struct {
 	handshake hist        // dial start → connection_ack
 	received  atomic.Int64
 	open      atomic.Int64
+	rec       *loadreport.Recorder // the progress line and report series; nil: none
 
 	mu     sync.Mutex
 	conns  []*websocket.Conn
@@ -128,6 +131,9 @@ func (f *fleet) read(ctx context.Context, conn *websocket.Conn) {
 		f.received.Add(1)
 		if sent, ok := numberAfter(data, keySentAt); ok {
 			f.fromCall.record(now.Sub(time.Unix(0, sent)))
+			if f.rec != nil {
+				f.rec.Observe(1, now.Sub(time.Unix(0, sent)))
+			}
 		}
 		if i := bytes.Index(data, keyTime); i >= 0 {
 			rest := data[i+len(keyTime):]

@@ -24,6 +24,7 @@ import (
 	"syscall"
 	"time"
 
+	loadreport "carehub/loadtest/report"
 	"carehub/storage/kafka"
 )
 
@@ -49,6 +50,8 @@ type config struct {
 	payload              int
 	dialConcurrency      int
 	out                  string
+	results              string
+	quiet                bool
 }
 
 func main() {
@@ -59,9 +62,19 @@ func main() {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	started := time.Now()
 	rep, err := run(ctx, cfg)
 	if rep != nil {
 		rep.print(os.Stdout)
+		if cfg.results != "" {
+			f, werr := loadreport.Write(cfg.results, loadreport.Report{Scenario: "subscriptions", Started: started, Unit: "messages/s",
+				LagName: "messages not yet delivered", Summary: rep, Series: rep.Series})
+			if werr != nil {
+				fmt.Fprintln(os.Stderr, "wsload:", werr)
+			} else {
+				fmt.Printf("report: %s (chart %s, page %s)\n", f.JSON, f.PNG, f.HTML)
+			}
+		}
 		if cfg.out != "" {
 			b, _ := json.MarshalIndent(rep, "", "  ")
 			if werr := os.WriteFile(cfg.out, append(b, '\n'), 0o644); werr != nil {
@@ -98,6 +111,8 @@ func parseFlags(args []string) (config, error) {
 	fs.IntVar(&c.payload, "payload", 0, fmt.Sprintf("padding bytes added to each event's payload (≤ %d)", maxPayload))
 	fs.IntVar(&c.dialConcurrency, "dial-concurrency", 100, "connections opened at once")
 	fs.StringVar(&c.out, "out", "", "also write the report as JSON to this file")
+	fs.StringVar(&c.results, "results", "", "write the report (JSON, PNG chart, HTML page) under this directory")
+	fs.BoolVar(&c.quiet, "quiet", false, "no progress line on stderr")
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}
@@ -300,12 +315,18 @@ func run(ctx context.Context, cfg config) (*report, error) {
 	f.measuring.Store(true)
 
 	pub := &publisher{plan: p, sender: snd, workers: cfg.publishers, pad: strings.Repeat("x", cfg.payload)}
+	rec := loadreport.NewRecorder(loadreport.Options{Unit: "messages/s", LagName: "messages not yet delivered", Quiet: cfg.quiet,
+		Lag: func() float64 { return float64(max(0, pub.expected.Load()-f.received.Load())) }})
+	pub.rec, f.rec = rec, rec
+	rec.Start()
+	defer rec.Stop()
 	cpu0 := selfCPU()
 	elapsed := pub.run(ctx, cfg.rate, cfg.duration)
 	published := time.Now()
 	for f.received.Load() < pub.expected.Load() && time.Since(published) < cfg.drain && ctx.Err() == nil {
 		time.Sleep(50 * time.Millisecond)
 	}
+	rep.Series = rec.Stop()
 	deliveredIn := time.Since(published) + elapsed
 	after, err := n.metrics(context.Background(), cfg.metricsURL, serverMetrics...)
 	if err != nil {

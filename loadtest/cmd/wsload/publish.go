@@ -12,6 +12,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	loadreport "carehub/loadtest/report"
 	"carehub/storage"
 	"carehub/storage/ids"
 )
@@ -59,6 +60,7 @@ type publisher struct {
 	limited  atomic.Int64
 	expected atomic.Int64
 	firstErr atomic.Value
+	rec      *loadreport.Recorder // nil: no progress line
 }
 
 type job struct {
@@ -118,6 +120,9 @@ func (p *publisher) one(ctx context.Context, jb job) {
 		var ge *gqlError
 		if errors.As(err, &ge) && ge.code == "RATE_LIMITED" {
 			p.limited.Add(1)
+			if p.rec != nil {
+				p.rec.Refuse(1)
+			}
 		} else {
 			p.failed.Add(1)
 		}

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"io"
 	"time"
+
+	loadreport "carehub/loadtest/report"
 )
 
 // report is what a run measured; print writes it for people, -out as JSON.
@@ -14,6 +16,9 @@ type report struct {
 	Delivery deliveryReport `json:"delivery"`
 	Server   serverReport   `json:"server"`
 	Client   clientReport   `json:"client"`
+	// Series is the publishing and drain phases second by second (messages delivered per
+	// second, publish → received latency, messages not yet delivered), for loadtest/report.
+	Series []loadreport.Point `json:"-"`
 }
 
 type reportConfig struct {

@@ -1,0 +1,80 @@
+package report
+
+import (
+	"bytes"
+	"encoding/json"
+	"image/png"
+	"os"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestTickAndLines(t *testing.T) {
+	var out bytes.Buffer
+	r := NewRecorder(Options{Unit: "obs/s", LagName: "records behind", Lag: func() float64 { return 0 }, Out: &out})
+	t0 := r.start
+	for i := range 100 {
+		r.Observe(10, time.Duration(i+1)*time.Millisecond) // 1..100 ms
+	}
+	r.Refuse(3)
+	p := r.Tick(t0.Add(2*time.Second), 1234)
+	if p.Rate != 500 || p.P50Ms != 50 || p.P99Ms != 99 || p.Lag != 1234 || p.Refused != 3 || p.Seconds != 2 {
+		t.Fatalf("first interval: %+v; want rate 500, p50 50, p99 99, lag 1234, refused 3 at 2 s", p)
+	}
+	// The next interval starts empty.
+	r.Observe(1, 7*time.Millisecond)
+	p = r.Tick(t0.Add(3*time.Second), 0)
+	if p.Rate != 1 || p.P50Ms != 7 || p.P99Ms != 7 || p.Refused != 0 {
+		t.Fatalf("second interval: %+v", p)
+	}
+	r.print(p)
+	if got := out.String(); strings.Contains(got, "\r") || !strings.HasSuffix(got, "\n") ||
+		!strings.Contains(got, "obs/s") || !strings.Contains(got, "records behind 0") || !strings.Contains(got, "refused 0") {
+		t.Errorf("progress line off a terminal: %q; want a plain line with rate, lag and refusals", got)
+	}
+	if n := len(r.Points()); n != 2 {
+		t.Errorf("%d points, want 2", n)
+	}
+}
+
+func TestWrite(t *testing.T) {
+	dir := t.TempDir()
+	r := Report{Scenario: "observations", Started: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC), Unit: "observations/s",
+		LagName: "records behind", Summary: map[string]any{"acceptedPerSecond": 12345.5, "nested": map[string]any{"p99Ms": 87}}}
+	for i := range 30 {
+		r.Series = append(r.Series, Point{Seconds: float64(i + 1), Rate: float64(1000 * i), P50Ms: 10, P99Ms: float64(20 + i), Lag: float64(100 * i), Refused: int64(i % 3)})
+	}
+	f, err := Write(dir, r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasSuffix(f.PNG, "observations-20260102T030405Z.png") {
+		t.Errorf("PNG path %s", f.PNG)
+	}
+	b, err := os.ReadFile(f.PNG)
+	if err != nil {
+		t.Fatal(err)
+	}
+	img, err := png.Decode(bytes.NewReader(b))
+	if err != nil {
+		t.Fatalf("the chart is not a PNG: %v", err)
+	}
+	if w, h := img.Bounds().Dx(), img.Bounds().Dy(); w < 600 || h < 3*150 {
+		t.Errorf("chart %dx%d: want three panels", w, h)
+	}
+	var back Report
+	js, _ := os.ReadFile(f.JSON)
+	if err := json.Unmarshal(js, &back); err != nil || len(back.Series) != 30 || back.Scenario != "observations" {
+		t.Fatalf("JSON report: %v, %d points", err, len(back.Series))
+	}
+	html, _ := os.ReadFile(f.HTML)
+	for _, want := range []string{`src="data:image/png;base64,iVBOR`, "acceptedPerSecond", "12345.5", "nested.p99Ms", "records behind"} {
+		if !bytes.Contains(html, []byte(want)) {
+			t.Errorf("HTML page lacks %q", want)
+		}
+	}
+	if bytes.Contains(html, []byte("ZgotmplZ")) {
+		t.Error("HTML page: the template refused the chart's data URL")
+	}
+}
