@@ -65,10 +65,10 @@ type Query struct {
 	// Resource filters (payload ids). A patient filter needs read:patients: which events
 	// concern a patient is patient data.
 	PatientID, AgentID, WorkflowID, DeploymentID string
-	Ascending bool              // oldest first
-	Total     storage.TotalMode // exact (default), estimate or none
-	Limit     int               // 1..1000
-	Cursor    string            // from an earlier page
+	Ascending                                    bool              // oldest first
+	Total                                        storage.TotalMode // exact (default), estimate or none
+	Limit                                        int               // 1..1000
+	Cursor                                       string            // from an earlier page
 }
 
 // Page is a page of events as the caller may see them.

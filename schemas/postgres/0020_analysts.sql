@@ -1,5 +1,5 @@
 -- Analysts' queries on the event log (issue 17): resource filters, organization-wide ranges and
--- per-organization retention.
+-- per-organization retention (EventLog.PurgeEvents).
 --
 -- Resource filters match the ids an event's payload names. Each has an expression index led by
 -- the project and ordered as pages are, so a page of one patient's (agent's, workflow's,
@@ -17,13 +17,3 @@ create index event_log_deployment on event_log (project_id, (payload->>'deployme
 -- Organization-wide aggregations over a time range, and retention (a batched DELETE of one
 -- organization's oldest rows).
 create index event_log_org_time on event_log (org_id, created_at);
-
--- Per-organization retention of the event log and the audit log, in days; no row = keep
--- forever. The audit log keeps at least six years (HIPAA, 45 CFR 164.316(b)(2)); the check
--- makes that a floor no API or operator can go below (6 × 365 + 2 leap days).
-create table retention_policies (
-    org_id      text primary key references organizations (id) on delete cascade,
-    event_days  integer check (event_days is null or event_days >= 1),
-    audit_days  integer check (audit_days is null or audit_days >= 2192),
-    updated_at  timestamptz not null default now()
-);
