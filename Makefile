@@ -186,6 +186,21 @@ test-clickhouse: postgres-binaries node-deps fuzz-deps ## run the suites that us
 	CAREHUB_CLICKHOUSE_URL=$(CLICKHOUSE_URL) CAREHUB_SCHEMATHESIS=$(FUZZ_VENV)/bin/schemathesis \
 	$(GO) test $(CLICKHOUSE_TESTFLAGS) $(CLICKHOUSE_PKGS)
 
+ANALYSTS_CH_EVENTS ?= 10000000
+ANALYSTS_PG_EVENTS ?= 1000000
+ANALYSTS_PG_URL    ?=
+
+# The analysts' query shapes at scale (docs/PERFORMANCE.md, Analysts): loads ANALYSTS_CH_EVENTS
+# into a fresh database of the local ClickHouse engine and, when ANALYSTS_PG_URL names an empty
+# Postgres database, ANALYSTS_PG_EVENTS into it; prints p50/p99 per shape and the export rate.
+.PHONY: bench-analysts
+bench-analysts: ## load events at scale and time the analysts' queries (ClickHouse; Postgres with ANALYSTS_PG_URL)
+	@set -e; $(CLICKHOUSE_SH) up; $(GO) build -o bin/analystload ./loadtest/cmd/analystload; \
+	db=analysts_bench_$$(date +%s); curl -sf http://127.0.0.1:$(CLICKHOUSE_HTTP_PORT)/ --data-binary "CREATE DATABASE $$db"; \
+	bin/analystload -store clickhouse -url clickhouse://127.0.0.1:$(CLICKHOUSE_TCP_PORT)/$$db -events $(ANALYSTS_CH_EVENTS); \
+	curl -sf http://127.0.0.1:$(CLICKHOUSE_HTTP_PORT)/ --data-binary "DROP DATABASE $$db"; \
+	if [ -n "$(ANALYSTS_PG_URL)" ]; then bin/analystload -store postgres -url "$(ANALYSTS_PG_URL)" -events $(ANALYSTS_PG_EVENTS); fi
+
 SCALE_KAFKA_PORT ?= 19092
 
 # Scale-out on the real engines, each fresh: its own Kafka broker (not KAFKA_PORT's, whose topics

@@ -8,6 +8,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"strings"
 	"time"
 )
 
@@ -27,17 +28,65 @@ type Event struct {
 	CreatedAt time.Time       `json:"createdAt"`
 }
 
-// EventQuery selects events of one project, newest first.
+// EventQuery selects events of one project, newest first unless Ascending.
 type EventQuery struct {
 	OrgID     string    // required unless the caller is the platform operator ("" = any organization)
 	ProjectID string    // required
 	Type      string    // exact type, optional
+	Types     []string  // any of these: an exact type or a prefix pattern "agent.*"; empty = every type
 	Since     time.Time // events created at or after Since; zero = no bound
-	Limit     int       // 1..1000; 0 = the implementation's default (100), more is clamped to 1000
-	Cursor    string    // from an earlier page's NextCursor; a foreign one gives ErrBadCursor
+	To        time.Time // events created before To; zero = no bound
+	// Resource filters: ids named by the payload (patientId, agentId, workflowId or workflow_id,
+	// deploymentId); "" = no filter.
+	PatientID, AgentID, WorkflowID, DeploymentID string
+	Ascending                                    bool      // oldest first (created_at asc, id asc)
+	Total                                        TotalMode // how Total is computed: exact (the default), estimated or omitted
+	Limit                                        int       // 1..1000; 0 = the implementation's default (100), more is clamped to 1000
+	Cursor                                       string    // from an earlier page's NextCursor; a foreign one gives ErrBadCursor
 }
 
-// EventPage is one page of events. Total counts every match of the query, not only this page.
+// TotalMode says how a page's Total is computed.
+type TotalMode string
+
+// Total modes. An exact count reads every match; an estimate costs what the store's statistics
+// cost (Postgres: the planner's row estimate; ClickHouse: the count before duplicates collapse);
+// none skips counting, for deep paging and export.
+const (
+	TotalExact    TotalMode = ""
+	TotalEstimate TotalMode = "estimate"
+	TotalNone     TotalMode = "none"
+)
+
+// MatchesType reports whether typ matches pattern: an exact type, "prefix.*" (any type under
+// prefix) or "*".
+func MatchesType(pattern, typ string) bool {
+	if pattern == "*" {
+		return true
+	}
+	if prefix, ok := strings.CutSuffix(pattern, ".*"); ok {
+		return strings.HasPrefix(typ, prefix+".")
+	}
+	return pattern == typ
+}
+
+// SplitTypePatterns splits type patterns into exact types and prefixes: "agent.*" gives the
+// prefix "agent.", "*" the prefix "" (every type). exact is never nil; prefixes is nil when
+// every pattern is exact.
+func SplitTypePatterns(patterns []string) (exact, prefixes []string) {
+	exact = []string{}
+	for _, p := range patterns {
+		switch prefix, ok := strings.CutSuffix(p, "*"); {
+		case ok && (prefix == "" || strings.HasSuffix(prefix, ".")):
+			prefixes = append(prefixes, prefix)
+		default:
+			exact = append(exact, p)
+		}
+	}
+	return exact, prefixes
+}
+
+// EventPage is one page of events. Total counts every match of the query, not only this page,
+// as the query's TotalMode asks (0 when none).
 type EventPage struct {
 	Events     []Event
 	Total      int64
@@ -49,8 +98,58 @@ type EventLog interface {
 	// AppendEvents stores events durably before returning. It is idempotent by event id: appending
 	// an event whose id is already stored leaves exactly one copy.
 	AppendEvents(ctx context.Context, events []Event) error
-	// QueryEvents returns events matching q, newest first (created_at desc, id desc).
+	// QueryEvents returns events matching q, newest first (created_at desc, id desc), or
+	// oldest first (asc) when q.Ascending.
 	QueryEvents(ctx context.Context, q EventQuery) (EventPage, error)
+	// AggregateEvents counts (or measures) the events matching q, grouped as q asks.
+	AggregateEvents(ctx context.Context, q AggregateQuery) ([]AggregateRow, error)
+	// PurgeEvents deletes the events of orgID created before before and returns how many it
+	// deleted (ClickHouse: how many matched when the deletion was issued).
+	PurgeEvents(ctx context.Context, orgID string, before time.Time) (int64, error)
+}
+
+// Buckets of AggregateQuery.
+const (
+	BucketNone   = ""
+	BucketMinute = "minute"
+	BucketHour   = "hour"
+	BucketDay    = "day"
+)
+
+// Groupings of AggregateQuery.
+const (
+	GroupNone     = ""
+	GroupType     = "type"
+	GroupSeverity = "severity"
+	GroupProject  = "project"
+	GroupStatus   = "status" // the payload's status (agent sessions, workflow runs)
+)
+
+// AggregateQuery selects events of an organization (or one of its projects) in [From, To) and
+// groups them by time bucket and by a key.
+type AggregateQuery struct {
+	OrgID      string   // "" = any organization (platform operator)
+	ProjectID  string   // "" = every project of OrgID
+	Types      []string // patterns as in EventQuery.Types; empty = every type
+	Severities []string // envelope severities; empty = every severity
+	From, To   time.Time
+	Bucket     string         // BucketNone, BucketMinute, BucketHour or BucketDay
+	Location   *time.Location // the time zone buckets start in; nil = UTC
+	GroupBy    string         // GroupNone, GroupType, GroupSeverity, GroupProject or GroupStatus
+	// Latency adds percentiles of the payload's run time (latencyMs, durationMs or duration_ms)
+	// over the events that carry one.
+	Latency bool
+}
+
+// AggregateRow is one group of AggregateEvents: its bucket's start (zero without buckets), its
+// key (empty without grouping), how many events fell in it and, with Latency, how many carried
+// a run time and its 50th, 90th and 99th percentiles (linear interpolation, as percentile_cont).
+type AggregateRow struct {
+	Bucket        time.Time
+	Key           string
+	Count         int64
+	Measured      int64
+	P50, P90, P99 float64
 }
 
 // AuditRecord is one HIPAA audit entry: who called what, touching which resources, with what
@@ -89,6 +188,7 @@ type AuditQuery struct {
 	KeyID     string
 	PatientID string
 	Operation string
+	Total     TotalMode // as in EventQuery
 	Limit     int
 	Cursor    string
 }
@@ -104,4 +204,11 @@ type AuditPage struct {
 type AuditLog interface {
 	AppendAudit(ctx context.Context, records []AuditRecord) error
 	QueryAudit(ctx context.Context, q AuditQuery) (AuditPage, error)
+	// PurgeAudit deletes the records of orgID older than before, as PurgeEvents does. Callers
+	// enforce the retention floor (AuditRetentionFloorYears); the store deletes what it is asked to.
+	PurgeAudit(ctx context.Context, orgID string, before time.Time) (int64, error)
 }
+
+// AuditRetentionFloorYears is the shortest time audit records may be kept: HIPAA asks six years
+// (45 CFR 164.316(b)(2)).
+const AuditRetentionFloorYears = 6

@@ -4,6 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
+	"strconv"
+	"strings"
+	"time"
 
 	"github.com/gorilla/mux"
 
@@ -16,6 +19,7 @@ import (
 // AuditReader answers audit log reads; *audit.Service (carehub/processors/audit) is the real one.
 type AuditReader interface {
 	Query(ctx context.Context, q storage.AuditQuery) (storage.AuditPage, error)
+	Export(ctx context.Context, q storage.AuditQuery, emit func(r storage.AuditRecord, cursor string) error) error
 }
 
 // Handlers serves the REST endpoints of authentication: the token exchange, the JWKS, API key
@@ -64,6 +68,10 @@ func (h *Handlers) orgID(ctx context.Context, ref string) (string, error) {
 //	POST   /v1/api-keys/{id}/revoke
 //	DELETE /v1/api-keys/{id}
 //	GET    /v1/audit
+//	GET    /v1/audit/export
+//
+// The audit log has no write, edit or delete route: records are written by the audit pipeline
+// only and removed only by retention, never before the HIPAA floor.
 func (h *Handlers) Routes(r *mux.Router) {
 	r.HandleFunc("/v1/auth/token", h.Token).Methods(http.MethodPost)
 	r.HandleFunc("/v1/api-keys", h.ListKeys).Methods(http.MethodGet)
@@ -74,6 +82,7 @@ func (h *Handlers) Routes(r *mux.Router) {
 	r.HandleFunc("/v1/api-keys/{id}", h.RevokeKey).Methods(http.MethodDelete)
 	if h.audit != nil {
 		r.HandleFunc("/v1/audit", h.Audit).Methods(http.MethodGet)
+		r.HandleFunc("/v1/audit/export", h.AuditExport).Methods(http.MethodGet)
 	}
 }
 
@@ -198,19 +207,9 @@ func (h *Handlers) RevokeKey(w http.ResponseWriter, r *http.Request) {
 // platform operator only). 200 {data: [record], meta: {total, cursor}}, newest first.
 func (h *Handlers) Audit(w http.ResponseWriter, r *http.Request) {
 	q := envelope.NewQuery(r)
-	aq := storage.AuditQuery{OrgID: q.Str("orgId"), KeyID: q.Str("keyId"), PatientID: q.Str("patientId"),
-		Operation: q.Str("operation"), Cursor: q.Str("cursor"), From: q.Time("from"), To: q.Time("to"),
-		Limit: q.Int("limit", 0, 1, 1000)}
-	if err := q.Err(); err != nil {
-		envelope.WriteError(w, r, err)
-		return
-	}
-	if !aq.From.IsZero() && aq.To.Before(aq.From) && !aq.To.IsZero() {
-		envelope.WriteError(w, r, fault.Validation("to must not be before from", map[string]string{"to": "must not be before from"}))
-		return
-	}
-	var err error
-	if aq.OrgID, err = h.orgID(r.Context(), aq.OrgID); err != nil {
+	aq := auditQuery(q)
+	aq.Limit = q.Int("limit", 0, 1, 1000)
+	if err := h.checkAuditQuery(r.Context(), q, &aq); err != nil {
 		envelope.WriteError(w, r, err)
 		return
 	}
@@ -232,6 +231,71 @@ func (h *Handlers) Audit(w http.ResponseWriter, r *http.Request) {
 	}
 	envelope.WriteJSON(w, http.StatusOK, envelope.List[storage.AuditRecord]{Data: page.Records,
 		Meta: envelope.CursorMeta{Total: page.Total, Cursor: cursor}})
+}
+
+// auditQuery reads the filters GET /v1/audit and its export share: the compliance questions
+// (who touched patient X, everything key K did, in a time range).
+func auditQuery(q *envelope.Query) storage.AuditQuery {
+	return storage.AuditQuery{OrgID: q.Str("orgId"), KeyID: q.Str("keyId"), PatientID: q.Str("patientId"),
+		Operation: q.Str("operation"), Cursor: q.Str("cursor"), From: q.Time("from"), To: q.Time("to")}
+}
+
+// checkAuditQuery refuses a malformed audit query and resolves its orgId (an id or a slug).
+func (h *Handlers) checkAuditQuery(ctx context.Context, q *envelope.Query, aq *storage.AuditQuery) error {
+	if err := q.Err(); err != nil {
+		return err
+	}
+	var err error
+	if aq.OrgID, err = h.orgID(ctx, aq.OrgID); err != nil {
+		return err
+	}
+	if !aq.From.IsZero() && aq.To.Before(aq.From) && !aq.To.IsZero() {
+		return fault.Validation("to must not be before from", map[string]string{"to": "must not be before from"})
+	}
+	return nil
+}
+
+// ExportedAuditRecord is one line of an NDJSON audit export: the record and the cursor that
+// resumes the export after it.
+type ExportedAuditRecord struct {
+	storage.AuditRecord
+	Cursor string `json:"cursor"`
+}
+
+var auditColumns = []string{"id", "time", "orgId", "keyId", "mode", "clientIp", "userAgent", "operation",
+	"resourceIds", "patientIds", "outcome", "status", "latencyMs", "truncated", "authFailure", "credential", "cursor"}
+
+// AuditExport is GET /v1/audit/export: every record GET /v1/audit pages through (same filters),
+// newest first, streamed as NDJSON or CSV (gzip on request), each with its resume cursor.
+// Requires admin:org, like the list; the export is itself audited.
+func (h *Handlers) AuditExport(w http.ResponseWriter, r *http.Request) {
+	q := envelope.NewQuery(r)
+	aq := auditQuery(q)
+	format, compress := envelope.ExportOptions(q, r)
+	if err := h.checkAuditQuery(r.Context(), q, &aq); err != nil {
+		envelope.WriteError(w, r, err)
+		return
+	}
+	var out *envelope.Export
+	start := func() { out = envelope.StartExport(w, "audit", format, compress, auditColumns) }
+	err := h.audit.Export(r.Context(), aq, func(rec storage.AuditRecord, cursor string) error {
+		if out == nil {
+			start()
+		}
+		rec.ResourceIDs, rec.PatientIDs = nonNil(rec.ResourceIDs), nonNil(rec.PatientIDs)
+		return out.Write(ExportedAuditRecord{AuditRecord: rec, Cursor: cursor}, []string{rec.ID, rec.Time.Format(time.RFC3339Nano),
+			rec.OrgID, rec.KeyID, rec.Mode, rec.ClientIP, rec.UserAgent, rec.Operation, strings.Join(rec.ResourceIDs, " "),
+			strings.Join(rec.PatientIDs, " "), rec.Outcome, strconv.Itoa(rec.Status), strconv.Itoa(rec.LatencyMs),
+			strconv.FormatBool(rec.Truncated), rec.AuthFailure, rec.Credential, cursor})
+	})
+	if out == nil {
+		if err != nil {
+			envelope.WriteError(w, r, err)
+			return
+		}
+		start()
+	}
+	out.Close(err)
 }
 
 func nonNil(s []string) []string {

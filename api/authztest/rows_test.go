@@ -141,6 +141,10 @@ var rows = []row{
 	{op: "GET /v1/workflow-runs/{id}", tenant: true, rest: call("GET", func(f *fixture) string { return "/v1/workflow-runs/" + f.run }, nil)},
 	{op: "GET /v1/deployments/{id}", tenant: true, rest: call("GET", func(f *fixture) string { return "/v1/deployments/" + f.deployment }, nil)},
 	{op: "GET /v1/events", tenant: true, rest: call("GET", func(f *fixture) string { return "/v1/events?projectId=" + f.project }, nil)},
+	{op: "GET /v1/events/export", tenant: true, rest: call("GET", func(f *fixture) string { return "/v1/events/export?projectId=" + f.project }, nil)},
+	{op: "GET /v1/events/stats", tenant: true, rest: call("GET", func(f *fixture) string {
+		return "/v1/events/stats?from=2020-01-01T00:00:00Z&groupBy=type&projectId=" + f.project
+	}, nil)},
 	{op: "GET /v1/webhooks", tenant: true, rest: call("GET", func(f *fixture) string { return "/v1/webhooks?projectId=" + f.project }, nil)},
 	{op: "POST /api/v1/workflows/runs", scopes: sc(access.ExecWorkflows), tenant: true, rest: call("POST", fixed("/api/v1/workflows/runs"), func(f *fixture) any {
 		return map[string]any{"workflow_id": f.workflow, "trigger": "manual", "input": map[string]any{"patient_id": f.patient}}
@@ -201,6 +205,7 @@ var rows = []row{
 	{op: "GET /v1/api-keys/{id}", scopes: sc(access.AdminOrg), tenant: true, rest: call("GET", func(f *fixture) string { return "/v1/api-keys/" + f.spareKey(0) }, nil)},
 	{op: "POST /v1/api-keys/{id}/rotate", keyOnly: true, scopes: sc(access.AdminOrg), tenant: true, rest: call("POST", func(f *fixture) string { return "/v1/api-keys/" + f.spareKey(1) + "/rotate" }, nil)},
 	{op: "GET /v1/audit", scopes: sc(access.AdminOrg), rest: call("GET", fixed("/v1/audit?limit=5"), nil)},
+	{op: "GET /v1/audit/export", scopes: sc(access.AdminOrg), rest: call("GET", fixed("/v1/audit/export?from=2020-01-01T00:00:00Z&to=2020-01-02T00:00:00Z"), nil)},
 
 	// Operations that destroy or end their target.
 	{op: "POST /v1/api-keys/{id}/revoke", scopes: sc(access.AdminOrg), tenant: true, rest: call("POST", func(f *fixture) string { return "/v1/api-keys/" + f.spareKey(2) + "/revoke" }, nil)},

@@ -50,7 +50,9 @@ type Services struct {
 //	GET  /v1/workflows/{id}            one workflow
 //	GET  /v1/workflow-runs/{id}        one workflow run
 //	GET  /v1/deployments/{id}          one deployment
-//	GET  /v1/events                    a project's events, newest first, cursor-paginated
+//	GET  /v1/events                    a project's events, filtered, either order, cursor-paginated
+//	GET  /v1/events/export             the same events streamed as NDJSON or CSV (gzip), resumable
+//	GET  /v1/events/stats              event counts per bucket and group, rates, top-N, percentiles
 //	POST /v1/events                    publish one event or an array of up to 1,000, all or nothing
 //	GET  /v1/webhooks                  a project's webhook subscriptions, secrets masked
 //	POST /api/v1/workflows/runs        start a workflow run (trigger "event")
@@ -69,6 +71,8 @@ func Mount(public, authed *mux.Router, s Services) {
 		"/v1/workflow-runs/{id}": h.workflowRun,
 		"/v1/deployments/{id}":   h.deployment,
 		"/v1/events":             h.events,
+		"/v1/events/export":      h.exportEvents,
+		"/v1/events/stats":       h.eventStats,
 		"/v1/webhooks":           h.webhooks,
 	} {
 		authed.HandleFunc(path, fn).Methods(http.MethodGet)

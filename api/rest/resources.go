@@ -13,7 +13,6 @@ import (
 	"carehub/kernel/phi"
 	"carehub/processors/agents"
 	"carehub/processors/deployments"
-	"carehub/processors/feed"
 	"carehub/processors/marketplace"
 	"carehub/processors/orgs"
 	"carehub/processors/webhooks"
@@ -373,26 +372,6 @@ func deploymentOf(d *deployments.Deployment) Deployment {
 	return Deployment{ID: d.ID, ProjectID: d.ProjectID, InstallationID: d.InstallationID, Environment: d.Environment,
 		Status: d.Status, StatusReason: d.StatusReason, Replicas: d.Replicas, Endpoint: d.Endpoint, HIPAAMode: d.HIPAAMode,
 		DeployedAt: d.DeployedAt.UTC()}
-}
-
-func (h *handlers) events(w http.ResponseWriter, r *http.Request) {
-	q := envelope.NewQuery(r)
-	fq := feed.Query{ProjectID: q.ProjectID(), Type: q.Str("type"), Since: q.Time("since"),
-		Limit: q.Int("limit", 100, 1, 1000), Cursor: q.Str("cursor")}
-	if err := q.Err(); err != nil {
-		envelope.WriteError(w, r, err)
-		return
-	}
-	page, err := h.s.Feed.Events(r.Context(), fq)
-	if err != nil {
-		envelope.WriteError(w, r, err)
-		return
-	}
-	data := make([]Event, len(page.Events))
-	for i, e := range page.Events {
-		data[i] = eventOf(e)
-	}
-	envelope.WriteJSON(w, http.StatusOK, envelope.List[Event]{Data: data, Meta: envelope.CursorMeta{Total: page.Total, Cursor: optString(page.NextCursor)}})
 }
 
 func (h *handlers) webhooks(w http.ResponseWriter, r *http.Request) {

@@ -59,9 +59,16 @@ func New(pool *pgxpool.Pool, log storage.EventLog, opts ...Option) *Service {
 type Query struct {
 	ProjectID string
 	Type      string    // exact type, optional
+	Types     []string  // exact types or prefix patterns ("agent.*"), any of them; optional
 	Since     time.Time // zero for any time
-	Limit     int       // 1..1000
-	Cursor    string    // from an earlier page
+	To        time.Time // exclusive; zero for no end
+	// Resource filters (payload ids). A patient filter needs read:patients: which events
+	// concern a patient is patient data.
+	PatientID, AgentID, WorkflowID, DeploymentID string
+	Ascending                                    bool              // oldest first
+	Total                                        storage.TotalMode // exact (default), estimate or none
+	Limit                                        int               // 1..1000
+	Cursor                                       string            // from an earlier page
 }
 
 // Page is a page of events as the caller may see them.
@@ -71,19 +78,16 @@ type Page struct {
 	NextCursor string // "" on the last page
 }
 
-// Events returns a page of a project's events, newest first, with the total number of matches.
-// Events carrying patient data the caller may not see are redacted (phi.Guard). A project the
-// caller cannot see is NotFound; a cursor the log did not produce is Invalid.
+// Events returns a page of a project's events, newest first (oldest first with Ascending), with
+// the total number of matches as q.Total asks. Events carrying patient data the caller may not
+// see are redacted (phi.Guard). A project the caller cannot see is NotFound; a cursor the log
+// did not produce is Invalid.
 func (s *Service) Events(ctx context.Context, q Query) (Page, error) {
-	p, err := access.Caller(ctx)
+	eq, err := s.eventQuery(ctx, q)
 	if err != nil {
 		return Page{}, err
 	}
-	if _, err := s.projectOrg(ctx, p, q.ProjectID); err != nil {
-		return Page{}, err
-	}
-	page, err := s.log.QueryEvents(ctx, storage.EventQuery{OrgID: p.OrgFilter(), ProjectID: q.ProjectID, Type: q.Type,
-		Since: q.Since, Limit: q.Limit, Cursor: q.Cursor})
+	page, err := s.log.QueryEvents(ctx, eq)
 	if errors.Is(err, storage.ErrBadCursor) {
 		return Page{}, fault.Invalid("invalid cursor: pass the meta.cursor of an earlier response unchanged")
 	}
@@ -95,6 +99,54 @@ func (s *Service) Events(ctx context.Context, q Query) (Page, error) {
 		return Page{}, fmt.Errorf("events of %s: %w", q.ProjectID, err)
 	}
 	return Page{Events: evs, Total: page.Total, NextCursor: page.NextCursor}, nil
+}
+
+// eventQuery checks q for the caller (project visible, range ordered, patterns valid, a patient
+// filter allowed) and returns the store query.
+func (s *Service) eventQuery(ctx context.Context, q Query) (storage.EventQuery, error) {
+	p, err := access.Caller(ctx)
+	if err != nil {
+		return storage.EventQuery{}, err
+	}
+	if err := checkRange(q.Since, q.To, "since"); err != nil {
+		return storage.EventQuery{}, err
+	}
+	if err := checkPatterns(q.Types); err != nil {
+		return storage.EventQuery{}, err
+	}
+	if q.PatientID != "" {
+		if _, err := access.Require(ctx, access.ReadPatients); err != nil {
+			return storage.EventQuery{}, err
+		}
+		access.Touch(ctx, access.KindPatient, q.PatientID)
+	}
+	if _, err := s.projectOrg(ctx, p, q.ProjectID); err != nil {
+		return storage.EventQuery{}, err
+	}
+	return storage.EventQuery{OrgID: p.OrgFilter(), ProjectID: q.ProjectID, Type: q.Type, Types: q.Types,
+		Since: q.Since, To: q.To, PatientID: q.PatientID, AgentID: q.AgentID, WorkflowID: q.WorkflowID,
+		DeploymentID: q.DeploymentID, Ascending: q.Ascending, Total: q.Total, Limit: q.Limit, Cursor: q.Cursor}, nil
+}
+
+func checkRange(from, to time.Time, fromName string) error {
+	if !from.IsZero() && !to.IsZero() && to.Before(from) {
+		return fault.Invalid("to must not be before %s", fromName)
+	}
+	return nil
+}
+
+// checkPatterns accepts the type patterns of DECISIONS §4: an exact type, "prefix.*" or "*".
+func checkPatterns(patterns []string) error {
+	for _, p := range patterns {
+		if p == "*" || events.ValidType(p) {
+			continue
+		}
+		if prefix, ok := strings.CutSuffix(p, ".*"); ok && (events.ValidType(prefix) || events.ValidType(prefix+".x")) {
+			continue
+		}
+		return fault.Invalid("types: %q is not an event type, \"prefix.*\" or \"*\"", p)
+	}
+	return nil
 }
 
 // Serve returns one streamed event as the caller in ctx may see it (an eventStream push). When

@@ -226,28 +226,25 @@ func (s *Store) insert(ctx context.Context, query string, rows int, columns ...a
 	return batch.Send()
 }
 
-// QueryEvents has the semantics of storage/postgres.EventLog.QueryEvents: newest first, ties by
-// id descending, Since inclusive, Total over every match, storage.ErrBadCursor for a foreign
-// cursor.
+// QueryEvents has the semantics of storage/postgres.EventLog.QueryEvents: newest first (oldest
+// first with Ascending), ties by id, Since inclusive, To exclusive, Total over every match as
+// q.Total asks, storage.ErrBadCursor for a foreign cursor.
 func (s *Store) QueryEvents(ctx context.Context, q storage.EventQuery) (storage.EventPage, error) {
 	if q.ProjectID == "" {
 		return storage.EventPage{}, errors.New("query events: project id required")
 	}
 	limit := pageSize(q.Limit)
-	var where conditions
-	if q.OrgID != "" {
-		where.add("org_id = ?", q.OrgID)
-	}
-	where.add("project_id = ?", q.ProjectID)
-	if q.Type != "" {
-		where.add("type = ?", q.Type)
-	}
-	if !q.Since.IsZero() {
-		where.add("created_at >= fromUnixTimestamp64Micro(?, 'UTC')", q.Since.UnixMicro())
+	where := eventFilter(q.OrgID, q.ProjectID, q.Type, q.Types, q.Since, q.To)
+	for _, f := range []struct{ column, id string }{
+		{"patient_id", q.PatientID}, {"agent_id", q.AgentID}, {"workflow_id", q.WorkflowID}, {"deployment_id", q.DeploymentID},
+	} {
+		if f.id != "" {
+			where.add(f.column+" = ?", f.id)
+		}
 	}
 	var page storage.EventPage
 	var err error
-	if page.Total, err = s.count(ctx, "event_log", where); err != nil {
+	if page.Total, err = s.count(ctx, "event_log", where, q.Total); err != nil {
 		return storage.EventPage{}, fmt.Errorf("query events: %w", err)
 	}
 	if q.Cursor != "" {
@@ -255,10 +252,14 @@ func (s *Store) QueryEvents(ctx context.Context, q storage.EventQuery) (storage.
 		if err != nil {
 			return storage.EventPage{}, err
 		}
-		where.after("created_at", at, id)
+		where.after("created_at", at, id, q.Ascending)
 	}
-	page.Events, err = newestFirst(ctx, s.conn, `SELECT id, org_id, project_id, type, source, severity, payload, created_at
-FROM event_log WHERE `+where.sql()+` ORDER BY created_at DESC, id DESC`, where.args, limit+1, scanEvent)
+	order := "DESC"
+	if q.Ascending {
+		order = "ASC"
+	}
+	page.Events, err = distinctPage(ctx, s.conn, `SELECT id, org_id, project_id, type, source, severity, payload, created_at
+FROM event_log WHERE `+where.sql()+` ORDER BY created_at `+order+`, id `+order, where.args, limit+1, scanEvent)
 	if err != nil {
 		return storage.EventPage{}, fmt.Errorf("query events: %w", err)
 	}
@@ -268,6 +269,38 @@ FROM event_log WHERE `+where.sql()+` ORDER BY created_at DESC, id DESC`, where.a
 		page.NextCursor = storage.EncodeCursor(last.CreatedAt, last.ID)
 	}
 	return page, nil
+}
+
+// eventFilter is the WHERE clause of the filters event queries and aggregations share. The
+// organization comes first: it leads the sorting key.
+func eventFilter(orgID, projectID, typ string, types []string, from, to time.Time) conditions {
+	var where conditions
+	if orgID != "" {
+		where.add("org_id = ?", orgID)
+	}
+	if projectID != "" {
+		where.add("project_id = ?", projectID)
+	}
+	if typ != "" {
+		where.add("type = ?", typ)
+	}
+	if len(types) > 0 {
+		exact, prefixes := storage.SplitTypePatterns(types)
+		switch {
+		case prefixes == nil:
+			where.add("has(?, type)", exact)
+		case slices.Contains(prefixes, ""):
+		default:
+			where.add("(has(?, type) OR arrayExists(p -> startsWith(type, p), ?))", exact, prefixes)
+		}
+	}
+	if !from.IsZero() {
+		where.add("created_at >= fromUnixTimestamp64Micro(?, 'UTC')", from.UnixMicro())
+	}
+	if !to.IsZero() {
+		where.add("created_at < fromUnixTimestamp64Micro(?, 'UTC')", to.UnixMicro())
+	}
+	return where
 }
 
 func scanEvent(rows driver.Rows) (string, storage.Event, error) {
@@ -281,23 +314,32 @@ func scanEvent(rows driver.Rows) (string, storage.Event, error) {
 	return ev.ID, ev, nil
 }
 
-// count counts the distinct rows of table matching where. FINAL collapses the copies no merge
-// has collapsed yet; it is cheap where they cannot be, in a partition of one part.
-func (s *Store) count(ctx context.Context, table string, where conditions) (int64, error) {
+// count counts the distinct rows of table matching where, as mode asks. FINAL collapses the
+// copies no merge has collapsed yet; it is cheap where they cannot be, in a partition of one
+// part. The estimate counts without FINAL: exact once parts have merged, over by the copies
+// not merged yet.
+func (s *Store) count(ctx context.Context, table string, where conditions, mode storage.TotalMode) (int64, error) {
+	final := " FINAL"
+	switch mode {
+	case storage.TotalNone:
+		return 0, nil
+	case storage.TotalEstimate:
+		final = ""
+	}
 	var n uint64
-	if err := s.conn.QueryRow(ctx, "SELECT count() FROM "+table+" FINAL WHERE "+where.sql(), where.args...).Scan(&n); err != nil {
+	if err := s.conn.QueryRow(ctx, "SELECT count() FROM "+table+final+" WHERE "+where.sql(), where.args...).Scan(&n); err != nil {
 		return 0, fmt.Errorf("count: %w", err)
 	}
 	return int64(n), nil
 }
 
-// newestFirst returns the first want distinct rows of query, which must order rows by their
-// (time, id) sorting key, newest first, and leave LIMIT to newestFirst. The copies of a row share
-// that key, so they come one after the other: newestFirst keeps the first of each. The server
+// distinctPage returns the first want distinct rows of query, which must order rows by their
+// (time, id) sorting key, either way, and leave LIMIT to distinctPage. The copies of a row share
+// that key, so they come one after the other: distinctPage keeps the first of each. The server
 // reads the table in key order and stops after LIMIT rows, so a page costs what the page reads,
 // not what the project holds, as FINAL would (it collapses copies over every matching row before
 // sorting). When copies leave fewer than want distinct rows, it asks again for more.
-func newestFirst[T any](ctx context.Context, conn driver.Conn, query string, args []any, want int,
+func distinctPage[T any](ctx context.Context, conn driver.Conn, query string, args []any, want int,
 	scan func(driver.Rows) (string, T, error)) ([]T, error) {
 	for n := want; ; n *= 4 {
 		out, read, err := distinct(ctx, conn, query+" LIMIT "+strconv.Itoa(n), args, scan)
@@ -389,7 +431,7 @@ func (s *Store) QueryAudit(ctx context.Context, q storage.AuditQuery) (storage.A
 	}
 	var page storage.AuditPage
 	var err error
-	if page.Total, err = s.count(ctx, "audit_log", where); err != nil {
+	if page.Total, err = s.count(ctx, "audit_log", where, q.Total); err != nil {
 		return storage.AuditPage{}, fmt.Errorf("query audit: %w", err)
 	}
 	if q.Cursor != "" {
@@ -397,9 +439,9 @@ func (s *Store) QueryAudit(ctx context.Context, q storage.AuditQuery) (storage.A
 		if err != nil {
 			return storage.AuditPage{}, err
 		}
-		where.after("time", at, id)
+		where.after("time", at, id, false)
 	}
-	page.Records, err = newestFirst(ctx, s.conn, `SELECT id, time, org_id, key_id, mode, client_ip, user_agent, operation,
+	page.Records, err = distinctPage(ctx, s.conn, `SELECT id, time, org_id, key_id, mode, client_ip, user_agent, operation,
 resource_ids, patient_ids, outcome, status, latency_ms, truncated, patient_ids_omitted, resource_ids_omitted,
 auth_failure, credential
 FROM audit_log WHERE `+where.sql()+` ORDER BY time DESC, id DESC`, where.args, limit+1, scanAudit)
@@ -457,12 +499,16 @@ func (c *conditions) add(cond string, args ...any) {
 	c.args = append(c.args, args...)
 }
 
-// after keeps the rows before the cursor (at, id) in newest-first order. The bound on column
-// alone is implied by the tuple comparison, but ClickHouse prunes partitions and granules only on
-// it, not on the tuple.
-func (c *conditions) after(column string, at time.Time, id string) {
-	c.add(column+" <= fromUnixTimestamp64Micro(?, 'UTC')", at.UnixMicro())
-	c.add("("+column+", id) < (fromUnixTimestamp64Micro(?, 'UTC'), ?)", at.UnixMicro(), id)
+// after keeps the rows past the cursor (at, id): before it newest first, after it with
+// ascending. The bound on column alone is implied by the tuple comparison, but ClickHouse prunes
+// partitions and granules only on it, not on the tuple.
+func (c *conditions) after(column string, at time.Time, id string, ascending bool) {
+	cmp, tuple := "<=", "<"
+	if ascending {
+		cmp, tuple = ">=", ">"
+	}
+	c.add(column+" "+cmp+" fromUnixTimestamp64Micro(?, 'UTC')", at.UnixMicro())
+	c.add("("+column+", id) "+tuple+" (fromUnixTimestamp64Micro(?, 'UTC'), ?)", at.UnixMicro(), id)
 }
 
 func (c *conditions) sql() string {

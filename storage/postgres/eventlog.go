@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -120,42 +121,39 @@ on conflict (id) do nothing`)
 }
 
 // QueryEvents returns the events of q.ProjectID (and q.OrgID unless empty), newest first, ties
-// broken by id descending. Since selects events created at or after it; Type selects one type
-// exactly. Limit is clamped to 1..MaxPageSize (0 means DefaultPageSize). Total counts every
-// match of the filters, ignoring Cursor and Limit. A cursor this log did not produce fails with
-// storage.ErrBadCursor.
+// broken by id descending (oldest first, ascending, with q.Ascending). Since is inclusive and To
+// exclusive; Type selects one type exactly, Types any of several types or prefixes; the
+// resource filters match the ids the payload names. Limit is clamped to 1..MaxPageSize (0 means
+// DefaultPageSize). Total counts every match of the filters, ignoring Cursor and Limit, as
+// q.Total asks. A cursor this log did not produce fails with storage.ErrBadCursor.
 //
 // The page and the count go to the server in one round trip. Both walk the same index
-// (event_log_project or event_log_project_type), the count as an index-only scan.
+// (event_log_project, event_log_project_type or a resource index of 0020_analysts.sql), the
+// count as an index-only scan where it can.
 func (l *EventLog) QueryEvents(ctx context.Context, q storage.EventQuery) (storage.EventPage, error) {
 	if q.ProjectID == "" {
 		return storage.EventPage{}, errors.New("query events: project id required")
 	}
 	limit := pageSize(q.Limit)
-	var where conditions
-	where.add("project_id = $%d", q.ProjectID)
-	if q.OrgID != "" {
-		where.add("org_id = $%d", q.OrgID)
-	}
-	if q.Type != "" {
-		where.add("type = $%d", q.Type)
-	}
-	if !q.Since.IsZero() {
-		where.add("created_at >= $%d", q.Since)
-	}
+	where := eventFilter(q.OrgID, q.ProjectID, q.Type, q.Types, q.Since, q.To)
+	resourceFilters(&where, q)
 	countSQL := "select count(*) from event_log where " + where.sql()
 	countArgs := append([]any(nil), where.args...)
 
+	order, before := "desc", "<"
+	if q.Ascending {
+		order, before = "asc", ">"
+	}
 	if q.Cursor != "" {
 		at, id, err := storage.DecodeCursor(q.Cursor)
 		if err != nil {
 			return storage.EventPage{}, err
 		}
-		where.add2("(created_at, id) < ($%d, $%d)", at, id)
+		where.add2("(created_at, id) "+before+" ($%d, $%d)", at, id)
 	}
 	pageArgs := append(where.args, limit+1)
 	pageSQL := fmt.Sprintf(`select id, org_id, project_id, type, source, severity, payload, created_at
-from event_log where %s order by created_at desc, id desc limit $%d`, where.sql(), len(pageArgs))
+from event_log where %s order by created_at %s, id %s limit $%d`, where.sql(), order, order, len(pageArgs))
 
 	var page storage.EventPage
 	batch := &pgx.Batch{}
@@ -172,9 +170,7 @@ from event_log where %s order by created_at desc, id desc limit $%d`, where.sql(
 		}
 		return rows.Err()
 	})
-	batch.Queue(countSQL, countArgs...).QueryRow(func(row pgx.Row) error {
-		return row.Scan(&page.Total)
-	})
+	queueTotal(batch, q.Total, countSQL, countArgs, &page.Total)
 	if err := l.pool.SendBatch(ctx, batch).Close(); err != nil {
 		return storage.EventPage{}, fmt.Errorf("query events: %w", err)
 	}
@@ -185,6 +181,88 @@ from event_log where %s order by created_at desc, id desc limit $%d`, where.sql(
 	}
 	return page, nil
 }
+
+// queueTotal queues the count of a page's matches as mode asks: countSQL exactly, the planner's
+// estimate of it, or nothing.
+func queueTotal(batch *pgx.Batch, mode storage.TotalMode, countSQL string, args []any, total *int64) {
+	switch mode {
+	case storage.TotalNone:
+	case storage.TotalEstimate:
+		batch.Queue("explain (format json) "+countSQL, args...).QueryRow(func(row pgx.Row) error {
+			var plan []struct {
+				Plan struct {
+					Plans []struct {
+						Rows float64 `json:"Plan Rows"`
+					} `json:"Plans"`
+				} `json:"Plan"`
+			}
+			if err := row.Scan(&plan); err != nil {
+				return err
+			}
+			if len(plan) > 0 && len(plan[0].Plan.Plans) > 0 {
+				*total = int64(plan[0].Plan.Plans[0].Rows)
+			}
+			return nil
+		})
+	default:
+		batch.Queue(countSQL, args...).QueryRow(func(row pgx.Row) error { return row.Scan(total) })
+	}
+}
+
+// eventFilter is the WHERE clause of the filters event queries and aggregations share.
+func eventFilter(orgID, projectID, typ string, types []string, from, to time.Time) conditions {
+	var where conditions
+	if projectID != "" {
+		where.add("project_id = $%d", projectID)
+	}
+	if orgID != "" {
+		where.add("org_id = $%d", orgID)
+	}
+	if typ != "" {
+		where.add("type = $%d", typ)
+	}
+	if len(types) > 0 {
+		exact, prefixes := storage.SplitTypePatterns(types)
+		switch {
+		case prefixes == nil:
+			where.add("type = any($%d)", exact)
+		case slices.Contains(prefixes, ""):
+			// "*": every type
+		default:
+			likes := make([]string, len(prefixes))
+			for i, p := range prefixes {
+				likes[i] = strings.ReplaceAll(p, "_", `\_`) + "%"
+			}
+			where.add2("(type = any($%d) or type like any($%d))", exact, likes)
+		}
+	}
+	if !from.IsZero() {
+		where.add("created_at >= $%d", from)
+	}
+	if !to.IsZero() {
+		where.add("created_at < $%d", to)
+	}
+	return where
+}
+
+// resourceFilters adds q's resource filters to where: the payload expressions indexed by
+// 0020_analysts.sql.
+func resourceFilters(where *conditions, q storage.EventQuery) {
+	for _, f := range []struct{ expr, id string }{
+		{"(payload->>'patientId')", q.PatientID},
+		{"(payload->>'agentId')", q.AgentID},
+		{workflowIDExpr, q.WorkflowID},
+		{"(payload->>'deploymentId')", q.DeploymentID},
+	} {
+		if f.id != "" {
+			where.add(f.expr+" = $%d", f.id)
+		}
+	}
+}
+
+// workflowIDExpr is a workflow's id in an event payload: workflowId, or workflow_id in the
+// spec's webhook shape (workflow.run.completed).
+const workflowIDExpr = "coalesce(payload->>'workflowId', payload->>'workflow_id')"
 
 // AuditLog is the Postgres audit log (table audit_log, schemas/postgres/0002_eventlog.sql and
 // 0009_audit_truncation_and_refusals.sql). It
@@ -303,9 +381,7 @@ func (l *AuditLog) QueryAudit(ctx context.Context, q storage.AuditQuery) (storag
 		}
 		return rows.Err()
 	})
-	batch.Queue(countSQL, countArgs...).QueryRow(func(row pgx.Row) error {
-		return row.Scan(&page.Total)
-	})
+	queueTotal(batch, q.Total, countSQL, countArgs, &page.Total)
 	if err := l.pool.SendBatch(ctx, batch).Close(); err != nil {
 		return storage.AuditPage{}, fmt.Errorf("query audit: %w", err)
 	}

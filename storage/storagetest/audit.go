@@ -20,6 +20,7 @@ func TestAuditLog(t *testing.T, newStore func(t *testing.T) storage.AuditLog) {
 	t.Run("Filters", func(t *testing.T) { testAuditFilters(t, newStore(t)) })
 	t.Run("CursorVisitsEachOnce", func(t *testing.T) { testAuditPaging(t, newStore(t)) })
 	t.Run("BadCursor", func(t *testing.T) { testAuditBadCursor(t, newStore(t)) })
+	t.Run("Purge", func(t *testing.T) { testAuditPurge(t, newStore(t)) })
 }
 
 func record(org, key, op string, offset time.Duration, patients ...string) storage.AuditRecord {

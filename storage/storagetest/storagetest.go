@@ -112,6 +112,11 @@ func TestEventLog(t *testing.T, newStore func(t *testing.T) storage.EventLog) {
 	t.Run("TenantIsolation", func(t *testing.T) { testEventTenants(t, newStore(t)) })
 	t.Run("LargeBatch", func(t *testing.T) { testEventLargeBatch(t, newStore(t)) })
 	t.Run("Concurrent", func(t *testing.T) { testEventConcurrent(t, newStore(t)) })
+	t.Run("RangesPatternsResources", func(t *testing.T) { testEventRangesAndPatterns(t, newStore(t)) })
+	t.Run("AscendingTies", func(t *testing.T) { testEventAscendingTies(t, newStore(t)) })
+	t.Run("TotalModes", func(t *testing.T) { testEventTotalModes(t, newStore(t)) })
+	t.Run("Aggregate", func(t *testing.T) { testEventAggregate(t, newStore(t)) })
+	t.Run("Purge", func(t *testing.T) { testEventPurge(t, newStore(t)) })
 }
 
 func mustAppend(t *testing.T, s storage.EventLog, evs []storage.Event) {
