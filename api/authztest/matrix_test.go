@@ -208,10 +208,7 @@ func (f *fixture) exec(r row, credential string) result {
 		return f.retry(func() result {
 			resp := f.s.Do(method, path, credential, body)
 			res := result{status: resp.Status, body: string(resp.Body)}
-			var e struct{ Error struct{ Code string } }
-			if resp.Status >= 400 && json.Unmarshal(resp.Body, &e) == nil && e.Error.Code != "" {
-				res.codes = []string{e.Error.Code}
-			}
+			res.codes = errorCodes(resp.Status, resp.Body)
 			return res
 		})
 	case strings.HasPrefix(r.op, "subscription "):
@@ -231,6 +228,33 @@ func (f *fixture) exec(r row, credential string) result {
 			return res
 		})
 	}
+}
+
+// errorCodes reads carehub's error codes from a REST error envelope or, on the FHIR base, from an
+// OperationOutcome's issue details.
+func errorCodes(status int, body []byte) []string {
+	if status < 400 {
+		return nil
+	}
+	var e struct {
+		Error struct{ Code string }
+		Issue []struct {
+			Details struct{ Coding []struct{ Code string } }
+		}
+	}
+	if json.Unmarshal(body, &e) != nil {
+		return nil
+	}
+	if e.Error.Code != "" {
+		return []string{e.Error.Code}
+	}
+	var codes []string
+	for _, is := range e.Issue {
+		for _, c := range is.Details.Coding {
+			codes = append(codes, c.Code)
+		}
+	}
+	return codes
 }
 
 // retry repeats a call refused with 429 after its Retry-After.

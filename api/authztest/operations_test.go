@@ -121,6 +121,9 @@ func TestMatrixCoversEveryOperation(t *testing.T) {
 		_, isGQL := gqlOps[op]
 		switch {
 		case strings.HasPrefix(op, "field "):
+		case strings.Contains(op, " /fhir/R4"):
+			// The FHIR base is described by its CapabilityStatement, not the OpenAPI document;
+			// checkNodeRoutes holds its rows to the routes the node serves.
 		case !isGQL && !restOps[op]:
 			t.Errorf("row %s names no operation of the schema or the REST routes", op)
 		case restOps[op] && public[op] != (r.access == public_):

@@ -179,6 +179,29 @@ var rows = []row{
 			"effectiveDateTime": "2024-05-01T12:00:00Z"}
 	})},
 
+	// The FHIR R4 base (errors are OperationOutcomes carrying carehub's code in issue.details).
+	{op: "GET /fhir/R4/metadata", access: public_, rest: call("GET", fixed("/fhir/R4/metadata"), nil)},
+	{op: "GET /fhir/R4/{type:[A-Z][A-Za-z]+}", scopes: sc(access.ReadPatients), rest: call("GET", fixed("/fhir/R4/Patient?_count=5"), nil)},
+	{op: "GET /fhir/R4/{type:[A-Z][A-Za-z]+}/{id}", scopes: sc(access.ReadPatients), tenant: true, real: true,
+		rest: call("GET", func(f *fixture) string { return "/fhir/R4/Patient/" + f.patient }, nil)},
+	{op: "GET /fhir/R4/{type:[A-Z][A-Za-z]+}/{id}/_history", scopes: sc(access.ReadPatients), tenant: true, real: true,
+		rest: call("GET", func(f *fixture) string { return "/fhir/R4/Patient/" + f.patient + "/_history" }, nil)},
+	{op: "GET /fhir/R4/{type:[A-Z][A-Za-z]+}/{id}/_history/{version}", scopes: sc(access.ReadPatients), tenant: true, real: true,
+		rest: call("GET", func(f *fixture) string { return "/fhir/R4/Patient/" + f.patient + "/_history/1" }, nil)},
+	{op: "POST /fhir/R4/{type:[A-Z][A-Za-z]+}", scopes: sc(access.WriteObservations), rest: call("POST", fixed("/fhir/R4/Observation"), func(f *fixture) any {
+		return map[string]any{"resourceType": "Observation", "status": "final",
+			"code":              map[string]any{"coding": []any{map[string]any{"system": "http://loinc.org", "code": "8867-4"}}},
+			"subject":           map[string]any{"reference": "Patient/" + f.patient},
+			"valueQuantity":     map[string]any{"value": 80, "unit": "/min", "system": "http://unitsofmeasure.org", "code": "/min"},
+			"effectiveDateTime": "2024-05-01T12:00:00Z"}
+	})},
+	{op: "POST /fhir/R4", scopes: sc(access.WritePatients), rest: call("POST", fixed("/fhir/R4"), func(f *fixture) any {
+		return map[string]any{"resourceType": "Bundle", "type": "transaction", "entry": []any{map[string]any{
+			"request":  map[string]any{"method": "POST", "url": "Patient"},
+			"resource": map[string]any{"resourceType": "Patient", "name": []any{map[string]any{"family": "Matrix", "given": []string{"Row"}}}, "gender": "female", "birthDate": "1950-01-01"},
+		}}}
+	})},
+
 	// REST, webhook management.
 	{op: "GET /v1/webhooks/deliveries/{id}", scopes: sc(access.AdminOrg), tenant: true, rest: call("GET", func(f *fixture) string { return "/v1/webhooks/deliveries/" + f.delivery }, nil)},
 	{op: "POST /v1/webhooks/deliveries/{id}/redeliver", scopes: sc(access.AdminOrg), tenant: true, rest: call("POST", func(f *fixture) string { return "/v1/webhooks/deliveries/" + f.delivery + "/redeliver" }, nil)},
@@ -207,6 +230,11 @@ var rows = []row{
 	{op: "GET /v1/audit", scopes: sc(access.AdminOrg), rest: call("GET", fixed("/v1/audit?limit=5"), nil)},
 	{op: "GET /v1/audit/export", scopes: sc(access.AdminOrg), rest: call("GET", fixed("/v1/audit/export?from=2020-01-01T00:00:00Z&to=2020-01-02T00:00:00Z"), nil)},
 
+	{op: "PUT /fhir/R4/{type:[A-Z][A-Za-z]+}/{id}", scopes: sc(access.WritePatients), tenant: true, real: true,
+		rest: call("PUT", func(f *fixture) string { return "/fhir/R4/Patient/" + f.patient }, func(f *fixture) any {
+			return map[string]any{"resourceType": "Patient", "id": f.patient, "name": []any{map[string]any{"family": "Matrix", "given": []string{"Row"}}},
+				"gender": "female", "birthDate": "1950-01-01"}
+		})},
 	// Operations that destroy or end their target.
 	{op: "POST /v1/api-keys/{id}/revoke", scopes: sc(access.AdminOrg), tenant: true, rest: call("POST", func(f *fixture) string { return "/v1/api-keys/" + f.spareKey(2) + "/revoke" }, nil)},
 	{op: "DELETE /v1/api-keys/{id}", scopes: sc(access.AdminOrg), tenant: true, rest: call("DELETE", func(f *fixture) string { return "/v1/api-keys/" + f.spareKey(3) }, nil)},

@@ -13,11 +13,27 @@ import (
 
 // Issue is one OperationOutcome.issue.
 type Issue struct {
-	Severity    string   `json:"severity"`
-	Code        string   `json:"code"`
-	Diagnostics string   `json:"diagnostics,omitempty"`
-	Expression  []string `json:"expression,omitempty"`
+	Severity    string           `json:"severity"`
+	Code        string           `json:"code"`
+	Details     *CodeableConcept `json:"details,omitempty"`
+	Diagnostics string           `json:"diagnostics,omitempty"`
+	Expression  []string         `json:"expression,omitempty"`
 }
+
+// CodeableConcept carries carehub's error code (the REST envelope's error.code) on an issue, so
+// a FHIR client can act on the same codes as a REST client.
+type CodeableConcept struct {
+	Coding []Coding `json:"coding"`
+}
+
+// Coding is one code of a CodeableConcept.
+type Coding struct {
+	System string `json:"system"`
+	Code   string `json:"code"`
+}
+
+// ErrorCodeSystem names carehub's error codes (documented at /docs/errors).
+const ErrorCodeSystem = "urn:carehub:error-code"
 
 // Outcome is an OperationOutcome.
 type Outcome struct {
@@ -73,12 +89,15 @@ func outcomeOf(r *http.Request, err error, resource string) (int, Outcome) {
 				Expression: []string{path(at, entryElement(e))}})
 		}
 	}
-	head := Issue{Severity: "error", Code: code, Diagnostics: obj.Message}
+	head := Issue{Severity: "error", Code: code, Diagnostics: obj.Message,
+		Details: &CodeableConcept{Coding: []Coding{{System: ErrorCodeSystem, Code: obj.Code}}}}
 	if status == http.StatusNotFound && resource != "" {
 		head.Expression = nil
 	}
 	if len(issues) == 0 || issues[0].Diagnostics != obj.Message {
 		issues = append([]Issue{head}, issues...)
+	} else {
+		issues[0].Details = head.Details
 	}
 	if status >= 500 {
 		envelope.LoggerFrom(r.Context()).Error("request failed", "status", status, "err", err)
