@@ -70,6 +70,8 @@ var rows = []row{
 	{op: "query patients", scopes: sc(access.ReadPatients), gql: q(`{ patients(limit: 5) { id } }`, nil)},
 	{op: "query webhooks", gql: q(`query($p: ID!) { webhooks(projectId: $p) { id } }`, func(f *fixture) map[string]any { return map[string]any{"p": f.project} })},
 	{op: "query events", gql: q(`query($p: ID!) { events(projectId: $p, limit: 5) { id } }`, func(f *fixture) map[string]any { return map[string]any{"p": f.project} })},
+	{op: "query eventHistory", tenant: true, gql: q(`query($p: ID!) { eventHistory(projectId: $p, limit: 5, total: NONE) { events { id } nextCursor } }`, func(f *fixture) map[string]any { return map[string]any{"p": f.project} })},
+	{op: "query eventStats", tenant: true, gql: q(`query($p: ID!) { eventStats(projectId: $p, from: "2020-01-01T00:00:00Z", groupBy: TYPE) { key count } }`, func(f *fixture) map[string]any { return map[string]any{"p": f.project} })},
 	{op: "query apiVersion", gql: q(`{ apiVersion }`, nil)},
 	{op: "query webhookDeliveries", scopes: sc(access.AdminOrg), tenant: true,
 		gql: q(`query($w: ID!) { webhookDeliveries(webhookId: $w) { id } }`, func(f *fixture) map[string]any { return map[string]any{"w": f.webhook} })},
