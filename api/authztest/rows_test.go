@@ -207,6 +207,10 @@ var rows = []row{
 	{op: "GET /v1/api-keys/{id}", scopes: sc(access.AdminOrg), tenant: true, rest: call("GET", func(f *fixture) string { return "/v1/api-keys/" + f.spareKey(0) }, nil)},
 	{op: "POST /v1/api-keys/{id}/rotate", keyOnly: true, scopes: sc(access.AdminOrg), tenant: true, rest: call("POST", func(f *fixture) string { return "/v1/api-keys/" + f.spareKey(1) + "/rotate" }, nil)},
 	{op: "GET /v1/audit", scopes: sc(access.AdminOrg), rest: call("GET", fixed("/v1/audit?limit=5"), nil)},
+	{op: "GET /v1/organizations/{id}/retention", scopes: sc(access.AdminOrg), tenant: true, rest: call("GET", func(f *fixture) string { return "/v1/organizations/" + f.org + "/retention" }, nil)},
+	{op: "PUT /v1/organizations/{id}/retention", access: platform, rest: call("PUT", func(f *fixture) string { return "/v1/organizations/" + f.org + "/retention" }, func(*fixture) any {
+		return map[string]any{} // both logs kept forever
+	})},
 	{op: "GET /v1/audit/export", scopes: sc(access.AdminOrg), rest: call("GET", fixed("/v1/audit/export?from=2020-01-01T00:00:00Z&to=2020-01-02T00:00:00Z"), nil)},
 
 	// Operations that destroy or end their target.
