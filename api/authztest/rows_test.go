@@ -70,6 +70,8 @@ var rows = []row{
 	{op: "query patients", scopes: sc(access.ReadPatients), gql: q(`{ patients(limit: 5) { id } }`, nil)},
 	{op: "query webhooks", gql: q(`query($p: ID!) { webhooks(projectId: $p) { id } }`, func(f *fixture) map[string]any { return map[string]any{"p": f.project} })},
 	{op: "query events", gql: q(`query($p: ID!) { events(projectId: $p, limit: 5) { id } }`, func(f *fixture) map[string]any { return map[string]any{"p": f.project} })},
+	{op: "query eventHistory", tenant: true, gql: q(`query($p: ID!) { eventHistory(projectId: $p, limit: 5, total: NONE) { events { id } nextCursor } }`, func(f *fixture) map[string]any { return map[string]any{"p": f.project} })},
+	{op: "query eventStats", tenant: true, gql: q(`query($p: ID!) { eventStats(projectId: $p, from: "2020-01-01T00:00:00Z", groupBy: TYPE) { key count } }`, func(f *fixture) map[string]any { return map[string]any{"p": f.project} })},
 	{op: "query apiVersion", gql: q(`{ apiVersion }`, nil)},
 	{op: "query webhookDeliveries", scopes: sc(access.AdminOrg), tenant: true,
 		gql: q(`query($w: ID!) { webhookDeliveries(webhookId: $w) { id } }`, func(f *fixture) map[string]any { return map[string]any{"w": f.webhook} })},
@@ -228,6 +230,10 @@ var rows = []row{
 	{op: "GET /v1/api-keys/{id}", scopes: sc(access.AdminOrg), tenant: true, rest: call("GET", func(f *fixture) string { return "/v1/api-keys/" + f.spareKey(0) }, nil)},
 	{op: "POST /v1/api-keys/{id}/rotate", keyOnly: true, scopes: sc(access.AdminOrg), tenant: true, rest: call("POST", func(f *fixture) string { return "/v1/api-keys/" + f.spareKey(1) + "/rotate" }, nil)},
 	{op: "GET /v1/audit", scopes: sc(access.AdminOrg), rest: call("GET", fixed("/v1/audit?limit=5"), nil)},
+	{op: "GET /v1/organizations/{id}/retention", scopes: sc(access.AdminOrg), tenant: true, rest: call("GET", func(f *fixture) string { return "/v1/organizations/" + f.org + "/retention" }, nil)},
+	{op: "PUT /v1/organizations/{id}/retention", access: platform, rest: call("PUT", func(f *fixture) string { return "/v1/organizations/" + f.org + "/retention" }, func(*fixture) any {
+		return map[string]any{} // both logs kept forever
+	})},
 	{op: "GET /v1/audit/export", scopes: sc(access.AdminOrg), rest: call("GET", fixed("/v1/audit/export?from=2020-01-01T00:00:00Z&to=2020-01-02T00:00:00Z"), nil)},
 
 	{op: "PUT /fhir/R4/{type:[A-Z][A-Za-z]+}/{id}", scopes: sc(access.WritePatients), tenant: true, real: true,

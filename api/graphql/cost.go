@@ -23,6 +23,9 @@ import (
 //     the field refuses, count as at most MaxLimit), else the field's default limit (DefaultLimit,
 //     or nestedFHIRDefault for FHIRPatient.observations and encounters), else the size the server
 //     caps the list at (Agent.sessions, Workflow.runs), else assumedListSize;
+//   - a page object (a field returning one object that takes a limit, such as
+//     Query.eventHistory) passes its limit, as above, to the lists it holds that take none
+//     (EventHistoryPage.events);
 //   - introspection lists (__Schema.types, __Type.fields, __Field.args…) count with their average
 //     length in this schema, so the full introspection query costs about as many values as its
 //     answer holds;
@@ -40,6 +43,10 @@ const (
 	DefaultMaxCost  = 100_000
 	assumedListSize = 20 // lists without a limit argument whose length the server does not cap
 	costCap         = math.MaxInt64 / 4
+	// statsRows is what an eventStats answer counts as: its length depends on the data (buckets ×
+	// groups, up to 10,080 buckets), so it counts as a day of minutes, or a month of hours for
+	// a handful of groups; the store bounds the work, not this estimate.
+	statsRows = 1_440
 )
 
 // costModel holds what the estimate needs of the schema.
@@ -56,7 +63,8 @@ func newCostModel() (*costModel, error) {
 	}
 	m := &costModel{schema: s,
 		limitDefault: map[string]int64{"FHIRPatient.observations": nestedFHIRDefault, "FHIRPatient.encounters": nestedFHIRDefault},
-		sizes:        map[string]int64{"Agent.sessions": nestedSessions, "Workflow.runs": nestedRuns},
+		sizes: map[string]int64{"Agent.sessions": nestedSessions, "Workflow.runs": nestedRuns,
+			"Query.eventStats": statsRows},
 	}
 	var fields, args, inputFields, enumValues, interfaces, possible, dirArgs int
 	for _, t := range s.Types {
@@ -116,6 +124,7 @@ type coster struct {
 	op        *ast.OperationDefinition
 	vars      map[string]any
 	fragments map[string]int64 // cost of each fragment's selection set; -1 while being costed
+	page      int64            // the enclosing page object's limit, for its lists without one; 0 = none
 }
 
 func (c *coster) set(parent *ast.Definition, set ast.SelectionSet) (int64, error) {
@@ -174,19 +183,30 @@ func (c *coster) field(parent *ast.Definition, f *ast.Field) (int64, error) {
 	if def == nil {
 		return 0, errNotCosted
 	}
+	key, page := parent.Name+"."+def.Name, c.page
+	c.page = 0
+	if def.Type.Elem == nil && def.Arguments.ForName("limit") != nil {
+		c.page = c.listSize(key, def, f, 0)
+	}
 	children, err := c.set(c.m.schema.Types[def.Type.Name()], f.SelectionSet)
+	c.page = page
 	if err != nil {
 		return 0, err
 	}
 	size := int64(1)
 	if def.Type.Elem != nil {
-		size = c.listSize(parent.Name+"."+def.Name, def, f)
+		size = c.listSize(key, def, f, page)
 	}
 	return add(1, mul(size, children)), nil
 }
 
-func (c *coster) listSize(key string, def *ast.FieldDefinition, f *ast.Field) int64 {
+// listSize returns how many values the list field f counts as; page is the limit of the page
+// object holding it (0: none).
+func (c *coster) listSize(key string, def *ast.FieldDefinition, f *ast.Field, page int64) int64 {
 	if def.Arguments.ForName("limit") == nil {
+		if page > 0 {
+			return page
+		}
 		if n, ok := c.m.sizes[key]; ok {
 			return n
 		}

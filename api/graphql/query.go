@@ -278,11 +278,8 @@ func (q *queryResolver) Events(ctx context.Context, args struct {
 	if err != nil {
 		return nil, err
 	}
-	fq := feed.Query{ProjectID: string(args.ProjectID), Type: str(args.Type), Limit: limit}
-	if args.Since != nil {
-		fq.Since = args.Since.Time
-	}
-	page, err := q.s.Feed.Events(ctx, fq)
+	page, err := q.s.Feed.Events(ctx, feed.Query{ProjectID: string(args.ProjectID), Type: str(args.Type),
+		Since: timeArg(args.Since), Limit: limit})
 	if err != nil {
 		return nil, err
 	}

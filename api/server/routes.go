@@ -20,6 +20,7 @@ import (
 	"carehub/processors/fanout"
 	idemstore "carehub/processors/idempotency"
 	"carehub/processors/patients"
+	"carehub/processors/retention"
 	"carehub/processors/webhooks"
 	"carehub/storage"
 )
@@ -47,6 +48,7 @@ type API struct {
 	Webhooks    *webhooks.Service
 	Invoker     rest.Invoker
 	Idempotency *idemstore.Store
+	Retention   *retention.Service
 
 	Logger             *slog.Logger
 	Registerer         prometheus.Registerer
@@ -86,6 +88,7 @@ func MountAPI(r *mux.Router, e Edge, a API) (shutdown func(context.Context) erro
 	rest.PatientRoutes(authed, a.Patients)
 	rest.InvokeRoutes(authed, a.Invoker)
 	rest.WebhookRoutes(authed, a.Webhooks)
+	rest.RetentionRoutes(authed, a.Retention)
 	return wsh.Shutdown, nil
 }
 

@@ -181,7 +181,7 @@ func TestCompareDetectsDrift(t *testing.T) {
 			[]string{"Query.assets(minRating:): missing argument"}},
 		{"argument made nullable", "organization(id: ID!): Organization", "organization(id: ID): Organization",
 			[]string{"Query.organization(id:): type is ID, want ID!"}},
-		{"argument list dropped", "    types: [String!]\n", "    types: String\n",
+		{"argument list dropped", "to deliver; all when omitted.\"\n    types: [String!]\n", "to deliver; all when omitted.\"\n    types: String\n",
 			[]string{"Subscription.eventStream(types:): type is String, want [String!]"}},
 		{"argument renamed", "  createDeployment(\n    installationId: ID!\n", "  createDeployment(\n    deploymentInstallationId: ID!\n",
 			[]string{"Mutation.createDeployment(installationId:): missing argument",

@@ -26,6 +26,7 @@ import (
 	obswriter "carehub/processors/observations"
 	"carehub/processors/orgs"
 	"carehub/processors/patients"
+	"carehub/processors/retention"
 	"carehub/processors/webhooks"
 	"carehub/processors/workflows"
 	"carehub/storage/clickhouse"
@@ -96,6 +97,13 @@ var components = []component{
 	}},
 	{name: "deployment-controller", roles: []string{RoleProcessors}, needs: []string{"deployments"}, start: startDeploymentController},
 	{name: "webhook-dispatcher", roles: []string{RoleProcessors}, needs: []string{"postgres", "kafka"}, start: startWebhookDispatcher},
+	// Purges each organization's event log and audit log past its retention, in either store.
+	{name: "retention", roles: []string{RoleProcessors}, needs: []string{"log-stores"}, start: func(s *Node, _, wctx context.Context) error {
+		job := retention.NewJob(retention.JobConfig{Pool: s.pool, Events: s.eventLog, Audit: s.auditLog,
+			Logger: s.logger.With("component", "retention")})
+		s.run("retention", job.Run, wctx)
+		return nil
+	}},
 }
 
 // startOrder returns the components the roles need, each after everything it needs; ties keep
@@ -238,7 +246,7 @@ func startAPI(s *Node, ctx, wctx context.Context) error {
 		Services: graphql.Services{Orgs: orgs.New(s.pool), Marketplace: marketplace.New(s.pool), Deployments: s.deployments,
 			Agents: s.agents, Workflows: s.workflows, Patients: patientSvc, Feed: feed.New(s.pool, s.eventLog),
 			Webhooks: webhookSvc, Events: server.Events(hub)},
-		Patients: patientSvc, Webhooks: webhookSvc, Invoker: invoker, Idempotency: idemKeys,
+		Patients: patientSvc, Webhooks: webhookSvc, Invoker: invoker, Idempotency: idemKeys, Retention: retention.New(s.pool),
 		Logger: s.logger, Registerer: s.registry, GraphQLMaxCost: s.cfg.GraphQLMaxCost, SocketRecheck: s.cfg.SocketRecheck,
 		SocketKeepAlive: s.cfg.SocketKeepAlive, SocketWriteTimeout: s.cfg.SocketWriteTimeout,
 	})
