@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"math"
 	"mime"
 	"net/http"
 	"net/url"
@@ -231,15 +232,71 @@ func DecodeObject(b []byte, v any) error {
 			return invalidField(name, "must not be null: leave the field out instead")
 		}
 	}
+	err := decodeStrict(b, v)
+	var typ *json.UnmarshalTypeError
+	if errors.As(err, &typ) && strings.HasPrefix(typ.Value, "number ") {
+		// JSON Schema's integer is any number without a fraction: 280.0 and 2.8e2 are integers
+		// (the OpenAPI document promises as much), which encoding/json refuses for an int field.
+		if whole, ok := integralNumbers(b); ok {
+			err = decodeStrict(whole, v)
+		}
+	}
+	if err != nil && fault.As(err) == nil {
+		return JSONError(err)
+	}
+	return err
+}
+
+// decodeStrict decodes the one JSON object b into v, refusing unknown fields and trailing data.
+func decodeStrict(b []byte, v any) error {
 	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
-		return JSONError(err)
+		return err
 	}
 	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
 		return fault.Invalid("malformed JSON body: data after the JSON object")
 	}
 	return nil
+}
+
+// integralNumbers rewrites b with every number that has no fraction (280.0, 2.8e2) written as an
+// integer; ok is false when there is none to rewrite.
+func integralNumbers(b []byte) (_ []byte, ok bool) {
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.UseNumber()
+	var doc any
+	if dec.Decode(&doc) != nil {
+		return nil, false
+	}
+	var walk func(any) any
+	walk = func(x any) any {
+		switch x := x.(type) {
+		case map[string]any:
+			for k, e := range x {
+				x[k] = walk(e)
+			}
+		case []any:
+			for i, e := range x {
+				x[i] = walk(e)
+			}
+		case json.Number:
+			if _, err := x.Int64(); err == nil {
+				return x
+			}
+			if f, err := x.Float64(); err == nil && f == math.Trunc(f) && math.Abs(f) < 1<<53 {
+				ok = true
+				return json.Number(strconv.FormatInt(int64(f), 10))
+			}
+		}
+		return x
+	}
+	doc = walk(doc)
+	if !ok {
+		return nil, false
+	}
+	out, err := json.Marshal(doc)
+	return out, err == nil
 }
 
 // CheckJSONText refuses, as 400 naming the field, a JSON text that is not valid UTF-8 or carries

@@ -155,7 +155,7 @@ func TestEventHistory(t *testing.T) {
 			wantError(t, s.Do(http.MethodGet, base+q, key, nil), http.StatusBadRequest, "INVALID_REQUEST")
 		}
 		wantError(t, s.Do(http.MethodGet, "/v1/events?projectId="+project+"&since=2020-02-02T00:00:00Z&to=2020-02-01T00:00:00Z", key, nil),
-			http.StatusBadRequest, "INVALID_REQUEST")
+			http.StatusUnprocessableEntity, "VALIDATION_FAILED")
 	})
 	t.Run("a patient filter needs read:patients", func(t *testing.T) {
 		noPHI := s.Key(demo.DemoOrgSlug, access.Live)

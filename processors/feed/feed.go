@@ -130,7 +130,7 @@ func (s *Service) eventQuery(ctx context.Context, q Query) (storage.EventQuery, 
 
 func checkRange(from, to time.Time, fromName string) error {
 	if !from.IsZero() && !to.IsZero() && to.Before(from) {
-		return fault.Invalid("to must not be before %s", fromName)
+		return fault.Validation("to must not be before "+fromName, map[string]string{"to": "must not be before " + fromName})
 	}
 	return nil
 }
