@@ -32,12 +32,16 @@ const (
 	// writer stores on a small machine, so a cold start neither refuses at once nor lets a
 	// minute of backlog in before the first measurement corrects it.
 	initialRate = 10_000
-	// rateWeight is the weight of a new measurement in the store rate's moving average: at a
-	// 250 ms interval a stopped writer's rate halves in about half a second.
-	rateWeight = 0.3
+	// rateWindow is how many busy intervals the store rate is measured over: writers commit a
+	// poll at a time, so one interval often sees no commit and the next two polls' worth.
+	rateWindow = 8
+	// maxHold is the longest a request waits for room rather than being refused: a device
+	// sent away waits a whole second (Retry-After counts seconds), so a short wait for room
+	// keeps intake busy, and it is part of the request's accept → stored time.
+	maxHold = 250 * time.Millisecond
 	// targetShare of the budget is what the oldest waiting record's age is steered to: its
 	// age when measured is short of its wait by up to a writer's poll cycle.
-	targetShare = 0.55
+	targetShare = 0.6
 	// Bounds of one adaptation of the limit: it falls fast when records wait too long and grows
 	// by a quarter per measurement at most while it is what turns requests away.
 	maxShrink, maxGrowth = 0.5, 1.25
@@ -75,12 +79,13 @@ type admission struct {
 	measured  time.Time // of the last successful measurement; zero: none yet
 	lag       int64     // at measured
 	committed int64     // sum of the committed offsets at measured
-	rate      float64   // records/s the writers store, moving average
-	since     int64     // records accepted after the measurement at measured began
-	reserved  float64   // records of admitted requests still in progress (estimated)
-	request   float64   // records per accepted request, moving average
-	limit     float64   // records that may wait to be stored
-	refused   bool      // since the last measurement
+	rate      float64   // records/s the writers store, over the busy intervals of window
+	window    []busyInterval
+	since     int64   // records accepted after the measurement at measured began
+	reserved  float64 // records of admitted requests still in progress (estimated)
+	request   float64 // records per accepted request, moving average
+	limit     float64 // records that may wait to be stored
+	refused   bool    // since the last measurement
 	age       time.Duration
 	pending   map[int32][]mark // this intake's committed records not yet known stored, by partition
 }
@@ -90,20 +95,32 @@ func newAdmission(budget, staleAfter time.Duration) *admission {
 		limit: max(2*initialRate*budget.Seconds(), minLimit), pending: map[int32][]mark{}}
 }
 
+// busyInterval is one measurement interval that began with a backlog.
+type busyInterval struct {
+	seconds float64
+	stored  int64
+}
+
 // ticket is an admitted request's reservation, returned to done.
 type ticket struct{ reserved float64 }
 
-// admit decides whether a request arriving at now may be accepted. When it may not, it returns
-// how long until it could be (math.MaxInt64: unknown, the writers store nothing).
+// admit decides whether a request arriving at now may be accepted. Admitted, the request waits
+// the returned duration (at most maxHold) for its room before it goes on; refused, the duration
+// is how long until there could be room (math.MaxInt64: unknown, the writers store nothing).
+// Room is reserved at once, so requests held together are let in one after the other.
 func (a *admission) admit(now time.Time) (ticket, time.Duration, bool) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if wait := a.waitLocked(now); wait > 0 {
+	wait := a.waitLocked(now)
+	if wait > maxHold {
 		a.refused = true
 		return ticket{}, wait, false
 	}
+	if wait > 0 {
+		a.refused = true // the limit is binding: what it turns away now waits instead
+	}
 	a.reserved += a.request
-	return ticket{reserved: a.request}, 0, true
+	return ticket{reserved: a.request}, wait, true
 }
 
 // wait is how long a request arriving at now would wait for the queue to fit the limit: 0
@@ -179,8 +196,16 @@ func (a *admission) observe(now time.Time, lags []kafka.PartitionLag, since int6
 	}
 	if !a.measured.IsZero() {
 		if dt := now.Sub(a.measured).Seconds(); dt > 0 && a.lag > busyLag {
-			sample := float64(max(committed-a.committed, 0)) / dt
-			a.rate += rateWeight * (sample - a.rate)
+			a.window = append(a.window, busyInterval{seconds: dt, stored: max(committed-a.committed, 0)})
+			if len(a.window) > rateWindow {
+				a.window = a.window[1:]
+			}
+			var secs float64
+			var stored int64
+			for _, b := range a.window {
+				secs, stored = secs+b.seconds, stored+b.stored
+			}
+			a.rate = float64(stored) / secs
 		}
 	}
 	a.age = done

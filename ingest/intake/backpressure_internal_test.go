@@ -29,6 +29,7 @@ type sim struct {
 	polling   int64     // end offset (exclusive) of the poll in progress, 0 when none
 	pollEnd   time.Time // when it commits
 
+	held              []heldRequest
 	accepted, refused int64
 	latencies         []float64 // seconds, per record stored after warm-up
 	warmUp            time.Time
@@ -36,6 +37,12 @@ type sim struct {
 }
 
 const simRequest = 100
+
+// heldRequest is admitted and waits for its room until due.
+type heldRequest struct {
+	t             ticket
+	received, due time.Time
+}
 
 func newSim(t *testing.T, capacity, offered float64, cycle time.Duration) *sim {
 	t.Helper()
@@ -55,6 +62,10 @@ func (s *sim) run(d time.Duration) {
 		for owed += perStep; owed >= 1; owed-- {
 			s.request()
 		}
+		for len(s.held) > 0 && !s.held[0].due.After(s.now) {
+			s.produce(s.held[0])
+			s.held = s.held[1:]
+		}
 		s.writer()
 		if (i+1)%int(interval/step) == 0 {
 			since := s.a.begin()
@@ -66,19 +77,27 @@ func (s *sim) run(d time.Duration) {
 
 func (s *sim) request() {
 	tk, wait, ok := s.a.admit(s.now)
-	if !ok {
-		if wait <= 0 {
-			s.t.Fatal("a refusal without a wait")
-		}
+	switch {
+	case !ok && wait <= maxHold:
+		s.t.Fatalf("refused with a wait of %v", wait)
+	case !ok:
 		s.refused++
-		return
+	case wait > maxHold:
+		s.t.Fatalf("held for %v", wait)
+	default:
+		h := heldRequest{t: tk, received: s.now, due: s.now.Add(wait)}
+		i, _ := slices.BinarySearchFunc(s.held, h, func(a, b heldRequest) int { return a.due.Compare(b.due) })
+		s.held = slices.Insert(s.held, i, h)
 	}
+}
+
+func (s *sim) produce(h heldRequest) {
 	for range simRequest {
-		s.arrivals = append(s.arrivals, s.now)
+		s.arrivals = append(s.arrivals, h.received)
 	}
 	s.produced += simRequest
 	s.accepted += simRequest
-	s.a.done(tk, s.now, simRequest, map[int32]int64{0: s.produced - 1})
+	s.a.done(h.t, h.received, simRequest, map[int32]int64{0: s.produced - 1})
 }
 
 func (s *sim) writer() {
@@ -117,7 +136,7 @@ func TestAdmissionOverCapacity(t *testing.T) {
 		{capacity: 6_000, offered: 24_000, cycle: 50 * time.Millisecond},
 		{capacity: 20_000, offered: 40_000, cycle: 100 * time.Millisecond},
 		{capacity: 50_000, offered: 100_000, cycle: 20 * time.Millisecond},
-		{capacity: 3_000, offered: 12_000, cycle: 200 * time.Millisecond},
+		{capacity: 3_000, offered: 12_000, cycle: 100 * time.Millisecond},
 	} {
 		s := newSim(t, c.capacity, c.offered, c.cycle)
 		s.run(30 * time.Second)

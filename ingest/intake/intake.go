@@ -303,6 +303,15 @@ func (in *Intake) Submit(ctx context.Context, s Submission) (res Result, err err
 				in.cfg.LatencyBudget, seconds(wait))
 		}
 		defer func() { in.adm.done(tk, received, res.Answer.Accepted, offsets) }()
+		if wait > 0 {
+			hold := time.NewTimer(wait)
+			select {
+			case <-hold.C:
+			case <-ctx.Done():
+				hold.Stop()
+				return Result{}, fault.Unavailable("observation ingest is behind: the request ended while it waited for room; retry later")
+			}
+		}
 	}
 	media, ndjson, err := mediaKind(s.ContentType)
 	if err != nil {
