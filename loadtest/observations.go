@@ -166,6 +166,11 @@ type Report struct {
 	RawPerSecond float64 `json:"rawPerSecond,omitempty"`
 	Ratio        float64 `json:"ingestToRawRatio,omitempty"` // acceptedPerSecond ÷ rawPerSecond
 
+	// BareHTTP*: the same bodies posted by as many devices to a server that only reads them.
+	BareHTTPObservations    int64   `json:"bareHttpObservations,omitempty"`
+	BareHTTPPerSecond       float64 `json:"bareHttpPerSecond,omitempty"`       // observations/s
+	AcceptedToBareHTTPRatio float64 `json:"acceptedToBareHttpRatio,omitempty"` // acceptedPerSecond ÷ bareHttpPerSecond
+
 	RawCopyRows       int64   `json:"rawCopyRows,omitempty"`
 	RawCopyPerSecond  float64 `json:"rawCopyPerSecond,omitempty"`
 	StoredToCopyRatio float64 `json:"storedToCopyRatio,omitempty"` // storedPerSecond ÷ rawCopyPerSecond
@@ -253,6 +258,9 @@ func RunObservations(ctx context.Context, cfg Config) (*Report, error) {
 		if rep.RawPerSecond > 0 {
 			rep.Ratio = rep.AcceptedPerSecond / rep.RawPerSecond
 		}
+	}
+	if err := bareHTTP(ctx, cfg, client, bodies, rep); err != nil {
+		return nil, fmt.Errorf("bare HTTP: %w", err)
 	}
 	if cfg.CopyPool != nil {
 		if err := rawCopy(ctx, cfg, bodies, rep); err != nil {
