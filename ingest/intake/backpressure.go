@@ -43,13 +43,15 @@ const (
 	// age when measured is short of its wait by up to a writer's poll cycle.
 	targetShare = 0.6
 	// Bounds of one adaptation of the limit: it falls fast when records wait too long and grows
-	// by a quarter per measurement at most while it is what turns requests away.
+	// by a quarter per measurement at most.
 	maxShrink, maxGrowth = 0.5, 1.25
 	// minLimit is the smallest limit (records): a writer that stores nothing still lets one
 	// small request in now and then, which keeps the age measurable.
 	minLimit = 100
-	// maxRetryAfter bounds the Retry-After of a refusal.
-	maxRetryAfter = 30 * time.Second
+	// maxRetryAfter bounds the Retry-After of a refusal: the wait is estimated from a rate that
+	// lags a writer starting or speeding up, and a device sent away for longer than the backlog
+	// takes to drain leaves intake idle.
+	maxRetryAfter = 5 * time.Second
 )
 
 // mark is the last offset a request committed on a partition and when the request arrived.
@@ -85,7 +87,6 @@ type admission struct {
 	reserved  float64 // records of admitted requests still in progress (estimated)
 	request   float64 // records per accepted request, moving average
 	limit     float64 // records that may wait to be stored
-	refused   bool    // since the last measurement
 	age       time.Duration
 	pending   map[int32][]mark // this intake's committed records not yet known stored, by partition
 }
@@ -113,11 +114,7 @@ func (a *admission) admit(now time.Time) (ticket, time.Duration, bool) {
 	defer a.mu.Unlock()
 	wait := a.waitLocked(now)
 	if wait > maxHold {
-		a.refused = true
 		return ticket{}, wait, false
-	}
-	if wait > 0 {
-		a.refused = true // the limit is binding: what it turns away now waits instead
 	}
 	a.reserved += a.request
 	return ticket{reserved: a.request}, wait, true
@@ -219,19 +216,21 @@ func (a *admission) observe(now time.Time, lags []kafka.PartitionLag, since int6
 	if a.budget > 0 {
 		a.adaptLocked()
 	}
-	a.refused = false
 }
 
-// adaptLocked scales the limit by target ÷ the oldest waiting record's age: down whenever
-// records wait longer than the target, up only while the limit is what turns requests away (an
-// idle intake learns nothing about how much more the writers could take).
+// adaptLocked scales the limit by the square root of target ÷ the oldest waiting record's age
+// (damped: the age answers a change a poll cycle late): down whenever records wait longer than
+// the target, up otherwise, by at most a quarter per measurement and never past what the
+// writers store in twice the budget. It grows while nothing waits too: a limit that shrank
+// while the writers stalled (a rebalance, a group joining) must not keep turning devices away
+// once they store again.
 func (a *admission) adaptLocked() {
 	target := float64(a.budget) * targetShare
 	age := float64(a.age)
 	switch {
 	case age > target:
 		a.limit *= max(math.Sqrt(target/age), maxShrink)
-	case a.refused:
+	default:
 		a.limit *= min(math.Sqrt(target/max(age, 1)), maxGrowth)
 	}
 	// The limit never passes what the writers store in twice the budget: a queue longer than
