@@ -7,8 +7,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"sync"
-	"sync/atomic"
 	"time"
 )
 
@@ -30,43 +28,27 @@ func bareHTTP(ctx context.Context, cfg Config, client *http.Client, bodies []bod
 	defer srv.Close()
 	target := "http://" + ln.Addr().String() + "/v1/observations"
 
-	pctx, cancel := context.WithTimeout(ctx, cfg.Duration)
-	defer cancel()
-	var acked atomic.Int64
-	var firstErr atomic.Value
-	start := time.Now()
-	var wg sync.WaitGroup
-	for d := range cfg.Devices {
-		wg.Go(func() {
-			for i := 0; pctx.Err() == nil; i++ {
-				b := bodies[(d+i*cfg.Devices)%len(bodies)]
-				req, _ := http.NewRequestWithContext(pctx, http.MethodPost, target, bytes.NewReader(b.data))
-				req.Header.Set("Content-Type", b.contentType)
-				resp, err := client.Do(req)
-				if err != nil {
-					if pctx.Err() == nil {
-						firstErr.CompareAndSwap(nil, err)
-					}
-					return
-				}
-				_, _ = io.Copy(io.Discard, resp.Body)
-				resp.Body.Close()
-				if resp.StatusCode != http.StatusAccepted {
-					firstErr.CompareAndSwap(nil, errors.New(resp.Status))
-					return
-				}
-				acked.Add(int64(b.count))
-			}
-		})
-	}
-	wg.Wait()
-	if err, ok := firstErr.Load().(error); ok {
+	n, perSecond, err := everyDevice(ctx, cfg, func(ctx context.Context, d, i int) (int64, error) {
+		b := bodies[(d+i*cfg.Devices)%len(bodies)]
+		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, target, bytes.NewReader(b.data))
+		req.Header.Set("Content-Type", b.contentType)
+		resp, err := client.Do(req)
+		if err != nil {
+			return 0, err
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusAccepted {
+			return 0, errors.New(resp.Status)
+		}
+		return int64(b.count), nil
+	})
+	if err != nil {
 		return err
 	}
-	rep.BareHTTPObservations = acked.Load()
-	rep.BareHTTPPerSecond = float64(rep.BareHTTPObservations) / time.Since(start).Seconds()
-	if rep.BareHTTPPerSecond > 0 {
-		rep.AcceptedToBareHTTPRatio = rep.AcceptedPerSecond / rep.BareHTTPPerSecond
+	rep.BareHTTPObservations, rep.BareHTTPPerSecond = n, perSecond
+	if perSecond > 0 {
+		rep.AcceptedToBareHTTPRatio = rep.AcceptedPerSecond / perSecond
 	}
 	return nil
 }

@@ -48,10 +48,11 @@ const (
 	// minLimit is the smallest limit (records): a writer that stores nothing still lets one
 	// small request in now and then, which keeps the age measurable.
 	minLimit = 100
-	// maxRetryAfter bounds the Retry-After of a refusal: the wait is estimated from a rate that
-	// lags a writer starting or speeding up, and a device sent away for longer than the backlog
-	// takes to drain leaves intake idle.
-	maxRetryAfter = 5 * time.Second
+	// Retry-After of a refusal is the predicted wait, at least a second (the header counts
+	// seconds) and at most twice the budget: the wait is predicted from a rate that lags a
+	// writer starting or speeding up, the queue a refusal finds turns over within about the
+	// budget while the writers store, and a device sent away for longer leaves intake idle.
+	budgetsPerRetry = 2
 )
 
 // mark is the last offset a request committed on a partition and when the request arrived.
@@ -93,7 +94,7 @@ type admission struct {
 
 func newAdmission(budget, staleAfter time.Duration) *admission {
 	return &admission{budget: budget, staleAfter: staleAfter, rate: initialRate, request: minLimit,
-		limit: max(2*initialRate*budget.Seconds(), minLimit), pending: map[int32][]mark{}}
+		limit: max(targetShare*initialRate*budget.Seconds(), minLimit), pending: map[int32][]mark{}}
 }
 
 // busyInterval is one measurement interval that began with a backlog.

@@ -388,8 +388,8 @@ func (in *Intake) Submit(ctx context.Context, s Submission) (res Result, err err
 }
 
 // RetryAfter is how long a client should wait after a 503 from Submit: over the latency
-// budget, the estimated time until what waits fits it again (1 s to 30 s); otherwise (the
-// writers store nothing, a broker failed) Config.RetryAfter.
+// budget, the estimated time until what waits fits it again (1 s to twice the budget);
+// otherwise (the writers store nothing, a broker failed) Config.RetryAfter.
 func (in *Intake) RetryAfter() time.Duration {
 	var wait time.Duration
 	if in.adm != nil {
@@ -398,7 +398,7 @@ func (in *Intake) RetryAfter() time.Duration {
 	if wait <= 0 || wait == time.Duration(math.MaxInt64) {
 		return in.cfg.RetryAfter
 	}
-	return min(max(wait, time.Second), maxRetryAfter)
+	return max(min(wait, budgetsPerRetry*in.cfg.LatencyBudget), time.Second)
 }
 
 // RequestTimeout bounds a Submit; transports bound reading the body by it too.
