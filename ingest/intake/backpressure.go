@@ -16,12 +16,13 @@ import (
 // Backpressure by time: intake admits a request while the records waiting to be stored (the
 // writers' lag as last measured, plus what intake accepted since, less what the writers stored
 // meanwhile at their measured rate, plus the requests in progress) stay under a limit, and
-// refuses the rest (503, Retry-After). The limit is learnt from the latency itself: every
-// measurement intake finds the oldest record it accepted that the writers have not yet
-// committed, and scales the limit by target ÷ that record's age (Little's law: the wait is
-// the queue over the rate, so a queue that makes records wait twice the target is twice too
-// long). So the overheads the rate alone does not see (the writers' poll cycle, the CPU they
-// share with intake) are part of what the limit is fitted to.
+// holds a request up to maxHold for room or refuses it (503, Retry-After). The limit is learnt
+// from the latency itself: every measurement intake finds the oldest record it accepted that
+// the writers have not yet committed (or just committed), and scales the limit by √(target ÷
+// that record's age) (Little's law: the wait is the queue over the rate, so a queue that makes
+// records wait twice the target is too long; the root damps the answer, which comes a poll
+// cycle late). So the overheads the rate alone does not see (the writers' poll cycle, the CPU
+// they share with intake) are part of what the limit is fitted to.
 const (
 	// busyLag is the lag (records) over which the writers are taken to be busy: an interval that
 	// starts with more measures what they can store, not what arrives. Below it the backlog is
@@ -29,8 +30,8 @@ const (
 	// records of lag are noise).
 	busyLag = 64
 	// initialRate is the store rate assumed until one is measured (records/s): about what one
-	// writer stores on a small machine, so a cold start neither refuses at once nor lets a
-	// minute of backlog in before the first measurement corrects it.
+	// writer stores on a small machine; the limit starts at what it stores in targetShare of
+	// the budget, so a cold writer is not handed a flood, and grows from there.
 	initialRate = 10_000
 	// rateWindow is how many busy intervals the store rate is measured over: writers commit a
 	// poll at a time, so one interval often sees no commit and the next two polls' worth.
