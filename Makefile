@@ -142,7 +142,7 @@ BENCH_RESULTS ?= loadtest/results
 BENCH_DURATION ?= 20s
 
 .PHONY: bench-pipeline
-bench-pipeline: postgres-binaries ## observation path end to end with its raw baselines (produce, COPY) in one run; JSON, PNG chart and HTML page under BENCH_RESULTS
+bench-pipeline: postgres-binaries ## observation path end to end with its raw baselines (produce, bare HTTP, COPY) in one run; JSON, PNG chart and HTML page under BENCH_RESULTS
 	$(GO) build -o bin/loadtest ./loadtest/cmd/loadtest
 	bin/loadtest -self -devices 16 -batch 100 -duration $(BENCH_DURATION) -results $(BENCH_RESULTS)
 

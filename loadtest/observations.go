@@ -166,6 +166,11 @@ type Report struct {
 	RawPerSecond float64 `json:"rawPerSecond,omitempty"`
 	Ratio        float64 `json:"ingestToRawRatio,omitempty"` // acceptedPerSecond ÷ rawPerSecond
 
+	// BareHTTP*: the same bodies posted by as many devices to a server that only reads them.
+	BareHTTPObservations    int64   `json:"bareHttpObservations,omitempty"`
+	BareHTTPPerSecond       float64 `json:"bareHttpPerSecond,omitempty"`       // observations/s
+	AcceptedToBareHTTPRatio float64 `json:"acceptedToBareHttpRatio,omitempty"` // acceptedPerSecond ÷ bareHttpPerSecond
+
 	RawCopyRows       int64   `json:"rawCopyRows,omitempty"`
 	RawCopyPerSecond  float64 `json:"rawCopyPerSecond,omitempty"`
 	StoredToCopyRatio float64 `json:"storedToCopyRatio,omitempty"` // storedPerSecond ÷ rawCopyPerSecond
@@ -253,6 +258,9 @@ func RunObservations(ctx context.Context, cfg Config) (*Report, error) {
 		if rep.RawPerSecond > 0 {
 			rep.Ratio = rep.AcceptedPerSecond / rep.RawPerSecond
 		}
+	}
+	if err := bareHTTP(ctx, cfg, client, bodies, rep); err != nil {
+		return nil, fmt.Errorf("bare HTTP: %w", err)
 	}
 	if cfg.CopyPool != nil {
 		if err := rawCopy(ctx, cfg, bodies, rep); err != nil {
@@ -441,37 +449,47 @@ func rawProduce(ctx context.Context, cfg Config, bodies []body, rep *Report) err
 		defer cancel()
 		_, _ = kadm.NewClient(cl).DeleteTopics(dctx, topic)
 	}()
-	pctx, pcancel := context.WithTimeout(ctx, cfg.Duration)
-	defer pcancel()
-	var acked atomic.Int64
+	n, perSecond, err := everyDevice(ctx, cfg, func(ctx context.Context, d, i int) (int64, error) {
+		b := bodies[(d+i*cfg.Devices)%len(bodies)]
+		recs := make([]*kgo.Record, len(b.records))
+		for j := range recs {
+			recs[j] = &kgo.Record{Topic: topic, Key: b.keys[j], Value: b.records[j]}
+		}
+		return int64(len(recs)), cl.ProduceSync(ctx, recs...).FirstErr()
+	})
+	rep.RawRecords, rep.RawPerSecond = n, perSecond
+	return err
+}
+
+// everyDevice runs step for every device in turn (i counts the device's steps) until Duration
+// or the first error, and returns what the steps counted, per second too. An error after the
+// phase ended is not one.
+func everyDevice(ctx context.Context, cfg Config, step func(ctx context.Context, device, i int) (int64, error)) (int64, float64, error) {
+	pctx, cancel := context.WithTimeout(ctx, cfg.Duration)
+	defer cancel()
+	var count atomic.Int64
 	var firstErr atomic.Value
 	start := time.Now()
 	var wg sync.WaitGroup
 	for d := range cfg.Devices {
 		wg.Go(func() {
 			for i := 0; pctx.Err() == nil; i++ {
-				b := bodies[(d+i*cfg.Devices)%len(bodies)]
-				recs := make([]*kgo.Record, len(b.records))
-				for j := range recs {
-					recs[j] = &kgo.Record{Topic: topic, Key: b.keys[j], Value: b.records[j]}
-				}
-				if err := cl.ProduceSync(pctx, recs...).FirstErr(); err != nil {
+				n, err := step(pctx, d, i)
+				if err != nil {
 					if pctx.Err() == nil {
 						firstErr.CompareAndSwap(nil, err)
 					}
 					return
 				}
-				acked.Add(int64(len(recs)))
+				count.Add(n)
 			}
 		})
 	}
 	wg.Wait()
 	if err, ok := firstErr.Load().(error); ok {
-		return err
+		return 0, 0, err
 	}
-	rep.RawRecords = acked.Load()
-	rep.RawPerSecond = float64(rep.RawRecords) / time.Since(start).Seconds()
-	return nil
+	return count.Load(), float64(count.Load()) / time.Since(start).Seconds(), nil
 }
 
 // rawCopy copies the same rows (the columns the writer stores, from the same messages, with

@@ -1,6 +1,7 @@
 package loadtest
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -8,12 +9,14 @@ import (
 	"net"
 	"net/http"
 	"path/filepath"
+	"slices"
 	"time"
 
 	"github.com/gorilla/mux"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/twmb/franz-go/pkg/kadm"
 
 	"carehub/api/auth"
 	"carehub/api/rest"
@@ -124,6 +127,11 @@ func StartStack(ctx context.Context, dataDir string, logger *slog.Logger, opts S
 		}
 		in.Close()
 	})
+	// Load starts once the writer holds every partition: joining the group takes seconds, and
+	// what is accepted meanwhile waits for it, a start-up cost, not the path's latency.
+	if err := writerAssigned(ctx, kadm.NewClient(producer)); err != nil {
+		return nil, err
+	}
 
 	keys := auth.NewKeys(pool)
 	key, err := keys.Create(ctx, auth.NewKey{OrgID: demo.DemoOrgID, Mode: access.Test, Name: "loadtest",
@@ -159,6 +167,24 @@ func StartStack(ctx context.Context, dataDir string, logger *slog.Logger, opts S
 	})
 	s.URL = "http://" + ln.Addr().String()
 	return s, nil
+}
+
+// writerAssigned waits (at most 60 s) until a member of the observation writer group is
+// assigned every partition of the observations topic.
+func writerAssigned(ctx context.Context, adm *kadm.Client) error {
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	for {
+		lags, err := kafka.Lag(ctx, adm, obs.DefaultGroup, kafka.DefaultTopics().Observations)
+		if err == nil && len(lags) > 0 && !slices.ContainsFunc(lags, func(l kafka.PartitionLag) bool { return l.MemberID == "" }) {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("the observation writer did not join its group: %w", cmp.Or(err, ctx.Err()))
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
 }
 
 // Close stops everything StartStack started, in reverse order.

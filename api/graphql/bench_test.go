@@ -25,15 +25,37 @@ import (
 // what is measured.
 func BenchmarkAssetsQuery(b *testing.B) {
 	s := start(b)
-	keys := make([]string, 256)
-	for i := range keys {
-		keys[i] = "Bearer " + s.Key(demo.DemoOrgSlug, access.Live)
-	}
 	body, _ := json.Marshal(map[string]any{
 		"query": `query($t: AssetType, $s: AssetStatus, $r: Float) { assets(type: $t, status: $s, minRating: $r, limit: 20) {
 			id name type status rating downloads pricing { type } complianceScore { overall } } }`,
 		"variables": map[string]any{"t": "MODEL", "s": "APPROVED", "r": 4.0},
 	})
+	benchGraphQL(b, s, body, []byte(`"APPROVED"`))
+}
+
+// BenchmarkPublishEvent measures single publishEvent mutations (authentication, limits, GraphQL,
+// the outbox transaction with its audit record) through the running server, with concurrent
+// clients: the publish path's ceiling, apart from the relay and the event log behind it.
+//
+//	go test ./api/graphql -run '^$' -bench PublishEvent -benchtime 20000x -cpuprofile cpu.out
+func BenchmarkPublishEvent(b *testing.B) {
+	s := start(b)
+	body, _ := json.Marshal(map[string]any{
+		"query": `mutation($type: String!, $payload: JSON!, $projectId: ID!) {
+			publishEvent(type: $type, payload: $payload, projectId: $projectId) { id timestamp } }`,
+		"variables": map[string]any{"type": "bench.publish", "payload": map[string]any{"seq": 1, "note": "bench"},
+			"projectId": s.projectID(demo.SepsisProjectName)},
+	})
+	benchGraphQL(b, s, body, []byte(`"evt_`), access.ExecWorkflows)
+}
+
+// benchGraphQL posts body to /graphql b.N times from 8 × GOMAXPROCS goroutines, over 256 keys of
+// the demo organization, and fails on any answer without want.
+func benchGraphQL(b *testing.B, s *node, body, want []byte, scopes ...string) {
+	keys := make([]string, 256)
+	for i := range keys {
+		keys[i] = "Bearer " + s.Key(demo.DemoOrgSlug, access.Live, scopes...)
+	}
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64, MaxConnsPerHost: 64}}
 	url := s.URL + "/graphql"
 	post := func(key string) (time.Duration, error) {
@@ -48,7 +70,7 @@ func BenchmarkAssetsQuery(b *testing.B) {
 		b, _ := io.ReadAll(resp.Body)
 		resp.Body.Close()
 		d := time.Since(start)
-		if resp.StatusCode != http.StatusOK || bytes.Contains(b, []byte(`"errors"`)) || !bytes.Contains(b, []byte(`"APPROVED"`)) {
+		if resp.StatusCode != http.StatusOK || bytes.Contains(b, []byte(`"errors"`)) || !bytes.Contains(b, want) {
 			return d, &badResponse{resp.StatusCode, string(b)}
 		}
 		return d, nil

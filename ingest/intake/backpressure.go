@@ -13,8 +13,16 @@ import (
 	"carehub/storage/kafka"
 )
 
-// Backpressure by time: intake refuses (503, Retry-After) when what is already accepted would
-// take the writers longer than the latency budget to store, estimated as lag ÷ store rate.
+// Backpressure by time: intake admits a request while the records waiting to be stored (the
+// writers' lag as last measured, plus what intake accepted since, less what the writers stored
+// meanwhile at their measured rate, plus the requests in progress) stay under a limit, and
+// holds a request up to maxHold for room or refuses it (503, Retry-After). The limit is learnt
+// from the latency itself: every measurement intake finds the oldest record it accepted that
+// the writers have not yet committed (or just committed), and scales the limit by √(target ÷
+// that record's age) (Little's law: the wait is the queue over the rate, so a queue that makes
+// records wait twice the target is too long; the root damps the answer, which comes a poll
+// cycle late). So the overheads the rate alone does not see (the writers' poll cycle, the CPU
+// they share with intake) are part of what the limit is fitted to.
 const (
 	// busyLag is the lag (records) over which the writers are taken to be busy: an interval that
 	// starts with more measures what they can store, not what arrives. Below it the backlog is
@@ -22,43 +30,248 @@ const (
 	// records of lag are noise).
 	busyLag = 64
 	// initialRate is the store rate assumed until one is measured (records/s): about what one
-	// writer stores on a small machine, so a cold start neither refuses at once nor lets a
-	// minute of backlog in before the first measurement corrects it.
+	// writer stores on a small machine; the limit starts at what it stores in targetShare of
+	// the budget, so a cold writer is not handed a flood, and grows from there.
 	initialRate = 10_000
-	// rateWeight is the weight of a new measurement in the store rate's moving average: at a
-	// 250 ms interval a stopped writer's rate halves in about half a second.
-	rateWeight = 0.3
-	// maxRetryAfter bounds the Retry-After of a refusal.
-	maxRetryAfter = 30 * time.Second
+	// rateWindow is how many busy intervals the store rate is measured over: writers commit a
+	// poll at a time, so one interval often sees no commit and the next two polls' worth.
+	rateWindow = 8
+	// maxHold is the longest a request waits for room rather than being refused: a device
+	// sent away waits a whole second (Retry-After counts seconds), so a short wait for room
+	// keeps intake busy, and it is part of the request's accept → stored time.
+	maxHold = 250 * time.Millisecond
+	// targetShare of the budget is what the oldest waiting record's age is steered to: its
+	// age when measured is short of its wait by up to a writer's poll cycle.
+	targetShare = 0.6
+	// Bounds of one adaptation of the limit: it falls fast when records wait too long and grows
+	// by a quarter per measurement at most.
+	maxShrink, maxGrowth = 0.5, 1.25
+	// minLimit is the smallest limit (records): a writer that stores nothing still lets one
+	// small request in now and then, which keeps the age measurable.
+	minLimit = 100
+	// Retry-After of a refusal is the predicted wait, at least a second (the header counts
+	// seconds) and at most twice the budget: the wait is predicted from a rate that lags a
+	// writer starting or speeding up, the queue a refusal finds turns over within about the
+	// budget while the writers store, and a device sent away for longer leaves intake idle.
+	budgetsPerRetry = 2
 )
 
-// lagWatch measures the observation writer group's lag and store rate every interval and
-// caches them, so that intake can refuse work while what it accepted would not be stored within
-// the latency budget (or, as a hard bound, while the lag is over MaxLag), instead of letting the
-// backlog grow without bound. Requests read the cached values; they never wait for a
-// measurement.
+// mark is the last offset a request committed on a partition and when the request arrived.
+type mark struct {
+	offset   int64
+	received time.Time
+}
+
+// admission measures the observation writer group's lag and store rate every interval, and
+// decides per request whether what intake accepts would be stored within the latency budget.
+// Requests read cached values; they never wait for a measurement. Every method takes the
+// current time, so that tests drive it with a clock of their own.
 //
 // The store rate is the advance of the group's committed offsets per second, averaged over the
 // intervals that began with a backlog (busyLag): then it is what the writers can do, not what
-// clients send. A stopped writer's rate falls towards zero and the estimate past any budget.
+// clients send. A stopped writer's rate falls towards zero, its records age, and the limit
+// falls to minLimit.
 //
 // A measurement that fails keeps the last values; when no measurement has succeeded for
 // staleAfter, intake stops refusing (fails open): a broken lag query must not stop ingest
 // while the broker itself accepts records, and a broken broker fails produce anyway.
-type lagWatch struct {
-	adm        *kadm.Client
-	group      string
-	topic      string
-	interval   time.Duration
+type admission struct {
+	budget     time.Duration // <= 0: only the lag is measured (MaxLag), nothing refused by time
 	staleAfter time.Duration
-	logger     *slog.Logger
-	gauge      prometheus.Gauge
 
 	mu        sync.Mutex
-	lag       int64
-	committed int64     // sum of the committed offsets at measured
-	rate      float64   // records/s the writers store, moving average
 	measured  time.Time // of the last successful measurement; zero: none yet
+	lag       int64     // at measured
+	committed int64     // sum of the committed offsets at measured
+	rate      float64   // records/s the writers store, over the busy intervals of window
+	window    []busyInterval
+	since     int64   // records accepted after the measurement at measured began
+	reserved  float64 // records of admitted requests still in progress (estimated)
+	request   float64 // records per accepted request, moving average
+	limit     float64 // records that may wait to be stored
+	age       time.Duration
+	pending   map[int32][]mark // this intake's committed records not yet known stored, by partition
+}
+
+func newAdmission(budget, staleAfter time.Duration) *admission {
+	return &admission{budget: budget, staleAfter: staleAfter, rate: initialRate, request: minLimit,
+		limit: max(targetShare*initialRate*budget.Seconds(), minLimit), pending: map[int32][]mark{}}
+}
+
+// busyInterval is one measurement interval that began with a backlog.
+type busyInterval struct {
+	seconds float64
+	stored  int64
+}
+
+// ticket is an admitted request's reservation, returned to done.
+type ticket struct{ reserved float64 }
+
+// admit decides whether a request arriving at now may be accepted. Admitted, the request waits
+// the returned duration (at most maxHold) for its room before it goes on; refused, the duration
+// is how long until there could be room (math.MaxInt64: unknown, the writers store nothing).
+// Room is reserved at once, so requests held together are let in one after the other.
+func (a *admission) admit(now time.Time) (ticket, time.Duration, bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	wait := a.waitLocked(now)
+	if wait > maxHold {
+		return ticket{}, wait, false
+	}
+	a.reserved += a.request
+	return ticket{reserved: a.request}, wait, true
+}
+
+// wait is how long a request arriving at now would wait for the queue to fit the limit: 0
+// when it is admitted.
+func (a *admission) wait(now time.Time) time.Duration {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.waitLocked(now)
+}
+
+func (a *admission) waitLocked(now time.Time) time.Duration {
+	q := a.queueLocked(now)
+	if a.budget <= 0 || !a.freshLocked(now) || q == 0 || q+a.request <= a.limit {
+		return 0
+	}
+	secs := (q + a.request - a.limit) / a.rate
+	if a.rate < 1 || secs > math.MaxInt64/float64(time.Second) {
+		return time.Duration(math.MaxInt64)
+	}
+	return max(time.Duration(secs*float64(time.Second)), 1)
+}
+
+// done ends an admitted request: accepted records were committed to Kafka, their last offsets
+// by partition in offsets (nil when none were).
+func (a *admission) done(t ticket, received time.Time, accepted int, offsets map[int32]int64) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.reserved = max(a.reserved-t.reserved, 0)
+	if accepted == 0 || len(offsets) == 0 { // nothing committed (a replayed answer commits nothing)
+		return
+	}
+	a.since += int64(accepted)
+	a.request += 0.1 * (float64(accepted) - a.request)
+	for p, o := range offsets {
+		a.pending[p] = append(a.pending[p], mark{offset: o, received: received})
+	}
+}
+
+// queueLocked is the predicted number of records waiting at now: the lag as measured, plus
+// what was accepted since, less what the writers stored since at their rate, plus what the
+// requests in progress will add.
+func (a *admission) queueLocked(now time.Time) float64 {
+	stored := a.rate * max(now.Sub(a.measured).Seconds(), 0)
+	return max(float64(a.lag+a.since)-stored, 0) + a.reserved
+}
+
+// begin is called as a measurement starts; observe is given its result.
+func (a *admission) begin() int64 {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.since
+}
+
+// observe records a measurement taken at now: the lag of every partition; since is what
+// begin returned (records accepted before the measurement began are in its lag).
+func (a *admission) observe(now time.Time, lags []kafka.PartitionLag, since int64) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	lag, committed := kafka.TotalLag(lags), int64(0)
+	var done time.Duration
+	for _, p := range lags {
+		c := max(p.Committed, p.Start, 0)
+		committed += c
+		marks := a.pending[p.Partition]
+		i := 0
+		for i < len(marks) && marks[i].offset < c {
+			i++
+		}
+		if i > 0 { // stored since the last measurement: waited at most until now
+			done = max(done, now.Sub(marks[i-1].received))
+		}
+		a.pending[p.Partition] = marks[i:]
+	}
+	if !a.measured.IsZero() {
+		if dt := now.Sub(a.measured).Seconds(); dt > 0 && a.lag > busyLag {
+			a.window = append(a.window, busyInterval{seconds: dt, stored: max(committed-a.committed, 0)})
+			if len(a.window) > rateWindow {
+				a.window = a.window[1:]
+			}
+			var secs float64
+			var stored int64
+			for _, b := range a.window {
+				secs, stored = secs+b.seconds, stored+b.stored
+			}
+			a.rate = float64(stored) / secs
+		}
+	}
+	a.age = done
+	for _, marks := range a.pending {
+		if len(marks) > 0 {
+			a.age = max(a.age, now.Sub(marks[0].received))
+		}
+	}
+	a.lag, a.committed, a.measured = lag, committed, now
+	a.since = max(a.since-since, 0)
+	if a.budget > 0 {
+		a.adaptLocked()
+	}
+}
+
+// adaptLocked scales the limit by the square root of target ÷ the oldest waiting record's age
+// (damped: the age answers a change a poll cycle late): down whenever records wait longer than
+// the target, up otherwise, by at most a quarter per measurement and never past what the
+// writers store in twice the budget. It grows while nothing waits too: a limit that shrank
+// while the writers stalled (a rebalance, a group joining) must not keep turning devices away
+// once they store again.
+func (a *admission) adaptLocked() {
+	target := float64(a.budget) * targetShare
+	age := float64(a.age)
+	switch {
+	case age > target:
+		a.limit *= max(math.Sqrt(target/age), maxShrink)
+	default:
+		a.limit *= min(math.Sqrt(target/max(age, 1)), maxGrowth)
+	}
+	// The limit never passes what the writers store in twice the budget: a queue longer than
+	// that cannot be stored in time whatever the ages said.
+	a.limit = min(max(a.limit, minLimit), max(2*a.rate*a.budget.Seconds(), minLimit))
+}
+
+// current returns the lag as last measured and whether it is fresh enough to act on.
+func (a *admission) current(now time.Time) (int64, bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.lag, a.freshLocked(now)
+}
+
+func (a *admission) freshLocked(now time.Time) bool {
+	return !a.measured.IsZero() && now.Sub(a.measured) <= a.staleAfter
+}
+
+// state is a snapshot for logs and tests.
+type admissionState struct {
+	Queue, Limit, Rate float64
+	Age                time.Duration
+}
+
+func (a *admission) state(now time.Time) admissionState {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return admissionState{Queue: a.queueLocked(now), Limit: a.limit, Rate: a.rate, Age: a.age}
+}
+
+// lagWatch measures the writer group's lag every interval for an admission.
+type lagWatch struct {
+	adm      *kadm.Client
+	group    string
+	topic    string
+	interval time.Duration
+	logger   *slog.Logger
+	gauge    prometheus.Gauge
+	a        *admission
 }
 
 func (l *lagWatch) run(ctx context.Context) {
@@ -66,17 +279,14 @@ func (l *lagWatch) run(ctx context.Context) {
 	defer tick.Stop()
 	failing := false
 	for {
+		since := l.a.begin()
 		mctx, cancel := context.WithTimeout(ctx, max(l.interval*4, 2*time.Second))
 		lags, err := kafka.Lag(mctx, l.adm, l.group, l.topic)
 		cancel()
 		switch {
 		case err == nil:
-			var committed int64
-			for _, p := range lags {
-				committed += max(p.Committed, p.Start, 0)
-			}
+			l.a.observe(time.Now(), lags, since)
 			n := kafka.TotalLag(lags)
-			l.observe(time.Now(), n, committed)
 			l.gauge.Set(float64(n))
 			if failing {
 				l.logger.Info("observation writer lag measurable again", "lag", n)
@@ -94,44 +304,10 @@ func (l *lagWatch) run(ctx context.Context) {
 	}
 }
 
-// observe records a measurement: lag and the sum of committed offsets at now.
-func (l *lagWatch) observe(now time.Time, lag, committed int64) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.measured.IsZero() {
-		l.rate = initialRate
-	} else if dt := now.Sub(l.measured).Seconds(); dt > 0 && l.lag > busyLag {
-		sample := float64(max(committed-l.committed, 0)) / dt
-		l.rate += rateWeight * (sample - l.rate)
+// seconds formats a wait for an error message.
+func seconds(d time.Duration) string {
+	if d <= 0 || d == time.Duration(math.MaxInt64) {
+		return "an unknown time (the writers store nothing now)"
 	}
-	l.lag, l.committed, l.measured = lag, committed, now
-}
-
-// current returns the cached lag and whether it is fresh enough to act on.
-func (l *lagWatch) current() (int64, bool) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.lag, l.freshLocked()
-}
-
-func (l *lagWatch) freshLocked() bool {
-	return !l.measured.IsZero() && time.Since(l.measured) <= l.staleAfter
-}
-
-// storeEstimate returns how long the writers need to store what is accepted now (lag ÷ store
-// rate; +Inf when they store nothing) and whether the measurement is fresh enough to act on.
-func (l *lagWatch) storeEstimate() (time.Duration, bool) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if !l.freshLocked() {
-		return 0, false
-	}
-	if l.lag <= busyLag {
-		return 0, true
-	}
-	secs := float64(l.lag) / l.rate
-	if l.rate < 1 || secs > math.MaxInt64/float64(time.Second) {
-		return time.Duration(math.MaxInt64), true
-	}
-	return time.Duration(secs * float64(time.Second)), true
+	return d.Round(100 * time.Millisecond).String()
 }

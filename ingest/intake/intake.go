@@ -67,9 +67,10 @@ type Config struct {
 	// WriterGroup is the consumer group whose lag is watched; default
 	// processors/observations.DefaultGroup.
 	WriterGroup string
-	// LatencyBudget bounds accept → stored: intake answers 503 with Retry-After while storing
-	// what it has accepted would take the writers longer (lag ÷ their measured store rate);
-	// default DefaultLatencyBudget, negative disables it.
+	// LatencyBudget bounds accept → stored: intake answers 503 with Retry-After while the
+	// records waiting to be stored are more than the writers store within it (the limit is
+	// fitted to the measured age of the oldest waiting record; see admission); default
+	// DefaultLatencyBudget, negative disables it.
 	LatencyBudget time.Duration
 	// MaxLag is a hard bound on the writer lag (records) past which intake answers 503 with
 	// Retry-After whatever the store rate; default DefaultMaxLag, negative disables it.
@@ -158,6 +159,7 @@ type Intake struct {
 	producers *producers
 	patients  *patientCache
 	keys      *keyStore
+	adm       *admission  // nil when backpressure is disabled
 	lag       *lagWatch   // nil when backpressure is disabled
 	lagClient *kgo.Client // nil when backpressure is disabled
 	m         *metrics
@@ -185,8 +187,9 @@ func New(cfg Config) (*Intake, error) {
 			return nil, fmt.Errorf("observation intake: %w", err)
 		}
 		in.lagClient = cl
+		in.adm = newAdmission(cfg.LatencyBudget, max(20*cfg.LagInterval, 5*time.Second))
 		in.lag = &lagWatch{adm: kadm.NewClient(cl), group: cfg.WriterGroup, topic: cfg.Topic, interval: cfg.LagInterval,
-			staleAfter: max(20*cfg.LagInterval, 5*time.Second), logger: logger, gauge: in.m.lag}
+			logger: logger, gauge: in.m.lag, a: in.adm}
 	}
 	if err := in.m.register(cfg.Registerer); err != nil {
 		if in.lagClient != nil {
@@ -232,10 +235,10 @@ func (in *Intake) Close() {
 
 // Lag returns the writers' lag as last measured and whether that measurement is current.
 func (in *Intake) Lag() (int64, bool) {
-	if in.lag == nil {
+	if in.adm == nil {
 		return 0, false
 	}
-	return in.lag.current()
+	return in.adm.current(time.Now())
 }
 
 // Answer is the body of a 202, and the details of a 422: how many observations were accepted,
@@ -277,6 +280,7 @@ type Result struct {
 // With Result.Replayed the result and the error are those of the first request with the key.
 // Submit needs write:observations.
 func (in *Intake) Submit(ctx context.Context, s Submission) (res Result, err error) {
+	var offsets map[int32]int64 // of the request's transaction: its last offset per partition
 	received := time.Now()
 	ctx, cancel := context.WithTimeout(ctx, in.cfg.RequestTimeout)
 	defer cancel()
@@ -291,10 +295,23 @@ func (in *Intake) Submit(ctx context.Context, s Submission) (res Result, err err
 		in.m.throttled.Inc()
 		return Result{}, fault.Unavailable("observation ingest is behind: %d observations wait to be stored; retry later", lag)
 	}
-	if est, over := in.overBudget(); over {
-		in.m.throttled.Inc()
-		return Result{}, fault.Unavailable("observation ingest is behind: what is accepted would be stored in %s, over its %s budget; retry later",
-			roundEstimate(est), in.cfg.LatencyBudget)
+	if in.adm != nil {
+		tk, wait, ok := in.adm.admit(received)
+		if !ok {
+			in.m.throttled.Inc()
+			return Result{}, fault.Unavailable("observation ingest is behind: more is waiting to be stored than fits its %s budget; room in about %s; retry later",
+				in.cfg.LatencyBudget, seconds(wait))
+		}
+		defer func() { in.adm.done(tk, received, res.Answer.Accepted, offsets) }()
+		if wait > 0 {
+			hold := time.NewTimer(wait)
+			select {
+			case <-hold.C:
+			case <-ctx.Done():
+				hold.Stop()
+				return Result{}, fault.Unavailable("observation ingest is behind: the request ended while it waited for room; retry later")
+			}
+		}
 	}
 	media, ndjson, err := mediaKind(s.ContentType)
 	if err != nil {
@@ -338,6 +355,7 @@ func (in *Intake) Submit(ctx context.Context, s Submission) (res Result, err err
 	} else {
 		format, accepted, err = rq.json(body)
 	}
+	offsets = rq.offsets
 	sort.SliceStable(rq.rejected, func(i, j int) bool { return rq.rejected[i].Index < rq.rejected[j].Index })
 	for _, e := range rq.rejected {
 		in.m.rejected.WithLabelValues(e.Code).Inc()
@@ -370,32 +388,17 @@ func (in *Intake) Submit(ctx context.Context, s Submission) (res Result, err err
 }
 
 // RetryAfter is how long a client should wait after a 503 from Submit: over the latency
-// budget, the estimated time until the backlog fits it again (1 s to 30 s); otherwise (the
-// writers store nothing, a broker failed) Config.RetryAfter.
+// budget, the estimated time until what waits fits it again (1 s to twice the budget);
+// otherwise (the writers store nothing, a broker failed) Config.RetryAfter.
 func (in *Intake) RetryAfter() time.Duration {
-	est, over := in.overBudget()
-	if !over || est == time.Duration(math.MaxInt64) {
+	var wait time.Duration
+	if in.adm != nil {
+		wait = in.adm.wait(time.Now())
+	}
+	if wait <= 0 || wait == time.Duration(math.MaxInt64) {
 		return in.cfg.RetryAfter
 	}
-	return min(max(est-in.cfg.LatencyBudget, time.Second), maxRetryAfter)
-}
-
-// overBudget returns the writers' estimated time to store what is accepted and whether it is
-// over the latency budget (false when the budget is off or the estimate is not current).
-func (in *Intake) overBudget() (time.Duration, bool) {
-	if in.lag == nil || in.cfg.LatencyBudget <= 0 {
-		return 0, false
-	}
-	est, fresh := in.lag.storeEstimate()
-	return est, fresh && est > in.cfg.LatencyBudget
-}
-
-// roundEstimate formats an estimate for an error message.
-func roundEstimate(d time.Duration) string {
-	if d == time.Duration(math.MaxInt64) {
-		return "an unknown time (the writers store nothing now)"
-	}
-	return d.Round(100 * time.Millisecond).String()
+	return max(min(wait, budgetsPerRetry*in.cfg.LatencyBudget), time.Second)
 }
 
 // RequestTimeout bounds a Submit; transports bound reading the body by it too.
@@ -470,9 +473,10 @@ type request struct {
 	lim      limits
 	received time.Time
 
-	entries  int          // entries seen, valid or not
-	rejected []EntryError // in the order found; sorted by index before answering
-	txn      *txn         // begun at the first valid record
+	offsets  map[int32]int64 // of the committed transaction: its last offset per partition
+	entries  int             // entries seen, valid or not
+	rejected []EntryError    // in the order found; sorted by index before answering
+	txn      *txn            // begun at the first valid record
 }
 
 // entry is one observation of a request before validation; err is set when the envelope
@@ -829,6 +833,7 @@ func (rq *request) produce(recs []*kgo.Record) error {
 func (rq *request) commit() error {
 	start := time.Now()
 	err := rq.txn.commit(rq.ctx)
+	rq.offsets = rq.txn.last
 	rq.txn = nil
 	if err != nil {
 		rq.in.logger.Warn("observations not committed to Kafka; answered 503", "err", err)

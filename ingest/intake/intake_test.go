@@ -546,8 +546,9 @@ func TestBackpressure(t *testing.T) {
 }
 
 // TestBackpressureByTime: with no writer running, what intake accepts is stored in no time it
-// can promise; once its estimate (lag ÷ the writers' measured store rate) passes the latency
-// budget it refuses with 503 and a Retry-After, and accepts again when a writer has caught up.
+// can promise; once more waits than fits the latency budget (and the oldest waiting record's
+// age says so) it refuses with 503 and a Retry-After, and accepts again when a writer has caught
+// up.
 func TestBackpressureByTime(t *testing.T) {
 	w := newWorld(t)
 	in := newIntake(t, w, func(c *intake.Config) {

@@ -122,6 +122,7 @@ type txn struct {
 
 	mu       sync.Mutex
 	firstErr error
+	last     map[int32]int64 // the highest offset acknowledged per partition
 }
 
 // produce begins the transaction if needed and queues recs; their outcome is collected for
@@ -140,12 +141,14 @@ func (t *txn) produce(ctx context.Context, recs []*kgo.Record) error {
 	return t.err()
 }
 
-func (t *txn) promise(_ *kgo.Record, err error) {
-	if err == nil {
-		return
-	}
+func (t *txn) promise(r *kgo.Record, err error) {
 	t.mu.Lock()
-	if t.firstErr == nil {
+	if err == nil {
+		if t.last == nil {
+			t.last = map[int32]int64{}
+		}
+		t.last[r.Partition] = max(t.last[r.Partition], r.Offset)
+	} else if t.firstErr == nil {
 		t.firstErr = err
 	}
 	t.mu.Unlock()

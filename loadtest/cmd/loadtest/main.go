@@ -162,6 +162,10 @@ func print(r *loadtest.Report) {
 		fmt.Printf("  raw produce   %10.0f records/s      (same records, same broker, idempotent acks=all)\n", r.RawPerSecond)
 		fmt.Printf("  ratio         %10.2f               ingest acknowledged ÷ raw produce\n", r.Ratio)
 	}
+	if r.BareHTTPPerSecond > 0 {
+		fmt.Printf("  bare HTTP     %10.0f observations/s (same bodies, same devices, a server that only reads them)\n", r.BareHTTPPerSecond)
+		fmt.Printf("  ratio         %10.2f               ingest acknowledged ÷ bare HTTP\n", r.AcceptedToBareHTTPRatio)
+	}
 	if r.RawCopyPerSecond > 0 {
 		fmt.Printf("  raw COPY      %10.0f rows/s         (same rows, same database, like observations without foreign keys)\n", r.RawCopyPerSecond)
 		fmt.Printf("  ratio         %10.2f               stored ÷ raw COPY\n", r.StoredToCopyRatio)
@@ -172,7 +176,7 @@ func print(r *loadtest.Report) {
 func finite(r *loadtest.Report) *loadtest.Report {
 	c := *r
 	for _, f := range []*float64{&c.AcceptP50Ms, &c.AcceptP99Ms, &c.AcceptMaxMs, &c.AcceptToStoredP50, &c.AcceptToStoredP99,
-		&c.AcceptedPerSecond, &c.StoredPerSecond, &c.RawPerSecond, &c.Ratio, &c.RawCopyPerSecond, &c.StoredToCopyRatio} {
+		&c.AcceptedPerSecond, &c.StoredPerSecond, &c.RawPerSecond, &c.Ratio, &c.BareHTTPPerSecond, &c.AcceptedToBareHTTPRatio, &c.RawCopyPerSecond, &c.StoredToCopyRatio} {
 		if math.IsNaN(*f) || math.IsInf(*f, 0) {
 			*f = 0
 		}
