@@ -84,6 +84,8 @@ func serverFlags(fs *flag.FlagSet, cfg *node.Config) {
 		cfg.KafkaBrokers = splitList(v)
 		return nil
 	})
+	fs.StringVar(&cfg.KafkaNamespace, "kafka-namespace", cfg.KafkaNamespace,
+		"prefix of every Kafka topic, consumer group and transactional id (several deployments share one cluster)")
 	fs.StringVar(&cfg.ClickHouseURL, "clickhouse-url", cfg.ClickHouseURL, "ClickHouse URL for the event and audit log (empty: Postgres)")
 	fs.StringVar(&cfg.LogLevel, "log-level", cfg.LogLevel, "debug, info, warn or error")
 	fs.StringVar(&cfg.LogFormat, "log-format", cfg.LogFormat, "json or text")

@@ -21,6 +21,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"carehub/api/server"
+	"carehub/storage/kafka"
 )
 
 // Roles a node can run.
@@ -41,6 +42,7 @@ type Config struct {
 	HTTPAddr        string        // host:port
 	Roles           []string      // subset of AllRoles
 	KafkaBrokers    []string      // empty: embedded kfake broker
+	KafkaNamespace  string        // prefix of topics, consumer groups and transactional ids ("": none)
 	DatabaseURL     string        // empty: embedded local Postgres cluster
 	ClickHouseURL   string        // empty: event and audit log in Postgres
 	Partitions      int           // partitions of topics carehub creates
@@ -128,6 +130,9 @@ func (c *Config) Validate() error {
 			errs = append(errs, fmt.Errorf("--kafka-brokers: %q: %w", b, err))
 		}
 	}
+	if err := kafka.Namespace(c.KafkaNamespace).Validate(); err != nil {
+		errs = append(errs, fmt.Errorf("--kafka-namespace: %w", err))
+	}
 	if c.DatabaseURL != "" {
 		if _, err := pgconn.ParseConfig(c.DatabaseURL); err != nil {
 			errs = append(errs, errors.New("--database-url: not a valid Postgres URL or connection string"))
@@ -191,12 +196,16 @@ func (c *Config) Validate() error {
 func (c *Config) writerTransactionalID() string {
 	switch {
 	case c.IngestTransactionalID != "":
-		return c.IngestTransactionalID + "-observation-writer"
+		return c.namespace().Name(c.IngestTransactionalID + "-observation-writer")
 	case len(c.KafkaBrokers) == 0:
 		return "carehub-observation-writer"
 	}
 	return ""
 }
+
+// namespace is the node's Kafka namespace: every topic, consumer group and transactional id the
+// node uses is named through it (components.go), so the configuration is their one source.
+func (c *Config) namespace() kafka.Namespace { return kafka.Namespace(c.KafkaNamespace) }
 
 func validateAddr(addr string) error {
 	host, port, err := net.SplitHostPort(addr)
