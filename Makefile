@@ -98,18 +98,24 @@ kafka-down: ## stop the real Kafka broker
 
 # The Kafka-touching suites, run again against the real broker. make test already ran the same
 # code under the race detector; here the broker is what is tested, and -race would double the
-# stage's time.
-KAFKA_PKGS := ./storage/kafka/... ./ingest/... ./processors/... ./api/...
-KAFKA_TESTFLAGS ?= -count=1 -timeout 25m -shuffle=on
+# stage's time. Packages share the broker KAFKA_PARALLEL at a time: every test names its own
+# topics and groups (kafkatest.Name; servertest gives each node a --kafka-namespace). The tests
+# that stop and restart the broker (KAFKA_STOP_TESTS) would break the others' connections, so
+# they run afterwards, alone.
+KAFKA_PKGS       := ./storage/kafka/... ./ingest/... ./processors/... ./api/...
+KAFKA_TESTFLAGS  ?= -count=1 -timeout 25m -shuffle=on
+KAFKA_PARALLEL   ?= 2
+KAFKA_STOP_TESTS := ^(TestBrokerOutage|TestBrokerRestart)$$
+KAFKA_STOP_PKGS  := ./storage/kafka ./api/pipelinetest
 
 .PHONY: test-kafka
 test-kafka: postgres-binaries node-deps ## run the Kafka-touching suites against a real Apache Kafka broker
 	@set -e; KAFKA_PORT=$(KAFKA_PORT) deploy/local/kafka/kafka.sh up; \
 	trap 'KAFKA_PORT=$(KAFKA_PORT) deploy/local/kafka/kafka.sh down' EXIT; \
-	CAREHUB_TEST_KAFKA_BROKERS=127.0.0.1:$(KAFKA_PORT) \
-	CAREHUB_TEST_KAFKA_SCRIPT=$(CURDIR)/deploy/local/kafka/kafka.sh \
-	KAFKA_PORT=$(KAFKA_PORT) \
-	$(GO) test $(KAFKA_TESTFLAGS) -p 1 $(KAFKA_PKGS)
+	export CAREHUB_TEST_KAFKA_BROKERS=127.0.0.1:$(KAFKA_PORT) \
+		CAREHUB_TEST_KAFKA_SCRIPT=$(CURDIR)/deploy/local/kafka/kafka.sh KAFKA_PORT=$(KAFKA_PORT); \
+	$(GO) test $(KAFKA_TESTFLAGS) -p $(KAFKA_PARALLEL) -skip '$(KAFKA_STOP_TESTS)' $(KAFKA_PKGS); \
+	$(GO) test $(KAFKA_TESTFLAGS) -p 1 -run '$(KAFKA_STOP_TESTS)' $(KAFKA_STOP_PKGS)
 
 # Every committed generated file, with the test that regenerates it and fails on drift:
 # schemas/kafka/event-types.json (kernel/events.Catalogue), the explorer bundle
