@@ -174,7 +174,8 @@ func startLogStores(s *Node, ctx, _ context.Context) error {
 		s.eventLog, s.auditLog = postgres.NewEventLog(s.pool), postgres.NewAuditLog(s.pool)
 		return nil
 	}
-	ch, err := clickhouse.Open(ctx, s.cfg.ClickHouseURL)
+	ch, err := clickhouse.Open(ctx, s.cfg.ClickHouseURL,
+		clickhouse.WithRetention(s.cfg.ClickHouseEventRetention, s.cfg.ClickHouseAuditRetention))
 	if err != nil {
 		return fmt.Errorf("clickhouse: %w", err)
 	}

@@ -37,21 +37,23 @@ var AllRoles = []string{RoleAPI, RoleIngest, RoleProcessors}
 // Config is everything carehub serve needs. Zero values mean "use the default"; Validate checks
 // it up front so bad configuration fails before anything starts.
 type Config struct {
-	Version         string        // the build's version, served as carehub_build_info{version}
-	DataDir         string        // embedded Postgres and Kafka live here
-	HTTPAddr        string        // host:port
-	Roles           []string      // subset of AllRoles
-	KafkaBrokers    []string      // empty: embedded kfake broker
-	KafkaNamespace  string        // prefix of topics, consumer groups and transactional ids ("": none)
-	DatabaseURL     string        // empty: embedded local Postgres cluster
-	ClickHouseURL   string        // empty: event and audit log in Postgres
-	Partitions      int           // partitions of topics carehub creates
-	Seed            string        // demo or none
-	LogLevel        string        // debug, info, warn, error
-	LogFormat       string        // json or text
-	AccessLog       string        // info, debug or off: the level of the one line per HTTP request
-	AccessLogSample float64       // fraction of requests in the access log, (0, 1]; answers ≥ 500 always
-	ShutdownGrace   time.Duration // bound on graceful shutdown
+	Version        string   // the build's version, served as carehub_build_info{version}
+	DataDir        string   // embedded Postgres and Kafka live here
+	HTTPAddr       string   // host:port
+	Roles          []string // subset of AllRoles
+	KafkaBrokers   []string // empty: embedded kfake broker
+	KafkaNamespace string   // prefix of topics, consumer groups and transactional ids ("": none)
+	DatabaseURL    string   // empty: embedded local Postgres cluster
+	ClickHouseURL  string   // empty: event and audit log in Postgres
+	// ClickHouseEventRetention and ClickHouseAuditRetention become the tables' TTL (0: keep).
+	ClickHouseEventRetention, ClickHouseAuditRetention time.Duration
+	Partitions                                         int           // partitions of topics carehub creates
+	Seed                                               string        // demo or none
+	LogLevel                                           string        // debug, info, warn, error
+	LogFormat                                          string        // json or text
+	AccessLog                                          string        // info, debug or off: the level of the one line per HTTP request
+	AccessLogSample                                    float64       // fraction of requests in the access log, (0, 1]; answers ≥ 500 always
+	ShutdownGrace                                      time.Duration // bound on graceful shutdown
 
 	TLSCert, TLSKey      string
 	AllowInsecureHTTP    bool // serve plain HTTP on a non-loopback address (behind a TLS proxy)
@@ -142,6 +144,9 @@ func (c *Config) Validate() error {
 		if err := validateURL(c.ClickHouseURL, "clickhouse", "tcp"); err != nil {
 			errs = append(errs, fmt.Errorf("--clickhouse-url: %w", err))
 		}
+	}
+	if c.ClickHouseEventRetention < 0 || c.ClickHouseAuditRetention < 0 {
+		errs = append(errs, errors.New("--clickhouse-event-retention and --clickhouse-audit-retention must not be negative (0: keep)"))
 	}
 	if c.Partitions < 1 || c.Partitions > 1000 {
 		errs = append(errs, fmt.Errorf("--partitions %d: must be 1..1000", c.Partitions))
