@@ -1,8 +1,10 @@
 package clickhouse_test
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"slices"
@@ -152,27 +154,13 @@ func BenchmarkQueryEvents(b *testing.B) {
 		{"small/first page", storage.EventQuery{OrgID: d.smallOrg, ProjectID: d.small}},
 	} {
 		b.Run(tc.name, func(b *testing.B) {
-			// Rows the server read: what a query costs, whatever else the machine is doing.
-			var rows, bytes atomic.Uint64
-			ctx := ch.Context(context.Background(), ch.WithProgress(func(p *ch.Progress) {
-				rows.Add(p.Rows)
-				bytes.Add(p.Bytes)
-			}))
-			var lat []time.Duration
-			for b.Loop() {
-				t0 := time.Now()
+			measureQuery(b, func(ctx context.Context) error {
 				page, err := d.store.QueryEvents(ctx, tc.q)
-				lat = append(lat, time.Since(t0))
-				if err != nil {
-					b.Fatal(err)
+				if err == nil && len(page.Events) == 0 {
+					err = errors.New("empty page")
 				}
-				if len(page.Events) == 0 {
-					b.Fatal("empty page")
-				}
-			}
-			reportLatency(b, lat)
-			b.ReportMetric(float64(rows.Load())/float64(b.N), "rows-read/op")
-			b.ReportMetric(float64(bytes.Load())/float64(b.N)/1e6, "MB-read/op")
+				return err
+			})
 		})
 	}
 }
@@ -182,15 +170,7 @@ func BenchmarkQueryEvents(b *testing.B) {
 // are SQL here, not store calls, so that the schema is measured before the store has them.
 func BenchmarkAnalystQueries(b *testing.B) {
 	d := loadEventData(b)
-	opts, err := ch.ParseDSN(d.url)
-	if err != nil {
-		b.Fatal(err)
-	}
-	conn, err := ch.Open(opts)
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { _ = conn.Close() })
+	conn := openConn(b, d.url)
 	month, week := benchBase.Add(90*24*time.Hour), benchBase.Add(175*24*time.Hour)
 	for _, tc := range []struct {
 		name, sql string
@@ -210,33 +190,45 @@ WHERE org_id = ? AND project_id = ? AND startsWith(type, 'agent.') ORDER BY crea
 			[]any{d.busyOrg, d.busy}},
 	} {
 		b.Run(tc.name, func(b *testing.B) {
-			var rows, bytes atomic.Uint64
-			ctx := ch.Context(context.Background(), ch.WithProgress(func(p *ch.Progress) {
-				rows.Add(p.Rows)
-				bytes.Add(p.Bytes)
-			}))
-			var lat []time.Duration
-			for b.Loop() {
-				t0 := time.Now()
+			measureQuery(b, func(ctx context.Context) error {
 				rs, err := conn.Query(ctx, tc.sql, tc.args...)
 				if err != nil {
-					b.Fatal(err)
+					return err
 				}
+				defer func() { _ = rs.Close() }()
 				n := 0
 				for rs.Next() {
 					n++
 				}
-				if err := rs.Err(); err != nil || n == 0 {
-					b.Fatalf("%d rows: %v", n, err)
+				if err == nil && n == 0 {
+					err = errors.New("no rows")
 				}
-				_ = rs.Close()
-				lat = append(lat, time.Since(t0))
-			}
-			reportLatency(b, lat)
-			b.ReportMetric(float64(rows.Load())/float64(b.N), "rows-read/op")
-			b.ReportMetric(float64(bytes.Load())/float64(b.N)/1e6, "MB-read/op")
+				return cmp.Or(rs.Err(), err)
+			})
 		})
 	}
+}
+
+// measureQuery runs query b.N times and reports its latency (p50, p99 besides the mean) and the
+// rows and bytes the server read per query: what a query costs, whatever else the machine is doing.
+func measureQuery(b *testing.B, query func(ctx context.Context) error) {
+	var rows, bytes atomic.Uint64
+	ctx := ch.Context(context.Background(), ch.WithProgress(func(p *ch.Progress) {
+		rows.Add(p.Rows)
+		bytes.Add(p.Bytes)
+	}))
+	var lat []time.Duration
+	for b.Loop() {
+		t0 := time.Now()
+		err := query(ctx)
+		lat = append(lat, time.Since(t0))
+		if err != nil {
+			b.Fatal(err)
+		}
+	}
+	reportLatency(b, lat)
+	b.ReportMetric(float64(rows.Load())/float64(b.N), "rows-read/op")
+	b.ReportMetric(float64(bytes.Load())/float64(b.N)/1e6, "MB-read/op")
 }
 
 func reportLatency(b *testing.B, lat []time.Duration) {

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	ch "github.com/ClickHouse/clickhouse-go/v2"
+	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 
 	"carehub/storage"
 	"carehub/storage/clickhouse"
@@ -93,7 +94,8 @@ func TestServerSurvivesConnectionReset(t *testing.T) {
 }
 
 // exec runs statements on the database of dsn.
-func exec(t *testing.T, dsn string, stmts ...string) {
+// openConn is a plain connection to dsn, closed when t ends.
+func openConn(t testing.TB, dsn string) driver.Conn {
 	t.Helper()
 	opts, err := ch.ParseDSN(dsn)
 	if err != nil {
@@ -103,7 +105,13 @@ func exec(t *testing.T, dsn string, stmts ...string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer func() { _ = conn.Close() }()
+	t.Cleanup(func() { _ = conn.Close() })
+	return conn
+}
+
+func exec(t *testing.T, dsn string, stmts ...string) {
+	t.Helper()
+	conn := openConn(t, dsn)
 	for _, stmt := range stmts {
 		if err := conn.Exec(context.Background(), stmt); err != nil {
 			t.Fatalf("%s: %v", stmt, err)
@@ -246,15 +254,7 @@ func TestTypeProjection(t *testing.T) {
 	if err := store.AppendEvents(ctx, evs); err != nil {
 		t.Fatal(err)
 	}
-	opts, err := ch.ParseDSN(dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	conn, err := ch.Open(opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = conn.Close() }()
+	conn := openConn(t, dsn)
 	query := func(sql string) error {
 		rows, err := conn.Query(ctx, sql)
 		if err != nil {
