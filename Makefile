@@ -173,9 +173,11 @@ clickhouse-down: ## stop the ClickHouse engine (its data stays for the next clic
 # conformance suites, and the whole-node suites that read the event log and the audit log end to
 # end (authorization and PHI matrices, REST and GraphQL reads, publish → log). Every other
 # whole-node suite links chtest too (through servertest) and would run on ClickHouse as well:
-# `make test-clickhouse CLICKHOUSE_PKGS="$(make -s clickhouse-all-pkgs)"` runs them all. make test
-# already ran the same code under the race detector; here the store is what is tested, and -race
-# would double the stage's time.
+# `make test-clickhouse CLICKHOUSE_PKGS="$(make -s clickhouse-all-pkgs)"` runs them all, and so
+# does `make clickhouse-up && CAREHUB_CLICKHOUSE_URL=… make test` (or make test-kafka, which is how
+# .ci/run runs every whole-node suite on both real engines at once). make test already ran the
+# same code under the race detector; here the store is what is tested, and -race would double
+# the stage's time.
 CLICKHOUSE_PKGS      ?= ./storage/clickhouse/... ./api/authztest ./api/rest ./api/graphql ./api/pipelinetest
 CLICKHOUSE_ALL_PKGS   = $(shell $(GO) list -test -f '{{.ImportPath}}{{range .Deps}} {{.}}{{end}}' ./... | \
 	awk '$$1 ~ /\.test$$/ && / carehub\/storage\/clickhouse\/chtest( |$$)/ {sub(/\.test$$/, "", $$1); print $$1}')
