@@ -16,8 +16,9 @@
 --
 -- ReplacingMergeTree drops copies when parts merge; 'rebuild' rebuilds a merged part's
 -- projection from the deduplicated rows, so the projection never counts a copy the table lost.
--- Copies not yet merged are counted, as in any query on the table without FINAL (which does not
--- use projections).
+-- Copies not yet merged are counted, as in any query on the table without FINAL. Queries with
+-- FINAL (exact totals, the analysts' exact aggregations) cannot use a projection; estimated
+-- totals (count without FINAL) of a type filter and ad-hoc SQL can.
 --
 -- Parts written before this migration have no projection: queries read them as before until
 -- they merge. To build it for them at once (a background mutation that rereads the table):
