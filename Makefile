@@ -114,8 +114,8 @@ test-kafka: postgres-binaries node-deps ## run the Kafka-touching suites against
 	trap 'KAFKA_PORT=$(KAFKA_PORT) deploy/local/kafka/kafka.sh down' EXIT; \
 	export CAREHUB_TEST_KAFKA_BROKERS=127.0.0.1:$(KAFKA_PORT) \
 		CAREHUB_TEST_KAFKA_SCRIPT=$(CURDIR)/deploy/local/kafka/kafka.sh KAFKA_PORT=$(KAFKA_PORT); \
-	$(GO) test $(KAFKA_TESTFLAGS) -p $(KAFKA_PARALLEL) -skip '$(KAFKA_STOP_TESTS)' $(KAFKA_PKGS); \
-	$(GO) test $(KAFKA_TESTFLAGS) -p 1 -run '$(KAFKA_STOP_TESTS)' $(KAFKA_STOP_PKGS)
+	rc=0; $(GO) test $(KAFKA_TESTFLAGS) -p $(KAFKA_PARALLEL) -skip '$(KAFKA_STOP_TESTS)' $(KAFKA_PKGS) || rc=$$?; \
+	$(GO) test $(KAFKA_TESTFLAGS) -p 1 -run '$(KAFKA_STOP_TESTS)' $(KAFKA_STOP_PKGS) || rc=$$?; exit $$rc
 
 # Every committed generated file, with the test that regenerates it and fails on drift:
 # schemas/kafka/event-types.json (kernel/events.Catalogue), the explorer bundle
