@@ -98,18 +98,24 @@ kafka-down: ## stop the real Kafka broker
 
 # The Kafka-touching suites, run again against the real broker. make test already ran the same
 # code under the race detector; here the broker is what is tested, and -race would double the
-# stage's time.
-KAFKA_PKGS := ./storage/kafka/... ./ingest/... ./processors/... ./api/...
-KAFKA_TESTFLAGS ?= -count=1 -timeout 25m -shuffle=on
+# stage's time. Packages share the broker KAFKA_PARALLEL at a time: every test names its own
+# topics and groups (kafkatest.Name; servertest gives each node a --kafka-namespace). The tests
+# that stop and restart the broker (KAFKA_STOP_TESTS) would break the others' connections, so
+# they run afterwards, alone.
+KAFKA_PKGS       := ./storage/kafka/... ./ingest/... ./processors/... ./api/...
+KAFKA_TESTFLAGS  ?= -count=1 -timeout 25m -shuffle=on
+KAFKA_PARALLEL   ?= 2
+KAFKA_STOP_TESTS := ^(TestBrokerOutage|TestBrokerRestart)$$
+KAFKA_STOP_PKGS  := ./storage/kafka ./api/pipelinetest
 
 .PHONY: test-kafka
 test-kafka: postgres-binaries node-deps ## run the Kafka-touching suites against a real Apache Kafka broker
 	@set -e; KAFKA_PORT=$(KAFKA_PORT) deploy/local/kafka/kafka.sh up; \
 	trap 'KAFKA_PORT=$(KAFKA_PORT) deploy/local/kafka/kafka.sh down' EXIT; \
-	CAREHUB_TEST_KAFKA_BROKERS=127.0.0.1:$(KAFKA_PORT) \
-	CAREHUB_TEST_KAFKA_SCRIPT=$(CURDIR)/deploy/local/kafka/kafka.sh \
-	KAFKA_PORT=$(KAFKA_PORT) \
-	$(GO) test $(KAFKA_TESTFLAGS) -p 1 $(KAFKA_PKGS)
+	export CAREHUB_TEST_KAFKA_BROKERS=127.0.0.1:$(KAFKA_PORT) \
+		CAREHUB_TEST_KAFKA_SCRIPT=$(CURDIR)/deploy/local/kafka/kafka.sh KAFKA_PORT=$(KAFKA_PORT); \
+	rc=0; $(GO) test $(KAFKA_TESTFLAGS) -p $(KAFKA_PARALLEL) -skip '$(KAFKA_STOP_TESTS)' $(KAFKA_PKGS) || rc=$$?; \
+	$(GO) test $(KAFKA_TESTFLAGS) -p 1 -run '$(KAFKA_STOP_TESTS)' $(KAFKA_STOP_PKGS) || rc=$$?; exit $$rc
 
 # Every committed generated file, with the test that regenerates it and fails on drift:
 # schemas/kafka/event-types.json (kernel/events.Catalogue), the explorer bundle
@@ -167,9 +173,11 @@ clickhouse-down: ## stop the ClickHouse engine (its data stays for the next clic
 # conformance suites, and the whole-node suites that read the event log and the audit log end to
 # end (authorization and PHI matrices, REST and GraphQL reads, publish → log). Every other
 # whole-node suite links chtest too (through servertest) and would run on ClickHouse as well:
-# `make test-clickhouse CLICKHOUSE_PKGS="$(make -s clickhouse-all-pkgs)"` runs them all. make test
-# already ran the same code under the race detector; here the store is what is tested, and -race
-# would double the stage's time.
+# `make test-clickhouse CLICKHOUSE_PKGS="$(make -s clickhouse-all-pkgs)"` runs them all, and so
+# does `make clickhouse-up && CAREHUB_CLICKHOUSE_URL=… make test` (or make test-kafka, which is how
+# .ci/run runs every whole-node suite on both real engines at once). make test already ran the
+# same code under the race detector; here the store is what is tested, and -race would double
+# the stage's time.
 CLICKHOUSE_PKGS      ?= ./storage/clickhouse/... ./api/authztest ./api/rest ./api/graphql ./api/pipelinetest
 CLICKHOUSE_ALL_PKGS   = $(shell $(GO) list -test -f '{{.ImportPath}}{{range .Deps}} {{.}}{{end}}' ./... | \
 	awk '$$1 ~ /\.test$$/ && / carehub\/storage\/clickhouse\/chtest( |$$)/ {sub(/\.test$$/, "", $$1); print $$1}')

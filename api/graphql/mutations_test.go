@@ -14,8 +14,8 @@ import (
 
 // outboxEvents counts the events of type typ in the outbox whose payload field has value.
 func (n *node) outboxEvents(typ, field, value string) int {
-	return n.count(`select count(*) from outbox where topic = 'carehub.events.v1' and value->>'type' = $1
-and value->'payload'->>$2 = $3`, typ, field, value)
+	return n.count(`select count(*) from outbox where topic = $4 and value->>'type' = $1
+and value->'payload'->>$2 = $3`, typ, field, value, n.Topics().Events)
 }
 
 // TestMarketplaceMutations: submit, review, install, deprecate, each with its events.
@@ -420,13 +420,13 @@ func TestWorkflowMutations(t *testing.T) {
 		if r.Status != "QUEUED" || r.Input.PatientID != demo.DeterioratingPatientID || r.CompletedAt != nil || r.Workflow.ID != slow.CreateWorkflow.ID {
 			t.Fatalf("run: %+v", r)
 		}
-		if n := s.count(`select count(*) from outbox where topic = 'carehub.workflow-runs.v1' and key = $1 and value->>'runId' = $1 and (value->>'attempt')::int = 1`, r.ID); n != 1 {
+		if n := s.count(`select count(*) from outbox where topic = $2 and key = $1 and value->>'runId' = $1 and (value->>'attempt')::int = 1`, r.ID, s.Topics().WorkflowRuns); n != 1 {
 			t.Fatalf("run command in the outbox: %d", n)
 		}
 		// The mutation queues exactly one QUEUED update; the runner, which this test does not
 		// control, may already have added RUNNING.
-		if n := s.count(`select count(*) from outbox where topic = 'carehub.events.v1' and value->>'type' = 'workflow.run.updated'
-and value->'payload'->>'runId' = $1 and value->'payload'->>'status' = 'QUEUED'`, r.ID); n != 1 {
+		if n := s.count(`select count(*) from outbox where topic = $2 and value->>'type' = 'workflow.run.updated'
+and value->'payload'->>'runId' = $1 and value->'payload'->>'status' = 'QUEUED'`, r.ID, s.Topics().Events); n != 1 {
 			t.Fatalf("workflow.run.updated to QUEUED: %d", n)
 		}
 		var q struct {

@@ -14,7 +14,6 @@ import (
 	"carehub/kernel/access"
 	"carehub/kernel/demo"
 	"carehub/kernel/events"
-	"carehub/storage/kafka"
 )
 
 // TestSubscriptions drives the subscription fields over WebSocket, feeding events into the events
@@ -27,7 +26,7 @@ func TestSubscriptions(t *testing.T) {
 	ward7 := s.id(`select id from agents where name = $1`, demo.Ward7AgentName)
 	workflow := s.id(`select id from workflows where name = $1`, demo.DeteriorationWorkflowName)
 
-	prod, err := kgo.NewClient(kgo.SeedBrokers(s.Brokers()...), kgo.DefaultProduceTopic(kafka.DefaultTopics().Events))
+	prod, err := kgo.NewClient(kgo.SeedBrokers(s.Brokers()...), kgo.DefaultProduceTopic(s.Topics().Events))
 	if err != nil {
 		t.Fatal(err)
 	}

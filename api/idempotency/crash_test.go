@@ -48,7 +48,7 @@ func TestRetryAfterCrash(t *testing.T) {
 	}
 	defer pool.Close()
 	c := &crashNode{t: t, bin: bin, addr: freeAddr(t), args: []string{"serve", "--database-url", cfg.DatabaseURL,
-		"--kafka-brokers", strings.Join(cfg.KafkaBrokers, ","), "--data-dir", cfg.DataDir, "--partitions", "3",
+		"--kafka-brokers", strings.Join(cfg.KafkaBrokers, ","), "--kafka-namespace=" + cfg.KafkaNamespace, "--data-dir", cfg.DataDir, "--partitions", "3",
 		"--webhooks-allow-private", "--log-level", "warn"}}
 
 	c.start(false) // seeds the demo tenant

@@ -84,6 +84,8 @@ func serverFlags(fs *flag.FlagSet, cfg *node.Config) {
 		cfg.KafkaBrokers = splitList(v)
 		return nil
 	})
+	fs.StringVar(&cfg.KafkaNamespace, "kafka-namespace", cfg.KafkaNamespace,
+		"prefix of every Kafka topic, consumer group and transactional id (several deployments share one cluster)")
 	fs.StringVar(&cfg.ClickHouseURL, "clickhouse-url", cfg.ClickHouseURL, "ClickHouse URL for the event and audit log (empty: Postgres)")
 	fs.StringVar(&cfg.LogLevel, "log-level", cfg.LogLevel, "debug, info, warn or error")
 	fs.StringVar(&cfg.LogFormat, "log-format", cfg.LogFormat, "json or text")
@@ -101,6 +103,10 @@ func serveFlags(fs *flag.FlagSet, cfg *node.Config) {
 	fs.IntVar(&cfg.Partitions, "partitions", cfg.Partitions, "partitions of the Kafka topics carehub creates")
 	fs.StringVar(&cfg.Seed, "seed", cfg.Seed, "demo data on an empty database: demo or none")
 	fs.DurationVar(&cfg.ShutdownGrace, "shutdown-timeout", cfg.ShutdownGrace, "bound on graceful shutdown")
+	fs.DurationVar(&cfg.ClickHouseEventRetention, "clickhouse-event-retention", cfg.ClickHouseEventRetention,
+		"with --clickhouse-url: keep events this long (whole days, e.g. 8760h), then the server drops them a month's part at a time (0: keep)")
+	fs.DurationVar(&cfg.ClickHouseAuditRetention, "clickhouse-audit-retention", cfg.ClickHouseAuditRetention,
+		"with --clickhouse-url: keep audit records this long (HIPAA: six years, 52608h), then drop them as events (0: keep)")
 	fs.StringVar(&cfg.TLSCert, "tls-cert", cfg.TLSCert, "TLS certificate file (serve HTTPS)")
 	fs.StringVar(&cfg.TLSKey, "tls-key", cfg.TLSKey, "TLS key file")
 	fs.BoolVar(&cfg.AllowInsecureHTTP, "allow-insecure-http", cfg.AllowInsecureHTTP, "serve plain HTTP on a non-loopback address (behind a TLS proxy)")

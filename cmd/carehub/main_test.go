@@ -272,6 +272,8 @@ func TestBadConfiguration(t *testing.T) {
 		{"bad seed", []string{"--seed", "lots"}, "--seed"},
 		{"bad partitions", []string{"--partitions", "0"}, "--partitions"},
 		{"negative GraphQL budget", []string{"--graphql-max-cost", "-1"}, "--graphql-max-cost"},
+		{"bad Kafka namespace", []string{"--kafka-namespace", "../prod"}, "--kafka-namespace"},
+		{"negative retention", []string{"--clickhouse-audit-retention", "-24h"}, "--clickhouse-audit-retention"},
 		{"bad trusted proxy", []string{"--trusted-proxies", "10.0.0.0/8,proxy.local"}, "--trusted-proxies"},
 		{"non-loopback without TLS", []string{"--http-addr", "0.0.0.0:8080"}, "not a loopback address"},
 	}

@@ -1,8 +1,10 @@
 package clickhouse_test
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"slices"
@@ -15,6 +17,7 @@ import (
 
 	"carehub/storage"
 	"carehub/storage/clickhouse"
+	"carehub/storage/clickhouse/chtest"
 	"carehub/storage/ids"
 )
 
@@ -81,6 +84,7 @@ func BenchmarkAppendEvents(b *testing.B) {
 // writer-sized batches, with 1% of the busy project's batches delivered twice.
 type eventData struct {
 	store              *clickhouse.Store
+	url                string // the store's database, for the analysts' SQL
 	busyOrg, busy      string
 	smallOrg, small    string
 	middle             storage.Event // an event half-way down the busy project
@@ -89,7 +93,8 @@ type eventData struct {
 }
 
 func loadEventData(b *testing.B) *eventData {
-	d := &eventData{store: newStore(b), busyOrg: "org_busy", busy: "prj_busy", rareType: "agent.run.failed",
+	url := chtest.NewURL(b)
+	d := &eventData{store: newStoreAt(b, url), url: url, busyOrg: "org_busy", busy: "prj_busy", rareType: "agent.run.failed",
 		someType: "type.07"}
 	r := rand.New(rand.NewPCG(3, 4))
 	const busyN, smallN, smallProjects, batch = 300_000, 5_000, 40, 5_000
@@ -149,29 +154,81 @@ func BenchmarkQueryEvents(b *testing.B) {
 		{"small/first page", storage.EventQuery{OrgID: d.smallOrg, ProjectID: d.small}},
 	} {
 		b.Run(tc.name, func(b *testing.B) {
-			// Rows the server read: what a query costs, whatever else the machine is doing.
-			var rows, bytes atomic.Uint64
-			ctx := ch.Context(context.Background(), ch.WithProgress(func(p *ch.Progress) {
-				rows.Add(p.Rows)
-				bytes.Add(p.Bytes)
-			}))
-			var lat []time.Duration
-			for b.Loop() {
-				t0 := time.Now()
+			measureQuery(b, func(ctx context.Context) error {
 				page, err := d.store.QueryEvents(ctx, tc.q)
-				lat = append(lat, time.Since(t0))
-				if err != nil {
-					b.Fatal(err)
+				if err == nil && len(page.Events) == 0 {
+					err = errors.New("empty page")
 				}
-				if len(page.Events) == 0 {
-					b.Fatal("empty page")
-				}
-			}
-			reportLatency(b, lat)
-			b.ReportMetric(float64(rows.Load())/float64(b.N), "rows-read/op")
-			b.ReportMetric(float64(bytes.Load())/float64(b.N)/1e6, "MB-read/op")
+				return err
+			})
 		})
 	}
+}
+
+// BenchmarkAnalystQueries runs the analysts' query shapes (issue 17) on the same data: counts per
+// type per time bucket over a project or an organization, top types, a type-prefix page. They
+// are SQL here, not store calls, so that the schema is measured before the store has them.
+func BenchmarkAnalystQueries(b *testing.B) {
+	d := loadEventData(b)
+	conn := openConn(b, d.url)
+	month, week := benchBase.Add(90*24*time.Hour), benchBase.Add(175*24*time.Hour)
+	for _, tc := range []struct {
+		name, sql string
+		args      []any
+	}{
+		{"busy/hourly counts by type, a month", `SELECT toStartOfHour(created_at) AS h, type, count() FROM event_log
+WHERE org_id = ? AND project_id = ? AND created_at >= ? AND created_at < ? GROUP BY h, type`,
+			[]any{d.busyOrg, d.busy, month, month.Add(30 * 24 * time.Hour)}},
+		{"busy/daily counts of one type, six months", `SELECT toDate(created_at) AS d, count() FROM event_log
+WHERE org_id = ? AND project_id = ? AND type = ? GROUP BY d`, []any{d.busyOrg, d.busy, d.rareType}},
+		{"busy/top types, last week", `SELECT type, count() AS n FROM event_log
+WHERE org_id = ? AND project_id = ? AND created_at >= ? GROUP BY type ORDER BY n DESC LIMIT 10`, []any{d.busyOrg, d.busy, week}},
+		{"org/daily counts by type, six months", `SELECT toDate(created_at) AS d, type, count() FROM event_log
+WHERE org_id = ? GROUP BY d, type`, []any{d.smallOrg}},
+		{"busy/type prefix page", `SELECT id, type, payload, created_at FROM event_log
+WHERE org_id = ? AND project_id = ? AND startsWith(type, 'agent.') ORDER BY created_at DESC, id DESC LIMIT 101`,
+			[]any{d.busyOrg, d.busy}},
+	} {
+		b.Run(tc.name, func(b *testing.B) {
+			measureQuery(b, func(ctx context.Context) error {
+				rs, err := conn.Query(ctx, tc.sql, tc.args...)
+				if err != nil {
+					return err
+				}
+				defer func() { _ = rs.Close() }()
+				n := 0
+				for rs.Next() {
+					n++
+				}
+				if err == nil && n == 0 {
+					err = errors.New("no rows")
+				}
+				return cmp.Or(rs.Err(), err)
+			})
+		})
+	}
+}
+
+// measureQuery runs query b.N times and reports its latency (p50, p99 besides the mean) and the
+// rows and bytes the server read per query: what a query costs, whatever else the machine is doing.
+func measureQuery(b *testing.B, query func(ctx context.Context) error) {
+	var rows, bytes atomic.Uint64
+	ctx := ch.Context(context.Background(), ch.WithProgress(func(p *ch.Progress) {
+		rows.Add(p.Rows)
+		bytes.Add(p.Bytes)
+	}))
+	var lat []time.Duration
+	for b.Loop() {
+		t0 := time.Now()
+		err := query(ctx)
+		lat = append(lat, time.Since(t0))
+		if err != nil {
+			b.Fatal(err)
+		}
+	}
+	reportLatency(b, lat)
+	b.ReportMetric(float64(rows.Load())/float64(b.N), "rows-read/op")
+	b.ReportMetric(float64(bytes.Load())/float64(b.N)/1e6, "MB-read/op")
 }
 
 func reportLatency(b *testing.B, lat []time.Duration) {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"regexp"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -29,6 +30,39 @@ func DefaultTopics() Topics {
 		WorkflowRuns: "carehub.workflow-runs.v1",
 		Audit:        "carehub.audit.v1",
 	}
+}
+
+// Namespace prefixes the names a deployment owns on a Kafka cluster (topics, consumer groups,
+// transactional ids), so that several deployments, or parallel test packages, share one cluster
+// without reading each other's records. The empty namespace prefixes nothing: the names are
+// DefaultTopics and the components' default groups, as before namespaces existed.
+type Namespace string
+
+// namespaceRE: Kafka's legal topic characters, a bound that leaves room for the longest name
+// (topic names are at most 249 bytes), and no leading dot or dash.
+var namespaceRE = regexp.MustCompile(`^[a-zA-Z0-9_][a-zA-Z0-9._-]{0,99}$`)
+
+// Validate reports whether n can prefix topic and group names.
+func (n Namespace) Validate() error {
+	if n == "" || namespaceRE.MatchString(string(n)) {
+		return nil
+	}
+	return fmt.Errorf("namespace %q: 1 to 100 of a-z A-Z 0-9 . _ -, not starting with . or -", string(n))
+}
+
+// Name returns name in the namespace: "<namespace>.<name>", or name itself in the empty one.
+func (n Namespace) Name(name string) string {
+	if n == "" || name == "" {
+		return name
+	}
+	return string(n) + "." + name
+}
+
+// Topics returns DefaultTopics in the namespace.
+func (n Namespace) Topics() Topics {
+	t := DefaultTopics()
+	return Topics{Events: n.Name(t.Events), Observations: n.Name(t.Observations),
+		WorkflowRuns: n.Name(t.WorkflowRuns), Audit: n.Name(t.Audit)}
 }
 
 // All returns the non-empty topic names in a fixed order: events,

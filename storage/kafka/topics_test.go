@@ -24,6 +24,31 @@ func TestDefaultTopics(t *testing.T) {
 	}
 }
 
+func TestNamespace(t *testing.T) {
+	if got, want := kafka.Namespace("").Topics(), kafka.DefaultTopics(); got != want {
+		t.Errorf("empty namespace: %v, want the defaults %v", got, want)
+	}
+	ns := kafka.Namespace("staging-2")
+	want := []string{"staging-2.carehub.events.v1", "staging-2.carehub.observations.v1",
+		"staging-2.carehub.workflow-runs.v1", "staging-2.carehub.audit.v1"}
+	if got := ns.Topics().All(); !slices.Equal(got, want) {
+		t.Errorf("Topics().All() = %v, want %v", got, want)
+	}
+	if got := ns.Name("carehub-audit"); got != "staging-2.carehub-audit" {
+		t.Errorf("Name(group) = %q", got)
+	}
+	for _, ok := range []string{"", "a", "ci_1.pkg-x", strings.Repeat("n", 100)} {
+		if err := kafka.Namespace(ok).Validate(); err != nil {
+			t.Errorf("Validate(%q): %v", ok, err)
+		}
+	}
+	for _, bad := range []string{".", "..", "-x", "a/b", "a b", "ns:1", "é", strings.Repeat("n", 101)} {
+		if err := kafka.Namespace(bad).Validate(); err == nil {
+			t.Errorf("Validate(%q) = nil, want an error", bad)
+		}
+	}
+}
+
 func TestEnsureTopics(t *testing.T) {
 	cl := kafkatest.Client(t)
 	adm := kadm.NewClient(cl)

@@ -1,8 +1,8 @@
 // Package servertest starts a whole carehub node in process for black-box tests: a fresh database
 // cloned from the migrated template (carehub/storage/postgres/pgtest, whose Main the test package
 // must call from TestMain), a Kafka-protocol broker (kfake per test, or the real broker named by
-// CAREHUB_TEST_KAFKA_BROKERS), demo data, and the HTTP server on a free loopback port. The event
-// and audit log are in Postgres, or in a fresh database on the ClickHouse server named by
+// CAREHUB_TEST_KAFKA_BROKERS, on which each test's nodes have a --kafka-namespace of their own),
+// demo data, and the HTTP server on a free loopback port. The event and audit log are in Postgres, or in a fresh database on the ClickHouse server named by
 // CAREHUB_CLICKHOUSE_URL when it is set (carehub/storage/clickhouse/chtest). Tests then talk to
 // it only through its public API, as a client would.
 package servertest
@@ -46,34 +46,33 @@ import (
 var carehubGroups = []string{eventlog.DefaultGroup, webhooks.DefaultGroup, audit.DefaultGroup, observations.DefaultGroup,
 	workflows.DefaultRunnerGroup, workflows.DefaultTriggersGroup}
 
-// skipBacklog moves carehub's consumer groups to the end of its topics on a shared real broker.
-// Nodes of earlier tests (run one package at a time, one test at a time) use the same topic and
-// group names; records they produced but never consumed would otherwise reach this test's node
-// and land in its database. On kfake every test has a broker of its own and needs none of this.
-func skipBacklog(t testing.TB, brokers []string, partitions int) {
+// namespace gives t's nodes a Kafka namespace of their own on a shared real broker: topics and
+// consumer groups no other test, and no other test package running at the same time, reads or
+// writes, so nothing an earlier node produced reaches this test's node. When t ends (after its
+// nodes stopped: cleanups run last-in first-out) the namespace's topics and groups are deleted,
+// so a long-lived broker does not collect them. On kfake every test has a broker of its own and
+// needs none of this.
+func namespace(t testing.TB, brokers []string) string {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
-	if err != nil {
-		t.Fatalf("kafka client: %v", err)
-	}
-	defer cl.Close()
-	topics := kafka.DefaultTopics().All()
-	if err := kafka.EnsureTopics(ctx, cl, int32(partitions), topics...); err != nil {
-		t.Fatalf("ensure topics: %v", err)
-	}
-	adm := kadm.NewClient(cl)
-	ends, err := adm.ListEndOffsets(ctx, topics...)
-	if err != nil {
-		t.Fatalf("list end offsets: %v", err)
-	}
-	offsets := ends.Offsets()
-	for _, g := range carehubGroups {
-		if _, err := adm.CommitOffsets(ctx, g, offsets); err != nil {
-			t.Logf("skip backlog of group %s: %v", g, err)
+	ns := kafkatest.Name(t, "t")
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
+		if err != nil {
+			return
 		}
-	}
+		defer cl.Close()
+		adm := kadm.NewClient(cl)
+		groups := make([]string, len(carehubGroups))
+		for i, g := range carehubGroups {
+			groups[i] = kafka.Namespace(ns).Name(g)
+		}
+		// Best effort, as kafkatest.Topic's: a leftover costs disk, not correctness.
+		_, _ = adm.DeleteGroups(ctx, groups...)
+		_, _ = adm.DeleteTopics(ctx, kafka.Namespace(ns).Topics().All()...)
+	})
+	return ns
 }
 
 // Server is a running node and what a test needs to call it.
@@ -104,7 +103,7 @@ func Config(t testing.TB, opts ...Option) node.Config {
 		cfg.ClickHouseURL = chtest.NewURL(t)
 	}
 	if kafkatest.Real() {
-		skipBacklog(t, cfg.KafkaBrokers, cfg.Partitions)
+		cfg.KafkaNamespace = namespace(t, cfg.KafkaBrokers)
 	}
 	cfg.Partitions = 3
 	cfg.WebhooksAllowPrivate = true

@@ -61,11 +61,11 @@ var components = []component{
 	{name: "authenticator", needs: []string{"postgres"}, start: startAuthenticator},
 	{name: "agents", needs: []string{"postgres"}, start: startAgents},
 	{name: "workflows", needs: []string{"postgres"}, start: func(s *Node, _, _ context.Context) error {
-		s.workflows = workflows.New(s.pool)
+		s.workflows = workflows.New(s.pool, workflows.WithTopics(s.topics.Events, s.topics.WorkflowRuns))
 		return nil
 	}},
 	{name: "deployments", needs: []string{"postgres"}, start: func(s *Node, _, _ context.Context) error {
-		s.deployments = deployments.New(s.pool)
+		s.deployments = deployments.New(s.pool, deployments.WithEventsTopic(s.topics.Events))
 		return nil
 	}},
 	{name: "edge", needs: []string{"authenticator", "kafka", "log-stores"}, start: startEdge},
@@ -182,7 +182,8 @@ func startLogStores(s *Node, ctx, _ context.Context) error {
 		s.eventLog, s.auditLog = postgres.NewEventLog(s.pool), postgres.NewAuditLog(s.pool)
 		return nil
 	}
-	ch, err := clickhouse.Open(ctx, s.cfg.ClickHouseURL)
+	ch, err := clickhouse.Open(ctx, s.cfg.ClickHouseURL,
+		clickhouse.WithRetention(s.cfg.ClickHouseEventRetention, s.cfg.ClickHouseAuditRetention))
 	if err != nil {
 		return fmt.Errorf("clickhouse: %w", err)
 	}
@@ -203,7 +204,7 @@ func startAuthenticator(s *Node, _, _ context.Context) error {
 
 // startAgents makes the node's one agents service, so runAgent wakes this node's worker.
 func startAgents(s *Node, _, _ context.Context) error {
-	s.agents = agents.New(s.pool, agents.WithLogger(s.logger))
+	s.agents = agents.New(s.pool, agents.WithLogger(s.logger), agents.WithEventsTopic(s.topics.Events))
 	s.closers = append(s.closers, func(context.Context) error { return s.agents.Close() })
 	return nil
 }
@@ -211,7 +212,7 @@ func startAgents(s *Node, _, _ context.Context) error {
 // startEdge builds what both HTTP roles put in front of their routes: authentication and the
 // audit hook, whose records go to Kafka.
 func startEdge(s *Node, _, _ context.Context) error {
-	pub, err := audit.NewPublisher(audit.PublisherConfig{Brokers: s.brokers, Logger: s.logger, Registerer: s.registry})
+	pub, err := audit.NewPublisher(audit.PublisherConfig{Brokers: s.brokers, Topic: s.topics.Audit, Logger: s.logger, Registerer: s.registry})
 	if err != nil {
 		return err
 	}
@@ -227,7 +228,7 @@ func startAPI(s *Node, ctx, wctx context.Context) error {
 	if err := s.tokens.EnsureSigningKey(ctx); err != nil {
 		return fmt.Errorf("jwt signing key: %w", err)
 	}
-	hub, err := fanout.New(fanout.Config{Brokers: s.brokers, Topic: kafka.DefaultTopics().Events, Logger: s.logger, Registerer: s.registry})
+	hub, err := fanout.New(fanout.Config{Brokers: s.brokers, Topic: s.topics.Events, Logger: s.logger, Registerer: s.registry})
 	if err != nil {
 		return fmt.Errorf("event fan-out: %w", err)
 	}
@@ -243,8 +244,8 @@ func startAPI(s *Node, ctx, wctx context.Context) error {
 	s.run("idempotency-sweeper", idemKeys.Run, wctx)
 	patientSvc := patients.New(s.pool)
 	shutdown, err := server.MountAPI(s.router, s.edge, server.API{
-		Services: graphql.Services{Orgs: orgs.New(s.pool), Marketplace: marketplace.New(s.pool), Deployments: s.deployments,
-			Agents: s.agents, Workflows: s.workflows, Patients: patientSvc, Feed: feed.New(s.pool, s.eventLog),
+		Services: graphql.Services{Orgs: orgs.New(s.pool), Marketplace: marketplace.New(s.pool, marketplace.WithEventsTopic(s.topics.Events)), Deployments: s.deployments,
+			Agents: s.agents, Workflows: s.workflows, Patients: patientSvc, Feed: feed.New(s.pool, s.eventLog, feed.WithEventsTopic(s.topics.Events)),
 			Webhooks: webhookSvc, Events: server.Events(hub)},
 		Patients: patientSvc, Webhooks: webhookSvc, Invoker: invoker, Idempotency: idemKeys, Retention: retention.New(s.pool),
 		Logger: s.logger, Registerer: s.registry, GraphQLMaxCost: s.cfg.GraphQLMaxCost, SocketRecheck: s.cfg.SocketRecheck,
@@ -258,9 +259,9 @@ func startAPI(s *Node, ctx, wctx context.Context) error {
 }
 
 func startIntake(s *Node, _, wctx context.Context) error {
-	in, err := intake.New(intake.Config{Brokers: s.brokers, Pool: s.pool,
+	in, err := intake.New(intake.Config{Brokers: s.brokers, Topic: s.topics.Observations, WriterGroup: s.ns.Name(obswriter.DefaultGroup), Pool: s.pool,
 		LatencyBudget: s.cfg.IngestLatencyBudget, MaxLag: s.cfg.IngestMaxLag, Producers: s.cfg.IngestProducers, RequestTimeout: s.cfg.IngestTimeout,
-		TransactionalIDPrefix: s.cfg.IngestTransactionalID, Logger: s.logger, Registerer: s.registry})
+		TransactionalIDPrefix: s.ns.Name(s.cfg.IngestTransactionalID), Logger: s.logger, Registerer: s.registry})
 	if err != nil {
 		return fmt.Errorf("observation intake: %w", err)
 	}
@@ -288,7 +289,7 @@ func startOutboxRelay(s *Node, _, wctx context.Context) error {
 }
 
 func startEventLogWriter(s *Node, _, wctx context.Context) error {
-	el, err := eventlog.New(eventlog.Config{Brokers: s.brokers, Topic: kafka.DefaultTopics().Events, Store: s.eventLog,
+	el, err := eventlog.New(eventlog.Config{Brokers: s.brokers, Topic: s.topics.Events, Group: s.ns.Name(eventlog.DefaultGroup), Store: s.eventLog,
 		Logger: s.logger.With("component", "eventlog"), Registerer: s.registry})
 	if err != nil {
 		return fmt.Errorf("event log writer: %w", err)
@@ -298,7 +299,7 @@ func startEventLogWriter(s *Node, _, wctx context.Context) error {
 }
 
 func startAuditWriter(s *Node, _, wctx context.Context) error {
-	w, err := audit.NewWriter(audit.WriterConfig{Brokers: s.brokers, Store: s.auditLog, Logger: s.logger, Registerer: s.registry})
+	w, err := audit.NewWriter(audit.WriterConfig{Brokers: s.brokers, Topic: s.topics.Audit, Group: s.ns.Name(audit.DefaultGroup), Store: s.auditLog, Logger: s.logger, Registerer: s.registry})
 	if err != nil {
 		return fmt.Errorf("audit writer: %w", err)
 	}
@@ -307,7 +308,8 @@ func startAuditWriter(s *Node, _, wctx context.Context) error {
 }
 
 func startObservationWriter(s *Node, _, wctx context.Context) error {
-	ow, err := obswriter.NewWriter(obswriter.WriterConfig{Brokers: s.brokers, Pool: s.pool,
+	ow, err := obswriter.NewWriter(obswriter.WriterConfig{Brokers: s.brokers, Topic: s.topics.Observations, EventsTopic: s.topics.Events,
+		Group: s.ns.Name(obswriter.DefaultGroup), Pool: s.pool,
 		TransactionalID: s.cfg.writerTransactionalID(), Concurrency: s.cfg.ObservationWriterConcurrency,
 		Logger: s.logger, Registerer: s.registry})
 	if err != nil {
@@ -318,7 +320,7 @@ func startObservationWriter(s *Node, _, wctx context.Context) error {
 }
 
 func startWorkflowRunner(s *Node, _, wctx context.Context) error {
-	runner, err := workflows.NewRunner(workflows.RunnerConfig{Brokers: s.brokers, Service: s.workflows, Agents: s.agents,
+	runner, err := workflows.NewRunner(workflows.RunnerConfig{Brokers: s.brokers, Group: s.ns.Name(workflows.DefaultRunnerGroup), Service: s.workflows, Agents: s.agents,
 		Logger: s.logger, Registerer: s.registry})
 	if err != nil {
 		return fmt.Errorf("workflow runner: %w", err)
@@ -328,7 +330,7 @@ func startWorkflowRunner(s *Node, _, wctx context.Context) error {
 }
 
 func startWorkflowTriggers(s *Node, _, wctx context.Context) error {
-	triggers, err := workflows.NewTriggers(workflows.TriggersConfig{Brokers: s.brokers, Service: s.workflows,
+	triggers, err := workflows.NewTriggers(workflows.TriggersConfig{Brokers: s.brokers, Group: s.ns.Name(workflows.DefaultTriggersGroup), Service: s.workflows,
 		Logger: s.logger, Registerer: s.registry})
 	if err != nil {
 		return fmt.Errorf("workflow triggers: %w", err)
@@ -355,7 +357,7 @@ func startDeploymentController(s *Node, _, wctx context.Context) error {
 
 func startWebhookDispatcher(s *Node, _, wctx context.Context) error {
 	d, err := webhooks.NewDispatcher(webhooks.DispatcherConfig{
-		Pool: s.pool, Brokers: s.brokers, Topic: kafka.DefaultTopics().Events,
+		Pool: s.pool, Brokers: s.brokers, Topic: s.topics.Events, Group: s.ns.Name(webhooks.DefaultGroup),
 		Logger: s.logger.With("component", "webhooks"), Registerer: s.registry,
 		AllowPrivate: s.cfg.WebhooksAllowPrivate,
 	})

@@ -21,6 +21,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"carehub/api/server"
+	"carehub/storage/kafka"
 )
 
 // Roles a node can run.
@@ -36,20 +37,23 @@ var AllRoles = []string{RoleAPI, RoleIngest, RoleProcessors}
 // Config is everything carehub serve needs. Zero values mean "use the default"; Validate checks
 // it up front so bad configuration fails before anything starts.
 type Config struct {
-	Version         string        // the build's version, served as carehub_build_info{version}
-	DataDir         string        // embedded Postgres and Kafka live here
-	HTTPAddr        string        // host:port
-	Roles           []string      // subset of AllRoles
-	KafkaBrokers    []string      // empty: embedded kfake broker
-	DatabaseURL     string        // empty: embedded local Postgres cluster
-	ClickHouseURL   string        // empty: event and audit log in Postgres
-	Partitions      int           // partitions of topics carehub creates
-	Seed            string        // demo or none
-	LogLevel        string        // debug, info, warn, error
-	LogFormat       string        // json or text
-	AccessLog       string        // info, debug or off: the level of the one line per HTTP request
-	AccessLogSample float64       // fraction of requests in the access log, (0, 1]; answers ≥ 500 always
-	ShutdownGrace   time.Duration // bound on graceful shutdown
+	Version        string   // the build's version, served as carehub_build_info{version}
+	DataDir        string   // embedded Postgres and Kafka live here
+	HTTPAddr       string   // host:port
+	Roles          []string // subset of AllRoles
+	KafkaBrokers   []string // empty: embedded kfake broker
+	KafkaNamespace string   // prefix of topics, consumer groups and transactional ids ("": none)
+	DatabaseURL    string   // empty: embedded local Postgres cluster
+	ClickHouseURL  string   // empty: event and audit log in Postgres
+	// ClickHouseEventRetention and ClickHouseAuditRetention become the tables' TTL (0: keep).
+	ClickHouseEventRetention, ClickHouseAuditRetention time.Duration
+	Partitions                                         int           // partitions of topics carehub creates
+	Seed                                               string        // demo or none
+	LogLevel                                           string        // debug, info, warn, error
+	LogFormat                                          string        // json or text
+	AccessLog                                          string        // info, debug or off: the level of the one line per HTTP request
+	AccessLogSample                                    float64       // fraction of requests in the access log, (0, 1]; answers ≥ 500 always
+	ShutdownGrace                                      time.Duration // bound on graceful shutdown
 
 	TLSCert, TLSKey      string
 	AllowInsecureHTTP    bool // serve plain HTTP on a non-loopback address (behind a TLS proxy)
@@ -128,6 +132,9 @@ func (c *Config) Validate() error {
 			errs = append(errs, fmt.Errorf("--kafka-brokers: %q: %w", b, err))
 		}
 	}
+	if err := kafka.Namespace(c.KafkaNamespace).Validate(); err != nil {
+		errs = append(errs, fmt.Errorf("--kafka-namespace: %w", err))
+	}
 	if c.DatabaseURL != "" {
 		if _, err := pgconn.ParseConfig(c.DatabaseURL); err != nil {
 			errs = append(errs, errors.New("--database-url: not a valid Postgres URL or connection string"))
@@ -137,6 +144,9 @@ func (c *Config) Validate() error {
 		if err := validateURL(c.ClickHouseURL, "clickhouse", "tcp"); err != nil {
 			errs = append(errs, fmt.Errorf("--clickhouse-url: %w", err))
 		}
+	}
+	if c.ClickHouseEventRetention < 0 || c.ClickHouseAuditRetention < 0 {
+		errs = append(errs, errors.New("--clickhouse-event-retention and --clickhouse-audit-retention must not be negative (0: keep)"))
 	}
 	if c.Partitions < 1 || c.Partitions > 1000 {
 		errs = append(errs, fmt.Errorf("--partitions %d: must be 1..1000", c.Partitions))
@@ -191,12 +201,16 @@ func (c *Config) Validate() error {
 func (c *Config) writerTransactionalID() string {
 	switch {
 	case c.IngestTransactionalID != "":
-		return c.IngestTransactionalID + "-observation-writer"
+		return c.namespace().Name(c.IngestTransactionalID + "-observation-writer")
 	case len(c.KafkaBrokers) == 0:
 		return "carehub-observation-writer"
 	}
 	return ""
 }
+
+// namespace is the node's Kafka namespace: every topic, consumer group and transactional id the
+// node uses is named through it (components.go), so the configuration is their one source.
+func (c *Config) namespace() kafka.Namespace { return kafka.Namespace(c.KafkaNamespace) }
 
 func validateAddr(addr string) error {
 	host, port, err := net.SplitHostPort(addr)

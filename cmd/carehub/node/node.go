@@ -42,6 +42,8 @@ type Node struct {
 	pool     *pgxpool.Pool   //
 	broker   *kafka.Embedded // nil with external brokers
 	brokers  []string        //
+	ns       kafka.Namespace // names of topics, groups and transactional ids
+	topics   kafka.Topics    // ns.Topics(), passed to every producer and consumer
 	kcl      *kgo.Client     // shared producer client
 	registry *prometheus.Registry
 	eventLog storage.EventLog
@@ -84,7 +86,8 @@ func Start(ctx context.Context, cfg Config, logger *slog.Logger) (_ *Node, err e
 	if err != nil {
 		return nil, err
 	}
-	s := &Node{cfg: cfg, logger: logger, registry: prometheus.NewRegistry(), workerErr: make(chan error, 16)}
+	s := &Node{cfg: cfg, logger: logger, registry: prometheus.NewRegistry(), workerErr: make(chan error, 16),
+		ns: cfg.namespace(), topics: cfg.namespace().Topics()}
 	s.registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		telemetry.BuildInfo(cfg.Version))
 	defer func() {
@@ -166,7 +169,7 @@ func (s *Node) startKafka(ctx context.Context) error {
 	s.closers = append(s.closers, func(context.Context) error { cl.Close(); return nil })
 	tctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	if err := kafka.EnsureTopics(tctx, cl, int32(s.cfg.Partitions), kafka.DefaultTopics().All()...); err != nil {
+	if err := kafka.EnsureTopics(tctx, cl, int32(s.cfg.Partitions), s.topics.All()...); err != nil {
 		return fmt.Errorf("kafka brokers %v: %w", s.brokers, err)
 	}
 	return nil
@@ -247,6 +250,9 @@ func (s *Node) Pool() *pgxpool.Pool { return s.pool }
 
 // Brokers are the Kafka bootstrap addresses the node uses.
 func (s *Node) Brokers() []string { return s.brokers }
+
+// Topics are the node's topics, in its --kafka-namespace.
+func (s *Node) Topics() kafka.Topics { return s.topics }
 
 // Err delivers a fatal error of a background component.
 func (s *Node) Err() <-chan error { return s.workerErr }
