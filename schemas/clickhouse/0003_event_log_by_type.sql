@@ -14,7 +14,7 @@
 -- keep the table's order. Its cost: about a third more disk (the key columns once more) and
 -- inserts within the noise of this machine.
 --
--- ReplacingMergeTree drops copies when parts merge; 'rebuild' rebuilds a merged part's
+-- ReplacingMergeTree drops copies when parts merge; deduplicate_merge_projection_mode 'rebuild' rebuilds a merged part's
 -- projection from the deduplicated rows, so the projection never counts a copy the table lost.
 -- Copies not yet merged are counted, as in any query on the table without FINAL. Queries with
 -- FINAL (exact totals, the analysts' exact aggregations) cannot use a projection; estimated
@@ -23,5 +23,9 @@
 -- Parts written before this migration have no projection: queries read them as before until
 -- they merge. To build it for them at once (a background mutation that rereads the table):
 -- ALTER TABLE event_log MATERIALIZE PROJECTION event_log_by_type.
-ALTER TABLE event_log MODIFY SETTING deduplicate_merge_projection_mode = 'rebuild';
+--
+-- Lightweight DELETE (the per-organization purge) masks rows in the table; 'rebuild' rewrites
+-- the projection of the parts it touches, so the projection never counts a purged event (the
+-- server refuses such a DELETE on a table with projections otherwise).
+ALTER TABLE event_log MODIFY SETTING deduplicate_merge_projection_mode = 'rebuild', lightweight_mutation_projection_mode = 'rebuild';
 ALTER TABLE event_log ADD PROJECTION IF NOT EXISTS event_log_by_type (SELECT org_id, project_id, type, created_at, id ORDER BY (org_id, project_id, type, created_at, id));
