@@ -15,16 +15,12 @@ package main
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
-	"net/url"
 	"os"
 	"os/signal"
 	"strings"
@@ -34,6 +30,7 @@ import (
 	"time"
 
 	"carehub/api/pipelinetest"
+	"carehub/loadtest/loadcli"
 	loadreport "carehub/loadtest/report"
 )
 
@@ -63,7 +60,7 @@ type config struct {
 
 func (c *config) validate() error {
 	var errs []error
-	if err := loopbackURL(c.URL); err != nil {
+	if err := loadcli.LoopbackURL(c.URL); err != nil {
 		errs = append(errs, fmt.Errorf("-url: %w", err))
 	}
 	if len(c.Keys) == 0 {
@@ -93,21 +90,6 @@ func (c *config) validate() error {
 	return errors.Join(errs...)
 }
 
-func loopbackURL(raw string) error {
-	u, err := url.Parse(raw)
-	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return fmt.Errorf("%q is not an http(s) URL", raw)
-	}
-	host := u.Hostname()
-	if host == "localhost" {
-		return nil
-	}
-	if ip := net.ParseIP(host); ip == nil || !ip.IsLoopback() {
-		return fmt.Errorf("%q is not a loopback address: eventload only loads a local node", host)
-	}
-	return nil
-}
-
 func main() {
 	var cfg config
 	var keys string
@@ -127,11 +109,7 @@ func main() {
 	results := flag.String("results", "", "write the report (JSON, PNG chart, HTML page) under this directory")
 	flag.BoolVar(&cfg.Quiet, "quiet", false, "no progress line on stderr")
 	flag.Parse()
-	for k := range strings.SplitSeq(keys, ",") {
-		if k = strings.TrimSpace(k); k != "" {
-			cfg.Keys = append(cfg.Keys, k)
-		}
-	}
+	cfg.Keys = loadcli.Keys(keys)
 	if err := cfg.validate(); err != nil {
 		fmt.Fprintln(os.Stderr, "eventload:", err)
 		os.Exit(2)
@@ -192,19 +170,13 @@ func run(ctx context.Context, cfg config, logw io.Writer) (*report, error) {
 		pubKeys = cfg.Keys[:len(cfg.Keys)-1]
 	}
 	reader := &pipelinetest.Client{BaseURL: strings.TrimRight(cfg.URL, "/"), Key: readerKey, HTTP: hc}
-	project := cfg.Project
-	if !strings.HasPrefix(project, "prj_") {
-		pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		id, err := reader.ProjectID(pctx, project)
-		cancel()
-		if err != nil {
-			return nil, err
-		}
-		project = id
+	project, err := loadcli.ProjectID(ctx, reader, cfg.Project)
+	if err != nil {
+		return nil, err
 	}
 	// Two types unique to this run: bulk events, and the sampled ones, which the reader can then
 	// select without paging through the bulk.
-	runID := randomHex(5)
+	runID := loadcli.RandomHex(5)
 	bulkType, sampleType := "eventload.r"+runID+".bulk", "eventload.r"+runID+".sample"
 	filler := strings.Repeat("x", cfg.Payload)
 
@@ -300,7 +272,7 @@ func run(ctx context.Context, cfg config, logw io.Writer) (*report, error) {
 						sm.sent = time.Time{} // not published: never to be seen
 						mu.Unlock()
 					}
-					sleep(loadCtx, max(wait, 100*time.Millisecond))
+					loadcli.Sleep(loadCtx, max(wait, 100*time.Millisecond))
 					continue
 				}
 				if err != nil {
@@ -311,7 +283,7 @@ func run(ctx context.Context, cfg config, logw io.Writer) (*report, error) {
 						sm.sent = time.Time{}
 						mu.Unlock()
 					}
-					sleep(loadCtx, 50*time.Millisecond)
+					loadcli.Sleep(loadCtx, 50*time.Millisecond)
 					continue
 				}
 				published.Add(int64(cfg.Batch))
@@ -390,7 +362,7 @@ func run(ctx context.Context, cfg config, logw io.Writer) (*report, error) {
 				}
 				mu.Unlock()
 			}
-			sleep(ctx, cfg.Poll)
+			loadcli.Sleep(ctx, cfg.Poll)
 		}
 	}()
 
@@ -413,15 +385,15 @@ func run(ctx context.Context, cfg config, logw io.Writer) (*report, error) {
 			visible = append(visible, s.seen.Sub(s.sent))
 		}
 	}
-	callDist, visDist := pipelinetest.Distribute(callTimes), pipelinetest.Distribute(visible)
+	callDist, visDist := loadcli.Ms(callTimes), loadcli.Ms(visible)
 	mu.Unlock()
 
 	rep.Elapsed = elapsed.Round(time.Millisecond).String()
 	rep.Published, rep.Failed, rep.RateLimited = published.Load(), failed.Load(), limited.Load()
 	rep.PublishesPerSec = float64(rep.Published) / elapsed.Seconds()
 	rep.CallsPerSec = float64(calls.Load()) / elapsed.Seconds()
-	rep.Publish = ms(callDist)
-	rep.Visible = ms(visDist)
+	rep.Publish = callDist
+	rep.Visible = visDist
 	rep.Unseen, rep.Reads, rep.ReadErrors = unseen, reads, readErrors
 	if v, ok := firstErr.Load().(string); ok {
 		rep.FirstError = v
@@ -446,7 +418,7 @@ func run(ctx context.Context, cfg config, logw io.Writer) (*report, error) {
 		if err == nil && inLog >= rep.Published || time.Now().After(deadline) || ctx.Err() != nil {
 			break
 		}
-		sleep(ctx, 250*time.Millisecond)
+		loadcli.Sleep(ctx, 250*time.Millisecond)
 	}
 	rep.InLog = inLog
 	switch {
@@ -460,44 +432,31 @@ func run(ctx context.Context, cfg config, logw io.Writer) (*report, error) {
 
 // report is what a run measured. Latencies are in milliseconds.
 type report struct {
-	URL             string   `json:"url"`
-	Project         string   `json:"project"`
-	Types           []string `json:"types"`
-	Clients         int      `json:"clients"`
-	Keys            int      `json:"publishingKeys"`
-	ReaderKeyShared bool     `json:"readerKeyShared"`
-	Duration        string   `json:"duration"`
-	TargetRate      float64  `json:"targetRate,omitempty"`
-	Elapsed         string   `json:"elapsed"`
-	Published       int64    `json:"published"`
-	Failed          int64    `json:"failed"`
-	RateLimited     int64    `json:"rateLimited"`
-	FirstError      string   `json:"firstError,omitempty"`
-	Batch           int      `json:"batch"`
-	PublishesPerSec float64  `json:"publishesPerSec"` // events
-	CallsPerSec     float64  `json:"callsPerSec"`
-	Publish         msDist   `json:"publishMs"`
-	Visible         msDist   `json:"publishToVisibleMs"`
-	Unseen          int      `json:"sampledUnseen"`
-	Reads           int      `json:"logReads"`
-	ReadErrors      int      `json:"logReadErrors"`
-	InLog           int64    `json:"inLog"`
+	URL             string         `json:"url"`
+	Project         string         `json:"project"`
+	Types           []string       `json:"types"`
+	Clients         int            `json:"clients"`
+	Keys            int            `json:"publishingKeys"`
+	ReaderKeyShared bool           `json:"readerKeyShared"`
+	Duration        string         `json:"duration"`
+	TargetRate      float64        `json:"targetRate,omitempty"`
+	Elapsed         string         `json:"elapsed"`
+	Published       int64          `json:"published"`
+	Failed          int64          `json:"failed"`
+	RateLimited     int64          `json:"rateLimited"`
+	FirstError      string         `json:"firstError,omitempty"`
+	Batch           int            `json:"batch"`
+	PublishesPerSec float64        `json:"publishesPerSec"` // events
+	CallsPerSec     float64        `json:"callsPerSec"`
+	Publish         loadcli.MsDist `json:"publishMs"`
+	Visible         loadcli.MsDist `json:"publishToVisibleMs"`
+	Unseen          int            `json:"sampledUnseen"`
+	Reads           int            `json:"logReads"`
+	ReadErrors      int            `json:"logReadErrors"`
+	InLog           int64          `json:"inLog"`
 	// Series is the run second by second (events/s acknowledged, publish call latency, sampled
 	// events not yet visible in the log), for loadtest/report's chart.
 	Series []loadreport.Point `json:"-"`
-}
-
-type msDist struct {
-	N   int     `json:"n"`
-	P50 float64 `json:"p50"`
-	P90 float64 `json:"p90"`
-	P99 float64 `json:"p99"`
-	Max float64 `json:"max"`
-}
-
-func ms(d pipelinetest.Distribution) msDist {
-	f := func(x time.Duration) float64 { return float64(x.Microseconds()) / 1000 }
-	return msDist{N: d.N, P50: f(d.P50), P90: f(d.P90), P99: f(d.P99), Max: f(d.Max)}
 }
 
 func (r *report) print(w io.Writer) {
@@ -508,9 +467,8 @@ func (r *report) print(w io.Writer) {
 	if r.FirstError != "" {
 		fmt.Fprintf(w, "first error    %s\n", r.FirstError)
 	}
-	fmt.Fprintf(w, "publish call   n=%d p50=%.1fms p90=%.1fms p99=%.1fms max=%.1fms\n", r.Publish.N, r.Publish.P50, r.Publish.P90, r.Publish.P99, r.Publish.Max)
-	fmt.Fprintf(w, "publish→log    n=%d p50=%.1fms p90=%.1fms p99=%.1fms max=%.1fms (sampled; %d unseen; %d reads, %d failed)\n",
-		r.Visible.N, r.Visible.P50, r.Visible.P90, r.Visible.P99, r.Visible.Max, r.Unseen, r.Reads, r.ReadErrors)
+	fmt.Fprintf(w, "publish call   %v\n", r.Publish)
+	fmt.Fprintf(w, "publish→log    %v (sampled; %d unseen; %d reads, %d failed)\n", r.Visible, r.Unseen, r.Reads, r.ReadErrors)
 	fmt.Fprintf(w, "in the log     %d of %d acknowledged\n", r.InLog, r.Published)
 }
 
@@ -531,19 +489,4 @@ func publish(ctx context.Context, c *pipelinetest.Client, project, typ, bulk str
 		return pipelinetest.Published{}, err
 	}
 	return ps[0], nil
-}
-
-func sleep(ctx context.Context, d time.Duration) {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-	case <-t.C:
-	}
-}
-
-func randomHex(n int) string {
-	b := make([]byte, n)
-	_, _ = rand.Read(b)
-	return hex.EncodeToString(b)
 }
