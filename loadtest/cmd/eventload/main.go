@@ -15,12 +15,10 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
-	"net/http"
 	"os"
 	"os/signal"
 	"strings"
@@ -34,28 +32,15 @@ import (
 	loadreport "carehub/loadtest/report"
 )
 
-// Bounds of a run: the tool must not be able to run away.
-const (
-	maxClients  = 256
-	maxDuration = 10 * time.Minute
-	maxDrain    = 5 * time.Minute
-)
-
 // config is the command line.
 type config struct {
-	URL      string
-	Keys     []string
-	Project  string // id (prj_…) or name
-	Clients  int
-	Duration time.Duration
-	Rate     float64 // total publishes per second; 0 = as fast as the clients go
-	Max      int     // total publishes; 0 = only Duration bounds the run
-	Sample   int     // every Sample-th publish of each client is sampled for visibility
-	Poll     time.Duration
-	Drain    time.Duration
-	Payload  int  // bytes of filler in each payload
-	Batch    int  // events per call: 1 publishes with GraphQL publishEvent, more with POST /v1/events
-	Quiet    bool // no progress line
+	loadcli.Load
+	URL     string
+	Keys    []string
+	Project string // id (prj_…) or name
+	Sample  int    // every Sample-th publish of each client is sampled for visibility
+	Poll    time.Duration
+	Quiet   bool // no progress line
 }
 
 func (c *config) validate() error {
@@ -66,26 +51,14 @@ func (c *config) validate() error {
 	if len(c.Keys) == 0 {
 		errs = append(errs, errors.New("-key: at least one API key with exec:workflows is required"))
 	}
-	if c.Clients < 1 || c.Clients > maxClients {
-		errs = append(errs, fmt.Errorf("-c %d: must be 1..%d", c.Clients, maxClients))
-	}
-	if c.Duration <= 0 || c.Duration > maxDuration {
-		errs = append(errs, fmt.Errorf("-d %v: must be positive and at most %v", c.Duration, maxDuration))
-	}
-	if c.Rate < 0 || c.Max < 0 || c.Payload < 0 || c.Payload > 200<<10 {
-		errs = append(errs, errors.New("-rate, -max must not be negative; -payload must be 0..204800"))
-	}
-	if c.Batch < 1 || c.Batch > 1000 {
-		errs = append(errs, fmt.Errorf("-batch %d: must be 1..1000", c.Batch))
+	if err := c.Load.Validate(); err != nil {
+		errs = append(errs, err)
 	}
 	if c.Sample < 1 {
 		errs = append(errs, fmt.Errorf("-sample %d: must be at least 1", c.Sample))
 	}
 	if c.Poll < 5*time.Millisecond {
 		errs = append(errs, fmt.Errorf("-poll %v: at least 5ms", c.Poll))
-	}
-	if c.Drain < 0 || c.Drain > maxDrain {
-		errs = append(errs, fmt.Errorf("-drain %v: must be 0..%v", c.Drain, maxDrain))
 	}
 	return errors.Join(errs...)
 }
@@ -119,38 +92,15 @@ func main() {
 	started := time.Now()
 	rep, err := run(ctx, cfg, os.Stderr)
 	if rep != nil {
-		rep.print(os.Stdout)
-		if *jsonOut != "" {
-			if werr := writeJSON(*jsonOut, rep); werr != nil && err == nil {
-				err = werr
-			}
-		}
-		if *results != "" {
-			f, werr := loadreport.Write(*results, loadreport.Report{Scenario: "events", Started: started, Unit: "events/s",
-				LagName: "samples not yet in the log", Summary: rep, Series: rep.Series})
-			if werr != nil && err == nil {
-				err = werr
-			}
-			fmt.Printf("report: %s (chart %s, page %s)\n", f.JSON, f.PNG, f.HTML)
+		if ferr := loadcli.Finish(rep, *jsonOut, *results, loadreport.Report{Scenario: "events", Started: started, Unit: "events/s",
+			LagName: "samples not yet in the log", Series: rep.Series}); ferr != nil && err == nil {
+			err = ferr
 		}
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "eventload:", err)
 		os.Exit(1)
 	}
-}
-
-func writeJSON(path string, rep *report) error {
-	b, err := json.MarshalIndent(rep, "", "  ")
-	if err != nil {
-		return err
-	}
-	b = append(b, '\n')
-	if path == "-" {
-		_, err = os.Stdout.Write(b)
-		return err
-	}
-	return os.WriteFile(path, b, 0o644)
 }
 
 // sample is one publish whose visibility is measured.
@@ -162,9 +112,7 @@ type sample struct {
 
 // run executes one load and returns its report (also when it ends early with an error).
 func run(ctx context.Context, cfg config, logw io.Writer) (*report, error) {
-	hc := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{
-		MaxIdleConns: cfg.Clients + 4, MaxIdleConnsPerHost: cfg.Clients + 4, IdleConnTimeout: 30 * time.Second,
-	}}
+	hc := loadcli.HTTPClient(cfg.Clients)
 	readerKey, pubKeys := cfg.Keys[len(cfg.Keys)-1], cfg.Keys
 	if len(cfg.Keys) > 1 {
 		pubKeys = cfg.Keys[:len(cfg.Keys)-1]
@@ -196,12 +144,8 @@ func run(ctx context.Context, cfg config, logw io.Writer) (*report, error) {
 		attempts  atomic.Int64
 		firstErr  atomic.Value
 	)
-	var pace <-chan time.Time
-	if cfg.Rate > 0 {
-		t := time.NewTicker(time.Duration(float64(time.Second) / cfg.Rate))
-		defer t.Stop()
-		pace = t.C
-	}
+	pace, stopPace := loadcli.Pace(cfg.Rate)
+	defer stopPace()
 	rec := loadreport.NewRecorder(loadreport.Options{Unit: "events/s", LagName: "samples not yet in the log", Quiet: cfg.Quiet,
 		Lag: func() float64 {
 			mu.Lock()
@@ -459,7 +403,7 @@ type report struct {
 	Series []loadreport.Point `json:"-"`
 }
 
-func (r *report) print(w io.Writer) {
+func (r *report) Print(w io.Writer) {
 	fmt.Fprintf(w, "clients %d on %d publishing keys (reader key %s), %s (elapsed %s)\n", r.Clients, r.Keys,
 		map[bool]string{true: "shared", false: "own"}[r.ReaderKeyShared], r.Duration, r.Elapsed)
 	fmt.Fprintf(w, "published      %d events ok, %d calls failed, %d rate limited  →  %.1f events/s in %.1f calls/s of %d\n",

@@ -16,7 +16,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -36,27 +35,14 @@ import (
 	loadreport "carehub/loadtest/report"
 )
 
-// Bounds of a run: the tool must not be able to run away.
-const (
-	maxClients  = 256
-	maxDuration = 10 * time.Minute
-	maxDrain    = 5 * time.Minute
-)
-
 // config is the command line.
 type config struct {
-	URL      string
-	Keys     []string
-	Project  string // id (prj_…) or name
-	Listen   string // the receiver's address (loopback)
-	Clients  int
-	Duration time.Duration
-	Rate     float64 // total publish calls per second; 0 = as fast as the clients go
-	Max      int     // total publish calls; 0 = only Duration bounds the run
-	Batch    int     // events per POST /v1/events
-	Drain    time.Duration
-	Payload  int  // bytes of filler in each payload
-	Quiet    bool // no progress line
+	loadcli.Load
+	URL     string
+	Keys    []string
+	Project string // id (prj_…) or name
+	Listen  string // the receiver's address (loopback)
+	Quiet   bool   // no progress line
 }
 
 func (c *config) validate() error {
@@ -72,20 +58,8 @@ func (c *config) validate() error {
 	if len(c.Keys) == 0 {
 		errs = append(errs, errors.New("-key: at least one API key (the first with admin:org, all with exec:workflows) is required"))
 	}
-	if c.Clients < 1 || c.Clients > maxClients {
-		errs = append(errs, fmt.Errorf("-c %d: must be 1..%d", c.Clients, maxClients))
-	}
-	if c.Duration <= 0 || c.Duration > maxDuration {
-		errs = append(errs, fmt.Errorf("-d %v: must be positive and at most %v", c.Duration, maxDuration))
-	}
-	if c.Rate < 0 || c.Max < 0 || c.Payload < 0 || c.Payload > 200<<10 {
-		errs = append(errs, errors.New("-rate, -max must not be negative; -payload must be 0..204800"))
-	}
-	if c.Batch < 1 || c.Batch > 1000 {
-		errs = append(errs, fmt.Errorf("-batch %d: must be 1..1000", c.Batch))
-	}
-	if c.Drain < 0 || c.Drain > maxDrain {
-		errs = append(errs, fmt.Errorf("-drain %v: must be 0..%v", c.Drain, maxDrain))
+	if err := c.Load.Validate(); err != nil {
+		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
 }
@@ -118,19 +92,9 @@ func main() {
 	started := time.Now()
 	rep, err := run(ctx, cfg, os.Stderr)
 	if rep != nil {
-		rep.print(os.Stdout)
-		if *jsonOut != "" {
-			if werr := writeJSON(*jsonOut, rep); werr != nil && err == nil {
-				err = werr
-			}
-		}
-		if *results != "" {
-			f, werr := loadreport.Write(*results, loadreport.Report{Scenario: "webhooks", Started: started, Unit: unit,
-				LagName: lagName, Summary: rep, Series: rep.Series})
-			if werr != nil && err == nil {
-				err = werr
-			}
-			fmt.Printf("report: %s (chart %s, page %s)\n", f.JSON, f.PNG, f.HTML)
+		if ferr := loadcli.Finish(rep, *jsonOut, *results, loadreport.Report{Scenario: "webhooks", Started: started, Unit: unit,
+			LagName: lagName, Series: rep.Series}); ferr != nil && err == nil {
+			err = ferr
 		}
 	}
 	if err != nil {
@@ -145,19 +109,6 @@ const (
 	lagName = "events published, not yet delivered"
 )
 
-func writeJSON(path string, rep *report) error {
-	b, err := json.MarshalIndent(rep, "", "  ")
-	if err != nil {
-		return err
-	}
-	b = append(b, '\n')
-	if path == "-" {
-		_, err = os.Stdout.Write(b)
-		return err
-	}
-	return os.WriteFile(path, b, 0o644)
-}
-
 // webhook is what POST /v1/webhooks answers (the secret only there).
 type webhook struct {
 	ID     string `json:"id"`
@@ -166,9 +117,7 @@ type webhook struct {
 
 // run executes one load and returns its report (also when it ends early with an error).
 func run(ctx context.Context, cfg config, logw io.Writer) (*report, error) {
-	hc := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{
-		MaxIdleConns: cfg.Clients + 4, MaxIdleConnsPerHost: cfg.Clients + 4, IdleConnTimeout: 30 * time.Second,
-	}}
+	hc := loadcli.HTTPClient(cfg.Clients)
 	base := strings.TrimRight(cfg.URL, "/")
 	admin := &pipelinetest.Client{BaseURL: base, Key: cfg.Keys[0], HTTP: hc}
 	project, err := loadcli.ProjectID(ctx, admin, cfg.Project)
@@ -214,12 +163,8 @@ func run(ctx context.Context, cfg config, logw io.Writer) (*report, error) {
 		calls, failed, refused, attempts atomic.Int64
 		firstErr                         atomic.Value
 	)
-	var pace <-chan time.Time
-	if cfg.Rate > 0 {
-		t := time.NewTicker(time.Duration(float64(time.Second) / cfg.Rate))
-		defer t.Stop()
-		pace = t.C
-	}
+	pace, stopPace := loadcli.Pace(cfg.Rate)
+	defer stopPace()
 	filler := strings.Repeat("x", cfg.Payload)
 	byKey := make([]*pipelinetest.Client, len(cfg.Keys))
 	for i, k := range cfg.Keys {
@@ -351,7 +296,7 @@ type report struct {
 	Series []loadreport.Point `json:"-"`
 }
 
-func (r *report) print(w io.Writer) {
+func (r *report) Print(w io.Writer) {
 	fmt.Fprintf(w, "clients %d on %d keys, batch %d, %s (elapsed %s), webhook %s → %s\n", r.Clients, r.Keys, r.Batch, r.Duration, r.Elapsed, r.Webhook, r.Receiver)
 	fmt.Fprintf(w, "published      %d events in %d calls (%.1f events/s), %d calls failed, %d refused\n",
 		r.Published, r.Calls, r.PublishedPerSec, r.Failed, r.Refused)
