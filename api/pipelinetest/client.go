@@ -272,6 +272,26 @@ func (c *Client) ProjectID(ctx context.Context, name string) (string, error) {
 	return "", fmt.Errorf("no project named %q", name)
 }
 
+// REST calls method path with in as its JSON body (nil: none) and decodes a 2xx answer into out
+// (nil: discarded). Errors are as Publish's.
+func (c *Client) REST(ctx context.Context, method, path string, in, out any) error {
+	var body []byte
+	if in != nil {
+		var err error
+		if body, err = json.Marshal(in); err != nil {
+			return err
+		}
+	}
+	b, err := c.do(ctx, method, path, body)
+	if err != nil || out == nil {
+		return err
+	}
+	if err := json.Unmarshal(b, out); err != nil {
+		return fmt.Errorf("decode %s %s: %w", method, path, err)
+	}
+	return nil
+}
+
 func (c *Client) do(ctx context.Context, method, path string, body []byte) ([]byte, error) {
 	var rd io.Reader
 	if body != nil {
@@ -298,7 +318,7 @@ func (c *Client) do(ctx context.Context, method, path string, body []byte) ([]by
 	if err != nil {
 		return nil, fmt.Errorf("read %s %s: %w", method, path, err)
 	}
-	if resp.StatusCode != http.StatusOK && resp.StatusCode != http.StatusAccepted {
+	if resp.StatusCode < 200 || resp.StatusCode > 299 {
 		se := &StatusError{Status: resp.StatusCode, Body: strings.TrimSpace(string(b[:min(len(b), 512)]))}
 		var env struct {
 			Error struct{ Code string } `json:"error"`

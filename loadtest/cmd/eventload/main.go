@@ -15,16 +15,10 @@ package main
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
-	"net"
-	"net/http"
-	"net/url"
 	"os"
 	"os/signal"
 	"strings"
@@ -34,52 +28,31 @@ import (
 	"time"
 
 	"carehub/api/pipelinetest"
+	"carehub/loadtest/loadcli"
 	loadreport "carehub/loadtest/report"
-)
-
-// Bounds of a run: the tool must not be able to run away.
-const (
-	maxClients  = 256
-	maxDuration = 10 * time.Minute
-	maxDrain    = 5 * time.Minute
 )
 
 // config is the command line.
 type config struct {
-	URL      string
-	Keys     []string
-	Project  string // id (prj_…) or name
-	Clients  int
-	Duration time.Duration
-	Rate     float64 // total publishes per second; 0 = as fast as the clients go
-	Max      int     // total publishes; 0 = only Duration bounds the run
-	Sample   int     // every Sample-th publish of each client is sampled for visibility
-	Poll     time.Duration
-	Drain    time.Duration
-	Payload  int  // bytes of filler in each payload
-	Batch    int  // events per call: 1 publishes with GraphQL publishEvent, more with POST /v1/events
-	Quiet    bool // no progress line
+	loadcli.Load
+	URL     string
+	Keys    []string
+	Project string // id (prj_…) or name
+	Sample  int    // every Sample-th publish of each client is sampled for visibility
+	Poll    time.Duration
+	Quiet   bool // no progress line
 }
 
 func (c *config) validate() error {
 	var errs []error
-	if err := loopbackURL(c.URL); err != nil {
+	if err := loadcli.LoopbackURL(c.URL); err != nil {
 		errs = append(errs, fmt.Errorf("-url: %w", err))
 	}
 	if len(c.Keys) == 0 {
 		errs = append(errs, errors.New("-key: at least one API key with exec:workflows is required"))
 	}
-	if c.Clients < 1 || c.Clients > maxClients {
-		errs = append(errs, fmt.Errorf("-c %d: must be 1..%d", c.Clients, maxClients))
-	}
-	if c.Duration <= 0 || c.Duration > maxDuration {
-		errs = append(errs, fmt.Errorf("-d %v: must be positive and at most %v", c.Duration, maxDuration))
-	}
-	if c.Rate < 0 || c.Max < 0 || c.Payload < 0 || c.Payload > 200<<10 {
-		errs = append(errs, errors.New("-rate, -max must not be negative; -payload must be 0..204800"))
-	}
-	if c.Batch < 1 || c.Batch > 1000 {
-		errs = append(errs, fmt.Errorf("-batch %d: must be 1..1000", c.Batch))
+	if err := c.Load.Validate(); err != nil {
+		errs = append(errs, err)
 	}
 	if c.Sample < 1 {
 		errs = append(errs, fmt.Errorf("-sample %d: must be at least 1", c.Sample))
@@ -87,25 +60,7 @@ func (c *config) validate() error {
 	if c.Poll < 5*time.Millisecond {
 		errs = append(errs, fmt.Errorf("-poll %v: at least 5ms", c.Poll))
 	}
-	if c.Drain < 0 || c.Drain > maxDrain {
-		errs = append(errs, fmt.Errorf("-drain %v: must be 0..%v", c.Drain, maxDrain))
-	}
 	return errors.Join(errs...)
-}
-
-func loopbackURL(raw string) error {
-	u, err := url.Parse(raw)
-	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return fmt.Errorf("%q is not an http(s) URL", raw)
-	}
-	host := u.Hostname()
-	if host == "localhost" {
-		return nil
-	}
-	if ip := net.ParseIP(host); ip == nil || !ip.IsLoopback() {
-		return fmt.Errorf("%q is not a loopback address: eventload only loads a local node", host)
-	}
-	return nil
 }
 
 func main() {
@@ -127,11 +82,7 @@ func main() {
 	results := flag.String("results", "", "write the report (JSON, PNG chart, HTML page) under this directory")
 	flag.BoolVar(&cfg.Quiet, "quiet", false, "no progress line on stderr")
 	flag.Parse()
-	for k := range strings.SplitSeq(keys, ",") {
-		if k = strings.TrimSpace(k); k != "" {
-			cfg.Keys = append(cfg.Keys, k)
-		}
-	}
+	cfg.Keys = loadcli.Keys(keys)
 	if err := cfg.validate(); err != nil {
 		fmt.Fprintln(os.Stderr, "eventload:", err)
 		os.Exit(2)
@@ -141,38 +92,15 @@ func main() {
 	started := time.Now()
 	rep, err := run(ctx, cfg, os.Stderr)
 	if rep != nil {
-		rep.print(os.Stdout)
-		if *jsonOut != "" {
-			if werr := writeJSON(*jsonOut, rep); werr != nil && err == nil {
-				err = werr
-			}
-		}
-		if *results != "" {
-			f, werr := loadreport.Write(*results, loadreport.Report{Scenario: "events", Started: started, Unit: "events/s",
-				LagName: "samples not yet in the log", Summary: rep, Series: rep.Series})
-			if werr != nil && err == nil {
-				err = werr
-			}
-			fmt.Printf("report: %s (chart %s, page %s)\n", f.JSON, f.PNG, f.HTML)
+		if ferr := loadcli.Finish(rep, *jsonOut, *results, loadreport.Report{Scenario: "events", Started: started, Unit: "events/s",
+			LagName: "samples not yet in the log", Series: rep.Series}); ferr != nil && err == nil {
+			err = ferr
 		}
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "eventload:", err)
 		os.Exit(1)
 	}
-}
-
-func writeJSON(path string, rep *report) error {
-	b, err := json.MarshalIndent(rep, "", "  ")
-	if err != nil {
-		return err
-	}
-	b = append(b, '\n')
-	if path == "-" {
-		_, err = os.Stdout.Write(b)
-		return err
-	}
-	return os.WriteFile(path, b, 0o644)
 }
 
 // sample is one publish whose visibility is measured.
@@ -184,27 +112,19 @@ type sample struct {
 
 // run executes one load and returns its report (also when it ends early with an error).
 func run(ctx context.Context, cfg config, logw io.Writer) (*report, error) {
-	hc := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{
-		MaxIdleConns: cfg.Clients + 4, MaxIdleConnsPerHost: cfg.Clients + 4, IdleConnTimeout: 30 * time.Second,
-	}}
+	hc := loadcli.HTTPClient(cfg.Clients)
 	readerKey, pubKeys := cfg.Keys[len(cfg.Keys)-1], cfg.Keys
 	if len(cfg.Keys) > 1 {
 		pubKeys = cfg.Keys[:len(cfg.Keys)-1]
 	}
 	reader := &pipelinetest.Client{BaseURL: strings.TrimRight(cfg.URL, "/"), Key: readerKey, HTTP: hc}
-	project := cfg.Project
-	if !strings.HasPrefix(project, "prj_") {
-		pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		id, err := reader.ProjectID(pctx, project)
-		cancel()
-		if err != nil {
-			return nil, err
-		}
-		project = id
+	project, err := loadcli.ProjectID(ctx, reader, cfg.Project)
+	if err != nil {
+		return nil, err
 	}
 	// Two types unique to this run: bulk events, and the sampled ones, which the reader can then
 	// select without paging through the bulk.
-	runID := randomHex(5)
+	runID := loadcli.RandomHex(5)
 	bulkType, sampleType := "eventload.r"+runID+".bulk", "eventload.r"+runID+".sample"
 	filler := strings.Repeat("x", cfg.Payload)
 
@@ -224,12 +144,8 @@ func run(ctx context.Context, cfg config, logw io.Writer) (*report, error) {
 		attempts  atomic.Int64
 		firstErr  atomic.Value
 	)
-	var pace <-chan time.Time
-	if cfg.Rate > 0 {
-		t := time.NewTicker(time.Duration(float64(time.Second) / cfg.Rate))
-		defer t.Stop()
-		pace = t.C
-	}
+	pace, stopPace := loadcli.Pace(cfg.Rate)
+	defer stopPace()
 	rec := loadreport.NewRecorder(loadreport.Options{Unit: "events/s", LagName: "samples not yet in the log", Quiet: cfg.Quiet,
 		Lag: func() float64 {
 			mu.Lock()
@@ -300,7 +216,7 @@ func run(ctx context.Context, cfg config, logw io.Writer) (*report, error) {
 						sm.sent = time.Time{} // not published: never to be seen
 						mu.Unlock()
 					}
-					sleep(loadCtx, max(wait, 100*time.Millisecond))
+					loadcli.Sleep(loadCtx, max(wait, 100*time.Millisecond))
 					continue
 				}
 				if err != nil {
@@ -311,7 +227,7 @@ func run(ctx context.Context, cfg config, logw io.Writer) (*report, error) {
 						sm.sent = time.Time{}
 						mu.Unlock()
 					}
-					sleep(loadCtx, 50*time.Millisecond)
+					loadcli.Sleep(loadCtx, 50*time.Millisecond)
 					continue
 				}
 				published.Add(int64(cfg.Batch))
@@ -390,7 +306,7 @@ func run(ctx context.Context, cfg config, logw io.Writer) (*report, error) {
 				}
 				mu.Unlock()
 			}
-			sleep(ctx, cfg.Poll)
+			loadcli.Sleep(ctx, cfg.Poll)
 		}
 	}()
 
@@ -413,15 +329,15 @@ func run(ctx context.Context, cfg config, logw io.Writer) (*report, error) {
 			visible = append(visible, s.seen.Sub(s.sent))
 		}
 	}
-	callDist, visDist := pipelinetest.Distribute(callTimes), pipelinetest.Distribute(visible)
+	callDist, visDist := loadcli.Ms(callTimes), loadcli.Ms(visible)
 	mu.Unlock()
 
 	rep.Elapsed = elapsed.Round(time.Millisecond).String()
 	rep.Published, rep.Failed, rep.RateLimited = published.Load(), failed.Load(), limited.Load()
 	rep.PublishesPerSec = float64(rep.Published) / elapsed.Seconds()
 	rep.CallsPerSec = float64(calls.Load()) / elapsed.Seconds()
-	rep.Publish = ms(callDist)
-	rep.Visible = ms(visDist)
+	rep.Publish = callDist
+	rep.Visible = visDist
 	rep.Unseen, rep.Reads, rep.ReadErrors = unseen, reads, readErrors
 	if v, ok := firstErr.Load().(string); ok {
 		rep.FirstError = v
@@ -446,7 +362,7 @@ func run(ctx context.Context, cfg config, logw io.Writer) (*report, error) {
 		if err == nil && inLog >= rep.Published || time.Now().After(deadline) || ctx.Err() != nil {
 			break
 		}
-		sleep(ctx, 250*time.Millisecond)
+		loadcli.Sleep(ctx, 250*time.Millisecond)
 	}
 	rep.InLog = inLog
 	switch {
@@ -460,47 +376,34 @@ func run(ctx context.Context, cfg config, logw io.Writer) (*report, error) {
 
 // report is what a run measured. Latencies are in milliseconds.
 type report struct {
-	URL             string   `json:"url"`
-	Project         string   `json:"project"`
-	Types           []string `json:"types"`
-	Clients         int      `json:"clients"`
-	Keys            int      `json:"publishingKeys"`
-	ReaderKeyShared bool     `json:"readerKeyShared"`
-	Duration        string   `json:"duration"`
-	TargetRate      float64  `json:"targetRate,omitempty"`
-	Elapsed         string   `json:"elapsed"`
-	Published       int64    `json:"published"`
-	Failed          int64    `json:"failed"`
-	RateLimited     int64    `json:"rateLimited"`
-	FirstError      string   `json:"firstError,omitempty"`
-	Batch           int      `json:"batch"`
-	PublishesPerSec float64  `json:"publishesPerSec"` // events
-	CallsPerSec     float64  `json:"callsPerSec"`
-	Publish         msDist   `json:"publishMs"`
-	Visible         msDist   `json:"publishToVisibleMs"`
-	Unseen          int      `json:"sampledUnseen"`
-	Reads           int      `json:"logReads"`
-	ReadErrors      int      `json:"logReadErrors"`
-	InLog           int64    `json:"inLog"`
+	URL             string         `json:"url"`
+	Project         string         `json:"project"`
+	Types           []string       `json:"types"`
+	Clients         int            `json:"clients"`
+	Keys            int            `json:"publishingKeys"`
+	ReaderKeyShared bool           `json:"readerKeyShared"`
+	Duration        string         `json:"duration"`
+	TargetRate      float64        `json:"targetRate,omitempty"`
+	Elapsed         string         `json:"elapsed"`
+	Published       int64          `json:"published"`
+	Failed          int64          `json:"failed"`
+	RateLimited     int64          `json:"rateLimited"`
+	FirstError      string         `json:"firstError,omitempty"`
+	Batch           int            `json:"batch"`
+	PublishesPerSec float64        `json:"publishesPerSec"` // events
+	CallsPerSec     float64        `json:"callsPerSec"`
+	Publish         loadcli.MsDist `json:"publishMs"`
+	Visible         loadcli.MsDist `json:"publishToVisibleMs"`
+	Unseen          int            `json:"sampledUnseen"`
+	Reads           int            `json:"logReads"`
+	ReadErrors      int            `json:"logReadErrors"`
+	InLog           int64          `json:"inLog"`
 	// Series is the run second by second (events/s acknowledged, publish call latency, sampled
 	// events not yet visible in the log), for loadtest/report's chart.
 	Series []loadreport.Point `json:"-"`
 }
 
-type msDist struct {
-	N   int     `json:"n"`
-	P50 float64 `json:"p50"`
-	P90 float64 `json:"p90"`
-	P99 float64 `json:"p99"`
-	Max float64 `json:"max"`
-}
-
-func ms(d pipelinetest.Distribution) msDist {
-	f := func(x time.Duration) float64 { return float64(x.Microseconds()) / 1000 }
-	return msDist{N: d.N, P50: f(d.P50), P90: f(d.P90), P99: f(d.P99), Max: f(d.Max)}
-}
-
-func (r *report) print(w io.Writer) {
+func (r *report) Print(w io.Writer) {
 	fmt.Fprintf(w, "clients %d on %d publishing keys (reader key %s), %s (elapsed %s)\n", r.Clients, r.Keys,
 		map[bool]string{true: "shared", false: "own"}[r.ReaderKeyShared], r.Duration, r.Elapsed)
 	fmt.Fprintf(w, "published      %d events ok, %d calls failed, %d rate limited  →  %.1f events/s in %.1f calls/s of %d\n",
@@ -508,9 +411,8 @@ func (r *report) print(w io.Writer) {
 	if r.FirstError != "" {
 		fmt.Fprintf(w, "first error    %s\n", r.FirstError)
 	}
-	fmt.Fprintf(w, "publish call   n=%d p50=%.1fms p90=%.1fms p99=%.1fms max=%.1fms\n", r.Publish.N, r.Publish.P50, r.Publish.P90, r.Publish.P99, r.Publish.Max)
-	fmt.Fprintf(w, "publish→log    n=%d p50=%.1fms p90=%.1fms p99=%.1fms max=%.1fms (sampled; %d unseen; %d reads, %d failed)\n",
-		r.Visible.N, r.Visible.P50, r.Visible.P90, r.Visible.P99, r.Visible.Max, r.Unseen, r.Reads, r.ReadErrors)
+	fmt.Fprintf(w, "publish call   %v\n", r.Publish)
+	fmt.Fprintf(w, "publish→log    %v (sampled; %d unseen; %d reads, %d failed)\n", r.Visible, r.Unseen, r.Reads, r.ReadErrors)
 	fmt.Fprintf(w, "in the log     %d of %d acknowledged\n", r.InLog, r.Published)
 }
 
@@ -531,19 +433,4 @@ func publish(ctx context.Context, c *pipelinetest.Client, project, typ, bulk str
 		return pipelinetest.Published{}, err
 	}
 	return ps[0], nil
-}
-
-func sleep(ctx context.Context, d time.Duration) {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-	case <-t.C:
-	}
-}
-
-func randomHex(n int) string {
-	b := make([]byte, n)
-	_, _ = rand.Read(b)
-	return hex.EncodeToString(b)
 }

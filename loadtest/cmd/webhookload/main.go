@@ -1,0 +1,309 @@
+// Command webhookload measures webhook delivery end to end under load: it starts a receiver on
+// loopback, subscribes it to an event type of its own with POST /v1/webhooks, and C clients
+// publish events of that type with POST /v1/events for D seconds against a running carehub node
+// (outbox → relay → carehub.events.v1 → webhook dispatcher → the receiver). The receiver verifies
+// every delivery's signature (docs/WEBHOOKS.md) and counts each event once. It reports
+// deliveries per second, publish → delivered latency, the lag (published, not yet delivered)
+// and refusals and failures; see loadtest/README.md.
+//
+//	webhookload -url http://127.0.0.1:8080 -key chk_live_A,chk_live_B -c 4 -d 30s -rate 200
+//
+// The node must allow plain-HTTP loopback destinations: carehub serve --webhooks-allow-private
+// (make run passes it). The first key needs admin:org (it creates and deletes the webhook), and
+// every key exec:workflows (publish calls take them in turn). Load is bounded (duration,
+// optional -max and -rate) and loopback only.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"carehub/api/pipelinetest"
+	"carehub/loadtest/loadcli"
+	loadreport "carehub/loadtest/report"
+)
+
+// config is the command line.
+type config struct {
+	loadcli.Load
+	URL     string
+	Keys    []string
+	Project string // id (prj_…) or name
+	Listen  string // the receiver's address (loopback)
+	Quiet   bool   // no progress line
+}
+
+func (c *config) validate() error {
+	var errs []error
+	if err := loadcli.LoopbackURL(c.URL); err != nil {
+		errs = append(errs, fmt.Errorf("-url: %w", err))
+	}
+	if host, _, err := net.SplitHostPort(c.Listen); err != nil {
+		errs = append(errs, fmt.Errorf("-listen %q: %w", c.Listen, err))
+	} else if err := loadcli.LoopbackHost(host); err != nil {
+		errs = append(errs, fmt.Errorf("-listen: %w", err))
+	}
+	if len(c.Keys) == 0 {
+		errs = append(errs, errors.New("-key: at least one API key (the first with admin:org, all with exec:workflows) is required"))
+	}
+	if err := c.Load.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+func main() {
+	var cfg config
+	var keys string
+	flag.StringVar(&cfg.URL, "url", "http://127.0.0.1:8080", "base URL of a carehub node with the api role (loopback only)")
+	flag.StringVar(&keys, "key", os.Getenv("CAREHUB_KEY"), "API key(s), comma-separated: the first with admin:org, all with exec:workflows (default $CAREHUB_KEY)")
+	flag.StringVar(&cfg.Project, "project", "Sepsis Early Warning", "project id (prj_…) or name to publish into")
+	flag.StringVar(&cfg.Listen, "listen", "127.0.0.1:0", "address of the webhook receiver (loopback; port 0 picks one)")
+	flag.IntVar(&cfg.Clients, "c", 4, "concurrent publishing clients")
+	flag.DurationVar(&cfg.Duration, "d", 10*time.Second, "length of the publishing phase")
+	flag.Float64Var(&cfg.Rate, "rate", 0, "target publish calls per second over all clients (0: as fast as they go)")
+	flag.IntVar(&cfg.Max, "max", 0, "stop after this many publish calls (0: the duration alone bounds the run)")
+	flag.IntVar(&cfg.Batch, "batch", 1, "events per POST /v1/events call (1..1000)")
+	flag.DurationVar(&cfg.Drain, "drain", 30*time.Second, "after publishing, how long to wait for the deliveries to catch up")
+	flag.IntVar(&cfg.Payload, "payload", 0, "extra bytes of filler in each event's payload")
+	jsonOut := flag.String("json", "", "also write the report as JSON to this file (- for stdout)")
+	results := flag.String("results", "", "write the report (JSON, PNG chart, HTML page) under this directory")
+	flag.BoolVar(&cfg.Quiet, "quiet", false, "no progress line on stderr")
+	flag.Parse()
+	cfg.Keys = loadcli.Keys(keys)
+	if err := cfg.validate(); err != nil {
+		fmt.Fprintln(os.Stderr, "webhookload:", err)
+		os.Exit(2)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	started := time.Now()
+	rep, err := run(ctx, cfg, os.Stderr)
+	if rep != nil {
+		if ferr := loadcli.Finish(rep, *jsonOut, *results, loadreport.Report{Scenario: "webhooks", Started: started, Unit: unit,
+			LagName: lagName, Series: rep.Series}); ferr != nil && err == nil {
+			err = ferr
+		}
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "webhookload:", err)
+		os.Exit(1)
+	}
+}
+
+// What the progress line and the report's series count.
+const (
+	unit    = "deliveries/s"
+	lagName = "events published, not yet delivered"
+)
+
+// webhook is what POST /v1/webhooks answers (the secret only there).
+type webhook struct {
+	ID     string `json:"id"`
+	Secret string `json:"secret"`
+}
+
+// run executes one load and returns its report (also when it ends early with an error).
+func run(ctx context.Context, cfg config, logw io.Writer) (*report, error) {
+	hc := loadcli.HTTPClient(cfg.Clients)
+	base := strings.TrimRight(cfg.URL, "/")
+	admin := &pipelinetest.Client{BaseURL: base, Key: cfg.Keys[0], HTTP: hc}
+	project, err := loadcli.ProjectID(ctx, admin, cfg.Project)
+	if err != nil {
+		return nil, err
+	}
+	ln, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		return nil, fmt.Errorf("receiver: %w", err)
+	}
+	defer ln.Close()
+	typ := "webhookload.r" + loadcli.RandomHex(5) + ".load"
+	hookURL := "http://" + ln.Addr().String() + "/hook"
+	var hook webhook
+	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	err = admin.REST(cctx, http.MethodPost, "/v1/webhooks", map[string]any{"projectId": project, "url": hookURL, "events": []string{typ}}, &hook)
+	cancel()
+	if err != nil {
+		return nil, fmt.Errorf("create the webhook (the node needs --webhooks-allow-private for %s): %w", hookURL, err)
+	}
+	defer func() {
+		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		defer cancel()
+		if err := admin.REST(dctx, http.MethodDelete, "/v1/webhooks/"+hook.ID, nil, nil); err != nil {
+			fmt.Fprintf(logw, "webhookload: delete webhook %s: %v\n", hook.ID, err)
+		}
+	}()
+
+	var rec *loadreport.Recorder
+	tr := newTracker(hook.Secret, time.Now, func(d time.Duration) { rec.Observe(1, d) })
+	rec = loadreport.NewRecorder(loadreport.Options{Unit: unit, LagName: lagName, Quiet: cfg.Quiet,
+		Lag: func() float64 { return float64(tr.lag()) }})
+	srv := &http.Server{Handler: tr, ReadHeaderTimeout: 10 * time.Second}
+	go func() { _ = srv.Serve(ln) }()
+	defer srv.Close()
+
+	rep := &report{URL: cfg.URL, Project: project, Type: typ, Webhook: hook.ID, Receiver: hookURL, Clients: cfg.Clients,
+		Batch: cfg.Batch, Keys: len(cfg.Keys), Duration: cfg.Duration.String(), TargetRate: cfg.Rate}
+	fmt.Fprintf(logw, "webhookload: %d clients on %d keys for %v into %s (type %s) → webhook %s at %s\n",
+		cfg.Clients, len(cfg.Keys), cfg.Duration, project, typ, hook.ID, hookURL)
+
+	var (
+		calls, failed, refused, attempts atomic.Int64
+		firstErr                         atomic.Value
+	)
+	pace, stopPace := loadcli.Pace(cfg.Rate)
+	defer stopPace()
+	filler := strings.Repeat("x", cfg.Payload)
+	byKey := make([]*pipelinetest.Client, len(cfg.Keys))
+	for i, k := range cfg.Keys {
+		byKey[i] = &pipelinetest.Client{BaseURL: base, Key: k, HTTP: hc}
+	}
+	rec.Start()
+	defer rec.Stop()
+	loadCtx, endLoad := context.WithTimeout(ctx, cfg.Duration)
+	defer endLoad()
+	began := time.Now()
+	var nextKey atomic.Uint64
+	var wg sync.WaitGroup
+	for w := range cfg.Clients {
+		wg.Go(func() {
+			for seq := 0; loadCtx.Err() == nil; seq++ {
+				if pace != nil {
+					select {
+					case <-loadCtx.Done():
+						return
+					case <-pace:
+					}
+				}
+				if cfg.Max > 0 && attempts.Add(1) > int64(cfg.Max) {
+					return
+				}
+				sent := time.Now()
+				payload := map[string]any{"client": w, "seq": seq, "sentAt": sent.UnixNano()}
+				if filler != "" {
+					payload["filler"] = filler
+				}
+				drafts := make([]pipelinetest.Draft, cfg.Batch)
+				for i := range drafts {
+					drafts[i] = pipelinetest.Draft{Type: typ, Payload: payload}
+				}
+				// A call in flight is measured to its answer, not cut by the end of the phase.
+				callCtx, cancel := context.WithTimeout(context.WithoutCancel(loadCtx), 30*time.Second)
+				_, err := byKey[nextKey.Add(1)%uint64(len(byKey))].PublishBatch(callCtx, project, drafts)
+				cancel()
+				if wait, ok := refusal(err); ok {
+					refused.Add(1)
+					rec.Refuse(1)
+					loadcli.Sleep(loadCtx, max(wait, 100*time.Millisecond))
+					continue
+				}
+				if err != nil {
+					failed.Add(1)
+					firstErr.CompareAndSwap(nil, err.Error())
+					loadcli.Sleep(loadCtx, 50*time.Millisecond)
+					continue
+				}
+				calls.Add(1)
+				tr.publishedN(cfg.Batch)
+			}
+		})
+	}
+	wg.Wait()
+	elapsed := time.Since(began)
+	fmt.Fprintf(logw, "webhookload: publishing ended after %v; waiting up to %v for the deliveries\n", elapsed.Round(time.Millisecond), cfg.Drain)
+	drainEnd := time.Now().Add(cfg.Drain)
+	for tr.lag() > 0 && time.Now().Before(drainEnd) && ctx.Err() == nil {
+		loadcli.Sleep(ctx, 50*time.Millisecond)
+	}
+	delivering := time.Since(began)
+	rep.Series = rec.Stop()
+
+	t := tr.tally()
+	rep.Elapsed = elapsed.Round(time.Millisecond).String()
+	rep.Published, rep.Calls, rep.Failed, rep.Refused = t.Published, calls.Load(), failed.Load(), refused.Load()
+	rep.PublishedPerSec = float64(t.Published) / elapsed.Seconds()
+	rep.Delivered, rep.Duplicates, rep.BadSignature, rep.Stale, rep.Malformed = t.Delivered, t.Duplicates, t.BadSignature, t.Stale, t.Malformed
+	rep.DeliveredPerSec = float64(t.Delivered) / delivering.Seconds()
+	rep.Latency = loadcli.Ms(t.Latencies)
+	rep.Undelivered = max(t.Published-t.Delivered, 0)
+	if v, ok := firstErr.Load().(string); ok {
+		rep.FirstError = v
+	}
+	switch {
+	case ctx.Err() != nil:
+		return rep, ctx.Err()
+	case rep.Undelivered > 0:
+		return rep, fmt.Errorf("%d of %d acknowledged events not delivered %v after publishing ended", rep.Undelivered, t.Published, cfg.Drain)
+	case t.BadSignature+t.Stale > 0:
+		return rep, fmt.Errorf("%d deliveries with a bad or stale signature", t.BadSignature+t.Stale)
+	}
+	return rep, nil
+}
+
+// refusal reports whether err is the node refusing load (429, or 503 with Retry-After).
+func refusal(err error) (time.Duration, bool) {
+	if wait, ok := pipelinetest.RateLimited(err); ok {
+		return wait, true
+	}
+	var se *pipelinetest.StatusError
+	if errors.As(err, &se) && se.Status == http.StatusServiceUnavailable {
+		return se.RetryAfter, true
+	}
+	return 0, false
+}
+
+// report is what a run measured. Latencies are in milliseconds.
+type report struct {
+	URL             string         `json:"url"`
+	Project         string         `json:"project"`
+	Type            string         `json:"type"`
+	Webhook         string         `json:"webhook"`
+	Receiver        string         `json:"receiver"`
+	Clients         int            `json:"clients"`
+	Keys            int            `json:"keys"`
+	Batch           int            `json:"batch"`
+	Duration        string         `json:"duration"`
+	TargetRate      float64        `json:"targetRate,omitempty"`
+	Elapsed         string         `json:"elapsed"`
+	Calls           int64          `json:"calls"`
+	Published       int64          `json:"published"`
+	Failed          int64          `json:"failedCalls"`
+	Refused         int64          `json:"refusedCalls"`
+	FirstError      string         `json:"firstError,omitempty"`
+	PublishedPerSec float64        `json:"publishedPerSec"`
+	Delivered       int64          `json:"delivered"`
+	DeliveredPerSec float64        `json:"deliveredPerSec"` // over publishing and drain
+	Latency         loadcli.MsDist `json:"publishToDeliveredMs"`
+	Undelivered     int64          `json:"undelivered"`
+	Duplicates      int64          `json:"duplicates"`
+	BadSignature    int64          `json:"badSignature"`
+	Stale           int64          `json:"staleTimestamp"`
+	Malformed       int64          `json:"malformed"`
+	// Series is the run second by second (deliveries/s, publish → delivered latency, events
+	// published and not yet delivered, refused calls), for loadtest/report's chart.
+	Series []loadreport.Point `json:"-"`
+}
+
+func (r *report) Print(w io.Writer) {
+	fmt.Fprintf(w, "clients %d on %d keys, batch %d, %s (elapsed %s), webhook %s → %s\n", r.Clients, r.Keys, r.Batch, r.Duration, r.Elapsed, r.Webhook, r.Receiver)
+	fmt.Fprintf(w, "published      %d events in %d calls (%.1f events/s), %d calls failed, %d refused\n",
+		r.Published, r.Calls, r.PublishedPerSec, r.Failed, r.Refused)
+	if r.FirstError != "" {
+		fmt.Fprintf(w, "first error    %s\n", r.FirstError)
+	}
+	fmt.Fprintf(w, "delivered      %d (%.1f/s), %d undelivered, %d duplicates, %d bad signatures, %d stale, %d malformed\n",
+		r.Delivered, r.DeliveredPerSec, r.Undelivered, r.Duplicates, r.BadSignature, r.Stale, r.Malformed)
+	fmt.Fprintf(w, "publish→hook   %v\n", r.Latency)
+}

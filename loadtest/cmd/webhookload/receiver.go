@@ -1,0 +1,133 @@
+package main
+
+import (
+	"encoding/json"
+	"io"
+	"net/http"
+	"strconv"
+	"sync"
+	"time"
+
+	"carehub/processors/webhooks"
+)
+
+// maxBody bounds a delivery's body (docs/WEBHOOKS.md: a receiver reads at most 1 MiB).
+const maxBody = 1 << 20
+
+// tolerance is how far a delivery's webhook-timestamp may be from the receiver's clock.
+const tolerance = 5 * time.Minute
+
+// tracker is the receiver's bookkeeping: it verifies each delivery's signature (docs/WEBHOOKS.md),
+// counts each event once (by webhook-id: retries repeat it), and measures publish → delivered
+// from the sentAt each published payload carries. It is safe for concurrent use.
+type tracker struct {
+	secret   string
+	now      func() time.Time
+	observed func(time.Duration) // called with each first delivery's latency (the progress recorder)
+
+	mu         sync.Mutex
+	published  int64 // events of acknowledged publish calls
+	delivered  map[string]struct{}
+	latencies  []time.Duration
+	duplicates int64 // redeliveries of an event already counted
+	badSig     int64 // missing or wrong signature
+	stale      int64 // webhook-timestamp outside the tolerance
+	malformed  int64 // signed, but no sentAt in the payload
+}
+
+func newTracker(secret string, now func() time.Time, observed func(time.Duration)) *tracker {
+	if observed == nil {
+		observed = func(time.Duration) {}
+	}
+	return &tracker{secret: secret, now: now, observed: observed, delivered: map[string]struct{}{}}
+}
+
+// delivery is the part of a delivered body the tracker reads.
+type delivery struct {
+	Payload struct {
+		SentAt int64 `json:"sentAt"` // unix nanoseconds when the publish call was sent
+	} `json:"payload"`
+}
+
+// receive judges one delivery and returns the status to answer: 204 when counted (or a
+// duplicate), 401 for a bad or stale signature, 400 for a body it cannot read.
+func (t *tracker) receive(h http.Header, body []byte) int {
+	now := t.now()
+	id, ts := h.Get(webhooks.HeaderID), h.Get(webhooks.HeaderTimestamp)
+	if !webhooks.Verify(t.secret, id, ts, body, h.Get(webhooks.HeaderSignature)) {
+		t.count(&t.badSig)
+		return http.StatusUnauthorized
+	}
+	unix, _ := strconv.ParseInt(ts, 10, 64) // Verify parsed it
+	if now.Sub(time.Unix(unix, 0)).Abs() > tolerance {
+		t.count(&t.stale)
+		return http.StatusUnauthorized
+	}
+	var d delivery
+	if err := json.Unmarshal(body, &d); err != nil || d.Payload.SentAt == 0 {
+		t.count(&t.malformed)
+		return http.StatusBadRequest
+	}
+	latency := now.Sub(time.Unix(0, d.Payload.SentAt))
+	t.mu.Lock()
+	if _, dup := t.delivered[id]; dup {
+		t.duplicates++
+		t.mu.Unlock()
+		return http.StatusNoContent
+	}
+	t.delivered[id] = struct{}{}
+	t.latencies = append(t.latencies, latency)
+	t.mu.Unlock()
+	t.observed(latency)
+	return http.StatusNoContent
+}
+
+func (t *tracker) count(n *int64) {
+	t.mu.Lock()
+	*n++
+	t.mu.Unlock()
+}
+
+// publishedN records n events acknowledged by the node.
+func (t *tracker) publishedN(n int) {
+	t.mu.Lock()
+	t.published += int64(n)
+	t.mu.Unlock()
+}
+
+// lag is the events published but not yet delivered. A delivery can arrive before its publish
+// call's answer, so it is never below zero.
+func (t *tracker) lag() int64 {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return max(t.published-int64(len(t.delivered)), 0)
+}
+
+// tally is a copy of the tracker's counts.
+type tally struct {
+	Published, Delivered, Duplicates, BadSignature, Stale, Malformed int64
+	Latencies                                                        []time.Duration
+}
+
+func (t *tracker) tally() tally {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return tally{Published: t.published, Delivered: int64(len(t.delivered)), Duplicates: t.duplicates,
+		BadSignature: t.badSig, Stale: t.stale, Malformed: t.malformed,
+		Latencies: append([]time.Duration(nil), t.latencies...)}
+}
+
+// ServeHTTP is the receiver: POST only, the body read whole (bounded) before verification.
+func (t *tracker) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodPost {
+		w.WriteHeader(http.StatusMethodNotAllowed)
+		return
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBody))
+	if err != nil {
+		t.count(&t.malformed)
+		w.WriteHeader(http.StatusRequestEntityTooLarge)
+		return
+	}
+	w.WriteHeader(t.receive(r.Header, body))
+}
