@@ -120,7 +120,7 @@ func (s *Service) eventQuery(ctx context.Context, q Query) (storage.EventQuery, 
 		}
 		access.Touch(ctx, access.KindPatient, q.PatientID)
 	}
-	if _, err := s.projectOrg(ctx, p, q.ProjectID); err != nil {
+	if _, err := scoped.ProjectOrg(ctx, s.pool, p, q.ProjectID); err != nil {
 		return storage.EventQuery{}, err
 	}
 	return storage.EventQuery{OrgID: p.OrgFilter(), ProjectID: q.ProjectID, Type: q.Type, Types: q.Types,
@@ -231,7 +231,7 @@ func (s *Service) publish(ctx context.Context, drafts []Draft, field func(int) s
 	for i, d := range drafts {
 		orgID, ok := orgs[d.ProjectID]
 		if !ok {
-			if orgID, err = s.projectOrg(ctx, p, d.ProjectID); err != nil {
+			if orgID, err = scoped.ProjectOrg(ctx, s.pool, p, d.ProjectID); err != nil {
 				return nil, err
 			}
 			orgs[d.ProjectID] = orgID
@@ -247,9 +247,4 @@ func (s *Service) publish(ctx context.Context, drafts []Draft, field func(int) s
 		return nil, fmt.Errorf("publish events: %w", err)
 	}
 	return s.serve(ctx, evs), nil
-}
-
-// projectOrg returns the organization of a project the caller sees, or NotFound.
-func (s *Service) projectOrg(ctx context.Context, p *access.Principal, projectID string) (string, error) {
-	return scoped.ProjectOrg(ctx, s.pool, p, projectID)
 }
