@@ -29,7 +29,7 @@ import (
 	"carehub/kernel/access"
 	"carehub/kernel/fault"
 	"carehub/processors/idempotency"
-	obs "carehub/processors/observations"
+	"carehub/schemas/kafka/observation"
 	"carehub/storage/ids"
 	"carehub/storage/kafka"
 )
@@ -110,7 +110,7 @@ func (c *Config) defaults() error {
 		c.Topic = kafka.DefaultTopics().Observations
 	}
 	if c.WriterGroup == "" {
-		c.WriterGroup = obs.DefaultGroup
+		c.WriterGroup = observation.WriterGroup
 	}
 	if c.MaxLag == 0 {
 		c.MaxLag = DefaultMaxLag
@@ -785,7 +785,7 @@ func (rq *request) validate(entries []entry) ([]*kgo.Record, []string, error) {
 	return recs, accepted, nil
 }
 
-func (rq *request) record(m *obs.Message) *kgo.Record {
+func (rq *request) record(m *observation.Message) *kgo.Record {
 	return &kgo.Record{Topic: rq.in.cfg.Topic, Key: []byte(m.PatientID), Value: m.AppendJSON(make([]byte, 0, len(m.Observation)+384))}
 }
 
@@ -793,7 +793,7 @@ func (rq *request) record(m *obs.Message) *kgo.Record {
 // (organization, that id), so the same client id is the same observation however often it is
 // sent; else with an Idempotency-Key from (organization, key, entry index), so a retry after an
 // unknown outcome repeats the ids; else new.
-func (rq *request) observationID(m *obs.Message, index int) string {
+func (rq *request) observationID(m *observation.Message, index int) string {
 	switch {
 	case m.ClientID != "":
 		return DerivedID(m.OrgID, "id", m.ClientID)
