@@ -3,6 +3,7 @@ package consume_test
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -261,7 +262,7 @@ func TestCommitOnlyAfterEffect(t *testing.T) {
 func TestPoisonSkippedAndCounted(t *testing.T) {
 	e := newEnv(t)
 	good := values("g", 40)
-	all := append([]string{"poison secret-1"}, good[:20]...)
+	all := append([]string{"poison secret-1", "{secret"}, good[:20]...)
 	all = append(all, "poison secret-2", "poison secret-3")
 	all = append(all, good[20:]...)
 	e.produce(all...)
@@ -279,6 +280,10 @@ func TestPoisonSkippedAndCounted(t *testing.T) {
 		if bytes.HasPrefix(b, []byte("poison")) {
 			return "", errors.New("not a value")
 		}
+		if b[0] == '{' {
+			var v struct{}
+			return "", json.Unmarshal(b, &v) // its error quotes the value's first bad character
+		}
 		return string(b), nil
 	}
 	ctx, cancel := context.WithCancel(context.Background())
@@ -295,16 +300,16 @@ func TestPoisonSkippedAndCounted(t *testing.T) {
 	defer func() { cancel(); <-done }()
 	waitFor(t, "the group to commit every record, poison included", e.caughtUp)
 	f.each(t, good, true)
-	if n := metric(t, reg, "carehub_consumer_poison_records_total"); n != 3 {
-		t.Errorf("poison records counted: %v, want 3", n)
+	if n := metric(t, reg, "carehub_consumer_poison_records_total"); n != 4 {
+		t.Errorf("poison records counted: %v, want 4", n)
 	}
 	mu.Lock()
 	defer mu.Unlock()
-	if bytes.Contains(logs.Bytes(), []byte("secret")) {
+	if bytes.Contains(logs.Bytes(), []byte("secret")) || bytes.Contains(logs.Bytes(), []byte("'s'")) {
 		t.Errorf("a poison record's value reached the log:\n%s", logs.Bytes())
 	}
-	if n := bytes.Count(logs.Bytes(), []byte(`"offset"`)); n != 3 {
-		t.Errorf("%d poison records logged by offset, want 3:\n%s", n, logs.Bytes())
+	if n := bytes.Count(logs.Bytes(), []byte(`"offset"`)); n != 4 {
+		t.Errorf("%d poison records logged by offset, want 4:\n%s", n, logs.Bytes())
 	}
 }
 

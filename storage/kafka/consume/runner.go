@@ -2,7 +2,9 @@ package consume
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"math/rand/v2"
 	"time"
@@ -84,7 +86,19 @@ func New(src Source, cfg Config) (*Runner, error) {
 func (r *Runner) Skip(rec *kgo.Record, err error) {
 	r.m.poison.Inc()
 	r.log.Error("skipping a record that cannot be decoded", "topic", rec.Topic, "partition", rec.Partition,
-		"offset", rec.Offset, "error", err)
+		"offset", rec.Offset, "error", reason(err))
+}
+
+// reason is err for the log without the bits of the value encoding/json quotes: a syntax
+// error names the character it stopped at, a type error the field and types only.
+func reason(err error) string {
+	if se, ok := errors.AsType[*json.SyntaxError](err); ok {
+		return fmt.Sprintf("invalid JSON at byte %d", se.Offset)
+	}
+	if te, ok := errors.AsType[*json.UnmarshalTypeError](err); ok {
+		return fmt.Sprintf("JSON field %q: %s where %s was expected", te.Field, te.Value, te.Type)
+	}
+	return err.Error()
 }
 
 // Run polls until ctx ends or the client is closed and hands every poll's records to h wrapped
