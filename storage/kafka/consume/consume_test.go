@@ -20,6 +20,10 @@ import (
 	"carehub/storage/kafka/kafkatest"
 )
 
+// A transactional session polls like a client: a consumer that commits in its transactions
+// runs on the runner without Commit.
+var _ consume.Source = (*kgo.GroupTransactSession)(nil)
+
 // env is one test's topic and group on its broker.
 type env struct {
 	t            *testing.T

@@ -1,5 +1,6 @@
-// Package consume is the one loop every carehub Kafka consumer group runs: poll, hand the
-// records to a Handler, and on failure rewind and retry the batch with backoff. Middleware adds
+// Package consume is the one loop carehub's Kafka consumer groups run (the event log, audit,
+// webhook and workflow-trigger consumers): poll, hand the records to a Handler, and on failure
+// rewind and retry the batch with backoff. Middleware adds
 // the rest, one concern per file, watermill-style: Commit (offsets only after the effect), the
 // consumer's metrics, and Decode (poison records are skipped, never retried).
 //
@@ -32,7 +33,17 @@
 // A consumer that commits its offsets inside a Kafka transaction (kgo.GroupTransactSession:
 // produce what it derives and commit the input in one step) runs without Commit: its handler
 // ends the transaction, and an aborted transaction resets the session's offsets itself. The
-// runner polls through Source, which the session implements as well as a plain client.
+// runner polls through Source, which the session implements as well as a plain client. (The
+// observation writer, the one such consumer, still runs its own loop: it replaces a session
+// whose transaction failed beyond retrying, which the runner does not do yet.)
+//
+// # Not run here
+//
+// The workflow runner (processors/workflows/runner.go) is a work queue: its records start runs
+// that last minutes, executed concurrently, with offsets marked over the finished prefix of each
+// partition; blocking rebalances or the next poll on a batch's runs would stall the group. The
+// fan-out hub reads every partition from the end without a group: nothing to commit, retry or
+// rebalance.
 //
 // # Files
 //
