@@ -60,8 +60,9 @@ func values(prefix string, n int) []string {
 
 // member is one running consumer of the group.
 type member struct {
-	cl   *kgo.Client
-	stop func()
+	cl       *kgo.Client
+	stop     func()
+	stopping chan struct{} // closed when stop has cancelled Run's context
 }
 
 // start runs a consumer of e's group with h (Commit added) until stop; max is the poll size.
@@ -80,7 +81,8 @@ func (e *env) start(cfg consume.Config, h consume.Handler) *member {
 		_ = r.Run(ctx, h, consume.Commit(cl, nil))
 	}()
 	var once sync.Once
-	m := &member{cl: cl, stop: func() { once.Do(func() { cancel(); <-done; cl.Close() }) }}
+	stopping := make(chan struct{})
+	m := &member{cl: cl, stopping: stopping, stop: func() { once.Do(func() { cancel(); close(stopping); <-done; cl.Close() }) }}
 	e.t.Cleanup(m.stop)
 	return m
 }
@@ -374,6 +376,56 @@ func TestRebalanceWaitsForTheBatchInHand(t *testing.T) {
 		time.Sleep(25 * time.Millisecond)
 	}
 	free()
+	waitFor(t, "the group to commit every record", e.caughtUp)
+	f.each(t, vals, true)
+}
+
+// With a Drain, a member asked to stop while it handles a batch finishes the batch and commits
+// it: the next member handles none of it again. (Without one, the handler's context ends with
+// Run's, a store call is cut short, and the next owner redoes the batch.)
+func TestStopFinishesTheBatchInHand(t *testing.T) {
+	e := newEnv(t)
+	vals := values("s", 60)
+	e.produce(vals...)
+	f := newEffects()
+	inHand, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	m := e.start(consume.Config{MaxRecords: 20, Drain: time.Minute}, func(ctx context.Context, recs []*kgo.Record) error {
+		held := false
+		once.Do(func() { held = true })
+		if !held {
+			f.add(recs...)
+			return nil
+		}
+		f.add(recs[:len(recs)/2]...) // the first chunk is stored …
+		close(inHand)
+		<-release
+		if err := ctx.Err(); err != nil { // … when the stop cuts the second short
+			return err
+		}
+		f.add(recs[len(recs)/2:]...)
+		return nil
+	})
+	var released sync.Once
+	free := func() { released.Do(func() { close(release) }) }
+	t.Cleanup(free) // before the member stops: a failed test must not leave it waiting
+	<-inHand
+	stopped := make(chan struct{})
+	go func() { m.stop(); close(stopped) }()
+	waitFor(t, "the member to be asked to stop", func() bool {
+		select {
+		case <-m.stopping:
+			return true
+		default:
+			return false
+		}
+	})
+	free()
+	<-stopped
+	e.start(consume.Config{MaxRecords: 20}, func(_ context.Context, recs []*kgo.Record) error {
+		f.add(recs...)
+		return nil
+	})
 	waitFor(t, "the group to commit every record", e.caughtUp)
 	f.each(t, vals, true)
 }

@@ -46,9 +46,11 @@ type Config struct {
 	// Backoff is the wait before a failed batch is polled again, by consecutive failure
 	// (1, 2, …). Default Backoff.
 	Backoff func(attempt int) time.Duration
-	// Drain bounds handling a batch polled just as Run's context ended, with a context that is
-	// not cancelled, so the partitions' next owner need not redo it. Zero drops that batch
-	// uncommitted: it is read again by the next owner.
+	// Drain is how long the batch in hand may still take when Run's context ends: the handler's
+	// context is cancelled only Drain after Run's, so a batch being handled (or polled just as
+	// Run's context ended) is finished and committed, and the partitions' next owner need not
+	// redo it. Zero cancels the handler with Run's context and drops the batch uncommitted: it
+	// is read again by the next owner.
 	Drain time.Duration
 	// Logger defaults to discarding.
 	Logger *slog.Logger
@@ -132,10 +134,10 @@ func (r *Runner) Run(ctx context.Context, h Handler, mw ...Middleware) error {
 			if fetchFailed {
 				sleep(ctx, idleWait)
 			}
-		case ctx.Err() != nil:
-			r.drain(ctx, h, recs)
+		case ctx.Err() != nil && r.cfg.Drain <= 0:
+			// Stopping: the batch is left uncommitted for the next owner.
 		default:
-			if err := h(ctx, recs); err != nil {
+			if err := r.handle(ctx, h, recs); err != nil {
 				failures++
 				wait := r.cfg.Backoff(failures)
 				r.log.Error("handling a batch failed; rewound to retry", "error", err, "records", len(recs),
@@ -152,17 +154,16 @@ func (r *Runner) Run(ctx context.Context, h Handler, mw ...Middleware) error {
 	return nil
 }
 
-// drain handles the batch polled as ctx ended, bounded by Config.Drain, so the next owner
-// need not redo it; without a Drain it is left uncommitted.
-func (r *Runner) drain(ctx context.Context, h Handler, recs []*kgo.Record) {
+// handle calls h with a context that ends Config.Drain after ctx (at once without a Drain).
+func (r *Runner) handle(ctx context.Context, h Handler, recs []*kgo.Record) error {
 	if r.cfg.Drain <= 0 {
-		return
+		return h(ctx, recs)
 	}
-	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.Drain)
+	hctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancel()
-	if err := h(dctx, recs); err != nil {
-		r.log.Warn("handling the last batch at shutdown failed; its records will be read again", "error", err)
-	}
+	stop := context.AfterFunc(ctx, func() { time.AfterFunc(r.cfg.Drain, cancel) })
+	defer stop()
+	return h(hctx, recs)
 }
 
 // rewind moves the fetch position of every partition in recs back to its first record there,
