@@ -330,6 +330,31 @@ func (l *lockedWriter) Write(p []byte) (int, error) {
 	return l.w.Write(p)
 }
 
+// gate holds a handler's first batch until open.
+type gate struct {
+	inHand, release chan struct{}
+	first, opened   sync.Once
+}
+
+func newGate() *gate { return &gate{inHand: make(chan struct{}), release: make(chan struct{})} }
+
+// hold, on the first call only, runs before, signals inHand and waits for open; it reports
+// whether it held.
+func (g *gate) hold(before func()) bool {
+	held := false
+	g.first.Do(func() {
+		held = true
+		if before != nil {
+			before()
+		}
+		close(g.inHand)
+		<-g.release
+	})
+	return held
+}
+
+func (g *gate) open() { g.opened.Do(func() { close(g.release) }) }
+
 // While a member handles a batch the group cannot move its partitions: a member that joins
 // waits (the group stays in PreparingRebalance) until the batch is handled and committed, and
 // then reads on from that commit. So a clean rebalance hands nothing over twice.
@@ -338,22 +363,14 @@ func TestRebalanceWaitsForTheBatchInHand(t *testing.T) {
 	vals := values("b", 120)
 	e.produce(vals...)
 	f := newEffects()
-	inHand, release := make(chan struct{}), make(chan struct{})
-	var once sync.Once
+	g := newGate()
 	e.start(consume.Config{MaxRecords: 20}, func(_ context.Context, recs []*kgo.Record) error {
-		held := false
-		once.Do(func() { held = true })
-		if held {
-			close(inHand)
-			<-release
-		}
+		g.hold(nil)
 		f.add(recs...)
 		return nil
 	})
-	var released sync.Once
-	free := func() { released.Do(func() { close(release) }) }
-	t.Cleanup(free) // before the member stops: a failed test must not leave it waiting
-	<-inHand
+	t.Cleanup(g.open) // before the member stops: a failed test must not leave it waiting
+	<-g.inHand
 	e.start(consume.Config{MaxRecords: 20}, func(_ context.Context, recs []*kgo.Record) error {
 		f.add(recs...)
 		return nil
@@ -375,7 +392,7 @@ func TestRebalanceWaitsForTheBatchInHand(t *testing.T) {
 		}
 		time.Sleep(25 * time.Millisecond)
 	}
-	free()
+	g.open()
 	waitFor(t, "the group to commit every record", e.caughtUp)
 	f.each(t, vals, true)
 }
@@ -388,39 +405,25 @@ func TestStopFinishesTheBatchInHand(t *testing.T) {
 	vals := values("s", 60)
 	e.produce(vals...)
 	f := newEffects()
-	inHand, release := make(chan struct{}), make(chan struct{})
-	var once sync.Once
+	g := newGate()
 	m := e.start(consume.Config{MaxRecords: 20, Drain: time.Minute}, func(ctx context.Context, recs []*kgo.Record) error {
-		held := false
-		once.Do(func() { held = true })
+		held := g.hold(func() { f.add(recs[:len(recs)/2]...) }) // the first chunk is stored …
 		if !held {
 			f.add(recs...)
 			return nil
 		}
-		f.add(recs[:len(recs)/2]...) // the first chunk is stored …
-		close(inHand)
-		<-release
 		if err := ctx.Err(); err != nil { // … when the stop cuts the second short
 			return err
 		}
 		f.add(recs[len(recs)/2:]...)
 		return nil
 	})
-	var released sync.Once
-	free := func() { released.Do(func() { close(release) }) }
-	t.Cleanup(free) // before the member stops: a failed test must not leave it waiting
-	<-inHand
+	t.Cleanup(g.open) // before the member stops: a failed test must not leave it waiting
+	<-g.inHand
 	stopped := make(chan struct{})
 	go func() { m.stop(); close(stopped) }()
-	waitFor(t, "the member to be asked to stop", func() bool {
-		select {
-		case <-m.stopping:
-			return true
-		default:
-			return false
-		}
-	})
-	free()
+	<-m.stopping
+	g.open()
 	<-stopped
 	e.start(consume.Config{MaxRecords: 20}, func(_ context.Context, recs []*kgo.Record) error {
 		f.add(recs...)
