@@ -31,6 +31,7 @@ import (
 
 	"carehub/loadtest/report"
 	obs "carehub/processors/observations"
+	obswire "carehub/schemas/kafka/observation"
 	"carehub/storage/ids"
 	"carehub/storage/kafka"
 )
@@ -507,10 +508,10 @@ func rawCopy(ctx context.Context, cfg Config, bodies []body, rep *Report) error 
 		defer cancel()
 		_, _ = cfg.CopyPool.Exec(dctx, `drop table if exists `+table)
 	}()
-	var msgs []obs.Message
+	var msgs []obswire.Message
 	for _, b := range bodies {
 		for _, r := range b.records {
-			m, err := obs.DecodeMessage(r)
+			m, err := obswire.DecodeMessage(r)
 			if err != nil {
 				return err
 			}

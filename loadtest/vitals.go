@@ -7,7 +7,7 @@ import (
 	"strconv"
 	"time"
 
-	obs "carehub/processors/observations"
+	obswire "carehub/schemas/kafka/observation"
 	"carehub/storage/ids"
 )
 
@@ -76,7 +76,7 @@ func (g *generator) next(at time.Time) observation {
 		`"subject":{"reference":"Patient/%s"},"effectiveDateTime":"%s",`+
 		`"valueQuantity":{"value":%s,"unit":"%s","system":"http://unitsofmeasure.org","code":"%s"},`+
 		`"device":{"display":"%s"}}`, v.loinc, v.display, v.display, p, eff, value, v.unit, v.unit, v.device)
-	m := obs.Message{ID: ids.New(ids.Observation), OrgID: g.orgID, PatientID: p, ReceivedAt: time.Now(), Observation: fhir,
+	m := obswire.Message{ID: ids.New(ids.Observation), OrgID: g.orgID, PatientID: p, ReceivedAt: time.Now(), Observation: fhir,
 		Status: "final", LOINC: v.loinc, Code: v.loinc, Value: x, Unit: v.unit, EffectiveAt: at.UTC().Truncate(time.Second), DeviceType: v.device}
 	return observation{patientID: p, fhir: fhir, message: m.AppendJSON(nil)}
 }

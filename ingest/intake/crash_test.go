@@ -13,6 +13,7 @@ import (
 	"carehub/ingest/intake"
 	"carehub/kernel/access"
 	obs "carehub/processors/observations"
+	"carehub/schemas/kafka/observation"
 	"carehub/storage/postgres"
 )
 
@@ -125,7 +126,7 @@ func TestWriterKilledStoresEveryAcceptedObservationOnce(t *testing.T) {
 	evs := waitEvents(t, w, accepted)
 	missing, duplicated := 0, 0
 	for _, id := range accepted {
-		switch n := len(evs[obs.EventID(id)]); {
+		switch n := len(evs[observation.EventID(id)]); {
 		case n == 0:
 			missing++
 		case n > 1:

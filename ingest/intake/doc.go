@@ -1,4 +1,4 @@
-// Package observations is device observation intake: the service behind POST /v1/observations.
+// Package intake is device observation intake: the service behind POST /v1/observations.
 // It validates FHIR R4 Observations (one, a Bundle of type batch or transaction, or an NDJSON
 // stream), checks that each names a patient the caller may write for, and commits the valid
 // ones to carehub.observations.v1 (key = patient id) in one Kafka transaction per request,
@@ -26,7 +26,10 @@
 //
 // # Files
 //
-//	intake.go       Config, Intake, Submit: formats, chunks, answers
+//	intake.go       Config, Intake: defaults, lifecycle (New, Run, Close), lag and limits
+//	submit.go       Submit: one request from its media type to its answer, the request state
+//	decode.go       reading the body: one JSON document or an NDJSON stream, within the limits
+//	produce.go      valid entries to records (patients, ids) and the request's transaction
 //	validate.go     the FHIR Observation checks and the entry error codes
 //	values.go       value[x], dataAbsentReason and effective[x]
 //	ucum.go         UCUM by system+code: the vital signs' canonical units and conversions

@@ -18,6 +18,7 @@ import (
 	"carehub/ingest/intake"
 	"carehub/kernel/access"
 	obs "carehub/processors/observations"
+	"carehub/schemas/kafka/observation"
 	"carehub/storage"
 	"carehub/storage/ids"
 	"carehub/storage/kafka/kafkatest"
@@ -172,7 +173,7 @@ func waitEvents(t testing.TB, w *world, ids []string) map[string][]storage.Event
 		evs := events(t, w)
 		missing := 0
 		for _, id := range ids {
-			if len(evs[obs.EventID(id)]) == 0 {
+			if len(evs[observation.EventID(id)]) == 0 {
 				missing++
 			}
 		}

@@ -17,6 +17,7 @@ import (
 	"carehub/kernel/access"
 	"carehub/kernel/fault"
 	obs "carehub/processors/observations"
+	"carehub/schemas/kafka/observation"
 	"carehub/storage/kafka/kafkatest"
 )
 
@@ -54,7 +55,7 @@ func TestSingleObservationStoredWithItsEvent(t *testing.T) {
 			t.Fatalf("stored %s %s %s %s %v %s %s %s %s %v %v", org, patient, status, loinc, value, unit, device, resID, subject, effective, received)
 		}
 
-		evs := waitEvents(t, w, []string{id})[obs.EventID(id)]
+		evs := waitEvents(t, w, []string{id})[observation.EventID(id)]
 		if len(evs) != 1 {
 			t.Fatalf("%d events of %s", len(evs), id)
 		}
@@ -380,7 +381,7 @@ func TestSameClientIDIsStoredOnce(t *testing.T) {
 		t.Fatalf("stored %d times", n)
 	}
 	// Each copy on the topic has its event record, all under one id: consumers keep one.
-	if n := len(waitEvents(t, w, ids[:1])[obs.EventID(ids[0])]); n < 1 || n > len(ids) {
+	if n := len(waitEvents(t, w, ids[:1])[observation.EventID(ids[0])]); n < 1 || n > len(ids) {
 		t.Fatalf("%d event records for %d copies", n, len(ids))
 	}
 	var clientID string
@@ -632,7 +633,7 @@ func TestConcurrentRequests(t *testing.T) {
 	waitStored(t, w.pool, all)
 	evs := waitEvents(t, w, all)
 	for _, id := range all {
-		if n := len(evs[obs.EventID(id)]); n != 1 {
+		if n := len(evs[observation.EventID(id)]); n != 1 {
 			t.Fatalf("%d events for %s", n, id)
 		}
 	}

@@ -4,7 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 
-	obs "carehub/processors/observations"
+	"carehub/schemas/kafka/observation"
 )
 
 // Observation.component. A panel (the blood-pressure panel 85354-9 with systolic 8480-6 and
@@ -64,7 +64,7 @@ var sharedElements = []string{"status", "category", "subject", "encounter", "eff
 	"effectivePeriod", "issued", "performer", "device"}
 
 // partMessages returns the messages of panel's parts; panel has its id and organization.
-func partMessages(panel *obs.Message, parts []part) ([]obs.Message, error) {
+func partMessages(panel *observation.Message, parts []part) ([]observation.Message, error) {
 	if len(parts) == 0 {
 		return nil, nil
 	}
@@ -73,7 +73,7 @@ func partMessages(panel *obs.Message, parts []part) ([]obs.Message, error) {
 		return nil, fmt.Errorf("observation component: %w", err)
 	}
 	derivedFrom, _ := json.Marshal([]map[string]string{{"reference": "Observation/" + panel.ID}})
-	out := make([]obs.Message, 0, len(parts))
+	out := make([]observation.Message, 0, len(parts))
 	for _, p := range parts {
 		var resource map[string]json.RawMessage // code, valueQuantity, interpretation, referenceRange…
 		if err := json.Unmarshal(p.raw, &resource); err != nil {

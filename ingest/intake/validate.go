@@ -10,7 +10,7 @@ import (
 	"unicode/utf8"
 
 	"carehub/kernel/clinical"
-	obs "carehub/processors/observations"
+	"carehub/schemas/kafka/observation"
 	"carehub/storage/ids"
 )
 
@@ -109,7 +109,7 @@ var earliestEffective = time.Date(1900, 1, 1, 0, 0, 0, 0, time.UTC)
 // parseObservation validates one Observation (in a fixed order; the first failure is
 // reported) and returns it as a message without the id, organization and time intake adds.
 // raw is kept, not copied: it is stored as sent.
-func parseObservation(raw []byte, lim limits) (obs.Message, *EntryError) {
+func parseObservation(raw []byte, lim limits) (observation.Message, *EntryError) {
 	p, e := parseEntry(raw, lim)
 	return p.msg, e
 }
@@ -117,7 +117,7 @@ func parseObservation(raw []byte, lim limits) (obs.Message, *EntryError) {
 // parsed is one valid Observation: its message, and the vital signs among its components,
 // stored as observations of their own (see parts.go).
 type parsed struct {
-	msg   obs.Message
+	msg   observation.Message
 	parts []part
 }
 
@@ -182,7 +182,7 @@ func parseEntry(raw []byte, lim limits) (parsed, *EntryError) {
 	if o.Device != nil {
 		device = truncate(strings.TrimSpace(o.Device.Display))
 	}
-	return parsed{msg: obs.Message{
+	return parsed{msg: observation.Message{
 		PatientID: patientID, Observation: raw, Status: *o.Status, LOINC: loinc, Code: code,
 		Value: v.value, NoValue: !v.has, Unit: truncate(v.unit), EffectiveAt: effective, DeviceType: device, ClientID: clientID,
 	}, parts: parts}, nil

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	obs "carehub/processors/observations"
+	"carehub/schemas/kafka/observation"
 )
 
 func loincCode(code string) map[string]any {
@@ -197,7 +197,7 @@ func TestPartMessages(t *testing.T) {
 			r.Effective == "" || len(r.DerivedFrom) != 1 || r.DerivedFrom[0].Reference != "Observation/"+p.msg.ID {
 			t.Fatalf("part %d resource %s", i, m.Observation)
 		}
-		if _, err := obs.DecodeMessage(m.AppendJSON(nil)); err != nil {
+		if _, err := observation.DecodeMessage(m.AppendJSON(nil)); err != nil {
 			t.Fatalf("part %d: %v", i, err)
 		}
 	}

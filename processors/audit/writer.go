@@ -15,6 +15,7 @@ import (
 	"carehub/kernel/telemetry"
 	"carehub/storage"
 	"carehub/storage/kafka"
+	"carehub/storage/kafka/consume"
 )
 
 // DefaultGroup is the consumer group of the audit writer.
@@ -46,11 +47,12 @@ type WriterConfig struct {
 // Writer moves audit records from the audit topic into the audit store. Several writers (one per
 // processors node) share the partitions through the consumer group. A batch's offsets are
 // committed only after the store has confirmed the whole batch, so a crash redelivers rather than
-// loses; the store is idempotent by record id, so a redelivered record is stored once.
+// loses; the store is idempotent by record id, so a redelivered record is stored once. The loop
+// is storage/kafka/consume's runner (a failed batch is rewound and retried with backoff).
 type Writer struct {
 	cl           *kgo.Client
+	r            *consume.Runner
 	store        storage.AuditLog
-	maxBatch     int
 	storeTimeout time.Duration
 	logger       *slog.Logger
 	stored       prometheus.Counter
@@ -82,17 +84,20 @@ func NewWriter(cfg WriterConfig) (*Writer, error) {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	cl, err := kafka.NewClient(kafka.ClientConfig{Brokers: cfg.Brokers, ClientID: cfg.ClientID, Registerer: cfg.Registerer, Logger: cfg.Logger},
-		kgo.ConsumerGroup(cfg.Group),
-		kgo.ConsumeTopics(cfg.Topic),
-		kgo.DisableAutoCommit(),
 		// A new group starts at the beginning: records produced before the first writer joined
 		// are audit records too.
-		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
+		append(consume.GroupOpts(cfg.Group, cfg.Topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))...,
 	)
 	if err != nil {
 		return nil, fmt.Errorf("audit writer: %w", err)
 	}
-	w := &Writer{cl: cl, store: cfg.Store, maxBatch: cfg.MaxBatch, storeTimeout: cfg.StoreTimeout, logger: cfg.Logger.With("group", cfg.Group),
+	logger := cfg.Logger.With("group", cfg.Group)
+	r, err := consume.New(cl, consume.Config{Name: "audit", MaxRecords: cfg.MaxBatch, Logger: logger, Registerer: cfg.Registerer})
+	if err != nil {
+		cl.Close()
+		return nil, fmt.Errorf("audit writer: %w", err)
+	}
+	w := &Writer{cl: cl, r: r, store: cfg.Store, storeTimeout: cfg.StoreTimeout, logger: logger,
 		stored: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "carehub", Subsystem: "audit",
 			Name: "records_stored_total", Help: "Audit records the audit writer stored (redeliveries included)."}),
 		skipped: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "carehub", Subsystem: "audit",
@@ -109,80 +114,41 @@ func NewWriter(cfg WriterConfig) (*Writer, error) {
 // ctx's error; a Writer runs once.
 func (w *Writer) Run(ctx context.Context) error {
 	defer w.Close()
-	for {
-		fetches := w.cl.PollRecords(ctx, w.maxBatch)
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
-		if fetches.IsClientClosed() {
-			return errors.New("audit writer: client closed")
-		}
-		failed := false
-		fetches.EachError(func(topic string, partition int32, err error) {
-			failed = true
-			w.logger.Warn("audit fetch failed", "topic", topic, "partition", partition, "err", err)
-		})
-		recs := fetches.Records()
-		if len(recs) == 0 {
-			if failed { // the broker is away: do not spin on it, nor flood the log
-				select {
-				case <-ctx.Done():
-					return ctx.Err()
-				case <-time.After(time.Second):
-				}
-			}
-			continue
-		}
-		if err := w.storeBatch(ctx, w.decode(recs)); err != nil {
-			return err
-		}
-		if err := w.cl.CommitRecords(ctx, recs...); err != nil && ctx.Err() == nil {
-			// Harmless beyond redelivery: the batch is stored and storing is idempotent.
-			w.logger.Warn("audit offset commit failed", "err", err)
-		}
+	if err := w.r.Run(ctx, consume.Decode(w.skip, decode, w.storeBatch), consume.Commit(w.cl, w.logger)); err != nil {
+		return err
 	}
+	return ctx.Err()
 }
 
-// decode returns the valid records of recs. An invalid message can never be stored, so it is
-// logged by position (never by content: it may carry patient ids) and skipped.
-func (w *Writer) decode(recs []*kgo.Record) []storage.AuditRecord {
-	out := make([]storage.AuditRecord, 0, len(recs))
-	for _, r := range recs {
-		var a storage.AuditRecord
-		if err := json.Unmarshal(r.Value, &a); err != nil || a.ID == "" || a.Operation == "" || a.Time.IsZero() {
-			w.skipped.Inc()
-			w.logger.Error("invalid audit message skipped", "topic", r.Topic, "partition", r.Partition, "offset", r.Offset)
-			continue
-		}
-		out = append(out, a)
+// decode returns the audit record of a message. An invalid message can never be stored.
+func decode(value []byte) (storage.AuditRecord, error) {
+	var a storage.AuditRecord
+	if err := json.Unmarshal(value, &a); err != nil {
+		return a, err
 	}
-	return out
+	if a.ID == "" || a.Operation == "" || a.Time.IsZero() {
+		return a, errors.New("audit message without id, operation or time")
+	}
+	return a, nil
 }
 
-// storeBatch appends batch, retrying with backoff until the store confirms or ctx is done: the
-// offsets must not move past records that are not stored. Each attempt is bounded by the store
-// timeout, so a call the store never answers is retried rather than waited on for ever.
+// skip counts an invalid message; the runner logs it by position (never by content: it may
+// carry patient ids).
+func (w *Writer) skip(r *kgo.Record, err error) {
+	w.skipped.Inc()
+	w.r.Skip(r, err)
+}
+
+// storeBatch appends batch. The attempt is bounded by the store timeout, so a call the store
+// never answers fails and is retried rather than waited on for ever.
 func (w *Writer) storeBatch(ctx context.Context, batch []storage.AuditRecord) error {
-	backoff := 100 * time.Millisecond
-	for {
-		attempt, cancel := context.WithTimeout(ctx, w.storeTimeout)
-		err := w.store.AppendAudit(attempt, batch)
-		cancel()
-		if err == nil {
-			w.stored.Add(float64(len(batch)))
-			return nil
-		}
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
-		w.logger.Error("audit store failed; retrying", "records", len(batch), "retry_in", backoff.String(), "err", err)
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(backoff):
-		}
-		backoff = min(2*backoff, 5*time.Second)
+	attempt, cancel := context.WithTimeout(ctx, w.storeTimeout)
+	defer cancel()
+	if err := w.store.AppendAudit(attempt, batch); err != nil {
+		return fmt.Errorf("audit store: %w", err)
 	}
+	w.stored.Add(float64(len(batch)))
+	return nil
 }
 
 // Close leaves the group and closes the client without running; Run calls it on return. It is

@@ -18,18 +18,14 @@
 // large batch is not one long transaction that every later event waits behind; then the
 // batch's offsets are committed synchronously (auto-commit is off). A record that is not a
 // valid envelope is logged by topic, partition and offset, counted, and skipped: it is
-// committed with its batch and never blocks its partition.
+// committed with its batch and never blocks its partition (consume.Decode).
 //
-// Rebalances use kgo.BlockRebalanceOnPoll: from the poll that returns a batch until the batch
-// is stored and committed, the group cannot take partitions away, so the writer never commits a
-// partition it no longer owns and hands over partitions with nothing processed-but-uncommitted
-// (no re-processing on a clean rebalance). The price is that a rebalance waits for the batch in
-// hand, at most one store call. The alternative, flushing from an
-// OnPartitionsRevoked callback, runs concurrently with the poll loop and needs a lock around the
-// batch plus care for records polled just before the revoke; blocking is simpler to reason
-// about. When the store fails the writer does not hold the rebalance: it drops the batch, rewinds
-// the partitions to the batch's first offsets (kgo.Client.SetOffsets), allows the rebalance and
-// retries with backoff, so the records are read again by whoever owns them next.
+// The loop is storage/kafka/consume's runner, whose reasoning this writer was the model for:
+// rebalances are blocked from the poll that returns a batch until the batch is stored and
+// committed, so the writer never commits a partition it no longer owns and hands over
+// partitions with nothing processed-but-uncommitted; when the store fails the batch is dropped,
+// its partitions rewound to its first offsets and the rebalance allowed before the backoff, so
+// the records are read again by whoever owns them next.
 package eventlog
 
 import (
@@ -37,7 +33,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
 	"slices"
 	"sync"
 	"time"
@@ -52,6 +47,7 @@ import (
 	"carehub/kernel/events"
 	"carehub/storage"
 	"carehub/storage/kafka"
+	"carehub/storage/kafka/consume"
 )
 
 // Defaults of Config.
@@ -66,7 +62,6 @@ const (
 	storeTimeout = 30 * time.Second
 	// shutdownTimeout bounds storing and committing the batch in hand when Run's context ends.
 	shutdownTimeout = 15 * time.Second
-	maxBackoff      = 30 * time.Second
 )
 
 // Config configures a Writer.
@@ -146,6 +141,7 @@ func (c *Config) defaults() {
 type Writer struct {
 	cfg       Config
 	cl        *kgo.Client
+	r         *consume.Runner
 	log       *slog.Logger
 	m         writerMetrics
 	lag       *LagMonitor // nil without a Registerer or with LagInterval < 0
@@ -158,14 +154,8 @@ func New(cfg Config) (*Writer, error) {
 		return nil, err
 	}
 	cfg.defaults()
-	opts := []kgo.Opt{
-		kgo.ConsumerGroup(cfg.Group),
-		kgo.ConsumeTopics(cfg.Topic),
-		kgo.DisableAutoCommit(),
-		kgo.BlockRebalanceOnPoll(),
-		// A new group starts at the beginning: the log should hold every retained event.
-		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
-	}
+	// A new group starts at the beginning: the log should hold every retained event.
+	opts := append(consume.GroupOpts(cfg.Group, cfg.Topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
 	cl, err := kafka.NewClient(kafka.ClientConfig{
 		Brokers:    cfg.Brokers,
 		ClientID:   cfg.ClientID,
@@ -175,12 +165,14 @@ func New(cfg Config) (*Writer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("eventlog writer: %w", err)
 	}
-	w := &Writer{
-		cfg: cfg,
-		cl:  cl,
-		log: cfg.Logger.With("component", "eventlog_writer", "group", cfg.Group, "topic", cfg.Topic),
-		m:   newWriterMetrics(cfg.Registerer),
+	log := cfg.Logger.With("component", "eventlog_writer", "group", cfg.Group, "topic", cfg.Topic)
+	r, err := consume.New(cl, consume.Config{Name: "eventlog", MaxRecords: cfg.BatchSize, Drain: shutdownTimeout,
+		Logger: log, Registerer: cfg.Registerer})
+	if err != nil {
+		cl.Close()
+		return nil, fmt.Errorf("eventlog writer: %w", err)
 	}
+	w := &Writer{cfg: cfg, cl: cl, r: r, log: log, m: newWriterMetrics(cfg.Registerer)}
 	if cfg.Registerer != nil && cfg.LagInterval > 0 {
 		w.lag = NewLagMonitor(kadm.NewClient(cl), cfg.Group, []string{cfg.Topic}, LagOptions{
 			Interval: cfg.LagInterval, Registerer: cfg.Registerer, Logger: cfg.Logger,
@@ -192,18 +184,6 @@ func New(cfg Config) (*Writer, error) {
 // Close leaves the group and closes the Kafka client. Run calls it on return; it is idempotent.
 func (w *Writer) Close() {
 	w.closeOnce.Do(w.cl.Close)
-}
-
-// batch is what the writer has polled and not yet stored: every record (for the commit) and
-// the events decoded from the valid ones.
-type batch struct {
-	records []*kgo.Record
-	events  []storage.Event
-}
-
-func (b *batch) reset() {
-	clear(b.records) // drop references to record buffers
-	b.records, b.events = b.records[:0], b.events[:0]
 }
 
 // Run consumes until ctx is done, then stores and commits the batch in hand (bounded by a
@@ -220,130 +200,50 @@ func (w *Writer) Run(ctx context.Context) error {
 	if w.lag != nil {
 		wg.Go(func() { _ = w.lag.Run(lagCtx) })
 	}
-
-	b := &batch{}
-	failures := 0
-	for ctx.Err() == nil {
-		fetches := w.cl.PollRecords(ctx, w.cfg.BatchSize)
-		if fetches.IsClientClosed() {
-			return nil
-		}
-		fetches.EachError(func(topic string, partition int32, err error) {
-			if !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) {
-				w.log.Warn("fetch failed", "topic", topic, "partition", partition, "error", err)
-			}
-		})
-		fetches.EachRecord(func(r *kgo.Record) {
-			b.records = append(b.records, r)
-			ev, err := events.Decode(r.Value)
-			if err != nil {
-				w.m.malformed.Inc()
-				w.log.Error("skipping malformed event record", "topic", r.Topic, "partition", r.Partition,
-					"offset", r.Offset, "error", err)
-				return
-			}
-			b.events = append(b.events, ev)
-		})
-		if len(b.records) == 0 {
-			// A poll that returned only errors (its context ended) still counts as a poll
-			// that blocks rebalances; nothing is in hand, so release it.
-			w.cl.AllowRebalance()
-			continue
-		}
-		if ctx.Err() != nil {
-			break
-		}
-		if err := w.flush(ctx, b); err != nil {
-			failures++
-			wait := backoff(failures)
-			w.log.Error("storing events failed; rewound to retry", "error", err, "records", len(b.records),
-				"attempt", failures, "retry_in", wait)
-			w.rewind(b)
-			b.reset()
-			w.cl.AllowRebalance()
-			sleep(ctx, wait)
-			continue
-		}
-		failures = 0
-		b.reset()
-		w.cl.AllowRebalance()
-	}
-
-	// Shutting down: store and commit what is in hand so the next owner need not redo it.
-	if len(b.records) > 0 {
-		flushCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), shutdownTimeout)
-		if err := w.flush(flushCtx, b); err != nil {
-			w.log.Warn("storing the last batch at shutdown failed; its records will be read again", "error", err)
-		}
-		cancel()
-	}
-	// Leaving the group (Close) waits for every poll to be released, including the last one,
-	// which returned the context's error.
-	w.cl.AllowRebalance()
-	return nil
+	return w.r.Run(ctx, consume.Decode(w.skip, events.Decode, w.store), consume.Commit(committer{w.cl, w.m.commitErrors}, w.log))
 }
 
-// flush stores b's events, in chunks of ChunkSize with up to Concurrency at once, and then
-// commits all of b's records. It returns an error only when the store failed (some chunks may
-// be stored: the retry stores them again, which the store ignores by id); a failed commit is
-// logged, since the events are stored and reading them again is harmless.
-func (w *Writer) flush(ctx context.Context, b *batch) error {
-	if len(b.events) > 0 {
-		storeCtx, cancel := context.WithTimeout(ctx, storeTimeout)
-		g, gctx := errgroup.WithContext(storeCtx)
-		g.SetLimit(w.cfg.Concurrency)
-		for chunk := range slices.Chunk(b.events, w.cfg.ChunkSize) {
-			g.Go(func() error { return w.cfg.Store.AppendEvents(gctx, chunk) })
-		}
-		err := g.Wait()
-		cancel()
-		if err != nil {
-			w.m.storeErrors.Inc()
-			return err
-		}
-		stored := time.Now()
-		w.m.written.Add(float64(len(b.events)))
-		for _, ev := range b.events {
-			w.m.latency.Observe(stored.Sub(ev.CreatedAt).Seconds())
-		}
+// skip counts a record that is not a valid envelope; the runner logs it by position.
+func (w *Writer) skip(r *kgo.Record, err error) {
+	w.m.malformed.Inc()
+	w.r.Skip(r, err)
+}
+
+// store appends evs, in chunks of ChunkSize with up to Concurrency at once. When it fails some
+// chunks may be stored: the retry stores them again, which the store ignores by id.
+func (w *Writer) store(ctx context.Context, evs []storage.Event) error {
+	storeCtx, cancel := context.WithTimeout(ctx, storeTimeout)
+	defer cancel()
+	g, gctx := errgroup.WithContext(storeCtx)
+	g.SetLimit(w.cfg.Concurrency)
+	for chunk := range slices.Chunk(evs, w.cfg.ChunkSize) {
+		g.Go(func() error { return w.cfg.Store.AppendEvents(gctx, chunk) })
 	}
-	if err := w.cl.CommitRecords(ctx, b.records...); err != nil {
-		w.m.commitErrors.Inc()
-		w.log.Warn("commit after storing failed; the records will be read and stored again", "error", err)
+	if err := g.Wait(); err != nil {
+		w.m.storeErrors.Inc()
+		return err
+	}
+	stored := time.Now()
+	w.m.written.Add(float64(len(evs)))
+	for _, ev := range evs {
+		w.m.latency.Observe(stored.Sub(ev.CreatedAt).Seconds())
 	}
 	return nil
 }
 
-// rewind moves the fetch position of every partition in b back to b's first record there, so
-// the dropped batch is read again.
-func (w *Writer) rewind(b *batch) {
-	first := map[string]map[int32]kgo.EpochOffset{}
-	for _, r := range b.records {
-		ps := first[r.Topic]
-		if ps == nil {
-			ps = map[int32]kgo.EpochOffset{}
-			first[r.Topic] = ps
-		}
-		if at, ok := ps[r.Partition]; !ok || r.Offset < at.Offset {
-			ps[r.Partition] = kgo.EpochOffset{Epoch: r.LeaderEpoch, Offset: r.Offset}
-		}
-	}
-	w.cl.SetOffsets(first)
+// committer counts failed commits (carehub_eventlog_commit_errors_total); consume.Commit logs
+// them.
+type committer struct {
+	*kgo.Client
+	errors prometheus.Counter
 }
 
-// backoff returns the wait before retry number attempt: 100 ms doubling to 30 s, ±20 % jitter.
-func backoff(attempt int) time.Duration {
-	d := min(100*time.Millisecond<<min(attempt-1, 16), maxBackoff)
-	return time.Duration(float64(d) * (0.8 + 0.4*rand.Float64()))
-}
-
-func sleep(ctx context.Context, d time.Duration) {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-	case <-t.C:
+func (c committer) CommitRecords(ctx context.Context, rs ...*kgo.Record) error {
+	err := c.Client.CommitRecords(ctx, rs...)
+	if err != nil {
+		c.errors.Inc()
 	}
+	return err
 }
 
 type writerMetrics struct {

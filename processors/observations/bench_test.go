@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	obs "carehub/processors/observations"
+	"carehub/schemas/kafka/observation"
 
 	"carehub/storage/kafka/kafkatest"
 )
@@ -24,7 +25,7 @@ import (
 //	go test -run '^$' -bench BenchmarkWriter -benchtime 50000x ./processors/observations/
 func BenchmarkWriter(b *testing.B) {
 	e := newEnv(b)
-	msgs := make([]obs.Message, b.N)
+	msgs := make([]observation.Message, b.N)
 	for i := range msgs {
 		msgs[i] = message(e.orgA, e.patientA, float64(40+i%100))
 	}
@@ -78,7 +79,7 @@ func BenchmarkStore(b *testing.B) {
 	e := newEnv(b)
 	batch := envInt(b, "BENCH_BATCH", obs.DefaultChunkSize)
 	conc := envInt(b, "BENCH_CONCURRENCY", obs.DefaultConcurrency)
-	msgs := make([]obs.Message, b.N)
+	msgs := make([]observation.Message, b.N)
 	for i := range msgs {
 		msgs[i] = message(e.orgA, e.patientA, float64(40+i%100))
 	}
@@ -90,7 +91,7 @@ func BenchmarkStore(b *testing.B) {
 			b.Fatal(err)
 		}
 		cols := []string{"id", "org_id", "patient_id", "status", "code", "loinc", "subject", "value", "unit", "effective_at", "device_type", "resource", "received_at"}
-		store = func(ctx context.Context, msgs []obs.Message) error {
+		store = func(ctx context.Context, msgs []observation.Message) error {
 			rows := make([][]any, len(msgs))
 			for i, m := range msgs {
 				rows[i] = []any{m.ID, m.OrgID, m.PatientID, m.Status, []byte(`{"coding":[{"system":"http://loinc.org","code":"8867-4"}]}`), m.LOINC,
@@ -104,7 +105,7 @@ func BenchmarkStore(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
-	work := make(chan []obs.Message, len(msgs)/batch+1)
+	work := make(chan []observation.Message, len(msgs)/batch+1)
 	for i := 0; i < len(msgs); i += batch {
 		work <- msgs[i:min(i+batch, len(msgs))]
 	}

@@ -1,7 +1,8 @@
 // Package observations is the observation writer: the consumer group ("carehub-observations")
 // that stores device observations from carehub.observations.v1 in Postgres and produces one
-// device.observation_received event per stored observation to carehub.events.v1, and the wire
-// format of that topic (Message), which ingest/intake produces.
+// device.observation_received event per stored observation to carehub.events.v1. The topic's
+// wire format (Message), which ingest/intake produces, is package schemas/kafka/observation,
+// beside its JSON Schema.
 //
 // # Exactly once in effect, in the stream
 //
@@ -32,7 +33,6 @@
 //
 // # Files
 //
-//	message.go  Message, DecodeMessage, EventID: the topic's records
 //	writer.go   Writer: the consumer loop, chunks, the Kafka transaction
 //	store.go    the batch transaction (COPY, insert) and the device-event project
 //	event.go    the device.observation_received records

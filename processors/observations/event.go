@@ -1,6 +1,7 @@
 package observations
 
 import (
+	"carehub/schemas/kafka/observation"
 	"encoding/json"
 	"fmt"
 
@@ -14,7 +15,7 @@ import (
 // receivedRecords returns the device.observation_received records of stored observations for
 // topic, as the outbox relay publishes events (key = project id, value = the envelope, header
 // event-id), with ids derived from the observation ids (EventID).
-func receivedRecords(topic string, stored []Message, projects map[string]string) ([]*kgo.Record, error) {
+func receivedRecords(topic string, stored []observation.Message, projects map[string]string) ([]*kgo.Record, error) {
 	now := events.Now()
 	recs := make([]*kgo.Record, len(stored))
 	for i := range stored {
@@ -31,7 +32,7 @@ func receivedRecords(topic string, stored []Message, projects map[string]string)
 			return nil, fmt.Errorf("observation event payload: %w", err)
 		}
 		ev := storage.Event{
-			ID: EventID(m.ID), Type: EventType, OrgID: m.OrgID, ProjectID: projects[m.OrgID],
+			ID: observation.EventID(m.ID), Type: EventType, OrgID: m.OrgID, ProjectID: projects[m.OrgID],
 			Source: events.SourceIntegration, Severity: events.SeverityInfo, Payload: payload, CreatedAt: now,
 		}
 		envelope, err := json.Marshal(ev)

@@ -1,6 +1,7 @@
 package observations
 
 import (
+	"carehub/schemas/kafka/observation"
 	"context"
 	"errors"
 	"fmt"
@@ -37,11 +38,11 @@ func newStore(pool *pgxpool.Pool) *store {
 
 // storeResult says what one batch did.
 type storeResult struct {
-	present        []Message // in observations after the batch, once per id, in batch order: each gets its event
-	stored         []Message // of present, those this batch stored
-	duplicates     int       // already stored (redeliveries, repeated client ids)
-	unknownPatient int       // patient absent from the record's organization: never stored
-	rejected       int       // values Postgres refused (e.g. \u0000 in a JSON string): never stored
+	present        []observation.Message // in observations after the batch, once per id, in batch order: each gets its event
+	stored         []observation.Message // of present, those this batch stored
+	duplicates     int                   // already stored (redeliveries, repeated client ids)
+	unknownPatient int                   // patient absent from the record's organization: never stored
+	rejected       int                   // values Postgres refused (e.g. \u0000 in a JSON string): never stored
 }
 
 const createIncoming = `create temp table if not exists observations_in (
@@ -86,7 +87,7 @@ select s.id, ins.id is not null from storable s left join ins on ins.id = s.id`
 // (a data exception, SQLSTATE class 22: what a record that slipped past intake's checks could
 // carry), it stores the batch again one record at a time and skips the refused ones, so one
 // bad record never stalls the partition.
-func (s *store) write(ctx context.Context, msgs []Message) (storeResult, error) {
+func (s *store) write(ctx context.Context, msgs []observation.Message) (storeResult, error) {
 	res, err := s.writeTx(ctx, msgs, false)
 	if err != nil && isDataError(err) {
 		return s.writeTx(ctx, msgs, true)
@@ -94,7 +95,7 @@ func (s *store) write(ctx context.Context, msgs []Message) (storeResult, error) 
 	return res, err
 }
 
-func (s *store) writeTx(ctx context.Context, msgs []Message, oneByOne bool) (storeResult, error) {
+func (s *store) writeTx(ctx context.Context, msgs []observation.Message, oneByOne bool) (storeResult, error) {
 	tx, err := s.pool.Begin(ctx)
 	if err != nil {
 		return storeResult{}, fmt.Errorf("store observations: begin: %w", err)
@@ -130,7 +131,7 @@ func (s *store) writeTx(ctx context.Context, msgs []Message, oneByOne bool) (sto
 	return res, nil
 }
 
-func (s *store) insertSavepoint(ctx context.Context, tx pgx.Tx, msgs []Message) (storeResult, error) {
+func (s *store) insertSavepoint(ctx context.Context, tx pgx.Tx, msgs []observation.Message) (storeResult, error) {
 	sp, err := tx.Begin(ctx)
 	if err != nil {
 		return storeResult{}, fmt.Errorf("store observations: savepoint: %w", err)
@@ -151,7 +152,7 @@ func (s *store) insertSavepoint(ctx context.Context, tx pgx.Tx, msgs []Message) 
 }
 
 // insert copies msgs into the temporary table and moves the new ones into observations.
-func (s *store) insert(ctx context.Context, tx pgx.Tx, msgs []Message) (storeResult, error) {
+func (s *store) insert(ctx context.Context, tx pgx.Tx, msgs []observation.Message) (storeResult, error) {
 	rows := make([][]any, len(msgs))
 	for i := range msgs {
 		m := &msgs[i]
@@ -172,7 +173,7 @@ func (s *store) insert(ctx context.Context, tx pgx.Tx, msgs []Message) (storeRes
 	if err != nil {
 		return storeResult{}, fmt.Errorf("store observations: insert: %w", err)
 	}
-	res := storeResult{present: make([]Message, 0, len(isNew))}
+	res := storeResult{present: make([]observation.Message, 0, len(isNew))}
 	seen := make(map[string]bool, len(isNew))
 	for i := range msgs {
 		fresh, ok := isNew[msgs[i].ID]
@@ -197,7 +198,7 @@ func (s *store) insert(ctx context.Context, tx pgx.Tx, msgs []Message) (storeRes
 }
 
 // storedValue is the value column of m: NULL for an observation without a value.
-func storedValue(m *Message) any {
+func storedValue(m *observation.Message) any {
 	if m.NoValue {
 		return nil
 	}
@@ -233,7 +234,7 @@ type projectEntry struct {
 	expires time.Time
 }
 
-func (c *projectCache) resolve(ctx context.Context, pool *pgxpool.Pool, msgs []Message) (map[string]string, error) {
+func (c *projectCache) resolve(ctx context.Context, pool *pgxpool.Pool, msgs []observation.Message) (map[string]string, error) {
 	now := time.Now()
 	out := map[string]string{}
 	var missing []string

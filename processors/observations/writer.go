@@ -1,6 +1,7 @@
 package observations
 
 import (
+	"carehub/schemas/kafka/observation"
 	"cmp"
 	"context"
 	"crypto/rand"
@@ -20,7 +21,7 @@ import (
 
 // DefaultGroup is the consumer group of the observation writer. Intake watches its lag for
 // backpressure.
-const DefaultGroup = "carehub-observations"
+const DefaultGroup = observation.WriterGroup
 
 // Defaults of WriterConfig.
 const (
@@ -242,7 +243,7 @@ func (w *Writer) handle(ctx context.Context, recs []*kgo.Record) error {
 		}
 		wg.Wait()
 	}
-	var present []Message
+	var present []observation.Message
 	for i := range groups {
 		if errs[i] != nil {
 			return errs[i] // offsets stay where they were: the poll is read again
@@ -267,7 +268,7 @@ func (w *Writer) handle(ctx context.Context, recs []*kgo.Record) error {
 
 // emit produces the events of present in a transaction that also commits the poll's offsets,
 // and reports whether it committed.
-func (w *Writer) emit(ctx context.Context, present []Message) (bool, error) {
+func (w *Writer) emit(ctx context.Context, present []observation.Message) (bool, error) {
 	var recs []*kgo.Record
 	if !w.cfg.DisableEvents && len(present) > 0 {
 		projects, err := w.store.projects.resolve(ctx, w.cfg.Pool, present)
@@ -331,9 +332,9 @@ func chunks(recs []*kgo.Record, size, concurrency int) [][]*kgo.Record {
 
 // handleGroup decodes and stores one chunk of a poll.
 func (w *Writer) handleGroup(ctx context.Context, recs []*kgo.Record) (storeResult, error) {
-	msgs := make([]Message, 0, len(recs))
+	msgs := make([]observation.Message, 0, len(recs))
 	for _, r := range recs {
-		m, err := DecodeMessage(r.Value)
+		m, err := observation.DecodeMessage(r.Value)
 		if err != nil {
 			// Never storable; logged by position, never by content (it carries patient data).
 			w.m.skipped.WithLabelValues("invalid_message").Inc()
@@ -369,7 +370,7 @@ func (w *Writer) handleGroup(ctx context.Context, recs []*kgo.Record) (storeResu
 
 // storeWithRetry stores msgs, retrying with backoff until Postgres confirms or ctx is done:
 // the offsets must not move past records that are not stored.
-func (w *Writer) storeWithRetry(ctx context.Context, msgs []Message) (storeResult, error) {
+func (w *Writer) storeWithRetry(ctx context.Context, msgs []observation.Message) (storeResult, error) {
 	backoff := 100 * time.Millisecond
 	for {
 		start := time.Now()

@@ -20,6 +20,7 @@ import (
 	"carehub/storage"
 	"carehub/storage/ids"
 	"carehub/storage/kafka"
+	"carehub/storage/kafka/consume"
 )
 
 // DefaultGroup is the dispatcher's consumer group.
@@ -138,6 +139,7 @@ type Dispatcher struct {
 	cfg    DispatcherConfig
 	logger *slog.Logger
 	cl     *kgo.Client
+	r      *consume.Runner
 	pool   *pgxpool.Pool
 	guard  *phi.Guard
 	sender *sender
@@ -161,20 +163,15 @@ func NewDispatcher(cfg DispatcherConfig) (*Dispatcher, error) {
 	if err := cfg.defaults(); err != nil {
 		return nil, err
 	}
-	opts := append([]kgo.Opt{
-		kgo.ConsumerGroup(cfg.Group),
-		kgo.ConsumeTopics(cfg.Topic),
-		kgo.DisableAutoCommit(),
-		// Polls and rebalances alternate, so a revoked partition's offsets are committed (after
-		// its deliveries are recorded) before another member takes it.
-		kgo.BlockRebalanceOnPoll(),
+	// The runner blocks rebalances while a poll is in hand, so a revoked partition's offsets are
+	// committed (after its deliveries are recorded) before another member takes it.
+	opts := append(consume.GroupOpts(cfg.Group, cfg.Topic),
 		// A new group starts at the beginning: subscriptions only get events created after them
 		// (within creationSkew), so the history of the topic is not replayed to anyone.
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
-		kgo.FetchMaxWait(250 * time.Millisecond),
-	}, cfg.ClientOpts...)
+		kgo.FetchMaxWait(250*time.Millisecond))
 	cl, err := kafka.NewClient(kafka.ClientConfig{Brokers: cfg.Brokers, ClientID: "carehub-webhooks",
-		Registerer: cfg.Registerer, Logger: cfg.Logger}, opts...)
+		Registerer: cfg.Registerer, Logger: cfg.Logger}, append(opts, cfg.ClientOpts...)...)
 	if err != nil {
 		return nil, fmt.Errorf("webhook dispatcher: %w", err)
 	}
@@ -183,10 +180,16 @@ func NewDispatcher(cfg DispatcherConfig) (*Dispatcher, error) {
 		cl.Close()
 		return nil, fmt.Errorf("webhook dispatcher: %w", err)
 	}
+	r, err := consume.New(cl, consume.Config{Name: "webhooks", MaxRecords: 1000, Logger: cfg.Logger, Registerer: cfg.Registerer})
+	if err != nil {
+		cl.Close()
+		return nil, fmt.Errorf("webhook dispatcher: %w", err)
+	}
 	return &Dispatcher{
 		cfg:    cfg,
 		logger: cfg.Logger,
 		cl:     cl,
+		r:      r,
 		pool:   cfg.Pool,
 		guard:  phi.NewGuard(cfg.Pool),
 		sender: newSender(cfg.AllowPrivate, cfg.Timeout, cfg.PerSubscription),
@@ -264,53 +267,10 @@ func (d *Dispatcher) closeClient() {
 }
 
 // consume polls events, records their deliveries and commits. A batch whose deliveries cannot
-// be recorded (Postgres down) is retried until it can or ctx ends; it is never skipped.
+// be recorded (Postgres down) is retried until it can or ctx ends; it is never skipped. A
+// re-consumed event is a no-op (one delivery per subscription and event).
 func (d *Dispatcher) consume(ctx context.Context) error {
-	for {
-		fetches := d.cl.PollRecords(ctx, 1000)
-		if ctx.Err() != nil {
-			return nil
-		}
-		if err := fetches.Err0(); errors.Is(err, kgo.ErrClientClosed) {
-			return nil
-		}
-		fetches.EachError(func(topic string, p int32, err error) {
-			if !errors.Is(err, context.Canceled) {
-				d.logger.Warn("webhook dispatcher fetch error", "topic", topic, "partition", p, "err", err)
-			}
-		})
-		if recs := fetches.Records(); len(recs) > 0 {
-			if err := d.recordWithRetry(ctx, recs); err != nil {
-				return nil // ctx ended: uncommitted, so consumed again by whoever resumes
-			}
-			if err := d.cl.CommitUncommittedOffsets(ctx); err != nil && ctx.Err() == nil {
-				// Harmless: the next commit covers these offsets, and a re-consumed event is a
-				// no-op (one delivery per subscription and event).
-				d.logger.Warn("webhook dispatcher commit failed", "err", err)
-			}
-		}
-		d.cl.AllowRebalance()
-	}
-}
-
-func (d *Dispatcher) recordWithRetry(ctx context.Context, recs []*kgo.Record) error {
-	backoff := 100 * time.Millisecond
-	for {
-		err := d.record(ctx, recs)
-		if err == nil {
-			return nil
-		}
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
-		d.logger.Error("webhook dispatcher cannot record deliveries; retrying", "records", len(recs), "err", err)
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(backoff):
-		}
-		backoff = min(2*backoff, 10*time.Second)
-	}
+	return d.r.Run(ctx, consume.Decode(d.r.Skip, events.Decode, d.record), consume.Commit(d.cl, d.logger))
 }
 
 // newDelivery is a row to insert.
@@ -320,20 +280,13 @@ type newDelivery struct {
 	body                 []byte
 }
 
-// record writes one delivery per matching subscription of each event in recs, in record order
+// record writes one delivery per matching subscription of each event in evs, in record order
 // (so seq follows each partition's order), idempotently.
-func (d *Dispatcher) record(ctx context.Context, recs []*kgo.Record) error {
-	evs := make([]storage.Event, 0, len(recs))
+func (d *Dispatcher) record(ctx context.Context, all []storage.Event) error {
+	evs := make([]storage.Event, 0, len(all))
 	var projects []string
 	seen := map[string]bool{}
-	for _, r := range recs {
-		ev, err := events.Decode(r.Value)
-		if err != nil {
-			// A poison record cannot become valid by waiting; never log its value (patient data).
-			d.logger.Warn("webhook dispatcher skipping invalid event", "topic", r.Topic, "partition", r.Partition,
-				"offset", r.Offset, "err", err)
-			continue
-		}
+	for _, ev := range all {
 		if ev.ProjectID == "" {
 			continue // marketplace events belong to no project, so to no subscription
 		}

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
 	"sync"
 	"time"
 
@@ -19,6 +18,7 @@ import (
 	"carehub/kernel/telemetry"
 	"carehub/storage"
 	"carehub/storage/kafka"
+	"carehub/storage/kafka/consume"
 )
 
 // Defaults of TriggersConfig.
@@ -34,7 +34,6 @@ const (
 	// (observations belong to the organization; their events are filed under its oldest project).
 	TriggerObservation = events.TypeDeviceObservationReceived
 	triggerBatch       = 500
-	maxTriggerBackoff  = 30 * time.Second
 )
 
 // TriggersConfig configures Triggers.
@@ -61,6 +60,7 @@ type TriggersConfig struct {
 type Triggers struct {
 	cfg TriggersConfig
 	cl  *kgo.Client
+	r   *consume.Runner
 	log *slog.Logger
 
 	loadedAt  time.Time
@@ -92,19 +92,20 @@ func NewTriggers(cfg TriggersConfig) (*Triggers, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	opts := []kgo.Opt{
-		kgo.ConsumerGroup(cfg.Group),
-		kgo.ConsumeTopics(cfg.Service.eventsTopic),
-		kgo.DisableAutoCommit(),
-		kgo.BlockRebalanceOnPoll(),
-		kgo.ConsumeResetOffset(kgo.NewOffset().AfterMilli(time.Now().Add(-time.Minute).UnixMilli())),
-	}
+	opts := append(consume.GroupOpts(cfg.Group, cfg.Service.eventsTopic),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AfterMilli(time.Now().Add(-time.Minute).UnixMilli())))
 	cl, err := kafka.NewClient(kafka.ClientConfig{Brokers: cfg.Brokers, ClientID: cfg.ClientID, Registerer: cfg.Registerer,
 		Logger: cfg.Logger}, append(opts, cfg.ClientOpts...)...)
 	if err != nil {
 		return nil, fmt.Errorf("workflow triggers: %w", err)
 	}
-	t := &Triggers{cfg: cfg, cl: cl, log: cfg.Logger.With("component", "workflow_triggers"),
+	log := cfg.Logger.With("component", "workflow_triggers")
+	r, err := consume.New(cl, consume.Config{Name: "workflow_triggers", MaxRecords: triggerBatch, Logger: log, Registerer: cfg.Registerer})
+	if err != nil {
+		cl.Close()
+		return nil, fmt.Errorf("workflow triggers: %w", err)
+	}
+	t := &Triggers{cfg: cfg, cl: cl, r: r, log: log,
 		started: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "carehub", Subsystem: "workflow_triggers",
 			Name: "runs_started_total", Help: "Workflow runs started by events matching trigger patterns."})}
 	if cfg.Registerer != nil {
@@ -117,60 +118,19 @@ func NewTriggers(cfg TriggersConfig) (*Triggers, error) {
 func (t *Triggers) Close() { t.closeOnce.Do(t.cl.Close) }
 
 // Run consumes events until ctx ends and returns nil. Database errors are retried with backoff
-// (the batch is kept and re-processed; starts are idempotent).
+// (the batch is rewound and handled again; starts are idempotent).
 func (t *Triggers) Run(ctx context.Context) error {
 	defer t.Close()
-	failures := 0
-	for ctx.Err() == nil {
-		fetches := t.cl.PollRecords(ctx, triggerBatch)
-		if fetches.IsClientClosed() {
-			return nil
-		}
-		fetches.EachError(func(topic string, partition int32, err error) {
-			if !errors.Is(err, context.Canceled) {
-				t.log.Warn("fetch failed", "topic", topic, "partition", partition, "error", err)
-			}
-		})
-		recs := fetches.Records()
-		for ctx.Err() == nil && len(recs) > 0 {
-			err := t.handle(ctx, recs)
-			if err == nil {
-				if err := t.cl.CommitRecords(ctx, recs...); err != nil && ctx.Err() == nil {
-					t.log.Warn("commit failed; the events will be redelivered and matched again (idempotently)", "error", err)
-				}
-				failures = 0
-				break
-			}
-			failures++
-			t.log.Error("starting triggered runs failed; retrying", "error", err, "failures", failures)
-			backoff := min(maxTriggerBackoff, time.Duration(1<<min(failures, 10))*100*time.Millisecond)
-			select {
-			case <-ctx.Done():
-			case <-time.After(backoff/2 + rand.N(backoff/2+1)):
-			}
-		}
-		t.cl.AllowRebalance()
-	}
-	return nil
+	return t.r.Run(ctx, consume.Decode(t.r.Skip, events.Decode, t.handle), consume.Commit(t.cl, t.log))
 }
 
 // handle starts the runs a batch of events calls for.
-func (t *Triggers) handle(ctx context.Context, recs []*kgo.Record) error {
-	evs := make([]storage.Event, 0, len(recs))
+func (t *Triggers) handle(ctx context.Context, evs []storage.Event) error {
 	var newest time.Time
-	for _, r := range recs {
-		ev, err := events.Decode(r.Value)
-		if err != nil {
-			t.log.Error("skipping malformed event record", "topic", r.Topic, "partition", r.Partition, "offset", r.Offset, "error", err)
-			continue
-		}
-		evs = append(evs, ev)
+	for _, ev := range evs {
 		if ev.CreatedAt.After(newest) {
 			newest = ev.CreatedAt
 		}
-	}
-	if len(evs) == 0 {
-		return nil
 	}
 	if !t.loadedAt.After(newest.Add(time.Second)) {
 		if err := t.reload(ctx); err != nil {

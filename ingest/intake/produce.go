@@ -1,0 +1,136 @@
+package intake
+
+import (
+	"crypto/sha256"
+	"strconv"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"carehub/kernel/access"
+	"carehub/kernel/fault"
+	"carehub/schemas/kafka/observation"
+	"carehub/storage/ids"
+)
+
+// validate checks entries, looks up their patients in one query, and returns the records of
+// the valid ones with their ids; the invalid ones are added to rq.rejected.
+func (rq *request) validate(entries []entry) ([]*kgo.Record, []string, error) {
+	msgs := make([]parsed, 0, len(entries))
+	indexes := make([]int, 0, len(entries))
+	patientIDs := make([]string, 0, 8)
+	seen := map[string]bool{}
+	for _, e := range entries {
+		if e.err != nil {
+			rq.reject(e.index, e.err)
+			continue
+		}
+		p, ee := parseEntry(e.raw, rq.lim)
+		if ee != nil {
+			rq.reject(e.index, ee)
+			continue
+		}
+		msgs = append(msgs, p)
+		indexes = append(indexes, e.index)
+		if id := p.msg.PatientID; !seen[id] {
+			seen[id] = true
+			patientIDs = append(patientIDs, id)
+		}
+	}
+	if len(msgs) == 0 {
+		return nil, nil, nil
+	}
+	found, err := rq.in.patients.lookup(rq.ctx, patientIDs)
+	if err != nil {
+		return nil, nil, fault.Wrap(fault.KindUnavailable, err, "patient lookup failed; nothing was accepted, retry later")
+	}
+	recs := make([]*kgo.Record, 0, len(msgs))
+	accepted := make([]string, 0, len(msgs))
+	for i := range msgs {
+		m := &msgs[i].msg
+		pe := found[m.PatientID]
+		if !pe.visibleTo(rq.p) {
+			rq.reject(indexes[i], entryErr(CodeUnknownPatient, "patient %q not found", m.PatientID))
+			continue
+		}
+		m.OrgID = pe.orgID
+		m.ReceivedAt = rq.received
+		m.ID = rq.observationID(m, indexes[i])
+		access.Touch(rq.ctx, access.KindPatient, m.PatientID)
+		parts, err := partMessages(m, msgs[i].parts)
+		if err != nil {
+			return nil, nil, err // not reached: the panel was decoded once already
+		}
+		recs = append(recs, rq.record(m))
+		for j := range parts {
+			recs = append(recs, rq.record(&parts[j]))
+		}
+		accepted = append(accepted, m.ID)
+	}
+	return recs, accepted, nil
+}
+
+func (rq *request) record(m *observation.Message) *kgo.Record {
+	return &kgo.Record{Topic: rq.in.cfg.Topic, Key: []byte(m.PatientID), Value: m.AppendJSON(make([]byte, 0, len(m.Observation)+384))}
+}
+
+// observationID is the id of an accepted observation. With Observation.id it is derived from
+// (organization, that id), so the same client id is the same observation however often it is
+// sent; else with an Idempotency-Key from (organization, key, entry index), so a retry after an
+// unknown outcome repeats the ids; else new.
+func (rq *request) observationID(m *observation.Message, index int) string {
+	switch {
+	case m.ClientID != "":
+		return DerivedID(m.OrgID, "id", m.ClientID)
+	case rq.key != "":
+		return DerivedID(m.OrgID, "key", rq.key+"\x00"+strconv.Itoa(index))
+	}
+	return ids.New(ids.Observation)
+}
+
+// DerivedID returns obs_ and a ULID made of the first 16 bytes of SHA-256(kind, org, value): a
+// stable id for a client-chosen name. Derived ids are not time-ordered.
+func DerivedID(orgID, kind, value string) string {
+	h := sha256.Sum256([]byte("carehub/observation\x00" + kind + "\x00" + orgID + "\x00" + value))
+	var u [16]byte
+	copy(u[:], h[:16])
+	return ids.Observation + ulidString(u)
+}
+
+func (rq *request) produce(recs []*kgo.Record) error {
+	if len(recs) == 0 {
+		return nil
+	}
+	if rq.txn == nil {
+		t, err := rq.in.producers.acquire(rq.ctx)
+		if err != nil {
+			return fault.Wrap(fault.KindUnavailable, err, "no observation producer is free; nothing was accepted, retry later")
+		}
+		rq.txn = t
+	}
+	if err := rq.txn.produce(rq.ctx, recs); err != nil {
+		rq.abort()
+		return unavailable(err)
+	}
+	return nil
+}
+
+func (rq *request) commit() error {
+	start := time.Now()
+	err := rq.txn.commit(rq.ctx)
+	rq.offsets = rq.txn.last
+	rq.txn = nil
+	if err != nil {
+		rq.in.logger.Warn("observations not committed to Kafka; answered 503", "err", err)
+		return unavailable(err)
+	}
+	rq.in.m.produce.Observe(time.Since(start).Seconds())
+	return nil
+}
+
+func (rq *request) abort() {
+	if rq.txn != nil {
+		rq.txn.abort()
+		rq.txn = nil
+	}
+}

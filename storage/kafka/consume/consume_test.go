@@ -1,0 +1,434 @@
+package consume_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"carehub/storage/kafka/consume"
+	"carehub/storage/kafka/kafkatest"
+)
+
+// A transactional session polls like a client: a consumer that commits in its transactions
+// runs on the runner without Commit.
+var _ consume.Source = (*kgo.GroupTransactSession)(nil)
+
+// env is one test's topic and group on its broker.
+type env struct {
+	t            *testing.T
+	topic, group string
+	adm          *kadm.Client
+}
+
+func newEnv(t *testing.T) *env {
+	t.Helper()
+	return &env{t: t, topic: kafkatest.Topic(t, "consume"), group: kafkatest.Group(t, "consume"), adm: kadm.NewClient(kafkatest.Client(t))}
+}
+
+// produce writes values to the topic, keyed so they spread over its partitions.
+func (e *env) produce(values ...string) {
+	e.t.Helper()
+	recs := make([]*kgo.Record, len(values))
+	for i, v := range values {
+		recs[i] = &kgo.Record{Topic: e.topic, Key: []byte(strconv.Itoa(i)), Value: []byte(v)}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := kafkatest.Client(e.t).ProduceSync(ctx, recs...).FirstErr(); err != nil {
+		e.t.Fatal(err)
+	}
+}
+
+func values(prefix string, n int) []string {
+	out := make([]string, n)
+	for i := range out {
+		out[i] = fmt.Sprintf("%s-%03d", prefix, i)
+	}
+	return out
+}
+
+// member is one running consumer of the group.
+type member struct {
+	cl       *kgo.Client
+	stop     func()
+	stopping chan struct{} // closed when stop has cancelled Run's context
+}
+
+// start runs a consumer of e's group with h (Commit added) until stop; max is the poll size.
+func (e *env) start(cfg consume.Config, h consume.Handler) *member {
+	e.t.Helper()
+	cl := kafkatest.Client(e.t, append(consume.GroupOpts(e.group, e.topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))...)
+	cfg.Name = "test"
+	r, err := consume.New(cl, cfg)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = r.Run(ctx, h, consume.Commit(cl, nil))
+	}()
+	var once sync.Once
+	stopping := make(chan struct{})
+	m := &member{cl: cl, stopping: stopping, stop: func() { once.Do(func() { cancel(); close(stopping); <-done; cl.Close() }) }}
+	e.t.Cleanup(m.stop)
+	return m
+}
+
+// caughtUp reports whether the group has committed every partition's end offset.
+func (e *env) caughtUp() bool {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	lag, err := e.adm.Lag(ctx, e.group)
+	if err != nil {
+		return false
+	}
+	l, ok := lag[e.group]
+	if !ok || l.Error() != nil || len(l.Lag[e.topic]) != kafkatest.Partitions {
+		return false
+	}
+	return l.Lag.Total() == 0
+}
+
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// effects is a handler's durable effect: how often each value was handled.
+type effects struct {
+	mu   sync.Mutex
+	seen map[string]int
+}
+
+func newEffects() *effects { return &effects{seen: map[string]int{}} }
+
+func (f *effects) add(recs ...*kgo.Record) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, r := range recs {
+		f.seen[string(r.Value)]++
+	}
+}
+
+func (f *effects) count(v string) int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.seen[v]
+}
+
+// each checks every value was handled, once when once is set.
+func (f *effects) each(t *testing.T, vals []string, once bool) {
+	t.Helper()
+	for _, v := range vals {
+		if n := f.count(v); n == 0 || (once && n != 1) {
+			t.Errorf("%s handled %d times", v, n)
+		}
+	}
+}
+
+func metric(t *testing.T, reg *prometheus.Registry, name string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var v float64
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "consumer" && l.GetValue() == "test" {
+					v += m.GetCounter().GetValue() + float64(m.GetHistogram().GetSampleCount())
+				}
+			}
+		}
+	}
+	return v
+}
+
+func noBackoff(int) time.Duration { return time.Millisecond }
+
+// A failing handler gets its batch again, from the batch's first record, until it succeeds:
+// nothing is skipped, nothing committed before the effect, and the failures are counted.
+func TestRetryThenSuccess(t *testing.T) {
+	e := newEnv(t)
+	vals := values("r", 60)
+	e.produce(vals...)
+	reg := prometheus.NewRegistry()
+	f := newEffects()
+	var mu sync.Mutex
+	calls := 0
+	e.start(consume.Config{MaxRecords: 7, Backoff: noBackoff, Registerer: reg}, func(_ context.Context, recs []*kgo.Record) error {
+		mu.Lock()
+		defer mu.Unlock()
+		calls++
+		if calls == 2 || calls == 3 { // the second batch fails twice, its first half "stored"
+			f.add(recs[:len(recs)/2]...)
+			return errors.New("store down")
+		}
+		f.add(recs...)
+		return nil
+	})
+	waitFor(t, "the group to commit every record", e.caughtUp)
+	f.each(t, vals, false)
+	if n := metric(t, reg, "carehub_consumer_failures_total"); n != 2 {
+		t.Errorf("failures counted: %v, want 2", n)
+	}
+	mu.Lock()
+	want := float64(calls)
+	mu.Unlock()
+	if n := metric(t, reg, "carehub_consumer_batches_total"); n != want {
+		t.Errorf("batches counted: %v, want %v (every handler call)", n, want)
+	}
+	if n := metric(t, reg, "carehub_consumer_handler_seconds"); n != want {
+		t.Errorf("handler latency samples: %v, want %v", n, want)
+	}
+	if n := metric(t, reg, "carehub_consumer_records_total"); n < float64(len(vals)) {
+		t.Errorf("records counted: %v, want at least %d", n, len(vals))
+	}
+}
+
+// A consumer stopped in the middle of a batch (its effect half done, nothing committed) leaves
+// the batch to the next member, which handles it again; the batches committed before are not
+// handed to anyone again, and no record is skipped.
+func TestCommitOnlyAfterEffect(t *testing.T) {
+	e := newEnv(t)
+	vals := values("c", 60)
+	e.produce(vals...)
+	first := newEffects()
+	var (
+		mu        sync.Mutex
+		calls     int
+		committed []*kgo.Record // the batches the first member finished
+		crashed   = make(chan struct{})
+	)
+	m := e.start(consume.Config{MaxRecords: 10}, func(ctx context.Context, recs []*kgo.Record) error {
+		mu.Lock()
+		defer mu.Unlock()
+		calls++
+		if calls < 3 {
+			first.add(recs...)
+			committed = append(committed, recs...)
+			return nil
+		}
+		// Half the batch is stored when the member is stopped: the store call is cut short.
+		first.add(recs[:len(recs)/2]...)
+		close(crashed)
+		mu.Unlock()
+		<-ctx.Done()
+		mu.Lock()
+		return ctx.Err()
+	})
+	<-crashed
+	m.stop()
+
+	second := newEffects()
+	e.start(consume.Config{MaxRecords: 10}, func(_ context.Context, recs []*kgo.Record) error {
+		second.add(recs...)
+		return nil
+	})
+	waitFor(t, "the second member to commit every record", e.caughtUp)
+	for _, v := range vals {
+		if first.count(v)+second.count(v) == 0 {
+			t.Errorf("%s was skipped", v)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	for _, r := range committed {
+		if n := second.count(string(r.Value)); n != 0 {
+			t.Errorf("%s was committed by the first member and handled again %d times", r.Value, n)
+		}
+	}
+}
+
+// A record the decoder rejects is counted, logged by position and never by value, and skipped:
+// it is committed with its batch and does not hold its partition.
+func TestPoisonSkippedAndCounted(t *testing.T) {
+	e := newEnv(t)
+	good := values("g", 40)
+	all := append([]string{"poison secret-1", "{secret"}, good[:20]...)
+	all = append(all, "poison secret-2", "poison secret-3")
+	all = append(all, good[20:]...)
+	e.produce(all...)
+	reg := prometheus.NewRegistry()
+	var logs bytes.Buffer
+	var mu sync.Mutex
+	logger := slog.New(slog.NewJSONHandler(&lockedWriter{w: &logs, mu: &mu}, nil))
+	f := newEffects()
+	cl := kafkatest.Client(t, append(consume.GroupOpts(e.group, e.topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))...)
+	r, err := consume.New(cl, consume.Config{Name: "test", MaxRecords: 9, Registerer: reg, Logger: logger})
+	if err != nil {
+		t.Fatal(err)
+	}
+	decode := func(b []byte) (string, error) {
+		if bytes.HasPrefix(b, []byte("poison")) {
+			return "", errors.New("not a value")
+		}
+		if b[0] == '{' {
+			var v struct{}
+			return "", json.Unmarshal(b, &v) // its error quotes the value's first bad character
+		}
+		return string(b), nil
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = r.Run(ctx, consume.Decode(r.Skip, decode, func(_ context.Context, vs []string) error {
+			for _, v := range vs {
+				f.add(&kgo.Record{Value: []byte(v)})
+			}
+			return nil
+		}), consume.Commit(cl, nil))
+	}()
+	defer func() { cancel(); <-done }()
+	waitFor(t, "the group to commit every record, poison included", e.caughtUp)
+	f.each(t, good, true)
+	if n := metric(t, reg, "carehub_consumer_poison_records_total"); n != 4 {
+		t.Errorf("poison records counted: %v, want 4", n)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if bytes.Contains(logs.Bytes(), []byte("secret")) || bytes.Contains(logs.Bytes(), []byte("'s'")) {
+		t.Errorf("a poison record's value reached the log:\n%s", logs.Bytes())
+	}
+	if n := bytes.Count(logs.Bytes(), []byte(`"offset"`)); n != 4 {
+		t.Errorf("%d poison records logged by offset, want 4:\n%s", n, logs.Bytes())
+	}
+}
+
+type lockedWriter struct {
+	w  *bytes.Buffer
+	mu *sync.Mutex
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
+}
+
+// gate holds a handler's first batch until open.
+type gate struct {
+	inHand, release chan struct{}
+	first, opened   sync.Once
+}
+
+func newGate() *gate { return &gate{inHand: make(chan struct{}), release: make(chan struct{})} }
+
+// hold, on the first call only, runs before, signals inHand and waits for open; it reports
+// whether it held.
+func (g *gate) hold(before func()) bool {
+	held := false
+	g.first.Do(func() {
+		held = true
+		if before != nil {
+			before()
+		}
+		close(g.inHand)
+		<-g.release
+	})
+	return held
+}
+
+func (g *gate) open() { g.opened.Do(func() { close(g.release) }) }
+
+// While a member handles a batch the group cannot move its partitions: a member that joins
+// waits (the group stays in PreparingRebalance) until the batch is handled and committed, and
+// then reads on from that commit. So a clean rebalance hands nothing over twice.
+func TestRebalanceWaitsForTheBatchInHand(t *testing.T) {
+	e := newEnv(t)
+	vals := values("b", 120)
+	e.produce(vals...)
+	f := newEffects()
+	g := newGate()
+	e.start(consume.Config{MaxRecords: 20}, func(_ context.Context, recs []*kgo.Record) error {
+		g.hold(nil)
+		f.add(recs...)
+		return nil
+	})
+	t.Cleanup(g.open) // before the member stops: a failed test must not leave it waiting
+	<-g.inHand
+	e.start(consume.Config{MaxRecords: 20}, func(_ context.Context, recs []*kgo.Record) error {
+		f.add(recs...)
+		return nil
+	})
+	waitFor(t, "the second member's join to wait on the batch in hand", func() bool {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		groups, err := e.adm.DescribeGroups(ctx, e.group)
+		return err == nil && groups[e.group].State == "PreparingRebalance"
+	})
+	// The group cannot complete the rebalance while the batch is in hand: sample it a while
+	// (with the guarantee broken it is Stable again within a heartbeat).
+	for range 40 {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		groups, err := e.adm.DescribeGroups(ctx, e.group)
+		cancel()
+		if err == nil && groups[e.group].State == "Stable" {
+			t.Fatal("the group rebalanced while a member had a batch in hand")
+		}
+		time.Sleep(25 * time.Millisecond)
+	}
+	g.open()
+	waitFor(t, "the group to commit every record", e.caughtUp)
+	f.each(t, vals, true)
+}
+
+// With a Drain, a member asked to stop while it handles a batch finishes the batch and commits
+// it: the next member handles none of it again. (Without one, the handler's context ends with
+// Run's, a store call is cut short, and the next owner redoes the batch.)
+func TestStopFinishesTheBatchInHand(t *testing.T) {
+	e := newEnv(t)
+	vals := values("s", 60)
+	e.produce(vals...)
+	f := newEffects()
+	g := newGate()
+	m := e.start(consume.Config{MaxRecords: 20, Drain: time.Minute}, func(ctx context.Context, recs []*kgo.Record) error {
+		held := g.hold(func() { f.add(recs[:len(recs)/2]...) }) // the first chunk is stored …
+		if !held {
+			f.add(recs...)
+			return nil
+		}
+		if err := ctx.Err(); err != nil { // … when the stop cuts the second short
+			return err
+		}
+		f.add(recs[len(recs)/2:]...)
+		return nil
+	})
+	t.Cleanup(g.open) // before the member stops: a failed test must not leave it waiting
+	<-g.inHand
+	stopped := make(chan struct{})
+	go func() { m.stop(); close(stopped) }()
+	<-m.stopping
+	g.open()
+	<-stopped
+	e.start(consume.Config{MaxRecords: 20}, func(_ context.Context, recs []*kgo.Record) error {
+		f.add(recs...)
+		return nil
+	})
+	waitFor(t, "the group to commit every record", e.caughtUp)
+	f.each(t, vals, true)
+}

@@ -1,0 +1,55 @@
+// Package consume is the one loop carehub's Kafka consumer groups run (the event log, audit,
+// webhook and workflow-trigger consumers): poll, hand the records to a Handler, and on failure
+// rewind and retry the batch with backoff. Middleware adds
+// the rest, one concern per file, watermill-style: Commit (offsets only after the effect), the
+// consumer's metrics, and Decode (poison records are skipped, never retried).
+//
+// # Contract
+//
+// A Handler receives the records of one poll, in partition order. It returns nil when the effect
+// of every record is durable (stored, produced, recorded); then Commit, when the consumer uses
+// it, commits the batch. It returns an error when any record's effect may be missing; then the
+// runner commits nothing, rewinds every partition of the batch to its first record
+// (kgo.Client.SetOffsets), lets a rebalance through, waits Config.Backoff and polls again, so
+// the same records come back (here or to the partitions' next owner) until the handler
+// succeeds. Handlers are therefore idempotent by a natural key: a batch may be handled again
+// after a failure, a crash, or a rebalance that found the batch's commit failed.
+//
+// # Rebalances
+//
+// The client must block rebalances while a poll is in hand (kgo.BlockRebalanceOnPoll; GroupOpts
+// sets it): from the poll that returns a batch until the batch is handled and committed, the
+// group cannot take partitions away. So a consumer never commits a partition it no longer owns,
+// and on a clean rebalance hands its partitions over with nothing handled-but-uncommitted (no
+// re-processing). The price is that a rebalance waits for the batch in hand, at most one handler
+// call. Retrying does not hold it: a failed batch is dropped and rewound before the runner waits,
+// so a store that is down for minutes does not keep the group from rebalancing. (Flushing from an
+// OnPartitionsRevoked callback instead runs concurrently with the poll loop and needs a lock
+// around the batch plus care for records polled just before the revoke; blocking is simpler to
+// reason about.)
+//
+// # Transactions
+//
+// A consumer that commits its offsets inside a Kafka transaction (kgo.GroupTransactSession:
+// produce what it derives and commit the input in one step) runs without Commit: its handler
+// ends the transaction, and an aborted transaction resets the session's offsets itself. The
+// runner polls through Source, which the session implements as well as a plain client. (The
+// observation writer, the one such consumer, still runs its own loop: it replaces a session
+// whose transaction failed beyond retrying, which the runner does not do yet.)
+//
+// # Not run here
+//
+// The workflow runner (processors/workflows/runner.go) is a work queue: its records start runs
+// that last minutes, executed concurrently, with offsets marked over the finished prefix of each
+// partition; blocking rebalances or the next poll on a batch's runs would stall the group. The
+// fan-out hub reads every partition from the end without a group: nothing to commit, retry or
+// rebalance.
+//
+// # Files
+//
+//	runner.go   Config, Runner, Run: the poll loop, rewind and backoff, draining at shutdown
+//	handler.go  Handler, Middleware, GroupOpts
+//	commit.go   Commit: commit a batch's offsets after its effect
+//	metrics.go  carehub_consumer_* by consumer: records, batches, failures, handler latency, poison
+//	poison.go   Decode: records the decoder rejects are logged by position, counted and skipped
+package consume
