@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // Message is one outbox row: what the relay produces once the transaction that appended it
@@ -24,6 +25,14 @@ type Message struct {
 // delivers on commit (and drops on rollback), so the relay wakes without polling. Nothing is
 // written when tx rolls back: a message exists exactly when the change that caused it commits.
 func Append(ctx context.Context, tx pgx.Tx, msgs ...Message) error {
+	return appendOn(ctx, tx, msgs)
+}
+
+// appendOn is Append on tx, or on a pool: one statement, so on a pool it is a transaction of
+// its own (and one round trip rather than begin, insert and commit).
+func appendOn(ctx context.Context, db interface {
+	Exec(context.Context, string, ...any) (pgconn.CommandTag, error)
+}, msgs []Message) error {
 	if len(msgs) == 0 {
 		return nil
 	}
@@ -47,7 +56,7 @@ with rows as (
 	returning 1
 )
 select pg_notify($5, '') from (select 1 from rows limit 1) as any_row`
-	if _, err := tx.Exec(ctx, q, ids, topics, keys, values, Channel); err != nil {
+	if _, err := db.Exec(ctx, q, ids, topics, keys, values, Channel); err != nil {
 		return fmt.Errorf("append to outbox: %w", err)
 	}
 	return nil

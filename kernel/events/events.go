@@ -224,25 +224,32 @@ func Decode(data []byte) (storage.Event, error) {
 // Append validates every event first and writes nothing if one is invalid. An event id already
 // in the outbox is an error (the unique constraint), which aborts tx: ids are minted by New.
 func Append(ctx context.Context, tx pgx.Tx, topic string, evs ...storage.Event) error {
-	if len(evs) == 0 {
-		return nil
-	}
-	if topic == "" {
-		return errors.New("append events: no topic")
-	}
-	msgs := make([]outbox.Message, len(evs))
-	for i, ev := range evs {
-		if err := Validate(ev); err != nil {
-			return fmt.Errorf("append events: %w", err)
-		}
-		value, err := json.Marshal(ev)
-		if err != nil {
-			return fmt.Errorf("append events: marshal %s: %w", ev.ID, err)
-		}
-		msgs[i] = outbox.Message{ID: ev.ID, Topic: topic, Key: ev.ProjectID, Value: value}
+	msgs, err := Messages(topic, evs...)
+	if err != nil {
+		return err
 	}
 	if err := outbox.Append(ctx, tx, msgs...); err != nil {
 		return fmt.Errorf("append events: %w", err)
 	}
 	return nil
+}
+
+// Messages returns the outbox messages of evs for topic, as Append writes them (for
+// outbox.Group, which writes them in a transaction of its own). It validates every event.
+func Messages(topic string, evs ...storage.Event) ([]outbox.Message, error) {
+	if len(evs) > 0 && topic == "" {
+		return nil, errors.New("append events: no topic")
+	}
+	msgs := make([]outbox.Message, len(evs))
+	for i, ev := range evs {
+		if err := Validate(ev); err != nil {
+			return nil, fmt.Errorf("append events: %w", err)
+		}
+		value, err := json.Marshal(ev)
+		if err != nil {
+			return nil, fmt.Errorf("append events: marshal %s: %w", ev.ID, err)
+		}
+		msgs[i] = outbox.Message{ID: ev.ID, Topic: topic, Key: ev.ProjectID, Value: value}
+	}
+	return msgs, nil
 }

@@ -72,7 +72,7 @@ func BenchmarkWriter(b *testing.B) {
 // obs.DefaultConcurrency) transactions at once, as the writer's chunks are. Report:
 // observations stored per second. BENCH_STORE=raw is the raw baseline: a plain COPY of the same
 // rows, in the same batches, into a table like observations (its indexes, no foreign keys, no
-// staging); BENCH_STORE=nofk is the writer's store with observations' foreign keys dropped.
+// staging).
 //
 //	go test -run '^$' -bench BenchmarkStore -benchtime 100000x ./processors/observations/
 func BenchmarkStore(b *testing.B) {
@@ -99,10 +99,6 @@ func BenchmarkStore(b *testing.B) {
 			}
 			_, err := e.pool.CopyFrom(ctx, pgx.Identifier{"raw_observations"}, cols, pgx.CopyFromRows(rows))
 			return err
-		}
-	case "nofk":
-		if _, err := e.pool.Exec(ctx, `alter table observations drop constraint observations_org_id_fkey, drop constraint observations_patient_id_fkey`); err != nil {
-			b.Fatal(err)
 		}
 	}
 	work := make(chan []observation.Message, len(msgs)/batch+1)

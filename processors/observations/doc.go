@@ -14,10 +14,13 @@
 //
 // Per poll (kgo.GroupTransactSession, rebalances held off while a poll is in hand):
 //
-//  1. Store: each partition's records, in chunks of at most ChunkSize, are Postgres
-//     transactions, up to Concurrency at once: COPY into a temporary table, then INSERT …
-//     ON CONFLICT (id) DO NOTHING, which also returns which rows are in observations now (new
-//     or stored before; a patient outside its organization never is).
+//  1. Store: the poll's records, in chunks of at most ChunkSize, are Postgres transactions,
+//     up to Concurrency at once: the chunk's patients are checked (and locked for key share)
+//     once, and the rows of patients of their organization are copied straight into
+//     observations. An id stored before (a poll read again) fails that COPY, and the chunk then
+//     goes through a temporary table and INSERT … ON CONFLICT (id) DO NOTHING, which also
+//     returns which rows are in observations now (new or stored before; a patient outside its
+//     organization never is).
 //  2. Emit: one Kafka transaction produces the event of every such observation — not only the
 //     new ones, so a poll re-read after a crash still emits what it did not commit — under the
 //     id EventID(observation id), and commits the poll's offsets.
@@ -34,7 +37,8 @@
 // # Files
 //
 //	writer.go   Writer: the consumer loop, chunks, the Kafka transaction
-//	store.go    the batch transaction (COPY, insert) and the device-event project
+//	store.go    the batch transaction (COPY, or staged insert) and the device-event project
+//	resource.go the stored columns and resource of a message
 //	event.go    the device.observation_received records
 //	metrics.go  Prometheus metrics
 package observations

@@ -15,3 +15,18 @@ func StoreFunc(pool *pgxpool.Pool) func(context.Context, []observation.Message) 
 		return err
 	}
 }
+
+// StorePaths returns the store's two ways of storing new observations on pool: the direct COPY
+// and the staged insert. Each returns how many of msgs it stored.
+func StorePaths(pool *pgxpool.Pool) (direct, staged func(context.Context, []observation.Message) (int, error)) {
+	s := newStore(pool)
+	direct = func(ctx context.Context, msgs []observation.Message) (int, error) {
+		res, err := s.copyNew(ctx, msgs)
+		return len(res.stored), err
+	}
+	staged = func(ctx context.Context, msgs []observation.Message) (int, error) {
+		res, err := s.writeTx(ctx, msgs, false)
+		return len(res.stored), err
+	}
+	return direct, staged
+}

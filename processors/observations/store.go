@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -83,16 +84,98 @@ returning id
 )
 select s.id, ins.id is not null from storable s left join ins on ins.id = s.id`
 
-// write stores msgs in one transaction. When Postgres refuses a value
-// (a data exception, SQLSTATE class 22: what a record that slipped past intake's checks could
-// carry), it stores the batch again one record at a time and skips the refused ones, so one
-// bad record never stalls the partition.
+// write stores msgs in one transaction. The common case, a chunk of new observations, is one
+// COPY straight into observations (copyNew). When that fails on something a staged insert sorts
+// out (an id stored before: a redelivered poll; a value Postgres refuses) the chunk goes through
+// the staging table: COPY into a temporary table, then INSERT … ON CONFLICT DO NOTHING. When
+// Postgres refuses a value there too (a data exception, SQLSTATE class 22: what a record that
+// slipped past intake's checks could carry), it stores the batch again one record at a time and
+// skips the refused ones, so one bad record never stalls the partition.
 func (s *store) write(ctx context.Context, msgs []observation.Message) (storeResult, error) {
-	res, err := s.writeTx(ctx, msgs, false)
+	res, err := s.copyNew(ctx, msgs)
+	if err == nil || !stagedInsertSolves(err) {
+		return res, err
+	}
+	res, err = s.writeTx(ctx, msgs, false)
 	if err != nil && isDataError(err) {
 		return s.writeTx(ctx, msgs, true)
 	}
 	return res, err
+}
+
+// copyNew stores msgs, all new, with one COPY into observations, in one transaction; an id
+// stored before fails it with unique_violation. Rows are copied in id order, so two concurrent
+// chunks that share an id wait on each other in one order and never deadlock. A repeated id
+// is stored once; a patient that is not its organization's is never stored (the check
+// insertIncoming makes by joining patients, made here by one lookup per chunk).
+func (s *store) copyNew(ctx context.Context, msgs []observation.Message) (storeResult, error) {
+	tx, err := s.pool.Begin(ctx)
+	if err != nil {
+		return storeResult{}, fmt.Errorf("store observations: begin: %w", err)
+	}
+	defer tx.Rollback(ctx) //nolint:errcheck // a no-op after Commit
+	orgOf, err := patientOrgs(ctx, tx, msgs)
+	if err != nil {
+		return storeResult{}, err
+	}
+	res := storeResult{present: make([]observation.Message, 0, len(msgs))}
+	seen := make(map[string]bool, len(msgs))
+	for i := range msgs {
+		switch m := &msgs[i]; {
+		case orgOf[m.PatientID] != m.OrgID:
+			res.unknownPatient++
+		case seen[m.ID]:
+			res.duplicates++
+		default:
+			seen[m.ID] = true
+			res.present = append(res.present, *m)
+		}
+	}
+	res.stored = res.present
+	rows := make([][]any, len(res.present))
+	for i := range res.present {
+		rows[i] = storedRow(&res.present[i])
+	}
+	slices.SortFunc(rows, func(a, b []any) int { return strings.Compare(a[0].(string), b[0].(string)) })
+	if _, err := tx.CopyFrom(ctx, pgx.Identifier{"observations"}, storedColumns, pgx.CopyFromRows(rows)); err != nil {
+		return storeResult{}, fmt.Errorf("store observations: copy: %w", err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return storeResult{}, fmt.Errorf("store observations: commit: %w", err)
+	}
+	return res, nil
+}
+
+// patientOrgs returns the organization of each patient of msgs that exists, and locks those
+// patients (for key share, as a foreign key would) until tx ends: a patient deleted meanwhile is
+// deleted before the lock (and not found) or after tx commits (and the delete fails on the
+// observations, schemas/postgres/0022).
+func patientOrgs(ctx context.Context, tx pgx.Tx, msgs []observation.Message) (map[string]string, error) {
+	ids := make([]string, 0, 64)
+	seen := make(map[string]bool, 64)
+	for i := range msgs {
+		if p := msgs[i].PatientID; !seen[p] {
+			seen[p] = true
+			ids = append(ids, p)
+		}
+	}
+	rows, _ := tx.Query(ctx, `select id, org_id from patients where id = any($1) for key share`, ids)
+	out := make(map[string]string, len(ids))
+	var id, org string
+	if _, err := pgx.ForEachRow(rows, []any{&id, &org}, func() error {
+		out[id] = org
+		return nil
+	}); err != nil {
+		return nil, fmt.Errorf("store observations: patients: %w", err)
+	}
+	return out, nil
+}
+
+// stagedInsertSolves reports whether the staged insert stores what a direct COPY could not: an
+// id stored before (unique_violation) or a value Postgres refuses (class 22).
+func stagedInsertSolves(err error) bool {
+	var pg *pgconn.PgError
+	return errors.As(err, &pg) && pg.Code == "23505" || isDataError(err)
 }
 
 func (s *store) writeTx(ctx context.Context, msgs []observation.Message, oneByOne bool) (storeResult, error) {
@@ -103,6 +186,9 @@ func (s *store) writeTx(ctx context.Context, msgs []observation.Message, oneByOn
 	defer tx.Rollback(ctx) //nolint:errcheck // a no-op after Commit
 	if _, err := tx.Exec(ctx, createIncoming); err != nil {
 		return storeResult{}, fmt.Errorf("store observations: %w", err)
+	}
+	if _, err := patientOrgs(ctx, tx, msgs); err != nil { // the lock; insertIncoming joins patients
+		return storeResult{}, err
 	}
 	var res storeResult
 	if !oneByOne {

@@ -74,12 +74,13 @@ type WriterConfig struct {
 // device.observation_received event for each one. Writers on several processors nodes share
 // the partitions through the consumer group.
 //
-// Per poll: the records, in chunks of at most ChunkSize, are Postgres transactions
-// (COPY into a temporary table, INSERT … ON CONFLICT (id) DO NOTHING), up to Concurrency at once; then one Kafka transaction
-// produces the events of every stored record of the poll, new or stored before, and commits the
-// poll's offsets (kgo.GroupTransactSession). A crash before that commit redelivers the poll,
-// which stores nothing twice and produces the same events again under the same ids in a new
-// transaction; the aborted one is never read (consumers read committed).
+// Per poll: the records, in chunks of at most ChunkSize, are Postgres transactions (a COPY
+// into observations; on a conflict, a staged INSERT … ON CONFLICT (id) DO NOTHING), up to
+// Concurrency at once; then one Kafka transaction produces the events of every stored record
+// of the poll, new or stored before, and commits the poll's offsets (kgo.GroupTransactSession).
+// A crash before that commit redelivers the poll, which stores nothing twice and produces the
+// same events again under the same ids in a new transaction; the aborted one is never read
+// (consumers read committed).
 type Writer struct {
 	cfg   WriterConfig
 	opts  []kgo.Opt

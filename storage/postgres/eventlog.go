@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"carehub/storage"
@@ -45,16 +46,19 @@ var eventColumns = []string{"id", "org_id", "project_id", "type", "source", "sev
 // inserted in id order, so concurrent appends of overlapping batches (two writers around a
 // rebalance) wait on each other instead of deadlocking.
 //
-// Batches of copyThreshold events or more are copied (COPY) into a temporary staging table and
-// moved with INSERT … SELECT … ON CONFLICT (id) DO NOTHING; smaller batches go in one
-// INSERT … SELECT FROM unnest(…) ON CONFLICT (id) DO NOTHING statement.
+// Batches of copyThreshold events or more are copied (COPY) straight into event_log, which
+// fails as a whole when one id is stored already; then, and only then, they are copied into a
+// temporary staging table and moved with INSERT … SELECT … ON CONFLICT (id) DO NOTHING. Smaller
+// batches go in one INSERT … SELECT FROM unnest(…) ON CONFLICT (id) DO NOTHING statement.
 func (l *EventLog) AppendEvents(ctx context.Context, events []storage.Event) error {
 	if len(events) == 0 {
 		return nil
 	}
 	var err error
 	if len(events) >= copyThreshold {
-		err = l.appendCopy(ctx, events)
+		if err = l.copyNew(ctx, events); isUniqueViolation(err) {
+			err = l.appendCopy(ctx, events) // stored before (a redelivery) or repeated in events
+		}
 	} else {
 		err = l.appendUnnest(ctx, events)
 	}
@@ -91,6 +95,28 @@ order by id
 on conflict (id) do nothing`,
 		id, org, project, typ, source, severity, payload, created)
 	return err
+}
+
+// copyNew copies events, in id order, straight into event_log: one statement, so all or none
+// are stored; an id stored already (or repeated in events) fails it with unique_violation.
+// Writing new events once instead of twice (staging table, then insert) is what the event log
+// writer does under load, where every batch is new.
+func (l *EventLog) copyNew(ctx context.Context, events []storage.Event) error {
+	order := make([]int, len(events))
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortFunc(order, func(a, b int) int { return strings.Compare(events[a].ID, events[b].ID) })
+	_, err := l.pool.CopyFrom(ctx, pgx.Identifier{"event_log"}, eventColumns, pgx.CopyFromSlice(len(order), func(i int) ([]any, error) {
+		ev := events[order[i]]
+		return []any{ev.ID, ev.OrgID, ev.ProjectID, ev.Type, ev.Source, ev.Severity, payloadOf(ev), ev.CreatedAt}, nil
+	}))
+	return err
+}
+
+func isUniqueViolation(err error) bool {
+	var pg *pgconn.PgError
+	return errors.As(err, &pg) && pg.Code == "23505"
 }
 
 func (l *EventLog) appendCopy(ctx context.Context, events []storage.Event) error {

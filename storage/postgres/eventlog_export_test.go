@@ -17,5 +17,8 @@ func (l *EventLog) AppendEventsUnnest(ctx context.Context, evs []storage.Event) 
 	return l.appendUnnest(ctx, evs)
 }
 
+// CopyThreshold is copyThreshold, for tests of the COPY path.
+const CopyThreshold = copyThreshold
+
 // EncodeCursor lets the benchmarks start a page anywhere in the log.
 func EncodeCursor(at time.Time, id string) string { return storage.EncodeCursor(at, id) }

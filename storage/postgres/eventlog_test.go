@@ -2,6 +2,7 @@ package postgres_test
 
 import (
 	"context"
+	"encoding/json"
 	"strings"
 	"testing"
 	"time"
@@ -101,5 +102,33 @@ from generate_series(1, 200000) as i`)
 				t.Errorf("plan does not walk %s in order:\n%s", tt.index, plan.String())
 			}
 		})
+	}
+}
+
+// TestAppendEventsCopyConflicts: a batch large enough to be copied straight into the log, that
+// holds an event stored before and an id twice, still stores every new event once and leaves
+// the stored one as it was (the direct COPY fails on the conflict; the staged insert skips it).
+func TestAppendEventsCopyConflicts(t *testing.T) {
+	pool := pgtest.New(t)
+	log := postgres.NewEventLog(pool)
+	ctx := context.Background()
+	now := time.Now().UTC()
+	evs := benchEvents(postgres.CopyThreshold+10, func(int) string { return "prj_1" }, func(j int) time.Time { return now.Add(time.Duration(j) * time.Millisecond) })
+	first := evs[500]
+	if err := log.AppendEvents(ctx, []storage.Event{first}); err != nil {
+		t.Fatal(err)
+	}
+	evs[500].Payload = json.RawMessage(`{"changed":true}`)
+	evs = append(evs, evs[7])
+	if err := log.AppendEvents(ctx, evs); err != nil {
+		t.Fatal(err)
+	}
+	var n, kept int
+	if err := pool.QueryRow(ctx, `select count(*), count(*) filter (where id = $1 and payload = $2::jsonb) from event_log`,
+		first.ID, string(first.Payload)).Scan(&n, &kept); err != nil {
+		t.Fatal(err)
+	}
+	if n != postgres.CopyThreshold+10 || kept != 1 {
+		t.Fatalf("%d events, stored one kept %d times; want %d and 1", n, kept, postgres.CopyThreshold+10)
 	}
 }

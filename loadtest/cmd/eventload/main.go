@@ -19,6 +19,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"os/signal"
 	"strings"
@@ -28,6 +29,8 @@ import (
 	"time"
 
 	"carehub/api/pipelinetest"
+	"carehub/kernel/access"
+	"carehub/loadtest"
 	"carehub/loadtest/loadcli"
 	loadreport "carehub/loadtest/report"
 )
@@ -63,7 +66,10 @@ func (c *config) validate() error {
 	return errors.Join(errs...)
 }
 
-func main() {
+func main() { os.Exit(eventload()) }
+
+// eventload runs the command and returns its exit code (after the -self node stopped).
+func eventload() int {
 	var cfg config
 	var keys string
 	flag.StringVar(&cfg.URL, "url", "http://127.0.0.1:8080", "base URL of a carehub node with the api role (loopback only)")
@@ -81,26 +87,88 @@ func main() {
 	jsonOut := flag.String("json", "", "also write the report as JSON to this file (- for stdout)")
 	results := flag.String("results", "", "write the report (JSON, PNG chart, HTML page) under this directory")
 	flag.BoolVar(&cfg.Quiet, "quiet", false, "no progress line on stderr")
+	self := flag.Bool("self", false, "start a carehub node in this process (embedded defaults, data under a new directory in /tmp, removed after) with keys of its own, and load it (-url and -key are ignored)")
+	suite := flag.Bool("suite", false, "run the event pipeline's figures one after another, each for -d: publish → log at 10/s, single publishEvent unpaced and at 80 %, arrays of 1,000 unpaced and at 80 % (-c, -rate, -sample, -batch are set per run)")
 	flag.Parse()
 	cfg.Keys = loadcli.Keys(keys)
-	if err := cfg.validate(); err != nil {
-		fmt.Fprintln(os.Stderr, "eventload:", err)
-		os.Exit(2)
-	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	if *self {
+		n, err := startSelf(ctx)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "eventload:", err)
+			return 1
+		}
+		defer n.Close()
+		cfg.URL, cfg.Keys = n.URL, n.Keys
+	}
+	if err := cfg.validate(); err != nil {
+		fmt.Fprintln(os.Stderr, "eventload:", err)
+		return 2
+	}
 	started := time.Now()
-	rep, err := run(ctx, cfg, os.Stderr)
+	var (
+		rep    loadcli.Printer
+		series []loadreport.Point
+		err    error
+	)
+	scenario := "events"
+	if *suite {
+		scenario = "events-suite"
+		var s *suiteReport
+		s, err = runSuite(ctx, cfg, os.Stderr)
+		rep, series = s, s.series
+	} else {
+		var r *report
+		r, err = run(ctx, cfg, os.Stderr)
+		if r != nil {
+			rep, series = r, r.Series
+		}
+	}
 	if rep != nil {
-		if ferr := loadcli.Finish(rep, *jsonOut, *results, loadreport.Report{Scenario: "events", Started: started, Unit: "events/s",
-			LagName: "samples not yet in the log", Series: rep.Series}); ferr != nil && err == nil {
+		if ferr := loadcli.Finish(rep, *jsonOut, *results, loadreport.Report{Scenario: scenario, Started: started, Unit: "events/s",
+			LagName: "samples not yet in the log", Series: series}); ferr != nil && err == nil {
 			err = ferr
 		}
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "eventload:", err)
-		os.Exit(1)
+		return 1
 	}
+	return 0
+}
+
+// selfKeys is how many keys -self creates: the per-key limit (50/s) times this is the most a
+// run can publish, far above what one node does on a small machine.
+const selfKeys = 120
+
+// startSelf starts the -self node under a new directory in /tmp, removed when it closes.
+func startSelf(ctx context.Context) (*selfNode, error) {
+	dir, err := os.MkdirTemp("/tmp", "carehub-eventload-")
+	if err != nil {
+		return nil, err
+	}
+	// The embedded Postgres runs as user postgres when we are root: it must traverse dir.
+	if err := os.Chmod(dir, 0o755); err != nil {
+		return nil, err
+	}
+	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))
+	n, err := loadtest.StartNode(ctx, dir, selfKeys, logger, access.ExecWorkflows)
+	if err != nil {
+		_ = os.RemoveAll(dir)
+		return nil, err
+	}
+	return &selfNode{Node: n, dir: dir}, nil
+}
+
+type selfNode struct {
+	*loadtest.Node
+	dir string
+}
+
+func (n *selfNode) Close() {
+	n.Node.Close()
+	_ = os.RemoveAll(n.dir)
 }
 
 // sample is one publish whose visibility is measured.
@@ -320,6 +388,7 @@ func run(ctx context.Context, cfg config, logw io.Writer) (*report, error) {
 	mu.Lock()
 	var visible []time.Duration
 	unseen := 0
+	var lastSeen time.Time
 	for _, s := range samples {
 		switch {
 		case s.sent.IsZero():
@@ -327,6 +396,9 @@ func run(ctx context.Context, cfg config, logw io.Writer) (*report, error) {
 			unseen++
 		default:
 			visible = append(visible, s.seen.Sub(s.sent))
+			if s.seen.After(lastSeen) {
+				lastSeen = s.seen
+			}
 		}
 	}
 	callDist, visDist := loadcli.Ms(callTimes), loadcli.Ms(visible)
@@ -336,6 +408,9 @@ func run(ctx context.Context, cfg config, logw io.Writer) (*report, error) {
 	rep.Published, rep.Failed, rep.RateLimited = published.Load(), failed.Load(), limited.Load()
 	rep.PublishesPerSec = float64(rep.Published) / elapsed.Seconds()
 	rep.CallsPerSec = float64(calls.Load()) / elapsed.Seconds()
+	if unseen == 0 && !lastSeen.IsZero() {
+		rep.LoggedPerSec = float64(rep.Published) / lastSeen.Sub(began).Seconds()
+	}
 	rep.Publish = callDist
 	rep.Visible = visDist
 	rep.Unseen, rep.Reads, rep.ReadErrors = unseen, reads, readErrors
@@ -376,28 +451,32 @@ func run(ctx context.Context, cfg config, logw io.Writer) (*report, error) {
 
 // report is what a run measured. Latencies are in milliseconds.
 type report struct {
-	URL             string         `json:"url"`
-	Project         string         `json:"project"`
-	Types           []string       `json:"types"`
-	Clients         int            `json:"clients"`
-	Keys            int            `json:"publishingKeys"`
-	ReaderKeyShared bool           `json:"readerKeyShared"`
-	Duration        string         `json:"duration"`
-	TargetRate      float64        `json:"targetRate,omitempty"`
-	Elapsed         string         `json:"elapsed"`
-	Published       int64          `json:"published"`
-	Failed          int64          `json:"failed"`
-	RateLimited     int64          `json:"rateLimited"`
-	FirstError      string         `json:"firstError,omitempty"`
-	Batch           int            `json:"batch"`
-	PublishesPerSec float64        `json:"publishesPerSec"` // events
-	CallsPerSec     float64        `json:"callsPerSec"`
-	Publish         loadcli.MsDist `json:"publishMs"`
-	Visible         loadcli.MsDist `json:"publishToVisibleMs"`
-	Unseen          int            `json:"sampledUnseen"`
-	Reads           int            `json:"logReads"`
-	ReadErrors      int            `json:"logReadErrors"`
-	InLog           int64          `json:"inLog"`
+	URL             string   `json:"url"`
+	Project         string   `json:"project"`
+	Types           []string `json:"types"`
+	Clients         int      `json:"clients"`
+	Keys            int      `json:"publishingKeys"`
+	ReaderKeyShared bool     `json:"readerKeyShared"`
+	Duration        string   `json:"duration"`
+	TargetRate      float64  `json:"targetRate,omitempty"`
+	Elapsed         string   `json:"elapsed"`
+	Published       int64    `json:"published"`
+	Failed          int64    `json:"failed"`
+	RateLimited     int64    `json:"rateLimited"`
+	FirstError      string   `json:"firstError,omitempty"`
+	Batch           int      `json:"batch"`
+	PublishesPerSec float64  `json:"publishesPerSec"` // events
+	CallsPerSec     float64  `json:"callsPerSec"`
+	// LoggedPerSec is the events published ÷ the time from the start until the last sample
+	// was visible in the log: the rate into the log, drain included (0 when a sample was not
+	// seen). It is the log's rate when the samples include the last calls (-sample 1).
+	LoggedPerSec float64        `json:"loggedPerSec,omitempty"`
+	Publish      loadcli.MsDist `json:"publishMs"`
+	Visible      loadcli.MsDist `json:"publishToVisibleMs"`
+	Unseen       int            `json:"sampledUnseen"`
+	Reads        int            `json:"logReads"`
+	ReadErrors   int            `json:"logReadErrors"`
+	InLog        int64          `json:"inLog"`
 	// Series is the run second by second (events/s acknowledged, publish call latency, sampled
 	// events not yet visible in the log), for loadtest/report's chart.
 	Series []loadreport.Point `json:"-"`
@@ -413,6 +492,9 @@ func (r *report) Print(w io.Writer) {
 	}
 	fmt.Fprintf(w, "publish call   %v\n", r.Publish)
 	fmt.Fprintf(w, "publish→log    %v (sampled; %d unseen; %d reads, %d failed)\n", r.Visible, r.Unseen, r.Reads, r.ReadErrors)
+	if r.LoggedPerSec > 0 {
+		fmt.Fprintf(w, "into the log   %.1f events/s (published ÷ start to the last sample visible)\n", r.LoggedPerSec)
+	}
 	fmt.Fprintf(w, "in the log     %d of %d acknowledged\n", r.InLog, r.Published)
 }
 

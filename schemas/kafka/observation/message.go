@@ -43,47 +43,47 @@ var ErrInvalidMessage = errors.New("invalid observation message")
 // observations a second that difference is a core.
 func (m *Message) AppendJSON(b []byte) []byte {
 	b = append(b, `{"id":`...)
-	b = appendString(b, m.ID)
+	b = AppendString(b, m.ID)
 	b = append(b, `,"orgId":`...)
-	b = appendString(b, m.OrgID)
+	b = AppendString(b, m.OrgID)
 	b = append(b, `,"patientId":`...)
-	b = appendString(b, m.PatientID)
+	b = AppendString(b, m.PatientID)
 	b = append(b, `,"receivedAt":"`...)
 	b = m.ReceivedAt.UTC().AppendFormat(b, time.RFC3339Nano)
 	b = append(b, `","observation":`...)
 	b = append(b, m.Observation...)
 	b = append(b, `,"status":`...)
-	b = appendString(b, m.Status)
+	b = AppendString(b, m.Status)
 	if m.LOINC != "" {
 		b = append(b, `,"loinc":`...)
-		b = appendString(b, m.LOINC)
+		b = AppendString(b, m.LOINC)
 	}
 	b = append(b, `,"code":`...)
-	b = appendString(b, m.Code)
+	b = AppendString(b, m.Code)
 	b = append(b, `,"value":`...)
 	b = strconv.AppendFloat(b, m.Value, 'g', -1, 64)
 	if m.NoValue {
 		b = append(b, `,"noValue":true`...)
 	}
 	b = append(b, `,"unit":`...)
-	b = appendString(b, m.Unit)
+	b = AppendString(b, m.Unit)
 	b = append(b, `,"effectiveAt":"`...)
 	b = m.EffectiveAt.UTC().AppendFormat(b, time.RFC3339Nano)
 	b = append(b, '"')
 	if m.DeviceType != "" {
 		b = append(b, `,"deviceType":`...)
-		b = appendString(b, m.DeviceType)
+		b = AppendString(b, m.DeviceType)
 	}
 	if m.ClientID != "" {
 		b = append(b, `,"clientId":`...)
-		b = appendString(b, m.ClientID)
+		b = AppendString(b, m.ClientID)
 	}
 	return append(b, '}')
 }
 
-// appendString appends s as a JSON string. s is valid UTF-8 (it came out of a JSON decoder);
+// AppendString appends s as a JSON string. s is valid UTF-8 (it came out of a JSON decoder);
 // only the characters JSON requires escaping are escaped.
-func appendString(b []byte, s string) []byte {
+func AppendString(b []byte, s string) []byte {
 	const hex = "0123456789abcdef"
 	b = append(b, '"')
 	start := 0

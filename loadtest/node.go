@@ -1,0 +1,57 @@
+package loadtest
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"path/filepath"
+	"time"
+
+	"carehub/api/auth"
+	"carehub/cmd/carehub/node"
+	"carehub/kernel/access"
+	"carehub/kernel/demo"
+)
+
+// Node is a whole carehub node in process for -self runs of the API scenarios (eventload):
+// what `carehub serve` runs on its embedded defaults (local Postgres, durable; kfake; the event
+// log in Postgres), on a loopback port, with API keys of the demo organization.
+type Node struct {
+	URL  string
+	Keys []string // live demo-health keys with the scopes asked for
+	n    *node.Node
+}
+
+// StartNode starts a node with its data under dataDir and creates keys API keys with scopes.
+// Close stops it.
+func StartNode(ctx context.Context, dataDir string, keys int, logger *slog.Logger, scopes ...string) (*Node, error) {
+	cfg := node.Defaults()
+	cfg.DataDir, cfg.HTTPAddr, cfg.LogLevel, cfg.AccessLog = filepath.Join(dataDir, "node"), "127.0.0.1:0", "warn", "off"
+	n, err := node.Start(ctx, cfg, logger)
+	if err != nil {
+		return nil, fmt.Errorf("start carehub: %w", err)
+	}
+	out := &Node{URL: n.URL(), n: n}
+	var orgID string
+	if err := n.Pool().QueryRow(ctx, `select id from organizations where slug = $1`, demo.DemoOrgSlug).Scan(&orgID); err != nil {
+		out.Close()
+		return nil, fmt.Errorf("demo organization: %w", err)
+	}
+	ks := auth.NewKeys(n.Pool())
+	for i := range keys {
+		k, err := ks.Create(ctx, auth.NewKey{OrgID: orgID, Mode: access.Live, Name: fmt.Sprintf("load %d", i), Scopes: scopes})
+		if err != nil {
+			out.Close()
+			return nil, fmt.Errorf("create key: %w", err)
+		}
+		out.Keys = append(out.Keys, k.Secret)
+	}
+	return out, nil
+}
+
+// Close stops the node.
+func (n *Node) Close() {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	_ = n.n.Close(ctx)
+}
