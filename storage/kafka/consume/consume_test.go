@@ -15,7 +15,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"carehub/storage/kafka"
 	"carehub/storage/kafka/consume"
 	"carehub/storage/kafka/kafkatest"
 )
@@ -431,4 +433,71 @@ func TestStopFinishesTheBatchInHand(t *testing.T) {
 	})
 	waitFor(t, "the group to commit every record", e.caughtUp)
 	f.each(t, vals, true)
+}
+
+// A transactional consumer whose session fails beyond retrying (here: fenced by another
+// producer taking its transactional id while a batch is in hand) gets a new session with the
+// same id and goes on: every record's output is committed exactly once, with the input's
+// offsets, and the failed session's batch is read again rather than lost.
+func TestTransactRenewedAfterAFatalError(t *testing.T) {
+	e := newEnv(t)
+	out := kafkatest.Topic(t, "consume-out")
+	vals := values("x", 80)
+	e.produce(vals...)
+	txnID := kafkatest.Name(t, "consume-txn")
+	builds := 0
+	src, err := consume.NewTransact(func() (*kgo.GroupTransactSession, error) {
+		builds++
+		return kafka.NewGroupTransactSession(kafka.ClientConfig{Brokers: kafkatest.Brokers(t), ClientID: "consume-test"},
+			append(consume.GroupOpts(e.group, e.topic), kgo.TransactionalID(txnID), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))...)
+	}, 30*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := consume.New(src, consume.Config{Name: "test", MaxRecords: 10, Backoff: noBackoff})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := newGate()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = r.Run(ctx, func(ctx context.Context, recs []*kgo.Record) error {
+			g.hold(nil)
+			outs := make([]*kgo.Record, len(recs))
+			for i, rec := range recs {
+				outs[i] = &kgo.Record{Topic: out, Key: rec.Key, Value: rec.Value}
+			}
+			return src.Session().ProduceSync(ctx, outs...).FirstErr()
+		}, src.Transaction)
+	}()
+	t.Cleanup(func() { g.open(); cancel(); <-done; src.Close() })
+
+	<-g.inHand
+	// Another producer initializes the transactional id: the session in use is fenced, and no
+	// transaction of it can end any more.
+	fence := kmsg.NewPtrInitProducerIDRequest()
+	fence.TransactionalID = &txnID
+	fence.TransactionTimeoutMillis = 10_000
+	if resp, err := fence.RequestWith(context.Background(), kafkatest.Client(t)); err != nil || resp.ErrorCode != 0 {
+		t.Fatalf("fencing the session: %v, code %d", err, resp.ErrorCode)
+	}
+	g.open()
+
+	waitFor(t, "the group to commit every record", e.caughtUp)
+	seen := map[string]int{}
+	for _, rec := range kafkatest.ReadAll(t, out) {
+		seen[string(rec.Value)]++
+	}
+	for _, v := range vals {
+		if seen[v] != 1 {
+			t.Errorf("%s output %d times, want once", v, seen[v])
+		}
+	}
+	cancel()
+	<-done
+	if builds < 2 {
+		t.Errorf("the session was built %d times: the fenced one was not replaced", builds)
+	}
 }
