@@ -1,7 +1,6 @@
 package observations
 
 import (
-	"carehub/schemas/kafka/observation"
 	"cmp"
 	"context"
 	"crypto/rand"
@@ -16,7 +15,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"carehub/schemas/kafka/observation"
 	"carehub/storage/kafka"
+	"carehub/storage/kafka/consume"
 )
 
 // DefaultGroup is the consumer group of the observation writer. Intake watches its lag for
@@ -30,8 +31,9 @@ const (
 	DefaultChunkSize = 1000
 	// DefaultConcurrency is how many chunks one writer stores at once.
 	DefaultConcurrency = 3
-	// DefaultStoreTimeout bounds one attempt to store a batch. An attempt that has begun is
-	// finished even when the writer is asked to stop, so a clean shutdown redelivers nothing.
+	// DefaultStoreTimeout bounds one attempt to store a chunk, and producing and committing a
+	// poll's events. A poll in hand is finished even when the writer is asked to stop (the
+	// runner's Drain), so a clean shutdown redelivers nothing.
 	DefaultStoreTimeout = 15 * time.Second
 	transactionTimeout  = 10 * time.Second
 )
@@ -55,12 +57,14 @@ type WriterConfig struct {
 	// after the transaction timeout; default: random per process.
 	TransactionalID string
 	MaxBatch        int // most records one poll returns; default DefaultMaxBatch
-	// ChunkSize is the most records of one Postgres transaction: a poll's records are stored
-	// poll is split into chunks of at most ChunkSize (and into Concurrency chunks when it is large enough); default DefaultChunkSize.
+	// ChunkSize is the most records of one Postgres transaction: a poll is split into chunks of
+	// at most ChunkSize (and into Concurrency chunks when it is large enough); default
+	// DefaultChunkSize.
 	ChunkSize int
 	// Concurrency is how many chunks are stored at once, each in a transaction of its own;
 	// default DefaultConcurrency. It needs as many pool connections.
-	Concurrency  int
+	Concurrency int
+	// StoreTimeout: default DefaultStoreTimeout.
 	StoreTimeout time.Duration
 	// SessionTimeout is how long the group waits for a member that stopped heartbeating (a
 	// killed process) before its partitions move; default franz-go's 45 s. Brokers refuse
@@ -74,22 +78,24 @@ type WriterConfig struct {
 // device.observation_received event for each one. Writers on several processors nodes share
 // the partitions through the consumer group.
 //
-// Per poll: the records, in chunks of at most ChunkSize, are Postgres transactions (a COPY
-// into observations; on a conflict, a staged INSERT … ON CONFLICT (id) DO NOTHING), up to
-// Concurrency at once; then one Kafka transaction produces the events of every stored record
-// of the poll, new or stored before, and commits the poll's offsets (kgo.GroupTransactSession).
-// A crash before that commit redelivers the poll, which stores nothing twice and produces the
-// same events again under the same ids in a new transaction; the aborted one is never read
-// (consumers read committed).
+// Its loop is storage/kafka/consume's runner on a transactional source (consume.Transact). Per
+// poll, in one Kafka transaction (the runner's Transaction middleware begins and ends it): the
+// records, in chunks of at most ChunkSize, are Postgres transactions (a COPY into observations;
+// on a conflict, a staged INSERT … ON CONFLICT (id) DO NOTHING), up to Concurrency at once;
+// then the transaction produces the events of every stored record of the poll, new or stored
+// before, and commits the poll's offsets. A failed poll aborts the transaction and is read
+// again after a backoff; a crash before the commit redelivers the poll, which stores nothing
+// twice and produces the same events again under the same ids in a new transaction; the
+// aborted one is never read (consumers read committed). A session whose transaction failed
+// beyond retrying is replaced by a new one with the same transactional id.
 type Writer struct {
 	cfg   WriterConfig
-	opts  []kgo.Opt
+	src   *consume.Transact
+	r     *consume.Runner
 	store *store
 
-	sess   *kgo.GroupTransactSession
 	logger *slog.Logger
 	m      *writerMetrics
-	once   sync.Once
 }
 
 // NewWriter returns a Writer; Run runs it.
@@ -135,9 +141,7 @@ func NewWriter(cfg WriterConfig) (*Writer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("observation writer: %w", err)
 	}
-	opts := []kgo.Opt{
-		kgo.ConsumerGroup(cfg.Group),
-		kgo.ConsumeTopics(cfg.Topic),
+	opts := append(consume.GroupOpts(cfg.Group, cfg.Topic),
 		kgo.TransactionalID(cfg.TransactionalID),
 		// A transaction only produces a poll's events and commits its offsets. A killed writer's
 		// open one holds back readers of the events topic (read committed) until it is fenced
@@ -147,148 +151,109 @@ func NewWriter(cfg WriterConfig) (*Writer, error) {
 		// committed: an aborted request (413, client gone, broker failure) is never stored.
 		// A new group starts at the beginning: every observation on the topic was answered 202.
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
-		// A batch in hand is finished before its partitions move, so a rebalance aborts
-		// nothing that is in progress.
-		kgo.BlockRebalanceOnPoll(),
-	}
+	)
 	if cfg.SessionTimeout > 0 {
 		opts = append(opts, kgo.SessionTimeout(cfg.SessionTimeout), kgo.HeartbeatInterval(min(3*time.Second, cfg.SessionTimeout/3)))
 	}
-	w := &Writer{cfg: cfg, opts: opts, store: newStore(cfg.Pool), logger: logger, m: m}
-	if w.sess, err = w.newSession(); err != nil {
+	src, err := consume.NewTransact(func() (*kgo.GroupTransactSession, error) {
+		return kafka.NewGroupTransactSession(kafka.ClientConfig{Brokers: cfg.Brokers, ClientID: cfg.ClientID,
+			Registerer: cfg.Registerer, Logger: cfg.Logger}, opts...)
+	}, cfg.StoreTimeout)
+	if err != nil {
 		m.unregister(cfg.Registerer)
 		return nil, fmt.Errorf("observation writer: %w", err)
 	}
-	return w, nil
-}
-
-func (w *Writer) newSession() (*kgo.GroupTransactSession, error) {
-	return kafka.NewGroupTransactSession(kafka.ClientConfig{Brokers: w.cfg.Brokers, ClientID: w.cfg.ClientID,
-		Registerer: w.cfg.Registerer, Logger: w.cfg.Logger}, w.opts...)
+	// Drain: a poll in hand at shutdown is stored and committed (each store attempt and the
+	// transaction's end are bounded by StoreTimeout), so a clean stop redelivers nothing.
+	r, err := consume.New(src, consume.Config{Name: "observations", MaxRecords: cfg.MaxBatch, Drain: cfg.StoreTimeout,
+		Logger: logger, Registerer: cfg.Registerer})
+	if err != nil {
+		src.Close()
+		m.unregister(cfg.Registerer)
+		return nil, fmt.Errorf("observation writer: %w", err)
+	}
+	return &Writer{cfg: cfg, src: src, r: r, store: newStore(cfg.Pool), logger: logger, m: m}, nil
 }
 
 // Run consumes until ctx is done, then leaves the group and closes the client; it returns
-// ctx's error. A Kafka transaction that fails beyond retrying closes the session and starts a
-// new one (same transactional id, which fences the old one) after a pause. A Writer runs once.
+// ctx's error. A Writer runs once.
 func (w *Writer) Run(ctx context.Context) error {
 	defer w.Close()
-	for failures := 0; ; failures++ {
-		err := w.runSession(ctx)
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
-		wait := min(time.Second<<min(failures, 5), 30*time.Second)
-		w.logger.Error("observation writer session failed; starting a new one", "err", err, "retry_in", wait.String())
-		w.Close()
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(wait):
-		}
-		sess, err := w.newSession()
-		if err != nil {
-			w.logger.Error("observation writer: new session", "err", err)
-			continue
-		}
-		w.sess, w.once = sess, sync.Once{}
+	if err := w.r.Run(ctx, w.handle, w.src.Transaction); err != nil {
+		return err
 	}
+	return ctx.Err()
 }
 
-func (w *Writer) runSession(ctx context.Context) error {
-	for {
-		fetches := w.sess.PollRecords(ctx, w.cfg.MaxBatch)
-		if fetches.IsClientClosed() {
-			return errors.New("observation writer: client closed")
-		}
-		fetches.EachError(func(topic string, partition int32, err error) {
-			if !errors.Is(err, context.Canceled) {
-				w.logger.Warn("observation fetch failed", "topic", topic, "partition", partition, "err", err)
-			}
-		})
-		if recs := fetches.Records(); len(recs) > 0 {
-			if err := w.handle(ctx, recs); err != nil {
-				w.sess.AllowRebalance()
-				return err
-			}
-		}
-		w.sess.AllowRebalance()
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
-	}
-}
-
-// handle stores one poll's records, then produces their events and commits their offsets in
-// one Kafka transaction. The records, in chunks of at most ChunkSize, are
-// Postgres transactions, up to Concurrency at once. When storing is cut short (ctx done) the Kafka transaction is aborted and the whole
-// poll is redelivered, which stores nothing twice.
+// handle stores one poll's records, then produces their events in the poll's Kafka transaction
+// (the Transaction middleware commits it with the poll's offsets when handle returns nil). The
+// records, in chunks of at most ChunkSize, are Postgres transactions, up to Concurrency at
+// once. A chunk that fails fails the poll: the transaction aborts and the whole poll is read
+// again, which stores nothing twice.
 func (w *Writer) handle(ctx context.Context, recs []*kgo.Record) error {
 	groups := chunks(recs, w.cfg.ChunkSize, w.cfg.Concurrency)
 	results := make([]storeResult, len(groups))
 	errs := make([]error, len(groups))
+	storeGroup := func(i int) {
+		errs[i] = consume.Decode(w.skip, observation.DecodeMessage, func(ctx context.Context, msgs []observation.Message) (err error) {
+			results[i], err = w.storeChunk(ctx, msgs)
+			return err
+		})(ctx, groups[i])
+	}
 	if len(groups) == 1 || w.cfg.Concurrency == 1 {
-		for i, g := range groups {
-			if results[i], errs[i] = w.handleGroup(ctx, g); errs[i] != nil {
+		for i := range groups {
+			if storeGroup(i); errs[i] != nil {
 				break
 			}
 		}
 	} else {
 		sem := make(chan struct{}, w.cfg.Concurrency)
 		var wg sync.WaitGroup
-		for i, g := range groups {
+		for i := range groups {
 			sem <- struct{}{}
 			wg.Go(func() {
 				defer func() { <-sem }()
-				results[i], errs[i] = w.handleGroup(ctx, g)
+				storeGroup(i)
 			})
 		}
 		wg.Wait()
 	}
-	var present []observation.Message
-	for i := range groups {
-		if errs[i] != nil {
-			return errs[i] // offsets stay where they were: the poll is read again
-		}
-		present = append(present, results[i].present...)
+	if err := errors.Join(errs...); err != nil {
+		return err
 	}
-	// Not ctx: a stored batch's events and offsets are worth committing during shutdown too.
-	ectx, cancel := context.WithTimeout(context.WithoutCancel(ctx), w.cfg.StoreTimeout)
+	if w.cfg.DisableEvents {
+		return nil
+	}
+	var present []observation.Message
+	for _, res := range results {
+		present = append(present, res.present...)
+	}
+	return w.emit(ctx, present)
+}
+
+// emit produces the events of present in the poll's transaction.
+func (w *Writer) emit(ctx context.Context, present []observation.Message) error {
+	if len(present) == 0 {
+		return nil
+	}
+	// Not ctx alone: a stored batch's events are worth committing during shutdown too.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), w.cfg.StoreTimeout)
 	defer cancel()
-	committed, err := w.emit(ectx, present)
+	projects, err := w.store.projects.resolve(ctx, w.cfg.Pool, present)
 	if err != nil {
 		return err
 	}
-	if !committed {
-		// A rebalance or a failed produce: the offsets were reset to the last commit and the
-		// records come again.
-		w.logger.Warn("observation batch not committed; it is read again", "records", len(recs))
-		return nil
+	recs, err := receivedRecords(w.cfg.EventsTopic, present, projects)
+	if err != nil {
+		return err
 	}
-	return nil
-}
-
-// emit produces the events of present in a transaction that also commits the poll's offsets,
-// and reports whether it committed.
-func (w *Writer) emit(ctx context.Context, present []observation.Message) (bool, error) {
-	var recs []*kgo.Record
-	if !w.cfg.DisableEvents && len(present) > 0 {
-		projects, err := w.store.projects.resolve(ctx, w.cfg.Pool, present)
-		if err != nil {
-			return false, err
-		}
-		if recs, err = receivedRecords(w.cfg.EventsTopic, present, projects); err != nil {
-			return false, err
-		}
-	}
-	if err := w.sess.Begin(); err != nil {
-		return false, fmt.Errorf("observation writer: begin transaction: %w", err)
-	}
+	sess := w.src.Session()
 	var (
 		mu         sync.Mutex
 		produceErr error
 	)
 	for _, r := range recs {
-		w.sess.Produce(ctx, r, func(_ *kgo.Record, err error) {
+		sess.Produce(ctx, r, func(_ *kgo.Record, err error) {
 			if err != nil {
 				mu.Lock()
 				produceErr = cmp.Or(produceErr, err)
@@ -296,18 +261,13 @@ func (w *Writer) emit(ctx context.Context, present []observation.Message) (bool,
 			}
 		})
 	}
-	_ = w.sess.Client().Flush(ctx) // a failure shows in the promises
+	_ = sess.Client().Flush(ctx) // a failure shows in the promises
 	mu.Lock()
-	try := kgo.TransactionEndTry(produceErr == nil)
-	mu.Unlock()
+	defer mu.Unlock()
 	if produceErr != nil {
-		w.logger.Warn("producing observation events failed; aborting the batch", "err", produceErr)
+		return fmt.Errorf("observation writer: producing events: %w", produceErr)
 	}
-	committed, err := w.sess.End(ctx, try)
-	if err != nil {
-		return false, fmt.Errorf("observation writer: end transaction: %w", err)
-	}
-	return committed, nil
+	return nil
 }
 
 // minChunk is the fewest records worth a Postgres transaction of their own when a poll is
@@ -331,26 +291,25 @@ func chunks(recs []*kgo.Record, size, concurrency int) [][]*kgo.Record {
 	return append(out, recs)
 }
 
-// handleGroup decodes and stores one chunk of a poll.
-func (w *Writer) handleGroup(ctx context.Context, recs []*kgo.Record) (storeResult, error) {
-	msgs := make([]observation.Message, 0, len(recs))
-	for _, r := range recs {
-		m, err := observation.DecodeMessage(r.Value)
-		if err != nil {
-			// Never storable; logged by position, never by content (it carries patient data).
-			w.m.skipped.WithLabelValues("invalid_message").Inc()
-			w.logger.Error("invalid observation message skipped", "topic", r.Topic, "partition", r.Partition, "offset", r.Offset, "err", errors.Unwrap(err))
-			continue
-		}
-		msgs = append(msgs, m)
-	}
-	if len(msgs) == 0 {
-		return storeResult{}, nil
-	}
-	res, err := w.storeWithRetry(ctx, msgs)
+// skip counts a record that is not an observation message; the runner logs it by position,
+// with the reason only (never the value, nor the decoder's detail: they carry patient data).
+func (w *Writer) skip(r *kgo.Record, err error) {
+	w.m.skipped.WithLabelValues("invalid_message").Inc()
+	w.r.Skip(r, errors.Unwrap(err))
+}
+
+// storeChunk stores one chunk's messages in one attempt bounded by StoreTimeout; a failure
+// fails the poll, which the runner reads again after a backoff.
+func (w *Writer) storeChunk(ctx context.Context, msgs []observation.Message) (storeResult, error) {
+	start := time.Now()
+	actx, cancel := context.WithTimeout(ctx, w.cfg.StoreTimeout)
+	res, err := w.store.write(actx, msgs)
+	cancel()
 	if err != nil {
-		return storeResult{}, err
+		return storeResult{}, fmt.Errorf("storing %d observations: %w", len(msgs), err)
 	}
+	w.m.batchSeconds.Observe(time.Since(start).Seconds())
+	w.m.batchSize.Observe(float64(len(msgs)))
 	// Counted as Postgres commits them: a batch whose Kafka transaction then aborts is read
 	// again and finds them stored (duplicates).
 	now := time.Now()
@@ -369,33 +328,6 @@ func (w *Writer) handleGroup(ctx context.Context, recs []*kgo.Record) (storeResu
 	return res, nil
 }
 
-// storeWithRetry stores msgs, retrying with backoff until Postgres confirms or ctx is done:
-// the offsets must not move past records that are not stored.
-func (w *Writer) storeWithRetry(ctx context.Context, msgs []observation.Message) (storeResult, error) {
-	backoff := 100 * time.Millisecond
-	for {
-		start := time.Now()
-		actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), w.cfg.StoreTimeout)
-		res, err := w.store.write(actx, msgs)
-		cancel()
-		if err == nil {
-			w.m.batchSeconds.Observe(time.Since(start).Seconds())
-			w.m.batchSize.Observe(float64(len(msgs)))
-			return res, nil
-		}
-		if ctx.Err() != nil {
-			return storeResult{}, ctx.Err()
-		}
-		w.logger.Error("storing observations failed; retrying", "records", len(msgs), "retry_in", backoff.String(), "err", err)
-		select {
-		case <-ctx.Done():
-			return storeResult{}, ctx.Err()
-		case <-time.After(backoff):
-		}
-		backoff = min(2*backoff, 5*time.Second)
-	}
-}
-
-// Close leaves the group (committing what is marked) and closes the client without running;
-// Run calls it on return. It is idempotent.
-func (w *Writer) Close() { w.once.Do(w.sess.Close) }
+// Close leaves the group and closes the client without running; Run calls it on return. It is
+// idempotent.
+func (w *Writer) Close() { w.src.Close() }

@@ -389,3 +389,49 @@ func TestWriterMetricsRegisterOnce(t *testing.T) {
 		t.Fatal("carehub_observations_stored_total is not registered")
 	}
 }
+
+// TestStoreFailureReadsThePollAgain has Postgres refuse the writer's inserts for a while: each
+// poll fails, its transaction aborts (no offsets, no events committed) and the poll is read
+// again, until Postgres accepts it; then every record is stored once with one event.
+func TestStoreFailureReadsThePollAgain(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	for _, sql := range []string{
+		`create table refuse_observations (since timestamptz)`,
+		`insert into refuse_observations values (now())`,
+		`create function refuse_observations() returns trigger language plpgsql as $$
+		 begin
+		   if exists (select 1 from refuse_observations) then raise exception 'refused by the test'; end if;
+		   return null;
+		 end $$`,
+		`create trigger refuse before insert on observations for each statement execute function refuse_observations()`,
+	} {
+		if _, err := e.pool.Exec(ctx, sql); err != nil {
+			t.Fatal(err)
+		}
+	}
+	msgs := make([]observation.Message, 500)
+	ids := make([]string, len(msgs))
+	for i := range msgs {
+		msgs[i] = message(e.orgA, e.patientA, float64(40+i%60))
+		ids[i] = msgs[i].ID
+	}
+	produce(t, e, encode(msgs...)...)
+	w := run(t, e, kafkatest.Group(t, "refused"))
+	waitFor(t, "polls to fail while Postgres refuses them", func() bool {
+		return w.counter(t, "carehub_consumer_failures_total", "consumer", "observations") >= 2
+	})
+	if n := count(t, e.pool, `select count(*) from observations`); n != 0 {
+		t.Fatalf("%d stored while refused", n)
+	}
+	if _, err := e.pool.Exec(ctx, `delete from refuse_observations`); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "every record stored", func() bool { return count(t, e.pool, `select count(*) from observations`) == len(msgs) })
+	if evs := events(t, e, ids...); len(evs) != len(msgs) {
+		t.Fatalf("%d events of %d", len(evs), len(msgs))
+	}
+	if s := w.counter(t, "carehub_observations_stored_total"); s != float64(len(msgs)) {
+		t.Fatalf("stored_total %v", s)
+	}
+}

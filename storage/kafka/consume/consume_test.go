@@ -15,7 +15,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"carehub/storage/kafka"
 	"carehub/storage/kafka/consume"
 	"carehub/storage/kafka/kafkatest"
 )
@@ -431,4 +433,125 @@ func TestStopFinishesTheBatchInHand(t *testing.T) {
 	})
 	waitFor(t, "the group to commit every record", e.caughtUp)
 	f.each(t, vals, true)
+}
+
+// transactor is a transactional consumer of e's group: each batch's values are produced to an
+// output topic in the transaction that commits the batch.
+type transactor struct {
+	src    *consume.Transact
+	out    string
+	builds int // sessions built, read after stop
+	stop   func()
+}
+
+// startTransact runs a transactor with txnID whose handler calls before (if set) first; a
+// non-nil error from before fails the batch after half its values are produced.
+func (e *env) startTransact(txnID string, before func() error) *transactor {
+	e.t.Helper()
+	x := &transactor{out: kafkatest.Topic(e.t, "consume-out")}
+	var err error
+	x.src, err = consume.NewTransact(func() (*kgo.GroupTransactSession, error) {
+		x.builds++
+		return kafka.NewGroupTransactSession(kafka.ClientConfig{Brokers: kafkatest.Brokers(e.t), ClientID: "consume-test"},
+			append(consume.GroupOpts(e.group, e.topic), kgo.TransactionalID(txnID), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))...)
+	}, 30*time.Second)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	r, err := consume.New(x.src, consume.Config{Name: "test", MaxRecords: 10, Backoff: noBackoff})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = r.Run(ctx, func(ctx context.Context, recs []*kgo.Record) error {
+			var failed error
+			if before != nil {
+				failed = before()
+			}
+			outs := make([]*kgo.Record, len(recs))
+			for i, rec := range recs {
+				outs[i] = &kgo.Record{Topic: x.out, Key: rec.Key, Value: rec.Value}
+			}
+			if failed != nil {
+				outs = outs[:len(outs)/2]
+			}
+			if err := x.src.Session().ProduceSync(ctx, outs...).FirstErr(); err != nil {
+				return err
+			}
+			return failed
+		}, x.src.Transaction)
+	}()
+	var once sync.Once
+	x.stop = func() { once.Do(func() { cancel(); <-done; x.src.Close() }) }
+	e.t.Cleanup(x.stop)
+	return x
+}
+
+// outputOnce checks the committed output holds each of vals exactly once.
+func (x *transactor) outputOnce(t *testing.T, vals []string) {
+	t.Helper()
+	seen := map[string]int{}
+	for _, rec := range kafkatest.ReadAll(t, x.out) {
+		seen[string(rec.Value)]++
+	}
+	for _, v := range vals {
+		if seen[v] != 1 {
+			t.Errorf("%s output %d times, want once", v, seen[v])
+		}
+	}
+}
+
+// A batch whose handler fails after producing is aborted: what it produced is never read, its
+// offsets are not committed, and the batch is handled again.
+func TestTransactAbortsAFailedBatch(t *testing.T) {
+	e := newEnv(t)
+	vals := values("a", 60)
+	e.produce(vals...)
+	var mu sync.Mutex
+	calls := 0
+	x := e.startTransact(kafkatest.Name(t, "consume-txn"), func() error {
+		mu.Lock()
+		defer mu.Unlock()
+		if calls++; calls == 2 || calls == 3 {
+			return errors.New("store down")
+		}
+		return nil
+	})
+	waitFor(t, "the group to commit every record", e.caughtUp)
+	x.outputOnce(t, vals)
+}
+
+// A transactional consumer whose session fails beyond retrying (here: fenced by another
+// producer taking its transactional id while a batch is in hand) gets a new session with the
+// same id and goes on: every record's output is committed exactly once, with the input's
+// offsets, and the failed session's batch is read again rather than lost.
+func TestTransactRenewedAfterAFatalError(t *testing.T) {
+	e := newEnv(t)
+	vals := values("x", 80)
+	e.produce(vals...)
+	txnID := kafkatest.Name(t, "consume-txn")
+	g := newGate()
+	x := e.startTransact(txnID, func() error { g.hold(nil); return nil })
+	t.Cleanup(g.open) // before the consumer stops: a failed test must not leave it waiting
+
+	<-g.inHand
+	// Another producer initializes the transactional id: the session in use is fenced, and no
+	// transaction of it can end any more.
+	fence := kmsg.NewPtrInitProducerIDRequest()
+	fence.TransactionalID = &txnID
+	fence.TransactionTimeoutMillis = 10_000
+	if resp, err := fence.RequestWith(context.Background(), kafkatest.Client(t)); err != nil || resp.ErrorCode != 0 {
+		t.Fatalf("fencing the session: %v, %+v", err, resp)
+	}
+	g.open()
+
+	waitFor(t, "the group to commit every record", e.caughtUp)
+	x.outputOnce(t, vals)
+	x.stop()
+	if x.builds < 2 {
+		t.Errorf("the session was built %d times: the fenced one was not replaced", x.builds)
+	}
 }

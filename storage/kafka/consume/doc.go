@@ -1,8 +1,9 @@
 // Package consume is the one loop carehub's Kafka consumer groups run (the event log, audit,
-// webhook and workflow-trigger consumers): poll, hand the records to a Handler, and on failure
-// rewind and retry the batch with backoff. Middleware adds
-// the rest, one concern per file, watermill-style: Commit (offsets only after the effect), the
-// consumer's metrics, and Decode (poison records are skipped, never retried).
+// webhook, workflow-trigger and observation consumers): poll, hand the records to a Handler, and
+// on failure rewind and retry the batch with backoff. Middleware adds the rest, one concern per
+// file, watermill-style: Commit (offsets only after the effect) or Transact's Transaction
+// (offsets inside a Kafka transaction), the consumer's metrics, and Decode (poison records are
+// skipped, never retried).
 //
 // # Contract
 //
@@ -30,12 +31,16 @@
 //
 // # Transactions
 //
-// A consumer that commits its offsets inside a Kafka transaction (kgo.GroupTransactSession:
-// produce what it derives and commit the input in one step) runs without Commit: its handler
-// ends the transaction, and an aborted transaction resets the session's offsets itself. The
-// runner polls through Source, which the session implements as well as a plain client. (The
-// observation writer, the one such consumer, still runs its own loop: it replaces a session
-// whose transaction failed beyond retrying, which the runner does not do yet.)
+// A consumer that commits its offsets inside a Kafka transaction (produce what it derives and
+// commit the input in one step: the observation writer) polls through Transact, a
+// kgo.GroupTransactSession, and uses its Transaction middleware instead of Commit: it begins
+// a transaction before the handler and ends it after, committing the batch's offsets with what
+// the handler produced, or aborting, which rewinds the session to the last commit so the batch
+// is read again. No error of ending a transaction is retryable (the transactional id is fenced
+// or failed): the middleware closes the session, and after the backoff the runner has Transact
+// build a new one with the same transactional id (fencing whatever the old one left open)
+// before it polls again. Rebalances are blocked while a batch is in hand, as for any consumer,
+// so a transaction never commits offsets of partitions the member lost.
 //
 // # Not run here
 //
@@ -52,4 +57,6 @@
 //	commit.go   Commit: commit a batch's offsets after its effect
 //	metrics.go  carehub_consumer_* by consumer: records, batches, failures, handler latency, poison
 //	poison.go   Decode: records the decoder rejects are logged by position, counted and skipped
+//	transact.go Transact: a transactional session as a Source, its Transaction middleware, and
+//	            its replacement after a fatal error
 package consume

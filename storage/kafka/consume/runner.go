@@ -35,6 +35,12 @@ type rewinder interface {
 	SetOffsets(map[string]map[int32]kgo.EpochOffset)
 }
 
+// renewer is a Source that can fail beyond retrying (Transact): after a failed batch the runner
+// has it replace itself, if it failed, before polling again.
+type renewer interface {
+	Renew() (renewed bool, err error)
+}
+
 // Config configures a Runner.
 type Config struct {
 	// Name is the consumer's label on the carehub_consumer_* metrics and in logs
@@ -105,7 +111,8 @@ func reason(err error) string {
 
 // Run polls until ctx ends or the client is closed and hands every poll's records to h wrapped
 // in mw (the first is outermost) and in the metrics middleware. A batch h fails is rewound and
-// handed over again after Config.Backoff; errors never end Run. Run returns nil, after letting
+// handed over again after Config.Backoff (by a Transact source that failed beyond retrying, a
+// new session); errors never end Run. Run returns nil, after letting
 // the last poll's rebalance through (leaving the group waits for it). Call it once.
 func (r *Runner) Run(ctx context.Context, h Handler, mw ...Middleware) error {
 	for i := len(mw) - 1; i >= 0; i-- {
@@ -145,6 +152,7 @@ func (r *Runner) Run(ctx context.Context, h Handler, mw ...Middleware) error {
 				r.rewind(recs)
 				r.src.AllowRebalance()
 				sleep(ctx, wait)
+				failures = r.renew(ctx, failures)
 				continue
 			}
 			failures = 0
@@ -186,6 +194,29 @@ func (r *Runner) rewind(recs []*kgo.Record) {
 		}
 	}
 	rw.SetOffsets(first)
+}
+
+// renew has a renewable source replace itself if it failed, retrying with Config.Backoff until
+// it succeeds or ctx ends. It returns the consecutive failures, those of renewing included.
+func (r *Runner) renew(ctx context.Context, failures int) int {
+	rn, ok := r.src.(renewer)
+	if !ok {
+		return failures
+	}
+	for ctx.Err() == nil {
+		renewed, err := rn.Renew()
+		if err == nil {
+			if renewed {
+				r.log.Warn("replaced a source that failed beyond retrying")
+			}
+			return failures
+		}
+		failures++
+		wait := r.cfg.Backoff(failures)
+		r.log.Error("replacing a failed source failed; retrying", "error", err, "attempt", failures, "retry_in", wait)
+		sleep(ctx, wait)
+	}
+	return failures
 }
 
 // Backoff is the default Config.Backoff: 100 ms doubling to 30 s, ±20 % jitter.
