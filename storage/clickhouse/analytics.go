@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"strings"
 	"time"
 
 	"carehub/storage"
@@ -26,40 +27,83 @@ var bucketFunctions = map[string]string{
 	storage.BucketDay:    "toStartOfDay",
 }
 
-// AggregateEvents has the semantics of storage/postgres.EventLog.AggregateEvents. It reads the
-// table FINAL, so copies not merged yet are counted once; the range prunes partitions and the
-// organization (and project) the sorting key, so it reads the matching rows' columns only.
-// Percentiles are exact (quantilesExactInclusive, as Postgres's percentile_cont).
+// countsTable holds the hourly sums of 0021_event_counts.sql.
+const countsTable = "event_counts_hourly"
+
+// countsSelect counts event_log's rows per key of countsTable; the view of 0021_event_counts.sql
+// selects the same.
+const countsSelect = `SELECT org_id, project_id, toStartOfHour(created_at) AS hour, type, severity, JSONExtractString(payload, 'status') AS status, count() AS events
+FROM event_log FINAL WHERE `
+
+// backfillCounts counts the events stored before the view of 0021_event_counts.sql existed:
+// those logged before now, when the view has just been created.
+func (s *Store) backfillCounts(ctx context.Context) error {
+	err := s.conn.Exec(ctx, "INSERT INTO "+countsTable+" "+countsSelect+"logged_at < now64(6) GROUP BY ALL")
+	if err != nil {
+		return fmt.Errorf("clickhouse migrations: backfill %s: %w", countsTable, err)
+	}
+	return nil
+}
+
+// AggregateEvents has the semantics of storage/postgres.EventLog.AggregateEvents.
+//
+// Counts come from the hourly sums (event_counts_hourly) for the whole hours of the range, when
+// the query allows it (see hourly), and from event_log FINAL (copies not merged yet counted
+// once) for the rest: the minutes before the range's first whole hour and after its last, or the
+// whole range otherwise. The range prunes partitions and the organization (and project) the
+// sorting key of either table. Percentiles are exact (quantilesExactInclusive, as Postgres's
+// percentile_cont), from event_log.
 func (s *Store) AggregateEvents(ctx context.Context, q storage.AggregateQuery) ([]storage.AggregateRow, error) {
 	key, ok := groupColumns[q.GroupBy]
 	if !ok {
 		return nil, fmt.Errorf("aggregate events: unknown grouping %q", q.GroupBy)
 	}
-	where := eventFilter(q.OrgID, q.ProjectID, "", q.Types, q.From, q.To)
-	if len(q.Severities) > 0 {
-		where.add("has(?, severity)", q.Severities)
+	fn, ok := bucketFunctions[q.Bucket]
+	if !ok && q.Bucket != storage.BucketNone {
+		return nil, fmt.Errorf("aggregate events: unknown bucket %q", q.Bucket)
 	}
-	bucket := "toDateTime64(0, 6, 'UTC')"
+	loc := "UTC"
+	if q.Location != nil {
+		loc = q.Location.String()
+	}
+	// sub is one SELECT of (bucket b, key k, count c[, measures]) over table's rows in [from, to).
+	var parts []string
 	var args []any
-	if q.Bucket != storage.BucketNone {
-		fn, ok := bucketFunctions[q.Bucket]
-		if !ok {
-			return nil, fmt.Errorf("aggregate events: unknown bucket %q", q.Bucket)
+	sub := func(table, timeColumn, count, measure string, from, to time.Time) {
+		bucket := "toDateTime64(0, 6, 'UTC')"
+		if q.Bucket != storage.BucketNone {
+			bucket = fn + "(" + timeColumn + ", ?)"
+			args = append(args, loc)
 		}
-		loc := "UTC"
-		if q.Location != nil {
-			loc = q.Location.String()
+		where := eventFilter(q.OrgID, q.ProjectID, "", q.Types, time.Time{}, time.Time{})
+		if len(q.Severities) > 0 {
+			where.add("has(?, severity)", q.Severities)
 		}
-		bucket = fn + "(created_at, ?)"
-		args = append(args, loc)
+		where.between(timeColumn, from, to)
+		parts = append(parts, fmt.Sprintf("SELECT toDateTime64(%s, 6, 'UTC') AS b, %s AS k, %s AS c, %s FROM %s WHERE %s GROUP BY b, k",
+			bucket, key, count, measure, table, where.sql()))
+		args = append(args, where.args...)
 	}
-	measure := "toUInt64(0), [0., 0., 0.]"
-	if q.Latency {
-		measure = "count(run_ms), quantilesExactInclusive(0.5, 0.9, 0.99)(run_ms)"
+	const noMeasure = "toUInt64(0) AS m, [0., 0., 0.] AS p"
+	var query string
+	if lo, hi, ok := hourly(q); ok {
+		sub(countsTable, "hour", "sum(events)", noMeasure, lo, hi)
+		if !q.From.IsZero() && q.From.Before(lo) {
+			sub("event_log FINAL", "created_at", "count()", noMeasure, q.From, lo)
+		}
+		if !q.To.IsZero() && hi.Before(q.To) {
+			sub("event_log FINAL", "created_at", "count()", noMeasure, hi, q.To)
+		}
+		query = "SELECT b, k, sum(c), any(m), any(p) FROM (" + strings.Join(parts, " UNION ALL ") + ") GROUP BY b, k ORDER BY b, k"
+	} else {
+		measure := noMeasure
+		if q.Latency {
+			measure = "count(run_ms) AS m, quantilesExactInclusive(0.5, 0.9, 0.99)(run_ms) AS p"
+		}
+		sub("event_log FINAL", "created_at", "count()", measure, q.From, q.To)
+		query = parts[0] + " ORDER BY b, k"
 	}
-	query := fmt.Sprintf(`SELECT toDateTime64(%s, 6, 'UTC') AS b, %s AS k, count(), %s
-FROM event_log FINAL WHERE %s GROUP BY b, k ORDER BY b, k`, bucket, key, measure, where.sql())
-	rows, err := s.conn.Query(ctx, query, append(args, where.args...)...)
+	rows, err := s.conn.Query(ctx, query, args...)
 	if err != nil {
 		return nil, fmt.Errorf("aggregate events: %w", err)
 	}
@@ -87,6 +131,51 @@ FROM event_log FINAL WHERE %s GROUP BY b, k ORDER BY b, k`, bucket, key, measure
 		return nil, fmt.Errorf("aggregate events: %w", err)
 	}
 	return out, nil
+}
+
+// hourly returns the whole UTC hours [lo, hi) of q's range that the hourly sums can answer, and
+// whether they can: not for percentiles (the sums hold counts only) nor minute buckets, and for
+// hour or day buckets only in a zone whose offset from UTC is whole hours across the range (a
+// UTC hour then lies in one bucket; Asia/Kolkata's do not). A zero From or To leaves that side
+// open.
+func hourly(q storage.AggregateQuery) (lo, hi time.Time, ok bool) {
+	if q.Latency || q.Bucket == storage.BucketMinute {
+		return lo, hi, false
+	}
+	if q.Bucket != storage.BucketNone && !wholeHourZone(q.Location, q.From, q.To) {
+		return lo, hi, false
+	}
+	if !q.From.IsZero() {
+		lo = q.From.UTC().Truncate(time.Hour)
+		if lo.Before(q.From) {
+			lo = lo.Add(time.Hour)
+		}
+	}
+	if !q.To.IsZero() {
+		hi = q.To.UTC().Truncate(time.Hour)
+	}
+	return lo, hi, lo.IsZero() || hi.IsZero() || lo.Before(hi)
+}
+
+// wholeHourZone reports whether loc's offset from UTC is a whole number of hours at every day
+// of [from, to) (zero: from 1970, to a year from now). Offsets change at most a few times a year
+// and stay for months, so a daily look finds each.
+func wholeHourZone(loc *time.Location, from, to time.Time) bool {
+	if loc == nil || loc == time.UTC {
+		return true
+	}
+	if epoch := time.Unix(0, 0); from.Before(epoch) {
+		from = epoch
+	}
+	if to.IsZero() {
+		to = time.Now().AddDate(1, 0, 0)
+	}
+	for t := from; t.Before(to.Add(24 * time.Hour)); t = t.Add(24 * time.Hour) {
+		if _, offset := t.In(loc).Zone(); offset%3600 != 0 {
+			return false
+		}
+	}
+	return true
 }
 
 func finite(f float64) float64 {
@@ -120,5 +209,30 @@ func (s *Store) purge(ctx context.Context, table, column, orgID string, before t
 	if err := s.conn.Exec(ctx, "DELETE FROM "+table+" WHERE "+where.sql(), where.args...); err != nil {
 		return 0, fmt.Errorf("purge %s: %w", table, err)
 	}
+	if table == "event_log" {
+		if err := s.purgeCounts(ctx, orgID, before); err != nil {
+			return 0, fmt.Errorf("purge %s: %w", table, err)
+		}
+	}
 	return n, nil
+}
+
+// purgeCounts deletes orgID's hourly sums of the hours before before and counts again the hour
+// before cuts through, from the events left in it. Purges cut through hours long past, where no
+// event arrives meanwhile.
+func (s *Store) purgeCounts(ctx context.Context, orgID string, before time.Time) error {
+	hour := before.UTC().Truncate(time.Hour)
+	upTo := hour
+	if hour.Before(before) {
+		upTo = hour.Add(time.Hour)
+	}
+	if err := s.conn.Exec(ctx, "DELETE FROM "+countsTable+" WHERE org_id = ? AND hour < fromUnixTimestamp64Micro(?, 'UTC')",
+		orgID, upTo.UnixMicro()); err != nil {
+		return err
+	}
+	if upTo.Equal(hour) {
+		return nil
+	}
+	return s.conn.Exec(ctx, "INSERT INTO "+countsTable+" "+countsSelect+`org_id = ? AND created_at >= fromUnixTimestamp64Micro(?, 'UTC')
+AND created_at < fromUnixTimestamp64Micro(?, 'UTC') GROUP BY ALL`, orgID, hour.UnixMicro(), upTo.UnixMicro())
 }

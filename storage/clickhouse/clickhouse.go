@@ -23,6 +23,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"maps"
 	"path"
 	"slices"
 	"strconv"
@@ -100,7 +101,7 @@ func Open(ctx context.Context, url string, opts ...Option) (*Store, error) {
 	for _, r := range []struct {
 		table, column string
 		keep          time.Duration
-	}{{"event_log", "created_at", o.eventRetention}, {"audit_log", "time", o.auditRetention}} {
+	}{{"event_log", "created_at", o.eventRetention}, {countsTable, "hour", o.eventRetention}, {"audit_log", "time", o.auditRetention}} {
 		if err := s.retain(ctx, r.table, r.column, r.keep); err != nil {
 			_ = conn.Close()
 			return nil, err
@@ -159,7 +160,24 @@ func statements(sql string) []string {
 	return out
 }
 
+// migrate applies the DDL files and counts the events stored before the hourly sums existed
+// (backfillCounts) when it is the one that created them.
 func (s *Store) migrate(ctx context.Context) error {
+	var hadCounts uint64
+	if err := s.conn.QueryRow(ctx, "SELECT count() FROM system.tables WHERE database = currentDatabase() AND name = ?",
+		countsTable).Scan(&hadCounts); err != nil {
+		return fmt.Errorf("clickhouse migrations: %w", err)
+	}
+	if err := s.applyDDL(ctx); err != nil {
+		return err
+	}
+	if hadCounts == 0 {
+		return s.backfillCounts(ctx)
+	}
+	return nil
+}
+
+func (s *Store) applyDDL(ctx context.Context) error {
 	files, err := fs.Glob(schemas.ClickHouse, "clickhouse/*.sql")
 	if err != nil {
 		return fmt.Errorf("clickhouse migrations: %w", err)
@@ -179,9 +197,16 @@ func (s *Store) migrate(ctx context.Context) error {
 	return nil
 }
 
-// AppendEvents inserts events in one batch. Copies of an id already stored collapse with it
-// (ReplacingMergeTree); queries never return two.
+// AppendEvents inserts, in one batch, the events of events whose id is not stored yet, each id
+// once: the hourly sums (0021_event_counts.sql) count what is inserted, so a copy must not
+// reach them. Two appends of one id at the same moment can both insert it (the Kafka writers
+// append an event twice only around a rebalance); event_log collapses such copies when parts
+// merge (ReplacingMergeTree), and queries never return two.
 func (s *Store) AppendEvents(ctx context.Context, events []storage.Event) error {
+	events, err := s.unstored(ctx, events)
+	if err != nil {
+		return fmt.Errorf("append events: %w", err)
+	}
 	if len(events) == 0 {
 		return nil
 	}
@@ -197,12 +222,72 @@ func (s *Store) AppendEvents(ctx context.Context, events []storage.Event) error 
 		}
 		created[i] = ev.CreatedAt.UTC()
 	}
-	err := s.insert(ctx, "INSERT INTO event_log (id, org_id, project_id, type, source, severity, payload, created_at)",
+	err = s.insert(ctx, "INSERT INTO event_log (id, org_id, project_id, type, source, severity, payload, created_at)",
 		n, id, org, project, typ, source, severity, payload, created)
 	if err != nil {
 		return fmt.Errorf("append events: %w", err)
 	}
 	return nil
+}
+
+// unstored returns events without those whose id is stored already and without repeats of an
+// id. The lookup bounds the sorting key by the batch's organizations, projects and time span,
+// so it reads the granules the batch would be written next to, not the table.
+func (s *Store) unstored(ctx context.Context, events []storage.Event) ([]storage.Event, error) {
+	if len(events) == 0 {
+		return nil, nil
+	}
+	seen := make(map[string]bool, len(events))
+	orgs, projects := map[string]bool{}, map[string]bool{}
+	var ids []string
+	lo, hi := events[0].CreatedAt, events[0].CreatedAt
+	for _, ev := range events {
+		if !seen[ev.ID] {
+			seen[ev.ID] = true
+			ids = append(ids, ev.ID)
+		}
+		orgs[ev.OrgID], projects[ev.ProjectID] = true, true
+		lo, hi = minTime(lo, ev.CreatedAt), maxTime(hi, ev.CreatedAt)
+	}
+	rows, err := s.conn.Query(ctx, `SELECT DISTINCT id FROM event_log WHERE has(?, org_id) AND has(?, project_id)
+AND created_at >= fromUnixTimestamp64Micro(?, 'UTC') AND created_at <= fromUnixTimestamp64Micro(?, 'UTC') AND has(?, id)`,
+		slices.Collect(maps.Keys(orgs)), slices.Collect(maps.Keys(projects)), lo.UnixMicro(), hi.UnixMicro(), ids)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = rows.Close() }()
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			return nil, err
+		}
+		seen[id] = false
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	out := make([]storage.Event, 0, len(events))
+	for _, ev := range events {
+		if seen[ev.ID] {
+			seen[ev.ID] = false
+			out = append(out, ev)
+		}
+	}
+	return out, nil
+}
+
+func minTime(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
+	}
+	return a
+}
+
+func maxTime(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
 }
 
 // insert sends rows rows of an INSERT as one block, given column by column (the driver appends a
@@ -234,32 +319,17 @@ func (s *Store) QueryEvents(ctx context.Context, q storage.EventQuery) (storage.
 		return storage.EventPage{}, errors.New("query events: project id required")
 	}
 	limit := pageSize(q.Limit)
-	where := eventFilter(q.OrgID, q.ProjectID, q.Type, q.Types, q.Since, q.To)
-	for _, f := range []struct{ column, id string }{
-		{"patient_id", q.PatientID}, {"agent_id", q.AgentID}, {"workflow_id", q.WorkflowID}, {"deployment_id", q.DeploymentID},
-	} {
-		if f.id != "" {
-			where.add(f.column+" = ?", f.id)
-		}
-	}
+	where := eventQueryFilter(q)
 	var page storage.EventPage
 	var err error
 	if page.Total, err = s.count(ctx, "event_log", where, q.Total); err != nil {
 		return storage.EventPage{}, fmt.Errorf("query events: %w", err)
 	}
-	if q.Cursor != "" {
-		at, id, err := storage.DecodeCursor(q.Cursor)
-		if err != nil {
-			return storage.EventPage{}, err
-		}
-		where.after("created_at", at, id, q.Ascending)
+	query, args, err := eventsInOrder(q, where)
+	if err != nil {
+		return storage.EventPage{}, err
 	}
-	order := "DESC"
-	if q.Ascending {
-		order = "ASC"
-	}
-	page.Events, err = distinctPage(ctx, s.conn, `SELECT id, org_id, project_id, type, source, severity, payload, created_at
-FROM event_log WHERE `+where.sql()+` ORDER BY created_at `+order+`, id `+order, where.args, limit+1, scanEvent)
+	page.Events, err = distinctPage(ctx, s.conn, query, args, limit+1, scanEvent)
 	if err != nil {
 		return storage.EventPage{}, fmt.Errorf("query events: %w", err)
 	}
@@ -269,6 +339,80 @@ FROM event_log WHERE `+where.sql()+` ORDER BY created_at `+order+`, id `+order, 
 		page.NextCursor = storage.EncodeCursor(last.CreatedAt, last.ID)
 	}
 	return page, nil
+}
+
+// eventQueryFilter is the WHERE clause of q's filters, its cursor aside.
+func eventQueryFilter(q storage.EventQuery) conditions {
+	where := eventFilter(q.OrgID, q.ProjectID, q.Type, q.Types, q.Since, q.To)
+	for _, f := range []struct{ column, id string }{
+		{"patient_id", q.PatientID}, {"agent_id", q.AgentID}, {"workflow_id", q.WorkflowID}, {"deployment_id", q.DeploymentID},
+	} {
+		if f.id != "" {
+			where.add(f.column+" = ?", f.id)
+		}
+	}
+	return where
+}
+
+// eventsInOrder is the SELECT of the events matching where past q's cursor, in q's order,
+// without LIMIT.
+func eventsInOrder(q storage.EventQuery, where conditions) (string, []any, error) {
+	if q.Cursor != "" {
+		at, id, err := storage.DecodeCursor(q.Cursor)
+		if err != nil {
+			return "", nil, err
+		}
+		where.after("created_at", at, id, q.Ascending)
+	}
+	order := "DESC"
+	if q.Ascending {
+		order = "ASC"
+	}
+	return `SELECT id, org_id, project_id, type, source, severity, payload, created_at
+FROM event_log WHERE ` + where.sql() + ` ORDER BY created_at ` + order + `, id ` + order, where.args, nil
+}
+
+// ExportEvents has the semantics of storage/postgres.EventLog.ExportEvents: one SELECT in the
+// sorting key's order, which the server reads in order and streams block by block; copies not
+// merged yet are adjacent and skipped, as pages skip them.
+func (s *Store) ExportEvents(ctx context.Context, q storage.EventQuery, emit func([]storage.Event) error) error {
+	if q.ProjectID == "" {
+		return errors.New("export events: project id required")
+	}
+	query, args, err := eventsInOrder(q, eventQueryFilter(q))
+	if err != nil {
+		return err
+	}
+	rows, err := s.conn.Query(ctx, query, args...)
+	if err != nil {
+		return fmt.Errorf("export events: %w", err)
+	}
+	defer func() { _ = rows.Close() }()
+	chunk := make([]storage.Event, 0, storage.ExportChunk)
+	var last string
+	for rows.Next() {
+		id, ev, err := scanEvent(rows)
+		if err != nil {
+			return fmt.Errorf("export events: %w", err)
+		}
+		if id == last {
+			continue
+		}
+		last = id
+		if chunk = append(chunk, ev); len(chunk) == storage.ExportChunk {
+			if err := emit(chunk); err != nil {
+				return err
+			}
+			chunk = chunk[:0]
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("export events: %w", err)
+	}
+	if len(chunk) > 0 {
+		return emit(chunk)
+	}
+	return nil
 }
 
 // eventFilter is the WHERE clause of the filters event queries and aggregations share. The
@@ -294,12 +438,7 @@ func eventFilter(orgID, projectID, typ string, types []string, from, to time.Tim
 			where.add("(has(?, type) OR arrayExists(p -> startsWith(type, p), ?))", exact, prefixes)
 		}
 	}
-	if !from.IsZero() {
-		where.add("created_at >= fromUnixTimestamp64Micro(?, 'UTC')", from.UnixMicro())
-	}
-	if !to.IsZero() {
-		where.add("created_at < fromUnixTimestamp64Micro(?, 'UTC')", to.UnixMicro())
-	}
+	where.between("created_at", from, to)
 	return where
 }
 
@@ -509,6 +648,16 @@ func (c *conditions) after(column string, at time.Time, id string, ascending boo
 	}
 	c.add(column+" "+cmp+" fromUnixTimestamp64Micro(?, 'UTC')", at.UnixMicro())
 	c.add("("+column+", id) "+tuple+" (fromUnixTimestamp64Micro(?, 'UTC'), ?)", at.UnixMicro(), id)
+}
+
+// between keeps the rows whose column is in [from, to); a zero bound leaves that side open.
+func (c *conditions) between(column string, from, to time.Time) {
+	if !from.IsZero() {
+		c.add(column+" >= fromUnixTimestamp64Micro(?, 'UTC')", from.UnixMicro())
+	}
+	if !to.IsZero() {
+		c.add(column+" < fromUnixTimestamp64Micro(?, 'UTC')", to.UnixMicro())
+	}
 }
 
 func (c *conditions) sql() string {
