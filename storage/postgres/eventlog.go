@@ -225,10 +225,13 @@ func scanEvent(rows pgx.Rows) (storage.Event, error) {
 	return ev, nil
 }
 
-// ExportEvents streams the events matching q (its filters and cursor, as QueryEvents) in one
-// query on one connection: pgx reads the rows from the socket as they are scanned, and the
-// server sends them as the socket drains, so memory holds a chunk whatever the range. The
-// query walks the index a page walks, without a limit.
+// ExportEvents streams the events matching q (its filters and cursor, as QueryEvents) through
+// one server-side cursor over the query a page runs, without its limit: each FETCH continues
+// the same index scan where the last stopped, so the export reads the range once, and memory
+// holds one chunk whatever its size. Each FETCH is a statement of its own, so the pool's
+// statement timeout bounds a chunk, not the export; a consumer that stalls between chunks for
+// longer than IdleInTransactionTimeout loses the session (the export fails and resumes from the
+// last cursor it received).
 func (l *EventLog) ExportEvents(ctx context.Context, q storage.EventQuery, emit func([]storage.Event) error) error {
 	if q.ProjectID == "" {
 		return errors.New("export events: project id required")
@@ -239,32 +242,54 @@ func (l *EventLog) ExportEvents(ctx context.Context, q storage.EventQuery, emit 
 	if err != nil {
 		return err
 	}
-	rows, err := l.pool.Query(ctx, query, args...)
+	err = pgx.BeginTxFunc(ctx, l.pool, pgx.TxOptions{AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, "declare export no scroll cursor for "+query, args...); err != nil {
+			return err
+		}
+		fetch := fmt.Sprintf("fetch %d from export", storage.ExportChunk)
+		chunk := make([]storage.Event, 0, storage.ExportChunk)
+		for {
+			chunk = chunk[:0]
+			rows, err := tx.Query(ctx, fetch)
+			if err != nil {
+				return err
+			}
+			for rows.Next() {
+				ev, err := scanEvent(rows)
+				if err != nil {
+					rows.Close()
+					return err
+				}
+				chunk = append(chunk, ev)
+			}
+			if err := rows.Err(); err != nil {
+				return err
+			}
+			if len(chunk) == 0 {
+				return nil
+			}
+			if err := emit(chunk); err != nil {
+				return emitError{err}
+			}
+			if len(chunk) < storage.ExportChunk {
+				return nil
+			}
+		}
+	})
+	var e emitError
+	if errors.As(err, &e) {
+		return e.err
+	}
 	if err != nil {
 		return fmt.Errorf("export events: %w", err)
 	}
-	defer rows.Close()
-	chunk := make([]storage.Event, 0, storage.ExportChunk)
-	for rows.Next() {
-		ev, err := scanEvent(rows)
-		if err != nil {
-			return fmt.Errorf("export events: %w", err)
-		}
-		if chunk = append(chunk, ev); len(chunk) == storage.ExportChunk {
-			if err := emit(chunk); err != nil {
-				return err
-			}
-			chunk = chunk[:0]
-		}
-	}
-	if err := rows.Err(); err != nil {
-		return fmt.Errorf("export events: %w", err)
-	}
-	if len(chunk) > 0 {
-		return emit(chunk)
-	}
 	return nil
 }
+
+// emitError carries an error of ExportEvents' emit out of its transaction unwrapped.
+type emitError struct{ err error }
+
+func (e emitError) Error() string { return e.err.Error() }
 
 // queueTotal queues the count of a page's matches as mode asks: countSQL exactly, the planner's
 // estimate of it, or nothing.

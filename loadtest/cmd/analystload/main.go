@@ -34,6 +34,7 @@ import (
 	"time"
 
 	ch "github.com/ClickHouse/clickhouse-go/v2"
+	"github.com/jackc/pgx/v5"
 
 	"carehub/storage"
 	"carehub/storage/clickhouse"
@@ -158,14 +159,20 @@ func openPostgres(ctx context.Context, c config) (storage.EventLog, func(from, n
 		log.Fatal(err)
 	}
 	load := func(from, n int) error {
-		if _, err := pool.Exec(ctx, postgresEvents, c.events, c.days, c.busy, c.orgs, c.projects, from, n); err != nil {
+		// A chunk runs for minutes: past the pool's statement timeout.
+		return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+			if _, err := tx.Exec(ctx, "set local statement_timeout = 0"); err != nil {
+				return err
+			}
+			if _, err := tx.Exec(ctx, postgresEvents, c.events, c.days, c.busy, c.orgs, c.projects, from, n); err != nil {
+				return err
+			}
+			if from+n < c.events {
+				return nil
+			}
+			_, err := tx.Exec(ctx, "analyze event_log")
 			return err
-		}
-		if from+n < c.events {
-			return nil
-		}
-		_, err := pool.Exec(ctx, "analyze event_log")
-		return err
+		})
 	}
 	return postgres.NewEventLog(pool), load, func() { pool.Close(); stopCluster() }
 }
