@@ -67,7 +67,7 @@ func (s *Store) AggregateEvents(ctx context.Context, q storage.AggregateQuery) (
 		loc = q.Location.String()
 	}
 	// sub is one SELECT of (bucket b, key k, count c[, measures]) over table's rows in [from, to).
-	var parts []string
+	var selects []string
 	var args []any
 	sub := func(table, timeColumn, count, measure string, from, to time.Time) {
 		bucket := "toDateTime64(0, 6, 'UTC')"
@@ -80,28 +80,24 @@ func (s *Store) AggregateEvents(ctx context.Context, q storage.AggregateQuery) (
 			where.add("has(?, severity)", q.Severities)
 		}
 		where.between(timeColumn, from, to)
-		parts = append(parts, fmt.Sprintf("SELECT toDateTime64(%s, 6, 'UTC') AS b, %s AS k, %s AS c, %s FROM %s WHERE %s GROUP BY b, k",
+		selects = append(selects, fmt.Sprintf("SELECT toDateTime64(%s, 6, 'UTC') AS b, %s AS k, %s AS c, %s FROM %s WHERE %s GROUP BY b, k",
 			bucket, key, count, measure, table, where.sql()))
 		args = append(args, where.args...)
 	}
 	const noMeasure = "toUInt64(0) AS m, [0., 0., 0.] AS p"
 	var query string
-	if lo, hi, ok := hourly(q); ok {
-		sub(countsTable, "hour", "sum(events)", noMeasure, lo, hi)
-		if !q.From.IsZero() && q.From.Before(lo) {
-			sub("event_log FINAL", "created_at", "count()", noMeasure, q.From, lo)
+	if parts, ok := hourly(q); ok {
+		for _, p := range parts {
+			sub(p.table, p.column, p.count, noMeasure, p.from, p.to)
 		}
-		if !q.To.IsZero() && hi.Before(q.To) {
-			sub("event_log FINAL", "created_at", "count()", noMeasure, hi, q.To)
-		}
-		query = "SELECT b, k, sum(c), any(m), any(p) FROM (" + strings.Join(parts, " UNION ALL ") + ") GROUP BY b, k ORDER BY b, k"
+		query = "SELECT b, k, sum(c), any(m), any(p) FROM (" + strings.Join(selects, " UNION ALL ") + ") GROUP BY b, k ORDER BY b, k"
 	} else {
 		measure := noMeasure
 		if q.Latency {
 			measure = "count(run_ms) AS m, quantilesExactInclusive(0.5, 0.9, 0.99)(run_ms) AS p"
 		}
 		sub("event_log FINAL", "created_at", "count()", measure, q.From, q.To)
-		query = parts[0] + " ORDER BY b, k"
+		query = selects[0] + " ORDER BY b, k"
 	}
 	rows, err := s.conn.Query(ctx, query, args...)
 	if err != nil {
@@ -133,28 +129,74 @@ func (s *Store) AggregateEvents(ctx context.Context, q storage.AggregateQuery) (
 	return out, nil
 }
 
-// hourly returns the whole UTC hours [lo, hi) of q's range that the hourly sums can answer, and
-// whether they can: not for percentiles (the sums hold counts only) nor minute buckets, and for
-// hour or day buckets only in a zone whose offset from UTC is whole hours across the range (a
-// UTC hour then lies in one bucket; Asia/Kolkata's do not). A zero From or To leaves that side
-// open.
-func hourly(q storage.AggregateQuery) (lo, hi time.Time, ok bool) {
+// hourly splits q's range as the hourly sums can answer it (rangeParts), and says whether they
+// can: not for percentiles (the sums hold counts only) nor minute buckets, and for hour or day
+// buckets only in a zone whose offset from UTC is whole hours across the range (a UTC hour then
+// lies in one bucket; Asia/Kolkata's do not).
+func hourly(q storage.AggregateQuery) ([]rangePart, bool) {
 	if q.Latency || q.Bucket == storage.BucketMinute {
-		return lo, hi, false
+		return nil, false
 	}
 	if q.Bucket != storage.BucketNone && !wholeHourZone(q.Location, q.From, q.To) {
-		return lo, hi, false
+		return nil, false
 	}
-	if !q.From.IsZero() {
-		lo = q.From.UTC().Truncate(time.Hour)
-		if lo.Before(q.From) {
+	return rangeParts(q.From, q.To, "event_log FINAL")
+}
+
+// rangePart is a part of a time range and how to count its events: from the hourly sums or
+// from events (table, event_log with or without FINAL).
+type rangePart struct {
+	table, column, count string
+	from, to             time.Time
+}
+
+// rangeParts splits [from, to) (a zero bound: open) into its whole UTC hours, counted from the
+// hourly sums, and the minutes before the first and after the last, counted from events; ok is
+// false when the range holds no whole hour.
+func rangeParts(from, to time.Time, events string) (parts []rangePart, ok bool) {
+	var lo, hi time.Time
+	if !from.IsZero() {
+		if lo = from.UTC().Truncate(time.Hour); lo.Before(from) {
 			lo = lo.Add(time.Hour)
 		}
 	}
-	if !q.To.IsZero() {
-		hi = q.To.UTC().Truncate(time.Hour)
+	if !to.IsZero() {
+		hi = to.UTC().Truncate(time.Hour)
 	}
-	return lo, hi, lo.IsZero() || hi.IsZero() || lo.Before(hi)
+	if !lo.IsZero() && !hi.IsZero() && !lo.Before(hi) {
+		return nil, false
+	}
+	parts = append(parts, rangePart{countsTable, "hour", "sum(events)", lo, hi})
+	if !from.IsZero() && from.Before(lo) {
+		parts = append(parts, rangePart{events, "created_at", "count()", from, lo})
+	}
+	if !to.IsZero() && hi.Before(to) {
+		parts = append(parts, rangePart{events, "created_at", "count()", hi, to})
+	}
+	return parts, true
+}
+
+// estimate is TotalEstimate of q: the hourly sums over the whole hours of its range and
+// event_log without FINAL over the rest (or over all of it, for a range within one hour or a
+// resource filter, which the sums do not know). Exact but for copies of the edges not merged yet.
+func (s *Store) estimate(ctx context.Context, q storage.EventQuery, where conditions) (int64, error) {
+	parts, ok := rangeParts(q.Since, q.To, "event_log")
+	if !ok || q.PatientID != "" || q.AgentID != "" || q.WorkflowID != "" || q.DeploymentID != "" {
+		return s.count(ctx, "event_log", where, storage.TotalEstimate)
+	}
+	var selects []string
+	var args []any
+	for _, p := range parts {
+		w := eventFilter(q.OrgID, q.ProjectID, q.Type, q.Types, time.Time{}, time.Time{})
+		w.between(p.column, p.from, p.to)
+		selects = append(selects, "SELECT "+p.count+" AS c FROM "+p.table+" WHERE "+w.sql())
+		args = append(args, w.args...)
+	}
+	var n uint64
+	if err := s.conn.QueryRow(ctx, "SELECT sum(c) FROM ("+strings.Join(selects, " UNION ALL ")+")", args...).Scan(&n); err != nil {
+		return 0, fmt.Errorf("estimate: %w", err)
+	}
+	return int64(n), nil
 }
 
 // wholeHourZone reports whether loc's offset from UTC is a whole number of hours at every day

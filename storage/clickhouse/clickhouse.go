@@ -322,7 +322,12 @@ func (s *Store) QueryEvents(ctx context.Context, q storage.EventQuery) (storage.
 	where := eventQueryFilter(q)
 	var page storage.EventPage
 	var err error
-	if page.Total, err = s.count(ctx, "event_log", where, q.Total); err != nil {
+	if q.Total == storage.TotalEstimate {
+		page.Total, err = s.estimate(ctx, q, where)
+	} else {
+		page.Total, err = s.count(ctx, "event_log", where, q.Total)
+	}
+	if err != nil {
 		return storage.EventPage{}, fmt.Errorf("query events: %w", err)
 	}
 	query, args, err := eventsInOrder(q, where)
