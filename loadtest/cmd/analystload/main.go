@@ -109,10 +109,13 @@ func main() {
 // openClickHouse opens the store (creating its tables) and a connection of its own for the
 // generating INSERT … SELECT.
 func openClickHouse(ctx context.Context, c config) (storage.EventLog, func(from, n int) error) {
+	start := time.Now()
 	s, err := clickhouse.Open(ctx, c.url)
 	if err != nil {
 		log.Fatal(err)
 	}
+	// The first Open of a loaded database counts its events into the hourly sums.
+	log.Printf("store opened (migrated) in %s", time.Since(start).Round(time.Millisecond))
 	opts, err := ch.ParseDSN(c.url)
 	if err != nil {
 		log.Fatal(err)
