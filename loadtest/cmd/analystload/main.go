@@ -53,7 +53,7 @@ var (
 
 type config struct {
 	store, url, pgDir                            string
-	events, chunk                                int
+	events, chunk, from                          int
 	orgs, projects, days, busy, reps, exportRows int
 	skipLoad, pgStop                             bool
 }
@@ -66,6 +66,7 @@ func main() {
 	flag.BoolVar(&c.pgStop, "pg-stop", false, "postgres: stop the -pg-dir cluster at the end")
 	flag.IntVar(&c.events, "events", 1_000_000, "events to load")
 	flag.IntVar(&c.chunk, "chunk", 10_000_000, "events generated per statement")
+	flag.IntVar(&c.from, "from", 0, "resume an interrupted load at this event (a multiple of -chunk)")
 	flag.IntVar(&c.orgs, "orgs", 50, "organizations")
 	flag.IntVar(&c.projects, "projects", 10, "projects per organization")
 	flag.IntVar(&c.days, "days", 180, "days of history")
@@ -75,7 +76,7 @@ func main() {
 	flag.BoolVar(&c.skipLoad, "skip-load", false, "measure the store as it is")
 	flag.Parse()
 	if (c.url == "") == (c.pgDir == "") || (c.pgDir != "" && c.store != "postgres") || c.events < 1 || c.events > 1_000_000_000 ||
-		c.chunk < 1 || c.orgs < 1 || c.projects < 1 || c.days < 1 || c.busy < 0 || c.busy > 100 || c.reps < 1 {
+		c.chunk < 1 || c.from < 0 || c.from >= c.events || c.orgs < 1 || c.projects < 1 || c.days < 1 || c.busy < 0 || c.busy > 100 || c.reps < 1 {
 		flag.Usage()
 		os.Exit(2)
 	}
@@ -94,14 +95,15 @@ func main() {
 	}
 	if !c.skipLoad {
 		start := time.Now()
-		for from := 0; from < c.events; from += c.chunk {
-			if err := load(from, min(c.chunk, c.events-from)); err != nil {
+		for from := c.from; from < c.events; from += c.chunk {
+			n := min(c.chunk, c.events-from)
+			if err := load(from, n); err != nil {
 				log.Fatalf("load events %d…: %v", from, err)
 			}
-			log.Printf("loaded %d events, %.0f events/s", from+min(c.chunk, c.events-from), float64(from+min(c.chunk, c.events-from))/time.Since(start).Seconds())
+			log.Printf("loaded %d events, %.0f events/s", from+n, float64(from+n-c.from)/time.Since(start).Seconds())
 		}
 		el := time.Since(start)
-		fmt.Printf("loaded %d events in %s: %.0f events/s\n\n", c.events, el.Round(time.Second), float64(c.events)/el.Seconds())
+		fmt.Printf("loaded %d events in %s: %.0f events/s\n\n", c.events-c.from, el.Round(time.Second), float64(c.events-c.from)/el.Seconds())
 	}
 	measure(ctx, l, c)
 }
