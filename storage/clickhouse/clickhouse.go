@@ -249,22 +249,16 @@ func (s *Store) unstored(ctx context.Context, events []storage.Event) ([]storage
 		orgs[ev.OrgID], projects[ev.ProjectID] = true, true
 		lo, hi = minTime(lo, ev.CreatedAt), maxTime(hi, ev.CreatedAt)
 	}
-	rows, err := s.conn.Query(ctx, `SELECT DISTINCT id FROM event_log WHERE has(?, org_id) AND has(?, project_id)
-AND created_at >= fromUnixTimestamp64Micro(?, 'UTC') AND created_at <= fromUnixTimestamp64Micro(?, 'UTC') AND has(?, id)`,
-		slices.Collect(maps.Keys(orgs)), slices.Collect(maps.Keys(projects)), lo.UnixMicro(), hi.UnixMicro(), ids)
-	if err != nil {
-		return nil, err
-	}
-	defer func() { _ = rows.Close() }()
-	for rows.Next() {
-		var id string
-		if err := rows.Scan(&id); err != nil {
+	// The driver writes the ids into the query's text, which the server caps (max_query_size,
+	// 256 KiB): lookupIDs ids a query.
+	for chunk := range slices.Chunk(ids, lookupIDs) {
+		stored, err := s.storedIDs(ctx, slices.Collect(maps.Keys(orgs)), slices.Collect(maps.Keys(projects)), lo, hi, chunk)
+		if err != nil {
 			return nil, err
 		}
-		seen[id] = false
-	}
-	if err := rows.Err(); err != nil {
-		return nil, err
+		for _, id := range stored {
+			seen[id] = false
+		}
 	}
 	out := make([]storage.Event, 0, len(events))
 	for _, ev := range events {
@@ -274,6 +268,40 @@ AND created_at >= fromUnixTimestamp64Micro(?, 'UTC') AND created_at <= fromUnixT
 		}
 	}
 	return out, nil
+}
+
+// lookupIDs is how many ids unstored looks up in one query.
+const lookupIDs = 2000
+
+// storedIDs returns which of ids event_log holds among the rows of orgs and projects created in
+// [lo, hi]. Organizations and projects narrow the sorting key's range; more than lookupIDs of
+// them are left out (the query's text again), the time span still narrows it.
+func (s *Store) storedIDs(ctx context.Context, orgs, projects []string, lo, hi time.Time, ids []string) ([]string, error) {
+	var where conditions
+	for _, f := range []struct {
+		column string
+		in     []string
+	}{{"org_id", orgs}, {"project_id", projects}} {
+		if len(f.in) <= lookupIDs {
+			where.add("has(?, "+f.column+")", f.in)
+		}
+	}
+	where.add("created_at >= fromUnixTimestamp64Micro(?, 'UTC') AND created_at <= fromUnixTimestamp64Micro(?, 'UTC')", lo.UnixMicro(), hi.UnixMicro())
+	where.add("has(?, id)", ids)
+	rows, err := s.conn.Query(ctx, "SELECT DISTINCT id FROM event_log WHERE "+where.sql(), where.args...)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = rows.Close() }()
+	var stored []string
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			return nil, err
+		}
+		stored = append(stored, id)
+	}
+	return stored, rows.Err()
 }
 
 func minTime(a, b time.Time) time.Time {
