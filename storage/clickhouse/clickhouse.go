@@ -358,11 +358,7 @@ func (s *Store) QueryEvents(ctx context.Context, q storage.EventQuery) (storage.
 	if err != nil {
 		return storage.EventPage{}, fmt.Errorf("query events: %w", err)
 	}
-	query, args, err := eventsInOrder(q, where)
-	if err != nil {
-		return storage.EventPage{}, err
-	}
-	page.Events, err = distinctPage(ctx, s.conn, query, args, limit+1, scanEvent)
+	page.Events, err = s.pageEvents(ctx, q, where, limit+1)
 	if err != nil {
 		return storage.EventPage{}, fmt.Errorf("query events: %w", err)
 	}
@@ -372,6 +368,82 @@ func (s *Store) QueryEvents(ctx context.Context, q storage.EventQuery) (storage.
 		page.NextCursor = storage.EncodeCursor(last.CreatedAt, last.ID)
 	}
 	return page, nil
+}
+
+// pageWindows are the spans of time a page reads from where it starts (the cursor, the range's
+// near end, or the project's newest or oldest hour), one after the other, until it has its rows;
+// past the last it reads the rest of the range. A page bounded in time reads the partitions and
+// parts of its span only; an unbounded one reads a granule of every part the project has rows in
+// (measured at 100 M events in 35 parts: 0.6–1.3 s for a first page, 0.05 s within a day).
+var pageWindows = []time.Duration{time.Hour, 24 * time.Hour, 8 * 24 * time.Hour, 64 * 24 * time.Hour}
+
+// pageEvents returns the first want distinct events matching where past q's cursor, in q's
+// order, reading pageWindows one after the other.
+func (s *Store) pageEvents(ctx context.Context, q storage.EventQuery, where conditions, want int) ([]storage.Event, error) {
+	start, err := s.pageStart(ctx, q)
+	if err != nil {
+		return nil, err
+	}
+	var out []storage.Event
+	var near time.Time // where the last window ended (zero: the range's own bound)
+	for i := 0; ; i++ {
+		// far is the window's other end, zero past the last window or past the range's end.
+		var far time.Time
+		if i < len(pageWindows) && !start.IsZero() {
+			if q.Ascending {
+				if far = start.Add(pageWindows[i]); !q.To.IsZero() && !far.Before(q.To) {
+					far = time.Time{}
+				}
+			} else if far = start.Add(-pageWindows[i]); !q.Since.IsZero() && !far.After(q.Since) {
+				far = time.Time{}
+			}
+		}
+		w := where.clone()
+		if q.Ascending {
+			w.between("created_at", near, far)
+		} else {
+			w.between("created_at", far, near)
+		}
+		query, args, err := eventsInOrder(q, w)
+		if err != nil {
+			return nil, err
+		}
+		got, err := distinctPage(ctx, s.conn, query, args, want-len(out), scanEvent)
+		if err != nil {
+			return nil, err
+		}
+		if out = append(out, got...); len(out) >= want || far.IsZero() {
+			return out, nil
+		}
+		near = far
+	}
+}
+
+// pageStart is the time q's page starts from: its cursor's, else its range's near end, else
+// the hour of the project's newest event (oldest, ascending) in the hourly sums; zero when the
+// project has none.
+func (s *Store) pageStart(ctx context.Context, q storage.EventQuery) (time.Time, error) {
+	if q.Cursor != "" {
+		at, _, err := storage.DecodeCursor(q.Cursor)
+		return at, err
+	}
+	edge, bound := "max(hour) + INTERVAL 1 HOUR", q.To
+	if q.Ascending {
+		edge, bound = "min(hour)", q.Since
+	}
+	if !bound.IsZero() {
+		return bound, nil
+	}
+	where := eventFilter(q.OrgID, q.ProjectID, "", nil, time.Time{}, time.Time{})
+	var at time.Time
+	var n uint64
+	if err := s.conn.QueryRow(ctx, "SELECT "+edge+", count() FROM "+countsTable+" WHERE "+where.sql(), where.args...).Scan(&at, &n); err != nil {
+		return time.Time{}, err
+	}
+	if n == 0 {
+		return time.Time{}, nil
+	}
+	return at.UTC(), nil
 }
 
 // eventQueryFilter is the WHERE clause of q's filters, its cursor aside.
@@ -681,6 +753,10 @@ func (c *conditions) after(column string, at time.Time, id string, ascending boo
 	}
 	c.add(column+" "+cmp+" fromUnixTimestamp64Micro(?, 'UTC')", at.UnixMicro())
 	c.add("("+column+", id) "+tuple+" (fromUnixTimestamp64Micro(?, 'UTC'), ?)", at.UnixMicro(), id)
+}
+
+func (c conditions) clone() conditions {
+	return conditions{parts: slices.Clone(c.parts), args: slices.Clone(c.args)}
 }
 
 // between keeps the rows whose column is in [from, to); a zero bound leaves that side open.

@@ -31,6 +31,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"slices"
+	"strings"
 	"time"
 
 	ch "github.com/ClickHouse/clickhouse-go/v2"
@@ -52,7 +53,7 @@ var (
 )
 
 type config struct {
-	store, url, pgDir                            string
+	store, url, pgDir, match                     string
 	events, chunk, from                          int
 	orgs, projects, days, busy, reps, exportRows int
 	skipLoad, pgStop                             bool
@@ -74,6 +75,7 @@ func main() {
 	flag.IntVar(&c.reps, "reps", 50, "runs of each query shape")
 	flag.IntVar(&c.exportRows, "export", 2_000_000, "most events the export measure reads")
 	flag.BoolVar(&c.skipLoad, "skip-load", false, "measure the store as it is")
+	flag.StringVar(&c.match, "match", "", "measure only the shapes whose name contains this (\"export\": the export only)")
 	flag.Parse()
 	if (c.url == "") == (c.pgDir == "") || (c.pgDir != "" && c.store != "postgres") || c.events < 1 || c.events > 1_000_000_000 ||
 		c.chunk < 1 || c.from < 0 || c.from >= c.events || c.orgs < 1 || c.projects < 1 || c.days < 1 || c.busy < 0 || c.busy > 100 || c.reps < 1 {
@@ -283,6 +285,9 @@ func measure(ctx context.Context, l storage.EventLog, c config) {
 	fmt.Println("|---|---:|---:|---:|")
 	r := rand.New(rand.NewPCG(1, 2))
 	for _, s := range shapes {
+		if !strings.Contains(s.name, c.match) {
+			continue
+		}
 		var took []time.Duration
 		rows := 0
 		for range c.reps {
