@@ -529,3 +529,41 @@ func testEventExport(t *testing.T, s storage.EventLog) {
 		t.Errorf("foreign cursor: %v, want ErrBadCursor", err)
 	}
 }
+
+// testEventPagesAcrossTime pages through events whose gaps grow from seconds to weeks, both
+// ways and within a range, so that a page spans stretches of time a store may read one after
+// the other (ClickHouse reads widening windows from where a page starts).
+func testEventPagesAcrossTime(t *testing.T, s storage.EventLog) {
+	var evs []storage.Event
+	offset := time.Duration(0)
+	for i := range 40 {
+		evs = append(evs, event("org_a", "prj_a", "a.b", offset, i))
+		offset += time.Duration(1<<min(i, 22)) * time.Second // up to ~48 days apart
+	}
+	mustAppend(t, s, evs)
+	newest := newestFirst(evs)
+	oldest := slices.Clone(newest)
+	slices.Reverse(oldest)
+	from, to := evs[5].CreatedAt, evs[35].CreatedAt
+	var inRange []storage.Event
+	for _, ev := range newest {
+		if !ev.CreatedAt.Before(from) && ev.CreatedAt.Before(to) {
+			inRange = append(inRange, ev)
+		}
+	}
+	for _, tt := range []struct {
+		name string
+		q    storage.EventQuery
+		want []storage.Event
+	}{
+		{"newest first", storage.EventQuery{}, newest},
+		{"oldest first", storage.EventQuery{Ascending: true}, oldest},
+		{"a range", storage.EventQuery{Since: from, To: to}, inRange},
+	} {
+		tt.q.OrgID, tt.q.ProjectID, tt.q.Limit = "org_a", "prj_a", 7
+		got, _ := queryAll(t, s, tt.q)
+		if !slices.Equal(eventIDs(got), eventIDs(tt.want)) {
+			t.Errorf("%s: got %d events %v, want %d %v", tt.name, len(got), eventIDs(got), len(tt.want), eventIDs(tt.want))
+		}
+	}
+}

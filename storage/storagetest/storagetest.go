@@ -118,6 +118,7 @@ func TestEventLog(t *testing.T, newStore func(t *testing.T) storage.EventLog) {
 	t.Run("Aggregate", func(t *testing.T) { testEventAggregate(t, newStore(t)) })
 	t.Run("AggregatePaths", func(t *testing.T) { testEventAggregatePaths(t, newStore(t)) })
 	t.Run("Export", func(t *testing.T) { testEventExport(t, newStore(t)) })
+	t.Run("PagesAcrossTime", func(t *testing.T) { testEventPagesAcrossTime(t, newStore(t)) })
 	t.Run("Purge", func(t *testing.T) { testEventPurge(t, newStore(t)) })
 }
 
