@@ -106,7 +106,15 @@ type EventLog interface {
 	// PurgeEvents deletes the events of orgID created before before and returns how many it
 	// deleted (ClickHouse: how many matched when the deletion was issued).
 	PurgeEvents(ctx context.Context, orgID string, before time.Time) (int64, error)
+	// ExportEvents streams every event matching q after q.Cursor, in q's order (q.Limit and
+	// q.Total are ignored), to emit in chunks of at most ExportChunk events. It reads the result
+	// of one query as it arrives, so memory stays bounded whatever the range. emit must not keep
+	// the slice; its error stops the export and is returned. A foreign cursor is ErrBadCursor.
+	ExportEvents(ctx context.Context, q EventQuery, emit func([]Event) error) error
 }
+
+// ExportChunk is the most events EventLog.ExportEvents passes to emit at once.
+const ExportChunk = 1000
 
 // Buckets of AggregateQuery.
 const (

@@ -2,8 +2,10 @@ package clickhouse
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
+	"strings"
 	"time"
 
 	"carehub/storage"
@@ -26,40 +28,104 @@ var bucketFunctions = map[string]string{
 	storage.BucketDay:    "toStartOfDay",
 }
 
-// AggregateEvents has the semantics of storage/postgres.EventLog.AggregateEvents. It reads the
-// table FINAL, so copies not merged yet are counted once; the range prunes partitions and the
-// organization (and project) the sorting key, so it reads the matching rows' columns only.
-// Percentiles are exact (quantilesExactInclusive, as Postgres's percentile_cont).
+// countsTable holds the hourly sums of 0021_event_counts.sql.
+const countsTable = "event_counts_hourly"
+
+// countsSelect counts event_log's rows per key of countsTable; the view of 0021_event_counts.sql
+// selects the same.
+const countsSelect = `SELECT org_id, project_id, toStartOfHour(created_at) AS hour, type, severity, JSONExtractString(payload, 'status') AS status, count() AS events
+FROM event_log FINAL WHERE `
+
+// backfillCounts counts the events stored before the view of 0021_event_counts.sql existed:
+// those logged before now, when the view has just been created. It counts a month (a partition)
+// at a time, so the server holds one month's groups, not the table's.
+func (s *Store) backfillCounts(ctx context.Context) error {
+	fail := func(err error) error { return fmt.Errorf("clickhouse migrations: backfill %s: %w", countsTable, err) }
+	var cut time.Time
+	if err := s.conn.QueryRow(ctx, "SELECT now64(6)").Scan(&cut); err != nil {
+		return fail(err)
+	}
+	rows, err := s.conn.Query(ctx, `SELECT DISTINCT toUInt32(partition) FROM system.parts
+WHERE database = currentDatabase() AND table = 'event_log' AND active ORDER BY 1`)
+	if err != nil {
+		return fail(err)
+	}
+	var months []uint32
+	for rows.Next() {
+		var m uint32
+		if err := rows.Scan(&m); err != nil {
+			_ = rows.Close()
+			return fail(err)
+		}
+		months = append(months, m)
+	}
+	if err := errors.Join(rows.Err(), rows.Close()); err != nil {
+		return fail(err)
+	}
+	for _, m := range months {
+		if err := s.conn.Exec(ctx, "INSERT INTO "+countsTable+" "+countsSelect+`toYYYYMM(created_at) = ?
+AND logged_at < fromUnixTimestamp64Micro(?, 'UTC') GROUP BY ALL`, m, cut.UnixMicro()); err != nil {
+			return fail(err)
+		}
+	}
+	return nil
+}
+
+// AggregateEvents has the semantics of storage/postgres.EventLog.AggregateEvents.
+//
+// Counts come from the hourly sums (event_counts_hourly) for the whole hours of the range, when
+// the query allows it (see hourly), and from event_log FINAL (copies not merged yet counted
+// once) for the rest: the minutes before the range's first whole hour and after its last, or the
+// whole range otherwise. The range prunes partitions and the organization (and project) the
+// sorting key of either table. Percentiles are exact (quantilesExactInclusive, as Postgres's
+// percentile_cont), from event_log.
 func (s *Store) AggregateEvents(ctx context.Context, q storage.AggregateQuery) ([]storage.AggregateRow, error) {
 	key, ok := groupColumns[q.GroupBy]
 	if !ok {
 		return nil, fmt.Errorf("aggregate events: unknown grouping %q", q.GroupBy)
 	}
-	where := eventFilter(q.OrgID, q.ProjectID, "", q.Types, q.From, q.To)
-	if len(q.Severities) > 0 {
-		where.add("has(?, severity)", q.Severities)
+	fn, ok := bucketFunctions[q.Bucket]
+	if !ok && q.Bucket != storage.BucketNone {
+		return nil, fmt.Errorf("aggregate events: unknown bucket %q", q.Bucket)
 	}
-	bucket := "toDateTime64(0, 6, 'UTC')"
+	loc := "UTC"
+	if q.Location != nil {
+		loc = q.Location.String()
+	}
+	// sub is one SELECT of (bucket b, key k, count c[, measures]) over table's rows in [from, to).
+	var selects []string
 	var args []any
-	if q.Bucket != storage.BucketNone {
-		fn, ok := bucketFunctions[q.Bucket]
-		if !ok {
-			return nil, fmt.Errorf("aggregate events: unknown bucket %q", q.Bucket)
+	sub := func(table, timeColumn, count, measure string, from, to time.Time) {
+		bucket := "toDateTime64(0, 6, 'UTC')"
+		if q.Bucket != storage.BucketNone {
+			bucket = fn + "(" + timeColumn + ", ?)"
+			args = append(args, loc)
 		}
-		loc := "UTC"
-		if q.Location != nil {
-			loc = q.Location.String()
+		where := eventFilter(q.OrgID, q.ProjectID, "", q.Types, time.Time{}, time.Time{})
+		if len(q.Severities) > 0 {
+			where.add("has(?, severity)", q.Severities)
 		}
-		bucket = fn + "(created_at, ?)"
-		args = append(args, loc)
+		where.between(timeColumn, from, to)
+		selects = append(selects, fmt.Sprintf("SELECT toDateTime64(%s, 6, 'UTC') AS b, %s AS k, %s AS c, %s FROM %s WHERE %s GROUP BY b, k",
+			bucket, key, count, measure, table, where.sql()))
+		args = append(args, where.args...)
 	}
-	measure := "toUInt64(0), [0., 0., 0.]"
-	if q.Latency {
-		measure = "count(run_ms), quantilesExactInclusive(0.5, 0.9, 0.99)(run_ms)"
+	const noMeasure = "toUInt64(0) AS m, [0., 0., 0.] AS p"
+	var query string
+	if parts, ok := hourly(q); ok {
+		for _, p := range parts {
+			sub(p.table, p.column, p.count, noMeasure, p.from, p.to)
+		}
+		query = "SELECT b, k, sum(c), any(m), any(p) FROM (" + strings.Join(selects, " UNION ALL ") + ") GROUP BY b, k ORDER BY b, k"
+	} else {
+		measure := noMeasure
+		if q.Latency {
+			measure = "count(run_ms) AS m, quantilesExactInclusive(0.5, 0.9, 0.99)(run_ms) AS p"
+		}
+		sub("event_log FINAL", "created_at", "count()", measure, q.From, q.To)
+		query = selects[0] + " ORDER BY b, k"
 	}
-	query := fmt.Sprintf(`SELECT toDateTime64(%s, 6, 'UTC') AS b, %s AS k, count(), %s
-FROM event_log FINAL WHERE %s GROUP BY b, k ORDER BY b, k`, bucket, key, measure, where.sql())
-	rows, err := s.conn.Query(ctx, query, append(args, where.args...)...)
+	rows, err := s.conn.Query(ctx, query, args...)
 	if err != nil {
 		return nil, fmt.Errorf("aggregate events: %w", err)
 	}
@@ -87,6 +153,97 @@ FROM event_log FINAL WHERE %s GROUP BY b, k ORDER BY b, k`, bucket, key, measure
 		return nil, fmt.Errorf("aggregate events: %w", err)
 	}
 	return out, nil
+}
+
+// hourly splits q's range as the hourly sums can answer it (rangeParts), and says whether they
+// can: not for percentiles (the sums hold counts only) nor minute buckets, and for hour or day
+// buckets only in a zone whose offset from UTC is whole hours across the range (a UTC hour then
+// lies in one bucket; Asia/Kolkata's do not).
+func hourly(q storage.AggregateQuery) ([]rangePart, bool) {
+	if q.Latency || q.Bucket == storage.BucketMinute {
+		return nil, false
+	}
+	if q.Bucket != storage.BucketNone && !wholeHourZone(q.Location, q.From, q.To) {
+		return nil, false
+	}
+	return rangeParts(q.From, q.To, "event_log FINAL")
+}
+
+// rangePart is a part of a time range and how to count its events: from the hourly sums or
+// from events (table, event_log with or without FINAL).
+type rangePart struct {
+	table, column, count string
+	from, to             time.Time
+}
+
+// rangeParts splits [from, to) (a zero bound: open) into its whole UTC hours, counted from the
+// hourly sums, and the minutes before the first and after the last, counted from events; ok is
+// false when the range holds no whole hour.
+func rangeParts(from, to time.Time, events string) (parts []rangePart, ok bool) {
+	var lo, hi time.Time
+	if !from.IsZero() {
+		if lo = from.UTC().Truncate(time.Hour); lo.Before(from) {
+			lo = lo.Add(time.Hour)
+		}
+	}
+	if !to.IsZero() {
+		hi = to.UTC().Truncate(time.Hour)
+	}
+	if !lo.IsZero() && !hi.IsZero() && !lo.Before(hi) {
+		return nil, false
+	}
+	parts = append(parts, rangePart{countsTable, "hour", "sum(events)", lo, hi})
+	if !from.IsZero() && from.Before(lo) {
+		parts = append(parts, rangePart{events, "created_at", "count()", from, lo})
+	}
+	if !to.IsZero() && hi.Before(to) {
+		parts = append(parts, rangePart{events, "created_at", "count()", hi, to})
+	}
+	return parts, true
+}
+
+// estimate is TotalEstimate of q: the hourly sums over the whole hours of its range and
+// event_log without FINAL over the rest (or over all of it, for a range within one hour or a
+// resource filter, which the sums do not know). Exact but for copies of the edges not merged yet.
+func (s *Store) estimate(ctx context.Context, q storage.EventQuery, where conditions) (int64, error) {
+	parts, ok := rangeParts(q.Since, q.To, "event_log")
+	if !ok || q.PatientID != "" || q.AgentID != "" || q.WorkflowID != "" || q.DeploymentID != "" {
+		return s.count(ctx, "event_log", where, storage.TotalEstimate)
+	}
+	var selects []string
+	var args []any
+	for _, p := range parts {
+		w := eventFilter(q.OrgID, q.ProjectID, q.Type, q.Types, time.Time{}, time.Time{})
+		w.between(p.column, p.from, p.to)
+		selects = append(selects, "SELECT "+p.count+" AS c FROM "+p.table+" WHERE "+w.sql())
+		args = append(args, w.args...)
+	}
+	var n uint64
+	if err := s.conn.QueryRow(ctx, "SELECT sum(c) FROM ("+strings.Join(selects, " UNION ALL ")+")", args...).Scan(&n); err != nil {
+		return 0, fmt.Errorf("estimate: %w", err)
+	}
+	return int64(n), nil
+}
+
+// wholeHourZone reports whether loc's offset from UTC is a whole number of hours at every day
+// of [from, to) (zero: from 1970, to a year from now). Offsets change at most a few times a year
+// and stay for months, so a daily look finds each.
+func wholeHourZone(loc *time.Location, from, to time.Time) bool {
+	if loc == nil || loc == time.UTC {
+		return true
+	}
+	if epoch := time.Unix(0, 0); from.Before(epoch) {
+		from = epoch
+	}
+	if to.IsZero() {
+		to = time.Now().AddDate(1, 0, 0)
+	}
+	for t := from; t.Before(to.Add(24 * time.Hour)); t = t.Add(24 * time.Hour) {
+		if _, offset := t.In(loc).Zone(); offset%3600 != 0 {
+			return false
+		}
+	}
+	return true
 }
 
 func finite(f float64) float64 {
@@ -120,5 +277,30 @@ func (s *Store) purge(ctx context.Context, table, column, orgID string, before t
 	if err := s.conn.Exec(ctx, "DELETE FROM "+table+" WHERE "+where.sql(), where.args...); err != nil {
 		return 0, fmt.Errorf("purge %s: %w", table, err)
 	}
+	if table == "event_log" {
+		if err := s.purgeCounts(ctx, orgID, before); err != nil {
+			return 0, fmt.Errorf("purge %s: %w", table, err)
+		}
+	}
 	return n, nil
+}
+
+// purgeCounts deletes orgID's hourly sums of the hours before before and counts again the hour
+// before cuts through, from the events left in it. Purges cut through hours long past, where no
+// event arrives meanwhile.
+func (s *Store) purgeCounts(ctx context.Context, orgID string, before time.Time) error {
+	hour := before.UTC().Truncate(time.Hour)
+	upTo := hour
+	if hour.Before(before) {
+		upTo = hour.Add(time.Hour)
+	}
+	if err := s.conn.Exec(ctx, "DELETE FROM "+countsTable+" WHERE org_id = ? AND hour < fromUnixTimestamp64Micro(?, 'UTC')",
+		orgID, upTo.UnixMicro()); err != nil {
+		return err
+	}
+	if upTo.Equal(hour) {
+		return nil
+	}
+	return s.conn.Exec(ctx, "INSERT INTO "+countsTable+" "+countsSelect+`org_id = ? AND created_at >= fromUnixTimestamp64Micro(?, 'UTC')
+AND created_at < fromUnixTimestamp64Micro(?, 'UTC') GROUP BY ALL`, orgID, hour.UnixMicro(), upTo.UnixMicro())
 }

@@ -23,6 +23,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"maps"
 	"path"
 	"slices"
 	"strconv"
@@ -100,7 +101,7 @@ func Open(ctx context.Context, url string, opts ...Option) (*Store, error) {
 	for _, r := range []struct {
 		table, column string
 		keep          time.Duration
-	}{{"event_log", "created_at", o.eventRetention}, {"audit_log", "time", o.auditRetention}} {
+	}{{"event_log", "created_at", o.eventRetention}, {countsTable, "hour", o.eventRetention}, {"audit_log", "time", o.auditRetention}} {
 		if err := s.retain(ctx, r.table, r.column, r.keep); err != nil {
 			_ = conn.Close()
 			return nil, err
@@ -159,7 +160,24 @@ func statements(sql string) []string {
 	return out
 }
 
+// migrate applies the DDL files and counts the events stored before the hourly sums existed
+// (backfillCounts) when it is the one that created them.
 func (s *Store) migrate(ctx context.Context) error {
+	var hadCounts uint64
+	if err := s.conn.QueryRow(ctx, "SELECT count() FROM system.tables WHERE database = currentDatabase() AND name = ?",
+		countsTable).Scan(&hadCounts); err != nil {
+		return fmt.Errorf("clickhouse migrations: %w", err)
+	}
+	if err := s.applyDDL(ctx); err != nil {
+		return err
+	}
+	if hadCounts == 0 {
+		return s.backfillCounts(ctx)
+	}
+	return nil
+}
+
+func (s *Store) applyDDL(ctx context.Context) error {
 	files, err := fs.Glob(schemas.ClickHouse, "clickhouse/*.sql")
 	if err != nil {
 		return fmt.Errorf("clickhouse migrations: %w", err)
@@ -179,9 +197,16 @@ func (s *Store) migrate(ctx context.Context) error {
 	return nil
 }
 
-// AppendEvents inserts events in one batch. Copies of an id already stored collapse with it
-// (ReplacingMergeTree); queries never return two.
+// AppendEvents inserts, in one batch, the events of events whose id is not stored yet, each id
+// once: the hourly sums (0021_event_counts.sql) count what is inserted, so a copy must not
+// reach them. Two appends of one id at the same moment can both insert it (the Kafka writers
+// append an event twice only around a rebalance); event_log collapses such copies when parts
+// merge (ReplacingMergeTree), and queries never return two.
 func (s *Store) AppendEvents(ctx context.Context, events []storage.Event) error {
+	events, err := s.unstored(ctx, events)
+	if err != nil {
+		return fmt.Errorf("append events: %w", err)
+	}
 	if len(events) == 0 {
 		return nil
 	}
@@ -197,12 +222,100 @@ func (s *Store) AppendEvents(ctx context.Context, events []storage.Event) error 
 		}
 		created[i] = ev.CreatedAt.UTC()
 	}
-	err := s.insert(ctx, "INSERT INTO event_log (id, org_id, project_id, type, source, severity, payload, created_at)",
+	err = s.insert(ctx, "INSERT INTO event_log (id, org_id, project_id, type, source, severity, payload, created_at)",
 		n, id, org, project, typ, source, severity, payload, created)
 	if err != nil {
 		return fmt.Errorf("append events: %w", err)
 	}
 	return nil
+}
+
+// unstored returns events without those whose id is stored already and without repeats of an
+// id. The lookup bounds the sorting key by the batch's organizations, projects and time span,
+// so it reads the granules the batch would be written next to, not the table.
+func (s *Store) unstored(ctx context.Context, events []storage.Event) ([]storage.Event, error) {
+	if len(events) == 0 {
+		return nil, nil
+	}
+	seen := make(map[string]bool, len(events))
+	orgs, projects := map[string]bool{}, map[string]bool{}
+	var ids []string
+	lo, hi := events[0].CreatedAt, events[0].CreatedAt
+	for _, ev := range events {
+		if !seen[ev.ID] {
+			seen[ev.ID] = true
+			ids = append(ids, ev.ID)
+		}
+		orgs[ev.OrgID], projects[ev.ProjectID] = true, true
+		lo, hi = minTime(lo, ev.CreatedAt), maxTime(hi, ev.CreatedAt)
+	}
+	// The driver writes the ids into the query's text, which the server caps (max_query_size,
+	// 256 KiB): lookupIDs ids a query.
+	for chunk := range slices.Chunk(ids, lookupIDs) {
+		stored, err := s.storedIDs(ctx, slices.Collect(maps.Keys(orgs)), slices.Collect(maps.Keys(projects)), lo, hi, chunk)
+		if err != nil {
+			return nil, err
+		}
+		for _, id := range stored {
+			seen[id] = false
+		}
+	}
+	out := make([]storage.Event, 0, len(events))
+	for _, ev := range events {
+		if seen[ev.ID] {
+			seen[ev.ID] = false
+			out = append(out, ev)
+		}
+	}
+	return out, nil
+}
+
+// lookupIDs is how many ids unstored looks up in one query.
+const lookupIDs = 2000
+
+// storedIDs returns which of ids event_log holds among the rows of orgs and projects created in
+// [lo, hi]. Organizations and projects narrow the sorting key's range; more than lookupIDs of
+// them are left out (the query's text again), the time span still narrows it.
+func (s *Store) storedIDs(ctx context.Context, orgs, projects []string, lo, hi time.Time, ids []string) ([]string, error) {
+	var where conditions
+	for _, f := range []struct {
+		column string
+		in     []string
+	}{{"org_id", orgs}, {"project_id", projects}} {
+		if len(f.in) <= lookupIDs {
+			where.add("has(?, "+f.column+")", f.in)
+		}
+	}
+	where.add("created_at >= fromUnixTimestamp64Micro(?, 'UTC') AND created_at <= fromUnixTimestamp64Micro(?, 'UTC')", lo.UnixMicro(), hi.UnixMicro())
+	where.add("has(?, id)", ids)
+	rows, err := s.conn.Query(ctx, "SELECT DISTINCT id FROM event_log WHERE "+where.sql(), where.args...)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = rows.Close() }()
+	var stored []string
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			return nil, err
+		}
+		stored = append(stored, id)
+	}
+	return stored, rows.Err()
+}
+
+func minTime(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
+	}
+	return a
+}
+
+func maxTime(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
 }
 
 // insert sends rows rows of an INSERT as one block, given column by column (the driver appends a
@@ -234,32 +347,18 @@ func (s *Store) QueryEvents(ctx context.Context, q storage.EventQuery) (storage.
 		return storage.EventPage{}, errors.New("query events: project id required")
 	}
 	limit := pageSize(q.Limit)
-	where := eventFilter(q.OrgID, q.ProjectID, q.Type, q.Types, q.Since, q.To)
-	for _, f := range []struct{ column, id string }{
-		{"patient_id", q.PatientID}, {"agent_id", q.AgentID}, {"workflow_id", q.WorkflowID}, {"deployment_id", q.DeploymentID},
-	} {
-		if f.id != "" {
-			where.add(f.column+" = ?", f.id)
-		}
-	}
+	where := eventQueryFilter(q)
 	var page storage.EventPage
 	var err error
-	if page.Total, err = s.count(ctx, "event_log", where, q.Total); err != nil {
+	if q.Total == storage.TotalEstimate {
+		page.Total, err = s.estimate(ctx, q, where)
+	} else {
+		page.Total, err = s.count(ctx, "event_log", where, q.Total)
+	}
+	if err != nil {
 		return storage.EventPage{}, fmt.Errorf("query events: %w", err)
 	}
-	if q.Cursor != "" {
-		at, id, err := storage.DecodeCursor(q.Cursor)
-		if err != nil {
-			return storage.EventPage{}, err
-		}
-		where.after("created_at", at, id, q.Ascending)
-	}
-	order := "DESC"
-	if q.Ascending {
-		order = "ASC"
-	}
-	page.Events, err = distinctPage(ctx, s.conn, `SELECT id, org_id, project_id, type, source, severity, payload, created_at
-FROM event_log WHERE `+where.sql()+` ORDER BY created_at `+order+`, id `+order, where.args, limit+1, scanEvent)
+	page.Events, err = s.pageEvents(ctx, q, where, limit+1)
 	if err != nil {
 		return storage.EventPage{}, fmt.Errorf("query events: %w", err)
 	}
@@ -269,6 +368,156 @@ FROM event_log WHERE `+where.sql()+` ORDER BY created_at `+order+`, id `+order, 
 		page.NextCursor = storage.EncodeCursor(last.CreatedAt, last.ID)
 	}
 	return page, nil
+}
+
+// pageWindows are the spans of time a page reads from where it starts (the cursor, the range's
+// near end, or the project's newest or oldest hour), one after the other, until it has its rows;
+// past the last it reads the rest of the range. A page bounded in time reads the partitions and
+// parts of its span only; an unbounded one reads a granule of every part the project has rows in
+// (measured at 100 M events in 35 parts: 0.6–1.3 s for a first page, 0.05 s within a day).
+var pageWindows = []time.Duration{time.Hour, 24 * time.Hour, 8 * 24 * time.Hour, 64 * 24 * time.Hour}
+
+// pageEvents returns the first want distinct events matching where past q's cursor, in q's
+// order, reading pageWindows one after the other.
+func (s *Store) pageEvents(ctx context.Context, q storage.EventQuery, where conditions, want int) ([]storage.Event, error) {
+	start, err := s.pageStart(ctx, q)
+	if err != nil {
+		return nil, err
+	}
+	var out []storage.Event
+	var near time.Time // where the last window ended (zero: the range's own bound)
+	for i := 0; ; i++ {
+		// far is the window's other end, zero past the last window or past the range's end.
+		var far time.Time
+		if i < len(pageWindows) && !start.IsZero() {
+			if q.Ascending {
+				if far = start.Add(pageWindows[i]); !q.To.IsZero() && !far.Before(q.To) {
+					far = time.Time{}
+				}
+			} else if far = start.Add(-pageWindows[i]); !q.Since.IsZero() && !far.After(q.Since) {
+				far = time.Time{}
+			}
+		}
+		w := where.clone()
+		if q.Ascending {
+			w.between("created_at", near, far)
+		} else {
+			w.between("created_at", far, near)
+		}
+		query, args, err := eventsInOrder(q, w)
+		if err != nil {
+			return nil, err
+		}
+		got, err := distinctPage(ctx, s.conn, query, args, want-len(out), scanEvent)
+		if err != nil {
+			return nil, err
+		}
+		if out = append(out, got...); len(out) >= want || far.IsZero() {
+			return out, nil
+		}
+		near = far
+	}
+}
+
+// pageStart is the time q's page starts from: its cursor's, else its range's near end, else
+// the hour of the project's newest event (oldest, ascending) in the hourly sums; zero when the
+// project has none.
+func (s *Store) pageStart(ctx context.Context, q storage.EventQuery) (time.Time, error) {
+	if q.Cursor != "" {
+		at, _, err := storage.DecodeCursor(q.Cursor)
+		return at, err
+	}
+	edge, bound := "max(hour) + INTERVAL 1 HOUR", q.To
+	if q.Ascending {
+		edge, bound = "min(hour)", q.Since
+	}
+	if !bound.IsZero() {
+		return bound, nil
+	}
+	where := eventFilter(q.OrgID, q.ProjectID, "", nil, time.Time{}, time.Time{})
+	var at time.Time
+	var n uint64
+	if err := s.conn.QueryRow(ctx, "SELECT "+edge+", count() FROM "+countsTable+" WHERE "+where.sql(), where.args...).Scan(&at, &n); err != nil {
+		return time.Time{}, err
+	}
+	if n == 0 {
+		return time.Time{}, nil
+	}
+	return at.UTC(), nil
+}
+
+// eventQueryFilter is the WHERE clause of q's filters, its cursor aside.
+func eventQueryFilter(q storage.EventQuery) conditions {
+	where := eventFilter(q.OrgID, q.ProjectID, q.Type, q.Types, q.Since, q.To)
+	for _, f := range []struct{ column, id string }{
+		{"patient_id", q.PatientID}, {"agent_id", q.AgentID}, {"workflow_id", q.WorkflowID}, {"deployment_id", q.DeploymentID},
+	} {
+		if f.id != "" {
+			where.add(f.column+" = ?", f.id)
+		}
+	}
+	return where
+}
+
+// eventsInOrder is the SELECT of the events matching where past q's cursor, in q's order,
+// without LIMIT.
+func eventsInOrder(q storage.EventQuery, where conditions) (string, []any, error) {
+	if q.Cursor != "" {
+		at, id, err := storage.DecodeCursor(q.Cursor)
+		if err != nil {
+			return "", nil, err
+		}
+		where.after("created_at", at, id, q.Ascending)
+	}
+	order := "DESC"
+	if q.Ascending {
+		order = "ASC"
+	}
+	return `SELECT id, org_id, project_id, type, source, severity, payload, created_at
+FROM event_log WHERE ` + where.sql() + ` ORDER BY created_at ` + order + `, id ` + order, where.args, nil
+}
+
+// ExportEvents has the semantics of storage/postgres.EventLog.ExportEvents: one SELECT in the
+// sorting key's order, which the server reads in order and streams block by block; copies not
+// merged yet are adjacent and skipped, as pages skip them.
+func (s *Store) ExportEvents(ctx context.Context, q storage.EventQuery, emit func([]storage.Event) error) error {
+	if q.ProjectID == "" {
+		return errors.New("export events: project id required")
+	}
+	query, args, err := eventsInOrder(q, eventQueryFilter(q))
+	if err != nil {
+		return err
+	}
+	rows, err := s.conn.Query(ctx, query, args...)
+	if err != nil {
+		return fmt.Errorf("export events: %w", err)
+	}
+	defer func() { _ = rows.Close() }()
+	chunk := make([]storage.Event, 0, storage.ExportChunk)
+	var last string
+	for rows.Next() {
+		id, ev, err := scanEvent(rows)
+		if err != nil {
+			return fmt.Errorf("export events: %w", err)
+		}
+		if id == last {
+			continue
+		}
+		last = id
+		if chunk = append(chunk, ev); len(chunk) == storage.ExportChunk {
+			if err := emit(chunk); err != nil {
+				return err
+			}
+			chunk = chunk[:0]
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("export events: %w", err)
+	}
+	if len(chunk) > 0 {
+		return emit(chunk)
+	}
+	return nil
 }
 
 // eventFilter is the WHERE clause of the filters event queries and aggregations share. The
@@ -294,12 +543,7 @@ func eventFilter(orgID, projectID, typ string, types []string, from, to time.Tim
 			where.add("(has(?, type) OR arrayExists(p -> startsWith(type, p), ?))", exact, prefixes)
 		}
 	}
-	if !from.IsZero() {
-		where.add("created_at >= fromUnixTimestamp64Micro(?, 'UTC')", from.UnixMicro())
-	}
-	if !to.IsZero() {
-		where.add("created_at < fromUnixTimestamp64Micro(?, 'UTC')", to.UnixMicro())
-	}
+	where.between("created_at", from, to)
 	return where
 }
 
@@ -509,6 +753,20 @@ func (c *conditions) after(column string, at time.Time, id string, ascending boo
 	}
 	c.add(column+" "+cmp+" fromUnixTimestamp64Micro(?, 'UTC')", at.UnixMicro())
 	c.add("("+column+", id) "+tuple+" (fromUnixTimestamp64Micro(?, 'UTC'), ?)", at.UnixMicro(), id)
+}
+
+func (c conditions) clone() conditions {
+	return conditions{parts: slices.Clone(c.parts), args: slices.Clone(c.args)}
+}
+
+// between keeps the rows whose column is in [from, to); a zero bound leaves that side open.
+func (c *conditions) between(column string, from, to time.Time) {
+	if !from.IsZero() {
+		c.add(column+" >= fromUnixTimestamp64Micro(?, 'UTC')", from.UnixMicro())
+	}
+	if !to.IsZero() {
+		c.add(column+" < fromUnixTimestamp64Micro(?, 'UTC')", to.UnixMicro())
+	}
 }
 
 func (c *conditions) sql() string {

@@ -276,3 +276,57 @@ ORDER BY created_at DESC, id DESC LIMIT 10 SETTINGS force_optimize_projection = 
 		t.Error("a page reads a projection; it must read the table newest first")
 	}
 }
+
+// TestCountsBackfill opens a store whose event log holds events from before the hourly sums
+// existed (0021_event_counts.sql dropped, as on a database migrated by an older release): Open
+// counts them once, in each month's partition, and the events appended afterwards through the
+// view.
+func TestCountsBackfill(t *testing.T) {
+	url := chtest.NewURL(t)
+	store := newStoreAt(t, url)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	at := time.Date(2026, 1, 31, 23, 30, 0, 0, time.UTC) // two months, so two partitions
+	var before []storage.Event
+	for i := range 6 {
+		before = append(before, storage.Event{ID: ids.New(ids.Event), OrgID: "org_a", ProjectID: "prj_a", Type: "agent.run_completed",
+			Source: "agent", Severity: "info", Payload: json.RawMessage(`{"status":"COMPLETED"}`), CreatedAt: at.Add(time.Duration(i) * 20 * time.Minute)})
+	}
+	if err := store.AppendEvents(ctx, before); err != nil {
+		t.Fatal(err)
+	}
+	opts, err := ch.ParseDSN(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn, err := ch.Open(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = conn.Close() }()
+	for _, stmt := range []string{"DROP VIEW event_counts_hourly_mv", "DROP TABLE event_counts_hourly"} {
+		if err := conn.Exec(ctx, stmt); err != nil {
+			t.Fatal(err)
+		}
+	}
+	store = newStoreAt(t, url)
+	after := before[0]
+	after.ID, after.CreatedAt = ids.New(ids.Event), at.Add(5*time.Minute)
+	if err := store.AppendEvents(ctx, []storage.Event{after, before[1]}); err != nil {
+		t.Fatal(err)
+	}
+	var counted uint64
+	if err := conn.QueryRow(ctx, "SELECT sum(events) FROM event_counts_hourly").Scan(&counted); err != nil {
+		t.Fatal(err)
+	}
+	if counted != 7 {
+		t.Errorf("hourly sums count %d events, want 7 (6 backfilled, 1 appended, a copy not)", counted)
+	}
+	rows, err := store.AggregateEvents(ctx, storage.AggregateQuery{OrgID: "org_a", Bucket: storage.BucketDay})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rows) != 2 || rows[0].Count != 3 || rows[1].Count != 4 {
+		t.Errorf("days: %+v, want 3 on Jan 31 and 4 on Feb 1", rows)
+	}
+}

@@ -165,33 +165,21 @@ func (l *EventLog) QueryEvents(ctx context.Context, q storage.EventQuery) (stora
 	resourceFilters(&where, q)
 	countSQL := "select count(*) from event_log where " + where.sql()
 	countArgs := append([]any(nil), where.args...)
-
-	order, before := "desc", "<"
-	if q.Ascending {
-		order, before = "asc", ">"
+	pageSQL, pageArgs, err := eventsInOrder(q, where)
+	if err != nil {
+		return storage.EventPage{}, err
 	}
-	if q.Cursor != "" {
-		at, id, err := storage.DecodeCursor(q.Cursor)
-		if err != nil {
-			return storage.EventPage{}, err
-		}
-		where.add2("(created_at, id) "+before+" ($%d, $%d)", at, id)
-	}
-	pageArgs := append(where.args, limit+1)
-	pageSQL := fmt.Sprintf(`select id, org_id, project_id, type, source, severity, payload, created_at
-from event_log where %s order by created_at %s, id %s limit $%d`, where.sql(), order, order, len(pageArgs))
+	pageArgs = append(pageArgs, limit+1)
+	pageSQL += fmt.Sprintf(" limit $%d", len(pageArgs))
 
 	var page storage.EventPage
 	batch := &pgx.Batch{}
 	batch.Queue(pageSQL, pageArgs...).Query(func(rows pgx.Rows) error {
 		for rows.Next() {
-			var ev storage.Event
-			var payload []byte
-			if err := rows.Scan(&ev.ID, &ev.OrgID, &ev.ProjectID, &ev.Type, &ev.Source, &ev.Severity, &payload, &ev.CreatedAt); err != nil {
+			ev, err := scanEvent(rows)
+			if err != nil {
 				return err
 			}
-			ev.Payload = payload
-			ev.CreatedAt = ev.CreatedAt.UTC()
 			page.Events = append(page.Events, ev)
 		}
 		return rows.Err()
@@ -207,6 +195,101 @@ from event_log where %s order by created_at %s, id %s limit $%d`, where.sql(), o
 	}
 	return page, nil
 }
+
+// eventsInOrder is the select of the events matching where past q's cursor, in q's order,
+// without limit.
+func eventsInOrder(q storage.EventQuery, where conditions) (string, []any, error) {
+	order, before := "desc", "<"
+	if q.Ascending {
+		order, before = "asc", ">"
+	}
+	if q.Cursor != "" {
+		at, id, err := storage.DecodeCursor(q.Cursor)
+		if err != nil {
+			return "", nil, err
+		}
+		where.add2("(created_at, id) "+before+" ($%d, $%d)", at, id)
+	}
+	return fmt.Sprintf(`select id, org_id, project_id, type, source, severity, payload, created_at
+from event_log where %s order by created_at %s, id %s`, where.sql(), order, order), where.args, nil
+}
+
+func scanEvent(rows pgx.Rows) (storage.Event, error) {
+	var ev storage.Event
+	var payload []byte
+	if err := rows.Scan(&ev.ID, &ev.OrgID, &ev.ProjectID, &ev.Type, &ev.Source, &ev.Severity, &payload, &ev.CreatedAt); err != nil {
+		return ev, err
+	}
+	ev.Payload = payload
+	ev.CreatedAt = ev.CreatedAt.UTC()
+	return ev, nil
+}
+
+// ExportEvents streams the events matching q (its filters and cursor, as QueryEvents) through
+// one server-side cursor over the query a page runs, without its limit: each FETCH continues
+// the same index scan where the last stopped, so the export reads the range once, and memory
+// holds one chunk whatever its size. Each FETCH is a statement of its own, so the pool's
+// statement timeout bounds a chunk, not the export; a consumer that stalls between chunks for
+// longer than IdleInTransactionTimeout loses the session (the export fails and resumes from the
+// last cursor it received).
+func (l *EventLog) ExportEvents(ctx context.Context, q storage.EventQuery, emit func([]storage.Event) error) error {
+	if q.ProjectID == "" {
+		return errors.New("export events: project id required")
+	}
+	where := eventFilter(q.OrgID, q.ProjectID, q.Type, q.Types, q.Since, q.To)
+	resourceFilters(&where, q)
+	query, args, err := eventsInOrder(q, where)
+	if err != nil {
+		return err
+	}
+	err = pgx.BeginTxFunc(ctx, l.pool, pgx.TxOptions{AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, "declare export no scroll cursor for "+query, args...); err != nil {
+			return err
+		}
+		fetch := fmt.Sprintf("fetch %d from export", storage.ExportChunk)
+		chunk := make([]storage.Event, 0, storage.ExportChunk)
+		for {
+			chunk = chunk[:0]
+			rows, err := tx.Query(ctx, fetch)
+			if err != nil {
+				return err
+			}
+			for rows.Next() {
+				ev, err := scanEvent(rows)
+				if err != nil {
+					rows.Close()
+					return err
+				}
+				chunk = append(chunk, ev)
+			}
+			if err := rows.Err(); err != nil {
+				return err
+			}
+			if len(chunk) == 0 {
+				return nil
+			}
+			if err := emit(chunk); err != nil {
+				return emitError{err}
+			}
+			if len(chunk) < storage.ExportChunk {
+				return nil
+			}
+		}
+	})
+	var e emitError
+	if errors.As(err, &e) {
+		return e.err
+	}
+	if err != nil {
+		return fmt.Errorf("export events: %w", err)
+	}
+	return nil
+}
+
+// emitError carries an error of ExportEvents' emit out of its transaction unwrapped.
+type emitError struct{ err error }
+
+func (e emitError) Error() string { return e.err.Error() }
 
 // queueTotal queues the count of a page's matches as mode asks: countSQL exactly, the planner's
 // estimate of it, or nothing.

@@ -2,6 +2,7 @@ package storagetest
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math"
 	"slices"
@@ -315,5 +316,254 @@ func testAuditPurge(t *testing.T, s storage.AuditLog) {
 	}
 	if got := queryAllAudit(t, s, storage.AuditQuery{OrgID: "org_b"}); len(got) != 1 {
 		t.Errorf("another organization's records: %d left, want 1", len(got))
+	}
+}
+
+// spreadEvents is a project's events every seven minutes over about five hours from base, of
+// types, severities and statuses in turn, and one event of another project and organization.
+func spreadEvents() (inProject, all []storage.Event) {
+	types := []string{"agent.run_completed", "agent.run.failed", "workflow.completed", "diagnostic.result_ready"}
+	severities := []string{"info", "error", "warning", "critical", "info"}
+	for i := range 40 {
+		ev := event("org_a", "prj_a", types[i%len(types)], time.Duration(i)*7*time.Minute, i)
+		ev.Severity = severities[i%len(severities)]
+		ev.Payload = json.RawMessage(fmt.Sprintf(`{"status":"%s","latencyMs":%d}`, []string{"COMPLETED", "FAILED", ""}[i%3], i))
+		inProject = append(inProject, ev)
+	}
+	all = append(slices.Clone(inProject), event("org_a", "prj_b", "agent.run_completed", time.Hour, 100),
+		event("org_b", "prj_c", "agent.run_completed", time.Hour, 101))
+	return inProject, all
+}
+
+// testEventAggregatePaths checks that counts agree with the events stored, whichever way a store
+// computes them: a store may answer whole hours from pre-aggregated sums and the rest of a range
+// (or percentiles, minute buckets, zones off whole hours) from the events themselves. The same
+// counts must come back after copies of stored events are appended (in a later batch and twice
+// in one batch) and after a purge that cuts through an hour.
+func testEventAggregatePaths(t *testing.T, s storage.EventLog) {
+	inProject, all := spreadEvents()
+	mustAppend(t, s, all)
+	paris, err := time.LoadLocation("Europe/Paris")
+	if err != nil {
+		t.Skipf("no time zone data: %v", err)
+	}
+	kolkata, err := time.LoadLocation("Asia/Kolkata")
+	if err != nil {
+		t.Skipf("no time zone data: %v", err)
+	}
+	hour := base.Truncate(time.Hour)
+	queries := []struct {
+		name string
+		q    storage.AggregateQuery
+	}{
+		{"per type per hour, whole range", storage.AggregateQuery{Bucket: storage.BucketHour, GroupBy: storage.GroupType}},
+		{"per type per hour, whole hours", storage.AggregateQuery{Bucket: storage.BucketHour, GroupBy: storage.GroupType,
+			From: hour.Add(time.Hour), To: hour.Add(4 * time.Hour)}},
+		{"per severity per hour in Paris, range off the hour", storage.AggregateQuery{Bucket: storage.BucketHour,
+			Location: paris, GroupBy: storage.GroupSeverity, From: base.Add(20 * time.Minute), To: base.Add(200 * time.Minute)}},
+		{"per status per day in Kolkata, range off the hour", storage.AggregateQuery{Bucket: storage.BucketDay,
+			Location: kolkata, GroupBy: storage.GroupStatus, From: base.Add(20 * time.Minute), To: base.Add(200 * time.Minute)}},
+		{"per project, a type prefix, within one hour", storage.AggregateQuery{GroupBy: storage.GroupProject,
+			Types: []string{"agent.*"}, From: hour.Add(65 * time.Minute), To: hour.Add(110 * time.Minute)}},
+		{"alerts per hour", storage.AggregateQuery{Bucket: storage.BucketHour, Severities: []string{"error", "critical"}}},
+		{"per minute", storage.AggregateQuery{Bucket: storage.BucketMinute, From: hour.Add(time.Hour), To: hour.Add(2 * time.Hour)}},
+	}
+	check := func(t *testing.T, events []storage.Event) {
+		for _, tt := range queries {
+			q := tt.q
+			q.OrgID = "org_a"
+			if q.GroupBy != storage.GroupProject {
+				q.ProjectID = "prj_a"
+			}
+			want := countEvents(q, events)
+			rows, err := s.AggregateEvents(ctxFor(t), q)
+			if err != nil {
+				t.Fatalf("%s: %v", tt.name, err)
+			}
+			if got := aggregateCounts(rows); !mapsEqual(got, want) {
+				t.Errorf("%s: got %v, want %v", tt.name, got, want)
+			}
+			q.Latency = true // percentiles: counted from the events themselves
+			if rows, err = s.AggregateEvents(ctxFor(t), q); err != nil {
+				t.Fatalf("%s with latency: %v", tt.name, err)
+			}
+			if got := aggregateCounts(rows); !mapsEqual(got, want) {
+				t.Errorf("%s with latency: got %v, want %v", tt.name, got, want)
+			}
+		}
+	}
+	withOther := append(slices.Clone(inProject), all[len(inProject)])
+	check(t, withOther)
+	mustAppend(t, s, inProject[10:20])
+	mustAppend(t, s, []storage.Event{inProject[21], inProject[22], inProject[21]})
+	copyInBatch := event("org_a", "prj_a", "agent.run_completed", 3*time.Hour+time.Second, 200)
+	mustAppend(t, s, []storage.Event{copyInBatch, copyInBatch})
+	withOther = append(withOther, copyInBatch)
+	t.Run("after copies", func(t *testing.T) { check(t, withOther) })
+	cut := hour.Add(2*time.Hour + 30*time.Minute)
+	if _, err := s.PurgeEvents(ctxFor(t), "org_a", cut); err != nil {
+		t.Fatalf("PurgeEvents: %v", err)
+	}
+	var left []storage.Event
+	for _, ev := range withOther {
+		if !ev.CreatedAt.Before(cut) {
+			left = append(left, ev)
+		}
+	}
+	t.Run("after a purge through an hour", func(t *testing.T) { check(t, left) })
+}
+
+// countEvents is what AggregateEvents must count for q (without percentiles) over events.
+func countEvents(q storage.AggregateQuery, events []storage.Event) map[string]int64 {
+	loc := q.Location
+	if loc == nil {
+		loc = time.UTC
+	}
+	out := map[string]int64{}
+	for _, ev := range events {
+		if ev.OrgID != q.OrgID || (q.ProjectID != "" && ev.ProjectID != q.ProjectID) ||
+			(!q.From.IsZero() && ev.CreatedAt.Before(q.From)) || (!q.To.IsZero() && !ev.CreatedAt.Before(q.To)) ||
+			(len(q.Severities) > 0 && !slices.Contains(q.Severities, ev.Severity)) {
+			continue
+		}
+		if len(q.Types) > 0 && !slices.ContainsFunc(q.Types, func(p string) bool { return storage.MatchesType(p, ev.Type) }) {
+			continue
+		}
+		var bucket time.Time
+		local := ev.CreatedAt.In(loc)
+		switch q.Bucket {
+		case storage.BucketMinute:
+			bucket = ev.CreatedAt.Truncate(time.Minute)
+		case storage.BucketHour:
+			bucket = time.Date(local.Year(), local.Month(), local.Day(), local.Hour(), 0, 0, 0, loc)
+		case storage.BucketDay:
+			bucket = time.Date(local.Year(), local.Month(), local.Day(), 0, 0, 0, 0, loc)
+		}
+		key := map[string]string{storage.GroupType: ev.Type, storage.GroupSeverity: ev.Severity,
+			storage.GroupProject: ev.ProjectID, storage.GroupStatus: payloadField(ev, "status")}[q.GroupBy]
+		out[bucket.UTC().Format(time.RFC3339)+" "+key]++
+	}
+	return out
+}
+
+func aggregateCounts(rows []storage.AggregateRow) map[string]int64 {
+	out := map[string]int64{}
+	for _, r := range rows {
+		out[r.Bucket.UTC().Format(time.RFC3339)+" "+r.Key] += r.Count
+	}
+	return out
+}
+
+// testEventExport checks that an export streams what paging through every page returns, in
+// either order and from a cursor, in chunks of at most storage.ExportChunk, without copies; that
+// emit's error stops it; and that a foreign cursor is refused.
+func testEventExport(t *testing.T, s storage.EventLog) {
+	const n = storage.ExportChunk + 500
+	evs := make([]storage.Event, n)
+	for i := range evs {
+		evs[i] = event("org_a", "prj_a", []string{"agent.run_completed", "workflow.completed"}[i%2], time.Duration(i)*time.Second, i)
+	}
+	mustAppend(t, s, evs)
+	mustAppend(t, s, evs[:700]) // re-delivered
+	mustAppend(t, s, []storage.Event{event("org_a", "prj_b", "agent.run_completed", 0, 1), event("org_b", "prj_a", "agent.run_completed", 0, 2)})
+	export := func(t *testing.T, q storage.EventQuery) ([]storage.Event, []int) {
+		t.Helper()
+		var got []storage.Event
+		var chunks []int
+		err := s.ExportEvents(ctxFor(t), q, func(chunk []storage.Event) error {
+			chunks = append(chunks, len(chunk))
+			got = append(got, chunk...)
+			return nil
+		})
+		if err != nil {
+			t.Fatalf("ExportEvents(%+v): %v", q, err)
+		}
+		return got, chunks
+	}
+	page := func(q storage.EventQuery) []storage.Event {
+		q.Limit = 1000
+		all, _ := queryAll(t, s, q)
+		return all
+	}
+	halfway := newestFirst(evs)[n/2]
+	for _, q := range []storage.EventQuery{
+		{},
+		{Ascending: true},
+		{Types: []string{"workflow.*"}, Since: base.Add(100 * time.Second), To: base.Add(1200 * time.Second)},
+		{Cursor: storage.EncodeCursor(halfway.CreatedAt, halfway.ID)},
+		{Ascending: true, Cursor: storage.EncodeCursor(halfway.CreatedAt, halfway.ID)},
+	} {
+		q.OrgID, q.ProjectID = "org_a", "prj_a"
+		got, chunks := export(t, q)
+		want := page(q)
+		if !slices.Equal(eventIDs(got), eventIDs(want)) || len(want) == 0 {
+			t.Errorf("%+v: exported %d events, paging gives %d (or they differ)", q, len(got), len(want))
+		}
+		for _, c := range chunks {
+			if c < 1 || c > storage.ExportChunk {
+				t.Errorf("%+v: a chunk of %d events", q, c)
+			}
+		}
+	}
+	got, _ := export(t, storage.EventQuery{OrgID: "org_a", ProjectID: "prj_a", Limit: 3, Total: storage.TotalExact})
+	if len(got) != n {
+		t.Errorf("Limit and Total are not the export's: %d events, want %d", len(got), n)
+	}
+	for i, ev := range got[:3] {
+		if msg := sameEvent(ev, newestFirst(evs)[i]); msg != "" {
+			t.Errorf("exported event %d: %s", i, msg)
+		}
+	}
+	stop := errors.New("stop")
+	calls := 0
+	err := s.ExportEvents(ctxFor(t), storage.EventQuery{OrgID: "org_a", ProjectID: "prj_a"}, func([]storage.Event) error {
+		calls++
+		return stop
+	})
+	if !errors.Is(err, stop) || calls != 1 {
+		t.Errorf("emit's error: %v after %d calls, want it after 1", err, calls)
+	}
+	err = s.ExportEvents(ctxFor(t), storage.EventQuery{OrgID: "org_a", ProjectID: "prj_a", Cursor: "not-a-cursor"},
+		func([]storage.Event) error { return nil })
+	if !errors.Is(err, storage.ErrBadCursor) {
+		t.Errorf("foreign cursor: %v, want ErrBadCursor", err)
+	}
+}
+
+// testEventPagesAcrossTime pages through events whose gaps grow from seconds to weeks, both
+// ways and within a range, so that a page spans stretches of time a store may read one after
+// the other (ClickHouse reads widening windows from where a page starts).
+func testEventPagesAcrossTime(t *testing.T, s storage.EventLog) {
+	var evs []storage.Event
+	offset := time.Duration(0)
+	for i := range 40 {
+		evs = append(evs, event("org_a", "prj_a", "a.b", offset, i))
+		offset += time.Duration(1<<min(i, 22)) * time.Second // up to ~48 days apart
+	}
+	mustAppend(t, s, evs)
+	newest := newestFirst(evs)
+	oldest := slices.Clone(newest)
+	slices.Reverse(oldest)
+	from, to := evs[5].CreatedAt, evs[35].CreatedAt
+	var inRange []storage.Event
+	for _, ev := range newest {
+		if !ev.CreatedAt.Before(from) && ev.CreatedAt.Before(to) {
+			inRange = append(inRange, ev)
+		}
+	}
+	for _, tt := range []struct {
+		name string
+		q    storage.EventQuery
+		want []storage.Event
+	}{
+		{"newest first", storage.EventQuery{}, newest},
+		{"oldest first", storage.EventQuery{Ascending: true}, oldest},
+		{"a range", storage.EventQuery{Since: from, To: to}, inRange},
+	} {
+		tt.q.OrgID, tt.q.ProjectID, tt.q.Limit = "org_a", "prj_a", 7
+		got, _ := queryAll(t, s, tt.q)
+		if !slices.Equal(eventIDs(got), eventIDs(tt.want)) {
+			t.Errorf("%s: got %d events %v, want %d %v", tt.name, len(got), eventIDs(got), len(tt.want), eventIDs(tt.want))
+		}
 	}
 }

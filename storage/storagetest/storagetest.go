@@ -116,6 +116,9 @@ func TestEventLog(t *testing.T, newStore func(t *testing.T) storage.EventLog) {
 	t.Run("AscendingTies", func(t *testing.T) { testEventAscendingTies(t, newStore(t)) })
 	t.Run("TotalModes", func(t *testing.T) { testEventTotalModes(t, newStore(t)) })
 	t.Run("Aggregate", func(t *testing.T) { testEventAggregate(t, newStore(t)) })
+	t.Run("AggregatePaths", func(t *testing.T) { testEventAggregatePaths(t, newStore(t)) })
+	t.Run("Export", func(t *testing.T) { testEventExport(t, newStore(t)) })
+	t.Run("PagesAcrossTime", func(t *testing.T) { testEventPagesAcrossTime(t, newStore(t)) })
 	t.Run("Purge", func(t *testing.T) { testEventPurge(t, newStore(t)) })
 }
 

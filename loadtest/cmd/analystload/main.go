@@ -1,178 +1,191 @@
 // Command analystload loads an event log with a synthetic history at scale and measures the
 // analysts' query shapes on it: keyset pages (first, deep, by type prefix, by patient), counts
 // per type per hour, organization-wide day counts, top-N types, outcome rates, run-time
-// percentiles, and export rate (pages of 1,000 without a total, as GET /v1/events/export reads).
-// It talks to the store directly (storage.EventLog), so it measures the store, not HTTP.
+// percentiles, and the export rate (one streamed query, as GET /v1/events/export reads). It
+// talks to the store directly (storage.EventLog), so it measures the store, not HTTP.
 //
-//	analystload -store clickhouse -url clickhouse://127.0.0.1:19000/bench -events 10000000
+//	analystload -store clickhouse -url clickhouse://127.0.0.1:29000/bench -events 100000000
+//	analystload -store postgres -pg-dir /tmp/analysts-pg -events 10000000
 //	analystload -store postgres -url postgres://…/bench -events 1000000
 //
-// Events: -orgs organizations of -projects projects each, spread over -days days ending at a
-// fixed date, of six types (agent runs that complete or fail with a latency, workflow runs with a
-// duration, device observations of 10,000 patients per organization, alerts); appended in batches
-// of 10,000 by -writers writers. -skip-load measures an already loaded store. The report is a
+// The server generates the events itself (events.clickhouse.sql: INSERT … SELECT … FROM
+// numbers(N); events.postgres.sql: generate_series), -chunk events per statement. The history:
+// -orgs organizations of -projects projects each plus a busy project (prj_bench000_00) holding
+// -busy percent of all events; -days days ending 2026-06-01, in time order; the event catalogue's
+// types in realistic proportions (device observations of 10,000 patients per organization,
+// agent sessions completed, failed and updated with a latency, workflow runs with a duration in
+// both payload shapes, diagnostic alerts of three severities, deployment, webhook and asset
+// changes). -pg-dir starts (or reuses) a local Postgres cluster in that directory through
+// storage/postgres.StartLocal (as the postgres user; fsync off: a throwaway bench cluster) and
+// -pg-stop stops it at the end. -skip-load measures an already loaded store. The report is a
 // Markdown table of p50/p99 per shape (-reps runs each) on stdout.
 package main
 
 import (
 	"context"
-	"encoding/json"
+	_ "embed"
+	"errors"
 	"flag"
 	"fmt"
 	"log"
 	"math/rand/v2"
 	"os"
 	"slices"
-	"sync"
-	"sync/atomic"
+	"strings"
 	"time"
+
+	ch "github.com/ClickHouse/clickhouse-go/v2"
+	"github.com/jackc/pgx/v5"
 
 	"carehub/storage"
 	"carehub/storage/clickhouse"
-	"carehub/storage/ids"
 	"carehub/storage/postgres"
 )
 
-// end is the fixed end of the generated history, so runs are comparable.
+// end is the fixed end of the generated history (events.*.sql), so runs are comparable.
 var end = time.Date(2026, 6, 1, 0, 0, 0, 0, time.UTC)
 
+var (
+	//go:embed events.clickhouse.sql
+	clickhouseEvents string
+	//go:embed events.postgres.sql
+	postgresEvents string
+)
+
 type config struct {
-	store, url                          string
-	events                              int
-	orgs, projects, days, writers, reps int
-	skipLoad                            bool
+	store, url, pgDir, match                     string
+	events, chunk, from                          int
+	orgs, projects, days, busy, reps, exportRows int
+	skipLoad, pgStop                             bool
 }
 
 func main() {
 	var c config
 	flag.StringVar(&c.store, "store", "clickhouse", "clickhouse or postgres")
-	flag.StringVar(&c.url, "url", "", "the store's URL")
+	flag.StringVar(&c.url, "url", "", "the store's URL (postgres: or -pg-dir)")
+	flag.StringVar(&c.pgDir, "pg-dir", "", "postgres: start (or reuse) a local cluster in this directory")
+	flag.BoolVar(&c.pgStop, "pg-stop", false, "postgres: stop the -pg-dir cluster at the end")
 	flag.IntVar(&c.events, "events", 1_000_000, "events to load")
-	flag.IntVar(&c.orgs, "orgs", 10, "organizations")
-	flag.IntVar(&c.projects, "projects", 5, "projects per organization")
-	flag.IntVar(&c.days, "days", 90, "days of history")
-	flag.IntVar(&c.writers, "writers", 4, "concurrent writers")
+	flag.IntVar(&c.chunk, "chunk", 10_000_000, "events generated per statement")
+	flag.IntVar(&c.from, "from", 0, "resume an interrupted load at this event (a multiple of -chunk)")
+	flag.IntVar(&c.orgs, "orgs", 50, "organizations")
+	flag.IntVar(&c.projects, "projects", 10, "projects per organization")
+	flag.IntVar(&c.days, "days", 180, "days of history")
+	flag.IntVar(&c.busy, "busy", 10, "percent of the events in the busy project")
 	flag.IntVar(&c.reps, "reps", 50, "runs of each query shape")
+	flag.IntVar(&c.exportRows, "export", 2_000_000, "most events the export measure reads")
 	flag.BoolVar(&c.skipLoad, "skip-load", false, "measure the store as it is")
+	flag.StringVar(&c.match, "match", "", "measure only the shapes whose name contains this (\"export\": the export only)")
 	flag.Parse()
-	if c.url == "" || c.events < 1 || c.events > 1_000_000_000 || c.writers < 1 || c.writers > 64 {
+	if (c.url == "") == (c.pgDir == "") || (c.pgDir != "" && c.store != "postgres") || c.events < 1 || c.events > 1_000_000_000 ||
+		c.chunk < 1 || c.from < 0 || c.from >= c.events || c.orgs < 1 || c.projects < 1 || c.days < 1 || c.busy < 0 || c.busy > 100 || c.reps < 1 {
 		flag.Usage()
 		os.Exit(2)
 	}
 	ctx := context.Background()
-	log := open(ctx, c)
-	if !c.skipLoad {
-		start := time.Now()
-		load(ctx, log, c)
-		el := time.Since(start)
-		fmt.Printf("loaded %d events in %s: %.0f events/s\n\n", c.events, el.Round(time.Second), float64(c.events)/el.Seconds())
-	}
-	measure(ctx, log, c)
-}
-
-func open(ctx context.Context, c config) storage.EventLog {
+	var l storage.EventLog
+	var load func(from, n int) error
 	switch c.store {
 	case "clickhouse":
-		s, err := clickhouse.Open(ctx, c.url)
-		if err != nil {
-			log.Fatal(err)
-		}
-		return s
+		l, load = openClickHouse(ctx, c)
 	case "postgres":
-		pool, err := postgres.Connect(ctx, c.url)
+		var stop func()
+		l, load, stop = openPostgres(ctx, c)
+		defer stop()
+	default:
+		log.Fatalf("unknown store %q", c.store)
+	}
+	if !c.skipLoad {
+		start := time.Now()
+		for from := c.from; from < c.events; from += c.chunk {
+			n := min(c.chunk, c.events-from)
+			if err := load(from, n); err != nil {
+				log.Fatalf("load events %d…: %v", from, err)
+			}
+			log.Printf("loaded %d events, %.0f events/s", from+n, float64(from+n-c.from)/time.Since(start).Seconds())
+		}
+		el := time.Since(start)
+		fmt.Printf("loaded %d events in %s: %.0f events/s\n\n", c.events-c.from, el.Round(time.Second), float64(c.events-c.from)/el.Seconds())
+	}
+	measure(ctx, l, c)
+}
+
+// openClickHouse opens the store (creating its tables) and a connection of its own for the
+// generating INSERT … SELECT.
+func openClickHouse(ctx context.Context, c config) (storage.EventLog, func(from, n int) error) {
+	start := time.Now()
+	s, err := clickhouse.Open(ctx, c.url)
+	if err != nil {
+		log.Fatal(err)
+	}
+	// The first Open of a loaded database counts its events into the hourly sums.
+	log.Printf("store opened (migrated) in %s", time.Since(start).Round(time.Millisecond))
+	opts, err := ch.ParseDSN(c.url)
+	if err != nil {
+		log.Fatal(err)
+	}
+	conn, err := ch.Open(opts)
+	if err != nil {
+		log.Fatal(err)
+	}
+	return s, func(from, n int) error {
+		ctx := ch.Context(ctx, ch.WithParameters(ch.Parameters{
+			"total": fmt.Sprint(c.events), "days": fmt.Sprint(c.days), "busy": fmt.Sprint(c.busy), "orgs": fmt.Sprint(c.orgs),
+			"projects": fmt.Sprint(c.projects), "from": fmt.Sprint(from), "count": fmt.Sprint(n),
+		}), ch.WithSettings(ch.Settings{"max_insert_threads": 2}))
+		return conn.Exec(ctx, "INSERT INTO event_log (id, org_id, project_id, type, source, severity, payload, created_at)\n"+clickhouseEvents)
+	}
+}
+
+// openPostgres connects to -url, or starts the -pg-dir cluster and its database analysts, and
+// migrates it. stop closes the pool and, with -pg-stop, stops the cluster.
+func openPostgres(ctx context.Context, c config) (storage.EventLog, func(from, n int) error, func()) {
+	url, stopCluster := c.url, func() {}
+	if c.pgDir != "" {
+		local, err := postgres.StartLocal(ctx, c.pgDir, nil, postgres.Unsafe())
 		if err != nil {
 			log.Fatal(err)
 		}
-		if _, err := postgres.Migrate(ctx, pool, nil); err != nil {
+		if err := local.EnsureDatabase(ctx, "analysts"); err != nil {
 			log.Fatal(err)
 		}
-		return postgres.NewEventLog(pool)
+		url = local.DSN("analysts")
+		if c.pgStop {
+			stopCluster = func() {
+				if err := local.Stop(context.Background()); err != nil {
+					log.Print(err)
+				}
+			}
+		}
 	}
-	log.Fatalf("unknown store %q", c.store)
-	return nil
+	pool, err := postgres.Connect(ctx, url)
+	if err != nil {
+		log.Fatal(err)
+	}
+	if _, err := postgres.Migrate(ctx, pool, nil); err != nil {
+		log.Fatal(err)
+	}
+	load := func(from, n int) error {
+		// A chunk runs for minutes: past the pool's statement timeout.
+		return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+			if _, err := tx.Exec(ctx, "set local statement_timeout = 0"); err != nil {
+				return err
+			}
+			if _, err := tx.Exec(ctx, postgresEvents, c.events, c.days, c.busy, c.orgs, c.projects, from, n); err != nil {
+				return err
+			}
+			if from+n < c.events {
+				return nil
+			}
+			_, err := tx.Exec(ctx, "analyze event_log")
+			return err
+		})
+	}
+	return postgres.NewEventLog(pool), load, func() { pool.Close(); stopCluster() }
 }
 
 func orgID(i int) string        { return fmt.Sprintf("org_bench%03d", i) }
 func projectID(o, p int) string { return fmt.Sprintf("prj_bench%03d_%02d", o, p) }
-
-// event returns the i-th synthetic event: organizations and projects round robin, times spread
-// evenly over the history, types in realistic proportions.
-func event(r *rand.Rand, c config, i int) storage.Event {
-	o, p := i%c.orgs, (i/c.orgs)%c.projects
-	span := time.Duration(c.days) * 24 * time.Hour
-	at := end.Add(-span + time.Duration(int64(span)/int64(c.events)*int64(i)))
-	ev := storage.Event{ID: ids.At(ids.Event, at, randReader{r}), OrgID: orgID(o), ProjectID: projectID(o, p),
-		Source: "system", Severity: "info", CreatedAt: at}
-	patient := fmt.Sprintf("pat_bench%03d_%05d", o, r.IntN(10_000))
-	var payload any
-	switch n := r.IntN(100); {
-	case n < 50:
-		ev.Type, ev.Source = "device.observation_received", "integration"
-		payload = map[string]any{"observationId": fmt.Sprintf("obs_%d", i), "patientId": patient, "code": "8867-4", "value": 60 + r.IntN(80)}
-	case n < 70:
-		ev.Type, ev.Source = "agent.run_completed", "agent"
-		payload = map[string]any{"sessionId": fmt.Sprintf("ses_%d", i), "agentId": fmt.Sprintf("agt_%d", r.IntN(20)), "patientId": patient,
-			"status": "COMPLETED", "latencyMs": 200 + r.IntN(3000), "tokensUsed": r.IntN(4000)}
-	case n < 75:
-		ev.Type, ev.Source, ev.Severity = "agent.run.failed", "agent", "error"
-		payload = map[string]any{"sessionId": fmt.Sprintf("ses_%d", i), "agentId": fmt.Sprintf("agt_%d", r.IntN(20)), "patientId": patient,
-			"status": "FAILED", "latencyMs": 100 + r.IntN(30000), "error": "timeout"}
-	case n < 92:
-		ev.Type, ev.Source = "workflow.completed", "workflow"
-		status := "COMPLETED"
-		if r.IntN(10) == 0 {
-			status = "FAILED"
-		}
-		payload = map[string]any{"workflowId": fmt.Sprintf("wf_%d", r.IntN(10)), "runId": fmt.Sprintf("run_%d", i), "status": status, "durationMs": 50 + r.IntN(5000)}
-	case n < 98:
-		ev.Type, ev.Source = "diagnostic.result_ready", "agent"
-		ev.Severity = []string{"warning", "error", "critical"}[r.IntN(3)]
-		payload = map[string]any{"reportId": fmt.Sprintf("rep_%d", i), "patientId": patient, "code": "news2", "severity": "HIGH"}
-	default:
-		ev.Type, ev.Source = "deployment.status_changed", "deployment"
-		payload = map[string]any{"deploymentId": fmt.Sprintf("dep_%d", r.IntN(5)), "from": "PENDING", "to": "RUNNING"}
-	}
-	ev.Payload, _ = json.Marshal(payload)
-	return ev
-}
-
-type randReader struct{ r *rand.Rand }
-
-func (rr randReader) Read(p []byte) (int, error) {
-	for i := range p {
-		p[i] = byte(rr.r.UintN(256))
-	}
-	return len(p), nil
-}
-
-const batch = 10_000
-
-func load(ctx context.Context, log_ storage.EventLog, c config) {
-	var next atomic.Int64
-	var wg sync.WaitGroup
-	for w := range c.writers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			r := rand.New(rand.NewPCG(uint64(w), 17))
-			evs := make([]storage.Event, 0, batch)
-			for {
-				from := int(next.Add(batch)) - batch
-				if from >= c.events {
-					return
-				}
-				evs = evs[:0]
-				for i := from; i < min(from+batch, c.events); i++ {
-					evs = append(evs, event(r, c, i))
-				}
-				if err := log_.AppendEvents(ctx, evs); err != nil {
-					log.Fatal(err)
-				}
-			}
-		}()
-	}
-	wg.Wait()
-}
 
 // shape is one measured query.
 type shape struct {
@@ -182,13 +195,18 @@ type shape struct {
 
 func measure(ctx context.Context, l storage.EventLog, c config) {
 	span := time.Duration(c.days) * 24 * time.Hour
-	pick := func(r *rand.Rand) (string, string) {
+	busyOrg, busyProject := orgID(0), projectID(0, 0)
+	// pick is the busy project, or a project at random.
+	pick := func(r *rand.Rand, busy bool) (string, string) {
+		if busy {
+			return busyOrg, busyProject
+		}
 		o := r.IntN(c.orgs)
 		return orgID(o), projectID(o, r.IntN(c.projects))
 	}
-	page := func(mod func(r *rand.Rand, q *storage.EventQuery)) func(r *rand.Rand) (int, error) {
+	page := func(busy bool, mod func(r *rand.Rand, q *storage.EventQuery)) func(r *rand.Rand) (int, error) {
 		return func(r *rand.Rand) (int, error) {
-			org, prj := pick(r)
+			org, prj := pick(r, busy)
 			q := storage.EventQuery{OrgID: org, ProjectID: prj, Limit: 100, Total: storage.TotalNone}
 			mod(r, &q)
 			p, err := l.QueryEvents(ctx, q)
@@ -196,10 +214,11 @@ func measure(ctx context.Context, l storage.EventLog, c config) {
 		}
 	}
 	randomAt := func(r *rand.Rand) time.Time { return end.Add(-time.Duration(r.Int64N(int64(span)))) }
-	agg := func(mod func(r *rand.Rand, q *storage.AggregateQuery)) func(r *rand.Rand) (int, error) {
+	days := func(n int) time.Time { return end.Add(-time.Duration(n) * 24 * time.Hour) }
+	agg := func(busy bool, mod func(r *rand.Rand, q *storage.AggregateQuery)) func(r *rand.Rand) (int, error) {
 		return func(r *rand.Rand) (int, error) {
-			org, prj := pick(r)
-			q := storage.AggregateQuery{OrgID: org, ProjectID: prj, From: end.Add(-24 * time.Hour), To: end}
+			org, prj := pick(r, busy)
+			q := storage.AggregateQuery{OrgID: org, ProjectID: prj, From: days(1), To: end}
 			mod(r, &q)
 			rows, err := l.AggregateEvents(ctx, q)
 			return len(rows), err
@@ -207,46 +226,68 @@ func measure(ctx context.Context, l storage.EventLog, c config) {
 	}
 	paris, _ := time.LoadLocation("Europe/Paris")
 	shapes := []shape{
-		{"first page, newest first, exact total", page(func(_ *rand.Rand, q *storage.EventQuery) { q.Total = storage.TotalExact })},
-		{"first page, no total", page(func(*rand.Rand, *storage.EventQuery) {})},
-		{"deep page (cursor at a random time), no total", page(func(r *rand.Rand, q *storage.EventQuery) {
+		{"first page, busy project, exact total", page(true, func(_ *rand.Rand, q *storage.EventQuery) { q.Total = storage.TotalExact })},
+		{"first page, busy project, estimated total", page(true, func(_ *rand.Rand, q *storage.EventQuery) { q.Total = storage.TotalEstimate })},
+		{"first page, busy project, no total", page(true, func(*rand.Rand, *storage.EventQuery) {})},
+		{"first page, a project at random, no total", page(false, func(*rand.Rand, *storage.EventQuery) {})},
+		{"deep page (cursor at a random time), busy project", page(true, func(r *rand.Rand, q *storage.EventQuery) {
 			q.Cursor = storage.EncodeCursor(randomAt(r), "evt_~")
 		})},
-		{"deep page, oldest first", page(func(r *rand.Rand, q *storage.EventQuery) {
+		{"deep page, oldest first, busy project", page(true, func(r *rand.Rand, q *storage.EventQuery) {
 			q.Ascending, q.Cursor = true, storage.EncodeCursor(randomAt(r), "evt_")
 		})},
-		{"page by type prefix agent.* in a day", page(func(r *rand.Rand, q *storage.EventQuery) {
+		{"page by type prefix agent.* in a day, busy project", page(true, func(r *rand.Rand, q *storage.EventQuery) {
 			q.Types, q.To = []string{"agent.*"}, randomAt(r)
 			q.Since = q.To.Add(-24 * time.Hour)
 		})},
-		{"page of one patient", page(func(r *rand.Rand, q *storage.EventQuery) {
-			q.PatientID = fmt.Sprintf("pat_bench%s_%05d", q.OrgID[len(q.OrgID)-3:], r.IntN(10_000))
+		{"page of one patient, busy project", page(true, func(r *rand.Rand, q *storage.EventQuery) {
+			q.PatientID = fmt.Sprintf("pat_bench000_%05d", r.IntN(10_000))
 		})},
-		{"counts per type per hour, project, 1 day", agg(func(_ *rand.Rand, q *storage.AggregateQuery) {
+		{"page of one workflow, busy project", page(true, func(r *rand.Rand, q *storage.EventQuery) {
+			q.WorkflowID = fmt.Sprintf("wf_%d", r.IntN(10))
+		})},
+		{"counts per type per hour, busy project, 1 day (Europe/Paris)", agg(true, func(_ *rand.Rand, q *storage.AggregateQuery) {
 			q.Bucket, q.GroupBy, q.Location = storage.BucketHour, storage.GroupType, paris
 		})},
-		{"counts per project per day, organization, 30 days", agg(func(_ *rand.Rand, q *storage.AggregateQuery) {
-			q.ProjectID, q.From, q.Bucket, q.GroupBy = "", end.Add(-30*24*time.Hour), storage.BucketDay, storage.GroupProject
+		{"counts per type per hour, busy project, 30 days", agg(true, func(_ *rand.Rand, q *storage.AggregateQuery) {
+			q.From, q.Bucket, q.GroupBy = days(30), storage.BucketHour, storage.GroupType
 		})},
-		{"top types, organization, 30 days", agg(func(_ *rand.Rand, q *storage.AggregateQuery) {
-			q.ProjectID, q.From, q.GroupBy = "", end.Add(-30*24*time.Hour), storage.GroupType
+		{"counts per type per hour, busy project, 7 days from a random minute", agg(true, func(r *rand.Rand, q *storage.AggregateQuery) {
+			q.To = end.Add(-time.Duration(r.IntN(30*24*60)) * time.Minute)
+			q.From, q.Bucket, q.GroupBy = q.To.Add(-7*24*time.Hour), storage.BucketHour, storage.GroupType
 		})},
-		{"agent outcome rates per day, project, 30 days", agg(func(_ *rand.Rand, q *storage.AggregateQuery) {
-			q.From, q.Types, q.Bucket, q.GroupBy = end.Add(-30*24*time.Hour), []string{"agent.*"}, storage.BucketDay, storage.GroupStatus
+		{"counts per project per day, busy organization, 30 days", agg(true, func(_ *rand.Rand, q *storage.AggregateQuery) {
+			q.ProjectID, q.From, q.Bucket, q.GroupBy = "", days(30), storage.BucketDay, storage.GroupProject
 		})},
-		{"agent latency p50/p90/p99 per hour, project, 1 day", agg(func(_ *rand.Rand, q *storage.AggregateQuery) {
-			q.Types, q.Bucket, q.Latency = []string{"agent.*"}, storage.BucketHour, true
+		{"top types, busy organization, whole history", agg(true, func(_ *rand.Rand, q *storage.AggregateQuery) {
+			q.ProjectID, q.From, q.GroupBy = "", days(c.days), storage.GroupType
 		})},
-		{"alerts by severity per hour, organization, 7 days", agg(func(_ *rand.Rand, q *storage.AggregateQuery) {
-			q.ProjectID, q.From, q.Bucket, q.GroupBy = "", end.Add(-7*24*time.Hour), storage.BucketHour, storage.GroupSeverity
+		{"top types, every organization, 30 days", agg(true, func(_ *rand.Rand, q *storage.AggregateQuery) {
+			q.OrgID, q.ProjectID, q.From, q.GroupBy = "", "", days(30), storage.GroupType
+		})},
+		{"agent outcome rates per day, busy project, 30 days", agg(true, func(_ *rand.Rand, q *storage.AggregateQuery) {
+			q.From, q.Types, q.Bucket, q.GroupBy = days(30), []string{"agent.*"}, storage.BucketDay, storage.GroupStatus
+		})},
+		{"alerts by severity per hour, an organization at random, 7 days", agg(false, func(_ *rand.Rand, q *storage.AggregateQuery) {
+			q.ProjectID, q.From, q.Bucket, q.GroupBy = "", days(7), storage.BucketHour, storage.GroupSeverity
 			q.Severities = []string{"warning", "error", "critical"}
 		})},
+		{"agent latency p50/p90/p99 per hour, busy project, 1 day", agg(true, func(_ *rand.Rand, q *storage.AggregateQuery) {
+			q.Types, q.Bucket, q.Latency = []string{"agent.*"}, storage.BucketHour, true
+		})},
+		{"agent latency p50/p90/p99 per day, busy project, 7 days", agg(true, func(_ *rand.Rand, q *storage.AggregateQuery) {
+			q.From, q.Types, q.Bucket, q.Latency = days(7), []string{"agent.*"}, storage.BucketDay, true
+		})},
 	}
-	fmt.Printf("store %s, %d events, %d orgs × %d projects, %d days, %d runs per shape\n\n", c.store, c.events, c.orgs, c.projects, c.days, c.reps)
+	fmt.Printf("store %s, %d events, %d orgs × %d projects + a busy project (%d%%), %d days, %d runs per shape\n\n",
+		c.store, c.events, c.orgs, c.projects, c.busy, c.days, c.reps)
 	fmt.Println("| query shape | p50 ms | p99 ms | rows |")
 	fmt.Println("|---|---:|---:|---:|")
 	r := rand.New(rand.NewPCG(1, 2))
 	for _, s := range shapes {
+		if !strings.Contains(s.name, c.match) {
+			continue
+		}
 		var took []time.Duration
 		rows := 0
 		for range c.reps {
@@ -261,28 +302,29 @@ func measure(ctx context.Context, l storage.EventLog, c config) {
 		slices.Sort(took)
 		fmt.Printf("| %s | %.1f | %.1f | %d |\n", s.name, ms(took[len(took)/2]), ms(took[(len(took)*99)/100]), rows)
 	}
-	exportRate(ctx, l, c)
+	exportRate(ctx, l, c, busyOrg, busyProject)
 }
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 
-// exportRate reads one project's whole history as an export does (pages of 1,000, no total,
-// oldest first) and reports events per second.
-func exportRate(ctx context.Context, l storage.EventLog, c config) {
-	q := storage.EventQuery{OrgID: orgID(0), ProjectID: projectID(0, 0), Limit: 1000, Total: storage.TotalNone, Ascending: true}
+var errEnough = errors.New("enough")
+
+// exportRate exports the busy project oldest first as GET /v1/events/export does (one streamed
+// query, no total), up to -export events, and reports events per second.
+func exportRate(ctx context.Context, l storage.EventLog, c config, org, project string) {
+	q := storage.EventQuery{OrgID: org, ProjectID: project, Ascending: true}
 	n := 0
 	start := time.Now()
-	for {
-		p, err := l.QueryEvents(ctx, q)
-		if err != nil {
-			log.Fatal(err)
+	err := l.ExportEvents(ctx, q, func(chunk []storage.Event) error {
+		n += len(chunk)
+		if n >= c.exportRows {
+			return errEnough
 		}
-		n += len(p.Events)
-		if p.NextCursor == "" || n >= 2_000_000 {
-			break
-		}
-		q.Cursor = p.NextCursor
+		return nil
+	})
+	if err != nil && !errors.Is(err, errEnough) {
+		log.Fatal(err)
 	}
 	el := time.Since(start)
-	fmt.Printf("\nexport of one project (%d events, pages of 1,000): %s, %.0f events/s\n", n, el.Round(time.Millisecond), float64(n)/el.Seconds())
+	fmt.Printf("\nexport of the busy project (%d events, one streamed query): %s, %.0f events/s\n", n, el.Round(time.Millisecond), float64(n)/el.Seconds())
 }
