@@ -1,6 +1,7 @@
 // Package loadcli holds what the load commands against a running node (eventload, webhookload)
-// share: the loopback guard on their URLs, key lists, project lookup, the bounds of a publishing
-// run, pacing, pauses, latency summaries in milliseconds and the writing of their reports.
+// share: their common flags and main (Command, Main), the loopback guard on their URLs, key
+// lists, project lookup, the bounds of a publishing run, pacing, pauses, latency summaries in
+// milliseconds and the writing of their reports. loadclitest runs their validation tables.
 package loadcli
 
 import (
