@@ -6,10 +6,12 @@
 # The sourcing script sets name (kafka), where (127.0.0.1:9092), ports (every port it listens
 # on) and port_vars (the variable setting each), mark (what the process's command line
 # contains: its state dir), logs (the logs a failure points to), state, pidfile, logfile,
-# start_timeout and stop_timeout, and defines probe (it answers), starting PID (the process
-# started by up runs, or is about to), prepare (what up needs before the lock: fetch, check),
-# launch (start the process in the background: setsid, without fds 8 and 9), running_version
-# [LOG OFFSET], fetch and show_version. A command of its own, NAME, is a function cmd_NAME.
+# start_timeout and stop_timeout, cache and engine (the cache directory that holds the engine
+# once fetched) and what (what is fetched), and defines probe (it answers), starting PID (the
+# process started by up runs, or is about to), prepare (what up needs before the lock: fetch,
+# check), launch (start the process in the background: setsid, without fds 8 and 9),
+# running_version [LOG OFFSET], download TMP (fetch_engine's download into TMP/out), fetch and
+# show_version. A command of its own, NAME, is a function cmd_NAME.
 
 say() { printf '%s.sh: %s\n' "$name" "$*" >&2; }
 die() { say "$*"; exit 1; }
@@ -24,6 +26,30 @@ lock() {
 	mkdir -p "$state"
 	exec 9>"$state/.lock"
 	flock 9
+}
+
+# fetch_engine downloads the engine into the cache once: download TMP fills TMP/out (and dies,
+# removing TMP, when it cannot), which then becomes $engine. Concurrent fetches wait on a lock.
+fetch_engine() {
+	if [[ -f $engine/.complete ]]; then
+		say "$what already fetched into $engine"
+		return
+	fi
+	mkdir -p "$cache"
+	exec 8>"$cache/.fetch.lock"
+	flock 8
+	if [[ -f $engine/.complete ]]; then
+		return
+	fi
+	local tmp
+	tmp=$(mktemp -d "$cache/.fetch.XXXXXX")
+	say "fetching $what into $engine"
+	download "$tmp"
+	touch "$tmp/out/.complete"
+	rm -rf "$engine"
+	mkdir -p "$(dirname "$engine")"
+	mv "$tmp/out" "$engine"
+	rm -rf "$tmp"
 }
 
 # running tells whether process pid has not fully exited. A zombie has closed its sockets, so it

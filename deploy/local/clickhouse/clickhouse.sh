@@ -31,6 +31,7 @@ pinned=$(sed -n 's|.*"@chdb/lib-linux-x64-gnu": *"\([^"]*\)".*|\1|p' "$here/pack
 version=${CLICKHOUSE_VERSION:-$pinned}
 cache=${CAREHUB_CACHE_DIR:-$HOME/.cache/carehub}/clickhouse
 lib=$cache/$version/libchdb.so
+engine=$cache/$version what="$package $version"
 tcp_port=${CLICKHOUSE_TCP_PORT:-19000}
 http_port=${CLICKHOUSE_HTTP_PORT:-18123}
 state=${CLICKHOUSE_STATE_DIR:-/tmp/carehub-clickhouse-$tcp_port}
@@ -68,20 +69,12 @@ build_launcher() {
 
 fetch() {
 	build_launcher
-	if [[ -f $cache/$version/.complete ]]; then
-		say "$package $version already fetched into $cache/$version"
-		return
-	fi
-	command -v npm >/dev/null || die "npm not found: install Node.js and npm"
-	mkdir -p "$cache"
-	exec 8>"$cache/.fetch.lock"
-	flock 8
-	if [[ -f $cache/$version/.complete ]]; then
-		return
-	fi
-	local tmp
-	tmp=$(mktemp -d "$cache/.fetch.XXXXXX")
-	say "fetching $package $version (about 180 MB) into $cache/$version"
+	fetch_engine
+}
+
+download() {
+	local tmp=$1
+	command -v npm >/dev/null || { rm -rf "$tmp"; die "npm not found: install Node.js and npm"; }
 	# A private npm cache: the tarball is unpacked once here, not kept twice in ~/.npm.
 	local npm=(npm --prefix "$tmp" --cache "$tmp/.npm" --no-audit --no-fund --ignore-scripts --loglevel=error)
 	if [[ $version == "$pinned" ]]; then
@@ -93,10 +86,6 @@ fetch() {
 	fi
 	mkdir -p "$tmp/out"
 	mv "$tmp/node_modules/$package/libchdb.so" "$tmp/out/" || { rm -rf "$tmp"; die "libchdb.so missing from $package $version"; }
-	touch "$tmp/out/.complete"
-	rm -rf "$cache/$version"
-	mv "$tmp/out" "$cache/$version"
-	rm -rf "$tmp"
 }
 
 # http sends one HTTP/1.0 request from bash (no curl needed) and prints the body; it fails

@@ -29,6 +29,7 @@ pom=$here/pom.xml
 version=${KAFKA_VERSION:-$(sed -n 's:.*<kafka.version>\(.*\)</kafka.version>.*:\1:p' "$pom")}
 cache=${CAREHUB_CACHE_DIR:-$HOME/.cache/carehub}/kafka
 libs=$cache/$version/libs
+engine=$libs what="kafka $version"
 port=${KAFKA_PORT:-9092}
 cport=${KAFKA_CONTROLLER_PORT:-$((port + 1))}
 state=${KAFKA_STATE_DIR:-/tmp/carehub-kafka-$port}
@@ -46,34 +47,19 @@ mark=$props logs="log: $logfile"
 . "$here/../daemon.sh"
 starting() { alive "$1"; }
 
-fetch() {
-	if [[ -f $libs/.complete ]]; then
-		say "kafka $version already fetched into $libs"
-		return
-	fi
-	command -v mvn >/dev/null || die "mvn not found: install Maven (apt-get install maven)"
-	mkdir -p "$cache"
-	exec 8>"$cache/.fetch.lock"
-	flock 8
-	if [[ -f $libs/.complete ]]; then
-		return
-	fi
-	local tmp
-	tmp=$(mktemp -d "$cache/.fetch.XXXXXX")
-	say "fetching kafka $version into $libs"
+fetch() { fetch_engine; }
+
+download() {
+	local tmp=$1
+	command -v mvn >/dev/null || { rm -rf "$tmp"; die "mvn not found: install Maven (apt-get install maven)"; }
 	# sed: Maven 3.8 prints colour resets even in batch mode.
 	if ! mvn -q -B -f "$pom" -Dkafka.version="$version" \
-		dependency:copy-dependencies -DincludeScope=runtime -DoutputDirectory="$tmp/libs" 2>&1 |
+		dependency:copy-dependencies -DincludeScope=runtime -DoutputDirectory="$tmp/out" 2>&1 |
 		sed 's/\x1b\[[0-9;]*m//g' >&2; then
 		rm -rf "$tmp"
 		die "maven could not fetch kafka $version"
 	fi
-	[[ -f $tmp/libs/kafka_2.13-$version.jar ]] || { rm -rf "$tmp"; die "kafka_2.13-$version.jar missing after fetch"; }
-	touch "$tmp/libs/.complete"
-	rm -rf "$libs"
-	mkdir -p "$(dirname "$libs")"
-	mv "$tmp/libs" "$libs"
-	rm -rf "$tmp"
+	[[ -f $tmp/out/kafka_2.13-$version.jar ]] || { rm -rf "$tmp"; die "kafka_2.13-$version.jar missing after fetch"; }
 }
 
 check_java() {
