@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
-	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -16,6 +15,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 
 	"carehub/ingest/intake"
+	"carehub/internal/testenv"
 	"carehub/kernel/access"
 	obs "carehub/processors/observations"
 	"carehub/schemas/kafka/observation"
@@ -28,9 +28,7 @@ import (
 
 func TestMain(m *testing.M) {
 	// The kill -9 test re-executes this binary as the writer process it kills.
-	if os.Getenv(envWriterChild) != "" {
-		os.Exit(runWriterChild())
-	}
+	testenv.ChildMain(envWriterChild, runWriterChild)
 	pgtest.Main(m)
 }
 

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"log/slog"
-	"os"
 	"strings"
 	"testing"
 	"time"
@@ -13,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"carehub/ingest/outbox"
+	"carehub/internal/testenv"
 	"carehub/kernel/access"
 	"carehub/kernel/demo"
 	"carehub/storage/kafka"
@@ -24,9 +24,7 @@ import (
 func TestMain(m *testing.M) {
 	// The crash test re-executes this binary as a runner it kills with SIGKILL; the child uses
 	// the parent's database and broker and must not start servers of its own.
-	if os.Getenv(crashChildEnv) != "" {
-		os.Exit(crashChild())
-	}
+	testenv.ChildMain(crashChildEnv, crashChild)
 	pgtest.Main(m)
 }
 
