@@ -2,7 +2,6 @@ package graphql_test
 
 import (
 	"context"
-	"encoding/json"
 	"strings"
 	"testing"
 
@@ -30,10 +29,6 @@ func (n *node) id(sql string, args ...any) string {
 	return v
 }
 
-func (n *node) projectID(name string) string {
-	return n.id(`select id from projects where name = $1`, name)
-}
-
 func (n *node) assetID(name string) string {
 	return n.id(`select id from assets where name = $1`, name)
 }
@@ -46,20 +41,6 @@ func (n *node) count(sql string, args ...any) int {
 		n.t.Fatalf("%s: %v", sql, err)
 	}
 	return c
-}
-
-// ok runs a query that must succeed and decodes its data into v.
-func ok(t testing.TB, s *node, key, query string, vars map[string]any, v any) {
-	t.Helper()
-	res := s.GraphQL(key, query, vars)
-	if len(res.Errors) > 0 {
-		t.Fatalf("unexpected errors: %+v\nquery: %s", res.Errors, query)
-	}
-	if v != nil {
-		if err := json.Unmarshal(res.Data, v); err != nil {
-			t.Fatalf("decode %s: %v", res.Data, err)
-		}
-	}
 }
 
 // fails runs a query that must fail with code and returns the response.
