@@ -262,7 +262,7 @@ func run(ctx context.Context, cfg config, logw io.Writer) (*report, error) {
 						sm.sent = time.Time{} // not published: never to be seen
 						mu.Unlock()
 					}
-					loadcli.Sleep(loadCtx, max(wait, 100*time.Millisecond))
+					pipelinetest.Sleep(loadCtx, max(wait, 100*time.Millisecond))
 					continue
 				}
 				if err != nil {
@@ -273,7 +273,7 @@ func run(ctx context.Context, cfg config, logw io.Writer) (*report, error) {
 						sm.sent = time.Time{}
 						mu.Unlock()
 					}
-					loadcli.Sleep(loadCtx, 50*time.Millisecond)
+					pipelinetest.Sleep(loadCtx, 50*time.Millisecond)
 					continue
 				}
 				published.Add(int64(cfg.Batch))
@@ -352,7 +352,7 @@ func run(ctx context.Context, cfg config, logw io.Writer) (*report, error) {
 				}
 				mu.Unlock()
 			}
-			loadcli.Sleep(ctx, cfg.Poll)
+			pipelinetest.Sleep(ctx, cfg.Poll)
 		}
 	}()
 
@@ -415,7 +415,7 @@ func run(ctx context.Context, cfg config, logw io.Writer) (*report, error) {
 		if err == nil && inLog >= rep.Published || time.Now().After(deadline) || ctx.Err() != nil {
 			break
 		}
-		loadcli.Sleep(ctx, 250*time.Millisecond)
+		pipelinetest.Sleep(ctx, 250*time.Millisecond)
 	}
 	rep.InLog = inLog
 	switch {

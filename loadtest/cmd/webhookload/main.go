@@ -164,13 +164,13 @@ func run(ctx context.Context, cfg config, logw io.Writer) (*report, error) {
 				if wait, ok := refusal(err); ok {
 					refused.Add(1)
 					rec.Refuse(1)
-					loadcli.Sleep(loadCtx, max(wait, 100*time.Millisecond))
+					pipelinetest.Sleep(loadCtx, max(wait, 100*time.Millisecond))
 					continue
 				}
 				if err != nil {
 					failed.Add(1)
 					firstErr.CompareAndSwap(nil, err.Error())
-					loadcli.Sleep(loadCtx, 50*time.Millisecond)
+					pipelinetest.Sleep(loadCtx, 50*time.Millisecond)
 					continue
 				}
 				calls.Add(1)
@@ -183,7 +183,7 @@ func run(ctx context.Context, cfg config, logw io.Writer) (*report, error) {
 	fmt.Fprintf(logw, "webhookload: publishing ended after %v; waiting up to %v for the deliveries\n", elapsed.Round(time.Millisecond), cfg.Drain)
 	drainEnd := time.Now().Add(cfg.Drain)
 	for tr.lag() > 0 && time.Now().Before(drainEnd) && ctx.Err() == nil {
-		loadcli.Sleep(ctx, 50*time.Millisecond)
+		pipelinetest.Sleep(ctx, 50*time.Millisecond)
 	}
 	delivering := time.Since(began)
 	rep.Series = rec.Stop()
