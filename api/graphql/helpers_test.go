@@ -1,11 +1,11 @@
 package graphql_test
 
 import (
-	"context"
 	"strings"
 	"testing"
 
 	"carehub/api/server/servertest"
+	"carehub/storage/postgres/pgtest"
 )
 
 // node wraps a started server with the ids the tests use.
@@ -21,12 +21,7 @@ func start(t testing.TB) *node {
 
 // id returns a single value of a query on the node's database, failing the test when absent.
 func (n *node) id(sql string, args ...any) string {
-	n.t.Helper()
-	var v string
-	if err := n.Pool().QueryRow(context.Background(), sql, args...).Scan(&v); err != nil {
-		n.t.Fatalf("%s %v: %v", sql, args, err)
-	}
-	return v
+	return pgtest.Scalar[string](n.t, n.Pool(), sql, args...)
 }
 
 func (n *node) assetID(name string) string {
@@ -35,12 +30,7 @@ func (n *node) assetID(name string) string {
 
 // count returns a count(*) query's result.
 func (n *node) count(sql string, args ...any) int {
-	n.t.Helper()
-	var c int
-	if err := n.Pool().QueryRow(context.Background(), sql, args...).Scan(&c); err != nil {
-		n.t.Fatalf("%s: %v", sql, err)
-	}
-	return c
+	return pgtest.Scalar[int](n.t, n.Pool(), sql, args...)
 }
 
 // fails runs a query that must fail with code and returns the response.

@@ -188,12 +188,7 @@ func (a *fhirAPI) do(method, path, token, contentType string, body []byte, heade
 }
 
 func (a *fhirAPI) scalar(sql string, args ...any) string {
-	a.t.Helper()
-	var s string
-	if err := a.pool.QueryRow(context.Background(), sql, args...).Scan(&s); err != nil {
-		a.t.Fatalf("%s: %v", sql, err)
-	}
-	return s
+	return pgtest.Scalar[string](a.t, a.pool, sql, args...)
 }
 
 func fhirJSON(t *testing.T, v any) []byte {

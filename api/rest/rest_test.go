@@ -392,10 +392,5 @@ func TestOpenAPIMatchesRoutes(t *testing.T) {
 }
 
 func scalar(t *testing.T, s *servertest.Server, sql string, args ...any) string {
-	t.Helper()
-	var v string
-	if err := s.Pool().QueryRow(context.Background(), sql, args...).Scan(&v); err != nil {
-		t.Fatalf("%s: %v", sql, err)
-	}
-	return v
+	return pgtest.Scalar[string](t, s.Pool(), sql, args...)
 }

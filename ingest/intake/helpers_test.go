@@ -271,12 +271,7 @@ func distinct(ss []string) []string {
 }
 
 func count(t testing.TB, pool *pgxpool.Pool, sql string, args ...any) int {
-	t.Helper()
-	var n int
-	if err := pool.QueryRow(context.Background(), sql, args...).Scan(&n); err != nil {
-		t.Fatalf("%s: %v", sql, err)
-	}
-	return n
+	return pgtest.Scalar[int](t, pool, sql, args...)
 }
 
 func codesOf(rejected []intake.EntryError) string {

@@ -122,21 +122,11 @@ func (h *harness) background(name string, fn func(context.Context) error) {
 }
 
 func (h *harness) scalar(sql string, args ...any) string {
-	h.t.Helper()
-	var v string
-	if err := h.pool.QueryRow(context.Background(), sql, args...).Scan(&v); err != nil {
-		h.t.Fatalf("%s %v: %v", sql, args, err)
-	}
-	return v
+	return pgtest.Scalar[string](h.t, h.pool, sql, args...)
 }
 
 func (h *harness) count(sql string, args ...any) int {
-	h.t.Helper()
-	var n int
-	if err := h.pool.QueryRow(context.Background(), sql, args...).Scan(&n); err != nil {
-		h.t.Fatalf("%s: %v", sql, err)
-	}
-	return n
+	return pgtest.Scalar[int](h.t, h.pool, sql, args...)
 }
 
 func (h *harness) workflow(name string, steps []string, triggers ...string) *Workflow {
