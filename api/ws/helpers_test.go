@@ -282,6 +282,18 @@ func (ts *testServer) metric(t *testing.T, name, protocol string) float64 {
 }
 
 // waitFor polls cond until it holds or timeout passes.
+// dial connects a wstest client (graphql-transport-ws) to the server with authorization; the
+// client is closed when the test ends.
+func (ts *testServer) dial(t *testing.T, ctx context.Context, authorization string) *wstest.Client {
+	t.Helper()
+	c, err := wstest.Dial(ctx, ts.url, authorization)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	return c
+}
+
 func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(timeout)
