@@ -29,6 +29,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"carehub/kernel/config"
 	"carehub/loadtest/report"
 	obs "carehub/processors/observations"
 	obswire "carehub/schemas/kafka/observation"
@@ -100,12 +101,8 @@ func (c *Config) Validate() error {
 	if !slices.Contains([]string{"bundle", "ndjson", "mixed"}, c.Format) {
 		errs = append(errs, errors.New("-format must be bundle, ndjson or mixed"))
 	}
-	if c.Patients <= 0 {
-		c.Patients = 200
-	}
-	if c.Drain <= 0 {
-		c.Drain = 2 * time.Minute
-	}
+	config.Default(&c.Patients, 200)
+	config.Default(&c.Drain, 2*time.Minute)
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}

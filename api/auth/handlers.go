@@ -133,21 +133,13 @@ func (h *Handlers) JWKS(w http.ResponseWriter, r *http.Request) {
 // ListKeys is GET /v1/api-keys: {data: [key]}, masked.
 func (h *Handlers) ListKeys(w http.ResponseWriter, r *http.Request) {
 	list, err := h.keys.List(r.Context())
-	if err != nil {
-		envelope.WriteError(w, r, err)
-		return
-	}
-	envelope.WriteJSON(w, http.StatusOK, envelope.List[Key]{Data: list})
+	envelope.Respond(w, r, http.StatusOK, envelope.List[Key]{Data: list}, err)
 }
 
 // GetKey is GET /v1/api-keys/{id}.
 func (h *Handlers) GetKey(w http.ResponseWriter, r *http.Request) {
 	k, err := h.keys.Get(r.Context(), mux.Vars(r)["id"])
-	if err != nil {
-		envelope.WriteError(w, r, err)
-		return
-	}
-	envelope.WriteJSON(w, http.StatusOK, k)
+	envelope.Respond(w, r, http.StatusOK, k, err)
 }
 
 // CreateKey is POST /v1/api-keys: body {name, mode, scopes, ipAllowlist, orgId (id or slug;
@@ -195,11 +187,7 @@ func (h *Handlers) RotateKey(w http.ResponseWriter, r *http.Request) {
 // revoked key. Revoking a revoked key is not an error.
 func (h *Handlers) RevokeKey(w http.ResponseWriter, r *http.Request) {
 	k, err := h.keys.Revoke(r.Context(), mux.Vars(r)["id"])
-	if err != nil {
-		envelope.WriteError(w, r, err)
-		return
-	}
-	envelope.WriteJSON(w, http.StatusOK, k)
+	envelope.Respond(w, r, http.StatusOK, k, err)
 }
 
 // Audit is GET /v1/audit: query from, to (RFC 3339; from inclusive, to exclusive), keyId,

@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"sync"
 	"time"
+
+	"carehub/kernel/config"
 )
 
 // Rate is a token bucket: PerSecond tokens refill continuously up to Burst.
@@ -55,9 +57,7 @@ func (l Limits) withDefaults() Limits {
 			return r.Method == http.MethodPost && r.URL.Path == "/v1/observations"
 		}
 	}
-	if l.MaxTracked <= 0 {
-		l.MaxTracked = 100_000
-	}
+	config.Default(&l.MaxTracked, 100_000)
 	return l
 }
 

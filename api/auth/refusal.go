@@ -9,6 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"carehub/kernel/access"
+	"carehub/kernel/config"
 	"carehub/kernel/telemetry"
 	"carehub/storage"
 	"carehub/storage/ids"
@@ -95,9 +96,7 @@ func (l RefusalLimits) withDefaults() RefusalLimits {
 	if l.Total.PerSecond <= 0 || l.Total.Burst <= 0 {
 		l.Total = d.Total
 	}
-	if l.MaxSources <= 0 {
-		l.MaxSources = d.MaxSources
-	}
+	config.Default(&l.MaxSources, d.MaxSources)
 	return l
 }
 

@@ -18,6 +18,7 @@ import (
 	"carehub/api/ws/wstest"
 	"carehub/kernel/access"
 	"carehub/kernel/demo"
+	"carehub/storage/postgres/pgtest"
 )
 
 // otherSlug is the tenant whose credentials must not reach demo-health's resources.
@@ -40,14 +41,7 @@ type fixture struct {
 func newFixture(t *testing.T, s *servertest.Server) *fixture {
 	f := &fixture{t: t, s: s, org: demo.DemoOrgID, patient: demo.DeterioratingPatientID, realPatient: demo.RealPatientID,
 		keys: map[string]string{}, jwts: map[string]string{}, spare: map[string]string{}}
-	one := func(query string, args ...any) string {
-		t.Helper()
-		var id string
-		if err := s.Pool().QueryRow(context.Background(), query, args...).Scan(&id); err != nil {
-			t.Fatalf("fixture %q: %v", query, err)
-		}
-		return id
-	}
+	one := func(query string, args ...any) string { return pgtest.Scalar[string](t, s.Pool(), query, args...) }
 	f.project = one(`select id from projects where org_id = $1 and name = $2`, f.org, demo.SepsisProjectName)
 	f.agent = one(`select id from agents where org_id = $1 and name = $2`, f.org, demo.Ward7AgentName)
 	f.workflow = one(`select id from workflows where org_id = $1 and name = $2`, f.org, demo.DeteriorationWorkflowName)

@@ -149,10 +149,7 @@ func withTestData(t *testing.T, s *servertest.Server, key string) string {
 	}
 	org := s.OrgID(demo.DemoOrgSlug)
 	// A subscription for the webhook operations to read, change, rotate and delete.
-	var project string
-	if err := s.Pool().QueryRow(context.Background(), `select id from projects where name = $1`, demo.SepsisProjectName).Scan(&project); err != nil {
-		t.Fatal(err)
-	}
+	project := s.ProjectID(demo.SepsisProjectName)
 	if r := s.Do(http.MethodPost, "/v1/webhooks", key, map[string]any{"projectId": project,
 		"url": "https://hooks.example.org/carehub", "events": []string{"agent.*"}}); r.Status != http.StatusCreated {
 		t.Fatalf("create webhook: HTTP %d %s", r.Status, r.Body)

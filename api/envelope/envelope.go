@@ -124,6 +124,16 @@ func WriteError(w http.ResponseWriter, r *http.Request, err error) {
 	WriteJSON(w, status, ErrorBody{Error: obj})
 }
 
+// Respond answers a handler's call: err in the envelope when it is set, else v as JSON with
+// status.
+func Respond(w http.ResponseWriter, r *http.Request, status int, v any, err error) {
+	if err != nil {
+		WriteError(w, r, err)
+		return
+	}
+	WriteJSON(w, status, v)
+}
+
 // WriteJSON writes v as JSON with status.
 func WriteJSON(w http.ResponseWriter, status int, v any) {
 	b, err := json.Marshal(v)

@@ -44,7 +44,7 @@ func BenchmarkPublishEvent(b *testing.B) {
 		"query": `mutation($type: String!, $payload: JSON!, $projectId: ID!) {
 			publishEvent(type: $type, payload: $payload, projectId: $projectId) { id timestamp } }`,
 		"variables": map[string]any{"type": "bench.publish", "payload": map[string]any{"seq": 1, "note": "bench"},
-			"projectId": s.projectID(demo.SepsisProjectName)},
+			"projectId": s.ProjectID(demo.SepsisProjectName)},
 	})
 	benchGraphQL(b, s, body, []byte(`"evt_`), access.ExecWorkflows)
 }

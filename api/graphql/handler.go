@@ -30,6 +30,7 @@ import (
 	"github.com/vektah/gqlparser/v2/parser"
 
 	"carehub/api/envelope"
+	"carehub/kernel/config"
 	"carehub/processors/agents"
 	"carehub/processors/deployments"
 	"carehub/processors/feed"
@@ -102,15 +103,9 @@ func New(s Services, o Options) (*Handler, error) {
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
-	if o.MaxQueryBytes <= 0 {
-		o.MaxQueryBytes = DefaultMaxQueryBytes
-	}
-	if o.MaxParallelism <= 0 {
-		o.MaxParallelism = 16
-	}
-	if o.MaxCost <= 0 {
-		o.MaxCost = DefaultMaxCost
-	}
+	config.Default(&o.MaxQueryBytes, DefaultMaxQueryBytes)
+	config.Default(&o.MaxParallelism, 16)
+	config.Default(&o.MaxCost, DefaultMaxCost)
 	cost, err := newCostModel()
 	if err != nil {
 		return nil, err

@@ -1,12 +1,11 @@
 package graphql_test
 
 import (
-	"context"
-	"encoding/json"
 	"strings"
 	"testing"
 
 	"carehub/api/server/servertest"
+	"carehub/storage/postgres/pgtest"
 )
 
 // node wraps a started server with the ids the tests use.
@@ -22,16 +21,7 @@ func start(t testing.TB) *node {
 
 // id returns a single value of a query on the node's database, failing the test when absent.
 func (n *node) id(sql string, args ...any) string {
-	n.t.Helper()
-	var v string
-	if err := n.Pool().QueryRow(context.Background(), sql, args...).Scan(&v); err != nil {
-		n.t.Fatalf("%s %v: %v", sql, args, err)
-	}
-	return v
-}
-
-func (n *node) projectID(name string) string {
-	return n.id(`select id from projects where name = $1`, name)
+	return pgtest.Scalar[string](n.t, n.Pool(), sql, args...)
 }
 
 func (n *node) assetID(name string) string {
@@ -40,26 +30,7 @@ func (n *node) assetID(name string) string {
 
 // count returns a count(*) query's result.
 func (n *node) count(sql string, args ...any) int {
-	n.t.Helper()
-	var c int
-	if err := n.Pool().QueryRow(context.Background(), sql, args...).Scan(&c); err != nil {
-		n.t.Fatalf("%s: %v", sql, err)
-	}
-	return c
-}
-
-// ok runs a query that must succeed and decodes its data into v.
-func ok(t testing.TB, s *node, key, query string, vars map[string]any, v any) {
-	t.Helper()
-	res := s.GraphQL(key, query, vars)
-	if len(res.Errors) > 0 {
-		t.Fatalf("unexpected errors: %+v\nquery: %s", res.Errors, query)
-	}
-	if v != nil {
-		if err := json.Unmarshal(res.Data, v); err != nil {
-			t.Fatalf("decode %s: %v", res.Data, err)
-		}
-	}
+	return pgtest.Scalar[int](n.t, n.Pool(), sql, args...)
 }
 
 // fails runs a query that must fail with code and returns the response.

@@ -20,7 +20,7 @@ func TestEventHistory(t *testing.T) {
 	key := s.DemoKey()
 	noScopes := s.Key(demo.DemoOrgSlug, access.Live)
 	otherKey := s.Key("northwind-health", access.Live, access.Scopes...)
-	sepsis := s.projectID(demo.SepsisProjectName)
+	sepsis := s.ProjectID(demo.SepsisProjectName)
 
 	// 30 events one every 10 minutes of a day nothing else falls in: agent runs of agt_a
 	// (completed) and agt_b (failed), and observations of the real demo patient.
@@ -70,7 +70,7 @@ func TestEventHistory(t *testing.T) {
 		vars := rangeVars(map[string]any{"types": []string{"agent.*"}, "agent": "agt_b", "order": "OLDEST_FIRST", "limit": 4, "total": "NONE"})
 		for range 10 {
 			var d page
-			ok(t, s, noScopes, history, vars, &d)
+			s.MustGraphQL(t, noScopes, history, vars, &d)
 			if d.EventHistory.Total != nil || d.EventHistory.TotalEstimated {
 				t.Fatalf("total NONE: %+v", d.EventHistory)
 			}
@@ -93,12 +93,12 @@ func TestEventHistory(t *testing.T) {
 
 	t.Run("totals exact and estimated; newest first by default", func(t *testing.T) {
 		var d page
-		ok(t, s, noScopes, history, rangeVars(map[string]any{"types": []string{"agent.run_completed", "agent.run.failed"}, "limit": 2}), &d)
+		s.MustGraphQL(t, noScopes, history, rangeVars(map[string]any{"types": []string{"agent.run_completed", "agent.run.failed"}, "limit": 2}), &d)
 		if d.EventHistory.Total == nil || *d.EventHistory.Total != 20 || d.EventHistory.TotalEstimated ||
 			len(d.EventHistory.Events) != 2 || d.EventHistory.Events[0].ID != evs[28].ID {
 			t.Fatalf("exact: %+v", d.EventHistory)
 		}
-		ok(t, s, noScopes, history, rangeVars(map[string]any{"total": "ESTIMATE", "limit": 1}), &d)
+		s.MustGraphQL(t, noScopes, history, rangeVars(map[string]any{"total": "ESTIMATE", "limit": 1}), &d)
 		if d.EventHistory.Total == nil || !d.EventHistory.TotalEstimated {
 			t.Fatalf("estimate: %+v", d.EventHistory)
 		}
@@ -107,12 +107,12 @@ func TestEventHistory(t *testing.T) {
 	t.Run("patient data: the filter needs read:patients, and payloads are redacted without it", func(t *testing.T) {
 		fails(t, s, noScopes, history, rangeVars(map[string]any{"patient": demo.RealPatientID}), "FORBIDDEN")
 		var d page
-		ok(t, s, key, history, rangeVars(map[string]any{"patient": demo.RealPatientID, "limit": 100}), &d)
+		s.MustGraphQL(t, key, history, rangeVars(map[string]any{"patient": demo.RealPatientID, "limit": 100}), &d)
 		if len(d.EventHistory.Events) != 10 || d.EventHistory.Events[0].Redacted {
 			t.Fatalf("a patient's events with read:patients: %+v", d.EventHistory)
 		}
 		var redacted page
-		ok(t, s, noScopes, history, rangeVars(map[string]any{"types": []string{"device.*"}, "limit": 1}), &redacted)
+		s.MustGraphQL(t, noScopes, history, rangeVars(map[string]any{"types": []string{"device.*"}, "limit": 1}), &redacted)
 		if e := redacted.EventHistory.Events; len(e) != 1 || !e[0].Redacted || e[0].Payload["patientId"] != nil {
 			t.Fatalf("without read:patients the payload is redacted: %+v", redacted.EventHistory)
 		}
@@ -142,7 +142,7 @@ func TestEventHistory(t *testing.T) {
 
 	t.Run("stats: counts and rates per type, top-N", func(t *testing.T) {
 		var d stats
-		ok(t, s, noScopes, statsQuery, rangeVars(map[string]any{"group": "TYPE"}), &d)
+		s.MustGraphQL(t, noScopes, statsQuery, rangeVars(map[string]any{"group": "TYPE"}), &d)
 		if len(d.EventStats) != 3 {
 			t.Fatalf("per type: %+v", d.EventStats)
 		}
@@ -151,7 +151,7 @@ func TestEventHistory(t *testing.T) {
 				t.Fatalf("per type: %+v", d.EventStats)
 			}
 		}
-		ok(t, s, noScopes, statsQuery, rangeVars(map[string]any{"group": "SEVERITY", "top": 1}), &d)
+		s.MustGraphQL(t, noScopes, statsQuery, rangeVars(map[string]any{"group": "SEVERITY", "top": 1}), &d)
 		if len(d.EventStats) != 1 || d.EventStats[0].Key != "info" || d.EventStats[0].Count != 20 {
 			t.Fatalf("top severity: %+v", d.EventStats)
 		}
@@ -159,7 +159,7 @@ func TestEventHistory(t *testing.T) {
 
 	t.Run("stats: per hour in a time zone, with latency percentiles", func(t *testing.T) {
 		var d stats
-		ok(t, s, noScopes, statsQuery, rangeVars(map[string]any{"bucket": "HOUR", "tz": "Asia/Kolkata", "types": []string{"agent.*"},
+		s.MustGraphQL(t, noScopes, statsQuery, rangeVars(map[string]any{"bucket": "HOUR", "tz": "Asia/Kolkata", "types": []string{"agent.*"},
 			"group": "STATUS", "latency": true}), &d)
 		if len(d.EventStats) == 0 {
 			t.Fatal("no rows")

@@ -85,13 +85,13 @@ func TestCostBudget(t *testing.T) {
 				Observations []json.RawMessage
 			}
 		}
-		ok(t, s, key, "{ "+patientPage+" }", nil, &page) // cost 40 201: one page of the attack
+		s.MustGraphQL(t, key, "{ "+patientPage+" }", nil, &page) // cost 40 201: one page of the attack
 		if len(page.Patients) == 0 || len(page.Patients[0].Observations) == 0 {
 			t.Fatalf("page %+v", page)
 		}
-		ok(t, s, key, "{ "+patientPage+" again: "+patientPage+" }", nil, nil) // 80 402
-		ok(t, s, key, spectest.IntrospectionQuery, nil, nil)                  // what the explorer and the spec tests send
-		ok(t, s, key, `query Organizations { organizations { id name slug plan } }`, nil, nil)
+		s.MustGraphQL(t, key, "{ "+patientPage+" again: "+patientPage+" }", nil, nil) // 80 402
+		s.MustGraphQL(t, key, spectest.IntrospectionQuery, nil, nil)                  // what the explorer and the spec tests send
+		s.MustGraphQL(t, key, `query Organizations { organizations { id name slug plan } }`, nil, nil)
 	})
 
 	t.Run("the budget is configurable", func(t *testing.T) {
@@ -111,7 +111,7 @@ func TestCostBudget(t *testing.T) {
 			fmt.Fprintf(&q, " p%d: patients(limit: $n) { observations { id code } }", i)
 		}
 		q.WriteString(" }")
-		ok(t, s, key, q.String(), map[string]any{"n": 50}, nil) // 5 × (1 + 50 × 201) = 50 255
+		s.MustGraphQL(t, key, q.String(), map[string]any{"n": 50}, nil) // 5 × (1 + 50 × 201) = 50 255
 		res := fails(t, s, key, q.String(), map[string]any{"n": 100}, graphql.CodeBadUserInput)
 		if !strings.Contains(res.Errors[0].Message, "estimated cost is 100505, over the budget of 100000") {
 			t.Fatalf("errors %+v", res.Errors)
@@ -128,7 +128,7 @@ func TestCostBudget(t *testing.T) {
 func TestStrictInput(t *testing.T) {
 	s := start(t)
 	key := s.DemoKey()
-	prj := s.projectID(demo.SepsisProjectName)
+	prj := s.ProjectID(demo.SepsisProjectName)
 	patient := s.id(`select id from patients where org_id = $1 limit 1`, demo.DemoOrgID)
 	agent := s.id(`select id from agents where name = $1`, demo.Ward7AgentName)
 	asset := map[string]any{"name": "Sepsis\x00 watch", "description": "d", "version": "1", "type": "MODEL", "category": "c",

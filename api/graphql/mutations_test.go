@@ -25,7 +25,7 @@ func TestMarketplaceMutations(t *testing.T) {
 	platform := s.PlatformKey()
 	noScopes := s.Key(demo.DemoOrgSlug, access.Live)
 	otherAdmin := s.Key("northwind-health", access.Live, access.AdminOrg)
-	sepsis := s.projectID(demo.SepsisProjectName)
+	sepsis := s.ProjectID(demo.SepsisProjectName)
 
 	submit := `mutation($in: SubmitAssetInput!) { submitAsset(input: $in) { id status message } }`
 	input := map[string]any{"name": "Ward Sepsis Predictor", "description": strings.Repeat("Predicts sepsis on the ward. ", 10),
@@ -38,7 +38,7 @@ func TestMarketplaceMutations(t *testing.T) {
 		var d struct {
 			SubmitAsset struct{ ID, Status, Message string }
 		}
-		ok(t, s, key, submit, map[string]any{"in": input}, &d)
+		s.MustGraphQL(t, key, submit, map[string]any{"in": input}, &d)
 		assetID = d.SubmitAsset.ID
 		if d.SubmitAsset.Status != "UNDER_REVIEW" || !strings.HasPrefix(assetID, "ast_") || !strings.Contains(d.SubmitAsset.Message, "score") {
 			t.Fatalf("submission: %+v", d.SubmitAsset)
@@ -58,7 +58,7 @@ func TestMarketplaceMutations(t *testing.T) {
 				}
 			}
 		}
-		ok(t, s, key, `query($id: ID!) { asset(id: $id) { status complianceScore { overall security privacy clinicalSafety }
+		s.MustGraphQL(t, key, `query($id: ID!) { asset(id: $id) { status complianceScore { overall security privacy clinicalSafety }
 			pricing { type monthlyFee } publisher { name verified } } }`, map[string]any{"id": assetID}, &a)
 		cs := a.Asset.ComplianceScore
 		if cs.Security != 100 || cs.Privacy != 80 || cs.ClinicalSafety != 100 || cs.Overall != 93 {
@@ -100,7 +100,7 @@ func TestMarketplaceMutations(t *testing.T) {
 		fails(t, s, platform, q, map[string]any{"a": assetID, "d": "MAYBE"}, "BAD_USER_INPUT")
 		fails(t, s, platform, q, map[string]any{"a": "ast_01aaaaaaaaaaaaaaaaaaaaaaaa", "d": "APPROVED"}, "NOT_FOUND")
 		var d struct{ ReviewAsset struct{ Status string } }
-		ok(t, s, platform, q, map[string]any{"a": assetID, "d": "APPROVED"}, &d)
+		s.MustGraphQL(t, platform, q, map[string]any{"a": assetID, "d": "APPROVED"}, &d)
 		if d.ReviewAsset.Status != "APPROVED" {
 			t.Fatalf("review: %+v", d)
 		}
@@ -124,7 +124,7 @@ func TestMarketplaceMutations(t *testing.T) {
 				Project struct{ ID string }
 			}
 		}
-		ok(t, s, key, q, map[string]any{"a": assetID, "p": sepsis, "c": map[string]any{"threshold": 3}}, &d)
+		s.MustGraphQL(t, key, q, map[string]any{"a": assetID, "p": sepsis, "c": map[string]any{"threshold": 3}}, &d)
 		in := d.InstallAsset
 		if !strings.HasPrefix(in.ID, "ins_") || in.Status != "installed" || in.Config.Threshold != 3 || in.Asset.Downloads != 1 || in.Project.ID != sepsis {
 			t.Fatalf("installation: %+v", in)
@@ -141,7 +141,7 @@ func TestMarketplaceMutations(t *testing.T) {
 		q := `mutation($a: ID!) { deprecateAsset(assetId: $a) { status } }`
 		fails(t, s, otherAdmin, q, map[string]any{"a": s.assetID(demo.NEWS2ModelName)}, "FORBIDDEN") // not its publisher
 		var d struct{ DeprecateAsset struct{ Status string } }
-		ok(t, s, key, q, map[string]any{"a": assetID}, &d) // demo-health published it
+		s.MustGraphQL(t, key, q, map[string]any{"a": assetID}, &d) // demo-health published it
 		if d.DeprecateAsset.Status != "DEPRECATED" {
 			t.Fatalf("deprecate: %+v", d)
 		}
@@ -156,13 +156,13 @@ func TestDeploymentMutations(t *testing.T) {
 	s := start(t)
 	key := s.DemoKey()
 	noScopes := s.Key(demo.DemoOrgSlug, access.Live)
-	sepsis := s.projectID(demo.SepsisProjectName)
+	sepsis := s.ProjectID(demo.SepsisProjectName)
 	hipaaInstall := s.id(`select i.id from installations i join assets a on a.id = i.asset_id where i.project_id = $1 and a.name = $2`,
 		sepsis, demo.NEWS2ModelName)
 	// An asset without HIPAA compliance, installed for the test.
 	plain := s.id(`select id from assets where status = 'APPROVED' and not hipaa_compliant order by id limit 1`)
 	var ins struct{ InstallAsset struct{ ID string } }
-	ok(t, s, key, `mutation($a: ID!, $p: ID!) { installAsset(assetId: $a, projectId: $p) { id } }`, map[string]any{"a": plain, "p": sepsis}, &ins)
+	s.MustGraphQL(t, key, `mutation($a: ID!, $p: ID!) { installAsset(assetId: $a, projectId: $p) { id } }`, map[string]any{"a": plain, "p": sepsis}, &ins)
 
 	create := `mutation($i: ID!, $e: String!, $r: Int, $h: Boolean) { createDeployment(installationId: $i, environment: $e, replicas: $r, hipaaMode: $h) {
 		id status replicas hipaaMode endpoint environment statusReason installation { id asset { name } } project { id } } }`
@@ -177,7 +177,7 @@ func TestDeploymentMutations(t *testing.T) {
 		}
 	}
 	t.Run("createDeployment", func(t *testing.T) {
-		ok(t, s, key, create, map[string]any{"i": hipaaInstall, "e": "production", "r": 3, "h": true}, &dep)
+		s.MustGraphQL(t, key, create, map[string]any{"i": hipaaInstall, "e": "production", "r": 3, "h": true}, &dep)
 		d := dep.CreateDeployment
 		if d.Status != "PENDING" || d.Replicas != 3 || !d.HipaaMode || d.Installation.ID != hipaaInstall || d.Project.ID != sepsis || d.Endpoint != nil {
 			t.Fatalf("deployment: %+v", d)
@@ -190,7 +190,7 @@ func TestDeploymentMutations(t *testing.T) {
 			Deployments []struct{ ID string }
 			Deployment  struct{ Status string }
 		}
-		ok(t, s, key, `query($p: ID!, $d: ID!) { deployments(projectId: $p) { id } deployment(id: $d) { status } }`,
+		s.MustGraphQL(t, key, `query($p: ID!, $d: ID!) { deployments(projectId: $p) { id } deployment(id: $d) { status } }`,
 			map[string]any{"p": sepsis, "d": d.ID}, &q)
 		// The controller, which this test does not control, may already have moved it on.
 		if len(q.Deployments) != 1 || q.Deployments[0].ID != d.ID || (q.Deployment.Status != "PENDING" && q.Deployment.Status != "RUNNING") {
@@ -207,7 +207,7 @@ func TestDeploymentMutations(t *testing.T) {
 		cardio := s.Key("cardiolytics", access.Live, access.AdminOrg)
 		cproj := s.id(`select id from projects where org_id = $1`, s.OrgID("cardiolytics"))
 		var ci struct{ InstallAsset struct{ ID string } }
-		ok(t, s, cardio, `mutation($a: ID!, $p: ID!) { installAsset(assetId: $a, projectId: $p) { id } }`,
+		s.MustGraphQL(t, cardio, `mutation($a: ID!, $p: ID!) { installAsset(assetId: $a, projectId: $p) { id } }`,
 			map[string]any{"a": s.assetID(demo.NEWS2ModelName), "p": cproj}, &ci)
 		res := fails(t, s, cardio, create, map[string]any{"i": ci.InstallAsset.ID, "e": "production", "h": true}, "BAD_USER_INPUT")
 		if !strings.Contains(res.Errors[0].Message, "BAA") {
@@ -219,7 +219,7 @@ func TestDeploymentMutations(t *testing.T) {
 		otherAdmin := s.Key("northwind-health", access.Live, access.AdminOrg)
 		fails(t, s, otherAdmin, q, map[string]any{"id": dep.CreateDeployment.ID}, "NOT_FOUND")
 		var d struct{ StopDeployment struct{ Status string } }
-		ok(t, s, key, q, map[string]any{"id": dep.CreateDeployment.ID}, &d)
+		s.MustGraphQL(t, key, q, map[string]any{"id": dep.CreateDeployment.ID}, &d)
 		if d.StopDeployment.Status != "STOPPED" {
 			t.Fatalf("stop: %+v", d)
 		}
@@ -237,7 +237,7 @@ func TestAgentMutations(t *testing.T) {
 	// The session's output is patient data: the test key reads it with the patient scopes.
 	testKey := s.Key(demo.DemoOrgSlug, access.Test, access.ExecAgents, access.ReadPatients, access.ReadObservations)
 	noScopes := s.Key(demo.DemoOrgSlug, access.Live, access.ReadPatients)
-	sepsis := s.projectID(demo.SepsisProjectName)
+	sepsis := s.ProjectID(demo.SepsisProjectName)
 	news2Agent := s.assetID(demo.NEWS2AgentName)
 	ward7 := s.id(`select id from agents where name = $1`, demo.Ward7AgentName)
 
@@ -247,11 +247,11 @@ func TestAgentMutations(t *testing.T) {
 		var d struct {
 			CreateAgent struct{ ID, RunMode, Skill, Status string }
 		}
-		ok(t, s, key, create, map[string]any{"n": "Sepsis bot", "p": sepsis, "s": "qsofa"}, &d)
+		s.MustGraphQL(t, key, create, map[string]any{"n": "Sepsis bot", "p": sepsis, "s": "qsofa"}, &d)
 		if d.CreateAgent.RunMode != "sync" || d.CreateAgent.Skill != "qsofa" || d.CreateAgent.Status != "active" {
 			t.Fatalf("agent: %+v", d.CreateAgent)
 		}
-		ok(t, s, key, create, map[string]any{"n": "From asset", "p": sepsis, "a": news2Agent, "m": "async"}, &d)
+		s.MustGraphQL(t, key, create, map[string]any{"n": "From asset", "p": sepsis, "a": news2Agent, "m": "async"}, &d)
 		if d.CreateAgent.Skill != "news2" || d.CreateAgent.RunMode != "async" {
 			t.Fatalf("agent from asset: %+v", d.CreateAgent)
 		}
@@ -265,7 +265,7 @@ func TestAgentMutations(t *testing.T) {
 		} {
 			fails(t, s, key, create, vars, "BAD_USER_INPUT")
 		}
-		fails(t, s, key, create, map[string]any{"n": "x", "p": s.projectID("ICU Sepsis Bundle")}, "NOT_FOUND")
+		fails(t, s, key, create, map[string]any{"n": "x", "p": s.ProjectID("ICU Sepsis Bundle")}, "NOT_FOUND")
 		fails(t, s, noScopes, create, map[string]any{"n": "x", "p": sepsis}, "FORBIDDEN")
 	})
 
@@ -287,7 +287,7 @@ func TestAgentMutations(t *testing.T) {
 	}
 	t.Run("runAgent sync completes with NEWS2", func(t *testing.T) {
 		var d struct{ RunAgent session }
-		ok(t, s, key, run, map[string]any{"a": ward7, "p": demo.DeterioratingPatientID, "in": map[string]any{"note": "rounds"}}, &d)
+		s.MustGraphQL(t, key, run, map[string]any{"a": ward7, "p": demo.DeterioratingPatientID, "in": map[string]any{"note": "rounds"}}, &d)
 		r := d.RunAgent
 		if r.Status != "COMPLETED" || r.CompletedAt == nil || r.Output.Skill != "news2" || r.Output.Score == nil || *r.Output.Score != 11 {
 			t.Fatalf("session: %+v", r)
@@ -307,7 +307,7 @@ func TestAgentMutations(t *testing.T) {
 		var a struct {
 			Agent struct{ Sessions []struct{ ID string } }
 		}
-		ok(t, s, key, `query($a: ID!) { agent(id: $a) { sessions { id } } }`, map[string]any{"a": ward7}, &a)
+		s.MustGraphQL(t, key, `query($a: ID!) { agent(id: $a) { sessions { id } } }`, map[string]any{"a": ward7}, &a)
 		if len(a.Agent.Sessions) == 0 || a.Agent.Sessions[0].ID != r.ID {
 			t.Fatalf("agent sessions: %+v", a)
 		}
@@ -318,7 +318,7 @@ func TestAgentMutations(t *testing.T) {
 			t.Fatal(err)
 		}
 		var d struct{ RunAgent session }
-		ok(t, s, key, run, map[string]any{"a": ward7, "p": "pat_01jx0000000000000000000000"}, &d)
+		s.MustGraphQL(t, key, run, map[string]any{"a": ward7, "p": "pat_01jx0000000000000000000000"}, &d)
 		r := d.RunAgent
 		if r.Status != "FAILED" || r.Error == nil || !strings.Contains(*r.Error, "respiratory_rate") || r.CompletedAt == nil {
 			t.Fatalf("session: %+v", r)
@@ -332,7 +332,7 @@ func TestAgentMutations(t *testing.T) {
 		fails(t, s, key, run, map[string]any{"a": ward7, "p": s.id(`select id from patients where org_id = $1 limit 1`, s.OrgID("northwind-health"))}, "NOT_FOUND")
 		fails(t, s, testKey, run, map[string]any{"a": ward7, "p": demo.RealPatientID}, "NOT_FOUND")
 		var d struct{ RunAgent session }
-		ok(t, s, testKey, run, map[string]any{"a": ward7, "p": demo.StablePatientID}, &d)
+		s.MustGraphQL(t, testKey, run, map[string]any{"a": ward7, "p": demo.StablePatientID}, &d)
 		if d.RunAgent.Status != "COMPLETED" || *d.RunAgent.Output.Score != 0 {
 			t.Fatalf("stable patient: %+v", d.RunAgent)
 		}
@@ -342,9 +342,9 @@ func TestAgentMutations(t *testing.T) {
 	})
 	t.Run("runAgent async is QUEUED then COMPLETED", func(t *testing.T) {
 		var c struct{ CreateAgent struct{ ID string } }
-		ok(t, s, key, create, map[string]any{"n": "Async qSOFA", "p": sepsis, "s": "qsofa", "m": "async"}, &c)
+		s.MustGraphQL(t, key, create, map[string]any{"n": "Async qSOFA", "p": sepsis, "s": "qsofa", "m": "async"}, &c)
 		var d struct{ RunAgent session }
-		ok(t, s, key, run, map[string]any{"a": c.CreateAgent.ID, "p": demo.DeterioratingPatientID}, &d)
+		s.MustGraphQL(t, key, run, map[string]any{"a": c.CreateAgent.ID, "p": demo.DeterioratingPatientID}, &d)
 		if d.RunAgent.Status != "QUEUED" || d.RunAgent.CompletedAt != nil {
 			t.Fatalf("async session: %+v", d.RunAgent)
 		}
@@ -355,7 +355,7 @@ func TestAgentMutations(t *testing.T) {
 		var a struct {
 			Agent struct{ Sessions []session }
 		}
-		ok(t, s, key, `query($a: ID!) { agent(id: $a) { sessions { id status output } } }`, map[string]any{"a": c.CreateAgent.ID}, &a)
+		s.MustGraphQL(t, key, `query($a: ID!) { agent(id: $a) { sessions { id status output } } }`, map[string]any{"a": c.CreateAgent.ID}, &a)
 		if len(a.Agent.Sessions) != 1 || *a.Agent.Sessions[0].Output.Score != 2 {
 			t.Fatalf("async result: %+v", a.Agent.Sessions)
 		}
@@ -371,7 +371,7 @@ func TestWorkflowMutations(t *testing.T) {
 	s := start(t)
 	key := s.DemoKey()
 	noScopes := s.Key(demo.DemoOrgSlug, access.Live, access.ExecAgents)
-	sepsis := s.projectID(demo.SepsisProjectName)
+	sepsis := s.ProjectID(demo.SepsisProjectName)
 	ward7 := s.id(`select id from agents where name = $1`, demo.Ward7AgentName)
 
 	create := `mutation($n: String!, $p: ID!, $s: [String!]!, $t: [String!]) { createWorkflow(name: $n, projectId: $p, steps: $s, triggers: $t) {
@@ -386,7 +386,7 @@ func TestWorkflowMutations(t *testing.T) {
 	}
 	t.Run("createWorkflow", func(t *testing.T) {
 		steps := []string{"load_patient", "latest_vitals", "score_news2", "run_agent:" + ward7, "assess_risk", "create_alert", "notify"}
-		ok(t, s, key, create, map[string]any{"n": "Vitals alert", "p": sepsis, "s": steps, "t": []string{"device.observation_received"}}, &wf)
+		s.MustGraphQL(t, key, create, map[string]any{"n": "Vitals alert", "p": sepsis, "s": steps, "t": []string{"device.observation_received"}}, &wf)
 		w := wf.CreateWorkflow
 		if w.Status != "ACTIVE" || w.Nodes != 7 || len(w.Steps) != 7 || w.Triggers[0] != "device.observation_received" {
 			t.Fatalf("workflow: %+v", w)
@@ -398,7 +398,7 @@ func TestWorkflowMutations(t *testing.T) {
 		fails(t, s, key, create, map[string]any{"n": "x", "p": sepsis, "s": []string{}}, "BAD_USER_INPUT")
 		fails(t, s, key, create, map[string]any{"n": "x", "p": sepsis, "s": []string{"run_agent:agt_01aaaaaaaaaaaaaaaaaaaaaaaa"}}, "BAD_USER_INPUT")
 		fails(t, s, key, create, map[string]any{"n": "x", "p": sepsis, "s": []string{"notify"}, "t": []string{"Bad Pattern"}}, "BAD_USER_INPUT")
-		fails(t, s, key, create, map[string]any{"n": "x", "p": s.projectID("ICU Sepsis Bundle"), "s": []string{"notify"}}, "NOT_FOUND")
+		fails(t, s, key, create, map[string]any{"n": "x", "p": s.ProjectID("ICU Sepsis Bundle"), "s": []string{"notify"}}, "NOT_FOUND")
 		fails(t, s, noScopes, create, map[string]any{"n": "x", "p": sepsis, "s": []string{"notify"}}, "FORBIDDEN")
 	})
 
@@ -413,9 +413,9 @@ func TestWorkflowMutations(t *testing.T) {
 	}
 	// The runner executes runs within milliseconds; a run that waits first stays cancellable.
 	var slow struct{ CreateWorkflow struct{ ID string } }
-	ok(t, s, key, create, map[string]any{"n": "Slow", "p": sepsis, "s": []string{"wait:15m", "load_patient"}}, &slow)
+	s.MustGraphQL(t, key, create, map[string]any{"n": "Slow", "p": sepsis, "s": []string{"wait:15m", "load_patient"}}, &slow)
 	t.Run("runWorkflow queues a run and its command", func(t *testing.T) {
-		ok(t, s, key, runQ, map[string]any{"w": slow.CreateWorkflow.ID, "in": map[string]any{"patientId": demo.DeterioratingPatientID}}, &run)
+		s.MustGraphQL(t, key, runQ, map[string]any{"w": slow.CreateWorkflow.ID, "in": map[string]any{"patientId": demo.DeterioratingPatientID}}, &run)
 		r := run.RunWorkflow
 		if r.Status != "QUEUED" || r.Input.PatientID != demo.DeterioratingPatientID || r.CompletedAt != nil || r.Workflow.ID != slow.CreateWorkflow.ID {
 			t.Fatalf("run: %+v", r)
@@ -433,7 +433,7 @@ and value->'payload'->>'runId' = $1 and value->'payload'->>'status' = 'QUEUED'`,
 			WorkflowRun struct{ Status string }
 			Workflow    struct{ Runs []struct{ ID string } }
 		}
-		ok(t, s, key, `query($r: ID!, $w: ID!) { workflowRun(id: $r) { status } workflow(id: $w) { runs { id } } }`,
+		s.MustGraphQL(t, key, `query($r: ID!, $w: ID!) { workflowRun(id: $r) { status } workflow(id: $w) { runs { id } } }`,
 			map[string]any{"r": r.ID, "w": slow.CreateWorkflow.ID}, &q)
 		if (q.WorkflowRun.Status != "QUEUED" && q.WorkflowRun.Status != "RUNNING") || len(q.Workflow.Runs) != 1 {
 			t.Fatalf("reads: %+v", q)
@@ -451,7 +451,7 @@ and value->'payload'->>'runId' = $1 and value->'payload'->>'status' = 'QUEUED'`,
 				DurationMs  *int
 			}
 		}
-		ok(t, s, key, q, map[string]any{"r": run.RunWorkflow.ID}, &d)
+		s.MustGraphQL(t, key, q, map[string]any{"r": run.RunWorkflow.ID}, &d)
 		if d.CancelWorkflowRun.Status != "CANCELLED" || d.CancelWorkflowRun.CompletedAt == nil || d.CancelWorkflowRun.DurationMs == nil {
 			t.Fatalf("cancel: %+v", d)
 		}
@@ -469,16 +469,16 @@ and value->'payload'->>'runId' = $1 and value->'payload'->>'status' = 'QUEUED'`,
 		var d struct {
 			PauseWorkflow, ResumeWorkflow, ArchiveWorkflow struct{ Status string }
 		}
-		ok(t, s, key, `mutation($id: ID!) { pauseWorkflow(id: $id) { status } }`, map[string]any{"id": id}, &d)
+		s.MustGraphQL(t, key, `mutation($id: ID!) { pauseWorkflow(id: $id) { status } }`, map[string]any{"id": id}, &d)
 		if d.PauseWorkflow.Status != "PAUSED" {
 			t.Fatalf("pause: %+v", d)
 		}
 		fails(t, s, key, runQ, map[string]any{"w": id}, "CONFLICT")
-		ok(t, s, key, `mutation($id: ID!) { resumeWorkflow(id: $id) { status } }`, map[string]any{"id": id}, &d)
+		s.MustGraphQL(t, key, `mutation($id: ID!) { resumeWorkflow(id: $id) { status } }`, map[string]any{"id": id}, &d)
 		if d.ResumeWorkflow.Status != "ACTIVE" {
 			t.Fatalf("resume: %+v", d)
 		}
-		ok(t, s, key, `mutation($id: ID!) { archiveWorkflow(id: $id) { status } }`, map[string]any{"id": id}, &d)
+		s.MustGraphQL(t, key, `mutation($id: ID!) { archiveWorkflow(id: $id) { status } }`, map[string]any{"id": id}, &d)
 		if d.ArchiveWorkflow.Status != "ARCHIVED" {
 			t.Fatalf("archive: %+v", d)
 		}
@@ -495,7 +495,7 @@ and value->'payload'->>'runId' = $1 and value->'payload'->>'status' = 'QUEUED'`,
 				Payload                                          struct{ Glucose int }
 			}
 		}
-		ok(t, s, key, q, map[string]any{"t": "lab.glucose_measured", "p": map[string]any{"glucose": 140}, "prj": sepsis}, &d)
+		s.MustGraphQL(t, key, q, map[string]any{"t": "lab.glucose_measured", "p": map[string]any{"glucose": 140}, "prj": sepsis}, &d)
 		e := d.PublishEvent
 		if !strings.HasPrefix(e.ID, "evt_") || e.Source != "integration" || e.Payload.Glucose != 140 || e.ProjectID != sepsis {
 			t.Fatalf("event: %+v", e)
@@ -511,7 +511,7 @@ and value->'payload'->>'runId' = $1 and value->'payload'->>'status' = 'QUEUED'`,
 		} {
 			fails(t, s, key, q, vars, "BAD_USER_INPUT")
 		}
-		fails(t, s, key, q, map[string]any{"t": "lab.result", "p": map[string]any{}, "prj": s.projectID("ICU Sepsis Bundle")}, "NOT_FOUND")
+		fails(t, s, key, q, map[string]any{"t": "lab.result", "p": map[string]any{}, "prj": s.ProjectID("ICU Sepsis Bundle")}, "NOT_FOUND")
 		fails(t, s, noScopes, q, map[string]any{"t": "lab.result", "p": map[string]any{}, "prj": sepsis}, "FORBIDDEN")
 	})
 }
@@ -521,7 +521,7 @@ func TestWebhookOperations(t *testing.T) {
 	s := start(t)
 	key := s.DemoKey()
 	other := s.Key("northwind-health", access.Live, access.Scopes...)
-	sepsis := s.projectID(demo.SepsisProjectName)
+	sepsis := s.ProjectID(demo.SepsisProjectName)
 
 	create := `mutation($p: ID!, $u: String!, $e: [String!]!) { createWebhook(projectId: $p, url: $u, events: $e) {
 		id url events status secret failureCount lastDeliveredAt createdAt project { id } } }`
@@ -533,7 +533,7 @@ func TestWebhookOperations(t *testing.T) {
 			Project                 struct{ ID string }
 		}
 	}
-	ok(t, s, key, create, map[string]any{"p": sepsis, "u": "https://hooks.example.org/carehub", "e": []string{"agent.*", "workflow.run.completed"}}, &c)
+	s.MustGraphQL(t, key, create, map[string]any{"p": sepsis, "u": "https://hooks.example.org/carehub", "e": []string{"agent.*", "workflow.run.completed"}}, &c)
 	w := c.CreateWebhook
 	if !strings.HasPrefix(w.ID, "wh_") || !strings.HasPrefix(w.Secret, "whsec_") || w.Status != "active" || w.Project.ID != sepsis || len(w.Events) != 2 {
 		t.Fatalf("created: %+v", w)
@@ -544,36 +544,36 @@ func TestWebhookOperations(t *testing.T) {
 	var list struct {
 		Webhooks []struct{ ID, Secret string }
 	}
-	ok(t, s, key, `query($p: ID!) { webhooks(projectId: $p) { id secret } }`, map[string]any{"p": sepsis}, &list)
+	s.MustGraphQL(t, key, `query($p: ID!) { webhooks(projectId: $p) { id secret } }`, map[string]any{"p": sepsis}, &list)
 	if len(list.Webhooks) != 1 || list.Webhooks[0].Secret == w.Secret {
 		t.Fatalf("listing: %+v (the secret must be masked)", list.Webhooks)
 	}
 	fails(t, s, other, `query($p: ID!) { webhooks(projectId: $p) { id } }`, map[string]any{"p": sepsis}, "NOT_FOUND")
 
 	var u struct{ UpdateWebhook struct{ Status string } }
-	ok(t, s, key, `mutation($id: ID!) { updateWebhook(id: $id, status: "paused") { status } }`, map[string]any{"id": w.ID}, &u)
+	s.MustGraphQL(t, key, `mutation($id: ID!) { updateWebhook(id: $id, status: "paused") { status } }`, map[string]any{"id": w.ID}, &u)
 	if u.UpdateWebhook.Status != "paused" {
 		t.Fatalf("update: %+v", u)
 	}
 	fails(t, s, key, `mutation($id: ID!) { updateWebhook(id: $id, url: "ftp://nope") { status } }`, map[string]any{"id": w.ID}, "BAD_USER_INPUT")
 	var r struct{ RotateWebhookSecret struct{ Secret string } }
-	ok(t, s, key, `mutation($id: ID!) { rotateWebhookSecret(id: $id) { secret } }`, map[string]any{"id": w.ID}, &r)
+	s.MustGraphQL(t, key, `mutation($id: ID!) { rotateWebhookSecret(id: $id) { secret } }`, map[string]any{"id": w.ID}, &r)
 	if !strings.HasPrefix(r.RotateWebhookSecret.Secret, "whsec_") || r.RotateWebhookSecret.Secret == w.Secret {
 		t.Fatalf("rotate: %+v", r)
 	}
 	var d struct {
 		WebhookDeliveries []struct{ ID string }
 	}
-	ok(t, s, key, `query($id: ID!) { webhookDeliveries(webhookId: $id) { id status attempts { id } webhook { id } } }`, map[string]any{"id": w.ID}, &d)
+	s.MustGraphQL(t, key, `query($id: ID!) { webhookDeliveries(webhookId: $id) { id status attempts { id } webhook { id } } }`, map[string]any{"id": w.ID}, &d)
 	fails(t, s, key, `query($id: ID!) { webhookDeliveries(webhookId: $id, limit: 0) { id } }`, map[string]any{"id": w.ID}, "BAD_USER_INPUT")
 	fails(t, s, key, `mutation { redeliverWebhookDelivery(deliveryId: "dlv_01aaaaaaaaaaaaaaaaaaaaaaaa") { id } }`, nil, "NOT_FOUND")
 	var rec struct{ RecoverWebhookDeliveries int }
-	ok(t, s, key, `mutation($id: ID!, $since: DateTime!) { recoverWebhookDeliveries(webhookId: $id, since: $since) }`,
+	s.MustGraphQL(t, key, `mutation($id: ID!, $since: DateTime!) { recoverWebhookDeliveries(webhookId: $id, since: $since) }`,
 		map[string]any{"id": w.ID, "since": time.Now().Add(-time.Hour).UTC().Format(time.RFC3339)}, &rec)
 	fails(t, s, other, `mutation($id: ID!) { rotateWebhookSecret(id: $id) { id } }`, map[string]any{"id": w.ID}, "NOT_FOUND")
 	fails(t, s, s.Key(demo.DemoOrgSlug, access.Live, access.ExecAgents), `mutation($id: ID!) { deleteWebhook(id: $id) }`, map[string]any{"id": w.ID}, "FORBIDDEN")
 	var del struct{ DeleteWebhook bool }
-	ok(t, s, key, `mutation($id: ID!) { deleteWebhook(id: $id) }`, map[string]any{"id": w.ID}, &del)
+	s.MustGraphQL(t, key, `mutation($id: ID!) { deleteWebhook(id: $id) }`, map[string]any{"id": w.ID}, &del)
 	if !del.DeleteWebhook {
 		t.Fatal("deleteWebhook returned false")
 	}

@@ -24,8 +24,8 @@ func TestQueries(t *testing.T) {
 	testKey := s.Key(demo.DemoOrgSlug, access.Test, access.Scopes...)
 	otherKey := s.Key("northwind-health", access.Live, access.Scopes...)
 
-	sepsis := s.projectID(demo.SepsisProjectName)
-	northwindProject := s.projectID("ICU Sepsis Bundle")
+	sepsis := s.ProjectID(demo.SepsisProjectName)
+	northwindProject := s.ProjectID("ICU Sepsis Bundle")
 	ward7 := s.id(`select id from agents where name = $1`, demo.Ward7AgentName)
 	northwindAgent := s.id(`select id from agents where name = 'ICU Sepsis Sentinel'`)
 	workflow := s.id(`select id from workflows where name = $1`, demo.DeteriorationWorkflowName)
@@ -35,7 +35,7 @@ func TestQueries(t *testing.T) {
 
 	t.Run("apiVersion", func(t *testing.T) {
 		var d struct{ APIVersion string }
-		ok(t, s, noScopes, `{ apiVersion }`, nil, &d)
+		s.MustGraphQL(t, noScopes, `{ apiVersion }`, nil, &d)
 		if d.APIVersion != "2.0" {
 			t.Fatalf("apiVersion %q", d.APIVersion)
 		}
@@ -49,19 +49,19 @@ func TestQueries(t *testing.T) {
 				CreatedAt            string
 			}
 		}
-		ok(t, s, noScopes, `{ organizations { id name slug plan memberCount createdAt } }`, nil, &d)
+		s.MustGraphQL(t, noScopes, `{ organizations { id name slug plan memberCount createdAt } }`, nil, &d)
 		if len(d.Organizations) != 1 || d.Organizations[0].Slug != demo.DemoOrgSlug || d.Organizations[0].MemberCount != 48 {
 			t.Fatalf("a tenant sees its own organization only: %+v", d.Organizations)
 		}
 		if _, err := time.Parse(time.RFC3339, d.Organizations[0].CreatedAt); err != nil || d.Organizations[0].CreatedAt[len(d.Organizations[0].CreatedAt)-1] != 'Z' {
 			t.Fatalf("createdAt %q is not RFC 3339 UTC", d.Organizations[0].CreatedAt)
 		}
-		ok(t, s, platform, `{ organizations(limit: 100) { id slug } }`, nil, &d)
+		s.MustGraphQL(t, platform, `{ organizations(limit: 100) { id slug } }`, nil, &d)
 		if len(d.Organizations) != 10 {
 			t.Fatalf("platform operator sees %d organizations, want 10", len(d.Organizations))
 		}
 		var page struct{ Organizations []struct{ Slug string } }
-		ok(t, s, platform, `{ organizations(limit: 3, offset: 2) { slug } }`, nil, &page)
+		s.MustGraphQL(t, platform, `{ organizations(limit: 3, offset: 2) { slug } }`, nil, &page)
 		if len(page.Organizations) != 3 || page.Organizations[0].Slug != d.Organizations[2].Slug {
 			t.Fatalf("offset page %+v does not continue %+v", page.Organizations, d.Organizations[:3])
 		}
@@ -133,7 +133,7 @@ func TestQueries(t *testing.T) {
 		}
 		// The other tenant sees its own.
 		var d struct{ Agents []struct{ Name string } }
-		ok(t, s, otherKey, fmt.Sprintf(`{ agents(projectId: %q) { name } }`, northwindProject), nil, &d)
+		s.MustGraphQL(t, otherKey, fmt.Sprintf(`{ agents(projectId: %q) { name } }`, northwindProject), nil, &d)
 		if len(d.Agents) != 1 || d.Agents[0].Name != "ICU Sepsis Sentinel" {
 			t.Fatalf("northwind agents: %+v", d.Agents)
 		}
@@ -158,7 +158,7 @@ func TestQueries(t *testing.T) {
 				}
 			}
 		}
-		ok(t, s, key, `query($id: ID!) { project(id: $id) { name organization { slug }
+		s.MustGraphQL(t, key, `query($id: ID!) { project(id: $id) { name organization { slug }
 			assets { status config asset { name } } deployments { id } workflows { name nodes steps status } } }`,
 			map[string]any{"id": sepsis}, &d)
 		p := d.Project
@@ -171,7 +171,7 @@ func TestQueries(t *testing.T) {
 			}
 		}
 		var projects struct{ Projects []struct{ Name string } }
-		ok(t, s, key, `query($o: ID!) { projects(organizationId: $o, limit: 2) { name } }`, map[string]any{"o": demo.DemoOrgID}, &projects)
+		s.MustGraphQL(t, key, `query($o: ID!) { projects(organizationId: $o, limit: 2) { name } }`, map[string]any{"o": demo.DemoOrgID}, &projects)
 		if len(projects.Projects) != 2 {
 			t.Fatalf("projects: %+v", projects.Projects)
 		}
@@ -191,7 +191,7 @@ func TestQueries(t *testing.T) {
 				Publisher struct{ Name string }
 			}
 		}
-		ok(t, s, noScopes, `{ assets(type: MODEL, category: "Early Warning", status: APPROVED, minRating: 4.5,
+		s.MustGraphQL(t, noScopes, `{ assets(type: MODEL, category: "Early Warning", status: APPROVED, minRating: 4.5,
 			badges: ["HIPAA", "SOC 2"], fhirResources: ["Patient", "Observation"], limit: 5) {
 			name type category status rating badges fhirResources pricing { type } complianceScore { overall hipaaCompliant } publisher { name } } }`, nil, &d)
 		if len(d.Assets) != 1 || d.Assets[0].Name != demo.NEWS2ModelName {
@@ -209,7 +209,7 @@ func TestQueries(t *testing.T) {
 			`{ assets(category: "no such category") { name } }`,
 		} {
 			var e struct{ Assets []struct{ Name string } }
-			ok(t, s, noScopes, q, nil, &e)
+			s.MustGraphQL(t, noScopes, q, nil, &e)
 			for _, x := range e.Assets {
 				if x.Name == demo.NEWS2ModelName {
 					t.Errorf("%s returned %s", q, x.Name)
@@ -217,7 +217,7 @@ func TestQueries(t *testing.T) {
 			}
 		}
 		var agents struct{ Assets []struct{ Type string } }
-		ok(t, s, noScopes, `{ assets(type: AGENT, limit: 100) { type } }`, nil, &agents)
+		s.MustGraphQL(t, noScopes, `{ assets(type: AGENT, limit: 100) { type } }`, nil, &agents)
 		if len(agents.Assets) == 0 {
 			t.Fatal("no AGENT assets")
 		}
@@ -229,18 +229,18 @@ func TestQueries(t *testing.T) {
 		fails(t, s, noScopes, `{ assets(type: ROBOT) { id } }`, nil, "BAD_USER_INPUT")
 		// Tenants see approved assets and their own submissions only.
 		var all struct{ Assets []struct{ Status string } }
-		ok(t, s, key, `{ assets(limit: 100) { status } }`, nil, &all)
+		s.MustGraphQL(t, key, `{ assets(limit: 100) { status } }`, nil, &all)
 		for _, x := range all.Assets {
 			if x.Status != "APPROVED" && x.Status != "DEPRECATED" {
 				t.Fatalf("demo-health sees another organization's %s asset", x.Status)
 			}
 		}
-		ok(t, s, platform, `{ assets(status: DRAFT, limit: 100) { status } }`, nil, &all)
+		s.MustGraphQL(t, platform, `{ assets(status: DRAFT, limit: 100) { status } }`, nil, &all)
 		if len(all.Assets) == 0 {
 			t.Fatal("the platform operator sees drafts")
 		}
 		var one struct{ Asset struct{ Name string } }
-		ok(t, s, noScopes, `query($id: ID!) { asset(id: $id) { name } }`, map[string]any{"id": news2Model}, &one)
+		s.MustGraphQL(t, noScopes, `query($id: ID!) { asset(id: $id) { name } }`, map[string]any{"id": news2Model}, &one)
 		if one.Asset.Name != demo.NEWS2ModelName {
 			t.Fatalf("asset: %+v", one)
 		}
@@ -255,7 +255,7 @@ func TestQueries(t *testing.T) {
 				Organization *struct{ Slug string }
 			}
 		}
-		ok(t, s, platform, `{ publishers(verified: true, limit: 100) { name verified totalApps organization { slug } } }`, nil, &d)
+		s.MustGraphQL(t, platform, `{ publishers(verified: true, limit: 100) { name verified totalApps organization { slug } } }`, nil, &d)
 		if len(d.Publishers) != 7 {
 			t.Fatalf("verified publishers: %d, want 7", len(d.Publishers))
 		}
@@ -271,11 +271,11 @@ func TestQueries(t *testing.T) {
 		if withOrg != 4 {
 			t.Fatalf("%d verified publishers with an organization, want 4", withOrg)
 		}
-		ok(t, s, key, `{ publishers(verified: false) { name verified organization { slug } } }`, nil, &d)
+		s.MustGraphQL(t, key, `{ publishers(verified: false) { name verified organization { slug } } }`, nil, &d)
 		if len(d.Publishers) != 3 {
 			t.Fatalf("unverified publishers: %+v", d.Publishers)
 		}
-		ok(t, s, key, `{ publishers(verified: true, limit: 100) { name organization { slug } } }`, nil, &d)
+		s.MustGraphQL(t, key, `{ publishers(verified: true, limit: 100) { name organization { slug } } }`, nil, &d)
 		for _, p := range d.Publishers {
 			if p.Organization != nil {
 				t.Fatalf("a tenant sees another tenant's organization through publisher %s", p.Name)
@@ -297,7 +297,7 @@ func TestQueries(t *testing.T) {
 				Triggers     []string
 			}
 		}
-		ok(t, s, key, `query($a: ID!, $w: ID!) { agent(id: $a) { name runMode skill status project { id } sessions { id } }
+		s.MustGraphQL(t, key, `query($a: ID!, $w: ID!) { agent(id: $a) { name runMode skill status project { id } sessions { id } }
 			workflow(id: $w) { name status runs { id } project { name } triggers } }`,
 			map[string]any{"a": ward7, "w": workflow}, &d)
 		if d.Agent.Skill != "news2" || d.Agent.RunMode != "sync" || d.Agent.Project.ID != sepsis || d.Agent.Sessions == nil {
@@ -307,7 +307,7 @@ func TestQueries(t *testing.T) {
 			t.Fatalf("workflow: %+v", d.Workflow)
 		}
 		var list struct{ Workflows []struct{ Name string } }
-		ok(t, s, key, `query($p: ID!) { workflows(projectId: $p, status: PAUSED) { name } }`, map[string]any{"p": sepsis}, &list)
+		s.MustGraphQL(t, key, `query($p: ID!) { workflows(projectId: $p, status: PAUSED) { name } }`, map[string]any{"p": sepsis}, &list)
 		if len(list.Workflows) != 1 || list.Workflows[0].Name != "Sepsis screen" {
 			t.Fatalf("paused workflows: %+v", list.Workflows)
 		}
@@ -355,7 +355,7 @@ func TestQueries(t *testing.T) {
 				}
 			}
 		}
-		ok(t, s, key, `query($id: ID!) { patient(id: $id) { id resourceType name gender birthDate address telecom riskLevel synthetic programs
+		s.MustGraphQL(t, key, `query($id: ID!) { patient(id: $id) { id resourceType name gender birthDate address telecom riskLevel synthetic programs
 			observations(code: "8867-4", limit: 3) { id resourceType status code subject valueQuantity effectiveDateTime }
 			encounters { resourceType status class period } } }`, map[string]any{"id": demo.DeterioratingPatientID}, &d)
 		p := d.Patient
@@ -381,7 +381,7 @@ func TestQueries(t *testing.T) {
 				Programs  []string
 			}
 		}
-		ok(t, s, key, `{ patients(riskLevel: "high", limit: 100) { riskLevel programs } }`, nil, &list)
+		s.MustGraphQL(t, key, `{ patients(riskLevel: "high", limit: 100) { riskLevel programs } }`, nil, &list)
 		if len(list.Patients) == 0 {
 			t.Fatal("no high-risk patients")
 		}
@@ -390,7 +390,7 @@ func TestQueries(t *testing.T) {
 				t.Fatalf("riskLevel filter returned %s", x.RiskLevel)
 			}
 		}
-		ok(t, s, key, `{ patients(program: "copd-home", limit: 100) { riskLevel programs } }`, nil, &list)
+		s.MustGraphQL(t, key, `{ patients(program: "copd-home", limit: 100) { riskLevel programs } }`, nil, &list)
 		if len(list.Patients) == 0 {
 			t.Fatal("no patients in copd-home")
 		}
@@ -404,10 +404,10 @@ func TestQueries(t *testing.T) {
 	t.Run("test keys see synthetic patients only", func(t *testing.T) {
 		fails(t, s, testKey, fmt.Sprintf(`{ patient(id: %q) { id } }`, demo.RealPatientID), nil, "NOT_FOUND")
 		var d struct{ Patient struct{ ID string } }
-		ok(t, s, key, fmt.Sprintf(`{ patient(id: %q) { id } }`, demo.RealPatientID), nil, &d)
+		s.MustGraphQL(t, key, fmt.Sprintf(`{ patient(id: %q) { id } }`, demo.RealPatientID), nil, &d)
 		var list struct{ Patients []struct{ Synthetic bool } }
-		ok(t, s, testKey, `{ patients(limit: 100, offset: 0) { synthetic } }`, nil, &list)
-		ok(t, s, testKey, `{ patients(limit: 100, offset: 100) { synthetic } }`, nil, &list)
+		s.MustGraphQL(t, testKey, `{ patients(limit: 100, offset: 0) { synthetic } }`, nil, &list)
+		s.MustGraphQL(t, testKey, `{ patients(limit: 100, offset: 100) { synthetic } }`, nil, &list)
 		for _, p := range list.Patients {
 			if !p.Synthetic {
 				t.Fatal("a test key listed a real patient")
@@ -439,15 +439,15 @@ func TestQueries(t *testing.T) {
 				Payload                                          struct{ N int }
 			}
 		}
-		ok(t, s, noScopes, `query($p: ID!) { events(projectId: $p) { id type source timestamp projectId severity payload } }`, map[string]any{"p": sepsis}, &d)
+		s.MustGraphQL(t, noScopes, `query($p: ID!) { events(projectId: $p) { id type source timestamp projectId severity payload } }`, map[string]any{"p": sepsis}, &d)
 		if len(d.Events) != 5 || d.Events[0].Payload.N != 4 || d.Events[4].Payload.N != 0 || d.Events[0].ProjectID != sepsis {
 			t.Fatalf("events: %+v", d.Events)
 		}
-		ok(t, s, noScopes, `query($p: ID!) { events(projectId: $p, type: "workflow.completed", limit: 1) { id type payload } }`, map[string]any{"p": sepsis}, &d)
+		s.MustGraphQL(t, noScopes, `query($p: ID!) { events(projectId: $p, type: "workflow.completed", limit: 1) { id type payload } }`, map[string]any{"p": sepsis}, &d)
 		if len(d.Events) != 1 || d.Events[0].Type != "workflow.completed" || d.Events[0].Payload.N != 3 {
 			t.Fatalf("typed events: %+v", d.Events)
 		}
-		ok(t, s, noScopes, `query($p: ID!, $since: DateTime) { events(projectId: $p, since: $since) { payload } }`,
+		s.MustGraphQL(t, noScopes, `query($p: ID!, $since: DateTime) { events(projectId: $p, since: $since) { payload } }`,
 			map[string]any{"p": sepsis, "since": base.Add(3 * time.Minute).Format(time.RFC3339)}, &d)
 		if len(d.Events) != 2 {
 			t.Fatalf("events since: %+v", d.Events)

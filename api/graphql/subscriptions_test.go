@@ -21,8 +21,8 @@ import (
 func TestSubscriptions(t *testing.T) {
 	s := start(t)
 	key := s.DemoKey()
-	sepsis := s.projectID(demo.SepsisProjectName)
-	rpm := s.projectID(demo.RPMProjectName)
+	sepsis := s.ProjectID(demo.SepsisProjectName)
+	rpm := s.ProjectID(demo.RPMProjectName)
 	ward7 := s.id(`select id from agents where name = $1`, demo.Ward7AgentName)
 	workflow := s.id(`select id from workflows where name = $1`, demo.DeteriorationWorkflowName)
 
@@ -107,7 +107,7 @@ func TestSubscriptions(t *testing.T) {
 		}
 		s.WaitSubscribers(2)
 		var run struct{ RunAgent struct{ ID string } }
-		ok(t, s, key, `mutation($a: ID!, $p: String!) { runAgent(agentId: $a, patientId: $p) { id } }`,
+		s.MustGraphQL(t, key, `mutation($a: ID!, $p: String!) { runAgent(agentId: $a, patientId: $p) { id } }`,
 			map[string]any{"a": ward7, "p": demo.DeterioratingPatientID}, &run)
 		payload := map[string]any{"sessionId": run.RunAgent.ID, "agentId": ward7, "patientId": demo.DeterioratingPatientID, "status": "COMPLETED"}
 		produce("agent.session.updated", demo.DemoOrgID, sepsis, payload)
@@ -141,7 +141,7 @@ func TestSubscriptions(t *testing.T) {
 		}
 		s.WaitSubscribers(3)
 		var run struct{ RunWorkflow struct{ ID string } }
-		ok(t, s, key, `mutation($w: ID!) { runWorkflow(workflowId: $w) { id } }`, map[string]any{"w": workflow}, &run)
+		s.MustGraphQL(t, key, `mutation($w: ID!) { runWorkflow(workflowId: $w) { id } }`, map[string]any{"w": workflow}, &run)
 		produce("workflow.run.updated", demo.DemoOrgID, sepsis, map[string]any{"runId": run.RunWorkflow.ID, "workflowId": workflow, "status": "QUEUED"})
 		var got struct {
 			Data struct {
@@ -163,7 +163,7 @@ func TestSubscriptions(t *testing.T) {
 
 		ins := s.id(`select i.id from installations i join assets a on a.id = i.asset_id where i.project_id = $1 and a.name = $2`, sepsis, demo.NEWS2ModelName)
 		var dep struct{ CreateDeployment struct{ ID string } }
-		ok(t, s, key, `mutation($i: ID!) { createDeployment(installationId: $i, environment: "staging") { id } }`, map[string]any{"i": ins}, &dep)
+		s.MustGraphQL(t, key, `mutation($i: ID!) { createDeployment(installationId: $i, environment: "staging") { id } }`, map[string]any{"i": ins}, &dep)
 		deps, err := c.Subscribe(ctx, "deps", `subscription($d: ID!) { deploymentStatusChanged(deploymentId: $d) { id status environment } }`, map[string]any{"d": dep.CreateDeployment.ID})
 		if err != nil {
 			t.Fatal(err)
@@ -196,7 +196,7 @@ func TestSubscriptions(t *testing.T) {
 		}{
 			"no-exec-agents":    {weak, `subscription($a: ID!) { agentSessionUpdated(agentId: $a) { id } }`, map[string]any{"a": ward7}, "FORBIDDEN"},
 			"no-exec-workflows": {weak, `subscription($w: ID!) { workflowRunUpdated(workflowId: $w) { id } }`, map[string]any{"w": workflow}, "FORBIDDEN"},
-			"foreign-project":   {c, `subscription($p: ID!) { eventStream(projectId: $p) { id } }`, map[string]any{"p": s.projectID("ICU Sepsis Bundle")}, "NOT_FOUND"},
+			"foreign-project":   {c, `subscription($p: ID!) { eventStream(projectId: $p) { id } }`, map[string]any{"p": s.ProjectID("ICU Sepsis Bundle")}, "NOT_FOUND"},
 			"bad-pattern":       {c, `subscription($p: ID!) { eventStream(projectId: $p, types: ["Not A Type"]) { id } }`, map[string]any{"p": sepsis}, "BAD_USER_INPUT"},
 		} {
 			ch, err := tc.client.Subscribe(ctx, id, tc.query, tc.vars)

@@ -109,7 +109,7 @@ func TestTransport(t *testing.T) {
 		// organization(7) … : 12 levels pass, 13 do not. (The single objects keep the cost of the
 		// nested lists within the budget.)
 		nest := func(levels int) string {
-			q := `deployments(projectId: "` + s.projectID(demo.SepsisProjectName) + `", limit: 1) { installation { asset { publisher { organization { `
+			q := `deployments(projectId: "` + s.ProjectID(demo.SepsisProjectName) + `", limit: 1) { installation { asset { publisher { organization { `
 			close := "}}}}}"
 			for i := 6; i < levels; i++ {
 				if i%2 == 0 {
@@ -121,7 +121,7 @@ func TestTransport(t *testing.T) {
 			}
 			return "{ " + q + "id " + close + " }"
 		}
-		ok(t, s, key, nest(12), nil, nil)
+		s.MustGraphQL(t, key, nest(12), nil, nil)
 		res := fails(t, s, key, nest(13), nil, "BAD_USER_INPUT")
 		if !strings.Contains(res.Errors[0].Message, "depth") {
 			t.Fatalf("depth error: %+v", res.Errors)
@@ -129,7 +129,7 @@ func TestTransport(t *testing.T) {
 		// Introspection alone may nest deeper (the standard query does), data may not hide in it.
 		// __schema(1) types(2) fields(3) type(4) ofType×8(5–12) name(13).
 		deep := `__schema { types { fields { type { ofType { ofType { ofType { ofType { ofType { ofType { ofType { ofType { name } } } } } } } } } } } }`
-		ok(t, s, key, "{ "+deep+" }", nil, nil)
+		s.MustGraphQL(t, key, "{ "+deep+" }", nil, nil)
 		fails(t, s, key, "{ apiVersion "+deep+" }", nil, "BAD_USER_INPUT")
 	})
 

@@ -79,12 +79,7 @@ func send(base, method, path, cred string, keys []string, body any) (*servertest
 }
 
 func (n *node) count(query string, args ...any) int {
-	n.t.Helper()
-	var c int
-	if err := n.Pool().QueryRow(context.Background(), query, args...).Scan(&c); err != nil {
-		n.t.Fatal(err)
-	}
-	return c
+	return pgtest.Scalar[int](n.t, n.Pool(), query, args...)
 }
 
 func errorCode(t *testing.T, r *servertest.Response) string {

@@ -231,7 +231,7 @@ func (c *Client) AllEvents(ctx context.Context, q Query, maxPages int) (events [
 	for pages < maxPages {
 		p, err := c.Events(ctx, q)
 		if wait, ok := RateLimited(err); ok {
-			if !sleep(ctx, max(wait, 100*time.Millisecond)) {
+			if !Sleep(ctx, max(wait, 100*time.Millisecond)) {
 				return events, total, pages, ctx.Err()
 			}
 			continue
@@ -334,7 +334,8 @@ func (c *Client) do(ctx context.Context, method, path string, body []byte) ([]by
 	return b, nil
 }
 
-func sleep(ctx context.Context, d time.Duration) bool {
+// Sleep waits d or until ctx is done; it reports whether the full d elapsed.
+func Sleep(ctx context.Context, d time.Duration) bool {
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {

@@ -84,7 +84,7 @@ func TestPublishToLogLatency(t *testing.T) {
 				default:
 				}
 				if unseen == 0 {
-					if !sleepCtx(ctx, 5*time.Millisecond) {
+					if !pipelinetest.Sleep(ctx, 5*time.Millisecond) {
 						return ctx.Err()
 					}
 					continue
@@ -111,7 +111,7 @@ func TestPublishToLogLatency(t *testing.T) {
 					}
 				}
 				mu.Unlock()
-				if !sleepCtx(ctx, pollEvery) {
+				if !pipelinetest.Sleep(ctx, pollEvery) {
 					return ctx.Err()
 				}
 			}
@@ -194,15 +194,4 @@ func publishOne(t testing.TB, c *pipelinetest.Client, project, typ string, p pay
 		t.Fatalf("publish: %v", err)
 	}
 	return pe.ID
-}
-
-func sleepCtx(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
-	}
 }

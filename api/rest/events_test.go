@@ -73,7 +73,7 @@ func drafts(project, typ string, n int) []map[string]any {
 func TestPublishEvents(t *testing.T) {
 	s := servertest.Start(t)
 	key := s.DemoKey()
-	sepsis := projectID(t, s, demo.SepsisProjectName)
+	sepsis := s.ProjectID(demo.SepsisProjectName)
 	typ := fmt.Sprintf("resttest.batch_%d", time.Now().UnixNano())
 	inOutbox := func(typ string) int {
 		var n int

@@ -105,7 +105,7 @@ func TestEventHistory(t *testing.T) {
 	s := servertest.Start(t)
 	key := s.DemoKey()
 	orgID := s.OrgID(demo.DemoOrgSlug)
-	project := projectID(t, s, demo.SepsisProjectName)
+	project := s.ProjectID(demo.SepsisProjectName)
 	evs := analystHistory(t, s, orgID, project)
 	rng := "&since=" + day.Format(time.RFC3339) + "&to=" + day.Add(24*time.Hour).Format(time.RFC3339)
 	base := "/v1/events?projectId=" + project + rng
@@ -172,7 +172,7 @@ func TestEventExport(t *testing.T) {
 	s := servertest.Start(t)
 	key := s.DemoKey()
 	orgID := s.OrgID(demo.DemoOrgSlug)
-	project := projectID(t, s, demo.SepsisProjectName)
+	project := s.ProjectID(demo.SepsisProjectName)
 	evs := analystHistory(t, s, orgID, project)
 	rng := "&since=" + day.Format(time.RFC3339) + "&to=" + day.Add(24*time.Hour).Format(time.RFC3339)
 	path := "/v1/events/export?projectId=" + project + rng
@@ -241,7 +241,7 @@ func TestEventStats(t *testing.T) {
 	s := servertest.Start(t)
 	key := s.DemoKey()
 	orgID := s.OrgID(demo.DemoOrgSlug)
-	project := projectID(t, s, demo.SepsisProjectName)
+	project := s.ProjectID(demo.SepsisProjectName)
 	analystHistory(t, s, orgID, project)
 	rng := "from=" + day.Format(time.RFC3339) + "&to=" + day.Add(24*time.Hour).Format(time.RFC3339)
 	type row struct {

@@ -62,7 +62,7 @@ func inOrder(got, want []string) bool {
 func TestDeploymentLifecycle(t *testing.T) {
 	s := servertest.Start(t)
 	key := s.DemoKey()
-	sepsis := projectID(t, s, demo.SepsisProjectName)
+	sepsis := s.ProjectID(demo.SepsisProjectName)
 	installation := scalar(t, s, `select i.id from installations i join assets a on a.id = i.asset_id where i.project_id = $1 and a.name = $2`,
 		sepsis, demo.NEWS2ModelName)
 
@@ -96,7 +96,7 @@ func TestDeploymentLifecycle(t *testing.T) {
 			Endpoint   *string
 		}
 	}
-	gqlOK(t, s, key, `mutation($i: ID!) { createDeployment(installationId: $i, environment: "production", replicas: 1) { id status endpoint } }`,
+	s.MustGraphQL(t, key, `mutation($i: ID!) { createDeployment(installationId: $i, environment: "production", replicas: 1) { id status endpoint } }`,
 		map[string]any{"i": installation}, &created)
 	id := created.CreateDeployment.ID
 	if created.CreateDeployment.Status != "PENDING" || created.CreateDeployment.Endpoint != nil {
@@ -223,7 +223,7 @@ func TestDeploymentLifecycle(t *testing.T) {
 	})
 
 	t.Run("stop", func(t *testing.T) {
-		gqlOK(t, s, key, `mutation($id: ID!) { stopDeployment(id: $id) { status } }`, map[string]any{"id": id}, nil)
+		s.MustGraphQL(t, key, `mutation($id: ID!) { stopDeployment(id: $id) { status } }`, map[string]any{"id": id}, nil)
 		servertest.Eventually(t, 5*time.Second, "invocations refused", func() bool {
 			return s.Do(http.MethodPost, path, key, map[string]any{"patientId": demo.StablePatientID}).Status == http.StatusConflict
 		})
@@ -233,18 +233,4 @@ func TestDeploymentLifecycle(t *testing.T) {
 		return inOrder(changed.get(), []string{"DEGRADED", "RUNNING", "STOPPED"}) &&
 			inOrder(streamed.get(), []string{"PENDING", "RUNNING", "DEGRADED", "RUNNING", "STOPPED"})
 	})
-}
-
-// gqlOK runs a GraphQL operation that must succeed.
-func gqlOK(t testing.TB, s *servertest.Server, key, query string, vars map[string]any, v any) {
-	t.Helper()
-	res := s.GraphQL(key, query, vars)
-	if len(res.Errors) > 0 {
-		t.Fatalf("errors: %+v\nquery: %s", res.Errors, query)
-	}
-	if v != nil {
-		if err := json.Unmarshal(res.Data, v); err != nil {
-			t.Fatalf("decode %s: %v", res.Data, err)
-		}
-	}
 }

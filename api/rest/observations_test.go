@@ -60,7 +60,7 @@ func TestObservationIngestHTTP(t *testing.T) {
 		} `json:"error"`
 	}
 	r.decode(t, &e)
-	if r.status != 422 || r.errorCode(t) != "VALIDATION_FAILED" || e.Error.Details.Accepted != 0 || len(e.Error.Details.Rejected) != 1 ||
+	if r.status != 422 || r.code(t) != "VALIDATION_FAILED" || e.Error.Details.Accepted != 0 || len(e.Error.Details.Rejected) != 1 ||
 		!strings.Contains(string(r.body), `"ids":[]`) {
 		t.Fatalf("422: %d %s", r.status, r.body)
 	}
@@ -77,7 +77,7 @@ func TestObservationIngestHTTP(t *testing.T) {
 		{"over the body limit", "live", "application/fhir+ndjson", []byte(strings.Repeat("\n", 65<<10)), 413, "PAYLOAD_TOO_LARGE"},
 		{"not JSON", "live", "application/json", []byte("<xml/>"), 400, "INVALID_REQUEST"},
 	} {
-		if r := a.do("POST", "/v1/observations", tt.token, tt.contentType, tt.body); r.status != tt.status || r.errorCode(t) != tt.code {
+		if r := a.do("POST", "/v1/observations", tt.token, tt.contentType, tt.body); r.status != tt.status || r.code(t) != tt.code {
 			t.Errorf("%s: %d %s; want %d %s", tt.name, r.status, r.body, tt.status, tt.code)
 		}
 	}
@@ -90,7 +90,7 @@ func TestObservationIngestHTTP(t *testing.T) {
 		t.Fatalf("replay: %d %s / %d %s %v", first.status, first.body, again.status, again.body, again.header)
 	}
 	if r := a.do("POST", "/v1/observations", "live", "application/fhir+json", fhirJSON(t, restVital(a.synthA, "8867-4", 81, "/min", now)),
-		"Idempotency-Key", "req-77"); r.status != 409 || r.errorCode(t) != "CONFLICT" {
+		"Idempotency-Key", "req-77"); r.status != 409 || r.code(t) != "CONFLICT" {
 		t.Fatalf("reused key: %d %s", r.status, r.body)
 	}
 }
@@ -108,7 +108,7 @@ func TestObservationIngestUnavailableHTTP(t *testing.T) {
 		c.RetryAfter = 7 * time.Second
 	})
 	r := a.do("POST", "/v1/observations", "live", "application/fhir+json", fhirJSON(t, restVital(a.synthA, "8867-4", 80, "/min", time.Now())))
-	if r.status != 503 || r.errorCode(t) != "UNAVAILABLE" || r.header.Get("Retry-After") != "7" {
+	if r.status != 503 || r.code(t) != "UNAVAILABLE" || r.header.Get("Retry-After") != "7" {
 		t.Fatalf("%d %s Retry-After %q", r.status, r.body, r.header.Get("Retry-After"))
 	}
 }
@@ -148,7 +148,7 @@ func TestPatientObservations(t *testing.T) {
 			Value float64 `json:"value"`
 		} `json:"valueQuantity"`
 	}
-	get := func(token, patient, query string) (fhirPage, []obsDoc, fhirResp) {
+	get := func(token, patient, query string) (fhirPage, []obsDoc, response) {
 		t.Helper()
 		r := a.do("GET", "/v1/patients/"+patient+"/observations"+query, token, "", nil)
 		var p fhirPage

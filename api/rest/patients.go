@@ -71,20 +71,12 @@ func (h patientHandlers) update(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	doc, err := h.svc.UpdatePatient(r.Context(), mux.Vars(r)["id"], body)
-	if err != nil {
-		envelope.WriteError(w, r, err)
-		return
-	}
-	envelope.WriteJSON(w, http.StatusOK, doc)
+	envelope.Respond(w, r, http.StatusOK, doc, err)
 }
 
 func (h patientHandlers) get(w http.ResponseWriter, r *http.Request) {
 	doc, err := h.svc.PatientDocument(r.Context(), mux.Vars(r)["id"])
-	if err != nil {
-		envelope.WriteError(w, r, err)
-		return
-	}
-	envelope.WriteJSON(w, http.StatusOK, doc)
+	envelope.Respond(w, r, http.StatusOK, doc, err)
 }
 
 func (h patientHandlers) list(w http.ResponseWriter, r *http.Request) {

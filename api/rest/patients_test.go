@@ -113,21 +113,22 @@ func newFHIRAPI(t *testing.T, tune func(*intake.Config)) *fhirAPI {
 	return a
 }
 
-type fhirResp struct {
+// response is what one of the package's test servers answered.
+type response struct {
 	status int
 	header http.Header
 	body   []byte
 }
 
-func (r fhirResp) decode(t *testing.T, v any) {
+func (r response) decode(t *testing.T, v any) {
 	t.Helper()
 	if err := json.Unmarshal(r.body, v); err != nil {
 		t.Fatalf("decode %d %s: %v", r.status, r.body, err)
 	}
 }
 
-// errorCode checks the error envelope and returns error.code.
-func (r fhirResp) errorCode(t *testing.T) string {
+// code checks the error envelope and returns error.code.
+func (r response) code(t *testing.T) string {
 	t.Helper()
 	var e envelope.ErrorBody
 	r.decode(t, &e)
@@ -137,38 +138,57 @@ func (r fhirResp) errorCode(t *testing.T) string {
 	return e.Error.Code
 }
 
-func (a *fhirAPI) do(method, path, token, contentType string, body []byte, header ...string) fhirResp {
-	a.t.Helper()
+// send sends method path to base with a bearer token (unless empty), a body (nil; a string or
+// bytes as they are; anything else as JSON) and header name, value pairs (an empty value is not
+// sent).
+func send(t testing.TB, base, method, path, token string, body any, header ...string) response {
+	t.Helper()
 	var rd io.Reader
-	if body != nil {
-		rd = bytes.NewReader(body)
+	switch b := body.(type) {
+	case nil:
+	case string:
+		rd = strings.NewReader(b)
+	case []byte:
+		rd = bytes.NewReader(b)
+	default:
+		buf, err := json.Marshal(b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rd = bytes.NewReader(buf)
 	}
-	req, _ := http.NewRequest(method, a.url+path, rd)
+	req, err := http.NewRequest(method, base+path, rd)
+	if err != nil {
+		t.Fatal(err)
+	}
 	if token != "" {
 		req.Header.Set("Authorization", "Bearer "+token)
 	}
-	if contentType != "" {
-		req.Header.Set("Content-Type", contentType)
-	}
 	for i := 0; i+1 < len(header); i += 2 {
-		req.Header.Set(header[i], header[i+1])
+		if header[i+1] != "" {
+			req.Header.Set(header[i], header[i+1])
+		}
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		a.t.Fatal(err)
+		t.Fatal(err)
 	}
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
-	return fhirResp{status: resp.StatusCode, header: resp.Header, body: b}
+	return response{status: resp.StatusCode, header: resp.Header, body: b}
+}
+
+func (a *fhirAPI) do(method, path, token, contentType string, body []byte, header ...string) response {
+	a.t.Helper()
+	var b any
+	if body != nil {
+		b = body
+	}
+	return send(a.t, a.url, method, path, token, b, append([]string{"Content-Type", contentType}, header...)...)
 }
 
 func (a *fhirAPI) scalar(sql string, args ...any) string {
-	a.t.Helper()
-	var s string
-	if err := a.pool.QueryRow(context.Background(), sql, args...).Scan(&s); err != nil {
-		a.t.Fatalf("%s: %v", sql, err)
-	}
-	return s
+	return pgtest.Scalar[string](a.t, a.pool, sql, args...)
 }
 
 func fhirJSON(t *testing.T, v any) []byte {
@@ -327,7 +347,7 @@ func TestPatientWriteErrors(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			r := a.do("POST", "/v1/patients", tt.token, tt.contentType, tt.body)
-			if r.status != tt.status || r.errorCode(t) != tt.code {
+			if r.status != tt.status || r.code(t) != tt.code {
 				t.Fatalf("%d %s; want %d %s", r.status, r.body, tt.status, tt.code)
 			}
 			if tt.field != "" {
@@ -403,7 +423,7 @@ func TestPatientList(t *testing.T) {
 			t.Fatal(r.status, string(r.body))
 		}
 	}
-	list := func(token, query string) (fhirPage, fhirResp) {
+	list := func(token, query string) (fhirPage, response) {
 		t.Helper()
 		r := a.do("GET", "/v1/patients"+query, token, "", nil)
 		var p fhirPage
@@ -452,7 +472,7 @@ func TestPatientList(t *testing.T) {
 		t.Fatalf("organization B sees %d", p.Meta.Total)
 	}
 	for _, q := range []string{"?limit=0", "?limit=101", "?limit=x", "?cursor=nonsense"} {
-		if _, r := list("live", q); r.status != 400 || r.errorCode(t) != "INVALID_REQUEST" {
+		if _, r := list("live", q); r.status != 400 || r.code(t) != "INVALID_REQUEST" {
 			t.Errorf("%s: %d %s", q, r.status, r.body)
 		}
 	}
@@ -460,7 +480,7 @@ func TestPatientList(t *testing.T) {
 		t.Fatalf("no credential: %d", r.status)
 	}
 	for _, tt := range []struct{ token, id string }{{"test", a.realA}, {"other", a.synthA}, {"live", ids.New(ids.Patient)}} {
-		if r := a.do("GET", "/v1/patients/"+tt.id, tt.token, "", nil); r.status != 404 || r.errorCode(t) != "NOT_FOUND" {
+		if r := a.do("GET", "/v1/patients/"+tt.id, tt.token, "", nil); r.status != 404 || r.code(t) != "NOT_FOUND" {
 			t.Errorf("%s reading %s: %d %s", tt.token, tt.id, r.status, r.body)
 		}
 	}

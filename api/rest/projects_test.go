@@ -77,7 +77,7 @@ func TestProjects(t *testing.T) {
 				t.Errorf("project %s of %s listed to a %s key", id, org, demo.DemoOrgSlug)
 			}
 		}
-		if _, ok := got[projectID(t, s, demo.SepsisProjectName)]; !ok {
+		if _, ok := got[s.ProjectID(demo.SepsisProjectName)]; !ok {
 			t.Errorf("%q missing: %v", demo.SepsisProjectName, got)
 		}
 	})

@@ -64,7 +64,7 @@ func TestREST(t *testing.T) {
 	s := servertest.Start(t)
 	key := s.DemoKey()
 	platform := s.PlatformKey()
-	sepsis := projectID(t, s, demo.SepsisProjectName)
+	sepsis := s.ProjectID(demo.SepsisProjectName)
 
 	t.Run("every response has a Request-Id", func(t *testing.T) {
 		for _, path := range []string{"/v1/organizations", "/v1/nope", "/v1/openapi.json"} {
@@ -391,15 +391,6 @@ func TestOpenAPIMatchesRoutes(t *testing.T) {
 	}
 }
 
-func projectID(t *testing.T, s *servertest.Server, name string) string {
-	return scalar(t, s, `select id from projects where name = $1`, name)
-}
-
 func scalar(t *testing.T, s *servertest.Server, sql string, args ...any) string {
-	t.Helper()
-	var v string
-	if err := s.Pool().QueryRow(context.Background(), sql, args...).Scan(&v); err != nil {
-		t.Fatalf("%s: %v", sql, err)
-	}
-	return v
+	return pgtest.Scalar[string](t, s.Pool(), sql, args...)
 }

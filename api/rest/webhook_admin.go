@@ -52,20 +52,12 @@ func (h webhookAdmin) create(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	sub, err := h.svc.Create(r.Context(), req.ProjectID, req.URL, req.Events)
-	if err != nil {
-		envelope.WriteError(w, r, err)
-		return
-	}
-	envelope.WriteJSON(w, http.StatusCreated, sub)
+	envelope.Respond(w, r, http.StatusCreated, sub, err)
 }
 
 func (h webhookAdmin) get(w http.ResponseWriter, r *http.Request) {
 	sub, err := h.svc.Get(r.Context(), mux.Vars(r)["id"])
-	if err != nil {
-		envelope.WriteError(w, r, err)
-		return
-	}
-	envelope.WriteJSON(w, http.StatusOK, sub)
+	envelope.Respond(w, r, http.StatusOK, sub, err)
 }
 
 type updateWebhookRequest struct {
@@ -88,11 +80,7 @@ func (h webhookAdmin) update(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	sub, err := h.svc.Update(r.Context(), mux.Vars(r)["id"], u)
-	if err != nil {
-		envelope.WriteError(w, r, err)
-		return
-	}
-	envelope.WriteJSON(w, http.StatusOK, sub)
+	envelope.Respond(w, r, http.StatusOK, sub, err)
 }
 
 func (h webhookAdmin) delete(w http.ResponseWriter, r *http.Request) {
@@ -105,11 +93,7 @@ func (h webhookAdmin) delete(w http.ResponseWriter, r *http.Request) {
 
 func (h webhookAdmin) rotate(w http.ResponseWriter, r *http.Request) {
 	sub, err := h.svc.RotateSecret(r.Context(), mux.Vars(r)["id"])
-	if err != nil {
-		envelope.WriteError(w, r, err)
-		return
-	}
-	envelope.WriteJSON(w, http.StatusOK, sub)
+	envelope.Respond(w, r, http.StatusOK, sub, err)
 }
 
 // deliveriesMeta pages a delivery listing by offset; NextOffset is null on the last page.
@@ -168,11 +152,7 @@ func (h webhookAdmin) delivery(w http.ResponseWriter, r *http.Request) {
 
 func (h webhookAdmin) redeliver(w http.ResponseWriter, r *http.Request) {
 	d, err := h.svc.Redeliver(r.Context(), mux.Vars(r)["id"])
-	if err != nil {
-		envelope.WriteError(w, r, err)
-		return
-	}
-	envelope.WriteJSON(w, http.StatusAccepted, d)
+	envelope.Respond(w, r, http.StatusAccepted, d, err)
 }
 
 type recoverRequest struct {
@@ -191,11 +171,7 @@ func (h webhookAdmin) recover(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	n, err := h.svc.Recover(r.Context(), mux.Vars(r)["id"], since)
-	if err != nil {
-		envelope.WriteError(w, r, err)
-		return
-	}
-	envelope.WriteJSON(w, http.StatusAccepted, map[string]int{"recovered": n})
+	envelope.Respond(w, r, http.StatusAccepted, map[string]int{"recovered": n}, err)
 }
 
 func (h webhookAdmin) test(w http.ResponseWriter, r *http.Request) {
@@ -205,9 +181,5 @@ func (h webhookAdmin) test(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	res, err := h.svc.Test(r.Context(), req)
-	if err != nil {
-		envelope.WriteError(w, r, err)
-		return
-	}
-	envelope.WriteJSON(w, http.StatusOK, res)
+	envelope.Respond(w, r, http.StatusOK, res, err)
 }

@@ -1,7 +1,6 @@
 package rest_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"io"
@@ -13,7 +12,6 @@ import (
 	"github.com/gorilla/mux"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"carehub/api/envelope"
 	"carehub/api/rest"
 	"carehub/kernel/access"
 	"carehub/processors/webhooks"
@@ -76,54 +74,13 @@ func (a *webhookAPI) projectOf(org string) string {
 	return id
 }
 
-type apiResponse struct {
-	status int
-	body   []byte
-}
-
-func (r apiResponse) decode(t *testing.T, v any) {
-	t.Helper()
-	if err := json.Unmarshal(r.body, v); err != nil {
-		t.Fatalf("decode %d %s: %v", r.status, r.body, err)
-	}
-}
-
-// code is error.code of an error envelope.
-func (r apiResponse) code(t *testing.T) string {
-	t.Helper()
-	var e envelope.ErrorBody
-	r.decode(t, &e)
-	if e.Error.Message == "" || e.Error.DocsURL == "" {
-		t.Errorf("error envelope %s lacks message or docsUrl", r.body)
-	}
-	return e.Error.Code
-}
-
-func (a *webhookAPI) do(method, path, token string, body any) apiResponse {
+func (a *webhookAPI) do(method, path, token string, body any) response {
 	a.t.Helper()
-	var rd io.Reader
-	switch b := body.(type) {
-	case nil:
-	case string:
-		rd = strings.NewReader(b)
-	default:
-		buf, _ := json.Marshal(b)
-		rd = bytes.NewReader(buf)
-	}
-	req, _ := http.NewRequest(method, a.url+path, rd)
-	if token != "" {
-		req.Header.Set("Authorization", "Bearer "+token)
-	}
+	ct := ""
 	if body != nil {
-		req.Header.Set("Content-Type", "application/json")
+		ct = "application/json"
 	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		a.t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return apiResponse{status: resp.StatusCode, body: b}
+	return send(a.t, a.url, method, path, token, body, "Content-Type", ct)
 }
 
 func (a *webhookAPI) create(url string) webhooks.Subscription {

@@ -225,7 +225,7 @@ func TestTenancy(t *testing.T) {
 type gqlError struct{ code, message string }
 
 // rejectionMessage subscribes to query with $id and returns the single error it is rejected with.
-func (n *testNode) rejectionMessage(t *testing.T, c client, query, id string) gqlError {
+func (n *testNode) rejectionMessage(t *testing.T, c *wstest.Client, query, id string) gqlError {
 	t.Helper()
 	opID := "reject-" + id
 	ch := subscribe(t, c, opID, query, map[string]any{"id": id})

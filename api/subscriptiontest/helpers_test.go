@@ -12,11 +12,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
-
-	"github.com/coder/websocket"
 
 	"carehub/api/server/servertest"
 	"carehub/api/ws/wstest"
@@ -263,42 +260,16 @@ func (n *testNode) ready(t testing.TB, key string, projectIDs ...string) {
 	}
 }
 
-// client is what the tests need of a subscription client; *wstest.Client (graphql-transport-ws)
-// and *legacyClient (graphql-ws) implement it. An operation's channel yields the payload of each
-// result message and closes when the operation ends; Err then says how (nil: complete,
-// *wstest.OperationError: error message, else the socket's error).
-type client interface {
-	Subscribe(ctx context.Context, id, query string, vars map[string]any) (<-chan json.RawMessage, error)
-	Err(id string) error
-	Wait(ctx context.Context) error
-	Close()
-}
-
 // protocol is one of the two WebSocket subprotocols and how to dial it.
 type protocol struct {
 	name string
-	dial func(ctx context.Context, url, authorization string) (client, error)
+	dial func(ctx context.Context, url, authorization string) (*wstest.Client, error)
 }
 
-var protocols = []protocol{
-	{"graphql-transport-ws", func(ctx context.Context, url, authorization string) (client, error) {
-		c, err := wstest.Dial(ctx, url, authorization)
-		if err != nil {
-			return nil, err
-		}
-		return c, nil
-	}},
-	{"graphql-ws", func(ctx context.Context, url, authorization string) (client, error) {
-		c, err := dialLegacy(ctx, url, authorization)
-		if err != nil {
-			return nil, err
-		}
-		return c, nil
-	}},
-}
+var protocols = []protocol{{wstest.Subprotocol, wstest.Dial}, {wstest.LegacySubprotocol, wstest.DialLegacy}}
 
 // dial connects to the node with key in protocol p; the client is closed when the test ends.
-func (n *testNode) dial(t testing.TB, p protocol, key string) client {
+func (n *testNode) dial(t testing.TB, p protocol, key string) *wstest.Client {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -311,7 +282,7 @@ func (n *testNode) dial(t testing.TB, p protocol, key string) client {
 }
 
 // subscribe starts an operation that must be accepted; the returned channel yields its results.
-func subscribe(t testing.TB, c client, id, query string, vars map[string]any) <-chan json.RawMessage {
+func subscribe(t testing.TB, c *wstest.Client, id, query string, vars map[string]any) <-chan json.RawMessage {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -324,7 +295,7 @@ func subscribe(t testing.TB, c client, id, query string, vars map[string]any) <-
 
 // rejection waits for operation id to end with an error message and returns its error codes;
 // it fails the test if the operation delivers a result or ends otherwise.
-func rejection(t testing.TB, c client, id string, ch <-chan json.RawMessage) []string {
+func rejection(t testing.TB, c *wstest.Client, id string, ch <-chan json.RawMessage) []string {
 	t.Helper()
 	select {
 	case raw, ok := <-ch:
@@ -484,205 +455,4 @@ func latencies(ds []time.Duration) string {
 		return s[i].Round(100 * time.Microsecond)
 	}
 	return fmt.Sprintf("n=%d min=%v p50=%v p90=%v p99=%v max=%v", len(s), q(0), q(0.5), q(0.9), q(0.99), q(1))
-}
-
-// legacyClient is a minimal subscriptions-transport-ws (graphql-ws subprotocol) client: init,
-// start, and the data, error, complete and ka messages. Results wait in a buffer of
-// legacyBuffer per operation; an operation that overflows it ends with an error.
-type legacyClient struct {
-	conn *websocket.Conn
-	done chan struct{}
-
-	mu    sync.Mutex
-	subs  map[string]chan json.RawMessage
-	ended map[string]error
-	err   error
-}
-
-const legacyBuffer = 1 << 14
-
-type wireMessage struct {
-	ID      string          `json:"id,omitempty"`
-	Type    string          `json:"type"`
-	Payload json.RawMessage `json:"payload,omitempty"`
-}
-
-// dialLegacy connects, sends connection_init with {"Authorization": authorization} and waits
-// for connection_ack. A refused init is connection_error and then a close frame; the error
-// wraps the close (websocket.CloseStatus).
-func dialLegacy(ctx context.Context, url, authorization string) (*legacyClient, error) {
-	conn, _, err := websocket.Dial(ctx, url, &websocket.DialOptions{Subprotocols: []string{"graphql-ws"}})
-	if err != nil {
-		return nil, fmt.Errorf("legacy: dial: %w", err)
-	}
-	conn.SetReadLimit(16 << 20)
-	if conn.Subprotocol() != "graphql-ws" {
-		_ = conn.CloseNow()
-		return nil, fmt.Errorf("legacy: server chose subprotocol %q", conn.Subprotocol())
-	}
-	params := map[string]string{}
-	if authorization != "" {
-		params["Authorization"] = authorization
-	}
-	p, _ := json.Marshal(params)
-	if err := writeMessage(ctx, conn, wireMessage{Type: "connection_init", Payload: p}); err != nil {
-		_ = conn.CloseNow()
-		return nil, fmt.Errorf("legacy: send connection_init: %w", err)
-	}
-	for {
-		m, err := readMessage(ctx, conn)
-		if err != nil {
-			_ = conn.CloseNow()
-			return nil, fmt.Errorf("legacy: wait for connection_ack: %w", err)
-		}
-		switch m.Type {
-		case "connection_ack":
-			c := &legacyClient{conn: conn, done: make(chan struct{}), subs: map[string]chan json.RawMessage{}, ended: map[string]error{}}
-			go c.readLoop()
-			return c, nil
-		case "ka":
-		case "connection_error":
-			// The server closes the socket next: report the close with the message.
-			for {
-				if _, err := readMessage(ctx, conn); err != nil {
-					_ = conn.CloseNow()
-					return nil, fmt.Errorf("legacy: connection_error %s: %w", m.Payload, err)
-				}
-			}
-		default:
-			_ = conn.CloseNow()
-			return nil, fmt.Errorf("legacy: unexpected %q before connection_ack", m.Type)
-		}
-	}
-}
-
-func (c *legacyClient) Subscribe(ctx context.Context, id, query string, vars map[string]any) (<-chan json.RawMessage, error) {
-	payload, err := json.Marshal(map[string]any{"query": query, "variables": vars})
-	if err != nil {
-		return nil, err
-	}
-	ch := make(chan json.RawMessage, legacyBuffer)
-	c.mu.Lock()
-	if c.err != nil {
-		c.mu.Unlock()
-		return nil, fmt.Errorf("legacy: subscribe %s: socket closed", id)
-	}
-	if _, ok := c.subs[id]; ok {
-		c.mu.Unlock()
-		return nil, fmt.Errorf("legacy: subscribe %s: id in use", id)
-	}
-	c.subs[id] = ch
-	delete(c.ended, id)
-	c.mu.Unlock()
-	if err := writeMessage(ctx, c.conn, wireMessage{ID: id, Type: "start", Payload: payload}); err != nil {
-		c.end(id, err)
-		return nil, fmt.Errorf("legacy: send start %s: %w", id, err)
-	}
-	return ch, nil
-}
-
-func (c *legacyClient) Err(id string) error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.ended[id]
-}
-
-func (c *legacyClient) Wait(ctx context.Context) error {
-	select {
-	case <-c.done:
-		c.mu.Lock()
-		defer c.mu.Unlock()
-		return c.err
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}
-
-// Close closes the socket with 1000 and waits for the read loop. It is idempotent.
-func (c *legacyClient) Close() {
-	_ = c.conn.Close(websocket.StatusNormalClosure, "")
-	<-c.done
-}
-
-func (c *legacyClient) readLoop() {
-	defer close(c.done)
-	var err error
-	for {
-		var m wireMessage
-		if m, err = readMessage(context.Background(), c.conn); err != nil {
-			break
-		}
-		switch m.Type {
-		case "data":
-			// Under mu: end closes a channel only after taking it out of subs.
-			c.mu.Lock()
-			overflow := false
-			if ch := c.subs[m.ID]; ch != nil {
-				select {
-				case ch <- m.Payload:
-				default:
-					overflow = true
-				}
-			}
-			c.mu.Unlock()
-			if overflow {
-				c.end(m.ID, fmt.Errorf("legacy: operation %s: more than %d results unread", m.ID, legacyBuffer))
-			}
-		case "error":
-			var p struct {
-				Message string            `json:"message"`
-				Errors  []json.RawMessage `json:"errors"`
-			}
-			_ = json.Unmarshal(m.Payload, &p)
-			if len(p.Errors) == 0 {
-				p.Errors = []json.RawMessage{m.Payload}
-			}
-			c.end(m.ID, &wstest.OperationError{ID: m.ID, Errors: p.Errors})
-		case "complete":
-			c.end(m.ID, nil)
-		}
-	}
-	c.mu.Lock()
-	c.err = err
-	ids := make([]string, 0, len(c.subs))
-	for id := range c.subs {
-		ids = append(ids, id)
-	}
-	c.mu.Unlock()
-	for _, id := range ids {
-		c.end(id, err)
-	}
-}
-
-func (c *legacyClient) end(id string, err error) {
-	c.mu.Lock()
-	ch, ok := c.subs[id]
-	if ok {
-		delete(c.subs, id)
-		c.ended[id] = err
-	}
-	c.mu.Unlock()
-	if ok {
-		close(ch)
-	}
-}
-
-func writeMessage(ctx context.Context, conn *websocket.Conn, m wireMessage) error {
-	b, err := json.Marshal(m)
-	if err != nil {
-		return err
-	}
-	return conn.Write(ctx, websocket.MessageText, b)
-}
-
-func readMessage(ctx context.Context, conn *websocket.Conn) (wireMessage, error) {
-	_, data, err := conn.Read(ctx)
-	if err != nil {
-		return wireMessage{}, err
-	}
-	var m wireMessage
-	if err := json.Unmarshal(data, &m); err != nil {
-		return wireMessage{}, fmt.Errorf("invalid server message %q: %w", data, err)
-	}
-	return m, nil
 }

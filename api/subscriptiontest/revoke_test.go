@@ -10,6 +10,7 @@ import (
 	"github.com/coder/websocket"
 
 	"carehub/api/server/servertest"
+	"carehub/api/ws/wstest"
 	"carehub/cmd/carehub/node"
 	"carehub/kernel/access"
 	"carehub/kernel/demo"
@@ -61,7 +62,7 @@ func (n *testNode) post(t testing.TB, path, key string, want int) {
 
 // closedWith waits (with a deadline, not a sleep) for the socket to end and checks that the
 // server closed it with code.
-func closedWith(t testing.TB, c client, code websocket.StatusCode, within time.Duration, what string) {
+func closedWith(t testing.TB, c *wstest.Client, code websocket.StatusCode, within time.Duration, what string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), within)
 	defer cancel()
@@ -164,7 +165,7 @@ func TestRevocationReachesEveryNode(t *testing.T) {
 	admin := n1.DemoKey()
 	project := n2.projectID(t, admin, demo.DemoOrgSlug, demo.SepsisProjectName)
 	k := n1.createKey(t, admin)
-	sockets := map[string]client{}
+	sockets := map[string]*wstest.Client{}
 	for _, p := range protocols {
 		c := n2.dial(t, p, k.Secret)
 		subscribe(t, c, "events", eventStreamQuery, map[string]any{"projectId": project})

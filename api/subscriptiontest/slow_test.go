@@ -14,6 +14,7 @@ import (
 
 	"github.com/coder/websocket"
 
+	"carehub/api/ws/wstest"
 	"carehub/cmd/carehub/node"
 	"carehub/kernel/demo"
 )
@@ -169,15 +170,15 @@ func dialStalled(t *testing.T, url, proto, key, query string, vars map[string]an
 	conn.SetReadLimit(16 << 20)
 	t.Cleanup(func() { _ = conn.CloseNow() })
 	init, _ := json.Marshal(map[string]string{"Authorization": "Bearer " + key})
-	if err := writeMessage(ctx, conn, wireMessage{Type: "connection_init", Payload: init}); err != nil {
+	if err := wstest.WriteMessage(ctx, conn, wstest.Message{Type: "connection_init", Payload: init}); err != nil {
 		t.Fatal(err)
 	}
-	if m, err := readMessage(ctx, conn); err != nil || m.Type != "connection_ack" {
+	if m, err := wstest.ReadMessage(ctx, conn); err != nil || m.Type != "connection_ack" {
 		t.Fatalf("stalled client: %+v %v, want connection_ack", m, err)
 	}
 	start := map[string]string{"graphql-transport-ws": "subscribe", "graphql-ws": "start"}[proto]
 	payload, _ := json.Marshal(map[string]any{"query": query, "variables": vars})
-	if err := writeMessage(ctx, conn, wireMessage{ID: "slow", Type: start, Payload: payload}); err != nil {
+	if err := wstest.WriteMessage(ctx, conn, wstest.Message{ID: "slow", Type: start, Payload: payload}); err != nil {
 		t.Fatal(err)
 	}
 	return &stalled{t: t, conn: conn}
@@ -189,7 +190,7 @@ func (s *stalled) drain() slowResult {
 	defer cancel()
 	var r slowResult
 	for {
-		m, err := readMessage(ctx, s.conn)
+		m, err := wstest.ReadMessage(ctx, s.conn)
 		if err != nil {
 			r.err = err
 			return r

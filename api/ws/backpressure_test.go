@@ -10,8 +10,6 @@ import (
 	"time"
 
 	"github.com/coder/websocket"
-
-	"carehub/api/ws/wstest"
 )
 
 // smallReadBufferClient dials with a fixed 256 KiB kernel receive buffer, so that a client
@@ -45,11 +43,7 @@ func TestSlowConsumerIsClosed(t *testing.T) {
 			defer cancel()
 
 			// The fast client: 40 results, 25 ms apart, read as they come.
-			fast, err := wstest.Dial(ctx, ts.url, keyBob)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer fast.Close()
+			fast := ts.dial(t, ctx, keyBob)
 			const fastTicks = 40
 			fastCh, err := fast.Subscribe(ctx, "fast", `subscription { ticks(n: 40, intervalMs: 25) { n } }`, nil)
 			if err != nil {
@@ -137,11 +131,7 @@ func TestBurstIsNotSlow(t *testing.T) {
 	ts := newTestServer(t, Options{SubscriberBuffer: 4, SlowConsumerTimeout: 2 * time.Second})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	client, err := wstest.Dial(ctx, ts.url, keyAlice)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer client.Close()
+	client := ts.dial(t, ctx, keyAlice)
 	const ops, ticks = 20, 50
 	var chans []<-chan json.RawMessage
 	for i := range ops {

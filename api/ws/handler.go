@@ -13,6 +13,8 @@ import (
 	"github.com/coder/websocket"
 	gqlerrors "github.com/graph-gophers/graphql-go/errors"
 	"github.com/prometheus/client_golang/prometheus"
+
+	"carehub/kernel/config"
 )
 
 // Subprotocols negotiated through Sec-WebSocket-Protocol.
@@ -165,30 +167,14 @@ func (o Options) Validate() error {
 
 // withDefaults fills zero (and, defensively, negative) values.
 func (o Options) withDefaults() Options {
-	if o.InitTimeout <= 0 {
-		o.InitTimeout = DefaultInitTimeout
-	}
-	if o.KeepAlive <= 0 {
-		o.KeepAlive = DefaultKeepAlive
-	}
-	if o.WriteTimeout <= 0 {
-		o.WriteTimeout = DefaultWriteTimeout
-	}
-	if o.SlowConsumerTimeout <= 0 {
-		o.SlowConsumerTimeout = DefaultSlowConsumerTimeout
-	}
-	if o.MaxMessageBytes <= 0 {
-		o.MaxMessageBytes = DefaultMaxMessageBytes
-	}
-	if o.SubscriberBuffer <= 0 {
-		o.SubscriberBuffer = DefaultSubscriberBuffer
-	}
-	if o.MaxOperationsPerConn <= 0 {
-		o.MaxOperationsPerConn = DefaultMaxOperationsPerConn
-	}
-	if o.RecheckInterval <= 0 {
-		o.RecheckInterval = DefaultRecheckInterval
-	}
+	config.Default(&o.InitTimeout, DefaultInitTimeout)
+	config.Default(&o.KeepAlive, DefaultKeepAlive)
+	config.Default(&o.WriteTimeout, DefaultWriteTimeout)
+	config.Default(&o.SlowConsumerTimeout, DefaultSlowConsumerTimeout)
+	config.Default(&o.MaxMessageBytes, DefaultMaxMessageBytes)
+	config.Default(&o.SubscriberBuffer, DefaultSubscriberBuffer)
+	config.Default(&o.MaxOperationsPerConn, DefaultMaxOperationsPerConn)
+	config.Default(&o.RecheckInterval, DefaultRecheckInterval)
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}

@@ -1,10 +1,10 @@
 package ws
 
 import (
+	"carehub/api/ws/wstest"
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
@@ -282,6 +282,18 @@ func (ts *testServer) metric(t *testing.T, name, protocol string) float64 {
 }
 
 // waitFor polls cond until it holds or timeout passes.
+// dial connects a wstest client (graphql-transport-ws) to the server with authorization; the
+// client is closed when the test ends.
+func (ts *testServer) dial(t *testing.T, ctx context.Context, authorization string) *wstest.Client {
+	t.Helper()
+	c, err := wstest.Dial(ctx, ts.url, authorization)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	return c
+}
+
 func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(timeout)
@@ -322,11 +334,7 @@ func (w *testWriter) stop() {
 }
 
 // wireMsg is any protocol message as a raw client sees it.
-type wireMsg struct {
-	ID      string          `json:"id,omitempty"`
-	Type    string          `json:"type"`
-	Payload json.RawMessage `json:"payload,omitempty"`
-}
+type wireMsg = wstest.Message
 
 // rawClient speaks JSON over a WebSocket with no protocol logic, to drive the server into
 // every corner of both protocols.
@@ -383,15 +391,7 @@ func (c *rawClient) send(m wireMsg) {
 func (c *rawClient) next() (wireMsg, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), ioTimeout)
 	defer cancel()
-	_, data, err := c.conn.Read(ctx)
-	if err != nil {
-		return wireMsg{}, err
-	}
-	var m wireMsg
-	if err := json.Unmarshal(data, &m); err != nil {
-		return wireMsg{}, fmt.Errorf("server sent invalid JSON %q: %w", data, err)
-	}
-	return m, nil
+	return wstest.ReadMessage(ctx, c.conn)
 }
 
 // read returns the next message that is not a legacy keep-alive.

@@ -93,16 +93,13 @@ func TestTransportManyOperationsPerSocket(t *testing.T) {
 	ts := newTestServer(t, Options{})
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	client, err := wstest.Dial(ctx, ts.url, "Bearer "+keyAlice)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer client.Close()
+	client := ts.dial(t, ctx, "Bearer "+keyAlice)
 
 	const ops, ticks = 25, 8
 	chans := make([]<-chan json.RawMessage, ops)
 	for i := range ops {
 		id := fmt.Sprint("op", i)
+		var err error
 		chans[i], err = client.Subscribe(ctx, id, `subscription($n: Int!) { ticks(n: $n, intervalMs: 5) { n } }`, map[string]any{"n": ticks})
 		if err != nil {
 			t.Fatal(err)
@@ -568,12 +565,21 @@ func TestWithdrawnCredentialClosesSocket(t *testing.T) {
 	}
 }
 
-// TestWSTestClient covers the helper other packages' black-box tests use.
+// TestWSTestClient covers the helper other packages' black-box tests use, in both protocols.
 func TestWSTestClient(t *testing.T) {
+	for _, dial := range []struct {
+		name string
+		dial func(ctx context.Context, url, authorization string) (*wstest.Client, error)
+	}{{ProtocolTransportWS, wstest.Dial}, {ProtocolLegacy, wstest.DialLegacy}} {
+		t.Run(dial.name, func(t *testing.T) { testWSTestClient(t, dial.dial) })
+	}
+}
+
+func testWSTestClient(t *testing.T, dial func(ctx context.Context, url, authorization string) (*wstest.Client, error)) {
 	ts := newTestServer(t, Options{})
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	client, err := wstest.Dial(ctx, ts.url, "Bearer "+keyAlice)
+	client, err := dial(ctx, ts.url, "Bearer "+keyAlice)
 	if err != nil {
 		t.Fatal(err)
 	}

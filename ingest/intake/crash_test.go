@@ -6,11 +6,11 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"os/exec"
 	"testing"
 	"time"
 
 	"carehub/ingest/intake"
+	"carehub/internal/testenv"
 	"carehub/kernel/access"
 	obs "carehub/processors/observations"
 	"carehub/schemas/kafka/observation"
@@ -66,18 +66,7 @@ func TestWriterKilledStoresEveryAcceptedObservationOnce(t *testing.T) {
 	in := newIntake(t, w)
 	cfg, _ := json.Marshal(childConfig{DSN: w.dsn, Brokers: w.brokers, Topic: w.topic, Group: w.group,
 		Events: w.events, TxnID: w.txnID})
-	child := exec.Command(os.Args[0], "-test.run=^$")
-	child.Env = append(os.Environ(), envWriterChild+"="+string(cfg))
-	child.Stderr = t.Output()
-	if err := child.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan struct{})
-	go func() { _ = child.Wait(); close(exited) }()
-	t.Cleanup(func() {
-		_ = child.Process.Kill()
-		<-exited
-	})
+	child := testenv.StartChild(t, envWriterChild+"="+string(cfg))
 
 	ctx := principal(w.orgA, access.Live)
 	var accepted []string
@@ -107,10 +96,9 @@ func TestWriterKilledStoresEveryAcceptedObservationOnce(t *testing.T) {
 		}
 		ingest(1)
 	}
-	if err := child.Process.Kill(); err != nil {
+	if err := child.Kill(); err != nil {
 		t.Fatal(err)
 	}
-	<-exited
 	stored := count(t, w.pool, `select count(*) from observations`)
 	ingest(4) // accepted while no writer runs
 	t.Logf("killed the writer after it stored %d of %d accepted observations", stored, len(accepted))

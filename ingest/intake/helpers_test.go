@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
-	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -16,6 +15,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 
 	"carehub/ingest/intake"
+	"carehub/internal/testenv"
 	"carehub/kernel/access"
 	obs "carehub/processors/observations"
 	"carehub/schemas/kafka/observation"
@@ -28,9 +28,7 @@ import (
 
 func TestMain(m *testing.M) {
 	// The kill -9 test re-executes this binary as the writer process it kills.
-	if os.Getenv(envWriterChild) != "" {
-		os.Exit(runWriterChild())
-	}
+	testenv.ChildMain(envWriterChild, runWriterChild)
 	pgtest.Main(m)
 }
 
@@ -273,12 +271,7 @@ func distinct(ss []string) []string {
 }
 
 func count(t testing.TB, pool *pgxpool.Pool, sql string, args ...any) int {
-	t.Helper()
-	var n int
-	if err := pool.QueryRow(context.Background(), sql, args...).Scan(&n); err != nil {
-		t.Fatalf("%s: %v", sql, err)
-	}
-	return n
+	return pgtest.Scalar[int](t, pool, sql, args...)
 }
 
 func codesOf(rejected []intake.EntryError) string {

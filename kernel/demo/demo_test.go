@@ -35,12 +35,7 @@ func seeded(t *testing.T) *pgxpool.Pool {
 }
 
 func queryInt(t *testing.T, pool *pgxpool.Pool, sql string, args ...any) int {
-	t.Helper()
-	var n int
-	if err := pool.QueryRow(t.Context(), sql, args...).Scan(&n); err != nil {
-		t.Fatalf("%s: %v", sql, err)
-	}
-	return n
+	return pgtest.Scalar[int](t, pool, sql, args...)
 }
 
 func queryStrings(t *testing.T, pool *pgxpool.Pool, sql string, args ...any) []string {

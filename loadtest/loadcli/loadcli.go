@@ -1,6 +1,7 @@
 // Package loadcli holds what the load commands against a running node (eventload, webhookload)
-// share: the loopback guard on their URLs, key lists, project lookup, the bounds of a publishing
-// run, pacing, pauses, latency summaries in milliseconds and the writing of their reports.
+// share: their common flags and main (Command, Main), the loopback guard on their URLs, key
+// lists, project lookup, the bounds of a publishing run, pacing, latency summaries in
+// milliseconds and the writing of their reports. loadclitest runs their validation tables.
 package loadcli
 
 import (
@@ -63,16 +64,6 @@ func ProjectID(ctx context.Context, c *pipelinetest.Client, project string) (str
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	return c.ProjectID(ctx, project)
-}
-
-// Sleep waits d or until ctx ends.
-func Sleep(ctx context.Context, d time.Duration) {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-	case <-t.C:
-	}
 }
 
 // RandomHex returns 2n random hex digits (a run's own event types).

@@ -1,43 +1,26 @@
 package loadcli
 
 import (
-	"strings"
+	"carehub/loadtest/loadcli/loadclitest"
 	"testing"
 	"time"
 )
 
 func TestLoadValidate(t *testing.T) {
-	ok := Load{Clients: 4, Duration: 10 * time.Second, Drain: 30 * time.Second, Batch: 1}
-	cases := []struct {
-		name string
-		edit func(*Load)
-		want string // "" for valid
-	}{
-		{"defaults", func(*Load) {}, ""},
-		{"too many clients", func(l *Load) { l.Clients = MaxClients + 1 }, "-c"},
-		{"no clients", func(l *Load) { l.Clients = 0 }, "-c"},
-		{"unbounded duration", func(l *Load) { l.Duration = MaxDuration + time.Second }, "-d"},
-		{"zero duration", func(l *Load) { l.Duration = 0 }, "-d"},
-		{"drain too long", func(l *Load) { l.Drain = MaxDrain + time.Second }, "-drain"},
-		{"negative rate", func(l *Load) { l.Rate = -1 }, "-rate"},
-		{"payload too large", func(l *Load) { l.Payload = MaxPayload + 1 }, "-payload"},
-		{"batch of 1,000", func(l *Load) { l.Batch = MaxBatch }, ""},
-		{"batch too large", func(l *Load) { l.Batch = MaxBatch + 1 }, "-batch"},
-		{"batch zero", func(l *Load) { l.Batch = 0 }, "-batch"},
-	}
-	for _, tc := range cases {
-		t.Run(tc.name, func(t *testing.T) {
-			l := ok
-			tc.edit(&l)
-			err := l.Validate()
-			switch {
-			case tc.want == "" && err != nil:
-				t.Fatalf("want valid, got %v", err)
-			case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
-				t.Fatalf("want an error naming %q, got %v", tc.want, err)
-			}
-		})
-	}
+	ok := func() Load { return Load{Clients: 4, Duration: 10 * time.Second, Drain: 30 * time.Second, Batch: 1} }
+	loadclitest.Validate(t, ok, (*Load).Validate, []loadclitest.Case[Load]{
+		{Name: "defaults", Edit: func(*Load) {}},
+		{Name: "too many clients", Edit: func(l *Load) { l.Clients = MaxClients + 1 }, Want: "-c"},
+		{Name: "no clients", Edit: func(l *Load) { l.Clients = 0 }, Want: "-c"},
+		{Name: "unbounded duration", Edit: func(l *Load) { l.Duration = MaxDuration + time.Second }, Want: "-d"},
+		{Name: "zero duration", Edit: func(l *Load) { l.Duration = 0 }, Want: "-d"},
+		{Name: "drain too long", Edit: func(l *Load) { l.Drain = MaxDrain + time.Second }, Want: "-drain"},
+		{Name: "negative rate", Edit: func(l *Load) { l.Rate = -1 }, Want: "-rate"},
+		{Name: "payload too large", Edit: func(l *Load) { l.Payload = MaxPayload + 1 }, Want: "-payload"},
+		{Name: "batch of 1,000", Edit: func(l *Load) { l.Batch = MaxBatch }},
+		{Name: "batch too large", Edit: func(l *Load) { l.Batch = MaxBatch + 1 }, Want: "-batch"},
+		{Name: "batch zero", Edit: func(l *Load) { l.Batch = 0 }, Want: "-batch"},
+	})
 }
 
 func TestLoopback(t *testing.T) {

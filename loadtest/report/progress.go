@@ -13,6 +13,8 @@ import (
 	"slices"
 	"sync"
 	"time"
+
+	"carehub/kernel/config"
 )
 
 // Point is one interval of a run.
@@ -59,9 +61,7 @@ func NewRecorder(o Options) *Recorder {
 	if o.Out == nil {
 		o.Out = os.Stderr
 	}
-	if o.Interval <= 0 {
-		o.Interval = time.Second
-	}
+	config.Default(&o.Interval, time.Second)
 	now := time.Now()
 	return &Recorder{opts: o, tty: isTerminal(o.Out), start: now, last: now}
 }

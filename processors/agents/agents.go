@@ -254,28 +254,7 @@ func (s *Service) Agent(ctx context.Context, id string) (*Agent, error) {
 // Agents returns up to limit agents of a project, oldest first. A project the caller cannot see is
 // NotFound.
 func (s *Service) Agents(ctx context.Context, projectID string, limit int) ([]Agent, error) {
-	p, err := access.Caller(ctx)
-	if err != nil {
-		return nil, err
-	}
-	var exists bool
-	var out []Agent
-	batch := &pgx.Batch{}
-	batch.Queue(`select exists(select 1 from projects where id = $1 and ($2 = '' or org_id = $2))`, projectID, p.OrgFilter()).
-		QueryRow(func(row pgx.Row) error { return row.Scan(&exists) })
-	batch.Queue(`select `+agentColumns+` from agents where project_id = $1 and ($2 = '' or org_id = $2)
-order by created_at, id limit $3`, projectID, p.OrgFilter(), limit).Query(func(rows pgx.Rows) error {
-		var err error
-		out, err = pgx.CollectRows(rows, pgx.RowToStructByName[Agent])
-		return err
-	})
-	if err := s.pool.SendBatch(ctx, batch).Close(); err != nil {
-		return nil, fmt.Errorf("agents of %s: %w", projectID, err)
-	}
-	if !exists {
-		return nil, fault.NotFound("project", projectID)
-	}
-	return out, nil
+	return scoped.InProject[Agent](ctx, s.pool, agentColumns, "agents", projectID, `order by created_at, id limit $3`, limit)
 }
 
 // AgentsByID returns the caller's agents among ids (a batched loader).
@@ -288,17 +267,9 @@ started_at, completed_at`
 
 // Session returns one session of the caller's organization.
 func (s *Service) Session(ctx context.Context, id string) (*Session, error) {
-	p, err := access.Caller(ctx)
+	ses, err := scoped.One[Session](ctx, s.pool, "agent session", sessionColumns, "agent_sessions", id)
 	if err != nil {
 		return nil, err
-	}
-	rows, _ := s.pool.Query(ctx, `select `+sessionColumns+` from agent_sessions where id = $1 and ($2 = '' or org_id = $2)`, id, p.OrgFilter())
-	ses, err := pgx.CollectOneRow(rows, pgx.RowToAddrOfStructByName[Session])
-	if errors.Is(err, pgx.ErrNoRows) {
-		return nil, fault.NotFound("agent session", id)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("agent session %s: %w", id, err)
 	}
 	access.Touch(ctx, access.KindSession, ses.ID)
 	return s.served(ctx, ses)
@@ -307,16 +278,10 @@ func (s *Service) Session(ctx context.Context, id string) (*Session, error) {
 // SessionsByAgent returns the sessions of each agent among agentIDs, newest first, at most limit
 // per agent (a batched loader).
 func (s *Service) SessionsByAgent(ctx context.Context, agentIDs []string, limit int) (map[string][]Session, error) {
-	p, err := access.Caller(ctx)
+	list, err := scoped.LatestPer[Session](ctx, s.pool, sessionColumns, "agent_sessions", "agent_id", "agents", "sessions by agent",
+		agentIDs, "c.started_at desc, c.id desc", limit)
 	if err != nil {
 		return nil, err
-	}
-	rows, _ := s.pool.Query(ctx, `select s.* from agents a cross join lateral (
-	select `+sessionColumns+` from agent_sessions s where s.agent_id = a.id order by s.started_at desc, s.id desc limit $3
-) s where a.id = any($1) and ($2 = '' or a.org_id = $2)`, agentIDs, p.OrgFilter(), limit)
-	list, err := pgx.CollectRows(rows, pgx.RowToStructByName[Session])
-	if err != nil {
-		return nil, fmt.Errorf("sessions by agent: %w", err)
 	}
 	served := make([]*Session, len(list))
 	for i := range list {
@@ -326,11 +291,7 @@ func (s *Service) SessionsByAgent(ctx context.Context, agentIDs []string, limit 
 	if err := s.serve(ctx, served...); err != nil {
 		return nil, err
 	}
-	out := make(map[string][]Session, len(agentIDs))
-	for _, ses := range list {
-		out[ses.AgentID] = append(out[ses.AgentID], ses)
-	}
-	return out, nil
+	return scoped.Group(list, func(ses *Session) string { return ses.AgentID }), nil
 }
 
 // served is serve for one session.

@@ -18,19 +18,6 @@ import (
 	"carehub/kernel/demo"
 )
 
-func gql(t testing.TB, s *servertest.Server, key, query string, vars map[string]any, v any) {
-	t.Helper()
-	res := s.GraphQL(key, query, vars)
-	if len(res.Errors) > 0 {
-		t.Fatalf("errors: %+v\nquery: %s", res.Errors, query)
-	}
-	if v != nil {
-		if err := json.Unmarshal(res.Data, v); err != nil {
-			t.Fatalf("decode %s: %v", res.Data, err)
-		}
-	}
-}
-
 const runAgent = `mutation($a: ID!, $p: String!) { runAgent(agentId: $a, patientId: $p) {
 	id status output latencyMs tokensUsed completedAt error } }`
 
@@ -53,7 +40,7 @@ func TestRunAgentOverGraphQL(t *testing.T) {
 		t.Fatal(err)
 	}
 	var d struct{ RunAgent sessionView }
-	gql(t, s, key, runAgent, map[string]any{"a": ward7, "p": demo.DeterioratingPatientID}, &d)
+	s.MustGraphQL(t, key, runAgent, map[string]any{"a": ward7, "p": demo.DeterioratingPatientID}, &d)
 	ses := d.RunAgent
 	if ses.Status != "COMPLETED" || ses.CompletedAt == nil || ses.LatencyMs == nil || ses.TokensUsed == nil || *ses.TokensUsed <= 0 {
 		t.Fatalf("session %+v", ses)
@@ -73,12 +60,9 @@ func TestRunAgentOverGraphQL(t *testing.T) {
 func TestAsyncSessionUpdates(t *testing.T) {
 	s := servertest.Start(t)
 	key := s.DemoKey()
-	var project string
-	if err := s.Pool().QueryRow(context.Background(), `select id from projects where name = $1`, demo.SepsisProjectName).Scan(&project); err != nil {
-		t.Fatal(err)
-	}
+	project := s.ProjectID(demo.SepsisProjectName)
 	var c struct{ CreateAgent struct{ ID string } }
-	gql(t, s, key, `mutation($p: ID!) { createAgent(name: "Async qSOFA", projectId: $p, runMode: "async", skill: "qsofa") { id } }`,
+	s.MustGraphQL(t, key, `mutation($p: ID!) { createAgent(name: "Async qSOFA", projectId: $p, runMode: "async", skill: "qsofa") { id } }`,
 		map[string]any{"p": project}, &c)
 	agent := c.CreateAgent.ID
 
@@ -97,7 +81,7 @@ func TestAsyncSessionUpdates(t *testing.T) {
 	s.WaitSubscribers(1) // registered before the run
 
 	var d struct{ RunAgent sessionView }
-	gql(t, s, key, runAgent, map[string]any{"a": agent, "p": demo.DeterioratingPatientID}, &d)
+	s.MustGraphQL(t, key, runAgent, map[string]any{"a": agent, "p": demo.DeterioratingPatientID}, &d)
 	if d.RunAgent.Status != "QUEUED" || d.RunAgent.CompletedAt != nil || d.RunAgent.Output != nil && string(d.RunAgent.Output) != "null" {
 		t.Fatalf("async runAgent answered %+v", d.RunAgent)
 	}

@@ -145,12 +145,7 @@ func decodeOutput(t testing.TB, raw json.RawMessage) output {
 
 // count returns a count(*) query's result.
 func count(t testing.TB, pool *pgxpool.Pool, sql string, args ...any) int {
-	t.Helper()
-	var n int
-	if err := pool.QueryRow(context.Background(), sql, args...).Scan(&n); err != nil {
-		t.Fatalf("%s: %v", sql, err)
-	}
-	return n
+	return pgtest.Scalar[int](t, pool, sql, args...)
 }
 
 func deref[T any](p *T) any {

@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"carehub/kernel/clinical"
+	"carehub/kernel/config"
 	"carehub/kernel/events"
 )
 
@@ -40,18 +41,10 @@ type WorkerConfig struct {
 }
 
 func (c *WorkerConfig) defaults() {
-	if c.Workers <= 0 {
-		c.Workers = DefaultWorkers
-	}
-	if c.Lease <= 0 {
-		c.Lease = DefaultLease
-	}
-	if c.PollInterval <= 0 {
-		c.PollInterval = DefaultPollInterval
-	}
-	if c.MaxAttempts <= 0 {
-		c.MaxAttempts = DefaultMaxAttempts
-	}
+	config.Default(&c.Workers, DefaultWorkers)
+	config.Default(&c.Lease, DefaultLease)
+	config.Default(&c.PollInterval, DefaultPollInterval)
+	config.Default(&c.MaxAttempts, DefaultMaxAttempts)
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}

@@ -24,6 +24,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"carehub/kernel/config"
 	"carehub/kernel/telemetry"
 	"carehub/storage"
 	"carehub/storage/kafka"
@@ -64,9 +65,7 @@ func NewPublisher(cfg PublisherConfig) (*Publisher, error) {
 	if cfg.ClientID == "" {
 		cfg.ClientID = "carehub-audit"
 	}
-	if cfg.MaxBuffered <= 0 {
-		cfg.MaxBuffered = DefaultMaxBuffered
-	}
+	config.Default(&cfg.MaxBuffered, DefaultMaxBuffered)
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"carehub/kernel/clinical"
+	"carehub/kernel/config"
 )
 
 // Defaults of ControllerConfig.
@@ -50,24 +51,12 @@ type ControllerConfig struct {
 }
 
 func (c *ControllerConfig) defaults() {
-	if c.Interval <= 0 {
-		c.Interval = DefaultInterval
-	}
-	if c.Window <= 0 {
-		c.Window = DefaultWindow
-	}
-	if c.MinInvocations <= 0 {
-		c.MinInvocations = DefaultMinInvocations
-	}
-	if c.DegradeRatio <= 0 {
-		c.DegradeRatio = DefaultDegradeRatio
-	}
-	if c.RecoverRatio <= 0 {
-		c.RecoverRatio = DefaultRecoverRatio
-	}
-	if c.Retention <= 0 {
-		c.Retention = DefaultRetention
-	}
+	config.Default(&c.Interval, DefaultInterval)
+	config.Default(&c.Window, DefaultWindow)
+	config.Default(&c.MinInvocations, DefaultMinInvocations)
+	config.Default(&c.DegradeRatio, DefaultDegradeRatio)
+	config.Default(&c.RecoverRatio, DefaultRecoverRatio)
+	config.Default(&c.Retention, DefaultRetention)
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}

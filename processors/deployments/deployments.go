@@ -224,48 +224,14 @@ func (s *Service) Deployment(ctx context.Context, id string) (*Deployment, error
 // Deployments returns up to limit deployments of a project, newest first. A project the caller
 // cannot see is NotFound.
 func (s *Service) Deployments(ctx context.Context, projectID string, limit int) ([]Deployment, error) {
-	p, err := access.Caller(ctx)
-	if err != nil {
-		return nil, err
-	}
-	var exists bool
-	var out []Deployment
-	batch := &pgx.Batch{}
-	batch.Queue(`select exists(select 1 from projects where id = $1 and ($2 = '' or org_id = $2))`, projectID, p.OrgFilter()).
-		QueryRow(func(row pgx.Row) error { return row.Scan(&exists) })
-	batch.Queue(`select `+columns+` from deployments where project_id = $1 and ($2 = '' or org_id = $2)
-order by deployed_at desc, id desc limit $3`, projectID, p.OrgFilter(), limit).Query(func(rows pgx.Rows) error {
-		var err error
-		out, err = pgx.CollectRows(rows, pgx.RowToStructByName[Deployment])
-		return err
-	})
-	if err := s.pool.SendBatch(ctx, batch).Close(); err != nil {
-		return nil, fmt.Errorf("deployments of %s: %w", projectID, err)
-	}
-	if !exists {
-		return nil, fault.NotFound("project", projectID)
-	}
-	return out, nil
+	return scoped.InProject[Deployment](ctx, s.pool, columns, "deployments", projectID, `order by deployed_at desc, id desc limit $3`, limit)
 }
 
 // ByProject returns the deployments of each project among projectIDs, newest first (a batched
 // loader).
 func (s *Service) ByProject(ctx context.Context, projectIDs []string) (map[string][]Deployment, error) {
-	p, err := access.Caller(ctx)
-	if err != nil {
-		return nil, err
-	}
-	rows, _ := s.pool.Query(ctx, `select `+columns+` from deployments where project_id = any($1) and ($2 = '' or org_id = $2)
-order by deployed_at desc, id desc`, projectIDs, p.OrgFilter())
-	list, err := pgx.CollectRows(rows, pgx.RowToStructByName[Deployment])
-	if err != nil {
-		return nil, fmt.Errorf("deployments by project: %w", err)
-	}
-	out := make(map[string][]Deployment, len(projectIDs))
-	for _, d := range list {
-		out[d.ProjectID] = append(out[d.ProjectID], d)
-	}
-	return out, nil
+	return scoped.Grouped(ctx, s.pool, columns, "deployments", "project_id", "project", projectIDs, "deployed_at desc, id desc",
+		func(d *Deployment) string { return d.ProjectID })
 }
 
 // ByID returns the caller's deployments among ids (a batched loader).

@@ -46,12 +46,7 @@ func newFixture(t testing.TB) *fixture {
 }
 
 func (f *fixture) scalar(sql string, args ...any) string {
-	f.t.Helper()
-	var v string
-	if err := f.pool.QueryRow(context.Background(), sql, args...).Scan(&v); err != nil {
-		f.t.Fatalf("%s %v: %v", sql, args, err)
-	}
-	return v
+	return pgtest.Scalar[string](f.t, f.pool, sql, args...)
 }
 
 // install returns an installation of the named asset in the Sepsis project (installing it when

@@ -16,6 +16,7 @@ import (
 
 	"carehub/kernel/access"
 	"carehub/kernel/clinical"
+	"carehub/kernel/config"
 	"carehub/kernel/fault"
 	"carehub/kernel/phi"
 	"carehub/kernel/telemetry"
@@ -49,18 +50,10 @@ type InvokerConfig struct {
 }
 
 func (c *InvokerConfig) defaults() {
-	if c.QueueWait <= 0 {
-		c.QueueWait = DefaultQueueWait
-	}
-	if c.QueuePerReplica <= 0 {
-		c.QueuePerReplica = DefaultQueuePerSlot
-	}
-	if c.CacheTTL <= 0 {
-		c.CacheTTL = DefaultCacheTTL
-	}
-	if c.FlushInterval <= 0 {
-		c.FlushInterval = DefaultFlushInterval
-	}
+	config.Default(&c.QueueWait, DefaultQueueWait)
+	config.Default(&c.QueuePerReplica, DefaultQueuePerSlot)
+	config.Default(&c.CacheTTL, DefaultCacheTTL)
+	config.Default(&c.FlushInterval, DefaultFlushInterval)
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}

@@ -49,10 +49,7 @@ func TestReviewLifecycle(t *testing.T) {
 	review := `mutation($a: ID!, $d: String!, $n: String) { reviewAsset(assetId: $a, decision: $d, notes: $n) { status } }`
 	deprecate := `mutation($a: ID!) { deprecateAsset(assetId: $a) { status } }`
 	install := `mutation($a: ID!, $p: ID!) { installAsset(assetId: $a, projectId: $p) { id } }`
-	var project string
-	if err := s.Pool().QueryRow(context.Background(), `select id from projects where name = $1`, demo.SepsisProjectName).Scan(&project); err != nil {
-		t.Fatal(err)
-	}
+	project := s.ProjectID(demo.SepsisProjectName)
 	ids := map[string]string{}
 	for _, name := range []string{"Rejected Bot", "Approved Bot"} {
 		var d struct {

@@ -330,48 +330,14 @@ func (s *Service) Installation(ctx context.Context, id string) (*Installation, e
 // Installations returns the installations of a project, oldest first. A project the caller cannot
 // see is NotFound.
 func (s *Service) Installations(ctx context.Context, projectID string) ([]Installation, error) {
-	p, err := access.Caller(ctx)
-	if err != nil {
-		return nil, err
-	}
-	var exists bool
-	var out []Installation
-	batch := &pgx.Batch{}
-	batch.Queue(`select exists(select 1 from projects where id = $1 and ($2 = '' or org_id = $2))`, projectID, p.OrgFilter()).
-		QueryRow(func(row pgx.Row) error { return row.Scan(&exists) })
-	batch.Queue(`select `+installationColumns+` from installations where project_id = $1 and ($2 = '' or org_id = $2)
-order by installed_at, id`, projectID, p.OrgFilter()).Query(func(rows pgx.Rows) error {
-		var err error
-		out, err = pgx.CollectRows(rows, pgx.RowToStructByName[Installation])
-		return err
-	})
-	if err := s.pool.SendBatch(ctx, batch).Close(); err != nil {
-		return nil, fmt.Errorf("installations of %s: %w", projectID, err)
-	}
-	if !exists {
-		return nil, fault.NotFound("project", projectID)
-	}
-	return out, nil
+	return scoped.InProject[Installation](ctx, s.pool, installationColumns, "installations", projectID, `order by installed_at, id`)
 }
 
 // InstallationsByProject returns the installations of each project among projectIDs (a batched
 // loader), oldest first.
 func (s *Service) InstallationsByProject(ctx context.Context, projectIDs []string) (map[string][]Installation, error) {
-	p, err := access.Caller(ctx)
-	if err != nil {
-		return nil, err
-	}
-	rows, _ := s.pool.Query(ctx, `select `+installationColumns+` from installations
-where project_id = any($1) and ($2 = '' or org_id = $2) order by installed_at, id`, projectIDs, p.OrgFilter())
-	list, err := pgx.CollectRows(rows, pgx.RowToStructByName[Installation])
-	if err != nil {
-		return nil, fmt.Errorf("installations by project: %w", err)
-	}
-	out := make(map[string][]Installation, len(projectIDs))
-	for _, in := range list {
-		out[in.ProjectID] = append(out[in.ProjectID], in)
-	}
-	return out, nil
+	return scoped.Grouped(ctx, s.pool, installationColumns, "installations", "project_id", "project", projectIDs, "installed_at, id",
+		func(in *Installation) string { return in.ProjectID })
 }
 
 // InstallationsByID returns the caller's installations among ids (a batched loader).

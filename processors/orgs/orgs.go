@@ -233,21 +233,8 @@ func (s *Service) ProjectsAfter(ctx context.Context, orgRef string, limit int, c
 // ProjectsByOrg returns the projects of each organization among orgIDs that the caller sees, oldest
 // first (a batched loader).
 func (s *Service) ProjectsByOrg(ctx context.Context, orgIDs []string) (map[string][]Project, error) {
-	p, err := access.Caller(ctx)
-	if err != nil {
-		return nil, err
-	}
-	rows, _ := s.pool.Query(ctx, `select `+projectColumns+` from projects where org_id = any($1) and ($2 = '' or org_id = $2)
-order by created_at, id`, orgIDs, p.OrgFilter())
-	list, err := pgx.CollectRows(rows, pgx.RowToStructByName[Project])
-	if err != nil {
-		return nil, fmt.Errorf("projects by organization: %w", err)
-	}
-	out := make(map[string][]Project, len(orgIDs))
-	for _, pr := range list {
-		out[pr.OrgID] = append(out[pr.OrgID], pr)
-	}
-	return out, nil
+	return scoped.Grouped(ctx, s.pool, projectColumns, "projects", "org_id", "organization", orgIDs, "created_at, id",
+		func(pr *Project) string { return pr.OrgID })
 }
 
 // ProjectsByID returns the visible projects among ids (a batched loader).

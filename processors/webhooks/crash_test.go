@@ -5,13 +5,13 @@ import (
 	"fmt"
 	"net/http"
 	"os"
-	"os/exec"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"carehub/internal/testenv"
 	"carehub/storage/kafka/kafkatest"
 	"carehub/storage/postgres"
 )
@@ -80,32 +80,18 @@ func TestKilledMidAttemptLosesNothing(t *testing.T) {
 	group := kafkatest.Group(t, "carehub-webhooks")
 	ev := f.publish("workflow.run.completed", nil)
 
-	child := exec.Command(os.Args[0], "-test.run=^$")
-	child.Env = append(os.Environ(),
+	child := testenv.StartChild(t,
 		crashChildEnv+"=1",
 		crashChildDSN+"="+f.dsn,
 		crashChildBrokers+"="+strings.Join(f.brokers, ","),
 		crashChildTopic+"="+f.topic,
 		crashChildGroup+"="+group,
 	)
-	child.Stdout, child.Stderr = t.Output(), t.Output()
-	if err := child.Start(); err != nil {
-		t.Fatal(err)
-	}
-	killed := false
-	t.Cleanup(func() {
-		if !killed {
-			_ = child.Process.Kill()
-			_ = child.Wait()
-		}
-	})
 
 	first := rc.waitRequests(t, 1, 30*time.Second)[0]
-	if err := child.Process.Kill(); err != nil { // SIGKILL: no deferred cleanup, no hand-back
+	if err := child.Kill(); err != nil { // SIGKILL: no deferred cleanup, no hand-back
 		t.Fatal(err)
 	}
-	_ = child.Wait()
-	killed = true
 
 	rows := f.deliveries(sub.ID)
 	if len(rows) != 1 || rows[0].Status != DeliveryDelivering || rows[0].LeaseOwner == nil || rows[0].AttemptCount != 0 {

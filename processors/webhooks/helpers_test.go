@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
-	"os"
 	"runtime"
 	"strings"
 	"sync"
@@ -17,6 +16,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"carehub/internal/testenv"
 	"carehub/kernel/access"
 	"carehub/kernel/events"
 	"carehub/storage"
@@ -29,9 +29,7 @@ import (
 func TestMain(m *testing.M) {
 	// The crash test re-executes this binary as a dispatcher it kills with SIGKILL; that child
 	// uses the parent's database and broker, so it must not start servers of its own.
-	if os.Getenv(crashChildEnv) != "" {
-		os.Exit(crashChild())
-	}
+	testenv.ChildMain(crashChildEnv, crashChild)
 	pgtest.Main(m)
 }
 

@@ -22,29 +22,6 @@ import (
 	"carehub/storage/postgres"
 )
 
-// gql runs a query that must succeed and decodes its data into v.
-func gql(t testing.TB, s *servertest.Server, key, query string, vars map[string]any, v any) {
-	t.Helper()
-	res := s.GraphQL(key, query, vars)
-	if len(res.Errors) > 0 {
-		t.Fatalf("errors: %+v\nquery: %s", res.Errors, query)
-	}
-	if v != nil {
-		if err := json.Unmarshal(res.Data, v); err != nil {
-			t.Fatalf("decode %s: %v", res.Data, err)
-		}
-	}
-}
-
-func projectID(t testing.TB, s *servertest.Server, name string) string {
-	t.Helper()
-	var id string
-	if err := s.Pool().QueryRow(context.Background(), `select id from projects where name = $1`, name).Scan(&id); err != nil {
-		t.Fatal(err)
-	}
-	return id
-}
-
 type runView struct {
 	ID, Status  string
 	DurationMs  *int
@@ -71,7 +48,7 @@ func createWorkflow(t testing.TB, s *servertest.Server, key, project, name strin
 	if triggers != nil {
 		vars["t"] = triggers
 	}
-	gql(t, s, key, `mutation($n: String!, $p: ID!, $s: [String!]!, $t: [String!]) { createWorkflow(name: $n, projectId: $p, steps: $s, triggers: $t) { id } }`,
+	s.MustGraphQL(t, key, `mutation($n: String!, $p: ID!, $s: [String!]!, $t: [String!]) { createWorkflow(name: $n, projectId: $p, steps: $s, triggers: $t) { id } }`,
 		vars, &d)
 	return d.CreateWorkflow.ID
 }
@@ -79,7 +56,7 @@ func createWorkflow(t testing.TB, s *servertest.Server, key, project, name strin
 func runWorkflow(t testing.TB, s *servertest.Server, key, workflow, patient string) string {
 	t.Helper()
 	var d struct{ RunWorkflow struct{ ID, Status string } }
-	gql(t, s, key, `mutation($w: ID!, $in: JSON) { runWorkflow(workflowId: $w, input: $in) { id status } }`,
+	s.MustGraphQL(t, key, `mutation($w: ID!, $in: JSON) { runWorkflow(workflowId: $w, input: $in) { id status } }`,
 		map[string]any{"w": workflow, "in": map[string]any{"patient_id": patient}}, &d)
 	if d.RunWorkflow.Status != "QUEUED" {
 		t.Fatalf("runWorkflow: %+v", d.RunWorkflow)
@@ -93,7 +70,7 @@ func waitRun(t testing.TB, s *servertest.Server, key, id string, timeout time.Du
 	var v runView
 	servertest.Eventually(t, timeout, what, func() bool {
 		var d struct{ WorkflowRun runView }
-		gql(t, s, key, runQuery, map[string]any{"id": id}, &d)
+		s.MustGraphQL(t, key, runQuery, map[string]any{"id": id}, &d)
 		v = d.WorkflowRun
 		return cond(v)
 	})
@@ -145,9 +122,9 @@ func (r *receiver) find(typ, key, value string) map[string]any {
 func TestWorkflowRunEndToEnd(t *testing.T) {
 	s := servertest.Start(t)
 	key := s.DemoKey()
-	sepsis := projectID(t, s, demo.SepsisProjectName)
+	sepsis := s.ProjectID(demo.SepsisProjectName)
 	hook := newReceiver(t)
-	gql(t, s, key, `mutation($p: ID!, $u: String!) { createWebhook(projectId: $p, url: $u, events: ["workflow.*"]) { id } }`,
+	s.MustGraphQL(t, key, `mutation($p: ID!, $u: String!) { createWebhook(projectId: $p, url: $u, events: ["workflow.*"]) { id } }`,
 		map[string]any{"p": sepsis, "u": hook.URL}, nil)
 	wf := createWorkflow(t, s, key, sepsis, "Deterioration", []string{"load_patient", "score_news2", "assess_risk", "create_alert"})
 
@@ -228,7 +205,7 @@ func TestWorkflowRunEndToEnd(t *testing.T) {
 func TestRunResumesOnAnotherNode(t *testing.T) {
 	s := servertest.Start(t)
 	key := s.DemoKey()
-	sepsis := projectID(t, s, demo.SepsisProjectName)
+	sepsis := s.ProjectID(demo.SepsisProjectName)
 	wf := createWorkflow(t, s, key, sepsis, "Recheck", []string{"load_patient", "score_news2", "wait:5s", "assess_risk", "create_alert"})
 	id := runWorkflow(t, s, key, wf, demo.DeterioratingPatientID)
 	before := waitRun(t, s, key, id, 30*time.Second, "the run to wait", func(v runView) bool { return v.Output.Current != nil })
@@ -281,7 +258,7 @@ where value->>'type' = 'workflow.run.updated' and value->'payload'->>'runId' = $
 func TestObservationTriggersARun(t *testing.T) {
 	s := servertest.Start(t)
 	key := s.DemoKey()
-	sepsis := projectID(t, s, demo.SepsisProjectName)
+	sepsis := s.ProjectID(demo.SepsisProjectName)
 	wf := createWorkflow(t, s, key, sepsis, "On vitals", []string{"load_patient", "score_news2", "assess_risk", "create_alert"},
 		"device.observation_received")
 	publish := `mutation($p: JSON!, $prj: ID!) { publishEvent(type: "device.observation_received", payload: $p, projectId: $prj) { id } }`
@@ -291,7 +268,7 @@ func TestObservationTriggersARun(t *testing.T) {
 	}
 	// The trigger group joins in the background; publish until it has taken an event.
 	servertest.Eventually(t, 30*time.Second, "a triggered run", func() bool {
-		gql(t, s, key, publish, map[string]any{"prj": sepsis, "p": map[string]any{"observationId": "obs_01jx00000000000000000000e1",
+		s.MustGraphQL(t, key, publish, map[string]any{"prj": sepsis, "p": map[string]any{"observationId": "obs_01jx00000000000000000000e1",
 			"patientId": demo.DeterioratingPatientID, "deviceType": "bedside_monitor", "code": "8867-4", "value": 118}}, nil)
 		err := s.Pool().QueryRow(context.Background(), `select id, trigger, input from workflow_runs where workflow_id = $1 order by started_at limit 1`, wf).
 			Scan(&run.ID, &run.Trigger, &run.Input)
@@ -314,7 +291,7 @@ func TestObservationTriggersARun(t *testing.T) {
 func TestStartRunREST(t *testing.T) {
 	s := servertest.Start(t)
 	key := s.DemoKey()
-	sepsis := projectID(t, s, demo.SepsisProjectName)
+	sepsis := s.ProjectID(demo.SepsisProjectName)
 	wf := createWorkflow(t, s, key, sepsis, "REST", []string{"load_patient", "score_qsofa", "assess_risk", "create_alert"})
 	body := map[string]any{"workflow_id": wf, "trigger": "event", "input": map[string]any{
 		"observation_id": "obs_01jx00000000000000000000e2", "patient_id": demo.DeterioratingPatientID, "device_type": "pulse_oximeter"}}
@@ -337,7 +314,7 @@ func TestStartRunREST(t *testing.T) {
 	if r := s.Do(http.MethodPost, "/api/v1/workflows/runs", testKey, body); r.Status != http.StatusNotFound {
 		t.Fatalf("test key, real patient: HTTP %d %s", r.Status, r.Body)
 	}
-	gql(t, s, key, `mutation($id: ID!) { pauseWorkflow(id: $id) { status } }`, map[string]any{"id": wf}, nil)
+	s.MustGraphQL(t, key, `mutation($id: ID!) { pauseWorkflow(id: $id) { status } }`, map[string]any{"id": wf}, nil)
 	if r := s.Do(http.MethodPost, "/api/v1/workflows/runs", key, body); r.Status != http.StatusConflict {
 		t.Fatalf("paused workflow: HTTP %d %s", r.Status, r.Body)
 	}

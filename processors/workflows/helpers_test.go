@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"log/slog"
-	"os"
 	"strings"
 	"testing"
 	"time"
@@ -13,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"carehub/ingest/outbox"
+	"carehub/internal/testenv"
 	"carehub/kernel/access"
 	"carehub/kernel/demo"
 	"carehub/storage/kafka"
@@ -24,9 +24,7 @@ import (
 func TestMain(m *testing.M) {
 	// The crash test re-executes this binary as a runner it kills with SIGKILL; the child uses
 	// the parent's database and broker and must not start servers of its own.
-	if os.Getenv(crashChildEnv) != "" {
-		os.Exit(crashChild())
-	}
+	testenv.ChildMain(crashChildEnv, crashChild)
 	pgtest.Main(m)
 }
 
@@ -124,21 +122,11 @@ func (h *harness) background(name string, fn func(context.Context) error) {
 }
 
 func (h *harness) scalar(sql string, args ...any) string {
-	h.t.Helper()
-	var v string
-	if err := h.pool.QueryRow(context.Background(), sql, args...).Scan(&v); err != nil {
-		h.t.Fatalf("%s %v: %v", sql, args, err)
-	}
-	return v
+	return pgtest.Scalar[string](h.t, h.pool, sql, args...)
 }
 
 func (h *harness) count(sql string, args ...any) int {
-	h.t.Helper()
-	var n int
-	if err := h.pool.QueryRow(context.Background(), sql, args...).Scan(&n); err != nil {
-		h.t.Fatalf("%s: %v", sql, err)
-	}
-	return n
+	return pgtest.Scalar[int](h.t, h.pool, sql, args...)
 }
 
 func (h *harness) workflow(name string, steps []string, triggers ...string) *Workflow {

@@ -5,16 +5,15 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
-	"os/exec"
 	"slices"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"carehub/internal/testenv"
 	"carehub/kernel/clinical"
 	"carehub/kernel/demo"
 	"carehub/storage/kafka/kafkatest"
@@ -221,24 +220,17 @@ func TestKilledRunnerRunIsResumed(t *testing.T) {
 	h := newHarness(t)
 	h.relay()
 	group := kafkatest.Group(t, "runner")
-	child := exec.Command(os.Args[0], "-test.run=^$")
-	child.Env = append(os.Environ(), crashChildEnv+"=1", "CRASH_DSN="+h.dsn, "CRASH_BROKERS="+strings.Join(h.brokers, ","),
+	child := testenv.StartChild(t, crashChildEnv+"=1", "CRASH_DSN="+h.dsn, "CRASH_BROKERS="+strings.Join(h.brokers, ","),
 		"CRASH_EVENTS="+h.events, "CRASH_RUNS="+h.runs, "CRASH_GROUP="+group)
-	child.Stdout, child.Stderr = os.Stderr, os.Stderr
-	if err := child.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = child.Process.Kill(); _ = child.Wait() })
 
 	w := h.workflow("Crash", []string{"load_patient", "score_news2", "wait:4s", "assess_risk", "create_alert"})
 	run := h.start(w, demo.DeterioratingPatientID)
 	_, before := h.wait(run.ID, 30*time.Second, "the child to reach the wait", func(r *Run, o RunOutput) bool {
 		return r.Status == RunRunning && o.Current != nil
 	})
-	if err := child.Process.Signal(syscall.SIGKILL); err != nil {
+	if err := child.Kill(); err != nil {
 		t.Fatal(err)
 	}
-	_ = child.Wait()
 	if r, _ := h.run(run.ID); r.Status != RunRunning {
 		t.Fatalf("after the kill the run is %s", r.Status)
 	}

@@ -17,6 +17,7 @@ import (
 	"carehub/kernel/fault"
 	"carehub/kernel/phi"
 	"carehub/processors/idempotency"
+	"carehub/processors/internal/scoped"
 	"carehub/storage"
 	"carehub/storage/ids"
 )
@@ -298,17 +299,9 @@ func runEvents(r *Run) ([]storage.Event, error) {
 
 // Run returns one run of the caller's organization.
 func (s *Service) Run(ctx context.Context, id string) (*Run, error) {
-	p, err := access.Caller(ctx)
+	r, err := scoped.One[Run](ctx, s.pool, "workflow run", runColumns, "workflow_runs", id)
 	if err != nil {
 		return nil, err
-	}
-	rows, _ := s.pool.Query(ctx, `select `+runColumns+` from workflow_runs where id = $1 and ($2 = '' or org_id = $2)`, id, p.OrgFilter())
-	r, err := pgx.CollectOneRow(rows, pgx.RowToAddrOfStructByName[Run])
-	if errors.Is(err, pgx.ErrNoRows) {
-		return nil, fault.NotFound("workflow run", id)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("workflow run %s: %w", id, err)
 	}
 	access.Touch(ctx, access.KindRun, r.ID)
 	return s.served(ctx, r)
@@ -317,16 +310,10 @@ func (s *Service) Run(ctx context.Context, id string) (*Run, error) {
 // RunsByWorkflow returns the runs of each workflow among workflowIDs, newest first, at most limit
 // per workflow (a batched loader).
 func (s *Service) RunsByWorkflow(ctx context.Context, workflowIDs []string, limit int) (map[string][]Run, error) {
-	p, err := access.Caller(ctx)
+	list, err := scoped.LatestPer[Run](ctx, s.pool, runColumns, "workflow_runs", "workflow_id", "workflows", "runs by workflow",
+		workflowIDs, "c.started_at desc, c.id desc", limit)
 	if err != nil {
 		return nil, err
-	}
-	rows, _ := s.pool.Query(ctx, `select r.* from workflows w cross join lateral (
-	select `+runColumns+` from workflow_runs r where r.workflow_id = w.id order by r.started_at desc, r.id desc limit $3
-) r where w.id = any($1) and ($2 = '' or w.org_id = $2)`, workflowIDs, p.OrgFilter(), limit)
-	list, err := pgx.CollectRows(rows, pgx.RowToStructByName[Run])
-	if err != nil {
-		return nil, fmt.Errorf("runs by workflow: %w", err)
 	}
 	served := make([]*Run, len(list))
 	for i := range list {
@@ -336,11 +323,7 @@ func (s *Service) RunsByWorkflow(ctx context.Context, workflowIDs []string, limi
 	if err := s.serve(ctx, served...); err != nil {
 		return nil, err
 	}
-	out := make(map[string][]Run, len(workflowIDs))
-	for _, r := range list {
-		out[r.WorkflowID] = append(out[r.WorkflowID], r)
-	}
-	return out, nil
+	return scoped.Group(list, func(r *Run) string { return r.WorkflowID }), nil
 }
 
 // served is serve for one run.

@@ -289,48 +289,15 @@ func (s *Service) Workflow(ctx context.Context, id string) (*Workflow, error) {
 // Workflows returns up to limit workflows of a project, oldest first, optionally in one status.
 // A project the caller cannot see is NotFound.
 func (s *Service) Workflows(ctx context.Context, projectID, status string, limit int) ([]Workflow, error) {
-	p, err := access.Caller(ctx)
-	if err != nil {
-		return nil, err
-	}
-	var exists bool
-	var out []Workflow
-	batch := &pgx.Batch{}
-	batch.Queue(`select exists(select 1 from projects where id = $1 and ($2 = '' or org_id = $2))`, projectID, p.OrgFilter()).
-		QueryRow(func(row pgx.Row) error { return row.Scan(&exists) })
-	batch.Queue(`select `+workflowColumns+` from workflows where project_id = $1 and ($2 = '' or org_id = $2)
-and ($3 = '' or status = $3) order by created_at, id limit $4`, projectID, p.OrgFilter(), status, limit).Query(func(rows pgx.Rows) error {
-		var err error
-		out, err = pgx.CollectRows(rows, pgx.RowToStructByName[Workflow])
-		return err
-	})
-	if err := s.pool.SendBatch(ctx, batch).Close(); err != nil {
-		return nil, fmt.Errorf("workflows of %s: %w", projectID, err)
-	}
-	if !exists {
-		return nil, fault.NotFound("project", projectID)
-	}
-	return out, nil
+	return scoped.InProject[Workflow](ctx, s.pool, workflowColumns, "workflows", projectID,
+		`and ($3 = '' or status = $3) order by created_at, id limit $4`, status, limit)
 }
 
 // ByProject returns the workflows of each project among projectIDs, oldest first (a batched
 // loader).
 func (s *Service) ByProject(ctx context.Context, projectIDs []string) (map[string][]Workflow, error) {
-	p, err := access.Caller(ctx)
-	if err != nil {
-		return nil, err
-	}
-	rows, _ := s.pool.Query(ctx, `select `+workflowColumns+` from workflows where project_id = any($1) and ($2 = '' or org_id = $2)
-order by created_at, id`, projectIDs, p.OrgFilter())
-	list, err := pgx.CollectRows(rows, pgx.RowToStructByName[Workflow])
-	if err != nil {
-		return nil, fmt.Errorf("workflows by project: %w", err)
-	}
-	out := make(map[string][]Workflow, len(projectIDs))
-	for _, w := range list {
-		out[w.ProjectID] = append(out[w.ProjectID], w)
-	}
-	return out, nil
+	return scoped.Grouped(ctx, s.pool, workflowColumns, "workflows", "project_id", "project", projectIDs, "created_at, id",
+		func(w *Workflow) string { return w.ProjectID })
 }
 
 // ByID returns the caller's workflows among ids (a batched loader).

@@ -1,6 +1,7 @@
 package kafka_test
 
 import (
+	"carehub/internal/testenv"
 	"context"
 	"encoding/binary"
 	"encoding/json"
@@ -14,9 +15,7 @@ import (
 
 func TestMain(m *testing.M) {
 	// The kill -9 test re-executes this binary as the process it kills.
-	if os.Getenv(crashChildEnv) != "" {
-		os.Exit(crashChild())
-	}
+	testenv.ChildMain(crashChildEnv, crashChild)
 	os.Exit(m.Run())
 }
 

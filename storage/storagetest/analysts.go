@@ -46,15 +46,7 @@ func analystEvents() (inProject, all []storage.Event) {
 func testEventRangesAndPatterns(t *testing.T, s storage.EventLog) {
 	inProject, all := analystEvents()
 	mustAppend(t, s, all)
-	filter := func(keep func(storage.Event) bool) []storage.Event {
-		var out []storage.Event
-		for _, ev := range inProject {
-			if keep(ev) {
-				out = append(out, ev)
-			}
-		}
-		return newestFirst(out)
-	}
+	filter := func(keep func(storage.Event) bool) []storage.Event { return newestFirst(where(inProject, keep)) }
 	typeIn := func(types ...string) func(storage.Event) bool {
 		return func(e storage.Event) bool { return slices.Contains(types, e.Type) }
 	}

@@ -97,18 +97,12 @@ func mustQueryAudit(t *testing.T, s storage.AuditLog, q storage.AuditQuery) stor
 
 func queryAllAudit(t *testing.T, s storage.AuditLog, q storage.AuditQuery) []storage.AuditRecord {
 	t.Helper()
-	var all []storage.AuditRecord
-	for pages := 1; ; pages++ {
+	all, _ := pageAll(t, q.Limit, q.Cursor, func(cursor string) ([]storage.AuditRecord, string) {
+		q.Cursor = cursor
 		page := mustQueryAudit(t, s, q)
-		all = append(all, page.Records...)
-		if page.NextCursor == "" {
-			return all
-		}
-		if len(page.Records) == 0 || pages > 10_000 {
-			t.Fatal("cursor does not progress")
-		}
-		q.Cursor = page.NextCursor
-	}
+		return page.Records, page.NextCursor
+	})
+	return all
 }
 
 func testAuditRoundTrip(t *testing.T, s storage.AuditLog) {
@@ -174,13 +168,7 @@ func testAuditFilters(t *testing.T, s storage.AuditLog) {
 
 	from, to := base.Add(6*time.Minute), base.Add(30*time.Minute) // [from, to)
 	match := func(keep func(storage.AuditRecord) bool) []storage.AuditRecord {
-		var out []storage.AuditRecord
-		for _, r := range rs {
-			if keep(r) {
-				out = append(out, r)
-			}
-		}
-		return newestRecordsFirst(out)
+		return newestRecordsFirst(where(rs, keep))
 	}
 	tests := []struct {
 		name string

@@ -141,26 +141,44 @@ func mustQuery(t *testing.T, s storage.EventLog, q storage.EventQuery) storage.E
 // queryAll follows cursors from the first page to the last and returns every event seen.
 func queryAll(t *testing.T, s storage.EventLog, q storage.EventQuery) ([]storage.Event, int) {
 	t.Helper()
-	var all []storage.Event
-	pages := 0
-	for {
+	return pageAll(t, q.Limit, q.Cursor, func(cursor string) ([]storage.Event, string) {
+		q.Cursor = cursor
 		page := mustQuery(t, s, q)
-		pages++
-		if len(page.Events) > q.Limit && q.Limit > 0 {
-			t.Fatalf("page of %d events for limit %d", len(page.Events), q.Limit)
+		return page.Events, page.NextCursor
+	})
+}
+
+// pageAll follows cursors from cursor to the last page, read by page (its items and the next
+// cursor), and returns every item and the number of pages. A page larger than limit (when set)
+// or a cursor that does not progress fails the test.
+func pageAll[T any](t *testing.T, limit int, cursor string, page func(cursor string) ([]T, string)) ([]T, int) {
+	t.Helper()
+	var all []T
+	for pages := 1; ; pages++ {
+		items, next := page(cursor)
+		if len(items) > limit && limit > 0 {
+			t.Fatalf("page of %d items for limit %d", len(items), limit)
 		}
-		all = append(all, page.Events...)
-		if page.NextCursor == "" {
+		all = append(all, items...)
+		if next == "" {
 			return all, pages
 		}
-		if len(page.Events) == 0 {
-			t.Fatal("empty page with a next cursor")
+		if len(items) == 0 || pages > 10_000 {
+			t.Fatal("cursor does not progress")
 		}
-		if pages > 10_000 {
-			t.Fatal("cursor never ends")
-		}
-		q.Cursor = page.NextCursor
+		cursor = next
 	}
+}
+
+// where returns the items of list that keep keeps, in order.
+func where[T any](list []T, keep func(T) bool) []T {
+	var out []T
+	for _, v := range list {
+		if keep(v) {
+			out = append(out, v)
+		}
+	}
+	return out
 }
 
 func testEventRoundTrip(t *testing.T, s storage.EventLog) {
@@ -244,15 +262,7 @@ func testEventFilters(t *testing.T, s storage.EventLog) {
 	mustAppend(t, s, evs)
 	inProject := evs[:30]
 
-	filter := func(keep func(storage.Event) bool) []storage.Event {
-		var out []storage.Event
-		for _, ev := range inProject {
-			if keep(ev) {
-				out = append(out, ev)
-			}
-		}
-		return newestFirst(out)
-	}
+	filter := func(keep func(storage.Event) bool) []storage.Event { return newestFirst(where(inProject, keep)) }
 	since := base.Add(10 * time.Minute) // exactly the 11th event's time: Since is inclusive
 	tests := []struct {
 		name string

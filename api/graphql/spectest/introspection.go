@@ -15,7 +15,7 @@ import (
 
 // IntrospectionQuery is the standard full introspection query (graphql-js getIntrospectionQuery
 // with its default options), so that any GraphQL server answers it.
-const IntrospectionQuery = `query IntrospectionQuery {
+var IntrospectionQuery = `query IntrospectionQuery {
   __schema {
     queryType { name }
     mutationType { name }
@@ -74,39 +74,26 @@ fragment InputValue on __InputValue {
   defaultValue
 }
 
-fragment TypeRef on __Type {
-  kind
-  name
-  ofType {
-    kind
-    name
-    ofType {
-      kind
-      name
-      ofType {
-        kind
-        name
-        ofType {
-          kind
-          name
-          ofType {
-            kind
-            name
-            ofType {
-              kind
-              name
-              ofType {
-                kind
-                name
-              }
-            }
-          }
-        }
-      }
-    }
-  }
+` + typeRef(7)
+
+// typeRef is graphql-js's TypeRef fragment: a type's kind and name, and those of the types it
+// wraps through ofType, depth levels deep.
+func typeRef(depth int) string {
+	var b strings.Builder
+	b.WriteString("fragment TypeRef on __Type {\n")
+	for i := range depth + 1 {
+		in := strings.Repeat("  ", i+1)
+		b.WriteString(in + "kind\n" + in + "name\n")
+		if i < depth {
+			b.WriteString(in + "ofType {\n")
+		}
+	}
+	for i := depth; i > 0; i-- {
+		b.WriteString(strings.Repeat("  ", i) + "}\n")
+	}
+	b.WriteString("}\n")
+	return b.String()
 }
-`
 
 // IntrospectionResult is the __schema object of an introspection response.
 type IntrospectionResult struct {

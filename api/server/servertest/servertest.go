@@ -191,6 +191,16 @@ func (s *Server) OrgID(slug string) string {
 	return id
 }
 
+// ProjectID returns the id of the project named name (demo.SepsisProjectName, say).
+func (s *Server) ProjectID(name string) string {
+	s.t.Helper()
+	var id string
+	if err := s.Pool().QueryRow(context.Background(), `select id from projects where name = $1`, name).Scan(&id); err != nil {
+		s.t.Fatalf("project %s: %v", name, err)
+	}
+	return id
+}
+
 // Key creates an API key for the organization with slug and returns its secret.
 func (s *Server) Key(slug, mode string, scopes ...string) string {
 	s.t.Helper()
@@ -296,6 +306,21 @@ func (s *Server) GraphQL(key, query string, vars map[string]any) *GraphQLRespons
 	var out GraphQLResponse
 	r.JSON(s.t, &out)
 	return &out
+}
+
+// MustGraphQL posts a query that must succeed, failing t on any error, and decodes its data into
+// v (unless nil).
+func (s *Server) MustGraphQL(t testing.TB, key, query string, vars map[string]any, v any) {
+	t.Helper()
+	res := s.GraphQL(key, query, vars)
+	if len(res.Errors) > 0 {
+		t.Fatalf("errors: %+v\nquery: %s", res.Errors, query)
+	}
+	if v != nil {
+		if err := json.Unmarshal(res.Data, v); err != nil {
+			t.Fatalf("decode %s: %v", res.Data, err)
+		}
+	}
 }
 
 // Eventually polls cond every 20 ms until it holds or timeout passes.

@@ -1,9 +1,11 @@
-// Package wstest is a minimal graphql-transport-ws client for tests that drive a carehub
-// server from outside: dial, authenticate, subscribe, read results.
+// Package wstest is a minimal GraphQL-over-WebSocket client for tests that drive a carehub
+// server from outside: dial, authenticate, subscribe, read results. It speaks
+// graphql-transport-ws (Dial) and the legacy graphql-ws of subscriptions-transport-ws
+// (DialLegacy) through one Client, and runs the npm clients of both (NewNodeClient).
 //
-// It is deliberately small and strict: it speaks only what the protocol requires of a client
-// (connection_init, subscribe, complete, pong), and records how each operation and the socket
-// ended so a test can assert on it.
+// It is deliberately small and strict: it speaks only what each protocol requires of a client
+// (connection_init, subscribe or start, complete or stop, pong), and records how each operation
+// and the socket ended so a test can assert on it.
 package wstest
 
 import (
@@ -17,8 +19,51 @@ import (
 	"github.com/coder/websocket"
 )
 
-// Subprotocol is the graphql-transport-ws subprotocol the client negotiates.
-const Subprotocol = "graphql-transport-ws"
+// Subprotocol is the graphql-transport-ws subprotocol Dial negotiates; LegacySubprotocol is
+// the graphql-ws one DialLegacy negotiates.
+const (
+	Subprotocol       = "graphql-transport-ws"
+	LegacySubprotocol = "graphql-ws"
+)
+
+// dialect is what differs between the two protocols on the client's side: the message types
+// and the shape of an error message's payload.
+type dialect struct {
+	subprotocol string
+	subscribe   string // starts an operation
+	stop        string // ends one from the client
+	next        string // carries one result
+	// initPayload: send {} in connection_init even without an Authorization.
+	initPayload bool
+	// errors reads an error message's payload into the GraphQL errors it carries.
+	errors func(payload json.RawMessage) []json.RawMessage
+}
+
+var (
+	transportWS = dialect{
+		subprotocol: Subprotocol, subscribe: "subscribe", stop: "complete", next: "next",
+		errors: func(payload json.RawMessage) []json.RawMessage {
+			var errs []json.RawMessage
+			_ = json.Unmarshal(payload, &errs)
+			return errs
+		},
+	}
+	legacyWS = dialect{
+		subprotocol: LegacySubprotocol, subscribe: "start", stop: "stop", next: "data",
+		initPayload: true,
+		// graphql-ws sends {"errors": [...]} or, before execution, one error object.
+		errors: func(payload json.RawMessage) []json.RawMessage {
+			var p struct {
+				Errors []json.RawMessage `json:"errors"`
+			}
+			_ = json.Unmarshal(payload, &p)
+			if len(p.Errors) == 0 {
+				return []json.RawMessage{payload}
+			}
+			return p.Errors
+		},
+	}
+)
 
 // maxMessageBytes bounds one server message; generous because results can be large.
 const maxMessageBytes = 16 << 20
@@ -44,9 +89,10 @@ func (e *OperationError) Error() string {
 	return fmt.Sprintf("operation %s failed: %s", e.ID, strings.Join(msgs, "; "))
 }
 
-// Client is one graphql-transport-ws socket. Its methods are safe for concurrent use.
+// Client is one socket in either protocol. Its methods are safe for concurrent use.
 type Client struct {
 	conn *websocket.Conn
+	d    dialect
 	done chan struct{} // closed when the read goroutine ends
 
 	mu     sync.Mutex
@@ -130,36 +176,52 @@ func (s *sub) pump() {
 	}
 }
 
-type message struct {
+// Message is one protocol message on the wire, in either protocol.
+type Message struct {
 	ID      string          `json:"id,omitempty"`
 	Type    string          `json:"type"`
 	Payload json.RawMessage `json:"payload,omitempty"`
 }
 
-// Dial opens a socket to url (ws:// or wss://), sends connection_init with
-// {"Authorization": authorization} (omitted when empty) and waits for connection_ack, all
+// Dial opens a graphql-transport-ws socket to url (ws:// or wss://), sends connection_init
+// with {"Authorization": authorization} (omitted when empty) and waits for connection_ack, all
 // within ctx. When the server refuses the init the error wraps its close frame (use
 // websocket.CloseStatus).
 func Dial(ctx context.Context, url, authorization string) (*Client, error) {
-	conn, _, err := websocket.Dial(ctx, url, &websocket.DialOptions{Subprotocols: []string{Subprotocol}})
+	return dial(ctx, transportWS, url, authorization)
+}
+
+// DialLegacy is Dial in the legacy graphql-ws protocol (subscriptions-transport-ws): start and
+// stop, data, error and complete, ka. A refused init is connection_error and then a close
+// frame; the error wraps the close.
+func DialLegacy(ctx context.Context, url, authorization string) (*Client, error) {
+	return dial(ctx, legacyWS, url, authorization)
+}
+
+func dial(ctx context.Context, d dialect, url, authorization string) (*Client, error) {
+	conn, _, err := websocket.Dial(ctx, url, &websocket.DialOptions{Subprotocols: []string{d.subprotocol}})
 	if err != nil {
 		return nil, fmt.Errorf("wstest: dial %s: %w", url, err)
 	}
 	conn.SetReadLimit(maxMessageBytes)
-	if conn.Subprotocol() != Subprotocol {
+	if conn.Subprotocol() != d.subprotocol {
 		_ = conn.CloseNow()
 		return nil, fmt.Errorf("wstest: server chose subprotocol %q", conn.Subprotocol())
 	}
-	init := message{Type: "connection_init"}
+	init := Message{Type: "connection_init"}
+	params := map[string]string{}
 	if authorization != "" {
-		init.Payload, _ = json.Marshal(map[string]string{"Authorization": authorization})
+		params["Authorization"] = authorization
 	}
-	if err := writeJSON(ctx, conn, init); err != nil {
+	if authorization != "" || d.initPayload {
+		init.Payload, _ = json.Marshal(params)
+	}
+	if err := WriteMessage(ctx, conn, init); err != nil {
 		_ = conn.CloseNow()
 		return nil, fmt.Errorf("wstest: send connection_init: %w", err)
 	}
 	for {
-		m, err := readMessage(ctx, conn)
+		m, err := ReadMessage(ctx, conn)
 		if err != nil {
 			_ = conn.CloseNow()
 			return nil, fmt.Errorf("wstest: wait for connection_ack: %w", err)
@@ -168,6 +230,7 @@ func Dial(ctx context.Context, url, authorization string) (*Client, error) {
 		case "connection_ack":
 			c := &Client{
 				conn:  conn,
+				d:     d,
 				done:  make(chan struct{}),
 				subs:  make(map[string]*sub),
 				ended: make(map[string]error),
@@ -175,11 +238,19 @@ func Dial(ctx context.Context, url, authorization string) (*Client, error) {
 			go c.readLoop()
 			return c, nil
 		case "ping":
-			if err := writeJSON(ctx, conn, message{Type: "pong"}); err != nil {
+			if err := WriteMessage(ctx, conn, Message{Type: "pong"}); err != nil {
 				_ = conn.CloseNow()
 				return nil, fmt.Errorf("wstest: answer ping: %w", err)
 			}
-		case "pong":
+		case "pong", "ka":
+		case "connection_error":
+			// graphql-ws: the server closes the socket next; report the close with the message.
+			for {
+				if _, err := ReadMessage(ctx, conn); err != nil {
+					_ = conn.CloseNow()
+					return nil, fmt.Errorf("wstest: connection_error %s: %w", m.Payload, err)
+				}
+			}
 		default:
 			_ = conn.CloseNow()
 			return nil, fmt.Errorf("wstest: unexpected %q before connection_ack", m.Type)
@@ -215,18 +286,18 @@ func (c *Client) Subscribe(ctx context.Context, id, query string, vars map[strin
 	delete(c.ended, id)
 	c.mu.Unlock()
 
-	if err := writeJSON(ctx, c.conn, message{ID: id, Type: "subscribe", Payload: payload}); err != nil {
+	if err := WriteMessage(ctx, c.conn, Message{ID: id, Type: c.d.subscribe, Payload: payload}); err != nil {
 		c.end(id, err, true)
 		return nil, fmt.Errorf("wstest: send subscribe %s: %w", id, err)
 	}
 	return s.ch, nil
 }
 
-// Unsubscribe sends complete for id; its channel closes and Err(id) is nil.
+// Unsubscribe sends complete (legacy: stop) for id; its channel closes and Err(id) is nil.
 func (c *Client) Unsubscribe(ctx context.Context, id string) error {
 	c.end(id, nil, true)
-	if err := writeJSON(ctx, c.conn, message{ID: id, Type: "complete"}); err != nil {
-		return fmt.Errorf("wstest: send complete %s: %w", id, err)
+	if err := WriteMessage(ctx, c.conn, Message{ID: id, Type: c.d.stop}); err != nil {
+		return fmt.Errorf("wstest: send %s %s: %w", c.d.stop, id, err)
 	}
 	return nil
 }
@@ -279,13 +350,13 @@ func (c *Client) readLoop() {
 	ctx := context.Background()
 	var err error
 	for err == nil {
-		var m message
-		m, err = readMessage(ctx, c.conn)
+		var m Message
+		m, err = ReadMessage(ctx, c.conn)
 		if err != nil {
 			break
 		}
 		switch m.Type {
-		case "next":
+		case c.d.next:
 			c.mu.Lock()
 			s := c.subs[m.ID]
 			c.mu.Unlock()
@@ -293,13 +364,11 @@ func (c *Client) readLoop() {
 				s.add(m.Payload)
 			}
 		case "error":
-			var errs []json.RawMessage
-			_ = json.Unmarshal(m.Payload, &errs)
-			c.end(m.ID, &OperationError{ID: m.ID, Errors: errs}, false)
+			c.end(m.ID, &OperationError{ID: m.ID, Errors: c.d.errors(m.Payload)}, false)
 		case "complete":
 			c.end(m.ID, nil, false)
 		case "ping":
-			err = writeJSON(ctx, c.conn, message{Type: "pong"})
+			err = WriteMessage(ctx, c.conn, Message{Type: "pong"})
 		}
 	}
 	c.mu.Lock()
@@ -329,7 +398,9 @@ func (c *Client) end(id string, err error, drop bool) {
 	}
 }
 
-func writeJSON(ctx context.Context, conn *websocket.Conn, m message) error {
+// WriteMessage and ReadMessage send and receive one Message on a socket, for tests that speak
+// the protocols by hand (a client that stops reading, a malformed message).
+func WriteMessage(ctx context.Context, conn *websocket.Conn, m Message) error {
 	b, err := json.Marshal(m)
 	if err != nil {
 		return err
@@ -337,14 +408,14 @@ func writeJSON(ctx context.Context, conn *websocket.Conn, m message) error {
 	return conn.Write(ctx, websocket.MessageText, b)
 }
 
-func readMessage(ctx context.Context, conn *websocket.Conn) (message, error) {
+func ReadMessage(ctx context.Context, conn *websocket.Conn) (Message, error) {
 	_, data, err := conn.Read(ctx)
 	if err != nil {
-		return message{}, err
+		return Message{}, err
 	}
-	var m message
+	var m Message
 	if err := json.Unmarshal(data, &m); err != nil {
-		return message{}, fmt.Errorf("invalid server message %q: %w", data, err)
+		return Message{}, fmt.Errorf("invalid server message %q: %w", data, err)
 	}
 	return m, nil
 }

@@ -31,6 +31,7 @@ pinned=$(sed -n 's|.*"@chdb/lib-linux-x64-gnu": *"\([^"]*\)".*|\1|p' "$here/pack
 version=${CLICKHOUSE_VERSION:-$pinned}
 cache=${CAREHUB_CACHE_DIR:-$HOME/.cache/carehub}/clickhouse
 lib=$cache/$version/libchdb.so
+engine=$cache/$version what="$package $version"
 tcp_port=${CLICKHOUSE_TCP_PORT:-19000}
 http_port=${CLICKHOUSE_HTTP_PORT:-18123}
 state=${CLICKHOUSE_STATE_DIR:-/tmp/carehub-clickhouse-$tcp_port}
@@ -41,26 +42,14 @@ cc=${CC:-cc}
 data=$state/data
 logfile=$state/clickhouse.log
 pidfile=$state/clickhouse.pid
-name=clickhouse where="127.0.0.1:$tcp_port (http $http_port)" ports=("$tcp_port" "$http_port")
+name=clickhouse where="127.0.0.1:$tcp_port, http $http_port" ports=("$tcp_port" "$http_port")
+port_vars=(CLICKHOUSE_TCP_PORT CLICKHOUSE_HTTP_PORT)
+# --path ends in a slash: alive() matches the cmdline on it.
+mark="--path=$data/ " logs="logs: $logfile, $state/clickhouse-server.log"
 # shellcheck source=../daemon.sh
 . "$here/../daemon.sh"
 # running, not alive: the child started by up may not have exec'd the launcher yet.
 starting() { running "$1"; }
-
-say() { printf 'clickhouse.sh: %s\n' "$*" >&2; }
-die() { say "$*"; exit 1; }
-
-usage() {
-	sed -n '2,/^set -euo/p' "${BASH_SOURCE[0]}" | sed '$d; s/^# \{0,1\}//'
-	exit 2
-}
-
-# lock serialises commands that change the server's state on one state dir.
-lock() {
-	mkdir -p "$state"
-	exec 9>"$state/.lock"
-	flock 9
-}
 
 # launcher is the path of the launcher built from this launcher.c: a new source gets a new
 # binary, so a checkout of another revision never runs a stale one.
@@ -80,20 +69,12 @@ build_launcher() {
 
 fetch() {
 	build_launcher
-	if [[ -f $cache/$version/.complete ]]; then
-		say "$package $version already fetched into $cache/$version"
-		return
-	fi
-	command -v npm >/dev/null || die "npm not found: install Node.js and npm"
-	mkdir -p "$cache"
-	exec 8>"$cache/.fetch.lock"
-	flock 8
-	if [[ -f $cache/$version/.complete ]]; then
-		return
-	fi
-	local tmp
-	tmp=$(mktemp -d "$cache/.fetch.XXXXXX")
-	say "fetching $package $version (about 180 MB) into $cache/$version"
+	fetch_engine
+}
+
+download() {
+	local tmp=$1
+	command -v npm >/dev/null || { rm -rf "$tmp"; die "npm not found: install Node.js and npm"; }
 	# A private npm cache: the tarball is unpacked once here, not kept twice in ~/.npm.
 	local npm=(npm --prefix "$tmp" --cache "$tmp/.npm" --no-audit --no-fund --ignore-scripts --loglevel=error)
 	if [[ $version == "$pinned" ]]; then
@@ -105,38 +86,6 @@ fetch() {
 	fi
 	mkdir -p "$tmp/out"
 	mv "$tmp/node_modules/$package/libchdb.so" "$tmp/out/" || { rm -rf "$tmp"; die "libchdb.so missing from $package $version"; }
-	touch "$tmp/out/.complete"
-	rm -rf "$cache/$version"
-	mv "$tmp/out" "$cache/$version"
-	rm -rf "$tmp"
-}
-
-# running tells whether process pid has not fully exited. A zombie has closed its sockets, so it
-# is not running.
-running() {
-	local stat st
-	stat=$(cat "/proc/$1/stat" 2>/dev/null) || return 1
-	st=${stat##*) }
-	st=${st%% *}
-	[[ $st != Z && $st != X ]]
-}
-
-# alive tells whether pid is a running server of this state dir. A process in the middle of
-# exiting has dropped its cmdline but may still hold the ports, so it is alive. A recycled pid
-# (another cmdline) is not ours.
-alive() {
-	local cmd
-	running "$1" || return 1
-	cmd=$(tr '\0' ' ' <"/proc/$1/cmdline" 2>/dev/null) || return 1
-	[[ -z $cmd || $cmd == *"--path=$data/ "* ]]
-}
-
-running_pid() {
-	[[ -f $pidfile ]] || return 1
-	local pid
-	pid=$(<"$pidfile")
-	[[ $pid =~ ^[0-9]+$ ]] && alive "$pid" || return 1
-	echo "$pid"
 }
 
 # http sends one HTTP/1.0 request from bash (no curl needed) and prints the body; it fails
@@ -154,10 +103,6 @@ http() {
 	' http "$http_port" "$1" "$2" "${3:-}"
 }
 
-port_taken() {
-	timeout 1 bash -c 'exec 3<>"/dev/tcp/127.0.0.1/$1"' taken "$1" 2>/dev/null
-}
-
 # probe: the HTTP interface answers /ping and the native port accepts connections.
 probe() {
 	[[ $(http GET /ping 2>/dev/null) == Ok. ]] && port_taken "$tcp_port"
@@ -167,61 +112,23 @@ running_version() {
 	http POST / 'SELECT version()' 2>/dev/null
 }
 
-up() {
+prepare() {
 	[[ -f $cache/$version/.complete ]] || fetch
 	build_launcher
-	lock
-	local pid
-	if pid=$(running_pid); then
-		if probe; then
-			say "clickhouse $(running_version) already up on 127.0.0.1:$tcp_port (http $http_port, pid $pid)"
-			return
-		fi
-		say "clickhouse (pid $pid) is running but not answering yet; waiting"
-		wait_ready "$pid" 0 "logs: $logfile, $state/clickhouse-server.log"
-		say "clickhouse $(running_version) up on 127.0.0.1:$tcp_port (http $http_port, pid $pid)"
-		return
-	fi
-	rm -f "$pidfile"
-	port_taken "$tcp_port" && die "port $tcp_port is taken by another process (set CLICKHOUSE_TCP_PORT)"
-	port_taken "$http_port" && die "port $http_port is taken by another process (set CLICKHOUSE_HTTP_PORT)"
+}
+
+launch() {
 	mkdir -p "$data"
-	if [[ -f $logfile ]] && (($(stat -c %s "$logfile") > 50 << 20)); then
-		mv -f "$logfile" "$logfile.1"
-	fi
-	touch "$logfile"
-	local offset t0
-	offset=$(stat -c %s "$logfile")
-	t0=$(date +%s%N)
 	echo "=== clickhouse.sh up $(date -Is) ===" >>"$logfile"
 	# setsid: the server must not die with the shell or make recipe that started it; down is
 	# the way to stop it. It must not inherit the lock fds either, or it would hold the lock for
-	# its whole life. --path ends in a slash: alive() matches the cmdline on it.
+	# its whole life.
 	setsid "$(launcher)" "$lib" \
 		--path="$data/" \
 		--listen_host=127.0.0.1 --tcp_port="$tcp_port" --http_port="$http_port" \
 		--logger.log="$state/clickhouse-server.log" --log-level=information \
 		-- --logger.size=50M --logger.count=2 --logger.console=0 \
 		>>"$logfile" 2>&1 </dev/null 8>&- 9>&- &
-	pid=$!
-	echo "$pid" >"$pidfile"
-	wait_ready "$pid" "$offset" "logs: $logfile, $state/clickhouse-server.log"
-	local ms=$((($(date +%s%N) - t0) / 1000000))
-	say "clickhouse $(running_version) up on 127.0.0.1:$tcp_port (http $http_port, pid $pid, state $state, ${ms} ms)"
-}
-
-status() {
-	local pid
-	if pid=$(running_pid); then
-		if probe; then
-			echo "up: clickhouse $(running_version) on 127.0.0.1:$tcp_port (http $http_port, pid $pid, state $state)"
-			return 0
-		fi
-		echo "running but not answering: pid $pid on 127.0.0.1:$tcp_port (log $logfile)"
-		return 1
-	fi
-	echo "down: 127.0.0.1:$tcp_port (state $state)"
-	return 3
 }
 
 show_version() {
@@ -233,21 +140,11 @@ show_version() {
 	fi
 }
 
-query() {
+cmd_url() { echo "clickhouse://127.0.0.1:$tcp_port/default"; }
+
+cmd_query() {
 	(($# == 1)) || usage
 	http POST / "$1"
 }
 
-cmd=${1:-}
-shift || true
-case $cmd in
-fetch) fetch ;;
-up) up ;;
-down) down ;;
-restart) restart "$@" ;;
-status) status ;;
-version) show_version ;;
-url) echo "clickhouse://127.0.0.1:$tcp_port/default" ;;
-query) query "$@" ;;
-*) usage ;;
-esac
+main "$@"

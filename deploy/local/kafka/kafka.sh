@@ -29,6 +29,7 @@ pom=$here/pom.xml
 version=${KAFKA_VERSION:-$(sed -n 's:.*<kafka.version>\(.*\)</kafka.version>.*:\1:p' "$pom")}
 cache=${CAREHUB_CACHE_DIR:-$HOME/.cache/carehub}/kafka
 libs=$cache/$version/libs
+engine=$libs what="kafka $version"
 port=${KAFKA_PORT:-9092}
 cport=${KAFKA_CONTROLLER_PORT:-$((port + 1))}
 state=${KAFKA_STATE_DIR:-/tmp/carehub-kafka-$port}
@@ -40,54 +41,25 @@ java=${JAVA_HOME:+$JAVA_HOME/bin/}java
 props=$state/server.properties
 logfile=$state/kafka.log
 pidfile=$state/kafka.pid
-name=kafka where=127.0.0.1:$port ports=("$port" "$cport")
+name=kafka where=127.0.0.1:$port ports=("$port" "$cport") port_vars=(KAFKA_PORT KAFKA_CONTROLLER_PORT)
+mark=$props logs="log: $logfile"
 # shellcheck source=../daemon.sh
 . "$here/../daemon.sh"
 starting() { alive "$1"; }
 
-say() { printf 'kafka.sh: %s\n' "$*" >&2; }
-die() { say "$*"; exit 1; }
+fetch() { fetch_engine; }
 
-usage() {
-	sed -n '2,/^set -euo/p' "${BASH_SOURCE[0]}" | sed '$d; s/^# \{0,1\}//'
-	exit 2
-}
-
-# lock serialises commands that change the broker's state on one state dir.
-lock() {
-	mkdir -p "$state"
-	exec 9>"$state/.lock"
-	flock 9
-}
-
-fetch() {
-	if [[ -f $libs/.complete ]]; then
-		say "kafka $version already fetched into $libs"
-		return
-	fi
-	command -v mvn >/dev/null || die "mvn not found: install Maven (apt-get install maven)"
-	mkdir -p "$cache"
-	exec 8>"$cache/.fetch.lock"
-	flock 8
-	if [[ -f $libs/.complete ]]; then
-		return
-	fi
-	local tmp
-	tmp=$(mktemp -d "$cache/.fetch.XXXXXX")
-	say "fetching kafka $version into $libs"
+download() {
+	local tmp=$1
+	command -v mvn >/dev/null || { rm -rf "$tmp"; die "mvn not found: install Maven (apt-get install maven)"; }
 	# sed: Maven 3.8 prints colour resets even in batch mode.
 	if ! mvn -q -B -f "$pom" -Dkafka.version="$version" \
-		dependency:copy-dependencies -DincludeScope=runtime -DoutputDirectory="$tmp/libs" 2>&1 |
+		dependency:copy-dependencies -DincludeScope=runtime -DoutputDirectory="$tmp/out" 2>&1 |
 		sed 's/\x1b\[[0-9;]*m//g' >&2; then
 		rm -rf "$tmp"
 		die "maven could not fetch kafka $version"
 	fi
-	[[ -f $tmp/libs/kafka_2.13-$version.jar ]] || { rm -rf "$tmp"; die "kafka_2.13-$version.jar missing after fetch"; }
-	touch "$tmp/libs/.complete"
-	rm -rf "$libs"
-	mkdir -p "$(dirname "$libs")"
-	mv "$tmp/libs" "$libs"
-	rm -rf "$tmp"
+	[[ -f $tmp/out/kafka_2.13-$version.jar ]] || { rm -rf "$tmp"; die "kafka_2.13-$version.jar missing after fetch"; }
 }
 
 check_java() {
@@ -96,28 +68,6 @@ check_java() {
 	v=$("$java" -version 2>&1 | sed -n 's/.*version "\([^"]*\)".*/\1/p' | head -1)
 	major=${v%%.*}
 	[[ $major =~ ^[0-9]+$ ]] && ((major >= 17)) || die "java $v found: Kafka $version needs Java 17+ (set JAVA_HOME)"
-}
-
-# alive tells whether pid is a broker of this state dir that has not fully
-# exited. A zombie has closed its sockets, so it is not alive; a process in
-# the middle of exiting has dropped its cmdline but may still hold the ports,
-# so it is. A recycled pid (another cmdline) is not ours.
-alive() {
-	local pid=$1 stat st cmd
-	stat=$(cat "/proc/$pid/stat" 2>/dev/null) || return 1
-	st=${stat##*) }
-	st=${st%% *}
-	[[ $st != Z && $st != X ]] || return 1
-	cmd=$(tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null) || return 1
-	[[ -z $cmd || $cmd == *"$props"* ]]
-}
-
-running_pid() {
-	[[ -f $pidfile ]] || return 1
-	local pid
-	pid=$(<"$pidfile")
-	[[ $pid =~ ^[0-9]+$ ]] && alive "$pid" || return 1
-	echo "$pid"
 }
 
 # probe sends a Metadata v4 request (no topics) and succeeds when the answer
@@ -137,10 +87,6 @@ probe() {
 	(($# == 16)) || return 1
 	[[ "$5 $6 $7 $8" == "0 0 0 7" ]] || return 1
 	(((${13} << 24 | ${14} << 16 | ${15} << 8 | ${16}) >= 1))
-}
-
-port_taken() {
-	timeout 1 bash -c 'exec 3<>"/dev/tcp/127.0.0.1/$1"' taken "$1" 2>/dev/null
 }
 
 write_config() {
@@ -217,32 +163,13 @@ running_version() {
 	tail -c +$((from + 1)) "$logfile" 2>/dev/null | sed -n 's/.*Kafka version: \([^ ]*\).*/\1/p' | tail -1
 }
 
-up() {
+prepare() {
 	[[ -f $libs/.complete ]] || fetch
 	check_java
-	lock
-	local pid
-	if pid=$(running_pid); then
-		if probe; then
-			say "kafka $(running_version) already up on 127.0.0.1:$port (pid $pid)"
-			return
-		fi
-		say "kafka (pid $pid) is running but not answering yet; waiting"
-		wait_ready "$pid" 0 "log: $logfile"
-		say "kafka $(running_version) up on 127.0.0.1:$port (pid $pid)"
-		return
-	fi
-	rm -f "$pidfile"
-	port_taken "$port" && die "port $port is taken by another process (set KAFKA_PORT)"
-	port_taken "$cport" && die "controller port $cport is taken by another process (set KAFKA_CONTROLLER_PORT)"
+}
+
+launch() {
 	write_config
-	if [[ -f $logfile ]] && (($(stat -c %s "$logfile") > 50 << 20)); then
-		mv -f "$logfile" "$logfile.1"
-	fi
-	touch "$logfile"
-	local offset t0
-	offset=$(stat -c %s "$logfile")
-	t0=$(date +%s%N)
 	format_once
 	echo "=== kafka.sh up $(date -Is) ===" >>"$logfile"
 	# setsid: the broker must not die with the shell or make recipe that
@@ -252,25 +179,6 @@ up() {
 	setsid "$java" $heap -XX:+UseG1GC -XX:MaxGCPauseMillis=20 -Djava.awt.headless=true \
 		-Dlog4j2.configurationFile="$state/log4j2.properties" \
 		-cp "$libs/*" kafka.Kafka "$props" >>"$logfile" 2>&1 </dev/null 8>&- 9>&- &
-	pid=$!
-	echo "$pid" >"$pidfile"
-	wait_ready "$pid" "$offset" "log: $logfile"
-	local ms=$((($(date +%s%N) - t0) / 1000000))
-	say "kafka $(running_version "$offset") up on 127.0.0.1:$port (pid $pid, state $state, ${ms} ms)"
-}
-
-status() {
-	local pid
-	if pid=$(running_pid); then
-		if probe; then
-			echo "up: kafka $(running_version) on 127.0.0.1:$port (pid $pid, state $state)"
-			return 0
-		fi
-		echo "running but not answering: pid $pid on 127.0.0.1:$port (log $logfile)"
-		return 1
-	fi
-	echo "down: 127.0.0.1:$port (state $state)"
-	return 3
 }
 
 show_version() {
@@ -282,14 +190,4 @@ show_version() {
 	fi
 }
 
-cmd=${1:-}
-shift || true
-case $cmd in
-fetch) fetch ;;
-up) up ;;
-down) down ;;
-restart) restart "$@" ;;
-status) status ;;
-version) show_version ;;
-*) usage ;;
-esac
+main "$@"

@@ -37,26 +37,13 @@ import (
 
 // config is the command line.
 type config struct {
-	loadcli.Load
-	URL     string
-	Keys    []string
-	Project string // id (prj_…) or name
-	Sample  int    // every Sample-th publish of each client is sampled for visibility
-	Poll    time.Duration
-	Quiet   bool // no progress line
+	loadcli.Command
+	Sample int // every Sample-th publish of each client is sampled for visibility
+	Poll   time.Duration
 }
 
 func (c *config) validate() error {
-	var errs []error
-	if err := loadcli.LoopbackURL(c.URL); err != nil {
-		errs = append(errs, fmt.Errorf("-url: %w", err))
-	}
-	if len(c.Keys) == 0 {
-		errs = append(errs, errors.New("-key: at least one API key with exec:workflows is required"))
-	}
-	if err := c.Load.Validate(); err != nil {
-		errs = append(errs, err)
-	}
+	errs := []error{c.Command.Validate("at least one API key with exec:workflows is required")}
 	if c.Sample < 1 {
 		errs = append(errs, fmt.Errorf("-sample %d: must be at least 1", c.Sample))
 	}
@@ -71,26 +58,17 @@ func main() { os.Exit(eventload()) }
 // eventload runs the command and returns its exit code (after the -self node stopped).
 func eventload() int {
 	var cfg config
-	var keys string
-	flag.StringVar(&cfg.URL, "url", "http://127.0.0.1:8080", "base URL of a carehub node with the api role (loopback only)")
-	flag.StringVar(&keys, "key", os.Getenv("CAREHUB_KEY"), "API key(s) with exec:workflows, comma-separated (default $CAREHUB_KEY)")
-	flag.StringVar(&cfg.Project, "project", "Sepsis Early Warning", "project id (prj_…) or name to publish into")
-	flag.IntVar(&cfg.Clients, "c", 4, "concurrent publishing clients")
-	flag.DurationVar(&cfg.Duration, "d", 10*time.Second, "length of the publishing phase")
-	flag.Float64Var(&cfg.Rate, "rate", 0, "target publishes per second over all clients (0: as fast as they go)")
-	flag.IntVar(&cfg.Max, "max", 0, "stop after this many publish calls (0: the duration alone bounds the run)")
+	cfg.Flags(flag.CommandLine, loadcli.Help{
+		Key:   "API key(s) with exec:workflows, comma-separated",
+		Rate:  "target publishes per second over all clients (0: as fast as they go)",
+		Batch: "events per call: 1 uses GraphQL publishEvent, 2..1000 an array to POST /v1/events",
+		Drain: "after publishing, how long to wait for the log to catch up",
+	})
 	flag.IntVar(&cfg.Sample, "sample", 20, "sample every n-th publish of each client for publish → visible latency")
 	flag.DurationVar(&cfg.Poll, "poll", 25*time.Millisecond, "pause between two reads of GET /v1/events (the visibility measurement's resolution)")
-	flag.DurationVar(&cfg.Drain, "drain", 30*time.Second, "after publishing, how long to wait for the log to catch up")
-	flag.IntVar(&cfg.Payload, "payload", 0, "extra bytes of filler in each event's payload")
-	flag.IntVar(&cfg.Batch, "batch", 1, "events per call: 1 uses GraphQL publishEvent, 2..1000 an array to POST /v1/events")
-	jsonOut := flag.String("json", "", "also write the report as JSON to this file (- for stdout)")
-	results := flag.String("results", "", "write the report (JSON, PNG chart, HTML page) under this directory")
-	flag.BoolVar(&cfg.Quiet, "quiet", false, "no progress line on stderr")
 	self := flag.Bool("self", false, "start a carehub node in this process (embedded defaults, data under a new directory in /tmp, removed after) with keys of its own, and load it (-url and -key are ignored)")
 	suite := flag.Bool("suite", false, "run the event pipeline's figures one after another, each for -d: publish → log at 10/s, single publishEvent unpaced and at 80 %, arrays of 1,000 unpaced and at 80 % (-c, -rate, -sample, -batch are set per run)")
-	flag.Parse()
-	cfg.Keys = loadcli.Keys(keys)
+	cfg.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if *self {
@@ -126,7 +104,7 @@ func eventload() int {
 		}
 	}
 	if rep != nil {
-		if ferr := loadcli.Finish(rep, *jsonOut, *results, loadreport.Report{Scenario: scenario, Started: started, Unit: "events/s",
+		if ferr := loadcli.Finish(rep, cfg.JSON, cfg.Results, loadreport.Report{Scenario: scenario, Started: started, Unit: "events/s",
 			LagName: "samples not yet in the log", Series: series}); ferr != nil && err == nil {
 			err = ferr
 		}
@@ -284,7 +262,7 @@ func run(ctx context.Context, cfg config, logw io.Writer) (*report, error) {
 						sm.sent = time.Time{} // not published: never to be seen
 						mu.Unlock()
 					}
-					loadcli.Sleep(loadCtx, max(wait, 100*time.Millisecond))
+					pipelinetest.Sleep(loadCtx, max(wait, 100*time.Millisecond))
 					continue
 				}
 				if err != nil {
@@ -295,7 +273,7 @@ func run(ctx context.Context, cfg config, logw io.Writer) (*report, error) {
 						sm.sent = time.Time{}
 						mu.Unlock()
 					}
-					loadcli.Sleep(loadCtx, 50*time.Millisecond)
+					pipelinetest.Sleep(loadCtx, 50*time.Millisecond)
 					continue
 				}
 				published.Add(int64(cfg.Batch))
@@ -374,7 +352,7 @@ func run(ctx context.Context, cfg config, logw io.Writer) (*report, error) {
 				}
 				mu.Unlock()
 			}
-			loadcli.Sleep(ctx, cfg.Poll)
+			pipelinetest.Sleep(ctx, cfg.Poll)
 		}
 	}()
 
@@ -437,7 +415,7 @@ func run(ctx context.Context, cfg config, logw io.Writer) (*report, error) {
 		if err == nil && inLog >= rep.Published || time.Now().After(deadline) || ctx.Err() != nil {
 			break
 		}
-		loadcli.Sleep(ctx, 250*time.Millisecond)
+		pipelinetest.Sleep(ctx, 250*time.Millisecond)
 	}
 	rep.InLog = inLog
 	switch {

@@ -23,11 +23,9 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"os/signal"
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"carehub/api/pipelinetest"
@@ -37,70 +35,30 @@ import (
 
 // config is the command line.
 type config struct {
-	loadcli.Load
-	URL     string
-	Keys    []string
-	Project string // id (prj_…) or name
-	Listen  string // the receiver's address (loopback)
-	Quiet   bool   // no progress line
+	loadcli.Command
+	Listen string // the receiver's address (loopback)
 }
 
 func (c *config) validate() error {
-	var errs []error
-	if err := loadcli.LoopbackURL(c.URL); err != nil {
-		errs = append(errs, fmt.Errorf("-url: %w", err))
-	}
+	errs := []error{c.Command.Validate("at least one API key (the first with admin:org, all with exec:workflows) is required")}
 	if host, _, err := net.SplitHostPort(c.Listen); err != nil {
 		errs = append(errs, fmt.Errorf("-listen %q: %w", c.Listen, err))
 	} else if err := loadcli.LoopbackHost(host); err != nil {
 		errs = append(errs, fmt.Errorf("-listen: %w", err))
-	}
-	if len(c.Keys) == 0 {
-		errs = append(errs, errors.New("-key: at least one API key (the first with admin:org, all with exec:workflows) is required"))
-	}
-	if err := c.Load.Validate(); err != nil {
-		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
 }
 
 func main() {
 	var cfg config
-	var keys string
-	flag.StringVar(&cfg.URL, "url", "http://127.0.0.1:8080", "base URL of a carehub node with the api role (loopback only)")
-	flag.StringVar(&keys, "key", os.Getenv("CAREHUB_KEY"), "API key(s), comma-separated: the first with admin:org, all with exec:workflows (default $CAREHUB_KEY)")
-	flag.StringVar(&cfg.Project, "project", "Sepsis Early Warning", "project id (prj_…) or name to publish into")
+	cfg.Flags(flag.CommandLine, loadcli.Help{
+		Key:   "API key(s), comma-separated: the first with admin:org, all with exec:workflows",
+		Rate:  "target publish calls per second over all clients (0: as fast as they go)",
+		Batch: "events per POST /v1/events call (1..1000)",
+		Drain: "after publishing, how long to wait for the deliveries to catch up",
+	})
 	flag.StringVar(&cfg.Listen, "listen", "127.0.0.1:0", "address of the webhook receiver (loopback; port 0 picks one)")
-	flag.IntVar(&cfg.Clients, "c", 4, "concurrent publishing clients")
-	flag.DurationVar(&cfg.Duration, "d", 10*time.Second, "length of the publishing phase")
-	flag.Float64Var(&cfg.Rate, "rate", 0, "target publish calls per second over all clients (0: as fast as they go)")
-	flag.IntVar(&cfg.Max, "max", 0, "stop after this many publish calls (0: the duration alone bounds the run)")
-	flag.IntVar(&cfg.Batch, "batch", 1, "events per POST /v1/events call (1..1000)")
-	flag.DurationVar(&cfg.Drain, "drain", 30*time.Second, "after publishing, how long to wait for the deliveries to catch up")
-	flag.IntVar(&cfg.Payload, "payload", 0, "extra bytes of filler in each event's payload")
-	jsonOut := flag.String("json", "", "also write the report as JSON to this file (- for stdout)")
-	results := flag.String("results", "", "write the report (JSON, PNG chart, HTML page) under this directory")
-	flag.BoolVar(&cfg.Quiet, "quiet", false, "no progress line on stderr")
-	flag.Parse()
-	cfg.Keys = loadcli.Keys(keys)
-	if err := cfg.validate(); err != nil {
-		fmt.Fprintln(os.Stderr, "webhookload:", err)
-		os.Exit(2)
-	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	started := time.Now()
-	rep, err := run(ctx, cfg, os.Stderr)
-	if rep != nil {
-		if ferr := loadcli.Finish(rep, *jsonOut, *results, loadreport.Report{Scenario: "webhooks", Started: started, Unit: unit,
-			LagName: lagName, Series: rep.Series}); ferr != nil && err == nil {
-			err = ferr
-		}
-	}
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "webhookload:", err)
-		os.Exit(1)
-	}
+	loadcli.Main(&cfg.Command, "webhookload", cfg.validate, func(ctx context.Context) (*report, error) { return run(ctx, cfg, os.Stderr) })
 }
 
 // What the progress line and the report's series count.
@@ -206,13 +164,13 @@ func run(ctx context.Context, cfg config, logw io.Writer) (*report, error) {
 				if wait, ok := refusal(err); ok {
 					refused.Add(1)
 					rec.Refuse(1)
-					loadcli.Sleep(loadCtx, max(wait, 100*time.Millisecond))
+					pipelinetest.Sleep(loadCtx, max(wait, 100*time.Millisecond))
 					continue
 				}
 				if err != nil {
 					failed.Add(1)
 					firstErr.CompareAndSwap(nil, err.Error())
-					loadcli.Sleep(loadCtx, 50*time.Millisecond)
+					pipelinetest.Sleep(loadCtx, 50*time.Millisecond)
 					continue
 				}
 				calls.Add(1)
@@ -225,7 +183,7 @@ func run(ctx context.Context, cfg config, logw io.Writer) (*report, error) {
 	fmt.Fprintf(logw, "webhookload: publishing ended after %v; waiting up to %v for the deliveries\n", elapsed.Round(time.Millisecond), cfg.Drain)
 	drainEnd := time.Now().Add(cfg.Drain)
 	for tr.lag() > 0 && time.Now().Before(drainEnd) && ctx.Err() == nil {
-		loadcli.Sleep(ctx, 50*time.Millisecond)
+		pipelinetest.Sleep(ctx, 50*time.Millisecond)
 	}
 	delivering := time.Since(began)
 	rep.Series = rec.Stop()
@@ -294,6 +252,11 @@ type report struct {
 	// Series is the run second by second (deliveries/s, publish → delivered latency, events
 	// published and not yet delivered, refused calls), for loadtest/report's chart.
 	Series []loadreport.Point `json:"-"`
+}
+
+// Chart is what loadtest/report charts of the run.
+func (r *report) Chart() loadreport.Report {
+	return loadreport.Report{Scenario: "webhooks", Unit: unit, LagName: lagName, Series: r.Series}
 }
 
 func (r *report) Print(w io.Writer) {

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"carehub/loadtest/loadcli"
+	"carehub/loadtest/loadcli/loadclitest"
 	"carehub/processors/webhooks"
 )
 
@@ -118,33 +119,16 @@ func TestTrackerRefusesBadDeliveries(t *testing.T) {
 
 func TestValidate(t *testing.T) {
 	ok := func() config {
-		return config{URL: "http://127.0.0.1:8080", Keys: []string{"chk_live_x"}, Listen: "127.0.0.1:0",
-			Load: loadcli.Load{Clients: 4, Duration: 10 * time.Second, Drain: 30 * time.Second, Batch: 1}}
+		return config{Listen: "127.0.0.1:0", Command: loadcli.Command{URL: "http://127.0.0.1:8080", Keys: []string{"chk_live_x"},
+			Load: loadcli.Load{Clients: 4, Duration: 10 * time.Second, Drain: 30 * time.Second, Batch: 1}}}
 	}
-	cases := []struct {
-		name string
-		edit func(*config)
-		want string // "" for valid
-	}{
-		{"defaults", func(*config) {}, ""},
-		{"ipv6 receiver", func(c *config) { c.Listen = "[::1]:9000" }, ""},
-		{"remote url", func(c *config) { c.URL = "http://10.0.0.5:8080" }, "-url"},
-		{"receiver on every interface", func(c *config) { c.Listen = ":9000" }, "-listen"},
-		{"remote receiver", func(c *config) { c.Listen = "10.0.0.5:9000" }, "-listen"},
-		{"load bounds", func(c *config) { c.Batch = 0 }, "-batch"},
-		{"no key", func(c *config) { c.Keys = nil }, "-key"},
-	}
-	for _, tc := range cases {
-		t.Run(tc.name, func(t *testing.T) {
-			c := ok()
-			tc.edit(&c)
-			err := c.validate()
-			switch {
-			case tc.want == "" && err != nil:
-				t.Fatalf("want valid, got %v", err)
-			case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
-				t.Fatalf("want an error naming %q, got %v", tc.want, err)
-			}
-		})
-	}
+	loadclitest.Validate(t, ok, (*config).validate, []loadclitest.Case[config]{
+		{Name: "defaults", Edit: func(*config) {}},
+		{Name: "ipv6 receiver", Edit: func(c *config) { c.Listen = "[::1]:9000" }},
+		{Name: "remote url", Edit: func(c *config) { c.URL = "http://10.0.0.5:8080" }, Want: "-url"},
+		{Name: "receiver on every interface", Edit: func(c *config) { c.Listen = ":9000" }, Want: "-listen"},
+		{Name: "remote receiver", Edit: func(c *config) { c.Listen = "10.0.0.5:9000" }, Want: "-listen"},
+		{Name: "load bounds", Edit: func(c *config) { c.Batch = 0 }, Want: "-batch"},
+		{Name: "no key", Edit: func(c *config) { c.Keys = nil }, Want: "-key"},
+	})
 }

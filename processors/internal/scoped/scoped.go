@@ -74,3 +74,83 @@ func ProjectOrg(ctx context.Context, q Querier, p *access.Principal, projectID s
 	}
 	return orgID, nil
 }
+
+// BatchSender is a pool (or a connection): what sends a batch in one round trip.
+type BatchSender interface {
+	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
+}
+
+// InProject returns the rows of table in project projectID that the caller can see, read into T
+// by name, in one round trip with the check that the caller sees the project: a project it
+// cannot see is fault.NotFound("project", projectID). rest follows `where project_id = $1 and
+// Org`: more conditions, the order and the limit, with args bound from $3.
+func InProject[T any](ctx context.Context, b BatchSender, columns, table, projectID, rest string, args ...any) ([]T, error) {
+	p, err := access.Caller(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var exists bool
+	var out []T
+	batch := &pgx.Batch{}
+	batch.Queue(`select exists(select 1 from projects where id = $1 and `+Org+`)`, projectID, p.OrgFilter()).
+		QueryRow(func(row pgx.Row) error { return row.Scan(&exists) })
+	batch.Queue(`select `+columns+` from `+table+` where project_id = $1 and `+Org+` `+rest,
+		append([]any{projectID, p.OrgFilter()}, args...)...).Query(func(rows pgx.Rows) error {
+		var err error
+		out, err = pgx.CollectRows(rows, pgx.RowToStructByName[T])
+		return err
+	})
+	if err := b.SendBatch(ctx, batch).Close(); err != nil {
+		return nil, fmt.Errorf("%s of %s: %w", table, projectID, err)
+	}
+	if !exists {
+		return nil, fault.NotFound("project", projectID)
+	}
+	return out, nil
+}
+
+// Grouped returns the rows of table that the caller can see whose column (project_id, org_id)
+// is among keys, grouped by it with key (a batched loader); order is the order by clause within
+// a group. by names the column in errors ("project").
+func Grouped[T any](ctx context.Context, q Querier, columns, table, column, by string, keys []string, order string,
+	key func(*T) string) (map[string][]T, error) {
+	p, err := access.Caller(ctx)
+	if err != nil {
+		return nil, err
+	}
+	rows, _ := q.Query(ctx, `select `+columns+` from `+table+` where `+column+` = any($1) and `+Org+` order by `+order, keys, p.OrgFilter())
+	list, err := pgx.CollectRows(rows, pgx.RowToStructByName[T])
+	if err != nil {
+		return nil, fmt.Errorf("%s by %s: %w", table, by, err)
+	}
+	return Group(list, key), nil
+}
+
+// LatestPer returns, for each row of parent among ids that the caller can see, at most limit of
+// its rows in table (those whose fk is the parent's id) in order, which names the child's
+// columns as c.column ("c.started_at desc, c.id desc"): a batched loader's lateral join. what
+// names the read in errors ("sessions by agent").
+func LatestPer[T any](ctx context.Context, q Querier, columns, table, fk, parent, what string, ids []string, order string, limit int) ([]T, error) {
+	p, err := access.Caller(ctx)
+	if err != nil {
+		return nil, err
+	}
+	rows, _ := q.Query(ctx, `select c.* from `+parent+` p cross join lateral (
+	select `+columns+` from `+table+` c where c.`+fk+` = p.id order by `+order+` limit $3
+) c where p.id = any($1) and ($2 = '' or p.org_id = $2)`, ids, p.OrgFilter(), limit)
+	list, err := pgx.CollectRows(rows, pgx.RowToStructByName[T])
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", what, err)
+	}
+	return list, nil
+}
+
+// Group groups list by key, in list's order.
+func Group[T any](list []T, key func(*T) string) map[string][]T {
+	out := make(map[string][]T)
+	for i := range list {
+		k := key(&list[i])
+		out[k] = append(out[k], list[i])
+	}
+	return out
+}
