@@ -1,6 +1,7 @@
 package ws
 
 import (
+	"carehub/internal/testenv"
 	"context"
 	"encoding/json"
 	"errors"
@@ -70,10 +71,10 @@ func TestSlowConsumerIsClosed(t *testing.T) {
 			slow.send(wireMsg{ID: "slow", Type: start, Payload: opPayload(t,
 				`subscription { ticks(n: 1000000000, padBytes: 32768) { n pad } }`, nil)})
 
-			waitFor(t, 10*time.Second, "the slow consumer to be closed", func() bool {
+			testenv.Eventually(t, 10*time.Second, "the slow consumer to be closed", func() bool {
 				return ts.metric(t, "carehub_ws_slow_consumer_closes_total", "") == 1
 			})
-			waitFor(t, 5*time.Second, "the slow client's source to stop", func() bool {
+			testenv.Eventually(t, 5*time.Second, "the slow client's source to stop", func() bool {
 				// The fast client's source may still run; the slow one's must not.
 				return ts.root.active.Load() <= 1
 			})
@@ -118,7 +119,7 @@ func TestSlowConsumerIsClosed(t *testing.T) {
 				t.Fatalf("slow client received %d results; the server buffered without bound", received)
 			}
 			t.Logf("slow client received %d results before 4008", received)
-			waitFor(t, 5*time.Second, "the slow socket to be gone", func() bool {
+			testenv.Eventually(t, 5*time.Second, "the slow socket to be gone", func() bool {
 				return ts.metric(t, "carehub_ws_connections", proto) == 0
 			})
 		})

@@ -294,17 +294,6 @@ func (ts *testServer) dial(t *testing.T, ctx context.Context, authorization stri
 	return c
 }
 
-func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", timeout, what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
 // testLogger logs through t until the test's cleanup ends, and drops lines after that.
 func testLogger(t *testing.T) *slog.Logger {
 	w := &testWriter{t: t}

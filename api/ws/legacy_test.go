@@ -1,6 +1,7 @@
 package ws
 
 import (
+	"carehub/internal/testenv"
 	"encoding/json"
 	"fmt"
 	"strings"
@@ -78,7 +79,7 @@ func TestLegacyStop(t *testing.T) {
 			t.Fatalf("unexpected %s id=%q after stop", m.Type, m.ID)
 		}
 	}
-	waitFor(t, 5*time.Second, "the ticks source to stop", func() bool { return ts.root.active.Load() == 0 })
+	testenv.Eventually(t, 5*time.Second, "the ticks source to stop", func() bool { return ts.root.active.Load() == 0 })
 	// Nothing more for s: the next message is the answer to the next operation.
 	time.Sleep(100 * time.Millisecond)
 	c.send(wireMsg{ID: "q", Type: "start", Payload: opPayload(t, `{ hello }`, nil)})
@@ -157,7 +158,7 @@ func TestLegacyDuplicateIDReplacesOperation(t *testing.T) {
 	if seconds != 2 {
 		t.Fatalf("%d results of the replacing operation, want 2", seconds)
 	}
-	waitFor(t, 5*time.Second, "the replaced source to stop", func() bool { return ts.root.active.Load() == 0 })
+	testenv.Eventually(t, 5*time.Second, "the replaced source to stop", func() bool { return ts.root.active.Load() == 0 })
 }
 
 func TestLegacyStartBeforeInit(t *testing.T) {

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"carehub/api/ws/wstest"
+	"carehub/internal/testenv"
 )
 
 // TestNodeClients runs graphql-ws's createClient and subscriptions-transport-ws's
@@ -39,7 +40,7 @@ func TestNodeClients(t *testing.T) {
 				t.Fatalf("first result %s, want tick 1 for alice", r.Sample)
 			}
 			// The client's complete (stop) ended the server's operation and source.
-			waitFor(t, 5*time.Second, "the endless source to be stopped by the client", func() bool {
+			testenv.Eventually(t, 5*time.Second, "the endless source to be stopped by the client", func() bool {
 				return ts.root.active.Load() == 0 && ts.metric(t, "carehub_ws_operations", "") == 0
 			})
 		})

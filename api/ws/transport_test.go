@@ -14,6 +14,7 @@ import (
 	"github.com/coder/websocket"
 
 	"carehub/api/ws/wstest"
+	"carehub/internal/testenv"
 )
 
 const tp = ProtocolTransportWS
@@ -128,7 +129,7 @@ func TestTransportManyOperationsPerSocket(t *testing.T) {
 			t.Fatalf("op%d ended with %v, want complete", i, err)
 		}
 	}
-	waitFor(t, 5*time.Second, "active operations to drop to 0", func() bool {
+	testenv.Eventually(t, 5*time.Second, "active operations to drop to 0", func() bool {
 		return ts.metric(t, "carehub_ws_operations", tp) == 0
 	})
 	if sent := ts.metric(t, "carehub_ws_messages_sent_total", tp); sent < ops*(ticks+1) {
@@ -144,7 +145,7 @@ func TestTransportClientCompleteStopsOperation(t *testing.T) {
 	c.expect("next", "s")
 	c.expect("next", "s")
 	c.send(wireMsg{ID: "s", Type: "complete"})
-	waitFor(t, 5*time.Second, "the ticks source to stop", func() bool { return ts.root.active.Load() == 0 })
+	testenv.Eventually(t, 5*time.Second, "the ticks source to stop", func() bool { return ts.root.active.Load() == 0 })
 
 	// At most a message already in flight may still arrive; then nothing, and no complete.
 	c.send(wireMsg{Type: "ping"})
@@ -345,7 +346,7 @@ func TestKeepAliveDropsUnresponsivePeer(t *testing.T) {
 				t.Fatal("connection not counted")
 			}
 			// The client stops reading, so pings go unanswered.
-			waitFor(t, 5*time.Second, "the server to drop the silent peer", func() bool {
+			testenv.Eventually(t, 5*time.Second, "the server to drop the silent peer", func() bool {
 				return ts.metric(t, "carehub_ws_connections", proto) == 0
 			})
 		})
@@ -421,12 +422,12 @@ func TestCloseCancelsOperations(t *testing.T) {
 			for i := range 5 {
 				c.send(wireMsg{ID: fmt.Sprint(i), Type: start, Payload: opPayload(t, `subscription { ticks(n: 1000000, intervalMs: 10) { n } }`, nil)})
 			}
-			waitFor(t, 5*time.Second, "5 running sources", func() bool { return ts.root.active.Load() == 5 })
+			testenv.Eventually(t, 5*time.Second, "5 running sources", func() bool { return ts.root.active.Load() == 5 })
 			if got := ts.metric(t, "carehub_ws_operations", proto); got != 5 {
 				t.Fatalf("carehub_ws_operations = %v, want 5", got)
 			}
 			c.close()
-			waitFor(t, 5*time.Second, "sources and operations to stop", func() bool {
+			testenv.Eventually(t, 5*time.Second, "sources and operations to stop", func() bool {
 				return ts.root.active.Load() == 0 && ts.metric(t, "carehub_ws_operations", proto) == 0 &&
 					ts.metric(t, "carehub_ws_connections", proto) == 0
 			})
@@ -449,7 +450,7 @@ func TestShutdownClosesSockets(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Fatalf("shutdown: %v", err)
 	}
-	waitFor(t, 2*time.Second, "sources to stop", func() bool { return ts.root.active.Load() == 0 })
+	testenv.Eventually(t, 2*time.Second, "sources to stop", func() bool { return ts.root.active.Load() == 0 })
 	// New sockets are refused.
 	ctx, cancel := context.WithTimeout(context.Background(), ioTimeout)
 	defer cancel()
@@ -525,7 +526,7 @@ func TestCredentialExpiryClosesSocket(t *testing.T) {
 			start := map[string]string{ProtocolTransportWS: "subscribe", ProtocolLegacy: "start"}[proto]
 			c.send(wireMsg{ID: "s", Type: start, Payload: opPayload(t, `subscription { ticks(n: 1000000, intervalMs: 20) { n } }`, nil)})
 			c.expectClose(CloseForbidden, "Forbidden: credential expired")
-			waitFor(t, 2*time.Second, "the source to stop", func() bool { return ts.root.active.Load() == 0 })
+			testenv.Eventually(t, 2*time.Second, "the source to stop", func() bool { return ts.root.active.Load() == 0 })
 		})
 	}
 }
@@ -549,12 +550,12 @@ func TestWithdrawnCredentialClosesSocket(t *testing.T) {
 				sockets[who] = c
 			}
 			// Re-checks run and find nothing wrong: both sockets keep delivering.
-			waitFor(t, 5*time.Second, "re-checks", func() bool { return ts.exec.rechecks.Load() >= 4 })
+			testenv.Eventually(t, 5*time.Second, "re-checks", func() bool { return ts.exec.rechecks.Load() >= 4 })
 			sockets["alice"].expect(next, "s")
 
 			ts.exec.withdrawn.Store("alice", struct{}{})
 			sockets["alice"].expectClose(CloseForbidden, "Forbidden: credential no longer valid")
-			waitFor(t, 2*time.Second, "alice's source to stop", func() bool { return ts.root.active.Load() == 1 })
+			testenv.Eventually(t, 2*time.Second, "alice's source to stop", func() bool { return ts.root.active.Load() == 1 })
 			for range 3 {
 				sockets["bob"].expect(next, "s")
 			}
@@ -610,7 +611,7 @@ func testWSTestClient(t *testing.T, dial func(ctx context.Context, url, authoriz
 	}
 	for range endless { // closes promptly, pending results dropped
 	}
-	waitFor(t, 2*time.Second, "the source to stop", func() bool { return ts.root.active.Load() == 0 })
+	testenv.Eventually(t, 2*time.Second, "the source to stop", func() bool { return ts.root.active.Load() == 0 })
 
 	bad, err := client.Subscribe(ctx, "bad", `subscription { nope }`, nil)
 	if err != nil {

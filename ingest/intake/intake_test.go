@@ -14,6 +14,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 
 	"carehub/ingest/intake"
+	"carehub/internal/testenv"
 	"carehub/kernel/access"
 	"carehub/kernel/fault"
 	obs "carehub/processors/observations"
@@ -590,13 +591,7 @@ func TestBackpressureByTime(t *testing.T) {
 
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	testenv.Eventually(t, 30*time.Second, what, cond)
 }
 
 // TestConcurrentRequests ingests from many goroutines at once (more than there are producers):

@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"carehub/ingest/outbox"
+	"carehub/internal/testenv"
 	"carehub/storage/postgres/pgtest"
 )
 
@@ -73,13 +74,7 @@ func async(f func() error) chan error {
 
 func waitUntil(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting until %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	testenv.Eventually(t, 30*time.Second, what, cond)
 }
 
 func msg(id string) outbox.Message {

@@ -19,6 +19,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"carehub/ingest/outbox"
+	"carehub/internal/testenv"
 	"carehub/kernel/events"
 	"carehub/storage"
 	"carehub/storage/kafka"
@@ -173,13 +174,7 @@ func unsent(t *testing.T, pool *pgxpool.Pool) int {
 // waitFor polls cond until it holds, failing after a timeout.
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(60 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	testenv.Eventually(t, 60*time.Second, what, cond)
 }
 
 func TestRelayPublishesInOrderAndMarksSent(t *testing.T) {

@@ -10,6 +10,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"carehub/internal/testenv"
 	"carehub/kernel/access"
 	"carehub/kernel/fault"
 	"carehub/processors/audit"
@@ -55,13 +56,7 @@ func runWriterWith(t *testing.T, cfg audit.WriterConfig) {
 
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	testenv.Eventually(t, 30*time.Second, what, cond)
 }
 
 func count(t *testing.T, log storage.AuditLog, q storage.AuditQuery) int64 {

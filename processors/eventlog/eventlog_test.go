@@ -16,6 +16,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"carehub/internal/testenv"
 	"carehub/kernel/events"
 	"carehub/processors/eventlog"
 	"carehub/storage"
@@ -168,13 +169,7 @@ func start(t *testing.T, e env, store storage.EventLog, mod func(*eventlog.Confi
 
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(90 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(25 * time.Millisecond)
-	}
+	testenv.Eventually(t, 90*time.Second, what, cond)
 }
 
 // caughtUp reports whether the group has committed the end of every partition of the topic.

@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"carehub/internal/testenv"
 	obs "carehub/processors/observations"
 	"carehub/schemas/kafka/observation"
 	"carehub/storage"
@@ -147,13 +148,7 @@ func (r *running) counter(t *testing.T, name string, labels ...string) float64 {
 
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(60 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	testenv.Eventually(t, 60*time.Second, what, cond)
 }
 
 // events waits until e's events topic holds a committed device.observation_received event of

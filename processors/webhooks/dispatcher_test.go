@@ -13,6 +13,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kadm"
 
+	"carehub/internal/testenv"
 	"carehub/kernel/events"
 	"carehub/storage"
 	"carehub/storage/kafka/kafkatest"
@@ -177,7 +178,7 @@ func TestTenFailuresPauseAndResumeDeliversEverythingInOrder(t *testing.T) {
 	}
 	d := f.start(func(c *DispatcherConfig) { c.Schedule = oneShotSchedule })
 
-	eventually(t, 20*time.Second, "the subscription to pause", func() bool { return f.get(sub.ID).Status == StatusPaused })
+	testenv.Eventually(t, 20*time.Second, "the subscription to pause", func() bool { return f.get(sub.ID).Status == StatusPaused })
 	got := f.get(sub.ID)
 	if got.FailureCount != PauseAfter {
 		t.Errorf("failureCount = %d, want %d", got.FailureCount, PauseAfter)
@@ -207,7 +208,7 @@ func TestTenFailuresPauseAndResumeDeliversEverythingInOrder(t *testing.T) {
 	for i := range 3 {
 		evs = append(evs, f.publish("device.observation_received", map[string]int{"n": 15 + i}))
 	}
-	eventually(t, 20*time.Second, "deliveries recorded while paused", func() bool { return len(f.deliveries(sub.ID)) == 18 })
+	testenv.Eventually(t, 20*time.Second, "deliveries recorded while paused", func() bool { return len(f.deliveries(sub.ID)) == 18 })
 	quiet(t, d, rc, 3)
 
 	close(healthy)
@@ -219,7 +220,7 @@ func TestTenFailuresPauseAndResumeDeliversEverythingInOrder(t *testing.T) {
 	if ids := requestIDs(reqs[PauseAfter:]); !slices.Equal(ids, eventIDs(evs)) {
 		t.Errorf("after resume delivered\n%v\nwant every event in order\n%v", ids, eventIDs(evs))
 	}
-	eventually(t, 20*time.Second, "every delivery to succeed", func() bool {
+	testenv.Eventually(t, 20*time.Second, "every delivery to succeed", func() bool {
 		for _, r := range f.deliveries(sub.ID) {
 			if r.Status != DeliverySucceeded {
 				return false
@@ -253,7 +254,7 @@ func TestGoneDisablesTheSubscription(t *testing.T) {
 	first := evs[0]
 	d := f.start()
 
-	eventually(t, 20*time.Second, "the subscription to be disabled", func() bool { return f.get(sub.ID).Status == StatusDisabled })
+	testenv.Eventually(t, 20*time.Second, "the subscription to be disabled", func() bool { return f.get(sub.ID).Status == StatusDisabled })
 	quiet(t, d, gone, 5)
 	if n := gone.count(); n != 1 {
 		t.Errorf("a 410 receiver got %d requests, want 1", n)
@@ -289,7 +290,7 @@ func TestRetryAfterIsHonoured(t *testing.T) {
 			rc.waitRequests(t, 1, 20*time.Second)
 			var next time.Time
 			var last time.Time
-			eventually(t, 20*time.Second, "the first outcome", func() bool {
+			testenv.Eventually(t, 20*time.Second, "the first outcome", func() bool {
 				return f.pool.QueryRow(context.Background(), `select next_attempt_at, last_attempt_at from webhook_deliveries
 where webhook_id = $1 and attempt_count = 1 and status = 'pending'`, sub.ID).Scan(&next, &last) == nil
 			})
@@ -383,7 +384,7 @@ func TestEventConsumedTwiceIsDeliveredOnce(t *testing.T) {
 	group := kafkatest.Group(t, "replay")
 	f.start(func(c *DispatcherConfig) { c.Group = group })
 	adm := kadm.NewClient(kafkatest.Client(t))
-	eventually(t, 30*time.Second, "the replay group to commit the end of the topic", func() bool {
+	testenv.Eventually(t, 30*time.Second, "the replay group to commit the end of the topic", func() bool {
 		ctx := context.Background()
 		ends, err := adm.ListEndOffsets(ctx, f.topic)
 		if err != nil {
@@ -457,7 +458,7 @@ func TestDeletedSubscriptionCancelsPendingDeliveries(t *testing.T) {
 	sub := f.create(rc.URL, "*")
 	f.start(func(c *DispatcherConfig) { c.Schedule = oneShotSchedule })
 	ev := f.publish("agent.run_completed", nil)
-	eventually(t, 20*time.Second, "a failed attempt", func() bool {
+	testenv.Eventually(t, 20*time.Second, "a failed attempt", func() bool {
 		rows := f.deliveries(sub.ID)
 		return len(rows) == 1 && rows[0].AttemptCount == 1
 	})

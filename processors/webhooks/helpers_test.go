@@ -264,7 +264,7 @@ func (rc *receiver) count() int {
 // waitRequests waits until the receiver has at least n requests and returns them.
 func (rc *receiver) waitRequests(t testing.TB, n int, timeout time.Duration) []request {
 	t.Helper()
-	eventually(t, timeout, "requests at the receiver", func() bool { return rc.count() >= n })
+	testenv.Eventually(t, timeout, "requests at the receiver", func() bool { return rc.count() >= n })
 	return rc.requests()
 }
 
@@ -272,24 +272,12 @@ func status(code int) func(int, http.ResponseWriter, *http.Request) {
 	return func(_ int, w http.ResponseWriter, _ *http.Request) { w.WriteHeader(code) }
 }
 
-// eventually polls cond every 10 ms until it holds or timeout passes.
-func eventually(t testing.TB, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", timeout, what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
 // quiet asserts that the dispatcher makes at least passes more claims (so it had every chance
 // to attempt something) and that the receiver gets nothing meanwhile.
 func quiet(t testing.TB, d *running, rc *receiver, passes int64) {
 	t.Helper()
 	before, start := rc.count(), d.claimPasses.Load()
-	eventually(t, 20*time.Second, "claim passes", func() bool { return d.claimPasses.Load() >= start+passes })
+	testenv.Eventually(t, 20*time.Second, "claim passes", func() bool { return d.claimPasses.Load() >= start+passes })
 	if got := rc.count(); got != before {
 		t.Fatalf("receiver got %d more requests while none were due", got-before)
 	}
@@ -355,7 +343,7 @@ func (f *fixture) get(id string) *Subscription {
 func (f *fixture) waitDeliveryStatus(webhookID, eventID, want string) deliveryRow {
 	f.t.Helper()
 	var found deliveryRow
-	eventually(f.t, 20*time.Second, "delivery of "+eventID+" to be "+want, func() bool {
+	testenv.Eventually(f.t, 20*time.Second, "delivery of "+eventID+" to be "+want, func() bool {
 		for _, d := range f.deliveries(webhookID) {
 			if d.EventID == eventID && d.Status == want {
 				found = d

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"carehub/internal/testenv"
 	"carehub/kernel/fault"
 )
 
@@ -124,7 +125,7 @@ func TestDispatcherRefusesLoopbackSubscriptionsAtConnect(t *testing.T) {
 	sub := f.create(rc.URL, "*")
 	f.start(func(c *DispatcherConfig) { c.AllowPrivate = false; c.Schedule = oneShotSchedule })
 	ev := f.publish("agent.run_completed", nil)
-	eventually(t, 20*time.Second, "the refused attempt", func() bool {
+	testenv.Eventually(t, 20*time.Second, "the refused attempt", func() bool {
 		rows := f.deliveries(sub.ID)
 		return len(rows) == 1 && rows[0].AttemptCount == 1
 	})

@@ -26,6 +26,7 @@ import (
 
 	"carehub/api/auth"
 	"carehub/cmd/carehub/node"
+	"carehub/internal/testenv"
 	"carehub/kernel/access"
 	"carehub/kernel/demo"
 	"carehub/processors/audit"
@@ -323,16 +324,10 @@ func (s *Server) MustGraphQL(t testing.TB, key, query string, vars map[string]an
 	}
 }
 
-// Eventually polls cond every 20 ms until it holds or timeout passes.
+// Eventually polls cond until it holds, failing t when timeout passes first (testenv.Eventually).
 func Eventually(t testing.TB, timeout time.Duration, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", timeout, what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	testenv.Eventually(t, timeout, what, cond)
 }
 
 // Subscribers returns how many event subscribers the node's fan-out holds now, read from

@@ -17,6 +17,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"carehub/internal/testenv"
 	"carehub/storage/kafka"
 	"carehub/storage/kafka/consume"
 	"carehub/storage/kafka/kafkatest"
@@ -106,13 +107,7 @@ func (e *env) caughtUp() bool {
 
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	testenv.Eventually(t, 30*time.Second, what, cond)
 }
 
 // effects is a handler's durable effect: how often each value was handled.
