@@ -21,6 +21,7 @@ import (
 	"carehub/ingest/outbox"
 	"carehub/internal/testenv"
 	"carehub/kernel/events"
+	"carehub/kernel/telemetry/telemetrytest"
 	"carehub/storage"
 	"carehub/storage/kafka"
 	"carehub/storage/kafka/kafkatest"
@@ -258,20 +259,7 @@ func TestRelayPublishesInOrderAndMarksSent(t *testing.T) {
 // or, for a histogram, its sample count.
 func metric(t *testing.T, reg *prometheus.Registry, name string) float64 {
 	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var v float64
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			v += m.GetCounter().GetValue() + m.GetGauge().GetValue() + float64(m.GetHistogram().GetSampleCount())
-		}
-	}
-	return v
+	return telemetrytest.Value(t, reg, name)
 }
 
 func TestRelayWakesOnNotify(t *testing.T) {

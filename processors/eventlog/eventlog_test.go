@@ -18,6 +18,7 @@ import (
 
 	"carehub/internal/testenv"
 	"carehub/kernel/events"
+	"carehub/kernel/telemetry/telemetrytest"
 	"carehub/processors/eventlog"
 	"carehub/storage"
 	"carehub/storage/kafka"
@@ -242,19 +243,7 @@ func ids(evs []storage.Event) []string {
 
 func metric(t *testing.T, reg *prometheus.Registry, name string) float64 {
 	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var v float64
-	for _, mf := range mfs {
-		if mf.GetName() == name {
-			for _, m := range mf.GetMetric() {
-				v += m.GetCounter().GetValue() + m.GetGauge().GetValue() + float64(m.GetHistogram().GetSampleCount())
-			}
-		}
-	}
-	return v
+	return telemetrytest.Value(t, reg, name)
 }
 
 // TestWriterStoresEachEventOnce covers duplicates on the topic (an event the relay published

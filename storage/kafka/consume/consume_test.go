@@ -18,6 +18,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"carehub/internal/testenv"
+	"carehub/kernel/telemetry/telemetrytest"
 	"carehub/storage/kafka"
 	"carehub/storage/kafka/consume"
 	"carehub/storage/kafka/kafkatest"
@@ -144,24 +145,7 @@ func (f *effects) each(t *testing.T, vals []string, once bool) {
 
 func metric(t *testing.T, reg *prometheus.Registry, name string) float64 {
 	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var v float64
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			for _, l := range m.GetLabel() {
-				if l.GetName() == "consumer" && l.GetValue() == "test" {
-					v += m.GetCounter().GetValue() + float64(m.GetHistogram().GetSampleCount())
-				}
-			}
-		}
-	}
-	return v
+	return telemetrytest.Value(t, reg, name, "consumer", "test")
 }
 
 func noBackoff(int) time.Duration { return time.Millisecond }
