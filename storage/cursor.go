@@ -41,3 +41,20 @@ func DecodeCursorOf(cursor, prefix string) (time.Time, string, error) {
 	}
 	return at, id, nil
 }
+
+// TrimPage cuts items, read with one more than limit, to limit, and returns the cursor after the
+// last item kept when there was more, "" on the last page. key gives an item's time and id.
+func TrimPage[T any](items []T, limit int, key func(T) (time.Time, string)) ([]T, string) {
+	if len(items) <= limit {
+		return items, ""
+	}
+	items = items[:limit]
+	at, id := key(items[limit-1])
+	return items, EncodeCursor(at, id)
+}
+
+// CursorKey is an event's place in the event log's order, for TrimPage.
+func (e Event) CursorKey() (time.Time, string) { return e.CreatedAt, e.ID }
+
+// CursorKey is an audit record's place in the audit log's order, for TrimPage.
+func (r AuditRecord) CursorKey() (time.Time, string) { return r.Time, r.ID }

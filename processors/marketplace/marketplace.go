@@ -230,11 +230,7 @@ order by created_at desc, id desc limit $10`, filterArgs(p, f, afterID, at, f.Li
 	if err := s.pool.SendBatch(ctx, batch).Close(); err != nil {
 		return AssetPage{}, fmt.Errorf("assets: %w", err)
 	}
-	if len(page.Assets) > f.Limit {
-		page.Assets = page.Assets[:f.Limit]
-		last := page.Assets[f.Limit-1]
-		page.NextCursor = storage.EncodeCursor(last.CreatedAt, last.ID)
-	}
+	page.Assets, page.NextCursor = storage.TrimPage(page.Assets, f.Limit, func(a Asset) (time.Time, string) { return a.CreatedAt, a.ID })
 	return page, nil
 }
 

@@ -362,11 +362,7 @@ func (s *Store) QueryEvents(ctx context.Context, q storage.EventQuery) (storage.
 	if err != nil {
 		return storage.EventPage{}, fmt.Errorf("query events: %w", err)
 	}
-	if len(page.Events) > limit {
-		page.Events = page.Events[:limit]
-		last := page.Events[limit-1]
-		page.NextCursor = storage.EncodeCursor(last.CreatedAt, last.ID)
-	}
+	page.Events, page.NextCursor = storage.TrimPage(page.Events, limit, storage.Event.CursorKey)
 	return page, nil
 }
 
@@ -692,11 +688,7 @@ FROM audit_log WHERE `+where.sql()+` ORDER BY time DESC, id DESC`, where.args, l
 	if err != nil {
 		return storage.AuditPage{}, fmt.Errorf("query audit: %w", err)
 	}
-	if len(page.Records) > limit {
-		page.Records = page.Records[:limit]
-		last := page.Records[limit-1]
-		page.NextCursor = storage.EncodeCursor(last.Time, last.ID)
-	}
+	page.Records, page.NextCursor = storage.TrimPage(page.Records, limit, storage.AuditRecord.CursorKey)
 	return page, nil
 }
 

@@ -188,11 +188,7 @@ func (l *EventLog) QueryEvents(ctx context.Context, q storage.EventQuery) (stora
 	if err := l.pool.SendBatch(ctx, batch).Close(); err != nil {
 		return storage.EventPage{}, fmt.Errorf("query events: %w", err)
 	}
-	if len(page.Events) > limit {
-		page.Events = page.Events[:limit]
-		last := page.Events[limit-1]
-		page.NextCursor = storage.EncodeCursor(last.CreatedAt, last.ID)
-	}
+	page.Events, page.NextCursor = storage.TrimPage(page.Events, limit, storage.Event.CursorKey)
 	return page, nil
 }
 
@@ -494,11 +490,7 @@ func (l *AuditLog) QueryAudit(ctx context.Context, q storage.AuditQuery) (storag
 	if err := l.pool.SendBatch(ctx, batch).Close(); err != nil {
 		return storage.AuditPage{}, fmt.Errorf("query audit: %w", err)
 	}
-	if len(page.Records) > limit {
-		page.Records = page.Records[:limit]
-		last := page.Records[limit-1]
-		page.NextCursor = storage.EncodeCursor(last.Time, last.ID)
-	}
+	page.Records, page.NextCursor = storage.TrimPage(page.Records, limit, storage.AuditRecord.CursorKey)
 	return page, nil
 }
 
