@@ -5,7 +5,7 @@ import (
 	"time"
 )
 
-// Eventually polls cond every 10 ms until it holds, and fails t naming what when timeout passes
+// Eventually polls cond every 20 ms until it holds, and fails t naming what when timeout passes
 // first. Tests wait on the condition they need, never a fixed sleep.
 func Eventually(t testing.TB, timeout time.Duration, what string, cond func() bool) {
 	t.Helper()
@@ -14,6 +14,6 @@ func Eventually(t testing.TB, timeout time.Duration, what string, cond func() bo
 		if time.Now().After(deadline) {
 			t.Fatalf("timed out after %s waiting for %s", timeout, what)
 		}
-		time.Sleep(10 * time.Millisecond)
+		time.Sleep(20 * time.Millisecond)
 	}
 }
