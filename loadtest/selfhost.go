@@ -114,7 +114,7 @@ func StartStack(ctx context.Context, dataDir string, logger *slog.Logger, opts S
 		in.Close()
 		return nil, err
 	}
-	relay := outbox.New(pool, producer, outbox.Options{Logger: logger, Registerer: reg})
+	relay := outbox.New(pool, producer, outbox.Config{Logger: logger, Registerer: reg})
 	wctx, stop := context.WithCancel(context.Background())
 	done := make(chan struct{}, 3)
 	for _, run := range []func(context.Context) error{in.Run, writer.Run, relay.Run} {

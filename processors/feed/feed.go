@@ -53,7 +53,7 @@ func WithEventsTopic(topic string) Option { return func(s *Service) { s.eventsTo
 // New returns the feed over pool (projects, outbox) and log (reads).
 func New(pool *pgxpool.Pool, log storage.EventLog, opts ...Option) *Service {
 	s := &Service{pool: pool, guard: phi.NewGuard(pool), log: log, eventsTopic: kafka.DefaultTopics().Events,
-		outbox: outbox.NewGroup(pool, outbox.GroupOptions{})}
+		outbox: outbox.NewGroup(pool, outbox.GroupConfig{})}
 	for _, o := range opts {
 		o(s)
 	}

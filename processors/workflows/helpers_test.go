@@ -77,7 +77,7 @@ func (w testWriter) Write(p []byte) (int, error) {
 func (h *harness) relay() {
 	h.t.Helper()
 	cl := kafkatest.Client(h.t)
-	r := outbox.New(h.pool, cl, outbox.Options{PollInterval: 100 * time.Millisecond})
+	r := outbox.New(h.pool, cl, outbox.Config{PollInterval: 100 * time.Millisecond})
 	h.background("outbox relay", r.Run)
 }
 

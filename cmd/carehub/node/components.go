@@ -283,7 +283,7 @@ func startOutboxRelay(s *Node, _, wctx context.Context) error {
 		return fmt.Errorf("outbox relay: %w", err)
 	}
 	s.closers = append(s.closers, func(context.Context) error { relayClient.Close(); return nil })
-	relay := outbox.New(s.pool, relayClient, outbox.Options{Logger: s.logger.With("component", "outbox"), Registerer: s.registry})
+	relay := outbox.New(s.pool, relayClient, outbox.Config{Logger: s.logger.With("component", "outbox"), Registerer: s.registry})
 	s.run("outbox-relay", relay.Run, wctx)
 	return nil
 }
