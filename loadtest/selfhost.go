@@ -141,8 +141,8 @@ func StartStack(ctx context.Context, dataDir string, logger *slog.Logger, opts S
 	}
 	s.Key = key.Secret
 	// Rate limits are the deployment's choice; the load test measures the pipeline.
-	authn := auth.NewAuthenticator(keys, nil, auth.WithLimits(auth.Limits{
-		Default: auth.Rate{PerSecond: 10_000, Burst: 10_000}, Ingest: auth.Rate{PerSecond: 100_000, Burst: 100_000}}))
+	authn := auth.NewAuthenticator(keys, nil, auth.AuthenticatorConfig{Limits: auth.Limits{
+		Default: auth.Rate{PerSecond: 10_000, Burst: 10_000}, Ingest: auth.Rate{PerSecond: 100_000, Burst: 100_000}}})
 	r := mux.NewRouter()
 	r.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{})).Methods(http.MethodGet)
 	ingestRoutes := r.NewRoute().Subrouter()

@@ -198,7 +198,7 @@ func startAuthenticator(s *Node, _, _ context.Context) error {
 	if err != nil {
 		return fmt.Errorf("--trusted-proxies: %w", err)
 	}
-	s.authn = auth.NewAuthenticator(s.keys, s.tokens, auth.WithClientIP(clientIP))
+	s.authn = auth.NewAuthenticator(s.keys, s.tokens, auth.AuthenticatorConfig{ClientIP: clientIP})
 	return nil
 }
 
@@ -217,7 +217,7 @@ func startEdge(s *Node, _, _ context.Context) error {
 		return err
 	}
 	s.closers = append(s.closers, func(context.Context) error { pub.Close(5 * time.Second); return nil })
-	s.edge = server.Edge{Authn: s.authn, Auditor: auth.NewAuditor(pub, auth.WithRegisterer(s.registry)),
+	s.edge = server.Edge{Authn: s.authn, Auditor: auth.NewAuditor(pub, auth.AuditorConfig{Registerer: s.registry}),
 		Handlers: auth.NewHandlers(s.tokens, auth.NewKeyAdmin(s.keys, s.authn), audit.NewService(s.auditLog)).WithOrgs(orgs.New(s.pool))}
 	return nil
 }
