@@ -58,7 +58,7 @@ func newHarness(t testing.TB) *harness {
 		t.Fatalf("seed: %v", err)
 	}
 	h.events, h.runs = kafkatest.Topic(t, "events"), kafkatest.Topic(t, "runs")
-	h.svc = New(pool, WithTopics(h.events, h.runs))
+	h.svc = New(pool, Config{EventsTopic: h.events, RunsTopic: h.runs})
 	h.ctx = access.With(context.Background(), &access.Principal{OrgID: demo.DemoOrgID, KeyID: "key_test", Mode: access.Live, Scopes: access.Scopes})
 	h.project = h.scalar(`select id from projects where name = $1`, demo.SepsisProjectName)
 	h.ward7 = h.scalar(`select id from agents where name = $1`, demo.Ward7AgentName)

@@ -89,7 +89,7 @@ func (c *RunnerConfig) defaults() {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
 	if c.Agents == nil && c.Service != nil {
-		c.Agents = agents.New(c.Service.pool, agents.WithEventsTopic(c.Service.eventsTopic), agents.WithLogger(c.Logger))
+		c.Agents = agents.New(c.Service.pool, agents.Config{EventsTopic: c.Service.eventsTopic, Logger: c.Logger})
 	}
 }
 

@@ -61,11 +61,11 @@ var components = []component{
 	{name: "authenticator", needs: []string{"postgres"}, start: startAuthenticator},
 	{name: "agents", needs: []string{"postgres"}, start: startAgents},
 	{name: "workflows", needs: []string{"postgres"}, start: func(s *Node, _, _ context.Context) error {
-		s.workflows = workflows.New(s.pool, workflows.WithTopics(s.topics.Events, s.topics.WorkflowRuns))
+		s.workflows = workflows.New(s.pool, workflows.Config{EventsTopic: s.topics.Events, RunsTopic: s.topics.WorkflowRuns})
 		return nil
 	}},
 	{name: "deployments", needs: []string{"postgres"}, start: func(s *Node, _, _ context.Context) error {
-		s.deployments = deployments.New(s.pool, deployments.WithEventsTopic(s.topics.Events))
+		s.deployments = deployments.New(s.pool, deployments.Config{EventsTopic: s.topics.Events})
 		return nil
 	}},
 	{name: "edge", needs: []string{"authenticator", "kafka", "log-stores"}, start: startEdge},
@@ -204,7 +204,7 @@ func startAuthenticator(s *Node, _, _ context.Context) error {
 
 // startAgents makes the node's one agents service, so runAgent wakes this node's worker.
 func startAgents(s *Node, _, _ context.Context) error {
-	s.agents = agents.New(s.pool, agents.WithLogger(s.logger), agents.WithEventsTopic(s.topics.Events))
+	s.agents = agents.New(s.pool, agents.Config{EventsTopic: s.topics.Events, Logger: s.logger})
 	s.closers = append(s.closers, func(context.Context) error { return s.agents.Close() })
 	return nil
 }
@@ -235,17 +235,13 @@ func startAPI(s *Node, ctx, wctx context.Context) error {
 	s.run("fanout", hub.Run, wctx)
 	invoker := s.deployments.Invoker(deployments.InvokerConfig{Logger: s.logger, Registerer: s.registry})
 	s.run("deployment-invoker", invoker.Run, wctx)
-	var whOpts []webhooks.Option
-	if s.cfg.WebhooksAllowPrivate {
-		whOpts = append(whOpts, webhooks.AllowPrivate())
-	}
-	webhookSvc := webhooks.NewService(s.pool, whOpts...)
-	idemKeys := idemstore.NewStore(s.pool, idemstore.WithLogger(s.logger))
+	webhookSvc := webhooks.NewService(s.pool, webhooks.ServiceConfig{AllowPrivate: s.cfg.WebhooksAllowPrivate})
+	idemKeys := idemstore.NewStore(s.pool, idemstore.Config{Logger: s.logger})
 	s.run("idempotency-sweeper", idemKeys.Run, wctx)
 	patientSvc := patients.New(s.pool)
 	shutdown, err := server.MountAPI(s.router, s.edge, server.API{
-		Services: graphql.Services{Orgs: orgs.New(s.pool), Marketplace: marketplace.New(s.pool, marketplace.WithEventsTopic(s.topics.Events)), Deployments: s.deployments,
-			Agents: s.agents, Workflows: s.workflows, Patients: patientSvc, Feed: feed.New(s.pool, s.eventLog, feed.WithEventsTopic(s.topics.Events)),
+		Services: graphql.Services{Orgs: orgs.New(s.pool), Marketplace: marketplace.New(s.pool, marketplace.Config{EventsTopic: s.topics.Events}), Deployments: s.deployments,
+			Agents: s.agents, Workflows: s.workflows, Patients: patientSvc, Feed: feed.New(s.pool, s.eventLog, feed.Config{EventsTopic: s.topics.Events}),
 			Webhooks: webhookSvc, Events: server.Events(hub)},
 		Patients: patientSvc, Webhooks: webhookSvc, Invoker: invoker, Idempotency: idemKeys, Retention: retention.New(s.pool),
 		Logger: s.logger, Registerer: s.registry, GraphQLMaxCost: s.cfg.GraphQLMaxCost, SocketRecheck: s.cfg.SocketRecheck,
