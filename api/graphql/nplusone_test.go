@@ -74,7 +74,7 @@ func TestNoNPlusOne(t *testing.T) {
 	t.Cleanup(func() { agentSvc.Close() })
 	h, err := graphql.New(graphql.Services{Orgs: orgs.New(pool), Marketplace: marketplace.New(pool, marketplace.Config{}), Deployments: deployments.New(pool, deployments.Config{}),
 		Agents: agentSvc, Workflows: workflows.New(pool, workflows.Config{}), Patients: patients.New(pool), Feed: feed.New(pool, postgres.NewEventLog(pool), feed.Config{}),
-		Webhooks: webhooks.NewService(pool, webhooks.ServiceConfig{})}, graphql.Options{MaxCost: 1 << 40}) // the fan-out is wider than the default budget, on purpose
+		Webhooks: webhooks.NewService(pool, webhooks.ServiceConfig{})}, graphql.Config{MaxCost: 1 << 40}) // the fan-out is wider than the default budget, on purpose
 	if err != nil {
 		t.Fatal(err)
 	}

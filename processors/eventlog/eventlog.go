@@ -174,7 +174,7 @@ func New(cfg Config) (*Writer, error) {
 	}
 	w := &Writer{cfg: cfg, cl: cl, r: r, log: log, m: newWriterMetrics(cfg.Registerer)}
 	if cfg.Registerer != nil && cfg.LagInterval > 0 {
-		w.lag = NewLagMonitor(kadm.NewClient(cl), cfg.Group, []string{cfg.Topic}, LagOptions{
+		w.lag = NewLagMonitor(kadm.NewClient(cl), cfg.Group, []string{cfg.Topic}, LagConfig{
 			Interval: cfg.LagInterval, Registerer: cfg.Registerer, Logger: cfg.Logger,
 		})
 	}
