@@ -243,7 +243,7 @@ func TestAuditBrokerUnreachable(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { pub.Close(time.Second) })
-	srv := httptest.NewServer(patientAPI(NewAuthenticator(keys, nil, AuthenticatorConfig{}), NewAuditor(pub, AuditorConfig{AckTimeout: 500*time.Millisecond})))
+	srv := httptest.NewServer(patientAPI(NewAuthenticator(keys, nil, AuthenticatorConfig{}), NewAuditor(pub, AuditorConfig{AckTimeout: 500 * time.Millisecond})))
 	t.Cleanup(srv.Close)
 
 	if c := do(t, http.MethodGet, srv.URL+"/v1/patients/pat_1", live.Secret, ""); c.status != http.StatusOK {
@@ -287,7 +287,7 @@ func TestAuditBrokerNeverReachable(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { pub.Close(0) })
-	srv := httptest.NewServer(patientAPI(NewAuthenticator(keys, nil, AuthenticatorConfig{}), NewAuditor(pub, AuditorConfig{AckTimeout: 300*time.Millisecond})))
+	srv := httptest.NewServer(patientAPI(NewAuthenticator(keys, nil, AuthenticatorConfig{}), NewAuditor(pub, AuditorConfig{AckTimeout: 300 * time.Millisecond})))
 	t.Cleanup(srv.Close)
 	c := do(t, http.MethodGet, srv.URL+"/v1/patients/pat_1", live.Secret, "")
 	if c.status != http.StatusServiceUnavailable || strings.Contains(c.body, patientName) {

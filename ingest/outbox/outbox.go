@@ -125,7 +125,7 @@ func (c *Config) defaults() {
 type Relay struct {
 	pool     *pgxpool.Pool
 	producer *kgo.Client
-	cfg     Config
+	cfg      Config
 	log      *slog.Logger
 	m        metrics
 	claimMu  sync.Mutex // see claim
