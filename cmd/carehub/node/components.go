@@ -99,8 +99,11 @@ var components = []component{
 	{name: "webhook-dispatcher", roles: []string{RoleProcessors}, needs: []string{"postgres", "kafka"}, start: startWebhookDispatcher},
 	// Purges each organization's event log and audit log past its retention, in either store.
 	{name: "retention", roles: []string{RoleProcessors}, needs: []string{"log-stores"}, start: func(s *Node, _, wctx context.Context) error {
-		job := retention.NewJob(retention.JobConfig{Pool: s.pool, Events: s.eventLog, Audit: s.auditLog,
+		job, err := retention.NewJob(retention.JobConfig{Pool: s.pool, Events: s.eventLog, Audit: s.auditLog,
 			Logger: s.logger.With("component", "retention")})
+		if err != nil {
+			return err
+		}
 		s.run("retention", job.Run, wctx)
 		return nil
 	}},
