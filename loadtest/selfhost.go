@@ -62,7 +62,7 @@ func StartStack(ctx context.Context, dataDir string, logger *slog.Logger, opts S
 			s.Close()
 		}
 	}()
-	local, err := postgres.StartLocal(ctx, filepath.Join(dataDir, "postgres"), logger)
+	local, err := postgres.StartLocal(ctx, filepath.Join(dataDir, "postgres"), postgres.LocalConfig{Logger: logger})
 	if err != nil {
 		return nil, fmt.Errorf("postgres: %w", err)
 	}
@@ -87,7 +87,7 @@ func StartStack(ctx context.Context, dataDir string, logger *slog.Logger, opts S
 		return nil, err
 	}
 
-	broker, err := kafka.StartEmbedded(ctx, filepath.Join(dataDir, "kafka"), logger)
+	broker, err := kafka.StartEmbedded(ctx, filepath.Join(dataDir, "kafka"), kafka.EmbeddedConfig{Logger: logger})
 	if err != nil {
 		return nil, fmt.Errorf("kafka: %w", err)
 	}

@@ -186,7 +186,7 @@ func startLogStores(s *Node, ctx, _ context.Context) error {
 		return nil
 	}
 	ch, err := clickhouse.Open(ctx, s.cfg.ClickHouseURL,
-		clickhouse.WithRetention(s.cfg.ClickHouseEventRetention, s.cfg.ClickHouseAuditRetention))
+		clickhouse.Config{EventRetention: s.cfg.ClickHouseEventRetention, AuditRetention: s.cfg.ClickHouseAuditRetention})
 	if err != nil {
 		return fmt.Errorf("clickhouse: %w", err)
 	}
