@@ -335,7 +335,7 @@ func intersect(tokenScopes, keyScopes []string, platform bool) []string {
 	return out
 }
 
-// ClientIP returns r's client address as this Authenticator sees it (WithClientIP: the socket
-// peer, or the X-Forwarded-For of trusted proxies). The WebSocket handler should use it for the
+// ClientIP returns r's client address as this Authenticator sees it (AuthenticatorConfig.ClientIP:
+// the socket peer, or the X-Forwarded-For of trusted proxies). The WebSocket handler should use it for the
 // address it passes to Authenticate, so allowlists hold behind a proxy there too.
 func (a *Authenticator) ClientIP(r *http.Request) netip.Addr { return a.clientIP(r) }
