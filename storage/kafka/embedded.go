@@ -1,6 +1,7 @@
 package kafka
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -41,11 +42,7 @@ type EmbeddedConfig struct {
 	SyncWrites bool
 }
 
-func (c *EmbeddedConfig) defaults() {
-	if c.Logger == nil {
-		c.Logger = slog.New(slog.DiscardHandler)
-	}
-}
+func (c *EmbeddedConfig) defaults() { c.Logger = cmp.Or(c.Logger, slog.New(slog.DiscardHandler)) }
 
 // Embedded is an in-process Kafka-protocol broker (franz-go's kfake) whose
 // topics, records, committed group offsets and producer ids persist under a

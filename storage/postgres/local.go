@@ -3,6 +3,7 @@ package postgres
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -93,11 +94,7 @@ type LocalConfig struct {
 	Attached bool
 }
 
-func (c *LocalConfig) defaults() {
-	if c.Logger == nil {
-		c.Logger = slog.New(slog.DiscardHandler)
-	}
-}
+func (c *LocalConfig) defaults() { c.Logger = cmp.Or(c.Logger, slog.New(slog.DiscardHandler)) }
 
 // Local is a PostgreSQL cluster that carehub creates and runs itself with the system's
 // PostgreSQL binaries: the embedded default of `carehub serve`, and the test clusters of
