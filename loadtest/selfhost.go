@@ -62,7 +62,7 @@ func StartStack(ctx context.Context, dataDir string, logger *slog.Logger, opts S
 			s.Close()
 		}
 	}()
-	local, err := postgres.StartLocal(ctx, filepath.Join(dataDir, "postgres"), logger)
+	local, err := postgres.StartLocal(ctx, filepath.Join(dataDir, "postgres"), postgres.LocalConfig{Logger: logger})
 	if err != nil {
 		return nil, fmt.Errorf("postgres: %w", err)
 	}
@@ -87,7 +87,7 @@ func StartStack(ctx context.Context, dataDir string, logger *slog.Logger, opts S
 		return nil, err
 	}
 
-	broker, err := kafka.StartEmbedded(ctx, filepath.Join(dataDir, "kafka"), logger)
+	broker, err := kafka.StartEmbedded(ctx, filepath.Join(dataDir, "kafka"), kafka.EmbeddedConfig{Logger: logger})
 	if err != nil {
 		return nil, fmt.Errorf("kafka: %w", err)
 	}
@@ -114,7 +114,7 @@ func StartStack(ctx context.Context, dataDir string, logger *slog.Logger, opts S
 		in.Close()
 		return nil, err
 	}
-	relay := outbox.New(pool, producer, outbox.Options{Logger: logger, Registerer: reg})
+	relay := outbox.New(pool, producer, outbox.Config{Logger: logger, Registerer: reg})
 	wctx, stop := context.WithCancel(context.Background())
 	done := make(chan struct{}, 3)
 	for _, run := range []func(context.Context) error{in.Run, writer.Run, relay.Run} {
@@ -141,8 +141,8 @@ func StartStack(ctx context.Context, dataDir string, logger *slog.Logger, opts S
 	}
 	s.Key = key.Secret
 	// Rate limits are the deployment's choice; the load test measures the pipeline.
-	authn := auth.NewAuthenticator(keys, nil, auth.WithLimits(auth.Limits{
-		Default: auth.Rate{PerSecond: 10_000, Burst: 10_000}, Ingest: auth.Rate{PerSecond: 100_000, Burst: 100_000}}))
+	authn := auth.NewAuthenticator(keys, nil, auth.AuthenticatorConfig{Limits: auth.Limits{
+		Default: auth.Rate{PerSecond: 10_000, Burst: 10_000}, Ingest: auth.Rate{PerSecond: 100_000, Burst: 100_000}}})
 	r := mux.NewRouter()
 	r.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{})).Methods(http.MethodGet)
 	ingestRoutes := r.NewRoute().Subrouter()

@@ -16,6 +16,7 @@ import (
 
 	"carehub/api/envelope"
 	"carehub/kernel/access"
+	"carehub/kernel/config"
 	"carehub/kernel/fault"
 	"carehub/storage"
 	"carehub/storage/ids"
@@ -48,40 +49,35 @@ type Auditor struct {
 	ackTimeout  time.Duration
 	graphqlPath string
 	now         func() time.Time
-	refusals    RefusalLimits
 	sampler     *refusalSampler
-	registerer  prometheus.Registerer
 }
 
-// AuditorOption configures an Auditor.
-type AuditorOption func(*Auditor)
+// AuditorConfig configures an Auditor. Zero fields take their defaults.
+type AuditorConfig struct {
+	// AckTimeout is how long a patient-data response waits for its record's acknowledgement.
+	// Default DefaultAckTimeout.
+	AckTimeout time.Duration
+	// GraphQLPath names the GraphQL endpoint, whose calls are recorded by operation rather than
+	// by route. Default "/graphql".
+	GraphQLPath string
+	// RefusalLimits bound how many failed authentications are recorded; unset rates take
+	// DefaultRefusalLimits()'s.
+	RefusalLimits RefusalLimits
+	// Registerer receives the Auditor's metrics (carehub_audit_auth_failures_*) when set.
+	Registerer prometheus.Registerer
+}
 
-// WithAckTimeout sets how long a patient-data response waits for its record's acknowledgement
-// (default DefaultAckTimeout).
-func WithAckTimeout(d time.Duration) AuditorOption { return func(a *Auditor) { a.ackTimeout = d } }
-
-// WithGraphQLPath names the GraphQL endpoint, whose calls are recorded by operation rather than
-// by route (default "/graphql").
-func WithGraphQLPath(p string) AuditorOption { return func(a *Auditor) { a.graphqlPath = p } }
-
-// WithRefusalLimits sets how many failed authentications are recorded (default
-// DefaultRefusalLimits()).
-func WithRefusalLimits(l RefusalLimits) AuditorOption { return func(a *Auditor) { a.refusals = l } }
-
-// WithRegisterer registers the Auditor's metrics (carehub_audit_auth_failures_*) on reg.
-func WithRegisterer(reg prometheus.Registerer) AuditorOption {
-	return func(a *Auditor) { a.registerer = reg }
+func (c *AuditorConfig) defaults() {
+	config.Default(&c.AckTimeout, DefaultAckTimeout)
+	config.Default(&c.GraphQLPath, "/graphql")
+	c.RefusalLimits = c.RefusalLimits.withDefaults()
 }
 
 // NewAuditor returns an Auditor writing to sink.
-func NewAuditor(sink AuditSink, opts ...AuditorOption) *Auditor {
-	a := &Auditor{sink: sink, ackTimeout: DefaultAckTimeout, graphqlPath: "/graphql", now: time.Now,
-		refusals: DefaultRefusalLimits()}
-	for _, o := range opts {
-		o(a)
-	}
-	a.sampler = newRefusalSampler(a.refusals.withDefaults(), a.registerer)
-	return a
+func NewAuditor(sink AuditSink, cfg AuditorConfig) *Auditor {
+	cfg.defaults()
+	return &Auditor{sink: sink, ackTimeout: cfg.AckTimeout, graphqlPath: cfg.GraphQLPath, now: time.Now,
+		sampler: newRefusalSampler(cfg.RefusalLimits, cfg.Registerer)}
 }
 
 // ErrAuditUnavailable is the 503 a patient-data response is replaced with when its audit record

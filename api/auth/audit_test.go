@@ -159,7 +159,7 @@ func TestAuditThroughKafka(t *testing.T) {
 	go func() { done <- w.Run(ctx) }()
 	t.Cleanup(func() { cancel(); <-done })
 
-	srv := httptest.NewServer(patientAPI(NewAuthenticator(keys, nil), NewAuditor(pub)))
+	srv := httptest.NewServer(patientAPI(NewAuthenticator(keys, nil, AuthenticatorConfig{}), NewAuditor(pub, AuditorConfig{})))
 	t.Cleanup(srv.Close)
 
 	// A live-key patient read: exactly one record, naming the patient.
@@ -243,7 +243,7 @@ func TestAuditBrokerUnreachable(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { pub.Close(time.Second) })
-	srv := httptest.NewServer(patientAPI(NewAuthenticator(keys, nil), NewAuditor(pub, WithAckTimeout(500*time.Millisecond))))
+	srv := httptest.NewServer(patientAPI(NewAuthenticator(keys, nil, AuthenticatorConfig{}), NewAuditor(pub, AuditorConfig{AckTimeout: 500 * time.Millisecond})))
 	t.Cleanup(srv.Close)
 
 	if c := do(t, http.MethodGet, srv.URL+"/v1/patients/pat_1", live.Secret, ""); c.status != http.StatusOK {
@@ -287,7 +287,7 @@ func TestAuditBrokerNeverReachable(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { pub.Close(0) })
-	srv := httptest.NewServer(patientAPI(NewAuthenticator(keys, nil), NewAuditor(pub, WithAckTimeout(300*time.Millisecond))))
+	srv := httptest.NewServer(patientAPI(NewAuthenticator(keys, nil, AuthenticatorConfig{}), NewAuditor(pub, AuditorConfig{AckTimeout: 300 * time.Millisecond})))
 	t.Cleanup(srv.Close)
 	c := do(t, http.MethodGet, srv.URL+"/v1/patients/pat_1", live.Secret, "")
 	if c.status != http.StatusServiceUnavailable || strings.Contains(c.body, patientName) {
@@ -298,7 +298,7 @@ func TestAuditBrokerNeverReachable(t *testing.T) {
 // TestAuditCall covers Audit, the entry point for operations outside the HTTP middleware.
 func TestAuditCall(t *testing.T) {
 	topic, pub := auditTopic(t)
-	aud := NewAuditor(pub)
+	aud := NewAuditor(pub, AuditorConfig{})
 	live := &access.Principal{OrgID: "org_1", KeyID: "key_live", Mode: access.Live, ClientIP: "192.0.2.9"}
 	test := &access.Principal{OrgID: "org_1", KeyID: "key_test", Mode: access.Test}
 
@@ -358,10 +358,10 @@ func TestRefusedCredentialsAudited(t *testing.T) {
 	topic, pub := auditTopic(t)
 	reg := prometheus.NewRegistry()
 	const burst = 4
-	aud := NewAuditor(pub, WithRegisterer(reg), WithRefusalLimits(RefusalLimits{PerSource: Rate{PerSecond: 0.001, Burst: burst}}))
+	aud := NewAuditor(pub, AuditorConfig{Registerer: reg, RefusalLimits: RefusalLimits{PerSource: Rate{PerSecond: 0.001, Burst: burst}}})
 	frozen := time.Now()
 	aud.now = func() time.Time { return frozen } // no refill while the test runs
-	srv := httptest.NewServer(patientAPI(NewAuthenticator(keys, tokens), aud))
+	srv := httptest.NewServer(patientAPI(NewAuthenticator(keys, tokens, AuthenticatorConfig{}), aud))
 	t.Cleanup(srv.Close)
 
 	type refused struct {
@@ -446,7 +446,7 @@ func TestRefusedCredentialsAudited(t *testing.T) {
 // ids, 1,000 others) is recorded with what fits, and says it is incomplete and by how much.
 func TestAuditStatesTruncation(t *testing.T) {
 	topic, pub := auditTopic(t)
-	aud := NewAuditor(pub)
+	aud := NewAuditor(pub, AuditorConfig{})
 	live := &access.Principal{OrgID: "org_1", KeyID: "key_live", Mode: access.Live, ClientIP: "192.0.2.9"}
 	// The test's broker, not a subtest's.
 	cl := kafkatest.Client(t, kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"carehub/kernel/access"
+	"carehub/kernel/config"
 	"carehub/kernel/fault"
 )
 
@@ -48,39 +49,41 @@ type cachedKey struct {
 	fetched time.Time
 }
 
-// Option configures an Authenticator.
-type Option func(*Authenticator)
-
-// WithLimits sets the rate limits (default DefaultLimits()).
-func WithLimits(l Limits) Option { return func(a *Authenticator) { a.limits = l } }
-
-// WithClientIP sets how the middleware finds a request's client address (default ClientIP, the
-// socket peer; see TrustedProxies).
-func WithClientIP(f func(*http.Request) netip.Addr) Option {
-	return func(a *Authenticator) { a.clientIP = f }
+// AuthenticatorConfig configures an Authenticator. Zero fields take their defaults.
+type AuthenticatorConfig struct {
+	// Limits are the rate limits; unset rates take DefaultLimits()'s.
+	Limits Limits
+	// ClientIP finds a request's client address. Default ClientIP, the socket peer; see
+	// TrustedProxies.
+	ClientIP func(*http.Request) netip.Addr
+	// Clock is the clock for key expiry and rate limits (tests). Default time.Now.
+	Clock func() time.Time
+	// WebSocketPath names the path whose WebSocket upgrades the middleware lets through
+	// unauthenticated, because the credential of a subscription arrives in its connection_init
+	// message, which the WebSocket handler authenticates with Authenticate. Default "/graphql".
+	WebSocketPath string
 }
 
-// WithClock sets the clock for key expiry and rate limits (tests).
-func WithClock(now func() time.Time) Option { return func(a *Authenticator) { a.now = now } }
-
-// WithWebSocketPath names the path whose WebSocket upgrades the middleware lets through
-// unauthenticated, because the credential of a subscription arrives in its connection_init
-// message, which the WebSocket handler authenticates with Authenticate (default "/graphql").
-func WithWebSocketPath(path string) Option { return func(a *Authenticator) { a.wsPath = path } }
+func (c *AuthenticatorConfig) defaults() {
+	c.Limits = c.Limits.withDefaults()
+	if c.ClientIP == nil {
+		c.ClientIP = ClientIP
+	}
+	if c.Clock == nil {
+		c.Clock = time.Now
+	}
+	config.Default(&c.WebSocketPath, "/graphql")
+}
 
 // NewAuthenticator returns an Authenticator over keys; tokens may be nil to accept keys only.
-func NewAuthenticator(keys *Keys, tokens TokenVerifier, opts ...Option) *Authenticator {
-	a := &Authenticator{keys: keys, tokens: tokens, now: time.Now, clientIP: ClientIP, limits: DefaultLimits(),
-		wsPath: "/graphql", cache: map[string]cachedKey{}}
-	for _, o := range opts {
-		o(a)
-	}
-	a.limits = a.limits.withDefaults()
-	a.rate = map[Class]*limiter{
-		ClassDefault: newLimiter(a.limits.Default, a.limits.MaxTracked),
-		ClassIngest:  newLimiter(a.limits.Ingest, a.limits.MaxTracked),
-	}
-	return a
+func NewAuthenticator(keys *Keys, tokens TokenVerifier, cfg AuthenticatorConfig) *Authenticator {
+	cfg.defaults()
+	return &Authenticator{keys: keys, tokens: tokens, now: cfg.Clock, clientIP: cfg.ClientIP, limits: cfg.Limits,
+		wsPath: cfg.WebSocketPath, cache: map[string]cachedKey{},
+		rate: map[Class]*limiter{
+			ClassDefault: newLimiter(cfg.Limits.Default, cfg.Limits.MaxTracked),
+			ClassIngest:  newLimiter(cfg.Limits.Ingest, cfg.Limits.MaxTracked),
+		}}
 }
 
 // ErrMissingCredential, ErrMalformedCredential and ErrInvalidCredential distinguish the 401 cases
@@ -332,7 +335,7 @@ func intersect(tokenScopes, keyScopes []string, platform bool) []string {
 	return out
 }
 
-// ClientIP returns r's client address as this Authenticator sees it (WithClientIP: the socket
-// peer, or the X-Forwarded-For of trusted proxies). The WebSocket handler should use it for the
+// ClientIP returns r's client address as this Authenticator sees it (AuthenticatorConfig.ClientIP:
+// the socket peer, or the X-Forwarded-For of trusted proxies). The WebSocket handler should use it for the
 // address it passes to Authenticate, so allowlists hold behind a proxy there too.
 func (a *Authenticator) ClientIP(r *http.Request) netip.Addr { return a.clientIP(r) }

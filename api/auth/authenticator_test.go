@@ -34,7 +34,7 @@ func TestRecheck(t *testing.T) {
 	}
 	start := func(t *testing.T, viaToken bool) setup {
 		clk := newClock()
-		s := setup{a: NewAuthenticator(keys, tokens, WithClock(clk.now)), clk: clk,
+		s := setup{a: NewAuthenticator(keys, tokens, AuthenticatorConfig{Clock: clk.now}), clk: clk,
 			key: newKey(t, keys, NewKey{OrgID: org, Mode: access.Live, Scopes: scopes, IPAllowlist: []string{"192.0.2.0/24"}})}
 		p, err := s.a.Authenticate(ctx, "Bearer "+s.key.Secret, ip)
 		if err != nil {
@@ -135,7 +135,7 @@ func TestRefusals(t *testing.T) {
 	keys := NewKeys(pool)
 	tokens := NewTokens(pool)
 	clk := newClock()
-	a := NewAuthenticator(keys, tokens, WithClock(clk.now))
+	a := NewAuthenticator(keys, tokens, AuthenticatorConfig{Clock: clk.now})
 	org := newOrg(t, pool)
 	ctx := context.Background()
 	ip := netip.MustParseAddr("2001:db8::7")
@@ -157,7 +157,7 @@ func TestRefusals(t *testing.T) {
 	if _, err := keys.Rotate(ctx, "", rotated.ID); err != nil {
 		t.Fatal(err)
 	}
-	expiredAuth := NewAuthenticator(keys, tokens, WithClock(func() time.Time { return clk.now().Add(RotationGrace + time.Minute) }))
+	expiredAuth := NewAuthenticator(keys, tokens, AuthenticatorConfig{Clock: func() time.Time { return clk.now().Add(RotationGrace + time.Minute) }})
 	unknown := otherKey(revoked.Secret)
 	forged := tok.AccessToken[:len(tok.AccessToken)-3] + "AAA"
 

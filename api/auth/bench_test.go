@@ -18,7 +18,7 @@ func BenchmarkAuthenticate(b *testing.B) {
 	pool := pgtest.New(b)
 	keys := NewKeys(pool)
 	tokens := NewTokens(pool)
-	a := NewAuthenticator(keys, tokens, WithLimits(Limits{Default: Rate{PerSecond: 1e12, Burst: 1 << 30}}))
+	a := NewAuthenticator(keys, tokens, AuthenticatorConfig{Limits: Limits{Default: Rate{PerSecond: 1e12, Burst: 1 << 30}}})
 	ctx := context.Background()
 	ip := netip.MustParseAddr("192.0.2.1")
 	ck := newKey(b, keys, NewKey{OrgID: newOrg(b, pool), Mode: access.Live, Scopes: access.Scopes, IPAllowlist: []string{"192.0.2.0/24"}})

@@ -17,10 +17,10 @@ func ClientIP(r *http.Request) netip.Addr {
 	return ap.Addr().Unmap()
 }
 
-// TrustedProxies returns a client-address function for WithClientIP that believes
-// X-Forwarded-For only from the proxies named (CIDRs or addresses, --trusted-proxies): when the
-// socket peer is trusted, the client is the right-most X-Forwarded-For address that is not
-// itself a trusted proxy. Addresses to its left were written by the client and prove nothing.
+// TrustedProxies returns a client-address function for AuthenticatorConfig.ClientIP that
+// believes X-Forwarded-For only from the proxies named (CIDRs or addresses, --trusted-proxies):
+// when the socket peer is trusted, the client is the right-most X-Forwarded-For address that is
+// not itself a trusted proxy. Addresses to its left were written by the client and prove nothing.
 // With no proxies it is ClientIP.
 func TrustedProxies(proxies []string) (func(*http.Request) netip.Addr, error) {
 	trusted := make([]netip.Prefix, 0, len(proxies))

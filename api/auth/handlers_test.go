@@ -32,7 +32,7 @@ func newAPI(t *testing.T) *api {
 	pool := pgtest.New(t)
 	keys := NewKeys(pool)
 	tokens := NewTokens(pool)
-	authn := NewAuthenticator(keys, tokens)
+	authn := NewAuthenticator(keys, tokens, AuthenticatorConfig{})
 	h := NewHandlers(tokens, NewKeyAdmin(keys, authn), audit.NewService(postgres.NewAuditLog(pool)))
 	root := mux.NewRouter()
 	h.PublicRoutes(root)

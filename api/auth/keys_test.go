@@ -169,7 +169,7 @@ func TestAuthenticateKey(t *testing.T) {
 	pool := pgtest.New(t)
 	keys := NewKeys(pool)
 	ck := newKey(t, keys, NewKey{OrgID: newOrg(t, pool), Mode: access.Test, Scopes: []string{access.ReadPatients}})
-	a := NewAuthenticator(keys, nil)
+	a := NewAuthenticator(keys, nil, AuthenticatorConfig{})
 	ip := netip.MustParseAddr("192.0.2.1")
 	ctx := context.Background()
 	p, err := a.Authenticate(ctx, "Bearer "+ck.Secret, ip)
@@ -208,7 +208,7 @@ func TestRotationGrace(t *testing.T) {
 		t.Fatalf("rotating a rotated key: %v, want CONFLICT", err)
 	}
 	clk := newClock()
-	a := NewAuthenticator(keys, nil, WithClock(clk.now))
+	a := NewAuthenticator(keys, nil, AuthenticatorConfig{Clock: clk.now})
 	ip := netip.MustParseAddr("10.1.1.1")
 	for _, step := range []struct {
 		advance   time.Duration
@@ -242,7 +242,7 @@ func TestRevocation(t *testing.T) {
 	org := newOrg(t, pool)
 	ck := newKey(t, keys, NewKey{OrgID: org, Mode: access.Live})
 	clk := newClock()
-	a := NewAuthenticator(keys, nil, WithClock(clk.now))
+	a := NewAuthenticator(keys, nil, AuthenticatorConfig{Clock: clk.now})
 	ip := netip.MustParseAddr("192.0.2.1")
 	if _, err := a.Authenticate(ctx, "Bearer "+ck.Secret, ip); err != nil {
 		t.Fatal(err)
@@ -280,7 +280,7 @@ func TestIPAllowlist(t *testing.T) {
 	pool := pgtest.New(t)
 	keys := NewKeys(pool)
 	org := newOrg(t, pool)
-	a := NewAuthenticator(keys, nil)
+	a := NewAuthenticator(keys, nil, AuthenticatorConfig{})
 	ctx := context.Background()
 	v4 := newKey(t, keys, NewKey{OrgID: org, Mode: access.Live, IPAllowlist: []string{"203.0.113.0/24", "198.51.100.7"}})
 	v6 := newKey(t, keys, NewKey{OrgID: org, Mode: access.Live, IPAllowlist: []string{"2001:db8:1::/48"}})

@@ -119,8 +119,8 @@ func TestMiddleware(t *testing.T) {
 	pool := pgtest.New(t)
 	keys := NewKeys(pool)
 	clk := newClock()
-	a := NewAuthenticator(keys, nil, WithClock(clk.now), WithLimits(Limits{
-		Default: Rate{PerSecond: 1, Burst: 2}, Ingest: Rate{PerSecond: 1, Burst: 4}}))
+	a := NewAuthenticator(keys, nil, AuthenticatorConfig{Clock: clk.now, Limits: Limits{
+		Default: Rate{PerSecond: 1, Burst: 2}, Ingest: Rate{PerSecond: 1, Burst: 4}}})
 	org := newOrg(t, pool)
 	ck := newKey(t, keys, NewKey{OrgID: org, Mode: access.Test, Scopes: []string{access.ReadPatients}})
 	fenced := newKey(t, keys, NewKey{OrgID: org, Mode: access.Test, IPAllowlist: []string{"203.0.113.0/24"}})

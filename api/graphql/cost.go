@@ -31,7 +31,7 @@ import (
 //     answer holds;
 //   - a list of scalars counts 1, like any other leaf.
 //
-// An operation costing more than the budget (Options.MaxCost, DefaultMaxCost) is refused with
+// An operation costing more than the budget (Config.MaxCost, DefaultMaxCost) is refused with
 // BAD_USER_INPUT naming both numbers, before any resolver runs.
 //
 // Figures for DefaultMaxCost: the explorer's default query costs 81, the full introspection

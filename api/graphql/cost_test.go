@@ -110,7 +110,7 @@ func TestCost(t *testing.T) {
 	// introspection query follows the size of its answer: above it, mostly because every level
 	// of the type references (ofType) counts whether the type nests that deep or not.
 	t.Run("full introspection: a few times its answer, well within the budget", func(t *testing.T) {
-		h, err := New(Services{}, Options{})
+		h, err := New(Services{}, Config{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -160,7 +160,7 @@ func countValues(v any) int64 {
 //
 //	go test ./api/graphql -run '^$' -bench Precheck
 func BenchmarkPrecheck(b *testing.B) {
-	h, err := New(Services{}, Options{})
+	h, err := New(Services{}, Config{})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -70,8 +70,8 @@ type Services struct {
 	Events      EventSource
 }
 
-// Options configure a Handler; zero values take the defaults.
-type Options struct {
+// Config configures a Handler. Zero fields take their defaults.
+type Config struct {
 	Logger *slog.Logger
 	// MaxQueryBytes bounds the query document (default 32 KiB); a longer one is rejected before
 	// it is parsed.
@@ -81,6 +81,15 @@ type Options struct {
 	// MaxCost is the budget of one operation's estimated cost (default DefaultMaxCost; see
 	// cost.go); a costlier one is refused before it runs.
 	MaxCost int64
+}
+
+func (c *Config) defaults() {
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	config.Default(&c.MaxQueryBytes, DefaultMaxQueryBytes)
+	config.Default(&c.MaxParallelism, 16)
+	config.Default(&c.MaxCost, DefaultMaxCost)
 }
 
 // DefaultMaxQueryBytes is the query length limit of DECISIONS §3.
@@ -99,26 +108,21 @@ type Handler struct {
 
 // New binds the schema (schemas.GraphQL) to the services. It fails when a resolver does not
 // match the schema.
-func New(s Services, o Options) (*Handler, error) {
-	if o.Logger == nil {
-		o.Logger = slog.Default()
-	}
-	config.Default(&o.MaxQueryBytes, DefaultMaxQueryBytes)
-	config.Default(&o.MaxParallelism, 16)
-	config.Default(&o.MaxCost, DefaultMaxCost)
+func New(s Services, cfg Config) (*Handler, error) {
+	cfg.defaults()
 	cost, err := newCostModel()
 	if err != nil {
 		return nil, err
 	}
-	h := &Handler{s: &s, logger: o.Logger, maxQuery: o.MaxQueryBytes, cost: cost, maxCost: o.MaxCost}
+	h := &Handler{s: &s, logger: cfg.Logger, maxQuery: cfg.MaxQueryBytes, cost: cost, maxCost: cfg.MaxCost}
 	opts := func(depth int) []gql.SchemaOpt {
 		return []gql.SchemaOpt{
 			gql.UseStringDescriptions(),
 			gql.MaxDepth(depth),
-			gql.MaxQueryLength(o.MaxQueryBytes),
-			gql.MaxParallelism(o.MaxParallelism),
+			gql.MaxQueryLength(cfg.MaxQueryBytes),
+			gql.MaxParallelism(cfg.MaxParallelism),
 			gql.PanicHandler(panicHandler{}),
-			gql.Logger(slogPanicLogger{o.Logger}),
+			gql.Logger(slogPanicLogger{cfg.Logger}),
 		}
 	}
 	if h.schema, err = gql.ParseSchema(schemas.GraphQL, &root{h.s}, opts(MaxDepth)...); err != nil {

@@ -70,11 +70,11 @@ func TestNoNPlusOne(t *testing.T) {
 	}
 	addOrganizations(t, pool, 10) // the demo has 10; 20 in all
 
-	agentSvc := agents.New(pool)
+	agentSvc := agents.New(pool, agents.Config{})
 	t.Cleanup(func() { agentSvc.Close() })
-	h, err := graphql.New(graphql.Services{Orgs: orgs.New(pool), Marketplace: marketplace.New(pool), Deployments: deployments.New(pool),
-		Agents: agentSvc, Workflows: workflows.New(pool), Patients: patients.New(pool), Feed: feed.New(pool, postgres.NewEventLog(pool)),
-		Webhooks: webhooks.NewService(pool)}, graphql.Options{MaxCost: 1 << 40}) // the fan-out is wider than the default budget, on purpose
+	h, err := graphql.New(graphql.Services{Orgs: orgs.New(pool), Marketplace: marketplace.New(pool, marketplace.Config{}), Deployments: deployments.New(pool, deployments.Config{}),
+		Agents: agentSvc, Workflows: workflows.New(pool, workflows.Config{}), Patients: patients.New(pool), Feed: feed.New(pool, postgres.NewEventLog(pool), feed.Config{}),
+		Webhooks: webhooks.NewService(pool, webhooks.ServiceConfig{})}, graphql.Config{MaxCost: 1 << 40}) // the fan-out is wider than the default budget, on purpose
 	if err != nil {
 		t.Fatal(err)
 	}

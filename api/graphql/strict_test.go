@@ -8,7 +8,7 @@ import (
 // Invalid UTF-8 cannot arrive in a JSON body (decoding replaces it), but Execute's other callers
 // are held to the same rule as a NUL byte.
 func TestInvalidUTF8(t *testing.T) {
-	h, err := New(Services{}, Options{})
+	h, err := New(Services{}, Config{})
 	if err != nil {
 		t.Fatal(err)
 	}

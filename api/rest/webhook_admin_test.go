@@ -32,7 +32,7 @@ type webhookAPI struct {
 	tokens  map[string]*access.Principal
 }
 
-func newWebhookAPI(t *testing.T, opts ...webhooks.Option) *webhookAPI {
+func newWebhookAPI(t *testing.T, cfg webhooks.ServiceConfig) *webhookAPI {
 	t.Helper()
 	pool := pgtest.New(t)
 	a := &webhookAPI{t: t, pool: pool, tokens: map[string]*access.Principal{}}
@@ -50,7 +50,7 @@ func newWebhookAPI(t *testing.T, opts ...webhooks.Option) *webhookAPI {
 			next.ServeHTTP(w, req)
 		})
 	})
-	rest.WebhookRoutes(r, webhooks.NewService(pool, opts...))
+	rest.WebhookRoutes(r, webhooks.NewService(pool, cfg))
 	srv := httptest.NewServer(r)
 	t.Cleanup(srv.Close)
 	a.url = srv.URL
@@ -95,7 +95,7 @@ func (a *webhookAPI) create(url string) webhooks.Subscription {
 }
 
 func TestWebhookRoutesManageSubscriptions(t *testing.T) {
-	a := newWebhookAPI(t, webhooks.AllowPrivate())
+	a := newWebhookAPI(t, webhooks.ServiceConfig{AllowPrivate: true})
 	sub := a.create("https://hooks.example.com/in")
 	if !strings.HasPrefix(sub.Secret, "whsec_") || strings.Contains(sub.Secret, "…") || sub.Status != "active" {
 		t.Fatalf("created %+v: want the full secret and status active", sub)
@@ -173,7 +173,7 @@ func TestWebhookRoutesManageSubscriptions(t *testing.T) {
 }
 
 func TestWebhookRoutesDeliveries(t *testing.T) {
-	a := newWebhookAPI(t, webhooks.AllowPrivate())
+	a := newWebhookAPI(t, webhooks.ServiceConfig{AllowPrivate: true})
 	sub := a.create("https://hooks.example.com/in")
 	// Two failed deliveries, as the dispatcher leaves them after its last attempt.
 	var dlv []string
@@ -257,7 +257,7 @@ func TestWebhookTestSend(t *testing.T) {
 	}))
 	defer receiver.Close()
 
-	a := newWebhookAPI(t, webhooks.AllowPrivate())
+	a := newWebhookAPI(t, webhooks.ServiceConfig{AllowPrivate: true})
 	sub := a.create(receiver.URL)
 	var res webhooks.TestResult
 	r := a.do("POST", "/api/v1/webhooks/test", "admin", map[string]string{"webhookId": sub.ID})
@@ -301,7 +301,7 @@ func TestWebhookTestSend(t *testing.T) {
 	}
 
 	// Without --webhooks-allow-private a loopback URL is refused before anything is sent.
-	strict := newWebhookAPI(t)
+	strict := newWebhookAPI(t, webhooks.ServiceConfig{})
 	got = nil
 	if r := strict.do("POST", "/api/v1/webhooks/test", "admin", map[string]string{"url": receiver.URL}); r.status != 422 || r.code(t) != "VALIDATION_FAILED" {
 		t.Errorf("loopback test send without allow-private: %d %s", r.status, r.body)

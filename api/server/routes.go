@@ -61,12 +61,15 @@ type API struct {
 // MountAPI mounts GraphQL (POST and WebSocket on /graphql), the explorer and the platform REST
 // routes on r. The returned shutdown closes the open WebSockets; the caller runs it on shutdown.
 func MountAPI(r *mux.Router, e Edge, a API) (shutdown func(context.Context) error, err error) {
-	gh, err := graphql.New(a.Services, graphql.Options{Logger: a.Logger, MaxCost: a.GraphQLMaxCost})
+	gh, err := graphql.New(a.Services, graphql.Config{Logger: a.Logger, MaxCost: a.GraphQLMaxCost})
 	if err != nil {
 		return nil, err
 	}
-	wsh := ws.New(gh.Executor(e.Authn, e.Auditor), ws.Options{Logger: a.Logger, Metrics: a.Registerer, RecheckInterval: a.SocketRecheck,
+	wsh, err := ws.New(gh.Executor(e.Authn, e.Auditor), ws.Config{Logger: a.Logger, Metrics: a.Registerer, RecheckInterval: a.SocketRecheck,
 		KeepAlive: a.SocketKeepAlive, WriteTimeout: a.SocketWriteTimeout})
+	if err != nil {
+		return nil, err
+	}
 
 	// Idempotency-Key, inside the authenticator: keys belong to the credential.
 	idem := idempotency.New(a.Idempotency, a.Logger)

@@ -34,7 +34,7 @@ func smallReadBufferClient() *http.Client {
 func TestSlowConsumerIsClosed(t *testing.T) {
 	for _, proto := range []string{ProtocolTransportWS, ProtocolLegacy} {
 		t.Run(proto, func(t *testing.T) {
-			ts := newTestServer(t, Options{
+			ts := newTestServer(t, Config{
 				SubscriberBuffer:    4,
 				SlowConsumerTimeout: 100 * time.Millisecond,
 				WriteTimeout:        20 * time.Second,
@@ -129,7 +129,7 @@ func TestSlowConsumerIsClosed(t *testing.T) {
 // TestBurstIsNotSlow: many operations producing at once fill the queue for a moment; a client
 // that reads is never mistaken for a slow one.
 func TestBurstIsNotSlow(t *testing.T) {
-	ts := newTestServer(t, Options{SubscriberBuffer: 4, SlowConsumerTimeout: 2 * time.Second})
+	ts := newTestServer(t, Config{SubscriberBuffer: 4, SlowConsumerTimeout: 2 * time.Second})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	client := ts.dial(t, ctx, keyAlice)

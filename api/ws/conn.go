@@ -107,7 +107,7 @@ func newConn(h *Handler, wsc *websocket.Conn, r *http.Request, proto *protocol, 
 		log:     log,
 		ctx:     ctx,
 		cancel:  cancel,
-		queue:   make(chan outbound, h.opts.SubscriberBuffer),
+		queue:   make(chan outbound, h.cfg.SubscriberBuffer),
 		closing: make(chan struct{}),
 		ops:     make(map[string]*operation),
 	}
@@ -171,7 +171,7 @@ func (c *conn) readLoop() {
 			switch {
 			case errors.Is(err, websocket.ErrMessageTooBig):
 				// The library has sent the 1009 close frame; the writer completes the handshake.
-				c.log.Info("ws: message too big", "limit_bytes", c.h.opts.MaxMessageBytes)
+				c.log.Info("ws: message too big", "limit_bytes", c.h.cfg.MaxMessageBytes)
 				c.fail(websocket.StatusMessageTooBig, "message too big", closeHandshake)
 			case websocket.CloseStatus(err) != -1:
 				c.fail(websocket.CloseStatus(err), "closed by client", closeHandshake)
@@ -214,7 +214,7 @@ func (c *conn) enqueue(ctx context.Context, op *operation, data []byte) error {
 		return nil
 	default:
 	}
-	t := time.NewTimer(c.h.opts.SlowConsumerTimeout)
+	t := time.NewTimer(c.h.cfg.SlowConsumerTimeout)
 	defer t.Stop()
 	select {
 	case c.queue <- m:
@@ -222,7 +222,7 @@ func (c *conn) enqueue(ctx context.Context, op *operation, data []byte) error {
 	case <-ctx.Done():
 		return errConnClosing
 	case <-t.C:
-		c.slow("send queue full", "queue_capacity", cap(c.queue), "wait", c.h.opts.SlowConsumerTimeout)
+		c.slow("send queue full", "queue_capacity", cap(c.queue), "wait", c.h.cfg.SlowConsumerTimeout)
 		return errConnClosing
 	}
 }
@@ -260,7 +260,7 @@ func (c *conn) write(m outbound) {
 		return
 	}
 	// Not derived from c.ctx: a cancelled write context tears the socket down.
-	ctx, cancel := context.WithTimeout(context.Background(), c.h.opts.WriteTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), c.h.cfg.WriteTimeout)
 	err := c.ws.Write(ctx, websocket.MessageText, m.data)
 	cancel()
 	if err != nil {
@@ -301,14 +301,14 @@ const recheckTimeout = 5 * time.Second
 // keepLoop enforces InitTimeout, keeps the socket alive and, with a Rechecker, re-checks the
 // credential of an authenticated socket.
 func (c *conn) keepLoop() {
-	initTimer := time.NewTimer(c.h.opts.InitTimeout)
+	initTimer := time.NewTimer(c.h.cfg.InitTimeout)
 	defer initTimer.Stop()
-	ticker := time.NewTicker(c.h.opts.KeepAlive)
+	ticker := time.NewTicker(c.h.cfg.KeepAlive)
 	defer ticker.Stop()
 	var recheck <-chan time.Time
 	rc, _ := c.h.exec.(Rechecker)
 	if rc != nil {
-		t := time.NewTicker(c.h.opts.RecheckInterval)
+		t := time.NewTicker(c.h.cfg.RecheckInterval)
 		defer t.Stop()
 		recheck = t.C
 	}
@@ -323,7 +323,7 @@ func (c *conn) keepLoop() {
 			}
 		case <-initTimer.C:
 			if !c.acked.Load() {
-				c.log.Info("ws: no connection_init in time", "init_timeout", c.h.opts.InitTimeout)
+				c.log.Info("ws: no connection_init in time", "init_timeout", c.h.cfg.InitTimeout)
 				c.fail(CloseInitTimeout, "Connection initialisation timeout", closeHandshake)
 				return
 			}
@@ -334,7 +334,7 @@ func (c *conn) keepLoop() {
 				}
 			}
 			// Not derived from c.ctx: see write. Ping waits for the pong the reader receives.
-			ctx, cancel := context.WithTimeout(context.Background(), c.h.opts.KeepAlive)
+			ctx, cancel := context.WithTimeout(context.Background(), c.h.cfg.KeepAlive)
 			err := c.ws.Ping(ctx)
 			cancel()
 			if err != nil && c.ctx.Err() == nil {
@@ -385,7 +385,7 @@ func (c *conn) startOperation(id string, req Request) (started, duplicate bool) 
 		c.mu.Unlock()
 		return false, true
 	}
-	if len(c.ops) >= c.h.opts.MaxOperationsPerConn {
+	if len(c.ops) >= c.h.cfg.MaxOperationsPerConn {
 		c.mu.Unlock()
 		return false, false
 	}

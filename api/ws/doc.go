@@ -82,7 +82,7 @@
 //
 // # Files
 //
-//	handler.go    Executor, Rechecker, Request, Response, Options, Handler (upgrade, shutdown)
+//	handler.go    Executor, Rechecker, Request, Response, Config, Handler (upgrade, shutdown)
 //	conn.go       one socket: reader, send queue, writer, keeper, operations, closing
 //	transport.go  graphql-transport-ws messages
 //	legacy.go     subscriptions-transport-ws messages

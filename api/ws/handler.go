@@ -56,13 +56,13 @@ type Executor interface {
 	// with Errors and no Data (nil, not JSON null) means the operation was rejected before it
 	// ran (syntax, validation, authorization) and is sent as an error message. The caller
 	// receives promptly, except while the connection's send queue is full, and then for at most
-	// Options.SlowConsumerTimeout. An error return is sent to the client as an error message:
+	// Config.SlowConsumerTimeout. An error return is sent to the client as an error message:
 	// a *gqlerrors.QueryError as it is, anything else as a generic internal error.
 	Execute(ctx context.Context, req Request) (<-chan *Response, error)
 }
 
 // Rechecker is implemented by an Executor whose credentials can be withdrawn while a socket is
-// open: an API key revoked, rotated past its grace, narrowed. Every Options.RecheckInterval after
+// open: an API key revoked, rotated past its grace, narrowed. Every Config.RecheckInterval after
 // connection_ack the socket's keeper calls Recheck with the context Authenticate returned (and a
 // timeout); an error closes the socket with 4403 "Forbidden: credential no longer valid",
 // cancelling its operations, and the client must reconnect with a valid credential. Recheck
@@ -88,8 +88,9 @@ type Response struct {
 	Extensions map[string]any          `json:"extensions,omitempty"`
 }
 
-// Options configures a Handler. Zero values take the documented defaults.
-type Options struct {
+// Config configures a Handler. Zero fields take their defaults; negative ones are refused by
+// New.
+type Config struct {
 	// InitTimeout is how long a socket may stay without a successful connection_init
 	// (default 10 s); then it is closed with 4408.
 	InitTimeout time.Duration
@@ -126,7 +127,7 @@ type Options struct {
 	Metrics prometheus.Registerer
 }
 
-// Default option values.
+// Defaults of Config.
 const (
 	DefaultInitTimeout          = 10 * time.Second
 	DefaultKeepAlive            = 15 * time.Second
@@ -138,8 +139,8 @@ const (
 	DefaultRecheckInterval      = time.Second
 )
 
-// Validate reports options that are set but unusable (negative values).
-func (o Options) Validate() error {
+// Validate reports fields that are set but unusable (negative values).
+func (o Config) Validate() error {
 	var errs []error
 	for _, d := range []struct {
 		name string
@@ -165,8 +166,8 @@ func (o Options) Validate() error {
 	return errors.Join(errs...)
 }
 
-// withDefaults fills zero (and, defensively, negative) values.
-func (o Options) withDefaults() Options {
+// withDefaults fills zero values.
+func (o Config) withDefaults() Config {
 	config.Default(&o.InitTimeout, DefaultInitTimeout)
 	config.Default(&o.KeepAlive, DefaultKeepAlive)
 	config.Default(&o.WriteTimeout, DefaultWriteTimeout)
@@ -185,7 +186,7 @@ func (o Options) withDefaults() Options {
 // use. Route only upgrade requests to it; anything else is answered 426 Upgrade Required.
 type Handler struct {
 	exec    Executor
-	opts    Options
+	cfg     Config
 	log     *slog.Logger
 	metrics *metrics
 
@@ -195,17 +196,20 @@ type Handler struct {
 	wg     sync.WaitGroup // one per ServeHTTP call past the closed check
 }
 
-// New returns a Handler that runs operations on exec. Options are used with their defaults
-// filled in; call Options.Validate first to reject bad configuration.
-func New(exec Executor, opts Options) *Handler {
-	opts = opts.withDefaults()
+// New returns a Handler that runs operations on exec, configured by cfg with its defaults
+// filled in. It refuses a cfg that Validate refuses.
+func New(exec Executor, cfg Config) (*Handler, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg = cfg.withDefaults()
 	return &Handler{
 		exec:    exec,
-		opts:    opts,
-		log:     opts.Logger,
-		metrics: newMetrics(opts.Metrics),
+		cfg:     cfg,
+		log:     cfg.Logger,
+		metrics: newMetrics(cfg.Metrics),
 		conns:   make(map[*conn]struct{}),
-	}
+	}, nil
 }
 
 // ServeHTTP upgrades the request and serves the socket until it closes.
@@ -230,14 +234,14 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 	wsc, err := websocket.Accept(w, r, &websocket.AcceptOptions{
 		Subprotocols:   []string{ProtocolTransportWS, ProtocolLegacy},
-		OriginPatterns: h.opts.OriginPatterns,
+		OriginPatterns: h.cfg.OriginPatterns,
 	})
 	if err != nil {
 		// Accept has already answered the request.
 		log.Debug("ws: upgrade rejected", "error", err)
 		return
 	}
-	wsc.SetReadLimit(h.opts.MaxMessageBytes)
+	wsc.SetReadLimit(h.cfg.MaxMessageBytes)
 
 	var proto *protocol
 	switch wsc.Subprotocol() {

@@ -197,7 +197,7 @@ type testServer struct {
 
 // newTestServer serves a Handler over loopback. On cleanup it shuts the handler down and
 // checks that no operation, source or socket outlived it.
-func newTestServer(t *testing.T, opts Options) *testServer {
+func newTestServer(t *testing.T, opts Config) *testServer {
 	t.Helper()
 	r := &root{}
 	schema := graphql.MustParseSchema(testSchema, r)
@@ -205,7 +205,10 @@ func newTestServer(t *testing.T, opts Options) *testServer {
 	opts.Metrics = reg
 	opts.Logger = testLogger(t)
 	exec := &testExecutor{schema: schema, keys: map[string]string{keyAlice: "alice", keyBob: "bob"}}
-	h := New(exec, opts)
+	h, err := New(exec, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
 
 	srv := httptest.NewUnstartedServer(h)
 	srv.Listener = smallBufferListener{srv.Listener}

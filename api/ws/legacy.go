@@ -103,7 +103,7 @@ func (c *conn) handleLegacy(data []byte) {
 		// The reference server replaces an active operation with the same id.
 		c.stopOperation(m.ID)
 		if started, _ := c.startOperation(m.ID, req); !started {
-			_ = c.send(nil, c.proto.requestError(m.ID, []*gqlerrors.QueryError{tooManyOperations(c.h.opts.MaxOperationsPerConn)}))
+			_ = c.send(nil, c.proto.requestError(m.ID, []*gqlerrors.QueryError{tooManyOperations(c.h.cfg.MaxOperationsPerConn)}))
 		}
 
 	case typeLegacyStop:

@@ -36,7 +36,7 @@ func legacyErr(t *testing.T, m wireMsg) string {
 }
 
 func TestLegacySubscribe(t *testing.T) {
-	ts := newTestServer(t, Options{})
+	ts := newTestServer(t, Config{})
 	c := initLegacy(t, ts, "Bearer "+keyBob)
 	c.send(wireMsg{ID: "1", Type: "start", Payload: opPayload(t,
 		`subscription($n: Int!) { ticks(n: $n) { n who } }`, map[string]any{"n": 3})})
@@ -50,7 +50,7 @@ func TestLegacySubscribe(t *testing.T) {
 }
 
 func TestLegacyQueryAndMutation(t *testing.T) {
-	ts := newTestServer(t, Options{})
+	ts := newTestServer(t, Config{})
 	c := initLegacy(t, ts, keyAlice)
 	tests := []struct{ query, field, want string }{
 		{`{ hello(name: "legacy") }`, "hello", `"hello, legacy"`},
@@ -68,7 +68,7 @@ func TestLegacyQueryAndMutation(t *testing.T) {
 }
 
 func TestLegacyStop(t *testing.T) {
-	ts := newTestServer(t, Options{})
+	ts := newTestServer(t, Config{})
 	c := initLegacy(t, ts, keyAlice)
 	c.send(wireMsg{ID: "s", Type: "start", Payload: opPayload(t, `subscription { ticks(n: 100000, intervalMs: 20) { n } }`, nil)})
 	c.expect("data", "s")
@@ -88,7 +88,7 @@ func TestLegacyStop(t *testing.T) {
 }
 
 func TestLegacyMessageErrorsKeepSocketOpen(t *testing.T) {
-	ts := newTestServer(t, Options{})
+	ts := newTestServer(t, Config{})
 	c := initLegacy(t, ts, keyAlice)
 
 	tests := []struct {
@@ -114,7 +114,7 @@ func TestLegacyMessageErrorsKeepSocketOpen(t *testing.T) {
 }
 
 func TestLegacyRequestError(t *testing.T) {
-	ts := newTestServer(t, Options{})
+	ts := newTestServer(t, Config{})
 	c := initLegacy(t, ts, keyAlice)
 	c.send(wireMsg{ID: "bad", Type: "start", Payload: opPayload(t, `subscription { ticks(n: -1) { n } }`, nil)})
 	m := c.expect("error", "bad")
@@ -131,7 +131,7 @@ func TestLegacyRequestError(t *testing.T) {
 }
 
 func TestLegacyDuplicateIDReplacesOperation(t *testing.T) {
-	ts := newTestServer(t, Options{})
+	ts := newTestServer(t, Config{})
 	c := initLegacy(t, ts, keyAlice)
 	c.send(wireMsg{ID: "a", Type: "start", Payload: opPayload(t, `subscription { first: ticks(n: 1000000, intervalMs: 20) { n } }`, nil)})
 	if r := decodeResult(t, c.expect("data", "a").Payload); r.Data["first"] == nil {
@@ -162,7 +162,7 @@ func TestLegacyDuplicateIDReplacesOperation(t *testing.T) {
 }
 
 func TestLegacyStartBeforeInit(t *testing.T) {
-	ts := newTestServer(t, Options{})
+	ts := newTestServer(t, Config{})
 	c := dialProto(t, ts.url, lp)
 	c.send(wireMsg{ID: "early", Type: "start", Payload: opPayload(t, `{ whoami }`, nil)})
 	if msg := legacyErr(t, c.expect("error", "early")); !strings.Contains(msg, "connection_init") {
@@ -191,7 +191,7 @@ func TestLegacyConnectionClosing(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			ts := newTestServer(t, Options{})
+			ts := newTestServer(t, Config{})
 			var c *rawClient
 			if tt.init {
 				c = initLegacy(t, ts, keyAlice)
@@ -210,13 +210,13 @@ func TestLegacyConnectionClosing(t *testing.T) {
 }
 
 func TestLegacyInitTimeout(t *testing.T) {
-	ts := newTestServer(t, Options{InitTimeout: 150 * time.Millisecond})
+	ts := newTestServer(t, Config{InitTimeout: 150 * time.Millisecond})
 	c := dialProto(t, ts.url, lp)
 	c.expectClose(CloseInitTimeout, "Connection initialisation timeout")
 }
 
 func TestLegacyOversizedMessage(t *testing.T) {
-	ts := newTestServer(t, Options{MaxMessageBytes: 1024})
+	ts := newTestServer(t, Config{MaxMessageBytes: 1024})
 	c := initLegacy(t, ts, keyAlice)
 	c.send(wireMsg{ID: "big", Type: "start", Payload: opPayload(t, `{ hello(name: "`+strings.Repeat("a", 2000)+`") }`, nil)})
 	c.expectClose(websocket.StatusMessageTooBig, "")

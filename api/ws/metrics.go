@@ -7,7 +7,7 @@ import (
 )
 
 // metrics are the package's collectors. They always exist; they are exported only when
-// Options.Metrics is set.
+// Config.Metrics is set.
 type metrics struct {
 	connections  *prometheus.GaugeVec
 	operations   *prometheus.GaugeVec

@@ -14,7 +14,7 @@ import (
 // SubscriptionClient against the handler, as browsers and Node services would.
 func TestNodeClients(t *testing.T) {
 	client := wstest.NewNodeClient(t)
-	ts := newTestServer(t, Options{})
+	ts := newTestServer(t, Config{})
 
 	const count = 4
 	base := []string{

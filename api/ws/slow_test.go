@@ -48,8 +48,11 @@ func TestCloseSlow(t *testing.T) {
 	for _, proto := range []string{ProtocolTransportWS, ProtocolLegacy} {
 		t.Run(proto, func(t *testing.T) {
 			reg := prometheus.NewRegistry()
-			base := newTestServer(t, Options{}) // for its executor and schema
-			h := New(droppingExecutor{base.h.exec}, Options{Metrics: reg, Logger: testLogger(t)})
+			base := newTestServer(t, Config{}) // for its executor and schema
+			h, err := New(droppingExecutor{base.h.exec}, Config{Metrics: reg, Logger: testLogger(t)})
+			if err != nil {
+				t.Fatal(err)
+			}
 			srv := httptest.NewServer(h)
 			t.Cleanup(func() {
 				_ = h.Close()

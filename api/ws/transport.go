@@ -93,7 +93,7 @@ func (c *conn) handleTransport(data []byte) {
 		case duplicate:
 			c.fail(CloseSubscriberExists, fmt.Sprintf("Subscriber for %s already exists", m.ID), closeHandshake)
 		case !started:
-			_ = c.send(nil, c.proto.requestError(m.ID, []*gqlerrors.QueryError{tooManyOperations(c.h.opts.MaxOperationsPerConn)}))
+			_ = c.send(nil, c.proto.requestError(m.ID, []*gqlerrors.QueryError{tooManyOperations(c.h.cfg.MaxOperationsPerConn)}))
 		}
 
 	case typeComplete:

@@ -29,7 +29,7 @@ func initTransport(t *testing.T, ts *testServer, key string) *rawClient {
 }
 
 func TestTransportSubscribe(t *testing.T) {
-	ts := newTestServer(t, Options{})
+	ts := newTestServer(t, Config{})
 	c := initTransport(t, ts, "Bearer "+keyAlice)
 
 	c.send(wireMsg{ID: "1", Type: "subscribe", Payload: opPayload(t,
@@ -50,7 +50,7 @@ func TestTransportSubscribe(t *testing.T) {
 }
 
 func TestTransportQueryAndMutation(t *testing.T) {
-	ts := newTestServer(t, Options{})
+	ts := newTestServer(t, Config{})
 	c := initTransport(t, ts, keyBob) // without "Bearer "
 
 	tests := []struct {
@@ -75,7 +75,7 @@ func TestTransportQueryAndMutation(t *testing.T) {
 }
 
 func TestTransportIdentityIsPerSocket(t *testing.T) {
-	ts := newTestServer(t, Options{})
+	ts := newTestServer(t, Config{})
 	alice := initTransport(t, ts, keyAlice)
 	bob := initTransport(t, ts, keyBob)
 	for _, tc := range []struct {
@@ -91,7 +91,7 @@ func TestTransportIdentityIsPerSocket(t *testing.T) {
 }
 
 func TestTransportManyOperationsPerSocket(t *testing.T) {
-	ts := newTestServer(t, Options{})
+	ts := newTestServer(t, Config{})
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	client := ts.dial(t, ctx, "Bearer "+keyAlice)
@@ -138,7 +138,7 @@ func TestTransportManyOperationsPerSocket(t *testing.T) {
 }
 
 func TestTransportClientCompleteStopsOperation(t *testing.T) {
-	ts := newTestServer(t, Options{})
+	ts := newTestServer(t, Config{})
 	c := initTransport(t, ts, keyAlice)
 
 	c.send(wireMsg{ID: "s", Type: "subscribe", Payload: opPayload(t, `subscription { ticks(n: 100000, intervalMs: 20) { n } }`, nil)})
@@ -170,7 +170,7 @@ func TestTransportClientCompleteStopsOperation(t *testing.T) {
 }
 
 func TestTransportRequestErrors(t *testing.T) {
-	ts := newTestServer(t, Options{})
+	ts := newTestServer(t, Config{})
 	c := initTransport(t, ts, keyAlice)
 
 	tests := []struct {
@@ -231,7 +231,7 @@ func TestTransportProtocolViolations(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			ts := newTestServer(t, Options{})
+			ts := newTestServer(t, Config{})
 			var c *rawClient
 			if tt.init {
 				c = initTransport(t, ts, keyAlice)
@@ -247,7 +247,7 @@ func TestTransportProtocolViolations(t *testing.T) {
 }
 
 func TestTransportInitTimeout(t *testing.T) {
-	ts := newTestServer(t, Options{InitTimeout: 150 * time.Millisecond})
+	ts := newTestServer(t, Config{InitTimeout: 150 * time.Millisecond})
 	c := dialProto(t, ts.url, tp)
 	c.send(wireMsg{Type: "ping"}) // pings are answered before init, but do not count as init
 	c.expect("pong", "")
@@ -261,7 +261,7 @@ func TestTransportInitTimeout(t *testing.T) {
 }
 
 func TestTransportOversizedMessage(t *testing.T) {
-	ts := newTestServer(t, Options{MaxMessageBytes: 1024})
+	ts := newTestServer(t, Config{MaxMessageBytes: 1024})
 	c := initTransport(t, ts, keyAlice)
 	// Just under the limit is fine...
 	q := `{ hello(name: "` + strings.Repeat("a", 900) + `") }`
@@ -275,7 +275,7 @@ func TestTransportOversizedMessage(t *testing.T) {
 }
 
 func TestTransportPingPong(t *testing.T) {
-	ts := newTestServer(t, Options{})
+	ts := newTestServer(t, Config{})
 	c := initTransport(t, ts, keyAlice)
 	c.send(wireMsg{Type: "ping", Payload: payloadObj(t, map[string]any{"t": 1})})
 	c.expect("pong", "")
@@ -287,7 +287,7 @@ func TestTransportPingPong(t *testing.T) {
 func TestKeepAlivePings(t *testing.T) {
 	for _, proto := range []string{ProtocolTransportWS, ProtocolLegacy} {
 		t.Run(proto, func(t *testing.T) {
-			ts := newTestServer(t, Options{KeepAlive: 50 * time.Millisecond})
+			ts := newTestServer(t, Config{KeepAlive: 50 * time.Millisecond})
 			var pings atomic.Int32
 			c := dialRaw(t, ts.url, &websocket.DialOptions{
 				Subprotocols: []string{proto},
@@ -338,7 +338,7 @@ func TestKeepAlivePings(t *testing.T) {
 func TestKeepAliveDropsUnresponsivePeer(t *testing.T) {
 	for _, proto := range []string{ProtocolTransportWS, ProtocolLegacy} {
 		t.Run(proto, func(t *testing.T) {
-			ts := newTestServer(t, Options{KeepAlive: 50 * time.Millisecond})
+			ts := newTestServer(t, Config{KeepAlive: 50 * time.Millisecond})
 			c := dialProto(t, ts.url, proto)
 			c.send(wireMsg{Type: "connection_init", Payload: payloadObj(t, map[string]string{"Authorization": keyAlice})})
 			c.expect("connection_ack", "")
@@ -354,7 +354,7 @@ func TestKeepAliveDropsUnresponsivePeer(t *testing.T) {
 }
 
 func TestSubprotocolNegotiation(t *testing.T) {
-	ts := newTestServer(t, Options{})
+	ts := newTestServer(t, Config{})
 
 	t.Run("neither offered", func(t *testing.T) {
 		c := dialRaw(t, ts.url, &websocket.DialOptions{Subprotocols: []string{"graphql-sse"}})
@@ -383,7 +383,7 @@ func TestSubprotocolNegotiation(t *testing.T) {
 }
 
 func TestTransportMaxOperationsPerConn(t *testing.T) {
-	ts := newTestServer(t, Options{MaxOperationsPerConn: 2})
+	ts := newTestServer(t, Config{MaxOperationsPerConn: 2})
 	c := initTransport(t, ts, keyAlice)
 	long := opPayload(t, `subscription { ticks(n: 1000000, intervalMs: 1000) { n } }`, nil)
 	c.send(wireMsg{ID: "a", Type: "subscribe", Payload: long})
@@ -414,7 +414,7 @@ func TestTransportMaxOperationsPerConn(t *testing.T) {
 func TestCloseCancelsOperations(t *testing.T) {
 	for _, proto := range []string{ProtocolTransportWS, ProtocolLegacy} {
 		t.Run(proto, func(t *testing.T) {
-			ts := newTestServer(t, Options{})
+			ts := newTestServer(t, Config{})
 			c := dialProto(t, ts.url, proto)
 			c.send(wireMsg{Type: "connection_init", Payload: payloadObj(t, map[string]string{"Authorization": keyAlice})})
 			c.expect("connection_ack", "")
@@ -436,7 +436,7 @@ func TestCloseCancelsOperations(t *testing.T) {
 }
 
 func TestShutdownClosesSockets(t *testing.T) {
-	ts := newTestServer(t, Options{})
+	ts := newTestServer(t, Config{})
 	c := initTransport(t, ts, keyAlice)
 	c.send(wireMsg{ID: "s", Type: "subscribe", Payload: opPayload(t, `subscription { ticks(n: 1000000, intervalMs: 10) { n } }`, nil)})
 	c.expect("next", "s")
@@ -461,7 +461,7 @@ func TestShutdownClosesSockets(t *testing.T) {
 }
 
 func TestWSTestClientRefusedInit(t *testing.T) {
-	ts := newTestServer(t, Options{})
+	ts := newTestServer(t, Config{})
 	ctx, cancel := context.WithTimeout(context.Background(), ioTimeout)
 	defer cancel()
 	_, err := wstest.Dial(ctx, ts.url, "Bearer chk_test_wrong")
@@ -471,7 +471,7 @@ func TestWSTestClientRefusedInit(t *testing.T) {
 }
 
 func TestExecutorFailures(t *testing.T) {
-	ts := newTestServer(t, Options{})
+	ts := newTestServer(t, Config{})
 
 	t.Run("execute errors and panics become error messages", func(t *testing.T) {
 		c := initTransport(t, ts, keyAlice)
@@ -519,7 +519,7 @@ func TestExecutorFailures(t *testing.T) {
 func TestCredentialExpiryClosesSocket(t *testing.T) {
 	for _, proto := range []string{ProtocolTransportWS, ProtocolLegacy} {
 		t.Run(proto, func(t *testing.T) {
-			ts := newTestServer(t, Options{})
+			ts := newTestServer(t, Config{})
 			c := dialProto(t, ts.url, proto)
 			c.send(wireMsg{Type: "connection_init", Payload: payloadObj(t, map[string]string{"Authorization": keyExpiring})})
 			c.expect("connection_ack", "")
@@ -537,7 +537,7 @@ func TestCredentialExpiryClosesSocket(t *testing.T) {
 func TestWithdrawnCredentialClosesSocket(t *testing.T) {
 	for _, proto := range []string{ProtocolTransportWS, ProtocolLegacy} {
 		t.Run(proto, func(t *testing.T) {
-			ts := newTestServer(t, Options{RecheckInterval: 10 * time.Millisecond})
+			ts := newTestServer(t, Config{RecheckInterval: 10 * time.Millisecond})
 			start := map[string]string{ProtocolTransportWS: "subscribe", ProtocolLegacy: "start"}[proto]
 			next := map[string]string{ProtocolTransportWS: "next", ProtocolLegacy: "data"}[proto]
 			sockets := map[string]*rawClient{}
@@ -577,7 +577,7 @@ func TestWSTestClient(t *testing.T) {
 }
 
 func testWSTestClient(t *testing.T, dial func(ctx context.Context, url, authorization string) (*wstest.Client, error)) {
-	ts := newTestServer(t, Options{})
+	ts := newTestServer(t, Config{})
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	client, err := dial(ctx, ts.url, "Bearer "+keyAlice)

@@ -34,7 +34,7 @@ func openDatabase(ctx context.Context, cfg node.Config) (*pgxpool.Pool, func(), 
 			return nil, nil, err
 		}
 		var err error
-		local, err = postgres.StartLocal(ctx, filepath.Join(cfg.DataDir, "postgres"), logger)
+		local, err = postgres.StartLocal(ctx, filepath.Join(cfg.DataDir, "postgres"), postgres.LocalConfig{Logger: logger})
 		if err != nil {
 			return nil, nil, fmt.Errorf("embedded postgres: %w", err)
 		}

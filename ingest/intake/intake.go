@@ -16,6 +16,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"carehub/kernel/config"
 	"carehub/schemas/kafka/observation"
 	"carehub/storage/kafka"
 )
@@ -74,55 +75,31 @@ type Config struct {
 	Registerer            prometheus.Registerer
 }
 
-func (c *Config) defaults() error {
-	if len(c.Brokers) == 0 {
-		return errors.New("observation intake: no Kafka brokers")
-	}
-	if c.Pool == nil {
-		return errors.New("observation intake: no database pool")
-	}
-	if c.Topic == "" {
-		c.Topic = kafka.DefaultTopics().Observations
-	}
-	if c.WriterGroup == "" {
-		c.WriterGroup = observation.WriterGroup
-	}
+func (c *Config) defaults() {
+	config.Default(&c.Topic, kafka.DefaultTopics().Observations)
+	config.Default(&c.WriterGroup, observation.WriterGroup)
+	// Negative disables MaxLag and LatencyBudget: only zero takes the default.
 	if c.MaxLag == 0 {
 		c.MaxLag = DefaultMaxLag
 	}
 	if c.LatencyBudget == 0 {
 		c.LatencyBudget = DefaultLatencyBudget
 	}
-	if c.LagInterval <= 0 {
-		c.LagInterval = DefaultLagInterval
-	}
-	if c.RetryAfter <= 0 {
-		c.RetryAfter = DefaultRetryAfter
-	}
-	if c.RequestTimeout <= 0 {
-		c.RequestTimeout = DefaultRequestTimeout
-	}
-	if c.Producers <= 0 {
-		c.Producers = DefaultProducers
-	}
+	config.Default(&c.LagInterval, DefaultLagInterval)
+	config.Default(&c.RetryAfter, DefaultRetryAfter)
+	config.Default(&c.RequestTimeout, DefaultRequestTimeout)
+	config.Default(&c.Producers, DefaultProducers)
 	if c.TransactionalIDPrefix == "" {
 		b := make([]byte, 6)
 		_, _ = rand.Read(b)
 		c.TransactionalIDPrefix = "carehub-ingest-" + hex.EncodeToString(b)
 	}
-	if c.MaxBodyBytes <= 0 {
-		c.MaxBodyBytes = DefaultMaxBodyBytes
-	}
-	if c.MaxEntries <= 0 {
-		c.MaxEntries = DefaultMaxEntries
-	}
-	if c.MaxFuture <= 0 {
-		c.MaxFuture = DefaultMaxFuture
-	}
+	config.Default(&c.MaxBodyBytes, DefaultMaxBodyBytes)
+	config.Default(&c.MaxEntries, DefaultMaxEntries)
+	config.Default(&c.MaxFuture, DefaultMaxFuture)
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
-	return nil
 }
 
 // Intake is the service behind POST /v1/observations (api/rest.ObservationIngestRoutes is its
@@ -144,9 +121,13 @@ type Intake struct {
 
 // New returns an Intake; it connects lazily.
 func New(cfg Config) (*Intake, error) {
-	if err := cfg.defaults(); err != nil {
-		return nil, err
+	switch {
+	case len(cfg.Brokers) == 0:
+		return nil, errors.New("observation intake: no Kafka brokers")
+	case cfg.Pool == nil:
+		return nil, errors.New("observation intake: no database pool")
 	}
+	cfg.defaults()
 	logger := cfg.Logger.With("component", "observation_intake")
 	in := &Intake{
 		cfg:       cfg,

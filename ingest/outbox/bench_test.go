@@ -22,7 +22,7 @@ import (
 func BenchmarkRelay(b *testing.B) {
 	pool := pgtest.New(b)
 	topic := kafkatest.Topic(b, "events")
-	relay := outbox.New(pool, kafkatest.Client(b), outbox.Options{})
+	relay := outbox.New(pool, kafkatest.Client(b), outbox.Config{})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- relay.Run(ctx) }()

@@ -1,6 +1,7 @@
 package outbox
 
 import (
+	"carehub/kernel/config"
 	"context"
 	"errors"
 	"fmt"
@@ -11,21 +12,26 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
-// Defaults of GroupOptions.
+// Defaults of GroupConfig.
 const (
 	DefaultGroupTransactions = 2
 	DefaultGroupMessages     = 5000
 	groupTimeout             = 10 * time.Second
 )
 
-// GroupOptions configures a Group. The zero value is usable.
-type GroupOptions struct {
+// GroupConfig configures a Group. The zero value is usable.
+type GroupConfig struct {
 	// Transactions is how many group transactions are in flight at once. Default
 	// DefaultGroupTransactions.
 	Transactions int
 	// Messages bounds the messages of one group transaction; a call is never split. Default
 	// DefaultGroupMessages.
 	Messages int
+}
+
+func (c *GroupConfig) defaults() {
+	config.Default(&c.Transactions, DefaultGroupTransactions)
+	config.Default(&c.Messages, DefaultGroupMessages)
 }
 
 // Group appends the messages of concurrent callers that have nothing else to write to the
@@ -35,12 +41,12 @@ type GroupOptions struct {
 // call's messages commit or none does. When a group's statement fails (a message id already in
 // the outbox), each of its calls is tried again alone, so one call's failure is its own.
 //
-// A call waits for at most the transactions in flight (GroupOptions.Transactions): while one
+// A call waits for at most the transactions in flight (GroupConfig.Transactions): while one
 // commits, the calls arriving meanwhile gather for the next. No goroutine runs between calls:
 // a waiting caller leads the next transaction.
 type Group struct {
 	pool *pgxpool.Pool
-	opts GroupOptions
+	cfg  GroupConfig
 
 	mu      sync.Mutex
 	queue   []*groupCall
@@ -54,14 +60,9 @@ type groupCall struct {
 }
 
 // NewGroup returns a Group appending to pool's outbox.
-func NewGroup(pool *pgxpool.Pool, opts GroupOptions) *Group {
-	if opts.Transactions <= 0 {
-		opts.Transactions = DefaultGroupTransactions
-	}
-	if opts.Messages <= 0 {
-		opts.Messages = DefaultGroupMessages
-	}
-	return &Group{pool: pool, opts: opts}
+func NewGroup(pool *pgxpool.Pool, cfg GroupConfig) *Group {
+	cfg.defaults()
+	return &Group{pool: pool, cfg: cfg}
 }
 
 // Append writes msgs to the outbox in a transaction shared with concurrent calls and returns
@@ -73,7 +74,7 @@ func (g *Group) Append(ctx context.Context, msgs ...Message) error {
 	}
 	c := &groupCall{msgs: msgs, done: make(chan error, 1), lead: make(chan struct{}, 1)}
 	g.mu.Lock()
-	if g.leaders < g.opts.Transactions {
+	if g.leaders < g.cfg.Transactions {
 		g.leaders++
 		g.mu.Unlock()
 		g.lead(ctx, c)
@@ -112,7 +113,7 @@ func (g *Group) Append(ctx context.Context, msgs ...Message) error {
 func (g *Group) lead(ctx context.Context, first *groupCall) {
 	g.mu.Lock()
 	calls, n := []*groupCall{first}, len(first.msgs)
-	for len(g.queue) > 0 && n+len(g.queue[0].msgs) <= g.opts.Messages {
+	for len(g.queue) > 0 && n+len(g.queue[0].msgs) <= g.cfg.Messages {
 		n += len(g.queue[0].msgs)
 		calls = append(calls, g.queue[0])
 		g.queue = g.queue[1:]

@@ -98,7 +98,7 @@ group by xmin::text order by min(seq)`)
 // written by the next one, together, and each returns once it committed.
 func TestGroupCommitsConcurrentCallsTogether(t *testing.T) {
 	pool := pgtest.New(t)
-	g := outbox.NewGroup(pool, outbox.GroupOptions{Transactions: 1})
+	g := outbox.NewGroup(pool, outbox.GroupConfig{Transactions: 1})
 	ctx := context.Background()
 	var calls []func() error
 	for i := range 5 {
@@ -120,7 +120,7 @@ func TestGroupCommitsConcurrentCallsTogether(t *testing.T) {
 // with none of its messages written; the calls grouped with it commit.
 func TestGroupCallFailsAlone(t *testing.T) {
 	pool := pgtest.New(t)
-	g := outbox.NewGroup(pool, outbox.GroupOptions{Transactions: 1})
+	g := outbox.NewGroup(pool, outbox.GroupConfig{Transactions: 1})
 	ctx := context.Background()
 	if err := g.Append(ctx, msg("evt_taken")); err != nil {
 		t.Fatal(err)
@@ -144,7 +144,7 @@ func TestGroupCallFailsAlone(t *testing.T) {
 // returns the context's error and writes nothing; the others are not held up.
 func TestGroupCallCancelledWhileQueued(t *testing.T) {
 	pool := pgtest.New(t)
-	g := outbox.NewGroup(pool, outbox.GroupOptions{Transactions: 1})
+	g := outbox.NewGroup(pool, outbox.GroupConfig{Transactions: 1})
 	ctx := context.Background()
 	h := holdFirst(t, pool, g, []outbox.Message{msg("evt_first")})
 	a := async(func() error { return g.Append(ctx, msg("evt_a")) })

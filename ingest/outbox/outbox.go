@@ -17,7 +17,7 @@
 // event id (the event log by primary key, webhooks by delivery key); that is the documented
 // at-least-once contract of carehub.events.v1.
 //
-// Under a backlog a relay keeps Options.Workers batches in flight (claiming, waiting for the
+// Under a backlog a relay keeps Config.Workers batches in flight (claiming, waiting for the
 // broker and committing are round trips; one batch at a time left the database and the broker
 // idle in turn). Claims are serialized, so within one relay rows enter the producer in seq
 // order, and the producer keeps per-partition order, as long as every batch succeeds: a batch
@@ -28,7 +28,7 @@
 // # Failure
 //
 // When the broker is unreachable or refuses writes, the produce times out
-// (Options.PublishTimeout), the transaction rolls back, and the relay retries with exponential
+// (Config.PublishTimeout), the transaction rolls back, and the relay retries with exponential
 // backoff. Mutations keep succeeding meanwhile: they only insert outbox rows. When the broker
 // returns, the backlog drains in seq order.
 //
@@ -43,11 +43,12 @@
 //
 // The relay LISTENs on Channel on a connection of its own taken from the pool (re-established
 // after any error) and drains the outbox when notified; Append issues the NOTIFY, which Postgres
-// delivers on commit. A poll every Options.PollInterval covers lost notifications and the time
+// delivers on commit. A poll every Config.PollInterval covers lost notifications and the time
 // the listener is reconnecting.
 package outbox
 
 import (
+	"carehub/kernel/config"
 	"carehub/kernel/telemetry"
 	"context"
 	"errors"
@@ -71,7 +72,7 @@ const Channel = "carehub_outbox"
 // before decoding.
 const HeaderEventID = "event-id"
 
-// Defaults of Options.
+// Defaults of Config.
 const (
 	DefaultBatchSize       = 2000
 	DefaultWorkers         = 3
@@ -86,8 +87,8 @@ const (
 	cleanupChunk          = 5000
 )
 
-// Options configures a Relay. The zero value is usable.
-type Options struct {
+// Config configures a Relay. The zero value is usable.
+type Config struct {
 	Logger *slog.Logger // default: discard
 	// BatchSize is the number of rows claimed and produced together. Default DefaultBatchSize.
 	BatchSize int
@@ -108,35 +109,23 @@ type Options struct {
 	Registerer prometheus.Registerer
 }
 
-func (o *Options) defaults() {
-	if o.Logger == nil {
-		o.Logger = slog.New(slog.DiscardHandler)
+func (c *Config) defaults() {
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
 	}
-	if o.BatchSize <= 0 {
-		o.BatchSize = DefaultBatchSize
-	}
-	if o.Workers <= 0 {
-		o.Workers = DefaultWorkers
-	}
-	if o.PollInterval <= 0 {
-		o.PollInterval = DefaultPollInterval
-	}
-	if o.Retention <= 0 {
-		o.Retention = DefaultRetention
-	}
-	if o.CleanupInterval <= 0 {
-		o.CleanupInterval = DefaultCleanupInterval
-	}
-	if o.PublishTimeout <= 0 {
-		o.PublishTimeout = DefaultPublishTimeout
-	}
+	config.Default(&c.BatchSize, DefaultBatchSize)
+	config.Default(&c.Workers, DefaultWorkers)
+	config.Default(&c.PollInterval, DefaultPollInterval)
+	config.Default(&c.Retention, DefaultRetention)
+	config.Default(&c.CleanupInterval, DefaultCleanupInterval)
+	config.Default(&c.PublishTimeout, DefaultPublishTimeout)
 }
 
 // Relay publishes outbox rows to Kafka. Create it with New and run it with Run.
 type Relay struct {
 	pool     *pgxpool.Pool
 	producer *kgo.Client
-	opts     Options
+	cfg      Config
 	log      *slog.Logger
 	m        metrics
 	claimMu  sync.Mutex // see claim
@@ -144,14 +133,14 @@ type Relay struct {
 
 // New returns a relay that reads pool's outbox table and produces with producer, which should
 // be built by storage/kafka.NewClient (idempotent, acks=all). The relay does not close either.
-func New(pool *pgxpool.Pool, producer *kgo.Client, opts Options) *Relay {
-	opts.defaults()
+func New(pool *pgxpool.Pool, producer *kgo.Client, cfg Config) *Relay {
+	cfg.defaults()
 	return &Relay{
 		pool:     pool,
 		producer: producer,
-		opts:     opts,
-		log:      opts.Logger.With("component", "outbox_relay"),
-		m:        newMetrics(opts.Registerer),
+		cfg:      cfg,
+		log:      cfg.Logger.With("component", "outbox_relay"),
+		m:        newMetrics(cfg.Registerer),
 	}
 }
 
@@ -169,7 +158,7 @@ func (r *Relay) Run(ctx context.Context) error {
 	wg.Go(func() { r.listen(ctx, wake) })
 	wg.Go(func() { r.cleanupLoop(ctx) })
 
-	poll := time.NewTicker(r.opts.PollInterval)
+	poll := time.NewTicker(r.cfg.PollInterval)
 	defer poll.Stop()
 	var failures int
 	for {
@@ -201,23 +190,23 @@ func (r *Relay) Run(ctx context.Context) error {
 	}
 }
 
-// drain publishes batches until one comes back short, with Options.Workers batches in flight
+// drain publishes batches until one comes back short, with Config.Workers batches in flight
 // while a backlog lasts: claiming rows, waiting for the broker and committing are round trips,
 // and one batch at a time leaves the database and the broker idle in turn.
 func (r *Relay) drain(ctx context.Context) error {
 	n, err := r.publishBatch(ctx)
-	if err != nil || n < r.opts.BatchSize || r.opts.Workers == 1 {
-		for err == nil && n == r.opts.BatchSize {
+	if err != nil || n < r.cfg.BatchSize || r.cfg.Workers == 1 {
+		for err == nil && n == r.cfg.BatchSize {
 			n, err = r.publishBatch(ctx)
 		}
 		return err
 	}
 	g, gctx := errgroup.WithContext(ctx)
-	for range r.opts.Workers {
+	for range r.cfg.Workers {
 		g.Go(func() error {
 			for {
 				n, err := r.publishBatch(gctx)
-				if err != nil || n < r.opts.BatchSize {
+				if err != nil || n < r.cfg.BatchSize {
 					return err
 				}
 			}
@@ -304,7 +293,7 @@ from outbox
 where sent_at is null
 order by seq
 limit $1
-for update skip locked`, r.opts.BatchSize)
+for update skip locked`, r.cfg.BatchSize)
 	var batch []outboxRow
 	if err == nil {
 		batch, err = pgx.CollectRows(rows, func(row pgx.CollectableRow) (outboxRow, error) {
@@ -321,7 +310,7 @@ for update skip locked`, r.opts.BatchSize)
 		return nil, nil, nil, nil
 	}
 
-	produceCtx, cancel := context.WithTimeout(ctx, r.opts.PublishTimeout)
+	produceCtx, cancel := context.WithTimeout(ctx, r.cfg.PublishTimeout)
 	errs := make([]error, len(batch))
 	var acked sync.WaitGroup
 	acked.Add(len(batch))
@@ -407,7 +396,7 @@ func notify(wake chan<- struct{}) {
 
 // cleanupLoop deletes sent rows older than Retention every CleanupInterval.
 func (r *Relay) cleanupLoop(ctx context.Context) {
-	t := time.NewTicker(r.opts.CleanupInterval)
+	t := time.NewTicker(r.cfg.CleanupInterval)
 	defer t.Stop()
 	for {
 		select {
@@ -441,7 +430,7 @@ delete from outbox where seq in (
 	  and sent_at < now() - $1::interval
 	order by seq
 	limit $2
-	for update skip locked)`, r.opts.Retention, cleanupChunk)
+	for update skip locked)`, r.cfg.Retention, cleanupChunk)
 		if err != nil {
 			return total, fmt.Errorf("delete sent outbox rows: %w", err)
 		}

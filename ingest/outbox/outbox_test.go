@@ -204,7 +204,7 @@ func TestRelayPublishesInOrderAndMarksSent(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	relay := outbox.New(pool, kafkatest.Client(t), outbox.Options{BatchSize: 16, Registerer: reg})
+	relay := outbox.New(pool, kafkatest.Client(t), outbox.Config{BatchSize: 16, Registerer: reg})
 	start(t, relay)
 	for i := range 10 {
 		want = append(want, mutate(t, pool, topic, []string{"prj_a", "prj_b", "prj_c"}[i%3], 5)...)
@@ -266,7 +266,7 @@ func TestRelayWakesOnNotify(t *testing.T) {
 	pool := pgtest.New(t)
 	topic := kafkatest.Topic(t, "events")
 	// No polling to speak of: only the notification can wake the relay in time.
-	relay := outbox.New(pool, kafkatest.Client(t), outbox.Options{PollInterval: time.Hour})
+	relay := outbox.New(pool, kafkatest.Client(t), outbox.Config{PollInterval: time.Hour})
 	start(t, relay)
 	// The first drain runs at start; wait until the listener is certainly up by publishing one
 	// mutation, then check that later ones arrive without a poll.
@@ -282,7 +282,7 @@ func TestRelayWakesOnNotify(t *testing.T) {
 func TestRelayPollsWithoutNotify(t *testing.T) {
 	pool := pgtest.New(t)
 	topic := kafkatest.Topic(t, "events")
-	relay := outbox.New(pool, kafkatest.Client(t), outbox.Options{PollInterval: 50 * time.Millisecond})
+	relay := outbox.New(pool, kafkatest.Client(t), outbox.Config{PollInterval: 50 * time.Millisecond})
 	start(t, relay)
 	// A row inserted without NOTIFY (as by a tool or a lost notification) is found by polling.
 	ev, err := events.New("a.b", "org_1", "prj_a", events.SourceSystem, events.SeverityInfo, nil)
@@ -322,7 +322,7 @@ func TestTwoRelaysSendEachRowOnce(t *testing.T) {
 		}
 		t.Cleanup(producer.Close)
 		// Small batches and fast polls make the relays contend for rows all the time.
-		start(t, outbox.New(p, producer, outbox.Options{BatchSize: 7, PollInterval: 10 * time.Millisecond}))
+		start(t, outbox.New(p, producer, outbox.Config{BatchSize: 7, PollInterval: 10 * time.Millisecond}))
 	}
 
 	var mu sync.Mutex
@@ -403,7 +403,7 @@ func TestBrokerDown(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(dead.Close)
-	stop := start(t, outbox.New(pool, dead, outbox.Options{
+	stop := start(t, outbox.New(pool, dead, outbox.Config{
 		PublishTimeout: 200 * time.Millisecond, PollInterval: 20 * time.Millisecond, Registerer: reg,
 	}))
 
@@ -423,7 +423,7 @@ func TestBrokerDown(t *testing.T) {
 	})
 	stop()
 
-	start(t, outbox.New(pool, kafkatest.Client(t), outbox.Options{}))
+	start(t, outbox.New(pool, kafkatest.Client(t), outbox.Config{}))
 	got := recordIDs(t, consume(t, topic, len(want)))
 	if !slices.Equal(sorted(got), sorted(eventIDs(want))) {
 		t.Fatalf("delivered %v, want %v", got, eventIDs(want))
@@ -487,7 +487,7 @@ func TestBrokerRecovers(t *testing.T) {
 
 	pool := pgtest.New(t)
 	reg := prometheus.NewRegistry()
-	start(t, outbox.New(pool, producer, outbox.Options{
+	start(t, outbox.New(pool, producer, outbox.Config{
 		PublishTimeout: 300 * time.Millisecond, PollInterval: 20 * time.Millisecond, Registerer: reg,
 	}))
 	want := mutate(t, pool, topic, "prj_a", 10)
@@ -545,7 +545,7 @@ func TestCleanup(t *testing.T) {
 	set(3, "created_at = now() - interval '3 hours', sent_at = now() - interval '10 minutes'")
 	set(5, "created_at = now() - interval '5 hours'")
 
-	relay := outbox.New(pool, nil, outbox.Options{Retention: time.Hour})
+	relay := outbox.New(pool, nil, outbox.Config{Retention: time.Hour})
 	n, err := relay.Cleanup(ctx)
 	if err != nil {
 		t.Fatal(err)

@@ -19,3 +19,13 @@ func TestDefault(t *testing.T) {
 		t.Errorf("a set ratio became %v", ratio)
 	}
 }
+
+func TestDefaultString(t *testing.T) {
+	for _, tc := range []struct{ in, want string }{{"", "def"}, {"set", "set"}} {
+		got := tc.in
+		Default(&got, "def")
+		if got != tc.want {
+			t.Errorf("Default(%q, def) = %q, want %q", tc.in, got, tc.want)
+		}
+	}
+}

@@ -56,6 +56,7 @@ import (
 
 	"carehub/kernel/access"
 	"carehub/kernel/clinical"
+	"carehub/kernel/config"
 	"carehub/kernel/fault"
 	"carehub/kernel/phi"
 	"carehub/processors/idempotency"
@@ -133,26 +134,29 @@ type Service struct {
 	closeOnce   sync.Once
 }
 
-// Option configures a Service.
-type Option func(*Service)
+// Config configures a Service. Zero fields take their defaults.
+type Config struct {
+	// EventsTopic is the topic events are written to. Default kafka.DefaultTopics().Events.
+	EventsTopic string
+	// Logger defaults to slog.Default().
+	Logger *slog.Logger
+	// MaxQueued bounds the QUEUED async sessions per organization. Default DefaultMaxQueued.
+	MaxQueued int
+}
 
-// WithEventsTopic names the topic events are written to (default carehub.events.v1).
-func WithEventsTopic(topic string) Option { return func(s *Service) { s.eventsTopic = topic } }
-
-// WithLogger sets the logger.
-func WithLogger(l *slog.Logger) Option { return func(s *Service) { s.logger = l } }
-
-// WithMaxQueued bounds the QUEUED async sessions per organization (default DefaultMaxQueued).
-func WithMaxQueued(n int) Option { return func(s *Service) { s.maxQueued = max(1, n) } }
+func (c *Config) defaults() {
+	config.Default(&c.EventsTopic, kafka.DefaultTopics().Events)
+	config.Default(&c.MaxQueued, DefaultMaxQueued)
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+}
 
 // New returns the service on pool.
-func New(pool *pgxpool.Pool, opts ...Option) *Service {
-	s := &Service{pool: pool, guard: phi.NewGuard(pool), eventsTopic: kafka.DefaultTopics().Events, logger: slog.Default(), maxQueued: DefaultMaxQueued,
-		wakeCh: make(chan struct{}, 1)}
-	for _, o := range opts {
-		o(s)
-	}
-	return s
+func New(pool *pgxpool.Pool, cfg Config) *Service {
+	cfg.defaults()
+	return &Service{pool: pool, guard: phi.NewGuard(pool), eventsTopic: cfg.EventsTopic, logger: cfg.Logger,
+		maxQueued: cfg.MaxQueued, wakeCh: make(chan struct{}, 1)}
 }
 
 // Close is kept for the composition root; the service owns no goroutines (Workers are run and

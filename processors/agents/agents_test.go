@@ -37,7 +37,7 @@ func newAgent(t *testing.T, svc *agents.Service, ctx context.Context, pool *pgxp
 func TestRunScoresStoredVitals(t *testing.T) {
 	pool := seeded(t)
 	ctx := caller(t)
-	svc := agents.New(pool)
+	svc := agents.New(pool, agents.Config{})
 	for _, tc := range []struct {
 		skill, patient string
 		qualifies      bool
@@ -114,7 +114,7 @@ func sameSet(a, b []string) bool {
 func TestReportIsRiskAssessment(t *testing.T) {
 	pool := seeded(t)
 	ctx := caller(t)
-	svc := agents.New(pool)
+	svc := agents.New(pool, agents.Config{})
 	a := newAgent(t, svc, ctx, pool, clinical.SkillNEWS2, agents.ModeSync)
 	ses, err := svc.Run(ctx, a.ID, demo.DeterioratingPatientID, nil)
 	if err != nil {
@@ -177,7 +177,7 @@ and value->'payload'->>'reportId' = $1`, r.ID).Scan(&payload); err != nil {
 func TestRunNeverFabricates(t *testing.T) {
 	pool := seeded(t)
 	ctx := caller(t)
-	svc := agents.New(pool)
+	svc := agents.New(pool, agents.Config{})
 	a := newAgent(t, svc, ctx, pool, clinical.SkillNEWS2, agents.ModeSync)
 	const partial = "pat_01jx0000000000000000000001"
 	if _, err := pool.Exec(ctx, `insert into patients (id, org_id, synthetic, name) values ($1, $2, true, '[]')`, partial, demo.DemoOrgID); err != nil {
@@ -239,7 +239,7 @@ values ($1, $2, $3, 'final', '{}', $4, '{}', $5, '/min', now())`, "obs_01jx00000
 func TestWorkerRecoversStuckSessions(t *testing.T) {
 	pool := seeded(t)
 	ctx := caller(t)
-	svc := agents.New(pool)
+	svc := agents.New(pool, agents.Config{})
 	a := newAgent(t, svc, ctx, pool, clinical.SkillQSOFA, agents.ModeAsync)
 	var ids []string
 	for range 3 {
@@ -313,7 +313,7 @@ and value->'payload'->>'sessionId' = $1 order by seq`, queued)
 func TestAsyncQueueIsBounded(t *testing.T) {
 	pool := seeded(t)
 	ctx := caller(t)
-	svc := agents.New(pool, agents.WithMaxQueued(2))
+	svc := agents.New(pool, agents.Config{MaxQueued: 2})
 	a := newAgent(t, svc, ctx, pool, clinical.SkillNEWS2, agents.ModeAsync)
 	for i := range 3 {
 		_, err := svc.Run(ctx, a.ID, demo.StablePatientID, nil)
@@ -334,7 +334,7 @@ func TestAsyncQueueIsBounded(t *testing.T) {
 func TestExecuteCommitsWithTheCaller(t *testing.T) {
 	pool := seeded(t)
 	ctx := caller(t)
-	svc := agents.New(pool)
+	svc := agents.New(pool, agents.Config{})
 	a := newAgent(t, svc, ctx, pool, clinical.SkillNEWS2, agents.ModeAsync) // Execute ignores the run mode
 	tx, err := pool.Begin(ctx)
 	if err != nil {

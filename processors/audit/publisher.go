@@ -57,18 +57,18 @@ type Publisher struct {
 	once    sync.Once
 }
 
+func (c *PublisherConfig) defaults() {
+	config.Default(&c.Topic, kafka.DefaultTopics().Audit)
+	config.Default(&c.ClientID, "carehub-audit")
+	config.Default(&c.MaxBuffered, DefaultMaxBuffered)
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+}
+
 // NewPublisher returns a Publisher; Close releases it.
 func NewPublisher(cfg PublisherConfig) (*Publisher, error) {
-	if cfg.Topic == "" {
-		cfg.Topic = kafka.DefaultTopics().Audit
-	}
-	if cfg.ClientID == "" {
-		cfg.ClientID = "carehub-audit"
-	}
-	config.Default(&cfg.MaxBuffered, DefaultMaxBuffered)
-	if cfg.Logger == nil {
-		cfg.Logger = slog.New(slog.DiscardHandler)
-	}
+	cfg.defaults()
 	cl, err := kafka.NewClient(kafka.ClientConfig{Brokers: cfg.Brokers, ClientID: cfg.ClientID, Registerer: cfg.Registerer, Logger: cfg.Logger},
 		kgo.DefaultProduceTopic(cfg.Topic), kgo.MaxBufferedRecords(cfg.MaxBuffered))
 	if err != nil {

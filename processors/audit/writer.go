@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"carehub/kernel/config"
 	"carehub/kernel/telemetry"
 	"carehub/storage"
 	"carehub/storage/kafka"
@@ -60,29 +61,23 @@ type Writer struct {
 	once         sync.Once
 }
 
+func (c *WriterConfig) defaults() {
+	config.Default(&c.Topic, kafka.DefaultTopics().Audit)
+	config.Default(&c.Group, DefaultGroup)
+	config.Default(&c.ClientID, "carehub-audit-writer")
+	config.Default(&c.MaxBatch, DefaultMaxBatch)
+	config.Default(&c.StoreTimeout, DefaultStoreTimeout)
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+}
+
 // NewWriter returns a Writer; Run runs it.
 func NewWriter(cfg WriterConfig) (*Writer, error) {
 	if cfg.Store == nil {
 		return nil, errors.New("audit writer: no store")
 	}
-	if cfg.Topic == "" {
-		cfg.Topic = kafka.DefaultTopics().Audit
-	}
-	if cfg.Group == "" {
-		cfg.Group = DefaultGroup
-	}
-	if cfg.ClientID == "" {
-		cfg.ClientID = "carehub-audit-writer"
-	}
-	if cfg.MaxBatch <= 0 {
-		cfg.MaxBatch = DefaultMaxBatch
-	}
-	if cfg.StoreTimeout <= 0 {
-		cfg.StoreTimeout = DefaultStoreTimeout
-	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.New(slog.DiscardHandler)
-	}
+	cfg.defaults()
 	cl, err := kafka.NewClient(kafka.ClientConfig{Brokers: cfg.Brokers, ClientID: cfg.ClientID, Registerer: cfg.Registerer, Logger: cfg.Logger},
 		// A new group starts at the beginning: records produced before the first writer joined
 		// are audit records too.

@@ -41,6 +41,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"carehub/kernel/access"
+	"carehub/kernel/config"
 	"carehub/kernel/events"
 	"carehub/kernel/fault"
 	"carehub/processors/idempotency"
@@ -86,19 +87,18 @@ type Service struct {
 	eventsTopic string
 }
 
-// Option configures a Service.
-type Option func(*Service)
+// Config configures a Service. Zero fields take their defaults.
+type Config struct {
+	// EventsTopic is the topic events are written to. Default kafka.DefaultTopics().Events.
+	EventsTopic string
+}
 
-// WithEventsTopic names the topic events are written to (default carehub.events.v1).
-func WithEventsTopic(topic string) Option { return func(s *Service) { s.eventsTopic = topic } }
+func (c *Config) defaults() { config.Default(&c.EventsTopic, kafka.DefaultTopics().Events) }
 
 // New returns the service on pool.
-func New(pool *pgxpool.Pool, opts ...Option) *Service {
-	s := &Service{pool: pool, eventsTopic: kafka.DefaultTopics().Events}
-	for _, o := range opts {
-		o(s)
-	}
-	return s
+func New(pool *pgxpool.Pool, cfg Config) *Service {
+	cfg.defaults()
+	return &Service{pool: pool, eventsTopic: cfg.EventsTopic}
 }
 
 const columns = `id, org_id, project_id, installation_id, environment, status, status_reason, replicas, endpoint,

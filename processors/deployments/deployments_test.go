@@ -39,7 +39,7 @@ func newFixture(t testing.TB) *fixture {
 	if _, err := demo.Seed(context.Background(), pool, nil); err != nil {
 		t.Fatal(err)
 	}
-	f := &fixture{t: t, pool: pool, svc: deployments.New(pool),
+	f := &fixture{t: t, pool: pool, svc: deployments.New(pool, deployments.Config{}),
 		ctx: access.With(context.Background(), &access.Principal{OrgID: demo.DemoOrgID, KeyID: "key_test", Mode: access.Live, Scopes: access.Scopes})}
 	f.project = f.scalar(`select id from projects where name = $1`, demo.SepsisProjectName)
 	return f

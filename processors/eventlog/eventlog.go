@@ -37,6 +37,7 @@ import (
 	"sync"
 	"time"
 
+	"carehub/kernel/config"
 	"carehub/kernel/telemetry"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -110,28 +111,16 @@ func (c Config) Validate() error {
 }
 
 func (c *Config) defaults() {
-	if c.ClientID == "" {
-		c.ClientID = DefaultClientID
-	}
-	if c.Group == "" {
-		c.Group = DefaultGroup
-	}
-	if c.Topic == "" {
-		c.Topic = kafka.DefaultTopics().Events
-	}
+	config.Default(&c.ClientID, DefaultClientID)
+	config.Default(&c.Group, DefaultGroup)
+	config.Default(&c.Topic, kafka.DefaultTopics().Events)
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
-	if c.BatchSize == 0 {
-		c.BatchSize = DefaultBatchSize
-	}
-	if c.ChunkSize == 0 {
-		c.ChunkSize = DefaultChunkSize
-	}
-	if c.Concurrency == 0 {
-		c.Concurrency = DefaultConcurrency
-	}
-	if c.LagInterval == 0 {
+	config.Default(&c.BatchSize, DefaultBatchSize)
+	config.Default(&c.ChunkSize, DefaultChunkSize)
+	config.Default(&c.Concurrency, DefaultConcurrency)
+	if c.LagInterval == 0 { // negative disables the gauge
 		c.LagInterval = DefaultLagInterval
 	}
 }
@@ -174,7 +163,7 @@ func New(cfg Config) (*Writer, error) {
 	}
 	w := &Writer{cfg: cfg, cl: cl, r: r, log: log, m: newWriterMetrics(cfg.Registerer)}
 	if cfg.Registerer != nil && cfg.LagInterval > 0 {
-		w.lag = NewLagMonitor(kadm.NewClient(cl), cfg.Group, []string{cfg.Topic}, LagOptions{
+		w.lag = NewLagMonitor(kadm.NewClient(cl), cfg.Group, []string{cfg.Topic}, LagConfig{
 			Interval: cfg.LagInterval, Registerer: cfg.Registerer, Logger: cfg.Logger,
 		})
 	}

@@ -10,12 +10,13 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kadm"
 
+	"carehub/kernel/config"
 	"carehub/kernel/telemetry"
 	"carehub/storage/kafka"
 )
 
-// LagOptions configures a LagMonitor.
-type LagOptions struct {
+// LagConfig configures a LagMonitor. Zero fields take their defaults.
+type LagConfig struct {
 	// Interval between refreshes. Default DefaultLagInterval.
 	Interval time.Duration
 	// Registerer receives the gauge carehub_kafka_consumer_lag{group, topic, partition}.
@@ -23,6 +24,13 @@ type LagOptions struct {
 	// the gauge to be exported at all.
 	Registerer prometheus.Registerer
 	Logger     *slog.Logger
+}
+
+func (c *LagConfig) defaults() {
+	config.Default(&c.Interval, DefaultLagInterval)
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
 }
 
 // LagMonitor exports a consumer group's lag per partition (records not yet committed, from
@@ -33,7 +41,7 @@ type LagMonitor struct {
 	adm    *kadm.Client
 	group  string
 	topics []string
-	opts   LagOptions
+	cfg    LagConfig
 	gauge  *prometheus.GaugeVec
 
 	mu   sync.Mutex
@@ -42,32 +50,27 @@ type LagMonitor struct {
 
 // NewLagMonitor returns a monitor of group on topics (all the group's topics when empty). adm
 // is borrowed, not closed.
-func NewLagMonitor(adm *kadm.Client, group string, topics []string, opts LagOptions) *LagMonitor {
-	if opts.Interval <= 0 {
-		opts.Interval = DefaultLagInterval
-	}
-	if opts.Logger == nil {
-		opts.Logger = slog.New(slog.DiscardHandler)
-	}
+func NewLagMonitor(adm *kadm.Client, group string, topics []string, cfg LagConfig) *LagMonitor {
+	cfg.defaults()
 	gauge := prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Namespace: "carehub", Subsystem: "kafka", Name: "consumer_lag",
 		Help: "Records a consumer group has not yet committed, per topic partition.",
 	}, []string{"group", "topic", "partition"})
-	if opts.Registerer != nil {
-		gauge = telemetry.Shared(opts.Registerer, gauge)
+	if cfg.Registerer != nil {
+		gauge = telemetry.Shared(cfg.Registerer, gauge)
 	}
-	return &LagMonitor{adm: adm, group: group, topics: topics, opts: opts, gauge: gauge, seen: map[[2]string]bool{}}
+	return &LagMonitor{adm: adm, group: group, topics: topics, cfg: cfg, gauge: gauge, seen: map[[2]string]bool{}}
 }
 
 // Run refreshes the gauge every interval until ctx is done, then removes the group's series and
 // returns nil. Failed refreshes are logged and leave the previous values.
 func (m *LagMonitor) Run(ctx context.Context) error {
-	t := time.NewTicker(m.opts.Interval)
+	t := time.NewTicker(m.cfg.Interval)
 	defer t.Stop()
 	defer m.clear()
 	for {
 		if _, err := m.Refresh(ctx); err != nil && ctx.Err() == nil {
-			m.opts.Logger.Warn("refresh consumer lag", "group", m.group, "error", err)
+			m.cfg.Logger.Warn("refresh consumer lag", "group", m.group, "error", err)
 		}
 		select {
 		case <-ctx.Done():

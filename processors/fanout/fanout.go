@@ -15,6 +15,7 @@ package fanout
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"log/slog"
 	"slices"
 	"sync"
@@ -25,7 +26,9 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"carehub/kernel/config"
 	"carehub/storage"
+	"carehub/storage/kafka"
 )
 
 // Hub reads the events topic and delivers each event to every current subscriber.
@@ -45,24 +48,35 @@ type Hub struct {
 	active    prometheus.GaugeFunc
 }
 
-// Config configures a Hub.
+// Config configures a Hub. Zero fields take their defaults.
 type Config struct {
-	Brokers    []string
-	Topic      string
+	Brokers    []string // required
+	Topic      string   // default kafka.DefaultTopics().Events
 	Logger     *slog.Logger
 	Registerer prometheus.Registerer
 	// ClientOpts are extra franz-go options (tests).
 	ClientOpts []kgo.Opt
 }
 
+func (c *Config) defaults() {
+	config.Default(&c.Topic, kafka.DefaultTopics().Events)
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+}
+
 // New returns a hub reading cfg.Topic from its end as of now, before Run starts it: the node
 // reports ready only after New, so an event produced once the node is ready is never missed (a
 // plain "start at the end" would be resolved at the first fetch, after some events).
 func New(cfg Config) (*Hub, error) {
+	if len(cfg.Brokers) == 0 {
+		return nil, errors.New("fan-out: no brokers")
+	}
+	cfg.defaults()
 	start := kgo.ConsumeTopics(cfg.Topic)
 	if ends, err := endOffsets(cfg); err == nil && len(ends) > 0 {
 		start = kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{cfg.Topic: ends})
-	} else if cfg.Logger != nil {
+	} else {
 		cfg.Logger.Warn("fan-out: reading from the end at first fetch", "err", err)
 	}
 	opts := append([]kgo.Opt{
@@ -78,9 +92,6 @@ func New(cfg Config) (*Hub, error) {
 		return nil, err
 	}
 	h := &Hub{cl: cl, logger: cfg.Logger, idx: newIndex()}
-	if h.logger == nil {
-		h.logger = slog.Default()
-	}
 	h.delivered = prometheus.NewCounter(prometheus.CounterOpts{Namespace: "carehub", Subsystem: "fanout",
 		Name: "events_delivered_total", Help: "Events handed to subscribers on this node."})
 	h.dropped = prometheus.NewCounter(prometheus.CounterOpts{Namespace: "carehub", Subsystem: "fanout",

@@ -21,6 +21,7 @@ import (
 
 	"carehub/ingest/outbox"
 	"carehub/kernel/access"
+	"carehub/kernel/config"
 	"carehub/kernel/events"
 	"carehub/kernel/fault"
 	"carehub/kernel/phi"
@@ -44,20 +45,19 @@ type Service struct {
 	outbox *outbox.Group
 }
 
-// Option configures a Service.
-type Option func(*Service)
+// Config configures a Service. Zero fields take their defaults.
+type Config struct {
+	// EventsTopic is the topic published events go to. Default kafka.DefaultTopics().Events.
+	EventsTopic string
+}
 
-// WithEventsTopic names the topic published events go to (default carehub.events.v1).
-func WithEventsTopic(topic string) Option { return func(s *Service) { s.eventsTopic = topic } }
+func (c *Config) defaults() { config.Default(&c.EventsTopic, kafka.DefaultTopics().Events) }
 
 // New returns the feed over pool (projects, outbox) and log (reads).
-func New(pool *pgxpool.Pool, log storage.EventLog, opts ...Option) *Service {
-	s := &Service{pool: pool, guard: phi.NewGuard(pool), log: log, eventsTopic: kafka.DefaultTopics().Events,
-		outbox: outbox.NewGroup(pool, outbox.GroupOptions{})}
-	for _, o := range opts {
-		o(s)
-	}
-	return s
+func New(pool *pgxpool.Pool, log storage.EventLog, cfg Config) *Service {
+	cfg.defaults()
+	return &Service{pool: pool, guard: phi.NewGuard(pool), log: log, eventsTopic: cfg.EventsTopic,
+		outbox: outbox.NewGroup(pool, outbox.GroupConfig{})}
 }
 
 // Query selects events of one project.

@@ -46,7 +46,7 @@ func newEnv(t *testing.T) *env {
 	if _, err := pool.Exec(ctx, `create table things (id text primary key)`); err != nil {
 		t.Fatal(err)
 	}
-	return &env{t: t, pool: pool, store: idempotency.NewStore(pool), ctx: ctx}
+	return &env{t: t, pool: pool, store: idempotency.NewStore(pool, idempotency.Config{}), ctx: ctx}
 }
 
 var (

@@ -2,6 +2,7 @@ package idempotency
 
 import (
 	"bytes"
+	"carehub/kernel/config"
 	"context"
 	"crypto/rand"
 	"encoding/gob"
@@ -36,22 +37,25 @@ type Store struct {
 	logger *slog.Logger
 }
 
-// Option configures a Store.
-type Option func(*Store)
+// Config configures a Store. Zero fields take their defaults.
+type Config struct {
+	// Lease is the lease of running requests. Default DefaultLease.
+	Lease time.Duration
+	// Logger logs lease renewal and expiry. Default slog.Default().
+	Logger *slog.Logger
+}
 
-// WithLease sets the lease of running requests (default DefaultLease).
-func WithLease(d time.Duration) Option { return func(s *Store) { s.lease = d } }
-
-// WithLogger sets the logger of lease renewal and expiry.
-func WithLogger(l *slog.Logger) Option { return func(s *Store) { s.logger = l } }
+func (c *Config) defaults() {
+	config.Default(&c.Lease, DefaultLease)
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+}
 
 // NewStore returns a store on pool.
-func NewStore(pool *pgxpool.Pool, opts ...Option) *Store {
-	s := &Store{pool: pool, lease: DefaultLease, sweep: DefaultSweepInterval, logger: slog.Default()}
-	for _, o := range opts {
-		o(s)
-	}
-	return s
+func NewStore(pool *pgxpool.Pool, cfg Config) *Store {
+	cfg.defaults()
+	return &Store{pool: pool, lease: cfg.Lease, sweep: DefaultSweepInterval, logger: cfg.Logger}
 }
 
 // Answer is a recorded answer: what a replay sends, and the resources the first request touched

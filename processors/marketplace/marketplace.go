@@ -21,6 +21,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"carehub/kernel/access"
+	"carehub/kernel/config"
 	"carehub/kernel/fault"
 	"carehub/processors/internal/scoped"
 	"carehub/storage"
@@ -104,20 +105,19 @@ type Service struct {
 	eventsTopic string
 }
 
-// Option configures a Service.
-type Option func(*Service)
+// Config configures a Service. Zero fields take their defaults.
+type Config struct {
+	// EventsTopic is the topic events are written to through the outbox. Default
+	// kafka.DefaultTopics().Events.
+	EventsTopic string
+}
 
-// WithEventsTopic names the topic events are written to through the outbox (default
-// carehub.events.v1).
-func WithEventsTopic(topic string) Option { return func(s *Service) { s.eventsTopic = topic } }
+func (c *Config) defaults() { config.Default(&c.EventsTopic, kafka.DefaultTopics().Events) }
 
 // New returns the marketplace on pool.
-func New(pool *pgxpool.Pool, opts ...Option) *Service {
-	s := &Service{pool: pool, eventsTopic: kafka.DefaultTopics().Events}
-	for _, o := range opts {
-		o(s)
-	}
-	return s
+func New(pool *pgxpool.Pool, cfg Config) *Service {
+	cfg.defaults()
+	return &Service{pool: pool, eventsTopic: cfg.EventsTopic}
 }
 
 const assetColumns = `id, publisher_id, submitted_by_org, name, description, type, category, version, pricing_type,

@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"carehub/kernel/config"
 	"carehub/schemas/kafka/observation"
 	"carehub/storage/kafka"
 	"carehub/storage/kafka/consume"
@@ -98,44 +99,32 @@ type Writer struct {
 	m      *writerMetrics
 }
 
+func (c *WriterConfig) defaults() {
+	topics := kafka.DefaultTopics()
+	config.Default(&c.Topic, topics.Observations)
+	config.Default(&c.Group, DefaultGroup)
+	config.Default(&c.EventsTopic, topics.Events)
+	config.Default(&c.ClientID, "carehub-observation-writer")
+	if c.TransactionalID == "" {
+		b := make([]byte, 8)
+		_, _ = rand.Read(b)
+		c.TransactionalID = "carehub-observation-writer-" + hex.EncodeToString(b)
+	}
+	config.Default(&c.MaxBatch, DefaultMaxBatch)
+	config.Default(&c.ChunkSize, DefaultChunkSize)
+	config.Default(&c.Concurrency, DefaultConcurrency)
+	config.Default(&c.StoreTimeout, DefaultStoreTimeout)
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+}
+
 // NewWriter returns a Writer; Run runs it.
 func NewWriter(cfg WriterConfig) (*Writer, error) {
 	if cfg.Pool == nil {
 		return nil, errors.New("observation writer: no database pool")
 	}
-	topics := kafka.DefaultTopics()
-	if cfg.Topic == "" {
-		cfg.Topic = topics.Observations
-	}
-	if cfg.Group == "" {
-		cfg.Group = DefaultGroup
-	}
-	if cfg.EventsTopic == "" {
-		cfg.EventsTopic = topics.Events
-	}
-	if cfg.ClientID == "" {
-		cfg.ClientID = "carehub-observation-writer"
-	}
-	if cfg.TransactionalID == "" {
-		b := make([]byte, 8)
-		_, _ = rand.Read(b)
-		cfg.TransactionalID = "carehub-observation-writer-" + hex.EncodeToString(b)
-	}
-	if cfg.MaxBatch <= 0 {
-		cfg.MaxBatch = DefaultMaxBatch
-	}
-	if cfg.ChunkSize <= 0 {
-		cfg.ChunkSize = DefaultChunkSize
-	}
-	if cfg.Concurrency <= 0 {
-		cfg.Concurrency = DefaultConcurrency
-	}
-	if cfg.StoreTimeout <= 0 {
-		cfg.StoreTimeout = DefaultStoreTimeout
-	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.New(slog.DiscardHandler)
-	}
+	cfg.defaults()
 	logger := cfg.Logger.With("component", "observation_writer", "group", cfg.Group)
 	m, err := newWriterMetrics(cfg.Registerer)
 	if err != nil {

@@ -16,6 +16,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"carehub/kernel/access"
+	"carehub/kernel/config"
 	"carehub/kernel/fault"
 	"carehub/storage"
 )
@@ -147,16 +148,20 @@ type JobConfig struct {
 	Interval time.Duration // 0: DefaultInterval
 }
 
-// NewJob returns the job of cfg.
-func NewJob(cfg JobConfig) *Job {
-	j := &Job{pool: cfg.Pool, events: cfg.Events, audit: cfg.Audit, logger: cfg.Logger, interval: cfg.Interval, now: time.Now}
-	if j.logger == nil {
-		j.logger = slog.New(slog.DiscardHandler)
+func (c *JobConfig) defaults() {
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
 	}
-	if j.interval <= 0 {
-		j.interval = DefaultInterval
+	config.Default(&c.Interval, DefaultInterval)
+}
+
+// NewJob returns the job of cfg; it fails when a required field is missing.
+func NewJob(cfg JobConfig) (*Job, error) {
+	if cfg.Pool == nil || cfg.Events == nil || cfg.Audit == nil {
+		return nil, errors.New("retention job: Pool, Events and Audit are required")
 	}
-	return j
+	cfg.defaults()
+	return &Job{pool: cfg.Pool, events: cfg.Events, audit: cfg.Audit, logger: cfg.Logger, interval: cfg.Interval, now: time.Now}, nil
 }
 
 // Run purges at once, then every interval, until ctx ends. A failed pass is logged and retried

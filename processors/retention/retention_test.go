@@ -71,7 +71,10 @@ func TestPurge(t *testing.T) {
 	if _, err := svc.SetPolicy(platform, "org_a", ptr(30), ptr(AuditFloorDays)); err != nil {
 		t.Fatal(err)
 	}
-	job := NewJob(JobConfig{Pool: pool, Events: events, Audit: audit})
+	job, err := NewJob(JobConfig{Pool: pool, Events: events, Audit: audit})
+	if err != nil {
+		t.Fatal(err)
+	}
 	if err := job.PurgeOnce(ctx); err != nil {
 		t.Fatal(err)
 	}

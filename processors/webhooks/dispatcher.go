@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"carehub/kernel/config"
 	"carehub/kernel/events"
 	"carehub/kernel/phi"
 	"carehub/storage"
@@ -81,51 +82,35 @@ type DispatcherConfig struct {
 	ClientOpts []kgo.Opt
 }
 
-func (c *DispatcherConfig) defaults() error {
-	if c.Pool == nil {
-		return errors.New("webhook dispatcher: no Postgres pool")
-	}
-	if len(c.Brokers) == 0 {
-		return errors.New("webhook dispatcher: no Kafka brokers")
-	}
-	if c.Topic == "" {
-		c.Topic = kafka.DefaultTopics().Events
-	}
-	if c.Group == "" {
-		c.Group = DefaultGroup
-	}
+func (c *DispatcherConfig) defaults() {
+	config.Default(&c.Topic, kafka.DefaultTopics().Events)
+	config.Default(&c.Group, DefaultGroup)
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
 	if len(c.Schedule) == 0 {
 		c.Schedule = DefaultSchedule
 	}
-	if c.Timeout <= 0 {
-		c.Timeout = DefaultTimeout
-	}
-	if c.Lease <= 0 {
-		c.Lease = DefaultLease
-	}
-	if c.Lease < 300*time.Millisecond {
+	config.Default(&c.Timeout, DefaultTimeout)
+	config.Default(&c.Lease, DefaultLease)
+	config.Default(&c.MaxInFlight, DefaultMaxInFlight)
+	config.Default(&c.PerSubscription, DefaultPerSubscription)
+	config.Default(&c.LaneBatch, DefaultLaneBatch)
+	config.Default(&c.PollInterval, DefaultPollInterval)
+	config.Default(&c.CacheTTL, DefaultCacheTTL)
+}
+
+// validate reports a config that cannot build a dispatcher (after defaults).
+func (c *DispatcherConfig) validate() error {
+	switch {
+	case c.Pool == nil:
+		return errors.New("webhook dispatcher: no Postgres pool")
+	case len(c.Brokers) == 0:
+		return errors.New("webhook dispatcher: no Kafka brokers")
+	case c.Lease < 300*time.Millisecond:
 		return fmt.Errorf("webhook dispatcher: lease %s is too short", c.Lease)
-	}
-	if c.MaxInFlight <= 0 {
-		c.MaxInFlight = DefaultMaxInFlight
-	}
-	if c.PerSubscription <= 0 {
-		c.PerSubscription = DefaultPerSubscription
-	}
-	if c.PerSubscription > 16 {
+	case c.PerSubscription > 16:
 		return fmt.Errorf("webhook dispatcher: PerSubscription %d: at most 16", c.PerSubscription)
-	}
-	if c.LaneBatch <= 0 {
-		c.LaneBatch = DefaultLaneBatch
-	}
-	if c.PollInterval <= 0 {
-		c.PollInterval = DefaultPollInterval
-	}
-	if c.CacheTTL <= 0 {
-		c.CacheTTL = DefaultCacheTTL
 	}
 	return nil
 }
@@ -160,7 +145,8 @@ type Dispatcher struct {
 
 // NewDispatcher returns a dispatcher; Run starts it.
 func NewDispatcher(cfg DispatcherConfig) (*Dispatcher, error) {
-	if err := cfg.defaults(); err != nil {
+	cfg.defaults()
+	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
 	// The runner blocks rebalances while a poll is in hand, so a revoked partition's offsets are

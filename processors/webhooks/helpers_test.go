@@ -68,7 +68,7 @@ func newFixture(t testing.TB) *fixture {
 	f.orgID = f.addOrg("acme")
 	f.projectID = f.addProject(f.orgID)
 	f.admin = principal(f.orgID, access.AdminOrg)
-	f.svc = NewService(pool, AllowPrivate())
+	f.svc = NewService(pool, ServiceConfig{AllowPrivate: true})
 	f.prod = kafkatest.Client(t, kgo.DefaultProduceTopic(f.topic))
 	return f
 }

@@ -34,6 +34,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"carehub/kernel/access"
+	"carehub/kernel/config"
 	"carehub/kernel/events"
 	"carehub/kernel/fault"
 	"carehub/kernel/phi"
@@ -124,21 +125,17 @@ const NotifyChannel = "carehub_webhooks"
 
 const maxPatterns = 100
 
-// Option configures a Service (and, through DispatcherConfig, a Dispatcher).
-type Option func(*options)
-
-type options struct {
-	allowPrivate bool
-	timeout      time.Duration
+// ServiceConfig configures a Service. Zero fields take their defaults.
+type ServiceConfig struct {
+	// AllowPrivate permits subscription URLs and test sends to private, loopback and other
+	// non-public destinations, and plain http://. For development and tests only
+	// (--webhooks-allow-private).
+	AllowPrivate bool
+	// Timeout bounds a test send. Default DefaultTimeout.
+	Timeout time.Duration
 }
 
-// AllowPrivate permits subscription URLs and test sends to private, loopback and other
-// non-public destinations, and plain http://. For development and tests only
-// (--webhooks-allow-private).
-func AllowPrivate() Option { return func(o *options) { o.allowPrivate = true } }
-
-// WithTimeout bounds a test send (default DefaultTimeout).
-func WithTimeout(d time.Duration) Option { return func(o *options) { o.timeout = d } }
+func (c *ServiceConfig) defaults() { config.Default(&c.Timeout, DefaultTimeout) }
 
 // Service is the webhook subscription service used by the GraphQL and REST transports. Every
 // method checks the caller's scope and tenancy from ctx: reads of subscriptions (List, Get, ByIDs)
@@ -147,17 +144,14 @@ func WithTimeout(d time.Duration) Option { return func(o *options) { o.timeout =
 type Service struct {
 	pool   *pgxpool.Pool
 	guard  *phi.Guard
-	opts   options
+	cfg    ServiceConfig
 	sender *sender
 }
 
 // NewService returns the service on pool.
-func NewService(pool *pgxpool.Pool, opts ...Option) *Service {
-	var o options
-	for _, opt := range opts {
-		opt(&o)
-	}
-	return &Service{pool: pool, guard: phi.NewGuard(pool), opts: o, sender: newSender(o.allowPrivate, o.timeout, 2)}
+func NewService(pool *pgxpool.Pool, cfg ServiceConfig) *Service {
+	cfg.defaults()
+	return &Service{pool: pool, guard: phi.NewGuard(pool), cfg: cfg, sender: newSender(cfg.AllowPrivate, cfg.Timeout, 2)}
 }
 
 const subscriptionColumns = `id, org_id, project_id, url, events, status, secret, failure_count, last_delivered_at, created_at, updated_at`
@@ -218,7 +212,7 @@ func (s *Service) Create(ctx context.Context, projectID, url string, patterns []
 	if err != nil {
 		return nil, err
 	}
-	if err := checkURL(url, s.opts.allowPrivate); err != nil {
+	if err := checkURL(url, s.cfg.AllowPrivate); err != nil {
 		return nil, err
 	}
 	patterns, err = checkEvents(patterns)
@@ -340,7 +334,7 @@ func (s *Service) Update(ctx context.Context, id string, u Update) (*Subscriptio
 		return nil, err
 	}
 	if u.URL != nil {
-		if err := checkURL(*u.URL, s.opts.allowPrivate); err != nil {
+		if err := checkURL(*u.URL, s.cfg.AllowPrivate); err != nil {
 			return nil, err
 		}
 	}

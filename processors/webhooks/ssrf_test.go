@@ -52,7 +52,7 @@ func TestPublicAddr(t *testing.T) {
 
 func TestCreateRefusesNonPublicOrNonHTTPSURLs(t *testing.T) {
 	f := newFixture(t)
-	strict := NewService(f.pool)
+	strict := NewService(f.pool, ServiceConfig{})
 	for _, u := range []string{
 		"http://example.com/hook",
 		"https://127.0.0.1/hook",

@@ -69,7 +69,7 @@ from webhooks where id = $1 and deleted_at is null and ($2 = '' or org_id = $2)`
 		}
 		secrets = secretsOf(secret, previous)
 	} else {
-		if err := checkURL(req.URL, s.opts.allowPrivate); err != nil {
+		if err := checkURL(req.URL, s.cfg.AllowPrivate); err != nil {
 			return nil, err
 		}
 		oneOff = newSecret()

@@ -58,7 +58,7 @@ func newHarness(t testing.TB) *harness {
 		t.Fatalf("seed: %v", err)
 	}
 	h.events, h.runs = kafkatest.Topic(t, "events"), kafkatest.Topic(t, "runs")
-	h.svc = New(pool, WithTopics(h.events, h.runs))
+	h.svc = New(pool, Config{EventsTopic: h.events, RunsTopic: h.runs})
 	h.ctx = access.With(context.Background(), &access.Principal{OrgID: demo.DemoOrgID, KeyID: "key_test", Mode: access.Live, Scopes: access.Scopes})
 	h.project = h.scalar(`select id from projects where name = $1`, demo.SepsisProjectName)
 	h.ward7 = h.scalar(`select id from agents where name = $1`, demo.Ward7AgentName)
@@ -77,7 +77,7 @@ func (w testWriter) Write(p []byte) (int, error) {
 func (h *harness) relay() {
 	h.t.Helper()
 	cl := kafkatest.Client(h.t)
-	r := outbox.New(h.pool, cl, outbox.Options{PollInterval: 100 * time.Millisecond})
+	r := outbox.New(h.pool, cl, outbox.Config{PollInterval: 100 * time.Millisecond})
 	h.background("outbox relay", r.Run)
 }
 

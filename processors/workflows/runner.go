@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"carehub/kernel/config"
 	"carehub/kernel/telemetry"
 
 	"github.com/jackc/pgx/v5"
@@ -64,32 +65,18 @@ type RunnerConfig struct {
 }
 
 func (c *RunnerConfig) defaults() {
-	if c.ClientID == "" {
-		c.ClientID = DefaultRunnerClientID
-	}
-	if c.Group == "" {
-		c.Group = DefaultRunnerGroup
-	}
-	if c.Concurrency <= 0 {
-		c.Concurrency = DefaultConcurrency
-	}
-	if c.Lease <= 0 {
-		c.Lease = DefaultLease
-	}
-	if c.SweepInterval <= 0 {
-		c.SweepInterval = DefaultSweepInterval
-	}
-	if c.RequeueAfter <= 0 {
-		c.RequeueAfter = DefaultRequeueAfter
-	}
-	if c.MaxAttempts <= 0 {
-		c.MaxAttempts = DefaultMaxAttempts
-	}
+	config.Default(&c.ClientID, DefaultRunnerClientID)
+	config.Default(&c.Group, DefaultRunnerGroup)
+	config.Default(&c.Concurrency, DefaultConcurrency)
+	config.Default(&c.Lease, DefaultLease)
+	config.Default(&c.SweepInterval, DefaultSweepInterval)
+	config.Default(&c.RequeueAfter, DefaultRequeueAfter)
+	config.Default(&c.MaxAttempts, DefaultMaxAttempts)
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
 	if c.Agents == nil && c.Service != nil {
-		c.Agents = agents.New(c.Service.pool, agents.WithEventsTopic(c.Service.eventsTopic), agents.WithLogger(c.Logger))
+		c.Agents = agents.New(c.Service.pool, agents.Config{EventsTopic: c.Service.eventsTopic, Logger: c.Logger})
 	}
 }
 

@@ -201,7 +201,7 @@ func crashChild() int {
 		fmt.Fprintln(os.Stderr, err)
 		return 2
 	}
-	svc := New(pool, WithTopics(env("EVENTS"), env("RUNS")))
+	svc := New(pool, Config{EventsTopic: env("EVENTS"), RunsTopic: env("RUNS")})
 	r, err := NewRunner(RunnerConfig{Brokers: strings.Split(env("BROKERS"), ","), Service: svc, Group: env("GROUP"),
 		Lease: 2 * time.Second, SweepInterval: time.Hour,
 		ClientOpts: []kgo.Opt{kgo.SessionTimeout(6 * time.Second), kgo.HeartbeatInterval(time.Second)}})

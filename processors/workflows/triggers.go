@@ -14,6 +14,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"carehub/kernel/access"
+	"carehub/kernel/config"
 	"carehub/kernel/events"
 	"carehub/kernel/telemetry"
 	"carehub/storage"
@@ -75,6 +76,14 @@ type triggered struct {
 	patterns             []string
 }
 
+func (c *TriggersConfig) defaults() {
+	config.Default(&c.ClientID, DefaultTriggersClientID)
+	config.Default(&c.Group, DefaultTriggersGroup)
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+}
+
 // NewTriggers builds the trigger consumer and its Kafka client; Run joins the group.
 func NewTriggers(cfg TriggersConfig) (*Triggers, error) {
 	if len(cfg.Brokers) == 0 {
@@ -83,15 +92,7 @@ func NewTriggers(cfg TriggersConfig) (*Triggers, error) {
 	if cfg.Service == nil {
 		return nil, errors.New("workflow triggers: no workflow service")
 	}
-	if cfg.ClientID == "" {
-		cfg.ClientID = DefaultTriggersClientID
-	}
-	if cfg.Group == "" {
-		cfg.Group = DefaultTriggersGroup
-	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.New(slog.DiscardHandler)
-	}
+	cfg.defaults()
 	opts := append(consume.GroupOpts(cfg.Group, cfg.Service.eventsTopic),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AfterMilli(time.Now().Add(-time.Minute).UnixMilli())))
 	cl, err := kafka.NewClient(kafka.ClientConfig{Brokers: cfg.Brokers, ClientID: cfg.ClientID, Registerer: cfg.Registerer,

@@ -47,6 +47,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"carehub/kernel/access"
+	"carehub/kernel/config"
 	"carehub/kernel/events"
 	"carehub/kernel/fault"
 	"carehub/kernel/phi"
@@ -132,23 +133,24 @@ type Service struct {
 // Topics are the events topic and the workflow-runs topic the service writes to.
 func (s *Service) Topics() (events, runs string) { return s.eventsTopic, s.runsTopic }
 
-// Option configures a Service.
-type Option func(*Service)
+// Config configures a Service. Zero fields take their defaults.
+type Config struct {
+	// EventsTopic is the events topic. Default kafka.DefaultTopics().Events.
+	EventsTopic string
+	// RunsTopic is the workflow-runs topic. Default kafka.DefaultTopics().WorkflowRuns.
+	RunsTopic string
+}
 
-// WithTopics names the events topic and the workflow-runs topic (defaults carehub.events.v1 and
-// carehub.workflow-runs.v1).
-func WithTopics(events, runs string) Option {
-	return func(s *Service) { s.eventsTopic, s.runsTopic = events, runs }
+func (c *Config) defaults() {
+	t := kafka.DefaultTopics()
+	config.Default(&c.EventsTopic, t.Events)
+	config.Default(&c.RunsTopic, t.WorkflowRuns)
 }
 
 // New returns the service on pool.
-func New(pool *pgxpool.Pool, opts ...Option) *Service {
-	t := kafka.DefaultTopics()
-	s := &Service{pool: pool, guard: phi.NewGuard(pool), eventsTopic: t.Events, runsTopic: t.WorkflowRuns}
-	for _, o := range opts {
-		o(s)
-	}
-	return s
+func New(pool *pgxpool.Pool, cfg Config) *Service {
+	cfg.defaults()
+	return &Service{pool: pool, guard: phi.NewGuard(pool), eventsTopic: cfg.EventsTopic, runsTopic: cfg.RunsTopic}
 }
 
 const workflowColumns = `id, org_id, project_id, name, description, status, steps, triggers, created_at, updated_at`

@@ -255,8 +255,8 @@ func finite(f float64) float64 {
 
 // PurgeEvents deletes orgID's events created before before with a lightweight DELETE (rows are
 // masked at once and removed when parts merge) and returns how many matched. The deployment-wide
-// TTL (WithRetention) drops whole expired parts on its own; this serves organizations that keep
-// less than it.
+// TTL (Config.EventRetention, Config.AuditRetention) drops whole expired parts on its own; this
+// serves organizations that keep less than it.
 func (s *Store) PurgeEvents(ctx context.Context, orgID string, before time.Time) (int64, error) {
 	return s.purge(ctx, "event_log", "created_at", orgID, before)
 }

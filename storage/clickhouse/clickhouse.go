@@ -57,30 +57,21 @@ var (
 	_ storage.AuditLog = (*Store)(nil)
 )
 
-// Option configures Open.
-type Option func(*options)
-
-type options struct {
-	eventRetention, auditRetention time.Duration
-}
-
-// WithRetention keeps events for events and audit records for audit (rounded up to whole days)
-// and lets the server drop what is older, a month's part at a time, as a TTL on each table. Zero
-// leaves that table's TTL as it is. Open sets a TTL only when it differs from the table's, so a
-// restart costs nothing; a new TTL applies to the stored parts in the background.
-func WithRetention(events, audit time.Duration) Option {
-	return func(o *options) { o.eventRetention, o.auditRetention = events, audit }
+// Config configures Open. The zero value sets no retention.
+type Config struct {
+	// EventRetention and AuditRetention keep events and audit records that long (rounded up
+	// to whole days) and let the server drop what is older, a month's part at a time, as a TTL
+	// on each table. Zero leaves that table's TTL as it is. Open sets a TTL only when it differs
+	// from the table's, so a restart costs nothing; a new TTL applies to the stored parts in the
+	// background.
+	EventRetention, AuditRetention time.Duration
 }
 
 // Open connects to the ClickHouse server at url (clickhouse://user:password@host:9000/database?
 // dial_timeout=5s&compress=lz4, as clickhouse-go's ParseDSN reads it), checks that it answers,
-// creates the tables of schemas/clickhouse if they do not exist and applies the options. Close
+// creates the tables of schemas/clickhouse if they do not exist and applies cfg. Close
 // the store when done.
-func Open(ctx context.Context, url string, opts ...Option) (*Store, error) {
-	var o options
-	for _, opt := range opts {
-		opt(&o)
-	}
+func Open(ctx context.Context, url string, cfg Config) (*Store, error) {
 	chOpts, err := ch.ParseDSN(url)
 	if err != nil {
 		return nil, fmt.Errorf("open clickhouse: %w", err)
@@ -101,7 +92,7 @@ func Open(ctx context.Context, url string, opts ...Option) (*Store, error) {
 	for _, r := range []struct {
 		table, column string
 		keep          time.Duration
-	}{{"event_log", "created_at", o.eventRetention}, {countsTable, "hour", o.eventRetention}, {"audit_log", "time", o.auditRetention}} {
+	}{{"event_log", "created_at", cfg.EventRetention}, {countsTable, "hour", cfg.EventRetention}, {"audit_log", "time", cfg.AuditRetention}} {
 		if err := s.retain(ctx, r.table, r.column, r.keep); err != nil {
 			_ = conn.Close()
 			return nil, err

@@ -30,7 +30,7 @@ func newStoreAt(t testing.TB, url string) *clickhouse.Store {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	store, err := clickhouse.Open(ctx, url)
+	store, err := clickhouse.Open(ctx, url, clickhouse.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -185,7 +185,7 @@ func TestRetention(t *testing.T) {
 		t.Fatal(err)
 	}
 	for range 2 { // the second Open finds the TTL in place
-		s, err := clickhouse.Open(ctx, dsn, clickhouse.WithRetention(365*24*time.Hour, 0))
+		s, err := clickhouse.Open(ctx, dsn, clickhouse.Config{EventRetention: 365 * 24 * time.Hour})
 		if err != nil {
 			t.Fatal(err)
 		}

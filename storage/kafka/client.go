@@ -68,6 +68,13 @@ func (c ClientConfig) Validate() error {
 	return nil
 }
 
+// defaults fills the unset fields. A nil Logger stays nil: franz-go then logs nothing.
+func (c *ClientConfig) defaults() {
+	if c.ClientID == "" {
+		c.ClientID = DefaultClientID
+	}
+}
+
 // NewClient returns a franz-go client with carehub's defaults:
 //
 //   - idempotent producer (franz-go's default, kept) with acks=all, so a
@@ -123,9 +130,7 @@ func newClient(cfg ClientConfig, extra []kgo.Opt, build func(...kgo.Opt) (*kgo.C
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	if cfg.ClientID == "" {
-		cfg.ClientID = DefaultClientID
-	}
+	cfg.defaults()
 	opts := []kgo.Opt{
 		kgo.SeedBrokers(cfg.Brokers...),
 		kgo.ClientID(cfg.ClientID),

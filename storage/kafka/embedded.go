@@ -1,6 +1,7 @@
 package kafka
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -24,31 +25,24 @@ const (
 	dirtyFile = "carehub.running"
 )
 
-// EmbeddedOption configures StartEmbedded.
-type EmbeddedOption func(*embeddedConfig)
-
-type embeddedConfig struct {
-	port       int
-	syncWrites bool
+// EmbeddedConfig configures StartEmbedded. Zero fields take their defaults.
+type EmbeddedConfig struct {
+	// Logger defaults to discarding.
+	Logger *slog.Logger
+	// Port makes the broker listen on 127.0.0.1:Port. Default: an ephemeral port.
+	Port int
+	// SyncWrites fsyncs every produced batch before it is acknowledged.
+	//
+	// Without it (the default) an acknowledged record is in the OS page cache:
+	// it survives a crash or kill -9 of carehub, not a crash of the machine.
+	// That is Kafka's own default (log.flush.interval.messages unbounded), where
+	// replication covers machine loss; the embedded broker has no replicas, so
+	// turn this on where losing the last acknowledged records to a power cut
+	// matters more than produce throughput.
+	SyncWrites bool
 }
 
-// EmbeddedPort makes the broker listen on 127.0.0.1:port instead of an
-// ephemeral port.
-func EmbeddedPort(port int) EmbeddedOption {
-	return func(c *embeddedConfig) { c.port = port }
-}
-
-// EmbeddedSyncWrites fsyncs every produced batch before it is acknowledged.
-//
-// Without it (the default) an acknowledged record is in the OS page cache:
-// it survives a crash or kill -9 of carehub, not a crash of the machine.
-// That is Kafka's own default (log.flush.interval.messages unbounded), where
-// replication covers machine loss; the embedded broker has no replicas, so
-// turn this on where losing the last acknowledged records to a power cut
-// matters more than produce throughput.
-func EmbeddedSyncWrites() EmbeddedOption {
-	return func(c *embeddedConfig) { c.syncWrites = true }
-}
+func (c *EmbeddedConfig) defaults() { c.Logger = cmp.Or(c.Logger, slog.New(slog.DiscardHandler)) }
 
 // Embedded is an in-process Kafka-protocol broker (franz-go's kfake) whose
 // topics, records, committed group offsets and producer ids persist under a
@@ -80,17 +74,11 @@ type Embedded struct {
 //
 // ctx bounds nothing inside kfake (loading a dir cannot be interrupted);
 // StartEmbedded fails if ctx is done before it returns.
-func StartEmbedded(ctx context.Context, dir string, logger *slog.Logger, opts ...EmbeddedOption) (*Embedded, error) {
+func StartEmbedded(ctx context.Context, dir string, cfg EmbeddedConfig) (*Embedded, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	if logger == nil {
-		logger = slog.New(slog.DiscardHandler)
-	}
-	var cfg embeddedConfig
-	for _, o := range opts {
-		o(&cfg)
-	}
+	cfg.defaults()
 	if dir == "" {
 		return nil, errors.New("embedded kafka: empty data dir")
 	}
@@ -102,7 +90,7 @@ func StartEmbedded(ctx context.Context, dir string, logger *slog.Logger, opts ..
 		return nil, fmt.Errorf("embedded kafka on %s: %w", dir, err)
 	}
 
-	e := &Embedded{dir: dir, lock: lock, log: logger.With("data_dir", dir)}
+	e := &Embedded{dir: dir, lock: lock, log: cfg.Logger.With("data_dir", dir)}
 	c, err := e.open(cfg)
 	if err != nil {
 		lock.Close()
@@ -119,7 +107,7 @@ func StartEmbedded(ctx context.Context, dir string, logger *slog.Logger, opts ..
 
 // open starts kfake on the dir, first checkpointing it if the last process
 // died with it open.
-func (e *Embedded) open(cfg embeddedConfig) (*kfake.Cluster, error) {
+func (e *Embedded) open(cfg EmbeddedConfig) (*kfake.Cluster, error) {
 	marker := filepath.Join(e.dir, dirtyFile)
 	_, statErr := os.Stat(marker)
 	dirty := statErr == nil
@@ -133,10 +121,10 @@ func (e *Embedded) open(cfg embeddedConfig) (*kfake.Cluster, error) {
 		kfake.ClusterID("carehub-embedded"),
 		kfake.WithLogger(kfakeLogger{e.log}),
 	}
-	if cfg.port != 0 {
-		kopts = append(kopts, kfake.Ports(cfg.port))
+	if cfg.Port != 0 {
+		kopts = append(kopts, kfake.Ports(cfg.Port))
 	}
-	if cfg.syncWrites {
+	if cfg.SyncWrites {
 		kopts = append(kopts, kfake.SyncWrites())
 	}
 

@@ -24,9 +24,10 @@ import (
 	"carehub/storage/kafka"
 )
 
-func startEmbedded(t *testing.T, dir string, opts ...kafka.EmbeddedOption) *kafka.Embedded {
+func startEmbedded(t *testing.T, dir string, cfg kafka.EmbeddedConfig) *kafka.Embedded {
 	t.Helper()
-	e, err := kafka.StartEmbedded(timeout(t, 30*time.Second), dir, testLogger(t), opts...)
+	cfg.Logger = testLogger(t)
+	e, err := kafka.StartEmbedded(timeout(t, 30*time.Second), dir, cfg)
 	if err != nil {
 		t.Fatalf("StartEmbedded(%s): %v", dir, err)
 	}
@@ -67,7 +68,7 @@ func TestEmbeddedPersists(t *testing.T) {
 	var committed map[int32]int64
 
 	{
-		e := startEmbedded(t, dir)
+		e := startEmbedded(t, dir, kafka.EmbeddedConfig{})
 		cl := embeddedClient(t, e)
 		if err := kafka.EnsureTopics(timeout(t, 10*time.Second), cl, 3, topic); err != nil {
 			t.Fatal(err)
@@ -106,7 +107,7 @@ func TestEmbeddedPersists(t *testing.T) {
 		}
 	}
 
-	e := startEmbedded(t, dir)
+	e := startEmbedded(t, dir, kafka.EmbeddedConfig{})
 	cl := embeddedClient(t, e)
 	adm := kadm.NewClient(cl)
 	md, err := adm.ListTopics(timeout(t, 10*time.Second), topic)
@@ -152,8 +153,8 @@ func idSet(t testing.TB, recs []*kgo.Record) map[int]int {
 
 func TestEmbeddedLocksDataDir(t *testing.T) {
 	dir := t.TempDir()
-	e := startEmbedded(t, dir)
-	if e2, err := kafka.StartEmbedded(timeout(t, 10*time.Second), dir, nil); !errors.Is(err, kafka.ErrDataDirLocked) {
+	e := startEmbedded(t, dir, kafka.EmbeddedConfig{})
+	if e2, err := kafka.StartEmbedded(timeout(t, 10*time.Second), dir, kafka.EmbeddedConfig{}); !errors.Is(err, kafka.ErrDataDirLocked) {
 		if err == nil {
 			e2.Close()
 		}
@@ -166,7 +167,7 @@ func TestEmbeddedLocksDataDir(t *testing.T) {
 		t.Errorf("second Close: %v", err)
 	}
 	// Released by Close.
-	startEmbedded(t, dir)
+	startEmbedded(t, dir, kafka.EmbeddedConfig{})
 }
 
 func TestEmbeddedPort(t *testing.T) {
@@ -176,7 +177,7 @@ func TestEmbeddedPort(t *testing.T) {
 	}
 	port := ln.Addr().(*net.TCPAddr).Port
 	ln.Close()
-	e := startEmbedded(t, t.TempDir(), kafka.EmbeddedPort(port))
+	e := startEmbedded(t, t.TempDir(), kafka.EmbeddedConfig{Port: port})
 	want := "127.0.0.1:" + strconv.Itoa(port)
 	if addrs := e.Addrs(); len(addrs) != 1 || addrs[0] != want {
 		t.Fatalf("Addrs() = %v, want [%s]", addrs, want)
@@ -218,7 +219,7 @@ func crashChild() int {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 
-	e, err := kafka.StartEmbedded(ctx, dir, logger)
+	e, err := kafka.StartEmbedded(ctx, dir, kafka.EmbeddedConfig{Logger: logger})
 	if err != nil {
 		return fail(err)
 	}
@@ -353,7 +354,7 @@ func TestEmbeddedRecoversFromKill(t *testing.T) {
 			r1.Read, r1.Stale, crashRecords)
 	}
 
-	e := startEmbedded(t, dir)
+	e := startEmbedded(t, dir, kafka.EmbeddedConfig{})
 	cl := embeddedClient(t, e)
 	ids := idSet(t, readAll(t, cl, crashTopic))
 	for _, id := range append(r0.Acked, r1.Acked...) {

@@ -3,6 +3,7 @@ package postgres
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -78,24 +79,22 @@ func hasServerBinaries(dir string) bool {
 	return true
 }
 
-// Option configures StartLocal.
-type Option func(*options)
-
-type options struct {
-	unsafe   bool
-	attached bool
+// LocalConfig configures StartLocal. Zero fields take their defaults.
+type LocalConfig struct {
+	// Logger receives the server's start-up and shutdown events. Default: discard.
+	Logger *slog.Logger
+	// Unsafe trades durability for speed: fsync, full_page_writes and synchronous_commit off
+	// and initdb without syncing. A crash of the machine (not of the server) can corrupt the
+	// cluster, so it is for throwaway test clusters only.
+	Unsafe bool
+	// Attached runs the postmaster as a child of this process instead of daemonizing it
+	// through pg_ctl, and has the kernel send it SIGQUIT (immediate shutdown) when this process
+	// dies, so a killed or panicking test binary leaves no server behind. Without it a server
+	// outlives a carehub that is SIGKILLed, and the next StartLocal on the same dir adopts it.
+	Attached bool
 }
 
-// Unsafe trades durability for speed: fsync, full_page_writes and synchronous_commit off and
-// initdb without syncing. A crash of the machine (not of the server) can corrupt the cluster,
-// so it is for throwaway test clusters only.
-func Unsafe() Option { return func(o *options) { o.unsafe = true } }
-
-// Attached runs the postmaster as a child of this process instead of daemonizing it through
-// pg_ctl, and has the kernel send it SIGQUIT (immediate shutdown) when this process dies, so
-// a killed or panicking test binary leaves no server behind. Without it a server outlives
-// a carehub that is SIGKILLed, and the next StartLocal on the same dir adopts it.
-func Attached() Option { return func(o *options) { o.attached = true } }
+func (c *LocalConfig) defaults() { c.Logger = cmp.Or(c.Logger, slog.New(slog.DiscardHandler)) }
 
 // Local is a PostgreSQL cluster that carehub creates and runs itself with the system's
 // PostgreSQL binaries: the embedded default of `carehub serve`, and the test clusters of
@@ -107,7 +106,7 @@ type Local struct {
 	bin     string
 	acct    account
 	logger  *slog.Logger
-	opts    options
+	cfg     LocalConfig
 	root    string // owned by the server's user: data/, postgres.log, run/
 	dataDir string
 	logPath string
@@ -135,15 +134,10 @@ type Local struct {
 //
 // The unix socket lives in dir/run unless that path is too long for a socket address; then
 // in /tmp/carehub-pg-<hash of dir>.
-func StartLocal(ctx context.Context, dir string, logger *slog.Logger, opts ...Option) (*Local, error) {
+func StartLocal(ctx context.Context, dir string, cfg LocalConfig) (*Local, error) {
 	begin := time.Now()
-	if logger == nil {
-		logger = slog.New(slog.DiscardHandler)
-	}
-	l := &Local{logger: logger}
-	for _, opt := range opts {
-		opt(&l.opts)
-	}
+	cfg.defaults()
+	l := &Local{logger: cfg.Logger, cfg: cfg}
 	var err error
 	if l.bin, err = FindBinaries(); err != nil {
 		return nil, err
@@ -200,7 +194,7 @@ func StartLocal(ctx context.Context, dir string, logger *slog.Logger, opts ...Op
 		return nil, fmt.Errorf("local postgres: %w", err)
 	}
 	l.reused = reused
-	logger.Info("local postgres ready", "data_dir", l.dataDir, "socket_dir", l.sockDir, "log", l.logPath,
+	l.logger.Info("local postgres ready", "data_dir", l.dataDir, "socket_dir", l.sockDir, "log", l.logPath,
 		"created", created, "reused_running_server", reused, "duration", time.Since(begin))
 	return l, nil
 }
@@ -315,7 +309,7 @@ func (l *Local) initdb(ctx context.Context) error {
 	}
 	args := []string{"-D", tmp, "-U", localUser, "--auth-local=trust", "--auth-host=reject",
 		"-E", "UTF8", "--locale=C", "--no-instructions"}
-	if l.opts.unsafe {
+	if l.cfg.Unsafe {
 		args = append(args, "--no-sync")
 	}
 	if out, err := l.command(ctx, "initdb", args...).CombinedOutput(); err != nil {
@@ -347,7 +341,7 @@ func (l *Local) initdb(ctx context.Context) error {
 // (and the socket directory follows dir).
 func (l *Local) writeConf() error {
 	durable := "on"
-	if l.opts.unsafe {
+	if l.cfg.Unsafe {
 		durable = "off"
 	}
 	conf := fmt.Sprintf(`# Written by carehub on every start: changes here are lost. Use ALTER SYSTEM instead.
@@ -383,7 +377,7 @@ func (l *Local) start(ctx context.Context) (reused bool, err error) {
 		return false, err
 	}
 	if pf != nil { // a live postmaster on our data dir
-		if !l.opts.attached {
+		if !l.cfg.Attached {
 			if err := waitReady(ctx, l.dataDir, nil); err == nil {
 				if pf.socketDir != "" && pf.socketDir != l.sockDir {
 					// Started by a carehub that chose another socket dir: follow the server.
@@ -402,7 +396,7 @@ func (l *Local) start(ctx context.Context) (reused bool, err error) {
 	if err := l.touchLog(); err != nil {
 		return false, err
 	}
-	if l.opts.attached {
+	if l.cfg.Attached {
 		return false, l.startAttached(ctx)
 	}
 	out, err := l.command(ctx, "pg_ctl", "start", "-D", l.dataDir, "-l", l.logPath, "-w", "-s",

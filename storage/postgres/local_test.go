@@ -34,7 +34,7 @@ func TestFindBinaries(t *testing.T) {
 
 func TestLocalLifecycle(t *testing.T) {
 	dir := clusterDir(t)
-	l, first := startLocal(t, dir)
+	l, first := startLocal(t, dir, postgres.LocalConfig{})
 	t.Logf("first start (initdb + start): %v", first)
 
 	conn := connect(t, l.DSN("postgres"))
@@ -79,7 +79,7 @@ func TestLocalLifecycle(t *testing.T) {
 		t.Fatal("connected to a stopped server")
 	}
 
-	l2, restart := startLocal(t, dir)
+	l2, restart := startLocal(t, dir, postgres.LocalConfig{})
 	t.Logf("restart of the existing cluster: %v", restart)
 	if got := scalar(t, l2.DSN("app"), "SELECT v FROM kept"); got != "before restart" {
 		t.Errorf("after restart: %q", got)
@@ -91,11 +91,11 @@ func TestLocalLifecycle(t *testing.T) {
 // rather than restarting it.
 func TestLocalAdoptsRunningServer(t *testing.T) {
 	dir := clusterDir(t)
-	first, _ := startLocal(t, dir, postgres.Unsafe())
+	first, _ := startLocal(t, dir, postgres.LocalConfig{Unsafe: true})
 	pid := postmasterPID(t, first)
 	conn := connect(t, first.DSN("postgres"))
 
-	second, took := startLocal(t, dir, postgres.Unsafe())
+	second, took := startLocal(t, dir, postgres.LocalConfig{Unsafe: true})
 	t.Logf("start adopting a running server: %v", took)
 	if got := postmasterPID(t, second); got != pid {
 		t.Fatalf("postmaster %d replaced by %d; want it adopted", pid, got)
@@ -123,7 +123,7 @@ func TestLocalConcurrentStarts(t *testing.T) {
 		wg.Go(func() {
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
-			locals[i], errs[i] = postgres.StartLocal(ctx, dir, nil, postgres.Unsafe())
+			locals[i], errs[i] = postgres.StartLocal(ctx, dir, postgres.LocalConfig{Unsafe: true})
 		})
 	}
 	wg.Wait()
@@ -144,7 +144,7 @@ func TestLocalConcurrentStarts(t *testing.T) {
 
 func TestLocalCrashRecovery(t *testing.T) {
 	dir := clusterDir(t)
-	l, _ := startLocal(t, dir)
+	l, _ := startLocal(t, dir, postgres.LocalConfig{})
 	if _, err := connect(t, l.DSN("postgres")).Exec(context.Background(),
 		"CREATE TABLE durable (v int); INSERT INTO durable VALUES (42)"); err != nil {
 		t.Fatal(err)
@@ -159,7 +159,7 @@ func TestLocalCrashRecovery(t *testing.T) {
 		if _, err := os.Stat(filepath.Join(l.DataDir(), "postmaster.pid")); err != nil {
 			t.Fatalf("want a stale postmaster.pid to recover from: %v", err)
 		}
-		l2, took := startLocal(t, dir)
+		l2, took := startLocal(t, dir, postgres.LocalConfig{})
 		t.Logf("start after SIGKILL of the postmaster: %v", took)
 		if got := scalar(t, l2.DSN("postgres"), "SELECT v::text FROM durable"); got != "42" {
 			t.Errorf("committed row after crash: %q", got)
@@ -179,7 +179,7 @@ func TestLocalCrashRecovery(t *testing.T) {
 		if err := os.WriteFile(pidFile, []byte(strconv.Itoa(other.Process.Pid)+"\n"+l.DataDir()+"\n"), 0o600); err != nil {
 			t.Fatal(err)
 		}
-		l3, _ := startLocal(t, dir)
+		l3, _ := startLocal(t, dir, postgres.LocalConfig{})
 		if got := postmasterPID(t, l3); got == other.Process.Pid {
 			t.Fatalf("postmaster.pid still names the unrelated process %d", got)
 		}
@@ -192,7 +192,7 @@ func TestLocalCrashRecovery(t *testing.T) {
 
 func TestLocalLongDirUsesShortSocketDir(t *testing.T) {
 	dir := filepath.Join(clusterDir(t), strings.Repeat("d", 100))
-	l, _ := startLocal(t, dir, postgres.Unsafe())
+	l, _ := startLocal(t, dir, postgres.LocalConfig{Unsafe: true})
 	t.Cleanup(func() { _ = os.RemoveAll(l.SocketDir()) })
 	if !strings.HasPrefix(l.DataDir(), dir) {
 		t.Fatalf("cluster in %s, not in %s", l.DataDir(), dir)
@@ -204,7 +204,7 @@ func TestLocalLongDirUsesShortSocketDir(t *testing.T) {
 		t.Fatal(got)
 	}
 	stop(t, l)
-	l2, _ := startLocal(t, dir, postgres.Unsafe())
+	l2, _ := startLocal(t, dir, postgres.LocalConfig{Unsafe: true})
 	if l2.SocketDir() != l.SocketDir() {
 		t.Errorf("socket dir moved across restarts: %s, then %s", l.SocketDir(), l2.SocketDir())
 	}
@@ -222,7 +222,7 @@ func TestLocalRelocatesUnreachableDir(t *testing.T) {
 		t.Fatal(err)
 	}
 	dir := filepath.Join(parent, "carehub")
-	l, _ := startLocal(t, dir, postgres.Unsafe())
+	l, _ := startLocal(t, dir, postgres.LocalConfig{Unsafe: true})
 	root := filepath.Dir(l.DataDir())
 	t.Cleanup(func() { _ = os.RemoveAll(root) })
 	if strings.HasPrefix(l.DataDir(), parent) {
@@ -236,7 +236,7 @@ func TestLocalRelocatesUnreachableDir(t *testing.T) {
 	}
 	stop(t, l)
 
-	l2, _ := startLocal(t, dir, postgres.Unsafe())
+	l2, _ := startLocal(t, dir, postgres.LocalConfig{Unsafe: true})
 	if l2.DataDir() != l.DataDir() {
 		t.Fatalf("restart moved the cluster: %s, then %s", l.DataDir(), l2.DataDir())
 	}
@@ -247,7 +247,7 @@ func TestLocalRelocatesUnreachableDir(t *testing.T) {
 	if err := os.RemoveAll(dir); err != nil {
 		t.Fatal(err)
 	}
-	l3, _ := startLocal(t, dir, postgres.Unsafe())
+	l3, _ := startLocal(t, dir, postgres.LocalConfig{Unsafe: true})
 	if got := scalar(t, l3.DSN("postgres"), "SELECT (to_regclass('marker') IS NOT NULL)::text"); got != "false" {
 		t.Fatal("deleted data dir, yet the old cluster is back")
 	}
@@ -288,7 +288,7 @@ func TestLocalAttachedDiesWithParent(t *testing.T) {
 	_ = helper.Wait()
 	waitGone(t, pid)
 
-	l, took := startLocal(t, dir, postgres.Attached())
+	l, took := startLocal(t, dir, postgres.LocalConfig{Attached: true})
 	t.Logf("attached start after the parent was killed: %v", took)
 	if got := scalar(t, l.DSN("postgres"), "SELECT current_setting('fsync')"); got != "on" {
 		t.Errorf("fsync = %s without Unsafe", got)
@@ -315,13 +315,13 @@ func clusterDir(t *testing.T) string {
 	return dir
 }
 
-func startLocal(t *testing.T, dir string, opts ...postgres.Option) (*postgres.Local, time.Duration) {
+func startLocal(t *testing.T, dir string, cfg postgres.LocalConfig) (*postgres.Local, time.Duration) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	logger := slog.New(slog.NewTextHandler(t.Output(), nil))
+	cfg.Logger = slog.New(slog.NewTextHandler(t.Output(), nil))
 	begin := time.Now()
-	l, err := postgres.StartLocal(ctx, dir, logger, opts...)
+	l, err := postgres.StartLocal(ctx, dir, cfg)
 	took := time.Since(begin)
 	if err != nil {
 		t.Fatal(err)

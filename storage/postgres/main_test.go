@@ -26,7 +26,7 @@ func TestMain(m *testing.M) {
 func attachedHelper(dir string) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	l, err := postgres.StartLocal(ctx, dir, nil, postgres.Attached(), postgres.Unsafe())
+	l, err := postgres.StartLocal(ctx, dir, postgres.LocalConfig{Attached: true, Unsafe: true})
 	if err != nil {
 		fmt.Println("error:", err)
 		os.Exit(1)

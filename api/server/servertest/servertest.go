@@ -158,7 +158,7 @@ func (s *Server) EventLog() storage.EventLog {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	store, err := clickhouse.Open(ctx, s.cfg.ClickHouseURL)
+	store, err := clickhouse.Open(ctx, s.cfg.ClickHouseURL, clickhouse.Config{})
 	if err != nil {
 		s.t.Fatalf("event log: %v", err)
 	}

@@ -61,11 +61,11 @@ var components = []component{
 	{name: "authenticator", needs: []string{"postgres"}, start: startAuthenticator},
 	{name: "agents", needs: []string{"postgres"}, start: startAgents},
 	{name: "workflows", needs: []string{"postgres"}, start: func(s *Node, _, _ context.Context) error {
-		s.workflows = workflows.New(s.pool, workflows.WithTopics(s.topics.Events, s.topics.WorkflowRuns))
+		s.workflows = workflows.New(s.pool, workflows.Config{EventsTopic: s.topics.Events, RunsTopic: s.topics.WorkflowRuns})
 		return nil
 	}},
 	{name: "deployments", needs: []string{"postgres"}, start: func(s *Node, _, _ context.Context) error {
-		s.deployments = deployments.New(s.pool, deployments.WithEventsTopic(s.topics.Events))
+		s.deployments = deployments.New(s.pool, deployments.Config{EventsTopic: s.topics.Events})
 		return nil
 	}},
 	{name: "edge", needs: []string{"authenticator", "kafka", "log-stores"}, start: startEdge},
@@ -99,8 +99,11 @@ var components = []component{
 	{name: "webhook-dispatcher", roles: []string{RoleProcessors}, needs: []string{"postgres", "kafka"}, start: startWebhookDispatcher},
 	// Purges each organization's event log and audit log past its retention, in either store.
 	{name: "retention", roles: []string{RoleProcessors}, needs: []string{"log-stores"}, start: func(s *Node, _, wctx context.Context) error {
-		job := retention.NewJob(retention.JobConfig{Pool: s.pool, Events: s.eventLog, Audit: s.auditLog,
+		job, err := retention.NewJob(retention.JobConfig{Pool: s.pool, Events: s.eventLog, Audit: s.auditLog,
 			Logger: s.logger.With("component", "retention")})
+		if err != nil {
+			return err
+		}
 		s.run("retention", job.Run, wctx)
 		return nil
 	}},
@@ -183,7 +186,7 @@ func startLogStores(s *Node, ctx, _ context.Context) error {
 		return nil
 	}
 	ch, err := clickhouse.Open(ctx, s.cfg.ClickHouseURL,
-		clickhouse.WithRetention(s.cfg.ClickHouseEventRetention, s.cfg.ClickHouseAuditRetention))
+		clickhouse.Config{EventRetention: s.cfg.ClickHouseEventRetention, AuditRetention: s.cfg.ClickHouseAuditRetention})
 	if err != nil {
 		return fmt.Errorf("clickhouse: %w", err)
 	}
@@ -198,13 +201,13 @@ func startAuthenticator(s *Node, _, _ context.Context) error {
 	if err != nil {
 		return fmt.Errorf("--trusted-proxies: %w", err)
 	}
-	s.authn = auth.NewAuthenticator(s.keys, s.tokens, auth.WithClientIP(clientIP))
+	s.authn = auth.NewAuthenticator(s.keys, s.tokens, auth.AuthenticatorConfig{ClientIP: clientIP})
 	return nil
 }
 
 // startAgents makes the node's one agents service, so runAgent wakes this node's worker.
 func startAgents(s *Node, _, _ context.Context) error {
-	s.agents = agents.New(s.pool, agents.WithLogger(s.logger), agents.WithEventsTopic(s.topics.Events))
+	s.agents = agents.New(s.pool, agents.Config{EventsTopic: s.topics.Events, Logger: s.logger})
 	s.closers = append(s.closers, func(context.Context) error { return s.agents.Close() })
 	return nil
 }
@@ -217,7 +220,7 @@ func startEdge(s *Node, _, _ context.Context) error {
 		return err
 	}
 	s.closers = append(s.closers, func(context.Context) error { pub.Close(5 * time.Second); return nil })
-	s.edge = server.Edge{Authn: s.authn, Auditor: auth.NewAuditor(pub, auth.WithRegisterer(s.registry)),
+	s.edge = server.Edge{Authn: s.authn, Auditor: auth.NewAuditor(pub, auth.AuditorConfig{Registerer: s.registry}),
 		Handlers: auth.NewHandlers(s.tokens, auth.NewKeyAdmin(s.keys, s.authn), audit.NewService(s.auditLog)).WithOrgs(orgs.New(s.pool))}
 	return nil
 }
@@ -235,17 +238,13 @@ func startAPI(s *Node, ctx, wctx context.Context) error {
 	s.run("fanout", hub.Run, wctx)
 	invoker := s.deployments.Invoker(deployments.InvokerConfig{Logger: s.logger, Registerer: s.registry})
 	s.run("deployment-invoker", invoker.Run, wctx)
-	var whOpts []webhooks.Option
-	if s.cfg.WebhooksAllowPrivate {
-		whOpts = append(whOpts, webhooks.AllowPrivate())
-	}
-	webhookSvc := webhooks.NewService(s.pool, whOpts...)
-	idemKeys := idemstore.NewStore(s.pool, idemstore.WithLogger(s.logger))
+	webhookSvc := webhooks.NewService(s.pool, webhooks.ServiceConfig{AllowPrivate: s.cfg.WebhooksAllowPrivate})
+	idemKeys := idemstore.NewStore(s.pool, idemstore.Config{Logger: s.logger})
 	s.run("idempotency-sweeper", idemKeys.Run, wctx)
 	patientSvc := patients.New(s.pool)
 	shutdown, err := server.MountAPI(s.router, s.edge, server.API{
-		Services: graphql.Services{Orgs: orgs.New(s.pool), Marketplace: marketplace.New(s.pool, marketplace.WithEventsTopic(s.topics.Events)), Deployments: s.deployments,
-			Agents: s.agents, Workflows: s.workflows, Patients: patientSvc, Feed: feed.New(s.pool, s.eventLog, feed.WithEventsTopic(s.topics.Events)),
+		Services: graphql.Services{Orgs: orgs.New(s.pool), Marketplace: marketplace.New(s.pool, marketplace.Config{EventsTopic: s.topics.Events}), Deployments: s.deployments,
+			Agents: s.agents, Workflows: s.workflows, Patients: patientSvc, Feed: feed.New(s.pool, s.eventLog, feed.Config{EventsTopic: s.topics.Events}),
 			Webhooks: webhookSvc, Events: server.Events(hub)},
 		Patients: patientSvc, Webhooks: webhookSvc, Invoker: invoker, Idempotency: idemKeys, Retention: retention.New(s.pool),
 		Logger: s.logger, Registerer: s.registry, GraphQLMaxCost: s.cfg.GraphQLMaxCost, SocketRecheck: s.cfg.SocketRecheck,
@@ -283,7 +282,7 @@ func startOutboxRelay(s *Node, _, wctx context.Context) error {
 		return fmt.Errorf("outbox relay: %w", err)
 	}
 	s.closers = append(s.closers, func(context.Context) error { relayClient.Close(); return nil })
-	relay := outbox.New(s.pool, relayClient, outbox.Options{Logger: s.logger.With("component", "outbox"), Registerer: s.registry})
+	relay := outbox.New(s.pool, relayClient, outbox.Config{Logger: s.logger.With("component", "outbox"), Registerer: s.registry})
 	s.run("outbox-relay", relay.Run, wctx)
 	return nil
 }

@@ -123,7 +123,7 @@ func Start(ctx context.Context, cfg Config, logger *slog.Logger) (_ *Node, err e
 func (s *Node) startPostgres(ctx context.Context) error {
 	dsn := s.cfg.DatabaseURL
 	if dsn == "" {
-		local, err := postgres.StartLocal(ctx, filepath.Join(s.cfg.DataDir, "postgres"), s.logger)
+		local, err := postgres.StartLocal(ctx, filepath.Join(s.cfg.DataDir, "postgres"), postgres.LocalConfig{Logger: s.logger})
 		if err != nil {
 			return fmt.Errorf("embedded postgres: %w", err)
 		}
@@ -153,7 +153,7 @@ func (s *Node) startPostgres(ctx context.Context) error {
 func (s *Node) startKafka(ctx context.Context) error {
 	s.brokers = s.cfg.KafkaBrokers
 	if len(s.brokers) == 0 {
-		b, err := kafka.StartEmbedded(ctx, filepath.Join(s.cfg.DataDir, "kafka"), s.logger)
+		b, err := kafka.StartEmbedded(ctx, filepath.Join(s.cfg.DataDir, "kafka"), kafka.EmbeddedConfig{Logger: s.logger})
 		if err != nil {
 			return fmt.Errorf("embedded kafka: %w", err)
 		}

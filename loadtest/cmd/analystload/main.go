@@ -114,7 +114,7 @@ func main() {
 // generating INSERT … SELECT.
 func openClickHouse(ctx context.Context, c config) (storage.EventLog, func(from, n int) error) {
 	start := time.Now()
-	s, err := clickhouse.Open(ctx, c.url)
+	s, err := clickhouse.Open(ctx, c.url, clickhouse.Config{})
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -142,7 +142,7 @@ func openClickHouse(ctx context.Context, c config) (storage.EventLog, func(from,
 func openPostgres(ctx context.Context, c config) (storage.EventLog, func(from, n int) error, func()) {
 	url, stopCluster := c.url, func() {}
 	if c.pgDir != "" {
-		local, err := postgres.StartLocal(ctx, c.pgDir, nil, postgres.Unsafe())
+		local, err := postgres.StartLocal(ctx, c.pgDir, postgres.LocalConfig{Unsafe: true})
 		if err != nil {
 			log.Fatal(err)
 		}

@@ -64,6 +64,20 @@ type Config struct {
 	Registerer prometheus.Registerer
 }
 
+// defaults fills the unset fields. (storage sits below kernel, so it does not use
+// kernel/config.Default; the rule is the same.)
+func (c *Config) defaults() {
+	if c.MaxRecords <= 0 {
+		c.MaxRecords = DefaultMaxRecords
+	}
+	if c.Backoff == nil {
+		c.Backoff = Backoff
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+}
+
 // Runner runs one member of a consumer group. Create it with New, run it with Run.
 type Runner struct {
 	src Source
@@ -77,15 +91,7 @@ func New(src Source, cfg Config) (*Runner, error) {
 	if src == nil || cfg.Name == "" {
 		return nil, errors.New("consume: a runner needs a source and a name")
 	}
-	if cfg.MaxRecords <= 0 {
-		cfg.MaxRecords = DefaultMaxRecords
-	}
-	if cfg.Backoff == nil {
-		cfg.Backoff = Backoff
-	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.New(slog.DiscardHandler)
-	}
+	cfg.defaults()
 	return &Runner{src: src, cfg: cfg, log: cfg.Logger.With("consumer", cfg.Name), m: newMetrics(cfg.Registerer, cfg.Name)}, nil
 }
 

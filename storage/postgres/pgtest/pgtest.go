@@ -178,7 +178,7 @@ func startLocal(ctx context.Context, logger *slog.Logger) (*postgres.Local, stri
 	if err := os.WriteFile(filepath.Join(dir, ownerFile), []byte(strconv.Itoa(os.Getpid())), 0o644); err != nil {
 		return nil, "", errors.Join(err, os.RemoveAll(dir))
 	}
-	local, err := postgres.StartLocal(ctx, filepath.Join(dir, "cluster"), logger, postgres.Unsafe(), postgres.Attached())
+	local, err := postgres.StartLocal(ctx, filepath.Join(dir, "cluster"), postgres.LocalConfig{Logger: logger, Unsafe: true, Attached: true})
 	if err != nil {
 		return nil, "", errors.Join(err, os.RemoveAll(dir))
 	}
@@ -235,7 +235,7 @@ func clusterBase() string {
 
 // reapAbandoned removes the directories of earlier test binaries that died without
 // tearing down (killed, timed out, panicked): their servers died with them (see
-// postgres.Attached), but the files stay.
+// postgres.LocalConfig.Attached), but the files stay.
 func reapAbandoned(logger *slog.Logger) {
 	var dirs []string
 	for _, base := range bases {
