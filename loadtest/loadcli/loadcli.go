@@ -154,6 +154,20 @@ func Pace(rate float64) (<-chan time.Time, func()) {
 	return t.C, t.Stop
 }
 
+// Wait waits for pace's next tick (none when pace is nil: unpaced) and reports whether the load
+// goes on, false once ctx has ended.
+func Wait(ctx context.Context, pace <-chan time.Time) bool {
+	if pace == nil {
+		return ctx.Err() == nil
+	}
+	select {
+	case <-ctx.Done():
+		return false
+	case <-pace:
+		return true
+	}
+}
+
 // Printer is a run's report: its text for stdout.
 type Printer interface{ Print(io.Writer) }
 

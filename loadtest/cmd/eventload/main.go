@@ -222,12 +222,8 @@ func run(ctx context.Context, cfg config, logw io.Writer) (*report, error) {
 			var local []time.Duration
 			defer func() { mu.Lock(); callTimes = append(callTimes, local...); mu.Unlock() }()
 			for seq := 0; loadCtx.Err() == nil; seq++ {
-				if pace != nil {
-					select {
-					case <-loadCtx.Done():
-						return
-					case <-pace:
-					}
+				if !loadcli.Wait(loadCtx, pace) {
+					return
 				}
 				if cfg.Max > 0 && attempts.Add(1) > int64(cfg.Max) {
 					return
