@@ -7,9 +7,12 @@ import (
 	"errors"
 	"io"
 	"math"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
+
+	jsonv1 "github.com/go-json-experiment/json/v1"
 
 	"carehub/kernel/fault"
 )
@@ -78,6 +81,27 @@ func FuzzIntakeParser(f *testing.F) {
 			if err != nil {
 				t.Fatalf("readLine: %v", err)
 			}
+		}
+	})
+}
+
+// FuzzObservationDecodeMatchesEncodingJSON checks the decoder parseEntry uses
+// (go-json-experiment's encoding/json-compatible one) against encoding/json itself: for any
+// input both accept or both refuse it, and what both accept decodes alike.
+func FuzzObservationDecodeMatchesEncodingJSON(f *testing.F) {
+	f.Add([]byte(`{"resourceType":"Observation","status":"final","code":{"coding":[{"system":"http://loinc.org","code":"8867-4"}]},` +
+		`"subject":{"reference":"Patient/pat_1"},"effectiveDateTime":"2026-11-01T08:30:00Z","valueQuantity":{"value":72,"unit":"/min"},"component":[{}]}`))
+	f.Add([]byte(`{"STATUS":"final","status":null,"Code":{"coding":null},"valueQuantity":{"value":"72"},"id":"a\u00e9\ud800","x":[1,{"y":2}]}`))
+	f.Add([]byte(`{"resourceType":"Observation","valueQuantity":{"value":1e400}}`))
+	f.Add([]byte("{\"status\":\"\xff\",\"identifier\":[{\"value\":1}],\"category\":[{\"text\":\"t\"}]}"))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		var got, want fhirObservation
+		err, wantErr := jsonv1.Unmarshal(data, &got), json.Unmarshal(data, &want)
+		if (err == nil) != (wantErr == nil) {
+			t.Fatalf("%q: error %v, encoding/json: %v", data, err, wantErr)
+		}
+		if err == nil && !reflect.DeepEqual(got, want) {
+			t.Fatalf("%q:\n%+v\nencoding/json:\n%+v", data, got, want)
 		}
 	})
 }

@@ -9,6 +9,8 @@ import (
 	"time"
 	"unicode/utf8"
 
+	jsonv1 "github.com/go-json-experiment/json/v1"
+
 	"carehub/kernel/clinical"
 	"carehub/schemas/kafka/observation"
 	"carehub/storage/ids"
@@ -136,7 +138,7 @@ func parseEntry(raw []byte, lim limits) (parsed, *EntryError) {
 		return parsed{}, entryErr(CodeInvalidJSON, "%s", msg)
 	}
 	var o fhirObservation
-	if err := json.Unmarshal(raw, &o); err != nil {
+	if err := jsonv1.Unmarshal(raw, &o); err != nil {
 		return parsed{}, decodeError(err)
 	}
 	if o.ResourceType != "Observation" {
@@ -254,8 +256,7 @@ func subjectPatient(s *reference) (string, *EntryError) {
 // decodeError classifies a decoding failure: malformed JSON, or an element of the wrong type,
 // reported under the code of the element.
 func decodeError(err error) *EntryError {
-	var te *json.UnmarshalTypeError
-	if errors.As(err, &te) {
+	if te, ok := errors.AsType[*jsonv1.UnmarshalTypeError](err); ok {
 		field := te.Field
 		code := CodeInvalidResource
 		switch {

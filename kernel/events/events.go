@@ -8,6 +8,7 @@
 package events
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -187,6 +188,19 @@ func marshalPayload(payload any) (json.RawMessage, error) {
 // ProjectID are not checked: marketplace events (asset.submitted, asset.approved, …) belong to
 // no project, and the event log simply files them under the empty project.
 func Validate(ev storage.Event) error {
+	if err := validateFields(ev); err != nil {
+		return err
+	}
+	if p := bytes.TrimLeft(ev.Payload, " \t\r\n"); len(p) == 0 || p[0] != '{' || !json.Valid(ev.Payload) {
+		return errPayload
+	}
+	return nil
+}
+
+var errPayload = fmt.Errorf("%w: payload must be a JSON object", ErrInvalidEnvelope)
+
+// validateFields is Validate but for the payload.
+func validateFields(ev storage.Event) error {
 	switch {
 	case !ids.Valid(ids.Event, ev.ID):
 		return fmt.Errorf("%w: id %q", ErrInvalidEnvelope, ev.ID)
@@ -199,22 +213,7 @@ func Validate(ev storage.Event) error {
 	case ev.CreatedAt.IsZero():
 		return fmt.Errorf("%w: no createdAt", ErrInvalidEnvelope)
 	}
-	if p := strings.TrimLeft(string(ev.Payload), " \t\r\n"); !strings.HasPrefix(p, "{") || !json.Valid(ev.Payload) {
-		return fmt.Errorf("%w: payload must be a JSON object", ErrInvalidEnvelope)
-	}
 	return nil
-}
-
-// Decode parses and validates one envelope as it travels on carehub.events.v1.
-func Decode(data []byte) (storage.Event, error) {
-	var ev storage.Event
-	if err := json.Unmarshal(data, &ev); err != nil {
-		return storage.Event{}, fmt.Errorf("%w: %v", ErrInvalidEnvelope, err)
-	}
-	if err := Validate(ev); err != nil {
-		return storage.Event{}, err
-	}
-	return ev, nil
 }
 
 // Append writes evs to the outbox inside tx (carehub/ingest/outbox.Append), for the relay to

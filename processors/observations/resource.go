@@ -2,8 +2,9 @@ package observations
 
 import (
 	"bytes"
+
+	"carehub/kernel/jsonwire"
 	"carehub/schemas/kafka/observation"
-	"encoding/json"
 )
 
 // The stored form of a message: the columns of observations and the resource as carehub keeps
@@ -20,7 +21,7 @@ func storedRow(m *observation.Message) []any {
 		code = []byte(`{}`)
 	}
 	if subject == nil {
-		subject = observation.AppendString([]byte(`{"reference":`), "Patient/"+m.PatientID)
+		subject = jsonwire.AppendString([]byte(`{"reference":`), "Patient/"+m.PatientID)
 		subject = append(subject, '}')
 	}
 	return []any{m.ID, m.OrgID, m.PatientID, m.Status, code, nullable(m.LOINC), subject, storedValue(m),
@@ -38,7 +39,7 @@ func storedResource(m *observation.Message, identifier []byte) []byte {
 		b = append(b, ',')
 	}
 	b = append(b, `"id":`...)
-	b = observation.AppendString(b, m.ID)
+	b = jsonwire.AppendString(b, m.ID)
 	if m.ClientID != "" {
 		b = append(b, `,"identifier":[`...)
 		if len(identifier) > 0 && identifier[0] == '[' {
@@ -47,9 +48,9 @@ func storedResource(m *observation.Message, identifier []byte) []byte {
 			}
 		}
 		b = append(b, `{"system":`...)
-		b = observation.AppendString(b, ClientIDSystem)
+		b = jsonwire.AppendString(b, ClientIDSystem)
 		b = append(b, `,"value":`...)
-		b = observation.AppendString(b, m.ClientID)
+		b = jsonwire.AppendString(b, m.ClientID)
 		b = append(b, "}]"...)
 	}
 	return append(b, '}')
@@ -57,80 +58,19 @@ func storedResource(m *observation.Message, identifier []byte) []byte {
 
 // topLevel returns the values of the members code, subject and identifier of the JSON object
 // obj (the last of repeated keys, as jsonb keeps), nil for a missing one. obj is valid JSON
-// (DecodeMessage's json.Unmarshal checked the whole record); keys are compared exactly, after
-// unescaping, as Postgres's -> does.
+// (DecodeMessage checked the whole record); keys are compared exactly, after unescaping, as
+// Postgres's -> does.
 func topLevel(obj []byte) (code, subject, identifier []byte) {
-	i := skipSpace(obj, 0)
-	if i >= len(obj) || obj[i] != '{' {
-		return nil, nil, nil
-	}
-	i++
-	for {
-		i = skipSpace(obj, i)
-		if i >= len(obj) || obj[i] != '"' {
-			return code, subject, identifier // '}': the end of the object
-		}
-		keyEnd := skipValue(obj, i)
-		key := obj[i+1 : keyEnd-1]
-		if bytes.IndexByte(key, '\\') >= 0 {
-			var k string
-			_ = json.Unmarshal(obj[i:keyEnd], &k)
-			key = []byte(k)
-		}
-		i = skipSpace(obj, keyEnd) + 1 // past ':'
-		i = skipSpace(obj, i)
-		end := skipValue(obj, i)
+	_ = jsonwire.Members(obj, func(key, v []byte) error {
 		switch string(key) {
 		case "code":
-			code = obj[i:end]
+			code = v
 		case "subject":
-			subject = obj[i:end]
+			subject = v
 		case "identifier":
-			identifier = obj[i:end]
+			identifier = v
 		}
-		i = skipSpace(obj, end)
-		if i < len(obj) && obj[i] == ',' {
-			i++
-		}
-	}
-}
-
-func skipSpace(b []byte, i int) int {
-	for i < len(b) && (b[i] == ' ' || b[i] == '\t' || b[i] == '\r' || b[i] == '\n') {
-		i++
-	}
-	return i
-}
-
-// skipValue returns the index just past the valid JSON value that starts at b[i].
-func skipValue(b []byte, i int) int {
-	depth := 0
-	for ; i < len(b); i++ {
-		switch b[i] {
-		case '"':
-			for i++; i < len(b) && b[i] != '"'; i++ {
-				if b[i] == '\\' {
-					i++
-				}
-			}
-			if depth == 0 {
-				return i + 1
-			}
-		case '{', '[':
-			depth++
-		case '}', ']':
-			if depth == 0 {
-				return i // the end of a number or literal
-			}
-			depth--
-			if depth == 0 {
-				return i + 1
-			}
-		case ',', ' ', '\t', '\r', '\n':
-			if depth == 0 {
-				return i // the end of a number or literal
-			}
-		}
-	}
-	return i
+		return nil
+	})
+	return code, subject, identifier
 }

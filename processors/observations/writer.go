@@ -232,10 +232,7 @@ func (w *Writer) emit(ctx context.Context, present []observation.Message) error 
 	if err != nil {
 		return err
 	}
-	recs, err := receivedRecords(w.cfg.EventsTopic, present, projects)
-	if err != nil {
-		return err
-	}
+	recs := receivedRecords(w.cfg.EventsTopic, present, projects)
 	sess := w.src.Session()
 	var (
 		mu         sync.Mutex

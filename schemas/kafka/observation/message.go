@@ -3,11 +3,9 @@ package observation
 import (
 	"encoding/json"
 	"errors"
-	"fmt"
-	"strconv"
 	"time"
-	"unicode/utf8"
 
+	"carehub/kernel/jsonwire"
 	"carehub/storage/ids"
 )
 
@@ -43,96 +41,42 @@ var ErrInvalidMessage = errors.New("invalid observation message")
 // observations a second that difference is a core.
 func (m *Message) AppendJSON(b []byte) []byte {
 	b = append(b, `{"id":`...)
-	b = AppendString(b, m.ID)
+	b = jsonwire.AppendString(b, m.ID)
 	b = append(b, `,"orgId":`...)
-	b = AppendString(b, m.OrgID)
+	b = jsonwire.AppendString(b, m.OrgID)
 	b = append(b, `,"patientId":`...)
-	b = AppendString(b, m.PatientID)
+	b = jsonwire.AppendString(b, m.PatientID)
 	b = append(b, `,"receivedAt":"`...)
 	b = m.ReceivedAt.UTC().AppendFormat(b, time.RFC3339Nano)
 	b = append(b, `","observation":`...)
 	b = append(b, m.Observation...)
 	b = append(b, `,"status":`...)
-	b = AppendString(b, m.Status)
+	b = jsonwire.AppendString(b, m.Status)
 	if m.LOINC != "" {
 		b = append(b, `,"loinc":`...)
-		b = AppendString(b, m.LOINC)
+		b = jsonwire.AppendString(b, m.LOINC)
 	}
 	b = append(b, `,"code":`...)
-	b = AppendString(b, m.Code)
+	b = jsonwire.AppendString(b, m.Code)
 	b = append(b, `,"value":`...)
-	b = strconv.AppendFloat(b, m.Value, 'g', -1, 64)
+	b = jsonwire.AppendFloat(b, m.Value)
 	if m.NoValue {
 		b = append(b, `,"noValue":true`...)
 	}
 	b = append(b, `,"unit":`...)
-	b = AppendString(b, m.Unit)
+	b = jsonwire.AppendString(b, m.Unit)
 	b = append(b, `,"effectiveAt":"`...)
 	b = m.EffectiveAt.UTC().AppendFormat(b, time.RFC3339Nano)
 	b = append(b, '"')
 	if m.DeviceType != "" {
 		b = append(b, `,"deviceType":`...)
-		b = AppendString(b, m.DeviceType)
+		b = jsonwire.AppendString(b, m.DeviceType)
 	}
 	if m.ClientID != "" {
 		b = append(b, `,"clientId":`...)
-		b = AppendString(b, m.ClientID)
+		b = jsonwire.AppendString(b, m.ClientID)
 	}
 	return append(b, '}')
-}
-
-// AppendString appends s as a JSON string. s is valid UTF-8 (it came out of a JSON decoder);
-// only the characters JSON requires escaping are escaped.
-func AppendString(b []byte, s string) []byte {
-	const hex = "0123456789abcdef"
-	b = append(b, '"')
-	start := 0
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if c >= 0x20 && c != '"' && c != '\\' {
-			continue
-		}
-		b = append(b, s[start:i]...)
-		switch c {
-		case '"', '\\':
-			b = append(b, '\\', c)
-		case '\n':
-			b = append(b, '\\', 'n')
-		case '\r':
-			b = append(b, '\\', 'r')
-		case '\t':
-			b = append(b, '\\', 't')
-		default:
-			b = append(b, '\\', 'u', '0', '0', hex[c>>4], hex[c&0xf])
-		}
-		start = i + 1
-	}
-	b = append(b, s[start:]...)
-	return append(b, '"')
-}
-
-// DecodeMessage parses and checks one record value. It checks what storing needs (ids, an
-// object resource, a status and an effective time); the FHIR rules were applied at intake.
-func DecodeMessage(value []byte) (Message, error) {
-	var m Message
-	if err := json.Unmarshal(value, &m); err != nil {
-		return Message{}, fmt.Errorf("%w: %v", ErrInvalidMessage, err)
-	}
-	switch {
-	case !ids.Valid(ids.Observation, m.ID):
-		return Message{}, fmt.Errorf("%w: id %q", ErrInvalidMessage, m.ID)
-	case m.OrgID == "" || m.PatientID == "":
-		return Message{}, fmt.Errorf("%w: no orgId or patientId", ErrInvalidMessage)
-	case len(m.Observation) == 0 || m.Observation[0] != '{':
-		return Message{}, fmt.Errorf("%w: observation is not an object", ErrInvalidMessage)
-	case m.Status == "" || m.Code == "":
-		return Message{}, fmt.Errorf("%w: no status or code", ErrInvalidMessage)
-	case m.EffectiveAt.IsZero() || m.ReceivedAt.IsZero():
-		return Message{}, fmt.Errorf("%w: no effectiveAt or receivedAt", ErrInvalidMessage)
-	case !utf8.ValidString(m.Unit):
-		return Message{}, fmt.Errorf("%w: unit", ErrInvalidMessage)
-	}
-	return m, nil
 }
 
 // EventID is the id of the device.observation_received event of observation obsID: the same

@@ -1,0 +1,61 @@
+package events
+
+import (
+	"encoding/json"
+	"fmt"
+
+	"carehub/kernel/jsonwire"
+	"carehub/storage"
+)
+
+// Decode parses and validates one envelope as it travels on carehub.events.v1.
+//
+// Every consumer group (event log, webhooks, triggers) decodes every event, so Decode reads the
+// envelope without reflection (jsonwire), as json.Unmarshal into a storage.Event does
+// (FuzzDecode checks it against encoding/json), and checks the record's JSON once.
+func Decode(data []byte) (storage.Event, error) {
+	if !jsonwire.Valid(data) {
+		return storage.Event{}, fmt.Errorf("%w: not valid JSON", ErrInvalidEnvelope)
+	}
+	var ev storage.Event
+	if err := jsonwire.Members(data, func(key, v []byte) error { return setEnvelope(&ev, key, v) }); err != nil {
+		return storage.Event{}, fmt.Errorf("%w: %v", ErrInvalidEnvelope, err)
+	}
+	if err := validateFields(ev); err != nil {
+		return storage.Event{}, err
+	}
+	if len(ev.Payload) == 0 || ev.Payload[0] != '{' { // valid JSON: the whole record was checked
+		return storage.Event{}, errPayload
+	}
+	return ev, nil
+}
+
+// envelopeKeys are storage.Event's JSON names, for the case-insensitive match encoding/json
+// makes when no key matches exactly.
+var envelopeKeys = []string{"id", "type", "orgId", "projectId", "source", "severity", "payload", "createdAt"}
+
+func setEnvelope(ev *storage.Event, key, v []byte) error {
+	switch string(key) {
+	case "id":
+		return jsonwire.String(v, &ev.ID)
+	case "type":
+		return jsonwire.String(v, &ev.Type)
+	case "orgId":
+		return jsonwire.String(v, &ev.OrgID)
+	case "projectId":
+		return jsonwire.String(v, &ev.ProjectID)
+	case "source":
+		return jsonwire.String(v, &ev.Source)
+	case "severity":
+		return jsonwire.String(v, &ev.Severity)
+	case "payload":
+		ev.Payload = append(json.RawMessage(nil), v...)
+		return nil
+	case "createdAt":
+		return jsonwire.Time(v, &ev.CreatedAt)
+	}
+	if name := jsonwire.Fold(key, envelopeKeys); name != "" {
+		return setEnvelope(ev, []byte(name), v)
+	}
+	return nil // not a member of the envelope: ignored, as encoding/json does
+}

@@ -1,0 +1,101 @@
+package jsonwire_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"math"
+	"testing"
+	"unicode/utf8"
+
+	"carehub/kernel/jsonwire"
+)
+
+// FuzzMembers checks Valid and Members against encoding/json: Valid agrees with json.Valid, and
+// the members of a valid object are the keys and raw values json.Unmarshal puts in a map (the
+// last of repeated keys).
+//
+//	go test -run '^$' -fuzz FuzzMembers -fuzztime 60s ./kernel/jsonwire/
+func FuzzMembers(f *testing.F) {
+	for _, s := range []string{
+		`{"a":1,"b":"x","c":{"d":[1,2,{"e":"}"}]},"f":null,"g":true,"h":-1.5e-7}`,
+		` { "a" : "\"\\\u00e9\ud800" , "a":[ ] ,"\u0062":{} } `,
+		"{\"k\xff\":\"v\xfe\"}",
+		`{"a":"b\\"}`, `{}`, `[]`, `"x"`, `1`, `null`, `{"a":}`, `{"a":1,}`, `{"a"`,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		if jsonwire.Valid(b) != json.Valid(b) {
+			t.Fatalf("Valid(%q) = %v, json.Valid: %v", b, jsonwire.Valid(b), json.Valid(b))
+		}
+		var want map[string]json.RawMessage
+		if !json.Valid(b) || json.Unmarshal(b, &want) != nil || want == nil {
+			return
+		}
+		got := map[string]json.RawMessage{}
+		if err := jsonwire.Members(b, func(k, v []byte) error {
+			got[string(k)] = append(json.RawMessage(nil), v...)
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		if len(got) != len(want) {
+			t.Fatalf("Members(%q): %d members, encoding/json: %d", b, len(got), len(want))
+		}
+		for k, v := range want {
+			if !bytes.Equal(got[k], v) {
+				t.Fatalf("Members(%q)[%q] = %q, encoding/json: %q", b, k, got[k], v)
+			}
+		}
+	})
+}
+
+// FuzzValues checks String, Float and Bool against json.Unmarshal of the same value into the
+// same type, null and wrong types included.
+func FuzzValues(f *testing.F) {
+	for _, s := range []string{`"abc"`, `"a\"b\u00e9\ud83d\ude00"`, "\"\xff\"", `null`, `1`, `-0.5e-3`, `1e400`, `true`, `false`, `"true"`, `{}`, `[1]`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, v []byte) {
+		if !json.Valid(v) {
+			return
+		}
+		v = bytes.TrimSpace(v)
+		s, ws := "before", "before"
+		if err, werr := jsonwire.String(v, &s), json.Unmarshal(v, &ws); (err == nil) != (werr == nil) || s != ws {
+			t.Fatalf("String(%q) = %q, %v; encoding/json: %q, %v", v, s, err, ws, werr)
+		}
+		x, wx := 1.0, 1.0
+		if err, werr := jsonwire.Float(v, &x), json.Unmarshal(v, &wx); (err == nil) != (werr == nil) || err == nil && x != wx {
+			t.Fatalf("Float(%q) = %v, %v; encoding/json: %v, %v", v, x, err, wx, werr)
+		}
+		y, wy := true, true
+		if err, werr := jsonwire.Bool(v, &y), json.Unmarshal(v, &wy); (err == nil) != (werr == nil) || y != wy {
+			t.Fatalf("Bool(%q) = %v, %v; encoding/json: %v, %v", v, y, err, wy, werr)
+		}
+	})
+}
+
+// FuzzAppend checks AppendString and AppendFloat against encoding/json: the string reads back
+// as itself, and the number is the bytes json.Marshal writes.
+func FuzzAppend(f *testing.F) {
+	f.Add("monitor \"7\"\\\n\t\x01 é <&> \u2028", 72.25)
+	f.Add("", 1e21)
+	f.Add("x", -1.5e-7)
+	f.Add("y", 1e-6)
+	f.Fuzz(func(t *testing.T, s string, x float64) {
+		if utf8.ValidString(s) {
+			var back string
+			if err := json.Unmarshal(jsonwire.AppendString(nil, s), &back); err != nil || back != s {
+				t.Fatalf("AppendString(%q) = %s reads back as %q, %v", s, jsonwire.AppendString(nil, s), back, err)
+			}
+		}
+		if math.IsNaN(x) || math.IsInf(x, 0) {
+			return
+		}
+		want, _ := json.Marshal(x)
+		if got := jsonwire.AppendFloat(nil, x); !bytes.Equal(got, want) {
+			t.Fatalf("AppendFloat(%v) = %s, encoding/json: %s", x, got, want)
+		}
+	})
+}
