@@ -21,6 +21,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"carehub/api/envelope"
+	"carehub/internal/testenv"
 	"carehub/kernel/access"
 	"carehub/processors/audit"
 	"carehub/storage"
@@ -87,17 +88,21 @@ type call struct {
 	body   string
 }
 
-func do(t *testing.T, method, url, key, body string) call {
+// do sends method url with key as its bearer (none when key is ""), and body (when not "") as
+// contentType, from the User-Agent the audit tests look for.
+func do(t *testing.T, method, url, key, contentType, body string) call {
 	t.Helper()
 	var rd io.Reader
 	if body != "" {
 		rd = strings.NewReader(body)
 	}
 	req, _ := http.NewRequest(method, url, rd)
-	req.Header.Set("Authorization", "Bearer "+key)
+	if key != "" {
+		req.Header.Set("Authorization", "Bearer "+key)
+	}
 	req.Header.Set("User-Agent", "carehub-audit-test/1")
-	if body != "" {
-		req.Header.Set("Content-Type", "application/json")
+	if contentType != "" {
+		req.Header.Set("Content-Type", contentType)
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
@@ -154,16 +159,13 @@ func TestAuditThroughKafka(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- w.Run(ctx) }()
-	t.Cleanup(func() { cancel(); <-done })
+	testenv.Run(t, w.Run)
 
 	srv := httptest.NewServer(patientAPI(NewAuthenticator(keys, nil, AuthenticatorConfig{}), NewAuditor(pub, AuditorConfig{})))
 	t.Cleanup(srv.Close)
 
 	// A live-key patient read: exactly one record, naming the patient.
-	c := do(t, http.MethodGet, srv.URL+"/v1/patients/pat_123", live.Secret, "")
+	c := do(t, http.MethodGet, srv.URL+"/v1/patients/pat_123", live.Secret, "", "")
 	if c.status != http.StatusOK || !strings.Contains(c.body, patientName) || c.header.Get("RateLimit-Limit") == "" {
 		t.Fatalf("live patient read: %d %v %s", c.status, c.header, c.body)
 	}
@@ -178,10 +180,10 @@ func TestAuditThroughKafka(t *testing.T) {
 
 	// A test-key read leaves no record; a live call after it (same organization, so the same
 	// partition) shows the writer got past it.
-	if c := do(t, http.MethodGet, srv.URL+"/v1/patients/pat_123", test.Secret, ""); c.status != http.StatusOK {
+	if c := do(t, http.MethodGet, srv.URL+"/v1/patients/pat_123", test.Secret, "", ""); c.status != http.StatusOK {
 		t.Fatalf("test-key read: %d %s", c.status, c.body)
 	}
-	marker := do(t, http.MethodGet, srv.URL+"/v1/organizations", live.Secret, "")
+	marker := do(t, http.MethodGet, srv.URL+"/v1/organizations", live.Secret, "", "")
 	if m := storedRecord(t, store, marker.header.Get("Request-Id")); m.Operation != "GET /v1/organizations" || len(m.PatientIDs) != 0 {
 		t.Fatalf("non-patient record %+v", m)
 	}
@@ -193,14 +195,14 @@ func TestAuditThroughKafka(t *testing.T) {
 	}
 
 	// Refusals are recorded as denied, with the key that was refused.
-	c = do(t, http.MethodGet, srv.URL+"/v1/patients/pat_123", fenced.Secret, "")
+	c = do(t, http.MethodGet, srv.URL+"/v1/patients/pat_123", fenced.Secret, "", "")
 	if c.status != http.StatusForbidden {
 		t.Fatalf("fenced key: %d %s", c.status, c.body)
 	}
 	if r := storedRecord(t, store, c.header.Get("Request-Id")); r.Outcome != "denied" || r.Status != 403 || r.KeyID != fenced.ID || len(r.PatientIDs) != 0 {
 		t.Fatalf("refused call recorded as %+v", r)
 	}
-	c = do(t, http.MethodGet, srv.URL+"/v1/patients/pat_123", noScope.Secret, "")
+	c = do(t, http.MethodGet, srv.URL+"/v1/patients/pat_123", noScope.Secret, "", "")
 	if c.status != http.StatusForbidden || strings.Contains(c.body, patientName) {
 		t.Fatalf("key without read:patients: %d %s", c.status, c.body)
 	}
@@ -209,7 +211,7 @@ func TestAuditThroughKafka(t *testing.T) {
 	}
 
 	// GraphQL calls are recorded by operation.
-	c = do(t, http.MethodPost, srv.URL+"/graphql", live.Secret, `{"query":"query P { patient(id: \"pat_gql\") { id name } }","operationName":"P"}`)
+	c = do(t, http.MethodPost, srv.URL+"/graphql", live.Secret, "application/json", `{"query":"query P { patient(id: \"pat_gql\") { id name } }","operationName":"P"}`)
 	if c.status != http.StatusOK || !strings.Contains(c.body, patientName) {
 		t.Fatalf("graphql: %d %s", c.status, c.body)
 	}
@@ -246,27 +248,27 @@ func TestAuditBrokerUnreachable(t *testing.T) {
 	srv := httptest.NewServer(patientAPI(NewAuthenticator(keys, nil, AuthenticatorConfig{}), NewAuditor(pub, AuditorConfig{AckTimeout: 500 * time.Millisecond})))
 	t.Cleanup(srv.Close)
 
-	if c := do(t, http.MethodGet, srv.URL+"/v1/patients/pat_1", live.Secret, ""); c.status != http.StatusOK {
+	if c := do(t, http.MethodGet, srv.URL+"/v1/patients/pat_1", live.Secret, "", ""); c.status != http.StatusOK {
 		t.Fatalf("with the broker up: %d %s", c.status, c.body)
 	}
 	cluster.Close()
 
-	c := do(t, http.MethodGet, srv.URL+"/v1/patients/pat_1", live.Secret, "")
+	c := do(t, http.MethodGet, srv.URL+"/v1/patients/pat_1", live.Secret, "", "")
 	if c.status != http.StatusServiceUnavailable || errorCode(t, []byte(c.body)) != "UNAVAILABLE" || strings.Contains(c.body, patientName) {
 		t.Fatalf("live patient read with the broker down: %d %s", c.status, c.body)
 	}
 	if c.header.Get("Request-Id") == "" || c.header.Get("RateLimit-Limit") == "" {
 		t.Fatalf("the 503 lost the request id or rate-limit headers: %v", c.header)
 	}
-	c = do(t, http.MethodPost, srv.URL+"/graphql", live.Secret, `{"query":"{ patient(id: \"pat_gql\") { id } }"}`)
+	c = do(t, http.MethodPost, srv.URL+"/graphql", live.Secret, "application/json", `{"query":"{ patient(id: \"pat_gql\") { id } }"}`)
 	if c.status != http.StatusServiceUnavailable || strings.Contains(c.body, patientName) {
 		t.Fatalf("live GraphQL patient read with the broker down: %d %s", c.status, c.body)
 	}
 	// Calls without patient data, and test-key calls, are not held up.
-	if c := do(t, http.MethodGet, srv.URL+"/v1/organizations", live.Secret, ""); c.status != http.StatusOK {
+	if c := do(t, http.MethodGet, srv.URL+"/v1/organizations", live.Secret, "", ""); c.status != http.StatusOK {
 		t.Fatalf("live non-patient call with the broker down: %d %s", c.status, c.body)
 	}
-	if c := do(t, http.MethodGet, srv.URL+"/v1/patients/pat_1", test.Secret, ""); c.status != http.StatusOK {
+	if c := do(t, http.MethodGet, srv.URL+"/v1/patients/pat_1", test.Secret, "", ""); c.status != http.StatusOK {
 		t.Fatalf("test-key read with the broker down: %d %s", c.status, c.body)
 	}
 }
@@ -289,7 +291,7 @@ func TestAuditBrokerNeverReachable(t *testing.T) {
 	t.Cleanup(func() { pub.Close(0) })
 	srv := httptest.NewServer(patientAPI(NewAuthenticator(keys, nil, AuthenticatorConfig{}), NewAuditor(pub, AuditorConfig{AckTimeout: 300 * time.Millisecond})))
 	t.Cleanup(srv.Close)
-	c := do(t, http.MethodGet, srv.URL+"/v1/patients/pat_1", live.Secret, "")
+	c := do(t, http.MethodGet, srv.URL+"/v1/patients/pat_1", live.Secret, "", "")
 	if c.status != http.StatusServiceUnavailable || strings.Contains(c.body, patientName) {
 		t.Fatalf("live patient read without a broker: %d %s", c.status, c.body)
 	}
@@ -375,7 +377,7 @@ func TestRefusedCredentialsAudited(t *testing.T) {
 	}
 	ids := map[string]refused{}
 	for _, tc := range cases {
-		c := do(t, http.MethodGet, srv.URL+"/v1/patients/pat_123", tc.key, "")
+		c := do(t, http.MethodGet, srv.URL+"/v1/patients/pat_123", tc.key, "", "")
 		if c.status != http.StatusUnauthorized || strings.Contains(c.body, patientName) {
 			t.Fatalf("%s: %d %s", tc.name, c.status, c.body)
 		}
@@ -383,12 +385,12 @@ func TestRefusedCredentialsAudited(t *testing.T) {
 	}
 	// The flood: one address, past its burst. None of these is recorded.
 	for range 20 {
-		if c := do(t, http.MethodGet, srv.URL+"/v1/patients/pat_123", unknown, ""); c.status != http.StatusUnauthorized {
+		if c := do(t, http.MethodGet, srv.URL+"/v1/patients/pat_123", unknown, "", ""); c.status != http.StatusUnauthorized {
 			t.Fatalf("flood: %d %s", c.status, c.body)
 		}
 	}
 	// Live calls are not sampled; this one marks the end.
-	marker := do(t, http.MethodGet, srv.URL+"/v1/organizations", live.Secret, "")
+	marker := do(t, http.MethodGet, srv.URL+"/v1/organizations", live.Secret, "", "")
 	markerID := marker.header.Get("Request-Id")
 	pub.Close(5 * time.Second) // flushes: every record is on the topic now
 

@@ -115,11 +115,7 @@ func parseOutline(src string) (outline, bool) {
 			if p.tok.is(tkPunct, "(") && !p.skipBalanced() {
 				return doc, false
 			}
-			if !p.skipDirectives() || !p.tok.is(tkPunct, "{") {
-				return doc, false
-			}
-			p.advance()
-			sel, ok := p.selectionSet(0)
+			sel, ok := p.block(0)
 			if !ok {
 				return doc, false
 			}
@@ -132,19 +128,10 @@ func parseOutline(src string) (outline, bool) {
 			}
 			name := p.tok.text
 			p.advance()
-			if !p.tok.is(tkName, "on") {
+			if !p.tok.is(tkName, "on") || !p.typeCondition() {
 				return doc, false
 			}
-			p.advance()
-			if p.tok.kind != tkName {
-				return doc, false
-			}
-			p.advance()
-			if !p.skipDirectives() || !p.tok.is(tkPunct, "{") {
-				return doc, false
-			}
-			p.advance()
-			sel, ok := p.selectionSet(0)
+			sel, ok := p.block(0)
 			if !ok {
 				return doc, false
 			}
@@ -157,6 +144,25 @@ func parseOutline(src string) (outline, bool) {
 }
 
 func (p *outlineParser) advance() { p.tok = p.lex.next() }
+
+// typeCondition reads "on Type", at "on".
+func (p *outlineParser) typeCondition() bool {
+	p.advance()
+	if p.tok.kind != tkName {
+		return false
+	}
+	p.advance()
+	return true
+}
+
+// block reads directives, then a selection set "{ … }" at depth.
+func (p *outlineParser) block(depth int) (outlineSel, bool) {
+	if !p.skipDirectives() || !p.tok.is(tkPunct, "{") {
+		return outlineSel{}, false
+	}
+	p.advance()
+	return p.selectionSet(depth)
+}
 
 // selectionSet reads the selections after "{" up to and including the matching "}".
 func (p *outlineParser) selectionSet(depth int) (outlineSel, bool) {
@@ -179,18 +185,10 @@ func (p *outlineParser) selectionSet(depth int) (outlineSel, bool) {
 				}
 				continue
 			}
-			if p.tok.is(tkName, "on") {
-				p.advance()
-				if p.tok.kind != tkName {
-					return sel, false
-				}
-				p.advance()
-			}
-			if !p.skipDirectives() || !p.tok.is(tkPunct, "{") {
+			if p.tok.is(tkName, "on") && !p.typeCondition() {
 				return sel, false
 			}
-			p.advance()
-			inner, ok := p.selectionSet(depth + 1)
+			inner, ok := p.block(depth + 1)
 			if !ok {
 				return sel, false
 			}

@@ -2,7 +2,6 @@ package auth
 
 import (
 	"encoding/json"
-	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -50,24 +49,7 @@ func (a *api) key(t *testing.T, org, mode string, scopes ...string) *CreatedKey 
 
 func (a *api) call(t *testing.T, method, path, key, contentType, body string) call {
 	t.Helper()
-	var rd io.Reader
-	if body != "" {
-		rd = strings.NewReader(body)
-	}
-	req, _ := http.NewRequest(method, a.url+path, rd)
-	if key != "" {
-		req.Header.Set("Authorization", "Bearer "+key)
-	}
-	if contentType != "" {
-		req.Header.Set("Content-Type", contentType)
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return call{resp.StatusCode, resp.Header, string(b)}
+	return do(t, method, a.url+path, key, contentType, body)
 }
 
 func wantError(t *testing.T, c call, status int, code string) {

@@ -1,16 +1,13 @@
 package graphql_test
 
 import (
-	"context"
-	"encoding/json"
 	"fmt"
 	"testing"
 	"time"
 
+	"carehub/api/server/servertest"
 	"carehub/kernel/access"
 	"carehub/kernel/demo"
-	"carehub/storage"
-	"carehub/storage/ids"
 )
 
 // TestEventHistory drives eventHistory and eventStats through the running server: the same
@@ -22,26 +19,8 @@ func TestEventHistory(t *testing.T) {
 	otherKey := s.Key("northwind-health", access.Live, access.Scopes...)
 	sepsis := s.ProjectID(demo.SepsisProjectName)
 
-	// 30 events one every 10 minutes of a day nothing else falls in: agent runs of agt_a
-	// (completed) and agt_b (failed), and observations of the real demo patient.
-	day := time.Date(2020, 2, 3, 0, 0, 0, 0, time.UTC)
-	var evs []storage.Event
-	for i := range 30 {
-		ev := storage.Event{ID: ids.New(ids.Event), OrgID: demo.DemoOrgID, ProjectID: sepsis, Source: "system", Severity: "info",
-			CreatedAt: day.Add(time.Duration(i) * 10 * time.Minute)}
-		switch i % 3 {
-		case 0:
-			ev.Type, ev.Payload = "agent.run_completed", json.RawMessage(fmt.Sprintf(`{"agentId":"agt_a","status":"COMPLETED","latencyMs":%d}`, i))
-		case 1:
-			ev.Type, ev.Severity, ev.Payload = "agent.run.failed", "error", json.RawMessage(`{"agentId":"agt_b","status":"FAILED","latencyMs":5}`)
-		default:
-			ev.Type, ev.Payload = "device.observation_received", json.RawMessage(`{"patientId":"`+demo.RealPatientID+`","code":"8867-4","value":88}`)
-		}
-		evs = append(evs, ev)
-	}
-	if err := s.EventLog().AppendEvents(context.Background(), evs); err != nil {
-		t.Fatal(err)
-	}
+	day := servertest.AnalystDay
+	evs := s.AppendAnalystHistory(demo.DemoOrgID, sepsis)
 	rangeVars := func(extra map[string]any) map[string]any {
 		v := map[string]any{"p": sepsis, "from": day.Format(time.RFC3339), "to": day.Add(24 * time.Hour).Format(time.RFC3339)}
 		for k, x := range extra {

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -19,6 +18,7 @@ import (
 
 	"carehub/api/auth"
 	"carehub/api/server/servertest"
+	"carehub/internal/testenv"
 	"carehub/kernel/access"
 	"carehub/kernel/demo"
 	core "carehub/processors/idempotency"
@@ -47,7 +47,7 @@ func TestRetryAfterCrash(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer pool.Close()
-	c := &crashNode{t: t, bin: bin, addr: freeAddr(t), args: []string{"serve", "--database-url", cfg.DatabaseURL,
+	c := &crashNode{t: t, bin: bin, addr: testenv.FreeAddr(t), args: []string{"serve", "--database-url", cfg.DatabaseURL,
 		"--kafka-brokers", strings.Join(cfg.KafkaBrokers, ","), "--kafka-namespace=" + cfg.KafkaNamespace, "--data-dir", cfg.DataDir, "--partitions", "3",
 		"--webhooks-allow-private", "--log-level", "warn"}}
 
@@ -235,14 +235,4 @@ func (c *crashNode) stop() {
 	case <-time.After(time.Minute):
 		c.t.Fatal("carehub did not stop within a minute of SIGTERM")
 	}
-}
-
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
 }

@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"bytes"
 	"compress/gzip"
-	"context"
 	"encoding/csv"
 	"encoding/json"
 	"fmt"
@@ -20,35 +19,9 @@ import (
 	"carehub/kernel/access"
 	"carehub/kernel/demo"
 	"carehub/storage"
-	"carehub/storage/ids"
 )
 
-// day is a range no seeded or pipeline event falls in, so the suite sees only its own events.
-var day = time.Date(2020, 2, 3, 0, 0, 0, 0, time.UTC)
-
-// analystHistory appends 30 events to project, one every 10 minutes from day: agent runs of
-// agt_a and agt_b, and observations of the real demo patient (patient data).
-func analystHistory(t *testing.T, s *servertest.Server, orgID, project string) []storage.Event {
-	t.Helper()
-	var evs []storage.Event
-	for i := range 30 {
-		ev := storage.Event{ID: ids.New(ids.Event), OrgID: orgID, ProjectID: project, Source: "system", Severity: "info",
-			CreatedAt: day.Add(time.Duration(i) * 10 * time.Minute)}
-		switch i % 3 {
-		case 0:
-			ev.Type, ev.Payload = "agent.run_completed", json.RawMessage(fmt.Sprintf(`{"agentId":"agt_a","status":"COMPLETED","latencyMs":%d}`, i))
-		case 1:
-			ev.Type, ev.Severity, ev.Payload = "agent.run.failed", "error", json.RawMessage(`{"agentId":"agt_b","status":"FAILED","latencyMs":5}`)
-		default:
-			ev.Type, ev.Payload = "device.observation_received", json.RawMessage(`{"observationId":"obs_1","patientId":"`+demo.RealPatientID+`","code":"8867-4","value":88}`)
-		}
-		evs = append(evs, ev)
-	}
-	if err := s.EventLog().AppendEvents(context.Background(), evs); err != nil {
-		t.Fatal(err)
-	}
-	return evs
-}
+var day = servertest.AnalystDay
 
 type eventsPage struct {
 	Data []struct {
@@ -101,12 +74,16 @@ func ndjsonLines(t *testing.T, body []byte) []map[string]any {
 	return out
 }
 
+// analyst starts a node whose sepsis project holds the analyst history (AppendAnalystHistory),
+// and returns it, the demo key, the project and the history's events.
+func analyst(t *testing.T) (s *servertest.Server, key, project string, evs []storage.Event) {
+	s = servertest.Start(t)
+	project = s.ProjectID(demo.SepsisProjectName)
+	return s, s.DemoKey(), project, s.AppendAnalystHistory(s.OrgID(demo.DemoOrgSlug), project)
+}
+
 func TestEventHistory(t *testing.T) {
-	s := servertest.Start(t)
-	key := s.DemoKey()
-	orgID := s.OrgID(demo.DemoOrgSlug)
-	project := s.ProjectID(demo.SepsisProjectName)
-	evs := analystHistory(t, s, orgID, project)
+	s, key, project, evs := analyst(t)
 	rng := "&since=" + day.Format(time.RFC3339) + "&to=" + day.Add(24*time.Hour).Format(time.RFC3339)
 	base := "/v1/events?projectId=" + project + rng
 
@@ -169,11 +146,7 @@ func TestEventHistory(t *testing.T) {
 }
 
 func TestEventExport(t *testing.T) {
-	s := servertest.Start(t)
-	key := s.DemoKey()
-	orgID := s.OrgID(demo.DemoOrgSlug)
-	project := s.ProjectID(demo.SepsisProjectName)
-	evs := analystHistory(t, s, orgID, project)
+	s, key, project, evs := analyst(t)
 	rng := "&since=" + day.Format(time.RFC3339) + "&to=" + day.Add(24*time.Hour).Format(time.RFC3339)
 	path := "/v1/events/export?projectId=" + project + rng
 
@@ -238,11 +211,8 @@ func TestEventExport(t *testing.T) {
 }
 
 func TestEventStats(t *testing.T) {
-	s := servertest.Start(t)
-	key := s.DemoKey()
+	s, key, project, _ := analyst(t)
 	orgID := s.OrgID(demo.DemoOrgSlug)
-	project := s.ProjectID(demo.SepsisProjectName)
-	analystHistory(t, s, orgID, project)
 	rng := "from=" + day.Format(time.RFC3339) + "&to=" + day.Add(24*time.Hour).Format(time.RFC3339)
 	type row struct {
 		Bucket *time.Time `json:"bucket"`

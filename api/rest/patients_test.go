@@ -97,14 +97,7 @@ func newFHIRAPI(t *testing.T, tune func(*intake.Config)) *fhirAPI {
 	t.Cleanup(func() { cancel(); <-done })
 
 	r := mux.NewRouter()
-	r.Use(func(next http.Handler) http.Handler {
-		return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
-			if p, ok := a.tokens[strings.TrimPrefix(req.Header.Get("Authorization"), "Bearer ")]; ok {
-				req = req.WithContext(access.With(req.Context(), p))
-			}
-			next.ServeHTTP(w, req)
-		})
-	})
+	r.Use(bearerTokens(a.tokens))
 	rest.PatientRoutes(r, patients.New(pool))
 	rest.ObservationIngestRoutes(r, in)
 	srv := httptest.NewServer(r)
@@ -114,6 +107,19 @@ func newFHIRAPI(t *testing.T, tune func(*intake.Config)) *fhirAPI {
 }
 
 // response is what one of the package's test servers answered.
+// bearerTokens stands in for the authentication middleware: the principal of a request is the
+// one tokens maps its bearer token to, or none.
+func bearerTokens(tokens map[string]*access.Principal) mux.MiddlewareFunc {
+	return func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+			if p, ok := tokens[strings.TrimPrefix(req.Header.Get("Authorization"), "Bearer ")]; ok {
+				req = req.WithContext(access.With(req.Context(), p))
+			}
+			next.ServeHTTP(w, req)
+		})
+	}
+}
+
 type response struct {
 	status int
 	header http.Header

@@ -42,14 +42,7 @@ func newWebhookAPI(t *testing.T, cfg webhooks.ServiceConfig) *webhookAPI {
 	a.tokens["reader"] = &access.Principal{OrgID: a.orgID, Mode: access.Test, Scopes: []string{access.ExecAgents}}
 	a.tokens["outsider"] = &access.Principal{OrgID: a.org(), Mode: access.Test, Scopes: []string{access.AdminOrg}}
 	r := mux.NewRouter()
-	r.Use(func(next http.Handler) http.Handler {
-		return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
-			if p, ok := a.tokens[strings.TrimPrefix(req.Header.Get("Authorization"), "Bearer ")]; ok {
-				req = req.WithContext(access.With(req.Context(), p))
-			}
-			next.ServeHTTP(w, req)
-		})
-	})
+	r.Use(bearerTokens(a.tokens))
 	rest.WebhookRoutes(r, webhooks.NewService(pool, cfg))
 	srv := httptest.NewServer(r)
 	t.Cleanup(srv.Close)

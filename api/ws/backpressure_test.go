@@ -1,7 +1,6 @@
 package ws
 
 import (
-	"carehub/internal/testenv"
 	"context"
 	"encoding/json"
 	"errors"
@@ -11,6 +10,8 @@ import (
 	"time"
 
 	"github.com/coder/websocket"
+
+	"carehub/internal/testenv"
 )
 
 // smallReadBufferClient dials with a fixed 256 KiB kernel receive buffer, so that a client

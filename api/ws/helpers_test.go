@@ -1,7 +1,6 @@
 package ws
 
 import (
-	"carehub/api/ws/wstest"
 	"context"
 	"encoding/json"
 	"errors"
@@ -19,6 +18,8 @@ import (
 	graphql "github.com/graph-gophers/graphql-go"
 	gqlerrors "github.com/graph-gophers/graphql-go/errors"
 	"github.com/prometheus/client_golang/prometheus"
+
+	"carehub/api/ws/wstest"
 )
 
 // testSchema is a small real schema: a query, a mutation and a channel-fed subscription.

@@ -1,7 +1,6 @@
 package ws
 
 import (
-	"carehub/internal/testenv"
 	"encoding/json"
 	"fmt"
 	"strings"
@@ -9,6 +8,8 @@ import (
 	"time"
 
 	"github.com/coder/websocket"
+
+	"carehub/internal/testenv"
 )
 
 const lp = ProtocolLegacy

@@ -3,10 +3,10 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"carehub/internal/testenv"
 	"context"
 	"encoding/json"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -44,16 +44,6 @@ func TestMain(m *testing.M) {
 func dataDir(t *testing.T) string {
 	t.Helper()
 	return filepath.Join(t.TempDir(), "data")
-}
-
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
 }
 
 type process struct {
@@ -167,7 +157,7 @@ func graphql(t *testing.T, addr, key, query string) map[string]any {
 // TestServeRestartKeepsDataAndSurvivesSIGKILL is the newcomer's path: start with demo data, get
 // a key, stop, start again (data kept), SIGKILL, start again (no manual cleanup).
 func TestServeRestartKeepsDataAndSurvivesSIGKILL(t *testing.T) {
-	dir, addr := dataDir(t), freeAddr(t)
+	dir, addr := dataDir(t), testenv.FreeAddr(t)
 	n := serve(t, dir, addr, "--demo-key")
 	// The key is printed just after the node reports ready.
 	key := ""

@@ -2,8 +2,6 @@ package intake
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -17,6 +15,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"carehub/kernel/config"
+	"carehub/kernel/tick"
 	"carehub/schemas/kafka/observation"
 	"carehub/storage/kafka"
 )
@@ -90,9 +89,7 @@ func (c *Config) defaults() {
 	config.Default(&c.RequestTimeout, DefaultRequestTimeout)
 	config.Default(&c.Producers, DefaultProducers)
 	if c.TransactionalIDPrefix == "" {
-		b := make([]byte, 6)
-		_, _ = rand.Read(b)
-		c.TransactionalIDPrefix = "carehub-ingest-" + hex.EncodeToString(b)
+		c.TransactionalIDPrefix = kafka.TransactionalID("carehub-ingest-")
 	}
 	config.Default(&c.MaxBodyBytes, DefaultMaxBodyBytes)
 	config.Default(&c.MaxEntries, DefaultMaxEntries)
@@ -163,20 +160,14 @@ func (in *Intake) Run(ctx context.Context) error {
 		wg.Go(func() { in.lag.run(ctx) })
 	}
 	defer wg.Wait()
-	tick := time.NewTicker(10 * time.Minute)
-	defer tick.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-tick.C:
-			if n, err := in.keys.sweep(ctx); err != nil && ctx.Err() == nil {
-				in.logger.Warn("expiring idempotency keys failed", "err", err)
-			} else if n > 0 {
-				in.logger.Debug("idempotency keys expired", "count", n)
-			}
+	tick.Every(ctx, 10*time.Minute, func(ctx context.Context) {
+		if n, err := in.keys.sweep(ctx); err != nil && ctx.Err() == nil {
+			in.logger.Warn("expiring idempotency keys failed", "err", err)
+		} else if n > 0 {
+			in.logger.Debug("idempotency keys expired", "count", n)
 		}
-	}
+	})
+	return nil
 }
 
 // Close closes the Kafka clients. It is idempotent.

@@ -1,7 +1,7 @@
 package intake
 
 import (
-	"errors"
+	"carehub/kernel/telemetry"
 
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -51,22 +51,5 @@ func (m *metrics) collectors() []prometheus.Collector {
 }
 
 func (m *metrics) register(reg prometheus.Registerer) error {
-	if reg == nil {
-		return nil
-	}
-	var done []prometheus.Collector
-	for _, c := range m.collectors() {
-		if err := reg.Register(c); err != nil {
-			for _, d := range done {
-				reg.Unregister(d)
-			}
-			var are prometheus.AlreadyRegisteredError
-			if errors.As(err, &are) {
-				return errors.New("ingest metrics are already registered: one Intake per registry")
-			}
-			return err
-		}
-		done = append(done, c)
-	}
-	return nil
+	return telemetry.Exclusive(reg, "ingest metrics are already registered: one Intake per registry", m.collectors()...)
 }

@@ -8,6 +8,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"carehub/ingest/outbox"
+	"carehub/internal/testenv"
 	"carehub/kernel/events"
 	"carehub/storage"
 	"carehub/storage/kafka/kafkatest"
@@ -23,10 +24,8 @@ func BenchmarkRelay(b *testing.B) {
 	pool := pgtest.New(b)
 	topic := kafkatest.Topic(b, "events")
 	relay := outbox.New(pool, kafkatest.Client(b), outbox.Config{})
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- relay.Run(ctx) }()
-	defer func() { cancel(); <-done }()
+	defer testenv.Run(b, relay.Run)()
+	ctx := context.Background()
 
 	const perTx, txs = 100, 50
 	batch := make([]storage.Event, perTx)

@@ -1,7 +1,6 @@
 package outbox
 
 import (
-	"carehub/kernel/config"
 	"context"
 	"errors"
 	"fmt"
@@ -10,6 +9,8 @@ import (
 
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"carehub/kernel/config"
 )
 
 // Defaults of GroupConfig.

@@ -48,8 +48,6 @@
 package outbox
 
 import (
-	"carehub/kernel/config"
-	"carehub/kernel/telemetry"
 	"context"
 	"errors"
 	"fmt"
@@ -63,6 +61,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"golang.org/x/sync/errgroup"
+
+	"carehub/kernel/config"
+	"carehub/kernel/telemetry"
+	"carehub/kernel/tick"
 )
 
 // Channel is the Postgres notification channel Append notifies and the relay listens on.
@@ -396,14 +398,7 @@ func notify(wake chan<- struct{}) {
 
 // cleanupLoop deletes sent rows older than Retention every CleanupInterval.
 func (r *Relay) cleanupLoop(ctx context.Context) {
-	t := time.NewTicker(r.cfg.CleanupInterval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
+	tick.Every(ctx, r.cfg.CleanupInterval, func(ctx context.Context) {
 		if n, err := r.Cleanup(ctx); err != nil {
 			if ctx.Err() == nil {
 				r.log.Warn("clean up outbox", "error", err)
@@ -411,7 +406,7 @@ func (r *Relay) cleanupLoop(ctx context.Context) {
 		} else if n > 0 {
 			r.log.Debug("cleaned up outbox", "deleted", n)
 		}
-	}
+	})
 }
 
 // Cleanup deletes the rows sent more than Retention ago, in chunks, and returns how many. Run

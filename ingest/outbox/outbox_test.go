@@ -98,25 +98,7 @@ func mutate(t *testing.T, pool *pgxpool.Pool, topic, project string, n int) []st
 // start runs relay until the test ends.
 func start(t *testing.T, relay *outbox.Relay) (stop func()) {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- relay.Run(ctx) }()
-	var once sync.Once
-	stop = func() {
-		once.Do(func() {
-			cancel()
-			select {
-			case err := <-done:
-				if err != nil {
-					t.Errorf("Run: %v", err)
-				}
-			case <-time.After(30 * time.Second):
-				t.Error("Run did not return after its context was cancelled")
-			}
-		})
-	}
-	t.Cleanup(stop)
-	return stop
+	return testenv.Run(t, relay.Run)
 }
 
 // consume reads topic from the start until it has n records, failing after a timeout.

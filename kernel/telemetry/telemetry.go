@@ -29,6 +29,36 @@ func Shared[C prometheus.Collector](reg prometheus.Registerer, c C) C {
 	panic(fmt.Sprintf("register metric: %v", err))
 }
 
+// Exclusive registers every collector of cs on reg, or none of them: for a component that must
+// be alone on its registry. A collector already registered is the error refusal; any other
+// registration error is returned as it is. A nil reg registers nothing.
+func Exclusive(reg prometheus.Registerer, refusal string, cs ...prometheus.Collector) error {
+	if reg == nil {
+		return nil
+	}
+	for i, c := range cs {
+		if err := reg.Register(c); err != nil {
+			Unregister(reg, cs[:i]...)
+			if _, ok := errors.AsType[prometheus.AlreadyRegisteredError](err); ok {
+				return errors.New(refusal)
+			}
+			return err
+		}
+	}
+	return nil
+}
+
+// Unregister unregisters cs from reg (nil: none), as a component that registered them with
+// Exclusive does when it stops.
+func Unregister(reg prometheus.Registerer, cs ...prometheus.Collector) {
+	if reg == nil {
+		return
+	}
+	for _, c := range cs {
+		reg.Unregister(c)
+	}
+}
+
 // BuildInfo is the gauge carehub_build_info{version,revision,goversion} 1: which build a node
 // runs, to join on other series (`* on(instance) group_left(version) carehub_build_info`).
 // revision is the VCS commit the binary was built from ("unknown" outside a checkout).

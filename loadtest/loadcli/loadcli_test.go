@@ -1,9 +1,10 @@
 package loadcli
 
 import (
-	"carehub/loadtest/loadcli/loadclitest"
 	"testing"
 	"time"
+
+	"carehub/loadtest/loadcli/loadclitest"
 )
 
 func TestLoadValidate(t *testing.T) {

@@ -43,15 +43,7 @@ func runWriterWith(t *testing.T, cfg audit.WriterConfig) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- w.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; !errors.Is(err, context.Canceled) {
-			t.Errorf("writer stopped with %v", err)
-		}
-	})
+	testenv.Run(t, w.Run)
 }
 
 func waitFor(t *testing.T, what string, cond func() bool) {

@@ -13,6 +13,7 @@ import (
 
 	"carehub/kernel/clinical"
 	"carehub/kernel/config"
+	"carehub/kernel/tick"
 )
 
 // Defaults of ControllerConfig.
@@ -83,18 +84,12 @@ func (s *Service) Controller(cfg ControllerConfig) (*Controller, error) {
 // Run reconciles every Interval until ctx ends, then returns nil. Errors are logged and the pass
 // is retried on the next tick.
 func (c *Controller) Run(ctx context.Context) error {
-	t := time.NewTicker(c.cfg.Interval)
-	defer t.Stop()
-	for {
+	tick.NowAndEvery(ctx, c.cfg.Interval, func(ctx context.Context) {
 		if _, err := c.Reconcile(ctx); err != nil && ctx.Err() == nil {
 			c.log.Warn("deployment reconcile failed", "error", err)
 		}
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-t.C:
-		}
-	}
+	})
+	return nil
 }
 
 // Reconcile makes one pass: start PENDING deployments, then move serving ones between RUNNING

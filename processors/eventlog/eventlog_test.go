@@ -147,25 +147,7 @@ func start(t *testing.T, e env, store storage.EventLog, mod func(*eventlog.Confi
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- w.Run(ctx) }()
-	var once sync.Once
-	stop = func() {
-		once.Do(func() {
-			cancel()
-			select {
-			case err := <-done:
-				if err != nil {
-					t.Errorf("Run: %v", err)
-				}
-			case <-time.After(60 * time.Second):
-				t.Error("Run did not return after its context was cancelled")
-			}
-		})
-	}
-	t.Cleanup(stop)
-	return stop
+	return testenv.Run(t, w.Run)
 }
 
 func waitFor(t *testing.T, what string, cond func() bool) {

@@ -12,6 +12,7 @@ import (
 
 	"carehub/kernel/config"
 	"carehub/kernel/telemetry"
+	"carehub/kernel/tick"
 	"carehub/storage/kafka"
 )
 
@@ -65,19 +66,13 @@ func NewLagMonitor(adm *kadm.Client, group string, topics []string, cfg LagConfi
 // Run refreshes the gauge every interval until ctx is done, then removes the group's series and
 // returns nil. Failed refreshes are logged and leave the previous values.
 func (m *LagMonitor) Run(ctx context.Context) error {
-	t := time.NewTicker(m.cfg.Interval)
-	defer t.Stop()
 	defer m.clear()
-	for {
+	tick.NowAndEvery(ctx, m.cfg.Interval, func(ctx context.Context) {
 		if _, err := m.Refresh(ctx); err != nil && ctx.Err() == nil {
 			m.cfg.Logger.Warn("refresh consumer lag", "group", m.group, "error", err)
 		}
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-t.C:
-		}
-	}
+	})
+	return nil
 }
 
 // Refresh queries the lag once and updates the gauge; it returns the per-partition figures.

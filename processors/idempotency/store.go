@@ -2,7 +2,6 @@ package idempotency
 
 import (
 	"bytes"
-	"carehub/kernel/config"
 	"context"
 	"crypto/rand"
 	"encoding/gob"
@@ -15,6 +14,9 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"carehub/kernel/config"
+	"carehub/kernel/tick"
 )
 
 // Defaults of a Store.
@@ -223,26 +225,18 @@ func (c *Claim) startRenewing() {
 	ctx, stop := context.WithCancel(context.Background())
 	c.stop = stop
 	c.renewing.Go(func() {
-		t := time.NewTicker(c.store.lease / 3)
-		defer t.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
-			}
+		tick.Every(ctx, c.store.lease/3, func(ctx context.Context) {
 			tag, err := c.store.pool.Exec(ctx, `update idempotency_keys set locked_until = now() + $5::interval
 where org_id = $1 and key_id = $2 and key_hash = $3 and owner = $4`,
 				c.scope.OrgID, c.scope.KeyID, c.keys.lookup, c.owner, c.store.lease)
 			switch {
 			case ctx.Err() != nil:
-				return
 			case err != nil:
 				c.store.logger.Warn("renewing an idempotency key's lease failed", "err", err)
 			case tag.RowsAffected() == 0:
-				return // lost to a retry; the next step stops the request
+				stop() // lost to a retry; the next step stops the request
 			}
-		}
+		})
 	})
 }
 
@@ -276,18 +270,12 @@ func (s *Store) Sweep(ctx context.Context) (int64, error) {
 
 // Run sweeps expired keys every sweep interval until ctx is done.
 func (s *Store) Run(ctx context.Context) error {
-	t := time.NewTicker(s.sweep)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-t.C:
-			if n, err := s.Sweep(ctx); err != nil && ctx.Err() == nil {
-				s.logger.Warn("expiring idempotency keys failed", "err", err)
-			} else if n > 0 {
-				s.logger.Debug("idempotency keys expired", "count", n)
-			}
+	tick.Every(ctx, s.sweep, func(ctx context.Context) {
+		if n, err := s.Sweep(ctx); err != nil && ctx.Err() == nil {
+			s.logger.Warn("expiring idempotency keys failed", "err", err)
+		} else if n > 0 {
+			s.logger.Debug("idempotency keys expired", "count", n)
 		}
-	}
+	})
+	return nil
 }

@@ -1,10 +1,11 @@
 package observations
 
 import (
-	"carehub/schemas/kafka/observation"
 	"context"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"carehub/schemas/kafka/observation"
 )
 
 // StoreFunc returns the writer's batch store on pool, for benchmarks of the Postgres side alone.

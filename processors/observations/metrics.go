@@ -1,7 +1,7 @@
 package observations
 
 import (
-	"errors"
+	"carehub/kernel/telemetry"
 
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -42,22 +42,8 @@ func newWriterMetrics(reg prometheus.Registerer) (*writerMetrics, error) {
 	for _, reason := range []string{"invalid_message", "unknown_patient", "rejected_by_database"} {
 		m.skipped.WithLabelValues(reason)
 	}
-	if reg == nil {
-		return m, nil
-	}
-	var done []prometheus.Collector
-	for _, c := range m.collectors() {
-		if err := reg.Register(c); err != nil {
-			for _, d := range done {
-				reg.Unregister(d)
-			}
-			var are prometheus.AlreadyRegisteredError
-			if errors.As(err, &are) {
-				return nil, errors.New("observation writer metrics are already registered: run one writer per registry")
-			}
-			return nil, err
-		}
-		done = append(done, c)
+	if err := telemetry.Exclusive(reg, "observation writer metrics are already registered: run one writer per registry", m.collectors()...); err != nil {
+		return nil, err
 	}
 	return m, nil
 }
@@ -67,10 +53,5 @@ func (m *writerMetrics) collectors() []prometheus.Collector {
 }
 
 func (m *writerMetrics) unregister(reg prometheus.Registerer) {
-	if reg == nil {
-		return
-	}
-	for _, c := range m.collectors() {
-		reg.Unregister(c)
-	}
+	telemetry.Unregister(reg, m.collectors()...)
 }

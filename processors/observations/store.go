@@ -1,7 +1,6 @@
 package observations
 
 import (
-	"carehub/schemas/kafka/observation"
 	"context"
 	"errors"
 	"fmt"
@@ -15,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"carehub/kernel/events"
+	"carehub/schemas/kafka/observation"
 )
 
 // EventType is the type of the event the writer produces for each stored observation.

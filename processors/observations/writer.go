@@ -3,8 +3,6 @@ package observations
 import (
 	"cmp"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -106,9 +104,7 @@ func (c *WriterConfig) defaults() {
 	config.Default(&c.EventsTopic, topics.Events)
 	config.Default(&c.ClientID, "carehub-observation-writer")
 	if c.TransactionalID == "" {
-		b := make([]byte, 8)
-		_, _ = rand.Read(b)
-		c.TransactionalID = "carehub-observation-writer-" + hex.EncodeToString(b)
+		c.TransactionalID = kafka.TransactionalID("carehub-observation-writer-")
 	}
 	config.Default(&c.MaxBatch, DefaultMaxBatch)
 	config.Default(&c.ChunkSize, DefaultChunkSize)

@@ -18,6 +18,7 @@ import (
 	"carehub/kernel/access"
 	"carehub/kernel/config"
 	"carehub/kernel/fault"
+	"carehub/kernel/tick"
 	"carehub/storage"
 )
 
@@ -167,18 +168,12 @@ func NewJob(cfg JobConfig) (*Job, error) {
 // Run purges at once, then every interval, until ctx ends. A failed pass is logged and retried
 // at the next tick; Run returns nil when ctx ends.
 func (j *Job) Run(ctx context.Context) error {
-	t := time.NewTicker(j.interval)
-	defer t.Stop()
-	for {
+	tick.NowAndEvery(ctx, j.interval, func(ctx context.Context) {
 		if err := j.PurgeOnce(ctx); err != nil && ctx.Err() == nil {
 			j.logger.Error("retention pass failed", "err", err)
 		}
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-t.C:
-		}
-	}
+	})
+	return nil
 }
 
 // PurgeOnce runs one pass: for each organization with a policy, it deletes the events older

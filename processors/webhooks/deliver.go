@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"carehub/kernel/phi"
+	"carehub/kernel/tick"
 	"carehub/storage/ids"
 )
 
@@ -393,23 +394,17 @@ where id = any($1) and status = 'delivering' and lease_owner = $2`, idList, d.no
 // delivery whose outcome could not be recorded is no longer held, so its lease runs out and it
 // is sent again.
 func (d *Dispatcher) renewLeases(ctx context.Context) error {
-	t := time.NewTicker(d.cfg.Lease / 3)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-t.C:
-		}
+	tick.Every(ctx, d.cfg.Lease/3, func(ctx context.Context) {
 		held := d.held.list()
 		if len(held) == 0 {
-			continue
+			return
 		}
 		if _, err := d.pool.Exec(ctx, `update webhook_deliveries set lease_until = now() + $3 * interval '1 millisecond'
 where id = any($1) and status = 'delivering' and lease_owner = $2`, held, d.node, d.cfg.Lease.Milliseconds()); err != nil && ctx.Err() == nil {
 			d.logger.Warn("webhook lease renewal failed", "err", err)
 		}
-	}
+	})
+	return nil
 }
 
 // heldSet is the deliveries a dispatcher has claimed and not yet finished with.

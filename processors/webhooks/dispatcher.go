@@ -18,6 +18,7 @@ import (
 	"carehub/kernel/config"
 	"carehub/kernel/events"
 	"carehub/kernel/phi"
+	"carehub/kernel/tick"
 	"carehub/storage"
 	"carehub/storage/ids"
 	"carehub/storage/kafka"
@@ -404,14 +405,7 @@ func (d *Dispatcher) listenOnce(ctx context.Context) error {
 // retention deletes deliveries (and their attempts) finished more than RedeliverWindow ago,
 // hourly, in small batches.
 func (d *Dispatcher) retention(ctx context.Context) error {
-	t := time.NewTicker(time.Hour)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-t.C:
-		}
+	tick.Every(ctx, time.Hour, func(ctx context.Context) {
 		for ctx.Err() == nil {
 			tag, err := d.pool.Exec(ctx, `delete from webhook_deliveries where id in (
 	select id from webhook_deliveries where completed_at < now() - $1 * interval '1 second' limit 1000)`,
@@ -426,5 +420,6 @@ func (d *Dispatcher) retention(ctx context.Context) error {
 				break
 			}
 		}
-	}
+	})
+	return nil
 }

@@ -19,22 +19,13 @@ import (
 	"carehub/storage/kafka/kafkatest"
 )
 
-type runPayload struct {
-	RunID          string `json:"run_id"`
-	WorkflowID     string `json:"workflow_id"`
-	Status         string `json:"status"`
-	DurationMs     int    `json:"duration_ms"`
-	AlertGenerated bool   `json:"alert_generated"`
-	Severity       string `json:"severity"`
-}
-
 func TestEventIsDeliveredOnceSignedWithTheSpecBody(t *testing.T) {
 	f := newFixture(t)
 	rc := newReceiver(t, nil)
 	sub := f.create(rc.URL+"/hook", "workflow.run.completed")
 	f.start()
 
-	ev := f.publish("workflow.run.completed", runPayload{RunID: "run_1", WorkflowID: "wf_1", Status: "COMPLETED",
+	ev := f.publish("workflow.run.completed", events.WorkflowRunCompleted{RunID: "run_1", WorkflowID: "wf_1", Status: "COMPLETED",
 		DurationMs: 1234, AlertGenerated: true, Severity: "HIGH"})
 	req := rc.waitRequests(t, 1, 20*time.Second)[0]
 
@@ -82,7 +73,7 @@ func TestEventIsDeliveredOnceSignedWithTheSpecBody(t *testing.T) {
 	}
 
 	// A later event arrives after the first; by then a duplicate of the first would have too.
-	second := f.publish("workflow.run.completed", runPayload{RunID: "run_2"})
+	second := f.publish("workflow.run.completed", events.WorkflowRunCompleted{RunID: "run_2"})
 	f.waitDeliveryStatus(sub.ID, second.ID, DeliverySucceeded)
 	if ids := requestIDs(rc.requests()); !slices.Equal(ids, []string{ev.ID, second.ID}) {
 		t.Errorf("receiver got %v, want each event once: %v", ids, []string{ev.ID, second.ID})

@@ -103,7 +103,7 @@ from webhooks where id = $1 and deleted_at is null and ($2 = '' or org_id = $2)`
 
 // SampleEvent is the workflow.run.completed event a test send delivers, with fresh ids.
 func SampleEvent(orgID, projectID string) (storage.Event, error) {
-	return events.New(events.TypeWorkflowRunCompleted, orgID, projectID, events.SourceWorkflow, events.SeverityInfo, samplePayload{
+	return events.New(events.TypeWorkflowRunCompleted, orgID, projectID, events.SourceWorkflow, events.SeverityInfo, events.WorkflowRunCompleted{
 		RunID:          ids.New(ids.Run),
 		WorkflowID:     ids.New(ids.Workflow),
 		Status:         "COMPLETED",
@@ -111,16 +111,6 @@ func SampleEvent(orgID, projectID string) (storage.Event, error) {
 		AlertGenerated: true,
 		Severity:       "HIGH",
 	})
-}
-
-// samplePayload is a workflow.run.completed payload, fields in the spec's order.
-type samplePayload struct {
-	RunID          string `json:"run_id"`
-	WorkflowID     string `json:"workflow_id"`
-	Status         string `json:"status"`
-	DurationMs     int    `json:"duration_ms"`
-	AlertGenerated bool   `json:"alert_generated"`
-	Severity       string `json:"severity"`
 }
 
 func flatten(h http.Header) map[string]string {

@@ -10,13 +10,13 @@ import (
 	"sync"
 	"time"
 
-	"carehub/kernel/config"
-	"carehub/kernel/telemetry"
-
 	"github.com/jackc/pgx/v5"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"carehub/kernel/config"
+	"carehub/kernel/telemetry"
+	"carehub/kernel/tick"
 	"carehub/processors/agents"
 	"carehub/storage/ids"
 	"carehub/storage/kafka"
@@ -271,20 +271,13 @@ where id = $1 and status = 'RUNNING' and lease_owner = $2 and attempts = $3`, st
 
 // sweepLoop sweeps at start and every SweepInterval until ctx ends.
 func (r *Runner) sweepLoop(ctx context.Context) {
-	t := time.NewTicker(r.cfg.SweepInterval)
-	defer t.Stop()
-	for {
+	tick.NowAndEvery(ctx, r.cfg.SweepInterval, func(ctx context.Context) {
 		if n, err := r.Sweep(ctx); err != nil && ctx.Err() == nil {
 			r.log.Warn("sweep failed", "error", err)
 		} else if n > 0 {
 			r.log.Info("swept workflow runs", "count", n)
 		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-	}
+	})
 }
 
 // Sweep re-queues RUNNING runs whose lease ran out (or FAILs those claimed MaxAttempts times) and

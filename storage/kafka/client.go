@@ -2,6 +2,8 @@ package kafka
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -106,6 +108,14 @@ func (c *ClientConfig) defaults() {
 // closes the client.
 func NewClient(cfg ClientConfig, extra ...kgo.Opt) (*kgo.Client, error) {
 	return newClient(cfg, extra, kgo.NewClient)
+}
+
+// TransactionalID returns prefix followed by 12 random hex digits: a transactional id of this
+// process alone, for a producer whose instance has no stable name to fence its predecessor with.
+func TransactionalID(prefix string) string {
+	b := make([]byte, 6)
+	_, _ = rand.Read(b)
+	return prefix + hex.EncodeToString(b)
 }
 
 // NewGroupTransactSession is NewClient for a consumer that produces what it derives from its

@@ -1,7 +1,6 @@
 package kafka_test
 
 import (
-	"carehub/internal/testenv"
 	"context"
 	"encoding/binary"
 	"encoding/json"
@@ -11,6 +10,8 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"carehub/internal/testenv"
 )
 
 func TestMain(m *testing.M) {

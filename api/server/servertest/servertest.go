@@ -37,6 +37,7 @@ import (
 	"carehub/storage"
 	"carehub/storage/clickhouse"
 	"carehub/storage/clickhouse/chtest"
+	"carehub/storage/ids"
 	"carehub/storage/kafka"
 	"carehub/storage/kafka/kafkatest"
 	"carehub/storage/postgres"
@@ -164,6 +165,35 @@ func (s *Server) EventLog() storage.EventLog {
 	}
 	s.t.Cleanup(func() { _ = store.Close() })
 	return store
+}
+
+// AnalystDay is a day no seeded or pipeline event falls in: a suite that appends its own history
+// there sees only its own events.
+var AnalystDay = time.Date(2020, 2, 3, 0, 0, 0, 0, time.UTC)
+
+// AppendAnalystHistory appends 30 events to project straight into the event log, one every 10
+// minutes from AnalystDay: agent runs of agt_a (completed) and agt_b (failed), and observations
+// of the real demo patient (patient data). It returns them oldest first.
+func (s *Server) AppendAnalystHistory(orgID, project string) []storage.Event {
+	s.t.Helper()
+	var evs []storage.Event
+	for i := range 30 {
+		ev := storage.Event{ID: ids.New(ids.Event), OrgID: orgID, ProjectID: project, Source: "system", Severity: "info",
+			CreatedAt: AnalystDay.Add(time.Duration(i) * 10 * time.Minute)}
+		switch i % 3 {
+		case 0:
+			ev.Type, ev.Payload = "agent.run_completed", json.RawMessage(fmt.Sprintf(`{"agentId":"agt_a","status":"COMPLETED","latencyMs":%d}`, i))
+		case 1:
+			ev.Type, ev.Severity, ev.Payload = "agent.run.failed", "error", json.RawMessage(`{"agentId":"agt_b","status":"FAILED","latencyMs":5}`)
+		default:
+			ev.Type, ev.Payload = "device.observation_received", json.RawMessage(`{"observationId":"obs_1","patientId":"`+demo.RealPatientID+`","code":"8867-4","value":88}`)
+		}
+		evs = append(evs, ev)
+	}
+	if err := s.EventLog().AppendEvents(context.Background(), evs); err != nil {
+		s.t.Fatal(err)
+	}
+	return evs
 }
 
 // Logger logs to the test log at warn and above, or everything with CAREHUB_TEST_VERBOSE=1.
