@@ -3,7 +3,6 @@ package main
 import (
 	"bufio"
 	"bytes"
-	"carehub/internal/testenv"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -16,6 +15,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"carehub/internal/testenv"
 )
 
 // These tests drive the real binary as an operator would: build it once, then start, stop,
