@@ -4,6 +4,7 @@ import (
 	"math"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestParseExpositionAndQuantile(t *testing.T) {
@@ -46,6 +47,19 @@ func TestLoopbackOnly(t *testing.T) {
 		"http://10.0.0.1:8080": false, "https://example.com": false, "ftp://127.0.0.1": false} {
 		if got := loopbackURL(addr) == nil; got != ok {
 			t.Errorf("loopbackURL(%s) ok=%v; want %v", addr, got, ok)
+		}
+	}
+}
+
+func TestConfigRate(t *testing.T) {
+	for _, tc := range []struct {
+		rate float64
+		ok   bool
+	}{{0, true}, {12_000, true}, {-1, false}, {math.NaN(), false}, {math.Inf(1), false}} {
+		cfg := Config{URL: "http://127.0.0.1:8080", Keys: []string{"k"}, Devices: 1, Batch: 1, Duration: time.Second,
+			Format: "mixed", Rate: tc.rate}
+		if err := cfg.Validate(); (err == nil) != tc.ok {
+			t.Errorf("rate %v: Validate() = %v, want ok %v", tc.rate, err, tc.ok)
 		}
 	}
 }

@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"net"
 	"net/http"
 	"net/url"
@@ -30,6 +31,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"carehub/kernel/config"
+	"carehub/loadtest/loadcli"
 	"carehub/loadtest/report"
 	obs "carehub/processors/observations"
 	obswire "carehub/schemas/kafka/observation"
@@ -51,10 +53,14 @@ type Config struct {
 	MetricsURLs []string // /metrics of the processors nodes; default URL + "/metrics"
 	Brokers     []string // the broker, for the raw-produce baseline; empty skips it
 	// CopyPool is the node's database, for the raw COPY baseline; nil skips it.
-	CopyPool    *pgxpool.Pool
-	Devices     int
-	Batch       int           // observations per request
-	Duration    time.Duration // of the ingest phase, and again of the raw phase
+	CopyPool *pgxpool.Pool
+	Devices  int
+	Batch    int           // observations per request
+	Duration time.Duration // of the ingest phase, and again of the raw phase
+	// Rate is the observations per second offered over all devices (requests of Batch paced
+	// evenly); 0 offers as fast as the devices go. A rate under the sustained one measures
+	// accept → stored there (issue 20: p99 at 80 % of the sustained rate).
+	Rate        float64
 	MaxRequests int           // 0: no bound but Duration
 	Format      string        // bundle, ndjson or mixed
 	Patients    int           // readings are spread over up to this many patients
@@ -62,6 +68,11 @@ type Config struct {
 	Logger      *slog.Logger
 	// Progress prints the progress line (loadtest/report) on stderr during ingest and drain.
 	Progress bool
+	// NoBaselines skips the raw baselines (produce, bare HTTP, COPY) after the load.
+	NoBaselines bool
+	// PipelineDone, if set, is called once the accepted observations are stored (or the drain
+	// gave up), before the raw baselines: a CPU profile stopped there covers the pipeline only.
+	PipelineDone func()
 }
 
 // Validate checks cfg and fills defaults.
@@ -97,6 +108,9 @@ func (c *Config) Validate() error {
 	}
 	if c.MaxRequests < 0 {
 		errs = append(errs, errors.New("-max-requests must not be negative"))
+	}
+	if c.Rate < 0 || math.IsNaN(c.Rate) || math.IsInf(c.Rate, 0) {
+		errs = append(errs, errors.New("-rate must be a finite number, 0 or more"))
 	}
 	if !slices.Contains([]string{"bundle", "ndjson", "mixed"}, c.Format) {
 		errs = append(errs, errors.New("-format must be bundle, ndjson or mixed"))
@@ -138,6 +152,7 @@ type Report struct {
 	Format   string  `json:"format"`
 	Devices  int     `json:"devices"`
 	Batch    int     `json:"batch"`
+	Rate     float64 `json:"offeredPerSecond,omitempty"` // Config.Rate; 0: unpaced
 	Seconds  float64 `json:"seconds"`
 
 	Requests          int64   `json:"requests"`
@@ -173,6 +188,10 @@ type Report struct {
 	RawCopyPerSecond  float64 `json:"rawCopyPerSecond,omitempty"`
 	StoredToCopyRatio float64 `json:"storedToCopyRatio,omitempty"` // storedPerSecond ÷ rawCopyPerSecond
 
+	// Paced is a second run at a fraction of this one's stored rate (loadtest -paced), no
+	// baselines: accept → stored at, say, 80 % of the sustained rate.
+	Paced *Report `json:"paced,omitempty"`
+
 	// Series is the ingest and drain phases second by second: observations acknowledged per
 	// second, accept latency, and the records accepted but not yet stored (report.Write's chart).
 	Series []report.Point `json:"-"`
@@ -194,7 +213,7 @@ func RunObservations(ctx context.Context, cfg Config) (*Report, error) {
 	cfg.Logger.Info("patients found", "count", len(patients))
 
 	bodies := buildBodies(cfg, orgID, patients)
-	rep := &Report{Scenario: "observations", Format: cfg.Format, Devices: cfg.Devices, Batch: cfg.Batch}
+	rep := &Report{Scenario: "observations", Format: cfg.Format, Devices: cfg.Devices, Batch: cfg.Batch, Rate: cfg.Rate}
 	before, err := scrape(ctx, client, cfg.MetricsURLs)
 	if err != nil {
 		return nil, err
@@ -240,6 +259,9 @@ func RunObservations(ctx context.Context, cfg Config) (*Report, error) {
 	}
 	rep.DrainSeconds = time.Since(drainStart).Seconds()
 	rep.Series = rec.Stop()
+	if cfg.PipelineDone != nil {
+		cfg.PipelineDone()
+	}
 	rep.Stored = end.stored - before.stored
 	rep.StoredPerSecond = rep.Stored / time.Since(start).Seconds()
 	p50, _ := quantile(0.50, before.buckets, end.buckets)
@@ -249,6 +271,9 @@ func RunObservations(ctx context.Context, cfg Config) (*Report, error) {
 		cfg.Logger.Warn("not everything accepted was stored within the drain time", "accepted", rep.Accepted, "stored", rep.Stored)
 	}
 
+	if cfg.NoBaselines {
+		return rep, nil
+	}
 	if len(cfg.Brokers) > 0 {
 		if err := rawProduce(ctx, cfg, bodies, rep); err != nil {
 			return nil, fmt.Errorf("raw produce: %w", err)
@@ -362,12 +387,14 @@ func postLoad(ctx context.Context, cfg Config, client *http.Client, bodies []bod
 	var all []float64
 	var wg sync.WaitGroup
 	target := strings.TrimRight(cfg.URL, "/") + "/v1/observations"
+	pace, stopPace := loadcli.Pace(cfg.Rate / float64(cfg.Batch))
+	defer stopPace()
 	for d := range cfg.Devices {
 		wg.Go(func() {
 			key := cfg.Keys[d%len(cfg.Keys)]
 			var lat []float64
 			defer func() { mu.Lock(); all = append(all, lat...); mu.Unlock() }()
-			for i := 0; ctx.Err() == nil; i++ {
+			for i := 0; loadcli.Wait(ctx, pace); i++ {
 				if n := requests.Add(1); cfg.MaxRequests > 0 && n > int64(cfg.MaxRequests) {
 					requests.Add(-1)
 					return

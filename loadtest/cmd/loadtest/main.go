@@ -42,6 +42,8 @@ func run() error {
 		batch       = flag.Int("batch", 100, "observations per request")
 		duration    = flag.Duration("duration", 30*time.Second, "length of the ingest phase (and of the raw phase)")
 		maxRequests = flag.Int("max-requests", 0, "stop after this many requests (0: only the duration bounds the run)")
+		paced       = flag.Float64("paced", 0, "after the run, load again at this fraction of its stored rate (say 0.8), without the baselines, and report that run too (0: none)")
+		rate        = flag.Float64("rate", 0, "observations per second offered over all devices, in requests of -batch paced evenly (0: as fast as the devices go); 80 % of an unpaced run's stored rate measures accept → stored there")
 		format      = flag.String("format", "mixed", "request bodies: bundle (FHIR batch), ndjson, or mixed")
 		patientsN   = flag.Int("patients", 200, "spread readings over up to this many patients")
 		drain       = flag.Duration("drain", 2*time.Minute, "how long to wait for the writers to store what was accepted")
@@ -52,7 +54,7 @@ func run() error {
 		quiet       = flag.Bool("quiet", false, "no progress line on stderr")
 		budget      = flag.Duration("latency-budget", 0, "with -self: intake's accept → stored budget (default 1s; negative disables it)")
 		maxLag      = flag.Int64("max-lag", 0, "with -self: the writer lag past which intake answers 503 (default 200,000; -1 disables backpressure)")
-		cpuProfile  = flag.String("cpuprofile", "", "write a CPU profile of this process (with -self: of the whole pipeline) to this file")
+		cpuProfile  = flag.String("cpuprofile", "", "write a CPU profile of this process during the load and its drain (with -self: of the whole pipeline but Postgres), not the raw baselines, to this file")
 		verbose     = flag.Bool("v", false, "log progress")
 	)
 	flag.Parse()
@@ -68,8 +70,11 @@ func run() error {
 	defer stop()
 
 	cfg := loadtest.Config{URL: *url, Keys: split(*keys), MetricsURLs: split(*metricsURLs), Brokers: split(*brokers),
-		Devices: *devices, Batch: *batch, Duration: *duration, MaxRequests: *maxRequests, Format: *format,
+		Devices: *devices, Batch: *batch, Rate: *rate, Duration: *duration, MaxRequests: *maxRequests, Format: *format,
 		Patients: *patientsN, Drain: *drain, Logger: logger, Progress: !*quiet}
+	if !(*paced >= 0 && *paced <= 1) {
+		return errors.New("-paced must be a fraction between 0 and 1")
+	}
 	if *self {
 		dir := *dataDir
 		if dir == "" {
@@ -105,13 +110,25 @@ func run() error {
 			return err
 		}
 		defer pprof.StopCPUProfile()
+		cfg.PipelineDone = pprof.StopCPUProfile
 	}
 	started := time.Now()
 	rep, err := loadtest.RunObservations(ctx, cfg)
 	if err != nil {
 		return err
 	}
+	if *paced > 0 && rep.StoredPerSecond > 0 {
+		pcfg := cfg
+		pcfg.Rate, pcfg.NoBaselines, pcfg.PipelineDone = *paced*rep.StoredPerSecond, true, nil
+		if rep.Paced, err = loadtest.RunObservations(ctx, pcfg); err != nil {
+			return fmt.Errorf("paced run: %w", err)
+		}
+	}
 	print(rep)
+	if rep.Paced != nil {
+		fmt.Printf("then paced at %.0f %% of the stored rate:\n", *paced*100)
+		print(rep.Paced)
+	}
 	if *out != "" {
 		b, err := json.MarshalIndent(finite(rep), "", "  ")
 		if err != nil {
@@ -143,7 +160,11 @@ func split(s string) []string {
 }
 
 func print(r *loadtest.Report) {
-	fmt.Printf("scenario %s: %d devices, %s bodies of %d observations, %.1f s\n", r.Scenario, r.Devices, r.Format, r.Batch, r.Seconds)
+	fmt.Printf("scenario %s: %d devices, %s bodies of %d observations, %.1f s", r.Scenario, r.Devices, r.Format, r.Batch, r.Seconds)
+	if r.Rate > 0 {
+		fmt.Printf(", %.0f observations/s offered", r.Rate)
+	}
+	fmt.Println()
 	fmt.Printf("  requests %d: accepted %d observations (rejected %d), refused %d (429/503), failed %d\n",
 		r.Requests, r.Accepted, r.Rejected, r.Refused, r.Failed)
 	if r.FirstFailure != "" {
@@ -180,6 +201,9 @@ func finite(r *loadtest.Report) *loadtest.Report {
 		if math.IsNaN(*f) || math.IsInf(*f, 0) {
 			*f = 0
 		}
+	}
+	if c.Paced != nil {
+		c.Paced = finite(c.Paced)
 	}
 	return &c
 }
