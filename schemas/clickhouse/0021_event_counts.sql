@@ -14,13 +14,15 @@
 -- the distinct events. PurgeEvents deletes the sums of the hours it purges and recounts the hour
 -- the purge cuts through; a TTL (WithRetention) is set on both tables alike.
 --
--- Backfill. Rows stored before this view existed are counted once by Open, right after it creates
--- the table (storage/clickhouse.backfillCounts):
---   INSERT INTO event_counts_hourly SELECT org_id, project_id, toStartOfHour(created_at), type,
---   severity, status, count() FROM event_log FINAL WHERE logged_at < <the view's creation>
---   GROUP BY ALL
--- Rows inserted by another node in the milliseconds between the view's creation and that cut
--- would be counted twice: migrate before writers start on a store that already holds events.
+-- Backfill. Rows stored before this view existed are counted once by the Open that creates it
+-- (storage/clickhouse/backfill.go), a month at a time:
+--   INSERT INTO <stage> SELECT org_id, project_id, toStartOfHour(created_at), type, severity,
+--   status, count() FROM event_log FINAL WHERE <month> AND logged_at < <the cut> GROUP BY ALL
+-- then ALTER TABLE <stage> MOVE PARTITION <month> TO TABLE event_counts_hourly. Each step is
+-- recorded in event_counts_backfill, so an Open killed partway resumes where it stopped, with
+-- the same cut, and no month is counted twice or left out. The cut is taken right after the view
+-- is created: rows inserted by another node in the milliseconds between the two would be counted
+-- twice, so migrate before writers start on a store that already holds events.
 --
 -- Size: one row per project, hour and (type, severity, status) seen in that hour. A busy project
 -- (thousands of events an hour) shrinks a hundredfold; a quiet one (tens an hour) by two or three.

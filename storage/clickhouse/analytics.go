@@ -2,7 +2,6 @@ package clickhouse
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"math"
 	"strings"
@@ -35,41 +34,6 @@ const countsTable = "event_counts_hourly"
 // selects the same.
 const countsSelect = `SELECT org_id, project_id, toStartOfHour(created_at) AS hour, type, severity, JSONExtractString(payload, 'status') AS status, count() AS events
 FROM event_log FINAL WHERE `
-
-// backfillCounts counts the events stored before the view of 0021_event_counts.sql existed:
-// those logged before now, when the view has just been created. It counts a month (a partition)
-// at a time, so the server holds one month's groups, not the table's.
-func (s *Store) backfillCounts(ctx context.Context) error {
-	fail := func(err error) error { return fmt.Errorf("clickhouse migrations: backfill %s: %w", countsTable, err) }
-	var cut time.Time
-	if err := s.conn.QueryRow(ctx, "SELECT now64(6)").Scan(&cut); err != nil {
-		return fail(err)
-	}
-	rows, err := s.conn.Query(ctx, `SELECT DISTINCT toUInt32(partition) FROM system.parts
-WHERE database = currentDatabase() AND table = 'event_log' AND active ORDER BY 1`)
-	if err != nil {
-		return fail(err)
-	}
-	var months []uint32
-	for rows.Next() {
-		var m uint32
-		if err := rows.Scan(&m); err != nil {
-			_ = rows.Close()
-			return fail(err)
-		}
-		months = append(months, m)
-	}
-	if err := errors.Join(rows.Err(), rows.Close()); err != nil {
-		return fail(err)
-	}
-	for _, m := range months {
-		if err := s.conn.Exec(ctx, "INSERT INTO "+countsTable+" "+countsSelect+`toYYYYMM(created_at) = ?
-AND logged_at < fromUnixTimestamp64Micro(?, 'UTC') GROUP BY ALL`, m, cut.UnixMicro()); err != nil {
-			return fail(err)
-		}
-	}
-	return nil
-}
 
 // AggregateEvents has the semantics of storage/postgres.EventLog.AggregateEvents.
 //

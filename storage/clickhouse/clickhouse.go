@@ -152,20 +152,21 @@ func statements(sql string) []string {
 }
 
 // migrate applies the DDL files and counts the events stored before the hourly sums existed
-// (backfillCounts) when it is the one that created them.
+// (backfillCounts): when it is the one that creates them, or when a backfill an earlier Open
+// began did not finish.
 func (s *Store) migrate(ctx context.Context) error {
 	var hadCounts uint64
 	if err := s.conn.QueryRow(ctx, "SELECT count() FROM system.tables WHERE database = currentDatabase() AND name = ?",
 		countsTable).Scan(&hadCounts); err != nil {
 		return fmt.Errorf("clickhouse migrations: %w", err)
 	}
+	if err := s.planBackfill(ctx, hadCounts == 0); err != nil {
+		return err
+	}
 	if err := s.applyDDL(ctx); err != nil {
 		return err
 	}
-	if hadCounts == 0 {
-		return s.backfillCounts(ctx)
-	}
-	return nil
+	return s.backfillCounts(ctx)
 }
 
 func (s *Store) applyDDL(ctx context.Context) error {
