@@ -67,7 +67,7 @@ func eventload() int {
 	flag.IntVar(&cfg.Sample, "sample", 20, "sample every n-th publish of each client for publish → visible latency")
 	flag.DurationVar(&cfg.Poll, "poll", 25*time.Millisecond, "pause between two reads of GET /v1/events (the visibility measurement's resolution)")
 	self := flag.Bool("self", false, "start a carehub node in this process (embedded defaults, data under a new directory in /tmp, removed after) with keys of its own, and load it (-url and -key are ignored)")
-	suite := flag.Bool("suite", false, "run the event pipeline's figures one after another, each for -d: publish → log at 10/s, single publishEvent unpaced and at 80 %, arrays of 1,000 unpaced and at 80 % (-c, -rate, -sample, -batch are set per run)")
+	suite := flag.Bool("suite", false, "run the event pipeline's figures one after another, each for -d: publish → log at 10/s, single publishEvent unpaced and at 80 %, arrays of 1,000 unpaced and at 80 % of the rate the log took in (-c, -rate, -sample, -batch are set per run)")
 	cfg.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
