@@ -145,12 +145,14 @@ func HTTPClient(callers int) *http.Client {
 }
 
 // Pace returns a channel ticking rate times a second (nil, which never ticks and so must not be
-// waited on, for rate 0) and the function that stops it.
+// waited on, for rate 0 or NaN) and the function that stops it. The interval is kept within a
+// microsecond and an hour: a ticker panics on a zero interval, which a rate over 10⁹ would give.
 func Pace(rate float64) (<-chan time.Time, func()) {
-	if rate <= 0 {
+	if !(rate > 0) {
 		return nil, func() {}
 	}
-	t := time.NewTicker(time.Duration(float64(time.Second) / rate))
+	interval := time.Duration(min(max(float64(time.Second)/rate, float64(time.Microsecond)), float64(time.Hour)))
+	t := time.NewTicker(interval)
 	return t.C, t.Stop
 }
 

@@ -1,6 +1,7 @@
 package loadcli
 
 import (
+	"math"
 	"testing"
 	"time"
 
@@ -32,5 +33,16 @@ func TestLoopback(t *testing.T) {
 		if err := LoopbackURL(raw); (err == nil) != ok {
 			t.Errorf("LoopbackURL(%q) = %v, want ok=%v", raw, err, ok)
 		}
+	}
+}
+
+// TestPaceAnyRate: a rate of any size paces (or, for 0 and NaN, does not) without panicking.
+func TestPaceAnyRate(t *testing.T) {
+	for _, rate := range []float64{0, math.NaN(), -1, 1e-300, 0.5, 1e4, 1e12, math.Inf(1)} {
+		pace, stop := Pace(rate)
+		if (pace != nil) != (rate > 0) {
+			t.Errorf("Pace(%v): ticking %v", rate, pace != nil)
+		}
+		stop()
 	}
 }
