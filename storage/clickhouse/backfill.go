@@ -102,7 +102,7 @@ func (s *Store) backfillCounts(ctx context.Context) error {
 	if err := s.conn.Exec(ctx, "CREATE TABLE IF NOT EXISTS "+stageTable+" AS "+countsTable); err != nil {
 		return fail(err)
 	}
-	months, err := s.uintColumn(ctx, `SELECT DISTINCT toUInt64(partition) FROM system.parts
+	months, err := column[uint64](ctx, s.conn, `SELECT DISTINCT toUInt64(partition) FROM system.parts
 WHERE database = currentDatabase() AND table = 'event_log' AND active ORDER BY 1`)
 	if err != nil {
 		return fail(err)
@@ -124,7 +124,7 @@ AND logged_at < fromUnixTimestamp64Micro(?, 'UTC') GROUP BY ALL`, m, cut.UnixMic
 				return err
 			}
 		}
-		staged, err := s.uintColumn(ctx, "SELECT count() FROM "+stageTable+" WHERE toYYYYMM(hour) = ?", m)
+		staged, err := column[uint64](ctx, s.conn, "SELECT count() FROM "+stageTable+" WHERE toYYYYMM(hour) = ?", m)
 		if err != nil {
 			return fail(err)
 		}
@@ -170,22 +170,4 @@ func (s *Store) backfillProgress(ctx context.Context) (map[uint32]uint8, time.Ti
 		}
 	}
 	return progress, cut, errors.Join(rows.Err(), rows.Close())
-}
-
-// uintColumn reads a query's single UInt64 column.
-func (s *Store) uintColumn(ctx context.Context, query string, args ...any) ([]uint64, error) {
-	rows, err := s.conn.Query(ctx, query, args...)
-	if err != nil {
-		return nil, err
-	}
-	var out []uint64
-	for rows.Next() {
-		var v uint64
-		if err := rows.Scan(&v); err != nil {
-			_ = rows.Close()
-			return nil, err
-		}
-		out = append(out, v)
-	}
-	return out, errors.Join(rows.Err(), rows.Close())
 }

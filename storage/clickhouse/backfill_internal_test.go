@@ -121,7 +121,7 @@ func checkSums(ctx context.Context, t *testing.T, s *Store, events []storage.Eve
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Errorf("hourly sums per month %v, want %v", got, want)
 	}
-	stage, err := s.uintColumn(ctx, "SELECT count() FROM system.tables WHERE database = currentDatabase() AND name = ?", stageTable)
+	stage, err := column[uint64](ctx, s.conn, "SELECT count() FROM system.tables WHERE database = currentDatabase() AND name = ?", stageTable)
 	if err != nil {
 		t.Fatal(err)
 	}

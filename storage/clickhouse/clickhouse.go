@@ -280,20 +280,25 @@ func (s *Store) storedIDs(ctx context.Context, orgs, projects []string, lo, hi t
 	}
 	where.add("created_at >= fromUnixTimestamp64Micro(?, 'UTC') AND created_at <= fromUnixTimestamp64Micro(?, 'UTC')", lo.UnixMicro(), hi.UnixMicro())
 	where.add("has(?, id)", ids)
-	rows, err := s.conn.Query(ctx, "SELECT DISTINCT id FROM event_log WHERE "+where.sql(), where.args...)
+	return column[string](ctx, s.conn, "SELECT DISTINCT id FROM event_log WHERE "+where.sql(), where.args...)
+}
+
+// column reads the single column of query's rows.
+func column[T any](ctx context.Context, conn driver.Conn, query string, args ...any) ([]T, error) {
+	rows, err := conn.Query(ctx, query, args...)
 	if err != nil {
 		return nil, err
 	}
 	defer func() { _ = rows.Close() }()
-	var stored []string
+	var out []T
 	for rows.Next() {
-		var id string
-		if err := rows.Scan(&id); err != nil {
+		var v T
+		if err := rows.Scan(&v); err != nil {
 			return nil, err
 		}
-		stored = append(stored, id)
+		out = append(out, v)
 	}
-	return stored, rows.Err()
+	return out, rows.Err()
 }
 
 func minTime(a, b time.Time) time.Time {
