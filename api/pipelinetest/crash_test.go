@@ -23,11 +23,14 @@ import (
 // The crash load: crashRounds times, start carehub, run crashWorkers clients, each with a key
 // of its own, each publishing at most crashRate events per second (under the per-key limit of
 // 50/s, so no call is refused for rate), for crashBefore; SIGKILL carehub and let the clients
-// run into the dead server for crashAfter more.
+// run into the dead server for crashAfter more. Client 0 publishes arrays of crashBatch events
+// (POST /v1/events, straight to Kafka in a transaction), the others one event a call (the
+// outbox).
 const (
 	crashRounds  = 3
 	crashWorkers = 4
 	crashRate    = 40
+	crashBatch   = 10
 	crashBefore  = 3 * time.Second
 	crashAfter   = 500 * time.Millisecond
 )
@@ -66,6 +69,7 @@ func TestCrashMidLoad(t *testing.T) {
 		worker, seq int // worker is round*crashWorkers + client
 		id          string
 		err         error // nil: acknowledged
+		batch       int   // the array call of client 0 that carried the event (seq / crashBatch)
 	}
 	var (
 		mu    sync.Mutex
@@ -84,18 +88,40 @@ func TestCrashMidLoad(t *testing.T) {
 		for w := range crashWorkers {
 			worker := round*crashWorkers + w
 			c := &pipelinetest.Client{BaseURL: n.url(), Key: keys[w], HTTP: &http.Client{Timeout: 10 * time.Second}}
+			batch := 1
+			if w == 0 {
+				batch = crashBatch
+			}
 			wg.Go(func() {
-				tick := time.NewTicker(time.Second / crashRate)
+				tick := time.NewTicker(time.Second * time.Duration(batch) / crashRate)
 				defer tick.Stop()
-				for seq := 0; ; seq++ {
+				for b := 0; ; b++ {
 					select {
 					case <-stop:
 						return
 					case <-tick.C:
 					}
-					p, err := c.Publish(ctx, project, typ, payload{Worker: worker, Seq: seq})
+					var ps []pipelinetest.Published
+					var err error
+					if batch == 1 {
+						var p pipelinetest.Published
+						p, err = c.Publish(ctx, project, typ, payload{Worker: worker, Seq: b})
+						ps = []pipelinetest.Published{p}
+					} else {
+						drafts := make([]pipelinetest.Draft, batch)
+						for j := range drafts {
+							drafts[j] = pipelinetest.Draft{Type: typ, Payload: payload{Worker: worker, Seq: b*batch + j}}
+						}
+						ps, err = c.PublishBatch(ctx, project, drafts)
+					}
 					mu.Lock()
-					calls = append(calls, call{worker: worker, seq: seq, id: p.ID, err: err})
+					for j := range batch {
+						cl := call{worker: worker, seq: b*batch + j, err: err, batch: b}
+						if err == nil {
+							cl.id = ps[j].ID
+						}
+						calls = append(calls, cl)
+					}
 					mu.Unlock()
 				}
 			})
@@ -169,6 +195,7 @@ func TestCrashMidLoad(t *testing.T) {
 	// Small pages: the cursor walk is part of what must serve each event once.
 	lc := readLog(t, reader, project, typ, 50)
 	missing, unacked, phantoms := 0, 0, 0
+	present := map[[2]int]int{} // events in the log per array call (worker, batch) that failed
 	for id, c := range acked {
 		if _, ok := lc.byID[id]; !ok {
 			missing++
@@ -189,6 +216,14 @@ func TestCrashMidLoad(t *testing.T) {
 			t.Errorf("event %s carries worker %d seq %d, which was acknowledged as %s", id, p.Worker, p.Seq, c.id)
 		case c.err != nil:
 			unacked++
+			if c.worker%crashWorkers == 0 {
+				present[[2]int{c.worker, c.batch}]++
+			}
+		}
+	}
+	for b, n := range present {
+		if n != crashBatch {
+			t.Errorf("worker %d's array %d failed and left %d of its %d events in the log: all or none", b[0], b[1], n, crashBatch)
 		}
 	}
 	t.Logf("published: %d calls, %d ok, %d failed, %d rate limited; log: %d events in %d pages (meta.total %d), %d duplicates, %d acknowledged missing, %d of the failed calls present, %d phantoms; all acknowledged events in the log %v after the last restart",

@@ -29,13 +29,12 @@
 //	intake.go       Config, Intake: defaults, lifecycle (New, Run, Close), lag and limits
 //	submit.go       Submit: one request from its media type to its answer, the request state
 //	decode.go       reading the body: one JSON document or an NDJSON stream, within the limits
-//	produce.go      valid entries to records (patients, ids) and the request's transaction
+//	produce.go      valid entries to records (patients, ids) and the request's transaction (a kafka.TxnPool's)
 //	validate.go     the FHIR Observation checks and the entry error codes
 //	values.go       value[x], dataAbsentReason and effective[x]
 //	ucum.go         UCUM by system+code: the vital signs' canonical units and conversions
 //	parts.go        component: a panel's vital signs stored as observations of their own
 //	patients.go     batched, cached patient lookups
-//	producer.go     the pool of transactional producers
 //	idempotency.go  Idempotency-Key reservation, replay and expiry
 //	backpressure.go the writer lag watch
 //	metrics.go      Prometheus metrics

@@ -105,7 +105,7 @@ func (c *Config) defaults() {
 // drained. It is safe for concurrent use.
 type Intake struct {
 	cfg       Config
-	producers *producers
+	producers *kafka.TxnPool
 	patients  *patientCache
 	keys      *keyStore
 	adm       *admission  // nil when backpressure is disabled
@@ -127,12 +127,13 @@ func New(cfg Config) (*Intake, error) {
 	cfg.defaults()
 	logger := cfg.Logger.With("component", "observation_intake")
 	in := &Intake{
-		cfg:       cfg,
-		producers: newProducers(cfg.Brokers, cfg.Producers, cfg.TransactionalIDPrefix, cfg.RequestTimeout+30*time.Second, cfg.Logger),
-		patients:  newPatientCache(cfg.Pool),
-		keys:      &keyStore{pool: cfg.Pool, lease: cfg.RequestTimeout + time.Minute},
-		m:         newMetrics(),
-		logger:    logger,
+		cfg: cfg,
+		producers: kafka.NewTxnPool(kafka.TxnPoolConfig{Brokers: cfg.Brokers, Size: cfg.Producers, Prefix: cfg.TransactionalIDPrefix,
+			ClientID: "carehub-ingest", TxnTimeout: cfg.RequestTimeout + 30*time.Second, Logger: cfg.Logger}),
+		patients: newPatientCache(cfg.Pool),
+		keys:     &keyStore{pool: cfg.Pool, lease: cfg.RequestTimeout + time.Minute},
+		m:        newMetrics(),
+		logger:   logger,
 	}
 	if cfg.MaxLag > 0 || cfg.LatencyBudget > 0 {
 		cl, err := kafka.NewClient(kafka.ClientConfig{Brokers: cfg.Brokers, ClientID: "carehub-ingest-lag", Logger: cfg.Logger})
@@ -173,7 +174,7 @@ func (in *Intake) Run(ctx context.Context) error {
 // Close closes the Kafka clients. It is idempotent.
 func (in *Intake) Close() {
 	in.closeOnce.Do(func() {
-		in.producers.close()
+		in.producers.Close()
 		if in.lagClient != nil {
 			in.lagClient.Close()
 		}

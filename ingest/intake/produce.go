@@ -102,13 +102,13 @@ func (rq *request) produce(recs []*kgo.Record) error {
 		return nil
 	}
 	if rq.txn == nil {
-		t, err := rq.in.producers.acquire(rq.ctx)
+		t, err := rq.in.producers.Acquire(rq.ctx)
 		if err != nil {
 			return fault.Wrap(fault.KindUnavailable, err, "no observation producer is free; nothing was accepted, retry later")
 		}
 		rq.txn = t
 	}
-	if err := rq.txn.produce(rq.ctx, recs); err != nil {
+	if err := rq.txn.Produce(rq.ctx, recs...); err != nil {
 		rq.abort()
 		return unavailable(err)
 	}
@@ -117,8 +117,8 @@ func (rq *request) produce(recs []*kgo.Record) error {
 
 func (rq *request) commit() error {
 	start := time.Now()
-	err := rq.txn.commit(rq.ctx)
-	rq.offsets = rq.txn.last
+	err := rq.txn.Commit(rq.ctx)
+	rq.offsets = rq.txn.Offsets()
 	rq.txn = nil
 	if err != nil {
 		rq.in.logger.Warn("observations not committed to Kafka; answered 503", "err", err)
@@ -130,7 +130,7 @@ func (rq *request) commit() error {
 
 func (rq *request) abort() {
 	if rq.txn != nil {
-		rq.txn.abort()
+		rq.txn.Abort()
 		rq.txn = nil
 	}
 }

@@ -7,6 +7,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/twmb/franz-go/pkg/kgo"
 )
 
 // Message is one outbox row: what the relay produces once the transaction that appended it
@@ -19,6 +20,12 @@ type Message struct {
 	Topic string
 	Key   string
 	Value []byte // a JSON document
+}
+
+// Record is m as the relay produces it: the event id in HeaderEventID.
+func (m Message) Record() *kgo.Record {
+	return &kgo.Record{Topic: m.Topic, Key: []byte(m.Key), Value: m.Value,
+		Headers: []kgo.RecordHeader{{Key: HeaderEventID, Value: []byte(m.ID)}}}
 }
 
 // Append writes msgs to the outbox inside tx, in order, and issues NOTIFY Channel, which Postgres

@@ -317,12 +317,8 @@ for update skip locked`, r.cfg.BatchSize)
 	var acked sync.WaitGroup
 	acked.Add(len(batch))
 	for i, x := range batch {
-		r.producer.Produce(produceCtx, &kgo.Record{
-			Topic:   x.topic,
-			Key:     []byte(x.key),
-			Value:   []byte(x.value),
-			Headers: []kgo.RecordHeader{{Key: HeaderEventID, Value: []byte(x.eventID)}},
-		}, func(_ *kgo.Record, err error) {
+		m := Message{ID: x.eventID, Topic: x.topic, Key: x.key, Value: []byte(x.value)}
+		r.producer.Produce(produceCtx, m.Record(), func(_ *kgo.Record, err error) {
 			errs[i] = err
 			acked.Done()
 		})

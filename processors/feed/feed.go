@@ -18,6 +18,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/twmb/franz-go/pkg/kgo"
 
 	"carehub/ingest/outbox"
 	"carehub/kernel/access"
@@ -43,12 +44,21 @@ type Service struct {
 	// outbox commits concurrent publishes together: at thousands of calls a second a
 	// transaction (and its commit) per call was the ceiling of publishEvent.
 	outbox *outbox.Group
+	direct *kafka.TxnPool // nil: batches go through the outbox too
 }
 
 // Config configures a Service. Zero fields take their defaults.
 type Config struct {
 	// EventsTopic is the topic published events go to. Default kafka.DefaultTopics().Events.
 	EventsTopic string
+	// Direct, when set, takes a batch (PublishBatch) straight to EventsTopic in one Kafka
+	// transaction of its pool instead of through the outbox. A batch's events are the only state
+	// it writes, so the outbox's guarantee (the message exists exactly when the change commits)
+	// holds with the transaction alone, and the events skip the outbox's insert, relay and
+	// cleanup in Postgres: the hop that kept a batch's publish → log p99 over 250 ms. A batch
+	// within an Idempotency-Key request still goes through the outbox, whose transaction also
+	// records the step. Nil: every publish goes through the outbox.
+	Direct *kafka.TxnPool
 }
 
 func (c *Config) defaults() { config.Default(&c.EventsTopic, kafka.DefaultTopics().Events) }
@@ -57,7 +67,7 @@ func (c *Config) defaults() { config.Default(&c.EventsTopic, kafka.DefaultTopics
 func New(pool *pgxpool.Pool, log storage.EventLog, cfg Config) *Service {
 	cfg.defaults()
 	return &Service{pool: pool, guard: phi.NewGuard(pool), log: log, eventsTopic: cfg.EventsTopic,
-		outbox: outbox.NewGroup(pool, outbox.GroupConfig{})}
+		outbox: outbox.NewGroup(pool, outbox.GroupConfig{}), direct: cfg.Direct}
 }
 
 // Query selects events of one project.
@@ -178,7 +188,7 @@ func (s *Service) serve(ctx context.Context, evs []storage.Event) []phi.Event {
 // the caller may see it: a payload that names a patient is patient data like any other
 // (phi.FreeForm). Requires exec:workflows.
 func (s *Service) Publish(ctx context.Context, typ string, payload json.RawMessage, projectID string) (*phi.Event, error) {
-	evs, err := s.publish(ctx, []Draft{{ProjectID: projectID, Type: typ, Payload: payload}}, func(int) string { return "" })
+	evs, err := s.publish(ctx, []Draft{{ProjectID: projectID, Type: typ, Payload: payload}}, func(int) string { return "" }, false)
 	if err != nil {
 		return nil, err
 	}
@@ -197,18 +207,19 @@ type Draft struct {
 
 // PublishBatch publishes 1 to MaxBatch events as Publish does each, all or nothing: every draft
 // is checked first (a validation failure names each field as "[i].field"; a project the caller
-// cannot see is NotFound), then all the events are written to the outbox in one transaction.
-// It returns them in the order of drafts, as the caller may see them. Requires exec:workflows.
+// cannot see is NotFound), then all the events are written in one transaction: to the events
+// topic (Config.Direct) or to the outbox. It returns them in the order of drafts, as the caller
+// may see them. Requires exec:workflows.
 func (s *Service) PublishBatch(ctx context.Context, drafts []Draft) ([]phi.Event, error) {
 	if len(drafts) == 0 || len(drafts) > MaxBatch {
 		return nil, fault.Invalid("a batch holds 1 to %d events, not %d", MaxBatch, len(drafts))
 	}
-	return s.publish(ctx, drafts, func(i int) string { return fmt.Sprintf("[%d].", i) })
+	return s.publish(ctx, drafts, func(i int) string { return fmt.Sprintf("[%d].", i) }, true)
 }
 
 // publish checks, writes and serves drafts; field(i) prefixes the names of draft i's invalid
-// fields.
-func (s *Service) publish(ctx context.Context, drafts []Draft, field func(int) string) ([]phi.Event, error) {
+// fields. batch publishes straight to Kafka when the service may (Config.Direct).
+func (s *Service) publish(ctx context.Context, drafts []Draft, field func(int) string, batch bool) ([]phi.Event, error) {
 	p, err := access.Require(ctx, access.ExecWorkflows)
 	if err != nil {
 		return nil, err
@@ -249,14 +260,37 @@ func (s *Service) publish(ctx context.Context, drafts []Draft, field func(int) s
 	if err != nil {
 		return nil, fmt.Errorf("publish events: %w", err)
 	}
-	if idempotency.From(ctx) != nil {
+	switch {
+	case idempotency.From(ctx) != nil:
 		// A step of an Idempotency-Key request: its transaction also records the step.
 		err = idempotency.Tx(ctx, s.pool, &evs, func(tx pgx.Tx) error { return outbox.Append(ctx, tx, msgs...) })
-	} else {
+	case batch && s.direct != nil:
+		err = s.produce(ctx, msgs)
+	default:
 		err = s.outbox.Append(ctx, msgs...)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("publish events: %w", err)
 	}
 	return s.serve(ctx, evs), nil
+}
+
+// produce writes msgs to Kafka in one transaction of the direct pool: all of them or none.
+func (s *Service) produce(ctx context.Context, msgs []outbox.Message) error {
+	txn, err := s.direct.Acquire(ctx)
+	if err != nil {
+		return fault.Wrap(fault.KindUnavailable, err, "no event producer is free; nothing was published, retry later")
+	}
+	recs := make([]*kgo.Record, len(msgs))
+	for i, m := range msgs {
+		recs[i] = m.Record()
+	}
+	if err := txn.Produce(ctx, recs...); err != nil {
+		txn.Abort()
+		return fault.Wrap(fault.KindUnavailable, err, "the events could not be published; nothing was, retry later")
+	}
+	if err := txn.Commit(ctx); err != nil {
+		return fault.Wrap(fault.KindUnavailable, err, "the events could not be published; nothing was, retry later")
+	}
+	return nil
 }

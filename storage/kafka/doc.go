@@ -8,6 +8,7 @@
 //
 //	topics.go    Topics, DefaultTopics, EnsureTopics
 //	client.go    ClientConfig, NewClient (producer defaults, metrics, logging)
+//	txnpool.go   TxnPool: transactional producers for all-or-nothing requests
 //	admin.go     Ping, Lag
 //	embedded.go  StartEmbedded, Embedded (kfake with a data dir, crash recovery)
 //	lock_*.go    the data dir lock that keeps two processes off one dir

@@ -242,9 +242,15 @@ func startAPI(s *Node, ctx, wctx context.Context) error {
 	idemKeys := idemstore.NewStore(s.pool, idemstore.Config{Logger: s.logger})
 	s.run("idempotency-sweeper", idemKeys.Run, wctx)
 	patientSvc := patients.New(s.pool)
+	// Event batches go straight to the events topic, each in a transaction (feed.Config.Direct).
+	// Ten seconds bounds how long a transaction left open by a killed node holds back the
+	// topic's readers on a real broker (the embedded one aborts it when it restarts).
+	direct := kafka.NewTxnPool(kafka.TxnPoolConfig{Brokers: s.brokers, Size: 8, Prefix: s.cfg.transactionalID("events"),
+		ClientID: "carehub-events", TxnTimeout: 10 * time.Second, Logger: s.logger})
+	s.closers = append(s.closers, func(context.Context) error { direct.Close(); return nil })
 	shutdown, err := server.MountAPI(s.router, s.edge, server.API{
 		Services: graphql.Services{Orgs: orgs.New(s.pool), Marketplace: marketplace.New(s.pool, marketplace.Config{EventsTopic: s.topics.Events}), Deployments: s.deployments,
-			Agents: s.agents, Workflows: s.workflows, Patients: patientSvc, Feed: feed.New(s.pool, s.eventLog, feed.Config{EventsTopic: s.topics.Events}),
+			Agents: s.agents, Workflows: s.workflows, Patients: patientSvc, Feed: feed.New(s.pool, s.eventLog, feed.Config{EventsTopic: s.topics.Events, Direct: direct}),
 			Webhooks: webhookSvc, Events: server.Events(hub)},
 		Patients: patientSvc, Webhooks: webhookSvc, Invoker: invoker, Idempotency: idemKeys, Retention: retention.New(s.pool),
 		Logger: s.logger, Registerer: s.registry, GraphQLMaxCost: s.cfg.GraphQLMaxCost, SocketRecheck: s.cfg.SocketRecheck,
@@ -309,7 +315,7 @@ func startAuditWriter(s *Node, _, wctx context.Context) error {
 func startObservationWriter(s *Node, _, wctx context.Context) error {
 	ow, err := obswriter.NewWriter(obswriter.WriterConfig{Brokers: s.brokers, Topic: s.topics.Observations, EventsTopic: s.topics.Events,
 		Group: s.ns.Name(obswriter.DefaultGroup), Pool: s.pool,
-		TransactionalID: s.cfg.writerTransactionalID(), Concurrency: s.cfg.ObservationWriterConcurrency,
+		TransactionalID: s.cfg.transactionalID("observation-writer"), Concurrency: s.cfg.ObservationWriterConcurrency,
 		Logger: s.logger, Registerer: s.registry})
 	if err != nil {
 		return fmt.Errorf("observation writer: %w", err)

@@ -194,18 +194,18 @@ func (c *Config) Validate() error {
 	return errors.Join(errs...)
 }
 
-// writerTransactionalID is the observation writer's transactional id: derived from
-// --ingest-transactional-id when set; fixed with the embedded broker, which serves this node
-// only; otherwise random per process ("" lets the writer choose). A stable id lets a restarted
-// writer fence what its killed predecessor left open instead of waiting out the timeout.
-func (c *Config) writerTransactionalID() string {
+// transactionalID is the transactional id (or prefix) of one of the node's transactional
+// producers, named by role: derived from --ingest-transactional-id when set; fixed with the
+// embedded broker, which serves this node only; otherwise random per process. A stable id lets a
+// restarted node fence what its killed predecessor left open instead of waiting out the timeout.
+func (c *Config) transactionalID(role string) string {
 	switch {
 	case c.IngestTransactionalID != "":
-		return c.namespace().Name(c.IngestTransactionalID + "-observation-writer")
+		return c.namespace().Name(c.IngestTransactionalID + "-" + role)
 	case len(c.KafkaBrokers) == 0:
-		return "carehub-observation-writer"
+		return "carehub-" + role
 	}
-	return ""
+	return kafka.TransactionalID("carehub-" + role + "-")
 }
 
 // namespace is the node's Kafka namespace: every topic, consumer group and transactional id the
