@@ -231,6 +231,9 @@ func (h *Hub) Run(ctx context.Context) error {
 			h.logger.Warn("fan-out fetch error", "topic", topic, "partition", p, "err", err)
 		})
 		fetches.EachRecord(func(r *kgo.Record) {
+			if !h.listened() {
+				return // nobody to route to: not worth decoding (every event passes here)
+			}
 			var ev storage.Event
 			if err := json.Unmarshal(r.Value, &ev); err != nil || ev.ID == "" {
 				h.logger.Warn("fan-out: skipping malformed event", "partition", r.Partition, "offset", r.Offset)
@@ -239,6 +242,13 @@ func (h *Hub) Run(ctx context.Context) error {
 			h.route(ev)
 		})
 	}
+}
+
+// listened reports whether the node has any subscription.
+func (h *Hub) listened() bool {
+	h.mu.RLock()
+	defer h.mu.RUnlock()
+	return h.idx.count > 0
 }
 
 // route hands ev to every subscription that selects it, without blocking: a full buffer drops

@@ -22,6 +22,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"runtime/pprof"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -68,6 +69,7 @@ func eventload() int {
 	flag.DurationVar(&cfg.Poll, "poll", 25*time.Millisecond, "pause between two reads of GET /v1/events (the visibility measurement's resolution)")
 	self := flag.Bool("self", false, "start a carehub node in this process (embedded defaults, data under a new directory in /tmp, removed after) with keys of its own, and load it (-url and -key are ignored)")
 	suite := flag.Bool("suite", false, "run the event pipeline's figures one after another, each for -d: publish → log at 10/s, single publishEvent unpaced and at 80 %, arrays of 1,000 unpaced and at 80 % of the rate the log took in (-c, -rate, -sample, -batch are set per run)")
+	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the run to this file (with -self it covers the node too)")
 	cfg.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -83,6 +85,18 @@ func eventload() int {
 	if err := cfg.validate(); err != nil {
 		fmt.Fprintln(os.Stderr, "eventload:", err)
 		return 2
+	}
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err == nil {
+			defer f.Close()
+			err = pprof.StartCPUProfile(f)
+		}
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "eventload:", err)
+			return 1
+		}
+		defer pprof.StopCPUProfile()
 	}
 	started := time.Now()
 	var (
