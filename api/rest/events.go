@@ -29,7 +29,7 @@ type PublishedEvents struct {
 }
 
 // publishEvents is POST /v1/events, publishEvent for high-volume producers: one event or an
-// array of up to 1,000, all or nothing, written to the outbox in one transaction. 202 Accepted:
+// array of up to 1,000, all or nothing, in one transaction (feed.PublishBatch). 202 Accepted:
 // the events are durable and reach the log, webhooks and subscriptions through the pipeline.
 func (h *handlers) publishEvents(w http.ResponseWriter, r *http.Request) {
 	drafts, array, err := decodeDrafts(r)
