@@ -179,6 +179,7 @@ func (a *admission) observe(now time.Time, lags []kafka.PartitionLag, since int6
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	lag, committed := kafka.TotalLag(lags), int64(0)
+	waiting := a.waitingLocked()
 	var done time.Duration
 	for _, p := range lags {
 		c := max(p.Committed, p.Start, 0)
@@ -194,7 +195,12 @@ func (a *admission) observe(now time.Time, lags []kafka.PartitionLag, since int6
 		a.pending[p.Partition] = marks[i:]
 	}
 	if !a.measured.IsZero() {
-		if dt := now.Sub(a.measured).Seconds(); dt > 0 && a.lag > busyLag {
+		// Busy: a backlog, and records of this intake's in it. A lag with nothing of ours waiting
+		// may be what no writer will ever commit past: a transaction aborted at a partition's
+		// tail (a device gone mid-request) stays in the high watermark until records follow it.
+		// Counted as busy, its intervals would store nothing, the rate would fall to zero and
+		// every request be refused, so that nothing ever followed.
+		if dt := now.Sub(a.measured).Seconds(); dt > 0 && a.lag > busyLag && waiting {
 			a.window = append(a.window, busyInterval{seconds: dt, stored: max(committed-a.committed, 0)})
 			if len(a.window) > rateWindow {
 				a.window = a.window[1:]
@@ -238,6 +244,16 @@ func (a *admission) adaptLocked() {
 	// The limit never passes what the writers store in twice the budget: a queue longer than
 	// that cannot be stored in time whatever the ages said.
 	a.limit = min(max(a.limit, minLimit), max(2*a.rate*a.budget.Seconds(), minLimit))
+}
+
+// waitingLocked reports whether records this intake committed are not yet known stored.
+func (a *admission) waitingLocked() bool {
+	for _, marks := range a.pending {
+		if len(marks) > 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // current returns the lag as last measured and whether it is fresh enough to act on.

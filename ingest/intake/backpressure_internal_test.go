@@ -221,6 +221,29 @@ func TestAdmissionStoppedWriter(t *testing.T) {
 	}
 }
 
+// TestAdmissionAbortedTail: records no writer will commit past (a transaction aborted at the
+// tail of a partition, its records in the high watermark) are a lag that never moves. With
+// nothing of this intake's waiting they are not a stopped writer: intake keeps admitting, at
+// the rate it last measured. Before, the rate fell to zero and every request was refused, for
+// good, since only new records behind the aborted ones would have moved the lag.
+func TestAdmissionAbortedTail(t *testing.T) {
+	s := newSim(t, 10_000, 5_000, 50*time.Millisecond)
+	s.run(5 * time.Second)
+	s.offered = 0
+	s.run(2 * time.Second) // everything accepted is stored
+	rate := s.a.state(s.now).Rate
+	for range 40 { // ten seconds of measurements of an aborted tail of 300 records
+		s.now = s.now.Add(250 * time.Millisecond)
+		s.a.observe(s.now, []kafka.PartitionLag{{Committed: s.committed, End: s.committed + 300, Lag: 300}}, s.a.begin())
+	}
+	if st := s.a.state(s.now); st.Rate != rate {
+		t.Errorf("the rate went from %.0f to %.0f on a lag of aborted records", rate, st.Rate)
+	}
+	if _, wait, ok := s.a.admit(s.now); !ok {
+		t.Fatalf("refused (wait %v) behind 300 aborted records with nothing waiting: %+v", wait, s.a.state(s.now))
+	}
+}
+
 // TestAdmissionFailsOpen: without a fresh measurement nothing is refused.
 func TestAdmissionFailsOpen(t *testing.T) {
 	a := newAdmission(time.Second, 5*time.Second)

@@ -589,6 +589,53 @@ func TestBackpressureByTime(t *testing.T) {
 	}
 }
 
+// TestAbortedTailKeepsIntakeOpen: a request whose records reached the broker and then aborted
+// (here a stream over the entry limit; a device gone mid-request alike) leaves records at the
+// partitions' tails that no writer commits past, so the group's lag stays at their count with
+// nothing left to store. Intake must keep admitting: it once read that lag as a writer storing
+// nothing and refused every request from then on, while only new records could have moved it.
+func TestAbortedTailKeepsIntakeOpen(t *testing.T) {
+	w := newWorld(t)
+	in := newIntake(t, w, func(c *intake.Config) {
+		c.LatencyBudget = time.Second
+		c.LagInterval = 20 * time.Millisecond
+		c.MaxEntries = 1100
+	})
+	startWriter(t, w)
+	ctx := principal(w.orgA, access.Live)
+	res, err := submit(t, in, ctx, intake.MediaFHIRJSON, mustJSON(t, vital(w.synthA)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitStored(t, w.pool, res.Answer.IDs)
+	list := make([]map[string]any, 1101)
+	for i := range list {
+		list[i] = vital(w.synthA)
+	}
+	pr, pw := io.Pipe()
+	done := make(chan error, 1)
+	go func() {
+		_, err := in.Submit(ctx, intake.Submission{ContentType: intake.MediaFHIRNDJSON, Body: pr})
+		done <- err
+	}()
+	pw.Write(ndjson(t, list[:1000]...))
+	waitFor(t, "the first chunks at the broker", func() bool { return endOffsets(t, w) >= 1000 })
+	pw.Write(ndjson(t, list[1000:]...))
+	pw.Close()
+	if err := <-done; fault.KindOf(err) != fault.KindTooLarge {
+		t.Fatalf("err %v; want 413", err)
+	}
+	time.Sleep(time.Second) // fifty measurements of the aborted tail
+	if lag, fresh := in.Lag(); !fresh || lag < 1000 {
+		t.Logf("lag %d (fresh %v): the writer's offsets moved past the aborted records", lag, fresh)
+	}
+	res, err = submit(t, in, ctx, intake.MediaFHIRJSON, mustJSON(t, vital(w.synthA)))
+	if err != nil {
+		t.Fatalf("after an aborted request, with nothing waiting to be stored: %v", err)
+	}
+	waitStored(t, w.pool, res.Answer.IDs)
+}
+
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
 	testenv.Eventually(t, 30*time.Second, what, cond)
