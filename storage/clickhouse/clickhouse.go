@@ -372,22 +372,37 @@ var pageWindows = []time.Duration{time.Hour, 24 * time.Hour, 8 * 24 * time.Hour,
 
 // pageEvents returns the first want distinct events matching where past q's cursor, in q's
 // order, reading pageWindows one after the other.
+//
+// A patient filter reads the range in one query instead: a patient's events are sparse (one
+// in many granules), so each window would find a few and the page take all of them, every query
+// analysing the indexes of every part again. One query in the sorting key's order, pruned by the
+// patient's bloom filter, reads the granules holding the patient newest first and stops at the
+// page. Measured at 20 M events, the page of one patient of the busy project, interleaved: p50
+// 274–278 → 188–203 ms, p99 340–363 → 234–244 ms. The other resources (agents, workflows,
+// deployments) are few per project and dense, and keep the windows (one query: no faster).
 func (s *Store) pageEvents(ctx context.Context, q storage.EventQuery, where conditions, want int) ([]storage.Event, error) {
-	start, err := s.pageStart(ctx, q)
-	if err != nil {
-		return nil, err
+	windows := pageWindows
+	if q.PatientID != "" {
+		windows = nil
+	}
+	var start time.Time
+	if len(windows) > 0 {
+		var err error
+		if start, err = s.pageStart(ctx, q); err != nil {
+			return nil, err
+		}
 	}
 	var out []storage.Event
 	var near time.Time // where the last window ended (zero: the range's own bound)
 	for i := 0; ; i++ {
 		// far is the window's other end, zero past the last window or past the range's end.
 		var far time.Time
-		if i < len(pageWindows) && !start.IsZero() {
+		if i < len(windows) && !start.IsZero() {
 			if q.Ascending {
-				if far = start.Add(pageWindows[i]); !q.To.IsZero() && !far.Before(q.To) {
+				if far = start.Add(windows[i]); !q.To.IsZero() && !far.Before(q.To) {
 					far = time.Time{}
 				}
-			} else if far = start.Add(-pageWindows[i]); !q.Since.IsZero() && !far.After(q.Since) {
+			} else if far = start.Add(-windows[i]); !q.Since.IsZero() && !far.After(q.Since) {
 				far = time.Time{}
 			}
 		}
