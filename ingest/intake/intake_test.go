@@ -282,21 +282,7 @@ func TestRefusedStreamIsNeverStored(t *testing.T) {
 		list[i] = vital(w.synthA, func(o map[string]any) { o["id"] = clientID })
 		refused = append(refused, intake.DerivedID(w.orgA, "id", clientID))
 	}
-	// The first 1000 lines go out, and their records reach the broker, before the stream
-	// passes the limit.
-	pr, pw := io.Pipe()
-	done := make(chan error, 1)
-	go func() {
-		_, err := in.Submit(ctx, intake.Submission{ContentType: intake.MediaFHIRNDJSON, Body: pr})
-		done <- err
-	}()
-	pw.Write(ndjson(t, list[:1000]...))
-	waitFor(t, "the first chunks at the broker", func() bool { return endOffsets(t, w) >= 1000 })
-	pw.Write(ndjson(t, list[1000:]...))
-	pw.Close()
-	if err := <-done; fault.KindOf(err) != fault.KindTooLarge {
-		t.Fatalf("err %v; want 413", err)
-	}
+	streamOverLimit(t, w, in, list)
 	// A later request is stored; by then the writer has read past the aborted records.
 	res, err := submit(t, in, ctx, intake.MediaFHIRJSON, mustJSON(t, vital(w.synthA)))
 	if err != nil {
@@ -612,6 +598,25 @@ func TestAbortedTailKeepsIntakeOpen(t *testing.T) {
 	for i := range list {
 		list[i] = vital(w.synthA)
 	}
+	streamOverLimit(t, w, in, list)
+	time.Sleep(time.Second) // fifty measurements of the aborted tail
+	if lag, fresh := in.Lag(); !fresh || lag < 1000 {
+		t.Logf("lag %d (fresh %v): the writer's offsets moved past the aborted records", lag, fresh)
+	}
+	res, err = submit(t, in, ctx, intake.MediaFHIRJSON, mustJSON(t, vital(w.synthA)))
+	if err != nil {
+		t.Fatalf("after an aborted request, with nothing waiting to be stored: %v", err)
+	}
+	waitStored(t, w.pool, res.Answer.IDs)
+}
+
+// streamOverLimit streams list (1,001 entries or more) as NDJSON from organization A to an
+// intake whose MaxEntries is under its length, and checks the answer is 413: the first 1,000 lines go out, and their
+// records reach the broker, before the stream passes the limit, so their transaction aborts
+// with records at the broker.
+func streamOverLimit(t *testing.T, w *world, in *intake.Intake, list []map[string]any) {
+	t.Helper()
+	ctx := principal(w.orgA, access.Live)
 	pr, pw := io.Pipe()
 	done := make(chan error, 1)
 	go func() {
@@ -625,15 +630,6 @@ func TestAbortedTailKeepsIntakeOpen(t *testing.T) {
 	if err := <-done; fault.KindOf(err) != fault.KindTooLarge {
 		t.Fatalf("err %v; want 413", err)
 	}
-	time.Sleep(time.Second) // fifty measurements of the aborted tail
-	if lag, fresh := in.Lag(); !fresh || lag < 1000 {
-		t.Logf("lag %d (fresh %v): the writer's offsets moved past the aborted records", lag, fresh)
-	}
-	res, err = submit(t, in, ctx, intake.MediaFHIRJSON, mustJSON(t, vital(w.synthA)))
-	if err != nil {
-		t.Fatalf("after an aborted request, with nothing waiting to be stored: %v", err)
-	}
-	waitStored(t, w.pool, res.Answer.IDs)
 }
 
 func waitFor(t *testing.T, what string, cond func() bool) {

@@ -290,7 +290,8 @@ func (s *Service) produce(ctx context.Context, msgs []outbox.Message) error {
 		return fault.Wrap(fault.KindUnavailable, err, "the events could not be published; nothing was, retry later")
 	}
 	if err := txn.Commit(ctx); err != nil {
-		return fault.Wrap(fault.KindUnavailable, err, "the events could not be published; nothing was, retry later")
+		// Almost always nothing was published; a commit whose answer was lost may have been.
+		return fault.Wrap(fault.KindUnavailable, err, "the events could not be published; retry later (with an Idempotency-Key, a retry publishes them once whatever happened)")
 	}
 	return nil
 }
