@@ -121,6 +121,12 @@ func TestPublishEvents(t *testing.T) {
 		if f, _ := e.Error.Details["fields"].(map[string]any); f["[3].type"] == nil || f["[4].payload"] == nil || len(f) != 2 {
 			t.Errorf("details %v: want the fields [3].type and [4].payload", e.Error.Details)
 		}
+		r := post(t, s, key, `[{"projectId":"`+sepsis+`","type":"a.b","payload":{"patientId":"pat_a","x":1,"patientId":"pat_b"}}]`)
+		e = wantError(t, r, http.StatusUnprocessableEntity, "VALIDATION_FAILED")
+		if f, _ := e.Error.Details["fields"].(map[string]any); f["[0].payload"] == nil {
+			t.Errorf("a payload naming patientId twice: details %v", e.Error.Details)
+		}
+		wantError(t, post(t, s, key, `{"projectId":"`+sepsis+`","type":"a.b","payload":{"a":1,"a":2}}`), http.StatusUnprocessableEntity, "VALIDATION_FAILED")
 		batch = drafts(sepsis, other, 3)
 		batch[2]["projectId"] = "prj_01jz0000000000000000000000"
 		wantError(t, post(t, s, key, batch), http.StatusNotFound, "NOT_FOUND")

@@ -25,6 +25,7 @@ import (
 	"carehub/kernel/config"
 	"carehub/kernel/events"
 	"carehub/kernel/fault"
+	"carehub/kernel/jsonwire"
 	"carehub/kernel/phi"
 	"carehub/processors/idempotency"
 	"carehub/processors/internal/scoped"
@@ -237,6 +238,10 @@ func (s *Service) publish(ctx context.Context, drafts []Draft, field func(int) s
 			bad[field(i)+"payload"] = fmt.Sprintf("is %d bytes; at most %d (256 KiB) are allowed", len(d.Payload), MaxPayloadBytes)
 		case !strings.HasPrefix(t, "{") || !json.Valid(d.Payload):
 			bad[field(i)+"payload"] = "must be a JSON object"
+		default:
+			if name := repeatedMember(d.Payload); name != "" {
+				bad[field(i)+"payload"] = fmt.Sprintf("names the member %q twice", name)
+			}
 		}
 	}
 	if len(bad) > 0 {
@@ -273,6 +278,23 @@ func (s *Service) publish(ctx context.Context, drafts []Draft, field func(int) s
 		return nil, fmt.Errorf("publish events: %w", err)
 	}
 	return s.serve(ctx, evs), nil
+}
+
+// repeatedMember returns a member name the JSON object payload has twice, or "". Readers of a
+// repeated name disagree on which value counts (the PHI guard and jsonb take the last,
+// ClickHouse's JSONExtract the first), so a payload naming, say, two patientIds could be indexed
+// under one patient and judged by the other: it is refused.
+func repeatedMember(payload json.RawMessage) string {
+	seen := make(map[string]struct{}, 8)
+	var repeated string
+	_ = jsonwire.Members(payload, func(key, _ []byte) error {
+		if _, ok := seen[string(key)]; ok && repeated == "" {
+			repeated = string(key)
+		}
+		seen[string(key)] = struct{}{}
+		return nil
+	})
+	return repeated
 }
 
 // produce writes msgs to Kafka in one transaction of the direct pool: all of them or none.
