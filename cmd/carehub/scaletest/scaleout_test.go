@@ -65,7 +65,8 @@ const partitions = 6
 var processorGroups = []string{eventlog.DefaultGroup, audit.DefaultGroup, observations.DefaultGroup}
 
 // TestScaleOutSurvivesProcessorsKill runs api, ingest and processors as three processes, drives
-// publishEvent (api) and observation intake (ingest) from concurrent clients, SIGKILLs the
+// publishEvent and arrays of POST /v1/events (api) and observation intake (ingest) from
+// concurrent clients, SIGKILLs the
 // processors process mid-load and starts another, and counts: every acknowledged event and
 // observation is stored once, the replacement owns every partition, and the lag is zero.
 func TestScaleOutSurvivesProcessorsKill(t *testing.T) {
@@ -165,8 +166,8 @@ func TestScaleOutSurvivesProcessorsKill(t *testing.T) {
 	rebalanced := time.Since(replaced)
 
 	// The counts, in one place: what the run proves.
-	t.Logf("acknowledged: %d events (%d before the kill), %d observations (%d before); not acknowledged: %v",
-		acked.events, beforeKill.events, acked.observations, beforeKill.observations, l.failureCounts())
+	t.Logf("acknowledged: %d events (%d before the kill; %d of them in arrays), %d observations (%d before); not acknowledged: %v",
+		acked.events, beforeKill.events, l.arrayed(), acked.observations, beforeKill.observations, l.failureCounts())
 	// Calls in flight when the load stopped may have been stored without their answer being
 	// read: served, but not counted as acknowledged.
 	t.Logf("stored: all %d acknowledged events served by GET /v1/events (and %d of calls cut off at the stop); all %d acknowledged observations in Postgres, each with its device event (and %d of calls cut off)",
@@ -262,6 +263,7 @@ type load struct {
 
 	mu       sync.Mutex
 	events   []string
+	inArrays int // of events, those published in arrays
 	obs      []string
 	failures map[string]int // by what was answered
 }
@@ -276,6 +278,12 @@ func (l *load) failureCounts() map[string]int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return maps.Clone(l.failures)
+}
+
+func (l *load) arrayed() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.inArrays
 }
 
 type counts struct{ events, observations int }
@@ -335,9 +343,16 @@ func (l *load) run(publishers, ingesters int) (stop func()) {
 	for w := range publishers {
 		wg.Go(func() {
 			for i := 0; paced(pubTick); i++ {
-				if id, ok := l.publish(ctx, w, i); ok {
+				publish := l.publish
+				if w == 0 {
+					publish = l.publishArray
+				}
+				if ids, ok := publish(ctx, w, i); ok {
 					l.mu.Lock()
-					l.events = append(l.events, id)
+					l.events = append(l.events, ids...)
+					if w == 0 {
+						l.inArrays += len(ids)
+					}
 					l.mu.Unlock()
 				}
 			}
@@ -365,7 +380,8 @@ func (l *load) waitAcked(n int, timeout time.Duration) {
 	})
 }
 
-func (l *load) publish(ctx context.Context, worker, i int) (string, bool) {
+// publish is one publishEvent (GraphQL, through the outbox).
+func (l *load) publish(ctx context.Context, worker, i int) ([]string, bool) {
 	var out struct {
 		Data struct{ PublishEvent struct{ ID string } }
 	}
@@ -373,7 +389,29 @@ func (l *load) publish(ctx context.Context, worker, i int) (string, bool) {
 		"query":     `mutation($p: ID!, $pl: JSON!) { publishEvent(type: "integration.heartbeat", payload: $pl, projectId: $p) { id } }`,
 		"variables": map[string]any{"p": l.project, "pl": map[string]any{"worker": worker, "seq": i}},
 	}, &out)
-	return out.Data.PublishEvent.ID, ok && out.Data.PublishEvent.ID != ""
+	return []string{out.Data.PublishEvent.ID}, ok && out.Data.PublishEvent.ID != ""
+}
+
+// arrayLen is the size of publishArray's arrays.
+const arrayLen = 5
+
+// publishArray is one POST /v1/events with an array of arrayLen events (straight to Kafka, in a
+// transaction the processors' consumers read committed).
+func (l *load) publishArray(ctx context.Context, worker, i int) ([]string, bool) {
+	drafts := make([]map[string]any, arrayLen)
+	for j := range drafts {
+		drafts[j] = map[string]any{"projectId": l.project, "type": "integration.heartbeat",
+			"payload": map[string]any{"worker": worker, "seq": i*arrayLen + j}}
+	}
+	var out struct{ Data []struct{ ID string } }
+	if !l.call(ctx, "http://"+l.api+"/v1/events", drafts, &out) || len(out.Data) != arrayLen {
+		return nil, false
+	}
+	ids := make([]string, arrayLen)
+	for j, ev := range out.Data {
+		ids[j] = ev.ID
+	}
+	return ids, true
 }
 
 func (l *load) observe(ctx context.Context) ([]string, bool) {
