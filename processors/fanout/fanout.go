@@ -230,10 +230,10 @@ func (h *Hub) Run(ctx context.Context) error {
 		fetches.EachError(func(topic string, p int32, err error) {
 			h.logger.Warn("fan-out fetch error", "topic", topic, "partition", p, "err", err)
 		})
+		if !h.listened() {
+			continue // nobody to route to: not worth decoding (every event passes here)
+		}
 		fetches.EachRecord(func(r *kgo.Record) {
-			if !h.listened() {
-				return // nobody to route to: not worth decoding (every event passes here)
-			}
 			var ev storage.Event
 			if err := json.Unmarshal(r.Value, &ev); err != nil || ev.ID == "" {
 				h.logger.Warn("fan-out: skipping malformed event", "partition", r.Partition, "offset", r.Offset)

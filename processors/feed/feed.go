@@ -288,14 +288,17 @@ func repeatedMember(payload json.RawMessage) string {
 	seen := make(map[string]struct{}, 8)
 	var repeated string
 	_ = jsonwire.Members(payload, func(key, _ []byte) error {
-		if _, ok := seen[string(key)]; ok && repeated == "" {
+		if _, ok := seen[string(key)]; ok {
 			repeated = string(key)
+			return errRepeated // stops the walk
 		}
 		seen[string(key)] = struct{}{}
 		return nil
 	})
 	return repeated
 }
+
+var errRepeated = errors.New("repeated member")
 
 // produce writes msgs to Kafka in one transaction of the direct pool: all of them or none.
 func (s *Service) produce(ctx context.Context, msgs []outbox.Message) error {
