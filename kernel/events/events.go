@@ -241,12 +241,9 @@ func Messages(topic string, evs ...storage.Event) ([]outbox.Message, error) {
 	}
 	msgs := make([]outbox.Message, len(evs))
 	for i, ev := range evs {
-		if err := Validate(ev); err != nil {
-			return nil, fmt.Errorf("append events: %w", err)
-		}
-		value, err := json.Marshal(ev)
+		value, err := Encode(ev)
 		if err != nil {
-			return nil, fmt.Errorf("append events: marshal %s: %w", ev.ID, err)
+			return nil, fmt.Errorf("append events: %w", err)
 		}
 		msgs[i] = outbox.Message{ID: ev.ID, Topic: topic, Key: ev.ProjectID, Value: value}
 	}

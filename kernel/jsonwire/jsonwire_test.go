@@ -99,3 +99,29 @@ func FuzzAppend(f *testing.F) {
 		}
 	})
 }
+
+// FuzzAppendCompact checks AppendCompact against json.Compact: both refuse the same input, and
+// what both accept compacts to the same bytes, appended after what b held.
+func FuzzAppendCompact(f *testing.F) {
+	for _, s := range []string{`{"a": [1, 2.50, "x y"], "b" : {"a":1,"a":2}}`, " \"\xff\\u00e9\" ", `{"a":1}x`, `[1,]`, `1e400`, `"\u2028<&>"`, ``} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, v string) {
+		var want bytes.Buffer
+		wantErr := json.Compact(&want, []byte(v))
+		prefix := []byte("prefix:")
+		got, err := jsonwire.AppendCompact(append(make([]byte, 0, 8+len(v)), prefix...), []byte(v))
+		if (err == nil) != (wantErr == nil) {
+			t.Fatalf("AppendCompact(%q): error %v, json.Compact: %v", v, err, wantErr)
+		}
+		if err != nil {
+			if string(got) != string(prefix) {
+				t.Fatalf("AppendCompact(%q) failed but left %q", v, got)
+			}
+			return
+		}
+		if string(got) != string(prefix)+want.String() {
+			t.Fatalf("AppendCompact(%q) = %q, json.Compact %q", v, got, want.String())
+		}
+	})
+}

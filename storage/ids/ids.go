@@ -60,6 +60,8 @@ func Valid(prefix, id string) bool {
 	if !strings.HasPrefix(id, prefix) {
 		return false
 	}
-	_, err := ulid.ParseStrict(strings.ToUpper(id[len(prefix):]))
+	// ParseStrict reads Crockford's base32 in either case: no upper-casing copy (every consumer
+	// validates the ids of every event it reads).
+	_, err := ulid.ParseStrict(id[len(prefix):])
 	return err == nil
 }
