@@ -24,8 +24,9 @@
 -- they merge. To build it for them at once (a background mutation that rereads the table):
 -- ALTER TABLE event_log MATERIALIZE PROJECTION event_log_by_type.
 --
--- Lightweight DELETE (the per-organization purge) masks rows in the table; 'rebuild' rewrites
--- the projection of the parts it touches, so the projection never counts a purged event (the
--- server refuses such a DELETE on a table with projections otherwise).
+-- A lightweight DELETE on a table with projections is refused unless this mode is set. Set to
+-- 'rebuild', it runs, but a read through a projection still returns the rows it masked
+-- (measured on 26.7), so the per-organization purge rewrites parts with a mutation instead
+-- (storage/clickhouse.PurgeEvents), which rebuilds their projections from the rows it keeps.
 ALTER TABLE event_log MODIFY SETTING deduplicate_merge_projection_mode = 'rebuild', lightweight_mutation_projection_mode = 'rebuild';
 ALTER TABLE event_log ADD PROJECTION IF NOT EXISTS event_log_by_type (SELECT org_id, project_id, type, created_at, id ORDER BY (org_id, project_id, type, created_at, id));

@@ -3,7 +3,6 @@ package clickhouse_test
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 	"net"
 	"sync"
 	"testing"
@@ -234,46 +233,6 @@ func TestHostileFilterValues(t *testing.T) {
 		if err != nil || len(audit.Records) != 0 {
 			t.Errorf("%q: audit %d records, %v; want none", ev.OrgID, len(audit.Records), err)
 		}
-	}
-}
-
-// TestTypeProjection: a count of one type over time reads the by-type projection
-// (schemas/clickhouse/0003), and a page, which needs the payload, still reads the table in its
-// own order.
-func TestTypeProjection(t *testing.T) {
-	dsn := chtest.NewURL(t)
-	store := newStoreAt(t, dsn)
-	ctx := context.Background()
-	// Enough granules of interleaved types that reading one type's run costs less than the table.
-	evs := make([]storage.Event, 40_000)
-	at := time.Now().UTC().Add(-time.Hour)
-	for i := range evs {
-		evs[i] = testEvent("prj_a", at.Add(time.Duration(i)*time.Millisecond))
-		evs[i].Type = fmt.Sprintf("t.%02d", i%20)
-	}
-	if err := store.AppendEvents(ctx, evs); err != nil {
-		t.Fatal(err)
-	}
-	conn := openConn(t, dsn)
-	query := func(sql string) error {
-		rows, err := conn.Query(ctx, sql)
-		if err != nil {
-			return err
-		}
-		for rows.Next() {
-		}
-		_ = rows.Close()
-		return rows.Err()
-	}
-	counts := `SELECT toStartOfDay(created_at) AS d, count() FROM event_log WHERE org_id = 'org_a' AND project_id = 'prj_a'
-AND type = 't.07' GROUP BY d SETTINGS force_optimize_projection_name = 'event_log_by_type'`
-	if err := query(counts); err != nil {
-		t.Errorf("counts of one type do not read the projection: %v", err)
-	}
-	page := `SELECT id, payload FROM event_log WHERE org_id = 'org_a' AND project_id = 'prj_a'
-ORDER BY created_at DESC, id DESC LIMIT 10 SETTINGS force_optimize_projection = 1`
-	if err := query(page); err == nil {
-		t.Error("a page reads a projection; it must read the table newest first")
 	}
 }
 

@@ -286,6 +286,23 @@ func testEventPurge(t *testing.T, s storage.EventLog) {
 	if want := eventIDs(newestFirst(inProject[10:])); !slices.Equal(eventIDs(got), want) {
 		t.Errorf("after purge: %v, want %v", eventIDs(got), want)
 	}
+	// A patient's page too (on ClickHouse it reads the projection by patient, which the purge
+	// must reach as well).
+	for _, patient := range []string{"pat_0", "pat_1"} {
+		got, _ := queryAll(t, s, storage.EventQuery{OrgID: "org_a", ProjectID: "prj_a", PatientID: patient, Limit: 1000})
+		var want []storage.Event
+		for _, e := range inProject[10:] {
+			if payloadField(e, "patientId") == patient {
+				want = append(want, e)
+			}
+		}
+		if len(want) == 0 {
+			t.Fatalf("no event of %s survives the purge: the check proves nothing", patient)
+		}
+		if !slices.Equal(eventIDs(got), eventIDs(newestFirst(want))) {
+			t.Errorf("%s after purge: %v, want %v", patient, eventIDs(got), eventIDs(newestFirst(want)))
+		}
+	}
 	if page := mustQuery(t, s, storage.EventQuery{OrgID: "org_b", ProjectID: "prj_c"}); page.Total != 1 {
 		t.Errorf("another organization's events: %d left, want 1", page.Total)
 	}
