@@ -152,7 +152,7 @@ bench-pipeline: postgres-binaries ## observation path end to end with its raw ba
 	$(GO) build -o bin/loadtest ./loadtest/cmd/loadtest
 	$(GO) build -o bin/eventload ./loadtest/cmd/eventload
 	bin/loadtest -self -devices 16 -batch 100 -duration $(BENCH_DURATION) -paced 0.8 -results $(BENCH_RESULTS)
-	bin/eventload -self -suite -quiet -d $(BENCH_DURATION) -results $(BENCH_RESULTS)
+	bin/eventload -self -suite -export -quiet -d $(BENCH_DURATION) -results $(BENCH_RESULTS)
 
 .PHONY: clean
 clean: ## remove build output (not DATA_DIR)

@@ -41,6 +41,7 @@ type config struct {
 	loadcli.Command
 	Sample int // every Sample-th publish of each client is sampled for visibility
 	Poll   time.Duration
+	Export bool // after the run, download its events with GET /v1/events/export
 }
 
 func (c *config) validate() error {
@@ -66,6 +67,7 @@ func eventload() int {
 		Drain: "after publishing, how long to wait for the log to catch up",
 	})
 	flag.IntVar(&cfg.Sample, "sample", 20, "sample every n-th publish of each client for publish → visible latency")
+	flag.BoolVar(&cfg.Export, "export", false, "after the run, download its events with GET /v1/events/export as NDJSON, CSV and gzipped NDJSON, and report each download's rate end to end")
 	flag.DurationVar(&cfg.Poll, "poll", 25*time.Millisecond, "pause between two reads of GET /v1/events (the visibility measurement's resolution)")
 	self := flag.Bool("self", false, "start a carehub node in this process (embedded defaults, data under a new directory in /tmp, removed after) with keys of its own, and load it (-url and -key are ignored)")
 	suite := flag.Bool("suite", false, "run the event pipeline's figures one after another, each for -d: publish → log at 10/s, single publishEvent unpaced and at 80 %, arrays of 1,000 unpaced and at 80 % of the rate the log took in (-c, -rate, -sample, -batch are set per run)")
@@ -434,6 +436,11 @@ func run(ctx context.Context, cfg config, logw io.Writer) (*report, error) {
 	case inLog < rep.Published:
 		return rep, fmt.Errorf("only %d of %d acknowledged events in the log %v after publishing ended", inLog, rep.Published, cfg.Drain)
 	}
+	if cfg.Export {
+		fmt.Fprintf(logw, "eventload: exporting the %d events\n", inLog)
+		rep.Exports, err = measureExports(ctx, hc, reader.BaseURL, readerKey, project, rep.Types, inLog)
+		return rep, err
+	}
 	return rep, nil
 }
 
@@ -465,6 +472,7 @@ type report struct {
 	Reads        int            `json:"logReads"`
 	ReadErrors   int            `json:"logReadErrors"`
 	InLog        int64          `json:"inLog"`
+	Exports      []exportFigure `json:"exports,omitempty"` // with -export
 	// Series is the run second by second (events/s acknowledged, publish call latency, sampled
 	// events not yet visible in the log), for loadtest/report's chart.
 	Series []loadreport.Point `json:"-"`
@@ -484,6 +492,10 @@ func (r *report) Print(w io.Writer) {
 		fmt.Fprintf(w, "into the log   %.1f events/s (published ÷ start to the last sample visible)\n", r.LoggedPerSec)
 	}
 	fmt.Fprintf(w, "in the log     %d of %d acknowledged\n", r.InLog, r.Published)
+	for _, e := range r.Exports {
+		fmt.Fprintf(w, "export %-11s %d events, %.1f MB in %.2fs: %.0f events/s, %.1f MB/s (first byte %.1f ms)\n",
+			e.Format, e.Events, float64(e.Bytes)/1e6, e.Seconds, e.EventsPerSec, e.MBytesPerSec, e.FirstByteMs)
+	}
 }
 
 // publish makes one call: publishEvent for batch 1, else POST /v1/events with an array whose

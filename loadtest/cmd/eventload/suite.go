@@ -46,6 +46,7 @@ func runSuite(ctx context.Context, base config, logw io.Writer) (*suiteReport, e
 	load := func(name string, edit func(*config)) (*report, error) {
 		c := base
 		c.Drain = max(c.Drain, 2*time.Minute) // an unpaced batch run leaves the log far behind
+		c.Export = false                      // -export: the unpaced arrays' events alone (the most)
 		edit(&c)
 		fmt.Fprintf(logw, "eventload suite: %s\n", name)
 		rep, err := run(ctx, c, logw)
@@ -77,7 +78,7 @@ func runSuite(ctx context.Context, base config, logw io.Writer) (*suiteReport, e
 		return s, err
 	}
 	s.SingleAt80VisibleP99 = at80.Visible.P99
-	batch, err := load("POST /v1/events arrays of 1,000, unpaced", func(c *config) { c.Clients, c.Rate, c.Sample, c.Batch = 4, 0, 1, 1000 })
+	batch, err := load("POST /v1/events arrays of 1,000, unpaced", func(c *config) { c.Clients, c.Rate, c.Sample, c.Batch, c.Export = 4, 0, 1, 1000, base.Export })
 	if err != nil {
 		return s, err
 	}
