@@ -16,6 +16,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -64,12 +65,13 @@ const partitions = 6
 // processorGroups are the consumer groups of the processors role whose work the test counts.
 var processorGroups = []string{eventlog.DefaultGroup, audit.DefaultGroup, observations.DefaultGroup}
 
-// TestScaleOutSurvivesProcessorsKill runs api, ingest and processors as three processes, drives
+// TestScaleOutSurvivesKills runs api, ingest and processors as three processes, drives
 // publishEvent and arrays of POST /v1/events (api) and observation intake (ingest) from
-// concurrent clients, SIGKILLs the
-// processors process mid-load and starts another, and counts: every acknowledged event and
-// observation is stored once, the replacement owns every partition, and the lag is zero.
-func TestScaleOutSurvivesProcessorsKill(t *testing.T) {
+// concurrent clients, SIGKILLs the processors process mid-load and starts another, then the api
+// process (whose arrays are Kafka transactions) and starts another on its address, and counts:
+// every acknowledged event and observation is stored once, every array is in the log whole or
+// not at all, the processors' replacement owns every partition, and the lag is zero.
+func TestScaleOutSurvivesKills(t *testing.T) {
 	if !kafkatest.Real() || !chtest.Real() {
 		t.Skip("needs a real Kafka broker and ClickHouse server (CAREHUB_TEST_KAFKA_BROKERS, CAREHUB_CLICKHOUSE_URL): make test-scaleout")
 	}
@@ -78,7 +80,10 @@ func TestScaleOutSurvivesProcessorsKill(t *testing.T) {
 	common := []string{"--database-url", dsn, "--kafka-brokers", brokers, "--clickhouse-url", chtest.NewURL(t),
 		"--partitions", fmt.Sprint(partitions), "--log-format", "text", "--log-level", "warn"}
 
-	api := start(t, "api", append(common, "--roles", "api", "--demo-key")...)
+	// A stable transactional id, as a deployment gives each api instance: the replacement of a
+	// killed api fences the transactions it left open at once, instead of after their timeout.
+	apiArgs := append(slices.Clone(common), "--roles", "api", "--ingest-transactional-id", "scale-api")
+	api := start(t, "api", append(apiArgs, "--demo-key")...)
 	key := api.demoKey(t)
 	ingest := start(t, "ingest", append(common, "--roles", "ingest", "--seed", "none")...)
 	proc := start(t, "processors-1", append(common, "--roles", "processors", "--seed", "none")...)
@@ -106,6 +111,15 @@ func TestScaleOutSurvivesProcessorsKill(t *testing.T) {
 	replaced := time.Now()
 	proc = start(t, "processors-2", append(common, "--roles", "processors", "--seed", "none")...)
 	l.waitAcked(beforeKill.events+beforeKill.observations+200, 120*time.Second)
+
+	// Then the api process, mid-load, on the same address: arrays in flight die with their
+	// transactions open on the broker; the replacement fences them.
+	beforeAPIKill := l.counts()
+	api.kill(t)
+	api = startAt(t, "api-2", api.addr, append(apiArgs, "--seed", "none")...)
+	servertest.Eventually(t, 2*time.Minute, "100 events acknowledged by the replacement api", func() bool {
+		return l.counts().events >= beforeAPIKill.events+100
+	})
 	stop()
 	acked := l.counts()
 
@@ -119,6 +133,22 @@ func TestScaleOutSurvivesProcessorsKill(t *testing.T) {
 	dupEvents := duplicates(logged)
 	if len(dupEvents) > 0 {
 		t.Errorf("events served more than once: %v", dupEvents)
+	}
+	// Every array is in the log whole or not at all, acknowledged or not: a kill of either
+	// process never leaves part of one.
+	arrays := map[int]int{} // events in the log per array of worker 0
+	if err := api.events(key, project, "integration.heartbeat", func(_ string, payload json.RawMessage) {
+		var p struct{ Worker, Seq int }
+		if json.Unmarshal(payload, &p) == nil && p.Worker == 0 {
+			arrays[p.Seq/arrayLen]++
+		}
+	}); err != nil {
+		t.Fatal(err)
+	}
+	for i, n := range arrays {
+		if n != arrayLen {
+			t.Errorf("array %d of worker 0: %d of its %d events in the log", i, n, arrayLen)
+		}
 	}
 	// Every acknowledged observation is stored, and its device event is logged once.
 	obsIDs := l.observationIDs()
@@ -166,8 +196,9 @@ func TestScaleOutSurvivesProcessorsKill(t *testing.T) {
 	rebalanced := time.Since(replaced)
 
 	// The counts, in one place: what the run proves.
-	t.Logf("acknowledged: %d events (%d before the kill; %d of them in arrays), %d observations (%d before); not acknowledged: %v",
-		acked.events, beforeKill.events, l.arrayed(), acked.observations, beforeKill.observations, l.failureCounts())
+	t.Logf("acknowledged: %d events (%d before the processors' kill, %d before the api's; %d of them in arrays), %d observations (%d before); not acknowledged: %v",
+		acked.events, beforeKill.events, beforeAPIKill.events, l.arrayed(), acked.observations, beforeKill.observations, l.failureCounts())
+	t.Logf("arrays: %d in the log, each whole (%d acknowledged)", len(arrays), l.arrayed()/arrayLen)
 	// Calls in flight when the load stopped may have been stored without their answer being
 	// read: served, but not counted as acknowledged.
 	t.Logf("stored: all %d acknowledged events served by GET /v1/events (and %d of calls cut off at the stop); all %d acknowledged observations in Postgres, each with its device event (and %d of calls cut off)",
@@ -477,6 +508,12 @@ func start(t *testing.T, name string, args ...string) *node {
 	}
 	addr := ln.Addr().String()
 	_ = ln.Close()
+	return startAt(t, name, addr, args...)
+}
+
+// startAt is start on addr.
+func startAt(t *testing.T, name, addr string, args ...string) *node {
+	t.Helper()
 	args = append([]string{"serve", "--http-addr", addr, "--data-dir", filepath.Join(t.TempDir(), "data")}, args...)
 	n := &node{name: name, addr: addr, log: filepath.Join(t.TempDir(), name+".log"), cmd: exec.Command(binary, args...),
 		exited: make(chan struct{})}
