@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"mime"
 	"net/http"
@@ -108,9 +109,12 @@ func (a *Auditor) Middleware(onError func(http.ResponseWriter, *http.Request, er
 				st.setPrincipal(p)
 				r = st.authenticated(r)
 			}
-			aw := &auditWriter{w: w, st: st}
+			aw := &auditWriter{w: w, st: st, a: a, r: r, recorder: recorder, start: start}
 			defer func() {
 				if v := recover(); v != nil {
+					if aw.aborted { // finish cut a sent response short: nothing more to record
+						panic(v)
+					}
 					// The buffered response is dropped; the recover outside answers 500. The
 					// call is still recorded.
 					aw.status = http.StatusInternalServerError
@@ -128,24 +132,52 @@ func (a *Auditor) Middleware(onError func(http.ResponseWriter, *http.Request, er
 
 func (a *Auditor) finish(aw *auditWriter, r *http.Request, recorder *access.Recorder, start time.Time, onError func(http.ResponseWriter, *http.Request, error)) {
 	rec := a.record(aw, r, recorder, start)
-	if rec == nil {
-		aw.send()
-		return
-	}
-	if len(rec.PatientIDs) == 0 {
+	err := aw.err // a part's record was not acknowledged: that part was dropped
+	switch {
+	case rec == nil:
+	case err != nil:
 		a.sink.Publish(*rec)
-		aw.send()
-		return
+	case len(rec.PatientIDs) == 0 && rec.PatientIDsOmitted == 0:
+		a.sink.Publish(*rec)
+	default:
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), a.ackTimeout)
+		err = a.sink.PublishSync(ctx, *rec)
+		cancel()
 	}
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), a.ackTimeout)
-	err := a.sink.PublishSync(ctx, *rec)
-	cancel()
-	if err != nil {
+	switch {
+	case err == nil:
+		aw.send()
+	case !aw.sent:
 		// onError logs it (a 503), with the cause.
 		aw.refuse(r, onError, fault.Wrap(fault.KindUnavailable, err, ErrAuditUnavailable.Message))
-		return
+	default:
+		// Part of a streamed response went out, each part after its record; the rest may not.
+		// Cutting the connection tells the client the download is incomplete.
+		aw.aborted = true
+		panic(http.ErrAbortHandler)
 	}
-	aw.send()
+}
+
+// settlePart records the patients a streamed response (one that flushes: an export) touched
+// since its last part, and waits for the broker's acknowledgement before the part in the
+// buffer is sent: a download of any size goes out part by part, each with its record durable
+// first, instead of being held whole until the call's record. A part record is the call's record
+// so far, its id the request id and ".n"; the call's own record lists what was touched after the
+// last part. A part that touched no patient goes out at once, its ids left to the next record.
+func (a *Auditor) settlePart(aw *auditWriter) error {
+	if aw.recorder == nil || !aw.recorder.TouchedPatients() {
+		return nil
+	}
+	rec := a.record(aw, aw.r, aw.recorder, aw.start)
+	if rec == nil {
+		return nil
+	}
+	aw.parts++
+	rec.ID = fmt.Sprintf("%s.%d", rec.ID, aw.parts)
+	aw.recorder.Reset()
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(aw.r.Context()), a.ackTimeout)
+	defer cancel()
+	return a.sink.PublishSync(ctx, *rec)
 }
 
 // record builds the audit record of a live-key call or of a refused credential, or returns nil
@@ -404,16 +436,25 @@ type replayBody struct {
 
 // auditWriter buffers the response of a live-key call until its record is settled, and passes
 // every other response straight through. It decides which on first use, by which time the
-// authenticator has named the caller.
+// authenticator has named the caller. A buffered response that flushes (a streamed export) is
+// sent part by part, each once its record is settled (Auditor.settlePart).
 type auditWriter struct {
-	w  http.ResponseWriter
-	st *auditState
+	w        http.ResponseWriter
+	st       *auditState
+	a        *Auditor
+	r        *http.Request
+	recorder *access.Recorder
+	start    time.Time
 
 	decided bool
 	buffer  bool
 	header  http.Header // buffer mode: the handler's headers, applied on send
 	status  int
 	body    bytes.Buffer
+	sent    bool  // buffer mode: the status and headers went out (a part was sent)
+	parts   int   // part records settled
+	err     error // a part's record failed: nothing more is sent
+	aborted bool  // finish cut the response short
 }
 
 func (aw *auditWriter) decide() {
@@ -456,18 +497,33 @@ func (aw *auditWriter) Write(b []byte) (int, error) {
 		aw.status = http.StatusOK
 	}
 	if aw.buffer {
+		if aw.err != nil {
+			return 0, aw.err
+		}
 		return aw.body.Write(b)
 	}
 	return aw.w.Write(b)
 }
 
-// Flush forwards in pass-through mode; a buffered response is not flushed before its record
-// is settled.
+// Flush forwards in pass-through mode. A buffered response sends what it holds once the record
+// of the patients it touched is settled (Auditor.settlePart); when that fails the part is
+// dropped and every later Write fails, so the handler stops.
 func (aw *auditWriter) Flush() {
 	aw.decide()
 	if !aw.buffer {
 		_ = http.NewResponseController(aw.w).Flush()
+		return
 	}
+	if aw.err != nil {
+		return
+	}
+	if err := aw.a.settlePart(aw); err != nil {
+		aw.err = fmt.Errorf("audit record of a part: %w", err)
+		aw.body.Reset()
+		return
+	}
+	aw.send()
+	_ = http.NewResponseController(aw.w).Flush()
 }
 
 // Unwrap exposes the underlying writer (WebSocket upgrades, deadlines) in pass-through mode
@@ -480,26 +536,30 @@ func (aw *auditWriter) Unwrap() http.ResponseWriter {
 	return aw.w
 }
 
-// send writes the buffered response out.
+// send writes out what the buffer holds: the status and headers first, once.
 func (aw *auditWriter) send() {
 	if !aw.buffer {
 		return
 	}
-	h := aw.w.Header()
-	for k := range h {
-		if _, ok := aw.header[k]; !ok {
-			delete(h, k)
+	if !aw.sent {
+		aw.sent = true
+		h := aw.w.Header()
+		for k := range h {
+			if _, ok := aw.header[k]; !ok {
+				delete(h, k)
+			}
 		}
+		for k, v := range aw.header {
+			h[k] = v
+		}
+		status := aw.status
+		if status == 0 {
+			status = http.StatusOK
+		}
+		aw.w.WriteHeader(status)
 	}
-	for k, v := range aw.header {
-		h[k] = v
-	}
-	status := aw.status
-	if status == 0 {
-		status = http.StatusOK
-	}
-	aw.w.WriteHeader(status)
 	_, _ = aw.w.Write(aw.body.Bytes())
+	aw.body.Reset()
 }
 
 // refuse drops the buffered response and answers err instead, keeping only the rate-limit

@@ -146,3 +146,15 @@ func (r *Recorder) TouchedPatients() bool {
 	defer r.mu.Unlock()
 	return len(r.patients) > 0
 }
+
+// Reset forgets everything recorded so far, for a request whose record goes out in parts (a
+// streamed download: one record per part sent). An id touched again after it is recorded again,
+// in the next part: each part's record lists what that part carried, and memory stays bounded
+// by one part whatever the download's size.
+func (r *Recorder) Reset() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.seen = map[string]struct{}{}
+	r.patients, r.resources, r.others = nil, nil, 0
+	r.omitted, r.patientsOmitted, r.resourcesOmitted = nil, 0, 0
+}
