@@ -136,6 +136,7 @@ func (a *Auditor) finish(aw *auditWriter, r *http.Request, recorder *access.Reco
 	switch {
 	case rec == nil:
 	case err != nil:
+		rec.Status, rec.Outcome = http.StatusServiceUnavailable, "error" // the download was cut
 		a.sink.Publish(*rec)
 	case len(rec.PatientIDs) == 0 && rec.PatientIDsOmitted == 0:
 		a.sink.Publish(*rec)
