@@ -70,13 +70,7 @@ func TestAuditStreamedInParts(t *testing.T) {
 	srv := httptest.NewServer(streamAPI(NewAuthenticator(keys, nil, AuthenticatorConfig{}), NewAuditor(pub, AuditorConfig{}), 3, next))
 	t.Cleanup(srv.Close)
 
-	req, _ := http.NewRequest(http.MethodGet, srv.URL+"/v1/stream", nil)
-	req.Header.Set("Authorization", "Bearer "+live.Secret)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
+	resp := openStream(t, srv.URL+"/v1/stream", live.Secret)
 	id := resp.Header.Get("Request-Id")
 	lines := bufio.NewReader(resp.Body)
 	for i := range 3 {
@@ -109,26 +103,12 @@ func TestAuditStreamCutWhenUnaudited(t *testing.T) {
 	pool := pgtest.New(t)
 	keys := NewKeys(pool)
 	live := newKey(t, keys, NewKey{OrgID: newOrg(t, pool), Mode: access.Live, Scopes: []string{access.ReadPatients}})
-	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "audit"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	pub, err := audit.NewPublisher(audit.PublisherConfig{Brokers: cluster.ListenAddrs(), Topic: "audit"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { pub.Close(time.Second) })
+	cluster, pub := ownBroker(t)
 	next := make(chan struct{})
 	srv := httptest.NewServer(streamAPI(NewAuthenticator(keys, nil, AuthenticatorConfig{}), NewAuditor(pub, AuditorConfig{AckTimeout: 300 * time.Millisecond}), 3, next))
 	t.Cleanup(srv.Close)
 
-	req, _ := http.NewRequest(http.MethodGet, srv.URL+"/v1/stream", nil)
-	req.Header.Set("Authorization", "Bearer "+live.Secret)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
+	resp := openStream(t, srv.URL+"/v1/stream", live.Secret)
 	lines := bufio.NewReader(resp.Body)
 	if line, err := lines.ReadString('\n'); err != nil || !strings.Contains(line, "pat_0") {
 		t.Fatalf("first part: %q, %v", line, err)
@@ -150,6 +130,20 @@ func TestAuditStreamUnauditedFirstPart(t *testing.T) {
 	pool := pgtest.New(t)
 	keys := NewKeys(pool)
 	live := newKey(t, keys, NewKey{OrgID: newOrg(t, pool), Mode: access.Live, Scopes: []string{access.ReadPatients}})
+	cluster, pub := ownBroker(t)
+	cluster.Close()
+	srv := httptest.NewServer(streamAPI(NewAuthenticator(keys, nil, AuthenticatorConfig{}), NewAuditor(pub, AuditorConfig{AckTimeout: 300 * time.Millisecond}), 3, nil))
+	t.Cleanup(srv.Close)
+	c := do(t, http.MethodGet, srv.URL+"/v1/stream", live.Secret, "", "")
+	if c.status != http.StatusServiceUnavailable || strings.Contains(c.body, patientName) {
+		t.Fatalf("stream with no broker: %d %s", c.status, c.body)
+	}
+}
+
+// ownBroker starts a broker of the test's own with the audit topic, and a publisher to it, for
+// tests in which the broker goes away.
+func ownBroker(t *testing.T) (*kfake.Cluster, *audit.Publisher) {
+	t.Helper()
 	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "audit"))
 	if err != nil {
 		t.Fatal(err)
@@ -159,11 +153,19 @@ func TestAuditStreamUnauditedFirstPart(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { pub.Close(time.Second) })
-	cluster.Close()
-	srv := httptest.NewServer(streamAPI(NewAuthenticator(keys, nil, AuthenticatorConfig{}), NewAuditor(pub, AuditorConfig{AckTimeout: 300 * time.Millisecond}), 3, nil))
-	t.Cleanup(srv.Close)
-	c := do(t, http.MethodGet, srv.URL+"/v1/stream", live.Secret, "", "")
-	if c.status != http.StatusServiceUnavailable || strings.Contains(c.body, patientName) {
-		t.Fatalf("stream with no broker: %d %s", c.status, c.body)
+	return cluster, pub
+}
+
+// openStream starts GET url with key as its bearer and returns the response, its body to be read; it is
+// closed when the test ends.
+func openStream(t *testing.T, url, key string) *http.Response {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodGet, url, nil)
+	req.Header.Set("Authorization", "Bearer "+key)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
 	}
+	t.Cleanup(func() { _ = resp.Body.Close() })
+	return resp
 }

@@ -17,7 +17,6 @@ import (
 	"github.com/gorilla/mux"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kadm"
-	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"carehub/api/envelope"
@@ -236,15 +235,7 @@ func TestAuditBrokerUnreachable(t *testing.T) {
 	test := newKey(t, keys, NewKey{OrgID: org, Mode: access.Test, Scopes: []string{access.ReadPatients}})
 
 	// A broker of this test's own, so that it can go away in the middle.
-	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "audit"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	pub, err := audit.NewPublisher(audit.PublisherConfig{Brokers: cluster.ListenAddrs(), Topic: "audit"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { pub.Close(time.Second) })
+	cluster, pub := ownBroker(t)
 	srv := httptest.NewServer(patientAPI(NewAuthenticator(keys, nil, AuthenticatorConfig{}), NewAuditor(pub, AuditorConfig{AckTimeout: 500 * time.Millisecond})))
 	t.Cleanup(srv.Close)
 
