@@ -68,7 +68,7 @@ func download(ctx context.Context, hc *http.Client, u, key string, header bool) 
 		return fig, fmt.Errorf("HTTP %d: %s", resp.StatusCode, bytes.TrimSpace(b))
 	}
 	br := bufio.NewReaderSize(resp.Body, 256<<10)
-	var last []byte
+	var last []byte // the last line, kept only when it is an error line (the stream's end)
 	for {
 		line, err := br.ReadSlice('\n')
 		if fig.Bytes == 0 && len(line) > 0 {
@@ -77,7 +77,10 @@ func download(ctx context.Context, hc *http.Client, u, key string, header bool) 
 		fig.Bytes += int64(len(line))
 		if len(line) > 0 && line[len(line)-1] == '\n' {
 			fig.Events++
-			last = append(last[:0], line...)
+			last = last[:0]
+			if bytes.HasPrefix(line, []byte(`{"error":`)) {
+				last = append(last, line...)
+			}
 		}
 		if err == bufio.ErrBufferFull {
 			continue // a line longer than the buffer: counted at its end
