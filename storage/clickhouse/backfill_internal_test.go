@@ -129,3 +129,66 @@ func checkSums(ctx context.Context, t *testing.T, s *Store, events []storage.Eve
 		t.Errorf("%s still there after the backfill", stageTable)
 	}
 }
+
+// TestSpans checks each project's span (0023_event_spans.sql) as the view keeps it and as the
+// Open that creates it backfills it for a store that predates it, and that a first page reads
+// the newest and the oldest events from it whichever way it goes.
+func TestSpans(t *testing.T) {
+	url := chtest.NewURL(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	store := openForTest(ctx, t, url)
+	appendAt := func(project string, at time.Time) {
+		t.Helper()
+		ev := storage.Event{ID: ids.New(ids.Event), OrgID: "org_a", ProjectID: project, Type: "agent.run_completed",
+			Source: "agent", Severity: "info", Payload: json.RawMessage(`{}`), CreatedAt: at}
+		if err := store.AppendEvents(ctx, []storage.Event{ev}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	first, last := time.Date(2025, 3, 1, 7, 30, 0, 0, time.UTC), time.Date(2026, 2, 9, 22, 59, 0, 0, time.UTC)
+	for _, at := range []time.Time{last, first, first.AddDate(0, 6, 0)} {
+		appendAt("prj_a", at)
+	}
+	appendAt("prj_b", last.AddDate(0, 0, 3))
+	check := func(how string) {
+		t.Helper()
+		rows, err := store.conn.Query(ctx, "SELECT project_id, min(first_hour), max(last_hour) FROM "+spansTable+" GROUP BY project_id ORDER BY project_id")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for rows.Next() {
+			var project string
+			var lo, hi time.Time
+			if err := rows.Scan(&project, &lo, &hi); err != nil {
+				t.Fatal(err)
+			}
+			got = append(got, project+" "+lo.UTC().Format(time.RFC3339)+" "+hi.UTC().Format(time.RFC3339))
+		}
+		if err := errors.Join(rows.Err(), rows.Close()); err != nil {
+			t.Fatal(err)
+		}
+		want := "[prj_a 2025-03-01T07:00:00Z 2026-02-09T22:00:00Z prj_b 2026-02-12T22:00:00Z 2026-02-12T22:00:00Z]"
+		if fmt.Sprint(got) != want {
+			t.Errorf("%s: spans %v, want %v", how, got, want)
+		}
+		for _, ascending := range []bool{false, true} {
+			page, err := store.QueryEvents(ctx, storage.EventQuery{OrgID: "org_a", ProjectID: "prj_a", Limit: 1, Ascending: ascending})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if want := map[bool]time.Time{false: last, true: first}[ascending]; len(page.Events) != 1 || !page.Events[0].CreatedAt.Equal(want) {
+				t.Errorf("%s: first page (ascending %v) = %+v, want the event of %s", how, ascending, page.Events, want)
+			}
+		}
+	}
+	check("kept by the view")
+	for _, stmt := range []string{"DROP VIEW event_spans_mv", "DROP TABLE " + spansTable} { // an older release's database
+		if err := store.conn.Exec(ctx, stmt); err != nil {
+			t.Fatal(err)
+		}
+	}
+	openForTest(ctx, t, url)
+	check("backfilled")
+}
