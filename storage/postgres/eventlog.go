@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"golang.org/x/sync/errgroup"
 
 	"carehub/storage"
 )
@@ -210,7 +211,7 @@ func eventsInOrder(q storage.EventQuery, where conditions) (string, []any, error
 from event_log where %s order by created_at %s, id %s`, where.sql(), order, order), where.args, nil
 }
 
-func scanEvent(rows pgx.Rows) (storage.Event, error) {
+func scanEvent(rows pgx.CollectableRow) (storage.Event, error) {
 	var ev storage.Event
 	var payload []byte
 	if err := rows.Scan(&ev.ID, &ev.OrgID, &ev.ProjectID, &ev.Type, &ev.Source, &ev.Severity, &payload, &ev.CreatedAt); err != nil {
@@ -242,35 +243,23 @@ func (l *EventLog) ExportEvents(ctx context.Context, q storage.EventQuery, emit 
 		if _, err := tx.Exec(ctx, "declare export no scroll cursor for "+query, args...); err != nil {
 			return err
 		}
-		fetch := fmt.Sprintf("fetch %d from export", storage.ExportChunk)
-		chunk := make([]storage.Event, 0, storage.ExportChunk)
-		for {
-			chunk = chunk[:0]
-			rows, err := tx.Query(ctx, fetch)
-			if err != nil {
-				return err
-			}
-			for rows.Next() {
-				ev, err := scanEvent(rows)
-				if err != nil {
-					rows.Close()
-					return err
+		// The next chunk is fetched while the last is emitted, so that the server and the
+		// encoder work side by side rather than in turn; at most three chunks are held.
+		chunks := make(chan []storage.Event, 1)
+		g, gctx := errgroup.WithContext(ctx)
+		g.Go(func() error {
+			defer close(chunks)
+			return fetchChunks(gctx, tx, chunks)
+		})
+		g.Go(func() error {
+			for chunk := range chunks {
+				if err := emit(chunk); err != nil {
+					return emitError{err}
 				}
-				chunk = append(chunk, ev)
 			}
-			if err := rows.Err(); err != nil {
-				return err
-			}
-			if len(chunk) == 0 {
-				return nil
-			}
-			if err := emit(chunk); err != nil {
-				return emitError{err}
-			}
-			if len(chunk) < storage.ExportChunk {
-				return nil
-			}
-		}
+			return nil
+		})
+		return g.Wait()
 	})
 	var e emitError
 	if errors.As(err, &e) {
@@ -280,6 +269,30 @@ func (l *EventLog) ExportEvents(ctx context.Context, q storage.EventQuery, emit 
 		return fmt.Errorf("export events: %w", err)
 	}
 	return nil
+}
+
+// fetchChunks sends the rows of the cursor export, storage.ExportChunk at a time, to chunks
+// until the cursor is exhausted or ctx ends.
+func fetchChunks(ctx context.Context, tx pgx.Tx, chunks chan<- []storage.Event) error {
+	fetch := fmt.Sprintf("fetch %d from export", storage.ExportChunk)
+	for {
+		rows, err := tx.Query(ctx, fetch)
+		if err != nil {
+			return err
+		}
+		chunk, err := pgx.CollectRows(rows, scanEvent)
+		if err != nil || len(chunk) == 0 {
+			return err
+		}
+		select {
+		case chunks <- chunk:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		if len(chunk) < storage.ExportChunk {
+			return nil
+		}
+	}
 }
 
 // emitError carries an error of ExportEvents' emit out of its transaction unwrapped.
