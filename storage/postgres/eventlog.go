@@ -240,6 +240,13 @@ func (l *EventLog) ExportEvents(ctx context.Context, q storage.EventQuery, emit 
 		return err
 	}
 	err = pgx.BeginTxFunc(ctx, l.pool, pgx.TxOptions{AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
+		// An export reads its whole range, in order, and should start at once: the planner is
+		// told to cost the cursor for its first rows only (cursor_tuple_fraction), so that it
+		// reads an index in the export's order rather than sort the range before the first
+		// row (a two-type export of 1.2 M events waited 1.3–1.8 s for its first byte).
+		if _, err := tx.Exec(ctx, "set local cursor_tuple_fraction = 0.0001"); err != nil {
+			return err
+		}
 		if _, err := tx.Exec(ctx, "declare export no scroll cursor for "+query, args...); err != nil {
 			return err
 		}
