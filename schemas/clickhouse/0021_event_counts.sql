@@ -40,6 +40,12 @@ ENGINE = SummingMergeTree(events)
 PARTITION BY toYYYYMM(hour)
 ORDER BY (org_id, project_id, hour, type, severity, status)
 SETTINGS ttl_only_drop_parts = 1;
+-- A month that stopped receiving rows is merged into one part an hour after its last insert, as
+-- event_log's are (0001): an estimated total, a first page's start and every count read a granule
+-- range of each part, and the sums arrive in many small parts. Measured at 100 M events, the
+-- busy project's estimated total went from p50 32–35 / p99 41–54 ms (25 parts) to 23–28 / 35–43
+-- (6). Set apart so that it also reaches tables created before it.
+ALTER TABLE event_counts_hourly MODIFY SETTING min_age_to_force_merge_seconds = 3600, min_age_to_force_merge_on_partition_only = 1;
 CREATE MATERIALIZED VIEW IF NOT EXISTS event_counts_hourly_mv TO event_counts_hourly AS
 SELECT org_id, project_id, toStartOfHour(created_at) AS hour, type, severity, JSONExtractString(payload, 'status') AS status, count() AS events
 FROM event_log
