@@ -3,6 +3,8 @@ package auth
 import (
 	"slices"
 	"strings"
+
+	lru "github.com/hashicorp/golang-lru/v2"
 )
 
 // unparsedOperation names a GraphQL call whose document could not be read (the call is recorded
@@ -20,6 +22,35 @@ const maxOperationLen = 512
 // cannot be chosen, is "graphql unparsed". It only reads the document's outline; validating it
 // is the GraphQL handler's job.
 func GraphQLOperation(query, operationName string) string {
+	if len(query) > maxRememberedQuery {
+		return graphQLOperation(query, operationName)
+	}
+	k := opKey{query, operationName}
+	if name, ok := operations.Get(k); ok {
+		return name
+	}
+	name := graphQLOperation(query, operationName)
+	operations.Add(k, name)
+	return name
+}
+
+// operations remembers the names of the documents GraphQLOperation read last: a client sends the
+// same few again and again, and reading one was a tenth of a publishEvent call's CPU. Only short
+// documents are kept (at most 1,024 of maxRememberedQuery bytes), so that what it holds stays
+// small whatever a client sends.
+var operations = func() *lru.Cache[opKey, string] {
+	c, err := lru.New[opKey, string](1024)
+	if err != nil {
+		panic(err) // only for a size ≤ 0
+	}
+	return c
+}()
+
+type opKey struct{ query, operationName string }
+
+const maxRememberedQuery = 4 << 10
+
+func graphQLOperation(query, operationName string) string {
 	doc, ok := parseOutline(query)
 	if !ok {
 		return unparsedOperation

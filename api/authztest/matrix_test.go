@@ -393,6 +393,14 @@ func TestAuthorizationMatrix(t *testing.T) {
 					t.Errorf("a JWT holding %v: %s, want it authorized", r.scopes, res)
 				}
 			}
+
+			// Another tenant's credential again, now that the owner was served: what a node
+			// remembers of a resource (a project's organization) must not cross tenants either.
+			if r.tenant && r.access != platform {
+				if res := f.exec(r, f.key(otherSlug, access.Live, r.scopes...)); !res.notFound() {
+					t.Errorf("%s's key on demo-health's resource after its owner's call: %s, want NOT_FOUND", otherSlug, res)
+				}
+			}
 		})
 	}
 }

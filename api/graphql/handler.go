@@ -26,6 +26,7 @@ import (
 
 	gql "github.com/graph-gophers/graphql-go"
 	gqlerrors "github.com/graph-gophers/graphql-go/errors"
+	lru "github.com/hashicorp/golang-lru/v2"
 	"github.com/vektah/gqlparser/v2/ast"
 	"github.com/vektah/gqlparser/v2/parser"
 
@@ -104,7 +105,24 @@ type Handler struct {
 	maxQuery      int
 	cost          *costModel
 	maxCost       int64
+	// docs keeps what precheck and schemaFor learn of a document that passed them, by its text:
+	// a client sends the same few documents again and again, with other variables, and reading
+	// one took more CPU than graph-gophers' own parse and validation. Only documents of at most
+	// maxCachedDoc bytes are kept, so that what it holds stays small whatever clients send.
+	docs *lru.Cache[string, readDoc]
 }
+
+// readDoc is what a document that parsed and holds no bad text is known to be.
+type readDoc struct {
+	doc    *ast.QueryDocument // read only: shared by the requests that send this text
+	schema *gql.Schema        // the schema it runs on (schemaFor)
+}
+
+// docCacheSize and maxCachedDoc bound Handler.docs.
+const (
+	docCacheSize = 512
+	maxCachedDoc = 4 << 10
+)
 
 // New binds the schema (schemas.GraphQL) to the services. It fails when a resolver does not
 // match the schema.
@@ -114,7 +132,11 @@ func New(s Services, cfg Config) (*Handler, error) {
 	if err != nil {
 		return nil, err
 	}
-	h := &Handler{s: &s, logger: cfg.Logger, maxQuery: cfg.MaxQueryBytes, cost: cost, maxCost: cfg.MaxCost}
+	docs, err := lru.New[string, readDoc](docCacheSize)
+	if err != nil {
+		return nil, err
+	}
+	h := &Handler{s: &s, logger: cfg.Logger, maxQuery: cfg.MaxQueryBytes, cost: cost, maxCost: cfg.MaxCost, docs: docs}
 	opts := func(depth int) []gql.SchemaOpt {
 		return []gql.SchemaOpt{
 			gql.UseStringDescriptions(),
@@ -181,47 +203,55 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // Execute runs one query or mutation under ctx (which carries the caller's principal) with fresh
 // loaders, and returns the response with its errors mapped.
 func (h *Handler) Execute(ctx context.Context, req Request) *Response {
-	if errs := h.precheck(req); errs != nil {
+	d, errs := h.precheck(req)
+	if errs != nil {
 		return &Response{Errors: errs}
 	}
 	ctx = withLoaders(ctx, newLoaders(h.s))
-	res := h.schemaFor(req.Query).Exec(ctx, req.Query, req.OperationName, req.Variables)
+	res := d.schema.Exec(ctx, req.Query, req.OperationName, req.Variables)
 	return h.finish(ctx, req, res)
 }
 
 // precheck rejects, before anything runs, what is too long, empty, holds bad text or costs more
 // than the budget. A document it cannot read is left to graph-gophers' validation to explain;
 // should graph-gophers accept what was not costed, it is refused all the same.
-func (h *Handler) precheck(req Request) []*gqlerrors.QueryError {
+func (h *Handler) precheck(req Request) (readDoc, []*gqlerrors.QueryError) {
 	if len(req.Query) > h.maxQuery {
-		return []*gqlerrors.QueryError{queryError(CodeBadUserInput, "the query is %d bytes long; at most %d are allowed", len(req.Query), h.maxQuery)}
+		return readDoc{}, []*gqlerrors.QueryError{queryError(CodeBadUserInput, "the query is %d bytes long; at most %d are allowed", len(req.Query), h.maxQuery)}
 	}
 	if strings.TrimSpace(req.Query) == "" {
-		return []*gqlerrors.QueryError{queryError(CodeBadUserInput, "no query: send {\"query\": \"...\"}")}
+		return readDoc{}, []*gqlerrors.QueryError{queryError(CodeBadUserInput, "no query: send {\"query\": \"...\"}")}
 	}
 	if e := checkVariables(req.Variables); e != nil {
-		return []*gqlerrors.QueryError{e}
+		return readDoc{}, []*gqlerrors.QueryError{e}
 	}
-	doc, perr := parser.ParseQuery(&ast.Source{Input: req.Query})
-	if perr != nil {
-		return h.unreadable(req.Query, perr)
+	d, ok := h.docs.Get(req.Query)
+	if !ok {
+		doc, perr := parser.ParseQuery(&ast.Source{Input: req.Query})
+		if perr != nil {
+			return readDoc{}, h.unreadable(req.Query, perr)
+		}
+		if e := checkLiterals(doc); e != nil {
+			return readDoc{}, []*gqlerrors.QueryError{e}
+		}
+		d = readDoc{doc: doc, schema: h.schemaFor(req.Query)}
+		if len(req.Query) <= maxCachedDoc {
+			h.docs.Add(req.Query, d)
+		}
 	}
-	if e := checkLiterals(doc); e != nil {
-		return []*gqlerrors.QueryError{e}
-	}
-	cost, err := h.cost.cost(doc, req.OperationName, req.Variables)
+	cost, err := h.cost.cost(d.doc, req.OperationName, req.Variables)
 	if err != nil {
-		return h.unreadable(req.Query, err)
+		return readDoc{}, h.unreadable(req.Query, err)
 	}
 	if cost > h.maxCost {
 		if errs := h.invalid(req.Query); errs != nil {
-			return errs // an invalid document is reported as such, whatever it would cost
+			return readDoc{}, errs // an invalid document is reported as such, whatever it would cost
 		}
 		e := queryError(CodeBadUserInput, "the query's estimated cost is %d, over the budget of %d: lower the limit arguments, select fewer nested lists or fields, or split it into several requests", cost, h.maxCost)
 		e.Extensions["cost"], e.Extensions["maxCost"] = cost, h.maxCost
-		return []*gqlerrors.QueryError{e}
+		return readDoc{}, []*gqlerrors.QueryError{e}
 	}
-	return nil
+	return d, nil
 }
 
 // unreadable answers a document precheck could not read: graph-gophers' validation errors, or

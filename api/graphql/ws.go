@@ -101,7 +101,8 @@ func (e *wsExecutor) audit(ctx context.Context, req ws.Request, start time.Time,
 }
 
 func (e *wsExecutor) Execute(ctx context.Context, req ws.Request) (<-chan *ws.Response, error) {
-	if errs := e.h.precheck(Request(req)); errs != nil {
+	d, errs := e.h.precheck(Request(req))
+	if errs != nil {
 		c := make(chan *ws.Response, 1)
 		c <- &ws.Response{Errors: errs}
 		close(c)
@@ -110,7 +111,7 @@ func (e *wsExecutor) Execute(ctx context.Context, req ws.Request) (<-chan *ws.Re
 	ctx = withLoaders(ctx, newLoaders(e.h.s))
 	ctx, _ = access.WithRecorder(ctx)
 	start := time.Now()
-	src, err := e.h.schemaFor(req.Query).Subscribe(ctx, req.Query, req.OperationName, req.Variables)
+	src, err := d.schema.Subscribe(ctx, req.Query, req.OperationName, req.Variables)
 	if err != nil {
 		return nil, &gqlerrors.QueryError{Message: err.Error(), Extensions: map[string]any{"code": CodeInternal}}
 	}

@@ -9,7 +9,6 @@ import (
 
 	"carehub/kernel/access"
 	"carehub/kernel/fault"
-	"carehub/processors/internal/scoped"
 	"carehub/storage"
 )
 
@@ -109,7 +108,7 @@ func (s *Service) statsQuery(ctx context.Context, p *access.Principal, q StatsQu
 	orgID := q.OrgID
 	switch {
 	case q.ProjectID != "":
-		projectOrg, err := scoped.ProjectOrg(ctx, s.pool, p, q.ProjectID)
+		projectOrg, err := s.projects.Lookup(ctx, s.pool, p, q.ProjectID)
 		if err != nil {
 			return storage.AggregateQuery{}, err
 		}

@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 
 	"github.com/jackc/pgx/v5"
 
@@ -72,6 +73,43 @@ func ProjectOrg(ctx context.Context, q Querier, p *access.Principal, projectID s
 	if err != nil {
 		return "", fmt.Errorf("project %s: %w", projectID, err)
 	}
+	return orgID, nil
+}
+
+// ProjectOrgs remembers the organization of each project it has found, so that a publish at
+// thousands a second does not pay a round trip to Postgres for a fact that cannot change: a
+// project never changes organization and is never deleted. Only projects found are kept (an
+// unknown id is asked again), and the caller's organization filter is applied to a remembered
+// project as the query applies it. It is safe for concurrent use; the zero value is ready.
+type ProjectOrgs struct {
+	mu   sync.RWMutex
+	orgs map[string]string
+}
+
+// maxProjectOrgs bounds a ProjectOrgs: past it, it starts over.
+const maxProjectOrgs = 1 << 16
+
+// Lookup is ProjectOrg, answered from what c remembers when it can.
+func (c *ProjectOrgs) Lookup(ctx context.Context, q Querier, p *access.Principal, projectID string) (string, error) {
+	c.mu.RLock()
+	orgID, ok := c.orgs[projectID]
+	c.mu.RUnlock()
+	if ok {
+		if f := p.OrgFilter(); f != "" && f != orgID {
+			return "", fault.NotFound("project", projectID)
+		}
+		return orgID, nil
+	}
+	orgID, err := ProjectOrg(ctx, q, p, projectID)
+	if err != nil {
+		return "", err
+	}
+	c.mu.Lock()
+	if c.orgs == nil || len(c.orgs) >= maxProjectOrgs {
+		c.orgs = make(map[string]string)
+	}
+	c.orgs[projectID] = orgID
+	c.mu.Unlock()
 	return orgID, nil
 }
 
