@@ -19,6 +19,7 @@ import (
 	"carehub/kernel/access"
 	"carehub/kernel/config"
 	"carehub/kernel/fault"
+	"carehub/kernel/jsonwire"
 	"carehub/storage"
 	"carehub/storage/ids"
 )
@@ -281,6 +282,9 @@ func outcome(status int) string {
 // graphQLOutcome reads a GraphQL response (HTTP 200 even on errors): denied when every error is
 // FORBIDDEN or UNAUTHENTICATED, error when other errors left no data, else success.
 func graphQLOutcome(body []byte) string {
+	if !bytes.Contains(body, []byte(`"errors"`)) {
+		return "success" // the handler's encoding/json writes the member name as it stands
+	}
 	var resp struct {
 		Data   json.RawMessage `json:"data"`
 		Errors []struct {
@@ -410,15 +414,28 @@ func graphQLOperationFromBody(contentType string, body []byte) string {
 	if len(trimmed) > 0 && trimmed[0] == '[' {
 		return "graphql batch"
 	}
-	var req struct {
-		Query         string `json:"query"`
-		OperationName string `json:"operationName"`
-	}
-	if json.Unmarshal(body, &req) != nil {
+	// The two members as json.Unmarshal into a struct of them would read them, without decoding
+	// the variables (an event's whole payload) only to drop them.
+	var query, operationName string
+	if !jsonwire.Valid(body) {
 		return unparsedOperation
 	}
-	return GraphQLOperation(req.Query, req.OperationName)
+	err := jsonwire.Members(body, func(key, value []byte) error {
+		switch jsonwire.Fold(key, requestMembers) {
+		case "query":
+			return jsonwire.String(value, &query)
+		case "operationName":
+			return jsonwire.String(value, &operationName)
+		}
+		return nil
+	})
+	if err != nil {
+		return unparsedOperation
+	}
+	return GraphQLOperation(query, operationName)
 }
+
+var requestMembers = []string{"query", "operationName"}
 
 // errReader returns err (a read error met while peeking) after the peeked bytes, or nothing.
 type errReader struct{ err error }

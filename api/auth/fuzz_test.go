@@ -117,3 +117,30 @@ func FuzzGraphQLOperation(f *testing.F) {
 		}
 	})
 }
+
+// FuzzGraphQLOperationFromBody checks that the audit's reading of a GraphQL body names the
+// operation json.Unmarshal into {query, operationName} would: the same members (any case, the
+// last of a repeated one), and "graphql unparsed" for what it refuses.
+func FuzzGraphQLOperationFromBody(f *testing.F) {
+	for _, s := range []string{
+		`{"query":"{ a }"}`, `{"query":"mutation M { b } query Q { c }","operationName":"Q"}`,
+		`{"QUERY":"{ a }","query":"{ b }"}`, `{"query":"{ a }","query":null}`, `{"query":5}`,
+		`{"query":"{ \u0061 }","variables":{"x":[1,{"y":"z"}]}}`, `"{ a }"`, `null`, `{`, ` {"Query" : "{ é }"} `,
+		`{"operationname":"Q","query":"query Q { c } query R { d }"}`, `{"query":"\ud800"}`,
+	} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, body string) {
+		want := unparsedOperation
+		var req struct {
+			Query         string `json:"query"`
+			OperationName string `json:"operationName"`
+		}
+		if json.Unmarshal([]byte(body), &req) == nil {
+			want = GraphQLOperation(req.Query, req.OperationName)
+		}
+		if got := graphQLOperationFromBody("application/json", []byte(body)); got != want && !strings.HasPrefix(strings.TrimLeft(body, " \t\r\n"), "[") {
+			t.Fatalf("graphQLOperationFromBody(%q) = %q, want %q", body, got, want)
+		}
+	})
+}
