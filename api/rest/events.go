@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strings"
+	"time"
 
 	"carehub/api/envelope"
 	"carehub/kernel/fault"
@@ -28,9 +30,24 @@ type PublishedEvents struct {
 	Data []Event `json:"data"`
 }
 
+// PublishedEventRefs is the answer of POST /v1/events under Prefer: return=minimal: the id and
+// time of each event created, in the order of the request.
+type PublishedEventRefs struct {
+	Data []EventRef `json:"data"`
+}
+
+// EventRef names one event created.
+type EventRef struct {
+	ID        string    `json:"id"`
+	CreatedAt time.Time `json:"createdAt"`
+}
+
 // publishEvents is POST /v1/events, publishEvent for high-volume producers: one event or an
 // array of up to 1,000, all or nothing, in one transaction (feed.PublishBatch). 202 Accepted:
 // the events are durable and reach the log, webhooks and subscriptions through the pipeline.
+// Prefer: return=minimal answers their ids and times only: a producer of arrays has no use for
+// its own events sent back, and writing (and reading) them was a sixth of the CPU an array of
+// 1,000 cost end to end.
 func (h *handlers) publishEvents(w http.ResponseWriter, r *http.Request) {
 	drafts, array, err := decodeDrafts(r)
 	if err != nil {
@@ -50,11 +67,34 @@ func (h *handlers) publishEvents(w http.ResponseWriter, r *http.Request) {
 		envelope.WriteError(w, r, err)
 		return
 	}
+	if returnMinimal(r) {
+		out := PublishedEventRefs{Data: make([]EventRef, len(evs))}
+		for i, e := range evs {
+			out.Data[i] = EventRef{ID: e.ID, CreatedAt: e.CreatedAt.UTC()}
+		}
+		w.Header().Set("Preference-Applied", "return=minimal")
+		envelope.WriteJSON(w, http.StatusAccepted, out)
+		return
+	}
 	out := PublishedEvents{Data: make([]Event, len(evs))}
 	for i, e := range evs {
 		out.Data[i] = eventOf(e)
 	}
 	envelope.WriteJSON(w, http.StatusAccepted, out)
+}
+
+// returnMinimal reports whether the request's Prefer header asks for return=minimal (RFC 7240:
+// comma-separated preferences, names matched case-insensitively).
+func returnMinimal(r *http.Request) bool {
+	for _, v := range r.Header.Values("Prefer") {
+		for _, p := range strings.Split(v, ",") {
+			name, value, _ := strings.Cut(strings.TrimSpace(p), "=")
+			if strings.EqualFold(strings.TrimSpace(name), "return") && strings.Trim(strings.TrimSpace(value), `"`) == "minimal" {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // decodeDrafts reads the body of POST /v1/events strictly, as DecodeJSON reads an object, and

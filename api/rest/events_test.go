@@ -112,6 +112,45 @@ func TestPublishEvents(t *testing.T) {
 		})
 	})
 
+	t.Run("Prefer: return=minimal answers ids and times", func(t *testing.T) {
+		minimal := fmt.Sprintf("resttest.minimal_%d", time.Now().UnixNano())
+		r := post(t, s, key, drafts(sepsis, minimal, 3), "Prefer", "respond-async, return=minimal")
+		if r.Status != http.StatusAccepted || r.Header.Get("Preference-Applied") != "return=minimal" {
+			t.Fatalf("%d (Preference-Applied %q) %s", r.Status, r.Header.Get("Preference-Applied"), r.Body)
+		}
+		var refs struct {
+			Data []map[string]any `json:"data"`
+		}
+		r.JSON(t, &refs)
+		for _, ref := range refs.Data {
+			id, _ := ref["id"].(string)
+			at, _ := ref["createdAt"].(string)
+			if _, err := time.Parse(time.RFC3339Nano, at); len(ref) != 2 || !strings.HasPrefix(id, "evt_") || err != nil {
+				t.Fatalf("a minimal answer's event: %v", ref)
+			}
+		}
+		if len(refs.Data) != 3 || inOutbox(minimal) != 0 {
+			t.Fatalf("%d refs (want 3) for %s", len(refs.Data), r.Body)
+		}
+		q := url.Values{"projectId": {sepsis}, "type": {minimal}, "limit": {"10"}, "order": {"asc"}}.Encode()
+		servertest.Eventually(t, 60*time.Second, "the 3 events in the log, as answered", func() bool {
+			var page struct{ Data []map[string]any }
+			s.Do(http.MethodGet, "/v1/events?"+q, key, nil).JSON(t, &page)
+			if len(page.Data) != 3 {
+				return false
+			}
+			for i, ev := range page.Data {
+				if ev["id"] != refs.Data[i]["id"] || ev["createdAt"] != refs.Data[i]["createdAt"] {
+					t.Fatalf("event %d in the log %v, answered %v", i, ev, refs.Data[i])
+				}
+			}
+			return true
+		})
+		if r := post(t, s, key, draft(sepsis, minimal, 1), "Prefer", "return=representation"); r.Header.Get("Preference-Applied") != "" || !strings.Contains(string(r.Body), `"payload"`) {
+			t.Errorf("return=representation: %s %s", r.Header, r.Body)
+		}
+	})
+
 	t.Run("all or nothing", func(t *testing.T) {
 		other := fmt.Sprintf("resttest.none_%d", time.Now().UnixNano())
 		batch := drafts(sepsis, other, 5)
