@@ -10,6 +10,7 @@
 package jsonwire
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -113,10 +114,16 @@ func String(v []byte, s *string) error {
 	return json.Unmarshal(v, s)
 }
 
+// needsUnquote reports whether the inside of a JSON string holds an escape or invalid UTF-8.
+// (Up to 2026-11-27 it stopped at the first non-ASCII byte, so an escape after one, as in
+// "é\n", was taken as it stood, backslash and all.)
 func needsUnquote(b []byte) bool {
+	if bytes.IndexByte(b, '\\') >= 0 {
+		return true
+	}
 	for _, c := range b {
-		if c == '\\' || c >= utf8.RuneSelf {
-			return c == '\\' || !utf8.Valid(b)
+		if c >= utf8.RuneSelf {
+			return !utf8.Valid(b)
 		}
 	}
 	return false

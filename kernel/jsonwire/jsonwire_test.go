@@ -20,7 +20,7 @@ func FuzzMembers(f *testing.F) {
 		`{"a":1,"b":"x","c":{"d":[1,2,{"e":"}"}]},"f":null,"g":true,"h":-1.5e-7}`,
 		` { "a" : "\"\\\u00e9\ud800" , "a":[ ] ,"\u0062":{} } `,
 		"{\"k\xff\":\"v\xfe\"}",
-		`{"a":"b\\"}`, `{}`, `[]`, `"x"`, `1`, `null`, `{"a":}`, `{"a":1,}`, `{"a"`,
+		`{"a":"b\\"}`, `{"é\u0062":"é\t"}`, `{}`, `[]`, `"x"`, `1`, `null`, `{"a":}`, `{"a":1,}`, `{"a"`,
 	} {
 		f.Add([]byte(s))
 	}
@@ -53,7 +53,7 @@ func FuzzMembers(f *testing.F) {
 // FuzzValues checks String, Float and Bool against json.Unmarshal of the same value into the
 // same type, null and wrong types included.
 func FuzzValues(f *testing.F) {
-	for _, s := range []string{`"abc"`, `"a\"b\u00e9\ud83d\ude00"`, "\"\xff\"", `null`, `1`, `-0.5e-3`, `1e400`, `true`, `false`, `"true"`, `{}`, `[1]`} {
+	for _, s := range []string{`"abc"`, `"a\"b\u00e9\ud83d\ude00"`, `"é\n\"x"`, `"ü\u00e9"`, "\"\xff\"", `null`, `1`, `-0.5e-3`, `1e400`, `true`, `false`, `"true"`, `{}`, `[1]`} {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, v []byte) {
