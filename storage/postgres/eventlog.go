@@ -103,23 +103,16 @@ on conflict (id) do nothing`,
 // Writing new events once instead of twice (staging table, then insert) is what the event log
 // writer does under load, where every batch is new.
 func (l *EventLog) copyNew(ctx context.Context, events []storage.Event) error {
-	order := inIDOrder(len(events), func(i int) string { return events[i].ID })
+	order := make([]int, len(events))
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortFunc(order, func(a, b int) int { return strings.Compare(events[a].ID, events[b].ID) })
 	_, err := l.pool.CopyFrom(ctx, pgx.Identifier{"event_log"}, eventColumns, pgx.CopyFromSlice(len(order), func(i int) ([]any, error) {
 		ev := events[order[i]]
 		return []any{ev.ID, ev.OrgID, ev.ProjectID, ev.Type, ev.Source, ev.Severity, payloadOf(ev), ev.CreatedAt}, nil
 	}))
 	return err
-}
-
-// inIDOrder returns the indexes of n rows in the order of their ids: concurrent writers of
-// overlapping batches then wait on each other instead of deadlocking.
-func inIDOrder(n int, id func(int) string) []int {
-	order := make([]int, n)
-	for i := range order {
-		order[i] = i
-	}
-	slices.SortFunc(order, func(a, b int) int { return strings.Compare(id(a), id(b)) })
-	return order
 }
 
 func isUniqueViolation(err error) bool {
@@ -427,36 +420,13 @@ func nonNil(s []string) []string {
 	return s
 }
 
-// AppendAudit stores records idempotently by id in one statement or transaction: all or none
-// are stored. They are copied (COPY), in id order, straight into audit_log, which fails as a
-// whole when one id is stored already; then, and only then, they are copied into a temporary
-// staging table and moved with INSERT … SELECT … ON CONFLICT (id) DO NOTHING. Staging every
-// batch (creating the table, copying twice) was two thirds of the Postgres time the audit
-// writer took at a few thousand calls a second; a redelivered batch is the exception.
+// AppendAudit stores records idempotently by id in one transaction, copying them through a
+// staging table (audit batches come from the audit writer in thousands).
 func (l *AuditLog) AppendAudit(ctx context.Context, records []storage.AuditRecord) error {
 	if len(records) == 0 {
 		return nil
 	}
-	err := l.copyNew(ctx, records)
-	if isUniqueViolation(err) {
-		err = l.appendStaged(ctx, records) // stored before (a redelivery) or repeated in records
-	}
-	if err != nil {
-		return fmt.Errorf("append audit: %w", err)
-	}
-	return nil
-}
-
-func (l *AuditLog) copyNew(ctx context.Context, records []storage.AuditRecord) error {
-	order := inIDOrder(len(records), func(i int) string { return records[i].ID })
-	_, err := l.pool.CopyFrom(ctx, pgx.Identifier{"audit_log"}, auditColumns, pgx.CopyFromSlice(len(order), func(i int) ([]any, error) {
-		return auditRow(records[order[i]]), nil
-	}))
-	return err
-}
-
-func (l *AuditLog) appendStaged(ctx context.Context, records []storage.AuditRecord) error {
-	return pgx.BeginFunc(ctx, l.pool, func(tx pgx.Tx) error {
+	err := pgx.BeginFunc(ctx, l.pool, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, `
 create temp table audit_log_stage (
 	id text, time timestamptz, org_id text, key_id text, mode text, client_ip text,
@@ -474,6 +444,10 @@ create temp table audit_log_stage (
 		_, err := tx.Exec(ctx, "insert into audit_log ("+cols+") select "+cols+" from audit_log_stage order by id on conflict (id) do nothing")
 		return err
 	})
+	if err != nil {
+		return fmt.Errorf("append audit: %w", err)
+	}
+	return nil
 }
 
 // QueryAudit returns the audit records matching q, newest first (time, then id, descending).

@@ -110,6 +110,8 @@ func testAuditRoundTrip(t *testing.T, s storage.AuditLog) {
 	full.Time = full.Time.Add(123 * time.Nanosecond) // dropped: microsecond precision
 	// A record that says it is incomplete: more ids were touched than a record keeps.
 	full.Truncated, full.PatientIDsOmitted, full.ResourceIDsOmitted = true, 250, 40
+	// Ids are text to the store, whatever they hold: an id list must come back as it went in.
+	full.ResourceIDs = append(full.ResourceIDs, `q"uote`, `back\slash`, "com,ma", "{brace}", "NULL", "", "é ü", ` `)
 	empty := record("", "key_platform", "graphql query organizations", time.Second)
 	empty.ResourceIDs, empty.PatientIDs = nil, nil
 	empty.Mode, empty.Outcome, empty.Status, empty.LatencyMs = "test", "denied", 403, 0
