@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net/http"
 	"strconv"
+	"strings"
 
 	"carehub/kernel/fault"
 )
@@ -193,4 +194,20 @@ func LoggerFrom(ctx context.Context) *slog.Logger {
 		return l
 	}
 	return slog.Default()
+}
+
+// Prefers reports whether the request's Prefer headers (RFC 7240: comma-separated preferences)
+// hold name=value: the name matched case-insensitively, the value so too, spaces around either
+// and quotes around the value ignored. The REST API's return=minimal and the FHIR base's
+// handling=lenient read it.
+func Prefers(r *http.Request, name, value string) bool {
+	for _, v := range r.Header.Values("Prefer") {
+		for _, p := range strings.Split(v, ",") {
+			n, val, _ := strings.Cut(p, "=")
+			if strings.EqualFold(strings.TrimSpace(n), name) && strings.EqualFold(strings.Trim(strings.TrimSpace(val), `"`), value) {
+				return true
+			}
+		}
+	}
+	return false
 }

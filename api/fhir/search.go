@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"carehub/api/envelope"
 	"carehub/processors/patients"
 	"carehub/storage/ids"
 )
@@ -265,22 +266,12 @@ func paramNames(t string) string {
 	return strings.Join(append(n, resultParams...), ", ")
 }
 
-// lenientHandling reports whether Prefer asks for handling=lenient (strict is the default).
-func lenientHandling(r *http.Request) bool {
-	for _, p := range strings.Split(r.Header.Get("Prefer"), ",") {
-		if strings.EqualFold(strings.ReplaceAll(strings.TrimSpace(p), " ", ""), "handling=lenient") {
-			return true
-		}
-	}
-	return false
-}
-
 func (h handler) search(w http.ResponseWriter, r *http.Request) {
 	t, ok := route(w, r)
 	if !ok {
 		return
 	}
-	q, err := parseSearch(t, r.URL.Query(), lenientHandling(r))
+	q, err := parseSearch(t, r.URL.Query(), envelope.Prefers(r, "handling", "lenient"))
 	if err != nil {
 		writeError(w, r, err)
 		return

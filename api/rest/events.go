@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"strings"
 	"time"
 
 	"carehub/api/envelope"
@@ -67,7 +66,7 @@ func (h *handlers) publishEvents(w http.ResponseWriter, r *http.Request) {
 		envelope.WriteError(w, r, err)
 		return
 	}
-	if returnMinimal(r) {
+	if envelope.Prefers(r, "return", "minimal") {
 		out := PublishedEventRefs{Data: make([]EventRef, len(evs))}
 		for i, e := range evs {
 			out.Data[i] = EventRef{ID: e.ID, CreatedAt: e.CreatedAt.UTC()}
@@ -81,20 +80,6 @@ func (h *handlers) publishEvents(w http.ResponseWriter, r *http.Request) {
 		out.Data[i] = eventOf(e)
 	}
 	envelope.WriteJSON(w, http.StatusAccepted, out)
-}
-
-// returnMinimal reports whether the request's Prefer header asks for return=minimal (RFC 7240:
-// comma-separated preferences, names matched case-insensitively).
-func returnMinimal(r *http.Request) bool {
-	for _, v := range r.Header.Values("Prefer") {
-		for _, p := range strings.Split(v, ",") {
-			name, value, _ := strings.Cut(strings.TrimSpace(p), "=")
-			if strings.EqualFold(strings.TrimSpace(name), "return") && strings.Trim(strings.TrimSpace(value), `"`) == "minimal" {
-				return true
-			}
-		}
-	}
-	return false
 }
 
 // decodeDrafts reads the body of POST /v1/events strictly, as DecodeJSON reads an object, and
