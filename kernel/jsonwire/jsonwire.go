@@ -1,12 +1,12 @@
 // Package jsonwire reads and writes JSON without reflection, for the hot paths that handle a
-// record at a time at tens of thousands a second: the observation writer's records and every
-// consumer's event envelopes. Each decoder built on it decodes as json.Unmarshal into its
+// record at a time at tens of thousands a second: the observation writer's records, every
+// consumer's event envelopes and every call's audit record. Each decoder built on it decodes as json.Unmarshal into its
 // struct would, which a fuzz test beside it checks against encoding/json itself; everything
 // else in carehub uses encoding/json.
 //
 // Reading is two steps: Valid checks a whole record once, then Members walks its top-level
-// object without checking again, handing each value to String, Float, Bool or the type's own
-// UnmarshalJSON.
+// object without checking again, handing each value to String, Strings, Int, Float, Bool or the
+// type's own UnmarshalJSON.
 package jsonwire
 
 import (
@@ -81,6 +81,31 @@ func Members(obj []byte, fn func(key, value []byte) error) error {
 	}
 }
 
+// Elements calls fn with each element of the JSON array arr, in order, exactly as it stands in
+// arr. arr must be Valid; Elements returns nil at once for a value that is not an array, and the
+// first error fn returns.
+func Elements(arr []byte, fn func(value []byte) error) error {
+	i := skipSpace(arr, 0)
+	if i >= len(arr) || arr[i] != '[' {
+		return nil
+	}
+	i++
+	for {
+		i = skipSpace(arr, i)
+		if i >= len(arr) || arr[i] == ']' {
+			return nil
+		}
+		end := skipValue(arr, i)
+		if err := fn(arr[i:end]); err != nil {
+			return err
+		}
+		i = skipSpace(arr, end)
+		if i < len(arr) && arr[i] == ',' {
+			i++
+		}
+	}
+}
+
 // Fold returns the name of names that key matches case-insensitively, as encoding/json matches
 // a key no field names exactly, and "" when none does.
 func Fold(key []byte, names []string) string {
@@ -127,6 +152,49 @@ func needsUnquote(b []byte) bool {
 		}
 	}
 	return false
+}
+
+// Strings decodes the JSON array of strings v into ss as encoding/json does: null sets ss to nil,
+// [] to an empty slice, and a null element is "".
+func Strings(v []byte, ss *[]string) error {
+	if IsNull(v) {
+		*ss = nil
+		return nil
+	}
+	if len(v) == 0 || v[0] != '[' {
+		return errors.New("not an array")
+	}
+	out := []string{}
+	err := Elements(v, func(e []byte) error {
+		var s string
+		if err := String(e, &s); err != nil {
+			return err
+		}
+		out = append(out, s)
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	*ss = out
+	return nil
+}
+
+// Int decodes the JSON number v into n as encoding/json does into an int: an integer within
+// int's range, neither fraction nor exponent; null leaves n as it was.
+func Int(v []byte, n *int) error {
+	if IsNull(v) {
+		return nil
+	}
+	if len(v) == 0 || v[0] != '-' && (v[0] < '0' || v[0] > '9') {
+		return errors.New("not a number")
+	}
+	x, err := strconv.ParseInt(string(v), 10, 0)
+	if err != nil {
+		return errors.New("not an integer within range")
+	}
+	*n = int(x)
+	return nil
 }
 
 // Float decodes the JSON number v into f; null leaves f as it was. A number out of float64's

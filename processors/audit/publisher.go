@@ -14,7 +14,6 @@ package audit
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -93,7 +92,7 @@ func NewPublisher(cfg PublisherConfig) (*Publisher, error) {
 var ErrNotAcknowledged = errors.New("audit record not acknowledged by the broker")
 
 func (p *Publisher) record(rec storage.AuditRecord) (*kgo.Record, error) {
-	b, err := json.Marshal(rec)
+	b, err := encode(rec)
 	if err != nil {
 		return nil, fmt.Errorf("encode audit record: %w", err)
 	}

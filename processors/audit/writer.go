@@ -2,7 +2,6 @@ package audit
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -113,18 +112,6 @@ func (w *Writer) Run(ctx context.Context) error {
 		return err
 	}
 	return ctx.Err()
-}
-
-// decode returns the audit record of a message. An invalid message can never be stored.
-func decode(value []byte) (storage.AuditRecord, error) {
-	var a storage.AuditRecord
-	if err := json.Unmarshal(value, &a); err != nil {
-		return a, err
-	}
-	if a.ID == "" || a.Operation == "" || a.Time.IsZero() {
-		return a, errors.New("audit message without id, operation or time")
-	}
-	return a, nil
 }
 
 // skip counts an invalid message; the runner logs it by position (never by content: it may
