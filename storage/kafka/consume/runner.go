@@ -151,6 +151,11 @@ func (r *Runner) Run(ctx context.Context, h Handler, mw ...Middleware) error {
 			// Stopping: the batch is left uncommitted for the next owner.
 		default:
 			if err := r.handle(ctx, h, recs); err != nil {
+				if ctx.Err() != nil {
+					// Stopped in the middle of the batch: nothing is wrong, and nothing was committed.
+					r.log.Info("stopped while handling a batch; left uncommitted for the next owner", "records", len(recs))
+					return nil
+				}
 				failures++
 				wait := r.cfg.Backoff(failures)
 				r.log.Error("handling a batch failed; rewound to retry", "error", err, "records", len(recs),
