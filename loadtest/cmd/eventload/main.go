@@ -306,6 +306,7 @@ func run(ctx context.Context, cfg config, logw io.Writer) (*report, error) {
 	readerDone := make(chan error, 1)
 	publishingDone := make(chan struct{})
 	var reads, readErrors int
+	var readTimes []time.Duration // the reader's own goroutine only, read after readerDone
 	go func() {
 		var drainEnd <-chan time.Time
 		for {
@@ -348,10 +349,12 @@ func run(ctx context.Context, cfg config, logw io.Writer) (*report, error) {
 			}
 			if unseen > 0 {
 				rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+				readAt := time.Now()
 				evs, _, _, err := reader.AllEvents(rctx, pipelinetest.Query{ProjectID: project, Type: sampleType,
 					Since: oldest.Add(-100 * time.Millisecond), Limit: 1000}, 50)
 				cancel()
 				now := time.Now()
+				readTimes = append(readTimes, now.Sub(readAt))
 				reads++
 				if err != nil {
 					readErrors++
@@ -404,6 +407,7 @@ func run(ctx context.Context, cfg config, logw io.Writer) (*report, error) {
 	rep.Publish = callDist
 	rep.Visible = visDist
 	rep.Unseen, rep.Reads, rep.ReadErrors = unseen, reads, readErrors
+	rep.Read = loadcli.Ms(readTimes)
 	if v, ok := firstErr.Load().(string); ok {
 		rep.FirstError = v
 	}
@@ -471,8 +475,11 @@ type report struct {
 	Unseen       int            `json:"sampledUnseen"`
 	Reads        int            `json:"logReads"`
 	ReadErrors   int            `json:"logReadErrors"`
-	InLog        int64          `json:"inLog"`
-	Exports      []exportFigure `json:"exports,omitempty"` // with -export
+	// Read is how long the reader's reads took: a sample is seen when the read that returns it
+	// ends, so a slow read adds to publish→log.
+	Read    loadcli.MsDist `json:"logReadMs"`
+	InLog   int64          `json:"inLog"`
+	Exports []exportFigure `json:"exports,omitempty"` // with -export
 	// Series is the run second by second (events/s acknowledged, publish call latency, sampled
 	// events not yet visible in the log), for loadtest/report's chart.
 	Series []loadreport.Point `json:"-"`
@@ -488,6 +495,7 @@ func (r *report) Print(w io.Writer) {
 	}
 	fmt.Fprintf(w, "publish call   %v\n", r.Publish)
 	fmt.Fprintf(w, "publish→log    %v (sampled; %d unseen; %d reads, %d failed)\n", r.Visible, r.Unseen, r.Reads, r.ReadErrors)
+	fmt.Fprintf(w, "log reads      %v\n", r.Read)
 	if r.LoggedPerSec > 0 {
 		fmt.Fprintf(w, "into the log   %.1f events/s (published ÷ start to the last sample visible)\n", r.LoggedPerSec)
 	}
