@@ -151,7 +151,7 @@ func (r *Runner) Run(ctx context.Context, h Handler, mw ...Middleware) error {
 			// Stopping: the batch is left uncommitted for the next owner.
 		default:
 			if err := r.handle(ctx, h, recs); err != nil {
-				if ctx.Err() != nil {
+				if ctx.Err() != nil && (errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)) {
 					// Stopped in the middle of the batch: nothing is wrong, and nothing was committed.
 					r.log.Info("stopped while handling a batch; left uncommitted for the next owner", "records", len(recs))
 					return nil
