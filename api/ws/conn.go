@@ -143,11 +143,15 @@ func (c *conn) serve() {
 }
 
 // fail starts closing the connection with code and reason; the first call wins. It cancels
-// every operation and hands the close to the writer. It reports whether this call was first.
-func (c *conn) fail(code websocket.StatusCode, reason string, mode closeMode) bool {
+// every operation and hands the close to the writer. It reports whether this call was first;
+// the first call runs before, if given, before anything closes.
+func (c *conn) fail(code websocket.StatusCode, reason string, mode closeMode, before ...func()) bool {
 	first := false
 	c.closeOnce.Do(func() {
 		first = true
+		for _, f := range before {
+			f()
+		}
 		c.closeCode, c.closeReason, c.closeMode = code, closeReason(reason), mode
 		c.cancel()
 		close(c.closing)
@@ -229,8 +233,8 @@ func (c *conn) enqueue(ctx context.Context, op *operation, data []byte) error {
 
 // slow closes the connection with 4008 "Subscriber too slow"; why and attrs are logged.
 func (c *conn) slow(why string, attrs ...any) {
-	if c.fail(CloseSlowConsumer, "Subscriber too slow", closeHandshake) {
-		c.h.metrics.slowConsumerClosed()
+	// Counted before the close is set in motion: a peer that sees the close may look for it.
+	if c.fail(CloseSlowConsumer, "Subscriber too slow", closeHandshake, c.h.metrics.slowConsumerClosed) {
 		c.log.Warn("ws: closing slow consumer", append([]any{"reason", why}, attrs...)...)
 	}
 }
