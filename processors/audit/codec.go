@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"strconv"
+	"time"
 	"unicode/utf8"
 
 	"carehub/kernel/jsonwire"
@@ -24,7 +25,7 @@ func encode(rec storage.AuditRecord) ([]byte, error) {
 	b = append(b, `{"id":`...)
 	b = jsonwire.AppendString(b, rec.ID)
 	b = append(b, `,"time":"`...)
-	b = rec.Time.AppendFormat(b, timeFormat)
+	b = rec.Time.AppendFormat(b, time.RFC3339Nano) // time.Time.MarshalJSON's layout
 	b = append(b, `","orgId":`...)
 	b = jsonwire.AppendString(b, rec.OrgID)
 	b = append(b, `,"keyId":`...)
@@ -63,9 +64,6 @@ func encode(rec storage.AuditRecord) ([]byte, error) {
 	}
 	return append(b, '}'), nil
 }
-
-// timeFormat is time.Time's MarshalJSON layout.
-const timeFormat = "2006-01-02T15:04:05.999999999Z07:00"
 
 // validUTF8 reports whether every string of rec is valid UTF-8, which jsonwire.AppendString
 // expects. A client's User-Agent may not be.

@@ -2,6 +2,7 @@ package audit
 
 import (
 	"encoding/json"
+	"errors"
 	"reflect"
 	"strings"
 	"testing"
@@ -72,11 +73,7 @@ func FuzzCodec(f *testing.F) {
 	})
 }
 
-var errIncomplete = errorString("incomplete")
-
-type errorString string
-
-func (e errorString) Error() string { return string(e) }
+var errIncomplete = errors.New("incomplete")
 
 func equalRecords(a, b storage.AuditRecord) bool {
 	if !a.Time.Equal(b.Time) {

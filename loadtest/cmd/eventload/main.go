@@ -305,8 +305,8 @@ func run(ctx context.Context, cfg config, logw io.Writer) (*report, error) {
 	// every sample is seen or the drain ends.
 	readerDone := make(chan error, 1)
 	publishingDone := make(chan struct{})
-	var reads, readErrors int
-	var readTimes []time.Duration // the reader's own goroutine only, read after readerDone
+	var readErrors int
+	var readTimes []time.Duration // one per read; the reader's own goroutine only, read after readerDone
 	go func() {
 		var drainEnd <-chan time.Time
 		for {
@@ -355,7 +355,6 @@ func run(ctx context.Context, cfg config, logw io.Writer) (*report, error) {
 				cancel()
 				now := time.Now()
 				readTimes = append(readTimes, now.Sub(readAt))
-				reads++
 				if err != nil {
 					readErrors++
 				}
@@ -406,7 +405,7 @@ func run(ctx context.Context, cfg config, logw io.Writer) (*report, error) {
 	}
 	rep.Publish = callDist
 	rep.Visible = visDist
-	rep.Unseen, rep.Reads, rep.ReadErrors = unseen, reads, readErrors
+	rep.Unseen, rep.Reads, rep.ReadErrors = unseen, len(readTimes), readErrors
 	rep.Read = loadcli.Ms(readTimes)
 	if v, ok := firstErr.Load().(string); ok {
 		rep.FirstError = v
