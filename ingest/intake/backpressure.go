@@ -24,9 +24,9 @@ import (
 // cycle late). So the overheads the rate alone does not see (the writers' poll cycle, the CPU
 // they share with intake) are part of what the limit is fitted to.
 const (
-	// busyLag is the lag (records) over which the writers are taken to be busy: an interval that
-	// starts with more measures what they can store, not what arrives. Below it the backlog is
-	// nothing to refuse for (each transaction leaves a control record per partition: a few
+	// busyLag is the backlog (offsets) over which the writers are taken to be busy: an interval
+	// that starts with more measures what they can store, not what arrives. Below it the backlog
+	// is nothing to refuse for (each transaction leaves a control record per partition: a few
 	// records of lag are noise).
 	busyLag = 64
 	// initialRate is the store rate assumed until one is measured (records/s): about what one
@@ -68,8 +68,8 @@ type mark struct {
 // current time, so that tests drive it with a clock of their own.
 //
 // The store rate is the advance of the group's committed offsets per second, averaged over the
-// intervals that began with a backlog (busyLag): then it is what the writers can do, not what
-// clients send. A stopped writer's rate falls towards zero, its records age, and the limit
+// intervals that began with a backlog of this intake's records (busyLag): then it is what the
+// writers can do, not what clients send. A stopped writer's rate falls towards zero, its records age, and the limit
 // falls to minLimit.
 //
 // A measurement that fails keeps the last values; when no measurement has succeeded for
@@ -91,6 +91,7 @@ type admission struct {
 	limit     float64 // records that may wait to be stored
 	age       time.Duration
 	pending   map[int32][]mark // this intake's committed records not yet known stored, by partition
+	backlog   int64            // offsets the writers had to pass at measured to store pending
 }
 
 func newAdmission(budget, staleAfter time.Duration) *admission {
@@ -178,8 +179,7 @@ func (a *admission) begin() int64 {
 func (a *admission) observe(now time.Time, lags []kafka.PartitionLag, since int64) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	lag, committed := kafka.TotalLag(lags), int64(0)
-	waiting := a.waitingLocked()
+	lag, committed, backlog := kafka.TotalLag(lags), int64(0), int64(0)
 	var done time.Duration
 	for _, p := range lags {
 		c := max(p.Committed, p.Start, 0)
@@ -192,15 +192,20 @@ func (a *admission) observe(now time.Time, lags []kafka.PartitionLag, since int6
 		if i > 0 { // stored since the last measurement: waited at most until now
 			done = max(done, now.Sub(marks[i-1].received))
 		}
-		a.pending[p.Partition] = marks[i:]
+		if marks = marks[i:]; len(marks) > 0 {
+			backlog += marks[len(marks)-1].offset + 1 - c
+		}
+		a.pending[p.Partition] = marks
 	}
 	if !a.measured.IsZero() {
-		// Busy: a backlog, and records of this intake's in it. A lag with nothing of ours waiting
-		// may be what no writer will ever commit past: a transaction aborted at a partition's
-		// tail (a device gone mid-request) stays in the high watermark until records follow it.
-		// Counted as busy, its intervals would store nothing, the rate would fall to zero and
-		// every request be refused, so that nothing ever followed.
-		if dt := now.Sub(a.measured).Seconds(); dt > 0 && a.lag > busyLag && waiting {
+		// Busy: a backlog before this intake's last committed records, which the writers must
+		// pass to store them. Not the group's lag: records no writer will ever commit past sit
+		// after them (a transaction aborted at a partition's tail, a device gone mid-request,
+		// stays in the high watermark until records follow it, and an open transaction is in
+		// it too). Counted as busy, its intervals would store nothing, or the one record a
+		// writer was committing, and the rate would fall to nearly zero and every request be
+		// refused, so that nothing ever followed.
+		if dt := now.Sub(a.measured).Seconds(); dt > 0 && a.backlog > busyLag {
 			a.window = append(a.window, busyInterval{seconds: dt, stored: max(committed-a.committed, 0)})
 			if len(a.window) > rateWindow {
 				a.window = a.window[1:]
@@ -219,7 +224,7 @@ func (a *admission) observe(now time.Time, lags []kafka.PartitionLag, since int6
 			a.age = max(a.age, now.Sub(marks[0].received))
 		}
 	}
-	a.lag, a.committed, a.measured = lag, committed, now
+	a.lag, a.committed, a.backlog, a.measured = lag, committed, backlog, now
 	a.since = max(a.since-since, 0)
 	if a.budget > 0 {
 		a.adaptLocked()
@@ -244,16 +249,6 @@ func (a *admission) adaptLocked() {
 	// The limit never passes what the writers store in twice the budget: a queue longer than
 	// that cannot be stored in time whatever the ages said.
 	a.limit = min(max(a.limit, minLimit), max(2*a.rate*a.budget.Seconds(), minLimit))
-}
-
-// waitingLocked reports whether records this intake committed are not yet known stored.
-func (a *admission) waitingLocked() bool {
-	for _, marks := range a.pending {
-		if len(marks) > 0 {
-			return true
-		}
-	}
-	return false
 }
 
 // current returns the lag as last measured and whether it is fresh enough to act on.

@@ -244,6 +244,38 @@ func TestAdmissionAbortedTail(t *testing.T) {
 	}
 }
 
+// TestAdmissionAbortedTailWhileStoring: the aborted tail appears while the writer is still
+// committing this intake's last record (a request's records reach the broker, the writer has
+// stored the one record before them but not yet committed its offset, then the request
+// aborts). The intervals until that commit began with the tail in the lag and a record of ours
+// waiting; once read as busy, they measured a writer that stored one record in them, the rate
+// fell to a few records a second, and intake refused for good (CI saw "room in about 4.9s" on
+// real Kafka). Only a backlog before our own records measures the writers.
+func TestAdmissionAbortedTailWhileStoring(t *testing.T) {
+	a := newAdmission(time.Second, time.Minute)
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	measure := func(committed, end int64) {
+		now = now.Add(20 * time.Millisecond)
+		a.observe(now, []kafka.PartitionLag{{Committed: committed, End: end, Lag: end - committed}}, a.begin())
+	}
+	measure(0, 0)
+	tk, _, _ := a.admit(now)
+	a.done(tk, now, 1, map[int32]int64{0: 0}) // one record at offset 0 and its control record
+	measure(0, 2)
+	measure(0, 1002) // 1,000 records of a request in progress, the first still being committed
+	measure(0, 1002)
+	measure(2, 1003) // committed; the request aborted
+	for range 50 {
+		measure(2, 1003)
+	}
+	if st := a.state(now); st.Rate != initialRate {
+		t.Errorf("the rate went from %d to %.0f on one record stored before an aborted tail", initialRate, st.Rate)
+	}
+	if _, wait, ok := a.admit(now); !ok {
+		t.Fatalf("refused (wait %v) behind 1,000 aborted records with nothing waiting: %+v", wait, a.state(now))
+	}
+}
+
 // TestAdmissionFailsOpen: without a fresh measurement nothing is refused.
 func TestAdmissionFailsOpen(t *testing.T) {
 	a := newAdmission(time.Second, 5*time.Second)
