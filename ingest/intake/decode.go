@@ -12,6 +12,7 @@ import (
 	"strings"
 
 	"carehub/kernel/fault"
+	"carehub/kernel/jsonwire"
 )
 
 // chunkSize is how many NDJSON lines are validated, looked up and produced together.
@@ -156,9 +157,11 @@ type document struct {
 	tooMany      bool    // the entry array is longer than the limit (the rest is not kept)
 }
 
-// readDocument walks data once with a streaming decoder: each Bundle entry is decoded as it
-// is reached (its resource kept as raw bytes) instead of validating and copying the whole
-// body several times over. A body that is not one JSON object, or whose entry is not an
+// readDocument checks data once (jsontext's validator) and then walks its top level and its
+// entries without checking again, each entry's resource kept as the bytes it is in data: as
+// fast as reading a body goes, where encoding/json's streaming decoder, which it replaced,
+// scanned every resource twice. What it reads is what encoding/json would decode (a fuzz test
+// holds it to that decoder). A body that is not one JSON object, or whose entry is not an
 // array, is 400.
 func readDocument(data []byte, maxEntries int) (document, error) {
 	var doc document
@@ -169,94 +172,108 @@ func readDocument(data []byte, maxEntries int) (document, error) {
 		}
 		return document{}, fault.Invalid("%s", msg)
 	}
-	dec := json.NewDecoder(bytes.NewReader(data))
-	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
-		return bad(err)
+	if !jsonwire.Valid(data) {
+		var v any // encoding/json says what is wrong, and where
+		return bad(json.Unmarshal(data, &v))
 	}
-	for dec.More() {
-		tok, err := dec.Token()
-		if err != nil {
-			return bad(err)
-		}
-		switch tok {
+	if bytes.TrimLeft(data, " \t\r\n")[0] != '{' {
+		return bad(nil)
+	}
+	err := jsonwire.Members(data, func(key, v []byte) error {
+		switch string(key) {
 		case "resourceType":
-			err = dec.Decode(&doc.resourceType)
+			_ = jsonwire.String(v, &doc.resourceType) // one that is not a string is judged below, like a wrong one
 		case "type":
-			err = dec.Decode(&doc.bundleType)
+			_ = jsonwire.String(v, &doc.bundleType)
 		case "entry":
-			err = readEntries(dec, &doc, maxEntries)
-		default:
-			var skip json.RawMessage
-			err = dec.Decode(&skip)
+			return readEntries(v, &doc, maxEntries)
 		}
-		var te *json.UnmarshalTypeError
-		if errors.As(err, &te) && (tok == "resourceType" || tok == "type") {
-			err = nil // a non-string resourceType or type is judged below, like a wrong one
-		}
-		if err != nil {
-			return bad(err)
-		}
-	}
-	if _, err := dec.Token(); err != nil { // the closing brace
-		return bad(err)
-	}
-	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-		return bad(errors.New("data after the object"))
+		return nil
+	})
+	if err != nil {
+		return bad(errors.Unwrap(err)) // not the key Members prefixes
 	}
 	return doc, nil
 }
 
-// bundleEntry is one element of Bundle.entry.
-type bundleEntry struct {
-	Resource json.RawMessage `json:"resource"`
-	Request  *struct {
-		Method string `json:"method"`
-		URL    string `json:"url"`
-	} `json:"request"`
-}
-
-// readEntries reads the entry array, one entry at a time; past maxEntries it only skips.
-func readEntries(dec *json.Decoder, doc *document, maxEntries int) error {
-	tok, err := dec.Token()
-	if err != nil {
-		return err
-	}
-	if tok == nil {
+// readEntries reads the entry array v, one entry at a time; past maxEntries it only counts.
+func readEntries(v []byte, doc *document, maxEntries int) error {
+	switch {
+	case jsonwire.IsNull(v):
 		return nil // "entry": null
-	}
-	if tok != json.Delim('[') {
+	case v[0] != '[':
 		return errors.New("Bundle.entry must be an array")
 	}
-	for i := 0; dec.More(); i++ {
+	i := 0
+	return jsonwire.Elements(v, func(e []byte) error {
+		defer func() { i++ }()
 		if i >= maxEntries {
 			doc.tooMany = true
-			var skip json.RawMessage
-			if err := dec.Decode(&skip); err != nil {
-				return err
-			}
-			continue
-		}
-		var e bundleEntry
-		err := dec.Decode(&e)
-		var te *json.UnmarshalTypeError
-		if err != nil && !errors.As(err, &te) {
-			return err
+			return nil
 		}
 		x := entry{index: i}
+		resource, request, ok := bundleEntry(e)
 		switch {
-		case err != nil:
+		case !ok:
 			x.err = entryErr(CodeInvalidEntry, "the entry must be an object with a resource (and optionally a request)")
-		case len(e.Resource) == 0 || string(e.Resource) == "null":
+		case len(resource) == 0 || jsonwire.IsNull(resource):
 			x.err = entryErr(CodeInvalidEntry, "the entry has no resource")
-		case e.Request != nil && (e.Request.Method != http.MethodPost || !(e.Request.URL == "Observation" || strings.HasSuffix(e.Request.URL, "/Observation"))):
+		case request != nil && (request.method != http.MethodPost || !(request.url == "Observation" || strings.HasSuffix(request.url, "/Observation"))):
 			x.err = entryErr(CodeInvalidEntry, "only POST Observation entries are accepted")
 		default:
-			x.raw = e.Resource
+			x.raw = resource
 		}
 		doc.entries = append(doc.entries, x)
+		return nil
+	})
+}
+
+// entryRequest is Bundle.entry.request.
+type entryRequest struct{ method, url string }
+
+// bundleEntry reads one element of Bundle.entry as encoding/json decodes it into a struct of a
+// json.RawMessage "resource" and a *struct{Method, URL string} "request": keys match
+// case-insensitively, the last of a repeated one counts, and null leaves a field as it was. ok
+// is false where encoding/json reports a type error: the entry, its request, or the request's
+// method or url is neither null nor of the type it must be.
+func bundleEntry(e []byte) (resource []byte, request *entryRequest, ok bool) {
+	if jsonwire.IsNull(e) {
+		return nil, nil, true
 	}
-	_, err = dec.Token() // the closing bracket
-	return err
+	if e[0] != '{' {
+		return nil, nil, false
+	}
+	ok = true
+	_ = jsonwire.Members(e, func(key, v []byte) error {
+		switch jsonwire.Fold(key, []string{"resource", "request"}) {
+		case "resource":
+			resource = v
+		case "request":
+			switch {
+			case jsonwire.IsNull(v):
+				request = nil
+			case v[0] != '{':
+				ok = false
+			default:
+				if request == nil {
+					request = &entryRequest{}
+				}
+				_ = jsonwire.Members(v, func(key, v []byte) error {
+					var err error
+					switch jsonwire.Fold(key, []string{"method", "url"}) {
+					case "method":
+						err = jsonwire.String(v, &request.method)
+					case "url":
+						err = jsonwire.String(v, &request.url)
+					}
+					ok = ok && err == nil
+					return nil
+				})
+			}
+		}
+		return nil
+	})
+	return resource, request, ok
 }
 
 // ndjson handles a FHIR NDJSON stream: one Observation per line, read with a bounded buffer,
