@@ -40,6 +40,11 @@ const (
 	// sent away waits a whole second (Retry-After counts seconds), so a short wait for room
 	// keeps intake busy, and it is part of the request's accept → stored time.
 	maxHold = 250 * time.Millisecond
+	// longHold is the longest wait while few requests are in progress (their records at most
+	// longHoldShare of the limit): a device sent away waits a second at least (Retry-After counts
+	// seconds), so when only a few devices send, refusing them all at once would leave the
+	// writers idle until they came back.
+	longHold, longHoldShare = time.Second, 0.25
 	// targetShare of the budget is what the oldest waiting record's age is steered to: its
 	// age when measured is short of its wait by up to a writer's poll cycle.
 	targetShare = 0.6
@@ -116,7 +121,7 @@ func (a *admission) admit(now time.Time) (ticket, time.Duration, bool) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	wait := a.waitLocked(now)
-	if wait > maxHold {
+	if wait > maxHold && (wait > longHold || a.reserved+a.request > longHoldShare*a.limit) {
 		return ticket{}, wait, false
 	}
 	a.reserved += a.request

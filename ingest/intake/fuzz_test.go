@@ -236,7 +236,6 @@ func readEntriesEncodingJSON(dec *json.Decoder, doc *document, maxEntries int) e
 	return err
 }
 
-
 // BenchmarkReadDocument reads a Bundle of 100 device observations (what the load test's devices
 // send) with readDocument and with the encoding/json decoder it replaced.
 func BenchmarkReadDocument(b *testing.B) {
