@@ -15,14 +15,14 @@ import (
 
 // Backpressure by time: intake admits a request while the records waiting to be stored (the
 // writers' lag as last measured, plus what intake accepted since, less what the writers stored
-// meanwhile at their measured rate, plus the requests in progress) stay under a limit, and
-// holds a request up to maxHold for room or refuses it (503, Retry-After). The limit is learnt
-// from the latency itself: every measurement intake finds the oldest record it accepted that
-// the writers have not yet committed (or just committed), and scales the limit by √(target ÷
-// that record's age) (Little's law: the wait is the queue over the rate, so a queue that makes
-// records wait twice the target is too long; the root damps the answer, which comes a poll
-// cycle late). So the overheads the rate alone does not see (the writers' poll cycle, the CPU
-// they share with intake) are part of what the limit is fitted to.
+// meanwhile at their measured rate, plus the requests in progress) stay under a limit, and holds a
+// request up to maxHold (longHold while few are in progress) for room or refuses it (503,
+// Retry-After). The limit is learnt from the latency itself: every measurement intake finds the
+// oldest record it accepted that the writers have not yet committed (or just committed), and scales
+// the limit by √(target ÷ that record's age) (Little's law: the wait is the queue over the rate, so
+// a queue that makes records wait twice the target is too long; the root damps the answer, which
+// comes a poll cycle late). So the overheads the rate alone does not see (the writers' poll cycle,
+// the CPU they share with intake) are part of what the limit is fitted to.
 const (
 	// busyLag is the backlog (offsets) over which the writers are taken to be busy: an interval
 	// that starts with more measures what they can store, not what arrives. Below it the backlog
@@ -74,8 +74,8 @@ type mark struct {
 //
 // The store rate is the advance of the group's committed offsets per second, averaged over the
 // intervals that began with a backlog of this intake's records (busyLag): then it is what the
-// writers can do, not what clients send. A stopped writer's rate falls towards zero, its records age, and the limit
-// falls to minLimit.
+// writers can do, not what clients send. A stopped writer's rate falls towards zero, its
+// records age, and the limit falls to minLimit.
 //
 // A measurement that fails keeps the last values; when no measurement has succeeded for
 // staleAfter, intake stops refusing (fails open): a broken lag query must not stop ingest
@@ -113,10 +113,11 @@ type busyInterval struct {
 // ticket is an admitted request's reservation, returned to done.
 type ticket struct{ reserved float64 }
 
-// admit decides whether a request arriving at now may be accepted. Admitted, the request waits
-// the returned duration (at most maxHold) for its room before it goes on; refused, the duration
-// is how long until there could be room (math.MaxInt64: unknown, the writers store nothing).
-// Room is reserved at once, so requests held together are let in one after the other.
+// admit decides whether a request arriving at now may be accepted. Admitted, the request waits the
+// returned duration (at most maxHold, or longHold while few requests are in progress) for its room
+// before it goes on; refused, the duration is how long until there could be room (math.MaxInt64:
+// unknown, the writers store nothing). Room is reserved at once, so requests held together are let
+// in one after the other.
 func (a *admission) admit(now time.Time) (ticket, time.Duration, bool) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
