@@ -204,14 +204,13 @@ func readEntries(v []byte, doc *document, maxEntries int) error {
 	case v[0] != '[':
 		return errors.New("Bundle.entry must be an array")
 	}
-	i := 0
+	n := 0
 	return jsonwire.Elements(v, func(e []byte) error {
-		defer func() { i++ }()
-		if i >= maxEntries {
+		if n++; n > maxEntries {
 			doc.tooMany = true
 			return nil
 		}
-		x := entry{index: i}
+		x := entry{index: n - 1}
 		resource, request, ok := bundleEntry(e)
 		switch {
 		case !ok:
@@ -258,22 +257,30 @@ func bundleEntry(e []byte) (resource []byte, request *entryRequest, ok bool) {
 				if request == nil {
 					request = &entryRequest{}
 				}
-				_ = jsonwire.Members(v, func(key, v []byte) error {
-					var err error
-					switch jsonwire.Fold(key, []string{"method", "url"}) {
-					case "method":
-						err = jsonwire.String(v, &request.method)
-					case "url":
-						err = jsonwire.String(v, &request.url)
-					}
-					ok = ok && err == nil
-					return nil
-				})
+				ok = request.read(v) && ok
 			}
 		}
 		return nil
 	})
 	return resource, request, ok
+}
+
+// read decodes the request object v into r as encoding/json would, reporting false where it
+// would report a type error (a method or url that is neither a string nor null).
+func (r *entryRequest) read(v []byte) bool {
+	ok := true
+	_ = jsonwire.Members(v, func(key, v []byte) error {
+		var err error
+		switch jsonwire.Fold(key, []string{"method", "url"}) {
+		case "method":
+			err = jsonwire.String(v, &r.method)
+		case "url":
+			err = jsonwire.String(v, &r.url)
+		}
+		ok = ok && err == nil
+		return nil
+	})
+	return ok
 }
 
 // ndjson handles a FHIR NDJSON stream: one Observation per line, read with a bounded buffer,
