@@ -104,7 +104,7 @@ func TestWriterKilledStoresEveryAcceptedObservationOnce(t *testing.T) {
 	t.Logf("killed the writer after it stored %d of %d accepted observations", stored, len(accepted))
 
 	startWriter(t, w)
-	waitStored(t, w.pool, accepted)
+	waitStored(t, w, accepted)
 	if n := count(t, w.pool, `select count(*) from observations`); n != len(accepted) {
 		t.Fatalf("%d observations stored; %d were accepted", n, len(accepted))
 	}

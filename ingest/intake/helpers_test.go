@@ -12,6 +12,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kfake"
 
 	"carehub/ingest/intake"
@@ -21,6 +22,7 @@ import (
 	"carehub/schemas/kafka/observation"
 	"carehub/storage"
 	"carehub/storage/ids"
+	"carehub/storage/kafka"
 	"carehub/storage/kafka/kafkatest"
 	"carehub/storage/postgres"
 	"carehub/storage/postgres/pgtest"
@@ -239,23 +241,63 @@ func submit(t testing.TB, in *intake.Intake, ctx context.Context, contentType st
 	return in.Submit(ctx, intake.Submission{ContentType: contentType, Body: strings.NewReader(string(body))})
 }
 
-// waitStored waits until every id is in observations.
-func waitStored(t testing.TB, pool *pgxpool.Pool, want []string) {
+// waitStored waits until every id is in observations. On a timeout it says which are missing
+// and where the writer's group stands on each partition: a writer that never read a record
+// tells apart from one that read it and could not store it.
+func waitStored(t testing.TB, w *world, want []string) {
 	t.Helper()
+	want = distinct(want)
 	deadline := time.Now().Add(60 * time.Second)
 	for {
-		var n int
-		if err := pool.QueryRow(context.Background(), `select count(*) from observations where id = any($1)`, want).Scan(&n); err != nil {
+		var stored []string
+		if err := w.pool.QueryRow(context.Background(), `select coalesce(array_agg(id), '{}') from observations where id = any($1)`, want).Scan(&stored); err != nil {
 			t.Fatal(err)
 		}
-		if n == len(distinct(want)) {
+		if len(stored) == len(want) {
 			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("%d of %d observations stored after 60 s", n, len(distinct(want)))
+			t.Fatalf("%d of %d observations stored after 60 s; missing %v\n%s", len(stored), len(want), missing(want, stored), groupState(t, w))
 		}
 		time.Sleep(25 * time.Millisecond)
 	}
+}
+
+func missing(want, have []string) []string {
+	seen := map[string]bool{}
+	for _, s := range have {
+		seen[s] = true
+	}
+	var out []string
+	for _, s := range want {
+		if !seen[s] {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// groupState describes the writer group's partitions of the world's topic: the group's
+// committed offset, the last stable offset (what read-committed consumers may read) and the
+// end, and the member assigned.
+func groupState(t testing.TB, w *world) string {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	adm := kadm.NewClient(kafkatest.Client(t))
+	lags, err := kafka.Lag(ctx, adm, w.group, w.topic)
+	if err != nil {
+		return fmt.Sprintf("group %s: %v", w.group, err)
+	}
+	stable, err := adm.ListCommittedOffsets(ctx, w.topic)
+	if err != nil {
+		return fmt.Sprintf("topic %s: last stable offsets: %v", w.topic, err)
+	}
+	var b strings.Builder
+	for _, l := range lags {
+		lso, _ := stable.Lookup(l.Topic, l.Partition)
+		fmt.Fprintf(&b, "partition %d: committed %d, stable %d, end %d, member %q\n", l.Partition, l.Committed, lso.Offset, l.End, l.MemberID)
+	}
+	return b.String()
 }
 
 func distinct(ss []string) []string {

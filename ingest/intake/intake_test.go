@@ -39,7 +39,7 @@ func TestSingleObservationStoredWithItsEvent(t *testing.T) {
 			t.Fatalf("%s: answer %+v", ct, res)
 		}
 		id := res.Answer.IDs[0]
-		waitStored(t, w.pool, []string{id})
+		waitStored(t, w, []string{id})
 
 		var org, patient, status, loinc, unit, device, resID, subject string
 		var value float64
@@ -109,7 +109,7 @@ func TestBatchAnswersEachEntry(t *testing.T) {
 	if res.Answer.Rejected[2].Message == "" || strings.Replace(res.Answer.Rejected[2].Message, "pat_01kf3fm8c0xbzcfajp6n9d2emj", w.synthB, 1) != res.Answer.Rejected[3].Message {
 		t.Fatalf("messages differ: %q / %q", res.Answer.Rejected[2].Message, res.Answer.Rejected[3].Message)
 	}
-	waitStored(t, w.pool, res.Answer.IDs)
+	waitStored(t, w, res.Answer.IDs)
 	if n := count(t, w.pool, `select count(*) from observations`); n != 2 {
 		t.Fatalf("%d stored; want 2", n)
 	}
@@ -146,7 +146,7 @@ func TestTransactionBundleIsAllOrNothing(t *testing.T) {
 		t.Fatalf("valid transaction: %+v %v", res, err)
 	}
 	startWriter(t, w)
-	waitStored(t, w.pool, res.Answer.IDs)
+	waitStored(t, w, res.Answer.IDs)
 }
 
 func TestWholeRequestErrors(t *testing.T) {
@@ -220,7 +220,7 @@ func TestNDJSONStreamAnswersEachLine(t *testing.T) {
 	if got := codesOf(res.Answer.Rejected); got != want || res.Answer.Accepted != 3 {
 		t.Fatalf("accepted %d, rejected %s; want 3 and %s", res.Answer.Accepted, got, want)
 	}
-	waitStored(t, w.pool, res.Answer.IDs)
+	waitStored(t, w, res.Answer.IDs)
 }
 
 // TestNDJSONIsProducedWhileRead holds a stream open after its first chunks and watches their
@@ -264,7 +264,7 @@ func TestNDJSONIsProducedWhileRead(t *testing.T) {
 		t.Fatalf("%+v %v", o.res.Answer.Accepted, o.err)
 	}
 	startWriter(t, w)
-	waitStored(t, w.pool, o.res.Answer.IDs)
+	waitStored(t, w, o.res.Answer.IDs)
 }
 
 // TestRefusedStreamIsNeverStored sends an NDJSON stream that passes the entry limit after its
@@ -288,7 +288,7 @@ func TestRefusedStreamIsNeverStored(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitStored(t, w.pool, res.Answer.IDs)
+	waitStored(t, w, res.Answer.IDs)
 	if n := count(t, w.pool, `select count(*) from observations where id = any($1)`, refused); n != 0 {
 		t.Fatalf("%d observations of the refused request were stored", n)
 	}
@@ -357,13 +357,13 @@ func TestSameClientIDIsStoredOnce(t *testing.T) {
 	if err != nil || other.Answer.IDs[0] == ids[0] {
 		t.Fatalf("other organization: %+v %v", other, err)
 	}
-	waitStored(t, w.pool, append(ids, other.Answer.IDs...))
+	waitStored(t, w, append(ids, other.Answer.IDs...))
 	// Let the writer read everything (a later request is stored after the duplicates).
 	last, err := submit(t, in, ctx, intake.MediaFHIRJSON, mustJSON(t, vital(w.synthA)))
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitStored(t, w.pool, last.Answer.IDs)
+	waitStored(t, w, last.Answer.IDs)
 	if n := count(t, w.pool, `select count(*) from observations where id = $1`, ids[0]); n != 1 {
 		t.Fatalf("stored %d times", n)
 	}
@@ -593,7 +593,7 @@ func TestAbortedTailKeepsIntakeOpen(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitStored(t, w.pool, res.Answer.IDs)
+	waitStored(t, w, res.Answer.IDs)
 	list := make([]map[string]any, 1101)
 	for i := range list {
 		list[i] = vital(w.synthA)
@@ -607,7 +607,7 @@ func TestAbortedTailKeepsIntakeOpen(t *testing.T) {
 	if err != nil {
 		t.Fatalf("after an aborted request, with nothing waiting to be stored: %v", err)
 	}
-	waitStored(t, w.pool, res.Answer.IDs)
+	waitStored(t, w, res.Answer.IDs)
 }
 
 // streamOverLimit streams list (1,001 entries or more) as NDJSON from organization A to an
@@ -668,7 +668,7 @@ func TestConcurrentRequests(t *testing.T) {
 	if len(all) != 12*5*40 {
 		t.Fatalf("%d accepted", len(all))
 	}
-	waitStored(t, w.pool, all)
+	waitStored(t, w, all)
 	evs := waitEvents(t, w, all)
 	for _, id := range all {
 		if n := len(evs[observation.EventID(id)]); n != 1 {
