@@ -5,12 +5,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"time"
 
 	"carehub/api/envelope"
 	"carehub/kernel/fault"
+	"carehub/kernel/jsonwire"
 	"carehub/kernel/phi"
 	"carehub/processors/feed"
 )
@@ -132,35 +132,50 @@ func decodeElements(b []byte) ([]feed.Draft, error) {
 // wellFormedArray decodes an array of 1 to feed.MaxBatch events in one strict pass when nothing
 // in it is refused, as decoding each element with envelope.DecodeObject would; otherwise it
 // returns false, and decodeElements says what is wrong and in which element.
-// Arrays of 1,000 are the high-volume path: one pass over the body instead of three per element.
+// Arrays of 1,000 are the high-volume path: the body is checked once and walked once (jsonwire),
+// each payload kept as the bytes it is in the body. Only the exact member names are taken here;
+// a name matched case-insensitively, or any other, goes element-wise, which decides it.
 func wellFormedArray(b []byte) ([]feed.Draft, bool) {
-	if bytes.Contains(b, []byte("null")) {
+	if bytes.Contains(b, []byte("null")) || !jsonwire.Valid(b) {
 		// DecodeObject refuses a null member even when a later member of the same name (matched
-		// case-insensitively) replaces it; one decode cannot tell, so such bodies go element-wise.
+		// case-insensitively) replaces it; one pass cannot tell, so such bodies go element-wise.
 		return nil, false
 	}
-	var items []struct {
-		ProjectID *string         `json:"projectId"` // nil: missing
-		Type      *string         `json:"type"`
-		Payload   json.RawMessage `json:"payload"`
-	}
-	dec := json.NewDecoder(bytes.NewReader(b))
-	dec.DisallowUnknownFields()
-	if dec.Decode(&items) != nil || len(items) == 0 || len(items) > feed.MaxBatch {
-		return nil, false
-	}
-	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-		return nil, false
-	}
-	drafts := make([]feed.Draft, len(items))
-	for i, it := range items {
-		if it.ProjectID == nil || it.Type == nil || it.Payload == nil {
-			return nil, false
+	var drafts []feed.Draft
+	err := jsonwire.Elements(b, func(el []byte) error {
+		if len(drafts) == feed.MaxBatch {
+			return errElementWise
 		}
-		drafts[i] = feed.Draft{ProjectID: *it.ProjectID, Type: *it.Type, Payload: it.Payload}
-	}
-	return drafts, true
+		var (
+			d    feed.Draft
+			seen int
+		)
+		err := jsonwire.Members(el, func(key, v []byte) error {
+			switch string(key) {
+			case "projectId":
+				seen |= 1
+				return jsonwire.String(v, &d.ProjectID)
+			case "type":
+				seen |= 2
+				return jsonwire.String(v, &d.Type)
+			case "payload":
+				seen |= 4
+				d.Payload = v
+				return nil
+			}
+			return errElementWise
+		})
+		if err != nil || seen != 7 { // an element that is not an object has no members
+			return errElementWise
+		}
+		drafts = append(drafts, d)
+		return nil
+	})
+	return drafts, err == nil && len(drafts) > 0
 }
+
+// errElementWise stops wellFormedArray's pass: the body needs decodeElements.
+var errElementWise = errors.New("decode element by element")
 
 func draftOf(e PublishEventRequest) feed.Draft {
 	return feed.Draft{ProjectID: e.ProjectID, Type: e.Type, Payload: e.Payload}

@@ -1,6 +1,7 @@
 package rest
 
 import (
+	"fmt"
 	"reflect"
 	"testing"
 )
@@ -35,4 +36,23 @@ func FuzzWellFormedArray(f *testing.F) {
 			t.Fatalf("%q: one pass %+v, element by element %+v", b, fast, slow)
 		}
 	})
+}
+
+// BenchmarkWellFormedArray: one body of 1,000 events, as eventload's arrays send them.
+func BenchmarkWellFormedArray(b *testing.B) {
+	var body []byte
+	body = append(body, '[')
+	for i := range 1000 {
+		if i > 0 {
+			body = append(body, ',')
+		}
+		body = fmt.Appendf(body, `{"projectId":"prj_01k6frjkp02mdsx778d87mnezy","type":"eventload.r1.bulk","payload":{"seq":%d,"client":3,"note":"a reading of the bench"}}`, i)
+	}
+	body = append(body, ']')
+	b.SetBytes(int64(len(body)))
+	for b.Loop() {
+		if _, ok := wellFormedArray(body); !ok {
+			b.Fatal("refused")
+		}
+	}
 }
