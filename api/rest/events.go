@@ -138,7 +138,8 @@ func decodeElements(b []byte) ([]feed.Draft, error) {
 func wellFormedArray(b []byte) ([]feed.Draft, bool) {
 	if bytes.Contains(b, []byte("null")) || !jsonwire.Valid(b) {
 		// DecodeObject refuses a null member even when a later member of the same name (matched
-		// case-insensitively) replaces it; one pass cannot tell, so such bodies go element-wise.
+		// case-insensitively) replaces it; one pass cannot tell, so such bodies go element-wise,
+		// as do bodies that are not JSON (decodeElements names the fault).
 		return nil, false
 	}
 	var drafts []feed.Draft

@@ -242,8 +242,9 @@ func submit(t testing.TB, in *intake.Intake, ctx context.Context, contentType st
 }
 
 // waitStored waits until every id is in observations. On a timeout it says which are missing
-// and where the writer's group stands on each partition: a writer that never read a record
-// tells apart from one that read it and could not store it.
+// and where the writer's group stands on each partition, which tells a writer that never read
+// a record from one held back by an open transaction and from one that read it and did not
+// store it.
 func waitStored(t testing.TB, w *world, want []string) {
 	t.Helper()
 	want = distinct(want)
