@@ -20,9 +20,9 @@
 // and share the cores with the node, and one stream of up to 5,000 rows kept the tail of
 // publish → log at 80 % of the arrays' rate at 269–313 ms p99 where three chunks of 1,000 at
 // once gave 498–883 (docs/PERFORMANCE.md); on ClickHouse each append is a part, so fewer is
-// better too. A record that is not a
-// valid envelope is logged by topic, partition and offset, counted, and skipped: it is
-// committed with its batch and never blocks its partition (consume.Decode).
+// better too. A record that is not a valid envelope is logged by topic, partition and offset,
+// counted, and skipped: it is committed with its batch and never blocks its partition
+// (consume.Decode).
 //
 // The loop is storage/kafka/consume's runner, whose reasoning this writer was the model for:
 // rebalances are blocked from the poll that returns a batch until the batch is stored and
@@ -60,7 +60,6 @@ const (
 	DefaultGroup       = "carehub-eventlog"
 	DefaultClientID    = "carehub-eventlog"
 	DefaultBatchSize   = 5000
-	DefaultChunkSize   = DefaultBatchSize
 	DefaultConcurrency = 1
 	DefaultLagInterval = 15 * time.Second
 	// storeTimeout bounds one AppendEvents call.
@@ -91,7 +90,8 @@ type Config struct {
 	// BatchSize is the most records taken by one poll and committed together. Default
 	// DefaultBatchSize.
 	BatchSize int
-	// ChunkSize is the most events of one AppendEvents call. Default DefaultChunkSize.
+	// ChunkSize is the most events of one AppendEvents call. Default: BatchSize, one append
+	// per batch.
 	ChunkSize int
 	// Concurrency is how many AppendEvents calls of one batch run at once. Default
 	// DefaultConcurrency.
@@ -122,7 +122,7 @@ func (c *Config) defaults() {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
 	config.Default(&c.BatchSize, DefaultBatchSize)
-	config.Default(&c.ChunkSize, DefaultChunkSize)
+	config.Default(&c.ChunkSize, c.BatchSize)
 	config.Default(&c.Concurrency, DefaultConcurrency)
 	if c.LagInterval == 0 { // negative disables the gauge
 		c.LagInterval = DefaultLagInterval
