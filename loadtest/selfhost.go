@@ -20,6 +20,7 @@ import (
 
 	"carehub/api/auth"
 	"carehub/api/rest"
+	"carehub/cmd/carehub/node"
 	"carehub/ingest/intake"
 	"carehub/ingest/outbox"
 	"carehub/kernel/access"
@@ -34,7 +35,8 @@ import (
 // (kfake, persisted under the data dir, as `carehub serve` runs it), a local Postgres cluster
 // with the demo data, intake and the patient routes behind the real authenticator, the
 // observation writer and the outbox relay, and /metrics, on a loopback port. It is the
-// observation path of a `carehub serve` node with every role, without the rest of the API.
+// observation path of a `carehub serve` node with every role, without the rest of the API, and
+// with a node's Go runtime settings (node.TuneRuntime).
 type Stack struct {
 	URL     string
 	Brokers []string
@@ -56,6 +58,7 @@ type StackOptions struct {
 
 // StartStack starts a Stack under dataDir. Close stops it.
 func StartStack(ctx context.Context, dataDir string, logger *slog.Logger, opts StackOptions) (_ *Stack, err error) {
+	node.TuneRuntime(logger)
 	s := &Stack{}
 	defer func() {
 		if err != nil {

@@ -98,7 +98,7 @@ func Start(ctx context.Context, cfg Config, logger *slog.Logger) (_ *Node, err e
 		}
 	}()
 	began := time.Now()
-	tuneRuntime(logger)
+	TuneRuntime(logger)
 	if cfg.DataDir != "" {
 		if err := CheckDataDir(cfg.DataDir); err != nil {
 			return nil, err

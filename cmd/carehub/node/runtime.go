@@ -22,12 +22,14 @@ const DefaultGCPercent = 200
 
 var tuneOnce sync.Once
 
-// tuneRuntime sets the collector's target and, in a container with a memory limit, a soft
+// TuneRuntime sets the collector's target and, in a container with a memory limit, a soft
 // memory limit of 90 % of it (automemlimit, reading the cgroup), so that the collector works
 // harder as the heap nears the limit rather than the kernel killing the node. GOGC, GOMEMLIMIT
 // and AUTOMEMLIMIT in the environment win, as the Go runtime's own settings do. Once per
-// process: the settings are the process's, whatever number of nodes it starts.
-func tuneRuntime(logger *slog.Logger) {
+// process: the settings are the process's, whatever number of nodes it starts. Start calls it;
+// a process that assembles a node's parts itself (loadtest's in-process stack) calls it too, so
+// that it measures them as a node runs them.
+func TuneRuntime(logger *slog.Logger) {
 	tuneOnce.Do(func() {
 		gogc, ok := os.LookupEnv("GOGC")
 		if !ok {
