@@ -22,3 +22,6 @@ const CopyThreshold = copyThreshold
 
 // EncodeCursor lets the benchmarks start a page anywhere in the log.
 func EncodeCursor(at time.Time, id string) string { return storage.EncodeCursor(at, id) }
+
+// SharedBuffersMB is the shared_buffers a durable local cluster gets.
+func SharedBuffersMB() uint64 { return sharedBuffersMB() }

@@ -22,6 +22,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/KimMachineGun/automemlimit/memlimit"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 )
@@ -339,10 +340,20 @@ func (l *Local) initdb(ctx context.Context) error {
 
 // writeConf rewrites carehub.conf on every start, so settings follow the carehub binary
 // (and the socket directory follows dir).
+//
+// A durable cluster (carehub serve's) is sized for the event hub's write load rather than
+// Postgres's conservative defaults: shared_buffers from the machine's memory (sharedBuffersMB),
+// the largest WAL buffer that helps (16 MB; a COPY of a batch of events writes megabytes of WAL,
+// and a full WAL buffer makes the backend write it out itself), and checkpoints after 2 GB of
+// WAL rather than 1 GB (the event log writes about 1 KB of WAL per event: pg_stat_wal counted
+// 1.1 GB for 1.05 M events, a checkpoint every few seconds at the defaults). Test clusters
+// (Unsafe) keep the defaults.
 func (l *Local) writeConf() error {
-	durable := "on"
+	durable, sizing := "on", "shared_buffers = 128MB\n"
 	if l.cfg.Unsafe {
 		durable = "off"
+	} else {
+		sizing = fmt.Sprintf("shared_buffers = %dMB\nwal_buffers = 16MB\nmax_wal_size = 2GB\n", sharedBuffersMB())
 	}
 	conf := fmt.Sprintf(`# Written by carehub on every start: changes here are lost. Use ALTER SYSTEM instead.
 listen_addresses = ''
@@ -350,14 +361,13 @@ port = %d
 unix_socket_directories = '%s'
 unix_socket_permissions = 0700
 max_connections = 200
-shared_buffers = 128MB
-fsync = %s
+%sfsync = %s
 full_page_writes = %s
 synchronous_commit = %s
 timezone = 'UTC'
 log_timezone = 'UTC'
 log_line_prefix = '%%m [%%p] %%q%%u@%%d '
-`, localPort, strings.ReplaceAll(l.sockDir, "'", "''"), durable, durable, durable)
+`, localPort, strings.ReplaceAll(l.sockDir, "'", "''"), sizing, durable, durable, durable)
 	path := filepath.Join(l.dataDir, "carehub.conf")
 	tmp := path + ".tmp"
 	if err := os.WriteFile(tmp, []byte(conf), 0o600); err != nil {
@@ -540,4 +550,21 @@ func wrapErr(what string, err error) error {
 		return nil
 	}
 	return fmt.Errorf("%s: %w", what, err)
+}
+
+// sharedBuffersMB is the shared_buffers of a durable cluster: an eighth of the memory the
+// machine (or its container) has, between Postgres's default of 128 MB and 1 GB. With these
+// settings (1 GB on a 2-core machine with 24 GB), arrays of 1,000 events at 70,000 events/s
+// published → logged p99 146–312 ms over eight runs (median 210) against 238–474 ms (median
+// 304) with the defaults, runs alternated (docs/PERFORMANCE.md).
+func sharedBuffersMB() uint64 {
+	const mb = 1 << 20
+	total, err := memlimit.FromSystem()
+	if cg, cgErr := memlimit.FromCgroup(); cgErr == nil && (err != nil || cg < total) {
+		total, err = cg, nil
+	}
+	if err != nil {
+		return 128
+	}
+	return min(max(total/8/mb, 128), 1024)
 }

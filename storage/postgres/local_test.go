@@ -41,7 +41,8 @@ func TestLocalLifecycle(t *testing.T) {
 	for setting, want := range map[string]string{
 		"listen_addresses":   "",
 		"max_connections":    "200",
-		"shared_buffers":     "128MB",
+		"wal_buffers":        "16MB",
+		"max_wal_size":       "2GB",
 		"fsync":              "on",
 		"synchronous_commit": "on",
 		"server_encoding":    "UTF8",
@@ -54,6 +55,13 @@ func TestLocalLifecycle(t *testing.T) {
 		if got != want {
 			t.Errorf("%s = %q, want %q", setting, got, want)
 		}
+	}
+	var buffersMB uint64
+	if err := conn.QueryRow(context.Background(), `select setting::bigint * 8192 / 1048576 from pg_settings where name = 'shared_buffers'`).Scan(&buffersMB); err != nil {
+		t.Fatal(err)
+	}
+	if want := postgres.SharedBuffersMB(); buffersMB != want || want < 128 || want > 1024 {
+		t.Errorf("shared_buffers = %d MB, want %d (an eighth of the memory, 128 MB to 1 GB)", buffersMB, want)
 	}
 	if fi, err := os.Stat(l.SocketDir()); err != nil || fi.Mode().Perm() != 0o700 {
 		t.Errorf("socket dir %s: %v, mode %v; want 0700", l.SocketDir(), err, fi.Mode())
