@@ -545,7 +545,7 @@ func rawCopy(ctx context.Context, cfg Config, bodies []body, rep *Report) error 
 	if len(msgs) == 0 {
 		return nil
 	}
-	cols := []string{"id", "org_id", "patient_id", "status", "code", "loinc", "subject", "value", "unit", "effective_at",
+	cols := []string{"id", "org_id", "patient_id", "status", "loinc", "value", "unit", "effective_at",
 		"device_type", "resource", "received_at"}
 	pctx, cancel := context.WithTimeout(ctx, cfg.Duration)
 	defer cancel()
@@ -559,9 +559,8 @@ func rawCopy(ctx context.Context, cfg Config, bodies []body, rep *Report) error 
 			for i := w * len(rows); pctx.Err() == nil; i += obs.DefaultConcurrency * len(rows) {
 				for j := range rows {
 					m := &msgs[(i+j)%len(msgs)]
-					rows[j] = []any{ids.New(ids.Observation), m.OrgID, m.PatientID, m.Status, []byte(`{}`), m.LOINC,
-						[]byte(`{"reference":"Patient/` + m.PatientID + `"}`), m.Value, m.Unit, m.EffectiveAt, m.DeviceType,
-						[]byte(m.Observation), m.ReceivedAt}
+					rows[j] = []any{ids.New(ids.Observation), m.OrgID, m.PatientID, m.Status, m.LOINC,
+						m.Value, m.Unit, m.EffectiveAt, m.DeviceType, []byte(m.Observation), m.ReceivedAt}
 				}
 				if _, err := cfg.CopyPool.CopyFrom(pctx, pgx.Identifier{table}, cols, pgx.CopyFromRows(rows)); err != nil {
 					if pctx.Err() == nil {

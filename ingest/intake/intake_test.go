@@ -45,7 +45,7 @@ func TestSingleObservationStoredWithItsEvent(t *testing.T) {
 		var value float64
 		var effective, received time.Time
 		err = w.pool.QueryRow(context.Background(), `select org_id, patient_id, status, loinc, value, unit, device_type,
-	effective_at, received_at, resource->>'id', subject->>'reference' from observations where id = $1`, id).
+	effective_at, received_at, resource->>'id', resource->'subject'->>'reference' from observations where id = $1`, id).
 			Scan(&org, &patient, &status, &loinc, &value, &unit, &device, &effective, &received, &resID, &subject)
 		if err != nil {
 			t.Fatal(err)

@@ -11,21 +11,14 @@ import (
 // it. insertIncoming (store.go) computes the same in SQL for the staged path; the two must agree
 // (TestStoredFormMatchesStagedInsert).
 
-var storedColumns = []string{"id", "org_id", "patient_id", "status", "code", "loinc", "subject", "value", "unit",
+var storedColumns = []string{"id", "org_id", "patient_id", "status", "loinc", "value", "unit",
 	"effective_at", "device_type", "resource", "received_at"}
 
-// storedRow is m as a row of storedColumns: what insertIncoming makes of it.
+// storedRow is m as a row of storedColumns: what insertIncoming makes of it. The columns code
+// and subject stay null: readers take them from the resource (schemas/postgres 0023).
 func storedRow(m *observation.Message) []any {
-	code, subject, identifier := topLevel(m.Observation)
-	if code == nil {
-		code = []byte(`{}`)
-	}
-	if subject == nil {
-		subject = jsonwire.AppendString([]byte(`{"reference":`), "Patient/"+m.PatientID)
-		subject = append(subject, '}')
-	}
-	return []any{m.ID, m.OrgID, m.PatientID, m.Status, code, nullable(m.LOINC), subject, storedValue(m),
-		nullable(m.Unit), m.EffectiveAt, nullable(m.DeviceType), storedResource(m, identifier), m.ReceivedAt}
+	return []any{m.ID, m.OrgID, m.PatientID, m.Status, nullable(m.LOINC), storedValue(m),
+		nullable(m.Unit), m.EffectiveAt, nullable(m.DeviceType), storedResource(m, identifierOf(m.Observation)), m.ReceivedAt}
 }
 
 // storedResource is the resource as stored: the client's, with carehub's id, and with the
@@ -56,21 +49,15 @@ func storedResource(m *observation.Message, identifier []byte) []byte {
 	return append(b, '}')
 }
 
-// topLevel returns the values of the members code, subject and identifier of the JSON object
-// obj (the last of repeated keys, as jsonb keeps), nil for a missing one. obj is valid JSON
-// (DecodeMessage checked the whole record); keys are compared exactly, after unescaping, as
-// Postgres's -> does.
-func topLevel(obj []byte) (code, subject, identifier []byte) {
+// identifierOf returns the value of the member identifier of the JSON object obj (the last of
+// repeated keys, as jsonb keeps), nil when there is none. obj is valid JSON (DecodeMessage
+// checked the whole record); keys are compared exactly, after unescaping, as Postgres's -> does.
+func identifierOf(obj []byte) (identifier []byte) {
 	_ = jsonwire.Members(obj, func(key, v []byte) error {
-		switch string(key) {
-		case "code":
-			code = v
-		case "subject":
-			subject = v
-		case "identifier":
+		if string(key) == "identifier" {
 			identifier = v
 		}
 		return nil
 	})
-	return code, subject, identifier
+	return identifier
 }

@@ -65,11 +65,9 @@ const insertIncoming = `with storable as (
 	join patients p on p.id = t.patient_id and p.org_id = t.org_id
 	order by t.id
 ), ins as (
-insert into observations (id, org_id, patient_id, status, code, loinc, subject, value, unit,
+insert into observations (id, org_id, patient_id, status, loinc, value, unit,
 	effective_at, device_type, resource, received_at)
-select t.id, t.org_id, t.patient_id, t.status,
-	coalesce(t.resource->'code', '{}'::jsonb), t.loinc,
-	coalesce(t.resource->'subject', jsonb_build_object('reference', 'Patient/' || t.patient_id)),
+select t.id, t.org_id, t.patient_id, t.status, t.loinc,
 	t.value, t.unit, t.effective_at, t.device_type,
 	case when t.client_id is null then t.resource || jsonb_build_object('id', t.id)
 	else t.resource || jsonb_build_object('id', t.id, 'identifier',

@@ -200,7 +200,7 @@ or exists (select 1 from jsonb_array_elements_text(case jsonb_typeof(n->'given')
 	}
 	w.dates(q.BirthDate, `(case length(t.birth_date) when 4 then t.birth_date || '-01-01' when 7 then t.birth_date || '-01' else t.birth_date end)::date`)
 	anyOf(w, q.Codes, func(c Identifier) string {
-		return w.format(`t.code->'coding' @> %s::jsonb`, tokenJSON(c, "code"))
+		return w.format(`coalesce(t.code, t.resource->'code')->'coding' @> %s::jsonb`, tokenJSON(c, "code"))
 	})
 	anyOf(w, q.Categories, func(c Identifier) string {
 		return w.format(`t.resource->'category' @> %s::jsonb`, `[{"coding":`+tokenJSON(c, "code")+`}]`)

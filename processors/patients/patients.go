@@ -150,7 +150,9 @@ func (s *Service) ObservationsByPatient(ctx context.Context, patientIDs []string
 	if !f.Since.IsZero() {
 		since = &f.Since
 	}
-	rows, _ := s.pool.Query(ctx, `select o.id, o.patient_id, o.status, o.code, o.loinc, o.subject, o.value, o.unit, o.effective_at
+	rows, _ := s.pool.Query(ctx, `select o.id, o.patient_id, o.status, coalesce(o.code, o.resource->'code', '{}') as code, o.loinc,
+	coalesce(o.subject, o.resource->'subject', jsonb_build_object('reference', 'Patient/' || o.patient_id)) as subject,
+	o.value, o.unit, o.effective_at
 from patients pt cross join lateral (
 	select * from observations o where o.patient_id = pt.id
 	and ($3 = '' or o.loinc = $3) and ($4::timestamptz is null or o.effective_at >= $4)
