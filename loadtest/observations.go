@@ -73,6 +73,9 @@ type Config struct {
 	// PipelineDone, if set, is called once the accepted observations are stored (or the drain
 	// gave up), before the raw baselines: a CPU profile stopped there covers the pipeline only.
 	PipelineDone func()
+	// CPU, if set, reads the CPU time used so far by this process and by Postgres (a -self
+	// run's CPUMeter); the report then gives both per observation stored.
+	CPU func() (process, postgres time.Duration, err error)
 }
 
 // Validate checks cfg and fills defaults.
@@ -184,6 +187,11 @@ type Report struct {
 	BareHTTPPerSecond       float64 `json:"bareHttpPerSecond,omitempty"`       // observations/s
 	AcceptedToBareHTTPRatio float64 `json:"acceptedToBareHttpRatio,omitempty"` // acceptedPerSecond ÷ bareHttpPerSecond
 
+	// CPU per observation stored, from the start of ingest to the end of the drain (Config.CPU):
+	// this process (with -self: the devices and the whole pipeline but Postgres) and Postgres.
+	ProcessCPUPerStoredUs  float64 `json:"processCpuPerStoredUs,omitempty"`
+	PostgresCPUPerStoredUs float64 `json:"postgresCpuPerStoredUs,omitempty"`
+
 	RawCopyRows       int64   `json:"rawCopyRows,omitempty"`
 	RawCopyPerSecond  float64 `json:"rawCopyPerSecond,omitempty"`
 	StoredToCopyRatio float64 `json:"storedToCopyRatio,omitempty"` // storedPerSecond ÷ rawCopyPerSecond
@@ -228,6 +236,13 @@ func RunObservations(ctx context.Context, cfg Config) (*Report, error) {
 			}
 			return max(0, float64(acceptedSoFar.Load())-(s.stored-before.stored))
 		}})
+	var cpu0, pgCPU0 time.Duration
+	if cfg.CPU != nil {
+		if cpu0, pgCPU0, err = cfg.CPU(); err != nil {
+			cfg.Logger.Warn("no CPU figures", "err", err)
+			cfg.CPU = nil
+		}
+	}
 	rec.Start()
 	defer rec.Stop()
 	start := time.Now()
@@ -258,6 +273,13 @@ func RunObservations(ctx context.Context, cfg Config) (*Report, error) {
 		}
 	}
 	rep.DrainSeconds = time.Since(drainStart).Seconds()
+	if cfg.CPU != nil && end.stored > before.stored {
+		if cpu1, pgCPU1, err := cfg.CPU(); err == nil {
+			n := end.stored - before.stored
+			rep.ProcessCPUPerStoredUs = float64((cpu1 - cpu0).Microseconds()) / n
+			rep.PostgresCPUPerStoredUs = float64((pgCPU1 - pgCPU0).Microseconds()) / n
+		}
+	}
 	rep.Series = rec.Stop()
 	if cfg.PipelineDone != nil {
 		cfg.PipelineDone()

@@ -42,6 +42,8 @@ type Stack struct {
 	Brokers []string
 	Key     string        // a test-mode demo-health key: write:observations, read:patients
 	Pool    *pgxpool.Pool // the stack's database, for the raw COPY baseline
+	// PostgresDataDir is the local cluster's data directory (CPUMeter).
+	PostgresDataDir string
 
 	closers []func()
 }
@@ -74,6 +76,7 @@ func StartStack(ctx context.Context, dataDir string, logger *slog.Logger, opts S
 		defer cancel()
 		_ = local.Stop(sctx)
 	})
+	s.PostgresDataDir = local.DataDir()
 	if err := local.EnsureDatabase(ctx, "carehub"); err != nil {
 		return nil, err
 	}

@@ -96,6 +96,7 @@ func run() error {
 		}
 		defer st.Close()
 		cfg.URL, cfg.Keys, cfg.Brokers, cfg.MetricsURLs, cfg.CopyPool = st.URL, []string{st.Key}, st.Brokers, nil, st.Pool
+		cfg.CPU = loadtest.CPUMeter{PostgresDataDir: st.PostgresDataDir}.Read
 	}
 	if cfg.URL == "" {
 		return errors.New("-url (or -self) is required")
@@ -179,6 +180,10 @@ func print(r *loadtest.Report) {
 		over = ">"
 	}
 	fmt.Printf("  accept→stored p50 %.0f ms, p99 %s%.0f ms (from the writer's histogram)\n", r.AcceptToStoredP50, over, r.AcceptToStoredP99)
+	if r.ProcessCPUPerStoredUs > 0 {
+		fmt.Printf("  CPU per stored %6.1f µs this process (devices, intake, broker, writer), %.1f µs Postgres\n",
+			r.ProcessCPUPerStoredUs, r.PostgresCPUPerStoredUs)
+	}
 	if r.RawPerSecond > 0 {
 		fmt.Printf("  raw produce   %10.0f records/s      (same records, same broker, idempotent acks=all)\n", r.RawPerSecond)
 		fmt.Printf("  ratio         %10.2f               ingest acknowledged ÷ raw produce\n", r.Ratio)
