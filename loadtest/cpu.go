@@ -13,9 +13,9 @@ import (
 
 // CPU time spent by a -self run's two halves: this process (the devices, intake, the embedded
 // broker, the writer) and the local Postgres cluster. Divided by the observations stored it is
-// the pipeline's cost per observation, a figure that holds still on a shared machine where the
-// rates move with everything else running (docs/PERFORMANCE.md). Linux only: elsewhere, and
-// for a remote node, the run reports no CPU.
+// the pipeline's cost per observation, which moves less than the rates do on a shared machine
+// (docs/PERFORMANCE.md: about 4 % against a fifth). It reads /proc: on another Unix the run
+// reports no CPU (the first read fails), and a run against a remote node never asks.
 
 // clockTick is the unit of /proc/<pid>/stat's times (USER_HZ, 100 on every Linux build).
 const clockTick = 10 * time.Millisecond
