@@ -74,7 +74,7 @@ type Config struct {
 	// gave up), before the raw baselines: a CPU profile stopped there covers the pipeline only.
 	PipelineDone func()
 	// CPU, if set, reads the CPU time used so far by this process and by Postgres (a -self
-	// run's CPUMeter); the report then gives both per observation stored.
+	// run's Stack.CPU); the report then gives both per observation stored.
 	CPU func() (process, postgres time.Duration, err error)
 }
 

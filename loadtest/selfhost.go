@@ -42,9 +42,8 @@ type Stack struct {
 	Brokers []string
 	Key     string        // a test-mode demo-health key: write:observations, read:patients
 	Pool    *pgxpool.Pool // the stack's database, for the raw COPY baseline
-	// PostgresDataDir is the local cluster's data directory (CPUMeter).
-	PostgresDataDir string
 
+	local   *postgres.Local // for CPU
 	closers []func()
 }
 
@@ -76,7 +75,7 @@ func StartStack(ctx context.Context, dataDir string, logger *slog.Logger, opts S
 		defer cancel()
 		_ = local.Stop(sctx)
 	})
-	s.PostgresDataDir = local.DataDir()
+	s.local = local
 	if err := local.EnsureDatabase(ctx, "carehub"); err != nil {
 		return nil, err
 	}

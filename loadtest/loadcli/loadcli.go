@@ -1,7 +1,8 @@
 // Package loadcli holds what the load commands against a running node (eventload, webhookload)
 // share: their common flags and main (Command, Main), the loopback guard on their URLs, key
 // lists, project lookup, the bounds of a publishing run, pacing, latency summaries in
-// milliseconds and the writing of their reports. loadclitest runs their validation tables.
+// milliseconds, their own CPU time and the writing of their reports. loadclitest runs their
+// validation tables.
 package loadcli
 
 import (
@@ -17,6 +18,7 @@ import (
 	"net/url"
 	"os"
 	"strings"
+	"syscall"
 	"time"
 
 	"carehub/api/pipelinetest"
@@ -202,4 +204,13 @@ func writeJSON(path string, v any) error {
 		return err
 	}
 	return os.WriteFile(path, b, 0o644)
+}
+
+// ProcessCPU is this process's user and system CPU time (0 where getrusage fails).
+func ProcessCPU() time.Duration {
+	var ru syscall.Rusage
+	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }

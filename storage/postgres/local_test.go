@@ -63,6 +63,11 @@ func TestLocalLifecycle(t *testing.T) {
 	if want := postgres.SharedBuffersMB(); buffersMB != want || want < 128 || want > 1024 {
 		t.Errorf("shared_buffers = %d MB, want %d (an eighth of the memory, 128 MB to 1 GB)", buffersMB, want)
 	}
+	if _, err := os.Stat("/proc/self/stat"); err == nil {
+		if cpu, err := l.CPUTime(); err != nil || cpu <= 0 {
+			t.Errorf("CPU time of a cluster that has served queries: %v, %v", cpu, err)
+		}
+	}
 	if fi, err := os.Stat(l.SocketDir()); err != nil || fi.Mode().Perm() != 0o700 {
 		t.Errorf("socket dir %s: %v, mode %v; want 0700", l.SocketDir(), err, fi.Mode())
 	}

@@ -1,11 +1,14 @@
 package postgres
 
 import (
+	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
+	"time"
 )
 
 type procState int
@@ -59,16 +62,61 @@ func postgresProcsIn(dataDir string) []int {
 
 // procStat returns the command name and state of pid from /proc/<pid>/stat.
 func procStat(pid int) (comm string, state byte, ok bool) {
+	comm, fields, ok := procStatFields(pid)
+	if !ok || len(fields[0]) != 1 {
+		return "", 0, false
+	}
+	return comm, fields[0][0], true
+}
+
+// procStatFields returns the command name of pid and the fields of /proc/<pid>/stat after it
+// (the name may hold spaces and parentheses): fields[0] is the state, field 3 of proc(5).
+func procStatFields(pid int) (comm string, fields []string, ok bool) {
 	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
 	if err != nil {
-		return "", 0, false
+		return "", nil, false
 	}
 	s := string(b)
 	open, end := strings.IndexByte(s, '('), strings.LastIndexByte(s, ')')
-	if open < 0 || end < open || end+2 >= len(s) {
-		return "", 0, false
+	if open < 0 || end < open {
+		return "", nil, false
 	}
-	return s[open+1 : end], s[end+2], true
+	if fields = strings.Fields(s[end+1:]); len(fields) == 0 {
+		return "", nil, false
+	}
+	return s[open+1 : end], fields, true
+}
+
+// clockTick is the unit of /proc/<pid>/stat's times (USER_HZ, 100 on every Linux build).
+const clockTick = 10 * time.Millisecond
+
+// CPUTime is the user and system time the cluster has used since its postmaster started: the
+// postmaster's own and its reaped children's (exited backends, autovacuum workers), and that of
+// the postgres processes alive in the data dir. loadtest divides it by the observations stored.
+func (l *Local) CPUTime() (time.Duration, error) {
+	postmaster, ok := l.running()
+	if !ok {
+		return 0, errors.New("local postgres: not running")
+	}
+	var ticks int64
+	for _, pid := range postgresProcsIn(l.dataDir) {
+		_, f, ok := procStatFields(pid)
+		if !ok || len(f) < 15 { // it has just exited
+			continue
+		}
+		last := 15 // utime, stime: fields 14 and 15 of proc(5), f[11] and f[12]
+		if pid == postmaster {
+			last = 17 // and cutime, cstime
+		}
+		for n := 14; n <= last; n++ {
+			v, err := strconv.ParseInt(f[n-3], 10, 64)
+			if err != nil {
+				return 0, fmt.Errorf("/proc/%d/stat field %d: %w", pid, n, err)
+			}
+			ticks += v
+		}
+	}
+	return time.Duration(ticks) * clockTick, nil
 }
 
 func sameDir(a, b string) bool {

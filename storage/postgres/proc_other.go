@@ -5,6 +5,7 @@ package postgres
 import (
 	"errors"
 	"syscall"
+	"time"
 )
 
 type procState int
@@ -25,6 +26,11 @@ func postmasterState(pid int, dataDir string) procState {
 }
 
 func postgresProcsIn(dataDir string) []int { return nil }
+
+// CPUTime needs /proc: elsewhere the cluster's CPU time is unknown.
+func (l *Local) CPUTime() (time.Duration, error) {
+	return 0, errors.New("local postgres: CPU time needs /proc")
+}
 
 // attachedProcAttr has no parent-death signal outside Linux: the server outlives a killed
 // carehub there and is adopted by the next start.

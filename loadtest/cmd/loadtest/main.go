@@ -96,7 +96,7 @@ func run() error {
 		}
 		defer st.Close()
 		cfg.URL, cfg.Keys, cfg.Brokers, cfg.MetricsURLs, cfg.CopyPool = st.URL, []string{st.Key}, st.Brokers, nil, st.Pool
-		cfg.CPU = loadtest.CPUMeter{PostgresDataDir: st.PostgresDataDir}.Read
+		cfg.CPU = st.CPU
 	}
 	if cfg.URL == "" {
 		return errors.New("-url (or -self) is required")

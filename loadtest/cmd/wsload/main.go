@@ -24,6 +24,7 @@ import (
 	"syscall"
 	"time"
 
+	"carehub/loadtest/loadcli"
 	loadreport "carehub/loadtest/report"
 	"carehub/storage/kafka"
 )
@@ -320,7 +321,7 @@ func run(ctx context.Context, cfg config) (*report, error) {
 	pub.rec, f.rec = rec, rec
 	rec.Start()
 	defer rec.Stop()
-	cpu0 := selfCPU()
+	cpu0 := loadcli.ProcessCPU()
 	elapsed := pub.run(ctx, cfg.rate, cfg.duration)
 	published := time.Now()
 	for f.received.Load() < pub.expected.Load() && time.Since(published) < cfg.drain && ctx.Err() == nil {
@@ -333,17 +334,8 @@ func run(ctx context.Context, cfg config) (*report, error) {
 		return rep, err
 	}
 	rep.Server.After = after
-	rep.fill(cfg, f, pub, elapsed, deliveredIn, selfCPU()-cpu0)
+	rep.fill(cfg, f, pub, elapsed, deliveredIn, loadcli.ProcessCPU()-cpu0)
 	return rep, nil
-}
-
-// selfCPU is this process's user+system CPU time.
-func selfCPU() time.Duration {
-	var ru syscall.Rusage
-	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // sortedKeys returns m's keys in order.
