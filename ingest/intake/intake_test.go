@@ -372,7 +372,7 @@ func TestSameClientIDIsStoredOnce(t *testing.T) {
 		t.Fatalf("%d event records for %d copies", n, len(ids))
 	}
 	var clientID string
-	if err := w.pool.QueryRow(context.Background(), `select i->>'value' from observations, jsonb_array_elements(resource->'identifier') i
+	if err := w.pool.QueryRow(context.Background(), `select i->>'value' from observations, json_array_elements(resource->'identifier') i
 where id = $1 and i->>'system' = $2`, ids[0], obs.ClientIDSystem).Scan(&clientID); err != nil || clientID != "monitor-3.reading-981" {
 		t.Fatalf("client id kept as %q: %v", clientID, err)
 	}

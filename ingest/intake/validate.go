@@ -1,7 +1,6 @@
 package intake
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -12,6 +11,7 @@ import (
 	jsonv1 "github.com/go-json-experiment/json/v1"
 
 	"carehub/kernel/clinical"
+	"carehub/kernel/jsonwire"
 	"carehub/schemas/kafka/observation"
 	"carehub/storage/ids"
 )
@@ -294,61 +294,14 @@ func jsonKind(goKind string) string {
 	return goKind
 }
 
-// unstorableJSON finds what encoding/json accepts but Postgres jsonb refuses: invalid UTF-8, the
-// escape \u0000 and unpaired UTF-16 surrogate escapes. It returns "" when raw is storable.
+// unstorableJSON finds what encoding/json accepts but Postgres refuses to store or to read back
+// (its json operators): invalid UTF-8, the escape \u0000 and unpaired UTF-16 surrogate escapes.
+// It returns "" when raw is storable.
 func unstorableJSON(raw []byte) string {
 	if !utf8.Valid(raw) {
 		return "the entry is not valid UTF-8"
 	}
-	for i := 0; i < len(raw); {
-		j := bytes.IndexByte(raw[i:], '\\')
-		if j < 0 || i+j+1 >= len(raw) {
-			break
-		}
-		i += j
-		if raw[i+1] != 'u' {
-			i += 2 // \" \\ \n …: skip both, so that \\u is not read as an escape
-			continue
-		}
-		r, ok := hex4(raw, i+2)
-		switch {
-		case !ok:
-			return "" // malformed: the decoder reports it
-		case r == 0:
-			return `the escape \u0000 is not accepted`
-		case r >= 0xd800 && r < 0xdc00:
-			lo, ok := hex4(raw, i+8)
-			if !ok || raw[i+6] != '\\' || raw[i+7] != 'u' || lo < 0xdc00 || lo > 0xdfff {
-				return "a \\u escape is an unpaired UTF-16 surrogate"
-			}
-			i += 12
-			continue
-		case r >= 0xdc00 && r <= 0xdfff:
-			return "a \\u escape is an unpaired UTF-16 surrogate"
-		}
-		i += 6
-	}
-	return ""
-}
-
-func hex4(b []byte, at int) (rune, bool) {
-	if at+4 > len(b) {
-		return 0, false
-	}
-	var r rune
-	for _, c := range b[at : at+4] {
-		switch {
-		case c >= '0' && c <= '9':
-			r = r<<4 | rune(c-'0')
-		case c >= 'a' && c <= 'f':
-			r = r<<4 | rune(c-'a'+10)
-		case c >= 'A' && c <= 'F':
-			r = r<<4 | rune(c-'A'+10)
-		default:
-			return 0, false
-		}
-	}
-	return r, true
+	return jsonwire.UnstorableEscape(raw)
 }
 
 // validFHIRID reports whether s is a FHIR id, [A-Za-z0-9\-\.]{1,64}, also allowing '_', which

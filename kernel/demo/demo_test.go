@@ -186,7 +186,7 @@ func TestSeed(t *testing.T) {
 		{"observation columns agree with the resource", `select count(*) from observations where not (
 			status = 'final' and resource->>'resourceType' = 'Observation' and resource->>'id' = id and resource->>'status' = status
 			and code->'coding'->0->>'system' = 'http://loinc.org' and code->'coding'->0->>'code' = loinc
-			and code->'coding'->0->>'display' = code->>'text' and resource->'code' = code and resource->'subject' = subject
+			and code->'coding'->0->>'display' = code->>'text' and (resource->'code')::jsonb = code and (resource->'subject')::jsonb = subject
 			and subject->>'reference' = 'Patient/' || patient_id
 			and (resource->'valueQuantity'->>'value')::float8 = value and resource->'valueQuantity'->>'unit' = unit
 			and resource->'valueQuantity'->>'code' = unit and resource->'valueQuantity'->>'system' = 'http://unitsofmeasure.org'

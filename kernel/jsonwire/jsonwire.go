@@ -45,10 +45,37 @@ func AppendCompact(b, v []byte) ([]byte, error) {
 	return append(b, out...), nil
 }
 
+// AppendCompactValid appends the JSON value v, which must be valid (Valid), to b with its
+// insignificant whitespace removed, as AppendCompact does without checking it again: a few
+// times its speed, for a value read from a record that was checked whole.
+func AppendCompactValid(b, v []byte) []byte {
+	start := 0 // v[start:i] is still to be copied
+	for i := 0; i < len(v); i++ {
+		switch v[i] {
+		case '"':
+			for i++; i < len(v) && v[i] != '"'; i++ {
+				if v[i] == '\\' {
+					i++
+				}
+			}
+		case ' ', '\t', '\r', '\n':
+			b = append(b, v[start:i]...)
+			start = i + 1
+		}
+	}
+	return append(b, v[start:]...)
+}
+
 // Members calls fn with each member of the JSON object obj, in order: its key, unescaped, and
 // its value exactly as it stands in obj. obj must be Valid; Members returns nil at once for a
 // value that is not an object, and the first error fn returns, prefixed with the key.
 func Members(obj []byte, fn func(key, value []byte) error) error {
+	return MemberSpans(obj, func(key, value []byte, _, _ int) error { return fn(key, value) })
+}
+
+// MemberSpans is Members that also says where each member stands in obj: obj[start:end] is the
+// member as written, from its key's opening quote to the end of its value.
+func MemberSpans(obj []byte, fn func(key, value []byte, start, end int) error) error {
 	i := skipSpace(obj, 0)
 	if i >= len(obj) || obj[i] != '{' {
 		return nil
@@ -59,6 +86,7 @@ func Members(obj []byte, fn func(key, value []byte) error) error {
 		if i >= len(obj) || obj[i] != '"' {
 			return nil // '}': the end of the object
 		}
+		start := i
 		keyEnd := skipValue(obj, i)
 		key := obj[i+1 : keyEnd-1]
 		if needsUnquote(key) {
@@ -71,7 +99,7 @@ func Members(obj []byte, fn func(key, value []byte) error) error {
 		i = skipSpace(obj, keyEnd) + 1 // past ':'
 		i = skipSpace(obj, i)
 		end := skipValue(obj, i)
-		if err := fn(key, obj[i:end]); err != nil {
+		if err := fn(key, obj[i:end], start, end); err != nil {
 			return fmt.Errorf("%s: %w", key, err)
 		}
 		i = skipSpace(obj, end)
@@ -320,4 +348,60 @@ func AppendFloat(b []byte, f float64) []byte {
 		b = b[:n-1]
 	}
 	return b
+}
+
+// UnstorableEscape finds the string escapes of the JSON value raw that Postgres cannot read: the
+// escape \u0000 and unpaired UTF-16 surrogate escapes, which jsonb refuses and the json type stores
+// but its operators (->>, casts to jsonb) then fail on. It returns what is wrong, "" when nothing
+// is. A malformed escape is left to the decoder.
+func UnstorableEscape(raw []byte) string {
+	for i := 0; i < len(raw); {
+		j := bytes.IndexByte(raw[i:], '\\')
+		if j < 0 || i+j+1 >= len(raw) {
+			break
+		}
+		i += j
+		if raw[i+1] != 'u' {
+			i += 2 // \" \\ \n …: skip both, so that \\u is not read as an escape
+			continue
+		}
+		r, ok := hex4(raw, i+2)
+		switch {
+		case !ok:
+			return "" // malformed: the decoder reports it
+		case r == 0:
+			return `the escape \u0000 is not accepted`
+		case r >= 0xd800 && r < 0xdc00:
+			lo, ok := hex4(raw, i+8)
+			if !ok || raw[i+6] != '\\' || raw[i+7] != 'u' || lo < 0xdc00 || lo > 0xdfff {
+				return "a \\u escape is an unpaired UTF-16 surrogate"
+			}
+			i += 12
+			continue
+		case r >= 0xdc00 && r <= 0xdfff:
+			return "a \\u escape is an unpaired UTF-16 surrogate"
+		}
+		i += 6
+	}
+	return ""
+}
+
+func hex4(b []byte, at int) (rune, bool) {
+	if at+4 > len(b) {
+		return 0, false
+	}
+	var r rune
+	for _, c := range b[at : at+4] {
+		switch {
+		case c >= '0' && c <= '9':
+			r = r<<4 | rune(c-'0')
+		case c >= 'a' && c <= 'f':
+			r = r<<4 | rune(c-'a'+10)
+		case c >= 'A' && c <= 'F':
+			r = r<<4 | rune(c-'A'+10)
+		default:
+			return 0, false
+		}
+	}
+	return r, true
 }

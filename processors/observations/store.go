@@ -49,17 +49,14 @@ type storeResult struct {
 const createIncoming = `create temp table if not exists observations_in (
 	id text not null, org_id text not null, patient_id text not null, status text not null,
 	loinc text, value double precision, unit text, effective_at timestamptz not null,
-	device_type text, client_id text, resource jsonb not null, received_at timestamptz not null
+	device_type text, resource json not null, received_at timestamptz not null
 ) on commit delete rows`
 
-var incomingColumns = []string{"id", "org_id", "patient_id", "status", "loinc", "value", "unit", "effective_at",
-	"device_type", "client_id", "resource", "received_at"}
-
-// insertIncoming moves the temporary rows into observations and returns, for every row that is
-// in observations afterwards, its id and whether this statement stored it. A row is stored only
-// when its patient belongs to its organization (intake checked; this keeps a stray record from
-// writing across tenants), once per id (distinct on, then ON CONFLICT for rows stored earlier or
-// by a concurrent writer). The resource gets carehub's id, and the client's id as an identifier.
+// insertIncoming moves the temporary rows (storedRow's, like the direct COPY's) into
+// observations and returns, for every row that is in observations afterwards, its id and
+// whether this statement stored it. A row is stored only when its patient belongs to its
+// organization (intake checked; this keeps a stray record from writing across tenants), once
+// per id (distinct on, then ON CONFLICT for rows stored earlier or by a concurrent writer).
 const insertIncoming = `with storable as (
 	select distinct on (t.id) t.* from observations_in t
 	join patients p on p.id = t.patient_id and p.org_id = t.org_id
@@ -67,14 +64,8 @@ const insertIncoming = `with storable as (
 ), ins as (
 insert into observations (id, org_id, patient_id, status, loinc, value, unit,
 	effective_at, device_type, resource, received_at)
-select t.id, t.org_id, t.patient_id, t.status, t.loinc,
-	t.value, t.unit, t.effective_at, t.device_type,
-	case when t.client_id is null then t.resource || jsonb_build_object('id', t.id)
-	else t.resource || jsonb_build_object('id', t.id, 'identifier',
-		(case when jsonb_typeof(t.resource->'identifier') = 'array' then t.resource->'identifier' else '[]'::jsonb end)
-		|| jsonb_build_array(jsonb_build_object('system', $1::text, 'value', t.client_id)))
-	end,
-	t.received_at
+select t.id, t.org_id, t.patient_id, t.status, t.loinc, t.value, t.unit,
+	t.effective_at, t.device_type, t.resource, t.received_at
 from storable t
 order by t.id
 on conflict (id) do nothing
@@ -239,14 +230,12 @@ func (s *store) insertSavepoint(ctx context.Context, tx pgx.Tx, msgs []observati
 func (s *store) insert(ctx context.Context, tx pgx.Tx, msgs []observation.Message) (storeResult, error) {
 	rows := make([][]any, len(msgs))
 	for i := range msgs {
-		m := &msgs[i]
-		rows[i] = []any{m.ID, m.OrgID, m.PatientID, m.Status, nullable(m.LOINC), storedValue(m), nullable(m.Unit),
-			m.EffectiveAt, nullable(m.DeviceType), nullable(m.ClientID), []byte(m.Observation), m.ReceivedAt}
+		rows[i] = storedRow(&msgs[i])
 	}
-	if _, err := tx.CopyFrom(ctx, pgx.Identifier{"observations_in"}, incomingColumns, pgx.CopyFromRows(rows)); err != nil {
+	if _, err := tx.CopyFrom(ctx, pgx.Identifier{"observations_in"}, storedColumns, pgx.CopyFromRows(rows)); err != nil {
 		return storeResult{}, fmt.Errorf("store observations: copy: %w", err)
 	}
-	qrows, _ := tx.Query(ctx, insertIncoming, ClientIDSystem)
+	qrows, _ := tx.Query(ctx, insertIncoming)
 	isNew := make(map[string]bool, len(msgs))
 	var id string
 	var fresh bool

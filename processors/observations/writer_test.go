@@ -270,10 +270,12 @@ func TestRedeliveryStoresNothingTwice(t *testing.T) {
 func TestUnstorableRecordsAreSkipped(t *testing.T) {
 	e := newEnv(t)
 	good := []observation.Message{message(e.orgA, e.patientA, 60), message(e.orgA, e.patientA, 61), message(e.orgB, e.patientB, 62)}
-	nul := message(e.orgA, e.patientA, 63)
+	nul := message(e.orgA, e.patientA, 63) // an escape Postgres's json operators cannot read
 	nul.Observation = json.RawMessage(strings.Replace(string(nul.Observation), `"status":"final"`, `"status":"final","note":[{"text":"\u0000"}]`, 1))
+	latin1 := message(e.orgA, e.patientA, 65) // not UTF-8: Postgres refuses it
+	latin1.Observation = json.RawMessage(strings.Replace(string(latin1.Observation), `"status":"final"`, "\"status\":\"final\",\"note\":[{\"text\":\"caf\xe9\"}]", 1))
 	cross := message(e.orgA, e.patientB, 64) // patientB is not orgA's
-	values := encode(good[0], nul, cross, good[1])
+	values := encode(good[0], nul, cross, latin1, good[1])
 	values = append(values, []byte(`{"id":"obs_x"}`), []byte("not json"))
 	values = append(values, encode(good[2])...)
 	produce(t, e, values...)
@@ -282,7 +284,7 @@ func TestUnstorableRecordsAreSkipped(t *testing.T) {
 		return count(t, e.pool, `select count(*) from observations where id = any($1)`, []string{good[0].ID, good[1].ID, good[2].ID}) == 3
 	})
 	waitFor(t, "every record accounted for", func() bool {
-		return w.counter(t, "carehub_observations_skipped_total", "reason", "invalid_message") == 2 &&
+		return w.counter(t, "carehub_observations_skipped_total", "reason", "invalid_message") == 3 &&
 			w.counter(t, "carehub_observations_skipped_total", "reason", "rejected_by_database") == 1 &&
 			w.counter(t, "carehub_observations_skipped_total", "reason", "unknown_patient") == 1
 	})

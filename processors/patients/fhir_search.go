@@ -185,7 +185,7 @@ func (s *Service) search(ctx context.Context, r searchable, q Search) (SearchPag
 		w.add(r.patient+` = any(%s)`, q.Patients)
 	}
 	anyOf(w, q.Identifiers, func(i Identifier) string {
-		return w.format(`t.resource->'identifier' @> %s::jsonb`, tokenJSON(i, "value"))
+		return w.format(`(t.resource->'identifier')::jsonb @> %s::jsonb`, tokenJSON(i, "value"))
 	})
 	anyOf(w, q.Names, func(n string) string {
 		return w.format(`exists (select 1 from jsonb_array_elements(t.name) n where n->>'family' ilike %[1]s or n->>'text' ilike %[1]s
@@ -200,10 +200,10 @@ or exists (select 1 from jsonb_array_elements_text(case jsonb_typeof(n->'given')
 	}
 	w.dates(q.BirthDate, `(case length(t.birth_date) when 4 then t.birth_date || '-01-01' when 7 then t.birth_date || '-01' else t.birth_date end)::date`)
 	anyOf(w, q.Codes, func(c Identifier) string {
-		return w.format(`coalesce(t.code, t.resource->'code')->'coding' @> %s::jsonb`, tokenJSON(c, "code"))
+		return w.format(`coalesce(t.code, (t.resource->'code')::jsonb)->'coding' @> %s::jsonb`, tokenJSON(c, "code"))
 	})
 	anyOf(w, q.Categories, func(c Identifier) string {
-		return w.format(`t.resource->'category' @> %s::jsonb`, `[{"coding":`+tokenJSON(c, "code")+`}]`)
+		return w.format(`(t.resource->'category')::jsonb @> %s::jsonb`, `[{"coding":`+tokenJSON(c, "code")+`}]`)
 	})
 	if r.date != "" {
 		w.dates(q.Date, r.date)

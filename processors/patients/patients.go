@@ -150,8 +150,8 @@ func (s *Service) ObservationsByPatient(ctx context.Context, patientIDs []string
 	if !f.Since.IsZero() {
 		since = &f.Since
 	}
-	rows, _ := s.pool.Query(ctx, `select o.id, o.patient_id, o.status, coalesce(o.code, o.resource->'code', '{}') as code, o.loinc,
-	coalesce(o.subject, o.resource->'subject', jsonb_build_object('reference', 'Patient/' || o.patient_id)) as subject,
+	rows, _ := s.pool.Query(ctx, `select o.id, o.patient_id, o.status, coalesce(o.code, (o.resource->'code')::jsonb, '{}') as code, o.loinc,
+	coalesce(o.subject, (o.resource->'subject')::jsonb, jsonb_build_object('reference', 'Patient/' || o.patient_id)) as subject,
 	o.value, o.unit, o.effective_at
 from patients pt cross join lateral (
 	select * from observations o where o.patient_id = pt.id

@@ -10,7 +10,8 @@ import (
 )
 
 // DecodeMessage parses and checks one record value. It checks what storing needs (ids, an
-// object resource, a status and an effective time); the FHIR rules were applied at intake.
+// object resource without string escapes Postgres cannot read back, a status and an effective
+// time); the FHIR rules were applied at intake.
 //
 // It decodes as json.Unmarshal into a Message does (FuzzDecodeMessage checks it against
 // encoding/json), without reflection (jsonwire): decoding was the observation writer's largest
@@ -44,6 +45,9 @@ func (m *Message) check() error {
 		return fmt.Errorf("%w: no effectiveAt or receivedAt", ErrInvalidMessage)
 	case !utf8.ValidString(m.Unit):
 		return fmt.Errorf("%w: unit", ErrInvalidMessage)
+	}
+	if msg := jsonwire.UnstorableEscape(m.Observation); msg != "" {
+		return fmt.Errorf("%w: observation: %s", ErrInvalidMessage, msg)
 	}
 	return nil
 }

@@ -42,6 +42,7 @@ func FuzzDecodeMessage(f *testing.F) {
 		strings.Replace(valid, `"orgId"`, `"org\u0049d"`, 1),
 		strings.Replace(valid, `"clientId":"c-1"`, `"clientId":"c-1","extra":[1,{"a":"}"}],"noValue":null`, 1),
 		strings.Replace(valid, `"observation":{`, `"observation" : null, "observation":  {`, 1),
+		strings.Replace(valid, `"observation":{`, `"observation":{"note":[{"text":"\u0000"}],`, 1),
 		strings.Replace(valid, `"effectiveAt":"2026-11-01T08:00:00Z"`, `"effectiveAt":"2026-11-01 08:00:00"`, 1),
 		` ` + valid + "\n",
 		`[` + valid + `]`,
