@@ -1,8 +1,6 @@
 package observations
 
 import (
-	"slices"
-
 	"carehub/kernel/jsonwire"
 	"carehub/schemas/kafka/observation"
 )
@@ -29,67 +27,68 @@ func storedRow(m *observation.Message) []any {
 func storedResource(m *observation.Message) []byte {
 	type member struct {
 		key        []byte
-		start, end int // in b
+		start, end int  // in m.Observation
+		drop       bool // the client's id or identifier, or a key repeated later
 	}
-	b := make([]byte, 0, len(m.Observation)+len(m.ClientID)+128)
-	b = jsonwire.AppendCompactValid(b, m.Observation)
-	var (
-		members    = make([]member, 0, 16)
-		identifier []byte // the client's, when it sent an id
-		idAt       = -1   // where carehub's id goes: after resourceType
-		rewrite    bool   // a member to drop: the client's id or identifier, or a repeated key
-	)
-	_ = jsonwire.MemberSpans(b, func(key, v []byte, start, end int) error {
-		switch {
-		case string(key) == "id":
-			rewrite = true
-		case string(key) == "identifier" && m.ClientID != "":
-			identifier, rewrite = v, true
-		case string(key) == "resourceType" && idAt < 0:
-			idAt = end
+	members := make([]member, 0, 16)
+	var identifier []byte // the client's, when it sent an id
+	typed := false
+	_ = jsonwire.MemberSpans(m.Observation, func(key, v []byte, start, end int) error {
+		for i := range members {
+			if string(members[i].key) == string(key) {
+				members[i].drop = true
+			}
 		}
-		rewrite = rewrite || slices.ContainsFunc(members, func(earlier member) bool { return string(earlier.key) == string(key) })
-		members = append(members, member{key, start, end})
+		mb := member{key: key, start: start, end: end}
+		switch string(key) {
+		case "id":
+			mb.drop = true
+		case "identifier":
+			if m.ClientID != "" {
+				identifier, mb.drop = v, true
+			}
+		case "resourceType":
+			typed = true
+		}
+		members = append(members, mb)
 		return nil
 	})
-	if rewrite { // the uncommon case: copy the members that stay
-		kept := make([]byte, 1, len(b)+16)
-		kept[0], idAt = '{', -1
-		for i, mb := range members {
-			switch key := string(mb.key); {
-			case key == "id", key == "identifier" && m.ClientID != "":
-				continue
-			case slices.ContainsFunc(members[i+1:], func(later member) bool { return string(later.key) == key }):
-				continue // a later one wins
-			case len(kept) > 1:
-				kept = append(kept, ',')
-			}
-			kept = append(kept, b[mb.start:mb.end]...)
-			if idAt < 0 && string(mb.key) == "resourceType" {
-				idAt = len(kept)
+	b := make([]byte, 1, len(m.Observation)+len(m.ClientID)+128)
+	b[0] = '{'
+	appendID := func() {
+		if len(b) > 1 {
+			b = append(b, ',')
+		}
+		b = jsonwire.AppendString(append(b, `"id":`...), m.ID)
+	}
+	if !typed {
+		appendID()
+	}
+	for _, mb := range members {
+		if mb.drop {
+			continue
+		}
+		if len(b) > 1 {
+			b = append(b, ',')
+		}
+		b = jsonwire.AppendCompactValid(b, m.Observation[mb.start:mb.end])
+		if string(mb.key) == "resourceType" {
+			appendID()
+		}
+	}
+	if m.ClientID != "" {
+		b = append(b, `,"identifier":[`...)
+		if n := len(b); len(identifier) > 0 && identifier[0] == '[' {
+			b = jsonwire.AppendCompactValid(b, identifier)
+			if b = append(b[:n], b[n+1:len(b)-1]...); len(b) > n { // its elements
+				b = append(b, ',')
 			}
 		}
-		b = append(kept, '}')
+		b = append(b, `{"system":`...)
+		b = jsonwire.AppendString(b, ClientIDSystem)
+		b = append(b, `,"value":`...)
+		b = jsonwire.AppendString(b, m.ClientID)
+		b = append(b, "}]"...)
 	}
-	id := jsonwire.AppendString([]byte(`"id":`), m.ID)
-	switch {
-	case idAt >= 0:
-		b = slices.Insert(b, idAt, append([]byte{','}, id...)...)
-	case len(b) > 2: // {…}
-		b = slices.Insert(b, 1, append(id, ',')...)
-	default: // {}
-		b = slices.Insert(b, 1, id...)
-	}
-	if m.ClientID == "" {
-		return b
-	}
-	b = append(b[:len(b)-1], `,"identifier":[`...)
-	if len(identifier) > 2 && identifier[0] == '[' { // not []
-		b = append(append(b, identifier[1:len(identifier)-1]...), ',')
-	}
-	b = append(b, `{"system":`...)
-	b = jsonwire.AppendString(b, ClientIDSystem)
-	b = append(b, `,"value":`...)
-	b = jsonwire.AppendString(b, m.ClientID)
-	return append(b, "}]}"...)
+	return append(b, '}')
 }
