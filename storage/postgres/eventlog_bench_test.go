@@ -100,6 +100,47 @@ func BenchmarkAppendEventsRedelivered(b *testing.B) {
 	b.ReportMetric(float64(b.N*len(evs))/b.Elapsed().Seconds(), "events/s")
 }
 
+// BenchmarkAppendAudit measures AppendAudit on new records (the audit writer's batches, about
+// 60 records each when single publishEvent calls load a node) against the staging path, which
+// every batch took before and a redelivered batch takes now.
+//
+//	go test ./storage/postgres -run '^$' -bench AppendAudit -benchtime 200x
+func BenchmarkAppendAudit(b *testing.B) {
+	paths := []struct {
+		name   string
+		append func(*postgres.AuditLog, context.Context, []storage.AuditRecord) error
+	}{
+		{"staged", (*postgres.AuditLog).AppendAuditStaged},
+		{"AppendAudit", (*postgres.AuditLog).AppendAudit},
+	}
+	for _, size := range []int{60, 1000} {
+		for _, path := range paths {
+			b.Run(fmt.Sprintf("batch=%d/%s", size, path.name), func(b *testing.B) {
+				log := postgres.NewAuditLog(pgtest.New(b))
+				ctx := context.Background()
+				now := time.Now()
+				b.ResetTimer()
+				for i := 0; b.Loop(); i++ {
+					b.StopTimer()
+					rs := make([]storage.AuditRecord, size)
+					for j := range rs {
+						rs[j] = storage.AuditRecord{ID: ids.New("req_"), Time: now.Add(time.Duration(i*size+j) * time.Microsecond),
+							OrgID: fmt.Sprintf("org_%d", j%20), KeyID: fmt.Sprintf("key_%d", j%40), Mode: "live",
+							ClientIP: "127.0.0.1", UserAgent: "bench", Operation: "mutation publishEvent",
+							ResourceIDs: []string{ids.New(ids.Event)}, PatientIDs: []string{fmt.Sprintf("pat_%d", j%200)},
+							Outcome: "success", Status: 200, LatencyMs: 3, Credential: "chk_live_…AbCd"}
+					}
+					b.StartTimer()
+					if err := path.append(log, ctx, rs); err != nil {
+						b.Fatal(err)
+					}
+				}
+				b.ReportMetric(float64(b.N*size)/b.Elapsed().Seconds(), "records/s")
+			})
+		}
+	}
+}
+
 // BenchmarkQueryEvents1M loads 1,000,000 events with AppendEvents and measures QueryEvents
 // latency (p50 and p99 in ms, page and total together, as GET /v1/events asks for them) for
 // the shapes the API issues. It is gated because the load takes a while:
