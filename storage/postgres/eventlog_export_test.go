@@ -17,12 +17,6 @@ func (l *EventLog) AppendEventsUnnest(ctx context.Context, evs []storage.Event) 
 	return l.appendUnnest(ctx, evs)
 }
 
-// AppendAuditStaged exposes AppendAudit's conflict path, which every batch took before, to
-// BenchmarkAppendAudit.
-func (l *AuditLog) AppendAuditStaged(ctx context.Context, rs []storage.AuditRecord) error {
-	return l.appendStaged(ctx, rs)
-}
-
 // CopyThreshold is copyThreshold, for tests of the COPY path.
 const CopyThreshold = copyThreshold
 
