@@ -100,40 +100,6 @@ func BenchmarkAppendEventsRedelivered(b *testing.B) {
 	b.ReportMetric(float64(b.N*len(evs))/b.Elapsed().Seconds(), "events/s")
 }
 
-// BenchmarkAppendAudit measures AppendAudit on new records: batches of 60, the audit writer's
-// when single publishEvent calls load a node, and of 1,000. Creating the staging table with
-// every batch, as before, took 5.5 ms a batch of 60 and 35–39 ms a batch of 1,000 here (2.0
-// and 26–29 ms for a COPY straight into audit_log, which cut the CPU a call too but put the
-// publish → log tail of single calls at 80 % up, docs/PERFORMANCE.md).
-//
-//	go test ./storage/postgres -run '^$' -bench AppendAudit -benchtime 200x
-func BenchmarkAppendAudit(b *testing.B) {
-	for _, size := range []int{60, 1000} {
-		b.Run(fmt.Sprintf("batch=%d", size), func(b *testing.B) {
-			log := postgres.NewAuditLog(pgtest.New(b))
-			ctx := context.Background()
-			now := time.Now()
-			b.ResetTimer()
-			for i := 0; b.Loop(); i++ {
-				b.StopTimer()
-				rs := make([]storage.AuditRecord, size)
-				for j := range rs {
-					rs[j] = storage.AuditRecord{ID: ids.New("req_"), Time: now.Add(time.Duration(i*size+j) * time.Microsecond),
-						OrgID: fmt.Sprintf("org_%d", j%20), KeyID: fmt.Sprintf("key_%d", j%40), Mode: "live",
-						ClientIP: "127.0.0.1", UserAgent: "bench", Operation: "mutation publishEvent",
-						ResourceIDs: []string{ids.New(ids.Event)}, PatientIDs: []string{fmt.Sprintf("pat_%d", j%200)},
-						Outcome: "success", Status: 200, LatencyMs: 3, Credential: "chk_live_…AbCd"}
-				}
-				b.StartTimer()
-				if err := log.AppendAudit(ctx, rs); err != nil {
-					b.Fatal(err)
-				}
-			}
-			b.ReportMetric(float64(b.N*size)/b.Elapsed().Seconds(), "records/s")
-		})
-	}
-}
-
 // BenchmarkQueryEvents1M loads 1,000,000 events with AppendEvents and measures QueryEvents
 // latency (p50 and p99 in ms, page and total together, as GET /v1/events asks for them) for
 // the shapes the API issues. It is gated because the load takes a while:
