@@ -47,7 +47,8 @@ func AppendCompact(b, v []byte) ([]byte, error) {
 
 // AppendCompactValid appends the JSON value v, which must be valid (Valid), to b with its
 // insignificant whitespace removed, as AppendCompact does without checking it again: a few
-// times its speed, for a value read from a record that was checked whole.
+// times its speed, for a value read from a record that was checked whole. It works token by
+// token, so v may also be a run of a valid array's elements.
 func AppendCompactValid(b, v []byte) []byte {
 	start := 0 // v[start:i] is still to be copied
 	for i := 0; i < len(v); i++ {

@@ -78,9 +78,8 @@ func storedResource(m *observation.Message) []byte {
 	}
 	if m.ClientID != "" {
 		b = append(b, `,"identifier":[`...)
-		if n := len(b); len(identifier) > 0 && identifier[0] == '[' {
-			b = jsonwire.AppendCompactValid(b, identifier)
-			if b = append(b[:n], b[n+1:len(b)-1]...); len(b) > n { // its elements
+		if n := len(b); len(identifier) > 0 && identifier[0] == '[' { // its elements, then ours
+			if b = jsonwire.AppendCompactValid(b, identifier[1:len(identifier)-1]); len(b) > n {
 				b = append(b, ',')
 			}
 		}
