@@ -144,7 +144,14 @@ func StartLogged(t testing.TB, cfg node.Config, logger *slog.Logger) *Server {
 			t.Errorf("stop carehub: %v", err)
 		}
 	})
-	return &Server{Node: s, URL: s.URL(), cfg: cfg, t: t}
+	srv := &Server{Node: s, URL: s.URL(), cfg: cfg, t: t}
+	// Before the node stops (cleanups run last registered first).
+	t.Cleanup(func() {
+		if t.Failed() {
+			srv.diagnose(t)
+		}
+	})
+	return srv
 }
 
 // Cfg is the configuration the node runs with.
