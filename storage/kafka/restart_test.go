@@ -22,7 +22,7 @@ const EnvScript = "CAREHUB_TEST_KAFKA_SCRIPT"
 
 // TestBrokerRestart produces continuously with NewClient's defaults while
 // the real broker is restarted twice (SIGTERM, then SIGKILL), then reads
-// the topic back with a consumer group. Every acknowledged record must be
+// the topic back with a direct consumer. Every acknowledged record must be
 // there; duplicates are counted and reported (consumers dedupe by id), and
 // nothing may be read that was never produced.
 func TestBrokerRestart(t *testing.T) {
@@ -125,7 +125,10 @@ func TestBrokerRestart(t *testing.T) {
 		t.Fatal("no record was acknowledged")
 	}
 
-	// Read it all back with a group, up to the end offsets as they are now.
+	// Read it all back, up to the end offsets as they are now, with a direct consumer: a group
+	// would wait on the restarted broker's group coordinator, which after the KILL answered
+	// NOT_COORDINATOR for minutes on a loaded machine (CI); what this test checks is the
+	// producer's records, not the coordinator's recovery.
 	ends, err := kadm.NewClient(prod).ListEndOffsets(timeout(t, 10*time.Second), topic)
 	if err != nil {
 		t.Fatal(err)
@@ -133,7 +136,7 @@ func TestBrokerRestart(t *testing.T) {
 	var total int64
 	ends.Each(func(o kadm.ListedOffset) { total += o.Offset })
 	cons, err := kafka.NewClient(kafka.ClientConfig{Brokers: brokers, ClientID: "carehub-restart-test-consumer", Logger: testLogger(t)},
-		kgo.ConsumerGroup(kafkatest.Group(t, "restart")), kgo.ConsumeTopics(topic),
+		kgo.ConsumeTopics(topic),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
 	if err != nil {
 		t.Fatal(err)
