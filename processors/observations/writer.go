@@ -306,6 +306,7 @@ func (w *Writer) storeChunk(ctx context.Context, msgs []observation.Message) (st
 	}
 	if res.rejected > 0 {
 		w.m.skipped.WithLabelValues("rejected_by_database").Add(float64(res.rejected))
+		w.logger.Error("observations whose values Postgres refused skipped", "count", res.rejected)
 	}
 	return res, nil
 }
