@@ -64,8 +64,15 @@ func (s *Server) diagnose(t testing.TB) {
 		}
 		b.WriteString("\n")
 	}
+	// On a shared real broker, only this node's namespace.
+	mine := func(name string) bool { ns := s.cfg.KafkaNamespace; return ns == "" || strings.HasPrefix(name, ns+".") }
 	listed, err := adm.ListGroups(ctx)
-	groups := listed.Groups()
+	var groups []string
+	for _, g := range listed.Groups() {
+		if mine(g) {
+			groups = append(groups, g)
+		}
+	}
 	slices.Sort(groups)
 	described, err2 := adm.DescribeGroups(ctx, groups...)
 	fmt.Fprintf(&b, "  groups%s:\n", errSuffix(err, err2))
@@ -85,9 +92,11 @@ func (s *Server) diagnose(t testing.TB) {
 		b.WriteString("\n")
 	}
 	txns, err := adm.ListTransactions(ctx, nil, nil)
-	fmt.Fprintf(&b, "  transactions%s:", errSuffix(err))
+	fmt.Fprintf(&b, "  transactions not ended%s:", errSuffix(err))
 	for _, tx := range txns.Sorted() {
-		fmt.Fprintf(&b, " %s=%s", tx.TxnID, tx.State)
+		if mine(tx.TxnID) && tx.State != "Empty" && tx.State != "CompleteCommit" && tx.State != "CompleteAbort" {
+			fmt.Fprintf(&b, " %s=%s", tx.TxnID, tx.State)
+		}
 	}
 	t.Log(b.String())
 }
