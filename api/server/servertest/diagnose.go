@@ -24,7 +24,8 @@ const EnvDumpDir = "CAREHUB_TEST_DUMP_DIR"
 // LSO behind the end is a transaction still open), each consumer group's state, members and
 // committed offsets, and the open transactions. "Accepted but never stored" failures are told
 // apart by it: an LSO held back, a group that never assigned its partitions, or a member that
-// has its partitions and does not move.
+// has its partitions and does not move. (A group that has read everything of a partition ending
+// in a transaction's commit marker has committed one before the end: the marker is no record.)
 func (s *Server) diagnose(t testing.TB) {
 	if dir := os.Getenv(EnvDumpDir); dir != "" {
 		name := filepath.Join(dir, "servertest-"+strings.NewReplacer("/", "_", " ", "_").Replace(t.Name())+".txt")
