@@ -6,13 +6,14 @@ import (
 	"os"
 	"path/filepath"
 	"runtime/pprof"
-	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"carehub/storage/kafka"
 )
 
 // EnvDumpDir names a directory where a failed test's goroutines are written
@@ -65,18 +66,13 @@ func (s *Server) diagnose(t testing.TB) {
 		}
 		b.WriteString("\n")
 	}
-	// On a shared real broker, only this node's namespace.
-	mine := func(name string) bool { ns := s.cfg.KafkaNamespace; return ns == "" || strings.HasPrefix(name, ns+".") }
-	listed, err := adm.ListGroups(ctx)
-	var groups []string
-	for _, g := range listed.Groups() {
-		if mine(g) {
-			groups = append(groups, g)
-		}
+	ns := kafka.Namespace(s.cfg.KafkaNamespace)
+	groups := make([]string, len(carehubGroups))
+	for i, g := range carehubGroups {
+		groups[i] = ns.Name(g)
 	}
-	slices.Sort(groups)
-	described, err2 := adm.DescribeGroups(ctx, groups...)
-	fmt.Fprintf(&b, "  groups%s:\n", errSuffix(err, err2))
+	described, err := adm.DescribeGroups(ctx, groups...)
+	fmt.Fprintf(&b, "  groups%s:\n", errSuffix(err))
 	for _, g := range groups {
 		d := described[g]
 		fmt.Fprintf(&b, "    %s %s, %d members", g, d.State, len(d.Members))
@@ -92,12 +88,10 @@ func (s *Server) diagnose(t testing.TB) {
 		offs.Each(func(o kadm.OffsetResponse) { fmt.Fprintf(&b, " %s/%d=%d", o.Topic, o.Partition, o.At) })
 		b.WriteString("\n")
 	}
-	txns, err := adm.ListTransactions(ctx, nil, nil)
-	fmt.Fprintf(&b, "  transactions not ended%s:", errSuffix(err))
+	txns, err := adm.ListTransactions(ctx, nil, []string{"Ongoing", "PrepareCommit", "PrepareAbort"})
+	fmt.Fprintf(&b, "  transactions not ended (on a shared broker, any test's)%s:", errSuffix(err))
 	for _, tx := range txns.Sorted() {
-		if mine(tx.TxnID) && tx.State != "Empty" && tx.State != "CompleteCommit" && tx.State != "CompleteAbort" {
-			fmt.Fprintf(&b, " %s=%s", tx.TxnID, tx.State)
-		}
+		fmt.Fprintf(&b, " %s=%s", tx.TxnID, tx.State)
 	}
 	t.Log(b.String())
 }
