@@ -12,8 +12,6 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
-
-	"carehub/storage/kafka"
 )
 
 // EnvDumpDir names a directory where a failed test's goroutines are written
@@ -66,11 +64,7 @@ func (s *Server) diagnose(t testing.TB) {
 		}
 		b.WriteString("\n")
 	}
-	ns := kafka.Namespace(s.cfg.KafkaNamespace)
-	groups := make([]string, len(carehubGroups))
-	for i, g := range carehubGroups {
-		groups[i] = ns.Name(g)
-	}
+	groups := nodeGroups(s.cfg.KafkaNamespace)
 	described, err := adm.DescribeGroups(ctx, groups...)
 	fmt.Fprintf(&b, "  groups%s:\n", errSuffix(err))
 	for _, g := range groups {

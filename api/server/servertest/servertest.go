@@ -48,6 +48,15 @@ import (
 var carehubGroups = []string{eventlog.DefaultGroup, webhooks.DefaultGroup, audit.DefaultGroup, observations.DefaultGroup,
 	workflows.DefaultRunnerGroup, workflows.DefaultTriggersGroup}
 
+// nodeGroups is carehubGroups as named in the Kafka namespace ns.
+func nodeGroups(ns string) []string {
+	groups := make([]string, len(carehubGroups))
+	for i, g := range carehubGroups {
+		groups[i] = kafka.Namespace(ns).Name(g)
+	}
+	return groups
+}
+
 // namespace gives t's nodes a Kafka namespace of their own on a shared real broker: topics and
 // consumer groups no other test, and no other test package running at the same time, reads or
 // writes, so nothing an earlier node produced reaches this test's node. When t ends (after its
@@ -66,10 +75,7 @@ func namespace(t testing.TB, brokers []string) string {
 		}
 		defer cl.Close()
 		adm := kadm.NewClient(cl)
-		groups := make([]string, len(carehubGroups))
-		for i, g := range carehubGroups {
-			groups[i] = kafka.Namespace(ns).Name(g)
-		}
+		groups := nodeGroups(ns)
 		// Best effort, as kafkatest.Topic's: a leftover costs disk, not correctness.
 		_, _ = adm.DeleteGroups(ctx, groups...)
 		_, _ = adm.DeleteTopics(ctx, kafka.Namespace(ns).Topics().All()...)
