@@ -285,7 +285,10 @@ func (r *Relay) publishBatch(ctx context.Context) (int, error) {
 func (r *Relay) claim(ctx context.Context) (_ pgx.Tx, _ []outboxRow, wait func() []error, err error) {
 	r.claimMu.Lock()
 	defer r.claimMu.Unlock()
-	tx, err := r.pool.Begin(ctx)
+	// The claim's commit (marking the rows sent) does not wait for its WAL flush: if a crash of
+	// Postgres loses it, the rows are unsent again and published twice, which every consumer
+	// already takes (at least once, idempotent by event id); waiting held a worker per batch.
+	tx, err := r.pool.BeginTx(ctx, pgx.TxOptions{BeginQuery: "begin; set local synchronous_commit = off"})
 	if err != nil {
 		return nil, nil, nil, fmt.Errorf("begin: %w", err)
 	}
