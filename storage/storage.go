@@ -116,6 +116,49 @@ type EventLog interface {
 // ExportChunk is the most events EventLog.ExportEvents passes to emit at once.
 const ExportChunk = 1000
 
+// DeferredEventLog is an EventLog that can make appended events visible before they are
+// durable, and say when they are: the event log writer (processors/eventlog) appends this way
+// and commits a batch's Kafka offsets only once the store's durable mark has passed the batch,
+// so a crash of the store that loses the batch finds it still uncommitted.
+type DeferredEventLog interface {
+	EventLog
+	// AppendEventsDeferred stores events as AppendEvents does (idempotent by id, all or none)
+	// and returns their mark: they are visible to queries at once, but a crash of the store may
+	// lose them until the mark is Within what Durable returns.
+	AppendEventsDeferred(ctx context.Context, events []Event) (DurableMark, error)
+	// Durable returns how far appended events survive a crash of the store now. The store gets
+	// there by itself, soon (Postgres: its WAL writer, within a second).
+	Durable(ctx context.Context) (DurableMark, error)
+}
+
+// DurableMark places a deferred append in the order in which a DeferredEventLog makes appends
+// durable. The zero mark is durable from the start.
+type DurableMark struct {
+	// Epoch is the store's incarnation when the append began (Postgres: the server's start
+	// time). A restart since then may have lost what was not durable yet, and positions of
+	// different incarnations do not compare.
+	Epoch int64
+	// Pos is how far the store must be durable for the append to be (Postgres: the WAL position
+	// after its commit).
+	Pos uint64
+}
+
+// Within reports whether an append that returned m is durable when the store is durable as far
+// as now, and whether it may have been lost: the store restarted since the append began, so
+// it must be appended again (the store is idempotent) before it can count as durable.
+func (m DurableMark) Within(now DurableMark) (durable, mayBeLost bool) {
+	switch {
+	case m == DurableMark{}:
+		return true, false
+	case now == DurableMark{}: // nothing known of the store
+		return false, false
+	case m.Epoch != now.Epoch:
+		return false, true
+	default:
+		return m.Pos <= now.Pos, false
+	}
+}
+
 // Buckets of AggregateQuery.
 const (
 	BucketNone   = ""

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -50,21 +51,101 @@ func (s *countingStore) AppendEvents(ctx context.Context, evs []storage.Event) e
 	if s.fail.Load() {
 		return errStoreDown
 	}
+	if err := s.EventLog.AppendEvents(ctx, evs); err != nil {
+		return err
+	}
+	s.count(evs)
+	return nil
+}
+
+func (s *countingStore) count(evs []storage.Event) {
 	for n := int64(len(evs)); ; {
 		m := s.largest.Load()
 		if n <= m || s.largest.CompareAndSwap(m, n) {
 			break
 		}
 	}
-	if err := s.EventLog.AppendEvents(ctx, evs); err != nil {
-		return err
-	}
 	s.mu.Lock()
 	for _, ev := range evs {
 		s.appended[ev.ID]++
 	}
 	s.mu.Unlock()
-	return nil
+}
+
+// deferredStore is a countingStore that appends as the writer does on Postgres
+// (storage.DeferredEventLog: visible at once, durable later). While hold is set its Durable
+// reports nothing durable, to keep the writer's commits back; restarted makes them
+// report a new epoch, as after a crash of the server.
+type deferredStore struct {
+	*countingStore
+	pg        *postgres.EventLog
+	pool      *pgxpool.Pool
+	hold      atomic.Bool
+	restarted atomic.Bool
+}
+
+func newDeferredStore(t *testing.T) *deferredStore {
+	pool := pgtest.New(t)
+	pg := postgres.NewEventLog(pool)
+	pg.DeferFrom = 1 // the tests' batches are small
+	return &deferredStore{countingStore: &countingStore{EventLog: pg, appended: map[string]int{}}, pg: pg, pool: pool}
+}
+
+// twin is another store on the same log, counted apart.
+func (s *deferredStore) twin() *deferredStore {
+	return &deferredStore{countingStore: &countingStore{EventLog: s.pg, appended: map[string]int{}}, pg: s.pg, pool: s.pool}
+}
+
+func (s *deferredStore) AppendEventsDeferred(ctx context.Context, evs []storage.Event) (storage.DurableMark, error) {
+	if s.fail.Load() {
+		return storage.DurableMark{}, errStoreDown
+	}
+	mark, err := s.pg.AppendEventsDeferred(ctx, evs)
+	if err != nil {
+		return storage.DurableMark{}, err
+	}
+	s.count(evs)
+	return mark, nil
+}
+
+func (s *deferredStore) Durable(ctx context.Context) (storage.DurableMark, error) {
+	return s.report(s.pg.Durable(ctx))
+}
+
+func (s *deferredStore) report(now storage.DurableMark, err error) (storage.DurableMark, error) {
+	if s.hold.Load() {
+		now.Pos = 0
+	}
+	if s.restarted.Load() {
+		now.Epoch++
+	}
+	return now, err
+}
+
+// counted is what the writer tests need of a store: the event log, counting appends, able to
+// fail.
+type counted interface {
+	storage.EventLog
+	timesAppended() map[string]int
+	largestAppend() int64
+	setFailing(bool)
+}
+
+func (s *countingStore) largestAppend() int64 { return s.largest.Load() }
+func (s *countingStore) setFailing(f bool)    { s.fail.Store(f) }
+
+// eachStore runs test with a store whose appends are durable when they return (ClickHouse's
+// kind: the writer commits each batch at once) and with a deferred one (Postgres's: commits
+// wait for the store's durable mark). twin returns another store on the first's log.
+func eachStore(t *testing.T, test func(t *testing.T, store counted, twin func() counted)) {
+	t.Run("immediate", func(t *testing.T) {
+		s := newCountingStore(t)
+		test(t, s, func() counted { return &countingStore{EventLog: s.EventLog, appended: map[string]int{}} })
+	})
+	t.Run("deferred", func(t *testing.T) {
+		s := newDeferredStore(t)
+		test(t, s, func() counted { return s.twin() })
+	})
 }
 
 func (s *countingStore) timesAppended() map[string]int {
@@ -231,8 +312,11 @@ func metric(t *testing.T, reg *prometheus.Registry, name string) float64 {
 // TestWriterStoresEachEventOnce covers duplicates on the topic (an event the relay published
 // twice), malformed records, and a full re-delivery (the group's offsets reset to the start).
 func TestWriterStoresEachEventOnce(t *testing.T) {
+	eachStore(t, testStoresEachEventOnce)
+}
+
+func testStoresEachEventOnce(t *testing.T, store counted, _ func() counted) {
 	e := newEnv(t)
-	store := newCountingStore(t)
 	reg := prometheus.NewRegistry()
 	evs := newEvents(t, 300, 5)
 	produce(t, e.cl, e.topic, evs[:150]...)
@@ -250,7 +334,7 @@ func TestWriterStoresEachEventOnce(t *testing.T) {
 		t.Fatalf("the log holds %d events, want the %d produced", len(got), len(evs))
 	}
 	// 300 events were waiting when the writer started: polls of up to 50, stored 20 at a time.
-	if n := store.largest.Load(); n == 0 || n > 20 {
+	if n := store.largestAppend(); n == 0 || n > 20 {
 		t.Errorf("largest append: %d events, want 1..20 (the chunk size)", n)
 	}
 	if n := metric(t, reg, "carehub_eventlog_malformed_records_total"); n != 3 {
@@ -300,9 +384,12 @@ func TestWriterStoresEachEventOnce(t *testing.T) {
 // TestWriterDoesNotCommitWhenStoreFails: while the store fails nothing is committed and the
 // writer keeps retrying; once it recovers every event is stored and committed.
 func TestWriterDoesNotCommitWhenStoreFails(t *testing.T) {
+	eachStore(t, testDoesNotCommitWhenStoreFails)
+}
+
+func testDoesNotCommitWhenStoreFails(t *testing.T, store counted, _ func() counted) {
 	e := newEnv(t)
-	store := newCountingStore(t)
-	store.fail.Store(true)
+	store.setFailing(true)
 	reg := prometheus.NewRegistry()
 	evs := newEvents(t, 120, 3)
 	produce(t, e.cl, e.topic, evs...)
@@ -317,7 +404,7 @@ func TestWriterDoesNotCommitWhenStoreFails(t *testing.T) {
 		t.Fatalf("%d events stored by a failing store", len(got))
 	}
 
-	store.fail.Store(false)
+	store.setFailing(false)
 	waitFor(t, "the writer to commit every record after recovery", func() bool { return caughtUp(t, e) })
 	if got := stored(t, store, 3); !slices.Equal(got, ids(evs)) {
 		t.Fatalf("the log holds %d events, want %d", len(got), len(evs))
@@ -332,9 +419,12 @@ func TestWriterDoesNotCommitWhenStoreFails(t *testing.T) {
 // is idempotent and the writer counts the failure, so a second append without a counted
 // failed commit is a defect.
 func TestWriterRebalance(t *testing.T) {
+	eachStore(t, testRebalance)
+}
+
+func testRebalance(t *testing.T, storeA counted, twin func() counted) {
 	e := newEnv(t)
-	storeA := newCountingStore(t)
-	storeB := &countingStore{EventLog: storeA.EventLog, appended: map[string]int{}} // the same log, counted apart
+	storeB := twin() // the same log, counted apart
 	const projects = 12
 
 	var mu sync.Mutex
@@ -398,6 +488,63 @@ func TestWriterRebalance(t *testing.T) {
 	}
 	t.Logf("%d events: writer A stored %d, writer B %d; %d appended again after %v failed commits",
 		len(produced), len(a), len(b), twice, failedCommits)
+}
+
+// TestWriterCommitsOnlyWhenDurable: with a deferred store, events are visible as soon as they
+// are stored, but their offsets are committed only once the store reports them durable.
+func TestWriterCommitsOnlyWhenDurable(t *testing.T) {
+	e := newEnv(t)
+	store := newDeferredStore(t)
+	// A log's first deferred append waits for its commit (mark 0, durable at once); after it,
+	// every append is deferred.
+	if _, err := store.AppendEventsDeferred(context.Background(), newEvents(t, 1, 1)); err != nil {
+		t.Fatal(err)
+	}
+	const projects = 4
+	evs := newEvents(t, 200, projects)
+	produce(t, e.cl, e.topic, evs...)
+	store.hold.Store(true)
+
+	start(t, e, store, nil)
+	waitFor(t, "the writer to store every event", func() bool { return len(store.timesAppended()) >= len(evs)+1 })
+	if c := committed(t, e); len(c) != 0 {
+		t.Fatalf("offsets committed before the store reported the events durable: %v", c)
+	}
+	store.hold.Store(false)
+	waitFor(t, "the writer to commit every record once durable", func() bool { return caughtUp(t, e) })
+}
+
+// TestWriterStoresAgainAfterRestart: batches stored but not yet durable when the store
+// restarts (a crash of Postgres loses commits not yet flushed) are appended again before their
+// offsets are committed.
+func TestWriterStoresAgainAfterRestart(t *testing.T) {
+	e := newEnv(t)
+	store := newDeferredStore(t)
+	if _, err := store.AppendEventsDeferred(context.Background(), newEvents(t, 1, 1)); err != nil {
+		t.Fatal(err)
+	}
+	const projects = 3
+	evs := newEvents(t, 150, projects)
+	produce(t, e.cl, e.topic, evs...)
+	store.hold.Store(true)
+
+	start(t, e, store, nil)
+	waitFor(t, "the writer to store every event", func() bool { return len(store.timesAppended()) >= len(evs)+1 })
+	// The crash: what was not flushed is gone, and the server has a new epoch.
+	if _, err := store.pool.Exec(context.Background(), `delete from event_log`); err != nil {
+		t.Fatal(err)
+	}
+	store.restarted.Store(true)
+	store.hold.Store(false)
+	waitFor(t, "the writer to commit every record", func() bool { return caughtUp(t, e) })
+	if got := stored(t, store, projects); !slices.Equal(got, ids(evs)) {
+		t.Fatalf("after the restart the log holds %d events, want the %d produced", len(got), len(evs))
+	}
+	for _, ev := range evs {
+		if n := store.timesAppended()[ev.ID]; n != 2 {
+			t.Fatalf("event %s appended %d times, want 2 (deferred, then again after the restart)", ev.ID, n)
+		}
+	}
 }
 
 func TestConfigValidate(t *testing.T) {

@@ -221,3 +221,51 @@ func explain(b *testing.B, pool *pgxpool.Pool, sql string) {
 		b.Logf("  %s", line)
 	}
 }
+
+// BenchmarkAppendEventsDurable measures the event log writer's append on a durable server (a
+// local cluster as carehub serve runs it: fsync and synchronous_commit on): AppendEvents, which
+// waits for each batch's WAL to reach disk, against AppendEventsDeferred, which does not (the
+// writer commits the batch's offsets once Durable has passed it). Gated, as it starts a cluster
+// of its own:
+//
+//	CAREHUB_BENCH_DURABLE=1 go test ./storage/postgres -run '^$' -bench AppendEventsDurable -benchtime 100x
+func BenchmarkAppendEventsDurable(b *testing.B) {
+	if os.Getenv("CAREHUB_BENCH_DURABLE") == "" {
+		b.Skip("set CAREHUB_BENCH_DURABLE=1 to start a durable cluster and measure appends on it")
+	}
+	l, _ := startLocal(b, clusterDir(b), postgres.LocalConfig{Attached: true})
+	ctx := context.Background()
+	pool, err := postgres.Connect(ctx, l.DSN("postgres"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer pool.Close()
+	if _, err := postgres.Migrate(ctx, pool, nil); err != nil {
+		b.Fatal(err)
+	}
+	log := postgres.NewEventLog(pool)
+	appends := map[string]func(context.Context, []storage.Event) error{
+		"AppendEvents": log.AppendEvents,
+		"AppendEventsDeferred": func(ctx context.Context, evs []storage.Event) error {
+			_, err := log.AppendEventsDeferred(ctx, evs)
+			return err
+		},
+	}
+	for _, size := range []int{10, 1000, 5000} {
+		for _, name := range []string{"AppendEvents", "AppendEventsDeferred"} {
+			b.Run(fmt.Sprintf("batch=%d/%s", size, name), func(b *testing.B) {
+				now := time.Now()
+				for i := 0; b.Loop(); i++ {
+					b.StopTimer()
+					evs := benchEvents(size, func(j int) string { return fmt.Sprintf("prj_%d", j%50) },
+						func(j int) time.Time { return now.Add(time.Duration(i*size+j) * time.Microsecond) })
+					b.StartTimer()
+					if err := appends[name](ctx, evs); err != nil {
+						b.Fatal(err)
+					}
+				}
+				b.ReportMetric(float64(b.N*size)/b.Elapsed().Seconds(), "events/s")
+			})
+		}
+	}
+}

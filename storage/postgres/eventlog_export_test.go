@@ -4,17 +4,19 @@ import (
 	"context"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"carehub/storage"
 )
 
 // AppendEventsCopy and AppendEventsUnnest expose AppendEvents' two paths to the benchmarks,
 // which pick the threshold between them (copyThreshold).
 func (l *EventLog) AppendEventsCopy(ctx context.Context, evs []storage.Event) error {
-	return l.appendCopy(ctx, evs)
+	return pgx.BeginFunc(ctx, l.pool, func(tx pgx.Tx) error { return appendCopy(ctx, tx, evs) })
 }
 
 func (l *EventLog) AppendEventsUnnest(ctx context.Context, evs []storage.Event) error {
-	return l.appendUnnest(ctx, evs)
+	return appendUnnest(ctx, l.pool, evs)
 }
 
 // CopyThreshold is copyThreshold, for tests of the COPY path.

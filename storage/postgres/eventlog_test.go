@@ -9,6 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"carehub/internal/testenv"
 	"carehub/storage"
 	"carehub/storage/postgres"
 	"carehub/storage/postgres/pgtest"
@@ -130,5 +131,61 @@ func TestAppendEventsCopyConflicts(t *testing.T) {
 	}
 	if n != postgres.CopyThreshold+10 || kept != 1 {
 		t.Fatalf("%d events, stored one kept %d times; want %d and 1", n, kept, postgres.CopyThreshold+10)
+	}
+}
+
+// TestAppendEventsDeferred: deferred appends store what AppendEvents stores (small batches,
+// copied ones, copied ones holding an event stored before), visible at once, with marks that
+// grow and that Durable reaches. Below DeferFrom they wait for their commit.
+func TestAppendEventsDeferred(t *testing.T) {
+	pool := pgtest.New(t)
+	log := postgres.NewEventLog(pool)
+	log.DeferFrom = 1
+	ctx := context.Background()
+	now := time.Now().UTC()
+	evs := benchEvents(2*postgres.CopyThreshold+20, func(int) string { return "prj_1" }, func(j int) time.Time { return now.Add(time.Duration(j) * time.Millisecond) })
+
+	// A log's first deferred append waits for its commit: the zero mark.
+	if mark, err := log.AppendEventsDeferred(ctx, evs[:10]); err != nil || mark != (storage.DurableMark{}) {
+		t.Fatalf("first deferred append: mark %+v, %v; want the zero mark", mark, err)
+	}
+	var last storage.DurableMark
+	for _, batch := range [][]storage.Event{
+		evs[10:20],                          // unnest
+		evs[20 : 20+postgres.CopyThreshold], // COPY straight in
+		evs[15 : 30+postgres.CopyThreshold], // COPY fails on the stored ones: staged
+		evs[30+postgres.CopyThreshold:],     // unnest again
+	} {
+		mark, err := log.AppendEventsDeferred(ctx, batch)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if mark.Epoch == 0 || last != (storage.DurableMark{}) && (mark.Epoch != last.Epoch || mark.Pos <= last.Pos) {
+			t.Fatalf("deferred append's mark %+v, want the epoch of the previous %+v and a later position", mark, last)
+		}
+		last = mark
+	}
+	var n int
+	if err := pool.QueryRow(ctx, `select count(distinct id) from event_log`).Scan(&n); err != nil || n != len(evs) {
+		t.Fatalf("%d events stored (%v), want %d", n, err, len(evs))
+	}
+	testenv.Eventually(t, 30*time.Second, "the WAL flush to pass the last append", func() bool {
+		now, err := log.Durable(ctx)
+		durable, lost := last.Within(now)
+		return err == nil && durable && !lost
+	})
+	more := benchEvents(postgres.CopyThreshold, func(int) string { return "prj_2" }, func(int) time.Time { return now })
+	if mark, err := log.AppendEventsDeferred(ctx, nil); err != nil || mark != (storage.DurableMark{}) {
+		t.Fatalf("empty deferred append: mark %+v, %v; want the zero mark", mark, err)
+	}
+
+	// By default, batches below the COPY threshold wait.
+	def := postgres.NewEventLog(pool)
+	if _, err := def.AppendEventsDeferred(ctx, more); err != nil { // the first deferred one waits
+		t.Fatal(err)
+	}
+	small := benchEvents(10, func(int) string { return "prj_2" }, func(int) time.Time { return now })
+	if mark, err := def.AppendEventsDeferred(ctx, small); err != nil || mark != (storage.DurableMark{}) {
+		t.Fatalf("deferred append of %d events: mark %+v, %v; want the zero mark (DeferFrom %d)", len(small), mark, err, def.DeferFrom)
 	}
 }

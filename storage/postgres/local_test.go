@@ -315,7 +315,7 @@ func TestLocalAttachedDiesWithParent(t *testing.T) {
 
 // clusterDir returns a fresh directory under /tmp, reachable by user postgres with its
 // subdirectories (t.TempDir's are not: 0700 parents), and short enough for a socket path.
-func clusterDir(t *testing.T) string {
+func clusterDir(t testing.TB) string {
 	t.Helper()
 	dir, err := os.MkdirTemp("/tmp", "carehub-localtest-")
 	if err != nil {
@@ -328,7 +328,7 @@ func clusterDir(t *testing.T) string {
 	return dir
 }
 
-func startLocal(t *testing.T, dir string, cfg postgres.LocalConfig) (*postgres.Local, time.Duration) {
+func startLocal(t testing.TB, dir string, cfg postgres.LocalConfig) (*postgres.Local, time.Duration) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()

@@ -27,7 +27,11 @@
 // so a store that is down for minutes does not keep the group from rebalancing. (Flushing from an
 // OnPartitionsRevoked callback instead runs concurrently with the poll loop and needs a lock
 // around the batch plus care for records polled just before the revoke; blocking is simpler to
-// reason about.)
+// reason about.) A consumer whose effect becomes durable only after its handler returns (the
+// event log writer on Postgres: a batch is visible at once and flushed to disk later) keeps
+// blocking, runs its own middleware in place of Commit that queues each batch's commit until
+// the effect is durable, and flushes that queue from OnPartitionsRevoked: between polls, so the
+// callback never meets a batch in hand (processors/eventlog durable.go).
 //
 // # Transactions
 //
