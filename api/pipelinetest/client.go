@@ -23,6 +23,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"carehub/kernel/tick"
 )
 
 // Client calls one carehub node with one API key. It is safe for concurrent use.
@@ -232,7 +234,7 @@ func (c *Client) AllEvents(ctx context.Context, q Query, maxPages int) (events [
 	for pages < maxPages {
 		p, err := c.Events(ctx, q)
 		if wait, ok := RateLimited(err); ok {
-			if !Sleep(ctx, max(wait, 100*time.Millisecond)) {
+			if !tick.Sleep(ctx, max(wait, 100*time.Millisecond)) {
 				return events, total, pages, ctx.Err()
 			}
 			continue
@@ -336,18 +338,6 @@ func (c *Client) do(ctx context.Context, method, path string, body []byte, heade
 		return nil, se
 	}
 	return b, nil
-}
-
-// Sleep waits d or until ctx is done; it reports whether the full d elapsed.
-func Sleep(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
-	}
 }
 
 // Distribution summarizes durations: count, p50, p90, p99 and max, by nearest rank.

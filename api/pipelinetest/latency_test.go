@@ -8,6 +8,7 @@ import (
 
 	"carehub/api/pipelinetest"
 	"carehub/api/server/servertest"
+	"carehub/kernel/tick"
 )
 
 // Light load for the latency measurement: 200 events at 20/s from one client.
@@ -84,7 +85,7 @@ func TestPublishToLogLatency(t *testing.T) {
 				default:
 				}
 				if unseen == 0 {
-					if !pipelinetest.Sleep(ctx, 5*time.Millisecond) {
+					if !tick.Sleep(ctx, 5*time.Millisecond) {
 						return ctx.Err()
 					}
 					continue
@@ -111,7 +112,7 @@ func TestPublishToLogLatency(t *testing.T) {
 					}
 				}
 				mu.Unlock()
-				if !pipelinetest.Sleep(ctx, pollEvery) {
+				if !tick.Sleep(ctx, pollEvery) {
 					return ctx.Err()
 				}
 			}

@@ -178,7 +178,7 @@ func (r *Relay) Run(ctx context.Context) error {
 			failures = 0
 		}
 		if wait > 0 {
-			if !sleep(ctx, wait) {
+			if !tick.Sleep(ctx, wait) {
 				return nil
 			}
 			continue
@@ -355,7 +355,7 @@ func (r *Relay) listen(ctx context.Context, wake chan<- struct{}) {
 		}
 		wait := backoff(failures + 1)
 		r.log.Warn("outbox listener lost its connection; polling until it is back", "error", err, "retry_in", wait)
-		if !sleep(ctx, wait) {
+		if !tick.Sleep(ctx, wait) {
 			return
 		}
 	}
@@ -441,18 +441,6 @@ func backoff(attempt int) time.Duration {
 	d := 100 * time.Millisecond << min(attempt-1, 16)
 	d = min(d, maxBackoff)
 	return time.Duration(float64(d) * (0.8 + 0.4*rand.Float64()))
-}
-
-// sleep waits d or until ctx is done; it reports whether the full d elapsed.
-func sleep(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
-	}
 }
 
 type metrics struct {

@@ -35,3 +35,15 @@ func NowAndEvery(ctx context.Context, interval time.Duration, fn func(ctx contex
 	fn(ctx)
 	Every(ctx, interval, fn)
 }
+
+// Sleep waits d or until ctx ends, and reports whether the whole d passed.
+func Sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"carehub/kernel/tick"
 	"carehub/storage"
 	"carehub/storage/kafka/consume"
 )
@@ -109,7 +110,7 @@ func (c *commitWhenDurable) run(ctx context.Context) {
 			} else {
 				c.commit(ctx, now)
 			}
-			sleep(ctx, durablePoll)
+			tick.Sleep(ctx, durablePoll)
 		}
 	}
 }
@@ -186,7 +187,7 @@ func (c *commitWhenDurable) flush(ctx context.Context) {
 			c.log.Warn("the event log could not be made durable in time; the uncommitted records will be read and stored again", "error", err)
 			return
 		}
-		sleep(ctx, durablePoll)
+		tick.Sleep(ctx, durablePoll)
 	}
 }
 
@@ -224,14 +225,5 @@ func later(a, b storage.DurableMark) storage.DurableMark {
 		return storage.DurableMark{Epoch: -1, Pos: max(a.Pos, b.Pos)}
 	default:
 		return storage.DurableMark{Epoch: a.Epoch, Pos: max(a.Pos, b.Pos)}
-	}
-}
-
-func sleep(ctx context.Context, d time.Duration) {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-	case <-t.C:
 	}
 }

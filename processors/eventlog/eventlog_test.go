@@ -490,23 +490,28 @@ func testRebalance(t *testing.T, storeA counted, twin func() counted) {
 		len(produced), len(a), len(b), twice, failedCommits)
 }
 
-// TestWriterCommitsOnlyWhenDurable: with a deferred store, events are visible as soon as they
-// are stored, but their offsets are committed only once the store reports them durable.
-func TestWriterCommitsOnlyWhenDurable(t *testing.T) {
+// storedButHeld runs a writer on a deferred store whose Durable reports nothing durable, until
+// it has stored n events of the given number of projects, and returns them.
+func storedButHeld(t *testing.T, n, projects int) (env, *deferredStore, []storage.Event) {
 	e := newEnv(t)
 	store := newDeferredStore(t)
-	// A log's first deferred append waits for its commit (mark 0, durable at once); after it,
-	// every append is deferred.
+	// A log's first deferred append waits for its commit (the zero mark, durable at once);
+	// after it, every append is deferred.
 	if _, err := store.AppendEventsDeferred(context.Background(), newEvents(t, 1, 1)); err != nil {
 		t.Fatal(err)
 	}
-	const projects = 4
-	evs := newEvents(t, 200, projects)
+	evs := newEvents(t, n, projects)
 	produce(t, e.cl, e.topic, evs...)
 	store.hold.Store(true)
-
 	start(t, e, store, nil)
 	waitFor(t, "the writer to store every event", func() bool { return len(store.timesAppended()) >= len(evs)+1 })
+	return e, store, evs
+}
+
+// TestWriterCommitsOnlyWhenDurable: with a deferred store, events are visible as soon as they
+// are stored, but their offsets are committed only once the store reports them durable.
+func TestWriterCommitsOnlyWhenDurable(t *testing.T) {
+	e, store, _ := storedButHeld(t, 200, 4)
 	if c := committed(t, e); len(c) != 0 {
 		t.Fatalf("offsets committed before the store reported the events durable: %v", c)
 	}
@@ -518,18 +523,8 @@ func TestWriterCommitsOnlyWhenDurable(t *testing.T) {
 // restarts (a crash of Postgres loses commits not yet flushed) are appended again before their
 // offsets are committed.
 func TestWriterStoresAgainAfterRestart(t *testing.T) {
-	e := newEnv(t)
-	store := newDeferredStore(t)
-	if _, err := store.AppendEventsDeferred(context.Background(), newEvents(t, 1, 1)); err != nil {
-		t.Fatal(err)
-	}
 	const projects = 3
-	evs := newEvents(t, 150, projects)
-	produce(t, e.cl, e.topic, evs...)
-	store.hold.Store(true)
-
-	start(t, e, store, nil)
-	waitFor(t, "the writer to store every event", func() bool { return len(store.timesAppended()) >= len(evs)+1 })
+	e, store, evs := storedButHeld(t, 150, projects)
 	// The crash: what was not flushed is gone, and the server has a new epoch.
 	if _, err := store.pool.Exec(context.Background(), `delete from event_log`); err != nil {
 		t.Fatal(err)

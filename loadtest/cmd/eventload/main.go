@@ -31,6 +31,7 @@ import (
 
 	"carehub/api/pipelinetest"
 	"carehub/kernel/access"
+	"carehub/kernel/tick"
 	"carehub/loadtest"
 	"carehub/loadtest/loadcli"
 	loadreport "carehub/loadtest/report"
@@ -274,7 +275,7 @@ func run(ctx context.Context, cfg config, logw io.Writer) (*report, error) {
 						sm.sent = time.Time{} // not published: never to be seen
 						mu.Unlock()
 					}
-					pipelinetest.Sleep(loadCtx, max(wait, 100*time.Millisecond))
+					tick.Sleep(loadCtx, max(wait, 100*time.Millisecond))
 					continue
 				}
 				if err != nil {
@@ -285,7 +286,7 @@ func run(ctx context.Context, cfg config, logw io.Writer) (*report, error) {
 						sm.sent = time.Time{}
 						mu.Unlock()
 					}
-					pipelinetest.Sleep(loadCtx, 50*time.Millisecond)
+					tick.Sleep(loadCtx, 50*time.Millisecond)
 					continue
 				}
 				published.Add(int64(cfg.Batch))
@@ -366,7 +367,7 @@ func run(ctx context.Context, cfg config, logw io.Writer) (*report, error) {
 				}
 				mu.Unlock()
 			}
-			pipelinetest.Sleep(ctx, cfg.Poll)
+			tick.Sleep(ctx, cfg.Poll)
 		}
 	}()
 
@@ -430,7 +431,7 @@ func run(ctx context.Context, cfg config, logw io.Writer) (*report, error) {
 		if err == nil && inLog >= rep.Published || time.Now().After(deadline) || ctx.Err() != nil {
 			break
 		}
-		pipelinetest.Sleep(ctx, 250*time.Millisecond)
+		tick.Sleep(ctx, 250*time.Millisecond)
 	}
 	rep.InLog = inLog
 	switch {

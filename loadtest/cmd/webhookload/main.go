@@ -29,6 +29,7 @@ import (
 	"time"
 
 	"carehub/api/pipelinetest"
+	"carehub/kernel/tick"
 	"carehub/loadtest/loadcli"
 	loadreport "carehub/loadtest/report"
 )
@@ -160,13 +161,13 @@ func run(ctx context.Context, cfg config, logw io.Writer) (*report, error) {
 				if wait, ok := refusal(err); ok {
 					refused.Add(1)
 					rec.Refuse(1)
-					pipelinetest.Sleep(loadCtx, max(wait, 100*time.Millisecond))
+					tick.Sleep(loadCtx, max(wait, 100*time.Millisecond))
 					continue
 				}
 				if err != nil {
 					failed.Add(1)
 					firstErr.CompareAndSwap(nil, err.Error())
-					pipelinetest.Sleep(loadCtx, 50*time.Millisecond)
+					tick.Sleep(loadCtx, 50*time.Millisecond)
 					continue
 				}
 				calls.Add(1)
@@ -179,7 +180,7 @@ func run(ctx context.Context, cfg config, logw io.Writer) (*report, error) {
 	fmt.Fprintf(logw, "webhookload: publishing ended after %v; waiting up to %v for the deliveries\n", elapsed.Round(time.Millisecond), cfg.Drain)
 	drainEnd := time.Now().Add(cfg.Drain)
 	for tr.lag() > 0 && time.Now().Before(drainEnd) && ctx.Err() == nil {
-		pipelinetest.Sleep(ctx, 50*time.Millisecond)
+		tick.Sleep(ctx, 50*time.Millisecond)
 	}
 	delivering := time.Since(began)
 	rep.Series = rec.Stop()
