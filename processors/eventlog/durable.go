@@ -205,8 +205,11 @@ func (w *Writer) deferCommit(next consume.Handler) consume.Handler {
 	}
 }
 
-// drop forgets every queued batch uncommitted.
+// drop forgets every queued batch uncommitted, after any commit in flight (which removes what
+// it took from the queue).
 func (c *commitWhenDurable) drop() {
+	c.commitMu.Lock()
+	defer c.commitMu.Unlock()
 	c.mu.Lock()
 	c.queue = nil
 	c.mu.Unlock()
