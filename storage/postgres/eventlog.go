@@ -141,26 +141,27 @@ type writer interface {
 
 // append stores events; deferred commits without waiting for the WAL flush.
 func (l *EventLog) append(ctx context.Context, events []storage.Event, deferred bool) error {
-	var err error
-	switch {
-	case len(events) == 0:
+	if len(events) == 0 {
 		return nil
-	case len(events) < copyThreshold && !deferred:
-		err = appendUnnest(ctx, l.pool, events)
-	case len(events) < copyThreshold:
-		err = pgx.BeginTxFunc(ctx, l.pool, asyncCommit, func(tx pgx.Tx) error { return appendUnnest(ctx, tx, events) })
-	default:
-		opts := pgx.TxOptions{}
-		if deferred {
-			// The COPY needs a transaction to turn synchronous_commit off in.
-			opts = asyncCommit
-			err = pgx.BeginTxFunc(ctx, l.pool, opts, func(tx pgx.Tx) error { return copyNew(ctx, tx, events) })
-		} else {
-			err = copyNew(ctx, l.pool, events)
+	}
+	// A statement is its own transaction unless deferred: turning synchronous_commit off
+	// needs one around it.
+	opts := pgx.TxOptions{}
+	if deferred {
+		opts = asyncCommit
+	}
+	statement := func(f func(writer) error) error {
+		if !deferred {
+			return f(l.pool)
 		}
-		if isUniqueViolation(err) { // stored before (a redelivery) or repeated in events
-			err = pgx.BeginTxFunc(ctx, l.pool, opts, func(tx pgx.Tx) error { return appendCopy(ctx, tx, events) })
-		}
+		return pgx.BeginTxFunc(ctx, l.pool, opts, func(tx pgx.Tx) error { return f(tx) })
+	}
+	var err error
+	if len(events) < copyThreshold {
+		err = statement(func(w writer) error { return appendUnnest(ctx, w, events) })
+	} else if err = statement(func(w writer) error { return copyNew(ctx, w, events) }); isUniqueViolation(err) {
+		// stored before (a redelivery) or repeated in events
+		err = pgx.BeginTxFunc(ctx, l.pool, opts, func(tx pgx.Tx) error { return appendCopy(ctx, tx, events) })
 	}
 	if err != nil {
 		return fmt.Errorf("append events: %w", err)
