@@ -3,6 +3,7 @@ package graphql_test
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -500,9 +501,12 @@ and value->'payload'->>'runId' = $1 and value->'payload'->>'status' = 'QUEUED'`,
 		if !strings.HasPrefix(e.ID, "evt_") || e.Source != "integration" || e.Payload.Glucose != 140 || e.ProjectID != sepsis {
 			t.Fatalf("event: %+v", e)
 		}
-		if n := s.count(`select count(*) from outbox where event_id = $1 and key = $2`, e.ID, sepsis); n != 1 {
-			t.Fatalf("published event in the outbox: %d", n)
-		}
+		// Straight to the events topic (feed.Config.Producer), so the log is where it shows.
+		var logged struct{ Events []struct{ ID string } }
+		servertest.Eventually(t, 30*time.Second, "the published event in the log", func() bool {
+			s.MustGraphQL(t, key, `query($p: ID!) { events(projectId: $p, type: "lab.glucose_measured", limit: 100) { id } }`, map[string]any{"p": sepsis}, &logged)
+			return slices.ContainsFunc(logged.Events, func(l struct{ ID string }) bool { return l.ID == e.ID })
+		})
 		for _, vars := range []map[string]any{
 			{"t": "NoDots", "p": map[string]any{}, "prj": sepsis},
 			{"t": "a..b", "p": map[string]any{}, "prj": sepsis},

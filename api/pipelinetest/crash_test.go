@@ -24,8 +24,8 @@ import (
 // of its own, each publishing at most crashRate events per second (under the per-key limit of
 // 50/s, so no call is refused for rate), for crashBefore; SIGKILL carehub and let the clients
 // run into the dead server for crashAfter more. Client 0 publishes arrays of crashBatch events
-// (POST /v1/events, straight to Kafka in a transaction), the others one event a call (the
-// outbox).
+// (POST /v1/events, straight to Kafka in a transaction), the others one event a call
+// (publishEvent, straight to Kafka as one record).
 const (
 	crashRounds  = 3
 	crashWorkers = 4

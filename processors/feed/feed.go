@@ -1,8 +1,10 @@
 // Package feed is a project's event feed as clients see it: reading the platform event log of a
 // project (newest first) and publishing an event into it (publishEvent). Reads go through the
 // storage.EventLog contract, so they serve from Postgres or ClickHouse alike; published events go
-// through the transactional outbox to carehub.events.v1 like every other event, and so reach the
-// log, webhooks and subscriptions the same way.
+// to carehub.events.v1 like every other event, and so reach the log, webhooks and subscriptions
+// the same way: straight to the topic when the node gives a producer (Config.Producer,
+// Config.Direct), since they are the only state the call writes, and through the transactional
+// outbox otherwise, with an Idempotency-Key, or while the broker does not answer.
 //
 // Every event a client reads here, by query or by stream, is served through kernel/phi:
 // patient data only to callers that may see it, redacted for the others.
@@ -14,6 +16,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -44,8 +47,11 @@ type Service struct {
 	eventsTopic string
 	// outbox commits concurrent publishes together: at thousands of calls a second a
 	// transaction (and its commit) per call was the ceiling of publishEvent.
-	outbox *outbox.Group
-	direct *kafka.TxnPool // nil: batches go through the outbox too
+	outbox   *outbox.Group
+	direct   *kafka.TxnPool // nil: batches go through the outbox too
+	producer *kgo.Client    // nil: single events go through the outbox too
+	// directPaused is when (Unix ns) single events may try the producer again after it failed.
+	directPaused atomic.Int64
 	// projects answers which organization a project is in; a query per publish was a fifth of
 	// publishEvent's CPU in carehub, and Postgres's besides.
 	projects scoped.ProjectOrgs
@@ -63,6 +69,15 @@ type Config struct {
 	// within an Idempotency-Key request still goes through the outbox, whose transaction also
 	// records the step. Nil: every publish goes through the outbox.
 	Direct *kafka.TxnPool
+	// Producer, when set, takes a single event (Publish, or a batch of one) straight to
+	// EventsTopic as one record of this idempotent producer (acks=all), without a transaction:
+	// one record is all or nothing by itself, so the guarantee is the same as Direct's, and a
+	// call costs a produce instead of an outbox row (insert, the relay's claim, produce and
+	// cleanup) or a transaction's four round trips. When the broker does not acknowledge within
+	// directWait, the event goes through the outbox after all (publishOne). An event within an
+	// Idempotency-Key request still goes through the outbox. Nil: single events go through the
+	// outbox.
+	Producer *kgo.Client
 }
 
 func (c *Config) defaults() { config.Default(&c.EventsTopic, kafka.DefaultTopics().Events) }
@@ -71,7 +86,7 @@ func (c *Config) defaults() { config.Default(&c.EventsTopic, kafka.DefaultTopics
 func New(pool *pgxpool.Pool, log storage.EventLog, cfg Config) *Service {
 	cfg.defaults()
 	return &Service{pool: pool, guard: phi.NewGuard(pool), log: log, eventsTopic: cfg.EventsTopic,
-		outbox: outbox.NewGroup(pool, outbox.GroupConfig{}), direct: cfg.Direct}
+		outbox: outbox.NewGroup(pool, outbox.GroupConfig{}), direct: cfg.Direct, producer: cfg.Producer}
 }
 
 // Query selects events of one project.
@@ -188,7 +203,7 @@ func (s *Service) serve(ctx context.Context, evs []storage.Event) []phi.Event {
 }
 
 // Publish creates an event of type typ with payload (a JSON object of at most 256 KiB) in one of
-// the caller's projects, source integration, and writes it to the outbox. It returns the event as
+// the caller's projects, source integration, and publishes it (publishOne). It returns the event as
 // the caller may see it: a payload that names a patient is patient data like any other
 // (phi.FreeForm). Requires exec:workflows.
 func (s *Service) Publish(ctx context.Context, typ string, payload json.RawMessage, projectID string) (*phi.Event, error) {
@@ -268,6 +283,8 @@ func (s *Service) publish(ctx context.Context, drafts []Draft, field func(int) s
 	case idempotency.From(ctx) != nil:
 		// A step of an Idempotency-Key request: its transaction also records the step.
 		err = idempotency.Tx(ctx, s.pool, &evs, func(tx pgx.Tx) error { return outbox.Append(ctx, tx, msgs...) })
+	case len(msgs) == 1 && s.producer != nil:
+		err = s.publishOne(ctx, msgs[0])
 	case batch && s.direct != nil:
 		err = s.produce(ctx, msgs)
 	default:
@@ -298,6 +315,44 @@ func repeatedMember(payload json.RawMessage) string {
 }
 
 var errRepeated = errors.New("repeated member")
+
+// directWait bounds how long a single event waits for the broker before it goes to the outbox
+// instead, and directPause how long single events then go to the outbox without trying the
+// broker first.
+const (
+	directWait  = 2 * time.Second
+	directPause = 10 * time.Second
+)
+
+// publishOne publishes one event's record: straight to Kafka while the broker answers, through
+// the outbox when it does not, so a publish succeeds through a broker outage as every other
+// mutation does (its event waits in Postgres). A record the broker receives after its wait ended
+// is published twice with one event id, and every consumer keeps one (the log, webhooks and
+// triggers are idempotent by event id).
+func (s *Service) publishOne(ctx context.Context, m outbox.Message) error {
+	if time.Now().UnixNano() >= s.directPaused.Load() {
+		// Not ProduceSync: a record waiting for a broker that cannot be reached is failed when
+		// the producer next looks at it, not when its context ends.
+		pctx, cancel := context.WithTimeout(ctx, directWait)
+		defer cancel()
+		acked := make(chan error, 1)
+		s.producer.Produce(pctx, m.Record(), func(_ *kgo.Record, err error) { acked <- err })
+		var err error
+		select {
+		case err = <-acked:
+			if err == nil {
+				return nil
+			}
+		case <-pctx.Done():
+			err = pctx.Err()
+		}
+		if ctx.Err() != nil {
+			return fault.Wrap(fault.KindUnavailable, err, "the event could not be published; retry later (with an Idempotency-Key, a retry publishes it once whatever happened)")
+		}
+		s.directPaused.Store(time.Now().Add(directPause).UnixNano())
+	}
+	return s.outbox.Append(ctx, m)
+}
 
 // produce writes msgs to Kafka in one transaction of the direct pool: all of them or none.
 func (s *Service) produce(ctx context.Context, msgs []outbox.Message) error {

@@ -248,9 +248,15 @@ func startAPI(s *Node, ctx, wctx context.Context) error {
 	direct := kafka.NewTxnPool(kafka.TxnPoolConfig{Brokers: s.brokers, Size: 8, Prefix: s.cfg.transactionalID("events"),
 		ClientID: "carehub-events", TxnTimeout: 10 * time.Second, Logger: s.logger})
 	s.closers = append(s.closers, func(context.Context) error { direct.Close(); return nil })
+	// Single events go straight to the topic as well, one record each (feed.Config.Producer).
+	producer, err := kafka.NewClient(kafka.ClientConfig{Brokers: s.brokers, ClientID: "carehub-events-producer", Registerer: s.registry, Logger: s.logger})
+	if err != nil {
+		return fmt.Errorf("event producer: %w", err)
+	}
+	s.closers = append(s.closers, func(context.Context) error { producer.Close(); return nil })
 	shutdown, err := server.MountAPI(s.router, s.edge, server.API{
 		Services: graphql.Services{Orgs: orgs.New(s.pool), Marketplace: marketplace.New(s.pool, marketplace.Config{EventsTopic: s.topics.Events}), Deployments: s.deployments,
-			Agents: s.agents, Workflows: s.workflows, Patients: patientSvc, Feed: feed.New(s.pool, s.eventLog, feed.Config{EventsTopic: s.topics.Events, Direct: direct}),
+			Agents: s.agents, Workflows: s.workflows, Patients: patientSvc, Feed: feed.New(s.pool, s.eventLog, feed.Config{EventsTopic: s.topics.Events, Direct: direct, Producer: producer}),
 			Webhooks: webhookSvc, Events: server.Events(hub)},
 		Patients: patientSvc, Webhooks: webhookSvc, Invoker: invoker, Idempotency: idemKeys, Retention: retention.New(s.pool),
 		Logger: s.logger, Registerer: s.registry, GraphQLMaxCost: s.cfg.GraphQLMaxCost, SocketRecheck: s.cfg.SocketRecheck,
