@@ -154,22 +154,23 @@ func (t *Triggers) handle(ctx context.Context, evs []storage.Event) error {
 	return nil
 }
 
-// reload reads the ACTIVE workflows with triggers; loadedAt is the database's clock before the
-// read.
+// reload reads the ACTIVE workflows with triggers in one statement (it runs before most
+// batches, so one round trip rather than a transaction's four); loadedAt is the statement's start
+// on the database's clock, which is before its snapshot.
 func (t *Triggers) reload(ctx context.Context) error {
+	rows, _ := t.cfg.Service.pool.Query(ctx, `select s.at, w.id, w.org_id, w.project_id, w.triggers
+from (select statement_timestamp() as at) s
+left join workflows w on w.status = 'ACTIVE' and cardinality(w.triggers) > 0`)
 	var at time.Time
 	var list []triggered
-	err := pgx.BeginTxFunc(ctx, t.cfg.Service.pool, pgx.TxOptions{AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
-		if err := tx.QueryRow(ctx, `select clock_timestamp()`).Scan(&at); err != nil {
-			return err
+	var id, orgID, projectID *string
+	var patterns []string
+	_, err := pgx.ForEachRow(rows, []any{&at, &id, &orgID, &projectID, &patterns}, func() error {
+		if id != nil {
+			list = append(list, triggered{id: *id, orgID: *orgID, projectID: *projectID, patterns: patterns})
+			patterns = nil // the next row scans into a slice of its own
 		}
-		rows, _ := tx.Query(ctx, `select id, org_id, project_id, triggers from workflows where status = 'ACTIVE' and cardinality(triggers) > 0`)
-		var w triggered
-		_, err := pgx.ForEachRow(rows, []any{&w.id, &w.orgID, &w.projectID, &w.patterns}, func() error {
-			list = append(list, w)
-			return nil
-		})
-		return err
+		return nil
 	})
 	if err != nil {
 		return fmt.Errorf("load triggered workflows: %w", err)
