@@ -242,21 +242,16 @@ func startAPI(s *Node, ctx, wctx context.Context) error {
 	idemKeys := idemstore.NewStore(s.pool, idemstore.Config{Logger: s.logger})
 	s.run("idempotency-sweeper", idemKeys.Run, wctx)
 	patientSvc := patients.New(s.pool)
-	// Event batches go straight to the events topic, each in a transaction (feed.Config.Direct).
+	// Event batches go straight to the events topic, each in a transaction (feed.Config.Direct);
+	// single events too, as one record of the node's client (feed.Config.Producer).
 	// Ten seconds bounds how long a transaction left open by a killed node holds back the
 	// topic's readers on a real broker (the embedded one aborts it when it restarts).
 	direct := kafka.NewTxnPool(kafka.TxnPoolConfig{Brokers: s.brokers, Size: 8, Prefix: s.cfg.transactionalID("events"),
 		ClientID: "carehub-events", TxnTimeout: 10 * time.Second, Logger: s.logger})
 	s.closers = append(s.closers, func(context.Context) error { direct.Close(); return nil })
-	// Single events go straight to the topic as well, one record each (feed.Config.Producer).
-	producer, err := kafka.NewClient(kafka.ClientConfig{Brokers: s.brokers, ClientID: "carehub-events-producer", Registerer: s.registry, Logger: s.logger})
-	if err != nil {
-		return fmt.Errorf("event producer: %w", err)
-	}
-	s.closers = append(s.closers, func(context.Context) error { producer.Close(); return nil })
 	shutdown, err := server.MountAPI(s.router, s.edge, server.API{
 		Services: graphql.Services{Orgs: orgs.New(s.pool), Marketplace: marketplace.New(s.pool, marketplace.Config{EventsTopic: s.topics.Events}), Deployments: s.deployments,
-			Agents: s.agents, Workflows: s.workflows, Patients: patientSvc, Feed: feed.New(s.pool, s.eventLog, feed.Config{EventsTopic: s.topics.Events, Direct: direct, Producer: producer}),
+			Agents: s.agents, Workflows: s.workflows, Patients: patientSvc, Feed: feed.New(s.pool, s.eventLog, feed.Config{EventsTopic: s.topics.Events, Direct: direct, Producer: s.kcl}),
 			Webhooks: webhookSvc, Events: server.Events(hub)},
 		Patients: patientSvc, Webhooks: webhookSvc, Invoker: invoker, Idempotency: idemKeys, Retention: retention.New(s.pool),
 		Logger: s.logger, Registerer: s.registry, GraphQLMaxCost: s.cfg.GraphQLMaxCost, SocketRecheck: s.cfg.SocketRecheck,
