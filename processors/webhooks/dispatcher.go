@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -257,7 +258,43 @@ func (d *Dispatcher) closeClient() {
 // be recorded (Postgres down) is retried until it can or ctx ends; it is never skipped. A
 // re-consumed event is a no-op (one delivery per subscription and event).
 func (d *Dispatcher) consume(ctx context.Context) error {
-	return d.r.Run(ctx, consume.Decode(d.r.Skip, events.Decode, d.record), consume.Commit(d.cl, d.logger))
+	decode := consume.Decode(d.r.Skip, events.Decode, d.record)
+	return d.r.Run(ctx, func(ctx context.Context, recs []*kgo.Record) error {
+		recs, err := d.subscribed(ctx, recs)
+		if err != nil {
+			return err
+		}
+		return decode(ctx, recs)
+	}, consume.Commit(d.cl, d.logger))
+}
+
+// subscribed returns the records of recs that a subscription may want, read by their head
+// (events.PeekHead), so that the many events no subscription asks for are passed over without
+// decoding them. A record whose head cannot be read is kept: decoding it tells.
+func (d *Dispatcher) subscribed(ctx context.Context, recs []*kgo.Record) ([]*kgo.Record, error) {
+	heads := make([]events.Head, len(recs))
+	read := make([]bool, len(recs))
+	var projects []string
+	seen := map[string]bool{}
+	for i, r := range recs {
+		heads[i], read[i] = events.PeekHead(r.Value)
+		if p := heads[i].ProjectID; read[i] && p != "" && !seen[p] {
+			seen[p] = true
+			projects = append(projects, p)
+		}
+	}
+	byProject, err := d.subs.get(ctx, projects)
+	if err != nil {
+		return nil, fmt.Errorf("load subscriptions: %w", err)
+	}
+	kept := make([]*kgo.Record, 0, len(recs))
+	for i, r := range recs {
+		h := heads[i]
+		if !read[i] || slices.ContainsFunc(byProject[h.ProjectID], func(s cachedSub) bool { return s.wants(h.OrgID, h.Type) }) {
+			kept = append(kept, r)
+		}
+	}
+	return kept, nil
 }
 
 // newDelivery is a row to insert.
@@ -294,8 +331,7 @@ func (d *Dispatcher) record(ctx context.Context, all []storage.Event) error {
 	for _, ev := range evs {
 		var body []byte
 		for _, sub := range byProject[ev.ProjectID] {
-			if (ev.OrgID != "" && ev.OrgID != sub.orgID) || ev.CreatedAt.Before(sub.createdAt.Add(-creationSkew)) ||
-				!events.MatchAny(sub.patterns, ev.Type) {
+			if !sub.wants(ev.OrgID, ev.Type) || ev.CreatedAt.Before(sub.createdAt.Add(-creationSkew)) {
 				continue
 			}
 			if body == nil {

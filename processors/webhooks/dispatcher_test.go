@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"slices"
 	"strconv"
@@ -12,6 +13,7 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
 
 	"carehub/internal/testenv"
 	"carehub/kernel/events"
@@ -108,6 +110,41 @@ func TestWildcardSubscriptionGetsOnlyItsNamespace(t *testing.T) {
 	}
 	if n := len(f.deliveries(sub.ID)); n != 3 {
 		t.Errorf("%d deliveries recorded, want 3", n)
+	}
+}
+
+// TestEventsOfAnyShapeAreMatched: the dispatcher passes over events by their head
+// (events.PeekHead) only when it can read it; an envelope written in another member order or
+// case is decoded and matched as before, and a record that looks like a subscribed event but is
+// not an envelope is skipped without holding its partition.
+func TestEventsOfAnyShapeAreMatched(t *testing.T) {
+	f := newFixture(t)
+	rc := newReceiver(t, nil)
+	sub := f.create(rc.URL, "agent.*")
+	f.start()
+
+	reordered, err := events.New("agent.reordered", f.orgID, f.projectID, events.SourceIntegration, events.SeverityInfo, map[string]any{"n": 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	v := fmt.Sprintf(`{"payload":{"n":1},"Type":%q,"orgId":%q,"projectId":%q,"id":%q,"source":"integration","severity":"info","createdAt":%q}`,
+		reordered.Type, f.orgID, f.projectID, reordered.ID, reordered.CreatedAt.Format(time.RFC3339Nano))
+	poison := fmt.Sprintf(`{"id":"evt_x","type":"agent.poison","orgId":%q,"projectId":%q,"payload":`, f.orgID, f.projectID)
+	key := []byte(f.projectID)
+	if err := f.prod.ProduceSync(context.Background(), &kgo.Record{Key: key, Value: []byte(poison)},
+		&kgo.Record{Key: key, Value: []byte(v)}).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	f.publish("workflow.run.completed", nil)
+	last := f.publish("agent.sentinel", nil)
+
+	f.waitDeliveryStatus(sub.ID, last.ID, DeliverySucceeded)
+	var types []string
+	for _, r := range rc.requests() {
+		types = append(types, r.eventType())
+	}
+	if want := []string{"agent.reordered", "agent.sentinel"}; !slices.Equal(types, want) {
+		t.Errorf("delivered %v, want %v", types, want)
 	}
 }
 

@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"carehub/kernel/events"
 )
 
 // cachedSub is what the consumer needs of a subscription to match events to it.
@@ -13,6 +15,12 @@ type cachedSub struct {
 	id, orgID string
 	patterns  []string
 	createdAt time.Time
+}
+
+// wants reports whether an event of type typ from organization orgID matches the subscription
+// (an event without an organization is the platform's, which any subscription may match).
+func (s cachedSub) wants(orgID, typ string) bool {
+	return (orgID == "" || orgID == s.orgID) && events.MatchAny(s.patterns, typ)
 }
 
 type cacheEntry struct {

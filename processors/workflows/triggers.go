@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
@@ -54,8 +55,9 @@ type TriggersConfig struct {
 // workflow and event id however often the event is delivered.
 //
 // Matching is in memory against the ACTIVE workflows that have triggers, reloaded before a batch
-// whenever the copy is older than the newest event in the batch (plus a second for clock skew),
-// so a workflow created before an event was emitted sees it. Offsets are committed after a batch's
+// whenever the copy is older than the newest record in the batch (plus a second for clock skew),
+// so a workflow created before an event was emitted sees it. Events are matched by their head
+// first (events.PeekHead), and only those that start a run are decoded. Offsets are committed after a batch's
 // runs are committed. A new group starts with the events of the minute before it first joined,
 // not with the topic's whole history.
 type Triggers struct {
@@ -122,28 +124,56 @@ func (t *Triggers) Close() { t.closeOnce.Do(t.cl.Close) }
 // (the batch is rewound and handled again; starts are idempotent).
 func (t *Triggers) Run(ctx context.Context) error {
 	defer t.Close()
-	return t.r.Run(ctx, consume.Decode(t.r.Skip, events.Decode, t.handle), consume.Commit(t.cl, t.log))
+	decode := consume.Decode(t.r.Skip, events.Decode, t.handle)
+	return t.r.Run(ctx, func(ctx context.Context, recs []*kgo.Record) error {
+		recs, err := t.triggering(ctx, recs)
+		if err != nil {
+			return err
+		}
+		return decode(ctx, recs)
+	}, consume.Commit(t.cl, t.log))
 }
 
-// handle starts the runs a batch of events calls for.
-func (t *Triggers) handle(ctx context.Context, evs []storage.Event) error {
+// triggering reloads the workflows unless the copy is newer than the batch's newest record
+// (plus a second for clock skew) and returns the records of recs that may start a run, read by
+// their head (events.PeekHead): most events start none, and are passed over without decoding
+// them. A record whose head cannot be read is kept: decoding it tells.
+//
+// A record's timestamp is when it was produced, after its event was created, so a workflow
+// active before an event was created is in a copy loaded after the record's timestamp.
+func (t *Triggers) triggering(ctx context.Context, recs []*kgo.Record) ([]*kgo.Record, error) {
 	var newest time.Time
-	for _, ev := range evs {
-		if ev.CreatedAt.After(newest) {
-			newest = ev.CreatedAt
+	for _, r := range recs {
+		if r.Timestamp.After(newest) {
+			newest = r.Timestamp
 		}
 	}
 	if !t.loadedAt.After(newest.Add(time.Second)) {
 		if err := t.reload(ctx); err != nil {
-			return err
+			return nil, err
 		}
 	}
+	kept := make([]*kgo.Record, 0, len(recs))
+	for _, r := range recs {
+		h, ok := events.PeekHead(r.Value)
+		if !ok || slices.ContainsFunc(t.workflows, func(w triggered) bool { return w.startedBy(h) }) {
+			kept = append(kept, r)
+		}
+	}
+	return kept, nil
+}
+
+// startedBy reports whether an event with head h matches w's triggers: an event of w's project,
+// or an observation of w's organization, of a type w's patterns match.
+func (w triggered) startedBy(h events.Head) bool {
+	return w.orgID == h.OrgID && (w.projectID == h.ProjectID || h.Type == TriggerObservation) && events.MatchAny(w.patterns, h.Type)
+}
+
+// handle starts the runs a batch of events calls for, with the workflows triggering loaded.
+func (t *Triggers) handle(ctx context.Context, evs []storage.Event) error {
 	for _, ev := range evs {
 		for _, w := range t.workflows {
-			if w.orgID != ev.OrgID || !events.MatchAny(w.patterns, ev.Type) {
-				continue
-			}
-			if w.projectID != ev.ProjectID && ev.Type != TriggerObservation {
+			if !w.startedBy(events.Head{Type: ev.Type, OrgID: ev.OrgID, ProjectID: ev.ProjectID}) {
 				continue
 			}
 			if err := t.start(ctx, w, ev); err != nil {

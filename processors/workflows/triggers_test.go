@@ -2,6 +2,7 @@ package workflows
 
 import (
 	"encoding/json"
+	"fmt"
 	"testing"
 	"time"
 
@@ -76,6 +77,32 @@ func TestTriggersStartOneRunPerEvent(t *testing.T) {
 	if trigger != TriggerEvent || eventID != ev.ID || len(input) != 3 || input["observation_id"] != want["observation_id"] ||
 		input["patient_id"] != want["patient_id"] || input["device_type"] != want["device_type"] {
 		t.Fatalf("run trigger %s event %s input %v", trigger, eventID, input)
+	}
+}
+
+// TestTriggersMatchEventsOfAnyShape: an envelope in another member order and case (whose head
+// events.PeekHead does not read) starts its runs as one written by Encode does, and a record
+// that looks like a matching event but is not an envelope is skipped.
+func TestTriggersMatchEventsOfAnyShape(t *testing.T) {
+	h := newHarness(t)
+	group := h.startTriggers()
+	w := h.workflow("Any lab", []string{"load_patient"}, "lab.*")
+	ev, err := events.New("lab.result_received", demo.DemoOrgID, h.project, events.SourceIntegration, events.SeverityInfo, map[string]any{"n": 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	reordered := fmt.Sprintf(`{"payload":{"n":1},"TYPE":%q,"orgId":%q,"projectId":%q,"id":%q,"source":"integration","severity":"info","createdAt":%q}`,
+		ev.Type, ev.OrgID, ev.ProjectID, ev.ID, ev.CreatedAt.Format(time.RFC3339Nano))
+	poison := fmt.Sprintf(`{"id":"evt_x","type":"lab.poison","orgId":%q,"projectId":%q,"payload":[`, ev.OrgID, ev.ProjectID)
+	cl := kafkatest.Client(t)
+	for _, v := range []string{poison, reordered} {
+		if err := cl.ProduceSync(h.ctx, &kgo.Record{Topic: h.events, Key: []byte(h.project), Value: []byte(v)}).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	h.drained(group, h.events, 20*time.Second)
+	if n := h.count(`select count(*) from workflow_runs where workflow_id = $1 and trigger_event_id = $2`, w.ID, ev.ID); n != 1 {
+		t.Errorf("%d runs of the reordered event, want 1", n)
 	}
 }
 
