@@ -9,7 +9,8 @@
 // subscriptions that may want it, not every subscription of the node; and an event a
 // subscription does not select is never sent, so it neither wakes the subscriber nor takes room
 // in its buffer. With thousands of subscriptions that is the difference between one channel
-// send per subscription per event on the hub goroutine and a handful.
+// send per subscription per event on the hub goroutine and a handful. The hub reads an event's
+// head first (events.PeekHead) and decodes only the events a subscription may select.
 package fanout
 
 import (
@@ -27,6 +28,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"carehub/kernel/config"
+	"carehub/kernel/events"
 	"carehub/storage"
 	"carehub/storage/kafka"
 )
@@ -234,6 +236,9 @@ func (h *Hub) Run(ctx context.Context) error {
 			continue // nobody to route to: not worth decoding (every event passes here)
 		}
 		fetches.EachRecord(func(r *kgo.Record) {
+			if head, ok := events.PeekHead(r.Value); ok && !h.wanted(head) {
+				return // no subscription selects it: not worth decoding either
+			}
 			var ev storage.Event
 			if err := json.Unmarshal(r.Value, &ev); err != nil || ev.ID == "" {
 				h.logger.Warn("fan-out: skipping malformed event", "partition", r.Partition, "offset", r.Offset)
@@ -249,6 +254,13 @@ func (h *Hub) listened() bool {
 	h.mu.RLock()
 	defer h.mu.RUnlock()
 	return h.idx.count > 0
+}
+
+// wanted reports whether a subscription may select an event with head hd.
+func (h *Hub) wanted(hd events.Head) bool {
+	h.mu.RLock()
+	defer h.mu.RUnlock()
+	return h.idx.wants(hd)
 }
 
 // route hands ev to every subscription that selects it, without blocking: a full buffer drops

@@ -162,6 +162,30 @@ func (b *bucket) each(ev storage.Event, fn func(*Subscription)) {
 	}
 }
 
+// wants reports whether a subscription may select an event with head h: each would visit one,
+// short of its Match, which needs the whole event.
+func (x *index) wants(h events.Head) bool {
+	if x.global.wants(h) {
+		return true
+	}
+	b := x.projects[h.ProjectID]
+	return b != nil && b.wants(h)
+}
+
+func (b *bucket) wants(h events.Head) bool {
+	if l := b.byType[h.Type]; l != nil && len(l.members) > 0 {
+		return true
+	}
+	if b.any != nil {
+		for _, m := range b.any.members {
+			if m.s.filter.Types == nil || events.MatchAny(m.s.filter.Types, h.Type) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
 // all returns every subscription.
 func (x *index) all() []*Subscription {
 	seen := make(map[*Subscription]bool, x.count)

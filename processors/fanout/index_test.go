@@ -311,3 +311,35 @@ func TestOnOverflow(t *testing.T) {
 			calls.Load(), openAtCall.Load(), slow.Overflowed())
 	}
 }
+
+// TestIndexWants: the hub skips decoding an event when index.wants says no subscription may
+// select its head, so wants must say yes whenever each would visit a subscription.
+func TestIndexWants(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	projects := []string{"", "prj_a", "prj_b"}
+	types := []string{"lab.result", "lab.order", "device.reading", "z.z"}
+	patterns := append([]string{"lab.*", "*", "device.*"}, types...)
+	for round := range 200 {
+		x := newIndex()
+		for range rng.IntN(4) {
+			f := Filter{ProjectID: projects[rng.IntN(len(projects))]}
+			if rng.IntN(4) > 0 {
+				f.Types = []string{}
+				for range rng.IntN(3) {
+					f.Types = append(f.Types, patterns[rng.IntN(len(patterns))])
+				}
+			}
+			x.add(&Subscription{filter: f})
+		}
+		for _, p := range projects[1:] {
+			for _, typ := range types {
+				ev := storage.Event{Type: typ, ProjectID: p}
+				visited := false
+				x.each(ev, func(*Subscription) { visited = true })
+				if got := x.wants(events.Head{Type: typ, ProjectID: p}); got != visited {
+					t.Fatalf("round %d: wants(%s, %s) = %v, each visited one: %v", round, p, typ, got, visited)
+				}
+			}
+		}
+	}
+}
