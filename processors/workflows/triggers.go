@@ -57,9 +57,9 @@ type TriggersConfig struct {
 // Matching is in memory against the ACTIVE workflows that have triggers, reloaded before a batch
 // whenever the copy is older than the newest record in the batch (plus a second for clock skew),
 // so a workflow created before an event was emitted sees it. Events are matched by their head
-// first (events.PeekHead), and only those that start a run are decoded. Offsets are committed after a batch's
-// runs are committed. A new group starts with the events of the minute before it first joined,
-// not with the topic's whole history.
+// first (events.PeekHead), and only those that start a run are decoded. Offsets are committed
+// after a batch's runs are committed. A new group starts with the events of the minute before it
+// first joined, not with the topic's whole history.
 type Triggers struct {
 	cfg TriggersConfig
 	cl  *kgo.Client
