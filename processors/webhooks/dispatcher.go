@@ -258,14 +258,7 @@ func (d *Dispatcher) closeClient() {
 // be recorded (Postgres down) is retried until it can or ctx ends; it is never skipped. A
 // re-consumed event is a no-op (one delivery per subscription and event).
 func (d *Dispatcher) consume(ctx context.Context) error {
-	decode := consume.Decode(d.r.Skip, events.Decode, d.record)
-	return d.r.Run(ctx, func(ctx context.Context, recs []*kgo.Record) error {
-		recs, err := d.subscribed(ctx, recs)
-		if err != nil {
-			return err
-		}
-		return decode(ctx, recs)
-	}, consume.Commit(d.cl, d.logger))
+	return d.r.Run(ctx, consume.Select(d.subscribed, consume.Decode(d.r.Skip, events.Decode, d.record)), consume.Commit(d.cl, d.logger))
 }
 
 // subscribed returns the records of recs that a subscription may want, read by their head

@@ -124,14 +124,7 @@ func (t *Triggers) Close() { t.closeOnce.Do(t.cl.Close) }
 // (the batch is rewound and handled again; starts are idempotent).
 func (t *Triggers) Run(ctx context.Context) error {
 	defer t.Close()
-	decode := consume.Decode(t.r.Skip, events.Decode, t.handle)
-	return t.r.Run(ctx, func(ctx context.Context, recs []*kgo.Record) error {
-		recs, err := t.triggering(ctx, recs)
-		if err != nil {
-			return err
-		}
-		return decode(ctx, recs)
-	}, consume.Commit(t.cl, t.log))
+	return t.r.Run(ctx, consume.Select(t.triggering, consume.Decode(t.r.Skip, events.Decode, t.handle)), consume.Commit(t.cl, t.log))
 }
 
 // triggering reloads the workflows unless the copy is newer than the batch's newest record

@@ -534,3 +534,37 @@ func TestTransactRenewedAfterAFatalError(t *testing.T) {
 		t.Errorf("the session was built %d times: the fenced one was not replaced", x.builds)
 	}
 }
+
+// TestSelect: next gets only the records keep returns, is not called for none, and keep's
+// error is the batch's.
+func TestSelect(t *testing.T) {
+	recs := []*kgo.Record{{Offset: 0}, {Offset: 1}, {Offset: 2}}
+	var got []int64
+	next := func(_ context.Context, rs []*kgo.Record) error {
+		for _, r := range rs {
+			got = append(got, r.Offset)
+		}
+		return nil
+	}
+	odd := func(_ context.Context, rs []*kgo.Record) ([]*kgo.Record, error) {
+		var out []*kgo.Record
+		for _, r := range rs {
+			if r.Offset%2 == 1 {
+				out = append(out, r)
+			}
+		}
+		return out, nil
+	}
+	if err := consume.Select(odd, next)(context.Background(), recs); err != nil || fmt.Sprint(got) != "[1]" {
+		t.Fatalf("kept %v, %v; want [1]", got, err)
+	}
+	got = nil
+	if err := consume.Select(odd, next)(context.Background(), recs[:1]); err != nil || got != nil {
+		t.Fatalf("next called with %v (%v) for no record kept", got, err)
+	}
+	failed := errors.New("subscriptions unavailable")
+	keepFails := func(context.Context, []*kgo.Record) ([]*kgo.Record, error) { return nil, failed }
+	if err := consume.Select(keepFails, next)(context.Background(), recs); !errors.Is(err, failed) || got != nil {
+		t.Fatalf("Select = %v, next got %v; want keep's error and no call", err, got)
+	}
+}

@@ -28,3 +28,18 @@ func Decode[T any](skip func(*kgo.Record, error), decode func([]byte) (T, error)
 		return handle(ctx, vals)
 	}
 }
+
+// Select returns a Handler that hands next only the records of a batch that keep returns, so a
+// consumer can pass over the records it has no use for (by a header, or a glance at the value)
+// before decoding any. The records passed over count as handled: the middleware around the
+// Handler (Commit) commits the whole batch. An error from keep is the batch's error. next is
+// not called when keep returns none.
+func Select(keep func(context.Context, []*kgo.Record) ([]*kgo.Record, error), next Handler) Handler {
+	return func(ctx context.Context, recs []*kgo.Record) error {
+		kept, err := keep(ctx, recs)
+		if err != nil || len(kept) == 0 {
+			return err
+		}
+		return next(ctx, kept)
+	}
+}
