@@ -1,9 +1,6 @@
 package events
 
-import (
-	"bytes"
-	"unicode/utf8"
-)
+import "carehub/kernel/jsonwire"
 
 // Head is what a consumer routes an event by: its type, organization and project.
 type Head struct {
@@ -26,22 +23,22 @@ type Head struct {
 // encoding/json and Decode would take) is routed by its first spelling, which gives whoever
 // can write to the topic nothing they could not do by writing the event they want.
 func PeekHead(data []byte) (h Head, ok bool) {
-	i := skipWS(data, 0)
+	i := jsonwire.SkipSpace(data, 0)
 	if i >= len(data) || data[i] != '{' {
 		return Head{}, false
 	}
 	i++
 	var have uint8 // bits: type, orgId, projectId
 	for {
-		key, next, ok := plainString(data, skipWS(data, i))
+		key, next, ok := jsonwire.PlainString(data, jsonwire.SkipSpace(data, i))
 		if !ok {
 			return Head{}, false
 		}
-		i = skipWS(data, next)
+		i = jsonwire.SkipSpace(data, next)
 		if i >= len(data) || data[i] != ':' {
 			return Head{}, false
 		}
-		val, next, ok := plainString(data, skipWS(data, i+1))
+		val, next, ok := jsonwire.PlainString(data, jsonwire.SkipSpace(data, i+1))
 		if !ok {
 			return Head{}, false
 		}
@@ -59,41 +56,11 @@ func PeekHead(data []byte) (h Head, ok bool) {
 		if have == 7 {
 			break
 		}
-		i = skipWS(data, next)
+		i = jsonwire.SkipSpace(data, next)
 		if i >= len(data) || data[i] != ',' {
 			return Head{}, false
 		}
 		i++
 	}
 	return h, true
-}
-
-// plainString returns the inside of the JSON string at data[i:] and the index past its closing
-// quote, when it holds no escape, no control character and only valid UTF-8: then its bytes are
-// its value.
-func plainString(data []byte, i int) (s []byte, next int, ok bool) {
-	if i >= len(data) || data[i] != '"' {
-		return nil, 0, false
-	}
-	end := bytes.IndexByte(data[i+1:], '"')
-	if end < 0 {
-		return nil, 0, false
-	}
-	s = data[i+1 : i+1+end]
-	for _, c := range s {
-		if c < 0x20 || c == '\\' {
-			return nil, 0, false
-		}
-	}
-	if !utf8.Valid(s) {
-		return nil, 0, false
-	}
-	return s, i + end + 2, true
-}
-
-func skipWS(b []byte, i int) int {
-	for i < len(b) && (b[i] == ' ' || b[i] == '\t' || b[i] == '\r' || b[i] == '\n') {
-		i++
-	}
-	return i
 }

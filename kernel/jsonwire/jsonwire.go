@@ -15,6 +15,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -77,13 +78,13 @@ func Members(obj []byte, fn func(key, value []byte) error) error {
 // MemberSpans is Members that also says where each member stands in obj: obj[start:end] is the
 // member as written, from its key's opening quote to the end of its value.
 func MemberSpans(obj []byte, fn func(key, value []byte, start, end int) error) error {
-	i := skipSpace(obj, 0)
+	i := SkipSpace(obj, 0)
 	if i >= len(obj) || obj[i] != '{' {
 		return nil
 	}
 	i++
 	for {
-		i = skipSpace(obj, i)
+		i = SkipSpace(obj, i)
 		if i >= len(obj) || obj[i] != '"' {
 			return nil // '}': the end of the object
 		}
@@ -97,13 +98,13 @@ func MemberSpans(obj []byte, fn func(key, value []byte, start, end int) error) e
 			}
 			key = []byte(k)
 		}
-		i = skipSpace(obj, keyEnd) + 1 // past ':'
-		i = skipSpace(obj, i)
+		i = SkipSpace(obj, keyEnd) + 1 // past ':'
+		i = SkipSpace(obj, i)
 		end := skipValue(obj, i)
 		if err := fn(key, obj[i:end], start, end); err != nil {
 			return fmt.Errorf("%s: %w", key, err)
 		}
-		i = skipSpace(obj, end)
+		i = SkipSpace(obj, end)
 		if i < len(obj) && obj[i] == ',' {
 			i++
 		}
@@ -114,13 +115,13 @@ func MemberSpans(obj []byte, fn func(key, value []byte, start, end int) error) e
 // arr. arr must be Valid; Elements returns nil at once for a value that is not an array, and the
 // first error fn returns.
 func Elements(arr []byte, fn func(value []byte) error) error {
-	i := skipSpace(arr, 0)
+	i := SkipSpace(arr, 0)
 	if i >= len(arr) || arr[i] != '[' {
 		return nil
 	}
 	i++
 	for {
-		i = skipSpace(arr, i)
+		i = SkipSpace(arr, i)
 		if i >= len(arr) || arr[i] == ']' {
 			return nil
 		}
@@ -128,7 +129,7 @@ func Elements(arr []byte, fn func(value []byte) error) error {
 		if err := fn(arr[i:end]); err != nil {
 			return err
 		}
-		i = skipSpace(arr, end)
+		i = SkipSpace(arr, end)
 		if i < len(arr) && arr[i] == ',' {
 			i++
 		}
@@ -166,6 +167,25 @@ func String(v []byte, s *string) error {
 		return nil
 	}
 	return json.Unmarshal(v, s)
+}
+
+// PlainString returns the inside of the JSON string that starts at b[i] and the index just past
+// its closing quote, when the string holds no escape, no control character and only valid
+// UTF-8 (then its bytes are its value); ok is false otherwise, and for anything but a string.
+// b need not be Valid: PlainString reads no further than the string's closing quote.
+func PlainString(b []byte, i int) (s []byte, next int, ok bool) {
+	if i >= len(b) || b[i] != '"' {
+		return nil, 0, false
+	}
+	end := bytes.IndexByte(b[i+1:], '"')
+	if end < 0 {
+		return nil, 0, false
+	}
+	s = b[i+1 : i+1+end]
+	if needsUnquote(s) || slices.ContainsFunc(s, func(c byte) bool { return c < 0x20 }) {
+		return nil, 0, false
+	}
+	return s, i + end + 2, true
 }
 
 // needsUnquote reports whether the inside of a JSON string holds an escape or invalid UTF-8.
@@ -264,7 +284,8 @@ func Time(v []byte, t *time.Time) error {
 	return nil
 }
 
-func skipSpace(b []byte, i int) int {
+// SkipSpace returns the index of the first byte of b from i that is not JSON whitespace.
+func SkipSpace(b []byte, i int) int {
 	for i < len(b) && (b[i] == ' ' || b[i] == '\t' || b[i] == '\r' || b[i] == '\n') {
 		i++
 	}

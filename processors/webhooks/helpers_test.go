@@ -215,6 +215,15 @@ func (r request) eventType() string {
 	return b.Event
 }
 
+// eventTypes returns the event type of each request rc received, in order.
+func (rc *receiver) eventTypes() []string {
+	var types []string
+	for _, r := range rc.requests() {
+		types = append(types, r.eventType())
+	}
+	return types
+}
+
 // receiver is a webhook endpoint on loopback that records every request and answers with
 // respond (200 when nil). respond gets the 0-based number of the request.
 type receiver struct {
