@@ -25,6 +25,10 @@ type Point struct {
 	P99Ms   float64 `json:"p99Ms"`   // (0 when none completed)
 	Lag     float64 `json:"lag"`     // the scenario's lag at the end of the interval (see Options.LagName)
 	Refused int64   `json:"refused"` // refusals (429/503) in the interval
+	// The end-to-end latency percentiles (Report.EndToEnd names what they measure) of the
+	// sampled items sent in the interval, however late they arrived (EndToEnd; 0 when none).
+	EndToEndP50Ms float64 `json:"endToEndP50Ms,omitempty"`
+	EndToEndP99Ms float64 `json:"endToEndP99Ms,omitempty"`
 }
 
 // Options configure a Recorder.
@@ -139,6 +143,39 @@ func (r *Recorder) Stop() []Point {
 		fmt.Fprintln(r.opts.Out)
 	}
 	return r.Points()
+}
+
+// Started is when the recorder's clock started: a point's Seconds count from it.
+func (r *Recorder) Started() time.Time { return r.start }
+
+// EndToEnd sets each point's end-to-end percentiles from the items sent in its interval:
+// sent[i] is when item i was sent, in seconds since the recorder's start, and latency[i] its
+// end-to-end latency. An item belongs to the first point whose interval ends at or after it was
+// sent; items sent after the last point are left out. It runs once the items have all arrived,
+// after the run, so an interval's figures include what arrived during the drain.
+func EndToEnd(points []Point, sent []float64, latency []time.Duration) {
+	byPoint := make([][]float64, len(points))
+	for i, at := range sent {
+		j, _ := slices.BinarySearchFunc(points, at, func(p Point, at float64) int {
+			switch {
+			case p.Seconds < at:
+				return -1
+			case p.Seconds > at:
+				return 1
+			}
+			return 0
+		})
+		if j < len(points) {
+			byPoint[j] = append(byPoint[j], float64(latency[i].Microseconds())/1000)
+		}
+	}
+	for j, lat := range byPoint {
+		if len(lat) == 0 {
+			continue
+		}
+		slices.Sort(lat)
+		points[j].EndToEndP50Ms, points[j].EndToEndP99Ms = Percentile(lat, 0.50), Percentile(lat, 0.99)
+	}
 }
 
 // Points returns the points so far.

@@ -25,8 +25,9 @@ import (
 type Report struct {
 	Scenario string    `json:"scenario"`
 	Started  time.Time `json:"started"`
-	Unit     string    `json:"unit"`              // what a point's rate counts
-	LagName  string    `json:"lagName,omitempty"` // what a point's lag measures
+	Unit     string    `json:"unit"`               // what a point's rate counts
+	LagName  string    `json:"lagName,omitempty"`  // what a point's lag measures
+	EndToEnd string    `json:"endToEnd,omitempty"` // what a point's end-to-end percentiles measure ("": none)
 	Summary  any       `json:"summary"`
 	Series   []Point   `json:"series"`
 }
@@ -130,6 +131,13 @@ func Chart(r Report) ([]byte, error) {
 		series{"p99", orange, func(p Point) float64 { return p.P99Ms }})); err != nil {
 		return nil, err
 	}
+	if r.EndToEnd != "" {
+		if err := add(panel(r, r.EndToEnd+", by when sent", "ms",
+			series{"p50", green, func(p Point) float64 { return p.EndToEndP50Ms }},
+			series{"p99", orange, func(p Point) float64 { return p.EndToEndP99Ms }})); err != nil {
+			return nil, err
+		}
+	}
 	if r.LagName != "" {
 		if err := add(panel(r, "lag", r.LagName, series{r.LagName, red, func(p Point) float64 { return p.Lag }})); err != nil {
 			return nil, err
@@ -221,8 +229,8 @@ img{max-width:100%}</style></head><body>
 <h2>Summary</h2>
 <table>{{range .Rows}}<tr><th>{{.Name}}</th><td class="v">{{.Value}}</td></tr>{{end}}</table>
 <h2>Series</h2>
-<table><tr><th>t (s)</th><th>rate</th><th>p50 ms</th><th>p99 ms</th>{{if .R.LagName}}<th>lag</th>{{end}}<th>refused</th></tr>
-{{range .R.Series}}<tr><td class="v">{{printf "%.0f" .Seconds}}</td><td class="v">{{printf "%.0f" .Rate}}</td><td class="v">{{printf "%.1f" .P50Ms}}</td><td class="v">{{printf "%.1f" .P99Ms}}</td>{{if $.R.LagName}}<td class="v">{{printf "%.0f" .Lag}}</td>{{end}}<td class="v">{{.Refused}}</td></tr>
+<table><tr><th>t (s)</th><th>rate</th><th>p50 ms</th><th>p99 ms</th>{{if .R.EndToEnd}}<th>{{.R.EndToEnd}} p50 ms</th><th>{{.R.EndToEnd}} p99 ms</th>{{end}}{{if .R.LagName}}<th>lag</th>{{end}}<th>refused</th></tr>
+{{range .R.Series}}<tr><td class="v">{{printf "%.0f" .Seconds}}</td><td class="v">{{printf "%.0f" .Rate}}</td><td class="v">{{printf "%.1f" .P50Ms}}</td><td class="v">{{printf "%.1f" .P99Ms}}</td>{{if $.R.EndToEnd}}<td class="v">{{printf "%.1f" .EndToEndP50Ms}}</td><td class="v">{{printf "%.1f" .EndToEndP99Ms}}</td>{{end}}{{if $.R.LagName}}<td class="v">{{printf "%.0f" .Lag}}</td>{{end}}<td class="v">{{.Refused}}</td></tr>
 {{end}}</table>
 </body></html>
 `))

@@ -41,9 +41,11 @@ func TestTickAndLines(t *testing.T) {
 func TestWrite(t *testing.T) {
 	dir := t.TempDir()
 	r := Report{Scenario: "observations", Started: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC), Unit: "observations/s",
-		LagName: "records behind", Summary: map[string]any{"acceptedPerSecond": 12345.5, "nested": map[string]any{"p99Ms": 87}}}
+		LagName: "records behind", EndToEnd: "accept → stored",
+		Summary: map[string]any{"acceptedPerSecond": 12345.5, "nested": map[string]any{"p99Ms": 87}}}
 	for i := range 30 {
-		r.Series = append(r.Series, Point{Seconds: float64(i + 1), Rate: float64(1000 * i), P50Ms: 10, P99Ms: float64(20 + i), Lag: float64(100 * i), Refused: int64(i % 3)})
+		r.Series = append(r.Series, Point{Seconds: float64(i + 1), Rate: float64(1000 * i), P50Ms: 10, P99Ms: float64(20 + i), Lag: float64(100 * i), Refused: int64(i % 3),
+			EndToEndP50Ms: 40, EndToEndP99Ms: float64(80 + i)})
 	}
 	f, err := Write(dir, r)
 	if err != nil {
@@ -60,8 +62,18 @@ func TestWrite(t *testing.T) {
 	if err != nil {
 		t.Fatalf("the chart is not a PNG: %v", err)
 	}
-	if w, h := img.Bounds().Dx(), img.Bounds().Dy(); w < 600 || h < 3*150 {
-		t.Errorf("chart %dx%d: want three panels", w, h)
+	without := r
+	without.EndToEnd = ""
+	b3, err := Chart(without)
+	if err != nil {
+		t.Fatal(err)
+	}
+	img3, err := png.Decode(bytes.NewReader(b3))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if w, h, h3 := img.Bounds().Dx(), img.Bounds().Dy(), img3.Bounds().Dy(); w < 600 || max(3*h-4*h3, 4*h3-3*h) > 4 { // pixel rounding
+		t.Errorf("chart %dx%d, %d high without the end-to-end panel: want four panels (throughput, latency, end to end, lag) against three", w, h, h3)
 	}
 	var back Report
 	js, _ := os.ReadFile(f.JSON)
@@ -69,12 +81,39 @@ func TestWrite(t *testing.T) {
 		t.Fatalf("JSON report: %v, %d points", err, len(back.Series))
 	}
 	html, _ := os.ReadFile(f.HTML)
-	for _, want := range []string{`src="data:image/png;base64,iVBOR`, "acceptedPerSecond", "12345.5", "nested.p99Ms", "records behind"} {
+	for _, want := range []string{`src="data:image/png;base64,iVBOR`, "acceptedPerSecond", "12345.5", "nested.p99Ms", "records behind", "accept → stored p99 ms", "<td class=\"v\">109.0</td>"} {
 		if !bytes.Contains(html, []byte(want)) {
 			t.Errorf("HTML page lacks %q", want)
 		}
 	}
 	if bytes.Contains(html, []byte("ZgotmplZ")) {
 		t.Error("HTML page: the template refused the chart's data URL")
+	}
+}
+
+// An item's end-to-end latency counts in the interval it was sent in, whenever it arrived; an
+// interval's figures are its items' alone.
+func TestEndToEnd(t *testing.T) {
+	points := []Point{{Seconds: 1}, {Seconds: 2}, {Seconds: 3}}
+	var (
+		sent    []float64
+		latency []time.Duration
+	)
+	for i := range 100 { // sent in (0, 1]: 1..100 ms
+		sent, latency = append(sent, float64(i+1)/100), append(latency, time.Duration(i+1)*time.Millisecond)
+	}
+	// Sent at 2.5 s, in the last interval, and arrived long after it: still counted there.
+	sent, latency = append(sent, 2.5), append(latency, 4*time.Second)
+	// Sent after the last point: left out.
+	sent, latency = append(sent, 3.2), append(latency, time.Hour)
+	EndToEnd(points, sent, latency)
+	if p := points[0]; p.EndToEndP50Ms != 50 || p.EndToEndP99Ms != 99 {
+		t.Errorf("first interval p50 %v p99 %v; want 50 and 99", p.EndToEndP50Ms, p.EndToEndP99Ms)
+	}
+	if p := points[1]; p.EndToEndP50Ms != 0 || p.EndToEndP99Ms != 0 {
+		t.Errorf("an interval with nothing sent: p50 %v p99 %v; want 0", p.EndToEndP50Ms, p.EndToEndP99Ms)
+	}
+	if p := points[2]; p.EndToEndP50Ms != 4000 || p.EndToEndP99Ms != 4000 {
+		t.Errorf("last interval p50 %v p99 %v; want 4000 (the late item) and no more", p.EndToEndP50Ms, p.EndToEndP99Ms)
 	}
 }

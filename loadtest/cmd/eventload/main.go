@@ -122,7 +122,7 @@ func eventload() int {
 	}
 	if rep != nil {
 		if ferr := loadcli.Finish(rep, cfg.JSON, cfg.Results, loadreport.Report{Scenario: scenario, Started: started, Unit: "events/s",
-			LagName: "samples not yet in the log", Series: series}); ferr != nil && err == nil {
+			LagName: "samples not yet in the log", EndToEnd: "publish → log", Series: series}); ferr != nil && err == nil {
 			err = ferr
 		}
 	}
@@ -379,7 +379,10 @@ func run(ctx context.Context, cfg config, logw io.Writer) (*report, error) {
 	rep.Series = rec.Stop()
 
 	mu.Lock()
-	var visible []time.Duration
+	var (
+		visible []time.Duration
+		sentAt  []float64 // seconds since the recorder's start, for the series' publish → log
+	)
 	unseen := 0
 	var lastSeen time.Time
 	sent, seenWhilePublishing := 0, 0
@@ -393,6 +396,7 @@ func run(ctx context.Context, cfg config, logw io.Writer) (*report, error) {
 			unseen++
 		default:
 			visible = append(visible, s.seen.Sub(s.sent))
+			sentAt = append(sentAt, s.sent.Sub(rec.Started()).Seconds())
 			if s.seen.After(lastSeen) {
 				lastSeen = s.seen
 			}
@@ -401,6 +405,7 @@ func run(ctx context.Context, cfg config, logw io.Writer) (*report, error) {
 			}
 		}
 	}
+	loadreport.EndToEnd(rep.Series, sentAt, visible)
 	callDist, visDist := loadcli.Ms(callTimes), loadcli.Ms(visible)
 	mu.Unlock()
 
