@@ -76,19 +76,29 @@ type series struct {
 	y     func(Point) float64
 }
 
-// panel is one chart of the stack: a title, a y label and its lines over time.
-func panel(r Report, title, ylabel string, lines ...series) (*plot.Plot, error) {
+// panel is one chart of the stack: a title, a y label and its lines over time, on a linear
+// y axis from 0, or a logarithmic one (logY) that leaves out the points at 0 (nothing measured).
+func panel(r Report, title, ylabel string, logY bool, lines ...series) (*plot.Plot, error) {
 	p := plot.New()
 	p.Title.Text = title
 	p.X.Label.Text = "seconds"
 	p.Y.Label.Text = ylabel
-	p.Y.Min = 0
+	if logY {
+		p.Y.Scale, p.Y.Tick.Marker = plot.LogScale{}, plot.LogTicks{Prec: -1}
+	} else {
+		p.Y.Min = 0
+	}
 	p.Add(plotter.NewGrid())
 	p.Legend.Top = true
 	for _, s := range lines {
-		xys := make(plotter.XYs, len(r.Series))
-		for i, pt := range r.Series {
-			xys[i].X, xys[i].Y = pt.Seconds, finite(s.y(pt))
+		xys := make(plotter.XYs, 0, len(r.Series))
+		for _, pt := range r.Series {
+			if y := finite(s.y(pt)); !logY || y > 0 {
+				xys = append(xys, plotter.XY{X: pt.Seconds, Y: y})
+			}
+		}
+		if len(xys) == 0 {
+			continue
 		}
 		l, err := plotter.NewLine(xys)
 		if err != nil {
@@ -97,6 +107,14 @@ func panel(r Report, title, ylabel string, lines ...series) (*plot.Plot, error) 
 		l.Color, l.Width = s.color, vg.Points(1.5)
 		p.Add(l)
 		p.Legend.Add(s.name, l)
+	}
+	if logY { // a log axis needs a range above 0, also when nothing or one value was measured
+		if p.Y.Min <= 0 || math.IsInf(p.Y.Min, 0) {
+			p.Y.Min = 1
+		}
+		if !(p.Y.Max > p.Y.Min) {
+			p.Y.Max = 10 * p.Y.Min
+		}
 	}
 	return p, nil
 }
@@ -121,25 +139,26 @@ func Chart(r Report) ([]byte, error) {
 		}
 		return err
 	}
-	if err := add(panel(r, r.Scenario+": throughput", r.Unit,
+	if err := add(panel(r, r.Scenario+": throughput", r.Unit, false,
 		series{"rate", blue, func(p Point) float64 { return p.Rate }},
 		series{"refused/s", red, func(p Point) float64 { return float64(p.Refused) }})); err != nil {
 		return nil, err
 	}
-	if err := add(panel(r, "latency", "ms",
+	if err := add(panel(r, "latency", "ms", false,
 		series{"p50", green, func(p Point) float64 { return p.P50Ms }},
 		series{"p99", orange, func(p Point) float64 { return p.P99Ms }})); err != nil {
 		return nil, err
 	}
 	if r.EndToEnd != "" {
-		if err := add(panel(r, r.EndToEnd+", by when sent", "ms",
+		// Logarithmic: a queue's seconds and a quiet run's milliseconds in one panel.
+		if err := add(panel(r, r.EndToEnd+", by when sent", "ms (log scale)", true,
 			series{"p50", green, func(p Point) float64 { return p.EndToEndP50Ms }},
 			series{"p99", orange, func(p Point) float64 { return p.EndToEndP99Ms }})); err != nil {
 			return nil, err
 		}
 	}
 	if r.LagName != "" {
-		if err := add(panel(r, "lag", r.LagName, series{r.LagName, red, func(p Point) float64 { return p.Lag }})); err != nil {
+		if err := add(panel(r, "lag", r.LagName, false, series{r.LagName, red, func(p Point) float64 { return p.Lag }})); err != nil {
 			return nil, err
 		}
 	}

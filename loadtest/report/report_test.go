@@ -62,6 +62,12 @@ func TestWrite(t *testing.T) {
 	if err != nil {
 		t.Fatalf("the chart is not a PNG: %v", err)
 	}
+	// A log axis with nothing to show (no sample arrived), or one value, still draws.
+	for _, series := range [][]Point{{{Seconds: 1}, {Seconds: 2}}, {{Seconds: 1, EndToEndP50Ms: 5, EndToEndP99Ms: 5}}} {
+		if _, err := Chart(Report{Scenario: "events", EndToEnd: "publish → log", Series: series}); err != nil {
+			t.Errorf("chart of %+v: %v", series, err)
+		}
+	}
 	without := r
 	without.EndToEnd = ""
 	b3, err := Chart(without)
