@@ -31,7 +31,7 @@ func Encode(ev storage.Event) ([]byte, error) {
 		}
 		return json.Marshal(ev)
 	}
-	b := make([]byte, 0, 192+len(ev.OrgID)+len(ev.ProjectID)+len(ev.Payload))
+	b := make([]byte, 0, encodedLen(ev))
 	b = append(b, `{"id":`...)
 	b = jsonwire.AppendString(b, ev.ID)
 	b = append(b, `,"type":`...)
@@ -52,4 +52,15 @@ func Encode(ev storage.Event) ([]byte, error) {
 	b = append(b, `,"createdAt":"`...)
 	b = ev.CreatedAt.AppendFormat(b, time.RFC3339Nano)
 	return append(b, `"}`...), nil
+}
+
+// encodedLen is the length of Encode's output for ev when its strings need no escape: its
+// buffer's capacity, so that the record is written without growing it. The fixed part is the
+// member names, the punctuation and the quotes around the six strings and the time, and the
+// longest time RFC3339Nano writes.
+func encodedLen(ev storage.Event) int {
+	const fixed = len(`{"id":"","type":"","orgId":"","projectId":"","source":"","severity":"","payload":,"createdAt":""}`)
+	const longestTime = len("2006-01-02T15:04:05.999999999-07:00")
+	return fixed + longestTime + len(ev.ID) + len(ev.Type) + len(ev.OrgID) + len(ev.ProjectID) + len(ev.Source) +
+		len(ev.Severity) + len(ev.Payload)
 }
