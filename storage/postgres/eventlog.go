@@ -208,11 +208,26 @@ func copyNew(ctx context.Context, w writer, events []storage.Event) error {
 		order[i] = i
 	}
 	slices.SortFunc(order, func(a, b int) int { return strings.Compare(events[a].ID, events[b].ID) })
-	_, err := w.CopyFrom(ctx, pgx.Identifier{"event_log"}, eventColumns, pgx.CopyFromSlice(len(order), func(i int) ([]any, error) {
-		ev := events[order[i]]
-		return []any{ev.ID, ev.OrgID, ev.ProjectID, ev.Type, ev.Source, ev.Severity, payloadOf(ev), ev.CreatedAt}, nil
-	}))
+	_, err := w.CopyFrom(ctx, pgx.Identifier{"event_log"}, eventColumns, copyRows(events, order))
 	return err
+}
+
+// copyRows is a COPY source of events in order (nil: as they stand). It fills one row for
+// every event, which pgx encodes before it asks for the next, and hands pgx each payload as
+// the bytes it is rather than as a copy in a string.
+func copyRows(events []storage.Event, order []int) pgx.CopyFromSource {
+	row := make([]any, len(eventColumns))
+	return pgx.CopyFromSlice(len(events), func(i int) ([]any, error) {
+		if order != nil {
+			i = order[i]
+		}
+		ev := &events[i]
+		row[0], row[1], row[2], row[3], row[4], row[5], row[7] = ev.ID, ev.OrgID, ev.ProjectID, ev.Type, ev.Source, ev.Severity, ev.CreatedAt
+		if row[6] = []byte(ev.Payload); len(ev.Payload) == 0 {
+			row[6] = "null"
+		}
+		return row, nil
+	})
 }
 
 func isUniqueViolation(err error) bool {
@@ -231,11 +246,7 @@ create temp table event_log_stage (
 ) on commit drop`); err != nil {
 		return err
 	}
-	rows := pgx.CopyFromSlice(len(events), func(i int) ([]any, error) {
-		ev := events[i]
-		return []any{ev.ID, ev.OrgID, ev.ProjectID, ev.Type, ev.Source, ev.Severity, payloadOf(ev), ev.CreatedAt}, nil
-	})
-	if _, err := tx.CopyFrom(ctx, pgx.Identifier{"event_log_stage"}, eventColumns, rows); err != nil {
+	if _, err := tx.CopyFrom(ctx, pgx.Identifier{"event_log_stage"}, eventColumns, copyRows(events, nil)); err != nil {
 		return err
 	}
 	_, err := tx.Exec(ctx, `

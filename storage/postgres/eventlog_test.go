@@ -3,6 +3,8 @@ package postgres_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -131,6 +133,60 @@ func TestAppendEventsCopyConflicts(t *testing.T) {
 	}
 	if n != postgres.CopyThreshold+10 || kept != 1 {
 		t.Fatalf("%d events, stored one kept %d times; want %d and 1", n, kept, postgres.CopyThreshold+10)
+	}
+}
+
+// TestAppendEventsCopyStoresEachEvent: the COPY paths (straight in, and staged when the batch
+// holds a stored event) store each event's own fields, whatever order the batch is in, and an
+// event without a payload as JSON null.
+func TestAppendEventsCopyStoresEachEvent(t *testing.T) {
+	pool := pgtest.New(t)
+	log := postgres.NewEventLog(pool)
+	ctx := context.Background()
+	now := time.Now().UTC().Truncate(time.Microsecond)
+	evs := benchEvents(2*postgres.CopyThreshold, func(i int) string { return fmt.Sprintf("prj_%d", i%3) },
+		func(j int) time.Time { return now.Add(time.Duration(j) * time.Millisecond) })
+	for i := range evs {
+		evs[i].Payload = json.RawMessage(fmt.Sprintf(`{"n":%d}`, i))
+	}
+	evs[3].Payload = nil
+	slices.Reverse(evs) // not in id order: COPY sorts by id
+	straight, staged := evs[:postgres.CopyThreshold], evs[postgres.CopyThreshold-1:]
+	for _, batch := range [][]storage.Event{straight, staged} {
+		if err := log.AppendEvents(ctx, batch); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rows, err := pool.Query(ctx, `select id, org_id, project_id, type, payload::text, created_at from event_log`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]storage.Event{}
+	for rows.Next() {
+		var ev storage.Event
+		var payload string
+		if err := rows.Scan(&ev.ID, &ev.OrgID, &ev.ProjectID, &ev.Type, &payload, &ev.CreatedAt); err != nil {
+			t.Fatal(err)
+		}
+		ev.Payload = json.RawMessage(payload)
+		got[ev.ID] = ev
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != len(evs) {
+		t.Fatalf("%d events stored, want %d", len(got), len(evs))
+	}
+	for _, want := range evs {
+		g := got[want.ID]
+		payload := string(want.Payload)
+		if payload == "" {
+			payload = "null"
+		}
+		if g.OrgID != want.OrgID || g.ProjectID != want.ProjectID || g.Type != want.Type || !g.CreatedAt.Equal(want.CreatedAt) ||
+			strings.ReplaceAll(string(g.Payload), " ", "") != payload {
+			t.Fatalf("stored %+v (payload %s), want %+v (payload %s)", g, g.Payload, want, payload)
+		}
 	}
 }
 
