@@ -86,26 +86,3 @@ func BenchmarkEncode(b *testing.B) {
 		}
 	})
 }
-
-// Encode writes a record into one buffer it sizes up front, whatever the lengths of the
-// event's strings and however its time is written (nanoseconds, a zone offset): growing the
-// buffer at the end (the createdAt) was 6 % of what a node allocated under arrays of events.
-func TestEncodeAllocatesOnce(t *testing.T) {
-	zone := time.FixedZone("", -7*3600)
-	for _, ev := range []storage.Event{
-		{ID: "evt_01ke9nk500cmm0mhj9psxg961n", Type: "eventload.r4de936dbf2.bulk", OrgID: "org_01ke9nk500cmm0mhj9psxg961n",
-			ProjectID: "prj_01ke9nk500cmm0mhj9psxg961n", Source: events.SourceIntegration, Severity: events.SeverityInfo,
-			Payload: json.RawMessage(`{"n":1}`), CreatedAt: time.Date(2026, 11, 29, 8, 0, 0, 123456789, zone)},
-		{ID: "evt_01ke9nk500cmm0mhj9psxg961n", Type: "agent.run_completed", OrgID: "org_1", ProjectID: "prj_1",
-			Source: events.SourceAgent, Severity: events.SeverityWarning, Payload: json.RawMessage(`{}`),
-			CreatedAt: time.Date(2026, 11, 29, 8, 0, 0, 0, time.UTC)},
-	} {
-		if n := testing.AllocsPerRun(100, func() {
-			if _, err := events.Encode(ev); err != nil {
-				t.Fatal(err)
-			}
-		}); n != 1 {
-			t.Errorf("Encode of a %s event: %v allocations, want 1", ev.Type, n)
-		}
-	}
-}
