@@ -6,6 +6,7 @@
 package report
 
 import (
+	"cmp"
 	"fmt"
 	"io"
 	"math"
@@ -156,15 +157,7 @@ func (r *Recorder) Started() time.Time { return r.start }
 func EndToEnd(points []Point, sent []float64, latency []time.Duration) {
 	byPoint := make([][]float64, len(points))
 	for i, at := range sent {
-		j, _ := slices.BinarySearchFunc(points, at, func(p Point, at float64) int {
-			switch {
-			case p.Seconds < at:
-				return -1
-			case p.Seconds > at:
-				return 1
-			}
-			return 0
-		})
+		j, _ := slices.BinarySearchFunc(points, at, func(p Point, at float64) int { return cmp.Compare(p.Seconds, at) })
 		if j < len(points) {
 			byPoint[j] = append(byPoint[j], float64(latency[i].Microseconds())/1000)
 		}
