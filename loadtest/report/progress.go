@@ -166,8 +166,7 @@ func EndToEnd(points []Point, sent []float64, latency []time.Duration) {
 		if len(lat) == 0 {
 			continue
 		}
-		slices.Sort(lat)
-		points[j].EndToEndP50Ms, points[j].EndToEndP99Ms = Percentile(lat, 0.50), Percentile(lat, 0.99)
+		points[j].EndToEndP50Ms, points[j].EndToEndP99Ms = p50p99(lat)
 	}
 }
 
@@ -189,8 +188,7 @@ func (r *Recorder) Tick(now time.Time, lag float64) Point {
 		p.Rate = float64(r.items) / secs
 	}
 	if len(r.lat) > 0 {
-		slices.Sort(r.lat)
-		p.P50Ms, p.P99Ms = Percentile(r.lat, 0.50), Percentile(r.lat, 0.99)
+		p.P50Ms, p.P99Ms = p50p99(r.lat)
 	}
 	r.points = append(r.points, p)
 	r.items, r.lat, r.refused, r.last = 0, r.lat[:0], 0, now
@@ -216,6 +214,12 @@ func (r *Recorder) print(p Point) {
 		return
 	}
 	fmt.Fprintln(r.opts.Out, r.Line(p))
+}
+
+// p50p99 sorts lat and returns its median and 99th percentile.
+func p50p99(lat []float64) (p50, p99 float64) {
+	slices.Sort(lat)
+	return Percentile(lat, 0.50), Percentile(lat, 0.99)
 }
 
 // Percentile returns the q-quantile of sorted (nearest rank), NaN when it is empty.
