@@ -169,9 +169,12 @@ func (l *EventLog) append(ctx context.Context, events []storage.Event, deferred 
 	return nil
 }
 
+// noPayload is what the log stores for an event without a payload: JSON null.
+const noPayload = "null"
+
 func payloadOf(ev storage.Event) string {
 	if len(ev.Payload) == 0 {
-		return "null"
+		return noPayload
 	}
 	return string(ev.Payload)
 }
@@ -224,7 +227,7 @@ func copyRows(events []storage.Event, order []int) pgx.CopyFromSource {
 		ev := &events[i]
 		row[0], row[1], row[2], row[3], row[4], row[5], row[7] = ev.ID, ev.OrgID, ev.ProjectID, ev.Type, ev.Source, ev.Severity, ev.CreatedAt
 		if row[6] = []byte(ev.Payload); len(ev.Payload) == 0 {
-			row[6] = "null"
+			row[6] = noPayload
 		}
 		return row, nil
 	})
