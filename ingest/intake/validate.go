@@ -138,7 +138,7 @@ func parseEntry(raw []byte, lim limits) (parsed, *EntryError) {
 		return parsed{}, entryErr(CodeInvalidJSON, "%s", msg)
 	}
 	var o fhirObservation
-	if err := jsonv1.Unmarshal(raw, &o); err != nil {
+	if err := decodeObservation(raw, &o); err != nil {
 		return parsed{}, decodeError(err)
 	}
 	if o.ResourceType != "Observation" {
