@@ -7,6 +7,8 @@ import (
 	"testing"
 
 	jsonv1 "github.com/go-json-experiment/json/v1"
+
+	"carehub/kernel/jsonwire"
 )
 
 // fastSeeds are observations in the shapes devices send, each of which the fast path decodes.
@@ -23,7 +25,7 @@ func fastSeeds(t testing.TB) []string {
 			`"component":[{"code":{"coding":[{"system":"http://loinc.org","code":"8480-6"}]},"valueQuantity":{"value":107,"unit":"mmHg","system":"http://unitsofmeasure.org","code":"mm[Hg]"}},` +
 			`{"code":{"coding":[{"system":"http://loinc.org","code":"8462-4"}]},"valueQuantity":{"value":6.0e1,"unit":"mmHg"}}]}`,
 		`{"resourceType":"Observation","id":"x","status":"final","code":{"coding":[]},"category":[],"valueCodeableConcept":{"coding":[{"code":"a"}]},` +
-			`"effectiveInstant":"2026-11-01T08:30:00.5Z","device":{"reference":"Device/d1"},"note":[{"text":"héllo ✓"}],"extra":[true,false,null,-0.5e-3,{}]}`,
+			`"effectiveInstant":"2026-11-01T08:30:00.5Z","device":{"reference":"Device/d1"},"note":[{"text":"héllo ✓"}],"text":{"div":"<div xmlns=\"http://www.w3.org/1999/xhtml\">72 \u2665\/min\n</div>"},"extra":[true,false,null,-0.5e-3,{}]}`,
 		`{"resourceType":"Observation","status":"unknown","code":{"coding":[{"code":"x"}]},"dataAbsentReason":{"text":"off"},"valueString":"n/a","effectiveTiming":{"repeat":{"count":2}}}`,
 		`{}`,
 	}
@@ -57,7 +59,7 @@ func TestFastObservation(t *testing.T) {
 		strings.Replace(valid, `72.5`, `1e400`, 1),
 		strings.Replace(valid, `72.5`, `072`, 1),
 		strings.Replace(valid, `"code":{`, `"code":[{`, 1),
-		`{"resourceType":"Observation","x":` + strings.Repeat("[", fastMaxDepth) + strings.Repeat("]", fastMaxDepth) + `}`,
+		`{"resourceType":"Observation","x":` + strings.Repeat("[", jsonwire.MaxReaderDepth) + strings.Repeat("]", jsonwire.MaxReaderDepth) + `}`,
 		valid + `x`, valid + valid, `{"a":1,}`, `{"a" 1}`, `[]`, `"x"`, ``, `{"a":tru}`, `{"a":-}`, `{"a":1.}`, `{"a":1e}`, "{\"a\":\"\x01\"}",
 	} {
 		var fast fhirObservation

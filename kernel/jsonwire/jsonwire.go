@@ -6,7 +6,9 @@
 //
 // Reading is two steps: Valid checks a whole record once, then Members walks its top-level
 // object without checking again, handing each value to String, Strings, Int, Float, Bool or the
-// type's own UnmarshalJSON.
+// type's own UnmarshalJSON. A Reader does both in one pass for what is plain JSON (ValidMembers
+// for the observation writer's records; intake's fast path for a device's observation), and
+// leaves the rest to them.
 package jsonwire
 
 import (
@@ -102,7 +104,7 @@ func MemberSpans(obj []byte, fn func(key, value []byte, start, end int) error) e
 		i = SkipSpace(obj, i)
 		end := skipValue(obj, i)
 		if err := fn(key, obj[i:end], start, end); err != nil {
-			return fmt.Errorf("%s: %w", key, err)
+			return prefixed(key, err)
 		}
 		i = SkipSpace(obj, end)
 		if i < len(obj) && obj[i] == ',' {
@@ -110,6 +112,9 @@ func MemberSpans(obj []byte, fn func(key, value []byte, start, end int) error) e
 		}
 	}
 }
+
+// prefixed is the error fn returned for the member key.
+func prefixed(key []byte, err error) error { return fmt.Errorf("%s: %w", key, err) }
 
 // Elements calls fn with each element of the JSON array arr, in order, exactly as it stands in
 // arr. arr must be Valid; Elements returns nil at once for a value that is not an array, and the
