@@ -44,41 +44,30 @@ func fastObservation(raw []byte, o *fhirObservation) bool {
 		case "status":
 			return r.strPtr(&o.Status)
 		case "category":
-			o.Category = []concept{}
-			return r.Array(func() bool {
-				o.Category = append(o.Category, concept{})
-				return r.concept(&o.Category[len(o.Category)-1])
-			})
+			return elements(r, &o.Category, r.concept)
 		case "code":
-			o.Code = new(concept)
-			return r.concept(o.Code)
+			return ptr(&o.Code, r.concept)
 		case "subject":
-			o.Subject = new(reference)
-			return r.reference(o.Subject)
+			return ptr(&o.Subject, r.reference)
 		case "device":
-			o.Device = new(reference)
-			return r.reference(o.Device)
+			return ptr(&o.Device, r.reference)
 		case "effectiveDateTime":
 			return r.strPtr(&o.DateTime)
 		case "effectiveInstant":
 			return r.strPtr(&o.Instant)
 		case "effectivePeriod":
-			o.Period = new(period)
-			return r.period(o.Period)
+			return ptr(&o.Period, r.period)
 		case "effectiveTiming":
 			o.Timing = new(struct{})
 			return r.Peek() == '{' && r.Skip()
 		case "valueQuantity":
-			o.Quantity = new(quantity)
-			return r.quantity(o.Quantity)
+			return ptr(&o.Quantity, r.quantity)
 		case "valueCodeableConcept":
-			o.CodeableConcept = new(concept)
-			return r.concept(o.CodeableConcept)
+			return ptr(&o.CodeableConcept, r.concept)
 		case "valueString":
 			return r.strPtr(&o.String)
 		case "dataAbsentReason":
-			o.DataAbsentReason = new(concept)
-			return r.concept(o.DataAbsentReason)
+			return ptr(&o.DataAbsentReason, r.concept)
 		case "component":
 			o.Component = []json.RawMessage{}
 			return r.Array(func() bool {
@@ -134,19 +123,28 @@ func common(v []byte) string {
 	return string(v)
 }
 
-func (r fastReader) strPtr(s **string) bool {
-	*s = new(string)
-	return r.str(*s)
+func (r fastReader) strPtr(s **string) bool { return ptr(s, r.str) }
+
+// elements reads an array into a new []T (empty, not nil, for []), each element with read.
+func elements[T any](r fastReader, s *[]T, read func(*T) bool) bool {
+	*s = []T{}
+	return r.Array(func() bool {
+		var v T
+		*s = append(*s, v)
+		return read(&(*s)[len(*s)-1])
+	})
+}
+
+// ptr reads a *T into a new T.
+func ptr[T any](p **T, read func(*T) bool) bool {
+	*p = new(T)
+	return read(*p)
 }
 
 func (r fastReader) concept(c *concept) bool {
 	return r.Fields(conceptNames, func(i int) bool {
 		if i == 0 {
-			c.Coding = []coding{}
-			return r.Array(func() bool {
-				c.Coding = append(c.Coding, coding{})
-				return r.coding(&c.Coding[len(c.Coding)-1])
-			})
+			return elements(r, &c.Coding, r.coding)
 		}
 		return r.str(&c.Text)
 	})

@@ -39,58 +39,39 @@ func (r *Reader) Peek() byte {
 // Object reads an object, calling member with each key (a PlainString); member reads the
 // value.
 func (r *Reader) Object(member func(key []byte) bool) bool {
-	if r.Peek() != '{' || r.depth == MaxReaderDepth {
-		return false
-	}
-	r.i++
-	r.depth++
-	if r.Peek() == '}' {
-		r.i++
-		r.depth--
-		return true
-	}
-	for {
+	return r.container('{', '}', func() bool {
 		key, ok := r.Plain()
 		if !ok || r.Peek() != ':' {
 			return false
 		}
 		r.i++
-		if !member(key) {
-			return false
-		}
-		switch r.Peek() {
-		case ',':
-			r.i++
-		case '}':
-			r.i++
-			r.depth--
-			return true
-		default:
-			return false
-		}
-	}
+		return member(key)
+	})
 }
 
 // Array reads an array, calling elem to read each element.
-func (r *Reader) Array(elem func() bool) bool {
-	if r.Peek() != '[' || r.depth == MaxReaderDepth {
+func (r *Reader) Array(elem func() bool) bool { return r.container('[', ']', elem) }
+
+// container reads what open and close enclose: items separated by commas, each read by item.
+func (r *Reader) container(open, close byte, item func() bool) bool {
+	if r.Peek() != open || r.depth == MaxReaderDepth {
 		return false
 	}
 	r.i++
 	r.depth++
-	if r.Peek() == ']' {
+	if r.Peek() == close {
 		r.i++
 		r.depth--
 		return true
 	}
 	for {
-		if !elem() {
+		if !item() {
 			return false
 		}
 		switch r.Peek() {
 		case ',':
 			r.i++
-		case ']':
+		case close:
 			r.i++
 			r.depth--
 			return true
