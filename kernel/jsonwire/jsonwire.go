@@ -17,7 +17,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -182,15 +181,22 @@ func PlainString(b []byte, i int) (s []byte, next int, ok bool) {
 	if i >= len(b) || b[i] != '"' {
 		return nil, 0, false
 	}
-	end := bytes.IndexByte(b[i+1:], '"')
-	if end < 0 {
-		return nil, 0, false
+	ascii := true
+	for j := i + 1; j < len(b); j++ { // one pass: the strings read are short
+		switch c := b[j]; {
+		case c == '"':
+			s = b[i+1 : j]
+			if !ascii && !utf8.Valid(s) {
+				return nil, 0, false
+			}
+			return s, j + 1, true
+		case c == '\\' || c < 0x20:
+			return nil, 0, false
+		case c >= utf8.RuneSelf:
+			ascii = false
+		}
 	}
-	s = b[i+1 : i+1+end]
-	if needsUnquote(s) || slices.ContainsFunc(s, func(c byte) bool { return c < 0x20 }) {
-		return nil, 0, false
-	}
-	return s, i + end + 2, true
+	return nil, 0, false
 }
 
 // needsUnquote reports whether the inside of a JSON string holds an escape or invalid UTF-8.
