@@ -55,6 +55,7 @@ func run() error {
 		budget      = flag.Duration("latency-budget", 0, "with -self: intake's accept → stored budget (default 1s; negative disables it)")
 		maxLag      = flag.Int64("max-lag", 0, "with -self: the writer lag past which intake answers 503 (default 200,000; -1 disables backpressure)")
 		cpuProfile  = flag.String("cpuprofile", "", "write a CPU profile of this process during the load and its drain (with -self: of the whole pipeline but Postgres), not the raw baselines, to this file")
+		memProfile  = flag.String("memprofile", "", "when the load and its drain end (before the raw baselines), write this process's allocation profile since it started to this file")
 		verbose     = flag.Bool("v", false, "log progress")
 	)
 	flag.Parse()
@@ -112,6 +113,17 @@ func run() error {
 		}
 		defer pprof.StopCPUProfile()
 		cfg.PipelineDone = pprof.StopCPUProfile
+	}
+	if *memProfile != "" {
+		cpuDone := cfg.PipelineDone
+		cfg.PipelineDone = func() {
+			if cpuDone != nil {
+				cpuDone()
+			}
+			if err := writeAllocs(*memProfile); err != nil {
+				logger.Warn("no allocation profile", "err", err)
+			}
+		}
 	}
 	started := time.Now()
 	rep, err := loadtest.RunObservations(ctx, cfg)
@@ -211,4 +223,18 @@ func finite(r *loadtest.Report) *loadtest.Report {
 		c.Paced = finite(c.Paced)
 	}
 	return &c
+}
+
+// writeAllocs writes the allocation profile (every allocation sampled since the process
+// started) to path.
+func writeAllocs(path string) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if err := pprof.Lookup("allocs").WriteTo(f, 0); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
 }
