@@ -25,7 +25,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -37,6 +36,7 @@ import (
 	obswire "carehub/schemas/kafka/observation"
 	"carehub/storage/ids"
 	"carehub/storage/kafka"
+	"carehub/storage/postgres/pgcopy"
 )
 
 // Bounds every run stays within, whatever the flags say.
@@ -542,8 +542,9 @@ func everyDevice(ctx context.Context, cfg Config, step func(ctx context.Context,
 // rawCopy copies the same rows (the columns the writer stores, from the same messages, with
 // fresh ids) into a table like observations (its indexes; no foreign keys, no staging, no
 // conflict handling) for Duration, in the writer's transaction size and concurrency
-// (processors/observations DefaultChunkSize, DefaultConcurrency): what Postgres itself does
-// with these rows on this machine.
+// (processors/observations DefaultChunkSize, DefaultConcurrency), written as the writer writes
+// its COPY (storage/postgres/pgcopy): what Postgres itself does with these rows on this
+// machine.
 func rawCopy(ctx context.Context, cfg Config, bodies []body, rep *Report) error {
 	const table = "loadtest_raw_copy"
 	if _, err := cfg.CopyPool.Exec(ctx, `drop table if exists `+table+`; create table `+table+` (like observations including all)`); err != nil {
@@ -577,20 +578,34 @@ func rawCopy(ctx context.Context, cfg Config, bodies []body, rep *Report) error 
 	var wg sync.WaitGroup
 	for w := range obs.DefaultConcurrency {
 		wg.Go(func() {
-			rows := make([][]any, obs.DefaultChunkSize)
-			for i := w * len(rows); pctx.Err() == nil; i += obs.DefaultConcurrency * len(rows) {
-				for j := range rows {
+			const chunk = obs.DefaultChunkSize
+			rows := pgcopy.New(len(cols), chunk*1024)
+			for i := w * chunk; pctx.Err() == nil; i += obs.DefaultConcurrency * chunk {
+				rows.Reset()
+				for j := range chunk {
 					m := &msgs[(i+j)%len(msgs)]
-					rows[j] = []any{ids.New(ids.Observation), m.OrgID, m.PatientID, m.Status, m.LOINC,
-						m.Value, m.Unit, m.EffectiveAt, m.DeviceType, []byte(m.Observation), m.ReceivedAt}
+					rows.Row()
+					for _, s := range [...]string{ids.New(ids.Observation), m.OrgID, m.PatientID, m.Status, m.LOINC} {
+						rows.Text(s)
+					}
+					rows.Float8(m.Value)
+					rows.Text(m.Unit)
+					rows.Timestamptz(m.EffectiveAt)
+					rows.Text(m.DeviceType)
+					rows.Bytes(m.Observation)
+					rows.Timestamptz(m.ReceivedAt)
 				}
-				if _, err := cfg.CopyPool.CopyFrom(pctx, pgx.Identifier{table}, cols, pgx.CopyFromRows(rows)); err != nil {
+				err := cfg.CopyPool.AcquireFunc(pctx, func(c *pgxpool.Conn) error {
+					_, err := rows.Copy(pctx, c.Conn().PgConn(), table, cols)
+					return err
+				})
+				if err != nil {
 					if pctx.Err() == nil {
 						firstErr.CompareAndSwap(nil, err)
 					}
 					return
 				}
-				copied.Add(int64(len(rows)))
+				copied.Add(chunk)
 			}
 		})
 	}

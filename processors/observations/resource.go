@@ -3,6 +3,7 @@ package observations
 import (
 	"carehub/kernel/jsonwire"
 	"carehub/schemas/kafka/observation"
+	"carehub/storage/postgres/pgcopy"
 )
 
 // The stored form of a message: the columns of observations and the resource as carehub keeps
@@ -11,12 +12,43 @@ import (
 var storedColumns = []string{"id", "org_id", "patient_id", "status", "loinc", "value", "unit",
 	"effective_at", "device_type", "resource", "received_at"}
 
-// storedRow is m as a row of storedColumns. The columns code and subject stay null: readers
-// take them from the resource (schemas/postgres 0023).
-func storedRow(m *observation.Message) []any {
-	return []any{m.ID, m.OrgID, m.PatientID, m.Status, nullable(m.LOINC), storedValue(m),
-		nullable(m.Unit), m.EffectiveAt, nullable(m.DeviceType), storedResource(m), m.ReceivedAt}
+// appendStored appends m to rows as a row of storedColumns. The columns code and subject stay
+// null: readers take them from the resource (schemas/postgres 0023).
+func appendStored(rows *pgcopy.Rows, m *observation.Message) {
+	rows.Row()
+	rows.Text(m.ID)
+	rows.Text(m.OrgID)
+	rows.Text(m.PatientID)
+	rows.Text(m.Status)
+	rows.TextOrNull(m.LOINC)
+	if m.NoValue {
+		rows.Null()
+	} else {
+		rows.Float8(m.Value)
+	}
+	rows.TextOrNull(m.Unit)
+	rows.Timestamptz(m.EffectiveAt)
+	rows.TextOrNull(m.DeviceType)
+	rows.Bytes(storedResource(m))
+	rows.Timestamptz(m.ReceivedAt)
 }
+
+// storedRows is msgs as the body of a COPY into storedColumns, in order (the indexes of msgs;
+// nil: as they stand).
+func storedRows(msgs []observation.Message, order []int) *pgcopy.Rows {
+	rows := pgcopy.New(len(storedColumns), len(msgs)*(rowOverhead+640))
+	for i := range msgs {
+		if order != nil {
+			i = order[i]
+		}
+		appendStored(rows, &msgs[i])
+	}
+	return rows
+}
+
+// rowOverhead is a row's bytes in a binary COPY beside its resource: the field count, eleven
+// lengths, the two times, the value and the ids.
+const rowOverhead = 2 + 11*4 + 3*8 + 3*30 + 40
 
 // storedResource is the resource as stored, in a json column (schemas/postgres 0024), so as
 // the text it is read back: the client's members in their order, compacted, each key once (the

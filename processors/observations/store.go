@@ -121,12 +121,12 @@ func (s *store) copyNew(ctx context.Context, msgs []observation.Message) (storeR
 		}
 	}
 	res.stored = res.present
-	rows := make([][]any, len(res.present))
-	for i := range res.present {
-		rows[i] = storedRow(&res.present[i])
+	order := make([]int, len(res.present))
+	for i := range order {
+		order[i] = i
 	}
-	slices.SortFunc(rows, func(a, b []any) int { return strings.Compare(a[0].(string), b[0].(string)) })
-	if _, err := tx.CopyFrom(ctx, pgx.Identifier{"observations"}, storedColumns, pgx.CopyFromRows(rows)); err != nil {
+	slices.SortFunc(order, func(a, b int) int { return strings.Compare(res.present[a].ID, res.present[b].ID) })
+	if _, err := storedRows(res.present, order).Copy(ctx, tx.Conn().PgConn(), "observations", storedColumns); err != nil {
 		return storeResult{}, fmt.Errorf("store observations: copy: %w", err)
 	}
 	if err := tx.Commit(ctx); err != nil {
@@ -228,11 +228,7 @@ func (s *store) insertSavepoint(ctx context.Context, tx pgx.Tx, msgs []observati
 
 // insert copies msgs into the temporary table and moves the new ones into observations.
 func (s *store) insert(ctx context.Context, tx pgx.Tx, msgs []observation.Message) (storeResult, error) {
-	rows := make([][]any, len(msgs))
-	for i := range msgs {
-		rows[i] = storedRow(&msgs[i])
-	}
-	if _, err := tx.CopyFrom(ctx, pgx.Identifier{"observations_in"}, storedColumns, pgx.CopyFromRows(rows)); err != nil {
+	if _, err := storedRows(msgs, nil).Copy(ctx, tx.Conn().PgConn(), "observations_in", storedColumns); err != nil {
 		return storeResult{}, fmt.Errorf("store observations: copy: %w", err)
 	}
 	qrows, _ := tx.Query(ctx, insertIncoming)
@@ -270,26 +266,11 @@ func (s *store) insert(ctx context.Context, tx pgx.Tx, msgs []observation.Messag
 	return res, nil
 }
 
-// storedValue is the value column of m: NULL for an observation without a value.
-func storedValue(m *observation.Message) any {
-	if m.NoValue {
-		return nil
-	}
-	return m.Value
-}
-
 // isDataError reports whether Postgres refused a value (SQLSTATE class 22, data exception),
 // as opposed to failing (connection, timeout), which is retried.
 func isDataError(err error) bool {
 	var pg *pgconn.PgError
 	return errors.As(err, &pg) && strings.HasPrefix(pg.Code, "22")
-}
-
-func nullable(s string) *string {
-	if s == "" {
-		return nil
-	}
-	return &s
 }
 
 // projectCache maps organizations to the project their device events are filed under: the
