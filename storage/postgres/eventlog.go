@@ -15,6 +15,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"carehub/storage"
+	"carehub/storage/postgres/pgcopy"
 )
 
 // Page sizes of QueryEvents and QueryAudit.
@@ -132,11 +133,11 @@ func (l *EventLog) Durable(ctx context.Context) (storage.DurableMark, error) {
 // one round trip.
 var asyncCommit = pgx.TxOptions{BeginQuery: "begin; set local synchronous_commit = off"}
 
-// writer is what an append writes through: the pool (each statement its own transaction) or a
-// transaction.
+// writer is what an append writes through: a connection of the pool (each statement its own
+// transaction) or a transaction.
 type writer interface {
 	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
-	CopyFrom(ctx context.Context, table pgx.Identifier, columns []string, rows pgx.CopyFromSource) (int64, error)
+	Conn() *pgx.Conn
 }
 
 // append stores events; deferred commits without waiting for the WAL flush.
@@ -152,7 +153,7 @@ func (l *EventLog) append(ctx context.Context, events []storage.Event, deferred 
 	}
 	statement := func(f func(writer) error) error {
 		if !deferred {
-			return f(l.pool)
+			return l.pool.AcquireFunc(ctx, func(c *pgxpool.Conn) error { return f(c) })
 		}
 		return pgx.BeginTxFunc(ctx, l.pool, opts, func(tx pgx.Tx) error { return f(tx) })
 	}
@@ -211,26 +212,38 @@ func copyNew(ctx context.Context, w writer, events []storage.Event) error {
 		order[i] = i
 	}
 	slices.SortFunc(order, func(a, b int) int { return strings.Compare(events[a].ID, events[b].ID) })
-	_, err := w.CopyFrom(ctx, pgx.Identifier{"event_log"}, eventColumns, copyRows(events, order))
+	_, err := copyRows(events, order).Copy(ctx, w.Conn().PgConn(), "event_log", eventColumns)
 	return err
 }
 
-// copyRows is a COPY source of events in order (nil: as they stand). It fills one row for
-// every event, which pgx encodes before it asks for the next, and hands pgx each payload as
-// the bytes it is rather than as a copy in a string.
-func copyRows(events []storage.Event, order []int) pgx.CopyFromSource {
-	row := make([]any, len(eventColumns))
-	return pgx.CopyFromSlice(len(events), func(i int) ([]any, error) {
+// copyRows is the body of a COPY of events into eventColumns, in order (nil: as they stand).
+func copyRows(events []storage.Event, order []int) *pgcopy.Rows {
+	size := 0
+	for i := range events {
+		ev := &events[i]
+		size += len(ev.ID) + len(ev.OrgID) + len(ev.ProjectID) + len(ev.Type) + len(ev.Source) + len(ev.Severity) + len(ev.Payload) + len(noPayload)
+	}
+	rows := pgcopy.New(len(eventColumns), size+len(events)*(2+8*4+1+8))
+	for i := range events {
 		if order != nil {
 			i = order[i]
 		}
 		ev := &events[i]
-		row[0], row[1], row[2], row[3], row[4], row[5], row[7] = ev.ID, ev.OrgID, ev.ProjectID, ev.Type, ev.Source, ev.Severity, ev.CreatedAt
-		if row[6] = []byte(ev.Payload); len(ev.Payload) == 0 {
-			row[6] = noPayload
+		rows.Row()
+		rows.Text(ev.ID)
+		rows.Text(ev.OrgID)
+		rows.Text(ev.ProjectID)
+		rows.Text(ev.Type)
+		rows.Text(ev.Source)
+		rows.Text(ev.Severity)
+		if len(ev.Payload) == 0 {
+			rows.JSONB([]byte(noPayload))
+		} else {
+			rows.JSONB(ev.Payload)
 		}
-		return row, nil
-	})
+		rows.Timestamptz(ev.CreatedAt)
+	}
+	return rows
 }
 
 func isUniqueViolation(err error) bool {
@@ -249,7 +262,7 @@ create temp table event_log_stage (
 ) on commit drop`); err != nil {
 		return err
 	}
-	if _, err := tx.CopyFrom(ctx, pgx.Identifier{"event_log_stage"}, eventColumns, copyRows(events, nil)); err != nil {
+	if _, err := copyRows(events, nil).Copy(ctx, tx.Conn().PgConn(), "event_log_stage", eventColumns); err != nil {
 		return err
 	}
 	_, err := tx.Exec(ctx, `

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"carehub/storage"
 )
@@ -16,7 +17,7 @@ func (l *EventLog) AppendEventsCopy(ctx context.Context, evs []storage.Event) er
 }
 
 func (l *EventLog) AppendEventsUnnest(ctx context.Context, evs []storage.Event) error {
-	return appendUnnest(ctx, l.pool, evs)
+	return l.pool.AcquireFunc(ctx, func(c *pgxpool.Conn) error { return appendUnnest(ctx, c, evs) })
 }
 
 // CopyThreshold is copyThreshold, for tests of the COPY path.
