@@ -13,19 +13,39 @@ import (
 
 // receivedRecords returns the device.observation_received records of stored observations for
 // topic, as the outbox relay publishes events (key = project id, value = the envelope, header
-// event-id), with ids derived from the observation ids (EventID).
+// event-id), with ids derived from the observation ids (EventID). The records, their headers and
+// their bytes are a few allocations for the whole poll, not several for each event: the
+// records are produced in one transaction and released together.
 func receivedRecords(topic string, stored []observation.Message, projects map[string]string) []*kgo.Record {
 	created := events.Now()
-	recs := make([]*kgo.Record, len(stored))
+	recs := make([]kgo.Record, len(stored))
+	out := make([]*kgo.Record, len(stored))
+	headers := make([]kgo.RecordHeader, len(stored))
+	keys := make(map[string][]byte, 1)
+	buf := make([]byte, 0, len(stored)*eventSize)
 	for i := range stored {
 		m := &stored[i]
 		id := observation.EventID(m.ID)
 		project := projects[m.OrgID]
-		recs[i] = &kgo.Record{Topic: topic, Key: []byte(project), Value: appendEvent(make([]byte, 0, 512), m, id, project, created),
-			Headers: []kgo.RecordHeader{{Key: outbox.HeaderEventID, Value: []byte(id)}}}
+		key, ok := keys[project]
+		if !ok {
+			key = []byte(project)
+			keys[project] = key
+		}
+		start := len(buf)
+		buf = append(buf, id...)
+		buf = appendEvent(buf, m, id, project, created)
+		// Capped: what is appended after cannot reach into this record's bytes.
+		headers[i] = kgo.RecordHeader{Key: outbox.HeaderEventID, Value: buf[start : start+len(id) : start+len(id)]}
+		recs[i] = kgo.Record{Topic: topic, Key: key, Value: buf[start+len(id) : len(buf) : len(buf)], Headers: headers[i : i+1 : i+1]}
+		out[i] = &recs[i]
 	}
-	return recs
+	return out
 }
+
+// eventSize is about the bytes of an event and its id: room enough for most polls' events in
+// one buffer.
+const eventSize = 560
 
 // appendEvent appends the event of m as json.Marshal encodes a storage.Event whose payload is
 // an events.DeviceObservationReceived (TestEventMatchesEncodingJSON), without reflection: one
