@@ -19,12 +19,15 @@ type suiteRun struct {
 // process run: publish → log at 10/s, single publishEvent calls at their maximum and the
 // publish → log p99 at 80 % of it, and the same for POST /v1/events arrays of 1,000.
 type suiteReport struct {
-	LowRateVisibleP50Ms  float64    `json:"lowRateVisibleP50Ms"`    // publish → log p50 at 10/s
-	SinglePerSec         float64    `json:"singlePerSec"`           // single publishEvent calls, unpaced
-	SingleAt80VisibleP99 float64    `json:"singleAt80VisibleP99Ms"` // publish → log p99 at 80 % of SinglePerSec
-	BatchPerSec          float64    `json:"batchPerSec"`            // events/s accepted in arrays of 1,000, unpaced
-	BatchLoggedPerSec    float64    `json:"batchLoggedPerSec"`      // events/s into the log in that run, drain included
-	BatchAt80VisibleP99  float64    `json:"batchAt80VisibleP99Ms"`  // publish → log p99 at 80 % of the lesser of BatchPerSec and BatchLoggedPerSec
+	LowRateVisibleP50Ms  float64 `json:"lowRateVisibleP50Ms"`    // publish → log p50 at 10/s
+	SinglePerSec         float64 `json:"singlePerSec"`           // single publishEvent calls, unpaced
+	SingleAt80VisibleP99 float64 `json:"singleAt80VisibleP99Ms"` // publish → log p99 at 80 % of SinglePerSec
+	BatchPerSec          float64 `json:"batchPerSec"`            // events/s accepted in arrays of 1,000, unpaced
+	BatchLoggedPerSec    float64 `json:"batchLoggedPerSec"`      // events/s into the log in that run, drain included
+	// BatchSustainedPerSec is the most the pipeline carried end to end in that run: events/s
+	// into the log while publishing (else BatchLoggedPerSec), at most BatchPerSec.
+	BatchSustainedPerSec float64    `json:"batchSustainedPerSec"`
+	BatchAt80VisibleP99  float64    `json:"batchAt80VisibleP99Ms"` // publish → log p99 at 80 % of BatchSustainedPerSec
 	Runs                 []suiteRun `json:"runs"`
 
 	series []loadreport.Point
@@ -35,8 +38,8 @@ func (s *suiteReport) Print(w io.Writer) {
 		fmt.Fprintf(w, "--- %s\n", r.Name)
 		r.Report.Print(w)
 	}
-	fmt.Fprintf(w, "--- suite\npublish→log p50 at 10/s %.1f ms; single %.0f/s, publish→log p99 at 80 %% %.1f ms; batched %.0f events/s (%.0f/s into the log), publish→log p99 at 80 %% %.1f ms\n",
-		s.LowRateVisibleP50Ms, s.SinglePerSec, s.SingleAt80VisibleP99, s.BatchPerSec, s.BatchLoggedPerSec, s.BatchAt80VisibleP99)
+	fmt.Fprintf(w, "--- suite\npublish→log p50 at 10/s %.1f ms; single %.0f/s, publish→log p99 at 80 %% %.1f ms; batched %.0f events/s (%.0f/s into the log, %.0f/s while publishing), publish→log p99 at 80 %% of that %.1f ms\n",
+		s.LowRateVisibleP50Ms, s.SinglePerSec, s.SingleAt80VisibleP99, s.BatchPerSec, s.BatchLoggedPerSec, s.BatchSustainedPerSec, s.BatchAt80VisibleP99)
 }
 
 // runSuite runs the suite's loads one after another, each for base's duration, and returns
@@ -83,13 +86,20 @@ func runSuite(ctx context.Context, base config, logw io.Writer) (*suiteReport, e
 		return s, err
 	}
 	s.BatchPerSec, s.BatchLoggedPerSec = batch.PublishesPerSec, batch.LoggedPerSec
-	// The maximum an array producer can sustain is what the log takes in, not what intake
-	// accepts: unpaced, intake accepts more than the log stores and a queue builds, so 80 % of
-	// the accepted rate would still measure an overload.
-	sustained := batch.CallsPerSec
-	if batch.LoggedPerSec > 0 {
-		sustained = min(sustained, batch.LoggedPerSec/1000)
+	// The maximum an array producer can sustain is what the log takes in while it publishes,
+	// not what intake accepts (unpaced, intake accepts more than the log stores and a queue
+	// builds) nor the log's rate drain included: after the publishing ends, the drain has the
+	// machine to itself, and runs offered 80 % of that rate fell behind it, logging less than
+	// they published (docs/PERFORMANCE.md).
+	logged := batch.LoggedWhilePublishingPerSec
+	if logged <= 0 {
+		logged = batch.LoggedPerSec
 	}
+	sustained := batch.CallsPerSec
+	if logged > 0 {
+		sustained = min(sustained, logged/1000)
+	}
+	s.BatchSustainedPerSec = 1000 * sustained
 	batch80, err := load("POST /v1/events arrays of 1,000 at 80 % of the log's rate", func(c *config) { c.Clients, c.Rate, c.Sample, c.Batch = 4, 0.8*sustained, 1, 1000 })
 	if err != nil {
 		return s, err
