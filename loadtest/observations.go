@@ -585,9 +585,7 @@ func rawCopy(ctx context.Context, cfg Config, bodies []body, rep *Report) error 
 				for j := range chunk {
 					m := &msgs[(i+j)%len(msgs)]
 					rows.Row()
-					for _, s := range [...]string{ids.New(ids.Observation), m.OrgID, m.PatientID, m.Status, m.LOINC} {
-						rows.Text(s)
-					}
+					rows.Texts(ids.New(ids.Observation), m.OrgID, m.PatientID, m.Status, m.LOINC)
 					rows.Float8(m.Value)
 					rows.Text(m.Unit)
 					rows.Timestamptz(m.EffectiveAt)

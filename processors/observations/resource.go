@@ -16,10 +16,7 @@ var storedColumns = []string{"id", "org_id", "patient_id", "status", "loinc", "v
 // null: readers take them from the resource (schemas/postgres 0023).
 func appendStored(rows *pgcopy.Rows, m *observation.Message) {
 	rows.Row()
-	rows.Text(m.ID)
-	rows.Text(m.OrgID)
-	rows.Text(m.PatientID)
-	rows.Text(m.Status)
+	rows.Texts(m.ID, m.OrgID, m.PatientID, m.Status)
 	rows.TextOrNull(m.LOINC)
 	if m.NoValue {
 		rows.Null()

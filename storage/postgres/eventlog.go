@@ -230,12 +230,7 @@ func copyRows(events []storage.Event, order []int) *pgcopy.Rows {
 		}
 		ev := &events[i]
 		rows.Row()
-		rows.Text(ev.ID)
-		rows.Text(ev.OrgID)
-		rows.Text(ev.ProjectID)
-		rows.Text(ev.Type)
-		rows.Text(ev.Source)
-		rows.Text(ev.Severity)
+		rows.Texts(ev.ID, ev.OrgID, ev.ProjectID, ev.Type, ev.Source, ev.Severity)
 		if len(ev.Payload) == 0 {
 			rows.JSONB([]byte(noPayload))
 		} else {

@@ -70,6 +70,13 @@ func (r *Rows) Text(s string) {
 	r.buf = append(r.buf, s...)
 }
 
+// Texts appends each of values as Text does.
+func (r *Rows) Texts(values ...string) {
+	for _, s := range values {
+		r.Text(s)
+	}
+}
+
 // TextOrNull appends s, or null for "".
 func (r *Rows) TextOrNull(s string) {
 	if s == "" {
