@@ -46,3 +46,25 @@ func TestPaceAnyRate(t *testing.T) {
 		stop()
 	}
 }
+
+// TestPaceDropsNoTick: a client that falls behind gets every tick it missed, each carrying the
+// time it was due, one interval after the one before; none is dropped as a time.Ticker drops
+// them.
+func TestPaceDropsNoTick(t *testing.T) {
+	const rate = 1000 // a tick due every millisecond
+	pace, stop := Pace(rate)
+	var due []time.Time
+	for i := range 40 {
+		if i == 10 || i == 20 {
+			time.Sleep(25 * time.Millisecond) // behind by 25 ticks
+		}
+		due = append(due, <-pace)
+	}
+	for i := 1; i < len(due); i++ {
+		if d := due[i].Sub(due[i-1]); d != time.Millisecond {
+			t.Fatalf("tick %d due %v after tick %d, want 1ms: a tick was dropped or repeated", i, d, i-1)
+		}
+	}
+	stop()
+	stop() // twice is harmless
+}
