@@ -26,14 +26,18 @@ func appendStored(rows *pgcopy.Rows, m *observation.Message) {
 	rows.TextOrNull(m.Unit)
 	rows.Timestamptz(m.EffectiveAt)
 	rows.TextOrNull(m.DeviceType)
-	rows.Bytes(storedResource(m))
+	rows.Append(func(b []byte) []byte { return appendStoredResource(b, m) })
 	rows.Timestamptz(m.ReceivedAt)
 }
 
 // storedRows is msgs as the body of a COPY into storedColumns, in order (the indexes of msgs;
 // nil: as they stand).
 func storedRows(msgs []observation.Message, order []int) *pgcopy.Rows {
-	rows := pgcopy.New(len(storedColumns), len(msgs)*(rowOverhead+640))
+	size := 0
+	for i := range msgs {
+		size += len(msgs[i].Observation) + rowOverhead
+	}
+	rows := pgcopy.New(len(storedColumns), size)
 	for i := range msgs {
 		if order != nil {
 			i = order[i]
@@ -43,17 +47,17 @@ func storedRows(msgs []observation.Message, order []int) *pgcopy.Rows {
 	return rows
 }
 
-// rowOverhead is a row's bytes in a binary COPY beside its resource: the field count, eleven
-// lengths, the two times, the value and the ids.
-const rowOverhead = 2 + 11*4 + 3*8 + 3*30 + 40
+// rowOverhead is about a row's bytes in a binary COPY beside the client's resource: the field
+// count and lengths, the ids, times, value and codes, and carehub's id in the resource.
+const rowOverhead = 320
 
-// storedResource is the resource as stored, in a json column (schemas/postgres 0024), so as
+// appendStoredResource appends the resource as stored, in a json column (schemas/postgres 0024), so as
 // the text it is read back: the client's members in their order, compacted, each key once (the
 // last of repeated keys, as jsonb and encoding/json keep), with carehub's id in place of the
 // client's (after resourceType), and, when the client sent an id, that id appended to identifier
 // as {system: ClientIDSystem, value}. m.Observation is a valid JSON object (DecodeMessage
 // checked the whole record); keys are compared exactly, after unescaping, as Postgres's -> does.
-func storedResource(m *observation.Message) []byte {
+func appendStoredResource(b []byte, m *observation.Message) []byte {
 	type member struct {
 		key        []byte
 		start, end int  // in m.Observation
@@ -82,10 +86,10 @@ func storedResource(m *observation.Message) []byte {
 		members = append(members, mb)
 		return nil
 	})
-	b := make([]byte, 1, len(m.Observation)+len(m.ClientID)+128)
-	b[0] = '{'
+	open := len(b)
+	b = append(b, '{')
 	appendID := func() {
-		if len(b) > 1 {
+		if len(b) > open+1 {
 			b = append(b, ',')
 		}
 		b = jsonwire.AppendString(append(b, `"id":`...), m.ID)
@@ -97,7 +101,7 @@ func storedResource(m *observation.Message) []byte {
 		if mb.drop {
 			continue
 		}
-		if len(b) > 1 {
+		if len(b) > open+1 {
 			b = append(b, ',')
 		}
 		b = jsonwire.AppendCompactValid(b, m.Observation[mb.start:mb.end])

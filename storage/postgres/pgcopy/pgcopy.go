@@ -92,6 +92,14 @@ func (r *Rows) Bytes(b []byte) {
 	r.buf = append(r.buf, b...)
 }
 
+// Append appends the value appendValue appends to the bytes it is given, as Bytes would append
+// those bytes: a value written straight into the body, not built and then copied.
+func (r *Rows) Append(appendValue func(b []byte) []byte) {
+	at := len(r.buf)
+	r.buf = appendValue(append(r.buf, 0, 0, 0, 0))
+	binary.BigEndian.PutUint32(r.buf[at:], uint32(len(r.buf)-at-4))
+}
+
 // JSONB appends b, a JSON text, as a jsonb value: its binary form is a version byte, 1, then
 // the text, which Postgres parses as it would the text form.
 func (r *Rows) JSONB(b []byte) {

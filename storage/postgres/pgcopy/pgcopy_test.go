@@ -44,7 +44,11 @@ func (r row) appendTo(rows *pgcopy.Rows) {
 		rows.Float8(*r.value)
 	}
 	rows.Timestamptz(r.at)
-	rows.Bytes([]byte(r.doc))
+	if len(r.key)%2 == 0 {
+		rows.Bytes([]byte(r.doc))
+	} else {
+		rows.Append(func(b []byte) []byte { return append(b, r.doc...) })
+	}
 	rows.JSONB([]byte(r.doc))
 }
 
