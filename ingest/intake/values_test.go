@@ -6,7 +6,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kgo"
+
 	"carehub/schemas/kafka/observation"
+	"carehub/storage/ids"
 )
 
 func loincCode(code string) map[string]any {
@@ -199,6 +202,59 @@ func TestPartMessages(t *testing.T) {
 		}
 		if _, err := observation.DecodeMessage(m.AppendJSON(nil)); err != nil {
 			t.Fatalf("part %d: %v", i, err)
+		}
+	}
+}
+
+// TestRecordsHoldEachMessage: the records of a request share their buffers, yet each holds its
+// own message under its patient's key, panels' parts (more records than observations, past the
+// shared slice of records) included, and what a later record appends leaves earlier ones as
+// they were.
+func TestRecordsHoldEachMessage(t *testing.T) {
+	o := base()
+	delete(o, "valueQuantity")
+	o["code"] = loincCode("85354-9")
+	o["component"] = []any{
+		map[string]any{"code": loincCode("8480-6"), "valueQuantity": ucum(120, "mmHg", "mm[Hg]")},
+		map[string]any{"code": loincCode("8462-4"), "valueQuantity": ucum(60, "mmHg", "mm[Hg]")},
+	}
+	panel, _ := json.Marshal(o)
+	single, _ := json.Marshal(base())
+	lim := limits{now: time.Date(2026, 11, 1, 12, 0, 0, 0, time.UTC), maxFuture: time.Hour}
+	var msgs []parsed
+	for i, raw := range [][]byte{panel, single, panel} {
+		p, e := parseEntry(raw, lim)
+		if e != nil {
+			t.Fatal(e.Message)
+		}
+		p.msg.ID, p.msg.OrgID, p.msg.ReceivedAt = ids.New(ids.Observation), "org_1", time.Now().UTC()
+		p.msg.PatientID = []string{"pat_a", "pat_b", "pat_a"}[i]
+		msgs = append(msgs, p)
+	}
+	rq := &request{in: &Intake{cfg: Config{Topic: "observations"}}}
+	b := rq.newRecords(msgs)
+	var want []observation.Message
+	var recs []*kgo.Record
+	for i := range msgs {
+		parts, err := partMessages(&msgs[i].msg, msgs[i].parts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range append([]observation.Message{msgs[i].msg}, parts...) {
+			want = append(want, m)
+			recs = append(recs, b.add(&m))
+		}
+	}
+	if len(recs) != 7 {
+		t.Fatalf("%d records, want 7 (two panels of three, one single)", len(recs))
+	}
+	for i, r := range recs {
+		got, err := observation.DecodeMessage(r.Value)
+		if err != nil {
+			t.Fatalf("record %d: %v", i, err)
+		}
+		if got.ID != want[i].ID || got.Code != want[i].Code || got.Value != want[i].Value || string(r.Key) != want[i].PatientID || r.Topic != "observations" {
+			t.Errorf("record %d: key %s, %+v; want %+v", i, r.Key, got, want[i])
 		}
 	}
 }
