@@ -27,16 +27,6 @@ func TestFHIRValues(t *testing.T) {
 	vital := func(code string, q map[string]any) func(map[string]any) {
 		return func(o map[string]any) { o["code"], o["valueQuantity"] = loincCode(code), q }
 	}
-	bp := func(sys, dia map[string]any) func(map[string]any) {
-		return func(o map[string]any) {
-			delete(o, "valueQuantity")
-			o["code"] = loincCode("85354-9")
-			o["component"] = []any{
-				map[string]any{"code": loincCode("8480-6"), "valueQuantity": sys},
-				map[string]any{"code": loincCode("8462-4"), "valueQuantity": dia},
-			}
-		}
-	}
 	tests := []struct {
 		name  string
 		edit  func(map[string]any)
@@ -153,16 +143,24 @@ func TestFHIRValues(t *testing.T) {
 	}
 }
 
+// bp makes an Observation a blood-pressure panel whose systolic and diastolic components have
+// the given valueQuantity (nil: none).
+func bp(sys, dia map[string]any) func(map[string]any) {
+	return func(o map[string]any) {
+		delete(o, "valueQuantity")
+		o["code"] = loincCode("85354-9")
+		o["component"] = []any{
+			map[string]any{"code": loincCode("8480-6"), "valueQuantity": sys},
+			map[string]any{"code": loincCode("8462-4"), "valueQuantity": dia},
+		}
+	}
+}
+
 // TestPartMessages: a BP panel's systolic and diastolic are stored as observations of their own,
 // in mm[Hg], derived from the panel, with ids that depend only on the panel's.
 func TestPartMessages(t *testing.T) {
 	o := base()
-	delete(o, "valueQuantity")
-	o["code"] = loincCode("85354-9")
-	o["component"] = []any{
-		map[string]any{"code": loincCode("8480-6"), "valueQuantity": ucum(16, "kPa", "kPa")},
-		map[string]any{"code": loincCode("8462-4"), "valueQuantity": ucum(60, "mmHg", "mm[Hg]")},
-	}
+	bp(ucum(16, "kPa", "kPa"), ucum(60, "mmHg", "mm[Hg]"))(o)
 	raw, _ := json.Marshal(o)
 	p, e := parseEntry(raw, limits{now: time.Date(2026, 11, 1, 12, 0, 0, 0, time.UTC), maxFuture: time.Hour})
 	if e != nil {
@@ -212,12 +210,7 @@ func TestPartMessages(t *testing.T) {
 // they were.
 func TestRecordsHoldEachMessage(t *testing.T) {
 	o := base()
-	delete(o, "valueQuantity")
-	o["code"] = loincCode("85354-9")
-	o["component"] = []any{
-		map[string]any{"code": loincCode("8480-6"), "valueQuantity": ucum(120, "mmHg", "mm[Hg]")},
-		map[string]any{"code": loincCode("8462-4"), "valueQuantity": ucum(60, "mmHg", "mm[Hg]")},
-	}
+	bp(ucum(120, "mmHg", "mm[Hg]"), ucum(60, "mmHg", "mm[Hg]"))(o)
 	panel, _ := json.Marshal(o)
 	single, _ := json.Marshal(base())
 	lim := limits{now: time.Date(2026, 11, 1, 12, 0, 0, 0, time.UTC), maxFuture: time.Hour}
