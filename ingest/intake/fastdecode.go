@@ -104,24 +104,25 @@ func (r fastReader) str(s *string) bool {
 }
 
 // common returns v as a string, without allocating one for the values most observations
-// repeat.
+// repeat: the category and code systems, the vital signs' LOINC codes and UCUM units.
 func common(v []byte) string {
-	switch string(v) {
-	case "Observation":
-		return "Observation"
-	case "final":
-		return "final"
-	case LOINCSystem:
-		return LOINCSystem
-	case observationCategorySystem:
-		return observationCategorySystem
-	case vitalSignsCategory:
-		return vitalSignsCategory
-	case "http://unitsofmeasure.org":
-		return "http://unitsofmeasure.org"
+	if s, ok := commonStrings[string(v)]; ok {
+		return s
 	}
 	return string(v)
 }
+
+// commonStrings maps each string common returns without allocating to itself.
+var commonStrings = func() map[string]string {
+	m := map[string]string{}
+	for _, s := range []string{"Observation", "final", LOINCSystem, observationCategorySystem, vitalSignsCategory, UCUMSystem} {
+		m[s] = s
+	}
+	for code, u := range vitalUnits {
+		m[code], m[u.canonical] = code, u.canonical
+	}
+	return m
+}()
 
 func (r fastReader) strPtr(s **string) bool { return ptr(s, r.str) }
 

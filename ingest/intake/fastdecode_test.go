@@ -27,6 +27,12 @@ func fastSeeds(t testing.TB) []string {
 		`{"resourceType":"Observation","id":"x","status":"final","code":{"coding":[]},"category":[],"valueCodeableConcept":{"coding":[{"code":"a"}]},` +
 			`"effectiveInstant":"2026-11-01T08:30:00.5Z","device":{"reference":"Device/d1"},"note":[{"text":"héllo ✓"}],"text":{"div":"<div xmlns=\"http://www.w3.org/1999/xhtml\">72 \u2665\/min\n</div>"},"extra":[true,false,null,-0.5e-3,{}]}`,
 		`{"resourceType":"Observation","status":"unknown","code":{"coding":[{"code":"x"}]},"dataAbsentReason":{"text":"off"},"valueString":"n/a","effectiveTiming":{"repeat":{"count":2}}}`,
+		// Every element at once and several of each: codings, concepts, references, each
+		// effective[x] and value[x].
+		`{"resourceType":"Observation","status":"final","category":[{"coding":[{"system":"s1","code":"c1"},{"system":"s2","code":"c2"},{"system":"s3"}],"text":"t1"},{"text":"t2"},{"coding":[]}],` +
+			`"code":{"coding":[{"system":"http://loinc.org","code":"8867-4"},{"code":"hr"}],"text":"HR"},"subject":{"reference":"Patient/p","display":"P"},"device":{"display":"d"},` +
+			`"valueCodeableConcept":{"coding":[{"code":"v"}]},"dataAbsentReason":{"coding":[{"system":"s","code":"x"}],"text":"why"},` +
+			`"effectivePeriod":{"start":"2026-11-01T08:30:00Z"},"effectiveDateTime":"2026-11-01T08:30:00Z","effectiveInstant":"2026-11-01T08:30:00Z","valueString":"s","id":"i"}`,
 		`{}`,
 	}
 }
