@@ -115,7 +115,8 @@ func common(v []byte) string {
 // commonStrings maps each string common returns without allocating to itself.
 var commonStrings = func() map[string]string {
 	m := map[string]string{}
-	for _, s := range []string{"Observation", "final", LOINCSystem, observationCategorySystem, vitalSignsCategory, UCUMSystem} {
+	for _, s := range []string{"Observation", "final", vitalSignsCategory,
+		LOINCSystem, observationCategorySystem, UCUMSystem} {
 		m[s] = s
 	}
 	for code, u := range vitalUnits {

@@ -51,12 +51,13 @@ func storedRows(msgs []observation.Message, order []int) *pgcopy.Rows {
 // count and lengths, the ids, times, value and codes, and carehub's id in the resource.
 const rowOverhead = 320
 
-// appendStoredResource appends the resource as stored, in a json column (schemas/postgres 0024), so as
-// the text it is read back: the client's members in their order, compacted, each key once (the
-// last of repeated keys, as jsonb and encoding/json keep), with carehub's id in place of the
-// client's (after resourceType), and, when the client sent an id, that id appended to identifier
-// as {system: ClientIDSystem, value}. m.Observation is a valid JSON object (DecodeMessage
-// checked the whole record); keys are compared exactly, after unescaping, as Postgres's -> does.
+// appendStoredResource appends to b the resource as stored, in a json column (schemas/postgres
+// 0024), so as the text it is read back: the client's members in their order, compacted, each
+// key once (the last of repeated keys, as jsonb and encoding/json keep), with carehub's id in
+// place of the client's (after resourceType), and, when the client sent an id, that id appended
+// to identifier as {system: ClientIDSystem, value}. m.Observation is a valid JSON object
+// (DecodeMessage checked the whole record); keys are compared exactly, after unescaping, as
+// Postgres's -> does.
 func appendStoredResource(b []byte, m *observation.Message) []byte {
 	type member struct {
 		key        []byte
