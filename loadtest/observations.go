@@ -156,6 +156,9 @@ type Report struct {
 	Devices  int     `json:"devices"`
 	Batch    int     `json:"batch"`
 	Rate     float64 `json:"offeredPerSecond,omitempty"` // Config.Rate; 0: unpaced
+	// EventLog is the store of the event log writer that ran too (loadtest -self -eventlog:
+	// postgres or clickhouse), storing each observation's event in the log as a node does.
+	EventLog string  `json:"eventLog,omitempty"`
 	Seconds  float64 `json:"seconds"`
 
 	Requests          int64   `json:"requests"`

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"path/filepath"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/gorilla/mux"
@@ -25,8 +26,11 @@ import (
 	"carehub/ingest/outbox"
 	"carehub/kernel/access"
 	"carehub/kernel/demo"
+	"carehub/processors/eventlog"
 	obs "carehub/processors/observations"
 	"carehub/processors/patients"
+	"carehub/storage"
+	"carehub/storage/clickhouse"
 	"carehub/storage/kafka"
 	"carehub/storage/postgres"
 )
@@ -34,9 +38,10 @@ import (
 // Stack is an in-process carehub observation pipeline for -self runs: the embedded broker
 // (kfake, persisted under the data dir, as `carehub serve` runs it), a local Postgres cluster
 // with the demo data, intake and the patient routes behind the real authenticator, the
-// observation writer and the outbox relay, and /metrics, on a loopback port. It is the
-// observation path of a `carehub serve` node with every role, without the rest of the API, and
-// with a node's Go runtime settings (node.TuneRuntime).
+// observation writer and the outbox relay (and the event log writer, with
+// StackOptions.EventLog), and /metrics, on a loopback port. It is the observation path of a
+// `carehub serve` node with every role, without the rest of the API, and with a node's Go
+// runtime settings (node.TuneRuntime).
 type Stack struct {
 	URL     string
 	Brokers []string
@@ -55,6 +60,11 @@ type StackOptions struct {
 	// LatencyBudget is intake's accept → stored budget (Config.LatencyBudget): 0 for the
 	// default, negative to measure without it.
 	LatencyBudget time.Duration
+	// EventLog also runs the event log writer, as every node does, so each observation's
+	// device.observation_received event is stored in the log too: "postgres" for the embedded
+	// default's event_log table (a second row in Postgres for each observation), or a
+	// clickhouse:// URL (CAREHUB_CLICKHOUSE_URL's form). Empty: the log writer does not run.
+	EventLog string
 }
 
 // StartStack starts a Stack under dataDir. Close stops it.
@@ -120,14 +130,24 @@ func StartStack(ctx context.Context, dataDir string, logger *slog.Logger, opts S
 		return nil, err
 	}
 	relay := outbox.New(pool, producer, outbox.Config{Logger: logger, Registerer: reg})
+	runs := []func(context.Context) error{in.Run, writer.Run, relay.Run}
+	if opts.EventLog != "" {
+		el, err := s.eventLogWriter(ctx, opts.EventLog, pool, logger, reg)
+		if err != nil {
+			in.Close()
+			writer.Close()
+			return nil, err
+		}
+		runs = append(runs, el.Run)
+	}
 	wctx, stop := context.WithCancel(context.Background())
-	done := make(chan struct{}, 3)
-	for _, run := range []func(context.Context) error{in.Run, writer.Run, relay.Run} {
+	done := make(chan struct{}, len(runs))
+	for _, run := range runs {
 		go func() { _ = run(wctx); done <- struct{}{} }()
 	}
 	s.closers = append(s.closers, func() {
 		stop()
-		for range 3 {
+		for range runs {
 			<-done
 		}
 		in.Close()
@@ -172,6 +192,27 @@ func StartStack(ctx context.Context, dataDir string, logger *slog.Logger, opts S
 	})
 	s.URL = "http://" + ln.Addr().String()
 	return s, nil
+}
+
+// eventLogWriter returns the event log writer on store: "postgres" (the pool's database) or a
+// clickhouse:// URL.
+func (s *Stack) eventLogWriter(ctx context.Context, store string, pool *pgxpool.Pool, logger *slog.Logger,
+	reg prometheus.Registerer) (*eventlog.Writer, error) {
+	var log storage.EventLog
+	switch {
+	case store == "postgres":
+		log = postgres.NewEventLog(pool)
+	case strings.HasPrefix(store, "clickhouse://"):
+		ch, err := clickhouse.Open(ctx, store, clickhouse.Config{})
+		if err != nil {
+			return nil, fmt.Errorf("clickhouse: %w", err)
+		}
+		s.closers = append(s.closers, func() { _ = ch.Close() })
+		log = ch
+	default:
+		return nil, fmt.Errorf("event log store %q: want postgres or a clickhouse:// URL", store)
+	}
+	return eventlog.New(eventlog.Config{Brokers: s.Brokers, Store: log, Logger: logger, Registerer: reg})
 }
 
 // writerAssigned waits (at most 60 s) until a member of the observation writer group is

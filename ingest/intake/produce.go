@@ -1,7 +1,9 @@
 package intake
 
 import (
+	"context"
 	"crypto/sha256"
+	"errors"
 	"strconv"
 	"time"
 
@@ -157,7 +159,13 @@ func (rq *request) commit() error {
 	rq.offsets = rq.txn.Offsets()
 	rq.txn = nil
 	if err != nil {
-		rq.in.logger.Warn("observations not committed to Kafka; answered 503", "err", err)
+		if errors.Is(rq.ctx.Err(), context.Canceled) {
+			// The client went away before the commit (a device's timeout, a load test's end):
+			// nothing was accepted, and nobody waits for the 503.
+			rq.in.logger.Debug("observations not committed to Kafka: the client went away", "err", err)
+		} else {
+			rq.in.logger.Warn("observations not committed to Kafka; answered 503", "err", err)
+		}
 		return unavailable(err)
 	}
 	rq.in.m.produce.Observe(time.Since(start).Seconds())

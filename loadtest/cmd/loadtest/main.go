@@ -48,6 +48,7 @@ func run() error {
 		patientsN   = flag.Int("patients", 200, "spread readings over up to this many patients")
 		drain       = flag.Duration("drain", 2*time.Minute, "how long to wait for the writers to store what was accepted")
 		self        = flag.Bool("self", false, "start an in-process pipeline (embedded broker, local Postgres with demo data) and load it")
+		withLog     = flag.String("eventlog", "", "with -self: also run the event log writer, as every node does, so each observation's event is stored in the log too: postgres (the embedded default's event_log) or a clickhouse:// URL")
 		dataDir     = flag.String("data-dir", "", "with -self: where Postgres and the broker keep their data (default: a new directory under /tmp, removed after)")
 		out         = flag.String("out", "", "also write the report as JSON to this file")
 		results     = flag.String("results", "", "write the report (JSON, PNG chart, HTML page) under this directory")
@@ -91,7 +92,8 @@ func run() error {
 			dir = d
 		}
 		logger.Info("starting the in-process pipeline", "data_dir", dir)
-		st, err := loadtest.StartStack(ctx, dir, logger, loadtest.StackOptions{MaxLag: *maxLag, LatencyBudget: *budget})
+		st, err := loadtest.StartStack(ctx, dir, logger, loadtest.StackOptions{MaxLag: *maxLag, LatencyBudget: *budget,
+			EventLog: *withLog})
 		if err != nil {
 			return err
 		}
@@ -129,6 +131,9 @@ func run() error {
 	rep, err := loadtest.RunObservations(ctx, cfg)
 	if err != nil {
 		return err
+	}
+	if *self && *withLog != "" {
+		rep.EventLog = strings.SplitN(*withLog, "://", 2)[0] // the store's kind, never a URL's credentials
 	}
 	if *paced > 0 && rep.StoredPerSecond > 0 {
 		pcfg := cfg
@@ -176,6 +181,9 @@ func print(r *loadtest.Report) {
 	fmt.Printf("scenario %s: %d devices, %s bodies of %d observations, %.1f s", r.Scenario, r.Devices, r.Format, r.Batch, r.Seconds)
 	if r.Rate > 0 {
 		fmt.Printf(", %.0f observations/s offered", r.Rate)
+	}
+	if r.EventLog != "" {
+		fmt.Printf(", events stored in the log too (%s)", r.EventLog)
 	}
 	fmt.Println()
 	fmt.Printf("  requests %d: accepted %d observations (rejected %d), refused %d (429/503), failed %d\n",
