@@ -148,10 +148,11 @@ BENCH_RESULTS ?= loadtest/results
 BENCH_DURATION ?= 20s
 
 .PHONY: bench-pipeline
-bench-pipeline: postgres-binaries ## observation path end to end with its raw baselines (produce, bare HTTP, COPY) and again at 80 % of its stored rate, then the event pipeline's suite; JSON, PNG chart and HTML page of each under BENCH_RESULTS
+bench-pipeline: postgres-binaries ## observation path end to end with its raw baselines (produce, bare HTTP, COPY) and again at 80 % of its stored rate, then with the event log as a node runs it, then the event pipeline's suite; JSON, PNG chart and HTML page of each under BENCH_RESULTS
 	$(GO) build -o bin/loadtest ./loadtest/cmd/loadtest
 	$(GO) build -o bin/eventload ./loadtest/cmd/eventload
 	bin/loadtest -self -devices 16 -batch 100 -duration $(BENCH_DURATION) -paced 0.8 -results $(BENCH_RESULTS)
+	bin/loadtest -self -eventlog postgres -devices 16 -batch 100 -duration $(BENCH_DURATION) -results $(BENCH_RESULTS)
 	bin/eventload -self -suite -export -quiet -d $(BENCH_DURATION) -results $(BENCH_RESULTS)
 
 .PHONY: clean

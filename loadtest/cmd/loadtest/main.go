@@ -157,7 +157,11 @@ func run() error {
 		}
 	}
 	if *results != "" {
-		f, err := report.Write(*results, report.Report{Scenario: "observations", Started: started, Unit: "observations/s",
+		scenario := "observations"
+		if rep.EventLog != "" {
+			scenario += "-with-eventlog" // a file of its own beside the path's run
+		}
+		f, err := report.Write(*results, report.Report{Scenario: scenario, Started: started, Unit: "observations/s",
 			LagName: "records behind", Summary: finite(rep), Series: rep.Series})
 		if err != nil {
 			return err
