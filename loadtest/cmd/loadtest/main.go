@@ -48,7 +48,7 @@ func run() error {
 		patientsN   = flag.Int("patients", 200, "spread readings over up to this many patients")
 		drain       = flag.Duration("drain", 2*time.Minute, "how long to wait for the writers to store what was accepted")
 		self        = flag.Bool("self", false, "start an in-process pipeline (embedded broker, local Postgres with demo data) and load it")
-		withLog     = flag.String("eventlog", "", "with -self: also run the event log writer, as every node does, so each observation's event is stored in the log too: postgres (the embedded default's event_log) or a clickhouse:// URL")
+		eventLog    = flag.String("eventlog", "", "with -self: also run the event log writer, as every node does, so each observation's event is stored in the log too: postgres (the embedded default's event_log) or a clickhouse:// URL")
 		dataDir     = flag.String("data-dir", "", "with -self: where Postgres and the broker keep their data (default: a new directory under /tmp, removed after)")
 		out         = flag.String("out", "", "also write the report as JSON to this file")
 		results     = flag.String("results", "", "write the report (JSON, PNG chart, HTML page) under this directory")
@@ -77,6 +77,9 @@ func run() error {
 	if !(*paced >= 0 && *paced <= 1) {
 		return errors.New("-paced must be a fraction between 0 and 1")
 	}
+	if *eventLog != "" && !*self {
+		return errors.New("-eventlog needs -self (a node you start runs its own event log writer)")
+	}
 	if *self {
 		dir := *dataDir
 		if dir == "" {
@@ -93,7 +96,7 @@ func run() error {
 		}
 		logger.Info("starting the in-process pipeline", "data_dir", dir)
 		st, err := loadtest.StartStack(ctx, dir, logger, loadtest.StackOptions{MaxLag: *maxLag, LatencyBudget: *budget,
-			EventLog: *withLog})
+			EventLog: *eventLog})
 		if err != nil {
 			return err
 		}
@@ -132,8 +135,8 @@ func run() error {
 	if err != nil {
 		return err
 	}
-	if *self && *withLog != "" {
-		rep.EventLog = strings.SplitN(*withLog, "://", 2)[0] // the store's kind, never a URL's credentials
+	if *eventLog != "" {
+		rep.EventLog = strings.SplitN(*eventLog, "://", 2)[0] // the store's kind, never a URL's credentials
 	}
 	if *paced > 0 && rep.StoredPerSecond > 0 {
 		pcfg := cfg
