@@ -1,11 +1,13 @@
 package servertest
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"os"
 	"path/filepath"
 	"runtime/pprof"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -20,17 +22,20 @@ const EnvDumpDir = "CAREHUB_TEST_DUMP_DIR"
 
 // diagnose logs, for a failed test, where the node's records stand in Kafka: per topic and
 // partition the end offset and the last stable offset (read committed consumers stop there: an
-// LSO behind the end is a transaction still open), each consumer group's state, members and
-// committed offsets, and the open transactions. "Accepted but never stored" failures are told
-// apart by it: an LSO held back, a group that never assigned its partitions, or a member that
-// has its partitions and does not move. (A group that has read everything of a partition ending
-// in a transaction's commit marker has committed one before the end: the marker is no record.)
+// LSO behind the end is a transaction still open), the records a read-committed and a
+// read-uncommitted reader see (fewer committed than written: a transaction aborted), each
+// consumer group's state, members and committed offsets, the open transactions, and where each
+// consumer's loop is. "Accepted but never stored" failures are told apart by it: an LSO held
+// back, a record aborted, a group that never assigned its partitions, or a member that has its
+// partitions and does not move, with the stack it waits in. (A group that has read everything
+// of a partition ending in a transaction's commit marker has committed one before the end: the
+// marker is no record.)
 func (s *Server) diagnose(t testing.TB) {
+	var dump bytes.Buffer
+	_ = pprof.Lookup("goroutine").WriteTo(&dump, 2)
 	if dir := os.Getenv(EnvDumpDir); dir != "" {
 		name := filepath.Join(dir, "servertest-"+strings.NewReplacer("/", "_", " ", "_").Replace(t.Name())+".txt")
-		if f, err := os.Create(name); err == nil {
-			_ = pprof.Lookup("goroutine").WriteTo(f, 2)
-			f.Close()
+		if err := os.WriteFile(name, dump.Bytes(), 0o644); err == nil {
 			t.Logf("servertest: goroutines in %s", name)
 		}
 	}
@@ -87,7 +92,85 @@ func (s *Server) diagnose(t testing.TB) {
 	for _, tx := range txns.Sorted() {
 		fmt.Fprintf(&b, " %s=%s", tx.TxnID, tx.State)
 	}
+	b.WriteString("\n")
+	committed := s.readable(ctx, ends, kgo.ReadCommitted())
+	all := s.readable(ctx, ends, kgo.ReadUncommitted())
+	b.WriteString("  records read committed / written:")
+	for _, topic := range topics {
+		for p := int32(0); ; p++ {
+			if _, ok := ends.Lookup(topic, p); !ok {
+				break
+			}
+			if n := all[topic][p]; n > 0 {
+				fmt.Fprintf(&b, " %s/%d %d/%d", topic, p, committed[topic][p], n)
+			}
+		}
+	}
+	b.WriteString("\n  consumer loops:\n")
+	for _, g := range strings.Split(dump.String(), "\n\n") {
+		if strings.Contains(g, "consume.(*Runner).Run(") {
+			b.WriteString(indent(consumerStack(g), "    "))
+		}
+	}
 	t.Log(b.String())
+}
+
+// readable counts the records of each partition with data that a reader at isolation level
+// sees, reading from the start until a poll brings nothing new.
+func (s *Server) readable(ctx context.Context, ends kadm.ListedOffsets, level kgo.IsolationLevel) map[string]map[int32]int {
+	parts := map[string]map[int32]kgo.Offset{}
+	ends.Each(func(o kadm.ListedOffset) {
+		if o.Offset > 0 {
+			if parts[o.Topic] == nil {
+				parts[o.Topic] = map[int32]kgo.Offset{}
+			}
+			parts[o.Topic][o.Partition] = kgo.NewOffset().AtStart()
+		}
+	})
+	out := map[string]map[int32]int{}
+	if len(parts) == 0 {
+		return out
+	}
+	cl, err := kgo.NewClient(kgo.SeedBrokers(s.Node.Brokers()...), kgo.ConsumePartitions(parts),
+		kgo.FetchIsolationLevel(level), kgo.FetchMaxWait(200*time.Millisecond))
+	if err != nil {
+		return out
+	}
+	defer cl.Close()
+	for ctx.Err() == nil {
+		pctx, cancel := context.WithTimeout(ctx, time.Second)
+		fetches := cl.PollFetches(pctx)
+		cancel()
+		if fetches.NumRecords() == 0 {
+			break
+		}
+		fetches.EachRecord(func(r *kgo.Record) {
+			if out[r.Topic] == nil {
+				out[r.Topic] = map[int32]int{}
+			}
+			out[r.Topic][r.Partition]++
+		})
+	}
+	return out
+}
+
+// consumerStack shortens a consumer loop's goroutine from a debug=2 dump to its header (state
+// and how long it has waited), the four innermost frames (where it waits) and, from the
+// runner's frame, two frames outward (which consumer it is). A frame is two lines: the call
+// and its file:line.
+func consumerStack(g string) string {
+	lines := strings.Split(strings.TrimSpace(g), "\n")
+	run := slices.IndexFunc(lines, func(l string) bool { return strings.Contains(l, "consume.(*Runner).Run(") })
+	top := min(1+2*4, run)
+	out := append(lines[:top:top], "...")
+	if run == top {
+		out = out[:top]
+	}
+	return strings.Join(append(out, lines[run:min(run+2*3, len(lines))]...), "\n") + "\n"
+}
+
+func indent(s, prefix string) string {
+	return prefix + strings.ReplaceAll(strings.TrimRight(s, "\n"), "\n", "\n"+prefix) + "\n"
 }
 
 func errSuffix(errs ...error) string {
