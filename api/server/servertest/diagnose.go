@@ -106,13 +106,44 @@ func (s *Server) diagnose(t testing.TB) {
 			}
 		}
 	}
-	b.WriteString("\n  consumer loops:\n")
+	b.WriteString("\n")
+	s.sessions(ctx, &b)
+	b.WriteString("  consumer loops:\n")
 	for _, g := range strings.Split(dump.String(), "\n\n") {
 		if strings.Contains(g, "consume.(*Runner).Run(") {
 			b.WriteString(indent(consumerStack(g), "    "))
 		}
 	}
 	t.Log(b.String())
+}
+
+// sessions writes the database's sessions that are not idle: what each waits on (a lock, I/O),
+// for how long its transaction has been open, and the start of its statement.
+func (s *Server) sessions(ctx context.Context, b *strings.Builder) {
+	rows, err := s.Pool().Query(ctx, `
+select pid, coalesce(application_name, ''), state, coalesce(wait_event_type || ':' || wait_event, ''),
+	coalesce(extract(epoch from now() - xact_start), 0)::float8, left(regexp_replace(query, '\s+', ' ', 'g'), 100)
+from pg_stat_activity
+where datname = current_database() and pid <> pg_backend_pid() and state is distinct from 'idle'`)
+	if err != nil {
+		fmt.Fprintf(b, "  database sessions (%v)\n", err)
+		return
+	}
+	defer rows.Close()
+	b.WriteString("  database sessions not idle:\n")
+	for rows.Next() {
+		var (
+			pid              int32
+			app, state, wait string
+			xact             float64
+			query            string
+		)
+		if err := rows.Scan(&pid, &app, &state, &wait, &xact, &query); err != nil {
+			fmt.Fprintf(b, "    (%v)\n", err)
+			return
+		}
+		fmt.Fprintf(b, "    %d %s %s wait=%s xact=%.1fs: %s\n", pid, app, state, wait, xact, query)
+	}
 }
 
 // readable counts the records of each partition with data that a reader at isolation level
