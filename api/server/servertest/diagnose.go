@@ -24,10 +24,11 @@ const EnvDumpDir = "CAREHUB_TEST_DUMP_DIR"
 // partition the end offset and the last stable offset (read committed consumers stop there: an
 // LSO behind the end is a transaction still open), the records a read-committed and a
 // read-uncommitted reader see (fewer committed than written: a transaction aborted), each
-// consumer group's state, members and committed offsets, the open transactions, and where each
-// consumer's loop is. "Accepted but never stored" failures are told apart by it: an LSO held
-// back, a record aborted, a group that never assigned its partitions, or a member that has its
-// partitions and does not move, with the stack it waits in. (A group that has read everything
+// consumer group's state, members and committed offsets, the open transactions, the database's
+// sessions that are not idle, and where each consumer's loop is. "Accepted but never stored"
+// failures are told apart by it: an LSO held back, a record aborted, a group that never
+// assigned its partitions, or a member that has its partitions and does not move, with the
+// stack it waits in (a fetch, or a statement waiting on a lock). (A group that has read everything
 // of a partition ending in a transaction's commit marker has committed one before the end: the
 // marker is no record.)
 func (s *Server) diagnose(t testing.TB) {
