@@ -60,7 +60,10 @@ type Config struct {
 	// Rate is the observations per second offered over all devices (requests of Batch paced
 	// evenly); 0 offers as fast as the devices go. A rate under the sustained one measures
 	// accept → stored there (issue 20: p99 at 80 % of the sustained rate).
-	Rate        float64
+	Rate float64
+	// EventLog is the kind of store the node's event log writer stores each observation's event
+	// in during the run (postgres, clickhouse), for the report; empty when none runs.
+	EventLog    string
 	MaxRequests int           // 0: no bound but Duration
 	Format      string        // bundle, ndjson or mixed
 	Patients    int           // readings are spread over up to this many patients
@@ -224,7 +227,8 @@ func RunObservations(ctx context.Context, cfg Config) (*Report, error) {
 	cfg.Logger.Info("patients found", "count", len(patients))
 
 	bodies := buildBodies(cfg, orgID, patients)
-	rep := &Report{Scenario: "observations", Format: cfg.Format, Devices: cfg.Devices, Batch: cfg.Batch, Rate: cfg.Rate}
+	rep := &Report{Scenario: "observations", Format: cfg.Format, Devices: cfg.Devices, Batch: cfg.Batch, Rate: cfg.Rate,
+		EventLog: cfg.EventLog}
 	before, err := scrape(ctx, client, cfg.MetricsURLs)
 	if err != nil {
 		return nil, err

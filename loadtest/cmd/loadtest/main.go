@@ -103,6 +103,7 @@ func run() error {
 		defer st.Close()
 		cfg.URL, cfg.Keys, cfg.Brokers, cfg.MetricsURLs, cfg.CopyPool = st.URL, []string{st.Key}, st.Brokers, nil, st.Pool
 		cfg.CPU = st.CPU
+		cfg.EventLog = strings.SplitN(*eventLog, "://", 2)[0] // the store's kind, never a URL's credentials
 	}
 	if cfg.URL == "" {
 		return errors.New("-url (or -self) is required")
@@ -134,9 +135,6 @@ func run() error {
 	rep, err := loadtest.RunObservations(ctx, cfg)
 	if err != nil {
 		return err
-	}
-	if *eventLog != "" {
-		rep.EventLog = strings.SplitN(*eventLog, "://", 2)[0] // the store's kind, never a URL's credentials
 	}
 	if *paced > 0 && rep.StoredPerSecond > 0 {
 		pcfg := cfg
