@@ -146,13 +146,17 @@ bench: postgres-binaries ## run the Go benchmarks
 
 BENCH_RESULTS ?= loadtest/results
 BENCH_DURATION ?= 20s
+# The observation runs last a minute: issue 20 asks for a sustained rate, and a minute holds
+# several checkpoints and the stalls a 20 s window can miss or be dominated by (the raw
+# baselines still run 20 s each: loadtest.MaxRawPhase).
+BENCH_OBS_DURATION ?= 60s
 
 .PHONY: bench-pipeline
 bench-pipeline: postgres-binaries ## observation path end to end with its raw baselines (produce, bare HTTP, COPY) and again at 80 % of its stored rate, then with the event log as a node runs it, then the event pipeline's suite; JSON, PNG chart and HTML page of each under BENCH_RESULTS
 	$(GO) build -o bin/loadtest ./loadtest/cmd/loadtest
 	$(GO) build -o bin/eventload ./loadtest/cmd/eventload
-	bin/loadtest -self -devices 16 -batch 100 -duration $(BENCH_DURATION) -paced 0.8 -results $(BENCH_RESULTS)
-	bin/loadtest -self -eventlog postgres -devices 16 -batch 100 -duration $(BENCH_DURATION) -results $(BENCH_RESULTS)
+	bin/loadtest -self -devices 16 -batch 100 -duration $(BENCH_OBS_DURATION) -paced 0.8 -results $(BENCH_RESULTS)
+	bin/loadtest -self -eventlog postgres -devices 16 -batch 100 -duration $(BENCH_OBS_DURATION) -results $(BENCH_RESULTS)
 	bin/eventload -self -suite -export -quiet -d $(BENCH_DURATION) -results $(BENCH_RESULTS)
 
 .PHONY: clean

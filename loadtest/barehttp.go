@@ -11,7 +11,7 @@ import (
 )
 
 // bareHTTP posts the same bodies, from the same number of devices, to a loopback HTTP server
-// that only reads each body and answers 202, for Duration: what HTTP itself costs on this
+// that only reads each body and answers 202, for the raw phase: what HTTP itself costs on this
 // machine, the ceiling of any intake behind it.
 func bareHTTP(ctx context.Context, cfg Config, client *http.Client, bodies []body, rep *Report) error {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")

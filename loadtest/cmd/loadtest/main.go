@@ -40,7 +40,7 @@ func run() error {
 		metricsURLs = flag.String("metrics-url", "", "/metrics of the processors node(s), comma-separated (default URL/metrics)")
 		devices     = flag.Int("devices", 16, "simulated devices posting concurrently")
 		batch       = flag.Int("batch", 100, "observations per request")
-		duration    = flag.Duration("duration", 30*time.Second, "length of the ingest phase (and of the raw phase)")
+		duration    = flag.Duration("duration", 30*time.Second, "length of the ingest phase (and of each raw baseline, up to 20s)")
 		maxRequests = flag.Int("max-requests", 0, "stop after this many requests (0: only the duration bounds the run)")
 		paced       = flag.Float64("paced", 0, "after the run, load again at this fraction of its stored rate (say 0.8), without the baselines, and report that run too (0: none)")
 		rate        = flag.Float64("rate", 0, "observations per second offered over all devices, in requests of -batch paced evenly (0: as fast as the devices go); 80 % of an unpaced run's stored rate measures accept → stored there")
