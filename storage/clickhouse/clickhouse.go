@@ -85,7 +85,7 @@ func Open(ctx context.Context, url string, cfg Config) (*Store, error) {
 		_ = conn.Close()
 		return nil, fmt.Errorf("open clickhouse: %w", err)
 	}
-	s := &Store{conn: conn}
+	s := &Store{conn: readRetry{conn}}
 	if err := s.migrate(ctx); err != nil {
 		_ = conn.Close()
 		return nil, err
