@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 	"syscall"
 )
 
@@ -158,6 +159,7 @@ func (l *Local) place(ctx context.Context, dir string) (string, error) {
 	if err := l.mkdirOwned(base); err != nil {
 		return "", err
 	}
+	l.sweepTemporary(base, root)
 	if err := l.mkdirOwned(root); err != nil {
 		return "", err
 	}
@@ -168,6 +170,40 @@ func (l *Local) place(ctx context.Context, dir string) (string, error) {
 	l.logger.Info("local postgres: user postgres cannot reach the data dir, so the cluster lives in its home",
 		"data_dir", dir, "not_traversable", blocked, "cluster_dir", root)
 	return root, nil
+}
+
+// sweepTemporary removes the relocated clusters in base (but keep's) whose data dir was under
+// the temporary directory and is gone: a test's or a load test's, deleted with its directory,
+// which nothing would ever start again to remove its cluster. Each left 140 MB to 3.4 GB in
+// postgres's home (141 of them, 23 GB, on the development machine by 2026-11-30). A data dir
+// elsewhere that is missing may be on a volume not mounted yet, so its cluster stays until that
+// dir is used again (place). A cluster that still runs is left for a later sweep.
+func (l *Local) sweepTemporary(base, keep string) {
+	tmp, err := filepath.EvalSymlinks(os.TempDir())
+	if err != nil {
+		return
+	}
+	entries, _ := os.ReadDir(base)
+	for _, e := range entries {
+		root := filepath.Join(base, e.Name())
+		origin, err := os.ReadFile(filepath.Join(root, "origin"))
+		dir := strings.TrimSpace(string(origin))
+		if err != nil || root == keep || !strings.HasPrefix(dir, tmp+string(filepath.Separator)) {
+			continue
+		}
+		if _, err := os.Lstat(dir); !errors.Is(err, fs.ErrNotExist) {
+			continue
+		}
+		stale := &Local{bin: l.bin, acct: l.acct, logger: l.logger, root: root, dataDir: filepath.Join(root, "data")}
+		if _, running := stale.running(); running {
+			continue
+		}
+		if err := os.RemoveAll(root); err != nil {
+			l.logger.Warn("local postgres: cannot remove the cluster of a deleted temporary data dir", "cluster_dir", root, "err", err)
+			continue
+		}
+		l.logger.Info("local postgres: removed the cluster of a deleted temporary data dir", "data_dir", dir, "cluster_dir", root)
+	}
 }
 
 // mkdirOwned makes dir exist as a 0700 directory of the server's user. The directories it

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"errors"
+	"io/fs"
 	"log/slog"
 	"os"
 	"os/exec"
@@ -265,6 +266,37 @@ func TestLocalRelocatesUnreachableDir(t *testing.T) {
 		t.Fatal("deleted data dir, yet the old cluster is back")
 	}
 	stop(t, l3)
+	stop(t, l2)
+}
+
+// A relocated cluster whose data dir was a temporary one and is gone (a test's, a load test's)
+// is removed when another relocated cluster starts: nothing would ever start that data dir
+// again to remove it, and each one left its gigabytes in postgres's home.
+func TestLocalSweepsClustersOfDeletedTemporaryDirs(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("relocation happens only when running as root")
+	}
+	closed := func() string {
+		parent := clusterDir(t)
+		if err := os.Chmod(parent, 0o700); err != nil { // closed to postgres: relocated
+			t.Fatal(err)
+		}
+		return parent
+	}
+	gone := filepath.Join(closed(), "carehub")
+	l, _ := startLocal(t, gone, postgres.LocalConfig{Unsafe: true})
+	orphan := filepath.Dir(l.DataDir())
+	t.Cleanup(func() { _ = os.RemoveAll(orphan) })
+	stop(t, l)
+	if err := os.RemoveAll(filepath.Dir(gone)); err != nil {
+		t.Fatal(err)
+	}
+
+	l2, _ := startLocal(t, filepath.Join(closed(), "carehub"), postgres.LocalConfig{Unsafe: true})
+	t.Cleanup(func() { _ = os.RemoveAll(filepath.Dir(l2.DataDir())) })
+	if _, err := os.Stat(orphan); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("the cluster of the deleted data dir %s is still in %s (%v)", gone, orphan, err)
+	}
 	stop(t, l2)
 }
 
