@@ -522,8 +522,8 @@ func rawProduce(ctx context.Context, cfg Config, bodies []body, rep *Report) err
 }
 
 // everyDevice runs step for every device in turn (i counts the device's steps) for the raw
-// phase or until the first error, and returns what the steps counted, per second too. An error after the
-// phase ended is not one.
+// phase or until the first error, and returns what the steps counted, per second too. An error
+// after the phase ended is not one.
 func everyDevice(ctx context.Context, cfg Config, step func(ctx context.Context, device, i int) (int64, error)) (int64, float64, error) {
 	pctx, cancel := context.WithTimeout(ctx, cfg.rawPhase())
 	defer cancel()
