@@ -54,8 +54,9 @@ func TestMain(m *testing.M) {
 		fmt.Fprintf(os.Stderr, "build carehub: %v\n%s", err, out)
 		os.Exit(1)
 	}
-	defer os.RemoveAll(dir)
-	pgtest.Main(m)
+	code := pgtest.Run(m)
+	_ = os.RemoveAll(dir) // after Run, not deferred: os.Exit skips deferred calls
+	os.Exit(code)
 }
 
 // partitions of the topics the nodes create: more than one, so the processors' groups have

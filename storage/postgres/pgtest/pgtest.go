@@ -61,11 +61,15 @@ var env struct {
 // Main sets up the server and the template database, runs the tests, tears everything
 // down and exits the process with the tests' result. Call it from TestMain. It exits with
 // status 1, saying why, when the server cannot be set up.
-func Main(m *testing.M) {
+func Main(m *testing.M) { os.Exit(Run(m)) }
+
+// Run is Main for a TestMain with work of its own to do after the tests (os.Exit skips
+// deferred calls): it returns the exit code instead of exiting.
+func Run(m *testing.M) int {
 	teardown, err := setup()
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "pgtest: %v\n", err)
-		os.Exit(1)
+		return 1
 	}
 	code := m.Run()
 	if err := teardown(); err != nil {
@@ -74,7 +78,7 @@ func Main(m *testing.M) {
 			code = 1
 		}
 	}
-	os.Exit(code)
+	return code
 }
 
 // New returns a pool on a new database cloned from the migrated template. The pool is
