@@ -172,12 +172,13 @@ func (l *Local) place(ctx context.Context, dir string) (string, error) {
 	return root, nil
 }
 
-// sweepTemporary removes the relocated clusters in base (but keep's) whose data dir was under
-// the temporary directory and is gone: a test's or a load test's, deleted with its directory,
-// which nothing would ever start again to remove its cluster. Each left 140 MB to 3.4 GB in
-// postgres's home (141 of them, 23 GB, on the development machine by 2026-11-30). A data dir
-// elsewhere that is missing may be on a volume not mounted yet, so its cluster stays until that
-// dir is used again (place). A cluster that still runs is left for a later sweep.
+// sweepTemporary removes the relocated clusters in base (but keep's) whose data dir was inside
+// a directory of the temporary directory that is gone as a whole: a test's or a load test's,
+// deleted with its tree, which nothing would ever start again to remove its cluster. Each left
+// 140 MB to 3.4 GB in postgres's home (141 of them, 23 GB, on the development machine by
+// 2026-11-30). A data dir elsewhere that is missing may be on a volume not mounted yet (and so
+// may one under an odd TMPDIR whose top directory still exists), so its cluster stays until
+// that dir is used again (place). A cluster that still runs is left for a later sweep.
 func (l *Local) sweepTemporary(base, keep string) {
 	tmp, err := filepath.EvalSymlinks(os.TempDir())
 	if err != nil {
@@ -188,10 +189,12 @@ func (l *Local) sweepTemporary(base, keep string) {
 		root := filepath.Join(base, e.Name())
 		origin, err := os.ReadFile(filepath.Join(root, "origin"))
 		dir := strings.TrimSpace(string(origin))
-		if err != nil || root == keep || !strings.HasPrefix(dir, tmp+string(filepath.Separator)) {
+		rel, ok := strings.CutPrefix(dir, tmp+string(filepath.Separator))
+		if err != nil || root == keep || !ok || rel == "" {
 			continue
 		}
-		if _, err := os.Lstat(dir); !errors.Is(err, fs.ErrNotExist) {
+		top, _, _ := strings.Cut(rel, string(filepath.Separator))
+		if _, err := os.Lstat(filepath.Join(tmp, top)); !errors.Is(err, fs.ErrNotExist) {
 			continue
 		}
 		stale := &Local{bin: l.bin, acct: l.acct, logger: l.logger, root: root, dataDir: filepath.Join(root, "data")}
