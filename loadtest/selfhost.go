@@ -47,6 +47,9 @@ type Stack struct {
 	Brokers []string
 	Key     string        // a test-mode demo-health key: write:observations, read:patients
 	Pool    *pgxpool.Pool // the stack's database, for the raw COPY baseline
+	// EventLog is the kind of store the event log writer runs on ("postgres", "clickhouse"),
+	// or empty when it does not run: a name for reports, never a URL with its credentials.
+	EventLog string
 
 	local   *postgres.Local // for CPU
 	closers []func()
@@ -202,6 +205,7 @@ func (s *Stack) eventLogWriter(ctx context.Context, store string, pool *pgxpool.
 	switch {
 	case store == "postgres":
 		log = postgres.NewEventLog(pool)
+		s.EventLog = "postgres"
 	case strings.HasPrefix(store, "clickhouse://"):
 		ch, err := clickhouse.Open(ctx, store, clickhouse.Config{})
 		if err != nil {
@@ -209,6 +213,7 @@ func (s *Stack) eventLogWriter(ctx context.Context, store string, pool *pgxpool.
 		}
 		s.closers = append(s.closers, func() { _ = ch.Close() })
 		log = ch
+		s.EventLog = "clickhouse"
 	default:
 		return nil, fmt.Errorf("event log store %q: want postgres or a clickhouse:// URL", store)
 	}

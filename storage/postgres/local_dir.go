@@ -139,7 +139,7 @@ func (l *Local) place(ctx context.Context, dir string) (string, error) {
 		if _, err := os.Stat(target); err == nil {
 			l.logger.Warn("local postgres: the data dir was deleted; removing its relocated cluster",
 				"data_dir", dir, "cluster_dir", root)
-			stale := &Local{bin: l.bin, acct: l.acct, logger: l.logger, root: root, dataDir: target}
+			stale := l.relocatedAt(root)
 			if _, running := stale.running(); running {
 				out, err := stale.command(ctx, "pg_ctl", "stop", "-D", target, "-m", "immediate", "-w").CombinedOutput()
 				if err != nil {
@@ -197,7 +197,7 @@ func (l *Local) sweepTemporary(base, keep string) {
 		if _, err := os.Lstat(filepath.Join(tmp, top)); !errors.Is(err, fs.ErrNotExist) {
 			continue
 		}
-		stale := &Local{bin: l.bin, acct: l.acct, logger: l.logger, root: root, dataDir: filepath.Join(root, "data")}
+		stale := l.relocatedAt(root)
 		if _, running := stale.running(); running {
 			continue
 		}
@@ -207,6 +207,12 @@ func (l *Local) sweepTemporary(base, keep string) {
 		}
 		l.logger.Info("local postgres: removed the cluster of a deleted temporary data dir", "data_dir", dir, "cluster_dir", root)
 	}
+}
+
+// relocatedAt is the relocated cluster in root, with l's binaries and user: for stopping or
+// checking a cluster other than l's own.
+func (l *Local) relocatedAt(root string) *Local {
+	return &Local{bin: l.bin, acct: l.acct, logger: l.logger, root: root, dataDir: filepath.Join(root, "data")}
 }
 
 // mkdirOwned makes dir exist as a 0700 directory of the server's user. The directories it

@@ -103,7 +103,7 @@ func run() error {
 		defer st.Close()
 		cfg.URL, cfg.Keys, cfg.Brokers, cfg.MetricsURLs, cfg.CopyPool = st.URL, []string{st.Key}, st.Brokers, nil, st.Pool
 		cfg.CPU = st.CPU
-		cfg.EventLog = strings.SplitN(*eventLog, "://", 2)[0] // the store's kind, never a URL's credentials
+		cfg.EventLog = st.EventLog
 	}
 	if cfg.URL == "" {
 		return errors.New("-url (or -self) is required")
