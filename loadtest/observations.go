@@ -200,6 +200,13 @@ type Report struct {
 	// this process (with -self: the devices and the whole pipeline but Postgres) and Postgres.
 	ProcessCPUPerStoredUs  float64 `json:"processCpuPerStoredUs,omitempty"`
 	PostgresCPUPerStoredUs float64 `json:"postgresCpuPerStoredUs,omitempty"`
+	// The machine in the same window (/proc/stat), as percentages of all its cores' time:
+	// busy, busy in processes other than this one and Postgres (another job on the machine),
+	// and stolen by the hypervisor for other guests. A run with either of the last two well
+	// above zero measured a shared machine, not carehub.
+	MachineBusyPct  float64 `json:"machineBusyPct,omitempty"`
+	MachineOtherPct float64 `json:"machineOtherPct,omitempty"`
+	MachineStealPct float64 `json:"machineStealPct,omitempty"`
 
 	RawCopyRows       int64   `json:"rawCopyRows,omitempty"`
 	RawCopyPerSecond  float64 `json:"rawCopyPerSecond,omitempty"`
@@ -253,6 +260,7 @@ func RunObservations(ctx context.Context, cfg Config) (*Report, error) {
 			cfg.CPU = nil
 		}
 	}
+	machine0, machineErr := readMachineCPU()
 	rec.Start()
 	defer rec.Stop()
 	start := time.Now()
@@ -288,6 +296,11 @@ func RunObservations(ctx context.Context, cfg Config) (*Report, error) {
 			n := end.stored - before.stored
 			rep.ProcessCPUPerStoredUs = float64((cpu1 - cpu0).Microseconds()) / n
 			rep.PostgresCPUPerStoredUs = float64((pgCPU1 - pgCPU0).Microseconds()) / n
+			if machine1, err := readMachineCPU(); err == nil && machineErr == nil {
+				m := machine1.sub(machine0)
+				rep.MachineBusyPct, rep.MachineStealPct = m.pctOf(m.busy), m.pctOf(m.steal)
+				rep.MachineOtherPct = max(0, m.pctOf(m.busy-(cpu1-cpu0)-(pgCPU1-pgCPU0)))
+			}
 		}
 	}
 	rep.Series = rec.Stop()

@@ -208,6 +208,8 @@ func print(r *loadtest.Report) {
 	if r.ProcessCPUPerStoredUs > 0 {
 		fmt.Printf("  CPU per stored %6.1f µs this process (devices, intake, broker, writer), %.1f µs Postgres\n",
 			r.ProcessCPUPerStoredUs, r.PostgresCPUPerStoredUs)
+		fmt.Printf("  machine       %10.0f %% busy           (%.1f %% other processes, %.1f %% stolen by the hypervisor)\n",
+			r.MachineBusyPct, r.MachineOtherPct, r.MachineStealPct)
 	}
 	if r.RawPerSecond > 0 {
 		fmt.Printf("  raw produce   %10.0f records/s      (same records, same broker, idempotent acks=all)\n", r.RawPerSecond)
