@@ -2,7 +2,9 @@ package loadtest
 
 import (
 	"bytes"
+	"crypto/sha256"
 	"errors"
+	"math/rand/v2"
 	"os"
 	"strconv"
 	"time"
@@ -13,7 +15,7 @@ import (
 // processes (busy − ours), or the hypervisor (steal: time a virtual core was ready but another
 // guest ran). Both move a run's figures on a shared machine.
 type machineCPU struct {
-	busy, idle, steal time.Duration
+	busy, idle, iowait, steal time.Duration
 }
 
 // userHZ is the unit of /proc/stat's times (USER_HZ, 100 on every Linux build).
@@ -39,18 +41,60 @@ func readMachineCPU() (machineCPU, error) {
 		}
 		t[i] = time.Duration(v) * userHZ
 	}
-	return machineCPU{busy: t[0] + t[1] + t[2] + t[5] + t[6], idle: t[3] + t[4], steal: t[7]}, nil
+	return machineCPU{busy: t[0] + t[1] + t[2] + t[5] + t[6], idle: t[3], iowait: t[4], steal: t[7]}, nil
 }
 
 func (m machineCPU) sub(o machineCPU) machineCPU {
-	return machineCPU{busy: m.busy - o.busy, idle: m.idle - o.idle, steal: m.steal - o.steal}
+	return machineCPU{busy: m.busy - o.busy, idle: m.idle - o.idle, iowait: m.iowait - o.iowait, steal: m.steal - o.steal}
 }
 
-// pctOf is part as a percentage of the window's whole CPU time (busy, idle and steal).
+// pctOf is part as a percentage of the window's whole CPU time.
 func (m machineCPU) pctOf(part time.Duration) float64 {
-	total := m.busy + m.idle + m.steal
+	total := m.busy + m.idle + m.iowait + m.steal
 	if total <= 0 {
 		return 0
 	}
 	return 100 * float64(part) / float64(total)
+}
+
+// calibrate times two fixed single-threaded jobs before a load: SHA-256 over a buffer that
+// stays in a core's cache (how fast a core computes) and dependent reads at random places in
+// 64 MB (how long memory takes to answer, past every cache). The same code has run 15–25 %
+// slower in some hours with no other process and nothing stolen (2026-11-30): a neighbour on
+// the same physical core or memory would show here as a slower job, and carehub not at all.
+func calibrate() (hashNsPerKB, readNs float64) {
+	buf := make([]byte, 64<<10)
+	for i := range buf {
+		buf[i] = byte(i)
+	}
+	const hashes = 2048 // 128 MB
+	start := time.Now()
+	var sum [32]byte
+	for range hashes {
+		sum = sha256.Sum256(append(buf[:len(buf)-32], sum[:]...))
+	}
+	hashNsPerKB = float64(time.Since(start).Nanoseconds()) / (hashes * 64)
+
+	// A single cycle through every slot (Sattolo's shuffle), so each read depends on the last
+	// and lands where no prefetcher guesses.
+	next := make([]uint32, 16<<20)
+	for i := range next {
+		next[i] = uint32(i)
+	}
+	rng := rand.New(rand.NewPCG(1, 2))
+	for i := len(next) - 1; i > 0; i-- {
+		j := rng.IntN(i)
+		next[i], next[j] = next[j], next[i]
+	}
+	const reads = 4 << 20
+	start = time.Now()
+	p := uint32(0)
+	for range reads {
+		p = next[p]
+	}
+	readNs = float64(time.Since(start).Nanoseconds()) / reads
+	if p == 1<<31 { // keep the chase from being optimized away
+		readNs++
+	}
+	return hashNsPerKB, readNs
 }

@@ -28,3 +28,11 @@ func TestMachineCPUCountsThisProcess(t *testing.T) {
 		t.Fatalf("busy %.1f %% of the window", pct)
 	}
 }
+
+func TestCalibrate(t *testing.T) {
+	hash, read := calibrate()
+	if hash <= 0 || read <= 0 {
+		t.Fatalf("hash %v ns/KB, read %v ns", hash, read)
+	}
+	t.Logf("SHA-256 %.0f ns/KB, a random read in 64 MB %.1f ns", hash, read)
+}

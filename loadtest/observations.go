@@ -202,11 +202,17 @@ type Report struct {
 	PostgresCPUPerStoredUs float64 `json:"postgresCpuPerStoredUs,omitempty"`
 	// The machine in the same window (/proc/stat), as percentages of all its cores' time:
 	// busy, busy in processes other than this one and Postgres (another job on the machine),
-	// and stolen by the hypervisor for other guests. A run with either of the last two well
-	// above zero measured a shared machine, not carehub.
-	MachineBusyPct  float64 `json:"machineBusyPct,omitempty"`
-	MachineOtherPct float64 `json:"machineOtherPct,omitempty"`
-	MachineStealPct float64 `json:"machineStealPct,omitempty"`
+	// idle with a disk write or read outstanding (iowait: the cores had nothing to do but wait
+	// for the disk), and stolen by the hypervisor for other guests. A run with other or
+	// stolen time well above zero measured a shared machine, not carehub.
+	MachineBusyPct   float64 `json:"machineBusyPct,omitempty"`
+	MachineOtherPct  float64 `json:"machineOtherPct,omitempty"`
+	MachineIOWaitPct float64 `json:"machineIoWaitPct,omitempty"`
+	MachineStealPct  float64 `json:"machineStealPct,omitempty"`
+	// Two fixed jobs timed on one core before the load (calibrate): how fast this machine
+	// computes and answers a memory read in this hour, whatever carehub does.
+	CalibrationHashNsPerKB float64 `json:"calibrationHashNsPerKb,omitempty"`
+	CalibrationReadNs      float64 `json:"calibrationReadNs,omitempty"`
 
 	RawCopyRows       int64   `json:"rawCopyRows,omitempty"`
 	RawCopyPerSecond  float64 `json:"rawCopyPerSecond,omitempty"`
@@ -239,6 +245,7 @@ func RunObservations(ctx context.Context, cfg Config) (*Report, error) {
 	bodies := buildBodies(cfg, orgID, patients)
 	rep := &Report{Scenario: "observations", Format: cfg.Format, Devices: cfg.Devices, Batch: cfg.Batch, Rate: cfg.Rate,
 		EventLog: cfg.EventLog}
+	rep.CalibrationHashNsPerKB, rep.CalibrationReadNs = calibrate()
 	before, err := scrape(ctx, client, cfg.MetricsURLs)
 	if err != nil {
 		return nil, err
@@ -298,7 +305,7 @@ func RunObservations(ctx context.Context, cfg Config) (*Report, error) {
 			rep.PostgresCPUPerStoredUs = float64((pgCPU1 - pgCPU0).Microseconds()) / n
 			if machine1, err := readMachineCPU(); err == nil && machineErr == nil {
 				m := machine1.sub(machine0)
-				rep.MachineBusyPct, rep.MachineStealPct = m.pctOf(m.busy), m.pctOf(m.steal)
+				rep.MachineBusyPct, rep.MachineStealPct, rep.MachineIOWaitPct = m.pctOf(m.busy), m.pctOf(m.steal), m.pctOf(m.iowait)
 				rep.MachineOtherPct = max(0, m.pctOf(m.busy-(cpu1-cpu0)-(pgCPU1-pgCPU0)))
 			}
 		}

@@ -208,9 +208,11 @@ func print(r *loadtest.Report) {
 	if r.ProcessCPUPerStoredUs > 0 {
 		fmt.Printf("  CPU per stored %6.1f µs this process (devices, intake, broker, writer), %.1f µs Postgres\n",
 			r.ProcessCPUPerStoredUs, r.PostgresCPUPerStoredUs)
-		fmt.Printf("  machine       %10.0f %% busy           (%.1f %% other processes, %.1f %% stolen by the hypervisor)\n",
-			r.MachineBusyPct, r.MachineOtherPct, r.MachineStealPct)
+		fmt.Printf("  machine       %10.0f %% busy           (%.1f %% other processes; %.1f %% waiting on the disk, %.1f %% stolen by the hypervisor)\n",
+			r.MachineBusyPct, r.MachineOtherPct, r.MachineIOWaitPct, r.MachineStealPct)
 	}
+	fmt.Printf("  calibration   %10.0f ns/KB SHA-256  (%.1f ns a random read in 64 MB; one core, before the load)\n",
+		r.CalibrationHashNsPerKB, r.CalibrationReadNs)
 	if r.RawPerSecond > 0 {
 		fmt.Printf("  raw produce   %10.0f records/s      (same records, same broker, idempotent acks=all)\n", r.RawPerSecond)
 		fmt.Printf("  ratio         %10.2f               ingest acknowledged ÷ raw produce\n", r.Ratio)
