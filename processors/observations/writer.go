@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
@@ -28,8 +29,15 @@ const (
 	DefaultMaxBatch = 5000
 	// DefaultChunkSize is the most records one Postgres transaction stores.
 	DefaultChunkSize = 1000
-	// DefaultConcurrency is how many chunks one writer stores at once.
+	// DefaultConcurrency is how many chunks one member stores at once.
 	DefaultConcurrency = 3
+	// DefaultMembers is how many members of the group one writer runs. A member stores a poll,
+	// then produces its events and commits its Kafka transaction before it polls again, and
+	// Postgres has nothing of its to store meanwhile; with two, one stores while the other
+	// commits. Alternated minute-long runs (2026-11-30): the machine 96–97 % busy against
+	// 89–91 % with one, and 57,685 and 56,585 observations stored a second against 50,259
+	// and 55,302.
+	DefaultMembers = 2
 	// DefaultStoreTimeout bounds one attempt to store a chunk, and producing and committing a
 	// poll's events. A poll in hand is finished even when the writer is asked to stop (the
 	// runner's Drain), so a clean shutdown redelivers nothing.
@@ -51,18 +59,23 @@ type WriterConfig struct {
 	// DisableEvents stores observations without producing their events.
 	DisableEvents bool
 	ClientID      string // default "carehub-observation-writer"
-	// TransactionalID is the id of the writer's Kafka transactions. Stable per instance, a
-	// restarted writer fences (aborts) what its killed predecessor left open at once instead of
-	// after the transaction timeout; default: random per process.
+	// TransactionalID is the id of the writer's Kafka transactions (its first member's; the
+	// others' add -1, -2, …). Stable per instance, a restarted writer fences (aborts) what its
+	// killed predecessor left open at once instead of after the transaction timeout; default:
+	// random per process.
 	TransactionalID string
 	MaxBatch        int // most records one poll returns; default DefaultMaxBatch
 	// ChunkSize is the most records of one Postgres transaction: a poll is split into chunks of
 	// at most ChunkSize (and into Concurrency chunks when it is large enough); default
 	// DefaultChunkSize.
 	ChunkSize int
-	// Concurrency is how many chunks are stored at once, each in a transaction of its own;
-	// default DefaultConcurrency. It needs as many pool connections.
+	// Concurrency is how many chunks a member stores at once, each in a transaction of its
+	// own; default DefaultConcurrency. It needs as many pool connections.
 	Concurrency int
+	// Members is how many members of the group the writer runs, each a Kafka transaction of
+	// its own on a share of the partitions; default DefaultMembers. It needs Members ×
+	// Concurrency pool connections.
+	Members int
 	// StoreTimeout: default DefaultStoreTimeout.
 	StoreTimeout time.Duration
 	// SessionTimeout is how long the group waits for a member that stopped heartbeating (a
@@ -88,10 +101,9 @@ type WriterConfig struct {
 // aborted one is never read (consumers read committed). A session whose transaction failed
 // beyond retrying is replaced by a new one with the same transactional id.
 type Writer struct {
-	cfg   WriterConfig
-	src   *consume.Transact
-	r     *consume.Runner
-	store *store
+	cfg     WriterConfig
+	members []*member
+	store   *store
 
 	logger *slog.Logger
 	m      *writerMetrics
@@ -109,6 +121,7 @@ func (c *WriterConfig) defaults() {
 	config.Default(&c.MaxBatch, DefaultMaxBatch)
 	config.Default(&c.ChunkSize, DefaultChunkSize)
 	config.Default(&c.Concurrency, DefaultConcurrency)
+	config.Default(&c.Members, DefaultMembers)
 	config.Default(&c.StoreTimeout, DefaultStoreTimeout)
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
@@ -127,7 +140,6 @@ func NewWriter(cfg WriterConfig) (*Writer, error) {
 		return nil, fmt.Errorf("observation writer: %w", err)
 	}
 	opts := append(consume.GroupOpts(cfg.Group, cfg.Topic),
-		kgo.TransactionalID(cfg.TransactionalID),
 		// A transaction only produces a poll's events and commits its offsets. A killed writer's
 		// open one holds back readers of the events topic (read committed) until it is fenced
 		// or times out; keep that short.
@@ -140,32 +152,72 @@ func NewWriter(cfg WriterConfig) (*Writer, error) {
 	if cfg.SessionTimeout > 0 {
 		opts = append(opts, kgo.SessionTimeout(cfg.SessionTimeout), kgo.HeartbeatInterval(min(3*time.Second, cfg.SessionTimeout/3)))
 	}
+	w := &Writer{cfg: cfg, store: newStore(cfg.Pool), logger: logger, m: m}
+	for i := range cfg.Members {
+		mb, err := w.newMember(i, opts)
+		if err != nil {
+			w.Close()
+			m.unregister(cfg.Registerer)
+			return nil, fmt.Errorf("observation writer: %w", err)
+		}
+		w.members = append(w.members, mb)
+	}
+	return w, nil
+}
+
+// member is one member of the writer's group: a transactional session and the runner that
+// polls it.
+type member struct {
+	src *consume.Transact
+	r   *consume.Runner
+}
+
+// newMember makes the writer's i-th member; opts are the group's client options.
+func (w *Writer) newMember(i int, opts []kgo.Opt) (*member, error) {
+	cfg := w.cfg
+	clientID, txnID := cfg.ClientID, cfg.TransactionalID
+	if i > 0 { // distinct ids: its own transactions, and its own client metrics
+		clientID, txnID = fmt.Sprintf("%s-%d", clientID, i), fmt.Sprintf("%s-%d", txnID, i)
+	}
+	opts = append(slices.Clip(opts), kgo.TransactionalID(txnID))
 	src, err := consume.NewTransact(func() (*kgo.GroupTransactSession, error) {
-		return kafka.NewGroupTransactSession(kafka.ClientConfig{Brokers: cfg.Brokers, ClientID: cfg.ClientID,
+		return kafka.NewGroupTransactSession(kafka.ClientConfig{Brokers: cfg.Brokers, ClientID: clientID,
 			Registerer: cfg.Registerer, Logger: cfg.Logger}, opts...)
 	}, cfg.StoreTimeout)
 	if err != nil {
-		m.unregister(cfg.Registerer)
-		return nil, fmt.Errorf("observation writer: %w", err)
+		return nil, err
 	}
 	// Drain: a poll in hand at shutdown is stored and committed (each store attempt and the
 	// transaction's end are bounded by StoreTimeout), so a clean stop redelivers nothing.
+	// Members share the runner's metrics (one consumer name).
 	r, err := consume.New(src, consume.Config{Name: "observations", MaxRecords: cfg.MaxBatch, Drain: cfg.StoreTimeout,
-		Logger: logger, Registerer: cfg.Registerer})
+		Logger: w.logger, Registerer: cfg.Registerer})
 	if err != nil {
 		src.Close()
-		m.unregister(cfg.Registerer)
-		return nil, fmt.Errorf("observation writer: %w", err)
+		return nil, err
 	}
-	return &Writer{cfg: cfg, src: src, r: r, store: newStore(cfg.Pool), logger: logger, m: m}, nil
+	return &member{src: src, r: r}, nil
 }
 
-// Run consumes until ctx is done, then leaves the group and closes the client; it returns
-// ctx's error. A Writer runs once.
+// Run consumes until ctx is done, then leaves the group and closes the clients; it returns
+// ctx's error, or the first member's failure (which stops the others). A Writer runs once.
 func (w *Writer) Run(ctx context.Context) error {
 	defer w.Close()
-	if err := w.r.Run(ctx, w.handle, w.src.Transaction); err != nil {
-		return err
+	mctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	errs := make([]error, len(w.members))
+	var wg sync.WaitGroup
+	for i, mb := range w.members {
+		wg.Go(func() {
+			handle := func(ctx context.Context, recs []*kgo.Record) error { return w.handle(ctx, mb, recs) }
+			if errs[i] = mb.r.Run(mctx, handle, mb.src.Transaction); errs[i] != nil {
+				cancel()
+			}
+		})
+	}
+	wg.Wait()
+	if ctx.Err() == nil { // a member failed and stopped the others
+		return errors.Join(errs...)
 	}
 	return ctx.Err()
 }
@@ -175,12 +227,19 @@ func (w *Writer) Run(ctx context.Context) error {
 // records, in chunks of at most ChunkSize, are Postgres transactions, up to Concurrency at
 // once. A chunk that fails fails the poll: the transaction aborts and the whole poll is read
 // again, which stores nothing twice.
-func (w *Writer) handle(ctx context.Context, recs []*kgo.Record) error {
+func (w *Writer) handle(ctx context.Context, mb *member, recs []*kgo.Record) error {
 	groups := chunks(recs, w.cfg.ChunkSize, w.cfg.Concurrency)
 	results := make([]storeResult, len(groups))
 	errs := make([]error, len(groups))
+	// skip counts a record that is not an observation message; the runner logs it by
+	// position, with the reason only (never the value, nor the decoder's detail: they carry
+	// patient data).
+	skip := func(r *kgo.Record, err error) {
+		w.m.skipped.WithLabelValues("invalid_message").Inc()
+		mb.r.Skip(r, errors.Unwrap(err))
+	}
 	storeGroup := func(i int) {
-		errs[i] = consume.Decode(w.skip, observation.DecodeMessage, func(ctx context.Context, msgs []observation.Message) (err error) {
+		errs[i] = consume.Decode(skip, observation.DecodeMessage, func(ctx context.Context, msgs []observation.Message) (err error) {
 			results[i], err = w.storeChunk(ctx, msgs)
 			return err
 		})(ctx, groups[i])
@@ -213,11 +272,11 @@ func (w *Writer) handle(ctx context.Context, recs []*kgo.Record) error {
 	for _, res := range results {
 		present = append(present, res.present...)
 	}
-	return w.emit(ctx, present)
+	return w.emit(ctx, mb, present)
 }
 
 // emit produces the events of present in the poll's transaction.
-func (w *Writer) emit(ctx context.Context, present []observation.Message) error {
+func (w *Writer) emit(ctx context.Context, mb *member, present []observation.Message) error {
 	if len(present) == 0 {
 		return nil
 	}
@@ -229,7 +288,7 @@ func (w *Writer) emit(ctx context.Context, present []observation.Message) error 
 		return err
 	}
 	recs := receivedRecords(w.cfg.EventsTopic, present, projects)
-	sess := w.src.Session()
+	sess := mb.src.Session()
 	var (
 		mu         sync.Mutex
 		produceErr error
@@ -273,13 +332,6 @@ func chunks(recs []*kgo.Record, size, concurrency int) [][]*kgo.Record {
 	return append(out, recs)
 }
 
-// skip counts a record that is not an observation message; the runner logs it by position,
-// with the reason only (never the value, nor the decoder's detail: they carry patient data).
-func (w *Writer) skip(r *kgo.Record, err error) {
-	w.m.skipped.WithLabelValues("invalid_message").Inc()
-	w.r.Skip(r, errors.Unwrap(err))
-}
-
 // storeChunk stores one chunk's messages in one attempt bounded by StoreTimeout; a failure
 // fails the poll, which the runner reads again after a backoff.
 func (w *Writer) storeChunk(ctx context.Context, msgs []observation.Message) (storeResult, error) {
@@ -313,4 +365,8 @@ func (w *Writer) storeChunk(ctx context.Context, msgs []observation.Message) (st
 
 // Close leaves the group and closes the client without running; Run calls it on return. It is
 // idempotent.
-func (w *Writer) Close() { w.src.Close() }
+func (w *Writer) Close() {
+	for _, mb := range w.members {
+		mb.src.Close()
+	}
+}
