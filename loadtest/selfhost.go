@@ -68,6 +68,9 @@ type StackOptions struct {
 	// default's event_log table (a second row in Postgres for each observation), or a
 	// clickhouse:// URL (CAREHUB_CLICKHOUSE_URL's form). Empty: the log writer does not run.
 	EventLog string
+	// WriterMembers is how many members of its group the observation writer runs
+	// (processors/observations.WriterConfig.Members): 0 for the default.
+	WriterMembers int
 }
 
 // StartStack starts a Stack under dataDir. Close stops it.
@@ -127,7 +130,8 @@ func StartStack(ctx context.Context, dataDir string, logger *slog.Logger, opts S
 	if err != nil {
 		return nil, err
 	}
-	writer, err := obs.NewWriter(obs.WriterConfig{Brokers: s.Brokers, Pool: pool, Logger: logger, Registerer: reg})
+	writer, err := obs.NewWriter(obs.WriterConfig{Brokers: s.Brokers, Pool: pool, Members: opts.WriterMembers, Logger: logger,
+		Registerer: reg})
 	if err != nil {
 		in.Close()
 		return nil, err

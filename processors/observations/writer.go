@@ -36,8 +36,11 @@ const (
 	// Postgres has nothing of its to store meanwhile; with two, one stores while the other
 	// commits. Alternated minute-long runs (2026-11-30): the machine 96–97 % busy against
 	// 89–91 % with one, and 57,685 and 56,585 observations stored a second against 50,259
-	// and 55,302.
-	DefaultMembers = 2
+	// and 55,302. It stays one until two are safe to start: the second member's join
+	// rebalances the first away from the poll in hand, which is then read again (a redelivery,
+	// counted as duplicates), and once, in a kill -9 test, a writer of two stored nothing for
+	// a minute, a rebalance's timeout, for a reason not found (docs/PERFORMANCE.md).
+	DefaultMembers = 1
 	// DefaultStoreTimeout bounds one attempt to store a chunk, and producing and committing a
 	// poll's events. A poll in hand is finished even when the writer is asked to stop (the
 	// runner's Drain), so a clean shutdown redelivers nothing.
@@ -74,7 +77,7 @@ type WriterConfig struct {
 	Concurrency int
 	// Members is how many members of the group the writer runs, each a Kafka transaction of
 	// its own on a share of the partitions; default DefaultMembers. It needs Members ×
-	// Concurrency pool connections.
+	// Concurrency pool connections (the node's pool has max(8, 4 × GOMAXPROCS)).
 	Members int
 	// StoreTimeout: default DefaultStoreTimeout.
 	StoreTimeout time.Duration

@@ -22,7 +22,7 @@ const (
 
 // Connect returns a pool for dsn (URL or keyword/value form, as pgx accepts) once a
 // connection has answered a ping. Unless the DSN sets them (pool_max_conns, or a runtime
-// parameter of the same name), it uses at most max(16, 4×GOMAXPROCS) connections and sets
+// parameter of the same name), it uses at most max(8, 4×GOMAXPROCS) connections and sets
 // application_name=carehub, statement_timeout and idle_in_transaction_session_timeout.
 // The caller closes the pool.
 func Connect(ctx context.Context, dsn string) (*pgxpool.Pool, error) {
@@ -34,9 +34,7 @@ func Connect(ctx context.Context, dsn string) (*pgxpool.Pool, error) {
 	if !strings.Contains(dsn, "pool_max_conns") {
 		// Most of carehub's work is short queries while a request or a consumer batch
 		// waits; a few connections per core keep the CPUs busy without queuing in the server.
-		// At least 16: the observation writer alone stores on up to 6 under load (2 members
-		// × 3 chunks), and the API, the relay and the log writers need theirs meanwhile.
-		cfg.MaxConns = int32(max(16, 4*runtime.GOMAXPROCS(0)))
+		cfg.MaxConns = int32(max(8, 4*runtime.GOMAXPROCS(0)))
 	}
 	if !strings.Contains(dsn, "pool_max_conn_lifetime_jitter") {
 		// Connections opened together (at start) should not all be recycled together.

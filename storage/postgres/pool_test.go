@@ -28,7 +28,7 @@ func TestConnect(t *testing.T) {
 		{
 			name:     "defaults",
 			dsn:      dsn,
-			maxConns: int32(max(16, 4*runtime.GOMAXPROCS(0))),
+			maxConns: int32(max(8, 4*runtime.GOMAXPROCS(0))),
 			settings: map[string]string{
 				"application_name":                    "carehub",
 				"statement_timeout":                   "30s",
