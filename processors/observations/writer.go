@@ -35,8 +35,9 @@ const (
 	// then produces its events and commits its Kafka transaction before it polls again, and
 	// Postgres has nothing of its to store meanwhile; with two, one stores while the other
 	// commits. Alternated minute-long runs (2026-11-30): the machine 96–97 % busy against
-	// 89–91 % with one, and 57,685 and 56,585 observations stored a second against 50,259
-	// and 55,302. It stays one until two are safe to start: the second member's join
+	// 89–91 % with one, but observations stored a second moved +14.8 %, +2.3 % and −10.7 %
+	// in three pairs (Postgres's CPU a row rose with six COPYs at once in the last). It
+	// stays one until that is settled and two are safe to start: the second member's join
 	// rebalances the first away from the poll in hand, which is then read again (a redelivery,
 	// counted as duplicates), and once, in a kill -9 test, a writer of two stored nothing for
 	// a minute, a rebalance's timeout, for a reason not found (docs/PERFORMANCE.md).
