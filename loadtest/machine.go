@@ -8,6 +8,8 @@ import (
 	"os"
 	"strconv"
 	"time"
+
+	"carehub/storage/postgres"
 )
 
 // machineCPU is the CPU time of the whole machine, all cores, by state: /proc/stat's first line.
@@ -17,9 +19,6 @@ import (
 type machineCPU struct {
 	busy, idle, iowait, steal time.Duration
 }
-
-// userHZ is the unit of /proc/stat's times (USER_HZ, 100 on every Linux build).
-const userHZ = 10 * time.Millisecond
 
 // readMachineCPU reads /proc/stat; outside Linux it fails, and the report leaves the figures out.
 func readMachineCPU() (machineCPU, error) {
@@ -39,7 +38,7 @@ func readMachineCPU() (machineCPU, error) {
 		if err != nil {
 			return machineCPU{}, errors.New("/proc/stat: " + err.Error())
 		}
-		t[i] = time.Duration(v) * userHZ
+		t[i] = time.Duration(v) * postgres.ClockTick
 	}
 	return machineCPU{busy: t[0] + t[1] + t[2] + t[5] + t[6], idle: t[3], iowait: t[4], steal: t[7]}, nil
 }

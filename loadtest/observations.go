@@ -261,13 +261,15 @@ func RunObservations(ctx context.Context, cfg Config) (*Report, error) {
 			return max(0, float64(acceptedSoFar.Load())-(s.stored-before.stored))
 		}})
 	var cpu0, pgCPU0 time.Duration
+	var machine0 machineCPU
+	var machineErr error
 	if cfg.CPU != nil {
 		if cpu0, pgCPU0, err = cfg.CPU(); err != nil {
 			cfg.Logger.Warn("no CPU figures", "err", err)
 			cfg.CPU = nil
 		}
+		machine0, machineErr = readMachineCPU()
 	}
-	machine0, machineErr := readMachineCPU()
 	rec.Start()
 	defer rec.Stop()
 	start := time.Now()

@@ -29,6 +29,10 @@ import (
 
 // ErrBinariesNotFound is returned by FindBinaries and StartLocal when no PostgreSQL server
 // installation is found.
+// ClockTick is the unit of the CPU times in /proc/stat and /proc/<pid>/stat (USER_HZ, 100 on
+// every Linux build).
+const ClockTick = 10 * time.Millisecond
+
 var ErrBinariesNotFound = errors.New("PostgreSQL server binaries not found (initdb, pg_ctl, postgres): install postgresql (apt-get install -y postgresql)")
 
 const (

@@ -87,9 +87,6 @@ func procStatFields(pid int) (comm string, fields []string, ok bool) {
 	return s[open+1 : end], fields, true
 }
 
-// clockTick is the unit of /proc/<pid>/stat's times (USER_HZ, 100 on every Linux build).
-const clockTick = 10 * time.Millisecond
-
 // CPUTime is the user and system time the cluster has used since its postmaster started: the
 // postmaster's own and its reaped children's (exited backends, autovacuum workers), and that of
 // the postgres processes alive in the data dir. loadtest divides it by the observations stored.
@@ -116,7 +113,7 @@ func (l *Local) CPUTime() (time.Duration, error) {
 			ticks += v
 		}
 	}
-	return time.Duration(ticks) * clockTick, nil
+	return time.Duration(ticks) * ClockTick, nil
 }
 
 func sameDir(a, b string) bool {
