@@ -9,7 +9,6 @@ import (
 	"net"
 	"net/http"
 	"path/filepath"
-	"slices"
 	"strings"
 	"time"
 
@@ -71,6 +70,9 @@ type StackOptions struct {
 	// WriterMembers is how many members of its group the observation writer runs
 	// (processors/observations.WriterConfig.Members): 0 for the default.
 	WriterMembers int
+	// WriterConcurrency is how many chunks of a poll each member stores at once
+	// (WriterConfig.Concurrency): 0 for the default.
+	WriterConcurrency int
 }
 
 // StartStack starts a Stack under dataDir. Close stops it.
@@ -130,7 +132,7 @@ func StartStack(ctx context.Context, dataDir string, logger *slog.Logger, opts S
 	if err != nil {
 		return nil, err
 	}
-	writer, err := obs.NewWriter(obs.WriterConfig{Brokers: s.Brokers, Pool: pool, Members: opts.WriterMembers, Logger: logger,
+	writer, err := obs.NewWriter(obs.WriterConfig{Brokers: s.Brokers, Pool: pool, Members: opts.WriterMembers, Concurrency: opts.WriterConcurrency, Logger: logger,
 		Registerer: reg})
 	if err != nil {
 		in.Close()
@@ -161,7 +163,7 @@ func StartStack(ctx context.Context, dataDir string, logger *slog.Logger, opts S
 	})
 	// Load starts once the writer holds every partition: joining the group takes seconds, and
 	// what is accepted meanwhile waits for it, a start-up cost, not the path's latency.
-	if err := writerAssigned(ctx, kadm.NewClient(producer)); err != nil {
+	if err := writerAssigned(ctx, kadm.NewClient(producer), cmp.Or(opts.WriterMembers, obs.DefaultMembers)); err != nil {
 		return nil, err
 	}
 
@@ -224,14 +226,19 @@ func (s *Stack) eventLogWriter(ctx context.Context, store string, pool *pgxpool.
 	return eventlog.New(eventlog.Config{Brokers: s.Brokers, Store: log, Logger: logger, Registerer: reg})
 }
 
-// writerAssigned waits (at most 60 s) until a member of the observation writer group is
-// assigned every partition of the observations topic.
-func writerAssigned(ctx context.Context, adm *kadm.Client) error {
+// writerAssigned waits (at most 60 s) until the observation writer's group has assigned every
+// partition of the observations topic among members members: a member joining later would
+// rebalance the load's first seconds.
+func writerAssigned(ctx context.Context, adm *kadm.Client, members int) error {
 	ctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
 	for {
 		lags, err := kafka.Lag(ctx, adm, obs.DefaultGroup, kafka.DefaultTopics().Observations)
-		if err == nil && len(lags) > 0 && !slices.ContainsFunc(lags, func(l kafka.PartitionLag) bool { return l.MemberID == "" }) {
+		holders := map[string]bool{}
+		for _, l := range lags {
+			holders[l.MemberID] = true
+		}
+		if err == nil && len(lags) > 0 && !holders[""] && len(holders) >= min(members, len(lags)) {
 			return nil
 		}
 		select {

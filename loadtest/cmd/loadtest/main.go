@@ -55,6 +55,7 @@ func run() error {
 		quiet       = flag.Bool("quiet", false, "no progress line on stderr")
 		budget      = flag.Duration("latency-budget", 0, "with -self: intake's accept → stored budget (default 1s; negative disables it)")
 		members     = flag.Int("writer-members", 0, "with -self: members of its group the observation writer runs (default 1)")
+		chunks      = flag.Int("writer-concurrency", 0, "with -self: chunks of a poll each writer member stores at once (default 3)")
 		maxLag      = flag.Int64("max-lag", 0, "with -self: the writer lag past which intake answers 503 (default 200,000; -1 disables backpressure)")
 		cpuProfile  = flag.String("cpuprofile", "", "write a CPU profile of this process during the load and its drain (with -self: of the whole pipeline but Postgres), not the raw baselines, to this file")
 		memProfile  = flag.String("memprofile", "", "when the load and its drain end (before the raw baselines), write this process's allocation profile since it started to this file")
@@ -97,7 +98,7 @@ func run() error {
 		}
 		logger.Info("starting the in-process pipeline", "data_dir", dir)
 		st, err := loadtest.StartStack(ctx, dir, logger, loadtest.StackOptions{MaxLag: *maxLag, LatencyBudget: *budget,
-			EventLog: *eventLog, WriterMembers: *members})
+			EventLog: *eventLog, WriterMembers: *members, WriterConcurrency: *chunks})
 		if err != nil {
 			return err
 		}

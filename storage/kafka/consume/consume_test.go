@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strconv"
 	"sync"
 	"testing"
@@ -187,6 +188,44 @@ func TestRetryThenSuccess(t *testing.T) {
 	}
 	if n := metric(t, reg, "carehub_consumer_records_total"); n < float64(len(vals)) {
 		t.Errorf("records counted: %v, want at least %d", n, len(vals))
+	}
+}
+
+// A batch whose transaction was not committed because the group rebalanced under it is read
+// again at once: a member joining or leaving is routine in a group, not a fault to back off
+// from. A second refusal in a row backs off as any failure does.
+func TestRebalancedBatchReadAgainAtOnce(t *testing.T) {
+	e := newEnv(t)
+	vals := values("n", 60)
+	e.produce(vals...)
+	var (
+		mu       sync.Mutex
+		calls    int
+		backoffs []int
+	)
+	backoff := func(attempt int) time.Duration {
+		mu.Lock()
+		defer mu.Unlock()
+		backoffs = append(backoffs, attempt)
+		return time.Millisecond
+	}
+	f := newEffects()
+	e.start(consume.Config{MaxRecords: 7, Backoff: backoff}, func(_ context.Context, recs []*kgo.Record) error {
+		mu.Lock()
+		defer mu.Unlock()
+		switch calls++; calls {
+		case 2, 4, 5: // one rebalance, then two in a row
+			return consume.ErrNotCommitted
+		}
+		f.add(recs...)
+		return nil
+	})
+	waitFor(t, "the group to commit every record", e.caughtUp)
+	f.each(t, vals, true)
+	mu.Lock()
+	defer mu.Unlock()
+	if !slices.Equal(backoffs, []int{2}) {
+		t.Errorf("backed off at attempts %v, want only at the second refusal in a row [2]", backoffs)
 	}
 }
 

@@ -157,9 +157,16 @@ func (r *Runner) Run(ctx context.Context, h Handler, mw ...Middleware) error {
 					return nil
 				}
 				failures++
-				wait := r.cfg.Backoff(failures)
-				r.log.Error("handling a batch failed; rewound to retry", "error", err, "records", len(recs),
-					"attempt", failures, "retry_in", wait)
+				var wait time.Duration
+				if failures == 1 && errors.Is(err, ErrNotCommitted) {
+					// The group rebalanced under the batch (a member joined or left): routine in a
+					// group, and the batch is read again at once. A commit refused again backs off.
+					r.log.Info("the group rebalanced during a batch; it is read again", "records", len(recs))
+				} else {
+					wait = r.cfg.Backoff(failures)
+					r.log.Error("handling a batch failed; rewound to retry", "error", err, "records", len(recs),
+						"attempt", failures, "retry_in", wait)
+				}
 				r.rewind(recs)
 				r.src.AllowRebalance()
 				sleep(ctx, wait)
