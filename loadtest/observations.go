@@ -576,8 +576,9 @@ func everyDevice(ctx context.Context, cfg Config, step func(ctx context.Context,
 
 // rawCopy copies the same rows (the columns the writer stores, from the same messages, with
 // fresh ids) into a table like observations (its indexes; no foreign keys, no staging, no
-// conflict handling) for the raw phase, in the writer's transaction size and concurrency
-// (processors/observations DefaultChunkSize, DefaultConcurrency), written as the writer writes
+// conflict handling) for the raw phase, in the writer's transaction size and as many at once as
+// its members store (processors/observations DefaultChunkSize, DefaultMembers ×
+// DefaultConcurrency), written as the writer writes
 // its COPY (storage/postgres/pgcopy): what Postgres itself does with these rows on this
 // machine.
 func rawCopy(ctx context.Context, cfg Config, bodies []body, rep *Report) error {
@@ -611,11 +612,12 @@ func rawCopy(ctx context.Context, cfg Config, bodies []body, rep *Report) error 
 	var firstErr atomic.Value
 	start := time.Now()
 	var wg sync.WaitGroup
-	for w := range obs.DefaultConcurrency {
+	const streams = obs.DefaultMembers * obs.DefaultConcurrency
+	for w := range streams {
 		wg.Go(func() {
 			const chunk = obs.DefaultChunkSize
 			rows := pgcopy.New(len(cols), chunk*1024)
-			for i := w * chunk; pctx.Err() == nil; i += obs.DefaultConcurrency * chunk {
+			for i := w * chunk; pctx.Err() == nil; i += streams * chunk {
 				rows.Reset()
 				for j := range chunk {
 					m := &msgs[(i+j)%len(msgs)]

@@ -68,8 +68,8 @@ func BenchmarkWriter(b *testing.B) {
 }
 
 // BenchmarkStore measures the Postgres side alone: b.N observations stored in batches of
-// BENCH_BATCH (default obs.DefaultChunkSize) by BENCH_CONCURRENCY (default
-// obs.DefaultConcurrency) transactions at once, as the writer's chunks are. Report:
+// BENCH_BATCH (default obs.DefaultChunkSize) by BENCH_CONCURRENCY (default obs.DefaultMembers
+// × obs.DefaultConcurrency) transactions at once, as the writer's members store chunks. Report:
 // observations stored per second. BENCH_STORE=raw is the raw baseline: a plain COPY of the same
 // rows, in the same batches, into a table like observations (its indexes, no foreign keys, no
 // staging).
@@ -78,7 +78,7 @@ func BenchmarkWriter(b *testing.B) {
 func BenchmarkStore(b *testing.B) {
 	e := newEnv(b)
 	batch := envInt(b, "BENCH_BATCH", obs.DefaultChunkSize)
-	conc := envInt(b, "BENCH_CONCURRENCY", obs.DefaultConcurrency)
+	conc := envInt(b, "BENCH_CONCURRENCY", obs.DefaultMembers*obs.DefaultConcurrency)
 	msgs := make([]observation.Message, b.N)
 	for i := range msgs {
 		msgs[i] = message(e.orgA, e.patientA, float64(40+i%100))

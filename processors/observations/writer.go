@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -29,19 +30,18 @@ const (
 	DefaultMaxBatch = 5000
 	// DefaultChunkSize is the most records one Postgres transaction stores.
 	DefaultChunkSize = 1000
-	// DefaultConcurrency is how many chunks one member stores at once.
-	DefaultConcurrency = 3
+	// DefaultConcurrency is how many chunks one member stores at once: with DefaultMembers,
+	// four COPYs at most, one more than the single member of three that came before.
+	DefaultConcurrency = 2
 	// DefaultMembers is how many members of the group one writer runs. A member stores a poll,
 	// then produces its events and commits its Kafka transaction before it polls again, and
 	// Postgres has nothing of its to store meanwhile; with two, one stores while the other
-	// commits. Alternated minute-long runs (2026-11-30): the machine 96–97 % busy against
-	// 89–91 % with one, but observations stored a second moved +14.8 %, +2.3 % and −10.7 %
-	// in three pairs (Postgres's CPU a row rose with six COPYs at once in the last). It
-	// stays one until that is settled and two are safe to start: the second member's join
-	// rebalances the first away from the poll in hand, which is then read again (a redelivery,
-	// counted as duplicates), and once, in a kill -9 test, a writer of two stored nothing for
-	// a minute, a rebalance's timeout, for a reason not found (docs/PERFORMANCE.md).
-	DefaultMembers = 1
+	// commits. Five alternated pairs of minute-long runs (2026-11-30), two members of two
+	// chunks against one of three: stored +16.1, +1.2, −1.1, +3.5 and +3.9 %, the machine
+	// 94–96 % busy against 89–92 %, accept → stored p50 307–342 ms against 416–427. (Two
+	// members of three chunks each, six COPYs, raised Postgres's CPU a row in one pair of
+	// three: −10.7 %.)
+	DefaultMembers = 2
 	// DefaultStoreTimeout bounds one attempt to store a chunk, and producing and committing a
 	// poll's events. A poll in hand is finished even when the writer is asked to stop (the
 	// runner's Drain), so a clean shutdown redelivers nothing.
@@ -174,6 +174,8 @@ func NewWriter(cfg WriterConfig) (*Writer, error) {
 type member struct {
 	src *consume.Transact
 	r   *consume.Runner
+	// assigned is set once the group has assigned the member partitions (awaitJoined).
+	assigned atomic.Bool
 }
 
 // newMember makes the writer's i-th member; opts are the group's client options.
@@ -183,7 +185,15 @@ func (w *Writer) newMember(i int, opts []kgo.Opt) (*member, error) {
 	if i > 0 { // distinct ids: its own transactions, and its own client metrics
 		clientID, txnID = fmt.Sprintf("%s-%d", clientID, i), fmt.Sprintf("%s-%d", txnID, i)
 	}
-	opts = append(slices.Clip(opts), kgo.TransactionalID(txnID))
+	mb := &member{}
+	opts = append(slices.Clip(opts), kgo.TransactionalID(txnID),
+		kgo.OnPartitionsAssigned(func(_ context.Context, _ *kgo.Client, assigned map[string][]int32) {
+			for _, ps := range assigned {
+				if len(ps) > 0 { // the balancer's first step may assign nothing
+					mb.assigned.Store(true)
+				}
+			}
+		}))
 	src, err := consume.NewTransact(func() (*kgo.GroupTransactSession, error) {
 		return kafka.NewGroupTransactSession(kafka.ClientConfig{Brokers: cfg.Brokers, ClientID: clientID,
 			Registerer: cfg.Registerer, Logger: cfg.Logger}, opts...)
@@ -200,13 +210,15 @@ func (w *Writer) newMember(i int, opts []kgo.Opt) (*member, error) {
 		src.Close()
 		return nil, err
 	}
-	return &member{src: src, r: r}, nil
+	mb.src, mb.r = src, r
+	return mb, nil
 }
 
 // Run consumes until ctx is done, then leaves the group and closes the clients; it returns
 // ctx's error, or the first member's failure (which stops the others). A Writer runs once.
 func (w *Writer) Run(ctx context.Context) error {
 	defer w.Close()
+	w.awaitJoined(ctx)
 	mctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	errs := make([]error, len(w.members))
@@ -224,6 +236,53 @@ func (w *Writer) Run(ctx context.Context) error {
 		return errors.Join(errs...)
 	}
 	return ctx.Err()
+}
+
+// joinWait bounds awaitJoined: past it the members poll anyway, and a late one's join costs a
+// rebalance, not correctness.
+const joinWait = 20 * time.Second
+
+// awaitJoined waits, before any member polls, until every member has been assigned partitions
+// and all are in one generation of the group. Each member's client joins as it starts; a member
+// that joined after another had polled would rebalance the poll in hand, which is aborted and
+// read again (its records counted as duplicates, its skipped records skipped twice). The group's
+// cooperative balancer moves partitions in two generations (revoked from one member, then
+// assigned to the other), hence both conditions. Members that have not polled block no
+// rebalance, so the group settles at once, or once the members of a killed writer have timed
+// out.
+func (w *Writer) awaitJoined(ctx context.Context) {
+	if len(w.members) < 2 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, joinWait)
+	defer cancel()
+	joined := func() bool {
+		gen := int32(-1)
+		for i, mb := range w.members {
+			id, g := mb.src.Session().Client().GroupMetadata()
+			if id == "" || g < 0 || (i > 0 && g != gen) || !mb.assigned.Load() {
+				return false
+			}
+			gen = g
+		}
+		return true
+	}
+	for !joined() {
+		select {
+		case <-ctx.Done():
+			if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+				w.logger.Warn("the writer's members did not join one generation of the group in time; polling anyway", "wait", joinWait)
+			}
+			return
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	// A session aborts its next transaction after any revocation, even one before its first
+	// poll (the balancer's first step revoked the partitions the second member then got):
+	// end an empty one, which clears that.
+	for _, mb := range w.members {
+		_, _ = mb.src.Session().End(ctx, kgo.TryAbort)
+	}
 }
 
 // handle stores one poll's records, then produces their events in the poll's Kafka transaction
