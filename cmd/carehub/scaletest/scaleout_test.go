@@ -233,9 +233,10 @@ func sentinels(t *testing.T) {
 	}
 }
 
-// settled says what is not yet so of the processors' groups: stable, one member (the killed
-// process's has left), every partition assigned to it, lag 0 on every partition; "" when all
-// holds. It returns each group's total lag.
+// settled says what is not yet so of the processors' groups: stable, the replacement's members
+// only (the killed process's have left: one, and the observation writer's
+// observations.DefaultMembers), every partition assigned to them, lag 0 on every partition; ""
+// when all holds. It returns each group's total lag.
 func settled(adm *kadm.Client) (string, map[string]int64) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -244,13 +245,19 @@ func settled(adm *kadm.Client) (string, map[string]int64) {
 		return err.Error(), nil
 	}
 	for _, g := range described.Sorted() {
-		if g.Err != nil || g.State != "Stable" || len(g.Members) != 1 {
-			return fmt.Sprintf("group %s: state %s, %d members (%v)", g.Group, g.State, len(g.Members), g.Err), nil
+		members := 1
+		if g.Group == observations.DefaultGroup {
+			members = observations.DefaultMembers
+		}
+		if g.Err != nil || g.State != "Stable" || len(g.Members) != members {
+			return fmt.Sprintf("group %s: state %s, %d members, want %d (%v)", g.Group, g.State, len(g.Members), members, g.Err), nil
 		}
 		assigned := 0
-		if a, ok := g.Members[0].Assigned.AsConsumer(); ok {
-			for _, topic := range a.Topics {
-				assigned += len(topic.Partitions)
+		for _, m := range g.Members {
+			if a, ok := m.Assigned.AsConsumer(); ok {
+				for _, topic := range a.Topics {
+					assigned += len(topic.Partitions)
+				}
 			}
 		}
 		if assigned != partitions {
