@@ -79,6 +79,9 @@ type Config struct {
 	// PipelineDone, if set, is called once the accepted observations are stored (or the drain
 	// gave up), before the raw baselines: a CPU profile stopped there covers the pipeline only.
 	PipelineDone func()
+	// LoadStarts, if set, is called as the load starts: after the bodies are built and the
+	// machine calibrated, when the CPU figures' window opens (-cpuprofile starts there).
+	LoadStarts func()
 	// CPU, if set, reads the CPU time used so far by this process and by Postgres (a -self
 	// run's Stack.CPU); the report then gives both per observation stored.
 	CPU func() (process, postgres time.Duration, err error)
@@ -269,6 +272,9 @@ func RunObservations(ctx context.Context, cfg Config) (*Report, error) {
 			cfg.CPU = nil
 		}
 		machine0, machineErr = readMachineCPU()
+	}
+	if cfg.LoadStarts != nil {
+		cfg.LoadStarts()
 	}
 	rec.Start()
 	defer rec.Stop()

@@ -116,8 +116,11 @@ func run() error {
 			return err
 		}
 		defer f.Close()
-		if err := pprof.StartCPUProfile(f); err != nil {
-			return err
+		// From the load's start, not the bodies' building or the calibration before it.
+		cfg.LoadStarts = func() {
+			if err := pprof.StartCPUProfile(f); err != nil {
+				logger.Warn("no CPU profile", "err", err)
+			}
 		}
 		defer pprof.StopCPUProfile()
 		cfg.PipelineDone = pprof.StopCPUProfile
@@ -140,7 +143,7 @@ func run() error {
 	}
 	if *paced > 0 && rep.StoredPerSecond > 0 {
 		pcfg := cfg
-		pcfg.Rate, pcfg.NoBaselines, pcfg.PipelineDone = *paced*rep.StoredPerSecond, true, nil
+		pcfg.Rate, pcfg.NoBaselines, pcfg.PipelineDone, pcfg.LoadStarts = *paced*rep.StoredPerSecond, true, nil, nil
 		if rep.Paced, err = loadtest.RunObservations(ctx, pcfg); err != nil {
 			return fmt.Errorf("paced run: %w", err)
 		}
