@@ -227,7 +227,7 @@ func (s *Stack) eventLogWriter(ctx context.Context, store string, pool *pgxpool.
 }
 
 // writerAssigned waits (at most 60 s) until the observation writer's group has assigned every
-// partition of the observations topic among members members: a member joining later would
+// partition of the observations topic among that many members: a member joining later would
 // rebalance the load's first seconds.
 func writerAssigned(ctx context.Context, adm *kadm.Client, members int) error {
 	ctx, cancel := context.WithTimeout(ctx, time.Minute)
