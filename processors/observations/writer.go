@@ -215,26 +215,19 @@ func (w *Writer) newMember(i int, opts []kgo.Opt) (*member, error) {
 }
 
 // Run consumes until ctx is done, then leaves the group and closes the clients; it returns
-// ctx's error, or the first member's failure (which stops the others). A Writer runs once.
+// ctx's error. A Writer runs once. (A member's runner never ends on a failed batch: it reads the
+// batch again, with a new session when its own failed.)
 func (w *Writer) Run(ctx context.Context) error {
 	defer w.Close()
 	w.awaitJoined(ctx)
-	mctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	errs := make([]error, len(w.members))
 	var wg sync.WaitGroup
-	for i, mb := range w.members {
+	for _, mb := range w.members {
 		wg.Go(func() {
 			handle := func(ctx context.Context, recs []*kgo.Record) error { return w.handle(ctx, mb, recs) }
-			if errs[i] = mb.r.Run(mctx, handle, mb.src.Transaction); errs[i] != nil {
-				cancel()
-			}
+			_ = mb.r.Run(ctx, handle, mb.src.Transaction)
 		})
 	}
 	wg.Wait()
-	if ctx.Err() == nil { // a member failed and stopped the others
-		return errors.Join(errs...)
-	}
 	return ctx.Err()
 }
 
