@@ -24,6 +24,7 @@ require (
 	github.com/twmb/franz-go/plugin/kprom v1.5.0
 	github.com/vektah/gqlparser/v2 v2.5.64
 	golang.org/x/sync v0.23.0
+	golang.org/x/sys v0.49.0
 	gonum.org/v1/plot v0.17.0
 )
 
@@ -55,7 +56,6 @@ require (
 	go.opentelemetry.io/otel v1.47.0 // indirect
 	go.opentelemetry.io/otel/trace v1.47.0 // indirect
 	golang.org/x/image v0.30.0 // indirect
-	golang.org/x/sys v0.49.0 // indirect
 	golang.org/x/text v0.42.0 // indirect
 	google.golang.org/protobuf v1.36.12 // indirect
 )

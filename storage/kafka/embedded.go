@@ -13,6 +13,8 @@ import (
 	"sync"
 
 	"github.com/twmb/franz-go/pkg/kfake"
+
+	"carehub/storage/writeback"
 )
 
 // ErrDataDirLocked is returned by StartEmbedded when another process (or
@@ -57,6 +59,9 @@ type Embedded struct {
 	log   *slog.Logger
 	once  sync.Once
 	addrs []string
+	// pacer has the kernel write the segments back as they are written, not in a burst of
+	// 30 s of them at once (package writeback).
+	pacer *writeback.Pacer
 }
 
 // StartEmbedded starts the embedded broker on dir, creating dir if needed,
@@ -98,6 +103,7 @@ func StartEmbedded(ctx context.Context, dir string, cfg EmbeddedConfig) (*Embedd
 	}
 	e.c = c
 	e.addrs = c.ListenAddrs()
+	e.pacer = writeback.Start(dir, writeback.DefaultInterval, e.log)
 	if err := ctx.Err(); err != nil {
 		e.Close()
 		return nil, err
@@ -153,6 +159,7 @@ func (e *Embedded) Addrs() []string { return slices.Clone(e.addrs) }
 func (e *Embedded) Close() error {
 	var err error
 	e.once.Do(func() {
+		e.pacer.Stop()
 		e.c.Close()
 		if rmErr := os.Remove(filepath.Join(e.dir, dirtyFile)); rmErr != nil && !errors.Is(rmErr, os.ErrNotExist) {
 			err = fmt.Errorf("embedded kafka: %w", rmErr)

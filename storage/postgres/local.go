@@ -25,6 +25,8 @@ import (
 	"github.com/KimMachineGun/automemlimit/memlimit"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"carehub/storage/writeback"
 )
 
 // ErrBinariesNotFound is returned by FindBinaries and StartLocal when no PostgreSQL server
@@ -123,6 +125,10 @@ type Local struct {
 	stopped bool
 	proc    *os.Process   // the postmaster, in attached mode only
 	exited  chan struct{} // closed when the attached postmaster has exited
+
+	// pacer has the kernel write back the tables' and indexes' pages as they are written
+	// (package writeback), on a durable cluster; nil on an Unsafe one, which never syncs.
+	pacer *writeback.Pacer
 }
 
 // StartLocal starts the cluster kept under dir, creating it with initdb on first use, and
@@ -199,6 +205,9 @@ func StartLocal(ctx context.Context, dir string, cfg LocalConfig) (*Local, error
 		return nil, fmt.Errorf("local postgres: %w", err)
 	}
 	l.reused = reused
+	if !cfg.Unsafe {
+		l.pacer = writeback.Start(filepath.Join(l.dataDir, "base"), writeback.DefaultInterval, l.logger)
+	}
 	l.logger.Info("local postgres ready", "data_dir", l.dataDir, "socket_dir", l.sockDir, "log", l.logPath,
 		"created", created, "reused_running_server", reused, "duration", time.Since(begin))
 	return l, nil
@@ -249,6 +258,9 @@ func (l *Local) EnsureDatabase(ctx context.Context, name string) error {
 // Stop shuts the server down (fast mode: sessions are ended, transactions rolled back) and
 // waits for it to exit. It is idempotent and returns nil when the server is not running.
 func (l *Local) Stop(ctx context.Context) error {
+	if l.pacer != nil {
+		l.pacer.Stop()
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.stopped {
