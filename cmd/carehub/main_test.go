@@ -52,6 +52,8 @@ type process struct {
 	addr   string
 	stdout *syncBuffer
 	stderr *syncBuffer
+	exited chan struct{} // closed once the process has exited; then err is its Wait's error
+	err    error
 }
 
 // syncBuffer is written by exec's copying goroutine while the test reads it.
@@ -72,47 +74,70 @@ func (s *syncBuffer) String() string {
 	return s.b.String()
 }
 
-// serve starts `carehub serve` and waits until /readyz answers 200.
+// serve starts `carehub serve` on addr and waits until /readyz answers 200. FreeAddr's port was
+// free when it was chosen, not necessarily when carehub binds it (another test's connection may
+// take it meanwhile): a carehub that exits for that reason is started again on another free
+// port, and the process's addr is the one it serves on.
 func serve(t *testing.T, dir, addr string, extra ...string) *process {
+	t.Helper()
+	for attempt := 1; ; attempt++ {
+		n := start(t, dir, addr, extra...)
+		deadline := time.Now().Add(90 * time.Second)
+		for {
+			resp, err := http.Get("http://" + n.addr + "/readyz")
+			if err == nil {
+				resp.Body.Close()
+				if resp.StatusCode == http.StatusOK {
+					return n
+				}
+			}
+			select {
+			case <-n.exited:
+			default:
+				if time.Now().After(deadline) {
+					t.Fatalf("carehub not ready after 90 s\nstderr:\n%s", n.stderr)
+				}
+				time.Sleep(50 * time.Millisecond)
+				continue
+			}
+			if strings.Contains(n.stderr.String(), "address already in use") && attempt < 3 {
+				t.Logf("%s was taken before carehub bound it; starting again on another port", n.addr)
+				addr = testenv.FreeAddr(t)
+				break
+			}
+			t.Fatalf("carehub exited before it was ready (%v)\nstderr:\n%s", n.err, n.stderr)
+		}
+	}
+}
+
+// start starts `carehub serve`; the test's cleanup kills it if it is still running.
+func start(t *testing.T, dir, addr string, extra ...string) *process {
 	t.Helper()
 	args := append([]string{"serve", "--data-dir", dir, "--http-addr", addr, "--partitions", "2"}, extra...)
 	cmd := exec.Command(binary, args...)
-	n := &process{cmd: cmd, addr: addr, stdout: &syncBuffer{}, stderr: &syncBuffer{}}
+	n := &process{cmd: cmd, addr: addr, stdout: &syncBuffer{}, stderr: &syncBuffer{}, exited: make(chan struct{})}
 	cmd.Stdout, cmd.Stderr = n.stdout, n.stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
+	go func() {
+		n.err = cmd.Wait()
+		close(n.exited)
+	}()
 	t.Cleanup(func() {
-		if cmd.ProcessState == nil {
-			cmd.Process.Kill()
-			cmd.Wait()
-		}
+		cmd.Process.Kill()
+		<-n.exited
 	})
-	deadline := time.Now().Add(90 * time.Second)
-	for {
-		resp, err := http.Get("http://" + addr + "/readyz")
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return n
-			}
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("carehub not ready after 90 s\nstderr:\n%s", n.stderr)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	return n
 }
 
 func (n *process) stop(t *testing.T, sig syscall.Signal) {
 	t.Helper()
 	n.cmd.Process.Signal(sig)
-	done := make(chan error, 1)
-	go func() { done <- n.cmd.Wait() }()
 	select {
-	case err := <-done:
-		if sig == syscall.SIGTERM && err != nil {
-			t.Fatalf("carehub exited with %v after SIGTERM\nstderr:\n%s", err, n.stderr)
+	case <-n.exited:
+		if sig == syscall.SIGTERM && n.err != nil {
+			t.Fatalf("carehub exited with %v after SIGTERM\nstderr:\n%s", n.err, n.stderr)
 		}
 	case <-time.After(60 * time.Second):
 		t.Fatal("carehub did not exit within 60 s")
@@ -174,7 +199,7 @@ func TestServeRestartKeepsDataAndSurvivesSIGKILL(t *testing.T) {
 		t.Fatalf("serve --demo-key printed no key:\n%s", n.stdout)
 	}
 	countAssets := func() int {
-		out := graphql(t, addr, key, `{ assets(limit: 100) { id } }`)
+		out := graphql(t, n.addr, key, `{ assets(limit: 100) { id } }`)
 		data, _ := out["data"].(map[string]any)
 		assets, _ := data["assets"].([]any)
 		return len(assets)
@@ -185,13 +210,13 @@ func TestServeRestartKeepsDataAndSurvivesSIGKILL(t *testing.T) {
 	}
 	n.stop(t, syscall.SIGTERM)
 
-	n = serve(t, dir, addr)
+	n = serve(t, dir, n.addr)
 	if got := countAssets(); got != first {
 		t.Fatalf("after restart: %d assets, want %d", got, first)
 	}
 	n.stop(t, syscall.SIGKILL)
 
-	n = serve(t, dir, addr)
+	n = serve(t, dir, n.addr)
 	if got := countAssets(); got != first {
 		t.Fatalf("after SIGKILL and restart: %d assets, want %d", got, first)
 	}
