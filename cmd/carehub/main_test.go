@@ -82,30 +82,37 @@ func serve(t *testing.T, dir, addr string, extra ...string) *process {
 	t.Helper()
 	for attempt := 1; ; attempt++ {
 		n := start(t, dir, addr, extra...)
-		deadline := time.Now().Add(90 * time.Second)
-		for {
-			resp, err := http.Get("http://" + n.addr + "/readyz")
-			if err == nil {
-				resp.Body.Close()
-				if resp.StatusCode == http.StatusOK {
-					return n
-				}
-			}
-			select {
-			case <-n.exited:
-			default:
-				if time.Now().After(deadline) {
-					t.Fatalf("carehub not ready after 90 s\nstderr:\n%s", n.stderr)
-				}
-				time.Sleep(50 * time.Millisecond)
-				continue
-			}
-			if strings.Contains(n.stderr.String(), "address already in use") && attempt < 3 {
-				t.Logf("%s was taken before carehub bound it; starting again on another port", n.addr)
-				addr = testenv.FreeAddr(t)
-				break
-			}
+		if n.ready(t) {
+			return n
+		}
+		if !strings.Contains(n.stderr.String(), "address already in use") || attempt == 3 {
 			t.Fatalf("carehub exited before it was ready (%v)\nstderr:\n%s", n.err, n.stderr)
+		}
+		t.Logf("%s was taken before carehub bound it; starting again on another port", n.addr)
+		addr = testenv.FreeAddr(t)
+	}
+}
+
+// ready waits until n answers /readyz with 200 (true) or exits (false); it fails the test when
+// neither happens within 90 s.
+func (n *process) ready(t *testing.T) bool {
+	t.Helper()
+	deadline := time.Now().Add(90 * time.Second)
+	for {
+		resp, err := http.Get("http://" + n.addr + "/readyz")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return true
+			}
+		}
+		select {
+		case <-n.exited:
+			return false
+		case <-time.After(50 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("carehub not ready after 90 s\nstderr:\n%s", n.stderr)
 		}
 	}
 }
