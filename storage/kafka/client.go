@@ -55,12 +55,18 @@ type ClientConfig struct {
 	Registerer prometheus.Registerer
 	// Logger receives the client's warnings and errors. Default: discard.
 	Logger *slog.Logger
+	// Credentials authenticate the client when the brokers require SASL (the embedded broker
+	// always does). Default: none.
+	Credentials Credentials
 }
 
 // Validate reports whether the config can build a client.
 func (c ClientConfig) Validate() error {
 	if len(c.Brokers) == 0 {
 		return errors.New("kafka client: no brokers")
+	}
+	if err := c.Credentials.Validate(); err != nil {
+		return err
 	}
 	for _, b := range c.Brokers {
 		if b == "" {
@@ -152,6 +158,7 @@ func newClient(cfg ClientConfig, extra []kgo.Opt, build func(...kgo.Opt) (*kgo.C
 		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
 		kgo.MetadataMinAge(DefaultMetadataMinAge),
 	}
+	opts = append(opts, cfg.Credentials.Opts()...)
 	if cfg.Logger != nil {
 		opts = append(opts, kgo.WithLogger(&slogLogger{l: cfg.Logger.With("client_id", cfg.ClientID)}))
 	}

@@ -25,6 +25,8 @@ var ErrDataDirLocked = errors.New("kafka data dir is in use")
 const (
 	lockFile  = "carehub.lock"
 	dirtyFile = "carehub.running"
+	// kfakeUsersFile is where kfake persists its SASL users.
+	kfakeUsersFile = "sasl.json"
 )
 
 // EmbeddedConfig configures StartEmbedded. Zero fields take their defaults.
@@ -48,7 +50,8 @@ func (c *EmbeddedConfig) defaults() { c.Logger = cmp.Or(c.Logger, slog.New(slog.
 
 // Embedded is an in-process Kafka-protocol broker (franz-go's kfake) whose
 // topics, records, committed group offsets and producer ids persist under a
-// data dir. It is one broker on 127.0.0.1; clients reach it at Addrs.
+// data dir. It is one broker on 127.0.0.1; clients reach it at Addrs and authenticate with
+// Credentials (SASL/SCRAM-SHA-256). The data dir is private to its owner (0700).
 //
 // Topics are never created automatically (like carehub's Kafka config):
 // use EnsureTopics.
@@ -59,6 +62,7 @@ type Embedded struct {
 	log   *slog.Logger
 	once  sync.Once
 	addrs []string
+	creds Credentials
 	// pacer has the kernel write the segments back as they are written, not in a burst of
 	// 30 s of them at once (package writeback).
 	pacer *writeback.Pacer
@@ -87,7 +91,10 @@ func StartEmbedded(ctx context.Context, dir string, cfg EmbeddedConfig) (*Embedd
 	if dir == "" {
 		return nil, errors.New("embedded kafka: empty data dir")
 	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("embedded kafka: %w", err)
+	}
+	if err := tightenDir(dir); err != nil {
 		return nil, fmt.Errorf("embedded kafka: %w", err)
 	}
 	lock, err := lockDir(filepath.Join(dir, lockFile))
@@ -96,6 +103,10 @@ func StartEmbedded(ctx context.Context, dir string, cfg EmbeddedConfig) (*Embedd
 	}
 
 	e := &Embedded{dir: dir, lock: lock, log: cfg.Logger.With("data_dir", dir)}
+	if e.creds, err = embeddedCredentials(dir); err != nil {
+		lock.Close()
+		return nil, err
+	}
 	c, err := e.open(cfg)
 	if err != nil {
 		lock.Close()
@@ -117,7 +128,12 @@ func (e *Embedded) open(cfg EmbeddedConfig) (*kfake.Cluster, error) {
 	marker := filepath.Join(e.dir, dirtyFile)
 	_, statErr := os.Stat(marker)
 	dirty := statErr == nil
-	if err := os.WriteFile(marker, fmt.Appendf(nil, "%d\n", os.Getpid()), 0o644); err != nil {
+	if err := os.WriteFile(marker, fmt.Appendf(nil, "%d\n", os.Getpid()), 0o600); err != nil {
+		return nil, fmt.Errorf("embedded kafka: %w", err)
+	}
+	// The one user is seeded from the credentials file on every start; kfake's own copy of its
+	// users (which a dir from before authentication holds empty) would replace it.
+	if err := os.Remove(filepath.Join(e.dir, kfakeUsersFile)); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return nil, fmt.Errorf("embedded kafka: %w", err)
 	}
 
@@ -126,6 +142,9 @@ func (e *Embedded) open(cfg EmbeddedConfig) (*kfake.Cluster, error) {
 		kfake.DataDir(e.dir),
 		kfake.ClusterID("carehub-embedded"),
 		kfake.WithLogger(kfakeLogger{e.log}),
+		// Loopback is not private on a shared host: every connection authenticates.
+		kfake.EnableSASL(),
+		kfake.Superuser("SCRAM-SHA-256", e.creds.User, e.creds.Password),
 	}
 	if cfg.Port != 0 {
 		kopts = append(kopts, kfake.Ports(cfg.Port))
@@ -153,6 +172,9 @@ func (e *Embedded) open(cfg EmbeddedConfig) (*kfake.Cluster, error) {
 
 // Addrs returns the broker's host:port addresses, for ClientConfig.Brokers.
 func (e *Embedded) Addrs() []string { return slices.Clone(e.addrs) }
+
+// Credentials returns what a client authenticates with, for ClientConfig.Credentials.
+func (e *Embedded) Credentials() Credentials { return e.creds }
 
 // Close persists the broker's state, stops it and releases the data dir. It
 // is safe to call more than once; later calls do nothing.

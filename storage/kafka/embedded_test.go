@@ -37,7 +37,7 @@ func startEmbedded(t *testing.T, dir string, cfg kafka.EmbeddedConfig) *kafka.Em
 
 func embeddedClient(t *testing.T, e *kafka.Embedded, extra ...kgo.Opt) *kgo.Client {
 	t.Helper()
-	cl, err := kafka.NewClient(kafka.ClientConfig{Brokers: e.Addrs(), ClientID: "embedded-test", Logger: testLogger(t)}, extra...)
+	cl, err := kafka.NewClient(kafka.ClientConfig{Brokers: e.Addrs(), Credentials: e.Credentials(), ClientID: "embedded-test", Logger: testLogger(t)}, extra...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -223,7 +223,7 @@ func crashChild() int {
 	if err != nil {
 		return fail(err)
 	}
-	cl, err := kafka.NewClient(kafka.ClientConfig{Brokers: e.Addrs(), Logger: logger})
+	cl, err := kafka.NewClient(kafka.ClientConfig{Brokers: e.Addrs(), Credentials: e.Credentials(), Logger: logger})
 	if err != nil {
 		return fail(err)
 	}
@@ -244,7 +244,7 @@ func crashChild() int {
 		rep.Acked = append(rep.Acked, m.ID)
 	}
 
-	cons, err := kafka.NewClient(kafka.ClientConfig{Brokers: e.Addrs(), ClientID: "crash-consumer", Logger: logger},
+	cons, err := kafka.NewClient(kafka.ClientConfig{Brokers: e.Addrs(), Credentials: e.Credentials(), ClientID: "crash-consumer", Logger: logger},
 		kgo.ConsumerGroup(crashGroup), kgo.ConsumeTopics(crashTopic), kgo.DisableAutoCommit())
 	if err != nil {
 		return fail(err)

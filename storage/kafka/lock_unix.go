@@ -12,7 +12,7 @@ import (
 // lockDir takes an exclusive, non-blocking flock on path. The kernel releases
 // it when the file is closed or the process dies, however it dies.
 func lockDir(path string) (*os.File, error) {
-	f, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR, 0o644)
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR, 0o600)
 	if err != nil {
 		return nil, err
 	}

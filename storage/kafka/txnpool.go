@@ -17,7 +17,8 @@ var ErrPoolClosed = errors.New("transactional producer pool closed")
 
 // TxnPoolConfig configures a TxnPool.
 type TxnPoolConfig struct {
-	Brokers []string // required
+	Brokers     []string // required
+	Credentials Credentials
 	// Size is the number of clients, and so of transactions open at once. Default 1.
 	Size int
 	// Prefix prefixes the clients' transactional ids (Prefix-0, Prefix-1, …): stable per
@@ -84,7 +85,7 @@ func (p *TxnPool) Acquire(ctx context.Context) (*Txn, error) {
 		return nil, ErrPoolClosed
 	}
 	if p.clients[slot] == nil {
-		cl, err := NewClient(ClientConfig{Brokers: p.cfg.Brokers, ClientID: p.cfg.ClientID, Logger: p.cfg.Logger},
+		cl, err := NewClient(ClientConfig{Brokers: p.cfg.Brokers, Credentials: p.cfg.Credentials, ClientID: p.cfg.ClientID, Logger: p.cfg.Logger},
 			kgo.TransactionalID(p.cfg.Prefix+"-"+strconv.Itoa(slot)),
 			kgo.TransactionTimeout(p.cfg.TxnTimeout),
 		)
