@@ -51,10 +51,11 @@ const (
 
 // Config is one run of the observations scenario.
 type Config struct {
-	URL         string   // base URL of a carehub node with the ingest and api roles (loopback)
-	Keys        []string // API keys with write:observations and read:patients; devices take them in turn
-	MetricsURLs []string // /metrics of the processors nodes; default URL + "/metrics"
-	Brokers     []string // the broker, for the raw-produce baseline; empty skips it
+	URL         string            // base URL of a carehub node with the ingest and api roles (loopback)
+	Keys        []string          // API keys with write:observations and read:patients; devices take them in turn
+	MetricsURLs []string          // /metrics of the processors nodes; default URL + "/metrics"
+	Brokers     []string          // the broker, for the raw-produce baseline; empty skips it
+	Credentials kafka.Credentials // what a client of Brokers authenticates with
 	// CopyPool is the node's database, for the raw COPY baseline; nil skips it.
 	CopyPool *pgxpool.Pool
 	Devices  int
@@ -521,7 +522,7 @@ func postLoad(ctx context.Context, cfg Config, client *http.Client, bodies []bod
 // bodies) with one idempotent acks=all client, Devices goroutines each producing a batch and
 // waiting for its acknowledgement, for the raw phase, to a topic of its own on the same broker.
 func rawProduce(ctx context.Context, cfg Config, bodies []body, rep *Report) error {
-	cl, err := kafka.NewClient(kafka.ClientConfig{Brokers: cfg.Brokers, ClientID: "carehub-loadtest-raw"})
+	cl, err := kafka.NewClient(kafka.ClientConfig{Brokers: cfg.Brokers, Credentials: cfg.Credentials, ClientID: "carehub-loadtest-raw"})
 	if err != nil {
 		return err
 	}

@@ -42,10 +42,11 @@ import (
 // `carehub serve` node with every role, without the rest of the API, and with a node's Go
 // runtime settings (node.TuneRuntime).
 type Stack struct {
-	URL     string
-	Brokers []string
-	Key     string        // a test-mode demo-health key: write:observations, read:patients
-	Pool    *pgxpool.Pool // the stack's database, for the raw COPY baseline
+	URL         string
+	Brokers     []string
+	Credentials kafka.Credentials // what a client of Brokers authenticates with
+	Key         string            // a test-mode demo-health key: write:observations, read:patients
+	Pool        *pgxpool.Pool     // the stack's database, for the raw COPY baseline
 	// EventLog is the kind of store the event log writer runs on ("postgres", "clickhouse"),
 	// or empty when it does not run: a name for reports, never a URL with its credentials.
 	EventLog string
@@ -115,9 +116,9 @@ func StartStack(ctx context.Context, dataDir string, logger *slog.Logger, opts S
 		return nil, fmt.Errorf("kafka: %w", err)
 	}
 	s.closers = append(s.closers, func() { _ = broker.Close() })
-	s.Brokers = broker.Addrs()
+	s.Brokers, s.Credentials = broker.Addrs(), broker.Credentials()
 	reg := prometheus.NewRegistry()
-	producer, err := kafka.NewClient(kafka.ClientConfig{Brokers: s.Brokers, ClientID: "carehub", Registerer: reg, Logger: logger})
+	producer, err := kafka.NewClient(kafka.ClientConfig{Brokers: s.Brokers, Credentials: s.Credentials, ClientID: "carehub", Registerer: reg, Logger: logger})
 	if err != nil {
 		return nil, err
 	}
@@ -128,11 +129,11 @@ func StartStack(ctx context.Context, dataDir string, logger *slog.Logger, opts S
 		return nil, err
 	}
 
-	in, err := intake.New(intake.Config{Brokers: s.Brokers, Pool: pool, Producers: 32, MaxLag: opts.MaxLag, LatencyBudget: opts.LatencyBudget, Logger: logger, Registerer: reg})
+	in, err := intake.New(intake.Config{Brokers: s.Brokers, Credentials: s.Credentials, Pool: pool, Producers: 32, MaxLag: opts.MaxLag, LatencyBudget: opts.LatencyBudget, Logger: logger, Registerer: reg})
 	if err != nil {
 		return nil, err
 	}
-	writer, err := obs.NewWriter(obs.WriterConfig{Brokers: s.Brokers, Pool: pool, Members: opts.WriterMembers, Concurrency: opts.WriterConcurrency, Logger: logger,
+	writer, err := obs.NewWriter(obs.WriterConfig{Brokers: s.Brokers, Credentials: s.Credentials, Pool: pool, Members: opts.WriterMembers, Concurrency: opts.WriterConcurrency, Logger: logger,
 		Registerer: reg})
 	if err != nil {
 		in.Close()
@@ -223,7 +224,7 @@ func (s *Stack) eventLogWriter(ctx context.Context, store string, pool *pgxpool.
 	default:
 		return nil, fmt.Errorf("event log store %q: want postgres or a clickhouse:// URL", store)
 	}
-	return eventlog.New(eventlog.Config{Brokers: s.Brokers, Store: log, Logger: logger, Registerer: reg})
+	return eventlog.New(eventlog.Config{Brokers: s.Brokers, Credentials: s.Credentials, Store: log, Logger: logger, Registerer: reg})
 }
 
 // writerAssigned waits (at most 60 s) until the observation writer's group has assigned every

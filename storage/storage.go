@@ -15,6 +15,23 @@ import (
 // ErrBadCursor is returned by queries given a cursor they did not produce.
 var ErrBadCursor = errors.New("invalid cursor")
 
+// ErrUnstorable marks a store's refusal of the data itself (a number out of range, text it
+// cannot hold, a broken constraint), as opposed to the store being away or slow: the same data
+// is refused again however often it is retried. AppendEvents wraps such errors with it, so that
+// the event log's writer sets the events aside (a dead-letter topic) instead of retrying them
+// forever.
+var ErrUnstorable = errors.New("the store refuses the data")
+
+// RefusedError is a store's refusal of data (it unwraps to ErrUnstorable and to Err). Its Error
+// is Code alone, which may be logged; Err's own text may quote the value refused.
+type RefusedError struct {
+	Code string // the store's code for the fault: "SQLSTATE 22003", "ClickHouse code 53"
+	Err  error
+}
+
+func (e *RefusedError) Error() string   { return "the store refuses the data (" + e.Code + ")" }
+func (e *RefusedError) Unwrap() []error { return []error{ErrUnstorable, e.Err} }
+
 // Event is one platform event: the envelope of DECISIONS §4, as it travels on carehub.events.v1
 // and as the event log keeps it.
 type Event struct {
@@ -190,7 +207,25 @@ type AggregateQuery struct {
 	// Latency adds percentiles of the payload's run time (latencyMs, durationMs or duration_ms)
 	// over the events that carry one.
 	Latency bool
+	// Private, when set, keeps the payload values of events that may carry patient data out of
+	// the answer, for a reader who may not see them: grouped by status such an event counts
+	// under RedactedKey, and its run time is not measured.
+	Private *Private
 }
+
+// Private says which events' payload values a statistics reader may not be given
+// (AggregateQuery.Private): those of Types, and any other whose payload may name a patient (it
+// mentions "patient" or "subject" in any letter case; in a store that keeps the payload as
+// written, also one holding a \u escape, which could spell either), but for those of Open,
+// whose status and run time are no patient data (a redacted event keeps them).
+type Private struct {
+	Types []string // types whose events always carry patient data
+	Open  []string // types whose status and run time every reader may be given
+}
+
+// RedactedKey is the status group of the events whose status a reader may not be given
+// (AggregateQuery.Private).
+const RedactedKey = "(redacted)"
 
 // AggregateRow is one group of AggregateEvents: its bucket's start (zero without buckets), its
 // key (empty without grouping), how many events fell in it and, with Latency, how many carried

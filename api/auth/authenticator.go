@@ -15,9 +15,12 @@ import (
 	"carehub/kernel/fault"
 )
 
-// cacheTTL bounds how long a revocation or rotation expiry takes to reach a node that has the
-// key cached. Short enough for security review, long enough that a warm request does no I/O.
-const cacheTTL = 5 * time.Second
+// DefaultCacheTTL is how long a key lookup is cached. Revocations and rotations made through
+// Keys reach every node at once (KeyListener); the TTL bounds what is not announced: a change
+// while a node's listener is reconnecting, a rotated key's grace running out, a change made
+// in the database by hand. Short enough for security review, long enough that a warm request
+// does no I/O.
+const DefaultCacheTTL = 5 * time.Second
 
 // maxCached bounds the key cache; past it, stale entries go first, then random ones.
 const maxCached = 100_000
@@ -38,10 +41,14 @@ type Authenticator struct {
 	clientIP func(*http.Request) netip.Addr
 	limits   Limits
 	wsPath   string
+	ttl      time.Duration
 	rate     map[Class]*limiter
 
 	mu    sync.Mutex
 	cache map[string]cachedKey // "h:"+key hash, or "i:"+key id
+	// forgets counts Forget and ForgetKey calls: a lookup that read the key before one of them
+	// does not cache what it read, which may be the state the forget was meant to drop.
+	forgets uint64
 }
 
 type cachedKey struct {
@@ -62,6 +69,8 @@ type AuthenticatorConfig struct {
 	// unauthenticated, because the credential of a subscription arrives in its connection_init
 	// message, which the WebSocket handler authenticates with Authenticate. Default "/graphql".
 	WebSocketPath string
+	// CacheTTL is how long a key lookup is cached. Default DefaultCacheTTL.
+	CacheTTL time.Duration
 }
 
 func (c *AuthenticatorConfig) defaults() {
@@ -73,13 +82,14 @@ func (c *AuthenticatorConfig) defaults() {
 		c.Clock = time.Now
 	}
 	config.Default(&c.WebSocketPath, "/graphql")
+	config.Default(&c.CacheTTL, DefaultCacheTTL)
 }
 
 // NewAuthenticator returns an Authenticator over keys; tokens may be nil to accept keys only.
 func NewAuthenticator(keys *Keys, tokens TokenVerifier, cfg AuthenticatorConfig) *Authenticator {
 	cfg.defaults()
 	return &Authenticator{keys: keys, tokens: tokens, now: cfg.Clock, clientIP: cfg.ClientIP, limits: cfg.Limits,
-		wsPath: cfg.WebSocketPath, cache: map[string]cachedKey{},
+		wsPath: cfg.WebSocketPath, ttl: cfg.CacheTTL, cache: map[string]cachedKey{},
 		rate: map[Class]*limiter{
 			ClassDefault: newLimiter(cfg.Limits.Default, cfg.Limits.MaxTracked),
 			ClassIngest:  newLimiter(cfg.Limits.Ingest, cfg.Limits.MaxTracked),
@@ -201,8 +211,8 @@ func (a *Authenticator) Authenticate(ctx context.Context, authorization string, 
 // nor expired, still holds every scope p carries and still admits p's client address. Long-lived
 // connections (WebSocket) call it periodically, so that revocation, rotation expiry, narrowed
 // scopes and allowlists reach them as they reach requests. The key is read through the same
-// cache as Authenticate: a change made on another node is seen within cacheTTL, one made on this
-// node (ForgetKey) at once, and any number of sockets of one key cost one lookup per cacheTTL.
+// cache as Authenticate: a revocation or rotation is seen at once (ForgetKey, KeyListener), other
+// changes within the cache TTL, and any number of sockets of one key cost one lookup per TTL.
 //
 // It returns a *Refusal (ErrInvalidCredential), a fault.InsufficientScope, ErrIPNotAllowed, or an
 // UNAVAILABLE fault when the key store cannot be read: then nothing is known either way.
@@ -241,14 +251,15 @@ func (a *Authenticator) Recheck(ctx context.Context, p *access.Principal) error 
 }
 
 // lookup returns the cached key under cacheKey, or fetches it. A key that does not exist is
-// cached as nil for cacheTTL too, so a client retrying a dead key does not reach the database on
+// cached as nil for the TTL too, so a client retrying a dead key does not reach the database on
 // every request. Errors other than not-found are not cached.
 func (a *Authenticator) lookup(cacheKey string, fetch func() (*Key, error)) (*Key, error) {
 	now := a.now()
 	a.mu.Lock()
 	c, ok := a.cache[cacheKey]
+	forgets := a.forgets
 	a.mu.Unlock()
-	if ok && now.Sub(c.fetched) < cacheTTL && !now.Before(c.fetched) {
+	if ok && now.Sub(c.fetched) < a.ttl && !now.Before(c.fetched) {
 		return c.key, nil
 	}
 	k, err := fetch()
@@ -259,11 +270,14 @@ func (a *Authenticator) lookup(cacheKey string, fetch func() (*Key, error)) (*Ke
 		return nil, err
 	}
 	a.mu.Lock()
+	defer a.mu.Unlock()
+	if forgets != a.forgets {
+		return k, nil
+	}
 	if len(a.cache) >= maxCached {
 		a.evictLocked(now)
 	}
 	a.cache[cacheKey] = cachedKey{key: k, fetched: now}
-	a.mu.Unlock()
 	return k, nil
 }
 
@@ -271,7 +285,7 @@ func (a *Authenticator) lookup(cacheKey string, fetch func() (*Key, error)) (*Ke
 // ones until it does (map iteration order is random), so one sweep serves many inserts.
 func (a *Authenticator) evictLocked(now time.Time) {
 	for k, c := range a.cache {
-		if now.Sub(c.fetched) >= cacheTTL {
+		if now.Sub(c.fetched) >= a.ttl {
 			delete(a.cache, k)
 		}
 	}
@@ -287,15 +301,17 @@ func (a *Authenticator) evictLocked(now time.Time) {
 func (a *Authenticator) Forget() {
 	a.mu.Lock()
 	clear(a.cache)
+	a.forgets++
 	a.mu.Unlock()
 }
 
 // ForgetKey drops the cached state of key id (both its hash and its id entries), so a
-// revocation or rotation made on this node applies here at once; other nodes follow within
-// cacheTTL.
+// revocation or rotation applies here at once: KeyAdmin calls it for changes made on this node,
+// KeyListener for those announced by any node or the CLI.
 func (a *Authenticator) ForgetKey(id string) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	a.forgets++
 	delete(a.cache, "i:"+id)
 	for k, c := range a.cache {
 		if c.key != nil && c.key.ID == id {

@@ -16,7 +16,7 @@ import (
 
 // TestRecheck: a principal stands while its credential does. Revocation, rotation past its
 // grace, a JWT's exp, narrowed scopes and a narrowed allowlist each end it; on another node (no
-// ForgetKey) within cacheTTL, here at once.
+// ForgetKey) within DefaultCacheTTL, here at once.
 func TestRecheck(t *testing.T) {
 	pool := pgtest.New(t)
 	keys := NewKeys(pool)
@@ -115,7 +115,7 @@ func TestRecheck(t *testing.T) {
 			// A node that did not make the change learns of it when its cached copy of the key
 			// expires; the node that did (ForgetKey), at once.
 			if err := s.a.Recheck(ctx, s.p); !tc.want(err) {
-				s.clk.add(cacheTTL)
+				s.clk.add(DefaultCacheTTL)
 				if err := s.a.Recheck(ctx, s.p); !tc.want(err) {
 					t.Fatalf("Recheck after the key cache interval: %v", err)
 				}

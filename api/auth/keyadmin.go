@@ -86,7 +86,7 @@ func (k *KeyAdmin) Rotate(ctx context.Context, id string) (*CreatedKey, error) {
 	return created, nil
 }
 
-// Revoke ends key id at once (on this node; on others within the authenticator's cache TTL).
+// Revoke ends key id at once, on this node and (Keys.Revoke announces it) on every other.
 func (k *KeyAdmin) Revoke(ctx context.Context, id string) (*Key, error) {
 	p, err := access.Require(ctx, access.AdminOrg)
 	if err != nil {

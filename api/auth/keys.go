@@ -404,18 +404,24 @@ func (s *Keys) Rotate(ctx context.Context, orgFilter, id string) (*CreatedKey, e
 		}
 		_, err = tx.Exec(ctx, `update api_keys set status = 'rotated', rotated_at = now(), expires_at = now() + $2::interval, replaced_by = $3 where id = $1`,
 			id, interval(RotationGrace), created.ID)
-		return err
+		if err != nil {
+			return err
+		}
+		return notifyKeyChanged(ctx, tx, id)
 	})
 	return created, err
 }
 
-// Revoke ends key id at once; JWTs issued from it die with it.
+// Revoke ends key id at once, on every node (KeyChangesChannel); JWTs issued from it die with it.
 func (s *Keys) Revoke(ctx context.Context, orgFilter, id string) (*Key, error) {
 	var revoked int64
 	err := idempotency.Tx(ctx, s.pool, &revoked, func(tx pgx.Tx) error {
 		tag, err := tx.Exec(ctx, `update api_keys set status = 'revoked', revoked_at = coalesce(revoked_at, now()) where id = $1 and ($2 = '' or org_id = $2)`, id, orgFilter)
+		if err != nil || tag.RowsAffected() == 0 {
+			return err
+		}
 		revoked = tag.RowsAffected()
-		return err
+		return notifyKeyChanged(ctx, tx, id)
 	})
 	if err != nil {
 		return nil, fmt.Errorf("revoke api key: %w", err)

@@ -254,8 +254,8 @@ func TestRevocation(t *testing.T) {
 	if err != nil || k.Status != "revoked" || k.RevokedAt == nil {
 		t.Fatalf("Revoke = %+v, %v", k, err)
 	}
-	// Cached on this node for at most cacheTTL.
-	clk.add(cacheTTL)
+	// Cached on this node for at most DefaultCacheTTL.
+	clk.add(DefaultCacheTTL)
 	if _, err := a.Authenticate(ctx, "Bearer "+ck.Secret, ip); fault.KindOf(err) != fault.KindUnauthenticated {
 		t.Fatalf("revoked key after the cache TTL: %v, want UNAUTHORIZED", err)
 	}

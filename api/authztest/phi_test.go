@@ -153,7 +153,7 @@ var phiPaths = []phiPath{
 	{name: "subscription eventStream", class: "event", scopes: streamScopes, get: streamed("eventStream")},
 	{name: "webhook delivery", class: "event", scopes: sc(access.AdminOrg), get: (*phiEnv).webhookBodies},
 	{name: "GET /v1/webhooks/deliveries/{id}", class: "event", scopes: sc(access.AdminOrg), sample: true, get: (*phiEnv).deliveryRead},
-	{name: "mutation publishEvent", class: "event", scopes: sc(access.ExecWorkflows), sample: true, get: (*phiEnv).publishAs},
+	{name: "mutation publishEvent", class: "event", scopes: sc(access.ExecWorkflows), sample: true, refuseReal: true, get: (*phiEnv).publishAs},
 	{name: "query agent.sessions", class: "session", get: (*phiEnv).agentSessions},
 	{name: "subscription agentSessionUpdated", class: "session", scopes: streamScopes, get: streamed("agentSessionUpdated")},
 	{name: "mutation runAgent", class: "session", scopes: sc(access.ExecAgents), refuseReal: true, get: (*phiEnv).runAgentAs},

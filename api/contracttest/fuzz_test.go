@@ -1,6 +1,6 @@
-// Package contracttest holds the property-based test of the REST contract: Schemathesis, driven by
-// the OpenAPI document the node serves, against a whole node (DECISIONS §3, "the OpenAPI document
-// is exact").
+// Package contracttest holds the property-based tests of the REST and GraphQL contracts:
+// Schemathesis, driven by the OpenAPI document the node serves or by the GraphQL schema it answers
+// to introspection, against a whole node (DECISIONS §3, "the OpenAPI document is exact").
 package contracttest
 
 import (
@@ -82,16 +82,32 @@ func TestOpenAPIFuzz(t *testing.T) {
 		t.Fatal(err)
 	}
 	cfg := withTestData(t, s, key)
+	run(t, bin, cfg, s.URL+"/v1/openapi.json", "CAREHUB_FUZZ_KEY="+key, "CAREHUB_FUZZ_SPARE_KEY_ID="+spare.ID)
+}
+
+// TestGraphQLFuzz runs Schemathesis against POST /graphql, driven by the schema the node answers
+// to introspection, with every check it has for GraphQL (graphql.toml): no server error, no
+// answer that contradicts the schema, valid queries served, invalid ones refused. The queries
+// and mutations are those of a key holding every scope of the demo organization.
+func TestGraphQLFuzz(t *testing.T) {
+	bin := schemathesis(t)
+	s := servertest.Start(t, servertest.WithRoles(node.RoleAPI, node.RoleIngest))
+	run(t, bin, withHooks(t, "graphql.toml", "graphql_hooks.py", ""), s.URL+"/graphql", "CAREHUB_FUZZ_KEY="+s.DemoKey())
+}
+
+// run runs Schemathesis with the configuration file cfg against the schema at url, and fails
+// the test unless it finds nothing.
+func run(t *testing.T, bin, cfg, url string, env ...string) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, bin, "--config-file", cfg, "run", s.URL+"/v1/openapi.json")
+	cmd := exec.CommandContext(ctx, bin, "--config-file", cfg, "run", url)
 	cmd.Dir = t.TempDir() // whatever Schemathesis writes stays out of the source tree
-	cmd.Env = append(os.Environ(), "CAREHUB_FUZZ_KEY="+key, "CAREHUB_FUZZ_SPARE_KEY_ID="+spare.ID,
-		"NO_COLOR=1")
+	cmd.Env = append(append(os.Environ(), env...), "NO_COLOR=1")
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	start := time.Now()
-	err = cmd.Run()
+	err := cmd.Run()
 	line := "no summary"
 	if m := summary.FindSubmatch(out.Bytes()); m != nil {
 		line = string(m[1])
@@ -143,10 +159,6 @@ var testData = []struct {
 // withTestData writes schemathesis.toml with the testData bindings added, and returns its path.
 func withTestData(t *testing.T, s *servertest.Server, key string) string {
 	t.Helper()
-	base, err := os.ReadFile("schemathesis.toml")
-	if err != nil {
-		t.Fatal(err)
-	}
 	org := s.OrgID(demo.DemoOrgSlug)
 	// A subscription for the webhook operations to read, change, rotate and delete.
 	project := s.ProjectID(demo.SepsisProjectName)
@@ -195,13 +207,23 @@ where i.project_id = $1 and a.name = $2`, project, demo.NEWS2ModelName).Scan(&in
 		}
 		fmt.Fprintf(&ops, "\n[[operations]]\ninclude-path-regex = %q\nparameters = { %s }\n", d.paths, strings.Join(params, ", "))
 	}
-	hooks, err := filepath.Abs("hooks.py")
+	return withHooks(t, "schemathesis.toml", "hooks.py", ops.String()+dicts.String())
+}
+
+// withHooks writes the configuration file base with its hooks file (which Schemathesis finds by
+// an absolute path only: it runs in a temporary directory) and extra appended, and returns its
+// path.
+func withHooks(t *testing.T, base, hooks, extra string) string {
+	t.Helper()
+	text, err := os.ReadFile(base)
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg := filepath.Join(t.TempDir(), "schemathesis.toml")
-	text := fmt.Sprintf("hooks = %q\n%s%s%s", hooks, base, ops.String(), dicts.String())
-	if err := os.WriteFile(cfg, []byte(text), 0o644); err != nil {
+	if hooks, err = filepath.Abs(hooks); err != nil {
+		t.Fatal(err)
+	}
+	cfg := filepath.Join(t.TempDir(), base)
+	if err := os.WriteFile(cfg, fmt.Appendf(nil, "hooks = %q\n%s%s", hooks, text, extra), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	return cfg

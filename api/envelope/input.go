@@ -20,6 +20,7 @@ import (
 	"github.com/gorilla/mux"
 
 	"carehub/kernel/fault"
+	"carehub/kernel/jsonwire"
 	"carehub/schemas"
 )
 
@@ -299,16 +300,33 @@ func integralNumbers(b []byte) (_ []byte, ok bool) {
 	return out, err == nil
 }
 
-// CheckJSONText refuses, as 400 naming the field, a JSON text that is not valid UTF-8 or carries
-// a NUL character (\u0000) in a string or a member name. A text that is not JSON at all passes:
-// the caller's decoder says what is wrong with it.
+// CheckJSONText refuses, as 400 naming the field, a JSON text that is not valid UTF-8, carries
+// a NUL character (\u0000) in a string or a member name, or holds anything else the stores
+// cannot hold as it stands (jsonwire.Storable: a number that is no finite double, an unpaired
+// surrogate escape, nesting past 128). Any body may end up in an event or a jsonb column, and
+// an event the log cannot store used to stop the log for every tenant. A text that is not JSON
+// at all passes: the caller's decoder says what is wrong with it.
 func CheckJSONText(b []byte) error {
 	if !utf8.Valid(b) {
 		return fault.Invalid("the request body is not valid UTF-8")
 	}
-	if !bytes.Contains(b, []byte(`\u0000`)) {
-		return nil // the only way a NUL can appear in valid JSON
+	if bytes.Contains(b, []byte(`\u0000`)) { // the only way a NUL can appear in valid JSON
+		if err := checkNUL(b); err != nil {
+			return err
+		}
 	}
+	var se *jsonwire.StorableError
+	if err := jsonwire.Storable(b); errors.As(err, &se) {
+		if se.Path == "" {
+			return fault.Invalid("the request body %s", se.Reason)
+		}
+		return invalidField(se.Path, "%s", se.Reason)
+	}
+	return nil
+}
+
+// checkNUL refuses, naming the field, the JSON text b with a NUL in a string or member name.
+func checkNUL(b []byte) error {
 	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.UseNumber()
 	var doc any

@@ -178,6 +178,9 @@ func (h handler) process(r *http.Request, entries []inEntry, transaction bool) (
 			}
 			out[i] = entry{FullURL: fullURL(r, "Patient", res[k].Doc), Resource: res[k].Doc, Response: &entryResponse{Status: status,
 				Location: "Patient/" + ids.FHIR(id) + "/_history/" + version, Etag: `W/"` + version + `"`}}
+			if minimal(r, "Patient") {
+				out[i].Resource = nil
+			}
 		}
 	}
 

@@ -16,6 +16,7 @@ import (
 
 	"carehub/ingest/intake"
 	"carehub/kernel/fault"
+	"carehub/kernel/jsonwire"
 	"carehub/processors/patients"
 	"carehub/storage/ids"
 )
@@ -109,6 +110,11 @@ func readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, erro
 		}
 		return nil, fault.Invalid("the request body could not be read")
 	}
+	// Postgres refuses what jsonb cannot hold (an unpaired surrogate escape: 22P05), which
+	// answered 500; malformed JSON is left to the resource's parser, which words it.
+	if se, ok := errors.AsType[*jsonwire.StorableError](jsonwire.Storable(b)); ok {
+		return nil, fault.Invalid("%s", se.Error())
+	}
 	return b, nil
 }
 
@@ -191,6 +197,10 @@ func (h handler) create(w http.ResponseWriter, r *http.Request) {
 	}
 	w.Header().Set("Location", baseURL(r)+"/"+t+"/"+res.id+"/_history/"+res.version)
 	w.Header().Set("ETag", `W/"`+res.version+`"`)
+	if minimal(r, t) {
+		writeMinimal(w, res.status)
+		return
+	}
 	writeDoc(w, r, res.status, res.doc)
 }
 
@@ -217,6 +227,13 @@ func (h handler) update(w http.ResponseWriter, r *http.Request) {
 	doc, err := h.Patients.UpdatePatient(r.Context(), id, body)
 	if err != nil {
 		writeErrorAt(w, r, err, t)
+		return
+	}
+	if minimal(r, t) {
+		_, version := idVersion(doc)
+		w.Header().Set("Location", baseURL(r)+"/"+t+"/"+ids.FHIR(id)+"/_history/"+version)
+		w.Header().Set("ETag", `W/"`+version+`"`)
+		writeMinimal(w, http.StatusOK)
 		return
 	}
 	writeDoc(w, r, http.StatusOK, doc)

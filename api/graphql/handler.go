@@ -10,7 +10,8 @@
 // Errors (errors.go) carry extensions.code, mapped from the services' fault kinds in one place.
 // Limits: queries of at most 32 KiB (rejected before parsing), depth at most 12 (depth.go), a
 // cost of at most 100 000 estimated values (cost.go), no NUL or invalid UTF-8 in any argument or
-// variable (strict.go), limit 1..100 and offset ≥ 0 on list fields (args.go).
+// variable (strict.go), limit 1..100 and offset ≥ 0 on list fields (args.go), an answer of at
+// most 16 MiB (answer.go).
 package graphql
 
 import (
@@ -82,6 +83,9 @@ type Config struct {
 	// MaxCost is the budget of one operation's estimated cost (default DefaultMaxCost; see
 	// cost.go); a costlier one is refused before it runs.
 	MaxCost int64
+	// MaxResponseBytes bounds the answer of one query or mutation in bytes (default
+	// DefaultMaxResponseBytes; see answer.go); a larger one is answered RESPONSE_TOO_LARGE.
+	MaxResponseBytes int64
 }
 
 func (c *Config) defaults() {
@@ -91,6 +95,7 @@ func (c *Config) defaults() {
 	config.Default(&c.MaxQueryBytes, DefaultMaxQueryBytes)
 	config.Default(&c.MaxParallelism, 16)
 	config.Default(&c.MaxCost, DefaultMaxCost)
+	config.Default(&c.MaxResponseBytes, DefaultMaxResponseBytes)
 }
 
 // DefaultMaxQueryBytes is the query length limit of DECISIONS §3.
@@ -105,6 +110,7 @@ type Handler struct {
 	maxQuery      int
 	cost          *costModel
 	maxCost       int64
+	maxResponse   int64 // answer-size budget in bytes (answer.go)
 	// docs keeps what precheck and schemaFor learn of a document that passed them, by its text:
 	// a client sends the same few documents again and again, with other variables, and reading
 	// one took more CPU than graph-gophers' own parse and validation. Only documents of at most
@@ -136,7 +142,8 @@ func New(s Services, cfg Config) (*Handler, error) {
 	if err != nil {
 		return nil, err
 	}
-	h := &Handler{s: &s, logger: cfg.Logger, maxQuery: cfg.MaxQueryBytes, cost: cost, maxCost: cfg.MaxCost, docs: docs}
+	h := &Handler{s: &s, logger: cfg.Logger, maxQuery: cfg.MaxQueryBytes, cost: cost, maxCost: cfg.MaxCost,
+		maxResponse: cfg.MaxResponseBytes, docs: docs}
 	opts := func(depth int) []gql.SchemaOpt {
 		return []gql.SchemaOpt{
 			gql.UseStringDescriptions(),
@@ -208,6 +215,8 @@ func (h *Handler) Execute(ctx context.Context, req Request) *Response {
 		return &Response{Errors: errs}
 	}
 	ctx = withLoaders(ctx, newLoaders(h.s))
+	ctx, _, cancel := withAnswerBudget(ctx, h.maxResponse)
+	defer cancel()
 	res := d.schema.Exec(ctx, req.Query, req.OperationName, req.Variables)
 	return h.finish(ctx, req, res)
 }
@@ -281,8 +290,12 @@ func (h *Handler) schemaFor(query string) *gql.Schema {
 }
 
 // finish fills the locations graph-gophers leaves out, maps the errors and applies the data-null
-// rule to one graph-gophers response to req.
+// rule to one graph-gophers response to req; an answer over the answer-size budget (charged by
+// the resolvers, or as serialized) is replaced by RESPONSE_TOO_LARGE alone.
 func (h *Handler) finish(ctx context.Context, req Request, res *gql.Response) *Response {
+	if budgetOf(ctx).exceeded() || int64(len(res.Data)) > h.maxResponse {
+		return tooLarge(h.maxResponse)
+	}
 	addLocations(req, res.Errors)
 	mapErrors(ctx, h.logger, res.Errors)
 	out := &Response{Errors: res.Errors, Data: res.Data, Extensions: res.Extensions}

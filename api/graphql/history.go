@@ -38,11 +38,33 @@ func (q *queryResolver) EventHistory(ctx context.Context, args eventHistoryArgs)
 	if args.Types != nil {
 		fq.Types = *args.Types
 	}
-	page, err := q.s.Feed.Events(ctx, fq)
+	page, err := q.eventPage(ctx, fq, "events.payload")
 	if err != nil {
 		return nil, err
 	}
 	return &eventPageResolver{page: page, mode: fq.Total}, nil
+}
+
+// eventPage fetches a page of events for a list field whose selection names their payload at
+// payloadPath. Payloads are the large values of an event list: one page is fetched at a time per
+// operation, and its payloads are charged to the answer-size budget before the next may be
+// fetched (answer.go), so that aliases cannot hold many pages at once.
+func (q *queryResolver) eventPage(ctx context.Context, fq feed.Query, payloadPath string) (feed.Page, error) {
+	release, err := holdFetch(ctx)
+	if err != nil {
+		return feed.Page{}, err
+	}
+	defer release()
+	page, err := q.s.Feed.Events(ctx, fq)
+	if err != nil || !gql.HasSelectedField(ctx, payloadPath) {
+		return page, err
+	}
+	for i := range page.Events {
+		if err := charge(ctx, encodedSize(page.Events[i].Payload)); err != nil {
+			return feed.Page{}, err
+		}
+	}
+	return page, nil
 }
 
 // totalModes maps EventTotal to the store's modes; EXACT (or none given) is the zero mode.

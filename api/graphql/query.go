@@ -278,8 +278,8 @@ func (q *queryResolver) Events(ctx context.Context, args struct {
 	if err != nil {
 		return nil, err
 	}
-	page, err := q.s.Feed.Events(ctx, feed.Query{ProjectID: string(args.ProjectID), Type: str(args.Type),
-		Since: timeArg(args.Since), Limit: limit})
+	page, err := q.eventPage(ctx, feed.Query{ProjectID: string(args.ProjectID), Type: str(args.Type),
+		Since: timeArg(args.Since), Limit: limit}, "payload")
 	if err != nil {
 		return nil, err
 	}

@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"time"
+
+	"carehub/kernel/jsonwire"
 )
 
 // DateTime is the DateTime scalar: an RFC 3339 timestamp, written in UTC ("2024-05-01T12:00:00Z",
@@ -53,6 +55,11 @@ func (j *JSON) UnmarshalGraphQL(input any) error {
 	b, err := json.Marshal(input)
 	if err != nil {
 		return fmt.Errorf("JSON value cannot be encoded: %v", err)
+	}
+	// A value a store cannot hold (a number past a double, from a variable decoded as a
+	// json.Number) would reach an event or a jsonb column and fail there.
+	if err := jsonwire.Storable(b); err != nil {
+		return fmt.Errorf("JSON value cannot be stored: %v", err)
 	}
 	j.raw = b
 	return nil

@@ -209,8 +209,10 @@ func (l *loaders) installations(ins []marketplace.Installation) []*installationR
 
 func (r *installationResolver) ID() gql.ID            { return gql.ID(r.in.ID) }
 func (r *installationResolver) Status() string        { return r.in.Status }
-func (r *installationResolver) Config() *JSON         { return optJSON(r.in.Config) }
 func (r *installationResolver) InstalledAt() DateTime { return dateTime(r.in.InstalledAt) }
+func (r *installationResolver) Config(ctx context.Context) (*JSON, error) {
+	return chargedJSON(ctx, r.in.Config)
+}
 func (r *installationResolver) Project(ctx context.Context) (*projectResolver, error) {
 	return r.l.project(ctx, r.in.ProjectID)
 }
@@ -310,14 +312,18 @@ func (l *loaders) sessions(ss []agents.Session) []*sessionResolver {
 func (r *sessionResolver) ID() gql.ID             { return gql.ID(r.s.ID) }
 func (r *sessionResolver) PatientID() string      { return r.s.PatientID }
 func (r *sessionResolver) Status() string         { return r.s.Status }
-func (r *sessionResolver) Input() *JSON           { return optJSON(r.s.Input) }
-func (r *sessionResolver) Output() *JSON          { return optJSON(r.s.Output) }
 func (r *sessionResolver) LatencyMs() *int32      { return r.s.LatencyMs }
 func (r *sessionResolver) TokensUsed() *int32     { return r.s.TokensUsed }
 func (r *sessionResolver) StartedAt() DateTime    { return dateTime(r.s.StartedAt) }
 func (r *sessionResolver) CompletedAt() *DateTime { return optDateTime(r.s.CompletedAt) }
 func (r *sessionResolver) Error() *string         { return r.s.Error }
 func (r *sessionResolver) Redacted() bool         { return r.s.Redacted }
+func (r *sessionResolver) Input(ctx context.Context) (*JSON, error) {
+	return chargedJSON(ctx, r.s.Input)
+}
+func (r *sessionResolver) Output(ctx context.Context) (*JSON, error) {
+	return chargedJSON(ctx, r.s.Output)
+}
 func (r *sessionResolver) Agent(ctx context.Context) (*agentResolver, error) {
 	a, err := r.l.agentByID.Load(ctx, r.s.AgentID)
 	if err != nil {
@@ -378,12 +384,16 @@ func (l *loaders) runs(rs []workflows.Run) []*runResolver {
 
 func (r *runResolver) ID() gql.ID             { return gql.ID(r.r.ID) }
 func (r *runResolver) Status() string         { return r.r.Status }
-func (r *runResolver) Input() *JSON           { return optJSON(r.r.Input) }
-func (r *runResolver) Output() *JSON          { return optJSON(r.r.Output) }
 func (r *runResolver) DurationMs() *int32     { return r.r.DurationMs }
 func (r *runResolver) StartedAt() DateTime    { return dateTime(r.r.StartedAt) }
 func (r *runResolver) CompletedAt() *DateTime { return optDateTime(r.r.CompletedAt) }
 func (r *runResolver) Redacted() bool         { return r.r.Redacted }
+func (r *runResolver) Input(ctx context.Context) (*JSON, error) {
+	return chargedJSON(ctx, r.r.Input)
+}
+func (r *runResolver) Output(ctx context.Context) (*JSON, error) {
+	return chargedJSON(ctx, r.r.Output)
+}
 func (r *runResolver) Workflow(ctx context.Context) (*workflowResolver, error) {
 	w, err := r.l.workflowByID.Load(ctx, r.r.WorkflowID)
 	if err != nil {

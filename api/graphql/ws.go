@@ -9,6 +9,7 @@ import (
 
 	gql "github.com/graph-gophers/graphql-go"
 	gqlerrors "github.com/graph-gophers/graphql-go/errors"
+	"github.com/vektah/gqlparser/v2/ast"
 
 	"carehub/api/auth"
 	"carehub/api/ws"
@@ -70,6 +71,16 @@ func (e *wsExecutor) Authenticate(ctx context.Context, r *http.Request, authoriz
 	return context.WithValue(access.With(ctx, p), userAgentKey{}, r.UserAgent()), nil
 }
 
+// Owner implements ws.Owner: a socket counts against its API key's limits of sockets and
+// operations (docs/LIMITS.md), and one opened with a JWT against the key the JWT came from, so
+// minting tokens does not multiply them.
+func (e *wsExecutor) Owner(ctx context.Context) string {
+	if p := access.From(ctx); p != nil {
+		return p.KeyID
+	}
+	return ""
+}
+
 // Recheck implements ws.Rechecker: a socket lives only as long as the credential it was opened
 // with (revoked, rotated past its grace, narrowed: closed with 4403). An unreachable key store
 // proves nothing either way, so the socket stays and is asked again next time.
@@ -110,9 +121,17 @@ func (e *wsExecutor) Execute(ctx context.Context, req ws.Request) (<-chan *ws.Re
 	}
 	ctx = withLoaders(ctx, newLoaders(e.h.s))
 	ctx, _ = access.WithRecorder(ctx)
+	// A query or mutation has the answer-size budget of POST /graphql. A subscription has none:
+	// it would add up over the subscription's life; each of its answers is held to the bound
+	// as serialized (finish).
+	cancel := context.CancelFunc(func() {})
+	if !isSubscription(d.doc, req.OperationName) {
+		ctx, _, cancel = withAnswerBudget(ctx, e.h.maxResponse)
+	}
 	start := time.Now()
 	src, err := d.schema.Subscribe(ctx, req.Query, req.OperationName, req.Variables)
 	if err != nil {
+		cancel()
 		return nil, &gqlerrors.QueryError{Message: err.Error(), Extensions: map[string]any{"code": CodeInternal}}
 	}
 	// Map each response's errors on the way; keep draining src after ctx ends so graph-gophers'
@@ -120,6 +139,7 @@ func (e *wsExecutor) Execute(ctx context.Context, req ws.Request) (<-chan *ws.Re
 	mapped := make(chan any)
 	go func() {
 		defer close(mapped)
+		defer cancel()
 		for item := range src {
 			if res, ok := item.(*gql.Response); ok {
 				item = e.audit(ctx, req, start, e.h.finishWS(ctx, Request{Query: req.Query, OperationName: req.OperationName}, res))
@@ -150,4 +170,10 @@ func WithWebSocket(h, wsh http.Handler) http.Handler {
 		}
 		h.ServeHTTP(w, r)
 	})
+}
+
+// isSubscription reports whether the operation of doc that name selects is a subscription.
+func isSubscription(doc *ast.QueryDocument, name string) bool {
+	op := doc.Operations.ForName(name)
+	return op != nil && op.Operation == ast.Subscription
 }

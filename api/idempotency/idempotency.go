@@ -5,6 +5,9 @@
 // so is a request whose key is held by a request still running (Retry-After: 1).
 //
 // Keys belong to the credential (organization and API key id; a JWT counts as its parent key).
+// Scope checks and patient-data rules run in the handler, which a replay skips, so an answer is
+// replayed only to a credential with the same scopes and mode as the one that got it first: a
+// JWT narrowed from the key, or the key after its scopes changed, gets 409 CONFLICT instead.
 // A key is 1 to 255 visible ASCII characters, sent once; anything else is 400 INVALID_REQUEST.
 //
 // What is kept: every answer the handler gave that is about the request, 2xx and 4xx, except
@@ -128,7 +131,7 @@ func (m *Middleware) handler(p policy) func(http.Handler) http.Handler {
 				p.onError(w, r, errBadKey)
 				return
 			}
-			m.serve(w, r, next, p, core.Scope{OrgID: caller.OrgID, KeyID: caller.KeyID}, keys[0], body)
+			m.serve(w, r, next, p, core.ScopeOf(caller), keys[0], body)
 		})
 	}
 }

@@ -49,7 +49,7 @@ func (h *handlers) events(w http.ResponseWriter, r *http.Request) {
 		envelope.WriteError(w, r, err)
 		return
 	}
-	page, err := h.s.Feed.Events(r.Context(), fq)
+	page, err := h.eventPage(r, fq)
 	if err != nil {
 		envelope.WriteError(w, r, err)
 		return
@@ -63,6 +63,45 @@ func (h *handlers) events(w http.ResponseWriter, r *http.Request) {
 		meta.Total = &page.Total
 	}
 	envelope.WriteJSON(w, http.StatusOK, envelope.List[Event]{Data: data, Meta: meta})
+}
+
+// MaxPageBytes bounds the payloads of one GET /v1/events page: the page ends with the event
+// that takes them to it, with the cursor of the next, however large limit is. Without it a
+// page of 1000 events of 256 KiB was 250 MiB held in memory, and more as JSON.
+const MaxPageBytes = 16 << 20
+
+// pageChunk is how many events eventPage reads at a time.
+const pageChunk = 100
+
+// eventPage reads the page fq asks for pageChunk events at a time, and ends it early at the
+// event whose payload takes the page to MaxPageBytes: memory holds at most that and one chunk
+// (100 × 256 KiB) whatever the limit. The first chunk counts the total as fq asks; the others
+// skip it.
+func (h *handlers) eventPage(r *http.Request, fq feed.Query) (feed.Page, error) {
+	limit, bytes := fq.Limit, 0
+	page := feed.Page{Events: []phi.Event{}}
+	for first := true; ; first = false {
+		fq.Limit = min(pageChunk, limit-len(page.Events))
+		chunk, err := h.s.Feed.Events(r.Context(), fq)
+		if err != nil {
+			return feed.Page{}, err
+		}
+		if first {
+			page.Total = chunk.Total
+		}
+		for i, e := range chunk.Events {
+			page.Events = append(page.Events, e)
+			if bytes += len(e.Payload); bytes >= MaxPageBytes && (i < len(chunk.Events)-1 || chunk.NextCursor != "") {
+				page.NextCursor = storage.EncodeCursor(e.CreatedAt, e.ID)
+				return page, nil
+			}
+		}
+		page.NextCursor = chunk.NextCursor
+		if chunk.NextCursor == "" || len(page.Events) >= limit {
+			return page, nil
+		}
+		fq.Cursor, fq.Total = chunk.NextCursor, storage.TotalNone
+	}
 }
 
 // ExportedEvent is one line of an NDJSON event export: the event as GET /v1/events serves it and

@@ -370,6 +370,24 @@ func TestPatientWriteErrors(t *testing.T) {
 	}
 }
 
+// TestPatientProgramLength checks that a care program's 100-character bound counts characters, as
+// the message and the OpenAPI document's maxLength say, not bytes: 100 accented letters are 200
+// bytes and fit; 101 do not.
+func TestPatientProgramLength(t *testing.T) {
+	a := newFHIRAPI(t, nil)
+	for _, tt := range []struct {
+		n      int
+		status int
+	}{{100, http.StatusCreated}, {101, http.StatusUnprocessableEntity}} {
+		body := fhirJSON(t, newPatient(func(p map[string]any) {
+			p["extension"] = []any{map[string]any{"url": patients.ExtensionProgram, "valueString": strings.Repeat("é", tt.n)}}
+		}))
+		if r := a.do("POST", "/v1/patients", "live", "application/json", body); r.status != tt.status {
+			t.Errorf("a program of %d characters: %d %s; want %d", tt.n, r.status, r.body, tt.status)
+		}
+	}
+}
+
 func TestPatientUpdate(t *testing.T) {
 	a := newFHIRAPI(t, nil)
 	body := fhirJSON(t, map[string]any{"resourceType": "Patient", "id": a.synthA, "name": []any{map[string]any{"family": "Renamed"}}, "gender": "unknown"})

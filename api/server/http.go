@@ -19,6 +19,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"carehub/api/envelope"
+	"carehub/api/graphql"
 	"carehub/storage/ids"
 )
 
@@ -188,6 +189,7 @@ var errorDocs = [][2]string{
 	{envelope.CodeRateLimited, "429: too many requests for this credential; retry after Retry-After seconds."},
 	{envelope.CodeInternal, "500: an unexpected error; quote the requestId when reporting it."},
 	{envelope.CodeUnavailable, "503: a dependency is temporarily unavailable; retry with backoff."},
+	{graphql.CodeResponseTooLarge, "GraphQL: the answer would exceed the answer-size budget of one operation (16 MiB by default; extensions.maxResponseBytes); select fewer large fields (payload, input, output, config), lower the limit arguments or split the operation."},
 }
 
 func serveErrorDocs(w http.ResponseWriter, r *http.Request) {

@@ -56,17 +56,22 @@ type API struct {
 	SocketRecheck      time.Duration // 0: ws.DefaultRecheckInterval
 	SocketKeepAlive    time.Duration // 0: ws.DefaultKeepAlive
 	SocketWriteTimeout time.Duration // 0: ws.DefaultWriteTimeout
+	SocketLimits       ws.Limits     // sockets and operations per key and per node (0 fields: the ws defaults)
+
+	// GraphQLMaxResponseBytes bounds one GraphQL answer in bytes (0: graphql.DefaultMaxResponseBytes).
+	GraphQLMaxResponseBytes int64
 }
 
 // MountAPI mounts GraphQL (POST and WebSocket on /graphql), the explorer and the platform REST
 // routes on r. The returned shutdown closes the open WebSockets; the caller runs it on shutdown.
 func MountAPI(r *mux.Router, e Edge, a API) (shutdown func(context.Context) error, err error) {
-	gh, err := graphql.New(a.Services, graphql.Config{Logger: a.Logger, MaxCost: a.GraphQLMaxCost})
+	gh, err := graphql.New(a.Services, graphql.Config{Logger: a.Logger, MaxCost: a.GraphQLMaxCost,
+		MaxResponseBytes: a.GraphQLMaxResponseBytes})
 	if err != nil {
 		return nil, err
 	}
 	wsh, err := ws.New(gh.Executor(e.Authn, e.Auditor), ws.Config{Logger: a.Logger, Metrics: a.Registerer, RecheckInterval: a.SocketRecheck,
-		KeepAlive: a.SocketKeepAlive, WriteTimeout: a.SocketWriteTimeout})
+		KeepAlive: a.SocketKeepAlive, WriteTimeout: a.SocketWriteTimeout, Limits: a.SocketLimits})
 	if err != nil {
 		return nil, err
 	}

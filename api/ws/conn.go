@@ -11,6 +11,7 @@ import (
 
 	"github.com/coder/websocket"
 	gqlerrors "github.com/graph-gophers/graphql-go/errors"
+	"golang.org/x/sync/semaphore"
 )
 
 // protocol is what differs between the two wire protocols: how client messages are handled
@@ -46,8 +47,9 @@ const (
 // outbound is one queued message. Messages of an operation the client has stopped are
 // dropped by the writer; op is nil for connection-level messages.
 type outbound struct {
-	op   *operation
-	data []byte
+	op     *operation
+	data   []byte
+	weight int64 // of the send queue's bytes: len(data), at most Limits.QueueBytes
 }
 
 // operation is one running subscribe (legacy start).
@@ -75,6 +77,9 @@ type conn struct {
 	cancel context.CancelFunc
 
 	queue chan outbound
+	// queueBytes holds the bytes of the messages queued or being written, up to QueueBytes:
+	// the queue's bound in bytes beside its bound in messages.
+	queueBytes *semaphore.Weighted
 
 	closeOnce   sync.Once
 	closing     chan struct{} // closed by fail; closeCode, closeReason, closeMode are set before
@@ -86,6 +91,7 @@ type conn struct {
 
 	// Reader-goroutine state.
 	initSeen      bool
+	owner         string // the credential the socket counts against (Owner); set before the ack
 	authCtx       context.Context
 	stopAuthWatch func() bool // unregisters the expiry watch on authCtx
 
@@ -100,16 +106,17 @@ func newConn(h *Handler, wsc *websocket.Conn, r *http.Request, proto *protocol, 
 	// r.Context stays valid after the hijack until ServeHTTP returns, which is after serve.
 	ctx, cancel := context.WithCancel(r.Context())
 	return &conn{
-		h:       h,
-		ws:      wsc,
-		req:     r,
-		proto:   proto,
-		log:     log,
-		ctx:     ctx,
-		cancel:  cancel,
-		queue:   make(chan outbound, h.cfg.SubscriberBuffer),
-		closing: make(chan struct{}),
-		ops:     make(map[string]*operation),
+		h:          h,
+		ws:         wsc,
+		req:        r,
+		proto:      proto,
+		log:        log,
+		ctx:        ctx,
+		cancel:     cancel,
+		queue:      make(chan outbound, h.cfg.SubscriberBuffer),
+		queueBytes: semaphore.NewWeighted(h.cfg.QueueBytes),
+		closing:    make(chan struct{}),
+		ops:        make(map[string]*operation),
 	}
 }
 
@@ -139,6 +146,7 @@ func (c *conn) serve() {
 	c.mu.Unlock()
 	c.opsWG.Wait()
 	c.bgWG.Wait()
+	c.h.counts.closeSocket(c.owner)
 	c.log.Debug("ws: socket closed", "close_code", int(c.closeCode), "close_reason", c.closeReason)
 }
 
@@ -204,31 +212,39 @@ func (c *conn) handle(data []byte) {
 // send queues a connection-level message; see enqueue.
 func (c *conn) send(op *operation, data []byte) error { return c.enqueue(c.ctx, op, data) }
 
-// enqueue queues a message. When the queue is full it waits up to SlowConsumerTimeout for
-// room and then closes the connection as a slow consumer. It gives up when ctx ends: the
-// operation's context for its own messages (a stopped operation stops waiting), the
-// connection's otherwise.
+// enqueue queues a message. When the queue is full, in messages or in bytes, it waits up to
+// SlowConsumerTimeout for room and then closes the connection as a slow consumer. It gives up
+// when ctx ends: the operation's context for its own messages (a stopped operation stops
+// waiting), the connection's otherwise.
 func (c *conn) enqueue(ctx context.Context, op *operation, data []byte) error {
 	if ctx.Err() != nil {
 		return errConnClosing
 	}
-	m := outbound{op: op, data: data}
-	select {
-	case c.queue <- m:
-		return nil
-	default:
+	m := outbound{op: op, data: data, weight: min(int64(len(data)), c.h.cfg.QueueBytes)}
+	if c.queueBytes.TryAcquire(m.weight) {
+		select {
+		case c.queue <- m:
+			return nil
+		default:
+			c.queueBytes.Release(m.weight)
+		}
 	}
-	t := time.NewTimer(c.h.cfg.SlowConsumerTimeout)
-	defer t.Stop()
-	select {
-	case c.queue <- m:
-		return nil
-	case <-ctx.Done():
-		return errConnClosing
-	case <-t.C:
-		c.slow("send queue full", "queue_capacity", cap(c.queue), "wait", c.h.cfg.SlowConsumerTimeout)
-		return errConnClosing
+	wctx, cancel := context.WithTimeout(ctx, c.h.cfg.SlowConsumerTimeout)
+	defer cancel()
+	err := c.queueBytes.Acquire(wctx, m.weight)
+	if err == nil {
+		select {
+		case c.queue <- m:
+			return nil
+		case <-wctx.Done():
+			c.queueBytes.Release(m.weight)
+		}
 	}
+	if ctx.Err() == nil {
+		c.slow("send queue full", "queue_capacity", cap(c.queue), "queue_bytes", c.h.cfg.QueueBytes,
+			"message_bytes", len(data), "wait", c.h.cfg.SlowConsumerTimeout)
+	}
+	return errConnClosing
 }
 
 // slow closes the connection with 4008 "Subscriber too slow"; why and attrs are logged.
@@ -260,6 +276,7 @@ func (c *conn) writeLoop() {
 }
 
 func (c *conn) write(m outbound) {
+	defer c.queueBytes.Release(m.weight)
 	if m.op != nil && m.op.stopped.Load() {
 		return
 	}
@@ -365,6 +382,27 @@ func (c *conn) authenticated(ctx context.Context) {
 	})
 }
 
+// admit counts the socket, authenticated as ctx, against its credential's SocketsPerKey. It
+// reports false when the credential holds as many sockets already; the protocol then refuses
+// the socket (4013).
+func (c *conn) admit(ctx context.Context) bool {
+	o, ok := c.h.exec.(Owner)
+	if !ok {
+		return true
+	}
+	owner := o.Owner(ctx)
+	if !c.h.counts.openSocket(owner) {
+		c.h.metrics.socketRefused()
+		c.log.Info("ws: too many sockets for the credential", "limit", c.h.cfg.SocketsPerKey)
+		return false
+	}
+	c.owner = owner
+	return true
+}
+
+// tooManySockets is the close reason of a socket admit refused.
+const tooManySockets = "Too many sockets for this credential"
+
 // recheck asks rc whether the socket's credential still stands and closes the socket with 4403
 // when it does not. It reports whether the socket stays open.
 func (c *conn) recheck(rc Rechecker) bool {
@@ -381,17 +419,23 @@ func (c *conn) recheck(rc Rechecker) bool {
 	return false
 }
 
-// startOperation registers and starts op id under the authenticated context. It reports
-// false, starting nothing, when id is active or the connection is at MaxOperationsPerConn.
-func (c *conn) startOperation(id string, req Request) (started, duplicate bool) {
+// startOperation registers and starts op id under the authenticated context. It starts
+// nothing when id is active (duplicate), or when the connection, the credential or the node is
+// at its limit of operations (refused: the error to send for id).
+func (c *conn) startOperation(id string, req Request) (refused *gqlerrors.QueryError, duplicate bool) {
 	c.mu.Lock()
 	if _, ok := c.ops[id]; ok {
 		c.mu.Unlock()
-		return false, true
+		return nil, true
 	}
 	if len(c.ops) >= c.h.cfg.MaxOperationsPerConn {
 		c.mu.Unlock()
-		return false, false
+		return tooManyOperations("on this connection", "connection", c.h.cfg.MaxOperationsPerConn), false
+	}
+	if refused := c.h.counts.startOperation(c.owner); refused != nil {
+		c.mu.Unlock()
+		c.h.metrics.operationRefused()
+		return refused, false
 	}
 	ctx, cancel := context.WithCancel(context.WithValue(c.authCtx, connKey{}, c))
 	// Authenticate should return a context derived from c.ctx; this holds even if it did not.
@@ -403,7 +447,7 @@ func (c *conn) startOperation(id string, req Request) (started, duplicate bool) 
 
 	c.h.metrics.operationStarted(c.proto.name)
 	go c.runOperation(ctx, op, req)
-	return true, false
+	return nil, false
 }
 
 // stopOperation stops op id at the client's request. Its queued and future messages are
@@ -457,6 +501,7 @@ func (c *conn) drain(op *operation, results <-chan *Response) {
 
 func (c *conn) runOperation(ctx context.Context, op *operation, req Request) {
 	defer c.opsWG.Done()
+	defer c.h.counts.endOperation(c.owner)
 	defer c.h.metrics.operationEnded(c.proto.name)
 	defer op.cancel()
 	defer func() {

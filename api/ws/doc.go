@@ -52,13 +52,26 @@
 //
 //	4008 Subscriber too slow   the connection's send queue stayed full for SlowConsumerTimeout,
 //	                           or the executor's event source dropped an operation (CloseSlow)
+//	4013 Too many sockets for this credential
+//	                           connection_init of a credential that holds Limits.SocketsPerKey
+//	                           sockets already (legacy: connection_error first)
 //	1009 (message too big)     an incoming message larger than MaxMessageBytes
 //	1001 Going away            the server is shutting down (Handler.Shutdown)
 //
-// 4008 sits in the private range beside graphql-ws's own codes and collides with none of them;
-// graphql-ws clients treat it as retryable (unlike 1008), so a client that fell behind reconnects
-// with back-off and resubscribes instead of giving up. A socket whose peer does not answer the
+// 4008 and 4013 sit in the private range beside graphql-ws's own codes and collide with none of
+// them (4000 plus 1008 Policy Violation, 1013 Try Again Later); graphql-ws clients treat them as
+// retryable (unlike 1008), so a client that fell behind, or whose key holds too many sockets,
+// reconnects with back-off instead of giving up. A socket whose peer does not answer the
 // keep-alive ping within KeepAlive is dropped without a close frame: nobody is there to read it.
+//
+// # Limits
+//
+// Beside MaxOperationsPerConn, Limits cap the operations one credential runs over all its sockets
+// (with an Executor that is an Owner) and those of the whole node: a subscribe past any of them
+// is answered, for that operation only, with an error message RATE_LIMITED whose extensions name
+// the limit ("per": connection, key or node). Sockets per credential are counted from a
+// successful connection_init; unauthenticated sockets are bounded by InitTimeout and the HTTP
+// server's connection cap.
 //
 // # Concurrency and backpressure
 //
@@ -74,9 +87,9 @@
 //   - one per operation: runs Executor.Execute and turns its responses into messages.
 //
 // Every outgoing message goes through one bounded queue per connection (SubscriberBuffer
-// messages). An operation that finds the queue full waits at most SlowConsumerTimeout for room
-// and then closes the connection with 4008; memory per connection is thus bounded by the queue
-// plus one pending message per operation, and a slow client stalls nothing but its own
+// messages and Limits.QueueBytes bytes). An operation that finds the queue full, in either,
+// waits at most SlowConsumerTimeout for room and then closes the connection with 4008; memory
+// per connection is thus bounded by the queue plus one pending message per operation, and a slow client stalls nothing but its own
 // operations. Closing a connection, for whatever reason, cancels the context of all its
 // operations and waits for their goroutines.
 //
@@ -84,6 +97,7 @@
 //
 //	handler.go    Executor, Rechecker, Request, Response, Config, Handler (upgrade, shutdown)
 //	conn.go       one socket: reader, send queue, writer, keeper, operations, closing
+//	limits.go     Owner, Limits: sockets and operations per credential and per node
 //	transport.go  graphql-transport-ws messages
 //	legacy.go     subscriptions-transport-ws messages
 //	message.go    envelope and payload parsing, encoding

@@ -28,6 +28,7 @@ const (
 // Close codes this package sends; see the package documentation for when.
 const (
 	CloseSlowConsumer             websocket.StatusCode = 4008
+	CloseTooManySockets           websocket.StatusCode = 4013
 	CloseBadRequest               websocket.StatusCode = 4400
 	CloseUnauthorized             websocket.StatusCode = 4401
 	CloseForbidden                websocket.StatusCode = 4403
@@ -117,6 +118,9 @@ type Config struct {
 	// MaxOperationsPerConn caps the operations active at once on one socket (default 100); a
 	// subscribe beyond it gets an error message for that operation.
 	MaxOperationsPerConn int
+	// Limits cap sockets and operations per credential (with an Executor that is an Owner) and
+	// per node, and the bytes of each socket's send queue.
+	Limits
 	// OriginPatterns lists the cross-origin hosts allowed to open a socket (the request's own
 	// host always is), as in websocket.AcceptOptions. Clients that send no Origin header
 	// (non-browser clients) are always allowed.
@@ -163,6 +167,9 @@ func (o Config) Validate() error {
 	if o.MaxOperationsPerConn < 0 {
 		errs = append(errs, fmt.Errorf("ws: MaxOperationsPerConn must not be negative, got %d", o.MaxOperationsPerConn))
 	}
+	if err := o.Limits.Validate(); err != nil {
+		errs = append(errs, err)
+	}
 	return errors.Join(errs...)
 }
 
@@ -176,6 +183,7 @@ func (o Config) withDefaults() Config {
 	config.Default(&o.SubscriberBuffer, DefaultSubscriberBuffer)
 	config.Default(&o.MaxOperationsPerConn, DefaultMaxOperationsPerConn)
 	config.Default(&o.RecheckInterval, DefaultRecheckInterval)
+	o.Limits = o.Limits.WithDefaults()
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
@@ -189,6 +197,7 @@ type Handler struct {
 	cfg     Config
 	log     *slog.Logger
 	metrics *metrics
+	counts  *counts // sockets and operations against cfg.Limits
 
 	mu     sync.Mutex
 	closed bool
@@ -208,6 +217,7 @@ func New(exec Executor, cfg Config) (*Handler, error) {
 		cfg:     cfg,
 		log:     cfg.Logger,
 		metrics: newMetrics(cfg.Metrics),
+		counts:  newCounts(cfg.Limits),
 		conns:   make(map[*conn]struct{}),
 	}, nil
 }

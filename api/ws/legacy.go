@@ -81,6 +81,11 @@ func (c *conn) handleLegacy(data []byte) {
 			c.fail(CloseForbidden, "Forbidden", closeAfterFlush)
 			return
 		}
+		if !c.admit(ctx) {
+			_ = c.send(nil, legacyMessageError("", typeLegacyConnectionError, tooManySockets))
+			c.fail(CloseTooManySockets, tooManySockets, closeAfterFlush)
+			return
+		}
 		c.authenticated(ctx)
 		if c.send(nil, legacyAck) == nil {
 			_ = c.send(nil, c.proto.keepAlive)
@@ -102,8 +107,8 @@ func (c *conn) handleLegacy(data []byte) {
 		}
 		// The reference server replaces an active operation with the same id.
 		c.stopOperation(m.ID)
-		if started, _ := c.startOperation(m.ID, req); !started {
-			_ = c.send(nil, c.proto.requestError(m.ID, []*gqlerrors.QueryError{tooManyOperations(c.h.cfg.MaxOperationsPerConn)}))
+		if refused, _ := c.startOperation(m.ID, req); refused != nil {
+			_ = c.send(nil, c.proto.requestError(m.ID, []*gqlerrors.QueryError{refused}))
 		}
 
 	case typeLegacyStop:

@@ -13,6 +13,7 @@ type metrics struct {
 	operations   *prometheus.GaugeVec
 	slowConsumer prometheus.Counter
 	withdrawn    prometheus.Counter
+	refused      *prometheus.CounterVec
 	sent         *prometheus.CounterVec
 }
 
@@ -34,6 +35,10 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "carehub_ws_credential_closes_total",
 			Help: "WebSocket connections closed with 4403 because a re-check found their credential revoked, expired or narrowed.",
 		}),
+		refused: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "carehub_ws_refused_total",
+			Help: "Sockets (4013) and operations (RATE_LIMITED) refused for a limit of the credential or the node, by what was refused.",
+		}, []string{"what"}),
 		sent: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "carehub_ws_messages_sent_total",
 			Help: "Messages written to GraphQL WebSocket connections, by subprotocol.",
@@ -47,6 +52,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	m.operations = telemetry.Shared(reg, m.operations)
 	m.slowConsumer = telemetry.Shared(reg, m.slowConsumer)
 	m.withdrawn = telemetry.Shared(reg, m.withdrawn)
+	m.refused = telemetry.Shared(reg, m.refused)
 	m.sent = telemetry.Shared(reg, m.sent)
 	return m
 }
@@ -59,4 +65,6 @@ func (m *metrics) operationStarted(protocol string) {
 func (m *metrics) operationEnded(protocol string) { m.operations.WithLabelValues(protocol).Dec() }
 func (m *metrics) slowConsumerClosed()            { m.slowConsumer.Inc() }
 func (m *metrics) credentialWithdrawn()           { m.withdrawn.Inc() }
+func (m *metrics) socketRefused()                 { m.refused.WithLabelValues("socket").Inc() }
+func (m *metrics) operationRefused()              { m.refused.WithLabelValues("operation").Inc() }
 func (m *metrics) messageSent(protocol string)    { m.sent.WithLabelValues(protocol).Inc() }

@@ -65,6 +65,10 @@ func (c *conn) handleTransport(data []byte) {
 			c.fail(CloseForbidden, "Forbidden", closeHandshake)
 			return
 		}
+		if !c.admit(ctx) {
+			c.fail(CloseTooManySockets, tooManySockets, closeHandshake)
+			return
+		}
 		c.authenticated(ctx)
 		_ = c.send(nil, transportAck)
 
@@ -88,12 +92,12 @@ func (c *conn) handleTransport(data []byte) {
 			c.fail(CloseUnauthorized, "Unauthorized", closeHandshake)
 			return
 		}
-		started, duplicate := c.startOperation(m.ID, req)
+		refused, duplicate := c.startOperation(m.ID, req)
 		switch {
 		case duplicate:
 			c.fail(CloseSubscriberExists, fmt.Sprintf("Subscriber for %s already exists", m.ID), closeHandshake)
-		case !started:
-			_ = c.send(nil, c.proto.requestError(m.ID, []*gqlerrors.QueryError{tooManyOperations(c.h.cfg.MaxOperationsPerConn)}))
+		case refused != nil:
+			_ = c.send(nil, c.proto.requestError(m.ID, []*gqlerrors.QueryError{refused}))
 		}
 
 	case typeComplete:
@@ -106,12 +110,5 @@ func (c *conn) handleTransport(data []byte) {
 
 	default:
 		c.fail(CloseBadRequest, fmt.Sprintf("Unexpected message of type %q received", m.Type), closeHandshake)
-	}
-}
-
-func tooManyOperations(limit int) *gqlerrors.QueryError {
-	return &gqlerrors.QueryError{
-		Message:    fmt.Sprintf("too many operations on this connection (limit %d)", limit),
-		Extensions: map[string]any{"code": "RATE_LIMITED"},
 	}
 }

@@ -24,6 +24,7 @@ Usage:
   carehub keys    create|list|rotate|revoke [flags]   manage API keys
   carehub health  [flags]    ask a running node's /healthz; exit 0 when it answers 200
   carehub subscribe --project ID [--types a,b] [--count N]   print a project's events as they happen (key in CAREHUB_KEY)
+  carehub deadletter list|replay [--offset N|--all]   inspect and replay the events the event log set aside
   carehub version            print the version
 
 Run 'carehub <command> -h' for a command's flags. Every flag can also be set through the
@@ -49,6 +50,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		err = cmdHealth(ctx, args[1:], stdout, stderr)
 	case "subscribe":
 		err = cmdSubscribe(ctx, args[1:], stdout, stderr)
+	case "deadletter":
+		err = cmdDeadLetter(ctx, args[1:], stdout, stderr)
 	case "version", "--version", "-v":
 		fmt.Fprintln(stdout, "carehub", version)
 	case "help", "-h", "--help":
@@ -84,6 +87,8 @@ func serverFlags(fs *flag.FlagSet, cfg *node.Config) {
 		cfg.KafkaBrokers = splitList(v)
 		return nil
 	})
+	fs.StringVar(&cfg.KafkaCredentials.User, "kafka-sasl-user", cfg.KafkaCredentials.User, "SASL/SCRAM-SHA-256 user of the external Kafka brokers (the embedded broker makes its own)")
+	fs.StringVar(&cfg.KafkaCredentials.Password, "kafka-sasl-password", cfg.KafkaCredentials.Password, "its password; prefer CAREHUB_KAFKA_SASL_PASSWORD, which ps does not show")
 	fs.StringVar(&cfg.KafkaNamespace, "kafka-namespace", cfg.KafkaNamespace,
 		"prefix of every Kafka topic, consumer group and transactional id (several deployments share one cluster)")
 	fs.StringVar(&cfg.ClickHouseURL, "clickhouse-url", cfg.ClickHouseURL, "ClickHouse URL for the event and audit log (empty: Postgres)")
@@ -109,6 +114,8 @@ func serveFlags(fs *flag.FlagSet, cfg *node.Config) {
 		"with --clickhouse-url: keep audit records this long (HIPAA: six years, 52608h), then drop them as events (0: keep)")
 	fs.StringVar(&cfg.TLSCert, "tls-cert", cfg.TLSCert, "TLS certificate file (serve HTTPS)")
 	fs.StringVar(&cfg.TLSKey, "tls-key", cfg.TLSKey, "TLS key file")
+	fs.StringVar(&cfg.SealingKeyFile, "sealing-key-file", cfg.SealingKeyFile,
+		"file holding the server sealing key, 32 bytes base64 (openssl rand -base64 32), the same on every node (empty: <data-dir>/sealing.key, made on first start)")
 	fs.BoolVar(&cfg.AllowInsecureHTTP, "allow-insecure-http", cfg.AllowInsecureHTTP, "serve plain HTTP on a non-loopback address (behind a TLS proxy)")
 	fs.BoolVar(&cfg.WebhooksAllowPrivate, "webhooks-allow-private", cfg.WebhooksAllowPrivate, "allow webhook delivery to private and loopback addresses (development, tests)")
 	fs.DurationVar(&cfg.IngestLatencyBudget, "ingest-latency-budget", cfg.IngestLatencyBudget, "accept → stored bound: intake holds a request up to 250ms or answers 503 with Retry-After while more waits to be stored than the observation writers store within it (0: default 1s; negative: off)")
@@ -118,6 +125,15 @@ func serveFlags(fs *flag.FlagSet, cfg *node.Config) {
 	fs.StringVar(&cfg.IngestTransactionalID, "ingest-transactional-id", cfg.IngestTransactionalID, "stable transactional id prefix of this instance's intake (default: random per process)")
 	fs.IntVar(&cfg.ObservationWriterConcurrency, "observation-writer-concurrency", cfg.ObservationWriterConcurrency, "Postgres transactions (chunks of up to 1,000 records) the observation writer stores at once (0: default 3)")
 	fs.Int64Var(&cfg.GraphQLMaxCost, "graphql-max-cost", cfg.GraphQLMaxCost, "budget of one GraphQL operation's estimated cost, in values its answer can hold (0: default 100000)")
+	fs.Int64Var(&cfg.GraphQLMaxResponseBytes, "graphql-max-response-bytes", cfg.GraphQLMaxResponseBytes, "answer-size budget of one GraphQL query or mutation in bytes; a larger answer is refused with RESPONSE_TOO_LARGE (0: default 16 MiB)")
+	fs.DurationVar(&cfg.HTTP.ReadHeaderTimeout, "http-read-header-timeout", cfg.HTTP.ReadHeaderTimeout, "bound on reading a request's line and headers")
+	fs.DurationVar(&cfg.HTTP.ReadTimeout, "http-read-timeout", cfg.HTTP.ReadTimeout, "bound on reading a whole request, headers and body (observation ingest: --ingest-timeout)")
+	fs.DurationVar(&cfg.HTTP.WriteTimeout, "http-write-timeout", cfg.HTTP.WriteTimeout, "a client that takes nothing of an answer (or a WebSocket frame) for this long is dropped; streamed exports run as long as the client reads")
+	fs.DurationVar(&cfg.HTTP.IdleTimeout, "http-idle-timeout", cfg.HTTP.IdleTimeout, "bound on a keep-alive connection between requests")
+	fs.IntVar(&cfg.HTTP.MaxConns, "http-max-conns", cfg.HTTP.MaxConns, "open HTTP connections (WebSockets included) the node serves; more are answered 503 (at most half the open-file limit)")
+	fs.IntVar(&cfg.SocketLimits.SocketsPerKey, "ws-max-sockets-per-key", cfg.SocketLimits.SocketsPerKey, "GraphQL WebSockets one API key (with its JWTs) holds open on this node; more are closed with 4013")
+	fs.IntVar(&cfg.SocketLimits.OperationsPerKey, "ws-max-operations-per-key", cfg.SocketLimits.OperationsPerKey, "subscriptions and other WebSocket operations one API key runs at once on this node")
+	fs.IntVar(&cfg.SocketLimits.Operations, "ws-max-operations", cfg.SocketLimits.Operations, "subscriptions and other WebSocket operations running at once on this node, all keys together")
 	fs.Func("trusted-proxies", "comma-separated proxy addresses whose X-Forwarded-For is believed", func(v string) error {
 		cfg.TrustedProxies = splitList(v)
 		return nil

@@ -16,6 +16,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
 	"carehub/internal/testenv"
 )
 
@@ -215,6 +218,7 @@ func TestServeRestartKeepsDataAndSurvivesSIGKILL(t *testing.T) {
 	if first < 5 {
 		t.Fatalf("demo data: %d assets", first)
 	}
+	anonymousBrokerRefused(t, n, dir)
 	n.stop(t, syscall.SIGTERM)
 
 	n = serve(t, dir, n.addr)
@@ -318,5 +322,40 @@ func TestBadConfiguration(t *testing.T) {
 				t.Fatalf("want one line containing %q, got:\n%s", c.want, errb.String())
 			}
 		})
+	}
+}
+
+// anonymousBrokerRefused checks that the node's embedded broker, on a loopback port any user of
+// the host can reach, serves nothing to a client without its credentials (issue 51, finding 5),
+// and that its data dir is the owner's alone.
+func anonymousBrokerRefused(t *testing.T, n *process, dir string) {
+	t.Helper()
+	var brokers []string
+	sc := bufio.NewScanner(strings.NewReader(n.stderr.String()))
+	for sc.Scan() {
+		var line struct {
+			Msg     string   `json:"msg"`
+			Brokers []string `json:"kafka_brokers"`
+		}
+		if json.Unmarshal(sc.Bytes(), &line) == nil && line.Msg == "carehub ready" {
+			brokers = line.Brokers
+		}
+	}
+	if len(brokers) == 0 {
+		t.Fatalf("no kafka_brokers in the ready line:\n%s", n.stderr)
+	}
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.RequestRetries(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if topics, err := kadm.NewClient(cl).ListTopics(ctx); err == nil && len(topics) > 0 {
+		t.Fatalf("an anonymous client listed the embedded broker's topics: %v", topics.Names())
+	}
+	kafkaDir := filepath.Join(dir, "kafka")
+	if fi, err := os.Stat(kafkaDir); err != nil || fi.Mode().Perm() != 0o700 {
+		t.Fatalf("%s: %v (%v), want mode 0700", kafkaDir, fi, err)
 	}
 }

@@ -16,7 +16,8 @@ import (
 
 // Idempotency-Key handling (DECISIONS §3): the same key with the same body replays the first
 // answer for 24 h; the same key with another body, or while the first request is still running,
-// is 409 CONFLICT. Keys are per organization.
+// is 409 CONFLICT. Keys are per organization; the hash is also of the credential's grant (scopes
+// and mode), so a credential with other scopes or mode gets 409, not the first one's answer.
 //
 // A key is reserved before the body is read (the body is streamed, so its hash is known only at
 // the end), completed with the hash and the answer when the request ends with 202 or 422, and

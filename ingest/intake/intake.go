@@ -35,8 +35,9 @@ const (
 
 // Config configures an Intake.
 type Config struct {
-	Brokers []string      // required
-	Pool    *pgxpool.Pool // required: patient lookups, Idempotency-Key answers
+	Brokers     []string          // required
+	Credentials kafka.Credentials // authenticate to brokers that require SASL
+	Pool        *pgxpool.Pool     // required: patient lookups, Idempotency-Key answers
 	// Topic receives the observations; default kafka.DefaultTopics().Observations.
 	Topic string
 	// WriterGroup is the consumer group whose lag is watched; default
@@ -128,7 +129,7 @@ func New(cfg Config) (*Intake, error) {
 	logger := cfg.Logger.With("component", "observation_intake")
 	in := &Intake{
 		cfg: cfg,
-		producers: kafka.NewTxnPool(kafka.TxnPoolConfig{Brokers: cfg.Brokers, Size: cfg.Producers, Prefix: cfg.TransactionalIDPrefix,
+		producers: kafka.NewTxnPool(kafka.TxnPoolConfig{Brokers: cfg.Brokers, Credentials: cfg.Credentials, Size: cfg.Producers, Prefix: cfg.TransactionalIDPrefix,
 			ClientID: "carehub-ingest", TxnTimeout: cfg.RequestTimeout + 30*time.Second, Logger: cfg.Logger}),
 		patients: newPatientCache(cfg.Pool),
 		keys:     &keyStore{pool: cfg.Pool, lease: cfg.RequestTimeout + time.Minute},
@@ -136,7 +137,7 @@ func New(cfg Config) (*Intake, error) {
 		logger:   logger,
 	}
 	if cfg.MaxLag > 0 || cfg.LatencyBudget > 0 {
-		cl, err := kafka.NewClient(kafka.ClientConfig{Brokers: cfg.Brokers, ClientID: "carehub-ingest-lag", Logger: cfg.Logger})
+		cl, err := kafka.NewClient(kafka.ClientConfig{Brokers: cfg.Brokers, Credentials: cfg.Credentials, ClientID: "carehub-ingest-lag", Logger: cfg.Logger})
 		if err != nil {
 			return nil, fmt.Errorf("observation intake: %w", err)
 		}

@@ -104,7 +104,9 @@ func (in *Intake) Submit(ctx context.Context, s Submission) (res Result, err err
 			return Result{}, fault.Invalid("Idempotency-Key must be 1 to %d visible ASCII characters", idempotency.MaxKeyLength)
 		}
 		digest = sha256.New()
-		digest.Write([]byte(media + "\n"))
+		// The grant too: keys are per organization, and a replay skips the checks that depend
+		// on the credential (a test key's answer differs from a live key's).
+		digest.Write([]byte(media + "\n" + idempotency.GrantOf(p) + "\n"))
 		body = io.TeeReader(body, digest)
 		state, prior, err := in.keys.reserve(ctx, p.OrgID, key)
 		if err != nil {
@@ -118,7 +120,7 @@ func (in *Intake) Submit(ctx context.Context, s Submission) (res Result, err err
 				return Result{}, readError(err)
 			}
 			if !bytes.Equal(digest.Sum(nil), prior.hash) {
-				return Result{}, fault.Conflict("this Idempotency-Key was used with a different request body")
+				return Result{}, fault.Conflict("this Idempotency-Key was used with a different request body, or by a credential with other scopes or mode")
 			}
 			in.m.replayed.Inc()
 			res, err := prior.result()

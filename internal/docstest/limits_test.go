@@ -11,8 +11,11 @@ import (
 
 	"carehub/api/auth"
 	"carehub/api/graphql"
+	"carehub/api/rest"
+	"carehub/api/server"
 	"carehub/api/ws"
 	"carehub/ingest/intake"
+	"carehub/kernel/jsonwire"
 	"carehub/processors/feed"
 	"carehub/processors/idempotency"
 	"carehub/processors/webhooks"
@@ -36,14 +39,28 @@ func limits() map[string]string {
 		"observation":                         size(intake.MaxEntryBytes),
 		"observations per request":            fmt.Sprint(intake.DefaultMaxEntries),
 		"events per batch":                    fmt.Sprint(feed.MaxBatch),
+		"JSON number":                         fmt.Sprint(jsonwire.MaxNumberLength),
+		"JSON nesting":                        fmt.Sprint(jsonwire.MaxStorableDepth),
 		"GraphQL query":                       size(graphql.DefaultMaxQueryBytes),
 		"WebSocket message":                   size(ws.DefaultMaxMessageBytes),
 		"depth":                               fmt.Sprint(graphql.MaxDepth),
 		"introspection depth":                 fmt.Sprint(graphql.IntrospectionMaxDepth),
 		"cost":                                fmt.Sprint(graphql.DefaultMaxCost),
+		"answer size":                         size(graphql.DefaultMaxResponseBytes),
+		"event page payloads":                 size(rest.MaxPageBytes),
+		"key cache":                           auth.DefaultCacheTTL.String(),
 		"`limit` default":                     fmt.Sprint(graphql.DefaultLimit),
 		"`limit` maximum":                     fmt.Sprint(graphql.MaxLimit),
 		"operations per WebSocket connection": fmt.Sprint(ws.DefaultMaxOperationsPerConn),
+		"WebSocket send queue":                size(ws.DefaultQueueBytes),
+		"WebSockets per key":                  fmt.Sprint(ws.DefaultSocketsPerKey),
+		"WebSocket operations per key":        fmt.Sprint(ws.DefaultOperationsPerKey),
+		"WebSocket operations per node":       fmt.Sprint(ws.DefaultOperations),
+		"open connections":                    fmt.Sprint(server.DefaultMaxConns),
+		"request header timeout":              seconds(server.DefaultReadHeaderTimeout),
+		"request read timeout":                seconds(server.DefaultReadTimeout),
+		"write timeout":                       seconds(server.DefaultWriteTimeout),
+		"idle timeout":                        seconds(server.DefaultIdleTimeout),
 		"WebSocket init timeout":              ws.DefaultInitTimeout.String(),
 		"slow subscriber":                     ws.DefaultSlowConsumerTimeout.String(),
 		"ingest latency budget":               intake.DefaultLatencyBudget.String(),
@@ -71,6 +88,9 @@ func size[T ~int | ~int64](n T) string {
 	}
 	return fmt.Sprintf("%d KiB", n>>10)
 }
+
+// seconds writes a duration in seconds, "120s" (Duration.String says "2m0s").
+func seconds(d time.Duration) string { return fmt.Sprintf("%gs", d.Seconds()) }
 
 // hours writes whole hours as "1h", "24h" (Duration.String says "1h0m0s").
 func hours(d time.Duration) string {

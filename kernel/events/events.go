@@ -19,6 +19,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"carehub/ingest/outbox"
+	"carehub/kernel/jsonwire"
 	"carehub/storage"
 	"carehub/storage/ids"
 )
@@ -183,16 +184,23 @@ func marshalPayload(payload any) (json.RawMessage, error) {
 	return raw, nil
 }
 
-// Validate checks an envelope as it is published or consumed: an evt_ id, a valid type, a
-// known source and severity, a creation time, and a payload that is a JSON object. OrgID and
+// Validate checks an envelope as it is published: an evt_ id, a valid type, a known source and
+// severity, a creation time, and a payload that is a JSON object the event log's stores can
+// hold (jsonwire.Storable: an event they refuse would stop the log's writer on it). OrgID and
 // ProjectID are not checked: marketplace events (asset.submitted, asset.approved, …) belong to
 // no project, and the event log simply files them under the empty project.
 func Validate(ev storage.Event) error {
 	if err := validateFields(ev); err != nil {
 		return err
 	}
-	if p := bytes.TrimLeft(ev.Payload, " \t\r\n"); len(p) == 0 || p[0] != '{' || !json.Valid(ev.Payload) {
+	if p := bytes.TrimLeft(ev.Payload, " \t\r\n"); len(p) == 0 || p[0] != '{' {
 		return errPayload
+	}
+	if err := jsonwire.Storable(ev.Payload); err != nil {
+		if errors.Is(err, jsonwire.ErrInvalidJSON) {
+			return errPayload
+		}
+		return fmt.Errorf("%w: payload: %w", ErrInvalidEnvelope, err)
 	}
 	return nil
 }

@@ -59,6 +59,30 @@ func (r Reader) holds(n Need) bool {
 	return r.Patients && (n < NeedObservations || r.Observations)
 }
 
+// SeesAll reports whether r may see the patient data of every record it can be shown: every
+// scope of the rule and live mode.
+func (r Reader) SeesAll() bool { return r.Patients && r.Observations && r.Live }
+
+// StatsPrivate is what event statistics keep from a reader that does not see all patient data
+// (storage.AggregateQuery.Private): the payload values of every catalogued patient event type
+// and of any event naming a patient, but for the types whose redacted payload keeps both the
+// status and the run time (agent sessions: their status and latencyMs are no patient data).
+func StatsPrivate() *storage.Private {
+	p := &storage.Private{Types: []string{}, Open: []string{}}
+	for _, c := range Events {
+		p.Types = append(p.Types, c.Type)
+		if slices.Contains(c.Keep, "status") && !slices.ContainsFunc(c.Fields, isRunTime) {
+			p.Open = append(p.Open, c.Type)
+		}
+	}
+	return p
+}
+
+// isRunTime reports whether a payload field is one the statistics measure as a run time.
+func isRunTime(field string) bool {
+	return field == "latencyMs" || field == "durationMs" || field == "duration_ms"
+}
+
 // Subject is one classified record to decide on.
 type Subject struct {
 	OrgID    string   // the organization the record belongs to

@@ -37,6 +37,7 @@ const DefaultMaxBuffered = 50_000
 // PublisherConfig configures a Publisher.
 type PublisherConfig struct {
 	Brokers     []string              // required
+	Credentials kafka.Credentials     // authenticate to brokers that require SASL
 	Topic       string                // default kafka.DefaultTopics().Audit
 	ClientID    string                // default "carehub-audit"
 	MaxBuffered int                   // default DefaultMaxBuffered
@@ -68,7 +69,7 @@ func (c *PublisherConfig) defaults() {
 // NewPublisher returns a Publisher; Close releases it.
 func NewPublisher(cfg PublisherConfig) (*Publisher, error) {
 	cfg.defaults()
-	cl, err := kafka.NewClient(kafka.ClientConfig{Brokers: cfg.Brokers, ClientID: cfg.ClientID, Registerer: cfg.Registerer, Logger: cfg.Logger},
+	cl, err := kafka.NewClient(kafka.ClientConfig{Brokers: cfg.Brokers, Credentials: cfg.Credentials, ClientID: cfg.ClientID, Registerer: cfg.Registerer, Logger: cfg.Logger},
 		kgo.DefaultProduceTopic(cfg.Topic), kgo.MaxBufferedRecords(cfg.MaxBuffered))
 	if err != nil {
 		return nil, fmt.Errorf("audit publisher: %w", err)

@@ -38,12 +38,13 @@ const DefaultStoreTimeout = 30 * time.Second
 
 // WriterConfig configures a Writer.
 type WriterConfig struct {
-	Brokers  []string         // required
-	Store    storage.AuditLog // required
-	Topic    string           // default kafka.DefaultTopics().Audit
-	Group    string           // default DefaultGroup
-	ClientID string           // default "carehub-audit-writer"
-	MaxBatch int              // default DefaultMaxBatch
+	Brokers     []string          // required
+	Credentials kafka.Credentials // authenticate to brokers that require SASL
+	Store       storage.AuditLog  // required
+	Topic       string            // default kafka.DefaultTopics().Audit
+	Group       string            // default DefaultGroup
+	ClientID    string            // default "carehub-audit-writer"
+	MaxBatch    int               // default DefaultMaxBatch
 	// StoreTimeout bounds one AppendAudit attempt; one that runs out is logged and retried.
 	// Default DefaultStoreTimeout.
 	StoreTimeout time.Duration
@@ -84,7 +85,7 @@ func NewWriter(cfg WriterConfig) (*Writer, error) {
 		return nil, errors.New("audit writer: no store")
 	}
 	cfg.defaults()
-	cl, err := kafka.NewClient(kafka.ClientConfig{Brokers: cfg.Brokers, ClientID: cfg.ClientID, Registerer: cfg.Registerer, Logger: cfg.Logger},
+	cl, err := kafka.NewClient(kafka.ClientConfig{Brokers: cfg.Brokers, Credentials: cfg.Credentials, ClientID: cfg.ClientID, Registerer: cfg.Registerer, Logger: cfg.Logger},
 		// A new group starts at the beginning: records produced before the first writer joined
 		// are audit records too.
 		append(consume.GroupOpts(cfg.Group, cfg.Topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchMinBytes(fetchMinBytes))...,

@@ -38,6 +38,19 @@
 // counted, and skipped: it is committed with its batch and never blocks its partition
 // (consume.Decode).
 //
+// # Events the store refuses
+//
+// An event the store refuses as data (storage.ErrUnstorable: a number numeric cannot hold, an
+// unpaired surrogate escape) would fail its batch however often it is retried, and the log
+// would stop for every tenant behind it. The doors refuse such payloads (jsonwire.Storable);
+// whatever gets past them (a record produced to the topic directly, a store with other limits)
+// is isolated by consume.DeadLetter: the batch is stored by halves until each refused event is
+// alone, and those go to Config.DeadLetterTopic with their source partition, offset and the
+// store's error code, counted (carehub_eventlog_dead_lettered_total) and logged as an alert by
+// position only; the rest is stored and the batch committed. `carehub deadletter list` shows
+// them and `carehub deadletter replay` puts them back on the events topic. Any other store error
+// (the store away or slow) rewinds the batch and retries it, as before.
+//
 // The loop is storage/kafka/consume's runner, whose reasoning this writer was the model for:
 // rebalances are blocked from the poll that returns a batch until the batch is stored and
 // committed, so the writer never commits a partition it no longer owns and hands over
@@ -86,6 +99,8 @@ const (
 type Config struct {
 	// Brokers are the seed brokers. Required.
 	Brokers []string
+	// Credentials authenticate to brokers that require SASL.
+	Credentials kafka.Credentials
 	// ClientID names the Kafka client (and labels its metrics). Default DefaultClientID.
 	ClientID string
 	// ClientOpts are extra franz-go options, applied after the writer's own.
@@ -94,6 +109,9 @@ type Config struct {
 	Group string
 	// Topic is the events topic. Default kafka.DefaultTopics().Events.
 	Topic string
+	// DeadLetterTopic receives the events the store refuses. Default
+	// kafka.DefaultTopics().EventsDLQ.
+	DeadLetterTopic string
 	// Store receives the events. Required.
 	Store storage.EventLog
 	// Logger defaults to discarding.
@@ -132,6 +150,7 @@ func (c *Config) defaults() {
 	config.Default(&c.ClientID, DefaultClientID)
 	config.Default(&c.Group, DefaultGroup)
 	config.Default(&c.Topic, kafka.DefaultTopics().Events)
+	config.Default(&c.DeadLetterTopic, kafka.DefaultTopics().EventsDLQ)
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -181,10 +200,11 @@ func New(cfg Config) (*Writer, error) {
 			kgo.OnPartitionsLost(func(context.Context, *kgo.Client, map[string][]int32) { durable.drop() }))
 	}
 	cl, err := kafka.NewClient(kafka.ClientConfig{
-		Brokers:    cfg.Brokers,
-		ClientID:   cfg.ClientID,
-		Registerer: cfg.Registerer,
-		Logger:     cfg.Logger,
+		Brokers:     cfg.Brokers,
+		Credentials: cfg.Credentials,
+		ClientID:    cfg.ClientID,
+		Registerer:  cfg.Registerer,
+		Logger:      cfg.Logger,
 	}, append(opts, cfg.ClientOpts...)...)
 	if err != nil {
 		return nil, fmt.Errorf("eventlog writer: %w", err)
@@ -227,14 +247,29 @@ func (w *Writer) Run(ctx context.Context) error {
 		wg.Go(func() { _ = w.lag.Run(bgCtx) })
 	}
 	h := consume.Decode(w.skip, events.Decode, w.store)
+	deadLetter := consume.DeadLetter(consume.DeadLetterConfig{
+		Name: "eventlog", Topic: w.cfg.DeadLetterTopic, Producer: w.cl, Logger: w.log,
+		Permanent:    func(err error) bool { return errors.Is(err, storage.ErrUnstorable) },
+		Reason:       refusal,
+		OnDeadLetter: func(*kgo.Record) { w.m.deadLettered.Inc() },
+	})
 	if w.durable == nil {
-		return w.r.Run(ctx, h, consume.Commit(committer{w.cl, w.m.commitErrors}, w.log))
+		return w.r.Run(ctx, h, consume.Commit(committer{w.cl, w.m.commitErrors}, w.log), deadLetter)
 	}
 	wg.Go(func() { w.durable.run(bgCtx) })
-	err := w.r.Run(ctx, h, w.deferCommit)
+	err := w.r.Run(ctx, h, w.deferCommit, deadLetter)
 	// Commit what was stored before leaving the group (whose revoke finds nothing left then).
 	w.durable.flush(context.WithoutCancel(ctx))
 	return err
+}
+
+// refusal words a store's refusal for the log and the dead-letter header: the store's error code
+// (storage.RefusedError), never its message, which may quote the value.
+func refusal(err error) string {
+	if re, ok := errors.AsType[*storage.RefusedError](err); ok {
+		return re.Error()
+	}
+	return "the store refuses the data"
 }
 
 // skip counts a record that is not a valid envelope; the runner logs it by position.
@@ -244,7 +279,9 @@ func (w *Writer) skip(r *kgo.Record, err error) {
 }
 
 // store appends evs, in chunks of ChunkSize with up to Concurrency at once. When it fails some
-// chunks may be stored: the retry stores them again, which the store ignores by id.
+// chunks may be stored: the retry stores them again, which the store ignores by id. A batch
+// with a refused event is stored by parts (consume.DeadLetter): each part's events add to
+// w.stored.
 func (w *Writer) store(ctx context.Context, evs []storage.Event) error {
 	storeCtx, cancel := context.WithTimeout(ctx, storeTimeout)
 	defer cancel()
@@ -267,7 +304,9 @@ func (w *Writer) store(ctx context.Context, evs []storage.Event) error {
 		w.m.storeErrors.Inc()
 		return err
 	}
-	w.stored = evs
+	if w.durable != nil { // deferCommit takes and resets it
+		w.stored = append(w.stored, evs...)
+	}
 	stored := time.Now()
 	w.m.written.Add(float64(len(evs)))
 	for _, ev := range evs {
@@ -296,6 +335,7 @@ type writerMetrics struct {
 	malformed    prometheus.Counter
 	storeErrors  prometheus.Counter
 	commitErrors prometheus.Counter
+	deadLettered prometheus.Counter
 	latency      prometheus.Histogram
 }
 
@@ -308,6 +348,7 @@ func newWriterMetrics(reg prometheus.Registerer) writerMetrics {
 		malformed:    counter("malformed_records_total", "Records on the events topic that were not valid envelopes and were skipped."),
 		storeErrors:  counter("store_errors_total", "Batches the event log store failed to append (retried)."),
 		commitErrors: counter("commit_errors_total", "Offset commits that failed after a batch was stored."),
+		deadLettered: counter("dead_lettered_total", "Events the store refused, set aside on the dead-letter topic (alert on any)."),
 		latency: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Namespace: "carehub", Subsystem: "eventlog", Name: "latency_seconds",
 			Help:    "Time from an event's createdAt to its storage in the event log.",
@@ -319,6 +360,7 @@ func newWriterMetrics(reg prometheus.Registerer) writerMetrics {
 		m.malformed = telemetry.Shared(reg, m.malformed)
 		m.storeErrors = telemetry.Shared(reg, m.storeErrors)
 		m.commitErrors = telemetry.Shared(reg, m.commitErrors)
+		m.deadLettered = telemetry.Shared(reg, m.deadLettered)
 		m.latency = telemetry.Shared(reg, m.latency)
 	}
 	return m

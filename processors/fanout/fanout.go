@@ -52,10 +52,11 @@ type Hub struct {
 
 // Config configures a Hub. Zero fields take their defaults.
 type Config struct {
-	Brokers    []string // required
-	Topic      string   // default kafka.DefaultTopics().Events
-	Logger     *slog.Logger
-	Registerer prometheus.Registerer
+	Brokers     []string          // required
+	Credentials kafka.Credentials // authenticate to brokers that require SASL
+	Topic       string            // default kafka.DefaultTopics().Events
+	Logger      *slog.Logger
+	Registerer  prometheus.Registerer
 	// ClientOpts are extra franz-go options (tests).
 	ClientOpts []kgo.Opt
 }
@@ -88,7 +89,7 @@ func New(cfg Config) (*Hub, error) {
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtEnd()),
 		kgo.FetchMaxWait(100 * time.Millisecond),
 		kgo.MetadataMaxAge(10 * time.Second),
-	}, cfg.ClientOpts...)
+	}, append(cfg.Credentials.Opts(), cfg.ClientOpts...)...)
 	cl, err := kgo.NewClient(opts...)
 	if err != nil {
 		return nil, err
@@ -115,7 +116,7 @@ func New(cfg Config) (*Hub, error) {
 
 // endOffsets returns the current end offset of every partition of cfg.Topic.
 func endOffsets(cfg Config) (map[int32]kgo.Offset, error) {
-	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(cfg.Brokers...)}, cfg.ClientOpts...)...)
+	cl, err := kgo.NewClient(append(append([]kgo.Opt{kgo.SeedBrokers(cfg.Brokers...)}, cfg.Credentials.Opts()...), cfg.ClientOpts...)...)
 	if err != nil {
 		return nil, err
 	}

@@ -19,8 +19,8 @@ import (
 // returned.
 func (s *Service) Export(ctx context.Context, q Query, emit func(ev phi.Event, cursor string) error) error {
 	q.Total = storage.TotalNone
-	eq, err := s.eventQuery(ctx, q)
-	if err != nil {
+	eq, none, err := s.eventQuery(ctx, q)
+	if err != nil || none {
 		return err
 	}
 	err = s.log.ExportEvents(ctx, eq, func(chunk []storage.Event) error {

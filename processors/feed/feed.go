@@ -117,9 +117,9 @@ type Page struct {
 // see are redacted (phi.Guard). A project the caller cannot see is NotFound; a cursor the log
 // did not produce is Invalid.
 func (s *Service) Events(ctx context.Context, q Query) (Page, error) {
-	eq, err := s.eventQuery(ctx, q)
-	if err != nil {
-		return Page{}, err
+	eq, none, err := s.eventQuery(ctx, q)
+	if err != nil || none {
+		return Page{Events: []phi.Event{}}, err
 	}
 	page, err := s.log.QueryEvents(ctx, eq)
 	if errors.Is(err, storage.ErrBadCursor) {
@@ -136,30 +136,42 @@ func (s *Service) Events(ctx context.Context, q Query) (Page, error) {
 }
 
 // eventQuery checks q for the caller (project visible, range ordered, patterns valid, a patient
-// filter allowed) and returns the store query.
-func (s *Service) eventQuery(ctx context.Context, q Query) (storage.EventQuery, error) {
+// filter allowed) and returns the store query. none is true when the answer is empty whatever
+// the log holds: a test credential filtered by a patient that is not a synthetic patient of the
+// project's organization, who gets what an unknown patient gets, so that the filter does not
+// tell a real patient's events exist.
+func (s *Service) eventQuery(ctx context.Context, q Query) (eq storage.EventQuery, none bool, err error) {
 	p, err := access.Caller(ctx)
 	if err != nil {
-		return storage.EventQuery{}, err
+		return eq, false, err
 	}
 	if err := checkRange(q.Since, q.To, "since"); err != nil {
-		return storage.EventQuery{}, err
+		return eq, false, err
 	}
 	if err := checkPatterns(q.Types); err != nil {
-		return storage.EventQuery{}, err
+		return eq, false, err
 	}
 	if q.PatientID != "" {
 		if _, err := access.Require(ctx, access.ReadPatients); err != nil {
-			return storage.EventQuery{}, err
+			return eq, false, err
 		}
 		access.Touch(ctx, access.KindPatient, q.PatientID)
 	}
-	if _, err := s.projects.Lookup(ctx, s.pool, p, q.ProjectID); err != nil {
-		return storage.EventQuery{}, err
+	orgID, err := s.projects.Lookup(ctx, s.pool, p, q.ProjectID)
+	if err != nil {
+		return eq, false, err
+	}
+	if q.PatientID != "" && !p.SeesRealPatients() {
+		allowed, err := s.guard.Allow(ctx, phi.Reader{Patients: true, Observations: true},
+			[]phi.Subject{{OrgID: orgID, Patients: []string{phi.PatientID(q.PatientID)}, Need: phi.NeedPatients}})
+		if err != nil {
+			return eq, false, fmt.Errorf("events of %s: %w", q.ProjectID, err)
+		}
+		none = !allowed[0]
 	}
 	return storage.EventQuery{OrgID: p.OrgFilter(), ProjectID: q.ProjectID, Type: q.Type, Types: q.Types,
 		Since: q.Since, To: q.To, PatientID: q.PatientID, AgentID: q.AgentID, WorkflowID: q.WorkflowID,
-		DeploymentID: q.DeploymentID, Ascending: q.Ascending, Total: q.Total, Limit: q.Limit, Cursor: q.Cursor}, nil
+		DeploymentID: q.DeploymentID, Ascending: q.Ascending, Total: q.Total, Limit: q.Limit, Cursor: q.Cursor}, none, nil
 }
 
 func checkRange(from, to time.Time, fromName string) error {
@@ -260,6 +272,11 @@ func (s *Service) publish(ctx context.Context, drafts []Draft, field func(int) s
 			if name := repeatedMember(d.Payload); name != "" {
 				bad[field(i)+"payload"] = fmt.Sprintf("names the member %q twice", name)
 			}
+			// What the event log cannot store must not be acknowledged: it would reach the log's
+			// writer, which cannot commit past it.
+			if se, ok := errors.AsType[*jsonwire.StorableError](jsonwire.Storable(d.Payload)); ok {
+				bad[strings.TrimSuffix(field(i)+"payload."+se.Path, ".")] = se.Reason
+			}
 		}
 	}
 	if len(bad) > 0 {
@@ -273,6 +290,11 @@ func (s *Service) publish(ctx context.Context, drafts []Draft, field func(int) s
 		}
 		if evs[i], err = events.New(d.Type, orgID, d.ProjectID, events.SourceIntegration, events.SeverityInfo, d.Payload); err != nil {
 			return nil, fault.Invalid("invalid event %s: %v", strings.TrimSuffix(field(i), "."), err)
+		}
+	}
+	if !p.SeesRealPatients() {
+		if err := s.syntheticOnly(ctx, evs); err != nil {
+			return nil, err
 		}
 	}
 	msgs, err := events.Messages(s.eventsTopic, evs...)
@@ -294,6 +316,42 @@ func (s *Service) publish(ctx context.Context, drafts []Draft, field func(int) s
 		return nil, fmt.Errorf("publish events: %w", err)
 	}
 	return s.serve(ctx, evs), nil
+}
+
+// syntheticOnly refuses the events of a test credential that name a patient other than a
+// synthetic patient of their organization, as every other path of a test credential does: such an
+// event would reach live readers, webhooks and workflow triggers as if a live credential had
+// written it about a real patient. A real patient is NotFound, as an unknown one is, so the
+// refusal tells nothing; a patient named without an id cannot be shown to be synthetic.
+func (s *Service) syntheticOnly(ctx context.Context, evs []storage.Event) error {
+	var each []phi.Subject // one per patient named, so that the refusal names the patient
+	for _, ev := range evs {
+		sub, ok := phi.ClassifyEvent(ev.Type, ev.Payload)
+		if !ok {
+			continue
+		}
+		if sub.Unidentified {
+			return fault.Validation("invalid event", map[string]string{
+				"payload": "a test credential names patients by the id of a synthetic patient (pat_…) only"})
+		}
+		for _, id := range sub.Patients {
+			each = append(each, phi.Subject{OrgID: ev.OrgID, Patients: []string{id}, Need: phi.NeedPatients})
+		}
+	}
+	if len(each) == 0 {
+		return nil
+	}
+	// What a test credential holding the patient scopes may see: synthetic patients only.
+	allowed, err := s.guard.Allow(ctx, phi.Reader{Patients: true, Observations: true}, each)
+	if err != nil {
+		return fmt.Errorf("publish events: %w", err)
+	}
+	for i, ok := range allowed {
+		if !ok {
+			return fault.NotFound("patient", each[i].Patients[0])
+		}
+	}
+	return nil
 }
 
 // repeatedMember returns a member name the JSON object payload has twice, or "". Readers of a

@@ -9,6 +9,7 @@ import (
 
 	"carehub/kernel/access"
 	"carehub/kernel/fault"
+	"carehub/kernel/phi"
 	"carehub/storage"
 )
 
@@ -46,7 +47,10 @@ type StatsRow struct {
 
 // Stats answers q: counts per type, severity, project or payload status per minute, hour or day
 // (in a time zone), top-N types, outcome rates (GroupBy status: the share of each status) and
-// run-time percentiles (Latency). Any valid credential may ask, for its own organization.
+// run-time percentiles (Latency). Any valid credential may ask, for its own organization; one
+// that does not see all patient data (phi.Reader.SeesAll) is not grouped by the statuses, nor
+// measured by the run times, of events that carry patient data (phi.StatsPrivate): a status is
+// a payload value, which a free-form event about a patient fills as it likes.
 func (s *Service) Stats(ctx context.Context, q StatsQuery) ([]StatsRow, error) {
 	p, err := access.Caller(ctx)
 	if err != nil {
@@ -124,6 +128,10 @@ func (s *Service) statsQuery(ctx context.Context, p *access.Principal, q StatsQu
 	case !p.SeesOrg(orgID):
 		return storage.AggregateQuery{}, fault.NotFound("organization", orgID)
 	}
-	return storage.AggregateQuery{OrgID: orgID, ProjectID: q.ProjectID, Types: q.Types, Severities: q.Severities,
-		From: q.From, To: q.To, Bucket: q.Bucket, Location: loc, GroupBy: q.GroupBy, Latency: q.Latency}, nil
+	aq := storage.AggregateQuery{OrgID: orgID, ProjectID: q.ProjectID, Types: q.Types, Severities: q.Severities,
+		From: q.From, To: q.To, Bucket: q.Bucket, Location: loc, GroupBy: q.GroupBy, Latency: q.Latency}
+	if !phi.ReaderOf(p).SeesAll() {
+		aq.Private = phi.StatsPrivate()
+	}
+	return aq, nil
 }

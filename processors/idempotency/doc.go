@@ -22,11 +22,16 @@
 // the lease) is fenced: the retry that took over owns the claim, and the stalled request's
 // next step finds the claim gone and fails with ErrClaimLost before it writes anything.
 //
-// Keys are scoped to the credential (organization and API key id). The key itself is not
+// Keys are scoped to the credential (organization and API key id), and a request's hash also
+// names the credential's grant (scopes and mode): a replay skips the handler and its scope
+// checks, so only a credential that passed the same checks gets it. The key itself is not
 // stored: its row is found by a hash derived from it, and the step results and answers are
-// sealed (AES-256-GCM) under a key also derived from it, so the rows reveal neither patient data
-// nor the secrets that some answers carry to a reader of the database who lacks the client's
-// Idempotency-Key.
+// sealed (AES-256-GCM) under a key derived from it and from the server sealing key
+// (kernel/sealing), which is not in the database: the rows reveal neither patient data nor the
+// secrets that some answers carry (API keys, webhook secrets) to a reader of the database, even
+// one who guesses the Idempotency-Key. A value that does not open (sealed before the server key
+// was part of the seal, or by a node with another key) is ErrUnreadable, a conflict: the request
+// is not run again, since its effect may have happened.
 //
 //	idempotency.go  Claim, With/From, Tx: the step transaction
 //	store.go        Store: claim, complete, release, lease renewal, expiry

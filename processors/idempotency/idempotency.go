@@ -16,13 +16,18 @@ import (
 var (
 	// ErrMismatch: the key was used in the last 24 hours for another request.
 	ErrMismatch = &fault.Error{Kind: fault.KindConflict,
-		Message: "this Idempotency-Key was used in the last 24 hours with a different request (method, path or body); use a new key for a new request"}
+		Message: "this Idempotency-Key was used in the last 24 hours with a different request (method, path or body) or by a credential with other scopes or mode; use a new key for a new request"}
 	// ErrInProgress: a request with the key is running (or died less than a lease ago).
 	ErrInProgress = &fault.Error{Kind: fault.KindConflict,
 		Message: "a request with this Idempotency-Key is in progress; retry after it has finished"}
 	// ErrClaimLost: this request outlived its lease and a retry took its claim over.
 	ErrClaimLost = &fault.Error{Kind: fault.KindConflict,
 		Message: "a retry with this Idempotency-Key took over while this request was stalled; its answer is the retry's"}
+	// ErrUnreadable: what was recorded for the key does not open under this node's sealing key:
+	// it was sealed before the server key was part of the seal, or under another node's key
+	// (nodes must share one). The request is not run again, as its effect may have happened.
+	ErrUnreadable = &fault.Error{Kind: fault.KindConflict,
+		Message: "what was recorded for this Idempotency-Key cannot be read by this server (sealed before an upgrade or under another sealing key); check whether the first request took effect, then use a new key"}
 	// ErrDiverged: a retry reached a step that its first attempt had recorded as something else.
 	ErrDiverged = &fault.Error{Kind: fault.KindConflict,
 		Message: "the retry with this Idempotency-Key took another path than its first attempt; use a new key"}

@@ -2,15 +2,18 @@ package idempotency
 
 import (
 	"bytes"
-	"crypto/aes"
 	"crypto/cipher"
 	"crypto/hkdf"
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/gob"
-	"errors"
 	"fmt"
 	"reflect"
+	"slices"
+	"strings"
+
+	"carehub/kernel/access"
+	"carehub/kernel/sealing"
 )
 
 // MaxKeyLength bounds an Idempotency-Key.
@@ -34,6 +37,37 @@ func ValidKey(k string) bool {
 // its API key id (a JWT's parent key). The same key string under two scopes names two keys.
 type Scope struct {
 	OrgID, KeyID string
+	// Grant is what the credential may do and see (GrantOf). It is part of the request: an
+	// answer is replayed, and a dead request's claim taken over, only for a credential with the
+	// same grant, whose own authorization therefore passed already. A narrower credential of
+	// the same key (a JWT scoped down, a key whose scopes were cut) gets ErrMismatch instead of
+	// an answer its own checks would refuse.
+	Grant string
+}
+
+// ScopeOf is the scope of p's keys.
+func ScopeOf(p *access.Principal) Scope {
+	return Scope{OrgID: p.OrgID, KeyID: p.KeyID, Grant: GrantOf(p)}
+}
+
+// GrantOf names what p may do and see: every scope check and patient-data rule of a request
+// depends on these only (besides its organization and key, which the scope holds).
+func GrantOf(p *access.Principal) string {
+	if p.Platform {
+		return "platform"
+	}
+	scopes := slices.Clone(p.Scopes)
+	slices.Sort(scopes)
+	return p.Mode + " " + strings.Join(slices.Compact(scopes), " ")
+}
+
+// bind makes a request's hash also name the grant it runs under.
+func bind(requestHash []byte, grant string) []byte {
+	h := sha256.New()
+	h.Write(requestHash)
+	h.Write([]byte{0})
+	h.Write([]byte(grant))
+	return h.Sum(nil)
 }
 
 // keys are what a key and its scope derive: the row's lookup hash and the sealing cipher.
@@ -42,21 +76,16 @@ type keys struct {
 	aead   cipher.AEAD
 }
 
-func derive(s Scope, key string) (keys, error) {
+// derive derives key's keys under scope. The lookup hash needs no secret: it only finds the row.
+// The sealing key is also derived from the server key, so a reader of the database who guesses
+// the Idempotency-Key still opens nothing (v1 seals lacked it: they no longer open, ErrUnreadable).
+func derive(server *sealing.Key, s Scope, key string) (keys, error) {
 	salt := []byte(s.OrgID + "\x00" + s.KeyID)
 	lookup, err := hkdf.Key(sha256.New, []byte(key), salt, "carehub idempotency lookup v1", 32)
 	if err != nil {
 		return keys{}, err
 	}
-	sk, err := hkdf.Key(sha256.New, []byte(key), salt, "carehub idempotency seal v1", 32)
-	if err != nil {
-		return keys{}, err
-	}
-	block, err := aes.NewCipher(sk)
-	if err != nil {
-		return keys{}, err
-	}
-	aead, err := cipher.NewGCM(block)
+	aead, err := server.AEAD("carehub idempotency seal v2", append(append(salt, 0), key...))
 	if err != nil {
 		return keys{}, err
 	}
@@ -74,11 +103,11 @@ func (k keys) seal(plain []byte, ad string) []byte {
 func (k keys) open(sealed []byte, ad string) ([]byte, error) {
 	n := k.aead.NonceSize()
 	if len(sealed) < n {
-		return nil, errors.New("open recorded value: too short")
+		return nil, ErrUnreadable
 	}
 	plain, err := k.aead.Open(nil, sealed[:n], sealed[n:], []byte(ad))
 	if err != nil {
-		return nil, fmt.Errorf("open recorded value: %w", err)
+		return nil, ErrUnreadable
 	}
 	return plain, nil
 }

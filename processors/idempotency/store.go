@@ -16,6 +16,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"carehub/kernel/config"
+	"carehub/kernel/sealing"
 	"carehub/kernel/tick"
 )
 
@@ -34,6 +35,7 @@ const (
 // is safe for concurrent use.
 type Store struct {
 	pool   *pgxpool.Pool
+	key    *sealing.Key
 	lease  time.Duration
 	sweep  time.Duration
 	logger *slog.Logger
@@ -45,6 +47,10 @@ type Config struct {
 	Lease time.Duration
 	// Logger logs lease renewal and expiry. Default slog.Default().
 	Logger *slog.Logger
+	// Key is the server sealing key that recorded answers and steps are sealed under; every
+	// node sharing the database must have the same. Default: a random key of this Store's own,
+	// so nothing it records opens in another process (ErrUnreadable): for tests only.
+	Key *sealing.Key
 }
 
 func (c *Config) defaults() {
@@ -52,12 +58,15 @@ func (c *Config) defaults() {
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
+	if c.Key == nil {
+		c.Key = sealing.Random()
+	}
 }
 
 // NewStore returns a store on pool.
 func NewStore(pool *pgxpool.Pool, cfg Config) *Store {
 	cfg.defaults()
-	return &Store{pool: pool, lease: cfg.Lease, sweep: DefaultSweepInterval, logger: cfg.Logger}
+	return &Store{pool: pool, key: cfg.Key, lease: cfg.Lease, sweep: DefaultSweepInterval, logger: cfg.Logger}
 }
 
 // Answer is a recorded answer: what a replay sends, and the resources the first request touched
@@ -71,7 +80,8 @@ type Answer struct {
 }
 
 // Claim claims key under scope for a request whose hash (of method, path, query and body) is
-// requestHash. It returns:
+// requestHash; the hash kept is also of scope.Grant, so a request under another grant is another
+// request (ErrMismatch). It returns:
 //
 //   - a Claim when this request is to run: new key, an expired one (older than Retention), or a
 //     claim whose request died or failed without an answer (its recorded steps are kept, and
@@ -81,11 +91,12 @@ type Answer struct {
 //   - ErrMismatch when the key was used for another request, ErrInProgress when a request with
 //     it is running, or another error.
 func (s *Store) Claim(ctx context.Context, scope Scope, key string, requestHash []byte) (*Claim, *Answer, error) {
-	k, err := derive(scope, key)
+	k, err := derive(s.key, scope, key)
 	if err != nil {
 		return nil, nil, fmt.Errorf("idempotency key: %w", err)
 	}
 	c := &Claim{store: s, scope: scope, keys: k, owner: token()}
+	requestHash = bind(requestHash, scope.Grant)
 	for range 3 {
 		claimed, err := s.take(ctx, c, requestHash)
 		if err != nil {
@@ -112,6 +123,10 @@ where org_id = $1 and key_id = $2 and key_hash = $3`, scope.OrgID, scope.KeyID, 
 			return nil, nil, ErrInProgress
 		}
 		a, err := openAnswer(k, sealed)
+		if errors.Is(err, ErrUnreadable) {
+			s.logger.Warn("an idempotency key's answer does not open under this node's sealing key (sealed before v2, or nodes with different keys)",
+				"org_id", scope.OrgID, "key_id", scope.KeyID)
+		}
 		if err != nil {
 			return nil, nil, err
 		}

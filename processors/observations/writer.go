@@ -51,8 +51,9 @@ const (
 
 // WriterConfig configures a Writer.
 type WriterConfig struct {
-	Brokers []string      // required
-	Pool    *pgxpool.Pool // required
+	Brokers     []string          // required
+	Credentials kafka.Credentials // authenticate to brokers that require SASL
+	Pool        *pgxpool.Pool     // required
 	// Topic is consumed; default kafka.DefaultTopics().Observations.
 	Topic string
 	// Group is the consumer group; default DefaultGroup.
@@ -195,7 +196,7 @@ func (w *Writer) newMember(i int, opts []kgo.Opt) (*member, error) {
 			}
 		}))
 	src, err := consume.NewTransact(func() (*kgo.GroupTransactSession, error) {
-		return kafka.NewGroupTransactSession(kafka.ClientConfig{Brokers: cfg.Brokers, ClientID: clientID,
+		return kafka.NewGroupTransactSession(kafka.ClientConfig{Brokers: cfg.Brokers, Credentials: cfg.Credentials, ClientID: clientID,
 			Registerer: cfg.Registerer, Logger: cfg.Logger}, opts...)
 	}, cfg.StoreTimeout)
 	if err != nil {

@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 
@@ -143,7 +144,7 @@ func parsePatient(body []byte, now time.Time) (*patientInput, error) {
 						in.risk = e.ValueCode
 					}
 				case ExtensionProgram:
-					if e.ValueString == nil || strings.TrimSpace(*e.ValueString) == "" || len(*e.ValueString) > 100 {
+					if e.ValueString == nil || strings.TrimSpace(*e.ValueString) == "" || utf8.RuneCountInString(*e.ValueString) > 100 {
 						bad["extension"] = "the care-program extension needs a valueString of 1 to 100 characters"
 					} else if prog := strings.TrimSpace(*e.ValueString); !slices.Contains(in.programs, prog) {
 						in.programs = append(in.programs, prog)

@@ -26,6 +26,11 @@ import (
 // rounded up, so no cut-off falls inside the six years whatever the leap days.
 const AuditFloorDays = 2192
 
+// MaxDays is the longest retention a policy may ask of either log: 100 years. Longer is what null
+// (forever) says; a larger number only risks arithmetic: 107,000,003 days before now is beyond
+// the stores' time range, and the cut-off wrapped around into the future (every row older).
+const MaxDays = 36_500
+
 // Policy is one organization's retention. A nil field keeps that log forever.
 type Policy struct {
 	OrgID     string
@@ -61,7 +66,8 @@ func (s *Service) Policy(ctx context.Context, ref string) (*Policy, error) {
 
 // SetPolicy replaces the retention of the organization ref names. Only the platform operator
 // sets it (retention is part of the operator's agreement with the tenant, not a tenant setting).
-// Days below 1, or audit days below AuditFloorDays, are a Validation fault naming the field.
+// Days below 1 or above MaxDays, or audit days below AuditFloorDays, are a Validation fault
+// naming the field.
 func (s *Service) SetPolicy(ctx context.Context, ref string, eventDays, auditDays *int) (*Policy, error) {
 	p, err := access.Caller(ctx)
 	if err != nil {
@@ -75,11 +81,17 @@ func (s *Service) SetPolicy(ctx context.Context, ref string, eventDays, auditDay
 		return nil, fault.New(fault.KindForbidden, "only the platform operator sets an organization's retention")
 	}
 	bad := map[string]string{}
-	if eventDays != nil && *eventDays < 1 {
+	switch {
+	case eventDays != nil && *eventDays < 1:
 		bad["eventRetentionDays"] = "must be at least 1 (or null: kept forever)"
+	case eventDays != nil && *eventDays > MaxDays:
+		bad["eventRetentionDays"] = tooLong
 	}
-	if auditDays != nil && *auditDays < AuditFloorDays {
+	switch {
+	case auditDays != nil && *auditDays < AuditFloorDays:
 		bad["auditRetentionDays"] = fmt.Sprintf("must be at least %d days: HIPAA requires six years of audit records (45 CFR 164.316(b)(2)); null keeps them forever", AuditFloorDays)
+	case auditDays != nil && *auditDays > MaxDays:
+		bad["auditRetentionDays"] = tooLong
 	}
 	if len(bad) > 0 {
 		return nil, fault.Validation("invalid retention", bad)
@@ -92,6 +104,8 @@ func (s *Service) SetPolicy(ctx context.Context, ref string, eventDays, auditDay
 	}
 	return s.policy(ctx, orgID)
 }
+
+var tooLong = fmt.Sprintf("must be at most %d days (100 years); null keeps the log forever", MaxDays)
 
 func (s *Service) orgID(ctx context.Context, p *access.Principal, ref string) (string, error) {
 	var id string
@@ -200,11 +214,11 @@ func (j *Job) PurgeOnce(ctx context.Context) error {
 		var events, audit int64
 		var err error
 		if p.eventDays != nil {
-			events, err = j.events.PurgeEvents(ctx, p.orgID, now.AddDate(0, 0, -*p.eventDays))
+			events, err = j.events.PurgeEvents(ctx, p.orgID, cutoff(now, *p.eventDays, 1))
 		}
 		if err == nil && p.auditDays != nil {
 			// audit_days ≥ AuditFloorDays is also a check of the table: no writer goes below it.
-			audit, err = j.audit.PurgeAudit(ctx, p.orgID, now.AddDate(0, 0, -*p.auditDays))
+			audit, err = j.audit.PurgeAudit(ctx, p.orgID, cutoff(now, *p.auditDays, AuditFloorDays))
 		}
 		if err != nil {
 			errs = append(errs, fmt.Errorf("purge %s: %w", p.orgID, err))
@@ -219,4 +233,11 @@ func (j *Job) PurgeOnce(ctx context.Context) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// cutoff is the instant before which a policy of days purges: days before now, with days held
+// to [floor, MaxDays] whatever the table holds (a row written before the ceiling existed), so
+// the cut-off is never after now minus floor nor outside the range the stores represent.
+func cutoff(now time.Time, days, floor int) time.Time {
+	return now.AddDate(0, 0, -min(max(days, floor), MaxDays))
 }

@@ -148,3 +148,17 @@ func TestPolicyRefusals(t *testing.T) {
 		t.Fatalf("the table takes an audit retention under six years: %v", err)
 	}
 }
+
+// TestCutoffStaysInRange: whatever the table holds (a row written before the ceiling), the
+// cut-off is between MaxDays and the floor before now, never past it nor in the future.
+func TestCutoffStaysInRange(t *testing.T) {
+	now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	for _, days := range []int{-1, 0, 1, 2191, 2192, MaxDays, MaxDays + 1, 107_000_003, 1 << 31, 1<<63 - 1} {
+		for _, floor := range []int{1, AuditFloorDays} {
+			c := cutoff(now, days, floor)
+			if c.Before(now.AddDate(0, 0, -MaxDays)) || c.After(now.AddDate(0, 0, -floor)) {
+				t.Errorf("cutoff(%d days, floor %d) = %s", days, floor, c)
+			}
+		}
+	}
+}

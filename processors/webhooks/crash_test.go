@@ -46,6 +46,7 @@ func crashChild() int {
 		Brokers:      strings.Split(os.Getenv(crashChildBrokers), ","),
 		Topic:        os.Getenv(crashChildTopic),
 		Group:        os.Getenv(crashChildGroup),
+		Key:          testKey,
 		AllowPrivate: true,
 		Schedule:     fastSchedule,
 		Lease:        crashLease,

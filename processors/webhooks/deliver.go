@@ -142,8 +142,7 @@ update webhook_deliveries d set status = 'delivering', lease_owner = $3,
 from picked p, webhooks w
 where d.id = p.id and w.id = d.webhook_id
 returning d.webhook_id, d.seq, d.id, d.event_id, d.body, d.schedule_pos, d.attempt_count, d.event_created_at,
-	w.org_id, w.url, w.secret, case when w.previous_secret_expires_at > statement_timestamp() then w.previous_secret end,
-	w.patient_scopes, w.patient_mode`,
+	w.org_id, w.url, w.patient_scopes, w.patient_mode, `+secretColumns,
 			n, d.cfg.LaneBatch, d.node, d.cfg.Lease.Milliseconds())
 		if err != nil {
 			return err
@@ -153,17 +152,17 @@ returning d.webhook_id, d.seq, d.id, d.event_id, d.body, d.schedule_pos, d.attem
 		seqs := map[string]int64{}
 		for rows.Next() {
 			var c claimed
-			var webhookID, orgID, url, secret, patientMode string
+			var webhookID, orgID, url, patientMode string
 			var seq int64
-			var previous *string
 			var patientScopes []string
-			if err := rows.Scan(&webhookID, &seq, &c.id, &c.eventID, &c.body, &c.schedulePos, &c.attemptCount,
-				&c.eventCreatedAt, &orgID, &url, &secret, &previous, &patientScopes, &patientMode); err != nil {
+			var stored storedSecrets
+			if err := rows.Scan(append([]any{&webhookID, &seq, &c.id, &c.eventID, &c.body, &c.schedulePos, &c.attemptCount,
+				&c.eventCreatedAt, &orgID, &url, &patientScopes, &patientMode}, stored.dest()...)...); err != nil {
 				return err
 			}
 			l := byHook[webhookID]
 			if l == nil {
-				l = &lane{webhookID: webhookID, orgID: orgID, url: url, secrets: secretsOf(secret, previous),
+				l = &lane{webhookID: webhookID, orgID: orgID, url: url, secrets: d.secrets(webhookID, stored),
 					reader: phi.ReaderFrom(patientScopes, patientMode)}
 				byHook[webhookID] = l
 				lanes = append(lanes, l)
@@ -188,11 +187,15 @@ returning d.webhook_id, d.seq, d.id, d.event_id, d.body, d.schedule_pos, d.attem
 	return lanes, nil
 }
 
-func secretsOf(current string, previous *string) []string {
-	if previous != nil && *previous != "" {
-		return []string{current, *previous}
+// secrets opens a subscription's signing secrets, or gives none when they do not open: its
+// attempts then fail unsent (Sign refuses to sign with no secret) and are recorded as failures.
+func (d *Dispatcher) secrets(webhookID string, st storedSecrets) []string {
+	secrets, err := d.box.secrets(webhookID, st)
+	if err != nil {
+		d.logger.Error("webhook signing secret unreadable: is this node's sealing key the deployment's?",
+			"webhook_id", webhookID, "err", err)
 	}
-	return []string{current}
+	return secrets
 }
 
 func sortBySeq(items []claimed, seqs map[string]int64) {
@@ -315,11 +318,10 @@ func (d *Dispatcher) recordOutcome(ctx context.Context, l *lane, it claimed, out
 		respBody = &out.ResponseBody
 	}
 	var st hookState
-	var hookStatus string
-	var previous *string
-	var secret, project, patientMode string
+	var hookStatus, project, patientMode string
 	var patientScopes []string
 	var deleted bool
+	var stored storedSecrets
 	err := d.pool.QueryRow(ctx, `
 with att as (
 	insert into webhook_attempts (id, delivery_id, webhook_id, org_id, status_code, latency_ms, error, response_body, attempted_at)
@@ -348,15 +350,14 @@ update webhooks set
 	last_delivered_at = case when $13 then now() else last_delivered_at end,
 	updated_at = now()
 where id = $3
-returning status, deleted_at is not null, url, secret,
-	case when previous_secret_expires_at > now() then previous_secret end, project_id, patient_scopes, patient_mode`,
+returning status, deleted_at is not null, url, project_id, patient_scopes, patient_mode, `+secretColumns,
 		ids.New(ids.Attempt), it.id, l.webhookID, l.orgID, code, int(out.Latency.Milliseconds()), errText, respBody,
 		out.AttemptedAt, status, delay.Microseconds(), d.node, out.Succeeded(), out.Gone(), PauseAfter,
-	).Scan(&hookStatus, &deleted, &st.url, &secret, &previous, &project, &patientScopes, &patientMode)
+	).Scan(append([]any{&hookStatus, &deleted, &st.url, &project, &patientScopes, &patientMode}, stored.dest()...)...)
 	if err != nil {
 		return st, err
 	}
-	st.secrets = secretsOf(secret, previous)
+	st.secrets = d.secrets(l.webhookID, stored)
 	st.reader = phi.ReaderFrom(patientScopes, patientMode)
 	st.deliverable = !deleted && (hookStatus == StatusActive || hookStatus == StatusFailing)
 	if out.Gone() {

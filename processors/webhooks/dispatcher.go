@@ -19,6 +19,7 @@ import (
 	"carehub/kernel/config"
 	"carehub/kernel/events"
 	"carehub/kernel/phi"
+	"carehub/kernel/sealing"
 	"carehub/kernel/tick"
 	"carehub/storage"
 	"carehub/storage/ids"
@@ -46,12 +47,16 @@ const creationSkew = time.Minute
 
 // DispatcherConfig configures a Dispatcher. Zero values take the defaults.
 type DispatcherConfig struct {
-	Pool       *pgxpool.Pool // required
-	Brokers    []string      // required
-	Topic      string        // default kafka.DefaultTopics().Events
-	Group      string        // default DefaultGroup
-	Logger     *slog.Logger
-	Registerer prometheus.Registerer
+	Pool        *pgxpool.Pool     // required
+	Brokers     []string          // required
+	Credentials kafka.Credentials // authenticate to brokers that require SASL
+	Topic       string            // default kafka.DefaultTopics().Events
+	Group       string            // default DefaultGroup
+	Logger      *slog.Logger
+	Registerer  prometheus.Registerer
+	// Key is the server sealing key that signing secrets are sealed under (required; the same
+	// as the Service's).
+	Key *sealing.Key
 
 	// AllowPrivate lets deliveries connect to private and loopback addresses (development and
 	// tests; --webhooks-allow-private).
@@ -109,6 +114,8 @@ func (c *DispatcherConfig) validate() error {
 		return errors.New("webhook dispatcher: no Postgres pool")
 	case len(c.Brokers) == 0:
 		return errors.New("webhook dispatcher: no Kafka brokers")
+	case c.Key == nil:
+		return errors.New("webhook dispatcher: no sealing key")
 	case c.Lease < 300*time.Millisecond:
 		return fmt.Errorf("webhook dispatcher: lease %s is too short", c.Lease)
 	case c.PerSubscription > 16:
@@ -130,6 +137,7 @@ type Dispatcher struct {
 	pool   *pgxpool.Pool
 	guard  *phi.Guard
 	sender *sender
+	box    secretBox
 	subs   *subCache
 	node   string // lease owner id of this dispatcher
 	m      *metrics
@@ -158,7 +166,7 @@ func NewDispatcher(cfg DispatcherConfig) (*Dispatcher, error) {
 		// (within creationSkew), so the history of the topic is not replayed to anyone.
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
 		kgo.FetchMaxWait(250*time.Millisecond))
-	cl, err := kafka.NewClient(kafka.ClientConfig{Brokers: cfg.Brokers, ClientID: "carehub-webhooks",
+	cl, err := kafka.NewClient(kafka.ClientConfig{Brokers: cfg.Brokers, Credentials: cfg.Credentials, ClientID: "carehub-webhooks",
 		Registerer: cfg.Registerer, Logger: cfg.Logger}, append(opts, cfg.ClientOpts...)...)
 	if err != nil {
 		return nil, fmt.Errorf("webhook dispatcher: %w", err)
@@ -181,6 +189,7 @@ func NewDispatcher(cfg DispatcherConfig) (*Dispatcher, error) {
 		pool:   cfg.Pool,
 		guard:  phi.NewGuard(cfg.Pool),
 		sender: newSender(cfg.AllowPrivate, cfg.Timeout, cfg.PerSubscription),
+		box:    newSecretBox(cfg.Key),
 		subs:   newSubCache(cfg.Pool, cfg.CacheTTL),
 		node:   ids.New("wdsp_"),
 		m:      m,

@@ -1,6 +1,7 @@
 package webhooks
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"io"
@@ -19,6 +20,7 @@ import (
 	"carehub/internal/testenv"
 	"carehub/kernel/access"
 	"carehub/kernel/events"
+	"carehub/kernel/sealing"
 	"carehub/storage"
 	"carehub/storage/ids"
 	"carehub/storage/kafka/kafkatest"
@@ -40,6 +42,16 @@ var fastSchedule = []time.Duration{0, 20 * time.Millisecond, 20 * time.Milliseco
 // oneShotSchedule makes every delivery wait an hour after its first failure, so each is
 // attempted exactly once while a test runs.
 var oneShotSchedule = []time.Duration{0, time.Hour, time.Hour, time.Hour, time.Hour, time.Hour, time.Hour, time.Hour}
+
+// testKey is the server sealing key of every service and dispatcher of these tests, the crash
+// test's child process included: fixed, so that the child needs not be told it.
+var testKey = func() *sealing.Key {
+	k, err := sealing.New(bytes.Repeat([]byte{0x5e}, sealing.Size))
+	if err != nil {
+		panic(err)
+	}
+	return k
+}()
 
 // fixture is one test's database, broker, topic, tenant and service.
 type fixture struct {
@@ -68,7 +80,7 @@ func newFixture(t testing.TB) *fixture {
 	f.orgID = f.addOrg("acme")
 	f.projectID = f.addProject(f.orgID)
 	f.admin = principal(f.orgID, access.AdminOrg)
-	f.svc = NewService(pool, ServiceConfig{AllowPrivate: true})
+	f.svc = NewService(pool, ServiceConfig{AllowPrivate: true, Key: testKey})
 	f.prod = kafkatest.Client(t, kgo.DefaultProduceTopic(f.topic))
 	return f
 }
@@ -176,6 +188,7 @@ func (f *fixture) start(tweak ...func(*DispatcherConfig)) *running {
 		Topic:        f.topic,
 		Group:        kafkatest.Group(f.t, "carehub-webhooks"),
 		Logger:       testLogger(f.t),
+		Key:          testKey,
 		AllowPrivate: true,
 		Schedule:     fastSchedule,
 		PollInterval: 20 * time.Millisecond,

@@ -11,6 +11,8 @@
 //	deliver.go        the delivery worker pool: claims lanes, attempts, records outcomes, leases
 //	sender.go         one signed HTTP attempt (no redirects, no proxy, bounded, trimmed answer)
 //	sign.go           secrets, Standard Webhooks signatures, the delivered body
+//	seal.go           secrets at rest: sealed under the server sealing key, and the start-up
+//	                  step that seals those older versions stored in clear
 //	phi.go            patient data in delivered bodies: what each subscription may carry
 //	ssrf.go           destination checks at create time and in the dialer
 //	schedule.go       retry schedule, jitter, Retry-After
@@ -38,6 +40,7 @@ import (
 	"carehub/kernel/events"
 	"carehub/kernel/fault"
 	"carehub/kernel/phi"
+	"carehub/kernel/sealing"
 	"carehub/processors/idempotency"
 	"carehub/storage/ids"
 )
@@ -133,9 +136,18 @@ type ServiceConfig struct {
 	AllowPrivate bool
 	// Timeout bounds a test send. Default DefaultTimeout.
 	Timeout time.Duration
+	// Key is the server sealing key that signing secrets are sealed under (seal.go); the
+	// dispatchers and every node sharing the database must have the same. Default: a random key
+	// of this Service's own, whose secrets nothing else opens: for tests only.
+	Key *sealing.Key
 }
 
-func (c *ServiceConfig) defaults() { config.Default(&c.Timeout, DefaultTimeout) }
+func (c *ServiceConfig) defaults() {
+	config.Default(&c.Timeout, DefaultTimeout)
+	if c.Key == nil {
+		c.Key = sealing.Random()
+	}
+}
 
 // Service is the webhook subscription service used by the GraphQL and REST transports. Every
 // method checks the caller's scope and tenancy from ctx: reads of subscriptions (List, Get, ByIDs)
@@ -146,34 +158,45 @@ type Service struct {
 	guard  *phi.Guard
 	cfg    ServiceConfig
 	sender *sender
+	box    secretBox
 }
 
 // NewService returns the service on pool.
 func NewService(pool *pgxpool.Pool, cfg ServiceConfig) *Service {
 	cfg.defaults()
-	return &Service{pool: pool, guard: phi.NewGuard(pool), cfg: cfg, sender: newSender(cfg.AllowPrivate, cfg.Timeout, 2)}
+	return &Service{pool: pool, guard: phi.NewGuard(pool), cfg: cfg, sender: newSender(cfg.AllowPrivate, cfg.Timeout, 2),
+		box: newSecretBox(cfg.Key)}
 }
 
-const subscriptionColumns = `id, org_id, project_id, url, events, status, secret, failure_count, last_delivered_at, created_at, updated_at`
+const subscriptionColumns = `id, org_id, project_id, url, events, status, secret, secret_sealed, failure_count,
+	last_delivered_at, created_at, updated_at`
 
-func scanSubscription(row pgx.Row) (*Subscription, error) {
-	var s Subscription
-	err := row.Scan(&s.ID, &s.OrgID, &s.ProjectID, &s.URL, &s.Events, &s.Status, &s.Secret, &s.FailureCount,
-		&s.LastDeliveredAt, &s.CreatedAt, &s.UpdatedAt)
+// scanSubscription reads a subscription, its secret masked.
+func (s *Service) scanSubscription(row pgx.Row) (*Subscription, error) {
+	var sub Subscription
+	var secret storedSecrets
+	err := row.Scan(&sub.ID, &sub.OrgID, &sub.ProjectID, &sub.URL, &sub.Events, &sub.Status, &secret.current,
+		&secret.currentSealed, &sub.FailureCount, &sub.LastDeliveredAt, &sub.CreatedAt, &sub.UpdatedAt)
 	if err != nil {
 		return nil, err
 	}
-	s.CreatedAt, s.UpdatedAt = s.CreatedAt.UTC(), s.UpdatedAt.UTC()
-	if s.LastDeliveredAt != nil {
-		t := s.LastDeliveredAt.UTC()
-		s.LastDeliveredAt = &t
+	sub.Secret = s.maskedSecret(sub.ID, secret)
+	sub.CreatedAt, sub.UpdatedAt = sub.CreatedAt.UTC(), sub.UpdatedAt.UTC()
+	if sub.LastDeliveredAt != nil {
+		t := sub.LastDeliveredAt.UTC()
+		sub.LastDeliveredAt = &t
 	}
-	return &s, nil
+	return &sub, nil
 }
 
-func (s *Subscription) masked() *Subscription {
-	s.Secret = maskSecret(s.Secret)
-	return s
+// maskedSecret shows the end of the current secret, as reads do. A secret that does not open
+// shows none: the read is still worth answering, and deliveries report the failure.
+func (s *Service) maskedSecret(id string, st storedSecrets) string {
+	current, err := s.box.pick(id, st.current, st.currentSealed)
+	if err != nil {
+		return SecretPrefix + "…"
+	}
+	return maskSecret(current)
 }
 
 // checkEvents validates and normalizes subscription patterns: at least one, each an exact type,
@@ -220,19 +243,21 @@ func (s *Service) Create(ctx context.Context, projectID, url string, patterns []
 		return nil, err
 	}
 	patientScopes, patientMode := phi.ReaderOf(p).Grant()
+	id, secret := ids.New(ids.Webhook), newSecret()
 	var sub *Subscription
 	err = s.inTx(ctx, &sub, func(tx pgx.Tx) error {
 		row := tx.QueryRow(ctx, `
-insert into webhooks (id, org_id, project_id, url, events, secret, patient_scopes, patient_mode)
+insert into webhooks (id, org_id, project_id, url, events, secret_sealed, patient_scopes, patient_mode)
 select $1, p.org_id, p.id, $3, $4, $5, $7, $8 from projects p where p.id = $2 and ($6 = '' or p.org_id = $6)
 returning `+subscriptionColumns,
-			ids.New(ids.Webhook), projectID, url, patterns, newSecret(), p.OrgFilter(), patientScopes, patientMode)
+			id, projectID, url, patterns, s.box.seal(id, secret), p.OrgFilter(), patientScopes, patientMode)
 		var err error
-		if sub, err = scanSubscription(row); errors.Is(err, pgx.ErrNoRows) {
+		if sub, err = s.scanSubscription(row); errors.Is(err, pgx.ErrNoRows) {
 			return fault.NotFound("project", projectID)
 		} else if err != nil {
 			return err
 		}
+		sub.Secret = secret
 		return notify(ctx, tx, "sub:"+sub.ProjectID)
 	})
 	if err != nil {
@@ -263,12 +288,12 @@ where project_id = $1 and deleted_at is null and ($2 = '' or org_id = $2) order 
 	}
 	out := []Subscription{}
 	for rows.Next() {
-		sub, err := scanSubscription(rows)
+		sub, err := s.scanSubscription(rows)
 		if err != nil {
 			rows.Close()
 			return nil, wrap("list webhooks", err)
 		}
-		out = append(out, *sub.masked())
+		out = append(out, *sub)
 	}
 	if err := rows.Err(); err != nil {
 		return nil, wrap("list webhooks", err)
@@ -282,7 +307,7 @@ func (s *Service) Get(ctx context.Context, id string) (*Subscription, error) {
 	if err != nil {
 		return nil, err
 	}
-	sub, err := scanSubscription(s.pool.QueryRow(ctx, `select `+subscriptionColumns+` from webhooks
+	sub, err := s.scanSubscription(s.pool.QueryRow(ctx, `select `+subscriptionColumns+` from webhooks
 where id = $1 and deleted_at is null and ($2 = '' or org_id = $2)`, id, p.OrgFilter()))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, fault.NotFound("webhook", id)
@@ -290,7 +315,7 @@ where id = $1 and deleted_at is null and ($2 = '' or org_id = $2)`, id, p.OrgFil
 	if err != nil {
 		return nil, wrap("get webhook", err)
 	}
-	return sub.masked(), nil
+	return sub, nil
 }
 
 // ByIDs returns subscriptions by id (a batched loader), secrets masked, tenancy applied.
@@ -310,11 +335,11 @@ where id = any($1) and deleted_at is null and ($2 = '' or org_id = $2)`, idList,
 	}
 	defer rows.Close()
 	for rows.Next() {
-		sub, err := scanSubscription(rows)
+		sub, err := s.scanSubscription(rows)
 		if err != nil {
 			return nil, wrap("load webhooks", err)
 		}
-		out[sub.ID] = sub.masked()
+		out[sub.ID] = sub
 	}
 	if err := rows.Err(); err != nil {
 		return nil, wrap("load webhooks", err)
@@ -361,7 +386,7 @@ update webhooks set
 where id = $1 and deleted_at is null and ($2 = '' or org_id = $2)
 returning `+subscriptionColumns, id, p.OrgFilter(), u.URL, u.Events, u.Status, patientScopes, patientMode)
 		var err error
-		if sub, err = scanSubscription(row); errors.Is(err, pgx.ErrNoRows) {
+		if sub, err = s.scanSubscription(row); errors.Is(err, pgx.ErrNoRows) {
 			return fault.NotFound("webhook", id)
 		} else if err != nil {
 			return err
@@ -380,23 +405,29 @@ where webhook_id = $1 and status = 'pending' and next_attempt_at > now()`, id); 
 	if err != nil {
 		return nil, wrap("update webhook", err)
 	}
-	return sub.masked(), nil
+	return sub, nil
 }
 
-// RotateSecret issues a new secret, returned in full; the old one keeps signing for 24 h.
+// RotateSecret issues a new secret, returned in full; the old one keeps signing for 24 h. The
+// old one moves as it is stored: sealed, or in clear in a row not sealed yet.
 func (s *Service) RotateSecret(ctx context.Context, id string) (*Subscription, error) {
 	p, err := access.Require(ctx, access.AdminOrg)
 	if err != nil {
 		return nil, err
 	}
+	secret := newSecret()
 	var sub *Subscription
 	err = s.inTx(ctx, &sub, func(tx pgx.Tx) error {
 		var err error
-		sub, err = scanSubscription(tx.QueryRow(ctx, `
-update webhooks set previous_secret = secret, previous_secret_expires_at = now() + $4 * interval '1 second',
-	secret = $3, updated_at = now()
+		sub, err = s.scanSubscription(tx.QueryRow(ctx, `
+update webhooks set previous_secret = secret, previous_secret_sealed = secret_sealed,
+	previous_secret_expires_at = now() + $4 * interval '1 second',
+	secret = null, secret_sealed = $3, updated_at = now()
 where id = $1 and deleted_at is null and ($2 = '' or org_id = $2)
-returning `+subscriptionColumns, id, p.OrgFilter(), newSecret(), int64(RotationOverlap/time.Second)))
+returning `+subscriptionColumns, id, p.OrgFilter(), s.box.seal(id, secret), int64(RotationOverlap/time.Second)))
+		if err == nil {
+			sub.Secret = secret
+		}
 		return err
 	})
 	if errors.Is(err, pgx.ErrNoRows) {

@@ -55,19 +55,19 @@ func (s *Service) Test(ctx context.Context, req TestRequest) (*TestResult, error
 	var secrets []string
 	var oneOff string
 	if req.WebhookID != "" {
-		var secret string
-		var previous *string
-		err := s.pool.QueryRow(ctx, `select org_id, project_id, url, secret,
-	case when previous_secret_expires_at > now() then previous_secret end
+		var stored storedSecrets
+		err := s.pool.QueryRow(ctx, `select org_id, project_id, url, `+secretColumns+`
 from webhooks where id = $1 and deleted_at is null and ($2 = '' or org_id = $2)`, req.WebhookID, p.OrgFilter()).
-			Scan(&orgID, &projectID, &url, &secret, &previous)
+			Scan(append([]any{&orgID, &projectID, &url}, stored.dest()...)...)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return nil, fault.NotFound("webhook", req.WebhookID)
 		}
 		if err != nil {
 			return nil, wrap("test webhook", err)
 		}
-		secrets = secretsOf(secret, previous)
+		if secrets, err = s.box.secrets(req.WebhookID, stored); err != nil {
+			return nil, wrap("test webhook", err)
+		}
 	} else {
 		if err := checkURL(req.URL, s.cfg.AllowPrivate); err != nil {
 			return nil, err

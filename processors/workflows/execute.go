@@ -365,6 +365,10 @@ func (st *runState) loadPatient(ctx context.Context, tx pgx.Tx) (*patientInfo, e
 	err := tx.QueryRow(ctx, `select risk_level, synthetic from patients where id = $1 and org_id = $2 and ($3 or synthetic)`,
 		id, st.run.OrgID, st.mode == access.Live).Scan(&p.RiskLevel, &p.Synthetic)
 	if errors.Is(err, pgx.ErrNoRows) {
+		if st.mode != access.Live {
+			// The same words for a real patient as for an unknown one: a test run learns nothing.
+			return nil, failf("patient %q not found among the synthetic patients a test-mode run may reach", id)
+		}
 		return nil, failf("patient %q not found", id)
 	}
 	if err != nil {

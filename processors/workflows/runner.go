@@ -37,10 +37,11 @@ const (
 
 // RunnerConfig configures a Runner.
 type RunnerConfig struct {
-	Brokers    []string // required
-	ClientID   string   // default DefaultRunnerClientID
-	ClientOpts []kgo.Opt
-	Group      string // default DefaultRunnerGroup
+	Brokers     []string          // required
+	Credentials kafka.Credentials // authenticate to brokers that require SASL
+	ClientID    string            // default DefaultRunnerClientID
+	ClientOpts  []kgo.Opt
+	Group       string // default DefaultRunnerGroup
 	// Service is the workflow service whose runs are executed (its pool and topics). Required.
 	Service *Service
 	// Agents runs run_agent steps; default agents.New on the service's pool and events topic.
@@ -121,7 +122,7 @@ func NewRunner(cfg RunnerConfig) (*Runner, error) {
 		kgo.OnPartitionsRevoked(r.revoked),
 		kgo.OnPartitionsLost(r.lost),
 	}
-	cl, err := kafka.NewClient(kafka.ClientConfig{Brokers: cfg.Brokers, ClientID: cfg.ClientID, Registerer: cfg.Registerer,
+	cl, err := kafka.NewClient(kafka.ClientConfig{Brokers: cfg.Brokers, Credentials: cfg.Credentials, ClientID: cfg.ClientID, Registerer: cfg.Registerer,
 		Logger: cfg.Logger}, append(opts, cfg.ClientOpts...)...)
 	if err != nil {
 		return nil, fmt.Errorf("workflow runner: %w", err)

@@ -79,9 +79,9 @@ func patientFromInput(input json.RawMessage) string {
 // Start queues a run of an ACTIVE workflow with input (a JSON object, or nil): it writes the run
 // QUEUED, the runner's command and a workflow.run.updated event in one transaction. A paused or
 // archived workflow is a Conflict. The run's patient (o.PatientID, else the input's patient_id or
-// patientId) must be a patient of the workflow's organization visible to the caller (a test key
-// sees only synthetic patients), else NotFound; the run keeps the caller's mode, so a test-mode
-// run never reads a real patient. Requires exec:workflows.
+// patientId) must be a patient of the workflow's organization visible to the run, else NotFound.
+// The run is in test mode when the caller or the workflow is (runMode), and a test-mode run
+// reaches only synthetic patients. Requires exec:workflows.
 func (s *Service) Start(ctx context.Context, workflowID string, input json.RawMessage, o RunOptions) (*Run, error) {
 	p, err := access.Require(ctx, access.ExecWorkflows)
 	if err != nil {
@@ -102,15 +102,11 @@ func (s *Service) Start(ctx context.Context, workflowID string, input json.RawMe
 	if patientID == "" {
 		patientID = patientFromInput(input)
 	}
-	mode := access.Live
-	if !p.SeesRealPatients() {
-		mode = access.Test
-	}
 	var out *Run
 	err = idempotency.Tx(ctx, s.pool, &out, func(tx pgx.Tx) error {
-		var orgID, projectID, status string
-		err := tx.QueryRow(ctx, `select org_id, project_id, status from workflows where id = $1 and ($2 = '' or org_id = $2) for share`,
-			workflowID, p.OrgFilter()).Scan(&orgID, &projectID, &status)
+		var orgID, projectID, status, workflowMode string
+		err := tx.QueryRow(ctx, `select org_id, project_id, status, mode from workflows where id = $1 and ($2 = '' or org_id = $2) for share`,
+			workflowID, p.OrgFilter()).Scan(&orgID, &projectID, &status, &workflowMode)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return fault.NotFound("workflow", workflowID)
 		}
@@ -120,10 +116,11 @@ func (s *Service) Start(ctx context.Context, workflowID string, input json.RawMe
 		if status != StatusActive {
 			return fault.Conflict("workflow %s is %s: runs start only on an ACTIVE workflow", workflowID, status)
 		}
+		mode := runMode(workflowMode, modeOf(p))
 		if patientID != "" {
 			var found bool
 			if err := tx.QueryRow(ctx, `select exists(select 1 from patients where id = $1 and org_id = $2 and ($3 or synthetic))`,
-				patientID, orgID, p.SeesRealPatients()).Scan(&found); err != nil {
+				patientID, orgID, mode == access.Live).Scan(&found); err != nil {
 				return fmt.Errorf("patient %s: %w", patientID, err)
 			}
 			if !found {

@@ -37,7 +37,7 @@ const (
 // workflow runner.
 var Steps = []Step{
 	{"load_patient", "load the run's patient and check that the run may read it",
-		"input patient_id (or patientId): a patient of the workflow's organization; a run started with a test key reaches only synthetic patients",
+		"input patient_id (or patientId): a patient of the workflow's organization; a run started with a test key, or of a workflow a test key created, reaches only synthetic patients",
 		"patientId, riskLevel, synthetic"},
 	{"latest_vitals", "read the patient's latest stored observation of each vital sign",
 		"the run's patient; its stored observations",

@@ -40,10 +40,11 @@ const (
 
 // TriggersConfig configures Triggers.
 type TriggersConfig struct {
-	Brokers    []string // required
-	ClientID   string   // default DefaultTriggersClientID
-	ClientOpts []kgo.Opt
-	Group      string // default DefaultTriggersGroup
+	Brokers     []string          // required
+	Credentials kafka.Credentials // authenticate to brokers that require SASL
+	ClientID    string            // default DefaultTriggersClientID
+	ClientOpts  []kgo.Opt
+	Group       string // default DefaultTriggersGroup
 	// Service is the workflow service (its pool and topics). Required.
 	Service    *Service
 	Logger     *slog.Logger
@@ -75,6 +76,7 @@ type Triggers struct {
 // triggered is an ACTIVE workflow with triggers.
 type triggered struct {
 	id, orgID, projectID string
+	mode                 string // its creator's: its runs' (Create)
 	patterns             []string
 }
 
@@ -97,7 +99,7 @@ func NewTriggers(cfg TriggersConfig) (*Triggers, error) {
 	cfg.defaults()
 	opts := append(consume.GroupOpts(cfg.Group, cfg.Service.eventsTopic),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AfterMilli(time.Now().Add(-time.Minute).UnixMilli())))
-	cl, err := kafka.NewClient(kafka.ClientConfig{Brokers: cfg.Brokers, ClientID: cfg.ClientID, Registerer: cfg.Registerer,
+	cl, err := kafka.NewClient(kafka.ClientConfig{Brokers: cfg.Brokers, Credentials: cfg.Credentials, ClientID: cfg.ClientID, Registerer: cfg.Registerer,
 		Logger: cfg.Logger}, append(opts, cfg.ClientOpts...)...)
 	if err != nil {
 		return nil, fmt.Errorf("workflow triggers: %w", err)
@@ -181,16 +183,16 @@ func (t *Triggers) handle(ctx context.Context, evs []storage.Event) error {
 // batches, so one round trip rather than a transaction's four); loadedAt is the statement's start
 // on the database's clock, which is before its snapshot.
 func (t *Triggers) reload(ctx context.Context) error {
-	rows, _ := t.cfg.Service.pool.Query(ctx, `select s.at, w.id, w.org_id, w.project_id, w.triggers
+	rows, _ := t.cfg.Service.pool.Query(ctx, `select s.at, w.id, w.org_id, w.project_id, w.mode, w.triggers
 from (select statement_timestamp() as at) s
 left join workflows w on w.status = 'ACTIVE' and cardinality(w.triggers) > 0`)
 	var at time.Time
 	var list []triggered
-	var id, orgID, projectID *string
+	var id, orgID, projectID, mode *string
 	var patterns []string
-	_, err := pgx.ForEachRow(rows, []any{&at, &id, &orgID, &projectID, &patterns}, func() error {
+	_, err := pgx.ForEachRow(rows, []any{&at, &id, &orgID, &projectID, &mode, &patterns}, func() error {
 		if id != nil {
-			list = append(list, triggered{id: *id, orgID: *orgID, projectID: *projectID, patterns: patterns})
+			list = append(list, triggered{id: *id, orgID: *orgID, projectID: *projectID, mode: *mode, patterns: patterns})
 			patterns = nil // the next row scans into a slice of its own
 		}
 		return nil
@@ -220,7 +222,10 @@ func triggerInput(ev storage.Event) (json.RawMessage, error) {
 }
 
 // start starts one run of w for ev unless ev already started one, or ev was caused by a run of w
-// or by a chain of triggered runs MaxTriggerDepth deep.
+// or by a chain of triggered runs MaxTriggerDepth deep. The run takes w's mode (its creator's):
+// a test workflow's run reaches only synthetic patients, whatever patient the event names, and
+// fails at its first patient step otherwise. An event is live as far as runs go: a test
+// credential publishes none that names a patient other than a synthetic one (feed.Publish).
 func (t *Triggers) start(ctx context.Context, w triggered, ev storage.Event) error {
 	depth, cause, err := t.causeOf(ctx, ev)
 	if err != nil {
@@ -249,7 +254,7 @@ func (t *Triggers) start(ctx context.Context, w triggered, ev storage.Event) err
 			return err
 		}
 		run, _, err = t.cfg.Service.insertRun(ctx, tx, newRun{orgID: w.orgID, projectID: w.projectID, workflowID: w.id,
-			trigger: TriggerEvent, mode: access.Live, eventID: ev.ID, depth: depth, input: input})
+			trigger: TriggerEvent, mode: runMode(w.mode, access.Live), eventID: ev.ID, depth: depth, input: input})
 		return err
 	})
 	if err != nil {

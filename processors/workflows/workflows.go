@@ -167,7 +167,8 @@ const MaxSteps = 50
 
 // Create creates an ACTIVE workflow in one of the caller's projects. Every step must be in the
 // catalogue (a run_agent:<id> step must name an agent of the same project) and every trigger a
-// valid event pattern. Requires exec:workflows.
+// valid event pattern. The workflow keeps the caller's mode: its runs never reach further than
+// the credential that wrote its steps (runMode). Requires exec:workflows.
 func (s *Service) Create(ctx context.Context, in NewWorkflow) (*Workflow, error) {
 	p, err := access.Require(ctx, access.ExecWorkflows)
 	if err != nil {
@@ -225,9 +226,9 @@ func (s *Service) Create(ctx context.Context, in NewWorkflow) (*Workflow, error)
 				}
 			}
 		}
-		rows, _ := tx.Query(ctx, `insert into workflows (id, org_id, project_id, name, description, status, steps, triggers)
-values ($1, $2, $3, $4, $5, 'ACTIVE', $6, $7) returning `+workflowColumns,
-			ids.New(ids.Workflow), orgID, in.ProjectID, in.Name, in.Description, in.Steps, triggers)
+		rows, _ := tx.Query(ctx, `insert into workflows (id, org_id, project_id, name, description, status, steps, triggers, mode)
+values ($1, $2, $3, $4, $5, 'ACTIVE', $6, $7, $8) returning `+workflowColumns,
+			ids.New(ids.Workflow), orgID, in.ProjectID, in.Name, in.Description, in.Steps, triggers, modeOf(p))
 		out, err = pgx.CollectOneRow(rows, pgx.RowToAddrOfStructByName[Workflow])
 		return err
 	})
@@ -305,6 +306,24 @@ func (s *Service) ByProject(ctx context.Context, projectIDs []string) (map[strin
 // ByID returns the caller's workflows among ids (a batched loader).
 func (s *Service) ByID(ctx context.Context, ids []string) (map[string]*Workflow, error) {
 	return scoped.ByID(ctx, s.pool, workflowColumns, "workflows", ids, func(v *Workflow) string { return v.ID })
+}
+
+// modeOf is the mode p acts in: live only for a credential that sees real patients.
+func modeOf(p *access.Principal) string {
+	if p.SeesRealPatients() {
+		return access.Live
+	}
+	return access.Test
+}
+
+// runMode is the mode of a run of a workflow of workflowMode started in startMode (the caller's,
+// or for a triggered run the mode of the event's publisher): live only when both are, so a test
+// credential reaches real patients neither by starting a live workflow nor by writing one.
+func runMode(workflowMode, startMode string) string {
+	if workflowMode == access.Live && startMode == access.Live {
+		return access.Live
+	}
+	return access.Test
 }
 
 func contains(ss []string, s string) bool {

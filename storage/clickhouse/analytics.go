@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"slices"
 	"strings"
 	"time"
 
@@ -56,25 +57,40 @@ func (s *Store) AggregateEvents(ctx context.Context, q storage.AggregateQuery) (
 	if q.Location != nil {
 		loc = q.Location.String()
 	}
+	// Private events: their status under RedactedKey, their run time unmeasured (only event_log
+	// is read then: hourly says why). keyArgs and runArgs are the arguments of key and runTime.
+	runTime := "run_ms"
+	var keyArgs, runArgs []any
+	if q.Private != nil {
+		private, privateArgs := privateExpr(q.Private)
+		if q.GroupBy == storage.GroupStatus {
+			key = fmt.Sprintf("if(%s, '%s', %s)", private, storage.RedactedKey, key)
+			keyArgs = privateArgs
+		}
+		runTime = fmt.Sprintf("if(%s, NULL, run_ms)", private)
+		runArgs = privateArgs
+	}
 	// sub is one SELECT of (bucket b, key k, count c[, measures]) over table's rows in [from, to).
 	var selects []string
 	var args []any
-	sub := func(table, timeColumn, count, measure string, from, to time.Time) {
+	sub := func(table, timeColumn, count string, m measure, from, to time.Time) {
 		bucket := "toDateTime64(0, 6, 'UTC')"
 		if q.Bucket != storage.BucketNone {
 			bucket = fn + "(" + timeColumn + ", ?)"
 			args = append(args, loc)
 		}
+		// In the order of their placeholders: bucket, key, measure, where.
+		args = append(args, keyArgs...)
+		args = append(args, m.args...)
 		where := eventFilter(q.OrgID, q.ProjectID, "", q.Types, time.Time{}, time.Time{})
 		if len(q.Severities) > 0 {
 			where.add("has(?, severity)", q.Severities)
 		}
 		where.between(timeColumn, from, to)
 		selects = append(selects, fmt.Sprintf("SELECT toDateTime64(%s, 6, 'UTC') AS b, %s AS k, %s AS c, %s FROM %s WHERE %s GROUP BY b, k",
-			bucket, key, count, measure, table, where.sql()))
+			bucket, key, count, m.sql, table, where.sql()))
 		args = append(args, where.args...)
 	}
-	const noMeasure = "toUInt64(0) AS m, [0., 0., 0.] AS p"
 	var query string
 	if parts, ok := hourly(q); ok {
 		for _, p := range parts {
@@ -82,11 +98,12 @@ func (s *Store) AggregateEvents(ctx context.Context, q storage.AggregateQuery) (
 		}
 		query = "SELECT b, k, sum(c), any(m), any(p) FROM (" + strings.Join(selects, " UNION ALL ") + ") GROUP BY b, k ORDER BY b, k"
 	} else {
-		measure := noMeasure
+		m := noMeasure
 		if q.Latency {
-			measure = "count(run_ms) AS m, quantilesExactInclusive(0.5, 0.9, 0.99)(run_ms) AS p"
+			m = measure{sql: fmt.Sprintf("count(%[1]s) AS m, quantilesExactInclusive(0.5, 0.9, 0.99)(%[1]s) AS p", runTime),
+				args: append(slices.Clone(runArgs), runArgs...)} // runTime is in it twice
 		}
-		sub("event_log FINAL", "created_at", "count()", measure, q.From, q.To)
+		sub("event_log FINAL", "created_at", "count()", m, q.From, q.To)
 		query = selects[0] + " ORDER BY b, k"
 	}
 	rows, err := s.conn.Query(ctx, query, args...)
@@ -119,12 +136,30 @@ func (s *Store) AggregateEvents(ctx context.Context, q storage.AggregateQuery) (
 	return out, nil
 }
 
+// measure is the measures (m, p) of a SELECT of AggregateEvents, and its arguments.
+type measure struct {
+	sql  string
+	args []any
+}
+
+// noMeasure is the measure of a query without percentiles.
+var noMeasure = measure{sql: "toUInt64(0) AS m, [0., 0., 0.] AS p"}
+
+// privateExpr is the condition of the events whose payload values p keeps from the reader, and
+// its arguments. The payload is kept as published, so a key may spell "patient" with \u
+// escapes: a payload holding one counts as naming a patient.
+func privateExpr(p *storage.Private) (string, []any) {
+	return `((has(?, toString(type)) OR positionCaseInsensitive(payload, 'patient') > 0 OR positionCaseInsensitive(payload, 'subject') > 0
+	OR position(payload, '\\u') > 0) AND NOT has(?, toString(type)))`, []any{append([]string{}, p.Types...), append([]string{}, p.Open...)}
+}
+
 // hourly splits q's range as the hourly sums can answer it (rangeParts), and says whether they
-// can: not for percentiles (the sums hold counts only) nor minute buckets, and for hour or day
-// buckets only in a zone whose offset from UTC is whole hours across the range (a UTC hour then
-// lies in one bucket; Asia/Kolkata's do not).
+// can: not for percentiles (the sums hold counts only) nor minute buckets, nor statuses of private
+// events (the sums do not know which events name a patient), and for hour or day buckets only
+// in a zone whose offset from UTC is whole hours across the range (a UTC hour then lies in one
+// bucket; Asia/Kolkata's do not).
 func hourly(q storage.AggregateQuery) ([]rangePart, bool) {
-	if q.Latency || q.Bucket == storage.BucketMinute {
+	if q.Latency || q.Bucket == storage.BucketMinute || (q.Private != nil && q.GroupBy == storage.GroupStatus) {
 		return nil, false
 	}
 	if q.Bucket != storage.BucketNone && !wholeHourZone(q.Location, q.From, q.To) {

@@ -32,6 +32,7 @@ import (
 
 	ch "github.com/ClickHouse/clickhouse-go/v2"
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
+	"github.com/ClickHouse/clickhouse-go/v2/lib/proto"
 	"golang.org/x/sync/errgroup"
 
 	"carehub/schemas"
@@ -239,9 +240,25 @@ func (s *Store) AppendEvents(ctx context.Context, events []storage.Event) error 
 	err = s.insert(ctx, "INSERT INTO event_log (id, org_id, project_id, type, source, severity, payload, created_at)",
 		n, id, org, project, typ, source, severity, payload, created)
 	if err != nil {
-		return fmt.Errorf("append events: %w", err)
+		return fmt.Errorf("append events: %w", refused(err))
 	}
 	return nil
+}
+
+// dataErrorCodes are ClickHouse's error codes for values it cannot take (ErrorCodes.cpp):
+// CANNOT_PARSE_TEXT, CANNOT_PARSE_INPUT_ASSERTION_FAILED, TYPE_MISMATCH, ARGUMENT_OUT_OF_BOUND,
+// CANNOT_CONVERT_TYPE, CANNOT_PARSE_NUMBER, INCORRECT_DATA, TOO_LARGE_STRING_SIZE,
+// VALUE_IS_OUT_OF_RANGE_OF_DATA_TYPE, CANNOT_PARSE_UUID… and CANNOT_PARSE_DATETIME.
+var dataErrorCodes = map[int32]bool{6: true, 27: true, 53: true, 69: true, 70: true, 72: true, 117: true,
+	131: true, 321: true, 376: true, 41: true}
+
+// refused returns err as a storage.RefusedError when it is the server refusing the rows
+// themselves; other errors (the connection, the server failing) as they are.
+func refused(err error) error {
+	if ex, ok := errors.AsType[*proto.Exception](err); ok && dataErrorCodes[ex.Code] {
+		return &storage.RefusedError{Code: "ClickHouse code " + strconv.Itoa(int(ex.Code)), Err: err}
+	}
+	return err
 }
 
 // unstored returns events without those whose id is stored already and without repeats of an

@@ -19,6 +19,9 @@ type Topics struct {
 	Observations string // device observations, keyed by patient id
 	WorkflowRuns string // workflow run commands and updates, keyed by run id
 	Audit        string // audit records, keyed by org id
+	// EventsDLQ holds the records of Events the event log could not store
+	// (consume.DeadLetter), until an operator replays them (carehub deadletter).
+	EventsDLQ string
 }
 
 // DefaultTopics returns the topic names carehub uses unless configured
@@ -29,6 +32,7 @@ func DefaultTopics() Topics {
 		Observations: "carehub.observations.v1",
 		WorkflowRuns: "carehub.workflow-runs.v1",
 		Audit:        "carehub.audit.v1",
+		EventsDLQ:    "carehub.events.dlq.v1",
 	}
 }
 
@@ -62,14 +66,14 @@ func (n Namespace) Name(name string) string {
 func (n Namespace) Topics() Topics {
 	t := DefaultTopics()
 	return Topics{Events: n.Name(t.Events), Observations: n.Name(t.Observations),
-		WorkflowRuns: n.Name(t.WorkflowRuns), Audit: n.Name(t.Audit)}
+		WorkflowRuns: n.Name(t.WorkflowRuns), Audit: n.Name(t.Audit), EventsDLQ: n.Name(t.EventsDLQ)}
 }
 
 // All returns the non-empty topic names in a fixed order: events,
-// observations, workflow runs, audit.
+// observations, workflow runs, audit, the events' dead letters.
 func (t Topics) All() []string {
-	all := make([]string, 0, 4)
-	for _, name := range []string{t.Events, t.Observations, t.WorkflowRuns, t.Audit} {
+	all := make([]string, 0, 5)
+	for _, name := range []string{t.Events, t.Observations, t.WorkflowRuns, t.Audit, t.EventsDLQ} {
 		if name != "" {
 			all = append(all, name)
 		}

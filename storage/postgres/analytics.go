@@ -48,10 +48,18 @@ func (l *EventLog) AggregateEvents(ctx context.Context, q storage.AggregateQuery
 	default:
 		return nil, fmt.Errorf("aggregate events: unknown bucket %q", q.Bucket)
 	}
+	runTime := runTimeExpr
+	if q.Private != nil && (q.GroupBy == storage.GroupStatus || q.Latency) { // else no payload value is read
+		private := privateExpr(q.Private, &where.args)
+		if q.GroupBy == storage.GroupStatus {
+			key = fmt.Sprintf("case when %s then '%s' else %s end", private, storage.RedactedKey, key)
+		}
+		runTime = fmt.Sprintf("case when %s then null else %s end", private, runTime)
+	}
 	measure := "0::bigint, '{0,0,0}'::float8[]"
 	if q.Latency {
-		measure = "count(" + runTimeExpr + "), coalesce(percentile_cont(array[0.5, 0.9, 0.99]) within group (order by " +
-			runTimeExpr + "), '{0,0,0}')"
+		measure = "count(" + runTime + "), coalesce(percentile_cont(array[0.5, 0.9, 0.99]) within group (order by " +
+			runTime + "), '{0,0,0}')"
 	}
 	sql := fmt.Sprintf("select %s, %s, count(*), %s from event_log where %s group by 1, 2 order by 1, 2",
 		bucket, key, measure, where.sql())
@@ -77,6 +85,16 @@ func (l *EventLog) AggregateEvents(ctx context.Context, q storage.AggregateQuery
 		return nil, fmt.Errorf("aggregate events: %w", err)
 	}
 	return out, nil
+}
+
+// privateExpr is the condition of the events whose payload values p keeps from the reader, its
+// arguments appended to args. jsonb's text form has every escape of a key decoded, so a key
+// that spells "patient" is found however the publisher escaped it.
+func privateExpr(p *storage.Private, args *[]any) string {
+	// Never nil: "= any(null)" is null, and "not null" would let every event through.
+	*args = append(*args, append([]string{}, p.Types...), append([]string{}, p.Open...))
+	n := len(*args)
+	return fmt.Sprintf("((type = any($%d) or payload::text ~* '(patient|subject)') and not type = any($%d))", n-1, n)
 }
 
 func locationName(loc *time.Location) string {

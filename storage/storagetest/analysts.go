@@ -576,3 +576,57 @@ func testEventPagesAcrossTime(t *testing.T, s storage.EventLog) {
 		}
 	}
 }
+
+// testEventAggregatePrivate checks AggregateQuery.Private: a reader who may not see patient data
+// is given neither the status nor the run time of an event that may name a patient, however the
+// publisher spelt or escaped the key, but is given those of the open types and of events that
+// name no patient.
+func testEventAggregatePrivate(t *testing.T, s storage.EventLog) {
+	var evs []storage.Event
+	add := func(typ, payload string) {
+		ev := event("org_p", "prj_p", typ, time.Duration(len(evs))*time.Minute, len(evs))
+		ev.Payload = json.RawMessage(payload)
+		evs = append(evs, ev)
+	}
+	add("lab.result_noted", `{"patientId":"pat_1","status":"SECRET_1","latencyMs":7}`)
+	add("lab.result_noted", `{"Patient_ID":"pat_1","status":"SECRET_2","latencyMs":8}`)
+	add("lab.result_noted", `{"\u0070atientId":"pat_1","status":"SECRET_3"}`)
+	add("lab.result_noted", `{"note":{"subject":"Patient/pat-1"},"status":"SECRET_4"}`)
+	add("diagnostic.result_ready", `{"patientId":"pat_0","status":"SECRET_5"}`)
+	add("agent.run_completed", `{"patientId":"pat_1","status":"COMPLETED","latencyMs":100}`)
+	add("deployment.status_changed", `{"status":"RUNNING","latencyMs":5}`)
+	mustAppend(t, s, evs)
+	private := &storage.Private{Types: []string{"agent.run_completed", "diagnostic.result_ready"}, Open: []string{"agent.run_completed"}}
+	for _, bucket := range []string{storage.BucketNone, storage.BucketHour} {
+		rows, err := s.AggregateEvents(ctxFor(t), storage.AggregateQuery{OrgID: "org_p", GroupBy: storage.GroupStatus, Latency: true,
+			Bucket: bucket, Private: private})
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := map[string][2]float64{} // count, measured
+		for _, r := range rows {
+			c := got[r.Key]
+			got[r.Key] = [2]float64{c[0] + float64(r.Count), c[1] + float64(r.Measured)}
+			if r.Key == storage.RedactedKey && (r.P50 != 0 || r.P99 != 0) {
+				t.Errorf("bucket %q: private events measured: %+v", bucket, r)
+			}
+		}
+		want := map[string][2]float64{storage.RedactedKey: {5, 0}, "COMPLETED": {1, 1}, "RUNNING": {1, 1}}
+		if fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Errorf("bucket %q: count, measured per status %v, want %v", bucket, got, want)
+		}
+	}
+	// Groupings that read no payload value are the same with Private.
+	rows, err := s.AggregateEvents(ctxFor(t), storage.AggregateQuery{OrgID: "org_p", GroupBy: storage.GroupType, Private: private})
+	if err != nil || len(rows) != 4 {
+		t.Errorf("per type with Private: %+v, %v; want the 4 types", rows, err)
+	}
+	// Without Private (a reader who sees every patient) the statuses are as published.
+	rows, err = s.AggregateEvents(ctxFor(t), storage.AggregateQuery{OrgID: "org_p", GroupBy: storage.GroupStatus})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rows) != 7 {
+		t.Errorf("without Private: %+v, want the 7 statuses", rows)
+	}
+}

@@ -117,9 +117,11 @@ func TestEventLog(t *testing.T, newStore func(t *testing.T) storage.EventLog) {
 	t.Run("TotalModes", func(t *testing.T) { testEventTotalModes(t, newStore(t)) })
 	t.Run("Aggregate", func(t *testing.T) { testEventAggregate(t, newStore(t)) })
 	t.Run("AggregatePaths", func(t *testing.T) { testEventAggregatePaths(t, newStore(t)) })
+	t.Run("AggregatePrivate", func(t *testing.T) { testEventAggregatePrivate(t, newStore(t)) })
 	t.Run("Export", func(t *testing.T) { testEventExport(t, newStore(t)) })
 	t.Run("PagesAcrossTime", func(t *testing.T) { testEventPagesAcrossTime(t, newStore(t)) })
 	t.Run("Purge", func(t *testing.T) { testEventPurge(t, newStore(t)) })
+	t.Run("HostilePayloads", func(t *testing.T) { testEventHostilePayloads(t, newStore(t)) })
 }
 
 func mustAppend(t *testing.T, s storage.EventLog, evs []storage.Event) {

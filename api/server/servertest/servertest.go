@@ -16,6 +16,7 @@ import (
 	"log/slog"
 	"net/http"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -29,6 +30,7 @@ import (
 	"carehub/internal/testenv"
 	"carehub/kernel/access"
 	"carehub/kernel/demo"
+	"carehub/kernel/sealing"
 	"carehub/processors/audit"
 	"carehub/processors/eventlog"
 	"carehub/processors/observations"
@@ -104,6 +106,12 @@ func WithoutSeed() Option { return func(c *node.Config) { c.Seed = "none" } }
 func Config(t testing.TB, opts ...Option) node.Config {
 	cfg := node.Defaults()
 	cfg.DataDir = t.TempDir()
+	// One sealing key for every node made from this configuration (a test's second node gets a
+	// data dir of its own), as a deployment's nodes share one.
+	cfg.SealingKeyFile = filepath.Join(t.TempDir(), "sealing.key")
+	if err := sealing.Write(cfg.SealingKeyFile); err != nil {
+		t.Fatal(err)
+	}
 	cfg.HTTPAddr = "127.0.0.1:0"
 	cfg.DatabaseURL = pgtest.NewDSN(t)
 	cfg.KafkaBrokers = kafkatest.Brokers(t)

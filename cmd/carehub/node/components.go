@@ -69,10 +69,12 @@ var components = []component{
 		return nil
 	}},
 	{name: "edge", needs: []string{"authenticator", "kafka", "log-stores"}, start: startEdge},
+	{name: "sealing-key", start: startSealingKey},
+	{name: "webhook-secrets", needs: []string{"postgres", "sealing-key"}, start: startWebhookSecrets},
 
 	// api: GraphQL, WebSocket subscriptions, REST, and the workers behind them.
 	{name: "api", roles: []string{RoleAPI},
-		needs: []string{"router", "edge", "agents", "workflows", "deployments", "log-stores"}, start: startAPI},
+		needs: []string{"router", "edge", "agents", "workflows", "deployments", "log-stores", "sealing-key", "webhook-secrets"}, start: startAPI},
 
 	// ingest: what writes into Kafka.
 	{name: "observation-intake", roles: []string{RoleIngest}, needs: []string{"router", "edge", "kafka"}, start: startIntake},
@@ -96,7 +98,7 @@ var components = []component{
 		return nil
 	}},
 	{name: "deployment-controller", roles: []string{RoleProcessors}, needs: []string{"deployments"}, start: startDeploymentController},
-	{name: "webhook-dispatcher", roles: []string{RoleProcessors}, needs: []string{"postgres", "kafka"}, start: startWebhookDispatcher},
+	{name: "webhook-dispatcher", roles: []string{RoleProcessors}, needs: []string{"postgres", "kafka", "sealing-key", "webhook-secrets"}, start: startWebhookDispatcher},
 	// Purges each organization's event log and audit log past its retention, in either store.
 	{name: "retention", roles: []string{RoleProcessors}, needs: []string{"log-stores"}, start: func(s *Node, _, wctx context.Context) error {
 		job, err := retention.NewJob(retention.JobConfig{Pool: s.pool, Events: s.eventLog, Audit: s.auditLog,
@@ -195,13 +197,21 @@ func startLogStores(s *Node, ctx, _ context.Context) error {
 	return nil
 }
 
-func startAuthenticator(s *Node, _, _ context.Context) error {
+// startAuthenticator makes the node's authenticator and the listener that drops its cached
+// state of a key revoked or rotated anywhere (another node, the CLI). The listener listens
+// before start-up ends, so a revocation committed once the node is up is never missed.
+func startAuthenticator(s *Node, ctx, wctx context.Context) error {
 	s.keys, s.tokens = auth.NewKeys(s.pool), auth.NewTokens(s.pool)
 	clientIP, err := auth.TrustedProxies(s.cfg.TrustedProxies)
 	if err != nil {
 		return fmt.Errorf("--trusted-proxies: %w", err)
 	}
-	s.authn = auth.NewAuthenticator(s.keys, s.tokens, auth.AuthenticatorConfig{ClientIP: clientIP})
+	s.authn = auth.NewAuthenticator(s.keys, s.tokens, auth.AuthenticatorConfig{ClientIP: clientIP, CacheTTL: s.cfg.KeyCacheTTL})
+	keyChanges, err := auth.ListenKeyChanges(ctx, s.pool.Config().ConnConfig.Copy(), s.authn, s.logger.With("component", "key-changes"))
+	if err != nil {
+		return err
+	}
+	s.run("key-changes", keyChanges.Run, wctx)
 	return nil
 }
 
@@ -215,7 +225,7 @@ func startAgents(s *Node, _, _ context.Context) error {
 // startEdge builds what both HTTP roles put in front of their routes: authentication and the
 // audit hook, whose records go to Kafka.
 func startEdge(s *Node, _, _ context.Context) error {
-	pub, err := audit.NewPublisher(audit.PublisherConfig{Brokers: s.brokers, Topic: s.topics.Audit, Logger: s.logger, Registerer: s.registry})
+	pub, err := audit.NewPublisher(audit.PublisherConfig{Brokers: s.brokers, Credentials: s.kafkaCreds, Topic: s.topics.Audit, Logger: s.logger, Registerer: s.registry})
 	if err != nil {
 		return err
 	}
@@ -231,22 +241,22 @@ func startAPI(s *Node, ctx, wctx context.Context) error {
 	if err := s.tokens.EnsureSigningKey(ctx); err != nil {
 		return fmt.Errorf("jwt signing key: %w", err)
 	}
-	hub, err := fanout.New(fanout.Config{Brokers: s.brokers, Topic: s.topics.Events, Logger: s.logger, Registerer: s.registry})
+	hub, err := fanout.New(fanout.Config{Brokers: s.brokers, Credentials: s.kafkaCreds, Topic: s.topics.Events, Logger: s.logger, Registerer: s.registry})
 	if err != nil {
 		return fmt.Errorf("event fan-out: %w", err)
 	}
 	s.run("fanout", hub.Run, wctx)
 	invoker := s.deployments.Invoker(deployments.InvokerConfig{Logger: s.logger, Registerer: s.registry})
 	s.run("deployment-invoker", invoker.Run, wctx)
-	webhookSvc := webhooks.NewService(s.pool, webhooks.ServiceConfig{AllowPrivate: s.cfg.WebhooksAllowPrivate})
-	idemKeys := idemstore.NewStore(s.pool, idemstore.Config{Logger: s.logger})
+	webhookSvc := webhooks.NewService(s.pool, webhooks.ServiceConfig{AllowPrivate: s.cfg.WebhooksAllowPrivate, Key: s.sealKey})
+	idemKeys := idemstore.NewStore(s.pool, idemstore.Config{Logger: s.logger, Key: s.sealKey})
 	s.run("idempotency-sweeper", idemKeys.Run, wctx)
 	patientSvc := patients.New(s.pool)
 	// Event batches go straight to the events topic, each in a transaction (feed.Config.Direct);
 	// single events too, as one record of the node's client (feed.Config.Producer).
 	// Ten seconds bounds how long a transaction left open by a killed node holds back the
 	// topic's readers on a real broker (the embedded one aborts it when it restarts).
-	direct := kafka.NewTxnPool(kafka.TxnPoolConfig{Brokers: s.brokers, Size: 8, Prefix: s.cfg.transactionalID("events"),
+	direct := kafka.NewTxnPool(kafka.TxnPoolConfig{Brokers: s.brokers, Credentials: s.kafkaCreds, Size: 8, Prefix: s.cfg.transactionalID("events"),
 		ClientID: "carehub-events", TxnTimeout: 10 * time.Second, Logger: s.logger})
 	s.closers = append(s.closers, func(context.Context) error { direct.Close(); return nil })
 	shutdown, err := server.MountAPI(s.router, s.edge, server.API{
@@ -255,7 +265,8 @@ func startAPI(s *Node, ctx, wctx context.Context) error {
 			Webhooks: webhookSvc, Events: server.Events(hub)},
 		Patients: patientSvc, Webhooks: webhookSvc, Invoker: invoker, Idempotency: idemKeys, Retention: retention.New(s.pool),
 		Logger: s.logger, Registerer: s.registry, GraphQLMaxCost: s.cfg.GraphQLMaxCost, SocketRecheck: s.cfg.SocketRecheck,
-		SocketKeepAlive: s.cfg.SocketKeepAlive, SocketWriteTimeout: s.cfg.SocketWriteTimeout,
+		SocketKeepAlive: s.cfg.SocketKeepAlive, SocketWriteTimeout: s.cfg.SocketWriteTimeout, SocketLimits: s.cfg.SocketLimits,
+		GraphQLMaxResponseBytes: s.cfg.GraphQLMaxResponseBytes,
 	})
 	if err != nil {
 		return err
@@ -265,7 +276,7 @@ func startAPI(s *Node, ctx, wctx context.Context) error {
 }
 
 func startIntake(s *Node, _, wctx context.Context) error {
-	in, err := intake.New(intake.Config{Brokers: s.brokers, Topic: s.topics.Observations, WriterGroup: s.ns.Name(obswriter.DefaultGroup), Pool: s.pool,
+	in, err := intake.New(intake.Config{Brokers: s.brokers, Credentials: s.kafkaCreds, Topic: s.topics.Observations, WriterGroup: s.ns.Name(obswriter.DefaultGroup), Pool: s.pool,
 		LatencyBudget: s.cfg.IngestLatencyBudget, MaxLag: s.cfg.IngestMaxLag, Producers: s.cfg.IngestProducers, RequestTimeout: s.cfg.IngestTimeout,
 		TransactionalIDPrefix: s.ns.Name(s.cfg.IngestTransactionalID), Logger: s.logger, Registerer: s.registry})
 	if err != nil {
@@ -283,7 +294,7 @@ func startIntake(s *Node, _, wctx context.Context) error {
 // produces, so its PublishTimeout really bounds a batch while the broker is unreachable (the rows
 // stay unsent and are retried).
 func startOutboxRelay(s *Node, _, wctx context.Context) error {
-	relayClient, err := kafka.NewClient(kafka.ClientConfig{Brokers: s.brokers, ClientID: "carehub-outbox", Registerer: s.registry,
+	relayClient, err := kafka.NewClient(kafka.ClientConfig{Brokers: s.brokers, Credentials: s.kafkaCreds, ClientID: "carehub-outbox", Registerer: s.registry,
 		Logger: s.logger}, kgo.AllowIdempotentProduceCancellation())
 	if err != nil {
 		return fmt.Errorf("outbox relay: %w", err)
@@ -295,7 +306,7 @@ func startOutboxRelay(s *Node, _, wctx context.Context) error {
 }
 
 func startEventLogWriter(s *Node, _, wctx context.Context) error {
-	el, err := eventlog.New(eventlog.Config{Brokers: s.brokers, Topic: s.topics.Events, Group: s.ns.Name(eventlog.DefaultGroup), Store: s.eventLog,
+	el, err := eventlog.New(eventlog.Config{Brokers: s.brokers, Credentials: s.kafkaCreds, Topic: s.topics.Events, DeadLetterTopic: s.topics.EventsDLQ, Group: s.ns.Name(eventlog.DefaultGroup), Store: s.eventLog,
 		Logger: s.logger.With("component", "eventlog"), Registerer: s.registry})
 	if err != nil {
 		return fmt.Errorf("event log writer: %w", err)
@@ -305,7 +316,7 @@ func startEventLogWriter(s *Node, _, wctx context.Context) error {
 }
 
 func startAuditWriter(s *Node, _, wctx context.Context) error {
-	w, err := audit.NewWriter(audit.WriterConfig{Brokers: s.brokers, Topic: s.topics.Audit, Group: s.ns.Name(audit.DefaultGroup), Store: s.auditLog, Logger: s.logger, Registerer: s.registry})
+	w, err := audit.NewWriter(audit.WriterConfig{Brokers: s.brokers, Credentials: s.kafkaCreds, Topic: s.topics.Audit, Group: s.ns.Name(audit.DefaultGroup), Store: s.auditLog, Logger: s.logger, Registerer: s.registry})
 	if err != nil {
 		return fmt.Errorf("audit writer: %w", err)
 	}
@@ -314,7 +325,7 @@ func startAuditWriter(s *Node, _, wctx context.Context) error {
 }
 
 func startObservationWriter(s *Node, _, wctx context.Context) error {
-	ow, err := obswriter.NewWriter(obswriter.WriterConfig{Brokers: s.brokers, Topic: s.topics.Observations, EventsTopic: s.topics.Events,
+	ow, err := obswriter.NewWriter(obswriter.WriterConfig{Brokers: s.brokers, Credentials: s.kafkaCreds, Topic: s.topics.Observations, EventsTopic: s.topics.Events,
 		Group: s.ns.Name(obswriter.DefaultGroup), Pool: s.pool,
 		TransactionalID: s.cfg.transactionalID("observation-writer"), Concurrency: s.cfg.ObservationWriterConcurrency,
 		Logger: s.logger, Registerer: s.registry})
@@ -326,7 +337,7 @@ func startObservationWriter(s *Node, _, wctx context.Context) error {
 }
 
 func startWorkflowRunner(s *Node, _, wctx context.Context) error {
-	runner, err := workflows.NewRunner(workflows.RunnerConfig{Brokers: s.brokers, Group: s.ns.Name(workflows.DefaultRunnerGroup), Service: s.workflows, Agents: s.agents,
+	runner, err := workflows.NewRunner(workflows.RunnerConfig{Brokers: s.brokers, Credentials: s.kafkaCreds, Group: s.ns.Name(workflows.DefaultRunnerGroup), Service: s.workflows, Agents: s.agents,
 		Logger: s.logger, Registerer: s.registry})
 	if err != nil {
 		return fmt.Errorf("workflow runner: %w", err)
@@ -336,7 +347,7 @@ func startWorkflowRunner(s *Node, _, wctx context.Context) error {
 }
 
 func startWorkflowTriggers(s *Node, _, wctx context.Context) error {
-	triggers, err := workflows.NewTriggers(workflows.TriggersConfig{Brokers: s.brokers, Group: s.ns.Name(workflows.DefaultTriggersGroup), Service: s.workflows,
+	triggers, err := workflows.NewTriggers(workflows.TriggersConfig{Brokers: s.brokers, Credentials: s.kafkaCreds, Group: s.ns.Name(workflows.DefaultTriggersGroup), Service: s.workflows,
 		Logger: s.logger, Registerer: s.registry})
 	if err != nil {
 		return fmt.Errorf("workflow triggers: %w", err)
@@ -363,8 +374,8 @@ func startDeploymentController(s *Node, _, wctx context.Context) error {
 
 func startWebhookDispatcher(s *Node, _, wctx context.Context) error {
 	d, err := webhooks.NewDispatcher(webhooks.DispatcherConfig{
-		Pool: s.pool, Brokers: s.brokers, Topic: s.topics.Events, Group: s.ns.Name(webhooks.DefaultGroup),
-		Logger: s.logger.With("component", "webhooks"), Registerer: s.registry,
+		Pool: s.pool, Brokers: s.brokers, Credentials: s.kafkaCreds, Topic: s.topics.Events, Group: s.ns.Name(webhooks.DefaultGroup),
+		Logger: s.logger.With("component", "webhooks"), Registerer: s.registry, Key: s.sealKey,
 		AllowPrivate: s.cfg.WebhooksAllowPrivate,
 	})
 	if err != nil {

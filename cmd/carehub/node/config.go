@@ -21,6 +21,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"carehub/api/server"
+	"carehub/api/ws"
 	"carehub/storage/kafka"
 )
 
@@ -43,8 +44,11 @@ type Config struct {
 	Roles          []string // subset of AllRoles
 	KafkaBrokers   []string // empty: embedded kfake broker
 	KafkaNamespace string   // prefix of topics, consumer groups and transactional ids ("": none)
-	DatabaseURL    string   // empty: embedded local Postgres cluster
-	ClickHouseURL  string   // empty: event and audit log in Postgres
+	// KafkaCredentials authenticate to external brokers that require SASL/SCRAM; the embedded
+	// broker always requires it, with credentials of its own under the data dir.
+	KafkaCredentials kafka.Credentials
+	DatabaseURL      string // empty: embedded local Postgres cluster
+	ClickHouseURL    string // empty: event and audit log in Postgres
 	// ClickHouseEventRetention and ClickHouseAuditRetention become the tables' TTL (0: keep).
 	ClickHouseEventRetention, ClickHouseAuditRetention time.Duration
 	Partitions                                         int           // partitions of topics carehub creates
@@ -59,14 +63,32 @@ type Config struct {
 	AllowInsecureHTTP    bool // serve plain HTTP on a non-loopback address (behind a TLS proxy)
 	WebhooksAllowPrivate bool // allow webhook delivery to private and loopback addresses
 	TrustedProxies       []string
-	GraphQLMaxCost       int64 // budget of one GraphQL operation's estimated cost (0: graphql.DefaultMaxCost)
+	// SealingKeyFile holds the server sealing key (kernel/sealing), which what is kept sealed
+	// at rest is sealed under; every node sharing the database must use the same file's key.
+	// Empty: DataDir/sealing.key, created on first start (mode 0600).
+	SealingKeyFile string
+	GraphQLMaxCost int64 // budget of one GraphQL operation's estimated cost (0: graphql.DefaultMaxCost)
+	// GraphQLMaxResponseBytes is the answer-size budget of one GraphQL query or mutation, in
+	// bytes (0: graphql.DefaultMaxResponseBytes).
+	GraphQLMaxResponseBytes int64
 	// SocketRecheck is how often an open WebSocket re-checks its credential (revocation,
 	// rotation expiry, scopes); 0 means ws.DefaultRecheckInterval. Not a flag: tests shorten it.
 	SocketRecheck time.Duration
+	// KeyCacheTTL is how long a node caches a key lookup; 0 means auth.DefaultCacheTTL.
+	// Revocations reach the cache at once (auth.KeyListener) whatever it is. Not a flag: tests
+	// lengthen it to show that.
+	KeyCacheTTL time.Duration
 	// SocketKeepAlive (ping interval and pong deadline) and SocketWriteTimeout (one frame's
 	// write) drop dead peers; 0 means the ws defaults. Not flags: the slow-consumer test
 	// lengthens both so that only the send queue decides.
 	SocketKeepAlive, SocketWriteTimeout time.Duration
+	// SocketLimits cap WebSockets and their operations per credential and per node (zero
+	// fields: the ws defaults; docs/LIMITS.md).
+	SocketLimits ws.Limits
+
+	// HTTP bounds the server's connections: timeouts and the connection cap (docs/LIMITS.md,
+	// "Connections"); zero fields take server.HTTPLimits' defaults.
+	HTTP server.HTTPLimits
 
 	// Observation ingest (zero values mean the defaults of ingest/intake).
 	IngestLatencyBudget          time.Duration // accept → stored bound that turns intake away with 503; negative disables
@@ -91,6 +113,8 @@ func Defaults() Config {
 		AccessLogSample: 1,
 		LogFormat:       "json",
 		ShutdownGrace:   20 * time.Second,
+		HTTP:            server.HTTPLimits{}.WithDefaults(),
+		SocketLimits:    ws.Limits{}.WithDefaults(),
 	}
 }
 
@@ -126,6 +150,9 @@ func (c *Config) Validate() error {
 		if !slices.Contains(AllRoles, r) {
 			errs = append(errs, fmt.Errorf("--roles: unknown role %q (valid: %s)", r, strings.Join(AllRoles, ", ")))
 		}
+	}
+	if err := c.KafkaCredentials.Validate(); err != nil {
+		errs = append(errs, fmt.Errorf("--kafka-sasl-user/--kafka-sasl-password: %w", err))
 	}
 	for _, b := range c.KafkaBrokers {
 		if err := validateAddr(b); err != nil {
@@ -175,8 +202,17 @@ func (c *Config) Validate() error {
 	if c.IngestMaxLag < -1 || c.IngestProducers < 0 || c.IngestTimeout < 0 || c.ObservationWriterConcurrency < 0 {
 		errs = append(errs, errors.New("--ingest-max-lag, --ingest-producers, --ingest-timeout and --observation-writer-concurrency must not be negative (except --ingest-max-lag -1: off)"))
 	}
+	if err := c.HTTP.Validate(); err != nil {
+		errs = append(errs, fmt.Errorf("--http-*-timeout, --http-max-conns: %w", err))
+	}
+	if err := c.SocketLimits.Validate(); err != nil {
+		errs = append(errs, fmt.Errorf("--ws-max-*: %w", err))
+	}
 	if c.GraphQLMaxCost < 0 {
 		errs = append(errs, fmt.Errorf("--graphql-max-cost %d: must not be negative (0: the default)", c.GraphQLMaxCost))
+	}
+	if c.GraphQLMaxResponseBytes < 0 {
+		errs = append(errs, fmt.Errorf("--graphql-max-response-bytes %d: must not be negative (0: the default)", c.GraphQLMaxResponseBytes))
 	}
 	if c.IngestLatencyBudget > 0 && c.IngestLatencyBudget < 100*time.Millisecond {
 		errs = append(errs, fmt.Errorf("--ingest-latency-budget %v: at least 100ms (the writers' lag is measured every 250ms), or negative: off", c.IngestLatencyBudget))
@@ -187,6 +223,9 @@ func (c *Config) Validate() error {
 				errs = append(errs, fmt.Errorf("--trusted-proxies: %q is not an IP address or CIDR", p))
 			}
 		}
+	}
+	if c.SealingKeyFile == "" && c.DataDir == "" {
+		errs = append(errs, errors.New("--sealing-key-file is required without --data-dir (every node of a deployment uses the same key)"))
 	}
 	if c.ShutdownGrace <= 0 {
 		errs = append(errs, errors.New("--shutdown-timeout must be positive"))

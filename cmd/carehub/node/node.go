@@ -23,6 +23,7 @@ import (
 	"carehub/api/auth"
 	"carehub/api/server"
 	"carehub/ingest/intake"
+	"carehub/kernel/sealing"
 	"carehub/kernel/telemetry"
 	"carehub/processors/agents"
 	"carehub/processors/deployments"
@@ -38,16 +39,19 @@ type Node struct {
 	logger *slog.Logger
 
 	// Infrastructure, in start order.
-	local    *postgres.Local // nil with an external database
-	pool     *pgxpool.Pool   //
-	broker   *kafka.Embedded // nil with external brokers
-	brokers  []string        //
-	ns       kafka.Namespace // names of topics, groups and transactional ids
-	topics   kafka.Topics    // ns.Topics(), passed to every producer and consumer
-	kcl      *kgo.Client     // shared producer client
-	registry *prometheus.Registry
-	eventLog storage.EventLog
-	auditLog storage.AuditLog
+	local   *postgres.Local // nil with an external database
+	pool    *pgxpool.Pool   //
+	broker  *kafka.Embedded // nil with external brokers
+	brokers []string        //
+	// kafkaCreds authenticate every Kafka client of the node (the embedded broker's own, or
+	// the operator's for external brokers).
+	kafkaCreds kafka.Credentials
+	ns         kafka.Namespace // names of topics, groups and transactional ids
+	topics     kafka.Topics    // ns.Topics(), passed to every producer and consumer
+	kcl        *kgo.Client     // shared producer client
+	registry   *prometheus.Registry
+	eventLog   storage.EventLog
+	auditLog   storage.AuditLog
 
 	// What the components provide to those that need them (components.go says which sets what).
 	router      *mux.Router
@@ -59,6 +63,7 @@ type Node struct {
 	workflows   *workflows.Service
 	deployments *deployments.Service
 	intake      *intake.Intake // nil unless the node runs the ingest role
+	sealKey     *sealing.Key   // the server sealing key (sealing.go)
 
 	http     *http.Server
 	listener net.Listener
@@ -152,7 +157,7 @@ func (s *Node) startPostgres(ctx context.Context) error {
 }
 
 func (s *Node) startKafka(ctx context.Context) error {
-	s.brokers = s.cfg.KafkaBrokers
+	s.brokers, s.kafkaCreds = s.cfg.KafkaBrokers, s.cfg.KafkaCredentials
 	if len(s.brokers) == 0 {
 		b, err := kafka.StartEmbedded(ctx, filepath.Join(s.cfg.DataDir, "kafka"), kafka.EmbeddedConfig{Logger: s.logger})
 		if err != nil {
@@ -160,9 +165,9 @@ func (s *Node) startKafka(ctx context.Context) error {
 		}
 		s.broker = b
 		s.closers = append(s.closers, func(context.Context) error { return b.Close() })
-		s.brokers = b.Addrs()
+		s.brokers, s.kafkaCreds = b.Addrs(), b.Credentials()
 	}
-	cl, err := kafka.NewClient(kafka.ClientConfig{Brokers: s.brokers, ClientID: "carehub", Registerer: s.registry, Logger: s.logger})
+	cl, err := kafka.NewClient(kafka.ClientConfig{Brokers: s.brokers, Credentials: s.kafkaCreds, ClientID: "carehub", Registerer: s.registry, Logger: s.logger})
 	if err != nil {
 		return fmt.Errorf("kafka: %w", err)
 	}
@@ -203,19 +208,16 @@ func (s *Node) serveHTTP(h http.Handler) error {
 		return fmt.Errorf("listen on %s: %w", s.cfg.HTTPAddr, err)
 	}
 	s.listener = ln
-	s.http = &http.Server{
-		Handler:           h,
-		ReadHeaderTimeout: 10 * time.Second,
-		IdleTimeout:       120 * time.Second,
-		MaxHeaderBytes:    64 << 10,
-		ErrorLog:          slog.NewLogLogger(s.logger.Handler(), slog.LevelWarn),
-	}
+	srv := server.NewHTTPServer(h, s.httpLimits(), s.logger, s.registry)
+	s.http = srv.Server
+	// The cap sees TCP connections, under TLS: ServeTLS wraps the limited listener.
+	limited := srv.Listener(ln)
 	go func() {
 		var err error
 		if s.cfg.TLSCert != "" {
-			err = s.http.ServeTLS(ln, s.cfg.TLSCert, s.cfg.TLSKey)
+			err = s.http.ServeTLS(limited, s.cfg.TLSCert, s.cfg.TLSKey)
 		} else {
-			err = s.http.Serve(ln)
+			err = s.http.Serve(limited)
 		}
 		if err != nil && !errors.Is(err, http.ErrServerClosed) {
 			s.logger.Error("http server stopped", "err", err)
@@ -251,6 +253,9 @@ func (s *Node) Pool() *pgxpool.Pool { return s.pool }
 
 // Brokers are the Kafka bootstrap addresses the node uses.
 func (s *Node) Brokers() []string { return s.brokers }
+
+// KafkaCredentials returns what a client of Brokers authenticates with.
+func (s *Node) KafkaCredentials() kafka.Credentials { return s.kafkaCreds }
 
 // Topics are the node's topics, in its --kafka-namespace.
 func (s *Node) Topics() kafka.Topics { return s.topics }

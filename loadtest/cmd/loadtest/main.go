@@ -103,7 +103,7 @@ func run() error {
 			return err
 		}
 		defer st.Close()
-		cfg.URL, cfg.Keys, cfg.Brokers, cfg.MetricsURLs, cfg.CopyPool = st.URL, []string{st.Key}, st.Brokers, nil, st.Pool
+		cfg.URL, cfg.Keys, cfg.Brokers, cfg.Credentials, cfg.MetricsURLs, cfg.CopyPool = st.URL, []string{st.Key}, st.Brokers, st.Credentials, nil, st.Pool
 		cfg.CPU = st.CPU
 		cfg.EventLog = st.EventLog
 	}

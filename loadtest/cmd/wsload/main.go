@@ -46,6 +46,7 @@ type config struct {
 	settle               time.Duration
 	mode                 string
 	brokers              []string
+	kafkaDataDir         string // the embedded broker's data dir, whose credentials -publish kafka uses
 	topic                string
 	publishers, pubKeys  int
 	payload              int
@@ -106,6 +107,7 @@ func parseFlags(args []string) (config, error) {
 	fs.DurationVar(&c.settle, "settle", 2*time.Second, "wait after every subscription registered before reading the server's memory")
 	fs.StringVar(&c.mode, "publish", "graphql", "graphql (publishEvent: outbox, relay, Kafka, fan-out) or kafka (produce envelopes to the events topic)")
 	fs.StringVar(&brokers, "brokers", "", "Kafka brokers of the node, for -publish kafka (loopback only)")
+	fs.StringVar(&c.kafkaDataDir, "kafka-data-dir", "", "the node's embedded broker data dir (<data-dir>/kafka), whose SASL credentials -publish kafka uses; empty: none")
 	fs.StringVar(&c.topic, "topic", kafka.DefaultTopics().Events, "the events topic, for -publish kafka")
 	fs.IntVar(&c.publishers, "publishers", 64, "concurrent publish calls")
 	fs.IntVar(&c.pubKeys, "publish-keys", 0, "publisher keys to spread the per-key rate limit (default rate/40, at least 1)")
@@ -286,7 +288,7 @@ func run(ctx context.Context, cfg config) (*report, error) {
 
 	var snd sender
 	if cfg.mode == "kafka" {
-		ks, err := newKafkaSender(cfg.brokers, cfg.topic, ten.orgID)
+		ks, err := newKafkaSender(cfg.brokers, cfg.kafkaDataDir, cfg.topic, ten.orgID)
 		if err != nil {
 			return rep, err
 		}

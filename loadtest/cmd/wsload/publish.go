@@ -15,6 +15,7 @@ import (
 	loadreport "carehub/loadtest/report"
 	"carehub/storage"
 	"carehub/storage/ids"
+	"carehub/storage/kafka"
 )
 
 const publishMutation = `mutation($type: String!, $payload: JSON!, $projectId: ID!) {
@@ -155,9 +156,17 @@ type kafkaSender struct {
 	orgID string
 }
 
-func newKafkaSender(brokers []string, topic, orgID string) (*kafkaSender, error) {
-	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.DefaultProduceTopic(topic), kgo.ProducerLinger(0),
-		kgo.RecordPartitioner(kgo.StickyKeyPartitioner(nil)))
+func newKafkaSender(brokers []string, kafkaDataDir, topic, orgID string) (*kafkaSender, error) {
+	var creds kafka.Credentials
+	if kafkaDataDir != "" {
+		var err error
+		if creds, err = kafka.EmbeddedCredentials(kafkaDataDir); err != nil {
+			return nil, err
+		}
+	}
+	opts := append([]kgo.Opt{kgo.SeedBrokers(brokers...), kgo.DefaultProduceTopic(topic), kgo.ProducerLinger(0),
+		kgo.RecordPartitioner(kgo.StickyKeyPartitioner(nil))}, creds.Opts()...)
+	cl, err := kgo.NewClient(opts...)
 	if err != nil {
 		return nil, err
 	}

@@ -61,6 +61,8 @@
 //	commit.go   Commit: commit a batch's offsets after its effect
 //	metrics.go  carehub_consumer_* by consumer: records, batches, failures, handler latency, poison
 //	poison.go   Decode: records the decoder rejects are logged by position, counted and skipped
+//	deadletter.go DeadLetter: a batch failed by a record's own fault is handled by halves and the
+//	            records that fail alone go to a dead-letter topic; ReadDeadLettered for replay
 //	transact.go Transact: a transactional session as a Source, its Transaction middleware, and
 //	            its replacement after a fatal error
 package consume

@@ -1,0 +1,9 @@
+package attacktest
+
+import (
+	"testing"
+
+	"carehub/storage/postgres/pgtest"
+)
+
+func TestMain(m *testing.M) { pgtest.Main(m) }
