@@ -77,8 +77,8 @@ test: test-deps ## run the whole suite (real Postgres, embedded Kafka, Node and 
 	CAREHUB_SCHEMATHESIS=$(FUZZ_VENV)/bin/schemathesis $(GO) test $(GOTESTFLAGS) ./...
 
 .PHONY: fuzz-api
-fuzz-api: postgres-binaries fuzz-deps ## fuzz the REST API with Schemathesis, driven by its OpenAPI document, on a fresh node
-	CAREHUB_SCHEMATHESIS=$(FUZZ_VENV)/bin/schemathesis $(GO) test $(GOTESTFLAGS) -v -run '^TestOpenAPIFuzz$$' ./api/contracttest/
+fuzz-api: postgres-binaries fuzz-deps ## fuzz the REST and GraphQL APIs with Schemathesis, driven by the OpenAPI document and the GraphQL schema, on a fresh node
+	CAREHUB_SCHEMATHESIS=$(FUZZ_VENV)/bin/schemathesis $(GO) test $(GOTESTFLAGS) -v -run '^(TestOpenAPIFuzz|TestGraphQLFuzz)$$' ./api/contracttest/
 
 # Packages with whole-node tests, the ones that race with background work.
 FLAKE_PKGS   ?= ./api/... ./processors/... ./ingest/...
@@ -158,6 +158,12 @@ bench-pipeline: postgres-binaries ## observation path end to end with its raw ba
 	bin/loadtest -self -devices 16 -batch 100 -duration $(BENCH_OBS_DURATION) -paced 0.8 -results $(BENCH_RESULTS)
 	bin/loadtest -self -eventlog postgres -devices 16 -batch 100 -duration $(BENCH_OBS_DURATION) -results $(BENCH_RESULTS)
 	bin/eventload -self -suite -export -quiet -d $(BENCH_DURATION) -results $(BENCH_RESULTS)
+
+SOAK_DURATION ?= 10m
+
+.PHONY: soak-attack
+soak-attack: postgres-binaries build ## issue 51's soak: two tenants' traffic for SOAK_DURATION alone, then again while a third tenant's keys run every known attack; fails on a legitimate error or a p99 over 2x
+	$(GO) run ./loadtest/cmd/attacksoak -carehub $(BIN) -d $(SOAK_DURATION)
 
 .PHONY: clean
 clean: ## remove build output (not DATA_DIR)

@@ -49,6 +49,23 @@ func StartNode(ctx context.Context, dataDir string, keys int, logger *slog.Logge
 	return out, nil
 }
 
+// Key creates a key of the organization slug (mode access.Live or access.Test) with scopes, as
+// the CLI's keys create does.
+func (n *Node) Key(ctx context.Context, slug, mode string, scopes ...string) (string, error) {
+	var orgID string
+	if err := n.n.Pool().QueryRow(ctx, `select id from organizations where slug = $1`, slug).Scan(&orgID); err != nil {
+		return "", fmt.Errorf("organization %s: %w", slug, err)
+	}
+	k, err := auth.NewKeys(n.n.Pool()).Create(ctx, auth.NewKey{OrgID: orgID, Mode: mode, Name: "load " + slug, Scopes: scopes})
+	if err != nil {
+		return "", fmt.Errorf("create key: %w", err)
+	}
+	return k.Secret, nil
+}
+
+// Brokers returns the node's Kafka brokers (its embedded broker's address).
+func (n *Node) Brokers() []string { return n.n.Brokers() }
+
 // Close stops the node.
 func (n *Node) Close() {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
