@@ -124,12 +124,16 @@ func (e *wsExecutor) Execute(ctx context.Context, req ws.Request) (<-chan *ws.Re
 	// A query or mutation has the answer-size budget of POST /graphql. A subscription has none:
 	// it would add up over the subscription's life; each of its answers is held to the bound
 	// as serialized (finish).
-	cancel := context.CancelFunc(func() {})
+	//
+	// The budget's context (opCtx) is the operation's alone, and the answers travel on the
+	// socket's (ctx): ending opCtx once the last answer is handed over must not drop that answer
+	// on its way out.
+	opCtx, cancel := ctx, context.CancelFunc(func() {})
 	if !isSubscription(d.doc, req.OperationName) {
-		ctx, _, cancel = withAnswerBudget(ctx, e.h.maxResponse)
+		opCtx, _, cancel = withAnswerBudget(ctx, e.h.maxResponse)
 	}
 	start := time.Now()
-	src, err := d.schema.Subscribe(ctx, req.Query, req.OperationName, req.Variables)
+	src, err := d.schema.Subscribe(opCtx, req.Query, req.OperationName, req.Variables)
 	if err != nil {
 		cancel()
 		return nil, &gqlerrors.QueryError{Message: err.Error(), Extensions: map[string]any{"code": CodeInternal}}
@@ -142,7 +146,7 @@ func (e *wsExecutor) Execute(ctx context.Context, req ws.Request) (<-chan *ws.Re
 		defer cancel()
 		for item := range src {
 			if res, ok := item.(*gql.Response); ok {
-				item = e.audit(ctx, req, start, e.h.finishWS(ctx, Request{Query: req.Query, OperationName: req.OperationName}, res))
+				item = e.audit(ctx, req, start, e.h.finishWS(opCtx, Request{Query: req.Query, OperationName: req.OperationName}, res))
 			}
 			select {
 			case mapped <- item:
