@@ -43,6 +43,7 @@ type Authenticator struct {
 	wsPath   string
 	ttl      time.Duration
 	rate     map[Class]*limiter
+	inFlight *inFlight
 
 	mu    sync.Mutex
 	cache map[string]cachedKey // "h:"+key hash, or "i:"+key id
@@ -93,7 +94,8 @@ func NewAuthenticator(keys *Keys, tokens TokenVerifier, cfg AuthenticatorConfig)
 		rate: map[Class]*limiter{
 			ClassDefault: newLimiter(cfg.Limits.Default, cfg.Limits.MaxTracked),
 			ClassIngest:  newLimiter(cfg.Limits.Ingest, cfg.Limits.MaxTracked),
-		}}
+		},
+		inFlight: newInFlight(cfg.Limits.InFlight)}
 }
 
 // ErrMissingCredential, ErrMalformedCredential and ErrInvalidCredential distinguish the 401 cases

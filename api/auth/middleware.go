@@ -11,8 +11,9 @@ import (
 	"carehub/kernel/fault"
 )
 
-// Middleware authenticates every request, applies the credential's rate limit and puts the
-// principal in the request context (access.With). A request it refuses gets onError (nil means
+// Middleware authenticates every request, applies the credential's rate limit and bound on
+// requests in progress (Limits.InFlight), and puts the principal in the request context
+// (access.With). A request it refuses gets onError (nil means
 // envelope.WriteError) with a fault: UNAUTHORIZED (401), IP_NOT_ALLOWED (403), RATE_LIMITED (429,
 // with Retry-After) or UNAVAILABLE (503, the key store is down). Every response to an
 // authenticated request carries RateLimit-Limit, RateLimit-Remaining and RateLimit-Reset.
@@ -59,6 +60,13 @@ func (a *Authenticator) Middleware(onError func(http.ResponseWriter, *http.Reque
 					w.Header().Get("Retry-After")))
 				return
 			}
+			if !a.inFlight.acquire(p.KeyID) {
+				w.Header().Set("Retry-After", "1")
+				onError(w, r, fault.New(fault.KindRateLimited, "%d requests of this credential are in progress already: retry after 1 second",
+					a.limits.InFlight))
+				return
+			}
+			defer a.inFlight.release(p.KeyID)
 			r = r.WithContext(access.With(ctx, p))
 			if st != nil {
 				r = st.authenticated(r)

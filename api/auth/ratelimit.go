@@ -37,6 +37,10 @@ type Limits struct {
 	// have refilled completely are dropped first (dropping them changes nothing), then random
 	// ones.
 	MaxTracked int
+	// InFlight bounds the requests one credential (a JWT counts against its key) has in
+	// progress on the node at once, whatever its rate: past it a request is 429 at once.
+	// Default DefaultMaxInFlight.
+	InFlight int
 }
 
 // DefaultLimits returns the limits of DECISIONS §3.
@@ -58,6 +62,7 @@ func (l Limits) withDefaults() Limits {
 		}
 	}
 	config.Default(&l.MaxTracked, 100_000)
+	config.Default(&l.InFlight, DefaultMaxInFlight)
 	return l
 }
 

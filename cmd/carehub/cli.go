@@ -131,6 +131,7 @@ func serveFlags(fs *flag.FlagSet, cfg *node.Config) {
 	fs.DurationVar(&cfg.HTTP.WriteTimeout, "http-write-timeout", cfg.HTTP.WriteTimeout, "a client that takes nothing of an answer (or a WebSocket frame) for this long is dropped; streamed exports run as long as the client reads")
 	fs.DurationVar(&cfg.HTTP.IdleTimeout, "http-idle-timeout", cfg.HTTP.IdleTimeout, "bound on a keep-alive connection between requests")
 	fs.IntVar(&cfg.HTTP.MaxConns, "http-max-conns", cfg.HTTP.MaxConns, "open HTTP connections (WebSockets included) the node serves; more are answered 503 (at most half the open-file limit)")
+	fs.IntVar(&cfg.MaxInFlightPerKey, "max-in-flight-per-key", cfg.MaxInFlightPerKey, "HTTP requests one API key (with its JWTs) has in progress on this node at once; more are 429 (0: default 256)")
 	fs.IntVar(&cfg.SocketLimits.SocketsPerKey, "ws-max-sockets-per-key", cfg.SocketLimits.SocketsPerKey, "GraphQL WebSockets one API key (with its JWTs) holds open on this node; more are closed with 4013")
 	fs.IntVar(&cfg.SocketLimits.OperationsPerKey, "ws-max-operations-per-key", cfg.SocketLimits.OperationsPerKey, "subscriptions and other WebSocket operations one API key runs at once on this node")
 	fs.IntVar(&cfg.SocketLimits.Operations, "ws-max-operations", cfg.SocketLimits.Operations, "subscriptions and other WebSocket operations running at once on this node, all keys together")

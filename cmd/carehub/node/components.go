@@ -206,7 +206,8 @@ func startAuthenticator(s *Node, ctx, wctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("--trusted-proxies: %w", err)
 	}
-	s.authn = auth.NewAuthenticator(s.keys, s.tokens, auth.AuthenticatorConfig{ClientIP: clientIP, CacheTTL: s.cfg.KeyCacheTTL})
+	s.authn = auth.NewAuthenticator(s.keys, s.tokens, auth.AuthenticatorConfig{ClientIP: clientIP, CacheTTL: s.cfg.KeyCacheTTL,
+		Limits: auth.Limits{InFlight: s.cfg.MaxInFlightPerKey}})
 	keyChanges, err := auth.ListenKeyChanges(ctx, s.pool.Config().ConnConfig.Copy(), s.authn, s.logger.With("component", "key-changes"))
 	if err != nil {
 		return err

@@ -78,6 +78,9 @@ type Config struct {
 	// Revocations reach the cache at once (auth.KeyListener) whatever it is. Not a flag: tests
 	// lengthen it to show that.
 	KeyCacheTTL time.Duration
+	// MaxInFlightPerKey bounds the requests one API key (with its JWTs) has in progress on the
+	// node at once; 0 means auth.DefaultMaxInFlight.
+	MaxInFlightPerKey int
 	// SocketKeepAlive (ping interval and pong deadline) and SocketWriteTimeout (one frame's
 	// write) drop dead peers; 0 means the ws defaults. Not flags: the slow-consumer test
 	// lengthens both so that only the send queue decides.
@@ -171,6 +174,9 @@ func (c *Config) Validate() error {
 		if err := validateURL(c.ClickHouseURL, "clickhouse", "tcp"); err != nil {
 			errs = append(errs, fmt.Errorf("--clickhouse-url: %w", err))
 		}
+	}
+	if c.MaxInFlightPerKey < 0 {
+		errs = append(errs, errors.New("--max-in-flight-per-key must not be negative (0: default)"))
 	}
 	if c.ClickHouseEventRetention < 0 || c.ClickHouseAuditRetention < 0 {
 		errs = append(errs, errors.New("--clickhouse-event-retention and --clickhouse-audit-retention must not be negative (0: keep)"))
