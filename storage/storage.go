@@ -17,9 +17,9 @@ var ErrBadCursor = errors.New("invalid cursor")
 
 // ErrUnstorable marks a store's refusal of the data itself (a number out of range, text it
 // cannot hold, a broken constraint), as opposed to the store being away or slow: the same data
-// is refused again however often it is retried. AppendEvents wraps such errors with it, so that
-// the event log's writer sets the events aside (a dead-letter topic) instead of retrying them
-// forever.
+// is refused again however often it is retried. AppendEvents and AppendAudit wrap such errors
+// with it, so that the event log's and the audit log's writers set the records aside (a
+// dead-letter topic) instead of retrying them forever.
 var ErrUnstorable = errors.New("the store refuses the data")
 
 // RefusedError is a store's refusal of data (it unwraps to ErrUnstorable and to Err). Its Error
@@ -31,6 +31,20 @@ type RefusedError struct {
 
 func (e *RefusedError) Error() string   { return "the store refuses the data (" + e.Code + ")" }
 func (e *RefusedError) Unwrap() []error { return []error{ErrUnstorable, e.Err} }
+
+// IsUnstorable reports whether err is a store's refusal of the data (ErrUnstorable): the
+// consumers' consume.DeadLetter Permanent.
+func IsUnstorable(err error) bool { return errors.Is(err, ErrUnstorable) }
+
+// Refusal words a refusal for a log and a dead-letter header: the store's code (RefusedError),
+// never its message, which may quote the value (patient data). The consumers'
+// consume.DeadLetter Reason.
+func Refusal(err error) string {
+	if re, ok := errors.AsType[*RefusedError](err); ok {
+		return re.Error()
+	}
+	return ErrUnstorable.Error()
+}
 
 // Event is one platform event: the envelope of DECISIONS §4, as it travels on carehub.events.v1
 // and as the event log keeps it.

@@ -18,15 +18,33 @@ import (
 )
 
 const deadLetterUsage = `usage:
-  carehub deadletter list   [--data-dir DIR | --kafka-brokers B] [--kafka-namespace NS]
-  carehub deadletter replay [--data-dir DIR | --kafka-brokers B] [--kafka-namespace NS] [--partition P] --offset N | --all
+  carehub deadletter list   [--topic events|audit|observations] [--data-dir DIR | --kafka-brokers B] [--kafka-namespace NS]
+  carehub deadletter replay [--topic events|audit|observations] [--data-dir DIR | --kafka-brokers B] [--kafka-namespace NS] [--partition P] --offset N | --all
 
-The event log sets aside on its dead-letter topic the events its store refuses (see
-carehub_eventlog_dead_lettered_total). list shows them, by dead-letter offset, with where they
-came from and why (never their payload). replay produces the chosen ones to their source topic
-again, once what refused them is mended; it leaves them on the dead-letter topic, so replay
-each once. With the embedded broker the server must be stopped (it holds the broker).
+Consumers set aside on a dead-letter topic the records their store refuses, one such topic per
+source topic (--topic, default events): events holds those of the event log, the webhook
+dispatcher and the workflow triggers (the CONSUMER column says which), audit those of the audit
+writer, observations those of the observation writer (see carehub_*_dead_lettered_total and
+carehub_observations_skipped_total{reason="rejected_by_database"}). list shows them, by
+dead-letter offset, with where they came from and why (never their payload). replay produces
+the chosen ones to their source topic again, once what refused them is mended: every consumer
+of that topic reads them again, and each is idempotent by record id (the live WebSocket feed
+sends a replayed event again). It leaves them on the dead-letter topic, so replay each once.
+With the embedded broker the server must be stopped (it holds the broker).
 `
+
+// deadLetterTopic returns the dead-letter topic --topic names, in topics.
+func deadLetterTopic(topics kafka.Topics, name string) (string, error) {
+	switch name {
+	case "events":
+		return topics.EventsDLQ, nil
+	case "audit":
+		return topics.AuditDLQ, nil
+	case "observations":
+		return topics.ObservationsDLQ, nil
+	}
+	return "", fmt.Errorf("deadletter: --topic %q: events, audit or observations", name)
+}
 
 // deadLetterReadTimeout bounds reading the dead-letter topic to its end.
 const deadLetterReadTimeout = 30 * time.Second
@@ -43,6 +61,7 @@ func cmdDeadLetter(ctx context.Context, args []string, stdout, stderr io.Writer)
 	offset := fs.Int64("offset", -1, "replay the record at this dead-letter offset (as list shows it)")
 	partition := fs.Int("partition", -1, "with --offset: the dead-letter partition (needed when the offset is in several)")
 	all := fs.Bool("all", false, "replay every record")
+	source := fs.String("topic", "events", "which dead-letter topic: that of events, audit or observations")
 	if err := parse(fs, args[1:], stderr); err != nil {
 		return err
 	}
@@ -50,12 +69,16 @@ func cmdDeadLetter(ctx context.Context, args []string, stdout, stderr io.Writer)
 		fmt.Fprint(stderr, deadLetterUsage)
 		return errUsage
 	}
+	topic, err := deadLetterTopic(kafka.Namespace(cfg.KafkaNamespace).Topics(), *source)
+	if err != nil {
+		fmt.Fprintln(stderr, err)
+		return errUsage
+	}
 	cl, closeBroker, err := openBroker(ctx, cfg)
 	if err != nil {
 		return err
 	}
 	defer closeBroker()
-	topic := kafka.Namespace(cfg.KafkaNamespace).Topics().EventsDLQ
 	dead, err := readDeadLetters(ctx, cl, topic)
 	if err != nil {
 		return err

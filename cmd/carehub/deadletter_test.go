@@ -61,4 +61,15 @@ func TestDeadLetterListAndReplay(t *testing.T) {
 	if code := run(ctx, append([]string{"deadletter", "replay"}, flags...), &out, &errOut); code != 2 {
 		t.Errorf("replay without --offset or --all: exit %d, want 2", code)
 	}
+	if code := run(ctx, append([]string{"deadletter", "list", "--topic", "fhir"}, flags...), &out, &errOut); code != 2 {
+		t.Errorf("list --topic fhir: exit %d, want 2", code)
+	}
+	// The audit topic's dead letters are another topic: the events' record is not there.
+	out.Reset()
+	if err := kafka.EnsureTopics(ctx, cl, 2, topics.AuditDLQ); err != nil {
+		t.Fatal(err)
+	}
+	if code := run(ctx, append([]string{"deadletter", "list", "--topic", "audit"}, flags...), &out, &errOut); code != 0 || strings.Contains(out.String(), "@42") {
+		t.Errorf("list --topic audit: exit %d:\n%s", code, out.String())
+	}
 }

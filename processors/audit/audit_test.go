@@ -3,6 +3,7 @@ package audit_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -16,6 +17,7 @@ import (
 	"carehub/processors/audit"
 	"carehub/storage"
 	"carehub/storage/ids"
+	"carehub/storage/kafka/consume"
 	"carehub/storage/kafka/kafkatest"
 	"carehub/storage/postgres"
 	"carehub/storage/postgres/pgtest"
@@ -244,5 +246,48 @@ func TestServiceQuery(t *testing.T) {
 	next, err := svc.Query(as(admin), storage.AuditQuery{Limit: 1, Cursor: page.NextCursor})
 	if err != nil || len(next.Records) != 1 || next.Records[0].ID != a1.ID || next.NextCursor != "" {
 		t.Fatalf("second page: %+v, %v", next, err)
+	}
+}
+
+// A record the store refuses as data (a NUL in its User-Agent: Postgres text cannot hold it)
+// goes to the dead-letter topic with where it came from, and the records behind it are stored:
+// it never stalls its partition.
+func TestRefusedRecordIsDeadLettered(t *testing.T) {
+	pool := pgtest.New(t)
+	store := postgres.NewAuditLog(pool)
+	topic, dlq := kafkatest.Topic(t, "audit"), kafkatest.Topic(t, "audit-dlq")
+	ctx := context.Background()
+	bad, good := record("org_a"), record("org_a")
+	// What the publisher encodes never holds a raw NUL, but a record produced to the topic by
+	// anything else may; it passes decode.
+	badValue := []byte(`{"id":"` + bad.ID + `","time":"` + bad.Time.Format(time.RFC3339Nano) +
+		`","orgId":"org_a","operation":"GET /v1/x","userAgent":"x\u0000y"}`)
+	goodValue := []byte(`{"id":"` + good.ID + `","time":"` + good.Time.Format(time.RFC3339Nano) + `","orgId":"org_a","operation":"GET /v1/x"}`)
+	raw := kafkatest.Client(t)
+	// One key, one partition: the good record is behind the bad one.
+	if err := raw.ProduceSync(ctx, &kgo.Record{Topic: topic, Key: []byte("org_a"), Value: badValue},
+		&kgo.Record{Topic: topic, Key: []byte("org_a"), Value: goodValue}).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	runWriterWith(t, audit.WriterConfig{Topic: topic, DeadLetterTopic: dlq, Group: kafkatest.Group(t, "audit"), Store: store})
+	waitFor(t, "the good record stored", func() bool { return count(t, store, storage.AuditQuery{}) == 1 })
+	var dead []consume.DeadLettered
+	waitFor(t, "the bad record dead-lettered", func() bool {
+		dead = dead[:0]
+		for _, r := range kafkatest.ReadAll(t, dlq) {
+			if d, err := consume.ReadDeadLettered(r); err == nil {
+				dead = append(dead, d)
+			}
+		}
+		return len(dead) > 0
+	})
+	d := dead[0]
+	if len(dead) != 1 || string(d.Record.Value) != string(badValue) || d.SourceTopic != topic || d.Consumer != "audit" ||
+		!strings.HasPrefix(d.Error, "the store refuses the data (SQLSTATE 22") {
+		t.Fatalf("dead-lettered %d: %+v", len(dead), d)
+	}
+	page, err := store.QueryAudit(ctx, storage.AuditQuery{})
+	if err != nil || len(page.Records) != 1 || page.Records[0].ID != good.ID {
+		t.Fatalf("stored %+v, %v; want only %s", page.Records, err, good.ID)
 	}
 }

@@ -45,6 +45,9 @@ type WriterConfig struct {
 	Group       string            // default DefaultGroup
 	ClientID    string            // default "carehub-audit-writer"
 	MaxBatch    int               // default DefaultMaxBatch
+	// DeadLetterTopic receives the records the store refuses (storage.ErrUnstorable); default
+	// kafka.DefaultTopics().AuditDLQ.
+	DeadLetterTopic string
 	// StoreTimeout bounds one AppendAudit attempt; one that runs out is logged and retried.
 	// Default DefaultStoreTimeout.
 	StoreTimeout time.Duration
@@ -57,19 +60,29 @@ type WriterConfig struct {
 // committed only after the store has confirmed the whole batch, so a crash redelivers rather than
 // loses; the store is idempotent by record id, so a redelivered record is stored once. The loop
 // is storage/kafka/consume's runner (a failed batch is rewound and retried with backoff).
+//
+// A record the store refuses as data (storage.ErrUnstorable: a NUL in a string, a value out of
+// a column's range) would fail its batch on every retry and stop the audit trail of every
+// organization behind it. consume.DeadLetter isolates it: the batch is stored by halves until
+// each refused record is alone, and those go to WriterConfig.DeadLetterTopic, counted
+// (carehub_audit_dead_lettered_total) and logged as an alert by position only; the rest is
+// stored and committed. `carehub deadletter --topic audit` lists and replays them.
 type Writer struct {
 	cl           *kgo.Client
 	r            *consume.Runner
 	store        storage.AuditLog
 	storeTimeout time.Duration
+	dlqTopic     string
 	logger       *slog.Logger
 	stored       prometheus.Counter
 	skipped      prometheus.Counter
+	deadLettered prometheus.Counter
 	once         sync.Once
 }
 
 func (c *WriterConfig) defaults() {
 	config.Default(&c.Topic, kafka.DefaultTopics().Audit)
+	config.Default(&c.DeadLetterTopic, kafka.DefaultTopics().AuditDLQ)
 	config.Default(&c.Group, DefaultGroup)
 	config.Default(&c.ClientID, "carehub-audit-writer")
 	config.Default(&c.MaxBatch, DefaultMaxBatch)
@@ -99,15 +112,18 @@ func NewWriter(cfg WriterConfig) (*Writer, error) {
 		cl.Close()
 		return nil, fmt.Errorf("audit writer: %w", err)
 	}
-	w := &Writer{cl: cl, r: r, store: cfg.Store, storeTimeout: cfg.StoreTimeout, logger: logger,
+	w := &Writer{cl: cl, r: r, store: cfg.Store, storeTimeout: cfg.StoreTimeout, dlqTopic: cfg.DeadLetterTopic, logger: logger,
 		stored: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "carehub", Subsystem: "audit",
 			Name: "records_stored_total", Help: "Audit records the audit writer stored (redeliveries included)."}),
 		skipped: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "carehub", Subsystem: "audit",
 			Name: "records_skipped_total", Help: "Undecodable or invalid messages on the audit topic, skipped."}),
+		deadLettered: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "carehub", Subsystem: "audit",
+			Name: "dead_lettered_total", Help: "Audit records the store refused, set aside on the dead-letter topic (alert on any)."}),
 	}
 	if cfg.Registerer != nil {
 		w.stored = telemetry.Shared(cfg.Registerer, w.stored)
 		w.skipped = telemetry.Shared(cfg.Registerer, w.skipped)
+		w.deadLettered = telemetry.Shared(cfg.Registerer, w.deadLettered)
 	}
 	return w, nil
 }
@@ -116,7 +132,13 @@ func NewWriter(cfg WriterConfig) (*Writer, error) {
 // ctx's error; a Writer runs once.
 func (w *Writer) Run(ctx context.Context) error {
 	defer w.Close()
-	if err := w.r.Run(ctx, consume.Decode(w.skip, decode, w.storeBatch), consume.Commit(w.cl, w.logger)); err != nil {
+	deadLetter := consume.DeadLetter(consume.DeadLetterConfig{
+		Name: "audit", Topic: w.dlqTopic, Producer: w.cl, Logger: w.logger,
+		Permanent:    storage.IsUnstorable,
+		Reason:       storage.Refusal,
+		OnDeadLetter: func(*kgo.Record) { w.deadLettered.Inc() },
+	})
+	if err := w.r.Run(ctx, consume.Decode(w.skip, decode, w.storeBatch), consume.Commit(w.cl, w.logger), deadLetter); err != nil {
 		return err
 	}
 	return ctx.Err()

@@ -249,8 +249,8 @@ func (w *Writer) Run(ctx context.Context) error {
 	h := consume.Decode(w.skip, events.Decode, w.store)
 	deadLetter := consume.DeadLetter(consume.DeadLetterConfig{
 		Name: "eventlog", Topic: w.cfg.DeadLetterTopic, Producer: w.cl, Logger: w.log,
-		Permanent:    func(err error) bool { return errors.Is(err, storage.ErrUnstorable) },
-		Reason:       refusal,
+		Permanent:    storage.IsUnstorable,
+		Reason:       storage.Refusal,
 		OnDeadLetter: func(*kgo.Record) { w.m.deadLettered.Inc() },
 	})
 	if w.durable == nil {
@@ -261,15 +261,6 @@ func (w *Writer) Run(ctx context.Context) error {
 	// Commit what was stored before leaving the group (whose revoke finds nothing left then).
 	w.durable.flush(context.WithoutCancel(ctx))
 	return err
-}
-
-// refusal words a store's refusal for the log and the dead-letter header: the store's error code
-// (storage.RefusedError), never its message, which may quote the value.
-func refusal(err error) string {
-	if re, ok := errors.AsType[*storage.RefusedError](err); ok {
-		return re.Error()
-	}
-	return "the store refuses the data"
 }
 
 // skip counts a record that is not a valid envelope; the runner logs it by position.

@@ -15,6 +15,8 @@ import (
 
 	"carehub/kernel/events"
 	"carehub/schemas/kafka/observation"
+	"carehub/storage"
+	"carehub/storage/postgres"
 )
 
 // EventType is the type of the event the writer produces for each stored observation.
@@ -43,7 +45,15 @@ type storeResult struct {
 	stored         []observation.Message // of present, those this batch stored
 	duplicates     int                   // already stored (redeliveries, repeated client ids)
 	unknownPatient int                   // patient absent from the record's organization: never stored
-	rejected       int                   // values Postgres refused (e.g. \u0000 in a JSON string): never stored
+	// rejected are the messages whose values Postgres refused (e.g. \u0000 in a JSON string),
+	// never stored: their index in the batch, and the refusal's words (storage.Refusal).
+	rejected []rejection
+}
+
+// rejection is a message of a batch that Postgres refused.
+type rejection struct {
+	index  int
+	reason string
 }
 
 const createIncoming = `create temp table if not exists observations_in (
@@ -188,7 +198,7 @@ func (s *store) writeTx(ctx context.Context, msgs []observation.Message, oneByOn
 		for i := range msgs {
 			one, err := s.insertSavepoint(ctx, tx, msgs[i:i+1])
 			if isDataError(err) {
-				res.rejected++
+				res.rejected = append(res.rejected, rejection{index: i, reason: storage.Refusal(postgres.Refused(err))})
 				continue
 			}
 			if err != nil {
@@ -266,11 +276,12 @@ func (s *store) insert(ctx context.Context, tx pgx.Tx, msgs []observation.Messag
 	return res, nil
 }
 
-// isDataError reports whether Postgres refused a value (SQLSTATE class 22, data exception),
-// as opposed to failing (connection, timeout), which is retried.
+// isDataError reports whether Postgres refused the rows themselves (postgres.Refused: a data
+// exception, an integrity constraint, a program limit), as opposed to failing (connection,
+// timeout), which is retried. (A unique violation, the one integrity error a retry mends, is
+// sorted out by the staged insert before this is asked.)
 func isDataError(err error) bool {
-	var pg *pgconn.PgError
-	return errors.As(err, &pg) && strings.HasPrefix(pg.Code, "22")
+	return storage.IsUnstorable(postgres.Refused(err))
 }
 
 // projectCache maps organizations to the project their device events are filed under: the

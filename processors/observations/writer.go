@@ -63,7 +63,10 @@ type WriterConfig struct {
 	EventsTopic string
 	// DisableEvents stores observations without producing their events.
 	DisableEvents bool
-	ClientID      string // default "carehub-observation-writer"
+	// DeadLetterTopic receives the records whose values Postgres refuses, in the poll's Kafka
+	// transaction; default kafka.DefaultTopics().ObservationsDLQ.
+	DeadLetterTopic string
+	ClientID        string // default "carehub-observation-writer"
 	// TransactionalID is the id of the writer's Kafka transactions (its first member's; the
 	// others' add -1, -2, …). Stable per instance, a restarted writer fences (aborts) what its
 	// killed predecessor left open at once instead of after the transaction timeout; default:
@@ -119,6 +122,7 @@ func (c *WriterConfig) defaults() {
 	config.Default(&c.Topic, topics.Observations)
 	config.Default(&c.Group, DefaultGroup)
 	config.Default(&c.EventsTopic, topics.Events)
+	config.Default(&c.DeadLetterTopic, topics.ObservationsDLQ)
 	config.Default(&c.ClientID, "carehub-observation-writer")
 	if c.TransactionalID == "" {
 		c.TransactionalID = kafka.TransactionalID("carehub-observation-writer-")
@@ -283,10 +287,17 @@ func (w *Writer) awaitJoined(ctx context.Context) {
 // (the Transaction middleware commits it with the poll's offsets when handle returns nil). The
 // records, in chunks of at most ChunkSize, are Postgres transactions, up to Concurrency at
 // once. A chunk that fails fails the poll: the transaction aborts and the whole poll is read
-// again, which stores nothing twice.
+// again, which stores nothing twice. The records whose values Postgres refuses (the store
+// leaves them out one by one) go to the dead-letter topic in the same transaction.
+//
+// consume.DeadLetter is not used here: it produces outside the transaction and isolates a
+// refused record by handling the batch again by halves, while the store already isolates it
+// row by row in its Postgres transaction; producing the record in the poll's transaction sets
+// it aside exactly when its offsets are committed, as the events are.
 func (w *Writer) handle(ctx context.Context, mb *member, recs []*kgo.Record) error {
 	groups := chunks(recs, w.cfg.ChunkSize, w.cfg.Concurrency)
 	results := make([]storeResult, len(groups))
+	decoded := make([][]*kgo.Record, len(groups)) // in step with each group's messages
 	errs := make([]error, len(groups))
 	// skip counts a record that is not an observation message; the runner logs it by
 	// position, with the reason only (never the value, nor the decoder's detail: they carry
@@ -296,10 +307,10 @@ func (w *Writer) handle(ctx context.Context, mb *member, recs []*kgo.Record) err
 		mb.r.Skip(r, errors.Unwrap(err))
 	}
 	storeGroup := func(i int) {
-		errs[i] = consume.Decode(skip, observation.DecodeMessage, func(ctx context.Context, msgs []observation.Message) (err error) {
-			results[i], err = w.storeChunk(ctx, msgs)
-			return err
-		})(ctx, groups[i])
+		var msgs []observation.Message
+		if decoded[i], msgs = decodeKept(groups[i], skip); len(msgs) > 0 {
+			results[i], errs[i] = w.storeChunk(ctx, msgs)
+		}
 	}
 	if len(groups) == 1 || w.cfg.Concurrency == 1 {
 		for i := range groups {
@@ -322,29 +333,71 @@ func (w *Writer) handle(ctx context.Context, mb *member, recs []*kgo.Record) err
 	if err := errors.Join(errs...); err != nil {
 		return err
 	}
-	if w.cfg.DisableEvents {
-		return nil
-	}
+	out := w.deadLetters(decoded, results)
 	var present []observation.Message
 	for _, res := range results {
 		present = append(present, res.present...)
 	}
-	return w.emit(ctx, mb, present)
+	if err := w.emit(ctx, mb, present, out); err != nil {
+		return err
+	}
+	for _, r := range out { // by position and reason, never by value (patient data)
+		d, _ := consume.ReadDeadLettered(r)
+		w.logger.Error("ALERT: an observation record Postgres refused was set aside on the dead-letter topic; replay it once its cause is mended",
+			"dlq_topic", r.Topic, "topic", d.SourceTopic, "partition", d.SourcePartition, "offset", d.SourceOffset, "error", d.Error)
+	}
+	return nil
 }
 
-// emit produces the events of present in the poll's transaction.
-func (w *Writer) emit(ctx context.Context, mb *member, present []observation.Message) error {
-	if len(present) == 0 {
+// decodeKept decodes recs as consume.Decode does (a record that is not a message goes to skip)
+// and returns the records decoded in step with their messages, so that a message the store
+// refuses can be set aside as the record it came from.
+func decodeKept(recs []*kgo.Record, skip func(*kgo.Record, error)) ([]*kgo.Record, []observation.Message) {
+	kept := make([]*kgo.Record, 0, len(recs))
+	msgs := make([]observation.Message, 0, len(recs))
+	for _, r := range recs {
+		m, err := observation.DecodeMessage(r.Value)
+		if err != nil {
+			skip(r, err)
+			continue
+		}
+		kept, msgs = append(kept, r), append(msgs, m)
+	}
+	return kept, msgs
+}
+
+// deadLetters returns the dead-letter records of the messages the store refused: decoded[i] are
+// the records of results[i]'s messages.
+func (w *Writer) deadLetters(decoded [][]*kgo.Record, results []storeResult) []*kgo.Record {
+	var out []*kgo.Record
+	for i, res := range results {
+		for _, rj := range res.rejected {
+			out = append(out, consume.DeadLetterRecord(decoded[i][rj.index], w.cfg.DeadLetterTopic, "observations", rj.reason))
+		}
+	}
+	return out
+}
+
+// emit produces the events of present, unless DisableEvents, and the dead-letter records dead
+// in the poll's transaction.
+func (w *Writer) emit(ctx context.Context, mb *member, present []observation.Message, dead []*kgo.Record) error {
+	if w.cfg.DisableEvents {
+		present = nil
+	}
+	if len(present) == 0 && len(dead) == 0 {
 		return nil
 	}
 	// Not ctx alone: a stored batch's events are worth committing during shutdown too.
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), w.cfg.StoreTimeout)
 	defer cancel()
-	projects, err := w.store.projects.resolve(ctx, w.cfg.Pool, present)
-	if err != nil {
-		return err
+	recs := dead
+	if len(present) > 0 {
+		projects, err := w.store.projects.resolve(ctx, w.cfg.Pool, present)
+		if err != nil {
+			return err
+		}
+		recs = append(recs, receivedRecords(w.cfg.EventsTopic, present, projects)...)
 	}
-	recs := receivedRecords(w.cfg.EventsTopic, present, projects)
 	sess := mb.src.Session()
 	var (
 		mu         sync.Mutex
@@ -413,9 +466,8 @@ func (w *Writer) storeChunk(ctx context.Context, msgs []observation.Message) (st
 		w.m.skipped.WithLabelValues("unknown_patient").Add(float64(res.unknownPatient))
 		w.logger.Error("observations of a patient not in their organization skipped", "count", res.unknownPatient)
 	}
-	if res.rejected > 0 {
-		w.m.skipped.WithLabelValues("rejected_by_database").Add(float64(res.rejected))
-		w.logger.Error("observations whose values Postgres refused skipped", "count", res.rejected)
+	if n := len(res.rejected); n > 0 { // handle sets them aside (the dead-letter topic) and alerts
+		w.m.skipped.WithLabelValues("rejected_by_database").Add(float64(n))
 	}
 	return res, nil
 }

@@ -19,6 +19,7 @@ import (
 	"carehub/schemas/kafka/observation"
 	"carehub/storage"
 	"carehub/storage/ids"
+	"carehub/storage/kafka/consume"
 	"carehub/storage/kafka/kafkatest"
 	"carehub/storage/postgres/pgtest"
 )
@@ -279,7 +280,8 @@ func TestUnstorableRecordsAreSkipped(t *testing.T) {
 	values = append(values, []byte(`{"id":"obs_x"}`), []byte("not json"))
 	values = append(values, encode(good[2])...)
 	produce(t, e, values...)
-	w := run(t, e, kafkatest.Group(t, "w"))
+	dlq := kafkatest.Topic(t, "obs-dlq")
+	w := run(t, e, kafkatest.Group(t, "w"), func(c *obs.WriterConfig) { c.DeadLetterTopic = dlq })
 	waitFor(t, "the good records", func() bool {
 		return count(t, e.pool, `select count(*) from observations where id = any($1)`, []string{good[0].ID, good[1].ID, good[2].ID}) == 3
 	})
@@ -290,6 +292,15 @@ func TestUnstorableRecordsAreSkipped(t *testing.T) {
 	})
 	if n := count(t, e.pool, `select count(*) from observations`); n != 3 {
 		t.Fatalf("%d stored", n)
+	}
+	// The record Postgres refused is set aside, in the poll's transaction, for replay.
+	dead := kafkatest.ReadAll(t, dlq)
+	if len(dead) != 1 {
+		t.Fatalf("%d records on the dead-letter topic, want 1", len(dead))
+	}
+	if d, err := consume.ReadDeadLettered(dead[0]); err != nil || d.Consumer != "observations" || d.SourceTopic != e.topic ||
+		!strings.HasPrefix(d.Error, "the store refuses the data (SQLSTATE 22") || string(dead[0].Value) != string(values[3]) { // latin1: invalid UTF-8
+		t.Fatalf("dead-lettered %+v, %v", d, err)
 	}
 	evs := events(t, e, good[0].ID, good[1].ID, good[2].ID)
 	if len(evs) != 3 {

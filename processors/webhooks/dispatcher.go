@@ -25,6 +25,7 @@ import (
 	"carehub/storage/ids"
 	"carehub/storage/kafka"
 	"carehub/storage/kafka/consume"
+	"carehub/storage/postgres"
 )
 
 // DefaultGroup is the dispatcher's consumer group.
@@ -54,6 +55,10 @@ type DispatcherConfig struct {
 	Group       string            // default DefaultGroup
 	Logger      *slog.Logger
 	Registerer  prometheus.Registerer
+	// DeadLetterTopic receives the events whose deliveries Postgres refuses
+	// (storage.ErrUnstorable); default kafka.DefaultTopics().EventsDLQ, which the event log
+	// shares (the carehub-dlq-consumer header, "webhooks", tells them apart).
+	DeadLetterTopic string
 	// Key is the server sealing key that signing secrets are sealed under (required; the same
 	// as the Service's).
 	Key *sealing.Key
@@ -92,6 +97,7 @@ type DispatcherConfig struct {
 func (c *DispatcherConfig) defaults() {
 	config.Default(&c.Topic, kafka.DefaultTopics().Events)
 	config.Default(&c.Group, DefaultGroup)
+	config.Default(&c.DeadLetterTopic, kafka.DefaultTopics().EventsDLQ)
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -264,10 +270,20 @@ func (d *Dispatcher) closeClient() {
 }
 
 // consume polls events, records their deliveries and commits. A batch whose deliveries cannot
-// be recorded (Postgres down) is retried until it can or ctx ends; it is never skipped. A
-// re-consumed event is a no-op (one delivery per subscription and event).
+// be recorded (Postgres down) is retried until it can or ctx ends; it is never skipped. A batch
+// Postgres refuses as data (storage.ErrUnstorable) would be refused on every retry and hold
+// every subscription behind it: consume.DeadLetter records it by halves and sets each event
+// refused alone aside on the dead-letter topic (counted, alerted by position only). A
+// re-consumed event, a replayed one included, is a no-op (one delivery per subscription and
+// event: unique (webhook_id, event_id)).
 func (d *Dispatcher) consume(ctx context.Context) error {
-	return d.r.Run(ctx, consume.Select(d.subscribed, consume.Decode(d.r.Skip, events.Decode, d.record)), consume.Commit(d.cl, d.logger))
+	deadLetter := consume.DeadLetter(consume.DeadLetterConfig{
+		Name: "webhooks", Topic: d.cfg.DeadLetterTopic, Producer: d.cl, Logger: d.logger,
+		Permanent:    storage.IsUnstorable,
+		Reason:       storage.Refusal,
+		OnDeadLetter: func(*kgo.Record) { d.m.deadLettered.Inc() },
+	})
+	return d.r.Run(ctx, consume.Select(d.subscribed, consume.Decode(d.r.Skip, events.Decode, d.record)), consume.Commit(d.cl, d.logger), deadLetter)
 }
 
 // subscribed returns the records of recs that a subscription may want, read by their head
@@ -337,8 +353,8 @@ func (d *Dispatcher) record(ctx context.Context, all []storage.Event) error {
 				continue
 			}
 			if body == nil {
-				if body, err = Body(ev); err != nil {
-					return fmt.Errorf("event %s: %w", ev.ID, err)
+				if body, err = Body(ev); err != nil { // the same event fails again: set it aside
+					return fmt.Errorf("event %s: %w: %w", ev.ID, storage.ErrUnstorable, err)
 				}
 			}
 			rows = append(rows, newDelivery{id: ids.New(ids.Delivery), orgID: sub.orgID, webhookID: sub.id, ev: ev, body: body})
@@ -379,7 +395,7 @@ from unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::time
 order by n
 on conflict (webhook_id, event_id) do nothing`, dids, orgs, hooks, evIDs, types, created, bodies)
 	if err != nil {
-		return 0, fmt.Errorf("insert deliveries: %w", err)
+		return 0, fmt.Errorf("insert deliveries: %w", postgres.Refused(err))
 	}
 	return tag.RowsAffected(), nil
 }

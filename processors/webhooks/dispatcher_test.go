@@ -18,6 +18,7 @@ import (
 	"carehub/internal/testenv"
 	"carehub/kernel/events"
 	"carehub/storage"
+	"carehub/storage/kafka/consume"
 	"carehub/storage/kafka/kafkatest"
 )
 
@@ -524,5 +525,64 @@ func TestPerSubscriptionBoundsConcurrentAttempts(t *testing.T) {
 	defer mu.Unlock()
 	if most > 4 || most < 2 {
 		t.Errorf("at most %d attempts were in flight at once, want 2..4 with PerSubscription 4", most)
+	}
+}
+
+// An event whose delivery row Postgres refuses goes to the dead-letter topic and the events
+// behind it are delivered: it never stalls the dispatcher's partition. Replayed once its cause
+// is mended, it is delivered once, and an event delivered before and read again is not sent
+// twice (one delivery per subscription and event).
+//
+// Nothing an event carries into its delivery row can be refused today (the payload is stored
+// as bytea, the id and type are checked at decode, the organization is the subscription's), so
+// a check constraint makes Postgres refuse this one event's row, as it would a value it cannot
+// hold: an integrity error (class 23), which postgres.Refused classifies with data exceptions.
+func TestRefusedDeliveryIsDeadLettered(t *testing.T) {
+	f := newFixture(t)
+	rc := newReceiver(t, nil)
+	sub := f.create(rc.URL+"/hook", "workflow.run.completed")
+	bad, err := events.New("workflow.run.completed", f.orgID, f.projectID, events.SourceIntegration, events.SeverityInfo,
+		events.WorkflowRunCompleted{RunID: "run_0"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// What the event log's store refuses (the doors do too) passes the dispatcher's decode.
+	bad.Payload = json.RawMessage(`{"n":1e999999,"s":"\ud800"}`)
+	good, err := events.New("workflow.run.completed", f.orgID, f.projectID, events.SourceIntegration, events.SeverityInfo,
+		events.WorkflowRunCompleted{RunID: "run_1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if _, err := f.pool.Exec(ctx, `alter table webhook_deliveries add constraint refuse_one check (event_id <> '`+bad.ID+`')`); err != nil {
+		t.Fatal(err)
+	}
+	dlq := kafkatest.Topic(t, "webhooks-dlq")
+	f.produce(bad, good) // one project, one partition: good is behind bad
+	d := f.start(func(c *DispatcherConfig) { c.DeadLetterTopic = dlq })
+	f.waitDeliveryStatus(sub.ID, good.ID, DeliverySucceeded)
+
+	recs := kafkatest.ReadAll(t, dlq)
+	if len(recs) != 1 {
+		t.Fatalf("%d records on the dead-letter topic, want 1", len(recs))
+	}
+	dead, err := consume.ReadDeadLettered(recs[0])
+	if err != nil || dead.SourceTopic != f.topic || dead.Consumer != "webhooks" || dead.Error != "the store refuses the data (SQLSTATE 23514)" ||
+		!bytes.Equal(recs[0].Value, eventRecord(t, bad).Value) {
+		t.Fatalf("dead-lettered %+v, %v", dead, err)
+	}
+
+	// Mended and replayed, with the good event read again too (a redelivery).
+	if _, err := f.pool.Exec(ctx, `alter table webhook_deliveries drop constraint refuse_one`); err != nil {
+		t.Fatal(err)
+	}
+	replay := dead.ReplayRecord()
+	if err := f.prod.ProduceSync(ctx, replay, eventRecord(t, good)).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	f.waitDeliveryStatus(sub.ID, bad.ID, DeliverySucceeded)
+	quiet(t, d, rc, 3)
+	if ids := requestIDs(rc.requests()); !slices.Equal(ids, []string{good.ID, bad.ID}) {
+		t.Errorf("requests for %v, want each event once: %s then %s", ids, good.ID, bad.ID)
 	}
 }

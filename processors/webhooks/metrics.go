@@ -7,6 +7,7 @@ import (
 // metrics of a Dispatcher (namespace carehub, subsystem webhooks).
 type metrics struct {
 	recorded        prometheus.Counter
+	deadLettered    prometheus.Counter
 	reclaimed       prometheus.Counter
 	lanes           prometheus.Gauge
 	attempts        *prometheus.CounterVec
@@ -18,6 +19,8 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	m := &metrics{
 		recorded: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "carehub", Subsystem: "webhooks",
 			Name: "deliveries_recorded_total", Help: "Deliveries recorded from consumed events."}),
+		deadLettered: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "carehub", Subsystem: "webhooks",
+			Name: "dead_lettered_total", Help: "Events whose deliveries Postgres refused, set aside on the dead-letter topic (alert on any)."}),
 		reclaimed: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "carehub", Subsystem: "webhooks",
 			Name: "deliveries_reclaimed_total", Help: "Deliveries taken back from an expired lease (a dispatcher died mid-attempt)."}),
 		lanes: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "carehub", Subsystem: "webhooks",
@@ -32,7 +35,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Buckets: prometheus.ExponentialBuckets(0.001, 2, 18)}),
 	}
 	if reg != nil {
-		for _, c := range []prometheus.Collector{m.recorded, m.reclaimed, m.lanes, m.attempts, m.attemptSeconds, m.firstAttemptLag} {
+		for _, c := range []prometheus.Collector{m.recorded, m.deadLettered, m.reclaimed, m.lanes, m.attempts, m.attemptSeconds, m.firstAttemptLag} {
 			if err := reg.Register(c); err != nil {
 				return nil, err
 			}

@@ -21,6 +21,7 @@ import (
 	"carehub/storage"
 	"carehub/storage/kafka"
 	"carehub/storage/kafka/consume"
+	"carehub/storage/postgres"
 )
 
 // Defaults of TriggersConfig.
@@ -45,6 +46,11 @@ type TriggersConfig struct {
 	ClientID    string            // default DefaultTriggersClientID
 	ClientOpts  []kgo.Opt
 	Group       string // default DefaultTriggersGroup
+	// DeadLetterTopic receives the events whose runs Postgres refuses (storage.ErrUnstorable:
+	// a payload the run's jsonb input cannot hold); default kafka.DefaultTopics().EventsDLQ,
+	// which the event log shares (the carehub-dlq-consumer header, "workflow_triggers", tells
+	// them apart).
+	DeadLetterTopic string
 	// Service is the workflow service (its pool and topics). Required.
 	Service    *Service
 	Logger     *slog.Logger
@@ -67,10 +73,11 @@ type Triggers struct {
 	r   *consume.Runner
 	log *slog.Logger
 
-	loadedAt  time.Time
-	workflows []triggered
-	started   prometheus.Counter
-	closeOnce sync.Once
+	loadedAt     time.Time
+	workflows    []triggered
+	started      prometheus.Counter
+	deadLettered prometheus.Counter
+	closeOnce    sync.Once
 }
 
 // triggered is an ACTIVE workflow with triggers.
@@ -83,6 +90,7 @@ type triggered struct {
 func (c *TriggersConfig) defaults() {
 	config.Default(&c.ClientID, DefaultTriggersClientID)
 	config.Default(&c.Group, DefaultTriggersGroup)
+	config.Default(&c.DeadLetterTopic, kafka.DefaultTopics().EventsDLQ)
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -112,9 +120,12 @@ func NewTriggers(cfg TriggersConfig) (*Triggers, error) {
 	}
 	t := &Triggers{cfg: cfg, cl: cl, r: r, log: log,
 		started: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "carehub", Subsystem: "workflow_triggers",
-			Name: "runs_started_total", Help: "Workflow runs started by events matching trigger patterns."})}
+			Name: "runs_started_total", Help: "Workflow runs started by events matching trigger patterns."}),
+		deadLettered: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "carehub", Subsystem: "workflow_triggers",
+			Name: "dead_lettered_total", Help: "Events whose runs Postgres refused, set aside on the dead-letter topic (alert on any)."})}
 	if cfg.Registerer != nil {
 		t.started = telemetry.Shared(cfg.Registerer, t.started)
+		t.deadLettered = telemetry.Shared(cfg.Registerer, t.deadLettered)
 	}
 	return t, nil
 }
@@ -123,10 +134,19 @@ func NewTriggers(cfg TriggersConfig) (*Triggers, error) {
 func (t *Triggers) Close() { t.closeOnce.Do(t.cl.Close) }
 
 // Run consumes events until ctx ends and returns nil. Database errors are retried with backoff
-// (the batch is rewound and handled again; starts are idempotent).
+// (the batch is rewound and handled again; starts are idempotent: one run per workflow and
+// event, so a replayed event starts none twice). An event whose run Postgres refuses as data
+// would be refused on every retry and stop every trigger behind it: consume.DeadLetter handles
+// the batch by halves and sets each event refused alone aside on the dead-letter topic.
 func (t *Triggers) Run(ctx context.Context) error {
 	defer t.Close()
-	return t.r.Run(ctx, consume.Select(t.triggering, consume.Decode(t.r.Skip, events.Decode, t.handle)), consume.Commit(t.cl, t.log))
+	deadLetter := consume.DeadLetter(consume.DeadLetterConfig{
+		Name: "workflow_triggers", Topic: t.cfg.DeadLetterTopic, Producer: t.cl, Logger: t.log,
+		Permanent:    storage.IsUnstorable,
+		Reason:       storage.Refusal,
+		OnDeadLetter: func(*kgo.Record) { t.deadLettered.Inc() },
+	})
+	return t.r.Run(ctx, consume.Select(t.triggering, consume.Decode(t.r.Skip, events.Decode, t.handle)), consume.Commit(t.cl, t.log), deadLetter)
 }
 
 // triggering reloads the workflows unless the copy is newer than the batch's newest record
@@ -239,8 +259,8 @@ func (t *Triggers) start(ctx context.Context, w triggered, ev storage.Event) err
 		return nil
 	}
 	input, err := triggerInput(ev)
-	if err != nil {
-		return err
+	if err != nil { // the same event fails again: set it aside
+		return fmt.Errorf("input of a run for event %s: %w: %w", ev.ID, storage.ErrUnstorable, err)
 	}
 	var run *Run
 	err = pgx.BeginFunc(ctx, t.cfg.Service.pool, func(tx pgx.Tx) error {
@@ -258,7 +278,7 @@ func (t *Triggers) start(ctx context.Context, w triggered, ev storage.Event) err
 		return err
 	})
 	if err != nil {
-		return fmt.Errorf("start run of %s for event %s: %w", w.id, ev.ID, err)
+		return fmt.Errorf("start run of %s for event %s: %w", w.id, ev.ID, postgres.Refused(err))
 	}
 	if run != nil {
 		t.started.Inc()

@@ -721,7 +721,7 @@ resource_ids, patient_ids, outcome, status, latency_ms, truncated, patient_ids_o
 auth_failure, credential)`, n, id, at, org, key, mode, ip, agent, op, resources, patients, outcome, status, latency,
 		truncated, patientsOmitted, resourcesOmitted, failure, credential)
 	if err != nil {
-		return fmt.Errorf("append audit: %w", err)
+		return fmt.Errorf("append audit: %w", refused(err))
 	}
 	return nil
 }

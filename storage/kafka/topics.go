@@ -19,20 +19,27 @@ type Topics struct {
 	Observations string // device observations, keyed by patient id
 	WorkflowRuns string // workflow run commands and updates, keyed by run id
 	Audit        string // audit records, keyed by org id
-	// EventsDLQ holds the records of Events the event log could not store
-	// (consume.DeadLetter), until an operator replays them (carehub deadletter).
-	EventsDLQ string
+	// EventsDLQ holds the records of Events a consumer could not handle (the event log,
+	// the webhook dispatcher, the workflow triggers: consume.DeadLetter; the record's
+	// carehub-dlq-consumer header names which), until an operator replays them (carehub
+	// deadletter). AuditDLQ and ObservationsDLQ do the same for Audit (the audit writer) and
+	// Observations (the observation writer).
+	EventsDLQ       string
+	AuditDLQ        string
+	ObservationsDLQ string
 }
 
 // DefaultTopics returns the topic names carehub uses unless configured
 // otherwise.
 func DefaultTopics() Topics {
 	return Topics{
-		Events:       "carehub.events.v1",
-		Observations: "carehub.observations.v1",
-		WorkflowRuns: "carehub.workflow-runs.v1",
-		Audit:        "carehub.audit.v1",
-		EventsDLQ:    "carehub.events.dlq.v1",
+		Events:          "carehub.events.v1",
+		Observations:    "carehub.observations.v1",
+		WorkflowRuns:    "carehub.workflow-runs.v1",
+		Audit:           "carehub.audit.v1",
+		EventsDLQ:       "carehub.events.dlq.v1",
+		AuditDLQ:        "carehub.audit.dlq.v1",
+		ObservationsDLQ: "carehub.observations.dlq.v1",
 	}
 }
 
@@ -66,14 +73,15 @@ func (n Namespace) Name(name string) string {
 func (n Namespace) Topics() Topics {
 	t := DefaultTopics()
 	return Topics{Events: n.Name(t.Events), Observations: n.Name(t.Observations),
-		WorkflowRuns: n.Name(t.WorkflowRuns), Audit: n.Name(t.Audit), EventsDLQ: n.Name(t.EventsDLQ)}
+		WorkflowRuns: n.Name(t.WorkflowRuns), Audit: n.Name(t.Audit), EventsDLQ: n.Name(t.EventsDLQ),
+		AuditDLQ: n.Name(t.AuditDLQ), ObservationsDLQ: n.Name(t.ObservationsDLQ)}
 }
 
 // All returns the non-empty topic names in a fixed order: events,
-// observations, workflow runs, audit, the events' dead letters.
+// observations, workflow runs, audit, then the dead letters of events, audit and observations.
 func (t Topics) All() []string {
-	all := make([]string, 0, 5)
-	for _, name := range []string{t.Events, t.Observations, t.WorkflowRuns, t.Audit, t.EventsDLQ} {
+	all := make([]string, 0, 7)
+	for _, name := range []string{t.Events, t.Observations, t.WorkflowRuns, t.Audit, t.EventsDLQ, t.AuditDLQ, t.ObservationsDLQ} {
 		if name != "" {
 			all = append(all, name)
 		}

@@ -15,7 +15,8 @@ import (
 )
 
 func TestDefaultTopics(t *testing.T) {
-	want := []string{"carehub.events.v1", "carehub.observations.v1", "carehub.workflow-runs.v1", "carehub.audit.v1", "carehub.events.dlq.v1"}
+	want := []string{"carehub.events.v1", "carehub.observations.v1", "carehub.workflow-runs.v1", "carehub.audit.v1", "carehub.events.dlq.v1",
+		"carehub.audit.dlq.v1", "carehub.observations.dlq.v1"}
 	if got := kafka.DefaultTopics().All(); !slices.Equal(got, want) {
 		t.Errorf("DefaultTopics().All() = %v, want %v", got, want)
 	}
@@ -30,7 +31,8 @@ func TestNamespace(t *testing.T) {
 	}
 	ns := kafka.Namespace("staging-2")
 	want := []string{"staging-2.carehub.events.v1", "staging-2.carehub.observations.v1",
-		"staging-2.carehub.workflow-runs.v1", "staging-2.carehub.audit.v1", "staging-2.carehub.events.dlq.v1"}
+		"staging-2.carehub.workflow-runs.v1", "staging-2.carehub.audit.v1", "staging-2.carehub.events.dlq.v1",
+		"staging-2.carehub.audit.dlq.v1", "staging-2.carehub.observations.dlq.v1"}
 	if got := ns.Topics().All(); !slices.Equal(got, want) {
 		t.Errorf("Topics().All() = %v, want %v", got, want)
 	}

@@ -165,16 +165,19 @@ func (l *EventLog) append(ctx context.Context, events []storage.Event, deferred 
 		err = pgx.BeginTxFunc(ctx, l.pool, opts, func(tx pgx.Tx) error { return appendCopy(ctx, tx, events) })
 	}
 	if err != nil {
-		return fmt.Errorf("append events: %w", refused(err))
+		return fmt.Errorf("append events: %w", Refused(err))
 	}
 	return nil
 }
 
-// refused returns err as a storage.RefusedError when it is Postgres refusing the rows
+// Refused returns err as a storage.RefusedError when it is Postgres refusing the rows
 // themselves: a data exception (class 22: a number numeric cannot hold, an unpaired surrogate
-// escape, invalid UTF-8), an integrity constraint (class 23) or a program limit (class 54: JSON
-// nested past the stack). Other errors (the connection, a timeout) are returned as they are.
-func refused(err error) error {
+// escape, invalid UTF-8, a NUL in text), an integrity constraint (class 23) or a program limit
+// (class 54: JSON nested past the stack). Other errors (the connection, a timeout) are returned
+// as they are. The stores here wrap their appends with it, and so do the consumers that write
+// rows a record dictates (the webhook dispatcher, the workflow triggers), so that
+// consume.DeadLetter sets such a record aside rather than retrying it forever.
+func Refused(err error) error {
 	pg, ok := errors.AsType[*pgconn.PgError](err)
 	if ok && len(pg.Code) == 5 && (pg.Code[:2] == "22" || pg.Code[:2] == "23" || pg.Code[:2] == "54") {
 		return &storage.RefusedError{Code: "SQLSTATE " + pg.Code, Err: err}
@@ -582,7 +585,7 @@ create temp table if not exists audit_log_stage (
 		return err
 	})
 	if err != nil {
-		return fmt.Errorf("append audit: %w", err)
+		return fmt.Errorf("append audit: %w", Refused(err))
 	}
 	return nil
 }

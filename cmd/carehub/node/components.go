@@ -317,7 +317,7 @@ func startEventLogWriter(s *Node, _, wctx context.Context) error {
 }
 
 func startAuditWriter(s *Node, _, wctx context.Context) error {
-	w, err := audit.NewWriter(audit.WriterConfig{Brokers: s.brokers, Credentials: s.kafkaCreds, Topic: s.topics.Audit, Group: s.ns.Name(audit.DefaultGroup), Store: s.auditLog, Logger: s.logger, Registerer: s.registry})
+	w, err := audit.NewWriter(audit.WriterConfig{Brokers: s.brokers, Credentials: s.kafkaCreds, Topic: s.topics.Audit, DeadLetterTopic: s.topics.AuditDLQ, Group: s.ns.Name(audit.DefaultGroup), Store: s.auditLog, Logger: s.logger, Registerer: s.registry})
 	if err != nil {
 		return fmt.Errorf("audit writer: %w", err)
 	}
@@ -327,7 +327,7 @@ func startAuditWriter(s *Node, _, wctx context.Context) error {
 
 func startObservationWriter(s *Node, _, wctx context.Context) error {
 	ow, err := obswriter.NewWriter(obswriter.WriterConfig{Brokers: s.brokers, Credentials: s.kafkaCreds, Topic: s.topics.Observations, EventsTopic: s.topics.Events,
-		Group: s.ns.Name(obswriter.DefaultGroup), Pool: s.pool,
+		Group: s.ns.Name(obswriter.DefaultGroup), Pool: s.pool, DeadLetterTopic: s.topics.ObservationsDLQ,
 		TransactionalID: s.cfg.transactionalID("observation-writer"), Concurrency: s.cfg.ObservationWriterConcurrency,
 		Logger: s.logger, Registerer: s.registry})
 	if err != nil {
@@ -348,7 +348,7 @@ func startWorkflowRunner(s *Node, _, wctx context.Context) error {
 }
 
 func startWorkflowTriggers(s *Node, _, wctx context.Context) error {
-	triggers, err := workflows.NewTriggers(workflows.TriggersConfig{Brokers: s.brokers, Credentials: s.kafkaCreds, Group: s.ns.Name(workflows.DefaultTriggersGroup), Service: s.workflows,
+	triggers, err := workflows.NewTriggers(workflows.TriggersConfig{Brokers: s.brokers, Credentials: s.kafkaCreds, DeadLetterTopic: s.topics.EventsDLQ, Group: s.ns.Name(workflows.DefaultTriggersGroup), Service: s.workflows,
 		Logger: s.logger, Registerer: s.registry})
 	if err != nil {
 		return fmt.Errorf("workflow triggers: %w", err)
@@ -376,7 +376,7 @@ func startDeploymentController(s *Node, _, wctx context.Context) error {
 func startWebhookDispatcher(s *Node, _, wctx context.Context) error {
 	d, err := webhooks.NewDispatcher(webhooks.DispatcherConfig{
 		Pool: s.pool, Brokers: s.brokers, Credentials: s.kafkaCreds, Topic: s.topics.Events, Group: s.ns.Name(webhooks.DefaultGroup),
-		Logger: s.logger.With("component", "webhooks"), Registerer: s.registry, Key: s.sealKey,
+		Logger: s.logger.With("component", "webhooks"), Registerer: s.registry, Key: s.sealKey, DeadLetterTopic: s.topics.EventsDLQ,
 		AllowPrivate: s.cfg.WebhooksAllowPrivate,
 	})
 	if err != nil {

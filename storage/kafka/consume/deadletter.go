@@ -103,17 +103,25 @@ func (d *deadLetter) isolate(ctx context.Context, next Handler, recs []*kgo.Reco
 	return nil
 }
 
-// send produces rec to the dead-letter topic and logs it.
-func (d *deadLetter) send(ctx context.Context, rec *kgo.Record, cause error) error {
-	reason := d.cfg.Reason(cause)
-	out := &kgo.Record{Topic: d.cfg.Topic, Key: rec.Key, Value: rec.Value, Headers: append(slices.Clone(rec.Headers),
+// DeadLetterRecord returns rec as it goes to the dead-letter topic: its key, value and headers,
+// and the headers above, naming consumer and reason (which must not quote the value). A
+// consumer that sets records aside itself produces it (the observation writer, inside its
+// Kafka transaction); DeadLetter does for the others.
+func DeadLetterRecord(rec *kgo.Record, topic, consumer, reason string) *kgo.Record {
+	return &kgo.Record{Topic: topic, Key: rec.Key, Value: rec.Value, Headers: append(slices.Clone(rec.Headers),
 		kgo.RecordHeader{Key: HeaderSourceTopic, Value: []byte(rec.Topic)},
 		kgo.RecordHeader{Key: HeaderSourcePartition, Value: strconv.AppendInt(nil, int64(rec.Partition), 10)},
 		kgo.RecordHeader{Key: HeaderSourceOffset, Value: strconv.AppendInt(nil, rec.Offset, 10)},
-		kgo.RecordHeader{Key: HeaderConsumer, Value: []byte(d.cfg.Name)},
+		kgo.RecordHeader{Key: HeaderConsumer, Value: []byte(consumer)},
 		kgo.RecordHeader{Key: HeaderError, Value: []byte(reason)},
 		kgo.RecordHeader{Key: HeaderTime, Value: time.Now().UTC().AppendFormat(nil, time.RFC3339Nano)},
 	)}
+}
+
+// send produces rec to the dead-letter topic and logs it.
+func (d *deadLetter) send(ctx context.Context, rec *kgo.Record, cause error) error {
+	reason := d.cfg.Reason(cause)
+	out := DeadLetterRecord(rec, d.cfg.Topic, d.cfg.Name, reason)
 	if err := d.cfg.Producer.ProduceSync(ctx, out).FirstErr(); err != nil {
 		return fmt.Errorf("consume: dead-letter a record: %w", err)
 	}
