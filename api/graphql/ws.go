@@ -73,12 +73,13 @@ func (e *wsExecutor) Authenticate(ctx context.Context, r *http.Request, authoriz
 
 // Owner implements ws.Owner: a socket counts against its API key's limits of sockets and
 // operations (docs/LIMITS.md), and one opened with a JWT against the key the JWT came from, so
-// minting tokens does not multiply them.
-func (e *wsExecutor) Owner(ctx context.Context) string {
+// minting tokens does not multiply them; and against its organization's, so minting keys does
+// not either.
+func (e *wsExecutor) Owner(ctx context.Context) (key, org string) {
 	if p := access.From(ctx); p != nil {
-		return p.KeyID
+		return p.KeyID, p.OrgID
 	}
-	return ""
+	return "", ""
 }
 
 // Recheck implements ws.Rechecker: a socket lives only as long as the credential it was opened

@@ -91,7 +91,7 @@ type conn struct {
 
 	// Reader-goroutine state.
 	initSeen      bool
-	owner         string // the credential the socket counts against (Owner); set before the ack
+	owner         owner // the credential and organization the socket counts against (Owner); set before the ack
 	authCtx       context.Context
 	stopAuthWatch func() bool // unregisters the expiry watch on authCtx
 
@@ -382,21 +382,23 @@ func (c *conn) authenticated(ctx context.Context) {
 	})
 }
 
-// admit counts the socket, authenticated as ctx, against its credential's SocketsPerKey. It
-// reports false when the credential holds as many sockets already; the protocol then refuses
-// the socket (4013).
+// admit counts the socket, authenticated as ctx, against its credential's SocketsPerKey and
+// its organization's SocketsPerOrg. It reports false when either holds as many sockets
+// already; the protocol then refuses the socket (4013).
 func (c *conn) admit(ctx context.Context) bool {
 	o, ok := c.h.exec.(Owner)
 	if !ok {
 		return true
 	}
-	owner := o.Owner(ctx)
-	if !c.h.counts.openSocket(owner) {
+	var who owner
+	who.key, who.org = o.Owner(ctx)
+	if !c.h.counts.openSocket(who) {
 		c.h.metrics.socketRefused()
-		c.log.Info("ws: too many sockets for the credential", "limit", c.h.cfg.SocketsPerKey)
+		c.log.Info("ws: too many sockets for the credential or its organization",
+			"key_limit", c.h.cfg.SocketsPerKey, "org_limit", c.h.cfg.SocketsPerOrg)
 		return false
 	}
-	c.owner = owner
+	c.owner = who
 	return true
 }
 

@@ -11,12 +11,16 @@ import (
 	"carehub/kernel/config"
 )
 
-// Owner is implemented by an Executor whose sockets are limited per credential: Owner names
-// the credential an authenticated socket counts against, from the context Authenticate
-// returned (an API key's id; a JWT counts against its parent key). "" counts against none.
+// Owner is implemented by an Executor whose sockets are limited per credential and per
+// organization: Owner names the credential an authenticated socket counts against, from the
+// context Authenticate returned (an API key's id; a JWT counts against its parent key), and
+// the organization the credential belongs to. "" counts against none.
 type Owner interface {
-	Owner(ctx context.Context) string
+	Owner(ctx context.Context) (key, org string)
 }
+
+// owner is who a socket counts against.
+type owner struct{ key, org string }
 
 // Limits caps what one credential, and all of them together, hold of a node's sockets
 // (docs/LIMITS.md). Zero fields take the defaults; negative ones are refused.
@@ -27,6 +31,11 @@ type Limits struct {
 	// OperationsPerKey caps the operations one credential runs at once over all its sockets
 	// (default 500); a subscribe beyond it gets an error message (RATE_LIMITED).
 	OperationsPerKey int
+	// SocketsPerOrg and OperationsPerOrg cap the same for all the credentials of one
+	// organization together (defaults 500 and 1000): keys are cheap to make, so without them an
+	// organization's twenty keys hold twenty times a key's share.
+	SocketsPerOrg    int
+	OperationsPerOrg int
 	// Operations caps the operations running at once on the node, every credential's together
 	// (default 10000); a subscribe beyond it gets an error message (RATE_LIMITED). With each
 	// operation's own send and execution buffers it bounds the memory one event can take.
@@ -41,6 +50,8 @@ type Limits struct {
 const (
 	DefaultSocketsPerKey    = 100
 	DefaultOperationsPerKey = 500
+	DefaultSocketsPerOrg    = 500
+	DefaultOperationsPerOrg = 1000
 	DefaultOperations       = 10000
 	DefaultQueueBytes       = 4 << 20
 )
@@ -49,6 +60,8 @@ const (
 func (l Limits) WithDefaults() Limits {
 	config.Default(&l.SocketsPerKey, DefaultSocketsPerKey)
 	config.Default(&l.OperationsPerKey, DefaultOperationsPerKey)
+	config.Default(&l.SocketsPerOrg, DefaultSocketsPerOrg)
+	config.Default(&l.OperationsPerOrg, DefaultOperationsPerOrg)
 	config.Default(&l.Operations, DefaultOperations)
 	config.Default(&l.QueueBytes, DefaultQueueBytes)
 	return l
@@ -56,18 +69,20 @@ func (l Limits) WithDefaults() Limits {
 
 // Validate refuses negative fields.
 func (l Limits) Validate() error {
-	if l.SocketsPerKey < 0 || l.OperationsPerKey < 0 || l.Operations < 0 || l.QueueBytes < 0 {
+	if l.SocketsPerKey < 0 || l.OperationsPerKey < 0 || l.SocketsPerOrg < 0 || l.OperationsPerOrg < 0 ||
+		l.Operations < 0 || l.QueueBytes < 0 {
 		return errors.New("ws: socket and operation limits must not be negative (0: the default)")
 	}
 	return nil
 }
 
-// counts holds a Handler's sockets and operations per owner and in all, against its Limits.
+// counts holds a Handler's sockets and operations per credential, per organization and in
+// all, against its Limits.
 type counts struct {
 	lim     Limits
 	mu      sync.Mutex
-	sockets map[string]int
-	ops     map[string]int
+	sockets map[string]int // by key, and by "org:"+org
+	ops     map[string]int // likewise
 	total   int
 }
 
@@ -75,66 +90,72 @@ func newCounts(lim Limits) *counts {
 	return &counts{lim: lim, sockets: make(map[string]int), ops: make(map[string]int)}
 }
 
-// openSocket counts a socket of owner; false when owner is at SocketsPerKey.
-func (n *counts) openSocket(owner string) bool {
-	if owner == "" {
-		return true
-	}
+// orgKey is an organization's entry in the counts' maps, apart from any key id.
+func orgKey(org string) string { return "org:" + org }
+
+// openSocket counts a socket of o; false when its key or organization is at its limit.
+func (n *counts) openSocket(o owner) bool {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	if n.sockets[owner] >= n.lim.SocketsPerKey {
+	if (o.key != "" && n.sockets[o.key] >= n.lim.SocketsPerKey) ||
+		(o.org != "" && n.sockets[orgKey(o.org)] >= n.lim.SocketsPerOrg) {
 		return false
 	}
-	n.sockets[owner]++
+	n.add(n.sockets, o, 1)
 	return true
 }
 
-func (n *counts) closeSocket(owner string) {
-	if owner == "" {
-		return
-	}
+func (n *counts) closeSocket(o owner) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	decrement(n.sockets, owner)
+	n.add(n.sockets, o, -1)
 }
 
-// startOperation counts an operation of owner, or returns the error that refuses it.
-func (n *counts) startOperation(owner string) *gqlerrors.QueryError {
+// startOperation counts an operation of o, or returns the error that refuses it.
+func (n *counts) startOperation(o owner) *gqlerrors.QueryError {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	if n.total >= n.lim.Operations {
+	switch {
+	case n.total >= n.lim.Operations:
 		return tooManyOperations("on this server", "node", n.lim.Operations)
-	}
-	if owner != "" && n.ops[owner] >= n.lim.OperationsPerKey {
+	case o.key != "" && n.ops[o.key] >= n.lim.OperationsPerKey:
 		return tooManyOperations("for this credential", "key", n.lim.OperationsPerKey)
+	case o.org != "" && n.ops[orgKey(o.org)] >= n.lim.OperationsPerOrg:
+		return tooManyOperations("for this organization", "organization", n.lim.OperationsPerOrg)
 	}
 	n.total++
-	if owner != "" {
-		n.ops[owner]++
-	}
+	n.add(n.ops, o, 1)
 	return nil
 }
 
-func (n *counts) endOperation(owner string) {
+func (n *counts) endOperation(o owner) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	n.total--
-	if owner != "" {
-		decrement(n.ops, owner)
+	n.add(n.ops, o, -1)
+}
+
+// add adds d to o's key and organization entries of m.
+func (n *counts) add(m map[string]int, o owner, d int) {
+	if o.key != "" {
+		adjust(m, o.key, d)
+	}
+	if o.org != "" {
+		adjust(m, orgKey(o.org), d)
 	}
 }
 
-// decrement lowers m[k], deleting it at zero so that the maps hold only owners with sockets.
-func decrement(m map[string]int, k string) {
-	if m[k] <= 1 {
+// adjust adds d to m[k], deleting it at zero so that the maps hold only owners with sockets.
+func adjust(m map[string]int, k string, d int) {
+	if m[k]+d <= 0 {
 		delete(m, k)
 		return
 	}
-	m[k]--
+	m[k] += d
 }
 
 // tooManyOperations is the error message of a subscribe past a limit; per names the limit
-// (connection, key or node) for a client that backs off differently for each.
+// (connection, key, organization or node) for a client that backs off differently for each.
 func tooManyOperations(where, per string, limit int) *gqlerrors.QueryError {
 	return &gqlerrors.QueryError{
 		Message:    fmt.Sprintf("too many operations %s (limit %d)", where, limit),

@@ -134,6 +134,8 @@ func serveFlags(fs *flag.FlagSet, cfg *node.Config) {
 	fs.IntVar(&cfg.MaxInFlightPerKey, "max-in-flight-per-key", cfg.MaxInFlightPerKey, "HTTP requests one API key (with its JWTs) has in progress on this node at once; more are 429 (0: default 256)")
 	fs.IntVar(&cfg.SocketLimits.SocketsPerKey, "ws-max-sockets-per-key", cfg.SocketLimits.SocketsPerKey, "GraphQL WebSockets one API key (with its JWTs) holds open on this node; more are closed with 4013")
 	fs.IntVar(&cfg.SocketLimits.OperationsPerKey, "ws-max-operations-per-key", cfg.SocketLimits.OperationsPerKey, "subscriptions and other WebSocket operations one API key runs at once on this node")
+	fs.IntVar(&cfg.SocketLimits.SocketsPerOrg, "ws-max-sockets-per-org", cfg.SocketLimits.SocketsPerOrg, "GraphQL WebSockets all the API keys of one organization hold open on this node together")
+	fs.IntVar(&cfg.SocketLimits.OperationsPerOrg, "ws-max-operations-per-org", cfg.SocketLimits.OperationsPerOrg, "WebSocket operations all the API keys of one organization run at once on this node together")
 	fs.IntVar(&cfg.SocketLimits.Operations, "ws-max-operations", cfg.SocketLimits.Operations, "subscriptions and other WebSocket operations running at once on this node, all keys together")
 	fs.Func("trusted-proxies", "comma-separated proxy addresses whose X-Forwarded-For is believed", func(v string) error {
 		cfg.TrustedProxies = splitList(v)
