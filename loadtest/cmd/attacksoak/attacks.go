@@ -226,19 +226,23 @@ func (a *attacker) call(ctx context.Context, method, path, key, ctype, body stri
 }
 
 // slowBodies holds c.slow connections that promise a body of 1,000,000 bytes and send one,
-// opening a new one whenever the node closes one (finding 2).
+// spread over the billing keys, opening a new one whenever the node closes one (finding 2). A
+// connection answered at once (429 past a key's requests in progress, 503 past the node's
+// connections) is opened again after a second, as its Retry-After says: the attack is holding
+// connections, not a flood of new ones, which no node shares two cores with and survives.
 func (a *attacker) slowBodies(ctx context.Context) {
 	raiseFileLimit()
 	host := strings.TrimPrefix(a.w.n.url, "http://")
 	sem := make(chan struct{}, a.c.slow)
 	var wg sync.WaitGroup
 	defer wg.Wait()
-	for ctx.Err() == nil {
+	for i := 0; ctx.Err() == nil; i++ {
 		select {
 		case sem <- struct{}{}:
 		case <-ctx.Done():
 			return
 		}
+		key := a.k.billing[i%len(a.k.billing)]
 		wg.Go(func() {
 			defer func() { <-sem }()
 			conn, err := (&net.Dialer{Timeout: 5 * time.Second}).DialContext(ctx, "tcp", host)
@@ -248,14 +252,26 @@ func (a *attacker) slowBodies(ctx context.Context) {
 				return
 			}
 			defer conn.Close()
-			fmt.Fprintf(conn, "POST /v1/events HTTP/1.1\r\nHost: %s\r\nAuthorization: Bearer %s\r\nContent-Type: application/json\r\nContent-Length: 1000000\r\n\r\n{", host, a.k.billing[1])
+			fmt.Fprintf(conn, "POST /v1/events HTTP/1.1\r\nHost: %s\r\nAuthorization: Bearer %s\r\nContent-Type: application/json\r\nContent-Length: 1000000\r\n\r\n{", host, key)
 			stop := context.AfterFunc(ctx, func() { conn.Close() })
 			defer stop()
 			start := time.Now()
 			buf := make([]byte, 512)
-			_, _ = conn.Read(buf) // until the node answers or closes
-			if ctx.Err() == nil {
-				a.count("2 slow body", fmt.Sprintf("closed by the node after %ds", int(time.Since(start).Seconds())))
+			n, _ := conn.Read(buf) // until the node answers or closes
+			if ctx.Err() != nil {
+				return
+			}
+			held := time.Since(start)
+			answer := "closed by the node"
+			if n > 0 {
+				answer = "answered " + statusOf(buf[:n])
+			}
+			a.count("2 slow body", fmt.Sprintf("%s after %s", answer, holdBucket(held)))
+			if held < time.Second {
+				select {
+				case <-ctx.Done():
+				case <-time.After(time.Second):
+				}
 			}
 		})
 	}
@@ -311,7 +327,7 @@ func (a *attacker) sockets(ctx context.Context) {
 					a.count("10 subscriptions", "refused")
 					break
 				}
-				a.count("10 subscriptions", "accepted")
+				a.count("10 subscriptions", "sent")
 			}
 			select {
 			case <-ctx.Done():
@@ -337,5 +353,27 @@ func raiseFileLimit() {
 	if syscall.Getrlimit(syscall.RLIMIT_NOFILE, &l) == nil && l.Cur < l.Max {
 		l.Cur = l.Max
 		_ = syscall.Setrlimit(syscall.RLIMIT_NOFILE, &l)
+	}
+}
+
+// statusOf is the status code of an HTTP answer's first line, or "?".
+func statusOf(b []byte) string {
+	if f := strings.Fields(string(b)); len(f) > 1 && strings.HasPrefix(f[0], "HTTP/") {
+		return f[1]
+	}
+	return "?"
+}
+
+// holdBucket words how long a connection was held, coarsely enough to count.
+func holdBucket(d time.Duration) string {
+	switch {
+	case d < time.Second:
+		return "<1s"
+	case d < 10*time.Second:
+		return "1-10s"
+	case d < 25*time.Second:
+		return "10-25s"
+	default:
+		return ">=25s"
 	}
 }
