@@ -32,19 +32,13 @@ func StartNode(ctx context.Context, dataDir string, keys int, logger *slog.Logge
 		return nil, fmt.Errorf("start carehub: %w", err)
 	}
 	out := &Node{URL: n.URL(), n: n}
-	var orgID string
-	if err := n.Pool().QueryRow(ctx, `select id from organizations where slug = $1`, demo.DemoOrgSlug).Scan(&orgID); err != nil {
-		out.Close()
-		return nil, fmt.Errorf("demo organization: %w", err)
-	}
-	ks := auth.NewKeys(n.Pool())
-	for i := range keys {
-		k, err := ks.Create(ctx, auth.NewKey{OrgID: orgID, Mode: access.Live, Name: fmt.Sprintf("load %d", i), Scopes: scopes})
+	for range keys {
+		k, err := out.Key(ctx, demo.DemoOrgSlug, access.Live, scopes...)
 		if err != nil {
 			out.Close()
-			return nil, fmt.Errorf("create key: %w", err)
+			return nil, err
 		}
-		out.Keys = append(out.Keys, k.Secret)
+		out.Keys = append(out.Keys, k)
 	}
 	return out, nil
 }

@@ -263,18 +263,22 @@ func (s *Service) publish(ctx context.Context, drafts []Draft, field func(int) s
 		if !events.ValidType(d.Type) {
 			bad[field(i)+"type"] = "must be two or more dot-separated segments of a-z, 0-9 and _, such as device.observation_received"
 		}
+		// What the event log cannot store must not be acknowledged: it would reach the log's
+		// writer, which cannot commit past it. Storable also says whether it is JSON at all.
+		var storable error
+		if len(d.Payload) <= MaxPayloadBytes {
+			storable = jsonwire.Storable(d.Payload)
+		}
 		switch t := strings.TrimSpace(string(d.Payload)); {
 		case len(d.Payload) > MaxPayloadBytes:
 			bad[field(i)+"payload"] = fmt.Sprintf("is %d bytes; at most %d (256 KiB) are allowed", len(d.Payload), MaxPayloadBytes)
-		case !strings.HasPrefix(t, "{") || !json.Valid(d.Payload):
+		case !strings.HasPrefix(t, "{") || errors.Is(storable, jsonwire.ErrInvalidJSON):
 			bad[field(i)+"payload"] = "must be a JSON object"
 		default:
 			if name := repeatedMember(d.Payload); name != "" {
 				bad[field(i)+"payload"] = fmt.Sprintf("names the member %q twice", name)
 			}
-			// What the event log cannot store must not be acknowledged: it would reach the log's
-			// writer, which cannot commit past it.
-			if se, ok := errors.AsType[*jsonwire.StorableError](jsonwire.Storable(d.Payload)); ok {
+			if se, ok := errors.AsType[*jsonwire.StorableError](storable); ok {
 				bad[strings.TrimSuffix(field(i)+"payload."+se.Path, ".")] = se.Reason
 			}
 		}

@@ -105,7 +105,13 @@ func embeddedCredentials(dir string) (Credentials, error) {
 // creates later (no other user can reach them, whatever their mode); this fixes a data dir made
 // before the rule. A process-wide umask would do it for new files too, but it would also close
 // the data dir's parents to the postgres account that runs the embedded cluster.
+//
+// A dir that is 0700 already was made or fixed under the rule, so its files need no walk: the
+// walk would only chmod, on every start, the segments kfake made since, which the dir protects.
 func tightenDir(dir string) error {
+	if fi, err := os.Stat(dir); err == nil && fi.Mode().Perm() == 0o700 {
+		return nil
+	}
 	return filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err

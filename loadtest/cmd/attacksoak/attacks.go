@@ -4,12 +4,12 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net"
 	"net/url"
 	"sort"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -218,7 +218,7 @@ func (a *attacker) call(ctx context.Context, method, path, key, ctype, body stri
 		return "err"
 	}
 	defer resp.Body.Close()
-	_, _ = ioDiscard(resp.Body)
+	_, _ = io.Copy(io.Discard, resp.Body)
 	if resp.StatusCode == 429 { // honour the limiter, as a patient attacker would
 		time.Sleep(100 * time.Millisecond)
 	}
@@ -231,7 +231,6 @@ func (a *attacker) call(ctx context.Context, method, path, key, ctype, body stri
 // connections) is opened again after a second, as its Retry-After says: the attack is holding
 // connections, not a flood of new ones, which no node shares two cores with and survives.
 func (a *attacker) slowBodies(ctx context.Context) {
-	raiseFileLimit()
 	host := strings.TrimPrefix(a.w.n.url, "http://")
 	sem := make(chan struct{}, a.c.slow)
 	var wg sync.WaitGroup
@@ -344,15 +343,6 @@ func (a *attacker) sockets(ctx context.Context) {
 		case <-ctx.Done():
 		case <-time.After(time.Second):
 		}
-	}
-}
-
-// raiseFileLimit lets this process hold the slow connections and its legitimate clients.
-func raiseFileLimit() {
-	var l syscall.Rlimit
-	if syscall.Getrlimit(syscall.RLIMIT_NOFILE, &l) == nil && l.Cur < l.Max {
-		l.Cur = l.Max
-		_ = syscall.Setrlimit(syscall.RLIMIT_NOFILE, &l)
 	}
 }
 

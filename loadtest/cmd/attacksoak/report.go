@@ -32,6 +32,3 @@ func (r report) print(w io.Writer) {
 	b, _ := json.Marshal(r)
 	fmt.Fprintf(w, "json: %s\n", b)
 }
-
-// ioDiscard reads r to its end.
-func ioDiscard(r io.Reader) (int64, error) { return io.Copy(io.Discard, r) }
