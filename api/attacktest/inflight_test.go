@@ -1,9 +1,11 @@
 package attacktest
 
 import (
+	"errors"
 	"io"
 	"net"
 	"net/http"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -24,21 +26,32 @@ func TestRequestsInProgressCappedPerKey(t *testing.T) {
 	slow := s.Key(demo.DemoOrgSlug, access.Live, access.ExecWorkflows)
 	other := s.Key(demo.DemoOrgSlug, access.Live, access.ExecWorkflows)
 
-	var held []net.Conn
-	for range max {
+	hold := func() net.Conn {
 		c, err := net.Dial("tcp", s.Addr())
 		if err != nil {
 			t.Fatal(err)
 		}
-		defer c.Close()
+		t.Cleanup(func() { c.Close() })
 		if _, err := io.WriteString(c, "POST /v1/events HTTP/1.1\r\nHost: carehub\r\nAuthorization: Bearer "+slow+
 			"\r\nContent-Type: application/json\r\nContent-Length: 1000000\r\n\r\n{"); err != nil {
 			t.Fatal(err)
 		}
-		held = append(held, c)
+		return c
 	}
-	// The held requests are counted once their handlers run; until then a fourth may pass.
+	held := make([]net.Conn, max)
+	for i := range held {
+		held[i] = hold()
+	}
+	// The held requests are counted once their handlers run. A probe that gets in first takes a
+	// place and one of them is refused at once: that one is sent again.
 	servertest.Eventually(t, 30*time.Second, "the key's next request refused while its slow ones are in progress", func() bool {
+		for i, c := range held {
+			_ = c.SetReadDeadline(time.Now().Add(time.Millisecond))
+			if n, err := c.Read(make([]byte, 1)); n > 0 || !errors.Is(err, os.ErrDeadlineExceeded) {
+				c.Close()
+				held[i] = hold()
+			}
+		}
 		r := s.Do(http.MethodGet, "/v1/organizations", slow, nil)
 		// The rate limit's 429 says otherwise: this one must be the bound on requests in progress.
 		return r.Status == http.StatusTooManyRequests && r.Header.Get("Retry-After") != "" &&
