@@ -49,6 +49,14 @@ func fixed(p string) func(*fixture) string { return func(*fixture) string { retu
 
 func sc(scopes ...string) []string { return scopes }
 
+// matrixTransaction is the body of the FHIR base's Bundle rows: a transaction creating a patient.
+func matrixTransaction(*fixture) any {
+	return map[string]any{"resourceType": "Bundle", "type": "transaction", "entry": []any{map[string]any{
+		"request":  map[string]any{"method": "POST", "url": "Patient"},
+		"resource": map[string]any{"resourceType": "Patient", "name": []any{map[string]any{"family": "Matrix", "given": []string{"Row"}}}, "gender": "female", "birthDate": "1950-01-01"},
+	}}}
+}
+
 // rows is the matrix, in the order it runs: operations that destroy their target come last.
 var rows = []row{
 	// GraphQL queries.
@@ -184,6 +192,7 @@ var rows = []row{
 	// The FHIR R4 base (errors are OperationOutcomes carrying carehub's code in issue.details).
 	{op: "GET /fhir/R4/metadata", access: public_, rest: call("GET", fixed("/fhir/R4/metadata"), nil)},
 	{op: "GET /fhir/R4/{type:[A-Z][A-Za-z]+}", scopes: sc(access.ReadPatients), rest: call("GET", fixed("/fhir/R4/Patient?_count=5"), nil)},
+	{op: "POST /fhir/R4/{type:[A-Z][A-Za-z]+}/_search", scopes: sc(access.ReadPatients), rest: call("POST", fixed("/fhir/R4/Patient/_search?_count=5"), nil)},
 	{op: "GET /fhir/R4/{type:[A-Z][A-Za-z]+}/{id}", scopes: sc(access.ReadPatients), tenant: true, real: true,
 		rest: call("GET", func(f *fixture) string { return "/fhir/R4/Patient/" + f.patient }, nil)},
 	{op: "GET /fhir/R4/{type:[A-Z][A-Za-z]+}/{id}/_history", scopes: sc(access.ReadPatients), tenant: true, real: true,
@@ -197,12 +206,8 @@ var rows = []row{
 			"valueQuantity":     map[string]any{"value": 80, "unit": "/min", "system": "http://unitsofmeasure.org", "code": "/min"},
 			"effectiveDateTime": "2024-05-01T12:00:00Z"}
 	})},
-	{op: "POST /fhir/R4", scopes: sc(access.WritePatients), rest: call("POST", fixed("/fhir/R4"), func(f *fixture) any {
-		return map[string]any{"resourceType": "Bundle", "type": "transaction", "entry": []any{map[string]any{
-			"request":  map[string]any{"method": "POST", "url": "Patient"},
-			"resource": map[string]any{"resourceType": "Patient", "name": []any{map[string]any{"family": "Matrix", "given": []string{"Row"}}}, "gender": "female", "birthDate": "1950-01-01"},
-		}}}
-	})},
+	{op: "POST /fhir/R4", scopes: sc(access.WritePatients), rest: call("POST", fixed("/fhir/R4"), matrixTransaction)},
+	{op: "POST /fhir/R4/", scopes: sc(access.WritePatients), rest: call("POST", fixed("/fhir/R4/"), matrixTransaction)},
 
 	// REST, webhook management.
 	{op: "GET /v1/webhooks/deliveries/{id}", scopes: sc(access.AdminOrg), tenant: true, rest: call("GET", func(f *fixture) string { return "/v1/webhooks/deliveries/" + f.delivery }, nil)},

@@ -50,15 +50,18 @@ func badText(s string) string {
 // the query string must parse (url.ParseQuery), path variables and query parameters (names and
 // values) must be UTF-8 without NUL, and a route the OpenAPI document describes takes only the
 // query parameters the document declares for it. Each is 400 INVALID_REQUEST naming the
-// parameter. Bodies are checked where they are decoded (DecodeJSON, readFHIRBody).
-func StrictInput(next http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if err := CheckRequest(r); err != nil {
-			WriteError(w, r, err)
-			return
-		}
-		next.ServeHTTP(w, r)
-	})
+// parameter, written by write (WriteError, or the error form of the API the path belongs to).
+// Bodies are checked where they are decoded (DecodeJSON, readFHIRBody).
+func StrictInput(write func(http.ResponseWriter, *http.Request, error)) mux.MiddlewareFunc {
+	return func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if err := CheckRequest(r); err != nil {
+				write(w, r, err)
+				return
+			}
+			next.ServeHTTP(w, r)
+		})
+	}
 }
 
 // CheckRequest is StrictInput's check of one request: nil, or the 400 naming the parameter.

@@ -39,8 +39,10 @@ type inEntry struct {
 
 // bundle serves POST /fhir/R4: a batch (each entry on its own, a batch-response) or a
 // transaction (all or nothing, a transaction-response). Entries are POST Patient (with
-// ifNoneExist) and POST Observation; an Observation may name a Patient of the same Bundle by its
-// fullUrl (urn:uuid:…).
+// ifNoneExist) and POST Observation, each a create whatever id its resource carries; an
+// Observation may name a Patient of the same Bundle by its fullUrl (urn:uuid:…). It is served at
+// the base with and without a trailing slash: FHIR clients (fhirpy, fhirclient, fhir-kit-client)
+// post to Base + "/".
 //
 // A transaction is checked whole before anything is written: every Patient and every Observation
 // (intake's checks, and that its patient exists or is in the Bundle). Then its Patients are
@@ -99,9 +101,13 @@ func (h handler) process(r *http.Request, entries []inEntry, transaction bool) (
 	p := plan{entries: entries, bad: map[int]error{}, refs: map[string]int{}}
 	for i, e := range entries {
 		t, err := entryTarget(e)
-		switch {
-		case err != nil:
+		if err != nil {
 			p.bad[i] = err
+			continue
+		}
+		// Every entry is a create: the server assigns its id and version.
+		entries[i].Resource = withoutServerElements(e.Resource)
+		switch {
 		case t == "Patient":
 			p.patients = append(p.patients, i)
 			if e.FullURL != "" {

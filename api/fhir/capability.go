@@ -40,11 +40,14 @@ func (h handler) metadata(w http.ResponseWriter, r *http.Request) {
 		case "Patient":
 			res.Interaction = append(res.Interaction, interaction{"create"}, interaction{"update"})
 			res.ConditionalCreate = true
-			res.Documentation = "Conditional create: If-None-Exist: identifier=system|value. Risk level and care programs are extensions."
+			res.Documentation = "Create assigns a new id whatever id the body carries; update changes an existing patient. " +
+				"Conditional create: If-None-Exist: identifier=system|value. Risk level and care programs are extensions."
 		case "Observation":
 			if h.Intake != nil {
 				res.Interaction = append(res.Interaction, interaction{"create"})
-				res.Documentation = "Create goes through observation intake (as POST /v1/observations): 201 once the broker has it; it is readable moments later. Observations are never changed: version 1 is their only version."
+				res.Documentation = "Create goes through observation intake (as POST /v1/observations): 201 once the broker has it; it is readable moments later. " +
+					"Every create is a new Observation with an id carehub assigns, whatever id the body carries; send an Idempotency-Key header to make a retry idempotent. " +
+					"Observations are never changed: version 1 is their only version."
 			} else {
 				res.Documentation = "This node does not run observation intake: create is served by nodes with the ingest role."
 			}
@@ -74,7 +77,8 @@ func (h handler) metadata(w http.ResponseWriter, r *http.Request) {
 		"rest": []map[string]any{{
 			"mode": "server",
 			"documentation": "Unknown search parameters are refused (400) unless Prefer: handling=lenient, which lists them in an " +
-				"OperationOutcome entry. _count 0..1000 (default 20), _sort, _include of the subject. Ids are carehub's with '-' " +
+				"OperationOutcome entry. _count 0..1000 (default 20), _sort, _include of the subject. POST [type]/_search takes the " +
+				"parameters form-encoded. Batch and transaction Bundles are posted to the base, with or without a trailing slash. Ids are carehub's with '-' " +
 				"for the prefix's '_' (pat-01k…); both forms are accepted on input.",
 			"security": map[string]any{
 				"service": []map[string]any{{"coding": []map[string]string{{"system": "http://terminology.hl7.org/CodeSystem/restful-security-service", "code": "OAuth"}},

@@ -7,10 +7,8 @@ import (
 	"io"
 	"mime"
 	"net/http"
-	"net/url"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/gorilla/mux"
 
@@ -42,13 +40,16 @@ type Services struct {
 type handler struct{ Services }
 
 // Mount mounts the CapabilityStatement on public (no credential) and the rest of the FHIR base
-// on authed, which runs the authentication middleware.
+// on authed, which runs the authentication middleware. The router's own refusals under the base
+// (no route, another method) are the node router's to answer, with WriteNoRoute.
 func Mount(public, authed *mux.Router, s Services) {
 	h := handler{s}
 	public.HandleFunc(Base+"/metadata", h.metadata).Methods(http.MethodGet)
 	authed.HandleFunc(Base, h.bundle).Methods(http.MethodPost)
+	authed.HandleFunc(Base+"/", h.bundle).Methods(http.MethodPost) // as FHIR clients post Bundles
 	authed.HandleFunc(Base+"/{type:[A-Z][A-Za-z]+}", h.search).Methods(http.MethodGet)
 	authed.HandleFunc(Base+"/{type:[A-Z][A-Za-z]+}", h.create).Methods(http.MethodPost)
+	authed.HandleFunc(Base+"/{type:[A-Z][A-Za-z]+}/_search", h.postSearch).Methods(http.MethodPost)
 	authed.HandleFunc(Base+"/{type:[A-Z][A-Za-z]+}/{id}", h.read).Methods(http.MethodGet)
 	authed.HandleFunc(Base+"/{type:[A-Z][A-Za-z]+}/{id}", h.update).Methods(http.MethodPut)
 	authed.HandleFunc(Base+"/{type:[A-Z][A-Za-z]+}/{id}/_history", h.history).Methods(http.MethodGet)
@@ -181,29 +182,6 @@ func (h handler) history(w http.ResponseWriter, r *http.Request) {
 	writeResource(w, http.StatusOK, b)
 }
 
-func (h handler) create(w http.ResponseWriter, r *http.Request) {
-	t, ok := route(w, r)
-	if !ok {
-		return
-	}
-	if !resourceTypes[t] {
-		writeError(w, r, &statusError{status: http.StatusMethodNotAllowed, msg: t + " is read-only here"})
-		return
-	}
-	res := h.createOne(r, t, r.Header.Get("If-None-Exist"), func(limit int64) ([]byte, error) { return readBody(w, r, limit) })
-	if res.err != nil {
-		writeErrorAt(w, r, res.err, t)
-		return
-	}
-	w.Header().Set("Location", baseURL(r)+"/"+t+"/"+res.id+"/_history/"+res.version)
-	w.Header().Set("ETag", `W/"`+res.version+`"`)
-	if minimal(r, t) {
-		writeMinimal(w, res.status)
-		return
-	}
-	writeDoc(w, r, res.status, res.doc)
-}
-
 func (h handler) update(w http.ResponseWriter, r *http.Request) {
 	t, ok := route(w, r)
 	if !ok {
@@ -252,113 +230,6 @@ func withCarehubID(body []byte, id string) ([]byte, error) {
 		return json.Marshal(doc)
 	}
 	return body, nil
-}
-
-// created is the outcome of one create: the resource, its FHIR id and version, and the status
-// (201, or 200 when a conditional create matched).
-type created struct {
-	doc         json.RawMessage
-	id, version string
-	status      int
-	err         error
-}
-
-// createOne creates a resource of type t from the body read: a Patient (conditionally, with
-// ifNoneExist) or an Observation through intake.
-func (h handler) createOne(r *http.Request, t, ifNoneExist string, read func(int64) ([]byte, error)) created {
-	switch t {
-	case "Patient":
-		body, err := read(resourceBodyLimit)
-		if err != nil {
-			return created{err: err}
-		}
-		return h.createPatient(r, body, ifNoneExist)
-	case "Observation":
-		if ifNoneExist != "" {
-			return created{err: &statusError{status: http.StatusBadRequest, param: "If-None-Exist",
-				msg: "If-None-Exist is supported for Patient; an Observation's own id makes its retries idempotent"}}
-		}
-		if h.Intake == nil {
-			return created{err: &statusError{status: http.StatusMethodNotAllowed, msg: "this node does not run observation intake (the ingest role)"}}
-		}
-		body, err := read(h.Intake.MaxBodyBytes())
-		if err != nil {
-			return created{err: err}
-		}
-		return h.createObservation(r, body)
-	}
-	return created{err: &statusError{status: http.StatusMethodNotAllowed, msg: t + " is read-only here"}}
-}
-
-func (h handler) createPatient(r *http.Request, body []byte, ifNoneExist string) created {
-	var doc json.RawMessage
-	var err error
-	status := http.StatusCreated
-	if ifNoneExist == "" {
-		doc, err = h.Patients.CreatePatient(r.Context(), body)
-	} else {
-		ident, perr := conditionIdentifier(ifNoneExist)
-		if perr != nil {
-			return created{err: perr}
-		}
-		var isNew bool
-		if doc, isNew, err = h.Patients.CreatePatientIfNoneExist(r.Context(), body, ident); err == nil && !isNew {
-			status = http.StatusOK
-		}
-	}
-	if f := fault.As(err); f != nil && f.Kind == fault.KindConflict && ifNoneExist != "" {
-		err = &statusError{status: http.StatusPreconditionFailed, msg: f.Message, param: "If-None-Exist"}
-	}
-	if err != nil {
-		return created{err: err}
-	}
-	id, version := idVersion(doc)
-	return created{doc: doc, id: ids.FHIR(id), version: version, status: status}
-}
-
-// conditionIdentifier parses If-None-Exist: identifier=[system|]value, the one condition
-// supported.
-func conditionIdentifier(cond string) (patients.Identifier, error) {
-	bad := &statusError{status: http.StatusBadRequest, param: "If-None-Exist",
-		msg: "If-None-Exist must be identifier=system|value (the one condition supported), not " + strconv.Quote(cond)}
-	q := cond
-	if _, rest, ok := strings.Cut(cond, "?"); ok { // [base/]Patient?identifier=…, as HAPI sends it
-		q = rest
-	}
-	v, err := url.ParseQuery(q)
-	v.Del("_format")
-	if err != nil || len(v) != 1 || len(v["identifier"]) != 1 || v.Get("identifier") == "" || strings.Contains(v.Get("identifier"), ",") {
-		return patients.Identifier{}, bad
-	}
-	return token(v.Get("identifier")), nil
-}
-
-// createObservation sends one Observation through intake, the path of POST /v1/observations.
-// 201 means the broker has it: the observation writer stores it moments later.
-func (h handler) createObservation(r *http.Request, body []byte) created {
-	res, err := h.Intake.Submit(r.Context(), intake.Submission{ContentType: mediaFHIRJSON, Body: bytes.NewReader(body)})
-	if err != nil {
-		return created{err: err}
-	}
-	if len(res.Answer.IDs) != 1 {
-		return created{err: fault.Invalid("the body must be one Observation (POST Bundles to %s)", Base)}
-	}
-	var doc map[string]any
-	_ = json.Unmarshal(body, &doc) // intake has parsed it
-	id := res.Answer.IDs[0]
-	if clientID, ok := doc["id"].(string); ok && clientID != id {
-		list, _ := doc["identifier"].([]any)
-		doc["identifier"] = append(list, map[string]any{"system": "urn:carehub:client-id", "value": clientID})
-	}
-	doc["id"] = id
-	meta, _ := doc["meta"].(map[string]any)
-	if meta == nil {
-		meta = map[string]any{}
-	}
-	meta["versionId"], meta["lastUpdated"] = "1", time.Now().UTC().Format(time.RFC3339Nano)
-	doc["meta"] = meta
-	out, _ := json.Marshal(doc)
-	return created{doc: out, id: ids.FHIR(id), version: "1", status: http.StatusCreated}
 }
 
 // idVersion reads id and meta.versionId of a resource.

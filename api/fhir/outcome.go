@@ -6,9 +6,11 @@ import (
 	"net/http"
 	"regexp"
 	"slices"
+	"strings"
 
 	"carehub/api/envelope"
 	"carehub/ingest/intake"
+	"carehub/kernel/fault"
 )
 
 // Issue is one OperationOutcome.issue.
@@ -130,6 +132,39 @@ func writeErrorAt(w http.ResponseWriter, r *http.Request, err error, resource st
 // WriteError is the authentication middleware's error writer for the FHIR routes: 401, 403 and
 // 429 as OperationOutcomes.
 func WriteError(w http.ResponseWriter, r *http.Request, err error) { writeError(w, r, err) }
+
+// Serves reports whether r is addressed to the FHIR base, where every answer is FHIR: the node's
+// router answers its own refusals there (no route, another method, a malformed query string, a
+// panic) with WriteError and WriteNoRoute, not in the REST envelope.
+func Serves(r *http.Request) bool {
+	return r.URL.Path == Base || strings.HasPrefix(r.URL.Path, Base+"/")
+}
+
+// WriteNoRoute answers a request under the base that no route serves: 405 with an Allow header
+// when its path is served with other methods (allowed), else 404.
+func WriteNoRoute(w http.ResponseWriter, r *http.Request, allowed []string) {
+	if len(allowed) == 0 {
+		writeError(w, r, noRoute(r.URL.Path))
+		return
+	}
+	list := strings.Join(allowed, ", ")
+	w.Header().Set("Allow", list)
+	msg := r.Method + " is not supported on this path; allowed: " + list + " (" + Base + "/metadata lists the interactions served)"
+	if strings.TrimSuffix(r.URL.Path, "/") == Base {
+		msg = r.Method + " [base] is not a FHIR interaction: POST a batch or transaction Bundle to the base, or GET " +
+			Base + "/metadata for the CapabilityStatement"
+	}
+	writeError(w, r, &statusError{status: http.StatusMethodNotAllowed, msg: msg})
+}
+
+// noRoute is the 404 of a path under the base that nothing serves, worded as the router's
+// ("no such route") so that both APIs read alike.
+func noRoute(path string) error {
+	if strings.Contains(path[strings.LastIndex(path, "/")+1:], "$") {
+		return fault.New(fault.KindNotFound, "no such route: FHIR operations ($everything, $validate, …) are not served here (%s/metadata lists what is)", Base)
+	}
+	return fault.New(fault.KindNotFound, "no such route under %s (%[1]s/metadata lists what is served)", Base)
+}
 
 // elementPath is the start of an intake message that names an element
 // (component[1].valueQuantity.code, effectivePeriod, subject.reference …).

@@ -2,7 +2,10 @@ package fhir
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
+	"mime"
 	"net/http"
 	"net/url"
 	"slices"
@@ -12,6 +15,7 @@ import (
 	"time"
 
 	"carehub/api/envelope"
+	"carehub/kernel/fault"
 	"carehub/processors/patients"
 	"carehub/storage/ids"
 )
@@ -319,6 +323,44 @@ func (h handler) search(w http.ResponseWriter, r *http.Request) {
 		b.Entry = append(b.Entry, entry{Resource: oo, Search: &searchMode{Mode: "outcome"}})
 	}
 	writeResource(w, http.StatusOK, b)
+}
+
+// postSearch serves POST [type]/_search: the parameters of a form-encoded body, with those of the
+// query string, searched as GET [type]?… is. The Bundle's links are GET URLs carrying them all.
+func (h handler) postSearch(w http.ResponseWriter, r *http.Request) {
+	if err := formIntoQuery(w, r); err != nil {
+		writeError(w, r, err)
+		return
+	}
+	h.search(w, r)
+}
+
+// formIntoQuery adds the parameters of a POST _search body to r's query string, checked as the
+// router checks every query string (envelope.CheckRequest). An empty body adds nothing.
+func formIntoQuery(w http.ResponseWriter, r *http.Request) error {
+	b, err := io.ReadAll(http.MaxBytesReader(w, r.Body, resourceBodyLimit))
+	if err != nil {
+		if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
+			return err
+		}
+		return fault.Invalid("the request body could not be read")
+	}
+	if len(b) == 0 {
+		return nil
+	}
+	if mt, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type")); mt != "application/x-www-form-urlencoded" {
+		return fault.New(fault.KindUnsupportedMedia, "POST _search takes its parameters as application/x-www-form-urlencoded")
+	}
+	form, err := url.ParseQuery(string(b))
+	if err != nil {
+		return fault.Invalid("the form body is malformed: name=value pairs, percent-encoded, separated by &")
+	}
+	q := r.URL.Query()
+	for name, values := range form {
+		q[name] = append(q[name], values...)
+	}
+	r.URL.RawQuery = q.Encode()
+	return envelope.CheckRequest(r)
 }
 
 // pageURL is the search's URL at offset: the request's parameters with _offset set (the

@@ -27,7 +27,10 @@ import (
 //	    (nothing is accepted)
 //
 // An Idempotency-Key header replays the first answer for 24 h (Idempotent-Replayed: true); the
-// same key with another body is 409 CONFLICT.
+// same key with another body is 409 CONFLICT. An Observation.id is kept as an identifier
+// (urn:carehub:client-id) and makes retries idempotent: the same observation sent again gets the
+// same id and is stored once, while another observation under an id already used is stored as
+// one of its own, never answered 202 and dropped (intake.ClientObservationID).
 func ObservationIngestRoutes(r *mux.Router, in *intake.Intake) {
 	r.Handle("/v1/observations", ingestHandler{in}).Methods(http.MethodPost)
 }

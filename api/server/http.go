@@ -19,6 +19,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"carehub/api/envelope"
+	"carehub/api/fhir"
 	"carehub/api/graphql"
 	"carehub/storage/ids"
 )
@@ -114,7 +115,7 @@ func observe(logger *slog.Logger, m *httpMetrics, access *AccessLog) mux.Middlew
 				if p := recover(); p != nil {
 					l.Error("panic serving request", "route", route, "panic", fmt.Sprint(p))
 					if sw.status == 0 {
-						envelope.WriteError(sw, r, fmt.Errorf("panic: %v", p))
+						writeError(sw, r, fmt.Errorf("panic: %v", p))
 					}
 				}
 				code := sw.status
@@ -140,19 +141,46 @@ type Readiness func(ctx context.Context) map[string]string
 
 // NewRouter returns the router every node serves, whatever its roles: request ids, recovery,
 // access log and metrics on every response, strict input, the error envelope for unknown routes
-// and methods, and /healthz, /readyz, /metrics, /docs/errors. The roles mount their routes on it.
+// and methods (OperationOutcomes under the FHIR base), and /healthz, /readyz, /metrics,
+// /docs/errors. The roles mount their routes on it.
 func NewRouter(logger *slog.Logger, registry *prometheus.Registry, ready Readiness, access *AccessLog) *mux.Router {
 	r := mux.NewRouter()
 	obs := observe(logger, newHTTPMetrics(registry), access)
-	r.Use(obs, envelope.StrictInput)
+	r.Use(obs, envelope.StrictInput(writeError))
 	// mux runs middleware only on matched routes; these get it explicitly so every response
-	// carries a Request-Id and the error envelope.
+	// carries a Request-Id and the error form of its API.
 	r.NotFoundHandler = obs(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if fhir.Serves(r) {
+			fhir.WriteNoRoute(w, r, nil)
+			return
+		}
 		envelope.WriteError(w, r, notFound)
 	}))
-	r.MethodNotAllowedHandler = obs(envelope.MethodNotAllowed(r))
+	r.MethodNotAllowedHandler = obs(methodNotAllowed(r))
 	health(r, registry, ready)
 	return r
+}
+
+// writeError answers an error of the router itself in the form of the API the path belongs to:
+// an OperationOutcome under the FHIR base, whose clients parse nothing else, else the envelope.
+func writeError(w http.ResponseWriter, r *http.Request, err error) {
+	if fhir.Serves(r) {
+		fhir.WriteError(w, r, err)
+		return
+	}
+	envelope.WriteError(w, r, err)
+}
+
+// methodNotAllowed is envelope.MethodNotAllowed answering in the form of the path's API.
+func methodNotAllowed(router *mux.Router) http.Handler {
+	rest := envelope.MethodNotAllowed(router)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if fhir.Serves(r) {
+			fhir.WriteNoRoute(w, r, envelope.AllowedMethods(router, r))
+			return
+		}
+		rest.ServeHTTP(w, r)
+	})
 }
 
 func health(r *mux.Router, registry *prometheus.Registry, ready Readiness) {

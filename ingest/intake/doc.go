@@ -16,8 +16,13 @@
 //   - NDJSON is read line by line with a bounded buffer and produced in chunks as it is read;
 //     past MaxEntries lines (or MaxBodyBytes) the transaction aborts and the answer is 413.
 //   - Retries are safe: an Observation.id makes the observation's id a function of (organization,
-//     that id), so however often it is sent it is stored once; an Idempotency-Key replays the
-//     first answer for 24 h (409 for another body, or while the first is still running).
+//     that id, the observation as sent), so however often the same observation is sent it is
+//     stored once; an Idempotency-Key replays the first answer for 24 h (409 for another body, or
+//     while the first is still running).
+//   - Nothing acknowledged goes unstored: the writer stores an id once, so no two different
+//     observations are given one id. Another observation sent under a client id already used
+//     (HL7's example ids, a device's reused counter) is stored as an observation of its own, both
+//     keeping the client id as an identifier (urn:carehub:client-id).
 //   - Tenancy and test mode: an observation of another organization's patient, or of a real
 //     patient under a test key, is rejected as UNKNOWN_PATIENT, exactly like a patient that does
 //     not exist.

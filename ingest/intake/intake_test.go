@@ -280,7 +280,7 @@ func TestRefusedStreamIsNeverStored(t *testing.T) {
 	for i := range list {
 		clientID := fmt.Sprintf("refused-%d", i)
 		list[i] = vital(w.synthA, func(o map[string]any) { o["id"] = clientID })
-		refused = append(refused, intake.DerivedID(w.orgA, "id", clientID))
+		refused = append(refused, intake.ClientObservationID(w.orgA, clientID, mustJSON(t, list[i])))
 	}
 	streamOverLimit(t, w, in, list)
 	// A later request is stored; by then the writer has read past the aborted records.
@@ -349,15 +349,23 @@ func TestSameClientIDIsStoredOnce(t *testing.T) {
 		}
 		ids = append(ids, res.Answer.IDs...)
 	}
-	if len(distinct(ids)) != 1 || ids[0] != intake.DerivedID(w.orgA, "id", "monitor-3.reading-981") {
-		t.Fatalf("ids %v; want one id derived from the client id", ids)
+	if len(distinct(ids)) != 1 || ids[0] != intake.ClientObservationID(w.orgA, "monitor-3.reading-981", mustJSON(t, o)) {
+		t.Fatalf("ids %v; want one id derived from the client id and the observation", ids)
 	}
 	// The same client id in another organization is another observation.
 	other, err := submit(t, in, principal(w.orgB, access.Live), intake.MediaFHIRJSON, mustJSON(t, vital(w.synthB, func(o map[string]any) { o["id"] = "monitor-3.reading-981" })))
 	if err != nil || other.Answer.IDs[0] == ids[0] {
 		t.Fatalf("other organization: %+v %v", other, err)
 	}
-	waitStored(t, w, append(ids, other.Answer.IDs...))
+	// Another observation under an id already used is stored too, not acknowledged and dropped.
+	changed, err := submit(t, in, ctx, intake.MediaFHIRJSON, mustJSON(t, vital(w.synthA, func(o map[string]any) {
+		o["id"] = "monitor-3.reading-981"
+		o["valueQuantity"] = map[string]any{"value": 95, "unit": "/min", "system": "http://unitsofmeasure.org", "code": "/min"}
+	})))
+	if err != nil || changed.Answer.IDs[0] == ids[0] {
+		t.Fatalf("another observation under the same client id: %+v %v", changed, err)
+	}
+	waitStored(t, w, append(append(ids, other.Answer.IDs...), changed.Answer.IDs...))
 	// Let the writer read everything (a later request is stored after the duplicates).
 	last, err := submit(t, in, ctx, intake.MediaFHIRJSON, mustJSON(t, vital(w.synthA)))
 	if err != nil {

@@ -11,6 +11,7 @@ import (
 
 	"carehub/kernel/access"
 	"carehub/kernel/fault"
+	"carehub/kernel/jsonwire"
 	"carehub/schemas/kafka/observation"
 	"carehub/storage/ids"
 )
@@ -112,18 +113,35 @@ func (b *records) add(m *observation.Message) *kgo.Record {
 	return &b.arena[len(b.arena)-1]
 }
 
-// observationID is the id of an accepted observation. With Observation.id it is derived from
-// (organization, that id), so the same client id is the same observation however often it is
-// sent; else with an Idempotency-Key from (organization, key, entry index), so a retry after an
-// unknown outcome repeats the ids; else new.
+// observationID is the id of an accepted observation. With Observation.id it is
+// ClientObservationID; else with an Idempotency-Key it is derived from (organization, key, entry
+// index, the observation), so a retry after an unknown outcome repeats the ids while a key reused
+// with another body once its answer has expired gets new ones; else new. Both derivations take
+// the observation's content because the writer stores an id once: an id shared by two
+// different observations would acknowledge the second and store only the first.
 func (rq *request) observationID(m *observation.Message, index int) string {
 	switch {
 	case m.ClientID != "":
-		return DerivedID(m.OrgID, "id", m.ClientID)
+		return ClientObservationID(m.OrgID, m.ClientID, m.Observation)
 	case rq.key != "":
-		return DerivedID(m.OrgID, "key", rq.key+"\x00"+strconv.Itoa(index))
+		return DerivedID(m.OrgID, "key", rq.key+"\x00"+strconv.Itoa(index)+"\x00"+contentDigest(m.Observation))
 	}
 	return ids.New(ids.Observation)
+}
+
+// ClientObservationID is the id of an observation sent with a client id (Observation.id):
+// derived from (organization, that id, the observation as sent, whitespace aside). A retry of
+// the same observation is the same id and is stored once however often it is sent; another
+// observation under an id already used is an observation of its own, stored too.
+func ClientObservationID(orgID, clientID string, observation []byte) string {
+	return DerivedID(orgID, "id", clientID+"\x00"+contentDigest(observation))
+}
+
+// contentDigest is the SHA-256 of a valid JSON value without its insignificant whitespace, so
+// the same observation pretty-printed in a file or compact in a Bundle is the same content.
+func contentDigest(raw []byte) string {
+	sum := sha256.Sum256(jsonwire.AppendCompactValid(make([]byte, 0, len(raw)), raw))
+	return string(sum[:])
 }
 
 // DerivedID returns obs_ and a ULID made of the first 16 bytes of SHA-256(kind, org, value): a
