@@ -12,6 +12,8 @@ import (
 	"carehub/api/graphql"
 	"carehub/api/rest"
 	"carehub/api/server/servertest"
+	"carehub/cmd/carehub/node"
+	"carehub/kernel/access"
 	"carehub/kernel/demo"
 	"carehub/storage"
 	"carehub/storage/ids"
@@ -50,9 +52,10 @@ func aliases(n int, field string) string {
 // costs 1 however large it is: sixteen aliases of events { payload } over 250 KiB payloads were
 // answered in full (390 MiB over 100 events). Now an operation whose answer would exceed the
 // answer-size budget (16 MiB by default) is refused with RESPONSE_TOO_LARGE and data null,
-// before the answer is built; the same page once is answered in full.
+// before the answer is built; the same page once is answered in full. (The key's answer rate,
+// which TestAnswerRatePerKey tries, is off here: this is the bound of one operation.)
 func TestAnswerSizeBound(t *testing.T) {
-	s := servertest.Start(t)
+	s := servertest.Start(t, func(c *node.Config) { c.GraphQLAnswerBytesPerSecond = -1 })
 	key := s.DemoKey()
 	project := s.ProjectID(demo.SepsisProjectName)
 	const n = 20 // 5 MiB a page: one is fine, sixteen are 80 MiB
@@ -95,6 +98,61 @@ func TestAnswerSizeBound(t *testing.T) {
 
 	t.Run("sixteen aliases without payloads are answered", func(t *testing.T) {
 		s.MustGraphQL(t, key, `query($p: ID!, $t: String) { `+aliases(16, `events(projectId: $p, type: $t, limit: 100) { id type }`)+`}`, vars, nil)
+	})
+}
+
+// TestAnswerRatePerKey: the answer-size budget bounds one operation, not a key that sends such
+// operations in a loop (issue 51's soak: each read 16 MB from the store before it was refused,
+// and a loop of them took the CPU of every tenant's requests). A key's operations fetch
+// --graphql-answer-bytes-per-second of large values on average, with a few seconds of burst;
+// while a key is past it, its operations are answered RATE_LIMITED with retryAfter before
+// anything is fetched, and another key of the same organization is answered in full.
+func TestAnswerRatePerKey(t *testing.T) {
+	const rate = 1 << 20 // 4 MiB of burst
+	s := servertest.Start(t, func(c *node.Config) { c.GraphQLAnswerBytesPerSecond = rate })
+	looping := s.Key(demo.DemoOrgSlug, access.Live, access.Scopes...)
+	other := s.Key(demo.DemoOrgSlug, access.Live, access.Scopes...)
+	project := s.ProjectID(demo.SepsisProjectName)
+	const n = 10 // 2.5 MiB a page
+	plantLargeEvents(t, s, project, largeType, n)
+	vars := map[string]any{"p": project, "t": largeType}
+	page := `query($p: ID!, $t: String) { ` + aliases(1, `events(projectId: $p, type: $t, limit: 100) { id payload }`) + `}`
+
+	codes := map[string]int{}
+	var limited *servertest.GraphQLResponse
+	for range 10 {
+		r := s.Do(http.MethodPost, "/graphql", looping, map[string]any{"query": page, "variables": vars})
+		var res servertest.GraphQLResponse
+		r.JSON(t, &res)
+		switch {
+		case len(res.Errors) == 0:
+			codes["answered"]++
+		case res.Errors[0].Code() == graphql.CodeRateLimited:
+			codes[graphql.CodeRateLimited]++
+			limited = &res
+		default:
+			t.Fatalf("unexpected answer: %.300s", r.Body)
+		}
+	}
+	// 4 MiB of burst is two pages of 2.5 MiB (the second into debt); then the debt is paid at
+	// 1 MiB a second.
+	if codes["answered"] == 0 || limited == nil {
+		t.Fatalf("ten pages of 2.5 MiB in a loop: %v; want some answered, then %s", codes, graphql.CodeRateLimited)
+	}
+	if secs, _ := limited.Errors[0].Extensions["retryAfter"].(float64); secs < 1 || string(limited.Data) != "null" {
+		t.Fatalf("the refusal: retryAfter %v, data %s", limited.Errors[0].Extensions["retryAfter"], limited.Data)
+	}
+	var got struct {
+		A0 []struct{ ID string } `json:"a0"`
+	}
+	s.MustGraphQL(t, other, page, vars, &got)
+	if len(got.A0) != n {
+		t.Fatalf("another key: %d events, want %d", len(got.A0), n)
+	}
+	servertest.Eventually(t, 30*time.Second, "the looping key answered again once its rate refilled", func() bool {
+		var res servertest.GraphQLResponse
+		s.Do(http.MethodPost, "/graphql", looping, map[string]any{"query": page, "variables": vars}).JSON(t, &res)
+		return len(res.Errors) == 0
 	})
 }
 

@@ -5,9 +5,13 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math"
 	"sync/atomic"
+	"time"
 
 	gqlerrors "github.com/graph-gophers/graphql-go/errors"
+
+	"carehub/kernel/access"
 )
 
 // The answer-size bound. The cost budget (cost.go) counts values, and a scalar costs 1 however
@@ -106,6 +110,41 @@ func chargedJSON(ctx context.Context, raw json.RawMessage) (*JSON, error) {
 		return nil, err
 	}
 	return optJSON(raw), nil
+}
+
+// answerBudget returns ctx with the answer-size budget of one query or mutation. A caller
+// whose API key is in debt with its answer rate (byterate.go) is refused at once (refused is the
+// answer), before anything is fetched: a key in a loop gets its rate on average, and never more
+// than one budget's worth ahead of it.
+func (h *Handler) answerBudget(ctx context.Context) (_ context.Context, _ *answerBudget, cancel context.CancelFunc, refused *Response) {
+	if avail, retry := h.answerRate.available(rateKey(ctx)); avail == 0 {
+		return ctx, nil, nil, rateLimited(retry)
+	}
+	ctx, b, cancel := withAnswerBudget(ctx, h.maxResponse)
+	return ctx, b, cancel, nil
+}
+
+// settle charges what an operation fetched to its key's answer rate (no more than the budget:
+// the page that went past it was dropped).
+func (h *Handler) settle(ctx context.Context, b *answerBudget) {
+	h.answerRate.spend(rateKey(ctx), min(b.used.Load(), b.max))
+}
+
+// rateKey is the API key an operation's bytes are charged to (a JWT's parent key).
+func rateKey(ctx context.Context) string {
+	if p := access.From(ctx); p != nil {
+		return p.KeyID
+	}
+	return ""
+}
+
+// rateLimited answers an operation whose key has fetched its answer rate's worth of large
+// values: RATE_LIMITED, with when to try again.
+func rateLimited(retry time.Duration) *Response {
+	secs := max(1, int(math.Ceil(retry.Seconds())))
+	e := queryError(CodeRateLimited, "this API key has fetched its rate of large values (payload, input, output, config) for now: retry after %d s, select fewer of them, or use the exports for bulk reads", secs)
+	e.Extensions["retryAfter"] = secs
+	return &Response{Errors: []*gqlerrors.QueryError{e}, Data: json.RawMessage("null")}
 }
 
 // tooLarge is the whole answer to an operation over the answer-size budget: data null and one

@@ -86,6 +86,13 @@ type Config struct {
 	// MaxResponseBytes bounds the answer of one query or mutation in bytes (default
 	// DefaultMaxResponseBytes; see answer.go); a larger one is answered RESPONSE_TOO_LARGE.
 	MaxResponseBytes int64
+	// AnswerBytesPerSecond bounds the large values (answer.go) one API key's queries and
+	// mutations fetch a second (default DefaultAnswerBytesPerSecond, negative: no bound);
+	// past it an operation is answered RATE_LIMITED. See byterate.go.
+	AnswerBytesPerSecond int64
+	// FanOutBytesPerSecond bounds the bytes of events one organization's subscriptions are
+	// sent a second on this node (default DefaultFanOutBytesPerSecond, negative: no bound).
+	FanOutBytesPerSecond int64
 }
 
 func (c *Config) defaults() {
@@ -96,6 +103,12 @@ func (c *Config) defaults() {
 	config.Default(&c.MaxParallelism, 16)
 	config.Default(&c.MaxCost, DefaultMaxCost)
 	config.Default(&c.MaxResponseBytes, DefaultMaxResponseBytes)
+	if c.AnswerBytesPerSecond == 0 { // negative: no bound
+		c.AnswerBytesPerSecond = DefaultAnswerBytesPerSecond
+	}
+	if c.FanOutBytesPerSecond == 0 {
+		c.FanOutBytesPerSecond = DefaultFanOutBytesPerSecond
+	}
 }
 
 // DefaultMaxQueryBytes is the query length limit of DECISIONS §3.
@@ -110,7 +123,8 @@ type Handler struct {
 	maxQuery      int
 	cost          *costModel
 	maxCost       int64
-	maxResponse   int64 // answer-size budget in bytes (answer.go)
+	maxResponse   int64     // answer-size budget in bytes (answer.go)
+	answerRate    *byteRate // large values a key's operations fetch a second; nil: no bound
 	// docs keeps what precheck and schemaFor learn of a document that passed them, by its text:
 	// a client sends the same few documents again and again, with other variables, and reading
 	// one took more CPU than graph-gophers' own parse and validation. Only documents of at most
@@ -143,7 +157,8 @@ func New(s Services, cfg Config) (*Handler, error) {
 		return nil, err
 	}
 	h := &Handler{s: &s, logger: cfg.Logger, maxQuery: cfg.MaxQueryBytes, cost: cost, maxCost: cfg.MaxCost,
-		maxResponse: cfg.MaxResponseBytes, docs: docs}
+		maxResponse: cfg.MaxResponseBytes, answerRate: newByteRate(cfg.AnswerBytesPerSecond), docs: docs}
+	rt := &root{s: h.s, fanOut: newByteRate(cfg.FanOutBytesPerSecond)}
 	opts := func(depth int) []gql.SchemaOpt {
 		return []gql.SchemaOpt{
 			gql.UseStringDescriptions(),
@@ -154,10 +169,10 @@ func New(s Services, cfg Config) (*Handler, error) {
 			gql.Logger(slogPanicLogger{cfg.Logger}),
 		}
 	}
-	if h.schema, err = gql.ParseSchema(schemas.GraphQL, &root{h.s}, opts(MaxDepth)...); err != nil {
+	if h.schema, err = gql.ParseSchema(schemas.GraphQL, rt, opts(MaxDepth)...); err != nil {
 		return nil, fmt.Errorf("graphql schema: %w", err)
 	}
-	if h.introspection, err = gql.ParseSchema(schemas.GraphQL, &root{h.s}, opts(IntrospectionMaxDepth)...); err != nil {
+	if h.introspection, err = gql.ParseSchema(schemas.GraphQL, rt, opts(IntrospectionMaxDepth)...); err != nil {
 		return nil, fmt.Errorf("graphql schema: %w", err)
 	}
 	return h, nil
@@ -215,9 +230,13 @@ func (h *Handler) Execute(ctx context.Context, req Request) *Response {
 		return &Response{Errors: errs}
 	}
 	ctx = withLoaders(ctx, newLoaders(h.s))
-	ctx, _, cancel := withAnswerBudget(ctx, h.maxResponse)
+	ctx, budget, cancel, refused := h.answerBudget(ctx)
+	if refused != nil {
+		return refused
+	}
 	defer cancel()
 	res := d.schema.Exec(ctx, req.Query, req.OperationName, req.Variables)
+	h.settle(ctx, budget)
 	return h.finish(ctx, req, res)
 }
 

@@ -130,8 +130,15 @@ func (e *wsExecutor) Execute(ctx context.Context, req ws.Request) (<-chan *ws.Re
 	// socket's (ctx): ending opCtx once the last answer is handed over must not drop that answer
 	// on its way out.
 	opCtx, cancel := ctx, context.CancelFunc(func() {})
+	var budget *answerBudget
 	if !isSubscription(d.doc, req.OperationName) {
-		opCtx, _, cancel = withAnswerBudget(ctx, e.h.maxResponse)
+		var refused *Response
+		if opCtx, budget, cancel, refused = e.h.answerBudget(ctx); refused != nil {
+			c := make(chan *ws.Response, 1)
+			c <- &ws.Response{Errors: refused.Errors}
+			close(c)
+			return c, nil
+		}
 	}
 	start := time.Now()
 	src, err := d.schema.Subscribe(opCtx, req.Query, req.OperationName, req.Variables)
@@ -147,6 +154,9 @@ func (e *wsExecutor) Execute(ctx context.Context, req ws.Request) (<-chan *ws.Re
 		defer cancel()
 		for item := range src {
 			if res, ok := item.(*gql.Response); ok {
+				if budget != nil {
+					e.h.settle(opCtx, budget)
+				}
 				item = e.audit(ctx, req, start, e.h.finishWS(opCtx, Request{Query: req.Query, OperationName: req.OperationName}, res))
 			}
 			select {

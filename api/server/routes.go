@@ -60,13 +60,17 @@ type API struct {
 
 	// GraphQLMaxResponseBytes bounds one GraphQL answer in bytes (0: graphql.DefaultMaxResponseBytes).
 	GraphQLMaxResponseBytes int64
+	// GraphQLAnswerBytesPerSecond and SubscriptionBytesPerSecond are graphql.Config's
+	// AnswerBytesPerSecond and FanOutBytesPerSecond.
+	GraphQLAnswerBytesPerSecond, SubscriptionBytesPerSecond int64
 }
 
 // MountAPI mounts GraphQL (POST and WebSocket on /graphql), the explorer and the platform REST
 // routes on r. The returned shutdown closes the open WebSockets; the caller runs it on shutdown.
 func MountAPI(r *mux.Router, e Edge, a API) (shutdown func(context.Context) error, err error) {
 	gh, err := graphql.New(a.Services, graphql.Config{Logger: a.Logger, MaxCost: a.GraphQLMaxCost,
-		MaxResponseBytes: a.GraphQLMaxResponseBytes})
+		MaxResponseBytes: a.GraphQLMaxResponseBytes, AnswerBytesPerSecond: a.GraphQLAnswerBytesPerSecond,
+		FanOutBytesPerSecond: a.SubscriptionBytesPerSecond})
 	if err != nil {
 		return nil, err
 	}

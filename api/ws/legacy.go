@@ -23,7 +23,7 @@ var legacyProtocol = &protocol{
 	name:   ProtocolLegacy,
 	handle: (*conn).handleLegacy,
 	next: func(id string, r *Response) []byte {
-		return encode(outMessage{ID: id, Type: typeLegacyData, Payload: r})
+		return encodeNext(id, typeLegacyData, r)
 	},
 	requestError: func(id string, errs []*gqlerrors.QueryError) []byte {
 		return encode(outMessage{ID: id, Type: typeError, Payload: legacyErrorPayload(errs)})

@@ -140,6 +140,42 @@ func encode(m outMessage) []byte {
 	return b
 }
 
+// encodeNext marshals a message whose payload is an execution result. The result's data is
+// spliced in as it is: the executor builds it from encoded values (graph-gophers concatenates
+// what encoding/json wrote), and marshalling it again would scan and copy every byte once more
+// for each subscriber an event reaches, the largest cost of a fan-out of large events.
+func encodeNext(id, typ string, r *Response) []byte {
+	if len(r.Data) == 0 {
+		return encode(outMessage{ID: id, Type: typ, Payload: r})
+	}
+	rest, err := json.Marshal(Response{Errors: r.Errors, Extensions: r.Extensions}) // {…} or {}
+	if err != nil {
+		return encode(outMessage{ID: id, Type: typ, Payload: internalErrorPayload(typ)})
+	}
+	out := make([]byte, 0, len(r.Data)+len(rest)+len(id)+64)
+	out = append(out, '{')
+	if id != "" {
+		out = append(out, `"id":`...)
+		out = appendString(out, id)
+		out = append(out, ',')
+	}
+	out = append(out, `"type":`...)
+	out = appendString(out, typ)
+	out = append(out, `,"payload":{"data":`...)
+	out = append(out, r.Data...)
+	if inner := rest[1 : len(rest)-1]; len(inner) > 0 {
+		out = append(out, ',')
+		out = append(out, inner...)
+	}
+	return append(out, '}', '}')
+}
+
+// appendString appends s as a JSON string, as encoding/json writes it.
+func appendString(dst []byte, s string) []byte {
+	b, _ := json.Marshal(s)
+	return append(dst, b...)
+}
+
 func internalErrorPayload(typ string) any {
 	errs := []*gqlerrors.QueryError{internalError()}
 	if typ == "error" {

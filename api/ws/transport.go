@@ -24,7 +24,7 @@ var transportProtocol = &protocol{
 	name:   ProtocolTransportWS,
 	handle: (*conn).handleTransport,
 	next: func(id string, r *Response) []byte {
-		return encode(outMessage{ID: id, Type: typeNext, Payload: r})
+		return encodeNext(id, typeNext, r)
 	},
 	requestError: func(id string, errs []*gqlerrors.QueryError) []byte {
 		return encode(outMessage{ID: id, Type: typeError, Payload: errs})

@@ -99,6 +99,7 @@ func serverFlags(fs *flag.FlagSet, cfg *node.Config) {
 func serveFlags(fs *flag.FlagSet, cfg *node.Config) {
 	serverFlags(fs, cfg)
 	fs.StringVar(&cfg.HTTPAddr, "http-addr", cfg.HTTPAddr, "HTTP listen address host:port")
+	fs.StringVar(&cfg.DebugAddr, "debug-addr", cfg.DebugAddr, "loopback host:port serving Go's profiles at /debug/pprof/ (empty: off)")
 	fs.StringVar(&cfg.AccessLog, "access-log", cfg.AccessLog, "level of the one log line per HTTP request: info, debug (shown with --log-level debug) or off")
 	fs.Float64Var(&cfg.AccessLogSample, "access-log-sample", cfg.AccessLogSample, "fraction of HTTP requests in the access log, more than 0 up to 1 (0.01: one in a hundred); answers >= 500 are always logged")
 	fs.Func("roles", "comma-separated roles: api, ingest, processors (default all)", func(v string) error {
@@ -125,6 +126,8 @@ func serveFlags(fs *flag.FlagSet, cfg *node.Config) {
 	fs.StringVar(&cfg.IngestTransactionalID, "ingest-transactional-id", cfg.IngestTransactionalID, "stable transactional id prefix of this instance's intake (default: random per process)")
 	fs.IntVar(&cfg.ObservationWriterConcurrency, "observation-writer-concurrency", cfg.ObservationWriterConcurrency, "Postgres transactions (chunks of up to 1,000 records) the observation writer stores at once (0: default 3)")
 	fs.Int64Var(&cfg.GraphQLMaxCost, "graphql-max-cost", cfg.GraphQLMaxCost, "budget of one GraphQL operation's estimated cost, in values its answer can hold (0: default 100000)")
+	fs.Int64Var(&cfg.GraphQLAnswerBytesPerSecond, "graphql-answer-bytes-per-second", cfg.GraphQLAnswerBytesPerSecond, "large values (payload, input, output, config) one API key's GraphQL queries may fetch a second, with 4 s of burst; past it RATE_LIMITED (0: default 8 MiB, negative: no bound)")
+	fs.Int64Var(&cfg.SubscriptionBytesPerSecond, "subscription-bytes-per-second", cfg.SubscriptionBytesPerSecond, "event bytes one organization's GraphQL subscriptions are sent a second on this node, with 4 s of burst; past it they wait, and those that stay behind are dropped as slow consumers (0: default 16 MiB, negative: no bound)")
 	fs.Int64Var(&cfg.GraphQLMaxResponseBytes, "graphql-max-response-bytes", cfg.GraphQLMaxResponseBytes, "answer-size budget of one GraphQL query or mutation in bytes; a larger answer is refused with RESPONSE_TOO_LARGE (0: default 16 MiB)")
 	fs.DurationVar(&cfg.HTTP.ReadHeaderTimeout, "http-read-header-timeout", cfg.HTTP.ReadHeaderTimeout, "bound on reading a request's line and headers")
 	fs.DurationVar(&cfg.HTTP.ReadTimeout, "http-read-timeout", cfg.HTTP.ReadTimeout, "bound on reading a whole request, headers and body (observation ingest: --ingest-timeout)")

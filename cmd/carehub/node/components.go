@@ -267,7 +267,9 @@ func startAPI(s *Node, ctx, wctx context.Context) error {
 		Patients: patientSvc, Webhooks: webhookSvc, Invoker: invoker, Idempotency: idemKeys, Retention: retention.New(s.pool),
 		Logger: s.logger, Registerer: s.registry, GraphQLMaxCost: s.cfg.GraphQLMaxCost, SocketRecheck: s.cfg.SocketRecheck,
 		SocketKeepAlive: s.cfg.SocketKeepAlive, SocketWriteTimeout: s.cfg.SocketWriteTimeout, SocketLimits: s.cfg.SocketLimits,
-		GraphQLMaxResponseBytes: s.cfg.GraphQLMaxResponseBytes,
+		GraphQLMaxResponseBytes:     s.cfg.GraphQLMaxResponseBytes,
+		GraphQLAnswerBytesPerSecond: s.cfg.GraphQLAnswerBytesPerSecond,
+		SubscriptionBytesPerSecond:  s.cfg.SubscriptionBytesPerSecond,
 	})
 	if err != nil {
 		return err

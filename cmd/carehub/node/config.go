@@ -41,6 +41,7 @@ type Config struct {
 	Version        string   // the build's version, served as carehub_build_info{version}
 	DataDir        string   // embedded Postgres and Kafka live here
 	HTTPAddr       string   // host:port
+	DebugAddr      string   // loopback host:port serving /debug/pprof ("": none)
 	Roles          []string // subset of AllRoles
 	KafkaBrokers   []string // empty: embedded kfake broker
 	KafkaNamespace string   // prefix of topics, consumer groups and transactional ids ("": none)
@@ -71,6 +72,10 @@ type Config struct {
 	// GraphQLMaxResponseBytes is the answer-size budget of one GraphQL query or mutation, in
 	// bytes (0: graphql.DefaultMaxResponseBytes).
 	GraphQLMaxResponseBytes int64
+	// GraphQLAnswerBytesPerSecond bounds the large values (payload, input, output, config) one
+	// API key's GraphQL queries fetch a second; SubscriptionBytesPerSecond the event bytes one
+	// organization's subscriptions are sent a second on this node. 0: the default, negative: none.
+	GraphQLAnswerBytesPerSecond, SubscriptionBytesPerSecond int64
 	// SocketRecheck is how often an open WebSocket re-checks its credential (revocation,
 	// rotation expiry, scopes); 0 means ws.DefaultRecheckInterval. Not a flag: tests shorten it.
 	SocketRecheck time.Duration
@@ -145,6 +150,9 @@ func (c *Config) Validate() error {
 	}
 	if err := validateAddr(c.HTTPAddr); err != nil {
 		errs = append(errs, fmt.Errorf("--http-addr %q: %w", c.HTTPAddr, err))
+	}
+	if c.DebugAddr != "" && !loopback(c.DebugAddr) {
+		errs = append(errs, fmt.Errorf("--debug-addr %q: profiles are served on a loopback address only", c.DebugAddr))
 	}
 	if len(c.Roles) == 0 {
 		errs = append(errs, errors.New("--roles: at least one role is required (api, ingest, processors)"))
