@@ -66,6 +66,7 @@ type Node struct {
 	sealKey     *sealing.Key   // the server sealing key (sealing.go)
 
 	http     *http.Server
+	debug    *http.Server // --debug-addr, when set
 	listener net.Listener
 	ready    atomic.Bool
 
@@ -118,6 +119,9 @@ func Start(ctx context.Context, cfg Config, logger *slog.Logger) (_ *Node, err e
 		}
 	}
 	if err := s.serveHTTP(s.router); err != nil {
+		return nil, err
+	}
+	if err := s.serveDebug(); err != nil {
 		return nil, err
 	}
 	s.ready.Store(true)
@@ -300,6 +304,9 @@ func (s *Node) shutdown(ctx context.Context) error {
 			errs = append(errs, fmt.Errorf("http shutdown: %w", err))
 			s.http.Close()
 		}
+	}
+	if s.debug != nil {
+		s.debug.Close()
 	}
 	if s.cancelWorkers != nil {
 		s.cancelWorkers()

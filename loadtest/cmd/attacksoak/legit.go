@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strings"
 	"sync"
 	"time"
 
@@ -119,34 +120,33 @@ type phase struct {
 	// Samples holds the first error answer of each call, to say what went wrong.
 	Samples map[string]string `json:"errorSamples,omitempty"`
 	Latency loadcli.MsDist    `json:"latencyMs"`
+	// ByCall is the latency of each kind of call, to say which one an attack slows.
+	ByCall map[string]loadcli.MsDist `json:"latencyMsByCall"`
+	CPU    cpuUse                    `json:"cpu"`
 }
 
-// legitimate runs the tenants' traffic for c.duration, paced at c.rate a tenant, with atk (when
-// not nil) attacking meanwhile.
-func (w *world) legitimate(ctx context.Context, c config, atk *attacker) phase {
+// legitimate runs the tenants' traffic for c.duration, paced at c.rate a tenant.
+func (w *world) legitimate(ctx context.Context, c config) phase {
 	ctx, cancel := context.WithTimeout(ctx, c.duration)
 	defer cancel()
-	if atk != nil {
-		stop := atk.start(ctx)
-		defer stop()
-	}
 	var (
 		mu   sync.Mutex
 		out  = phase{ByStatus: map[string]int{}, Samples: map[string]string{}}
 		lats []time.Duration
+		per  = map[string][]time.Duration{}
 		wg   sync.WaitGroup
 	)
 	record := func(d time.Duration, call string, status int, body []byte, err error) {
 		mu.Lock()
 		defer mu.Unlock()
+		if err != nil && ctx.Err() != nil { // cut by the phase's end, not an error of the node
+			return
+		}
 		out.Requests++
 		lats = append(lats, d)
+		kind, _, _ := strings.Cut(call, "?")
+		per[kind] = append(per[kind], d)
 		if err != nil || status < 200 || status > 299 {
-			if ctx.Err() != nil && err != nil { // cut by the phase's end, not an error of the node
-				out.Requests--
-				lats = lats[:len(lats)-1]
-				return
-			}
 			out.Errors++
 			out.ByStatus[fmt.Sprint(status)]++
 			if _, ok := out.Samples[call]; !ok {
@@ -169,6 +169,10 @@ func (w *world) legitimate(ctx context.Context, c config, atk *attacker) phase {
 	}
 	wg.Wait()
 	out.Latency = loadcli.Ms(lats)
+	out.ByCall = map[string]loadcli.MsDist{}
+	for kind, l := range per {
+		out.ByCall[kind] = loadcli.Ms(l)
+	}
 	return out
 }
 

@@ -4,7 +4,8 @@
 // twice on the same node, first alone (the baseline) and then beside the attacker, and reports
 // each phase's error rate and latency and the attacked p99 over the baseline's; it exits 1 when
 // the legitimate traffic saw an error under attack, its p99 grew more than 2×, or the node
-// stopped answering.
+// stopped answering. The attacker runs in a process of its own (child.go), and each phase says
+// where the machine's CPU went (cpu.go).
 //
 //	go build -o bin/carehub ./cmd/carehub && go run ./loadtest/cmd/attacksoak -d 10m
 //
@@ -18,7 +19,9 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -39,6 +42,7 @@ type config struct {
 	slow     int     // slow-body connections the attacker holds
 	sockets  int     // WebSocket connections the attacker tries to hold
 	keep     bool
+	profile  string // a CPU profile of the node over the attacked phase's middle half goes here
 }
 
 func main() {
@@ -50,10 +54,16 @@ func main() {
 	flag.IntVar(&c.slow, "slow-conns", 2000, "connections the attacker holds open with an unfinished body")
 	flag.IntVar(&c.sockets, "sockets", 300, "WebSocket connections the attacker tries to hold, each subscribing as often as it may")
 	flag.BoolVar(&c.keep, "keep", false, "keep the node's data dir")
+	flag.StringVar(&c.profile, "cpuprofile", "", "write a CPU profile of the node over the middle half of the attacked phase to this file")
+	attackerProcess := flag.Bool("attacker", false, "run as the attacker process (the soak starts it; its order comes on stdin)")
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := run(ctx, c); err != nil {
+	do := run
+	if *attackerProcess {
+		do = func(ctx context.Context, _ config) error { return runAttacker(ctx) }
+	}
+	if err := do(ctx, c); err != nil {
 		fmt.Fprintln(os.Stderr, "attacksoak:", err)
 		os.Exit(1)
 	}
@@ -74,7 +84,7 @@ func run(ctx context.Context, c config) error {
 	if err := os.Chmod(dir, 0o755); err != nil {
 		return err
 	}
-	n, err := startNode(ctx, c.binary, dir)
+	n, err := startNode(ctx, c.binary, dir, c.profile != "")
 	if err != nil {
 		return err
 	}
@@ -85,13 +95,34 @@ func run(ctx context.Context, c config) error {
 	}
 
 	fmt.Fprintf(os.Stderr, "baseline: %v of legitimate traffic, no attacker\n", c.duration)
-	base := w.legitimate(ctx, c, nil)
+	pid := n.cmd.Process.Pid
+	mark := markCPU(pid)
+	base := w.legitimate(ctx, c)
+	base.CPU = mark.since(pid, 0)
 	fmt.Fprintf(os.Stderr, "under attack: %v of legitimate traffic beside the attacker\n", c.duration)
-	atk := newAttacker(w, c)
-	attacked := w.legitimate(ctx, c, atk)
+	waitAttacker, err := w.attackFromChild(ctx, c)
+	if err != nil {
+		return err
+	}
+	mark = markCPU(pid)
+	profiled := make(chan error, 1)
+	if c.profile != "" {
+		go func() { profiled <- n.profile(ctx, c.duration/4, c.duration/2, c.profile) }()
+	} else {
+		profiled <- nil
+	}
+	attacked := w.legitimate(ctx, c)
+	if err := <-profiled; err != nil {
+		fmt.Fprintln(os.Stderr, "attacksoak: profile:", err)
+	}
+	counts, attackerCPU, err := waitAttacker()
+	if err != nil {
+		return err
+	}
+	attacked.CPU = mark.since(pid, attackerCPU)
 	alive := n.ready(ctx)
 
-	rep := report{Baseline: base, Attacked: attacked, Attacks: atk.counts(), NodeAnswered: alive}
+	rep := report{Baseline: base, Attacked: attacked, Attacks: counts, NodeAnswered: alive}
 	if base.Latency.P99 > 0 {
 		rep.P99Ratio = attacked.Latency.P99 / base.Latency.P99
 	}
@@ -119,16 +150,26 @@ type node struct {
 	dir     string
 	binary  string
 	brokers []string
-	exited  chan struct{}
+	// debugURL serves the node's profiles (--debug-addr) when -cpuprofile asked for one.
+	debugURL string
+	exited   chan struct{}
 }
 
-func startNode(ctx context.Context, binary, dir string) (*node, error) {
+func startNode(ctx context.Context, binary, dir string, debug bool) (*node, error) {
 	addr, err := freeAddr()
 	if err != nil {
 		return nil, err
 	}
-	cmd := exec.Command(binary, "serve", "--data-dir", filepath.Join(dir, "node"), "--http-addr", addr,
-		"--webhooks-allow-private", "--access-log", "off", "--log-level", "info")
+	args := []string{"serve", "--data-dir", filepath.Join(dir, "node"), "--http-addr", addr,
+		"--webhooks-allow-private", "--access-log", "off", "--log-level", "info"}
+	var debugAddr string
+	if debug {
+		if debugAddr, err = freeAddr(); err != nil {
+			return nil, err
+		}
+		args = append(args, "--debug-addr", debugAddr)
+	}
+	cmd := exec.Command(binary, args...)
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		return nil, err
@@ -136,7 +177,7 @@ func startNode(ctx context.Context, binary, dir string) (*node, error) {
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("start %s: %w", binary, err)
 	}
-	n := &node{cmd: cmd, url: "http://" + addr, dir: filepath.Join(dir, "node"), binary: binary, exited: make(chan struct{})}
+	n := &node{cmd: cmd, url: "http://" + addr, debugURL: "http://" + debugAddr, dir: filepath.Join(dir, "node"), binary: binary, exited: make(chan struct{})}
 	ready := make(chan []string, 1)
 	go func() {
 		sc := bufio.NewScanner(stderr)
@@ -166,6 +207,37 @@ func startNode(ctx context.Context, binary, dir string) (*node, error) {
 		n.stop()
 		return nil, ctx.Err()
 	}
+}
+
+// profile waits for after, then writes a CPU profile of the node over the next d to file.
+func (n *node) profile(ctx context.Context, after, d time.Duration, file string) error {
+	select {
+	case <-time.After(after):
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	url := fmt.Sprintf("%s/debug/pprof/profile?seconds=%d", n.debugURL, max(1, int(d.Seconds())))
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("GET %s: %s", url, resp.Status)
+	}
+	f, err := os.Create(file)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(f, resp.Body); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
 }
 
 func (n *node) stop() {

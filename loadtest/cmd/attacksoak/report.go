@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
+	"slices"
 )
 
 // report is the soak's outcome: the legitimate traffic alone and under attack, and what each
@@ -19,6 +21,10 @@ type report struct {
 func (r report) print(w io.Writer) {
 	line := func(name string, p phase) {
 		fmt.Fprintf(w, "%-10s %7d requests, %d errors %v, latency %s\n", name, p.Requests, p.Errors, p.ByStatus, p.Latency)
+		fmt.Fprintf(w, "           %s\n", p.CPU)
+		for _, call := range slices.Sorted(maps.Keys(p.ByCall)) {
+			fmt.Fprintf(w, "           %-22s %s\n", call, p.ByCall[call])
+		}
 		for call, sample := range p.Samples {
 			fmt.Fprintf(w, "           first error of %s: %s\n", call, sample)
 		}
