@@ -45,10 +45,16 @@ type storeResult struct {
 	stored         []observation.Message // of present, those this batch stored
 	duplicates     int                   // already stored (redeliveries, repeated client ids)
 	unknownPatient int                   // patient absent from the record's organization: never stored
-	// rejected are the messages whose values Postgres refused (e.g. \u0000 in a JSON string),
-	// never stored: their index in the batch, and the refusal's words (storage.Refusal).
+	// rejected are the messages never stored, which go to the dead-letter topic: those whose
+	// values Postgres refused (e.g. \u0000 in a JSON string), with the refusal's words
+	// (storage.Refusal), and those of an unknown patient (a patient deleted between the
+	// observation's acknowledgement and its storing: acknowledged, so kept for an operator).
 	rejected []rejection
 }
+
+// unknownPatient is the dead-letter reason of an observation whose patient is not in its
+// organization when it is stored.
+const unknownPatient = "the patient is not in the observation's organization (deleted after the observation was accepted)"
 
 // rejection is a message of a batch that Postgres refused.
 type rejection struct {
@@ -123,6 +129,7 @@ func (s *store) copyNew(ctx context.Context, msgs []observation.Message) (storeR
 		switch m := &msgs[i]; {
 		case orgOf[m.PatientID] != m.OrgID:
 			res.unknownPatient++
+			res.rejected = append(res.rejected, rejection{index: i, reason: unknownPatient})
 		case seen[m.ID]:
 			res.duplicates++
 		default:
@@ -208,6 +215,9 @@ func (s *store) writeTx(ctx context.Context, msgs []observation.Message, oneByOn
 			res.stored = append(res.stored, one.stored...)
 			res.duplicates += one.duplicates
 			res.unknownPatient += one.unknownPatient
+			for _, rj := range one.rejected { // of msgs[i:i+1]
+				res.rejected = append(res.rejected, rejection{index: i, reason: rj.reason})
+			}
 		}
 	}
 	if err := tx.Commit(ctx); err != nil {
@@ -259,6 +269,7 @@ func (s *store) insert(ctx context.Context, tx pgx.Tx, msgs []observation.Messag
 		switch {
 		case !ok:
 			res.unknownPatient++
+			res.rejected = append(res.rejected, rejection{index: i, reason: unknownPatient})
 		case seen[msgs[i].ID]:
 			// A repeated id in the batch: stored once (distinct on), its event produced once.
 			res.duplicates++

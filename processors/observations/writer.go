@@ -343,7 +343,7 @@ func (w *Writer) handle(ctx context.Context, mb *member, recs []*kgo.Record) err
 	}
 	for _, r := range out { // by position and reason, never by value (patient data)
 		d, _ := consume.ReadDeadLettered(r)
-		w.logger.Error("ALERT: an observation record Postgres refused was set aside on the dead-letter topic; replay it once its cause is mended",
+		w.logger.Error("ALERT: an observation record the store refused was set aside on the dead-letter topic; replay it once its cause is mended",
 			"dlq_topic", r.Topic, "topic", d.SourceTopic, "partition", d.SourcePartition, "offset", d.SourceOffset, "error", d.Error)
 	}
 	return nil
@@ -462,11 +462,10 @@ func (w *Writer) storeChunk(ctx context.Context, msgs []observation.Message) (st
 	}
 	w.m.stored.Add(float64(len(res.stored)))
 	w.m.duplicates.Add(float64(res.duplicates))
-	if res.unknownPatient > 0 {
+	if res.unknownPatient > 0 { // set aside with the rejected ones
 		w.m.skipped.WithLabelValues("unknown_patient").Add(float64(res.unknownPatient))
-		w.logger.Error("observations of a patient not in their organization skipped", "count", res.unknownPatient)
 	}
-	if n := len(res.rejected); n > 0 { // handle sets them aside (the dead-letter topic) and alerts
+	if n := len(res.rejected) - res.unknownPatient; n > 0 { // handle sets them aside (the dead-letter topic) and alerts
 		w.m.skipped.WithLabelValues("rejected_by_database").Add(float64(n))
 	}
 	return res, nil

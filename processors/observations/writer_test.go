@@ -267,7 +267,7 @@ func TestRedeliveryStoresNothingTwice(t *testing.T) {
 
 // TestUnstorableRecordsAreSkipped mixes records that can never be stored (not a message, a
 // value Postgres refuses, a patient of another organization) into a stream: the writer stores
-// the rest and does not stall.
+// the rest, sets aside the messages it could not store, and does not stall.
 func TestUnstorableRecordsAreSkipped(t *testing.T) {
 	e := newEnv(t)
 	good := []observation.Message{message(e.orgA, e.patientA, 60), message(e.orgA, e.patientA, 61), message(e.orgB, e.patientB, 62)}
@@ -293,14 +293,20 @@ func TestUnstorableRecordsAreSkipped(t *testing.T) {
 	if n := count(t, e.pool, `select count(*) from observations`); n != 3 {
 		t.Fatalf("%d stored", n)
 	}
-	// The record Postgres refused is set aside, in the poll's transaction, for replay.
+	// The record Postgres refused and the one whose patient is not in its organization (a
+	// patient deleted after its observation was accepted) are set aside, in the poll's
+	// transaction, for an operator: acknowledged, never dropped.
 	dead := kafkatest.ReadAll(t, dlq)
-	if len(dead) != 1 {
-		t.Fatalf("%d records on the dead-letter topic, want 1", len(dead))
+	if len(dead) != 2 {
+		t.Fatalf("%d records on the dead-letter topic, want 2", len(dead))
 	}
-	if d, err := consume.ReadDeadLettered(dead[0]); err != nil || d.Consumer != "observations" || d.SourceTopic != e.topic ||
-		!strings.HasPrefix(d.Error, "the store refuses the data (SQLSTATE 22") || string(dead[0].Value) != string(values[3]) { // latin1: invalid UTF-8
-		t.Fatalf("dead-lettered %+v, %v", d, err)
+	want := map[string]string{string(values[2]): "the patient is not in the observation's organization", // cross
+		string(values[3]): "the store refuses the data (SQLSTATE 22"} // latin1: invalid UTF-8
+	for _, r := range dead {
+		if d, err := consume.ReadDeadLettered(r); err != nil || d.Consumer != "observations" || d.SourceTopic != e.topic ||
+			want[string(r.Value)] == "" || !strings.HasPrefix(d.Error, want[string(r.Value)]) {
+			t.Fatalf("dead-lettered %+v, %v", d, err)
+		}
 	}
 	evs := events(t, e, good[0].ID, good[1].ID, good[2].ID)
 	if len(evs) != 3 {
