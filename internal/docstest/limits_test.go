@@ -48,6 +48,8 @@ func limits() map[string]string {
 		"introspection depth":                   fmt.Sprint(graphql.IntrospectionMaxDepth),
 		"cost":                                  fmt.Sprint(graphql.DefaultMaxCost),
 		"answer size":                           size(graphql.DefaultMaxResponseBytes),
+		"answer rate per key":                   size(graphql.DefaultAnswerBytesPerSecond) + "/s",
+		"subscription bytes per organization":   size(graphql.DefaultFanOutBytesPerSecond) + "/s",
 		"event page payloads":                   size(rest.MaxPageBytes),
 		"key cache":                             auth.DefaultCacheTTL.String(),
 		"`limit` default":                       fmt.Sprint(graphql.DefaultLimit),
