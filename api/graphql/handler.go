@@ -28,6 +28,7 @@ import (
 	gql "github.com/graph-gophers/graphql-go"
 	gqlerrors "github.com/graph-gophers/graphql-go/errors"
 	lru "github.com/hashicorp/golang-lru/v2"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/vektah/gqlparser/v2/ast"
 	"github.com/vektah/gqlparser/v2/parser"
 
@@ -93,6 +94,8 @@ type Config struct {
 	// FanOutBytesPerSecond bounds the bytes of events one organization's subscriptions are
 	// sent a second on this node (default DefaultFanOutBytesPerSecond, negative: no bound).
 	FanOutBytesPerSecond int64
+	// Metrics registers the subscriptions' gauges (multiplex.go) when set.
+	Metrics prometheus.Registerer
 }
 
 func (c *Config) defaults() {
@@ -123,8 +126,10 @@ type Handler struct {
 	maxQuery      int
 	cost          *costModel
 	maxCost       int64
-	maxResponse   int64     // answer-size budget in bytes (answer.go)
-	answerRate    *byteRate // large values a key's operations fetch a second; nil: no bound
+	maxResponse   int64        // answer-size budget in bytes (answer.go)
+	answerRate    *byteRate    // large values a key's operations fetch a second; nil: no bound
+	subs          *multiplexer // subscriptions sharing an execution (multiplex.go)
+	fanOut        *byteRate    // what one organization's subscriptions are sent a second
 	// docs keeps what precheck and schemaFor learn of a document that passed them, by its text:
 	// a client sends the same few documents again and again, with other variables, and reading
 	// one took more CPU than graph-gophers' own parse and validation. Only documents of at most
@@ -157,8 +162,9 @@ func New(s Services, cfg Config) (*Handler, error) {
 		return nil, err
 	}
 	h := &Handler{s: &s, logger: cfg.Logger, maxQuery: cfg.MaxQueryBytes, cost: cost, maxCost: cfg.MaxCost,
-		maxResponse: cfg.MaxResponseBytes, answerRate: newByteRate(cfg.AnswerBytesPerSecond), docs: docs}
-	rt := &root{s: h.s, fanOut: newByteRate(cfg.FanOutBytesPerSecond)}
+		maxResponse: cfg.MaxResponseBytes, answerRate: newByteRate(cfg.AnswerBytesPerSecond), subs: newMultiplexer(cfg.Metrics), docs: docs}
+	h.fanOut = newByteRate(cfg.FanOutBytesPerSecond)
+	rt := &root{s: h.s}
 	opts := func(depth int) []gql.SchemaOpt {
 		return []gql.SchemaOpt{
 			gql.UseStringDescriptions(),

@@ -16,14 +16,11 @@ const SchemaVersion = "2.0"
 
 // root is the schema's root resolver; Query, Mutation and Subscription return it, each
 // operation type using its own methods.
-type root struct {
-	s      *Services
-	fanOut *byteRate // what one organization's subscriptions are sent a second (byterate.go)
-}
+type root struct{ s *Services }
 
 func (r *root) Query() *queryResolver               { return &queryResolver{r.s} }
 func (r *root) Mutation() *mutationResolver         { return &mutationResolver{r.s} }
-func (r *root) Subscription() *subscriptionResolver { return &subscriptionResolver{r.s, r.fanOut} }
+func (r *root) Subscription() *subscriptionResolver { return &subscriptionResolver{r.s} }
 
 type queryResolver struct{ s *Services }
 

@@ -47,13 +47,7 @@ func (fn EventSourceFunc) Subscribe(ctx context.Context, f EventFilter) (<-chan 
 // subscription starts (an error then ends it before any event) and again for every event it
 // forwards; every item it pushes is reloaded through the services with fresh loaders, so it
 // shows the state after the event and nothing cached from an earlier one.
-type subscriptionResolver struct {
-	s      *Services
-	fanOut *byteRate
-}
-
-// eventOverhead is what an event's fields other than its payload add to a message, roughly.
-const eventOverhead = 256
+type subscriptionResolver struct{ s *Services }
 
 // maxTracked bounds the per-subscription memory of what was last pushed per session or run.
 const maxTracked = 1024
@@ -67,10 +61,7 @@ func (r *subscriptionResolver) source() (EventSource, error) {
 
 // stream runs one subscription: for every event from src that f selects and keep passes, it
 // calls load and sends the result, until ctx ends or src closes. out is closed at the end.
-// Each event is charged to the subscriber's organization's fan-out rate first, and waits while
-// the organization is over it: its subscribers then fall behind, and the fan-out drops the ones
-// that stay behind (as slow consumers), while other organizations' are sent at once.
-func stream[T any](ctx context.Context, src EventSource, rate *byteRate, f EventFilter, keep func(*access.Principal, storage.Event) bool,
+func stream[T any](ctx context.Context, src EventSource, f EventFilter, keep func(*access.Principal, storage.Event) bool,
 	load func(context.Context, storage.Event) (T, bool)) <-chan T {
 	events, stop := src.Subscribe(ctx, f)
 	out := make(chan T)
@@ -91,9 +82,6 @@ func stream[T any](ctx context.Context, src EventSource, rate *byteRate, f Event
 			p := access.From(ctx)
 			if p == nil || !p.SeesOrg(ev.OrgID) || !keep(p, ev) {
 				continue
-			}
-			if rate.wait(ctx, p.OrgID, int64(len(ev.Payload))+eventOverhead) != nil {
-				return
 			}
 			item, ok := load(ctx, ev)
 			if !ok {
@@ -130,7 +118,7 @@ func (r *subscriptionResolver) EventStream(ctx context.Context, args struct {
 		return nil, err
 	}
 	projectID := string(args.ProjectID)
-	return stream(ctx, src, r.fanOut, EventFilter{ProjectID: projectID, Types: types}, func(p *access.Principal, ev storage.Event) bool {
+	return stream(ctx, src, EventFilter{ProjectID: projectID, Types: types}, func(p *access.Principal, ev storage.Event) bool {
 		return ev.ProjectID == projectID && (types == nil || events.MatchAny(types, ev.Type))
 	}, func(ctx context.Context, ev storage.Event) (*eventResolver, bool) {
 		served := r.s.Feed.Serve(ctx, ev)
@@ -168,7 +156,7 @@ func (r *subscriptionResolver) AgentSessionUpdated(ctx context.Context, args str
 	agentID := string(args.AgentID)
 	pushed := lastPushed{}
 	sessionEvents := []string{events.TypeAgentSessionUpdated, events.TypeAgentRunCompleted, events.TypeAgentRunFailed}
-	return stream(ctx, src, r.fanOut, EventFilter{ProjectID: a.ProjectID, Types: sessionEvents}, func(p *access.Principal, ev storage.Event) bool {
+	return stream(ctx, src, EventFilter{ProjectID: a.ProjectID, Types: sessionEvents}, func(p *access.Principal, ev storage.Event) bool {
 		st, ok := events.SessionStateOf(ev.Type, ev.Payload)
 		return ok && p.Has(access.ExecAgents) && st.AgentID == agentID
 	}, func(ctx context.Context, ev storage.Event) (*sessionResolver, bool) {
@@ -200,7 +188,7 @@ func (r *subscriptionResolver) WorkflowRunUpdated(ctx context.Context, args stru
 	workflowID := string(args.WorkflowID)
 	pushed := lastPushed{}
 	runEvents := []string{events.TypeWorkflowRunUpdated, events.TypeWorkflowCompleted, events.TypeWorkflowRunCompleted}
-	return stream(ctx, src, r.fanOut, EventFilter{ProjectID: wf.ProjectID, Types: runEvents}, func(p *access.Principal, ev storage.Event) bool {
+	return stream(ctx, src, EventFilter{ProjectID: wf.ProjectID, Types: runEvents}, func(p *access.Principal, ev storage.Event) bool {
 		st, ok := events.RunStateOf(ev.Type, ev.Payload)
 		return ok && p.Has(access.ExecWorkflows) && st.WorkflowID == workflowID
 	}, func(ctx context.Context, ev storage.Event) (*runResolver, bool) {
@@ -228,7 +216,7 @@ func (r *subscriptionResolver) DeploymentStatusChanged(ctx context.Context, args
 	}
 	deploymentID := string(args.DeploymentID)
 	pushed := lastPushed{}
-	return stream(ctx, src, r.fanOut, EventFilter{ProjectID: dep.ProjectID, Types: []string{events.TypeDeploymentStatusChanged}}, func(p *access.Principal, ev storage.Event) bool {
+	return stream(ctx, src, EventFilter{ProjectID: dep.ProjectID, Types: []string{events.TypeDeploymentStatusChanged}}, func(p *access.Principal, ev storage.Event) bool {
 		t, ok := transition(ev)
 		return ok && t.DeploymentID == deploymentID
 	}, func(ctx context.Context, ev storage.Event) (*deploymentResolver, bool) {

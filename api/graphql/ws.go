@@ -120,6 +120,15 @@ func (e *wsExecutor) Execute(ctx context.Context, req ws.Request) (<-chan *ws.Re
 		close(c)
 		return c, nil
 	}
+	if p := access.From(ctx); p != nil && isSubscription(d.doc, req.OperationName) {
+		if key, ok := shareKey(p, req); ok {
+			res, err := e.subscribeShared(ctx, p, d, req, key)
+			if err != nil {
+				return nil, &gqlerrors.QueryError{Message: err.Error(), Extensions: map[string]any{"code": CodeInternal}}
+			}
+			return res, nil
+		}
+	}
 	ctx = withLoaders(ctx, newLoaders(e.h.s))
 	ctx, _ = access.WithRecorder(ctx)
 	// A query or mutation has the answer-size budget of POST /graphql. A subscription has none:

@@ -70,7 +70,7 @@ type API struct {
 func MountAPI(r *mux.Router, e Edge, a API) (shutdown func(context.Context) error, err error) {
 	gh, err := graphql.New(a.Services, graphql.Config{Logger: a.Logger, MaxCost: a.GraphQLMaxCost,
 		MaxResponseBytes: a.GraphQLMaxResponseBytes, AnswerBytesPerSecond: a.GraphQLAnswerBytesPerSecond,
-		FanOutBytesPerSecond: a.SubscriptionBytesPerSecond})
+		FanOutBytesPerSecond: a.SubscriptionBytesPerSecond, Metrics: a.Registerer})
 	if err != nil {
 		return nil, err
 	}

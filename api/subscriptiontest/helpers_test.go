@@ -202,17 +202,18 @@ func scrape(hc *http.Client, base, name string, labels ...string) (float64, erro
 	return sum, sc.Err()
 }
 
-// subscribers is the number of fan-out subscriptions on the node: one per running subscription
-// operation (of any field), registered when its resolver has run.
+// subscribers is the number of subscriptions the node runs: one per running subscription
+// operation (of any field), registered when it sees the events from then on (identical ones
+// share an execution and one fan-out subscriber).
 func (n *testNode) subscribers(t testing.TB) int {
-	return int(n.metric(t, "carehub_fanout_subscribers"))
+	return int(n.metric(t, "carehub_graphql_subscriptions"))
 }
 
-// waitSubscribers waits until the node has exactly want fan-out subscriptions: the subscriptions
+// waitSubscribers waits until the node runs exactly want subscriptions: the subscriptions
 // a test just sent are then registered, and see every event published from now on.
 func (n *testNode) waitSubscribers(t testing.TB, want int) {
 	t.Helper()
-	servertest.Eventually(t, 10*time.Second, fmt.Sprintf("%d fan-out subscribers", want), func() bool {
+	servertest.Eventually(t, 10*time.Second, fmt.Sprintf("%d subscriptions registered", want), func() bool {
 		return n.subscribers(t) == want
 	})
 }

@@ -381,16 +381,17 @@ func Eventually(t testing.TB, timeout time.Duration, what string, cond func() bo
 	testenv.Eventually(t, timeout, what, cond)
 }
 
-// Subscribers returns how many event subscribers the node's fan-out holds now, read from
+// Subscribers returns how many GraphQL subscriptions the node runs now (each registered for the
+// events from then on; identical ones share an execution and one fan-out subscriber), read from
 // /metrics as a monitoring client would.
 func (s *Server) Subscribers() int {
 	s.t.Helper()
 	r := s.Do(http.MethodGet, "/metrics", "", nil)
 	for _, line := range strings.Split(string(r.Body), "\n") {
-		if v, ok := strings.CutPrefix(line, "carehub_fanout_subscribers "); ok {
+		if v, ok := strings.CutPrefix(line, "carehub_graphql_subscriptions "); ok {
 			n, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
 			if err != nil {
-				s.t.Fatalf("carehub_fanout_subscribers %q: %v", v, err)
+				s.t.Fatalf("carehub_graphql_subscriptions %q: %v", v, err)
 			}
 			return int(n)
 		}
@@ -398,10 +399,10 @@ func (s *Server) Subscribers() int {
 	return 0
 }
 
-// WaitSubscribers waits until the node's fan-out holds at least n subscribers. A subscription
+// WaitSubscribers waits until the node runs at least n GraphQL subscriptions. A subscription
 // that is registered sees every event published after it, so a test that waits here before it
 // publishes needs no pause.
 func (s *Server) WaitSubscribers(n int) {
 	s.t.Helper()
-	Eventually(s.t, 20*time.Second, fmt.Sprintf("%d fan-out subscribers", n), func() bool { return s.Subscribers() >= n })
+	Eventually(s.t, 20*time.Second, fmt.Sprintf("%d subscriptions registered", n), func() bool { return s.Subscribers() >= n })
 }

@@ -165,7 +165,8 @@ func parseFlags(args []string) (config, error) {
 
 // serverMetrics are the node's figures the report uses.
 var serverMetrics = []string{"process_resident_memory_bytes", "go_memstats_heap_inuse_bytes", "go_memstats_stack_inuse_bytes", "go_goroutines",
-	"process_cpu_seconds_total", "carehub_fanout_subscribers", "carehub_ws_connections",
+	"process_cpu_seconds_total", "carehub_graphql_subscriptions", "carehub_graphql_subscription_executions",
+	"carehub_fanout_subscribers", "carehub_ws_connections",
 	"carehub_ws_slow_consumer_closes_total", "carehub_fanout_slow_subscribers_dropped_total"}
 
 func run(ctx context.Context, cfg config) (*report, error) {
@@ -265,19 +266,20 @@ func run(ctx context.Context, cfg config) (*report, error) {
 		// Listeners of failed connections were counted; the expected figure would be wrong.
 		return rep, fmt.Errorf("%d connections failed, first: %s", connErrs.Load(), rep.Connect.FirstError)
 	}
-	// Every subscription registered with the fan-out, and the memory settled.
-	want := before["carehub_fanout_subscribers"] + float64(total)
+	// Every subscription registered (identical ones share an execution and one fan-out
+	// subscriber), and the memory settled.
+	want := before["carehub_graphql_subscriptions"] + float64(total)
 	deadline := time.Now().Add(2 * time.Minute)
 	for {
 		m, err := n.metrics(ctx, cfg.metricsURL, serverMetrics...)
 		if err != nil {
 			return rep, err
 		}
-		if m["carehub_fanout_subscribers"] >= want {
+		if m["carehub_graphql_subscriptions"] >= want {
 			break
 		}
 		if time.Now().After(deadline) {
-			return rep, fmt.Errorf("only %v of %v subscriptions registered after 2 min", m["carehub_fanout_subscribers"], want)
+			return rep, fmt.Errorf("only %v of %v subscriptions registered after 2 min", m["carehub_graphql_subscriptions"], want)
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
