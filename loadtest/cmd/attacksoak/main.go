@@ -96,15 +96,15 @@ func run(ctx context.Context, c config) error {
 
 	fmt.Fprintf(os.Stderr, "baseline: %v of legitimate traffic, no attacker\n", c.duration)
 	pid := n.cmd.Process.Pid
-	mark := markCPU(pid)
+	mark := markCPU(pid, n.dir)
 	base := w.legitimate(ctx, c)
-	base.CPU = mark.since(pid, 0)
+	base.CPU = mark.since(pid, n.dir, 0)
 	fmt.Fprintf(os.Stderr, "under attack: %v of legitimate traffic beside the attacker\n", c.duration)
 	waitAttacker, err := w.attackFromChild(ctx, c)
 	if err != nil {
 		return err
 	}
-	mark = markCPU(pid)
+	mark = markCPU(pid, n.dir)
 	profiled := make(chan error, 1)
 	if c.profile != "" {
 		go func() { profiled <- n.profile(ctx, c.duration/4, c.duration/2, c.profile) }()
@@ -119,7 +119,7 @@ func run(ctx context.Context, c config) error {
 	if err != nil {
 		return err
 	}
-	attacked.CPU = mark.since(pid, attackerCPU)
+	attacked.CPU = mark.since(pid, n.dir, attackerCPU)
 	alive := n.ready(ctx)
 
 	rep := report{Baseline: base, Attacked: attacked, Attacks: counts, NodeAnswered: alive}
