@@ -11,7 +11,7 @@ KAFKA_PORT   ?= 9092
 # The whole suite runs under the race detector and in shuffled order: a test that depends on
 # the order of tests or on a data race fails here, not at random later.
 GOTESTFLAGS  ?= -count=1 -timeout 25m -race -shuffle=on
-NODE_DIRS    := api/ws/nodetest api/graphql/explorer/web processors/webhooks/nodeverify
+NODE_DIRS    := api/ws/nodetest api/graphql/explorer/web processors/webhooks/nodeverify tests/fhir-js
 PYTHON       ?= python3
 FUZZ_VENV    ?= $(HOME)/.cache/carehub/venv
 FUZZ_REQS    := api/contracttest/requirements.txt
@@ -60,21 +60,44 @@ fhir-client-deps: ## fetch HAPI FHIR (client, R4 validator) for tests/fhir-clien
 		cp $(FHIR_CLIENT_POM) $(CAREHUB_M2_REPO)/fhir-client.pom; \
 	fi
 
+# The Python FHIR client suite (api/fhir TestPythonClients: fhirpy, fhirclient and fhir.resources
+# R4 models, every package pinned in tests/fhir-py/requirements.txt) runs from its own virtualenv.
+FHIR_PY_VENV ?= $(HOME)/.cache/carehub/fhir-py-venv
+FHIR_PY_REQS := tests/fhir-py/requirements.txt
+
+.PHONY: fhir-py-deps
+fhir-py-deps: ## install the Python FHIR clients, pinned in tests/fhir-py/requirements.txt, into FHIR_PY_VENV
+	@if ! cmp -s $(FHIR_PY_REQS) $(FHIR_PY_VENV)/requirements.txt; then \
+		rm -rf $(FHIR_PY_VENV) && $(PYTHON) -m venv $(FHIR_PY_VENV) && \
+		$(FHIR_PY_VENV)/bin/pip install -q --disable-pip-version-check -r $(FHIR_PY_REQS) && \
+		cp $(FHIR_PY_REQS) $(FHIR_PY_VENV)/requirements.txt; \
+	fi
+
+# Synthea patients (api/fhir TestSyntheaTransactions): the generator from Maven Central
+# (org.mitre.synthea:synthea, tests/synthea/pom.xml) into CAREHUB_M2_REPO, its patients made once
+# with a fixed seed into SYNTHEA_DIR; made again only when the pom or the script change.
+SYNTHEA_DIR  ?= $(HOME)/.cache/carehub/synthea
+
+.PHONY: synthea-deps
+synthea-deps: ## fetch Synthea from Maven Central and generate its fixed-seed FHIR R4 patients into SYNTHEA_DIR
+	@CAREHUB_M2_REPO=$(CAREHUB_M2_REPO) tests/synthea/generate.sh $(SYNTHEA_DIR)
+
 # Tools the suites use outside Go, installed with apt-get when missing (as root; otherwise the
 # command to run is printed): Chromium (the explorer's browser tests), jq and curl (README's
 # tour), Java 17 and Maven (the FHIR client suite).
 TEST_APT_PKGS := chromium:/usr/bin/chromium jq:jq curl:curl openjdk-17-jdk-headless:javac maven:mvn
 
 .PHONY: test-deps
-test-deps: postgres-binaries node-deps fuzz-deps ## install everything make test needs on a fresh Debian/Ubuntu machine (PostgreSQL, Chromium, jq, npm packages, Schemathesis, Maven and HAPI FHIR)
+test-deps: postgres-binaries node-deps fuzz-deps fhir-py-deps ## install everything make test needs on a fresh Debian/Ubuntu machine (PostgreSQL, Chromium, jq, npm packages, Schemathesis, the Python FHIR clients, Maven, HAPI FHIR and Synthea's patients)
 	@missing=; for p in $(TEST_APT_PKGS); do 		command -v $${p#*:} >/dev/null 2>&1 || missing="$$missing $${p%%:*}"; 	done; 	if [ -n "$$missing" ]; then 		if [ "$$(id -u)" != 0 ]; then echo "missing:$$missing; run: sudo apt-get install -y$$missing" >&2; exit 1; fi; 		echo "installing$$missing (apt-get)..." >&2; 		DEBIAN_FRONTEND=noninteractive apt-get update -qq && 		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing >/dev/null; 	fi
-	@$(MAKE) --no-print-directory fhir-client-deps
+	@$(MAKE) --no-print-directory fhir-client-deps synthea-deps
 
 # CAREHUB_REQUIRE_SUITES=1 (CI sets it) turns a suite's skip for a missing tool into a failure.
 .PHONY: test
 test: test-deps ## run the whole suite (real Postgres, embedded Kafka, Node and Chromium clients, Schemathesis, README's tour)
 	$(GO) vet ./...
-	CAREHUB_SCHEMATHESIS=$(FUZZ_VENV)/bin/schemathesis $(GO) test $(GOTESTFLAGS) ./...
+	CAREHUB_SCHEMATHESIS=$(FUZZ_VENV)/bin/schemathesis CAREHUB_FHIR_PY_VENV=$(FHIR_PY_VENV) CAREHUB_SYNTHEA_DIR=$(SYNTHEA_DIR) \
+		$(GO) test $(GOTESTFLAGS) ./...
 
 .PHONY: fuzz-api
 fuzz-api: postgres-binaries fuzz-deps ## fuzz the REST and GraphQL APIs with Schemathesis, driven by the OpenAPI document and the GraphQL schema, on a fresh node

@@ -199,6 +199,8 @@ var rows = []row{
 		rest: call("GET", func(f *fixture) string { return "/fhir/R4/Patient/" + f.patient + "/_history" }, nil)},
 	{op: "GET /fhir/R4/{type:[A-Z][A-Za-z]+}/{id}/_history/{version}", scopes: sc(access.ReadPatients), tenant: true, real: true,
 		rest: call("GET", func(f *fixture) string { return "/fhir/R4/Patient/" + f.patient + "/_history/1" }, nil)},
+	{op: "GET /fhir/R4/Patient/{id}/$everything", scopes: sc(access.ReadPatients), tenant: true, real: true,
+		rest: call("GET", func(f *fixture) string { return "/fhir/R4/Patient/" + f.patient + "/$everything" }, nil)},
 	{op: "POST /fhir/R4/{type:[A-Z][A-Za-z]+}", scopes: sc(access.WriteObservations), rest: call("POST", fixed("/fhir/R4/Observation"), func(f *fixture) any {
 		return map[string]any{"resourceType": "Observation", "status": "final",
 			"code":              map[string]any{"coding": []any{map[string]any{"system": "http://loinc.org", "code": "8867-4"}}},
@@ -208,6 +210,9 @@ var rows = []row{
 	})},
 	{op: "POST /fhir/R4", scopes: sc(access.WritePatients), rest: call("POST", fixed("/fhir/R4"), matrixTransaction)},
 	{op: "POST /fhir/R4/", scopes: sc(access.WritePatients), rest: call("POST", fixed("/fhir/R4/"), matrixTransaction)},
+	{op: "GET /fhir/R4/{type:[A-Z][A-Za-z]+}/_history", scopes: sc(access.ReadPatients), rest: call("GET", fixed("/fhir/R4/Patient/_history?_count=5"), nil)},
+	// The system history holds every type: the read scopes of all of them.
+	{op: "GET /fhir/R4/_history", scopes: sc(access.ReadPatients, access.ReadObservations), rest: call("GET", fixed("/fhir/R4/_history?_count=5"), nil)},
 
 	// REST, webhook management.
 	{op: "GET /v1/webhooks/deliveries/{id}", scopes: sc(access.AdminOrg), tenant: true, rest: call("GET", func(f *fixture) string { return "/v1/webhooks/deliveries/" + f.delivery }, nil)},
@@ -256,6 +261,10 @@ var rows = []row{
 		gql: q(`mutation($id: ID!) { archiveWorkflow(id: $id) { id } }`, func(f *fixture) map[string]any { return map[string]any{"id": f.spareWorkflow()} })},
 	{op: "mutation stopDeployment", scopes: sc(access.AdminOrg), tenant: true,
 		gql: q(`mutation($id: ID!) { stopDeployment(id: $id) { id } }`, func(f *fixture) map[string]any { return map[string]any{"id": f.deployment} })},
+	// The demo patient has observations: an authorized delete is refused with 409 (referential
+	// integrity) and the patient stays for the other rows; api/fhir's TestDelete deletes one.
+	{op: "DELETE /fhir/R4/{type:[A-Z][A-Za-z]+}/{id}", scopes: sc(access.WritePatients), tenant: true, real: true,
+		rest: call("DELETE", func(f *fixture) string { return "/fhir/R4/Patient/" + f.patient }, nil)},
 	{op: "mutation deprecateAsset", access: platform,
 		gql: q(`mutation($a: ID!) { deprecateAsset(assetId: $a) { id } }`, func(f *fixture) map[string]any { return map[string]any{"a": f.asset} })},
 }

@@ -20,6 +20,7 @@ type entryRequest struct {
 	Method      string `json:"method"`
 	URL         string `json:"url"`
 	IfNoneExist string `json:"ifNoneExist,omitempty"`
+	IfMatch     string `json:"ifMatch,omitempty"` // PUT and DELETE Patient entries of a batch (bundle_versioned.go)
 }
 
 type entryResponse struct {
@@ -38,17 +39,10 @@ type inEntry struct {
 }
 
 // bundle serves POST /fhir/R4: a batch (each entry on its own, a batch-response) or a
-// transaction (all or nothing, a transaction-response). Entries are POST Patient (with
-// ifNoneExist) and POST Observation, each a create whatever id its resource carries; an
-// Observation may name a Patient of the same Bundle by its fullUrl (urn:uuid:…). It is served at
-// the base with and without a trailing slash: FHIR clients (fhirpy, fhirclient, fhir-kit-client)
-// post to Base + "/".
-//
-// A transaction is checked whole before anything is written: every Patient and every Observation
-// (intake's checks, and that its patient exists or is in the Bundle). Then its Patients are
-// written in one Postgres transaction and its Observations in one Kafka transaction; should Kafka
-// refuse those, the Patients just written are removed before the 503, so nothing of a refused
-// transaction stays stored.
+// transaction (all or nothing, a transaction-response; bundle_tx.go). Entries are POST [type]
+// (with ifNoneExist) of every type served, each a create whatever id its resource carries. It is
+// served at the base with and without a trailing slash: FHIR clients (fhirpy, fhirclient,
+// fhir-kit-client) post to Base + "/".
 func (h handler) bundle(w http.ResponseWriter, r *http.Request) {
 	if _, ok := route(w, r); !ok {
 		return
@@ -79,7 +73,12 @@ func (h handler) bundle(w http.ResponseWriter, r *http.Request) {
 		writeErrorAt(w, r, fault.Validation("Bundle.type must be batch or transaction", map[string]string{"type": "must be batch or transaction"}), "Bundle")
 		return
 	}
-	out, err := h.process(r, in.Entry, in.Type == "transaction")
+	var out []entry
+	if in.Type == "transaction" {
+		out, err = h.transaction(r, in.Entry)
+	} else {
+		out, err = h.batch(r, in.Entry)
+	}
 	if err != nil {
 		writeErrorAt(w, r, err, "")
 		return
@@ -93,6 +92,7 @@ type plan struct {
 	entries  []inEntry
 	patients []int          // indexes of POST Patient entries
 	obs      []int          // indexes of POST Observation entries
+	generic  []int          // indexes of entries for the generic store
 	bad      map[int]error  // entries refused before any write
 	refs     map[string]int // fullUrl → index of a Patient entry
 }
@@ -113,6 +113,8 @@ func (h handler) process(r *http.Request, entries []inEntry, transaction bool) (
 			if e.FullURL != "" {
 				p.refs[e.FullURL] = i
 			}
+		case t != "Observation":
+			p.generic = append(p.generic, i)
 		case h.Intake == nil:
 			p.bad[i] = &statusError{status: http.StatusMethodNotAllowed, msg: "this node does not run observation intake (the ingest role)"}
 		default:
@@ -188,6 +190,11 @@ func (h handler) process(r *http.Request, entries []inEntry, transaction bool) (
 				out[i].Resource = nil
 			}
 		}
+	}
+
+	// Resources of the generic store: each on its own, as a batch's entries are.
+	for _, i := range p.generic {
+		out[i] = h.genericBatchEntry(r, entries[i])
 	}
 
 	// Observations: one Kafka transaction through intake, subjects resolved to the patients.
@@ -286,18 +293,19 @@ func (h handler) submit(r *http.Request, kind string, docs []json.RawMessage) (i
 // entryTarget is the resource type an entry creates; other requests are refused.
 func entryTarget(e inEntry) (string, error) {
 	if e.Request == nil {
-		return "", fault.Validation("an entry needs a request", map[string]string{"request": "is required: {method: POST, url: Patient | Observation}"})
+		return "", fault.Validation("an entry needs a request", map[string]string{"request": "is required: {method: POST, url: [type]}"})
 	}
 	var rt struct {
 		ResourceType string `json:"resourceType"`
 	}
 	if len(e.Resource) == 0 || json.Unmarshal(e.Resource, &rt) != nil {
-		return "", fault.Validation("an entry needs a resource", map[string]string{"resource": "is required: a Patient or an Observation"})
+		return "", fault.Validation("an entry needs a resource", map[string]string{"resource": "is required: the resource to create"})
 	}
 	url := strings.TrimPrefix(strings.TrimPrefix(e.Request.URL, Base+"/"), "/")
-	if e.Request.Method != http.MethodPost || (url != "Patient" && url != "Observation") {
+	if e.Request.Method != http.MethodPost || (url != "Patient" && url != "Observation" && !generic(url)) {
 		return "", &statusError{status: http.StatusMethodNotAllowed, param: "request",
-			msg: "Bundle entries may be POST Patient or POST Observation, not " + e.Request.Method + " " + e.Request.URL}
+			msg: "Bundle entries may be POST [type] of a type served here (Patient, Observation, Encounter, Condition …), not " +
+				e.Request.Method + " " + e.Request.URL}
 	}
 	if rt.ResourceType != url {
 		return "", fault.Validation("the resource does not match request.url", map[string]string{"resource.resourceType": "must be " + url})

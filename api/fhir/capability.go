@@ -28,20 +28,25 @@ func (h handler) metadata(w http.ResponseWriter, r *http.Request) {
 		ReadHistory       bool          `json:"readHistory"`
 		UpdateCreate      bool          `json:"updateCreate"`
 		ConditionalCreate bool          `json:"conditionalCreate"`
+		ConditionalRead   string        `json:"conditionalRead,omitempty"`
+		ConditionalDelete string        `json:"conditionalDelete,omitempty"`
 		SearchInclude     []string      `json:"searchInclude,omitempty"`
 		SearchParam       []param       `json:"searchParam"`
 		Documentation     string        `json:"documentation,omitempty"`
 	}
 	var resources []resource
-	for _, t := range []string{"Patient", "Observation", "Encounter", "RiskAssessment"} {
-		res := resource{Type: t, Versioning: "versioned", ReadHistory: true,
-			Interaction: []interaction{{"read"}, {"vread"}, {"history-instance"}, {"search-type"}}}
+	for _, t := range servedTypes() {
+		res := resource{Type: t, Versioning: "versioned", ReadHistory: true, ConditionalRead: "full-support",
+			Interaction: []interaction{{"read"}, {"vread"}, {"history-instance"}, {"history-type"}, {"search-type"}}}
 		switch t {
 		case "Patient":
-			res.Interaction = append(res.Interaction, interaction{"create"}, interaction{"update"})
+			res.Interaction = append(res.Interaction, interaction{"create"}, interaction{"update"}, interaction{"delete"})
 			res.ConditionalCreate = true
+			res.Versioning, res.ConditionalDelete = "versioned-update", "not-supported"
 			res.Documentation = "Create assigns a new id whatever id the body carries; update changes an existing patient. " +
-				"Conditional create: If-None-Exist: identifier=system|value. Risk level and care programs are extensions."
+				"Conditional create: If-None-Exist: identifier=system|value. Update and delete honour If-Match (412 on a stale version). " +
+				"Delete keeps the patient's history (reads then 410) and is refused (409) while any resource refers to the patient. " +
+				"Risk level and care programs are extensions."
 		case "Observation":
 			if h.Intake != nil {
 				res.Interaction = append(res.Interaction, interaction{"create"})
@@ -51,15 +56,15 @@ func (h handler) metadata(w http.ResponseWriter, r *http.Request) {
 			} else {
 				res.Documentation = "This node does not run observation intake: create is served by nodes with the ingest role."
 			}
-		case "Encounter":
-			res.Documentation = "Read-only: encounters are written by carehub's integrations, not here."
 		case "RiskAssessment":
 			res.Documentation = "Read-only: the NEWS2 and qSOFA reports carehub writes. Needs read:patients and read:observations."
+		default: // Encounter and every other type: the generic store (resources.go)
+			res.Interaction = append(res.Interaction, interaction{"create"}, interaction{"update"}, interaction{"delete"})
+			res.ConditionalCreate, res.UpdateCreate, res.Versioning = true, true, "versioned-update"
+			res.Documentation = genericDocumentation(t)
 		}
-		if t != "Patient" {
-			res.SearchInclude = []string{t + ":patient", t + ":subject"}
-		}
-		for _, p := range searchParams[t] {
+		res.SearchInclude = searchIncludes(t)
+		for _, p := range paramsOf(t) {
 			res.SearchParam = append(res.SearchParam, param{Name: p[0], Type: p[1]})
 		}
 		resources = append(resources, res)
@@ -86,7 +91,7 @@ func (h handler) metadata(w http.ResponseWriter, r *http.Request) {
 				"description": "Scopes: read:patients, read:observations, write:patients, write:observations; tenancy and test mode as every carehub route.",
 			},
 			"resource":    resources,
-			"interaction": []interaction{{"batch"}, {"transaction"}},
+			"interaction": []interaction{{"batch"}, {"transaction"}, {"history-system"}},
 		}},
 	}
 	writeResource(w, http.StatusOK, cs)

@@ -124,12 +124,14 @@ func TestClientCompat(t *testing.T) {
 			status       int
 			allow        []string
 		}{
-			{http.MethodDelete, "/fhir/R4/Patient/" + pa, http.StatusMethodNotAllowed, []string{"GET", "PUT"}},
+			// DELETE is served for Patient only (versioning_test.go); pa has observations: 409.
+			{http.MethodDelete, "/fhir/R4/Patient/" + pa, http.StatusConflict, nil},
+			{http.MethodDelete, "/fhir/R4/RiskAssessment/rpt-x", http.StatusMethodNotAllowed, []string{"GET"}},
 			{http.MethodPatch, "/fhir/R4/Patient/" + pa, http.StatusMethodNotAllowed, []string{"GET", "PUT"}},
 			{http.MethodDelete, "/fhir/R4/Patient", http.StatusMethodNotAllowed, []string{"GET", "POST"}},
 			{http.MethodGet, "/fhir/R4", http.StatusMethodNotAllowed, []string{"POST"}},
 			{http.MethodGet, "/fhir/R4/", http.StatusMethodNotAllowed, []string{"POST"}},
-			{http.MethodGet, "/fhir/R4/Patient/" + pa + "/$everything", http.StatusNotFound, nil},
+			{http.MethodGet, "/fhir/R4/Patient/" + pa + "/$validate", http.StatusNotFound, nil},
 			{http.MethodGet, "/fhir/R4/no/such/route", http.StatusNotFound, nil},
 			{http.MethodGet, "/fhir/R4/Patient?family=%zz", http.StatusBadRequest, nil},
 		} {

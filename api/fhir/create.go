@@ -24,7 +24,7 @@ func (h handler) create(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	if !resourceTypes[t] {
+	if !resourceTypes[t] && !generic(t) {
 		writeError(w, r, &statusError{status: http.StatusMethodNotAllowed, msg: t + " is read-only here"})
 		return
 	}
@@ -34,7 +34,7 @@ func (h handler) create(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	w.Header().Set("Location", baseURL(r)+"/"+t+"/"+res.id+"/_history/"+res.version)
-	w.Header().Set("ETag", `W/"`+res.version+`"`)
+	setValidators(w, res.doc)
 	if minimal(r, t) {
 		writeMinimal(w, res.status)
 		return
@@ -75,6 +75,9 @@ func (h handler) createOne(r *http.Request, t, ifNoneExist string, read func(int
 			return created{err: err}
 		}
 		return h.createObservation(r, withoutServerElements(body))
+	}
+	if generic(t) {
+		return h.createGeneric(r, t, ifNoneExist, read)
 	}
 	return created{err: &statusError{status: http.StatusMethodNotAllowed, msg: t + " is read-only here"}}
 }

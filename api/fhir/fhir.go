@@ -47,13 +47,17 @@ func Mount(public, authed *mux.Router, s Services) {
 	public.HandleFunc(Base+"/metadata", h.metadata).Methods(http.MethodGet)
 	authed.HandleFunc(Base, h.bundle).Methods(http.MethodPost)
 	authed.HandleFunc(Base+"/", h.bundle).Methods(http.MethodPost) // as FHIR clients post Bundles
+	authed.HandleFunc(Base+"/_history", h.systemHistory).Methods(http.MethodGet)
 	authed.HandleFunc(Base+"/{type:[A-Z][A-Za-z]+}", h.search).Methods(http.MethodGet)
 	authed.HandleFunc(Base+"/{type:[A-Z][A-Za-z]+}", h.create).Methods(http.MethodPost)
 	authed.HandleFunc(Base+"/{type:[A-Z][A-Za-z]+}/_search", h.postSearch).Methods(http.MethodPost)
+	authed.HandleFunc(Base+"/{type:[A-Z][A-Za-z]+}/_history", h.typeHistory).Methods(http.MethodGet) // before {id}
 	authed.HandleFunc(Base+"/{type:[A-Z][A-Za-z]+}/{id}", h.read).Methods(http.MethodGet)
 	authed.HandleFunc(Base+"/{type:[A-Z][A-Za-z]+}/{id}", h.update).Methods(http.MethodPut)
-	authed.HandleFunc(Base+"/{type:[A-Z][A-Za-z]+}/{id}/_history", h.history).Methods(http.MethodGet)
+	authed.HandleFunc(Base+"/{type:[A-Z][A-Za-z]+}/{id}", h.remove).Methods(http.MethodDelete)
+	authed.HandleFunc(Base+"/{type:[A-Z][A-Za-z]+}/{id}/_history", h.instanceHistory).Methods(http.MethodGet)
 	authed.HandleFunc(Base+"/{type:[A-Z][A-Za-z]+}/{id}/_history/{version}", h.vread).Methods(http.MethodGet)
+	authed.HandleFunc(Base+"/Patient/{id}/$everything", h.everything).Methods(http.MethodGet)
 }
 
 // resourceTypes are the types served, each with whether it is written here.
@@ -66,9 +70,9 @@ func route(w http.ResponseWriter, r *http.Request) (string, bool) {
 		return "", false
 	}
 	t := mux.Vars(r)["type"]
-	if _, ok := resourceTypes[t]; !ok && t != "" {
+	if t != "" && !served(t) {
 		writeError(w, r, &statusError{status: http.StatusNotFound, msg: "resource type " + strconv.Quote(t) +
-			" is not served here: Patient, Observation, Encounter, RiskAssessment (see " + Base + "/metadata)"})
+			" is not served here: not a FHIR R4 resource type that is stored (see " + Base + "/metadata)"})
 		return "", false
 	}
 	return t, true
@@ -124,16 +128,20 @@ func (h handler) read(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	doc, err := h.Patients.ReadResource(r.Context(), t, ids.FromFHIR(mux.Vars(r)["id"]))
+	id := ids.FromFHIR(mux.Vars(r)["id"])
+	doc, err := h.Patients.ReadResource(r.Context(), t, id)
 	if err != nil {
-		writeErrorAt(w, r, err, t)
+		writeErrorAt(w, r, h.goneError(r, t, id, err), t)
 		return
 	}
-	writeDoc(w, r, http.StatusOK, doc)
+	if !notModified(w, r, doc) {
+		writeDoc(w, r, http.StatusOK, doc)
+	}
 }
 
-// versions serves _history and vread: Patients keep their versions; the other resources are
-// never changed once written, so version 1 is their only one.
+// versions serves vread of the types other than Patient (whose vread is patientVersion, from
+// its history, deletions included): the generic store keeps versions; the typed tables'
+// resources are never changed once written, so version 1 is their only one.
 func (h handler) versions(w http.ResponseWriter, r *http.Request, version int) ([]json.RawMessage, string, bool) {
 	t, ok := route(w, r)
 	if !ok {
@@ -142,8 +150,8 @@ func (h handler) versions(w http.ResponseWriter, r *http.Request, version int) (
 	id := ids.FromFHIR(mux.Vars(r)["id"])
 	var list []json.RawMessage
 	var err error
-	if t == "Patient" {
-		list, err = h.Patients.PatientVersions(r.Context(), id, version)
+	if generic(t) {
+		list, err = h.Patients.GenericVersions(r.Context(), t, id, version)
 	} else {
 		var doc json.RawMessage
 		if doc, err = h.Patients.ReadResource(r.Context(), t, id); err == nil && version > 1 {
@@ -164,27 +172,24 @@ func (h handler) vread(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, fault.NotFound("version", mux.Vars(r)["version"]))
 		return
 	}
-	if list, _, ok := h.versions(w, r, v); ok {
-		writeDoc(w, r, http.StatusOK, list[0])
-	}
-}
-
-func (h handler) history(w http.ResponseWriter, r *http.Request) {
-	list, t, ok := h.versions(w, r, 0)
-	if !ok {
+	if mux.Vars(r)["type"] == "Patient" {
+		if _, ok := route(w, r); ok {
+			h.patientVersion(w, r, ids.FromFHIR(mux.Vars(r)["id"]), v)
+		}
 		return
 	}
-	b := bundle{ResourceType: "Bundle", Type: "history", Total: intPtr(int64(len(list))),
-		Link: []link{{Relation: "self", URL: baseURL(r) + strings.TrimPrefix(r.URL.RequestURI(), Base)}}}
-	for _, doc := range list {
-		b.Entry = append(b.Entry, entry{FullURL: fullURL(r, t, doc), Resource: doc})
+	if list, _, ok := h.versions(w, r, v); ok && !notModified(w, r, list[0]) {
+		writeDoc(w, r, http.StatusOK, list[0])
 	}
-	writeResource(w, http.StatusOK, b)
 }
 
 func (h handler) update(w http.ResponseWriter, r *http.Request) {
 	t, ok := route(w, r)
 	if !ok {
+		return
+	}
+	if generic(t) {
+		h.updateGeneric(w, r, t)
 		return
 	}
 	if t != "Patient" {
@@ -196,21 +201,26 @@ func (h handler) update(w http.ResponseWriter, r *http.Request) {
 		writeErrorAt(w, r, err, t)
 		return
 	}
+	want, err := ifMatch(r.Header.Get("If-Match"))
+	if err != nil {
+		writeError(w, r, err)
+		return
+	}
 	id := ids.FromFHIR(mux.Vars(r)["id"])
 	body, err = withCarehubID(body, id)
 	if err != nil {
 		writeErrorAt(w, r, err, t)
 		return
 	}
-	doc, err := h.Patients.UpdatePatient(r.Context(), id, body)
+	doc, err := h.Patients.UpdatePatientIfMatch(r.Context(), id, body, want)
 	if err != nil {
-		writeErrorAt(w, r, err, t)
+		writeErrorAt(w, r, h.goneError(r, t, id, versionError(err)), t)
 		return
 	}
 	if minimal(r, t) {
 		_, version := idVersion(doc)
 		w.Header().Set("Location", baseURL(r)+"/"+t+"/"+ids.FHIR(id)+"/_history/"+version)
-		w.Header().Set("ETag", `W/"`+version+`"`)
+		setValidators(w, doc)
 		writeMinimal(w, http.StatusOK)
 		return
 	}
@@ -249,8 +259,8 @@ func idVersion(doc json.RawMessage) (id, version string) {
 
 // writeDoc writes one resource as FHIR JSON with FHIR ids.
 func writeDoc(w http.ResponseWriter, r *http.Request, status int, doc json.RawMessage) {
-	if _, v := idVersion(doc); v != "" && status < 300 {
-		w.Header().Set("ETag", `W/"`+v+`"`)
+	if status < 300 {
+		setValidators(w, doc)
 	}
 	writeResource(w, status, doc)
 }

@@ -65,6 +65,9 @@ func outcomeOf(r *http.Request, err error, resource string) (int, Outcome) {
 	}
 	if e, ok := err.(*statusError); ok {
 		is := Issue{Severity: "error", Code: issueCodes[e.status], Diagnostics: e.msg}
+		if e.code != "" {
+			is.Code = e.code
+		}
 		if e.param != "" {
 			is.Expression = []string{e.param}
 		}
@@ -107,11 +110,12 @@ func outcomeOf(r *http.Request, err error, resource string) (int, Outcome) {
 	return status, Outcome{ResourceType: "OperationOutcome", Issue: issues}
 }
 
-// statusError is an error answered with a status the fault kinds do not have (406, 412).
+// statusError is an error answered with a status the fault kinds do not have (406, 410, 412).
 type statusError struct {
 	status int
 	msg    string
 	param  string
+	code   string // the issue code, when not the status's (412 of a stale version: conflict)
 }
 
 func (e *statusError) Error() string { return e.msg }
@@ -161,7 +165,7 @@ func WriteNoRoute(w http.ResponseWriter, r *http.Request, allowed []string) {
 // ("no such route") so that both APIs read alike.
 func noRoute(path string) error {
 	if strings.Contains(path[strings.LastIndex(path, "/")+1:], "$") {
-		return fault.New(fault.KindNotFound, "no such route: FHIR operations ($everything, $validate, …) are not served here (%s/metadata lists what is)", Base)
+		return fault.New(fault.KindNotFound, "no such route: FHIR operations other than Patient/{id}/$everything ($validate, $export, …) are not served here (%s/metadata lists what is)", Base)
 	}
 	return fault.New(fault.KindNotFound, "no such route under %s (%[1]s/metadata lists what is served)", Base)
 }

@@ -91,7 +91,7 @@ func badParam(name, format string, args ...any) error {
 // are refused, or under lenient handling listed as ignored.
 func parseSearch(t string, v url.Values, lenient bool) (query, error) {
 	q := query{search: patients.Search{Count: defaultCount}}
-	known := searchParams[t]
+	known := paramsOf(t)
 	typeOf := func(name string) string {
 		for _, p := range known {
 			if p[0] == name {
@@ -156,8 +156,8 @@ func (q *query) set(t, name, kind, raw string) error {
 	case "_sort":
 		for _, a := range alts {
 			k := patients.SortKey{Param: strings.TrimPrefix(a, "-"), Desc: strings.HasPrefix(a, "-")}
-			if !slices.Contains(sortParams[t], k.Param) {
-				return badParam(name, "cannot sort %s by %q (supported: %s)", t, k.Param, strings.Join(sortParams[t], ", "))
+			if !slices.Contains(sortsOf(t), k.Param) {
+				return badParam(name, "cannot sort %s by %q (supported: %s)", t, k.Param, strings.Join(sortsOf(t), ", "))
 			}
 			s.Sort = append(s.Sort, k)
 		}
@@ -170,6 +170,14 @@ func (q *query) set(t, name, kind, raw string) error {
 	case "_id":
 		for _, a := range alts {
 			s.IDs = append(s.IDs, ids.FromFHIR(a))
+		}
+	case "encounter":
+		for _, a := range alts {
+			s.Encounters = append(s.Encounters, ids.FromFHIR(strings.TrimPrefix(a, "Encounter/")))
+		}
+	case "status":
+		for _, a := range alts {
+			s.Statuses = append(s.Statuses, token(a))
 		}
 	case "patient", "subject":
 		for _, a := range alts {
@@ -264,7 +272,7 @@ func dateBound(s string) (patients.DateBound, error) {
 
 func paramNames(t string) string {
 	var n []string
-	for _, p := range searchParams[t] {
+	for _, p := range paramsOf(t) {
 		n = append(n, p[0])
 	}
 	return strings.Join(append(n, resultParams...), ", ")
@@ -286,10 +294,10 @@ func (h handler) search(w http.ResponseWriter, r *http.Request) {
 		page, err = h.Patients.SearchPatients(r.Context(), q.search)
 	case "Observation":
 		page, err = h.Patients.SearchObservations(r.Context(), q.search)
-	case "Encounter":
-		page, err = h.Patients.SearchEncounters(r.Context(), q.search)
 	case "RiskAssessment":
 		page, err = h.Patients.SearchRiskAssessments(r.Context(), q.search)
+	default: // Encounter and every other type: the generic store
+		page, err = h.searchGeneric(r, t, q.search)
 	}
 	if err != nil {
 		writeErrorAt(w, r, err, t)

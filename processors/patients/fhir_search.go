@@ -46,6 +46,8 @@ type Search struct {
 	Categories  []Identifier // category
 	Date        []DateBound  // date: Observation.effective, RiskAssessment.occurrence
 	LastUpdated []DateBound  // _lastUpdated
+	Encounters  []string     // encounter (carehub encounter ids; the generic store)
+	Statuses    []Identifier // status (the generic store)
 	Sort        []SortKey
 	Count       int // page size, 0..1000 (0: total only)
 	Offset      int
@@ -113,8 +115,9 @@ func (s *Service) SearchRiskAssessments(ctx context.Context, q Search) (SearchPa
 	return s.search(ctx, riskSearch, q)
 }
 
-// ReadResource returns one resource by type (Patient, Observation, Encounter, RiskAssessment) and
-// carehub id; one the caller may not see is NotFound.
+// ReadResource returns one resource by type (Patient, Observation, RiskAssessment, or a type of
+// the generic store, Encounter included: ReadGeneric) and carehub id; one the caller may not see
+// is NotFound.
 func (s *Service) ReadResource(ctx context.Context, resourceType, id string) (json.RawMessage, error) {
 	var page SearchPage
 	var err error
@@ -124,12 +127,10 @@ func (s *Service) ReadResource(ctx context.Context, resourceType, id string) (js
 		page, err = s.SearchPatients(ctx, q)
 	case "Observation":
 		page, err = s.SearchObservations(ctx, q)
-	case "Encounter":
-		page, err = s.SearchEncounters(ctx, q)
 	case "RiskAssessment":
 		page, err = s.SearchRiskAssessments(ctx, q)
-	default:
-		return nil, fault.NotFound(resourceType, id)
+	default: // Encounter too: the generic store serves the typed table's beside its own
+		return s.ReadGeneric(ctx, resourceType, id)
 	}
 	if err != nil {
 		return nil, err
@@ -138,35 +139,6 @@ func (s *Service) ReadResource(ctx context.Context, resourceType, id string) (js
 		return nil, fault.NotFound(resourceType, id)
 	}
 	return page.Resources[0], nil
-}
-
-// PatientVersions returns the versions of patient id, newest first (FHIR _history); version
-// 0 means all, else only that one (vread; NotFound when it does not exist). A patient written
-// before versions were kept has its current state as its only version. Requires read:patients.
-func (s *Service) PatientVersions(ctx context.Context, id string, version int) ([]json.RawMessage, error) {
-	current, err := s.ReadResource(ctx, "Patient", id)
-	if err != nil {
-		return nil, err
-	}
-	rows, _ := s.pool.Query(ctx, `select resource from patient_versions where patient_id = $1 and ($2 = 0 or version_id = $2)
-order by version_id desc`, id, version)
-	list, err := pgx.CollectRows(rows, pgx.RowTo[json.RawMessage])
-	if err != nil {
-		return nil, fmt.Errorf("patient %s versions: %w", id, err)
-	}
-	if len(list) == 0 {
-		var meta struct {
-			Meta struct {
-				VersionID string `json:"versionId"`
-			} `json:"meta"`
-		}
-		_ = json.Unmarshal(current, &meta)
-		if version != 0 && strconv.Itoa(version) != meta.Meta.VersionID {
-			return nil, fault.NotFound("Patient version", id+"/_history/"+strconv.Itoa(version))
-		}
-		list = []json.RawMessage{current}
-	}
-	return list, nil
 }
 
 // search runs q on one resource type: the caller's tenancy and test mode, the filters, a count

@@ -1,4 +1,6 @@
-// Package patients serves read access to FHIR R4 patients, observations and encounters.
+// Package patients serves FHIR R4 patients, observations and encounters from their typed tables,
+// and every other R4 resource type from the generic store (resources.go, docs/FHIR.md "Resource
+// types beyond the typed four"), with the FHIR base's searches, transactions and $everything.
 //
 // Access: patients and encounters need read:patients, observations read:observations. Tenancy
 // as everywhere (another organization's patient is NOT_FOUND), and test mode: a test key sees

@@ -462,6 +462,13 @@ on conflict do nothing`, id, row.VersionID, doc, row.UpdatedAt)
 // patient keeps its organization and its synthetic flag; risk level and programs change only
 // when the body carries their extensions. Requires write:patients.
 func (s *Service) UpdatePatient(ctx context.Context, id string, body []byte) (json.RawMessage, error) {
+	return s.UpdatePatientIfMatch(ctx, id, body, 0)
+}
+
+// UpdatePatientIfMatch is UpdatePatient when the patient is at version ifMatch (FHIR's If-Match;
+// 0 for any version), checked under the row lock the update takes, so that of concurrent writers
+// holding the same version exactly one wins; the others get a *VersionConflict.
+func (s *Service) UpdatePatientIfMatch(ctx context.Context, id string, body []byte, ifMatch int) (json.RawMessage, error) {
 	p, err := access.Require(ctx, access.WritePatients)
 	if err != nil {
 		return nil, err
@@ -484,12 +491,20 @@ func (s *Service) UpdatePatient(ctx context.Context, id string, body []byte) (js
 	defer tx.Rollback(ctx) //nolint:errcheck // a no-op after Commit
 	var orgID string
 	var synthetic bool
-	err = tx.QueryRow(ctx, `select org_id, synthetic from patients where `+scope+` and id = $3 for update`,
-		p.OrgFilter(), p.SeesRealPatients(), id).Scan(&orgID, &synthetic)
+	var version int
+	err = tx.QueryRow(ctx, `select org_id, synthetic, version_id from patients where `+scope+` and id = $3 for update`,
+		p.OrgFilter(), p.SeesRealPatients(), id).Scan(&orgID, &synthetic, &version)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, fault.NotFound("patient", id)
 	}
 	if err != nil {
+		return nil, fmt.Errorf("update patient %s: %w", id, err)
+	}
+	if ifMatch != 0 && ifMatch != version {
+		return nil, &VersionConflict{ID: id, Current: version, Expected: ifMatch}
+	}
+	// A patient written before versions were kept keeps the version this update replaces.
+	if _, err := recordVersion(ctx, tx, id); err != nil {
 		return nil, fmt.Errorf("update patient %s: %w", id, err)
 	}
 	res, err := in.resource(id, orgID, synthetic, now)

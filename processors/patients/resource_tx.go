@@ -1,0 +1,489 @@
+package patients
+
+// FHIR transactions over Patients and the generic store: one Postgres transaction, with every
+// urn:uuid fullUrl and every conditional reference resolved to the resource it names in every
+// reference of every entry. Observations are not written here (they go through intake and
+// Kafka): the transaction gives each its final body, references resolved, and the id intake will
+// derive for it, so that the other entries can name it.
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"carehub/kernel/access"
+	"carehub/kernel/fault"
+	"carehub/storage/ids"
+)
+
+// TxEntry is one entry of a transaction: a create of Type (Patient, Observation or a generic
+// type) from Body (without the server's elements), conditional when IfNoneExist is set.
+type TxEntry struct {
+	FullURL     string
+	Type        string
+	Body        []byte
+	IfNoneExist *Identifier
+}
+
+// TxResult is what became of an entry: the stored resource (Doc; nil for an Observation), its
+// carehub ID, and whether it was created (false: a conditional create matched ID). For an
+// Observation, Body is what to send to intake: references resolved and, when other entries may
+// name it, the client id from which intake derives ID.
+type TxResult struct {
+	Doc     json.RawMessage
+	ID      string
+	Created bool
+	Body    []byte
+}
+
+// TxUndo names what a transaction created, for RemoveTransaction.
+type TxUndo struct {
+	patients  []string
+	resources []string // Type/id
+}
+
+// EntryErrors refuses a transaction: the error of each refused entry, by index. Nothing of the
+// transaction was written.
+type EntryErrors map[int]error
+
+func (e EntryErrors) Error() string {
+	return "transaction refused: " + strconv.Itoa(len(e)) + " entries; nothing of it was stored"
+}
+
+// ObservationIDFunc is the id intake gives an observation sent with a client id
+// (intake.ClientObservationID).
+type ObservationIDFunc func(orgID, clientID string, body []byte) string
+
+// txState is a transaction being planned.
+type txState struct {
+	entries []TxEntry
+	docs    []resourceDoc
+	res     []TxResult
+	bad     EntryErrors
+	urls    map[string]string              // fullUrl → Type/id
+	local   map[string]*patientScope       // Type/id of entries created here → scope
+	byIdent map[string]map[string][]string // Type → identifier token → Type/id (conditional references)
+	obsDeps map[int]map[string]bool        // Observation entry → fullUrls of Observations it names
+}
+
+// WriteTransaction writes the Patients and generic resources of entries in one Postgres
+// transaction, all or none; check validates each Observation's final body (intake's checks)
+// before the commit, and an entry it refuses refuses the transaction. The caller then submits the
+// Observations; should that fail, RemoveTransaction undoes what was written. Requires
+// write:patients.
+func (s *Service) WriteTransaction(ctx context.Context, entries []TxEntry, obsID ObservationIDFunc, check func(i int, body []byte) error) ([]TxResult, *TxUndo, error) {
+	w, err := requireWriter(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	st := &txState{entries: entries, docs: make([]resourceDoc, len(entries)), res: make([]TxResult, len(entries)),
+		bad: EntryErrors{}, urls: map[string]string{}, local: map[string]*patientScope{}, byIdent: map[string]map[string][]string{},
+		obsDeps: map[int]map[string]bool{}}
+	for i, e := range entries {
+		if st.docs[i], err = parseResource(e.Type, e.Body); err != nil {
+			st.bad[i] = err
+		}
+	}
+	if len(st.bad) > 0 {
+		return nil, nil, st.bad
+	}
+	undo := &TxUndo{}
+	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		if err := st.assign(ctx, tx, w); err != nil {
+			return err
+		}
+		if err := st.resolveObservations(ctx, s, tx, w, obsID); err != nil {
+			return err
+		}
+		if err := st.resolveAll(ctx, s, tx, w); err != nil {
+			return err
+		}
+		if len(st.bad) > 0 {
+			return st.bad
+		}
+		if err := st.write(ctx, s, tx, w, undo, check); err != nil {
+			return err
+		}
+		if len(st.bad) > 0 {
+			return st.bad
+		}
+		return nil
+	})
+	if len(st.bad) > 0 {
+		return nil, nil, st.bad
+	}
+	if err != nil {
+		return nil, nil, wrapWrite("transaction", err)
+	}
+	return st.res, undo, nil
+}
+
+// assign gives every Patient and generic entry its id: an existing resource's when its
+// conditional create matches, else a new one; and records how other entries name it.
+func (st *txState) assign(ctx context.Context, tx pgx.Tx, w writer) error {
+	if err := st.lockConditions(ctx, tx, w); err != nil {
+		return err
+	}
+	for i, e := range st.entries {
+		if e.Type == "Observation" {
+			continue
+		}
+		if e.IfNoneExist != nil {
+			existing, err := matchResource(ctx, tx, w, e.Type, *e.IfNoneExist, false)
+			if f := fault.As(err); f != nil && f.Kind == fault.KindConflict {
+				st.bad[i] = err
+				continue
+			}
+			if err != nil {
+				return err
+			}
+			if existing != "" {
+				st.res[i] = TxResult{ID: existing}
+				st.name(i, existing)
+				continue
+			}
+		}
+		id := ids.New(idPrefix(e.Type))
+		if e.Type == "Patient" {
+			id = ids.New(ids.Patient)
+		}
+		st.res[i] = TxResult{ID: id, Created: true}
+		st.name(i, id)
+		// A created resource's scope: a Patient's own flag; another's is its patient's, set in write.
+		st.local[e.Type+"/"+id] = &patientScope{synthetic: !w.p.SeesRealPatients() || st.docs[i].testTagged()}
+	}
+	return nil
+}
+
+// lockConditions takes the locks of the transaction's conditional creates of the generic store
+// (matchResource's), all at once and in one order, so that two transactions creating the same
+// organizations and practitioners wait for each other instead of deadlocking.
+func (st *txState) lockConditions(ctx context.Context, tx pgx.Tx, w writer) error {
+	var keys []string
+	for _, e := range st.entries {
+		if e.IfNoneExist != nil && e.Type != "Patient" {
+			keys = append(keys, conditionLock(w.orgID, e.Type, *e.IfNoneExist))
+		}
+	}
+	if len(keys) == 0 {
+		return nil
+	}
+	slices.Sort(keys)
+	_, err := tx.Exec(ctx, `select pg_advisory_xact_lock(hashtextextended(k, 0)) from unnest($1::text[]) with ordinality as u(k, n) order by n`,
+		slices.Compact(keys))
+	return err
+}
+
+// name records how entry i, now e.Type/id, is named by others: its fullUrl and its identifiers.
+func (st *txState) name(i int, id string) {
+	e := st.entries[i]
+	ref := e.Type + "/" + id
+	if e.FullURL != "" {
+		st.urls[e.FullURL] = ref
+	}
+	if st.byIdent[e.Type] == nil {
+		st.byIdent[e.Type] = map[string][]string{}
+	}
+	for _, tok := range tokens(nil, st.docs[i]["identifier"], "value") {
+		st.byIdent[e.Type][tok] = appendNew(st.byIdent[e.Type][tok], ref)
+	}
+}
+
+// resolveObservations gives each Observation entry that has a urn:uuid fullUrl its id before it
+// is written: intake derives it from the client id (the uuid) and the final body, so an
+// Observation's references are resolved first, those naming other Observations in the order
+// they allow. Observations that name each other in a cycle are refused.
+func (st *txState) resolveObservations(ctx context.Context, s *Service, tx pgx.Tx, w writer, obsID ObservationIDFunc) error {
+	pending := map[int]bool{}
+	for i, e := range st.entries {
+		if e.Type == "Observation" {
+			pending[i] = true
+			st.obsDeps[i] = map[string]bool{}
+			walkRefs(map[string]any(st.docs[i]), func(ref string) string {
+				if j := st.entryByURL(ref); j >= 0 && st.entries[j].Type == "Observation" {
+					st.obsDeps[i][ref] = true
+				}
+				return ref
+			})
+		}
+	}
+	for progress := true; progress && len(pending) > 0; {
+		progress = false
+		for _, i := range sortedKeys(pending) {
+			if !st.ready(i) {
+				continue
+			}
+			delete(pending, i)
+			progress = true
+			st.rewrite(i)
+			if err := s.resolveConditional(ctx, tx, w, st.docs[i], st.byIdent); err != nil {
+				if fault.As(err) == nil {
+					return err
+				}
+				st.bad[i] = err
+				continue
+			}
+			if client, ok := strings.CutPrefix(st.entries[i].FullURL, "urn:uuid:"); ok && validID(client) {
+				st.docs[i]["id"] = client
+				body, _ := json.Marshal(map[string]any(st.docs[i]))
+				id := obsID(w.orgID, client, body)
+				st.res[i] = TxResult{ID: id, Created: true, Body: body}
+				st.urls[st.entries[i].FullURL] = "Observation/" + id
+				st.local["Observation/"+id] = &patientScope{}
+			}
+		}
+	}
+	for i := range pending {
+		st.bad[i] = fault.Validation("Observations of the transaction name each other in a cycle",
+			map[string]string{"reference": "a cycle of Observation references between entries"})
+	}
+	return nil
+}
+
+func (st *txState) ready(i int) bool {
+	for ref := range st.obsDeps[i] {
+		if _, ok := st.urls[ref]; !ok {
+			return false
+		}
+	}
+	return true
+}
+
+func (st *txState) entryByURL(url string) int {
+	for j, e := range st.entries {
+		if e.FullURL != "" && e.FullURL == url {
+			return j
+		}
+	}
+	return -1
+}
+
+// rewrite replaces the fullUrls of entries by the Type/id they were given in entry i.
+func (st *txState) rewrite(i int) {
+	walkRefs(map[string]any(st.docs[i]), func(ref string) string {
+		if to, ok := st.urls[ref]; ok {
+			return to
+		}
+		return ref
+	})
+}
+
+// resolveAll resolves every entry's remaining references: fullUrls, and conditional references
+// against the transaction's entries and the store. A urn: reference that names no entry is
+// refused: it could only dangle.
+func (st *txState) resolveAll(ctx context.Context, s *Service, tx pgx.Tx, w writer) error {
+	for i := range st.entries {
+		if st.bad[i] != nil {
+			continue
+		}
+		st.rewrite(i)
+		if err := s.resolveConditional(ctx, tx, w, st.docs[i], st.byIdent); err != nil {
+			if fault.As(err) == nil {
+				return err
+			}
+			st.bad[i] = err
+			continue
+		}
+		var dangling []string
+		walkRefs(map[string]any(st.docs[i]), func(ref string) string {
+			if strings.HasPrefix(ref, "urn:") {
+				dangling = append(dangling, ref)
+			}
+			return ref
+		})
+		if len(dangling) > 0 {
+			st.bad[i] = fault.Validation("a reference names no entry of the transaction: "+strings.Join(dangling, ", "),
+				map[string]string{"reference": "no entry has fullUrl " + strings.Join(dangling, ", ")})
+		}
+	}
+	return nil
+}
+
+// write stores the Patients, then the generic resources (their patients exist by then), and
+// checks the Observations' final bodies.
+func (st *txState) write(ctx context.Context, s *Service, tx pgx.Tx, w writer, undo *TxUndo, check func(int, []byte) error) error {
+	now := time.Now()
+	for i, e := range st.entries {
+		if e.Type != "Patient" || !st.res[i].Created {
+			continue
+		}
+		body, _ := json.Marshal(map[string]any(st.docs[i]))
+		doc, err := insertPatient(ctx, tx, w, st.res[i].ID, body, st.local["Patient/"+st.res[i].ID].synthetic, now)
+		if f := fault.As(err); f != nil {
+			st.bad[i] = err
+			continue
+		} else if err != nil {
+			return err
+		}
+		st.res[i].Doc = doc
+		undo.patients = append(undo.patients, st.res[i].ID)
+		access.Touch(ctx, access.KindPatient, st.res[i].ID)
+	}
+	if len(st.bad) > 0 {
+		return nil
+	}
+	// A created resource's patient scope, for the references of the ones after it.
+	for i, e := range st.entries {
+		if e.Type == "Patient" || e.Type == "Observation" || !st.res[i].Created {
+			continue
+		}
+		if pid := patientOf(st.docs[i]); pid != "" {
+			if sc := st.local["Patient/"+pid]; sc != nil {
+				*st.local[e.Type+"/"+st.res[i].ID] = *sc
+			}
+		}
+	}
+	if err := st.checkAllRefs(ctx, tx, w); err != nil {
+		return err
+	}
+	for i, e := range st.entries {
+		switch {
+		case st.bad[i] != nil:
+		case e.Type == "Observation":
+			if st.res[i].Body == nil {
+				st.res[i] = TxResult{Created: true}
+				st.res[i].Body, _ = json.Marshal(map[string]any(st.docs[i]))
+			}
+			if err := s.checkRefs(ctx, tx, w, observationRefs(st.docs[i]), st.local); err != nil {
+				st.bad[i] = err
+			} else if err := check(i, st.res[i].Body); err != nil {
+				st.bad[i] = err
+			}
+		case e.Type != "Patient" && st.res[i].Created:
+			doc, err := s.store(ctx, tx, w, e.Type, st.res[i].ID, st.docs[i], st.local, nil)
+			if f := fault.As(err); f != nil {
+				st.bad[i] = err
+				continue
+			} else if err != nil {
+				return err
+			}
+			st.res[i].Doc = doc
+			undo.resources = append(undo.resources, e.Type+"/"+st.res[i].ID)
+		}
+	}
+	return st.fillMatched(ctx, s, tx, w)
+}
+
+// checkAllRefs looks up, in one query, every reference of the entries to be written that names no
+// entry of the transaction, and records those found in local, so that each entry's own check
+// (store, checkRefs) only looks up again what is missing, to word its refusal.
+func (st *txState) checkAllRefs(ctx context.Context, tx pgx.Tx, w writer) error {
+	var all []string
+	seen := map[string]bool{}
+	for i, e := range st.entries {
+		if st.bad[i] != nil || e.Type == "Patient" || !st.res[i].Created && e.Type != "Observation" {
+			continue
+		}
+		refs := extract(e.Type, st.docs[i]).refs
+		if e.Type == "Observation" {
+			refs = observationRefs(st.docs[i])
+		}
+		for _, r := range refs {
+			if _, ok := st.local[r]; !ok && !seen[r] {
+				seen[r] = true
+				all = append(all, r)
+			}
+		}
+	}
+	missing, err := missingRefs(ctx, tx, w, all)
+	if err != nil {
+		return err
+	}
+	for _, r := range all {
+		if !slices.Contains(missing, r) {
+			st.local[r] = nil // exists: its scope is read where needed
+		}
+	}
+	return nil
+}
+
+// observationRefs are an Observation's references other than its subject (intake checks that).
+func observationRefs(doc resourceDoc) []string {
+	x := extract("Observation", doc)
+	var out []string
+	for _, r := range x.refs {
+		if !strings.HasPrefix(r, "Patient/") {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// fillMatched reads the resources conditional creates matched, for the response.
+func (st *txState) fillMatched(ctx context.Context, s *Service, tx pgx.Tx, w writer) error {
+	for i, e := range st.entries {
+		if st.bad[i] != nil || st.res[i].Created || e.Type == "Observation" {
+			continue
+		}
+		var err error
+		if e.Type == "Patient" {
+			st.res[i].Doc, err = s.renderPatientByID(ctx, tx, st.res[i].ID)
+		} else {
+			st.res[i].Doc, err = currentDoc(ctx, tx, w.orgID, e.Type, st.res[i].ID)
+		}
+		if err != nil {
+			return fmt.Errorf("read matched %s: %w", e.Type, err)
+		}
+	}
+	return nil
+}
+
+// insertPatient creates patient id from a FHIR Patient body in tx, as CreatePatients does each
+// of its patients (same checks, same row, same first version).
+func insertPatient(ctx context.Context, tx pgx.Tx, w writer, id string, body []byte, synthetic bool, now time.Time) (json.RawMessage, error) {
+	in, err := parsePatient(body, now)
+	if err != nil {
+		return nil, err
+	}
+	res, err := in.resource(id, w.orgID, synthetic, now)
+	if err != nil {
+		return nil, err
+	}
+	_, err = tx.Exec(ctx, `insert into patients (id, org_id, synthetic, name, gender, birth_date, address, telecom,
+	risk_level, programs, resource, created_at, updated_at)
+values ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $12)`,
+		id, w.orgID, synthetic, in.name, in.gender, in.birthDate, nullRaw(in.address), nullRaw(in.telecom),
+		in.risk, nonNilStrings(in.programs), res, now)
+	if err != nil {
+		return nil, err
+	}
+	return recordVersion(ctx, tx, id)
+}
+
+// RemoveTransaction deletes what a transaction created: the FHIR base's undo when Kafka then
+// refused its Observations.
+func (s *Service) RemoveTransaction(ctx context.Context, undo *TxUndo) error {
+	if undo == nil {
+		return nil
+	}
+	w, err := requireWriter(ctx)
+	if err != nil {
+		return err
+	}
+	if len(undo.resources) > 0 {
+		if _, err := s.pool.Exec(ctx, `delete from fhir_resources where org_id = $1 and type || '/' || id = any($2)`,
+			w.orgID, undo.resources); err != nil {
+			return fmt.Errorf("remove transaction: %w", err)
+		}
+	}
+	if len(undo.patients) > 0 {
+		return s.RemoveCreated(ctx, undo.patients)
+	}
+	return nil
+}
+
+func sortedKeys(m map[int]bool) []int {
+	out := make([]int, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Ints(out)
+	return out
+}
