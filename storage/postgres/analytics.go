@@ -88,13 +88,14 @@ func (l *EventLog) AggregateEvents(ctx context.Context, q storage.AggregateQuery
 }
 
 // privateExpr is the condition of the events whose payload values p keeps from the reader, its
-// arguments appended to args. jsonb's text form has every escape of a key decoded, so a key
-// that spells "patient" is found however the publisher escaped it.
+// arguments appended to args. Whether a payload names a patient is the stored column
+// names_patient (schemas/postgres/0030), worked out once when the event is stored rather than
+// on every row of every query.
 func privateExpr(p *storage.Private, args *[]any) string {
 	// Never nil: "= any(null)" is null, and "not null" would let every event through.
 	*args = append(*args, append([]string{}, p.Types...), append([]string{}, p.Open...))
 	n := len(*args)
-	return fmt.Sprintf("((type = any($%d) or payload::text ~* '(patient|subject)') and not type = any($%d))", n-1, n)
+	return fmt.Sprintf("((type = any($%d) or names_patient) and not type = any($%d))", n-1, n)
 }
 
 func locationName(loc *time.Location) string {
