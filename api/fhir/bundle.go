@@ -287,7 +287,8 @@ func (h handler) submit(r *http.Request, kind string, docs []json.RawMessage) (i
 		buf.WriteString(`,"request":{"method":"POST","url":"Observation"}}`)
 	}
 	buf.WriteString(`]}`)
-	return h.Intake.Submit(r.Context(), intake.Submission{ContentType: mediaFHIRJSON, Body: &buf})
+	res, err := h.Intake.Submit(r.Context(), intake.Submission{ContentType: mediaFHIRJSON, Body: &buf})
+	return res, withRetryAfter(err, h.Intake.RetryAfter())
 }
 
 // entryTarget is the resource type an entry creates; other requests are refused.

@@ -22,7 +22,7 @@ import (
 )
 
 func (h handler) transaction(r *http.Request, entries []inEntry) ([]entry, error) {
-	list, bad := h.transactionEntries(entries)
+	list, bad := h.transactionEntries(r, entries)
 	if len(bad) > 0 {
 		return nil, transactionRefused(bad)
 	}
@@ -65,7 +65,7 @@ func (h handler) transaction(r *http.Request, entries []inEntry) ([]entry, error
 }
 
 // transactionEntries reads the entries of a transaction; bad holds those refused as they stand.
-func (h handler) transactionEntries(entries []inEntry) ([]patients.TxEntry, map[int]error) {
+func (h handler) transactionEntries(r *http.Request, entries []inEntry) ([]patients.TxEntry, map[int]error) {
 	list := make([]patients.TxEntry, len(entries))
 	bad := map[int]error{}
 	for i, e := range entries {
@@ -82,12 +82,25 @@ func (h handler) transactionEntries(entries []inEntry) ([]patients.TxEntry, map[
 		case t == "Observation" && cond != "":
 			bad[i] = &statusError{status: http.StatusBadRequest, param: "request.ifNoneExist", msg: "ifNoneExist is not supported for Observation"}
 		case cond != "":
-			ident, err := conditionIdentifier(cond)
+			c, err := parseCondition(t, cond, "request.ifNoneExist")
 			if err != nil {
 				bad[i] = err
 				continue
 			}
-			list[i].IfNoneExist = &ident
+			if c.ident != nil { // matched in the transaction, under its lock
+				list[i].IfNoneExist = c.ident
+				continue
+			}
+			// Any other search is run as the search is, before the transaction: not atomic with
+			// it (docs/FHIR.md).
+			doc, err := h.match(r, t, c)
+			if err != nil {
+				bad[i] = err
+				continue
+			}
+			if doc != nil {
+				list[i].Existing, _ = idVersion(doc)
+			}
 		}
 	}
 	return list, bad

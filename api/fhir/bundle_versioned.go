@@ -29,6 +29,7 @@ func (h handler) batch(r *http.Request, entries []inEntry) ([]entry, error) {
 		}
 		out[i] = h.versionedEntry(r, e, id)
 	}
+	rest, at = h.batchConditions(r, rest, at, out)
 	if len(rest) == 0 {
 		return out, nil
 	}

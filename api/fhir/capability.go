@@ -31,6 +31,7 @@ func (h handler) metadata(w http.ResponseWriter, r *http.Request) {
 		ConditionalRead   string        `json:"conditionalRead,omitempty"`
 		ConditionalDelete string        `json:"conditionalDelete,omitempty"`
 		SearchInclude     []string      `json:"searchInclude,omitempty"`
+		SearchRevInclude  []string      `json:"searchRevInclude,omitempty"`
 		SearchParam       []param       `json:"searchParam"`
 		Documentation     string        `json:"documentation,omitempty"`
 	}
@@ -44,7 +45,7 @@ func (h handler) metadata(w http.ResponseWriter, r *http.Request) {
 			res.ConditionalCreate = true
 			res.Versioning, res.ConditionalDelete = "versioned-update", "not-supported"
 			res.Documentation = "Create assigns a new id whatever id the body carries; update changes an existing patient. " +
-				"Conditional create: If-None-Exist: identifier=system|value. Update and delete honour If-Match (412 on a stale version). " +
+				"Conditional create: If-None-Exist, or the POST's query string (fhirpy's get_or_create), with any search of Patient; identifier=system|value is atomic. Update and delete honour If-Match (412 on a stale version). " +
 				"Delete keeps the patient's history (reads then 410) and is refused (409) while any resource refers to the patient. " +
 				"Risk level and care programs are extensions."
 		case "Observation":
@@ -64,6 +65,7 @@ func (h handler) metadata(w http.ResponseWriter, r *http.Request) {
 			res.Documentation = genericDocumentation(t)
 		}
 		res.SearchInclude = searchIncludes(t)
+		res.SearchRevInclude = searchRevIncludes(t)
 		for _, p := range paramsOf(t) {
 			res.SearchParam = append(res.SearchParam, param{Name: p[0], Type: p[1]})
 		}
@@ -82,7 +84,13 @@ func (h handler) metadata(w http.ResponseWriter, r *http.Request) {
 		"rest": []map[string]any{{
 			"mode": "server",
 			"documentation": "Unknown search parameters are refused (400) unless Prefer: handling=lenient, which lists them in an " +
-				"OperationOutcome entry. _count 0..1000 (default 20), _sort, _include of the subject. POST [type]/_search takes the " +
+				"OperationOutcome entry. _count 0..1000 (default 20), _sort (several keys, - for descending), _include of the subject, " +
+				"_revinclude and _has on Patient, chains on the patient (patient.identifier, subject:Patient.family, …), " +
+				"_summary (count, true), _elements (both tag the resource SUBSETTED), _total (none, estimate, accurate; fhirpy's _totalMethod too), " +
+				":missing on token, reference, date and quantity parameters, :exact on family and name, quantity prefixes on Observation value-quantity. " +
+				"Paging is by keyset: the next link carries _page, an opaque position, so records written while a client pages never shift, repeat or skip one. " +
+				"A POST [type] with search parameters in its query string is a conditional create, as If-None-Exist with that search. " +
+				"429 and 503 answers carry Retry-After. POST [type]/_search takes the " +
 				"parameters form-encoded. Batch and transaction Bundles are posted to the base, with or without a trailing slash. Ids are carehub's with '-' " +
 				"for the prefix's '_' (pat-01k…); both forms are accepted on input.",
 			"security": map[string]any{

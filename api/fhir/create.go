@@ -28,7 +28,12 @@ func (h handler) create(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, &statusError{status: http.StatusMethodNotAllowed, msg: t + " is read-only here"})
 		return
 	}
-	res := h.createOne(r, t, r.Header.Get("If-None-Exist"), func(limit int64) ([]byte, error) { return readBody(w, r, limit) })
+	cond, err := conditionOf(r)
+	if err != nil {
+		writeErrorAt(w, r, err, t)
+		return
+	}
+	res := h.createOne(r, t, cond, func(limit int64) ([]byte, error) { return readBody(w, r, limit) })
 	if res.err != nil {
 		writeErrorAt(w, r, res.err, t)
 		return
@@ -65,7 +70,7 @@ func (h handler) createOne(r *http.Request, t, ifNoneExist string, read func(int
 	case "Observation":
 		if ifNoneExist != "" {
 			return created{err: &statusError{status: http.StatusBadRequest, param: "If-None-Exist",
-				msg: "If-None-Exist is supported for Patient; send an Idempotency-Key to make an Observation's retries idempotent"}}
+				msg: "conditional create is not served for Observation (it is stored moments after its 201, so a search would miss it); send an Idempotency-Key to make an Observation's retries idempotent"}}
 		}
 		if h.Intake == nil {
 			return created{err: &statusError{status: http.StatusMethodNotAllowed, msg: "this node does not run observation intake (the ingest role)"}}
@@ -84,21 +89,27 @@ func (h handler) createOne(r *http.Request, t, ifNoneExist string, read func(int
 
 func (h handler) createPatient(r *http.Request, body []byte, ifNoneExist string) created {
 	var doc json.RawMessage
-	var err error
 	status := http.StatusCreated
-	if ifNoneExist == "" {
+	cond, err := parseCondition("Patient", ifNoneExist, "If-None-Exist")
+	if err != nil {
+		return created{err: err}
+	}
+	if cond != nil && cond.q != nil { // any other search: run as the search is, then the create
+		existing, err := h.match(r, "Patient", cond)
+		if err != nil || existing != nil {
+			return matched(existing, err)
+		}
+		cond = nil
+	}
+	if cond == nil {
 		doc, err = h.Patients.CreatePatient(r.Context(), body)
 	} else {
-		ident, perr := conditionIdentifier(ifNoneExist)
-		if perr != nil {
-			return created{err: perr}
-		}
 		var isNew bool
-		if doc, isNew, err = h.Patients.CreatePatientIfNoneExist(r.Context(), body, ident); err == nil && !isNew {
+		if doc, isNew, err = h.Patients.CreatePatientIfNoneExist(r.Context(), body, *cond.ident); err == nil && !isNew {
 			status = http.StatusOK
 		}
 	}
-	if f := fault.As(err); f != nil && f.Kind == fault.KindConflict && ifNoneExist != "" {
+	if f := fault.As(err); f != nil && f.Kind == fault.KindConflict && cond != nil {
 		err = &statusError{status: http.StatusPreconditionFailed, msg: f.Message, param: "If-None-Exist"}
 	}
 	if err != nil {
@@ -143,7 +154,7 @@ func (h handler) createObservation(r *http.Request, body []byte) created {
 	res, err := h.Intake.Submit(r.Context(), intake.Submission{ContentType: mediaFHIRJSON, Body: bytes.NewReader(body),
 		IdempotencyKey: r.Header.Get("Idempotency-Key")})
 	if err != nil {
-		return created{err: err}
+		return created{err: withRetryAfter(err, h.Intake.RetryAfter())}
 	}
 	var doc map[string]json.RawMessage
 	if err := json.Unmarshal(body, &doc); err != nil || doc == nil || len(res.Answer.IDs) != 1 {

@@ -8,7 +8,7 @@
 //	GET  /fhir/R4/{type}/{id}                  read
 //	GET  /fhir/R4/{type}/{id}/_history[/{v}]   history and vread
 //	GET  /fhir/R4/{type}/_history, /_history    type and system history
-//	POST /fhir/R4/Patient                      create (If-None-Exist: conditional create)
+//	POST /fhir/R4/Patient[?search]             create (If-None-Exist or a query string: conditional create)
 //	PUT  /fhir/R4/Patient/{id}                 update (a new version; If-Match: 412 on a stale one)
 //	DELETE /fhir/R4/Patient/{id}               delete (kept in history; reads then 410)
 //	POST /fhir/R4/Observation                  create, through observation intake (as POST /v1/observations)
@@ -24,8 +24,9 @@
 // input takes both.
 //
 // Files: fhir.go (routes, formats, reads, update), create.go (create), search.go (search
-// parameters), bundle.go (batch and transaction), outcome.go (OperationOutcome and routing
-// refusals), capability.go (the CapabilityStatement), versioning.go (ETag, Last-Modified,
+// parameters), search_more.go (_summary, _elements, _total, _revinclude, chains, keyset paging,
+// conditional create by any search, Retry-After), bundle.go (batch and transaction), outcome.go
+// (OperationOutcome and routing refusals), capability.go (the CapabilityStatement), versioning.go (ETag, Last-Modified,
 // If-Match, conditional read, delete, 410), history.go (history Bundles at every level),
 // resources.go (the types beyond the typed four), bundle_tx.go (transactions of every type,
 // references resolved), everything.go (Patient/$everything).

@@ -127,6 +127,7 @@ func writeError(w http.ResponseWriter, r *http.Request, err error) {
 
 func writeErrorAt(w http.ResponseWriter, r *http.Request, err error, resource string) {
 	status, oo := outcomeOf(r, err, resource)
+	setRetryAfter(w, status, err)
 	if status == http.StatusUnauthorized {
 		w.Header().Set("WWW-Authenticate", `Bearer realm="carehub"`)
 	}

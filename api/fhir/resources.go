@@ -27,7 +27,7 @@ var genericParams = [][2]string{{"_id", "token"}, {"_lastUpdated", "date"}, {"pa
 var directoryParams = [][2]string{{"_id", "token"}, {"_lastUpdated", "date"}, {"code", "token"}, {"category", "token"},
 	{"status", "token"}, {"identifier", "token"}, {"date", "date"}}
 
-var genericSorts = []string{"_id", "_lastUpdated", "date"}
+var genericSorts = []string{"_id", "_lastUpdated", "date", "status", "code"}
 
 // served reports whether the base serves resource type t.
 func served(t string) bool {
@@ -68,13 +68,18 @@ func (h handler) createGeneric(r *http.Request, t, ifNoneExist string, read func
 	if err != nil {
 		return created{err: err}
 	}
+	c, err := parseCondition(t, ifNoneExist, "If-None-Exist")
+	if err != nil {
+		return created{err: err}
+	}
 	var cond *patients.Identifier
-	if ifNoneExist != "" {
-		ident, err := conditionIdentifier(ifNoneExist)
-		if err != nil {
-			return created{err: err}
+	switch {
+	case c != nil && c.ident != nil: // matched in the create's transaction, under a lock
+		cond = c.ident
+	case c != nil: // any other search: run as the search is, then the create
+		if existing, err := h.match(r, t, c); err != nil || existing != nil {
+			return matched(existing, err)
 		}
-		cond = &ident
 	}
 	doc, isNew, err := h.Patients.CreateResource(r.Context(), t, withoutServerElements(body), cond)
 	if f := fault.As(err); f != nil && f.Kind == fault.KindConflict && cond != nil {
@@ -202,7 +207,7 @@ func searchIncludes(t string) []string {
 // genericDocumentation is the CapabilityStatement's word on a type of the generic store.
 func genericDocumentation(t string) string {
 	doc := "Create assigns a new id whatever id the body carries; update creates the resource under the client's id when it does not exist. " +
-		"Conditional create: If-None-Exist: identifier=system|value. Every reference must name a resource of this organization " +
+		"Conditional create: If-None-Exist (or the POST's query string) with any search of the type; identifier=system|value is atomic. Every reference must name a resource of this organization " +
 		"(a transaction resolves urn:uuid fullUrls and Type?identifier= conditional references). "
 	if patients.PatientData(t) {
 		doc += "Patient data: reads need read:patients, writes write:patients; test keys see only synthetic patients' data."

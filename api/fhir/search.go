@@ -55,22 +55,23 @@ const (
 )
 
 // resultParams shape the result, not the match.
-var resultParams = []string{"_count", "_sort", "_include", "_format", "_offset"}
+var resultParams = []string{"_count", "_sort", "_include", "_format", "_offset", "_page", "_summary", "_elements", "_total",
+	"_totalMethod", "_revinclude"}
 
 // searchParams are each type's search parameters and their FHIR types.
 var searchParams = map[string][][2]string{
 	"Patient": {{"_id", "token"}, {"_lastUpdated", "date"}, {"identifier", "token"}, {"name", "string"}, {"family", "string"},
 		{"birthdate", "date"}, {"gender", "token"}},
 	"Observation": {{"_id", "token"}, {"_lastUpdated", "date"}, {"patient", "reference"}, {"subject", "reference"},
-		{"code", "token"}, {"category", "token"}, {"date", "date"}},
+		{"code", "token"}, {"category", "token"}, {"date", "date"}, {"value-quantity", "quantity"}},
 	"Encounter":      {{"_id", "token"}, {"_lastUpdated", "date"}, {"patient", "reference"}, {"subject", "reference"}},
 	"RiskAssessment": {{"_id", "token"}, {"_lastUpdated", "date"}, {"patient", "reference"}, {"subject", "reference"}, {"date", "date"}},
 }
 
 // sortParams are what _sort takes per type.
 var sortParams = map[string][]string{
-	"Patient":        {"_id", "_lastUpdated", "family", "birthdate"},
-	"Observation":    {"_id", "_lastUpdated", "date"},
+	"Patient":        {"_id", "_lastUpdated", "family", "given", "birthdate", "gender"},
+	"Observation":    {"_id", "_lastUpdated", "date", "value-quantity"},
 	"Encounter":      {"_id", "_lastUpdated"},
 	"RiskAssessment": {"_id", "_lastUpdated", "date"},
 }
@@ -80,6 +81,11 @@ type query struct {
 	search  patients.Search
 	include bool     // _include of the subject
 	ignored []string // unknown parameters under handling=lenient
+
+	revinclude []string // _revinclude: the types whose resources naming the page's patients are included
+	chains     []chain  // patient.[param]=…: resolved to patients before the search
+	summary    string   // _summary: "count", "true" or ""
+	elements   []string // _elements
 }
 
 // badParam is a 400 naming the parameter.
@@ -107,8 +113,15 @@ func parseSearch(t string, v url.Values, lenient bool) (query, error) {
 	sort.Strings(names)
 	for _, name := range names {
 		values := v[name]
+		if typeOf(name) == "" && !slices.Contains(resultParams, name) && name != "_pretty" {
+			if handled, err := q.special(t, name, values, lenient); err != nil {
+				return q, err
+			} else if handled {
+				continue
+			}
+		}
 		if slices.Contains(resultParams, name) || name == "_pretty" {
-			if len(values) > 1 {
+			if len(values) > 1 && name != "_revinclude" {
 				return q, badParam(name, "may be given once")
 			}
 		} else if typeOf(name) == "" {
@@ -117,7 +130,7 @@ func parseSearch(t string, v url.Values, lenient bool) (query, error) {
 				continue
 			}
 			return q, badParam(name, "unknown search parameter for %s (supported: %s); send Prefer: handling=lenient to ignore it", t, paramNames(t))
-		} else if typeOf(name) != "date" && len(values) > 1 {
+		} else if typeOf(name) != "date" && typeOf(name) != "quantity" && len(values) > 1 {
 			return q, badParam(name, "repeated: give alternatives as one comma-separated value")
 		}
 		for _, raw := range values {
@@ -139,6 +152,9 @@ func (q *query) set(t, name, kind, raw string) error {
 	}
 	if len(alts) == 0 && name != "_format" {
 		return badParam(name, "needs a value")
+	}
+	if ok, err := q.setResult(t, name, alts); ok || err != nil {
+		return err
 	}
 	switch name {
 	case "_count":
@@ -284,35 +300,39 @@ func (h handler) search(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	q, err := parseSearch(t, r.URL.Query(), envelope.Prefers(r, "handling", "lenient"))
+	if err == nil {
+		err = h.resolveChains(r, &q)
+	}
 	if err != nil {
 		writeError(w, r, err)
 		return
 	}
-	var page patients.SearchPage
-	switch t {
-	case "Patient":
-		page, err = h.Patients.SearchPatients(r.Context(), q.search)
-	case "Observation":
-		page, err = h.Patients.SearchObservations(r.Context(), q.search)
-	case "RiskAssessment":
-		page, err = h.Patients.SearchRiskAssessments(r.Context(), q.search)
-	default: // Encounter and every other type: the generic store
-		page, err = h.searchGeneric(r, t, q.search)
+	if q.summary == "count" {
+		q.search.Count = 0
 	}
+	if q.search.After != nil {
+		q.search.Offset = 0
+	}
+	page, err := h.searchType(r, t, q.search)
 	if err != nil {
 		writeErrorAt(w, r, err, t)
 		return
 	}
-	b := bundle{ResourceType: "Bundle", Type: "searchset", Total: intPtr(page.Total),
-		Link: []link{{Relation: "self", URL: pageURL(r, t, q.search.Offset)}}}
-	if next := q.search.Offset + q.search.Count; q.search.Count > 0 && int64(next) < page.Total {
-		b.Link = append(b.Link, link{Relation: "next", URL: pageURL(r, t, next)})
+	b := bundle{ResourceType: "Bundle", Type: "searchset", Link: []link{{Relation: "self", URL: selfLink(r, t)}}}
+	if page.Total >= 0 {
+		b.Total = intPtr(page.Total)
 	}
-	if q.search.Offset > 0 && q.search.Count > 0 {
+	// The next page starts after this page's last row (keyset): rows written meanwhile neither
+	// shift it nor repeat or skip a row. An old _offset link is still served, its next link by
+	// keyset; a keyset page has no previous link.
+	if page.Next != nil && q.search.Count > 0 {
+		b.Link = append(b.Link, link{Relation: "next", URL: pageLink(r, t, page.Next, q.ignored)})
+	}
+	if q.search.After == nil && q.search.Offset > 0 && q.search.Count > 0 {
 		b.Link = append(b.Link, link{Relation: "previous", URL: pageURL(r, t, max(q.search.Offset-q.search.Count, 0))})
 	}
 	for _, doc := range page.Resources {
-		b.Entry = append(b.Entry, entry{FullURL: fullURL(r, t, doc), Resource: doc, Search: &searchMode{Mode: "match"}})
+		b.Entry = append(b.Entry, entry{FullURL: fullURL(r, typeName(doc, t), doc), Resource: q.shape(t, doc), Search: &searchMode{Mode: "match"}})
 	}
 	if q.include && len(page.PatientIDs) > 0 {
 		subjects := slices.Compact(slices.Sorted(slices.Values(page.PatientIDs)))
@@ -324,6 +344,14 @@ func (h handler) search(w http.ResponseWriter, r *http.Request) {
 		for _, doc := range pts.Resources {
 			b.Entry = append(b.Entry, entry{FullURL: fullURL(r, "Patient", doc), Resource: doc, Search: &searchMode{Mode: "include"}})
 		}
+	}
+	if t == "Patient" {
+		more, err := h.revincluded(r, q, page.PatientIDs)
+		if err != nil {
+			writeErrorAt(w, r, err, t)
+			return
+		}
+		b.Entry = append(b.Entry, more...)
 	}
 	if len(q.ignored) > 0 {
 		oo, _ := json.Marshal(Outcome{ResourceType: "OperationOutcome", Issue: []Issue{{Severity: "warning", Code: "not-supported",

@@ -51,13 +51,26 @@ type Search struct {
 	Sort        []SortKey
 	Count       int // page size, 0..1000 (0: total only)
 	Offset      int
+
+	FamiliesExact []string        // family:exact: the whole family name, as sent
+	NamesExact    []string        // name:exact
+	Missing       map[string]bool // param:missing=true|false (see each type's missing expressions)
+	Quantities    []QuantityBound // value-quantity (Observation)
+	Has           []HasClause     // _has on Patient
+	// After is the position (the sort keys of the last row of the page before, as SearchPage.Next
+	// gave it): the page starts after it (keyset paging), Offset is then 0.
+	After   []*string
+	NoTotal bool // _total=none: Total is not counted (-1)
 }
 
 // SearchPage is one page of a search: the resources in order and the number of all matches.
 type SearchPage struct {
 	Resources  []json.RawMessage
 	PatientIDs []string // the subject of each resource (the patient itself for a Patient)
-	Total      int64
+	Total      int64    // -1 when not counted (NoTotal)
+	// Next is the position of the page's last row when more rows follow (Search.After of the
+	// next page), nil on the last page.
+	Next []*string
 }
 
 // searchable is one resource type's table and columns.
@@ -70,16 +83,17 @@ type searchable struct {
 	kind    string // access.Kind… touched per resource ("": only its patient)
 	render  func(pgx.CollectableRow) (json.RawMessage, string, error)
 	scopes  []string
+	missing map[string]string // param → the SQL that is true when the resource has no value for it
 }
 
 var (
 	patientSearch = searchable{from: `patients t join patients pt on pt.id = t.id`,
 		columns: prefixed("t.", patientDocumentColumns), patient: "t.id", updated: "t.updated_at",
-		kind: access.KindPatient, scopes: []string{access.ReadPatients}, render: renderPatientRow}
+		kind: access.KindPatient, scopes: []string{access.ReadPatients}, render: renderPatientRow, missing: patientMissing}
 	observationSearch = searchable{from: `observations t join patients pt on pt.id = t.patient_id`,
 		columns: `t.id, t.patient_id, t.status, t.code, t.subject, t.value, t.unit, t.effective_at, t.resource, t.stored_at`,
 		patient: "t.patient_id", date: "t.effective_at", updated: "t.stored_at",
-		kind: access.KindObservation, scopes: []string{access.ReadObservations}, render: renderObservationRow}
+		kind: access.KindObservation, scopes: []string{access.ReadObservations}, render: renderObservationRow, missing: observationMissing}
 	encounterSearch = searchable{from: `encounters t join patients pt on pt.id = t.patient_id`,
 		columns: `t.id, t.patient_id, t.status, t.class, t.subject, t.period, t.created_at`,
 		patient: "t.patient_id", updated: "t.created_at",
@@ -87,7 +101,7 @@ var (
 	riskSearch = searchable{from: `reports t join patients pt on pt.id = t.patient_id`,
 		columns: `t.id, t.patient_id, t.resource, t.created_at`,
 		patient: "t.patient_id", date: "t.created_at", updated: "t.created_at",
-		scopes: []string{access.ReadPatients, access.ReadObservations}, render: renderRiskRow}
+		scopes: []string{access.ReadPatients, access.ReadObservations}, render: renderRiskRow, missing: riskMissing}
 )
 
 // SearchPatients searches patients: IDs, Identifiers, Names, Families, Genders, BirthDate,
@@ -181,26 +195,80 @@ or exists (select 1 from jsonb_array_elements_text(case jsonb_typeof(n->'given')
 		w.dates(q.Date, r.date)
 	}
 	w.dates(q.LastUpdated, r.updated)
+	if err := w.missing(q.Missing, r.missing); err != nil {
+		return SearchPage{}, err
+	}
+	if err := w.quantities(q.Quantities); err != nil {
+		return SearchPage{}, err
+	}
+	if r.patient == "t.id" { // Patient
+		w.exacts(q.NamesExact, q.FamiliesExact)
+		if len(q.Has) > 0 {
+			if err := requireHas(ctx, q.Has); err != nil {
+				return SearchPage{}, err
+			}
+			if err := w.has(q.Has); err != nil {
+				return SearchPage{}, err
+			}
+		}
+	}
 
-	order, err := r.orderBy(q.Sort)
+	cols, err := r.orderBy(q.Sort)
 	if err != nil {
 		return SearchPage{}, err
 	}
-	cond := strings.Join(w.conds, " and ")
-	var page SearchPage
+	return s.runSearch(ctx, r.from, r.columns, cols, w, q, func(rows pgx.CollectableRow, page *SearchPage) error {
+		doc, patientID, err := r.render(rows)
+		if err != nil {
+			return err
+		}
+		page.Resources = append(page.Resources, doc)
+		page.PatientIDs = append(page.PatientIDs, patientID)
+		return nil
+	}, func(page *SearchPage) {
+		for i, doc := range page.Resources {
+			var head struct {
+				ID string `json:"id"`
+			}
+			if _ = json.Unmarshal(doc, &head); r.kind != "" {
+				access.Touch(ctx, r.kind, head.ID)
+			}
+			access.Touch(ctx, access.KindPatient, page.PatientIDs[i])
+		}
+	})
+}
+
+// runSearch counts the matches of w (unless q.NoTotal) and reads one page of them in order cols:
+// after q.After (keyset) or at q.Offset. One row more than the page is read, to know whether a next
+// page follows and give its position.
+func (s *Service) runSearch(ctx context.Context, from, columns string, cols []sortCol, w *where, q Search,
+	scan func(pgx.CollectableRow, *SearchPage) error, touch func(*SearchPage)) (SearchPage, error) {
+	page := SearchPage{Total: -1}
 	batch := &pgx.Batch{}
-	batch.Queue(`select count(*) from `+r.from+` where `+cond, w.args...).QueryRow(func(row pgx.Row) error { return row.Scan(&page.Total) })
+	if !q.NoTotal {
+		cond := strings.Join(w.conds, " and ")
+		batch.Queue(`select count(*) from `+from+` where `+cond, w.args...).QueryRow(func(row pgx.Row) error { return row.Scan(&page.Total) })
+	}
+	if q.After != nil {
+		if err := w.after(cols, q.After); err != nil {
+			return SearchPage{}, err
+		}
+	}
 	if q.Count > 0 {
-		args := append(append([]any{}, w.args...), q.Count, q.Offset)
-		batch.Queue(`select `+r.columns+` from `+r.from+` where `+cond+` order by `+order+
+		cond := strings.Join(w.conds, " and ")
+		args := append(append([]any{}, w.args...), q.Count+1, q.Offset)
+		var last string
+		n := 0
+		batch.Queue(`select `+columns+`, `+cursorSQL(cols)+` from `+from+` where `+cond+` order by `+orderSQL(cols)+
 			fmt.Sprintf(` limit $%d offset $%d`, len(args)-1, len(args)), args...).Query(func(rows pgx.Rows) error {
 			for rows.Next() {
-				doc, patientID, err := r.render(rows)
-				if err != nil {
+				if n++; n > q.Count {
+					page.Next = parseCursor(last)
+					break
+				}
+				if err := scan(cursorRow{Rows: rows, cursor: &last}, &page); err != nil {
 					return err
 				}
-				page.Resources = append(page.Resources, doc)
-				page.PatientIDs = append(page.PatientIDs, patientID)
 			}
 			return rows.Err()
 		})
@@ -211,44 +279,52 @@ or exists (select 1 from jsonb_array_elements_text(case jsonb_typeof(n->'given')
 		}
 		return SearchPage{}, fmt.Errorf("search: %w", err)
 	}
-	for i, doc := range page.Resources {
-		var head struct {
-			ID string `json:"id"`
-		}
-		if _ = json.Unmarshal(doc, &head); r.kind != "" {
-			access.Touch(ctx, r.kind, head.ID)
-		}
-		access.Touch(ctx, access.KindPatient, page.PatientIDs[i])
-	}
+	touch(&page)
 	return page, nil
 }
 
+// requireHas checks the scopes a _has needs: reading its type (Observation: read:observations).
+func requireHas(ctx context.Context, clauses []HasClause) error {
+	for _, c := range clauses {
+		scopes := readScopes(c.Type)
+		if c.Type == "Observation" {
+			scopes = []string{access.ReadObservations}
+		}
+		if _, err := access.Require(ctx, scopes...); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // orderBy is the ORDER BY of sort keys; ties break by id.
-func (r searchable) orderBy(keys []SortKey) (string, error) {
-	cols := map[string]string{"_id": "t.id", "_lastUpdated": r.updated}
+func (r searchable) orderBy(keys []SortKey) ([]sortCol, error) {
+	cols := map[string]sortCol{"_id": {expr: "t.id", typ: "text"}, "_lastUpdated": {expr: r.updated, typ: "timestamptz"}}
 	if r.date != "" {
-		cols["date"] = r.date
+		cols["date"] = sortCol{expr: r.date, typ: "timestamptz"}
 	}
 	if r.patient == "t.id" { // Patient
-		cols["family"] = `(t.name->0->>'family')`
-		cols["birthdate"] = `t.birth_date`
+		cols["family"] = sortCol{expr: `(t.name->0->>'family')`, typ: "text"}
+		cols["given"] = sortCol{expr: `(t.name->0->'given'->>0)`, typ: "text"}
+		cols["birthdate"] = sortCol{expr: `t.birth_date`, typ: "text"}
+		cols["gender"] = sortCol{expr: `t.gender`, typ: "text"}
+	}
+	if r.missing["value-quantity"] != "" { // Observation
+		cols["value-quantity"] = sortCol{expr: `t.value`, typ: "float8"}
 	}
 	if len(keys) == 0 && r.date != "" {
 		keys = []SortKey{{Param: "date", Desc: true}}
 	}
-	var parts []string
+	var out []sortCol
 	for _, k := range keys {
 		col, ok := cols[k.Param]
 		if !ok {
-			return "", fault.Validation("unsupported _sort", map[string]string{"_sort": fmt.Sprintf("cannot sort by %q", k.Param)})
+			return nil, fault.Validation("unsupported _sort", map[string]string{"_sort": fmt.Sprintf("cannot sort by %q", k.Param)})
 		}
-		dir := " asc nulls last"
-		if k.Desc {
-			dir = " desc nulls last"
-		}
-		parts = append(parts, col+dir)
+		col.desc = k.Desc
+		out = append(out, col)
 	}
-	return strings.Join(append(parts, "t.id"), ", "), nil
+	return append(out, sortCol{expr: "t.id", typ: "text"}), nil
 }
 
 // where builds a WHERE clause with numbered arguments.

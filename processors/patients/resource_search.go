@@ -6,7 +6,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"strings"
 
 	"github.com/jackc/pgx/v5"
 
@@ -54,42 +53,29 @@ func (s *Service) searchGeneric(ctx context.Context, p *access.Principal, from s
 	}
 	w.spans(q.Date)
 	w.dates(q.LastUpdated, `t.last_updated`)
-	order, err := genericOrder(q.Sort)
+	if err := w.missing(q.Missing, genericMissing); err != nil {
+		return SearchPage{}, err
+	}
+	cols, err := genericOrder(q.Sort)
 	if err != nil {
 		return SearchPage{}, err
 	}
-	cond := strings.Join(w.conds, " and ")
-	var page SearchPage
 	var types, idList []string
-	batch := &pgx.Batch{}
-	batch.Queue(`select count(*) from `+from+` where `+cond, w.args...).QueryRow(func(row pgx.Row) error { return row.Scan(&page.Total) })
-	if q.Count > 0 {
-		args := append(append([]any{}, w.args...), q.Count, q.Offset)
-		batch.Queue(`select t.type, t.id, t.resource, coalesce(t.patient_id, '') from `+from+` where `+cond+` order by `+order+
-			fmt.Sprintf(` limit $%d offset $%d`, len(args)-1, len(args)), args...).Query(func(rows pgx.Rows) error {
-			for rows.Next() {
-				var t, id, patientID string
-				var doc json.RawMessage
-				if err := rows.Scan(&t, &id, &doc, &patientID); err != nil {
-					return err
-				}
-				types, idList = append(types, t), append(idList, id)
-				page.Resources = append(page.Resources, doc)
-				page.PatientIDs = append(page.PatientIDs, patientID)
-			}
-			return rows.Err()
-		})
-	}
-	if err := s.pool.SendBatch(ctx, batch).Close(); err != nil {
-		if f := fault.As(err); f != nil {
-			return SearchPage{}, f
+	return s.runSearch(ctx, from, `t.type, t.id, t.resource, coalesce(t.patient_id, '')`, cols, w, q, func(rows pgx.CollectableRow, page *SearchPage) error {
+		var t, id, patientID string
+		var doc json.RawMessage
+		if err := rows.Scan(&t, &id, &doc, &patientID); err != nil {
+			return err
 		}
-		return SearchPage{}, fmt.Errorf("search: %w", err)
-	}
-	for i := range idList {
-		touch(ctx, types[i], idList[i], page.PatientIDs[i])
-	}
-	return page, nil
+		types, idList = append(types, t), append(idList, id)
+		page.Resources = append(page.Resources, doc)
+		page.PatientIDs = append(page.PatientIDs, patientID)
+		return nil
+	}, func(page *SearchPage) {
+		for i := range idList {
+			touch(ctx, types[i], idList[i], page.PatientIDs[i])
+		}
+	})
 }
 
 // spans adds each date condition on the interval [date_from, date_to) a resource's date covers
@@ -116,22 +102,20 @@ func (w *where) spans(bounds []DateBound) {
 	}
 }
 
-// genericOrder is the ORDER BY of sort keys over the generic store; ties break by id.
-func genericOrder(keys []SortKey) (string, error) {
-	cols := map[string]string{"_id": "t.id", "_lastUpdated": "t.last_updated", "date": "t.date_from"}
-	var parts []string
+// genericOrder is the ORDER BY of sort keys over the generic store; ties break by type and id.
+func genericOrder(keys []SortKey) ([]sortCol, error) {
+	cols := map[string]sortCol{"_id": {expr: "t.id", typ: "text"}, "_lastUpdated": {expr: "t.last_updated", typ: "timestamptz"},
+		"date": {expr: "t.date_from", typ: "timestamptz"}, "status": {expr: "t.status[1]", typ: "text"}, "code": {expr: "t.codes[1]", typ: "text"}}
+	var out []sortCol
 	for _, k := range keys {
 		col, ok := cols[k.Param]
 		if !ok {
-			return "", fault.Validation("unsupported _sort", map[string]string{"_sort": fmt.Sprintf("cannot sort by %q", k.Param)})
+			return nil, fault.Validation("unsupported _sort", map[string]string{"_sort": fmt.Sprintf("cannot sort by %q", k.Param)})
 		}
-		dir := " asc nulls last"
-		if k.Desc {
-			dir = " desc nulls last"
-		}
-		parts = append(parts, col+dir)
+		col.desc = k.Desc
+		out = append(out, col)
 	}
-	return strings.Join(append(parts, "t.type", "t.id"), ", "), nil
+	return append(out, sortCol{expr: "t.type", typ: "text"}, sortCol{expr: "t.id", typ: "text"}), nil
 }
 
 // EverythingPart is one resource type's share of a patient's record.

@@ -30,6 +30,10 @@ type TxEntry struct {
 	Type        string
 	Body        []byte
 	IfNoneExist *Identifier
+	// Existing is the resource a conditional create by other parameters than one identifier
+	// matched, found by the caller's search before the transaction: the entry names it and
+	// writes nothing.
+	Existing string
 }
 
 // TxResult is what became of an entry: the stored resource (Doc; nil for an Observation), its
@@ -133,6 +137,11 @@ func (st *txState) assign(ctx context.Context, tx pgx.Tx, w writer) error {
 	}
 	for i, e := range st.entries {
 		if e.Type == "Observation" {
+			continue
+		}
+		if e.Existing != "" {
+			st.res[i] = TxResult{ID: e.Existing}
+			st.name(i, e.Existing)
 			continue
 		}
 		if e.IfNoneExist != nil {
