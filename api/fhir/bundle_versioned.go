@@ -66,7 +66,7 @@ func (h handler) versionedEntry(r *http.Request, e inEntry, id string) entry {
 	if e.Request.Method == http.MethodDelete {
 		d, err := h.Patients.DeletePatient(r.Context(), id, want)
 		if err != nil {
-			return errorEntry(r, versionError(err), "Patient")
+			return errorEntry(r, versionError("Patient", err), "Patient")
 		}
 		return entry{Response: &entryResponse{Status: "204 No Content", Etag: etag(strconv.Itoa(d.Version)),
 			LastModified: d.At.UTC().Format(time.RFC3339Nano)}}
@@ -79,7 +79,7 @@ func (h handler) versionedEntry(r *http.Request, e inEntry, id string) entry {
 		body, err = h.Patients.UpdatePatientIfMatch(r.Context(), id, body, want)
 	}
 	if err != nil {
-		return errorEntry(r, h.goneError(r, "Patient", id, versionError(err)), "Patient")
+		return errorEntry(r, h.goneError(r, "Patient", id, versionError("Patient", err)), "Patient")
 	}
 	_, version := idVersion(body)
 	out := entry{FullURL: baseURL(r) + "/Patient/" + ids.FHIR(id), Resource: body, Response: &entryResponse{Status: "200 OK",

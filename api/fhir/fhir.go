@@ -196,25 +196,18 @@ func (h handler) update(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, &statusError{status: http.StatusMethodNotAllowed, msg: t + " cannot be updated here"})
 		return
 	}
-	body, err := readBody(w, r, resourceBodyLimit)
-	if err != nil {
-		writeErrorAt(w, r, err, t)
+	body, id, want, ok := readUpdate(w, r, t)
+	if !ok {
 		return
 	}
-	want, err := ifMatch(r.Header.Get("If-Match"))
-	if err != nil {
-		writeError(w, r, err)
-		return
-	}
-	id := ids.FromFHIR(mux.Vars(r)["id"])
-	body, err = withCarehubID(body, id)
+	body, err := withCarehubID(body, id)
 	if err != nil {
 		writeErrorAt(w, r, err, t)
 		return
 	}
 	doc, err := h.Patients.UpdatePatientIfMatch(r.Context(), id, body, want)
 	if err != nil {
-		writeErrorAt(w, r, h.goneError(r, t, id, versionError(err)), t)
+		writeErrorAt(w, r, h.goneError(r, t, id, versionError(t, err)), t)
 		return
 	}
 	if minimal(r, t) {
@@ -225,6 +218,21 @@ func (h handler) update(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeDoc(w, r, http.StatusOK, doc)
+}
+
+// readUpdate reads what every PUT [type]/{id} takes: the body, the id and the version If-Match
+// requires (0: none). It answers the error itself; ok is false then.
+func readUpdate(w http.ResponseWriter, r *http.Request, t string) (body []byte, id string, want int, ok bool) {
+	body, err := readBody(w, r, resourceBodyLimit)
+	if err != nil {
+		writeErrorAt(w, r, err, t)
+		return nil, "", 0, false
+	}
+	if want, err = ifMatch(r.Header.Get("If-Match")); err != nil {
+		writeError(w, r, err)
+		return nil, "", 0, false
+	}
+	return body, ids.FromFHIR(mux.Vars(r)["id"]), want, true
 }
 
 // withCarehubID replaces the body's id, in either form, by the carehub id when they name the

@@ -6,7 +6,6 @@ package fhir
 // parameters.
 
 import (
-	"errors"
 	"net/http"
 	"slices"
 	"strconv"
@@ -99,20 +98,13 @@ func (h handler) createGeneric(r *http.Request, t, ifNoneExist string, read func
 // updateGeneric serves PUT [type]/{id} for the generic store: a new version, or the resource
 // created under the client's id (201).
 func (h handler) updateGeneric(w http.ResponseWriter, r *http.Request, t string) {
-	body, err := readBody(w, r, resourceBodyLimit)
-	if err != nil {
-		writeErrorAt(w, r, err, t)
+	body, id, want, ok := readUpdate(w, r, t)
+	if !ok {
 		return
 	}
-	want, err := ifMatch(r.Header.Get("If-Match"))
-	if err != nil {
-		writeError(w, r, err)
-		return
-	}
-	id := ids.FromFHIR(mux.Vars(r)["id"])
 	doc, isNew, err := h.Patients.UpdateResource(r.Context(), t, id, body, want)
 	if err != nil {
-		writeErrorAt(w, r, genericVersionError(t, id, err), t)
+		writeErrorAt(w, r, versionError(t, err), t)
 		return
 	}
 	status := http.StatusOK
@@ -140,7 +132,7 @@ func (h handler) removeGeneric(w http.ResponseWriter, r *http.Request, t string)
 	id := ids.FromFHIR(mux.Vars(r)["id"])
 	d, err := h.Patients.DeleteResource(r.Context(), t, id, want)
 	if err != nil {
-		writeErrorAt(w, r, genericVersionError(t, id, err), t)
+		writeErrorAt(w, r, versionError(t, err), t)
 		return
 	}
 	w.Header().Set("ETag", etag(strconv.Itoa(d.Version)))
@@ -151,16 +143,6 @@ func (h handler) removeGeneric(w http.ResponseWriter, r *http.Request, t string)
 	}
 	writeResource(w, http.StatusOK, Outcome{ResourceType: "OperationOutcome",
 		Issue: []Issue{{Severity: "information", Code: "informational", Diagnostics: msg}}})
-}
-
-// genericVersionError is the 412 of an If-Match that names another version than the current.
-func genericVersionError(t, id string, err error) error {
-	if vc, ok := errors.AsType[*patients.VersionConflict](err); ok {
-		return &statusError{status: http.StatusPreconditionFailed, code: "conflict", param: "If-Match",
-			msg: "version conflict: " + t + "/" + ids.FHIR(id) + " is at version " + strconv.Itoa(vc.Current) + ", not " +
-				strconv.Itoa(vc.Expected) + " (0: it does not exist): nothing was written; read it again and apply the change to the current version"}
-	}
-	return err
 }
 
 // searchGeneric runs a search of the generic store.

@@ -81,14 +81,20 @@ func ifMatch(value string) (int, error) {
 	return v, nil
 }
 
-// versionError maps a stale If-Match to 412 (issue code conflict); other errors pass.
-func versionError(err error) error {
-	if vc, ok := errors.AsType[*patients.VersionConflict](err); ok {
-		return &statusError{status: http.StatusPreconditionFailed, code: "conflict", param: "If-Match",
-			msg: "version conflict: Patient/" + ids.FHIR(vc.ID) + " is at version " + strconv.Itoa(vc.Current) +
-				", not " + strconv.Itoa(vc.Expected) + ": nothing was written; read it again and apply the change to the current version"}
+// versionError maps a stale If-Match on a resource of type t to 412 (issue code conflict);
+// other errors pass.
+func versionError(t string, err error) error {
+	vc, ok := errors.AsType[*patients.VersionConflict](err)
+	if !ok {
+		return err
 	}
-	return err
+	current := strconv.Itoa(vc.Current)
+	if vc.Current == 0 {
+		current += " (it does not exist)"
+	}
+	return &statusError{status: http.StatusPreconditionFailed, code: "conflict", param: "If-Match",
+		msg: "version conflict: " + t + "/" + ids.FHIR(vc.ID) + " is at version " + current + ", not " +
+			strconv.Itoa(vc.Expected) + ": nothing was written; read it again and apply the change to the current version"}
 }
 
 // goneError turns the NotFound of a Patient that was deleted into 410 Gone (FHIR: a read of a
@@ -132,7 +138,7 @@ func (h handler) remove(w http.ResponseWriter, r *http.Request) {
 	id := ids.FromFHIR(mux.Vars(r)["id"])
 	d, err := h.Patients.DeletePatient(r.Context(), id, want)
 	if err != nil {
-		writeErrorAt(w, r, versionError(err), t)
+		writeErrorAt(w, r, versionError(t, err), t)
 		return
 	}
 	w.Header().Set("ETag", etag(strconv.Itoa(d.Version)))

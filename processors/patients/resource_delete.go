@@ -43,7 +43,7 @@ where org_id = $1 and type = $2 and id = $3 for update`, w.orgID, t, id).Scan(&v
 			d = Deletion{Version: version, At: updated, Already: true}
 			return nil
 		case ifMatch != 0 && ifMatch != version:
-			return &VersionConflict{ID: t + "/" + id, Current: version, Expected: ifMatch}
+			return &VersionConflict{ID: id, Current: version, Expected: ifMatch}
 		}
 		if err := referredTo(ctx, tx, w, t, id, patientID); err != nil {
 			return err

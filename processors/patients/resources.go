@@ -352,14 +352,14 @@ func (s *Service) store(ctx context.Context, tx pgx.Tx, w writer, t, id string, 
 			w.orgID, t, id).Scan(&current, &wasSynthetic)
 		switch {
 		case errors.Is(err, pgx.ErrNoRows) && *update != 0:
-			return nil, &VersionConflict{ID: t + "/" + id, Expected: *update}
+			return nil, &VersionConflict{ID: id, Expected: *update}
 		case errors.Is(err, pgx.ErrNoRows):
 		case err != nil:
 			return nil, err
 		case !wasSynthetic && !w.p.SeesRealPatients():
 			return nil, fault.Conflict("%s/%s cannot be written with a test key: choose another id", t, ids.FHIR(id))
 		case *update != 0 && *update != current:
-			return nil, &VersionConflict{ID: t + "/" + id, Current: current, Expected: *update}
+			return nil, &VersionConflict{ID: id, Current: current, Expected: *update}
 		default:
 			version = current + 1
 		}
