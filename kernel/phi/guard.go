@@ -199,7 +199,7 @@ func (g *Guard) EventsFor(ctx context.Context, r Reader, evs []storage.Event) ([
 	var at []int
 	for i, ev := range evs {
 		out[i] = Event{Event: ev}
-		if s, ok := memo.classify(ev); ok {
+		if s, ok := ClassifyEvent(ev.Type, ev.Payload); ok {
 			s.OrgID = ev.OrgID
 			subjects = append(subjects, s)
 			at = append(at, i)
@@ -223,9 +223,9 @@ func (g *Guard) EventsFor(ctx context.Context, r Reader, evs []storage.Event) ([
 // RedactEvent returns ev with its patient data removed, whoever reads it: what a stream serves
 // when it cannot decide.
 func RedactEvent(ev storage.Event) Event {
-	if _, ok := memo.classify(ev); !ok {
+	if _, ok := ClassifyEvent(ev.Type, ev.Payload); !ok {
 		return Event{Event: ev}
 	}
-	ev.Payload = memo.redact(ev)
+	ev.Payload = RedactPayload(ev.Type, ev.Payload)
 	return Event{Event: ev, Redacted: true}
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"os"
+	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
@@ -50,7 +51,7 @@ func markCPU(nodePID int, dataDir string) cpuMark {
 func (m cpuMark) since(nodePID int, dataDir string, attacker float64) cpuUse {
 	now := markCPU(nodePID, dataDir)
 	wall := now.at.Sub(m.at).Seconds()
-	u := cpuUse{Cores: numCPU()}
+	u := cpuUse{Cores: runtime.NumCPU()}
 	if wall <= 0 {
 		return u
 	}
@@ -150,18 +151,4 @@ func selfSeconds() float64 {
 		return 0
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano()).Seconds()
-}
-
-func numCPU() int {
-	b, err := os.ReadFile("/proc/stat")
-	if err != nil {
-		return 0
-	}
-	n := 0
-	for _, line := range strings.Split(string(b), "\n") {
-		if strings.HasPrefix(line, "cpu") && !strings.HasPrefix(line, "cpu ") {
-			n++
-		}
-	}
-	return n
 }
