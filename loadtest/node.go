@@ -27,6 +27,9 @@ type Node struct {
 func StartNode(ctx context.Context, dataDir string, keys int, logger *slog.Logger, scopes ...string) (*Node, error) {
 	cfg := node.Defaults()
 	cfg.DataDir, cfg.HTTPAddr, cfg.LogLevel, cfg.AccessLog = filepath.Join(dataDir, "node"), "127.0.0.1:0", "warn", "off"
+	// The clients are one organization's keys, each held to a key's rate: the organization's
+	// rate is theirs together, so the scenarios measure the pipeline at the rates they ask for.
+	cfg.RatePerOrg = float64(max(keys, 1)) * auth.DefaultLimits().Default.PerSecond
 	n, err := node.Start(ctx, cfg, logger)
 	if err != nil {
 		return nil, fmt.Errorf("start carehub: %w", err)

@@ -45,13 +45,15 @@ const maxGraphQLPeek = 1 << 20
 // touched (access.Touch), outcome, HTTP status and latency. Test-key calls are not recorded.
 // Refused credentials (401) are, whatever their mode, as failed authentications, sampled per
 // client address so that a flood of bad requests cannot become a flood of records (see
-// RefusalLimits).
+// RefusalLimits). Calls refused by the rate limits (429, having reached no handler) are sampled
+// per key the same way: a key past its rate would otherwise buy one audit write per refusal.
 type Auditor struct {
 	sink        AuditSink
 	ackTimeout  time.Duration
 	graphqlPath string
 	now         func() time.Time
 	sampler     *refusalSampler
+	limited     *limitedSampler
 }
 
 // AuditorConfig configures an Auditor. Zero fields take their defaults.
@@ -79,7 +81,7 @@ func (c *AuditorConfig) defaults() {
 func NewAuditor(sink AuditSink, cfg AuditorConfig) *Auditor {
 	cfg.defaults()
 	return &Auditor{sink: sink, ackTimeout: cfg.AckTimeout, graphqlPath: cfg.GraphQLPath, now: time.Now,
-		sampler: newRefusalSampler(cfg.RefusalLimits, cfg.Registerer)}
+		sampler: newRefusalSampler(cfg.RefusalLimits, cfg.Registerer), limited: newLimitedSampler(cfg.RefusalLimits, cfg.Registerer)}
 }
 
 // ErrAuditUnavailable is the 503 a patient-data response is replaced with when its audit record
@@ -206,6 +208,10 @@ func (a *Auditor) record(aw *auditWriter, r *http.Request, recorder *access.Reco
 		Outcome: outcome(status), Status: status, LatencyMs: int(a.now().Sub(start).Milliseconds()),
 	}
 	withTouched(rec, recorder)
+	if status == http.StatusTooManyRequests && len(rec.PatientIDs) == 0 && len(rec.ResourceIDs) == 0 &&
+		!a.limited.admit(p.KeyID, start) {
+		return nil
+	}
 	if rec.Outcome == "success" && r.URL.Path == a.graphqlPath && aw.buffer {
 		rec.Outcome = graphQLOutcome(aw.body.Bytes())
 	}

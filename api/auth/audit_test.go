@@ -500,3 +500,61 @@ func readAudit(t *testing.T, cl *kgo.Client, done func([]storage.AuditRecord) bo
 	}
 	return got, raw
 }
+
+// TestRateLimitedCallsSampled: a live key far past its rate gets its refusals (429) recorded up
+// to the sampling burst and counted past it, so a key's flood of refused calls cannot become a
+// flood of audit writes; the calls the limit admitted are all recorded.
+func TestRateLimitedCallsSampled(t *testing.T) {
+	pool := pgtest.New(t)
+	keys := NewKeys(pool)
+	org := newOrg(t, pool)
+	live := newKey(t, keys, NewKey{OrgID: org, Mode: access.Live, Scopes: []string{access.ReadPatients}})
+
+	topic, pub := auditTopic(t)
+	reg := prometheus.NewRegistry()
+	const burst, admitted, flood = 3, 2, 20
+	aud := NewAuditor(pub, AuditorConfig{Registerer: reg, RefusalLimits: RefusalLimits{PerSource: Rate{PerSecond: 0.001, Burst: burst}}})
+	frozen := time.Now()
+	aud.now = func() time.Time { return frozen }
+	authn := NewAuthenticator(keys, nil, AuthenticatorConfig{Clock: func() time.Time { return frozen },
+		Limits: Limits{Default: Rate{PerSecond: 0.001, Burst: admitted}}})
+	srv := httptest.NewServer(patientAPI(authn, aud))
+	t.Cleanup(srv.Close)
+	statuses := map[int]int{}
+	for range admitted + flood {
+		statuses[do(t, http.MethodGet, srv.URL+"/v1/organizations", live.Secret, "", "").status]++
+	}
+	if statuses[http.StatusOK] != admitted || statuses[http.StatusTooManyRequests] != flood {
+		t.Fatalf("answers %v, want %d × 200 and %d × 429", statuses, admitted, flood)
+	}
+	pub.Close(5 * time.Second)
+
+	cl := kafkatest.Client(t, kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	ends, err := kadm.NewClient(cl).ListEndOffsets(context.Background(), topic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	total := 0
+	ends.Each(func(o kadm.ListedOffset) { total += int(o.Offset) })
+	got, _ := readAudit(t, cl, func(got []storage.AuditRecord) bool { return len(got) >= total })
+	byStatus := map[int]int{}
+	for _, rec := range got {
+		byStatus[rec.Status]++
+	}
+	if byStatus[http.StatusOK] != admitted || byStatus[http.StatusTooManyRequests] != burst {
+		t.Fatalf("records by status %v, want %d × 200 and %d × 429", byStatus, admitted, burst)
+	}
+	families, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range families {
+		if f.GetName() == "carehub_audit_rate_limited_suppressed_total" {
+			if v := f.GetMetric()[0].GetCounter().GetValue(); v != flood-burst {
+				t.Fatalf("suppressed %v, want %d", v, flood-burst)
+			}
+			return
+		}
+	}
+	t.Fatal("no carehub_audit_rate_limited_suppressed_total")
+}

@@ -33,7 +33,7 @@ type TokenVerifier interface {
 
 // Authenticator turns an Authorization value into a Principal. Keys are looked up by hash with a
 // short-lived cache; JWTs are verified and tied to their parent key, so a token dies with its key.
-// Its Middleware adds per-credential rate limits. Safe for concurrent use.
+// Its Middleware adds rate limits per credential and per organization. Safe for concurrent use.
 type Authenticator struct {
 	keys     *Keys
 	tokens   TokenVerifier
@@ -42,7 +42,8 @@ type Authenticator struct {
 	limits   Limits
 	wsPath   string
 	ttl      time.Duration
-	rate     map[Class]*limiter
+	rate     map[Class]*limiter // by credential
+	orgRate  map[Class]*limiter // by organization
 	inFlight *inFlight
 
 	mu    sync.Mutex
@@ -94,6 +95,10 @@ func NewAuthenticator(keys *Keys, tokens TokenVerifier, cfg AuthenticatorConfig)
 		rate: map[Class]*limiter{
 			ClassDefault: newLimiter(cfg.Limits.Default, cfg.Limits.MaxTracked),
 			ClassIngest:  newLimiter(cfg.Limits.Ingest, cfg.Limits.MaxTracked),
+		},
+		orgRate: map[Class]*limiter{
+			ClassDefault: newLimiter(cfg.Limits.OrgDefault, cfg.Limits.MaxTracked),
+			ClassIngest:  newLimiter(cfg.Limits.OrgIngest, cfg.Limits.MaxTracked),
 		},
 		inFlight: newInFlight(cfg.Limits.InFlight)}
 }

@@ -11,8 +11,8 @@ import (
 	"carehub/kernel/fault"
 )
 
-// Middleware authenticates every request, applies the credential's rate limit and bound on
-// requests in progress (Limits.InFlight), and puts the principal in the request context
+// Middleware authenticates every request, applies the rate limits of its credential and of its
+// organization and the credential's bound on requests in progress (Limits.InFlight), and puts the principal in the request context
 // (access.With). A request it refuses gets onError (nil means
 // envelope.WriteError) with a fault: UNAUTHORIZED (401), IP_NOT_ALLOWED (403), RATE_LIMITED (429,
 // with Retry-After) or UNAVAILABLE (503, the key store is down). Every response to an
@@ -53,11 +53,11 @@ func (a *Authenticator) Middleware(onError func(http.ResponseWriter, *http.Reque
 				onError(w, r, err)
 				return
 			}
-			d := a.rate[a.limits.class(r)].take(p.KeyID, a.now())
+			d, whose := a.takeRate(r, p)
 			d.setHeaders(w.Header())
 			if !d.allowed {
-				onError(w, r, fault.New(fault.KindRateLimited, "rate limit exceeded for this credential: retry after %s seconds",
-					w.Header().Get("Retry-After")))
+				onError(w, r, fault.New(fault.KindRateLimited, "rate limit exceeded for %s: retry after %s seconds",
+					whose, w.Header().Get("Retry-After")))
 				return
 			}
 			if !a.inFlight.acquire(p.KeyID) {
@@ -74,6 +74,22 @@ func (a *Authenticator) Middleware(onError func(http.ResponseWriter, *http.Reque
 			next.ServeHTTP(w, r)
 		})
 	}
+}
+
+// takeRate takes a token of r's class from p's credential and then from its organization, and
+// returns the decision the RateLimit headers report: the refusal, or of the two buckets the one
+// with fewer requests left. whose names the bucket that refused.
+func (a *Authenticator) takeRate(r *http.Request, p *access.Principal) (d decision, whose string) {
+	class, now := a.limits.class(r), a.now()
+	d = a.rate[class].take(p.KeyID, now)
+	if !d.allowed || p.OrgID == "" {
+		return d, "this credential"
+	}
+	od := a.orgRate[class].take(p.OrgID, now)
+	if !od.allowed || od.remaining < d.remaining {
+		return od, "this organization's keys together"
+	}
+	return d, ""
 }
 
 func isWebSocketUpgrade(r *http.Request) bool {

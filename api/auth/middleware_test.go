@@ -313,3 +313,38 @@ func TestGraphQLOutcome(t *testing.T) {
 		}
 	}
 }
+
+// An organization's keys share its rate: a tenant that makes more keys gets no more of the node,
+// and another organization's keys are not slowed by it.
+func TestMiddlewareOrganizationRate(t *testing.T) {
+	pool := pgtest.New(t)
+	keys := NewKeys(pool)
+	clk := newClock()
+	a := NewAuthenticator(keys, nil, AuthenticatorConfig{Clock: clk.now, Limits: Limits{
+		Default: Rate{PerSecond: 1, Burst: 2}, OrgDefault: Rate{PerSecond: 2, Burst: 3}}})
+	org, other := newOrg(t, pool), newOrg(t, pool)
+	url := stack(t, a, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		envelope.WriteJSON(w, http.StatusOK, map[string]string{})
+	}))
+	var secrets []string
+	for range 3 {
+		secrets = append(secrets, newKey(t, keys, NewKey{OrgID: org, Mode: access.Live}).Secret)
+	}
+	for i, want := range []int{200, 200, 200, 429} { // three of the organization's keys, one request each, then a fourth
+		resp, body := get(t, http.MethodGet, url+"/v1/organizations", secrets[i%3])
+		if resp.StatusCode != want {
+			t.Fatalf("request %d: %d %s", i, resp.StatusCode, body)
+		}
+		if want == 429 && (errorCode(t, body) != "RATE_LIMITED" || !strings.Contains(string(body), "organization") ||
+			resp.Header.Get("Retry-After") != "1" || resp.Header.Get("RateLimit-Limit") != "3" || resp.Header.Get("RateLimit-Remaining") != "0") {
+			t.Fatalf("past the organization's rate: %v %s", resp.Header, body)
+		}
+	}
+	if resp, body := get(t, http.MethodGet, url+"/v1/organizations", newKey(t, keys, NewKey{OrgID: other, Mode: access.Live}).Secret); resp.StatusCode != 200 {
+		t.Fatalf("another organization's key: %d %s", resp.StatusCode, body)
+	}
+	clk.add(time.Second)
+	if resp, _ := get(t, http.MethodGet, url+"/v1/organizations", secrets[2]); resp.StatusCode != 200 {
+		t.Fatalf("after a second's refill: %d", resp.StatusCode)
+	}
+}

@@ -25,12 +25,20 @@ const (
 	ClassIngest               // POST /v1/observations
 )
 
-// Limits are the per-credential rate limits. Limits are per node: with N api nodes behind a
-// balancer a credential gets up to N times the rate, which is the usual trade for not putting a
-// shared store on every request's path.
+// Limits are the rate limits per credential and per organization. Limits are per node: with N
+// api nodes behind a balancer a credential gets up to N times the rate, which is the usual trade
+// for not putting a shared store on every request's path.
+//
+// A request takes a token of its credential's bucket and then one of its organization's: an
+// organization's keys together get OrgDefault (OrgIngest), however many keys it makes. Without
+// it, one tenant holding twenty keys had twenty times a key's rate of the node, and its traffic
+// was paid for in the other tenants' latency (docs/SECURITY.md, round two). The platform
+// operator's keys belong to no organization and have the per-key limits only.
 type Limits struct {
-	Default Rate // default 50/s, burst 100
-	Ingest  Rate // default 200/s, burst 400
+	Default    Rate // default 50/s, burst 100
+	Ingest     Rate // default 200/s, burst 400
+	OrgDefault Rate // default 100/s, burst 200
+	OrgIngest  Rate // default 1,000/s, burst 2,000
 	// IsIngest classifies a request (default: POST /v1/observations).
 	IsIngest func(*http.Request) bool
 	// MaxTracked bounds the buckets kept per class (default 100,000). Past it, buckets that
@@ -45,7 +53,8 @@ type Limits struct {
 
 // DefaultLimits returns the limits of DECISIONS §3.
 func DefaultLimits() Limits {
-	return Limits{Default: Rate{PerSecond: 50, Burst: 100}, Ingest: Rate{PerSecond: 200, Burst: 400}}
+	return Limits{Default: Rate{PerSecond: 50, Burst: 100}, Ingest: Rate{PerSecond: 200, Burst: 400},
+		OrgDefault: Rate{PerSecond: 100, Burst: 200}, OrgIngest: Rate{PerSecond: 1000, Burst: 2000}}
 }
 
 func (l Limits) withDefaults() Limits {
@@ -55,6 +64,12 @@ func (l Limits) withDefaults() Limits {
 	}
 	if l.Ingest.PerSecond <= 0 || l.Ingest.Burst <= 0 {
 		l.Ingest = d.Ingest
+	}
+	if l.OrgDefault.PerSecond <= 0 || l.OrgDefault.Burst <= 0 {
+		l.OrgDefault = d.OrgDefault
+	}
+	if l.OrgIngest.PerSecond <= 0 || l.OrgIngest.Burst <= 0 {
+		l.OrgIngest = d.OrgIngest
 	}
 	if l.IsIngest == nil {
 		l.IsIngest = func(r *http.Request) bool {

@@ -134,6 +134,34 @@ func (s *refusalSampler) admit(clientIP string, now time.Time) bool {
 	return false
 }
 
+// limitedSampler decides which of a key's rate-limited calls (429) are recorded: the key's
+// calls get RefusalLimits.PerSource, all keys together RefusalLimits.Total; a call past either
+// is counted (carehub_audit_rate_limited_suppressed_total), not recorded. The calls the limits
+// let through are all recorded, and a 429 touched nothing.
+type limitedSampler struct {
+	perKey, total *limiter
+	suppressed    prometheus.Counter
+}
+
+func newLimitedSampler(l RefusalLimits, reg prometheus.Registerer) *limitedSampler {
+	s := &limitedSampler{perKey: newLimiter(l.PerSource, l.MaxSources), total: newLimiter(l.Total, 1),
+		suppressed: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "carehub", Subsystem: "audit",
+			Name: "rate_limited_suppressed_total", Help: "Live-key calls refused by the rate limits (429) not audited because their key, or all keys together, exceeded the refused-call audit rate."})}
+	if reg != nil {
+		s.suppressed = telemetry.Shared(reg, s.suppressed)
+	}
+	return s
+}
+
+// admit reports whether keyID's rate-limited call at now is recorded.
+func (s *limitedSampler) admit(keyID string, now time.Time) bool {
+	if s.perKey.take(keyID, now).allowed && s.total.take("", now).allowed {
+		return true
+	}
+	s.suppressed.Inc()
+	return false
+}
+
 // source is the bucket of a client address: an IPv4 address, an IPv6 /64.
 func source(clientIP string) string {
 	a, err := netip.ParseAddr(clientIP)

@@ -32,6 +32,8 @@ func limits() map[string]string {
 	return map[string]string{
 		"requests":                              rate(def.Default),
 		"ingest requests":                       rate(def.Ingest),
+		"requests per organization":             rate(def.OrgDefault),
+		"ingest requests per organization":      rate(def.OrgIngest),
 		"requests in progress":                  fmt.Sprint(auth.DefaultMaxInFlight),
 		"audited refusals per client address":   rate(ref.PerSource),
 		"audited refusals, all addresses":       rate(ref.Total),

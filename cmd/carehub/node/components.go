@@ -3,6 +3,7 @@ package node
 import (
 	"context"
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 	"time"
@@ -197,6 +198,15 @@ func startLogStores(s *Node, ctx, _ context.Context) error {
 	return nil
 }
 
+// limits are the authenticator's limits the flags set; unset ones take auth.DefaultLimits().
+func (c Config) limits() auth.Limits {
+	rate := func(perSecond float64) auth.Rate {
+		return auth.Rate{PerSecond: perSecond, Burst: int(math.Ceil(2 * perSecond))}
+	}
+	return auth.Limits{InFlight: c.MaxInFlightPerKey, Default: rate(c.RatePerKey), OrgDefault: rate(c.RatePerOrg),
+		Ingest: rate(c.IngestRatePerKey), OrgIngest: rate(c.IngestRatePerOrg)}
+}
+
 // startAuthenticator makes the node's authenticator and the listener that drops its cached
 // state of a key revoked or rotated anywhere (another node, the CLI). The listener listens
 // before start-up ends, so a revocation committed once the node is up is never missed.
@@ -207,7 +217,7 @@ func startAuthenticator(s *Node, ctx, wctx context.Context) error {
 		return fmt.Errorf("--trusted-proxies: %w", err)
 	}
 	s.authn = auth.NewAuthenticator(s.keys, s.tokens, auth.AuthenticatorConfig{ClientIP: clientIP, CacheTTL: s.cfg.KeyCacheTTL,
-		Limits: auth.Limits{InFlight: s.cfg.MaxInFlightPerKey}})
+		Limits: s.cfg.limits()})
 	keyChanges, err := auth.ListenKeyChanges(ctx, s.pool.Config().ConnConfig.Copy(), s.authn, s.logger.With("component", "key-changes"))
 	if err != nil {
 		return err

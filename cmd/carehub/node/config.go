@@ -86,6 +86,11 @@ type Config struct {
 	// MaxInFlightPerKey bounds the requests one API key (with its JWTs) has in progress on the
 	// node at once; 0 means auth.DefaultMaxInFlight.
 	MaxInFlightPerKey int
+	// RatePerKey and RatePerOrg are the requests a second one API key (with its JWTs), and all
+	// the keys of one organization together, may make of this node; IngestRatePerKey and
+	// IngestRatePerOrg the same for POST /v1/observations. Each bucket holds two seconds of its
+	// rate. 0 means auth.DefaultLimits().
+	RatePerKey, RatePerOrg, IngestRatePerKey, IngestRatePerOrg float64
 	// SocketKeepAlive (ping interval and pong deadline) and SocketWriteTimeout (one frame's
 	// write) drop dead peers; 0 means the ws defaults. Not flags: the slow-consumer test
 	// lengthens both so that only the send queue decides.
@@ -185,6 +190,9 @@ func (c *Config) Validate() error {
 	}
 	if c.MaxInFlightPerKey < 0 {
 		errs = append(errs, errors.New("--max-in-flight-per-key must not be negative (0: default)"))
+	}
+	if c.RatePerKey < 0 || c.RatePerOrg < 0 || c.IngestRatePerKey < 0 || c.IngestRatePerOrg < 0 {
+		errs = append(errs, errors.New("--rate-per-key, --rate-per-org, --ingest-rate-per-key and --ingest-rate-per-org must not be negative (0: default)"))
 	}
 	if c.ClickHouseEventRetention < 0 || c.ClickHouseAuditRetention < 0 {
 		errs = append(errs, errors.New("--clickhouse-event-retention and --clickhouse-audit-retention must not be negative (0: keep)"))

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/url"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -135,7 +136,22 @@ func (a *attacker) counts() []string {
 // start runs the attacks until ctx ends; the returned function waits for them.
 func (a *attacker) start(ctx context.Context) func() {
 	var wg sync.WaitGroup
+	picked := func(name string) bool {
+		if a.c.only == "" {
+			return true
+		}
+		num, _, _ := strings.Cut(name, " ")
+		return slices.Contains(strings.Split(a.c.only, ","), num)
+	}
+	run := func(name string, fn func(ctx context.Context)) {
+		if picked(name) {
+			wg.Go(func() { fn(ctx) })
+		}
+	}
 	loop := func(name string, fn func(ctx context.Context) string) {
+		if !picked(name) {
+			return
+		}
 		wg.Go(func() {
 			for ctx.Err() == nil {
 				a.count(name, fn(ctx))
@@ -148,7 +164,7 @@ func (a *attacker) start(ctx context.Context) func() {
 		body := fmt.Sprintf(`{"projectId":%q,"type":"soak.poison","payload":%s}`, k.project, bodies[time.Now().Nanosecond()%len(bodies)])
 		return a.call(ctx, "POST", "/v1/events", k.live, "application/json", body, nil)
 	})
-	wg.Go(func() { a.slowBodies(ctx) })
+	run("2 slow body", a.slowBodies)
 	loop("3 test key names a real patient", func(ctx context.Context) string {
 		body := fmt.Sprintf(`{"projectId":%q,"type":"vitals.deteriorating","payload":{"patientId":%q,"news2":9}}`, k.project, k.realPatient)
 		return a.call(ctx, "POST", "/v1/events", k.test, "application/json", body, nil)
@@ -163,7 +179,7 @@ func (a *attacker) start(ctx context.Context) func() {
 		body, _ := json.Marshal(map[string]string{"query": q.String()})
 		return a.call(ctx, "POST", "/graphql", k.live, "application/json", string(body), nil)
 	})
-	wg.Go(func() { a.broker(ctx) })
+	run("5 anonymous broker client", a.broker)
 	loop("6 conditional create", func(ctx context.Context) string {
 		body := `{"resourceType":"Patient","name":[{"family":"Probe"}],"identifier":[{"system":"` +
 			strings.Split(k.mrn, "|")[0] + `","value":"` + strings.TrimPrefix(k.mrn, strings.Split(k.mrn, "|")[0]+"|") + `"}]}`
@@ -186,7 +202,7 @@ func (a *attacker) start(ctx context.Context) func() {
 		return a.call(ctx, "PUT", "/v1/organizations/"+k.orgID+"/retention", k.live, "application/json",
 			`{"auditRetentionDays":`+days+`}`, nil)
 	})
-	wg.Go(func() { a.sockets(ctx) })
+	run("10 sockets", a.sockets)
 	loop("12 surrogate in a Patient", func(ctx context.Context) string {
 		return a.call(ctx, "POST", "/fhir/R4/Patient", k.writer, "application/fhir+json",
 			`{"resourceType":"Patient","name":[{"family":"\ud800"}]}`, nil)

@@ -26,6 +26,7 @@ type order struct {
 	Slow     int           `json:"slow"`
 	Sockets  int           `json:"sockets"`
 	Duration time.Duration `json:"duration"`
+	Only     string        `json:"only"`
 	Keys     wireKeys      `json:"keys"`
 }
 
@@ -48,7 +49,7 @@ func (k wireKeys) keys() *attackerKeys {
 // attackFromChild starts the attacker process for c.duration; wait returns its counts once it
 // has ended.
 func (w *world) attackFromChild(ctx context.Context, c config) (wait func() (counts []string, cpuSeconds float64, err error), err error) {
-	o := order{URL: w.n.url, Brokers: w.n.brokers, Slow: c.slow, Sockets: c.sockets, Duration: c.duration, Keys: w.attacker.wire()}
+	o := order{URL: w.n.url, Brokers: w.n.brokers, Slow: c.slow, Sockets: c.sockets, Duration: c.duration, Only: c.only, Keys: w.attacker.wire()}
 	in, err := json.Marshal(o)
 	if err != nil {
 		return nil, err
@@ -84,7 +85,7 @@ func runAttacker(ctx context.Context) error {
 	if err := json.NewDecoder(os.Stdin).Decode(&o); err != nil {
 		return fmt.Errorf("read the order: %w", err)
 	}
-	c := config{slow: o.Slow, sockets: o.Sockets}
+	c := config{slow: o.Slow, sockets: o.Sockets, only: o.Only}
 	w := &world{n: &node{url: o.URL, brokers: o.Brokers}, http: loadcli.HTTPClient(64), attacker: o.Keys.keys()}
 	ctx, cancel := context.WithTimeout(ctx, o.Duration)
 	defer cancel()

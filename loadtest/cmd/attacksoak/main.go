@@ -43,6 +43,7 @@ type config struct {
 	sockets  int     // WebSocket connections the attacker tries to hold
 	keep     bool
 	profile  string // a CPU profile of the node over the attacked phase's middle half goes here
+	only     string // the attacks to run, by number ("1,3,10"); "" runs them all
 }
 
 func main() {
@@ -55,6 +56,7 @@ func main() {
 	flag.IntVar(&c.sockets, "sockets", 300, "WebSocket connections the attacker tries to hold, each subscribing as often as it may")
 	flag.BoolVar(&c.keep, "keep", false, "keep the node's data dir")
 	flag.StringVar(&c.profile, "cpuprofile", "", "write a CPU profile of the node over the middle half of the attacked phase to this file")
+	flag.StringVar(&c.only, "only", "", "run only these attacks, by their numbers in docs/SECURITY.md (\"2,10\"), to see what each costs the node")
 	attackerProcess := flag.Bool("attacker", false, "run as the attacker process (the soak starts it; its order comes on stdin)")
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
