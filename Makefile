@@ -14,7 +14,7 @@ GOTESTFLAGS  ?= -count=1 -timeout 25m -race -shuffle=on
 NODE_DIRS    := api/ws/nodetest api/graphql/explorer/web processors/webhooks/nodeverify tests/fhir-js
 PYTHON       ?= python3
 FUZZ_VENV    ?= $(HOME)/.cache/carehub/venv
-FUZZ_REQS    := api/contracttest/requirements.txt
+FUZZ_REQS    := e2e/contracttest/requirements.txt
 
 .DEFAULT_GOAL := help
 
@@ -41,7 +41,7 @@ node-deps: ## install the npm packages the Node-based tests use (lockfiles commi
 	done
 
 .PHONY: fuzz-deps
-fuzz-deps: ## install Schemathesis, pinned in api/contracttest/requirements.txt, into FUZZ_VENV
+fuzz-deps: ## install Schemathesis, pinned in e2e/contracttest/requirements.txt, into FUZZ_VENV
 	@if ! cmp -s $(FUZZ_REQS) $(FUZZ_VENV)/requirements.txt; then \
 		$(PYTHON) -m venv $(FUZZ_VENV) && \
 		$(FUZZ_VENV)/bin/pip install -q --disable-pip-version-check -r $(FUZZ_REQS) && \
@@ -101,10 +101,10 @@ test: test-deps ## run the whole suite (real Postgres, embedded Kafka, Node and 
 
 .PHONY: fuzz-api
 fuzz-api: postgres-binaries fuzz-deps ## fuzz the REST and GraphQL APIs with Schemathesis, driven by the OpenAPI document and the GraphQL schema, on a fresh node
-	CAREHUB_SCHEMATHESIS=$(FUZZ_VENV)/bin/schemathesis $(GO) test $(GOTESTFLAGS) -v -run '^(TestOpenAPIFuzz|TestGraphQLFuzz)$$' ./api/contracttest/
+	CAREHUB_SCHEMATHESIS=$(FUZZ_VENV)/bin/schemathesis $(GO) test $(GOTESTFLAGS) -v -run '^(TestOpenAPIFuzz|TestGraphQLFuzz)$$' ./e2e/contracttest/
 
 # Packages with whole-node tests, the ones that race with background work.
-FLAKE_PKGS   ?= ./api/... ./processors/... ./ingest/...
+FLAKE_PKGS   ?= ./api/... ./e2e/... ./processors/... ./ingest/...
 FLAKE_RUNS   ?= 10
 
 .PHONY: flake-hunt
@@ -125,11 +125,11 @@ kafka-down: ## stop the real Kafka broker
 # topics and groups (kafkatest.Name; servertest gives each node a --kafka-namespace). The tests
 # that stop and restart the broker (KAFKA_STOP_TESTS) would break the others' connections, so
 # they run afterwards, alone.
-KAFKA_PKGS       := ./storage/kafka/... ./ingest/... ./processors/... ./api/...
+KAFKA_PKGS       := ./storage/kafka/... ./storage/outbox/... ./storage/idempotency/... ./ingest/... ./processors/... ./api/... ./e2e/...
 KAFKA_TESTFLAGS  ?= -count=1 -timeout 25m -shuffle=on
 KAFKA_PARALLEL   ?= 2
 KAFKA_STOP_TESTS := ^(TestBrokerOutage|TestBrokerRestart)$$
-KAFKA_STOP_PKGS  := ./storage/kafka ./api/pipelinetest
+KAFKA_STOP_PKGS  := ./storage/kafka ./e2e/pipelinetest
 
 .PHONY: test-kafka
 test-kafka: postgres-binaries node-deps ## run the Kafka-touching suites against a real Apache Kafka broker
@@ -214,7 +214,7 @@ clickhouse-down: ## stop the ClickHouse engine (its data stays for the next clic
 # .ci/run runs every whole-node suite on both real engines at once). make test already ran the
 # same code under the race detector; here the store is what is tested, and -race would double
 # the stage's time.
-CLICKHOUSE_PKGS      ?= ./storage/clickhouse/... ./api/authztest ./api/rest ./api/graphql ./api/pipelinetest
+CLICKHOUSE_PKGS      ?= ./storage/clickhouse/... ./e2e/authztest ./api/rest ./api/graphql ./e2e/pipelinetest
 CLICKHOUSE_ALL_PKGS   = $(shell $(GO) list -test -f '{{.ImportPath}}{{range .Deps}} {{.}}{{end}}' ./... | \
 	awk '$$1 ~ /\.test$$/ && / carehub\/storage\/clickhouse\/chtest( |$$)/ {sub(/\.test$$/, "", $$1); print $$1}')
 

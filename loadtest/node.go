@@ -10,7 +10,7 @@ import (
 	"carehub/api/auth"
 	"carehub/cmd/carehub/node"
 	"carehub/kernel/access"
-	"carehub/kernel/demo"
+	"carehub/storage/demo"
 )
 
 // Node is a whole carehub node in process for -self runs of the API scenarios (eventload):

@@ -30,11 +30,11 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"carehub/kernel/config"
+	"carehub/kernel/ids"
 	"carehub/loadtest/loadcli"
 	"carehub/loadtest/report"
 	obs "carehub/processors/observations"
 	obswire "carehub/schemas/kafka/observation"
-	"carehub/storage/ids"
 	"carehub/storage/kafka"
 	"carehub/storage/postgres/pgcopy"
 )

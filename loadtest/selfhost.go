@@ -22,15 +22,15 @@ import (
 	"carehub/api/rest"
 	"carehub/cmd/carehub/node"
 	"carehub/ingest/intake"
-	"carehub/ingest/outbox"
 	"carehub/kernel/access"
-	"carehub/kernel/demo"
 	"carehub/processors/eventlog"
 	obs "carehub/processors/observations"
 	"carehub/processors/patients"
 	"carehub/storage"
 	"carehub/storage/clickhouse"
+	"carehub/storage/demo"
 	"carehub/storage/kafka"
+	"carehub/storage/outbox"
 	"carehub/storage/postgres"
 )
 

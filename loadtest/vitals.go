@@ -7,8 +7,8 @@ import (
 	"strconv"
 	"time"
 
+	"carehub/kernel/ids"
 	obswire "carehub/schemas/kafka/observation"
-	"carehub/storage/ids"
 )
 
 // vitalSpec is one LOINC vital sign a simulated device reports: a normal range the readings

@@ -53,8 +53,5 @@ func TrimPage[T any](items []T, limit int, key func(T) (time.Time, string)) ([]T
 	return items, EncodeCursor(at, id)
 }
 
-// CursorKey is an event's place in the event log's order, for TrimPage.
-func (e Event) CursorKey() (time.Time, string) { return e.CreatedAt, e.ID }
-
 // CursorKey is an audit record's place in the audit log's order, for TrimPage.
 func (r AuditRecord) CursorKey() (time.Time, string) { return r.Time, r.ID }

@@ -3,6 +3,8 @@ package storage
 import (
 	"testing"
 	"time"
+
+	"carehub/kernel/events"
 )
 
 func TestCursor(t *testing.T) {
@@ -20,11 +22,11 @@ func TestCursor(t *testing.T) {
 
 func TestTrimPage(t *testing.T) {
 	at := time.Date(2026, 11, 25, 4, 0, 0, 0, time.UTC)
-	evs := []Event{{ID: "a", CreatedAt: at}, {ID: "b", CreatedAt: at}, {ID: "c", CreatedAt: at}}
-	if got, next := TrimPage(evs, 3, Event.CursorKey); len(got) != 3 || next != "" {
+	evs := []events.Event{{ID: "a", CreatedAt: at}, {ID: "b", CreatedAt: at}, {ID: "c", CreatedAt: at}}
+	if got, next := TrimPage(evs, 3, events.Event.CursorKey); len(got) != 3 || next != "" {
 		t.Fatalf("last page: %d events, cursor %q", len(got), next)
 	}
-	got, next := TrimPage(evs, 2, Event.CursorKey)
+	got, next := TrimPage(evs, 2, events.Event.CursorKey)
 	if len(got) != 2 || next != EncodeCursor(at, "b") {
 		t.Fatalf("a page with more: %d events, cursor %q", len(got), next)
 	}

@@ -6,10 +6,11 @@ package storage
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"strings"
 	"time"
+
+	"carehub/kernel/events"
 )
 
 // ErrBadCursor is returned by queries given a cursor they did not produce.
@@ -44,19 +45,6 @@ func Refusal(err error) string {
 		return re.Error()
 	}
 	return ErrUnstorable.Error()
-}
-
-// Event is one platform event: the envelope of DECISIONS §4, as it travels on carehub.events.v1
-// and as the event log keeps it.
-type Event struct {
-	ID        string          `json:"id"` // evt_…
-	Type      string          `json:"type"`
-	OrgID     string          `json:"orgId"`
-	ProjectID string          `json:"projectId"`
-	Source    string          `json:"source"`   // workflow, agent, integration, deployment, system
-	Severity  string          `json:"severity"` // info, warning, error, critical
-	Payload   json.RawMessage `json:"payload"`
-	CreatedAt time.Time       `json:"createdAt"`
 }
 
 // EventQuery selects events of one project, newest first unless Ascending.
@@ -119,7 +107,7 @@ func SplitTypePatterns(patterns []string) (exact, prefixes []string) {
 // EventPage is one page of events. Total counts every match of the query, not only this page,
 // as the query's TotalMode asks (0 when none).
 type EventPage struct {
-	Events     []Event
+	Events     []events.Event
 	Total      int64
 	NextCursor string // "" on the last page
 }
@@ -128,7 +116,7 @@ type EventPage struct {
 type EventLog interface {
 	// AppendEvents stores events durably before returning. It is idempotent by event id: appending
 	// an event whose id is already stored leaves exactly one copy.
-	AppendEvents(ctx context.Context, events []Event) error
+	AppendEvents(ctx context.Context, events []events.Event) error
 	// QueryEvents returns events matching q, newest first (created_at desc, id desc), or
 	// oldest first (asc) when q.Ascending.
 	QueryEvents(ctx context.Context, q EventQuery) (EventPage, error)
@@ -141,7 +129,7 @@ type EventLog interface {
 	// q.Total are ignored), to emit in chunks of at most ExportChunk events. It reads the result
 	// of one query as it arrives, so memory stays bounded whatever the range. emit must not keep
 	// the slice; its error stops the export and is returned. A foreign cursor is ErrBadCursor.
-	ExportEvents(ctx context.Context, q EventQuery, emit func([]Event) error) error
+	ExportEvents(ctx context.Context, q EventQuery, emit func([]events.Event) error) error
 }
 
 // ExportChunk is the most events EventLog.ExportEvents passes to emit at once.
@@ -156,7 +144,7 @@ type DeferredEventLog interface {
 	// AppendEventsDeferred stores events as AppendEvents does (idempotent by id, all or none)
 	// and returns their mark: they are visible to queries at once, but a crash of the store may
 	// lose them until the mark is Within what Durable returns.
-	AppendEventsDeferred(ctx context.Context, events []Event) (DurableMark, error)
+	AppendEventsDeferred(ctx context.Context, events []events.Event) (DurableMark, error)
 	// Durable returns how far appended events survive a crash of the store now. The store gets
 	// there by itself, soon (Postgres: its WAL writer, within a second).
 	Durable(ctx context.Context) (DurableMark, error)

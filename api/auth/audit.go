@@ -19,9 +19,9 @@ import (
 	"carehub/kernel/access"
 	"carehub/kernel/config"
 	"carehub/kernel/fault"
+	"carehub/kernel/ids"
 	"carehub/kernel/jsonwire"
 	"carehub/storage"
-	"carehub/storage/ids"
 )
 
 // AuditSink takes audit records; *audit.Publisher (carehub/processors/audit) is the real one.

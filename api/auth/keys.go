@@ -39,8 +39,8 @@ import (
 
 	"carehub/kernel/access"
 	"carehub/kernel/fault"
-	"carehub/processors/idempotency"
-	"carehub/storage/ids"
+	"carehub/kernel/ids"
+	"carehub/storage/idempotency"
 )
 
 // Key prefixes (DECISIONS §2): the prefix tells live from test keys at a glance.

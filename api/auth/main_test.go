@@ -11,7 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"carehub/kernel/access"
-	"carehub/storage/ids"
+	"carehub/kernel/ids"
 	"carehub/storage/postgres/pgtest"
 )
 

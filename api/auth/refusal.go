@@ -10,9 +10,9 @@ import (
 
 	"carehub/kernel/access"
 	"carehub/kernel/config"
+	"carehub/kernel/ids"
 	"carehub/kernel/telemetry"
 	"carehub/storage"
-	"carehub/storage/ids"
 )
 
 // Reasons a credential is refused, as the audit log records them (AuditRecord.AuthFailure).

@@ -18,7 +18,7 @@ import (
 
 	"carehub/kernel/access"
 	"carehub/kernel/fault"
-	"carehub/storage/ids"
+	"carehub/kernel/ids"
 )
 
 // JWT exchange (spec Authentication 6, DECISIONS §2): an API key buys a short-lived EdDSA token

@@ -12,8 +12,8 @@ import (
 	"carehub/api/envelope"
 	"carehub/ingest/intake"
 	"carehub/kernel/fault"
+	"carehub/kernel/ids"
 	"carehub/processors/patients"
-	"carehub/storage/ids"
 )
 
 type entryRequest struct {

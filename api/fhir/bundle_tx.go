@@ -17,8 +17,8 @@ import (
 	"carehub/ingest/intake"
 	"carehub/kernel/access"
 	"carehub/kernel/fault"
+	"carehub/kernel/ids"
 	"carehub/processors/patients"
-	"carehub/storage/ids"
 )
 
 func (h handler) transaction(r *http.Request, entries []inEntry) ([]entry, error) {

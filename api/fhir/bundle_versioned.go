@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"carehub/kernel/fault"
-	"carehub/storage/ids"
+	"carehub/kernel/ids"
 )
 
 // batch serves a batch: its PUT Patient/{id} and DELETE Patient/{id} entries here, each on its

@@ -12,9 +12,9 @@ import (
 
 	"carehub/ingest/intake"
 	"carehub/kernel/fault"
+	"carehub/kernel/ids"
 	"carehub/kernel/jsonwire"
 	"carehub/processors/patients"
-	"carehub/storage/ids"
 )
 
 // create serves POST [type]: a new resource with an id the server assigns, whatever id the body

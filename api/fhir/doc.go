@@ -20,7 +20,7 @@
 // meta.versionId and lastUpdated are ignored, as FHIR says, so that no create is answered 201 and
 // left unstored. Every error is an OperationOutcome naming the element in issue.expression where
 // there is one, the router's own (no route, another method) included (api/server answers those
-// with WriteNoRoute). Ids are FHIR ids: carehub's with the prefix's '_' as '-' (storage/ids.FHIR);
+// with WriteNoRoute). Ids are FHIR ids: carehub's with the prefix's '_' as '-' (kernel/ids.FHIR);
 // input takes both.
 //
 // Files: fhir.go (routes, formats, reads, update), create.go (create), search.go (search

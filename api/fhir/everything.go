@@ -13,7 +13,7 @@ import (
 	"github.com/gorilla/mux"
 
 	"carehub/api/envelope"
-	"carehub/storage/ids"
+	"carehub/kernel/ids"
 )
 
 // everythingParams are the parameters $everything takes; others are refused (400) unless

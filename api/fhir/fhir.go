@@ -14,9 +14,9 @@ import (
 
 	"carehub/ingest/intake"
 	"carehub/kernel/fault"
+	"carehub/kernel/ids"
 	"carehub/kernel/jsonwire"
 	"carehub/processors/patients"
-	"carehub/storage/ids"
 )
 
 // Base is the path of the FHIR base.

@@ -10,8 +10,8 @@ import (
 	"testing"
 	"time"
 
-	"carehub/api/server/servertest"
-	"carehub/kernel/demo"
+	"carehub/e2e/servertest"
+	"carehub/storage/demo"
 )
 
 type outcome struct {

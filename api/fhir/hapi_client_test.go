@@ -10,10 +10,10 @@ import (
 	"testing"
 	"time"
 
-	"carehub/api/server/servertest"
+	"carehub/e2e/servertest"
 	"carehub/internal/testenv"
-	"carehub/kernel/demo"
-	"carehub/storage/ids"
+	"carehub/kernel/ids"
+	"carehub/storage/demo"
 )
 
 // m2Repo is the Maven repository the FHIR client project resolves from (make fhir-client-deps

@@ -16,8 +16,8 @@ import (
 	"github.com/gorilla/mux"
 
 	"carehub/kernel/fault"
+	"carehub/kernel/ids"
 	"carehub/processors/patients"
-	"carehub/storage/ids"
 )
 
 // historyTypes are the types of the system history, in the order of the CapabilityStatement.

@@ -13,8 +13,8 @@ import (
 	"github.com/gorilla/mux"
 
 	"carehub/kernel/fault"
+	"carehub/kernel/ids"
 	"carehub/processors/patients"
-	"carehub/storage/ids"
 )
 
 // genericParams are the search parameters of the generic store's patient data; directory types

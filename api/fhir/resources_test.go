@@ -9,9 +9,9 @@ import (
 	"testing"
 	"time"
 
-	"carehub/api/server/servertest"
+	"carehub/e2e/servertest"
 	"carehub/kernel/access"
-	"carehub/kernel/demo"
+	"carehub/storage/demo"
 )
 
 // TestWholeRecords loads a Synthea-like patient record as one transaction (issue 52): every type

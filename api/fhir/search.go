@@ -16,8 +16,8 @@ import (
 
 	"carehub/api/envelope"
 	"carehub/kernel/fault"
+	"carehub/kernel/ids"
 	"carehub/processors/patients"
-	"carehub/storage/ids"
 )
 
 // Bundle elements.

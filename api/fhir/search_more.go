@@ -17,8 +17,8 @@ import (
 	"time"
 
 	"carehub/kernel/fault"
+	"carehub/kernel/ids"
 	"carehub/processors/patients"
-	"carehub/storage/ids"
 )
 
 // chain is a chained parameter on a resource's patient (patient.identifier=…,

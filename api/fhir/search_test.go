@@ -13,9 +13,9 @@ import (
 	"testing"
 	"time"
 
-	"carehub/api/server/servertest"
+	"carehub/e2e/servertest"
 	"carehub/kernel/access"
-	"carehub/kernel/demo"
+	"carehub/storage/demo"
 )
 
 // TestSearchAsClientsUseIt drives the search features FHIR clients use (issue 52, docs/FHIR.md

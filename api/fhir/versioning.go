@@ -16,8 +16,8 @@ import (
 	"github.com/gorilla/mux"
 
 	"carehub/kernel/fault"
+	"carehub/kernel/ids"
 	"carehub/processors/patients"
-	"carehub/storage/ids"
 )
 
 // lastUpdated reads meta.lastUpdated of a resource (zero when it has none).

@@ -10,10 +10,10 @@ import (
 	"testing"
 	"time"
 
-	"carehub/api/server/servertest"
+	"carehub/e2e/servertest"
 	"carehub/kernel/access"
-	"carehub/kernel/demo"
-	"carehub/storage/ids"
+	"carehub/kernel/ids"
+	"carehub/storage/demo"
 )
 
 // historyBundle is a history Bundle as R4 shapes it.

@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"carehub/kernel/access"
-	"carehub/kernel/demo"
+	"carehub/storage/demo"
 )
 
 // BenchmarkAssetsQuery measures the assets query with three filters combined, through the running

@@ -4,7 +4,7 @@ import (
 	"strings"
 	"testing"
 
-	"carehub/api/server/servertest"
+	"carehub/e2e/servertest"
 	"carehub/storage/postgres/pgtest"
 )
 

@@ -13,9 +13,9 @@ import (
 
 	"carehub/api/graphql"
 	"carehub/api/graphql/spectest"
-	"carehub/api/server/servertest"
 	"carehub/api/ws/wstest"
-	"carehub/kernel/demo"
+	"carehub/e2e/servertest"
+	"carehub/storage/demo"
 )
 
 // patientPage is one alias of the amplification attack of issue 13: a page of 100 patients with

@@ -8,9 +8,9 @@ import (
 	"testing"
 	"time"
 
-	"carehub/api/server/servertest"
+	"carehub/e2e/servertest"
 	"carehub/kernel/access"
-	"carehub/kernel/demo"
+	"carehub/storage/demo"
 )
 
 // outboxEvents counts the events of type typ in the outbox whose payload field has value.

@@ -12,7 +12,7 @@ import (
 
 	"carehub/api/graphql"
 	"carehub/kernel/access"
-	"carehub/kernel/demo"
+	"carehub/kernel/ids"
 	"carehub/processors/agents"
 	"carehub/processors/deployments"
 	"carehub/processors/feed"
@@ -21,7 +21,7 @@ import (
 	"carehub/processors/patients"
 	"carehub/processors/webhooks"
 	"carehub/processors/workflows"
-	"carehub/storage/ids"
+	"carehub/storage/demo"
 	"carehub/storage/postgres"
 	"carehub/storage/postgres/pgtest"
 )

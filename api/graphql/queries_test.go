@@ -9,9 +9,9 @@ import (
 	"time"
 
 	"carehub/kernel/access"
-	"carehub/kernel/demo"
-	"carehub/storage"
-	"carehub/storage/ids"
+	"carehub/kernel/events"
+	"carehub/kernel/ids"
+	"carehub/storage/demo"
 )
 
 // TestQueries drives every query field through the running server: valid input, bad input,
@@ -421,13 +421,13 @@ func TestQueries(t *testing.T) {
 	t.Run("events newest first with type and since filters", func(t *testing.T) {
 		log := s.EventLog()
 		base := time.Now().UTC().Truncate(time.Second).Add(-time.Hour)
-		var evs []storage.Event
+		var evs []events.Event
 		for i := range 5 {
 			typ := "integration.reading" // names no patient: served whole to a key without patient scopes
 			if i%2 == 1 {
 				typ = "workflow.completed"
 			}
-			evs = append(evs, storage.Event{ID: ids.New(ids.Event), Type: typ, OrgID: demo.DemoOrgID, ProjectID: sepsis,
+			evs = append(evs, events.Event{ID: ids.New(ids.Event), Type: typ, OrgID: demo.DemoOrgID, ProjectID: sepsis,
 				Source: "integration", Severity: "info", Payload: json.RawMessage(fmt.Sprintf(`{"n":%d}`, i)), CreatedAt: base.Add(time.Duration(i) * time.Minute)})
 		}
 		if err := log.AppendEvents(context.Background(), evs); err != nil {

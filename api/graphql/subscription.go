@@ -11,7 +11,6 @@ import (
 	"carehub/processors/agents"
 	"carehub/processors/deployments"
 	"carehub/processors/workflows"
-	"carehub/storage"
 )
 
 // EventSource delivers the platform events this node sees (the fan-out of carehub.events.v1).
@@ -23,7 +22,7 @@ type EventSource interface {
 	// is idempotent. f only spares work (processors/fanout indexes subscriptions by project and
 	// exact type, and never wakes a subscriber for an event f does not select); filtering by
 	// tenant stays the caller's job.
-	Subscribe(ctx context.Context, f EventFilter) (<-chan storage.Event, func())
+	Subscribe(ctx context.Context, f EventFilter) (<-chan events.Event, func())
 }
 
 // EventFilter selects events at the source. The zero EventFilter selects every event.
@@ -36,10 +35,10 @@ type EventFilter struct {
 }
 
 // EventSourceFunc adapts a function to EventSource.
-type EventSourceFunc func(ctx context.Context, f EventFilter) (<-chan storage.Event, func())
+type EventSourceFunc func(ctx context.Context, f EventFilter) (<-chan events.Event, func())
 
 // Subscribe calls fn.
-func (fn EventSourceFunc) Subscribe(ctx context.Context, f EventFilter) (<-chan storage.Event, func()) {
+func (fn EventSourceFunc) Subscribe(ctx context.Context, f EventFilter) (<-chan events.Event, func()) {
 	return fn(ctx, f)
 }
 
@@ -61,19 +60,19 @@ func (r *subscriptionResolver) source() (EventSource, error) {
 
 // stream runs one subscription: for every event from src that f selects and keep passes, it
 // calls load and sends the result, until ctx ends or src closes. out is closed at the end.
-func stream[T any](ctx context.Context, src EventSource, f EventFilter, keep func(*access.Principal, storage.Event) bool,
-	load func(context.Context, storage.Event) (T, bool)) <-chan T {
-	events, stop := src.Subscribe(ctx, f)
+func stream[T any](ctx context.Context, src EventSource, f EventFilter, keep func(*access.Principal, events.Event) bool,
+	load func(context.Context, events.Event) (T, bool)) <-chan T {
+	evs, stop := src.Subscribe(ctx, f)
 	out := make(chan T)
 	go func() {
 		defer close(out)
 		defer stop()
 		for {
-			var ev storage.Event
+			var ev events.Event
 			select {
 			case <-ctx.Done():
 				return
-			case e, ok := <-events:
+			case e, ok := <-evs:
 				if !ok {
 					return
 				}
@@ -118,9 +117,9 @@ func (r *subscriptionResolver) EventStream(ctx context.Context, args struct {
 		return nil, err
 	}
 	projectID := string(args.ProjectID)
-	return stream(ctx, src, EventFilter{ProjectID: projectID, Types: types}, func(p *access.Principal, ev storage.Event) bool {
+	return stream(ctx, src, EventFilter{ProjectID: projectID, Types: types}, func(p *access.Principal, ev events.Event) bool {
 		return ev.ProjectID == projectID && (types == nil || events.MatchAny(types, ev.Type))
-	}, func(ctx context.Context, ev storage.Event) (*eventResolver, bool) {
+	}, func(ctx context.Context, ev events.Event) (*eventResolver, bool) {
 		served := r.s.Feed.Serve(ctx, ev)
 		return &eventResolver{&served}, true
 	}), nil
@@ -156,10 +155,10 @@ func (r *subscriptionResolver) AgentSessionUpdated(ctx context.Context, args str
 	agentID := string(args.AgentID)
 	pushed := lastPushed{}
 	sessionEvents := []string{events.TypeAgentSessionUpdated, events.TypeAgentRunCompleted, events.TypeAgentRunFailed}
-	return stream(ctx, src, EventFilter{ProjectID: a.ProjectID, Types: sessionEvents}, func(p *access.Principal, ev storage.Event) bool {
+	return stream(ctx, src, EventFilter{ProjectID: a.ProjectID, Types: sessionEvents}, func(p *access.Principal, ev events.Event) bool {
 		st, ok := events.SessionStateOf(ev.Type, ev.Payload)
 		return ok && p.Has(access.ExecAgents) && st.AgentID == agentID
-	}, func(ctx context.Context, ev storage.Event) (*sessionResolver, bool) {
+	}, func(ctx context.Context, ev events.Event) (*sessionResolver, bool) {
 		st, _ := events.SessionStateOf(ev.Type, ev.Payload)
 		s, err := r.s.Agents.Session(ctx, st.SessionID)
 		if err != nil || s.AgentID != agentID {
@@ -188,10 +187,10 @@ func (r *subscriptionResolver) WorkflowRunUpdated(ctx context.Context, args stru
 	workflowID := string(args.WorkflowID)
 	pushed := lastPushed{}
 	runEvents := []string{events.TypeWorkflowRunUpdated, events.TypeWorkflowCompleted, events.TypeWorkflowRunCompleted}
-	return stream(ctx, src, EventFilter{ProjectID: wf.ProjectID, Types: runEvents}, func(p *access.Principal, ev storage.Event) bool {
+	return stream(ctx, src, EventFilter{ProjectID: wf.ProjectID, Types: runEvents}, func(p *access.Principal, ev events.Event) bool {
 		st, ok := events.RunStateOf(ev.Type, ev.Payload)
 		return ok && p.Has(access.ExecWorkflows) && st.WorkflowID == workflowID
-	}, func(ctx context.Context, ev storage.Event) (*runResolver, bool) {
+	}, func(ctx context.Context, ev events.Event) (*runResolver, bool) {
 		st, _ := events.RunStateOf(ev.Type, ev.Payload)
 		run, err := r.s.Workflows.Run(ctx, st.RunID)
 		if err != nil || run.WorkflowID != workflowID {
@@ -216,10 +215,10 @@ func (r *subscriptionResolver) DeploymentStatusChanged(ctx context.Context, args
 	}
 	deploymentID := string(args.DeploymentID)
 	pushed := lastPushed{}
-	return stream(ctx, src, EventFilter{ProjectID: dep.ProjectID, Types: []string{events.TypeDeploymentStatusChanged}}, func(p *access.Principal, ev storage.Event) bool {
+	return stream(ctx, src, EventFilter{ProjectID: dep.ProjectID, Types: []string{events.TypeDeploymentStatusChanged}}, func(p *access.Principal, ev events.Event) bool {
 		t, ok := transition(ev)
 		return ok && t.DeploymentID == deploymentID
-	}, func(ctx context.Context, ev storage.Event) (*deploymentResolver, bool) {
+	}, func(ctx context.Context, ev events.Event) (*deploymentResolver, bool) {
 		d, err := r.s.Deployments.Deployment(ctx, deploymentID)
 		if err != nil {
 			return nil, false
@@ -266,7 +265,7 @@ func runAsOf(run *workflows.Run, status string) *workflows.Run {
 }
 
 // transition decodes a deployment.status_changed event.
-func transition(ev storage.Event) (events.DeploymentStatusChanged, bool) {
+func transition(ev events.Event) (events.DeploymentStatusChanged, bool) {
 	if ev.Type != events.TypeDeploymentStatusChanged {
 		return events.DeploymentStatusChanged{}, false
 	}

@@ -12,8 +12,8 @@ import (
 
 	"carehub/api/ws/wstest"
 	"carehub/kernel/access"
-	"carehub/kernel/demo"
 	"carehub/kernel/events"
+	"carehub/storage/demo"
 )
 
 // TestSubscriptions drives the subscription fields over WebSocket, feeding events into the events

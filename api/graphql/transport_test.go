@@ -8,7 +8,7 @@ import (
 	"testing"
 
 	"carehub/api/graphql/spectest"
-	"carehub/kernel/demo"
+	"carehub/storage/demo"
 )
 
 // TestTransport covers what POST /graphql does around execution: authentication failures, limits,

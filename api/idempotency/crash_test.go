@@ -17,11 +17,11 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"carehub/api/auth"
-	"carehub/api/server/servertest"
+	"carehub/e2e/servertest"
 	"carehub/internal/testenv"
 	"carehub/kernel/access"
-	"carehub/kernel/demo"
-	core "carehub/processors/idempotency"
+	"carehub/storage/demo"
+	core "carehub/storage/idempotency"
 	"carehub/storage/postgres"
 )
 

@@ -14,7 +14,7 @@
 // 408, 425 and 429, which say "not now" rather than answering (a 4xx such as 422 is kept, as
 // Stripe keeps it: the same body would get the same answer). 5xx answers, and answers over 1 MiB,
 // are not kept: the key is released so a retry can succeed. A retry never repeats an effect that
-// committed: services write effects through processors/idempotency.Tx, which records each
+// committed: services write effects through storage/idempotency.Tx, which records each
 // committed step with the claim, so a retry after a 5xx or after the node died resumes after
 // the steps that committed (its answer then also carries Idempotent-Replayed: true).
 //
@@ -44,7 +44,7 @@ import (
 	"carehub/api/graphql"
 	"carehub/kernel/access"
 	"carehub/kernel/fault"
-	core "carehub/processors/idempotency"
+	core "carehub/storage/idempotency"
 )
 
 // Header names.

@@ -16,9 +16,9 @@ import (
 	"testing"
 	"time"
 
-	"carehub/api/server/servertest"
+	"carehub/e2e/servertest"
 	"carehub/kernel/access"
-	"carehub/kernel/demo"
+	"carehub/storage/demo"
 	"carehub/storage/postgres/pgtest"
 )
 

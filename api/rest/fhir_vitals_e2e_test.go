@@ -10,9 +10,9 @@ import (
 	"testing"
 	"time"
 
-	"carehub/api/server/servertest"
+	"carehub/e2e/servertest"
 	"carehub/ingest/intake"
-	"carehub/kernel/demo"
+	"carehub/storage/demo"
 )
 
 // TestHL7VitalSignsExamples is issue 15's intake acceptance on a whole node: the vital-signs

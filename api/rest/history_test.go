@@ -15,10 +15,10 @@ import (
 	"testing"
 	"time"
 
-	"carehub/api/server/servertest"
+	"carehub/e2e/servertest"
 	"carehub/kernel/access"
-	"carehub/kernel/demo"
-	"carehub/storage"
+	"carehub/kernel/events"
+	"carehub/storage/demo"
 )
 
 var day = servertest.AnalystDay
@@ -76,7 +76,7 @@ func ndjsonLines(t *testing.T, body []byte) []map[string]any {
 
 // analyst starts a node whose sepsis project holds the analyst history (AppendAnalystHistory),
 // and returns it, the demo key, the project and the history's events.
-func analyst(t *testing.T) (s *servertest.Server, key, project string, evs []storage.Event) {
+func analyst(t *testing.T) (s *servertest.Server, key, project string, evs []events.Event) {
 	s = servertest.Start(t)
 	project = s.ProjectID(demo.SepsisProjectName)
 	return s, s.DemoKey(), project, s.AppendAnalystHistory(s.OrgID(demo.DemoOrgSlug), project)

@@ -9,10 +9,10 @@ import (
 	"testing"
 	"time"
 
-	"carehub/api/server/servertest"
 	"carehub/api/ws/wstest"
+	"carehub/e2e/servertest"
 	"carehub/kernel/access"
-	"carehub/kernel/demo"
+	"carehub/storage/demo"
 )
 
 // statusStream collects the statuses a subscription delivers.

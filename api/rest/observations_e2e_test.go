@@ -8,10 +8,10 @@ import (
 	"testing"
 	"time"
 
-	"carehub/api/server/servertest"
 	"carehub/api/ws/wstest"
+	"carehub/e2e/servertest"
 	"carehub/kernel/clinical"
-	"carehub/kernel/demo"
+	"carehub/storage/demo"
 )
 
 // TestObservationEndToEnd is issue 10's first acceptance, on a whole node: an observation posted

@@ -20,13 +20,13 @@ import (
 
 	"carehub/api/envelope"
 	"carehub/api/rest"
-	"carehub/api/server/servertest"
+	"carehub/e2e/servertest"
 	"carehub/ingest/intake"
 	"carehub/kernel/access"
-	"carehub/kernel/demo"
+	"carehub/kernel/ids"
 	obs "carehub/processors/observations"
 	"carehub/processors/patients"
-	"carehub/storage/ids"
+	"carehub/storage/demo"
 	"carehub/storage/kafka/kafkatest"
 	"carehub/storage/postgres/pgtest"
 )

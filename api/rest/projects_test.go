@@ -7,9 +7,9 @@ import (
 	"strings"
 	"testing"
 
-	"carehub/api/server/servertest"
+	"carehub/e2e/servertest"
 	"carehub/kernel/access"
-	"carehub/kernel/demo"
+	"carehub/storage/demo"
 )
 
 type projectPage struct {

@@ -14,12 +14,12 @@ import (
 
 	"github.com/gorilla/mux"
 
-	"carehub/api/server/servertest"
+	"carehub/e2e/servertest"
 	"carehub/kernel/access"
-	"carehub/kernel/demo"
+	"carehub/kernel/events"
+	"carehub/kernel/ids"
 	"carehub/schemas"
-	"carehub/storage"
-	"carehub/storage/ids"
+	"carehub/storage/demo"
 	"carehub/storage/postgres/pgtest"
 )
 
@@ -204,13 +204,13 @@ func TestREST(t *testing.T) {
 	t.Run("events: newest first, filters, cursor, limits", func(t *testing.T) {
 		log := s.EventLog()
 		base := time.Now().UTC().Truncate(time.Millisecond).Add(-time.Hour)
-		var evs []storage.Event
+		var evs []events.Event
 		for i := range 7 {
 			typ := "device.observation_received"
 			if i%3 == 0 {
 				typ = "workflow.run.completed"
 			}
-			evs = append(evs, storage.Event{ID: ids.New(ids.Event), Type: typ, OrgID: demo.DemoOrgID, ProjectID: sepsis, Source: "workflow",
+			evs = append(evs, events.Event{ID: ids.New(ids.Event), Type: typ, OrgID: demo.DemoOrgID, ProjectID: sepsis, Source: "workflow",
 				Severity: "info", Payload: json.RawMessage(fmt.Sprintf(`{"n":%d}`, i)), CreatedAt: base.Add(time.Duration(i) * time.Minute)})
 		}
 		if err := log.AppendEvents(context.Background(), evs); err != nil {

@@ -4,9 +4,9 @@ import (
 	"net/http"
 	"testing"
 
-	"carehub/api/server/servertest"
+	"carehub/e2e/servertest"
 	"carehub/kernel/access"
-	"carehub/kernel/demo"
+	"carehub/storage/demo"
 )
 
 // TestRetention drives /v1/organizations/{id}/retention: the platform operator sets a policy,

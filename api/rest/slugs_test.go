@@ -7,10 +7,10 @@ import (
 	"testing"
 	"time"
 
-	"carehub/api/server/servertest"
+	"carehub/e2e/servertest"
 	"carehub/kernel/access"
-	"carehub/kernel/demo"
 	"carehub/schemas"
+	"carehub/storage/demo"
 )
 
 // Wherever a route takes an organization id it takes the slug too (the CLI and GET

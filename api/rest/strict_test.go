@@ -9,7 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"carehub/api/server/servertest"
+	"carehub/e2e/servertest"
 	"carehub/schemas"
 )
 

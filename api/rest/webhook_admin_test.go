@@ -14,8 +14,8 @@ import (
 
 	"carehub/api/rest"
 	"carehub/kernel/access"
+	"carehub/kernel/ids"
 	"carehub/processors/webhooks"
-	"carehub/storage/ids"
 	"carehub/storage/postgres/pgtest"
 )
 

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"carehub/api/server/servertest"
+	"carehub/e2e/servertest"
 )
 
 type logLines struct {

@@ -14,7 +14,7 @@ import (
 	"carehub/api/envelope"
 	"carehub/kernel/config"
 	"carehub/kernel/fault"
-	"carehub/storage/ids"
+	"carehub/kernel/ids"
 )
 
 // HTTPLimits bounds what a client's connections may hold of a node (docs/LIMITS.md,

@@ -15,9 +15,9 @@ import (
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 
-	"carehub/api/server/servertest"
 	"carehub/api/ws/wstest"
-	"carehub/kernel/demo"
+	"carehub/e2e/servertest"
+	"carehub/storage/demo"
 )
 
 const (

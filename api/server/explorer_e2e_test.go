@@ -8,11 +8,10 @@ import (
 	"testing"
 	"time"
 
-	"carehub/api/server/servertest"
-	"carehub/kernel/demo"
-	"carehub/storage/postgres/pgtest"
-
+	"carehub/e2e/servertest"
 	"carehub/internal/testenv"
+	"carehub/storage/demo"
+	"carehub/storage/postgres/pgtest"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }

@@ -21,7 +21,7 @@ import (
 	"carehub/api/envelope"
 	"carehub/api/fhir"
 	"carehub/api/graphql"
-	"carehub/storage/ids"
+	"carehub/kernel/ids"
 )
 
 // httpMetrics counts requests by route template, so cardinality stays bounded.

@@ -11,7 +11,7 @@ import (
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 
-	"carehub/api/server/servertest"
+	"carehub/e2e/servertest"
 )
 
 // A node's /metrics follows the Prometheus naming conventions (promlint: counters end in

@@ -17,12 +17,12 @@ import (
 	"carehub/api/rest"
 	"carehub/api/ws"
 	"carehub/ingest/intake"
+	"carehub/kernel/events"
 	"carehub/processors/fanout"
-	idemstore "carehub/processors/idempotency"
 	"carehub/processors/patients"
 	"carehub/processors/retention"
 	"carehub/processors/webhooks"
-	"carehub/storage"
+	idemstore "carehub/storage/idempotency"
 )
 
 // Edge is what every authenticated route of both HTTP roles (api, ingest) runs through: they
@@ -126,7 +126,7 @@ func MountFHIR(r *mux.Router, e Edge, p *patients.Service, in *intake.Intake) {
 // falling behind is closed with 4008, as one whose socket stays full is, so that its client
 // resubscribes instead of seeing complete.
 func Events(hub *fanout.Hub) graphql.EventSource {
-	return graphql.EventSourceFunc(func(ctx context.Context, f graphql.EventFilter) (<-chan storage.Event, func()) {
+	return graphql.EventSourceFunc(func(ctx context.Context, f graphql.EventFilter) (<-chan events.Event, func()) {
 		sub := hub.SubscribeFilter(256, fanout.Filter{ProjectID: f.ProjectID, Types: f.Types,
 			OnOverflow: func() { ws.CloseSlow(ctx) }})
 		return sub.C, sub.Close

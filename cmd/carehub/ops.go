@@ -17,8 +17,8 @@ import (
 	"carehub/api/auth"
 	"carehub/cmd/carehub/node"
 	"carehub/kernel/access"
-	"carehub/kernel/demo"
 	"carehub/kernel/fault"
+	"carehub/storage/demo"
 	"carehub/storage/postgres"
 )
 

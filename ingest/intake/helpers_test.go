@@ -18,10 +18,10 @@ import (
 	"carehub/ingest/intake"
 	"carehub/internal/testenv"
 	"carehub/kernel/access"
+	"carehub/kernel/events"
+	"carehub/kernel/ids"
 	obs "carehub/processors/observations"
 	"carehub/schemas/kafka/observation"
-	"carehub/storage"
-	"carehub/storage/ids"
 	"carehub/storage/kafka"
 	"carehub/storage/kafka/kafkatest"
 	"carehub/storage/postgres"
@@ -147,11 +147,11 @@ func startWriter(t testing.TB, w *world) (stop func()) {
 // events returns the committed records of the world's events topic by event id (the record
 // header), decoded. An observation whose record is on the topic more than once (a client that
 // sent it again) has an event record per copy, all with one id.
-func events(t testing.TB, w *world) map[string][]storage.Event {
+func eventsOf(t testing.TB, w *world) map[string][]events.Event {
 	t.Helper()
-	out := map[string][]storage.Event{}
+	out := map[string][]events.Event{}
 	for _, r := range kafkatest.ReadAll(t, w.events) {
-		var ev storage.Event
+		var ev events.Event
 		if err := json.Unmarshal(r.Value, &ev); err != nil {
 			t.Fatal(err)
 		}
@@ -166,11 +166,11 @@ func events(t testing.TB, w *world) map[string][]storage.Event {
 // waitEvents waits until the events topic holds a committed event for each observation of ids
 // and returns the events as events does. Stored is not enough: a poll's events commit after
 // its observations are stored, and a transaction aborted by a rebalance commits them later.
-func waitEvents(t testing.TB, w *world, ids []string) map[string][]storage.Event {
+func waitEvents(t testing.TB, w *world, ids []string) map[string][]events.Event {
 	t.Helper()
 	deadline := time.Now().Add(60 * time.Second)
 	for {
-		evs := events(t, w)
+		evs := eventsOf(t, w)
 		missing := 0
 		for _, id := range ids {
 			if len(evs[observation.EventID(id)]) == 0 {

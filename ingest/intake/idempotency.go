@@ -11,7 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"carehub/kernel/fault"
-	"carehub/processors/idempotency"
+	"carehub/storage/idempotency"
 )
 
 // Idempotency-Key handling (DECISIONS §3): the same key with the same body replays the first

@@ -11,9 +11,9 @@ import (
 
 	"carehub/kernel/access"
 	"carehub/kernel/fault"
+	"carehub/kernel/ids"
 	"carehub/kernel/jsonwire"
 	"carehub/schemas/kafka/observation"
-	"carehub/storage/ids"
 )
 
 // validate checks entries, looks up their patients in one query, and returns the records of

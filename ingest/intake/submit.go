@@ -12,7 +12,7 @@ import (
 
 	"carehub/kernel/access"
 	"carehub/kernel/fault"
-	"carehub/processors/idempotency"
+	"carehub/storage/idempotency"
 	"carehub/storage/kafka"
 )
 

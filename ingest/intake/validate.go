@@ -11,9 +11,9 @@ import (
 	jsonv1 "github.com/go-json-experiment/json/v1"
 
 	"carehub/kernel/clinical"
+	"carehub/kernel/ids"
 	"carehub/kernel/jsonwire"
 	"carehub/schemas/kafka/observation"
-	"carehub/storage/ids"
 )
 
 // Codes of per-entry errors ({index, code, message}); docs/errors and the OpenAPI document list

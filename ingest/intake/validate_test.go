@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"carehub/storage/ids"
+	"carehub/kernel/ids"
 )
 
 func base() map[string]any {

@@ -8,8 +8,8 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"carehub/kernel/ids"
 	"carehub/schemas/kafka/observation"
-	"carehub/storage/ids"
 )
 
 func loincCode(code string) map[string]any {

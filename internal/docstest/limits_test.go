@@ -17,9 +17,9 @@ import (
 	"carehub/ingest/intake"
 	"carehub/kernel/jsonwire"
 	"carehub/processors/feed"
-	"carehub/processors/idempotency"
 	"carehub/processors/webhooks"
 	"carehub/processors/workflows"
+	"carehub/storage/idempotency"
 )
 
 // limits is what each row of docs/LIMITS.md must say: the constants the code runs with.

@@ -5,36 +5,35 @@ import (
 	"fmt"
 
 	"carehub/kernel/jsonwire"
-	"carehub/storage"
 )
 
 // Decode parses and validates one envelope as it travels on carehub.events.v1.
 //
 // Every consumer group (event log, webhooks, triggers) decodes every event, so Decode reads the
-// envelope without reflection (jsonwire), as json.Unmarshal into a storage.Event does
+// envelope without reflection (jsonwire), as json.Unmarshal into a Event does
 // (FuzzDecode checks it against encoding/json), and checks the record's JSON once.
-func Decode(data []byte) (storage.Event, error) {
+func Decode(data []byte) (Event, error) {
 	if !jsonwire.Valid(data) {
-		return storage.Event{}, fmt.Errorf("%w: not valid JSON", ErrInvalidEnvelope)
+		return Event{}, fmt.Errorf("%w: not valid JSON", ErrInvalidEnvelope)
 	}
-	var ev storage.Event
+	var ev Event
 	if err := jsonwire.Members(data, func(key, v []byte) error { return setEnvelope(&ev, key, v) }); err != nil {
-		return storage.Event{}, fmt.Errorf("%w: %v", ErrInvalidEnvelope, err)
+		return Event{}, fmt.Errorf("%w: %v", ErrInvalidEnvelope, err)
 	}
 	if err := validateFields(ev); err != nil {
-		return storage.Event{}, err
+		return Event{}, err
 	}
 	if len(ev.Payload) == 0 || ev.Payload[0] != '{' { // valid JSON: the whole record was checked
-		return storage.Event{}, errPayload
+		return Event{}, errPayload
 	}
 	return ev, nil
 }
 
-// envelopeKeys are storage.Event's JSON names, for the case-insensitive match encoding/json
+// envelopeKeys are Event's JSON names, for the case-insensitive match encoding/json
 // makes when no key matches exactly.
 var envelopeKeys = []string{"id", "type", "orgId", "projectId", "source", "severity", "payload", "createdAt"}
 
-func setEnvelope(ev *storage.Event, key, v []byte) error {
+func setEnvelope(ev *Event, key, v []byte) error {
 	switch string(key) {
 	case "id":
 		return jsonwire.String(v, &ev.ID)

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"carehub/kernel/events"
-	"carehub/storage"
 )
 
 // FuzzDecode checks Decode against encoding/json (json.Unmarshal, then Validate) on any input:
@@ -31,7 +30,7 @@ func FuzzDecode(f *testing.F) {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, data string) {
-		var want storage.Event
+		var want events.Event
 		wantErr := json.Unmarshal([]byte(data), &want)
 		if wantErr == nil {
 			wantErr = events.Validate(want)
@@ -68,7 +67,7 @@ func BenchmarkDecode(b *testing.B) {
 	})
 	b.Run("std", func(b *testing.B) {
 		for b.Loop() {
-			var ev storage.Event
+			var ev events.Event
 			if err := json.Unmarshal(data, &ev); err != nil || events.Validate(ev) != nil {
 				b.Fatal(err)
 			}

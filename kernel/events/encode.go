@@ -7,17 +7,16 @@ import (
 	"unicode/utf8"
 
 	"carehub/kernel/jsonwire"
-	"carehub/storage"
 )
 
 // Encode validates ev and returns its envelope as it travels on carehub.events.v1: the JSON
-// json.Marshal writes of a storage.Event, without reflection, and with the payload compacted but
+// json.Marshal writes of a Event, without reflection, and with the payload compacted but
 // not HTML-escaped (<, > and & as themselves; the two decode alike). Decode reads it back
 // (FuzzEncode checks both).
 //
 // Every published event is encoded once; json.Marshal scanned the payload twice (validity, then
 // compaction) after Validate had scanned it once: three passes where compaction alone validates.
-func Encode(ev storage.Event) ([]byte, error) {
+func Encode(ev Event) ([]byte, error) {
 	if err := validateFields(ev); err != nil {
 		return nil, err
 	}
@@ -58,7 +57,7 @@ func Encode(ev storage.Event) ([]byte, error) {
 // buffer's capacity, so that the record is written without growing it. The fixed part is the
 // member names, the punctuation and the quotes around the six strings and the time, and the
 // longest time RFC3339Nano writes.
-func encodedLen(ev storage.Event) int {
+func encodedLen(ev Event) int {
 	const fixed = len(`{"id":"","type":"","orgId":"","projectId":"","source":"","severity":"","payload":,"createdAt":""}`)
 	const longestTime = len("2006-01-02T15:04:05.999999999-07:00")
 	return fixed + longestTime + len(ev.ID) + len(ev.Type) + len(ev.OrgID) + len(ev.ProjectID) + len(ev.Source) +

@@ -4,8 +4,6 @@ import (
 	"encoding/json"
 	"testing"
 	"time"
-
-	"carehub/storage"
 )
 
 // Encode sizes its buffer for the whole record up front (encodedLen), whatever the lengths of
@@ -14,7 +12,7 @@ import (
 // than encodedLen was written without growing the buffer.
 func TestEncodedLenHoldsTheRecord(t *testing.T) {
 	west, east := time.FixedZone("", -7*3600-30*60), time.FixedZone("", 14*3600)
-	for _, ev := range []storage.Event{
+	for _, ev := range []Event{
 		{ID: "evt_01ke9nk500cmm0mhj9psxg961n", Type: "eventload.r4de936dbf2.bulk", OrgID: "org_01ke9nk500cmm0mhj9psxg961n",
 			ProjectID: "prj_01ke9nk500cmm0mhj9psxg961n", Source: SourceIntegration, Severity: SeverityInfo,
 			Payload: json.RawMessage(`{"n":1}`), CreatedAt: time.Date(2026, 11, 29, 8, 0, 0, 123456789, west)},

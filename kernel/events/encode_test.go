@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"carehub/kernel/events"
-	"carehub/storage"
 )
 
 // FuzzEncode checks Encode against encoding/json on any event: Encode refuses exactly what
@@ -23,7 +22,7 @@ func FuzzEncode(f *testing.F) {
 	f.Add("evt_01ke9nk500cmm0mhj9psxg961n", "a.b", "o", "p", "agent", "warning", `[1]`, int64(-62135596800000000000/1000))
 	f.Add("evt_x", "A", "", "", "", "", `{`, int64(1))
 	f.Fuzz(func(t *testing.T, id, typ, org, project, source, severity, payload string, nanos int64) {
-		ev := storage.Event{ID: id, Type: typ, OrgID: org, ProjectID: project, Source: source, Severity: severity,
+		ev := events.Event{ID: id, Type: typ, OrgID: org, ProjectID: project, Source: source, Severity: severity,
 			Payload: json.RawMessage(payload), CreatedAt: time.Unix(0, nanos).UTC()}
 		got, err := events.Encode(ev)
 		wantErr := events.Validate(ev)

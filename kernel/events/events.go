@@ -1,4 +1,4 @@
-// Package events defines carehub's platform events: the envelope (storage.Event), the catalogue of
+// Package events defines carehub's platform events: the envelope (Event), the catalogue of
 // event types (DECISIONS §4), the type and pattern syntax, and Append, which writes events to the
 // transactional outbox (carehub/ingest/outbox) inside the caller's Postgres transaction.
 //
@@ -9,19 +9,14 @@ package events
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
-	"carehub/ingest/outbox"
+	"carehub/kernel/ids"
 	"carehub/kernel/jsonwire"
-	"carehub/storage"
-	"carehub/storage/ids"
 )
 
 // Sources an event may carry (the REST Event's source enumeration).
@@ -136,12 +131,12 @@ func MatchAny(patterns []string, typ string) bool {
 // the precision of Postgres timestamptz and of the event log, so the envelope round-trips
 // exactly. payload is marshalled to JSON unless it already is JSON (json.RawMessage or []byte);
 // a nil payload becomes {}.
-func New(typ, orgID, projectID, source, severity string, payload any) (storage.Event, error) {
+func New(typ, orgID, projectID, source, severity string, payload any) (Event, error) {
 	raw, err := marshalPayload(payload)
 	if err != nil {
-		return storage.Event{}, fmt.Errorf("new event %s: %w", typ, err)
+		return Event{}, fmt.Errorf("new event %s: %w", typ, err)
 	}
-	ev := storage.Event{
+	ev := Event{
 		ID:        ids.New(ids.Event),
 		Type:      typ,
 		OrgID:     orgID,
@@ -152,7 +147,7 @@ func New(typ, orgID, projectID, source, severity string, payload any) (storage.E
 		CreatedAt: Now(),
 	}
 	if err := Validate(ev); err != nil {
-		return storage.Event{}, fmt.Errorf("new event: %w", err)
+		return Event{}, fmt.Errorf("new event: %w", err)
 	}
 	return ev, nil
 }
@@ -189,7 +184,7 @@ func marshalPayload(payload any) (json.RawMessage, error) {
 // hold (jsonwire.Storable: an event they refuse would stop the log's writer on it). OrgID and
 // ProjectID are not checked: marketplace events (asset.submitted, asset.approved, …) belong to
 // no project, and the event log simply files them under the empty project.
-func Validate(ev storage.Event) error {
+func Validate(ev Event) error {
 	if err := validateFields(ev); err != nil {
 		return err
 	}
@@ -208,7 +203,7 @@ func Validate(ev storage.Event) error {
 var errPayload = fmt.Errorf("%w: payload must be a JSON object", ErrInvalidEnvelope)
 
 // validateFields is Validate but for the payload.
-func validateFields(ev storage.Event) error {
+func validateFields(ev Event) error {
 	switch {
 	case !ids.Valid(ids.Event, ev.ID):
 		return fmt.Errorf("%w: id %q", ErrInvalidEnvelope, ev.ID)
@@ -222,38 +217,4 @@ func validateFields(ev storage.Event) error {
 		return fmt.Errorf("%w: no createdAt", ErrInvalidEnvelope)
 	}
 	return nil
-}
-
-// Append writes evs to the outbox inside tx (carehub/ingest/outbox.Append), for the relay to
-// publish on topic once tx commits: key = project id, value = the JSON envelope, and the relay is
-// woken on commit.
-//
-// Append validates every event first and writes nothing if one is invalid. An event id already
-// in the outbox is an error (the unique constraint), which aborts tx: ids are minted by New.
-func Append(ctx context.Context, tx pgx.Tx, topic string, evs ...storage.Event) error {
-	msgs, err := Messages(topic, evs...)
-	if err != nil {
-		return err
-	}
-	if err := outbox.Append(ctx, tx, msgs...); err != nil {
-		return fmt.Errorf("append events: %w", err)
-	}
-	return nil
-}
-
-// Messages returns the outbox messages of evs for topic, as Append writes them (for
-// outbox.Group, which writes them in a transaction of its own). It validates every event.
-func Messages(topic string, evs ...storage.Event) ([]outbox.Message, error) {
-	if len(evs) > 0 && topic == "" {
-		return nil, errors.New("append events: no topic")
-	}
-	msgs := make([]outbox.Message, len(evs))
-	for i, ev := range evs {
-		value, err := Encode(ev)
-		if err != nil {
-			return nil, fmt.Errorf("append events: %w", err)
-		}
-		msgs[i] = outbox.Message{ID: ev.ID, Topic: topic, Key: ev.ProjectID, Value: value}
-	}
-	return msgs, nil
 }

@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"carehub/kernel/events"
-	"carehub/storage"
 )
 
 const headValid = `{"id":"evt_01ke9nk500cmm0mhj9psxg961n","type":"device.observation_received","orgId":"org_1","projectId":"prj_1",` +
@@ -74,7 +73,7 @@ func FuzzPeekHead(f *testing.F) {
 }
 
 func TestPeekHeadReadsEncode(t *testing.T) {
-	ev := storage.Event{ID: "evt_01ke9nk500cmm0mhj9psxg961n", Type: "agent.run.completed", OrgID: "org_1", ProjectID: "prj_é",
+	ev := events.Event{ID: "evt_01ke9nk500cmm0mhj9psxg961n", Type: "agent.run.completed", OrgID: "org_1", ProjectID: "prj_é",
 		Source: "integration", Severity: "info", Payload: []byte(`{"a":1}`), CreatedAt: time.Now()}
 	b, err := events.Encode(ev)
 	if err != nil {

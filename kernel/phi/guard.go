@@ -2,13 +2,10 @@ package phi
 
 import (
 	"context"
-	"fmt"
 	"slices"
 
-	"github.com/jackc/pgx/v5/pgxpool"
-
 	"carehub/kernel/access"
-	"carehub/storage"
+	"carehub/kernel/events"
 )
 
 // Reader is what one reader of patient data may see: a credential, or a webhook subscription
@@ -65,17 +62,18 @@ func (r Reader) SeesAll() bool { return r.Patients && r.Observations && r.Live }
 
 // StatsPrivate is what event statistics keep from a reader that does not see all patient data
 // (storage.AggregateQuery.Private): the payload values of every catalogued patient event type
-// and of any event naming a patient, but for the types whose redacted payload keeps both the
-// status and the run time (agent sessions: their status and latencyMs are no patient data).
-func StatsPrivate() *storage.Private {
-	p := &storage.Private{Types: []string{}, Open: []string{}}
+// (types) and of any event naming a patient, but for the types whose redacted payload keeps both
+// the status and the run time (open; agent sessions: their status and latencyMs are no patient
+// data). Neither is nil.
+func StatsPrivate() (types, open []string) {
+	types, open = []string{}, []string{}
 	for _, c := range Events {
-		p.Types = append(p.Types, c.Type)
+		types = append(types, c.Type)
 		if slices.Contains(c.Keep, "status") && !slices.ContainsFunc(c.Fields, isRunTime) {
-			p.Open = append(p.Open, c.Type)
+			open = append(open, c.Type)
 		}
 	}
-	return p
+	return types, open
 }
 
 // isRunTime reports whether a payload field is one the statistics measure as a run time.
@@ -95,17 +93,24 @@ type Subject struct {
 
 // Event is an event as served to one reader.
 type Event struct {
-	storage.Event
+	events.Event
 	// Redacted is true when the payload's patient data was removed (RedactPayload).
 	Redacted bool
 }
 
-// Guard serves patient data only to readers that may see it. It reads the patients table to
-// tell synthetic patients from real ones. It is safe for concurrent use.
-type Guard struct{ pool *pgxpool.Pool }
+// PatientKinds tells synthetic patients from real ones: Synthetic returns the organization of each
+// synthetic patient among ids (real and unknown ones are absent). storage/postgres's
+// SyntheticPatients reads the patients table.
+type PatientKinds interface {
+	Synthetic(ctx context.Context, ids []string) (map[string]string, error)
+}
 
-// NewGuard returns a guard on pool.
-func NewGuard(pool *pgxpool.Pool) *Guard { return &Guard{pool: pool} }
+// Guard serves patient data only to readers that may see it. It is safe for concurrent use if
+// its PatientKinds is.
+type Guard struct{ patients PatientKinds }
+
+// NewGuard returns a guard that tells synthetic patients from real ones with patients.
+func NewGuard(patients PatientKinds) *Guard { return &Guard{patients: patients} }
 
 // Allow reports, for each subject, whether r may see its patient data: r holds the scopes of
 // its Need, and every patient it names is one r sees. A live reader sees every patient; a test
@@ -123,7 +128,7 @@ func (g *Guard) Allow(ctx context.Context, r Reader, subjects []Subject) ([]bool
 	if len(ask) == 0 {
 		return out, nil
 	}
-	synthetic, err := g.synthetic(ctx, ask)
+	synthetic, err := g.patients.Synthetic(ctx, ask)
 	if err != nil {
 		return nil, err
 	}
@@ -136,29 +141,6 @@ func (g *Guard) Allow(ctx context.Context, r Reader, subjects []Subject) ([]bool
 				out[i] = false
 			}
 		}
-	}
-	return out, nil
-}
-
-// synthetic returns the organization of each synthetic patient among ids.
-func (g *Guard) synthetic(ctx context.Context, ids []string) (map[string]string, error) {
-	slices.Sort(ids)
-	ids = slices.Compact(ids)
-	rows, err := g.pool.Query(ctx, `select id, org_id from patients where id = any($1) and synthetic`, ids)
-	if err != nil {
-		return nil, fmt.Errorf("synthetic patients: %w", err)
-	}
-	defer rows.Close()
-	out := make(map[string]string, len(ids))
-	for rows.Next() {
-		var id, org string
-		if err := rows.Scan(&id, &org); err != nil {
-			return nil, fmt.Errorf("synthetic patients: %w", err)
-		}
-		out[id] = org
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("synthetic patients: %w", err)
 	}
 	return out, nil
 }
@@ -186,14 +168,14 @@ func (g *Guard) ServeFor(ctx context.Context, r Reader, subjects []Subject) ([]b
 }
 
 // Events is EventsFor the caller in ctx.
-func (g *Guard) Events(ctx context.Context, evs []storage.Event) ([]Event, error) {
+func (g *Guard) Events(ctx context.Context, evs []events.Event) ([]Event, error) {
 	return g.EventsFor(ctx, ReaderOf(access.From(ctx)), evs)
 }
 
 // EventsFor returns evs as reader r may see them: an event carrying patient data (ClassifyEvent)
 // that r may not see has its payload redacted (RedactPayload). The patients of the patient data
 // it serves are touched, as by ServeFor.
-func (g *Guard) EventsFor(ctx context.Context, r Reader, evs []storage.Event) ([]Event, error) {
+func (g *Guard) EventsFor(ctx context.Context, r Reader, evs []events.Event) ([]Event, error) {
 	out := make([]Event, len(evs))
 	var subjects []Subject
 	var at []int
@@ -222,7 +204,7 @@ func (g *Guard) EventsFor(ctx context.Context, r Reader, evs []storage.Event) ([
 
 // RedactEvent returns ev with its patient data removed, whoever reads it: what a stream serves
 // when it cannot decide.
-func RedactEvent(ev storage.Event) Event {
+func RedactEvent(ev events.Event) Event {
 	if _, ok := ClassifyEvent(ev.Type, ev.Payload); !ok {
 		return Event{Event: ev}
 	}

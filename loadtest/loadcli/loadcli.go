@@ -22,7 +22,7 @@ import (
 	"syscall"
 	"time"
 
-	"carehub/api/pipelinetest"
+	"carehub/e2e/pipelinetest"
 	loadreport "carehub/loadtest/report"
 )
 

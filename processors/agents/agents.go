@@ -58,11 +58,12 @@ import (
 	"carehub/kernel/clinical"
 	"carehub/kernel/config"
 	"carehub/kernel/fault"
+	"carehub/kernel/ids"
 	"carehub/kernel/phi"
-	"carehub/processors/idempotency"
 	"carehub/processors/internal/scoped"
-	"carehub/storage/ids"
+	"carehub/storage/idempotency"
 	"carehub/storage/kafka"
+	"carehub/storage/postgres"
 )
 
 // Run modes.
@@ -155,7 +156,7 @@ func (c *Config) defaults() {
 // New returns the service on pool.
 func New(pool *pgxpool.Pool, cfg Config) *Service {
 	cfg.defaults()
-	return &Service{pool: pool, guard: phi.NewGuard(pool), eventsTopic: cfg.EventsTopic, logger: cfg.Logger,
+	return &Service{pool: pool, guard: phi.NewGuard(postgres.SyntheticPatients{Pool: pool}), eventsTopic: cfg.EventsTopic, logger: cfg.Logger,
 		maxQueued: cfg.MaxQueued, wakeCh: make(chan struct{}, 1)}
 }
 

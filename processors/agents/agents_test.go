@@ -13,9 +13,9 @@ import (
 
 	"carehub/kernel/access"
 	"carehub/kernel/clinical"
-	"carehub/kernel/demo"
 	"carehub/kernel/fault"
 	"carehub/processors/agents"
+	"carehub/storage/demo"
 )
 
 func newAgent(t *testing.T, svc *agents.Service, ctx context.Context, pool *pgxpool.Pool, skill, mode string) *agents.Agent {

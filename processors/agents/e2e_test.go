@@ -1,6 +1,6 @@
 package agents_test
 
-// Black-box tests and benchmarks: a whole carehub node (api/server/servertest) driven over HTTP
+// Black-box tests and benchmarks: a whole carehub node (e2e/servertest) driven over HTTP
 // GraphQL and WebSocket. Async sessions need the node's processors role to run the agent Worker.
 
 import (
@@ -12,10 +12,10 @@ import (
 	"testing"
 	"time"
 
-	"carehub/api/server/servertest"
 	"carehub/api/ws/wstest"
+	"carehub/e2e/servertest"
 	"carehub/kernel/access"
-	"carehub/kernel/demo"
+	"carehub/storage/demo"
 )
 
 const runAgent = `mutation($a: ID!, $p: String!) { runAgent(agentId: $a, patientId: $p) {

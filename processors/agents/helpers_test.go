@@ -9,7 +9,7 @@ import (
 
 	"carehub/kernel/access"
 	"carehub/kernel/clinical"
-	"carehub/kernel/demo"
+	"carehub/storage/demo"
 	"carehub/storage/postgres/pgtest"
 )
 

@@ -14,8 +14,8 @@ import (
 	"carehub/kernel/clinical"
 	"carehub/kernel/events"
 	"carehub/kernel/fault"
-	"carehub/storage"
-	"carehub/storage/ids"
+	"carehub/kernel/ids"
+	"carehub/storage/outbox"
 )
 
 // ReportPrefix starts a report id (rpt_ + ULID), the reportId of diagnostic.result_ready.
@@ -161,7 +161,7 @@ func NewReport(sp ReportSpec) (Report, error) {
 }
 
 // Event returns the report's diagnostic.result_ready event, from source (agent or workflow).
-func (r *Report) Event(source string) (storage.Event, error) {
+func (r *Report) Event(source string) (events.Event, error) {
 	return events.New(events.TypeDiagnosticResultReady, r.OrgID, r.ProjectID, source, eventSeverity(clinical.Severity(r.Severity)),
 		map[string]any{"reportId": r.ID, "patientId": r.PatientID, "code": r.Code, "conclusion": r.Conclusion, "severity": r.Severity})
 }
@@ -176,7 +176,7 @@ func InsertReport(ctx context.Context, tx pgx.Tx, eventsTopic string, r *Report,
 	if err := insertReport(ctx, tx, r); err != nil {
 		return err
 	}
-	return events.Append(ctx, tx, eventsTopic, ev)
+	return outbox.AppendEvents(ctx, tx, eventsTopic, ev)
 }
 
 func insertReport(ctx context.Context, tx pgx.Tx, r *Report) error {

@@ -14,9 +14,9 @@ import (
 	"carehub/kernel/clinical"
 	"carehub/kernel/events"
 	"carehub/kernel/fault"
-	"carehub/processors/idempotency"
-	"carehub/storage"
-	"carehub/storage/ids"
+	"carehub/kernel/ids"
+	"carehub/storage/idempotency"
+	"carehub/storage/outbox"
 )
 
 // Run runs agent agentID against patient patientID with input (a JSON object of skill options
@@ -95,7 +95,7 @@ func (s *Service) Run(ctx context.Context, agentID, patientID string, input json
 		if err != nil {
 			return err
 		}
-		if err := events.Append(ctx, tx, s.eventsTopic, evs...); err != nil {
+		if err := outbox.AppendEvents(ctx, tx, s.eventsTopic, evs...); err != nil {
 			return err
 		}
 		_, err = tx.Exec(ctx, `select pg_notify($1, '')`, NotifyChannel)
@@ -354,12 +354,12 @@ func (s *Service) writeEnd(ctx context.Context, tx pgx.Tx, ses *Session, rep *Re
 			return err
 		}
 	}
-	return events.Append(ctx, tx, s.eventsTopic, evs...)
+	return outbox.AppendEvents(ctx, tx, s.eventsTopic, evs...)
 }
 
 // sessionEvents returns agent.session.updated for every state, plus agent.run_completed (with
 // diagnostic.result_ready for a report) or agent.run.failed when the session ended.
-func sessionEvents(ses *Session, rep *Report) ([]storage.Event, error) {
+func sessionEvents(ses *Session, rep *Report) ([]events.Event, error) {
 	updated := map[string]any{"sessionId": ses.ID, "agentId": ses.AgentID, "patientId": ses.PatientID, "status": ses.Status,
 		"startedAt": ses.StartedAt.UTC().Format(time.RFC3339Nano)}
 	if ses.LatencyMs != nil {
@@ -368,7 +368,7 @@ func sessionEvents(ses *Session, rep *Report) ([]storage.Event, error) {
 	if ses.CompletedAt != nil {
 		updated["completedAt"] = ses.CompletedAt.UTC().Format(time.RFC3339Nano)
 	}
-	var evs []storage.Event
+	var evs []events.Event
 	add := func(typ, severity string, payload map[string]any) error {
 		ev, err := events.New(typ, ses.OrgID, ses.ProjectID, events.SourceAgent, severity, payload)
 		evs = append(evs, ev)

@@ -13,6 +13,7 @@ import (
 	"carehub/kernel/clinical"
 	"carehub/kernel/config"
 	"carehub/kernel/events"
+	"carehub/storage/outbox"
 )
 
 // Defaults of WorkerConfig.
@@ -176,7 +177,7 @@ updated_at = now() where id = $1`, c.ID, msg, now); err != nil {
 			return err
 		}
 		out = &c
-		return events.Append(ctx, tx, w.s.eventsTopic, evs...)
+		return outbox.AppendEvents(ctx, tx, w.s.eventsTopic, evs...)
 	})
 	if err != nil {
 		return nil, false, err

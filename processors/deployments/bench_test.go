@@ -5,8 +5,8 @@ import (
 	"testing"
 	"time"
 
-	"carehub/kernel/demo"
 	"carehub/processors/deployments"
+	"carehub/storage/demo"
 )
 
 // BenchmarkInvoke measures invocations per second of one deployment on one node by replica count,

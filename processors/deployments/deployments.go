@@ -44,10 +44,11 @@ import (
 	"carehub/kernel/config"
 	"carehub/kernel/events"
 	"carehub/kernel/fault"
-	"carehub/processors/idempotency"
+	"carehub/kernel/ids"
 	"carehub/processors/internal/scoped"
-	"carehub/storage/ids"
+	"carehub/storage/idempotency"
 	"carehub/storage/kafka"
+	"carehub/storage/outbox"
 )
 
 // Statuses of a deployment.
@@ -213,7 +214,7 @@ func (s *Service) statusChanged(ctx context.Context, tx pgx.Tx, d *Deployment, f
 	if err != nil {
 		return err
 	}
-	return events.Append(ctx, tx, s.eventsTopic, ev)
+	return outbox.AppendEvents(ctx, tx, s.eventsTopic, ev)
 }
 
 // Deployment returns one deployment of the caller's organization.

@@ -14,10 +14,10 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"carehub/kernel/access"
-	"carehub/kernel/demo"
 	"carehub/kernel/fault"
+	"carehub/kernel/ids"
 	"carehub/processors/deployments"
-	"carehub/storage/ids"
+	"carehub/storage/demo"
 	"carehub/storage/postgres/pgtest"
 )
 

@@ -18,10 +18,11 @@ import (
 	"carehub/kernel/clinical"
 	"carehub/kernel/config"
 	"carehub/kernel/fault"
+	"carehub/kernel/ids"
 	"carehub/kernel/phi"
 	"carehub/kernel/telemetry"
 	"carehub/processors/agents"
-	"carehub/storage/ids"
+	"carehub/storage/postgres"
 )
 
 // Defaults of InvokerConfig.
@@ -94,7 +95,7 @@ type counts struct{ ok, failed atomic.Int64 }
 // Invoker returns an invoker of the service's deployments; Run flushes its counts.
 func (s *Service) Invoker(cfg InvokerConfig) *Invoker {
 	cfg.defaults()
-	inv := &Invoker{s: s, guard: phi.NewGuard(s.pool), cfg: cfg, log: cfg.Logger.With("component", "deployment_invoker"), nodeID: ids.New("node_"),
+	inv := &Invoker{s: s, guard: phi.NewGuard(postgres.SyntheticPatients{Pool: s.pool}), cfg: cfg, log: cfg.Logger.With("component", "deployment_invoker"), nodeID: ids.New("node_"),
 		deps: map[string]*served{}, stats: map[string]*counts{},
 		invocations: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "carehub", Subsystem: "deployments",
 			Name: "invocations_total", Help: "Deployment invocations on this node, by runtime and outcome (ok, client_error, failed, overloaded)."},

@@ -8,6 +8,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"carehub/kernel/events"
 	"carehub/kernel/tick"
 	"carehub/storage"
 	"carehub/storage/kafka/consume"
@@ -48,8 +49,8 @@ type commitWhenDurable struct {
 
 type pendingBatch struct {
 	mark   storage.DurableMark
-	events []storage.Event // to append again if the store may have lost them
-	last   []*kgo.Record   // the batch's last record of each partition: committing it commits the partition
+	events []events.Event // to append again if the store may have lost them
+	last   []*kgo.Record  // the batch's last record of each partition: committing it commits the partition
 }
 
 func newCommitWhenDurable(store storage.DeferredEventLog, log *slog.Logger) *commitWhenDurable {
@@ -59,7 +60,7 @@ func newCommitWhenDurable(store storage.DeferredEventLog, log *slog.Logger) *com
 // add queues a stored batch: recs are the poll's records, evs the events stored from them with
 // mark. A batch durable already (the zero mark: a small one) behind none waiting is committed
 // at once, as consume.Commit would.
-func (c *commitWhenDurable) add(ctx context.Context, recs []*kgo.Record, evs []storage.Event, mark storage.DurableMark) {
+func (c *commitWhenDurable) add(ctx context.Context, recs []*kgo.Record, evs []events.Event, mark storage.DurableMark) {
 	if len(recs) == 0 {
 		return
 	}

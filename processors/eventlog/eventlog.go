@@ -68,15 +68,14 @@ import (
 	"sync"
 	"time"
 
-	"carehub/kernel/config"
-	"carehub/kernel/telemetry"
-
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"golang.org/x/sync/errgroup"
 
+	"carehub/kernel/config"
 	"carehub/kernel/events"
+	"carehub/kernel/telemetry"
 	"carehub/storage"
 	"carehub/storage/kafka"
 	"carehub/storage/kafka/consume"
@@ -178,7 +177,7 @@ type Writer struct {
 	// one goroutine).
 	durable *commitWhenDurable
 	mark    storage.DurableMark
-	stored  []storage.Event
+	stored  []events.Event
 }
 
 // New builds a writer and its Kafka client (joining the group happens in Run).
@@ -273,7 +272,7 @@ func (w *Writer) skip(r *kgo.Record, err error) {
 // chunks may be stored: the retry stores them again, which the store ignores by id. A batch
 // with a refused event is stored by parts (consume.DeadLetter): each part's events add to
 // w.stored.
-func (w *Writer) store(ctx context.Context, evs []storage.Event) error {
+func (w *Writer) store(ctx context.Context, evs []events.Event) error {
 	storeCtx, cancel := context.WithTimeout(ctx, storeTimeout)
 	defer cancel()
 	g, gctx := errgroup.WithContext(storeCtx)

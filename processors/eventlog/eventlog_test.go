@@ -47,7 +47,7 @@ func newCountingStore(t *testing.T) *countingStore {
 
 var errStoreDown = errors.New("store down")
 
-func (s *countingStore) AppendEvents(ctx context.Context, evs []storage.Event) error {
+func (s *countingStore) AppendEvents(ctx context.Context, evs []events.Event) error {
 	if s.fail.Load() {
 		return errStoreDown
 	}
@@ -58,7 +58,7 @@ func (s *countingStore) AppendEvents(ctx context.Context, evs []storage.Event) e
 	return nil
 }
 
-func (s *countingStore) count(evs []storage.Event) {
+func (s *countingStore) count(evs []events.Event) {
 	for n := int64(len(evs)); ; {
 		m := s.largest.Load()
 		if n <= m || s.largest.CompareAndSwap(m, n) {
@@ -96,7 +96,7 @@ func (s *deferredStore) twin() *deferredStore {
 	return &deferredStore{countingStore: &countingStore{EventLog: s.pg, appended: map[string]int{}}, pg: s.pg, pool: s.pool}
 }
 
-func (s *deferredStore) AppendEventsDeferred(ctx context.Context, evs []storage.Event) (storage.DurableMark, error) {
+func (s *deferredStore) AppendEventsDeferred(ctx context.Context, evs []events.Event) (storage.DurableMark, error) {
 	if s.fail.Load() {
 		return storage.DurableMark{}, errStoreDown
 	}
@@ -154,9 +154,9 @@ func (s *countingStore) timesAppended() map[string]int {
 	return maps.Clone(s.appended)
 }
 
-func newEvents(t *testing.T, n, projects int) []storage.Event {
+func newEvents(t *testing.T, n, projects int) []events.Event {
 	t.Helper()
-	evs := make([]storage.Event, n)
+	evs := make([]events.Event, n)
 	for i := range evs {
 		ev, err := events.New("agent.run_completed", "org_1", fmt.Sprintf("prj_%d", i%projects), events.SourceAgent,
 			events.SeverityInfo, map[string]any{"sessionId": fmt.Sprintf("ses_%d", i)})
@@ -168,7 +168,7 @@ func newEvents(t *testing.T, n, projects int) []storage.Event {
 	return evs
 }
 
-func produce(t *testing.T, cl *kgo.Client, topic string, evs ...storage.Event) {
+func produce(t *testing.T, cl *kgo.Client, topic string, evs ...events.Event) {
 	t.Helper()
 	recs := make([]*kgo.Record, len(evs))
 	for i, ev := range evs {
@@ -295,7 +295,7 @@ func stored(t *testing.T, log storage.EventLog, projects int) []string {
 	return ids
 }
 
-func ids(evs []storage.Event) []string {
+func ids(evs []events.Event) []string {
 	out := make([]string, len(evs))
 	for i, ev := range evs {
 		out[i] = ev.ID
@@ -428,7 +428,7 @@ func testRebalance(t *testing.T, storeA counted, twin func() counted) {
 	const projects = 12
 
 	var mu sync.Mutex
-	var produced []storage.Event
+	var produced []events.Event
 	stopProducing := make(chan struct{})
 	producing := make(chan struct{})
 	go func() {
@@ -492,7 +492,7 @@ func testRebalance(t *testing.T, storeA counted, twin func() counted) {
 
 // storedButHeld runs a writer on a deferred store whose Durable reports nothing durable, until
 // it has stored n events of the given number of projects, and returns them.
-func storedButHeld(t *testing.T, n, projects int) (env, *deferredStore, []storage.Event) {
+func storedButHeld(t *testing.T, n, projects int) (env, *deferredStore, []events.Event) {
 	e := newEnv(t)
 	store := newDeferredStore(t)
 	// A log's first deferred append waits for its commit (the zero mark, durable at once);

@@ -29,7 +29,6 @@ import (
 
 	"carehub/kernel/config"
 	"carehub/kernel/events"
-	"carehub/storage"
 	"carehub/storage/kafka"
 )
 
@@ -138,8 +137,8 @@ func endOffsets(cfg Config) (map[int32]kgo.Offset, error) {
 // Subscription is one subscriber's stream. C is closed when the subscription ends: by Close, by
 // the hub stopping, or because the subscriber fell behind (then Overflowed reports true).
 type Subscription struct {
-	C          <-chan storage.Event
-	c          chan storage.Event
+	C          <-chan events.Event
+	c          chan events.Event
 	hub        *Hub
 	filter     Filter
 	refs       []ref // where the index holds it; guarded by hub.mu
@@ -158,7 +157,7 @@ type Filter struct {
 	Types []string
 	// Match, when not nil, must also accept an event for it to be sent. It runs on the hub's
 	// goroutine for every event the other fields select, so it must be cheap and must not block.
-	Match func(storage.Event) bool
+	Match func(events.Event) bool
 	// OnOverflow, when not nil, is called when the subscription is dropped because its buffer
 	// was full, before C is closed: the end of C alone looks like any other end, and a consumer
 	// that passes events on (a WebSocket subscription) should tell its client it fell behind
@@ -181,7 +180,7 @@ func (h *Hub) SubscribeFilter(n int, f Filter) *Subscription {
 	if n < 1 {
 		n = 1
 	}
-	c := make(chan storage.Event, n)
+	c := make(chan events.Event, n)
 	if f.Types != nil {
 		f.Types = slices.Clone(f.Types) // the index keeps it
 	}
@@ -240,7 +239,7 @@ func (h *Hub) Run(ctx context.Context) error {
 			if head, ok := events.PeekHead(r.Value); ok && !h.wanted(head) {
 				return // no subscription selects it: not worth decoding either
 			}
-			var ev storage.Event
+			var ev events.Event
 			if err := json.Unmarshal(r.Value, &ev); err != nil || ev.ID == "" {
 				h.logger.Warn("fan-out: skipping malformed event", "partition", r.Partition, "offset", r.Offset)
 				return
@@ -266,7 +265,7 @@ func (h *Hub) wanted(hd events.Head) bool {
 
 // route hands ev to every subscription that selects it, without blocking: a full buffer drops
 // that subscriber.
-func (h *Hub) route(ev storage.Event) {
+func (h *Hub) route(ev events.Event) {
 	if !ev.CreatedAt.IsZero() {
 		h.latency.Observe(time.Since(ev.CreatedAt).Seconds())
 	}

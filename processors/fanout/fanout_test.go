@@ -9,7 +9,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"carehub/storage"
+	"carehub/kernel/events"
 	"carehub/storage/kafka/kafkatest"
 )
 
@@ -37,7 +37,7 @@ func produce(t *testing.T, cl *kgo.Client, n int, prefix string) {
 	t.Helper()
 	recs := make([]*kgo.Record, n)
 	for i := range recs {
-		b, _ := json.Marshal(storage.Event{ID: fmt.Sprintf("%s%d", prefix, i), Type: "x.y", ProjectID: "prj_1", CreatedAt: time.Now()})
+		b, _ := json.Marshal(events.Event{ID: fmt.Sprintf("%s%d", prefix, i), Type: "x.y", ProjectID: "prj_1", CreatedAt: time.Now()})
 		recs[i] = &kgo.Record{Key: []byte("prj_1"), Value: b}
 	}
 	if err := cl.ProduceSync(context.Background(), recs...).FirstErr(); err != nil {

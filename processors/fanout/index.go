@@ -2,7 +2,6 @@ package fanout
 
 import (
 	"carehub/kernel/events"
-	"carehub/storage"
 )
 
 // index finds the subscriptions an event may concern without visiting the others. Subscriptions
@@ -132,14 +131,14 @@ func (x *index) remove(s *Subscription) {
 }
 
 // each calls fn for every subscription that selects ev, each once.
-func (x *index) each(ev storage.Event, fn func(*Subscription)) {
+func (x *index) each(ev events.Event, fn func(*Subscription)) {
 	x.global.each(ev, fn)
 	if b := x.projects[ev.ProjectID]; b != nil {
 		b.each(ev, fn)
 	}
 }
 
-func (b *bucket) each(ev storage.Event, fn func(*Subscription)) {
+func (b *bucket) each(ev events.Event, fn func(*Subscription)) {
 	if b.any != nil {
 		for _, m := range b.any.members {
 			f := m.s.filter

@@ -14,10 +14,9 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"carehub/kernel/events"
-	"carehub/storage"
 )
 
-func produceEvents(t *testing.T, cl *kgo.Client, evs ...storage.Event) {
+func produceEvents(t *testing.T, cl *kgo.Client, evs ...events.Event) {
 	t.Helper()
 	recs := make([]*kgo.Record, len(evs))
 	for i, ev := range evs {
@@ -59,12 +58,12 @@ func received(t *testing.T, s *Subscription, last string) []string {
 func TestFilter(t *testing.T) {
 	h, prod, _ := startHub(t)
 	waitAssigned(t, h, prod)
-	isLab := func(ev storage.Event) bool { return ev.Type == "lab.result" || ev.ID == "end" }
+	isLab := func(ev events.Event) bool { return ev.Type == "lab.result" || ev.ID == "end" }
 	subs := map[string]*Subscription{
 		"all":       h.Subscribe(100),
 		"a types":   h.SubscribeFilter(100, Filter{ProjectID: "prj_a", Types: []string{"lab.result", "device.reading"}}),
 		"lab.*":     h.SubscribeFilter(100, Filter{Types: []string{"lab.*"}}),
-		"b device":  h.SubscribeFilter(100, Filter{ProjectID: "prj_b", Types: []string{"device.reading", "lab.result"}, Match: func(ev storage.Event) bool { return ev.Type != "lab.result" || ev.ID == "end" }}),
+		"b device":  h.SubscribeFilter(100, Filter{ProjectID: "prj_b", Types: []string{"device.reading", "lab.result"}, Match: func(ev events.Event) bool { return ev.Type != "lab.result" || ev.ID == "end" }}),
 		"a":         h.SubscribeFilter(100, Filter{ProjectID: "prj_a"}),
 		"a lab":     h.SubscribeFilter(100, Filter{ProjectID: "prj_a", Match: isLab}),
 		"any lab":   h.SubscribeFilter(100, Filter{Match: isLab}),
@@ -75,15 +74,15 @@ func TestFilter(t *testing.T) {
 		defer s.Close()
 	}
 	produceEvents(t, prod,
-		storage.Event{ID: "1", Type: "lab.result", ProjectID: "prj_a"},
-		storage.Event{ID: "2", Type: "device.reading", ProjectID: "prj_a"},
-		storage.Event{ID: "3", Type: "lab.result", ProjectID: "prj_b"},
-		storage.Event{ID: "4", Type: "device.reading", ProjectID: "prj_b"},
-		storage.Event{ID: "5", Type: "lab.result", ProjectID: "prj_a"},
+		events.Event{ID: "1", Type: "lab.result", ProjectID: "prj_a"},
+		events.Event{ID: "2", Type: "device.reading", ProjectID: "prj_a"},
+		events.Event{ID: "3", Type: "lab.result", ProjectID: "prj_b"},
+		events.Event{ID: "4", Type: "device.reading", ProjectID: "prj_b"},
+		events.Event{ID: "5", Type: "lab.result", ProjectID: "prj_a"},
 	)
 	// An end marker every subscription selects, in every project.
 	for _, p := range []string{"prj_a", "prj_b", "prj_c"} {
-		produceEvents(t, prod, storage.Event{ID: "end", Type: "lab.result", ProjectID: p})
+		produceEvents(t, prod, events.Event{ID: "end", Type: "lab.result", ProjectID: p})
 	}
 	want := map[string][]string{
 		"all":       {"1", "2", "3", "4", "5"},
@@ -139,16 +138,16 @@ func TestIndexChurn(t *testing.T) {
 		t.Fatalf("index counts %d and holds %d subscriptions, want %d", count, all, len(open))
 	}
 
-	var evs []storage.Event
+	var evs []events.Event
 	for p := range 7 {
 		for _, typ := range []string{"a.x", "a.y", "b.x", "c.x"} {
-			evs = append(evs, storage.Event{ID: fmt.Sprintf("prj_%d/%s", p, typ), Type: typ, ProjectID: fmt.Sprintf("prj_%d", p)})
+			evs = append(evs, events.Event{ID: fmt.Sprintf("prj_%d/%s", p, typ), Type: typ, ProjectID: fmt.Sprintf("prj_%d", p)})
 		}
 	}
 	// The witness sees the last event only after route has handed every earlier one out.
 	witness := h.SubscribeFilter(1000, Filter{ProjectID: "prj_w"})
 	defer witness.Close()
-	produceEvents(t, prod, append(evs, storage.Event{ID: "last", Type: "z.z", ProjectID: "prj_w"})...)
+	produceEvents(t, prod, append(evs, events.Event{ID: "last", Type: "z.z", ProjectID: "prj_w"})...)
 	received(t, witness, "last")
 
 	for _, e := range open {
@@ -197,11 +196,11 @@ func BenchmarkRoute(b *testing.B) {
 		{"by project", func(i int) Filter { return Filter{ProjectID: fmt.Sprintf("prj_%d", i%100)} }},
 		{"by predicate", func(i int) Filter {
 			want := fmt.Sprintf("t.%d", i%100)
-			return Filter{Match: func(ev storage.Event) bool { return ev.Type == want }}
+			return Filter{Match: func(ev events.Event) bool { return ev.Type == want }}
 		}},
 		{"by project and predicate", func(i int) Filter {
 			want := fmt.Sprintf("t.%d", i/100%100)
-			return Filter{ProjectID: fmt.Sprintf("prj_%d", i%100), Match: func(ev storage.Event) bool { return ev.Type == want }}
+			return Filter{ProjectID: fmt.Sprintf("prj_%d", i%100), Match: func(ev events.Event) bool { return ev.Type == want }}
 		}},
 	}
 	for _, tc := range cases {
@@ -221,9 +220,9 @@ func BenchmarkRoute(b *testing.B) {
 					}
 				})
 			}
-			evs := make([]storage.Event, 100)
+			evs := make([]events.Event, 100)
 			for i := range evs {
-				evs[i] = storage.Event{ID: "e", Type: fmt.Sprintf("t.%d", i), ProjectID: fmt.Sprintf("prj_%d", i)}
+				evs[i] = events.Event{ID: "e", Type: fmt.Sprintf("t.%d", i), ProjectID: fmt.Sprintf("prj_%d", i)}
 			}
 			b.ResetTimer()
 			for i := range b.N {
@@ -333,7 +332,7 @@ func TestIndexWants(t *testing.T) {
 		}
 		for _, p := range projects[1:] {
 			for _, typ := range types {
-				ev := storage.Event{Type: typ, ProjectID: p}
+				ev := events.Event{Type: typ, ProjectID: p}
 				visited := false
 				x.each(ev, func(*Subscription) { visited = true })
 				if got := x.wants(events.Head{Type: typ, ProjectID: p}); got != visited {

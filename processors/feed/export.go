@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 
+	"carehub/kernel/events"
 	"carehub/kernel/fault"
 	"carehub/kernel/phi"
 	"carehub/storage"
@@ -23,7 +24,7 @@ func (s *Service) Export(ctx context.Context, q Query, emit func(ev phi.Event, c
 	if err != nil || none {
 		return err
 	}
-	err = s.log.ExportEvents(ctx, eq, func(chunk []storage.Event) error {
+	err = s.log.ExportEvents(ctx, eq, func(chunk []events.Event) error {
 		evs, err := s.guard.Events(ctx, chunk)
 		if err != nil {
 			return fmt.Errorf("export events of %s: %w", q.ProjectID, err)

@@ -23,17 +23,18 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"carehub/ingest/outbox"
 	"carehub/kernel/access"
 	"carehub/kernel/config"
 	"carehub/kernel/events"
 	"carehub/kernel/fault"
 	"carehub/kernel/jsonwire"
 	"carehub/kernel/phi"
-	"carehub/processors/idempotency"
 	"carehub/processors/internal/scoped"
 	"carehub/storage"
+	"carehub/storage/idempotency"
 	"carehub/storage/kafka"
+	"carehub/storage/outbox"
+	"carehub/storage/postgres"
 )
 
 // MaxPayloadBytes bounds a published event's payload (256 KiB).
@@ -85,7 +86,7 @@ func (c *Config) defaults() { config.Default(&c.EventsTopic, kafka.DefaultTopics
 // New returns the feed over pool (projects, outbox) and log (reads).
 func New(pool *pgxpool.Pool, log storage.EventLog, cfg Config) *Service {
 	cfg.defaults()
-	return &Service{pool: pool, guard: phi.NewGuard(pool), log: log, eventsTopic: cfg.EventsTopic,
+	return &Service{pool: pool, guard: phi.NewGuard(postgres.SyntheticPatients{Pool: pool}), log: log, eventsTopic: cfg.EventsTopic,
 		outbox: outbox.NewGroup(pool, outbox.GroupConfig{}), direct: cfg.Direct, producer: cfg.Producer}
 }
 
@@ -198,12 +199,12 @@ func checkPatterns(patterns []string) error {
 // Serve returns one streamed event as the caller in ctx may see it (an eventStream push). When
 // the caller's access to its patients cannot be decided (Postgres unreachable), the event is
 // served redacted rather than withheld or leaked.
-func (s *Service) Serve(ctx context.Context, ev storage.Event) phi.Event {
-	return s.serve(ctx, []storage.Event{ev})[0]
+func (s *Service) Serve(ctx context.Context, ev events.Event) phi.Event {
+	return s.serve(ctx, []events.Event{ev})[0]
 }
 
 // serve is Serve of several events.
-func (s *Service) serve(ctx context.Context, evs []storage.Event) []phi.Event {
+func (s *Service) serve(ctx context.Context, evs []events.Event) []phi.Event {
 	served, err := s.guard.Events(ctx, evs)
 	if err != nil {
 		served = make([]phi.Event, len(evs))
@@ -286,7 +287,7 @@ func (s *Service) publish(ctx context.Context, drafts []Draft, field func(int) s
 	if len(bad) > 0 {
 		return nil, fault.Validation("invalid event", bad)
 	}
-	evs := make([]storage.Event, len(drafts))
+	evs := make([]events.Event, len(drafts))
 	for i, d := range drafts {
 		orgID, err := s.projects.Lookup(ctx, s.pool, p, d.ProjectID)
 		if err != nil {
@@ -301,7 +302,7 @@ func (s *Service) publish(ctx context.Context, drafts []Draft, field func(int) s
 			return nil, err
 		}
 	}
-	msgs, err := events.Messages(s.eventsTopic, evs...)
+	msgs, err := outbox.EventMessages(s.eventsTopic, evs...)
 	if err != nil {
 		return nil, fmt.Errorf("publish events: %w", err)
 	}
@@ -327,7 +328,7 @@ func (s *Service) publish(ctx context.Context, drafts []Draft, field func(int) s
 // event would reach live readers, webhooks and workflow triggers as if a live credential had
 // written it about a real patient. A real patient is NotFound, as an unknown one is, so the
 // refusal tells nothing; a patient named without an id cannot be shown to be synthetic.
-func (s *Service) syntheticOnly(ctx context.Context, evs []storage.Event) error {
+func (s *Service) syntheticOnly(ctx context.Context, evs []events.Event) error {
 	var each []phi.Subject // one per patient named, so that the refusal names the patient
 	for _, ev := range evs {
 		sub, ok := phi.ClassifyEvent(ev.Type, ev.Payload)

@@ -131,7 +131,8 @@ func (s *Service) statsQuery(ctx context.Context, p *access.Principal, q StatsQu
 	aq := storage.AggregateQuery{OrgID: orgID, ProjectID: q.ProjectID, Types: q.Types, Severities: q.Severities,
 		From: q.From, To: q.To, Bucket: q.Bucket, Location: loc, GroupBy: q.GroupBy, Latency: q.Latency}
 	if !phi.ReaderOf(p).SeesAll() {
-		aq.Private = phi.StatsPrivate()
+		types, open := phi.StatsPrivate()
+		aq.Private = &storage.Private{Types: types, Open: open}
 	}
 	return aq, nil
 }

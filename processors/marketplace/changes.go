@@ -12,10 +12,10 @@ import (
 	"carehub/kernel/access"
 	"carehub/kernel/events"
 	"carehub/kernel/fault"
-	"carehub/processors/idempotency"
+	"carehub/kernel/ids"
 	"carehub/processors/internal/scoped"
-	"carehub/storage"
-	"carehub/storage/ids"
+	"carehub/storage/idempotency"
+	"carehub/storage/outbox"
 )
 
 // SubmissionResult is the outcome of Submit.
@@ -237,7 +237,7 @@ func (s *Service) emit(ctx context.Context, tx pgx.Tx, typ, orgID, projectID str
 	if err != nil {
 		return err
 	}
-	return events.Append(ctx, tx, s.eventsTopic, []storage.Event{ev}...)
+	return outbox.AppendEvents(ctx, tx, s.eventsTopic, []events.Event{ev}...)
 }
 
 func deref(s *string) string {

@@ -6,9 +6,9 @@ import (
 	"strings"
 	"testing"
 
-	"carehub/api/server/servertest"
+	"carehub/e2e/servertest"
 	"carehub/kernel/access"
-	"carehub/kernel/demo"
+	"carehub/storage/demo"
 	"carehub/storage/postgres/pgtest"
 )
 

@@ -5,10 +5,10 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"carehub/ingest/outbox"
 	"carehub/kernel/events"
 	"carehub/kernel/jsonwire"
 	"carehub/schemas/kafka/observation"
+	"carehub/storage/outbox"
 )
 
 // receivedRecords returns the device.observation_received records of stored observations for
@@ -47,7 +47,7 @@ func receivedRecords(topic string, stored []observation.Message, projects map[st
 // one buffer.
 const eventSize = 560
 
-// appendEvent appends the event of m as json.Marshal encodes a storage.Event whose payload is
+// appendEvent appends the event of m as json.Marshal encodes a events.Event whose payload is
 // an events.DeviceObservationReceived (TestEventMatchesEncodingJSON), without reflection: one
 // event per stored observation made encoding the writer's second largest cost.
 func appendEvent(b []byte, m *observation.Message, id, project string, created time.Time) []byte {

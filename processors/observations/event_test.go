@@ -9,7 +9,6 @@ import (
 
 	"carehub/kernel/events"
 	"carehub/schemas/kafka/observation"
-	"carehub/storage"
 )
 
 // stdEvent is the event of m as encoding/json writes it: the reference appendEvent must agree
@@ -24,7 +23,7 @@ func stdEvent(m *observation.Message, id, project string, created time.Time) ([]
 	if err != nil {
 		return nil, err
 	}
-	return json.Marshal(storage.Event{ID: id, Type: EventType, OrgID: m.OrgID, ProjectID: project, Source: events.SourceIntegration,
+	return json.Marshal(events.Event{ID: id, Type: EventType, OrgID: m.OrgID, ProjectID: project, Source: events.SourceIntegration,
 		Severity: events.SeverityInfo, Payload: payload, CreatedAt: created})
 }
 

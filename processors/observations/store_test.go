@@ -10,9 +10,9 @@ import (
 
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"carehub/kernel/ids"
 	obs "carehub/processors/observations"
 	"carehub/schemas/kafka/observation"
-	"carehub/storage/ids"
 )
 
 // TestStoredResource stores the same observations by the direct COPY and by the staged insert,

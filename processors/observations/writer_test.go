@@ -15,10 +15,10 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"carehub/internal/testenv"
+	"carehub/kernel/events"
+	"carehub/kernel/ids"
 	obs "carehub/processors/observations"
 	"carehub/schemas/kafka/observation"
-	"carehub/storage"
-	"carehub/storage/ids"
 	"carehub/storage/kafka/consume"
 	"carehub/storage/kafka/kafkatest"
 	"carehub/storage/postgres/pgtest"
@@ -156,7 +156,7 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 // each observation of ids (they commit after the observations are stored, later when a
 // rebalance aborted a transaction) and returns the events by id; it fails t on an event id
 // committed twice.
-func events(t *testing.T, e *env, ids ...string) map[string]storage.Event {
+func eventsOf(t *testing.T, e *env, ids ...string) map[string]events.Event {
 	t.Helper()
 	deadline := time.Now().Add(60 * time.Second)
 	for {
@@ -177,11 +177,11 @@ func events(t *testing.T, e *env, ids ...string) map[string]storage.Event {
 	}
 }
 
-func readEvents(t *testing.T, e *env) map[string]storage.Event {
+func readEvents(t *testing.T, e *env) map[string]events.Event {
 	t.Helper()
-	out := map[string]storage.Event{}
+	out := map[string]events.Event{}
 	for _, r := range kafkatest.ReadAll(t, e.events) {
-		var ev storage.Event
+		var ev events.Event
 		if err := json.Unmarshal(r.Value, &ev); err != nil {
 			t.Fatal(err)
 		}
@@ -308,7 +308,7 @@ func TestUnstorableRecordsAreSkipped(t *testing.T) {
 			t.Fatalf("dead-lettered %+v, %v", d, err)
 		}
 	}
-	evs := events(t, e, good[0].ID, good[1].ID, good[2].ID)
+	evs := eventsOf(t, e, good[0].ID, good[1].ID, good[2].ID)
 	if len(evs) != 3 {
 		t.Fatalf("%d events", len(evs))
 	}
@@ -359,7 +359,7 @@ func TestRebalanceLosesAndDuplicatesNothing(t *testing.T) {
 	if n := count(t, e.pool, `select count(*) from observations`); n != len(all) {
 		t.Fatalf("%d stored of %d", n, len(all))
 	}
-	evs := events(t, e, all...)
+	evs := eventsOf(t, e, all...)
 	if len(evs) != len(all) {
 		t.Fatalf("%d events of %d", len(evs), len(all))
 	}
@@ -442,7 +442,7 @@ func TestStoreFailureReadsThePollAgain(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor(t, "every record stored", func() bool { return count(t, e.pool, `select count(*) from observations`) == len(msgs) })
-	if evs := events(t, e, ids...); len(evs) != len(msgs) {
+	if evs := eventsOf(t, e, ids...); len(evs) != len(msgs) {
 		t.Fatalf("%d events of %d", len(evs), len(msgs))
 	}
 	if s := w.counter(t, "carehub_observations_stored_total"); s != float64(len(msgs)) {

@@ -15,9 +15,9 @@ import (
 
 	"carehub/kernel/access"
 	"carehub/kernel/fault"
+	"carehub/kernel/ids"
 	"carehub/processors/internal/scoped"
 	"carehub/storage"
-	"carehub/storage/ids"
 )
 
 // Organization is a tenant: a health system, clinic, payer, developer tenant or research body.

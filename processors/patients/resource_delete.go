@@ -12,7 +12,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"carehub/kernel/fault"
-	"carehub/storage/ids"
+	"carehub/kernel/ids"
 )
 
 // DeleteResource deletes t/id (FHIR delete): a new version without a resource ends its history,

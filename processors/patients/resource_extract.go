@@ -8,7 +8,7 @@ import (
 	"strings"
 	"time"
 
-	"carehub/storage/ids"
+	"carehub/kernel/ids"
 )
 
 // extracted are the search values of one resource.

@@ -20,7 +20,7 @@ import (
 
 	"carehub/kernel/access"
 	"carehub/kernel/fault"
-	"carehub/storage/ids"
+	"carehub/kernel/ids"
 )
 
 // TxEntry is one entry of a transaction: a create of Type (Patient, Observation or a generic

@@ -25,7 +25,7 @@ import (
 
 	"carehub/kernel/access"
 	"carehub/kernel/fault"
-	"carehub/storage/ids"
+	"carehub/kernel/ids"
 )
 
 // KindResource is the audit kind of a generic resource (recorded as Type/id).

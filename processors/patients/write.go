@@ -16,8 +16,8 @@ import (
 
 	"carehub/kernel/access"
 	"carehub/kernel/fault"
-	"carehub/processors/idempotency"
-	"carehub/storage/ids"
+	"carehub/kernel/ids"
+	"carehub/storage/idempotency"
 )
 
 // Extensions under which a FHIR Patient carries carehub's risk level and care programs. REST

@@ -11,9 +11,10 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"carehub/kernel/access"
+	"carehub/kernel/events"
 	"carehub/kernel/fault"
+	"carehub/kernel/ids"
 	"carehub/storage"
-	"carehub/storage/ids"
 	"carehub/storage/postgres"
 	"carehub/storage/postgres/pgtest"
 )
@@ -46,10 +47,10 @@ func TestPurge(t *testing.T) {
 	if _, err := pool.Exec(ctx, `insert into projects (id, org_id, name) values ('prj_a', 'org_a', 'a'), ('prj_b', 'org_b', 'b')`); err != nil {
 		t.Fatal(err)
 	}
-	events, audit := postgres.NewEventLog(pool), postgres.NewAuditLog(pool)
+	log, audit := postgres.NewEventLog(pool), postgres.NewAuditLog(pool)
 	now := time.Now().UTC()
-	event := func(org, project string, age time.Duration) storage.Event {
-		return storage.Event{ID: ids.New(ids.Event), Type: "agent.run_completed", OrgID: org, ProjectID: project, Source: "agent",
+	event := func(org, project string, age time.Duration) events.Event {
+		return events.Event{ID: ids.New(ids.Event), Type: "agent.run_completed", OrgID: org, ProjectID: project, Source: "agent",
 			Severity: "info", Payload: json.RawMessage(`{}`), CreatedAt: now.Add(-age)}
 	}
 	record := func(org string, years int) storage.AuditRecord {
@@ -57,9 +58,9 @@ func TestPurge(t *testing.T) {
 			Mode: "live", Operation: "GET /v1/events", Outcome: "success", Status: 200}
 	}
 	const day = 24 * time.Hour
-	evs := []storage.Event{event("org_a", "prj_a", 40*day), event("org_a", "prj_a", 20*day), event("org_b", "prj_b", 40*day)}
+	evs := []events.Event{event("org_a", "prj_a", 40*day), event("org_a", "prj_a", 20*day), event("org_b", "prj_b", 40*day)}
 	recs := []storage.AuditRecord{record("org_a", 7), record("org_a", 5), record("org_b", 7)}
-	if err := events.AppendEvents(ctx, evs); err != nil {
+	if err := log.AppendEvents(ctx, evs); err != nil {
 		t.Fatal(err)
 	}
 	if err := audit.AppendAudit(ctx, recs); err != nil {
@@ -71,7 +72,7 @@ func TestPurge(t *testing.T) {
 	if _, err := svc.SetPolicy(platform, "org_a", ptr(30), ptr(AuditFloorDays)); err != nil {
 		t.Fatal(err)
 	}
-	job, err := NewJob(JobConfig{Pool: pool, Events: events, Audit: audit})
+	job, err := NewJob(JobConfig{Pool: pool, Events: log, Audit: audit})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -81,7 +82,7 @@ func TestPurge(t *testing.T) {
 
 	var left []string
 	for _, q := range []storage.EventQuery{{ProjectID: "prj_a", Limit: 10}, {ProjectID: "prj_b", Limit: 10}} {
-		page, err := events.QueryEvents(ctx, q)
+		page, err := log.QueryEvents(ctx, q)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -13,7 +13,6 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"carehub/kernel/events"
-	"carehub/storage"
 )
 
 // arrivals records when each delivery first reached a fast receiver.
@@ -60,7 +59,7 @@ func benchDelivery(b *testing.B, subs int) {
 	}
 	f.start(func(c *DispatcherConfig) { c.Schedule = DefaultSchedule; c.PollInterval = DefaultPollInterval })
 
-	evs := make([]storage.Event, nEvents)
+	evs := make([]events.Event, nEvents)
 	for i := range evs {
 		ev, err := events.New("device.observation_received", f.orgID, f.projectID, events.SourceIntegration, events.SeverityInfo,
 			map[string]any{"observationId": fmt.Sprintf("obs_%d", i), "value": 98.6, "unit": "degF"})

@@ -9,9 +9,9 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"carehub/kernel/ids"
 	"carehub/kernel/phi"
 	"carehub/kernel/tick"
-	"carehub/storage/ids"
 )
 
 // The worker pool. Deliveries are claimed a subscription at a time: a lane is up to LaneBatch of

@@ -18,11 +18,11 @@ import (
 
 	"carehub/kernel/config"
 	"carehub/kernel/events"
+	"carehub/kernel/ids"
 	"carehub/kernel/phi"
 	"carehub/kernel/sealing"
 	"carehub/kernel/tick"
 	"carehub/storage"
-	"carehub/storage/ids"
 	"carehub/storage/kafka"
 	"carehub/storage/kafka/consume"
 	"carehub/storage/postgres"
@@ -193,7 +193,7 @@ func NewDispatcher(cfg DispatcherConfig) (*Dispatcher, error) {
 		cl:     cl,
 		r:      r,
 		pool:   cfg.Pool,
-		guard:  phi.NewGuard(cfg.Pool),
+		guard:  phi.NewGuard(postgres.SyntheticPatients{Pool: cfg.Pool}),
 		sender: newSender(cfg.AllowPrivate, cfg.Timeout, cfg.PerSubscription),
 		box:    newSecretBox(cfg.Key),
 		subs:   newSubCache(cfg.Pool, cfg.CacheTTL),
@@ -318,14 +318,14 @@ func (d *Dispatcher) subscribed(ctx context.Context, recs []*kgo.Record) ([]*kgo
 // newDelivery is a row to insert.
 type newDelivery struct {
 	id, orgID, webhookID string
-	ev                   storage.Event
+	ev                   events.Event
 	body                 []byte
 }
 
 // record writes one delivery per matching subscription of each event in evs, in record order
 // (so seq follows each partition's order), idempotently.
-func (d *Dispatcher) record(ctx context.Context, all []storage.Event) error {
-	evs := make([]storage.Event, 0, len(all))
+func (d *Dispatcher) record(ctx context.Context, all []events.Event) error {
+	evs := make([]events.Event, 0, len(all))
 	var projects []string
 	seen := map[string]bool{}
 	for _, ev := range all {

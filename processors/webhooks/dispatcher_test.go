@@ -17,7 +17,6 @@ import (
 
 	"carehub/internal/testenv"
 	"carehub/kernel/events"
-	"carehub/storage"
 	"carehub/storage/kafka/consume"
 	"carehub/storage/kafka/kafkatest"
 )
@@ -195,7 +194,7 @@ func TestTenFailuresPauseAndResumeDeliversEverythingInOrder(t *testing.T) {
 		}
 	})
 	sub := f.create(rc.URL, "*")
-	var evs []storage.Event
+	var evs []events.Event
 	for i := range 15 {
 		evs = append(evs, f.publish("device.observation_received", map[string]int{"n": i}))
 	}
@@ -265,7 +264,7 @@ func TestGoneDisablesTheSubscription(t *testing.T) {
 	witness := f.create(other.URL, "*")
 	// Both events are in the topic before the dispatcher starts, so it records both before the
 	// first 410 disables the subscription.
-	var evs []storage.Event
+	var evs []events.Event
 	for range 2 {
 		ev, err := events.New("agent.run_completed", f.orgID, f.projectID, events.SourceIntegration, events.SeverityInfo, nil)
 		if err != nil {
@@ -372,7 +371,7 @@ func TestSlowReceiverDoesNotDelayAnotherSubscription(t *testing.T) {
 	slowSub := f.create(slow.URL, "*")
 	fastSub := f.create(fast.URL, "*")
 	f.start()
-	var evs []storage.Event
+	var evs []events.Event
 	for range 5 {
 		evs = append(evs, f.publish("workflow.completed", nil))
 	}
@@ -513,7 +512,7 @@ func TestPerSubscriptionBoundsConcurrentAttempts(t *testing.T) {
 		w.WriteHeader(http.StatusOK)
 	})
 	sub := f.create(rc.URL, "*")
-	var evs []storage.Event
+	var evs []events.Event
 	for range 16 {
 		evs = append(evs, f.publish("agent.run_completed", nil))
 	}

@@ -20,9 +20,8 @@ import (
 	"carehub/internal/testenv"
 	"carehub/kernel/access"
 	"carehub/kernel/events"
+	"carehub/kernel/ids"
 	"carehub/kernel/sealing"
-	"carehub/storage"
-	"carehub/storage/ids"
 	"carehub/storage/kafka/kafkatest"
 	"carehub/storage/postgres"
 	"carehub/storage/postgres/pgtest"
@@ -118,7 +117,7 @@ func (f *fixture) create(url string, patterns ...string) *Subscription {
 }
 
 // publish produces an event of f's project to f's topic, as the outbox relay would.
-func (f *fixture) publish(typ string, payload any) storage.Event {
+func (f *fixture) publish(typ string, payload any) events.Event {
 	f.t.Helper()
 	ev, err := events.New(typ, f.orgID, f.projectID, events.SourceIntegration, events.SeverityInfo, payload)
 	if err != nil {
@@ -128,7 +127,7 @@ func (f *fixture) publish(typ string, payload any) storage.Event {
 	return ev
 }
 
-func (f *fixture) produce(evs ...storage.Event) {
+func (f *fixture) produce(evs ...events.Event) {
 	f.t.Helper()
 	recs := make([]*kgo.Record, len(evs))
 	for i, ev := range evs {
@@ -142,7 +141,7 @@ func (f *fixture) produce(evs ...storage.Event) {
 }
 
 // eventRecord is ev as the outbox relay publishes it: keyed by project, the JSON envelope.
-func eventRecord(t testing.TB, ev storage.Event) *kgo.Record {
+func eventRecord(t testing.TB, ev events.Event) *kgo.Record {
 	v, err := json.Marshal(ev)
 	if err != nil {
 		t.Fatal(err)
@@ -385,7 +384,7 @@ func requestIDs(reqs []request) []string {
 	return out
 }
 
-func eventIDs(evs []storage.Event) []string {
+func eventIDs(evs []events.Event) []string {
 	out := make([]string, len(evs))
 	for i, ev := range evs {
 		out[i] = ev.ID

@@ -5,8 +5,8 @@ import (
 	"encoding/json"
 	"fmt"
 
+	"carehub/kernel/events"
 	"carehub/kernel/phi"
-	"carehub/storage"
 )
 
 // Patient data in deliveries (DECISIONS §2, kernel/phi). A subscription carries patient data
@@ -24,7 +24,7 @@ func servedBody(ctx context.Context, g *phi.Guard, r phi.Reader, body []byte) ([
 	if err := json.Unmarshal(body, &de); err != nil {
 		return nil, fmt.Errorf("delivery body: %w", err)
 	}
-	evs, err := g.EventsFor(ctx, r, []storage.Event{{Type: de.Event, OrgID: de.OrgID, Payload: de.Payload}})
+	evs, err := g.EventsFor(ctx, r, []events.Event{{Type: de.Event, OrgID: de.OrgID, Payload: de.Payload}})
 	if err != nil {
 		return nil, err
 	}

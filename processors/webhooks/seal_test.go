@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"carehub/kernel/ids"
 	"carehub/kernel/sealing"
-	"carehub/storage/ids"
 )
 
 // TestSealedSecretOpensOnlyInItsRowUnderItsKey: a sealed secret opens for its subscription

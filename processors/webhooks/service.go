@@ -39,10 +39,11 @@ import (
 	"carehub/kernel/config"
 	"carehub/kernel/events"
 	"carehub/kernel/fault"
+	"carehub/kernel/ids"
 	"carehub/kernel/phi"
 	"carehub/kernel/sealing"
-	"carehub/processors/idempotency"
-	"carehub/storage/ids"
+	"carehub/storage/idempotency"
+	"carehub/storage/postgres"
 )
 
 // Subscription is a webhook subscription. Secret is the full secret only on the results of Create
@@ -164,7 +165,7 @@ type Service struct {
 // NewService returns the service on pool.
 func NewService(pool *pgxpool.Pool, cfg ServiceConfig) *Service {
 	cfg.defaults()
-	return &Service{pool: pool, guard: phi.NewGuard(pool), cfg: cfg, sender: newSender(cfg.AllowPrivate, cfg.Timeout, 2),
+	return &Service{pool: pool, guard: phi.NewGuard(postgres.SyntheticPatients{Pool: pool}), cfg: cfg, sender: newSender(cfg.AllowPrivate, cfg.Timeout, 2),
 		box: newSecretBox(cfg.Key)}
 }
 

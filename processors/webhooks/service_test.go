@@ -10,8 +10,8 @@ import (
 	"time"
 
 	"carehub/kernel/access"
+	"carehub/kernel/events"
 	"carehub/kernel/fault"
-	"carehub/storage"
 )
 
 func TestCreateValidatesAndScopes(t *testing.T) {
@@ -156,7 +156,7 @@ func TestFailedDeliveriesCanBeRedeliveredAndRecovered(t *testing.T) {
 	})
 	sub := f.create(rc.URL, "*")
 	f.start(func(c *DispatcherConfig) { c.Schedule = []time.Duration{0, 10 * time.Millisecond} })
-	var evs []storage.Event
+	var evs []events.Event
 	for range 3 {
 		evs = append(evs, f.publish("agent.run.failed", nil))
 	}

@@ -11,7 +11,7 @@ import (
 	"strings"
 	"time"
 
-	"carehub/storage"
+	"carehub/kernel/events"
 )
 
 // SecretPrefix starts every signing secret (Standard Webhooks).
@@ -120,7 +120,7 @@ type deliveredEvent struct {
 
 // Body returns the bytes delivered for ev: {event, timestamp, org_id, project_id, payload}, with
 // timestamp the event's createdAt in RFC 3339 UTC.
-func Body(ev storage.Event) ([]byte, error) {
+func Body(ev events.Event) ([]byte, error) {
 	payload := ev.Payload
 	if len(payload) == 0 {
 		payload = json.RawMessage(`{}`)

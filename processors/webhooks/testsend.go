@@ -11,8 +11,7 @@ import (
 	"carehub/kernel/access"
 	"carehub/kernel/events"
 	"carehub/kernel/fault"
-	"carehub/storage"
-	"carehub/storage/ids"
+	"carehub/kernel/ids"
 )
 
 // TestRequest names the destination of a test send: a subscription (its URL and secret) or a
@@ -102,7 +101,7 @@ from webhooks where id = $1 and deleted_at is null and ($2 = '' or org_id = $2)`
 }
 
 // SampleEvent is the workflow.run.completed event a test send delivers, with fresh ids.
-func SampleEvent(orgID, projectID string) (storage.Event, error) {
+func SampleEvent(orgID, projectID string) (events.Event, error) {
 	return events.New(events.TypeWorkflowRunCompleted, orgID, projectID, events.SourceWorkflow, events.SeverityInfo, events.WorkflowRunCompleted{
 		RunID:          ids.New(ids.Run),
 		WorkflowID:     ids.New(ids.Workflow),

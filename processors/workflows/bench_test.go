@@ -4,7 +4,7 @@ import (
 	"testing"
 	"time"
 
-	"carehub/kernel/demo"
+	"carehub/storage/demo"
 )
 
 // BenchmarkRunnerThroughput measures runs per second end to end through the runner: Start (run,

@@ -1,6 +1,6 @@
 package workflows_test
 
-// Black-box tests: a whole carehub node (api/server/servertest) driven through its public API.
+// Black-box tests: a whole carehub node (e2e/servertest) driven through its public API.
 // They need the node to run the workflow runner and triggers (processors role) and the outbox
 // relay, as the composition root wires them.
 
@@ -15,10 +15,10 @@ import (
 	"testing"
 	"time"
 
-	"carehub/api/server/servertest"
 	"carehub/api/ws/wstest"
+	"carehub/e2e/servertest"
 	"carehub/kernel/access"
-	"carehub/kernel/demo"
+	"carehub/storage/demo"
 	"carehub/storage/postgres"
 )
 

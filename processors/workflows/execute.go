@@ -16,6 +16,7 @@ import (
 	"carehub/kernel/events"
 	"carehub/kernel/fault"
 	"carehub/processors/agents"
+	"carehub/storage/outbox"
 )
 
 // errLost means the run is no longer this runner's to execute: it was cancelled, finished, or
@@ -103,7 +104,7 @@ returning `+runColumns+`, attempts, mode`, runID, e.owner, e.lease.Seconds()).Sc
 			return err
 		}
 		st = s
-		return events.Append(ctx, tx, e.s.eventsTopic, evs...)
+		return outbox.AppendEvents(ctx, tx, e.s.eventsTopic, evs...)
 	})
 	if err != nil {
 		return nil, err
@@ -273,7 +274,7 @@ updated_at = now() where id = $1 returning `+runColumns, st.run.ID, status, out,
 	if err != nil {
 		return err
 	}
-	return events.Append(ctx, tx, e.s.eventsTopic, evs...)
+	return outbox.AppendEvents(ctx, tx, e.s.eventsTopic, evs...)
 }
 
 // requeue moves a RUNNING run back to QUEUED with a new command, so any runner resumes it after
@@ -313,7 +314,7 @@ where id = $1 and status = 'RUNNING' and `+cond+` returning `+runColumns+`, atte
 		if err != nil {
 			return err
 		}
-		return events.Append(ctx, tx, e.s.eventsTopic, evs...)
+		return outbox.AppendEvents(ctx, tx, e.s.eventsTopic, evs...)
 	})
 	if err == nil && done {
 		e.log.Info("workflow run re-queued", "run_id", runID, "reason", reason)

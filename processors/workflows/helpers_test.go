@@ -11,12 +11,12 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"carehub/ingest/outbox"
 	"carehub/internal/testenv"
 	"carehub/kernel/access"
-	"carehub/kernel/demo"
+	"carehub/storage/demo"
 	"carehub/storage/kafka"
 	"carehub/storage/kafka/kafkatest"
+	"carehub/storage/outbox"
 	"carehub/storage/postgres"
 	"carehub/storage/postgres/pgtest"
 )

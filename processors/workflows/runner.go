@@ -15,10 +15,10 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"carehub/kernel/config"
+	"carehub/kernel/ids"
 	"carehub/kernel/telemetry"
 	"carehub/kernel/tick"
 	"carehub/processors/agents"
-	"carehub/storage/ids"
 	"carehub/storage/kafka"
 )
 

@@ -15,7 +15,7 @@ import (
 
 	"carehub/internal/testenv"
 	"carehub/kernel/clinical"
-	"carehub/kernel/demo"
+	"carehub/storage/demo"
 	"carehub/storage/kafka/kafkatest"
 	"carehub/storage/postgres"
 )

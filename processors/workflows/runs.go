@@ -11,15 +11,14 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"carehub/ingest/outbox"
 	"carehub/kernel/access"
 	"carehub/kernel/events"
 	"carehub/kernel/fault"
+	"carehub/kernel/ids"
 	"carehub/kernel/phi"
-	"carehub/processors/idempotency"
 	"carehub/processors/internal/scoped"
-	"carehub/storage"
-	"carehub/storage/ids"
+	"carehub/storage/idempotency"
+	"carehub/storage/outbox"
 )
 
 const runColumns = `id, org_id, project_id, workflow_id, status, trigger, input, output, error, duration_ms, started_at, completed_at`
@@ -173,7 +172,7 @@ returning `+runColumns, ids.New(ids.Run), nr.orgID, nr.projectID, nr.workflowID,
 	if err != nil {
 		return nil, false, err
 	}
-	if err := events.Append(ctx, tx, s.eventsTopic, evs...); err != nil {
+	if err := outbox.AppendEvents(ctx, tx, s.eventsTopic, evs...); err != nil {
 		return nil, false, err
 	}
 	return r, true, nil
@@ -229,7 +228,7 @@ updated_at = now() where id = $1 returning `+runColumns, runID)
 		if err != nil {
 			return err
 		}
-		return events.Append(ctx, tx, s.eventsTopic, evs...)
+		return outbox.AppendEvents(ctx, tx, s.eventsTopic, evs...)
 	})
 	if err != nil {
 		return nil, fault.Context(err, "cancel workflow run")
@@ -249,7 +248,7 @@ func outcome(output json.RawMessage) (severity string, alert bool) {
 
 // runEvents returns workflow.run.updated for any state and, for a run that ended,
 // workflow.run.completed (the spec's webhook shape) and workflow.completed (its compact form).
-func runEvents(r *Run) ([]storage.Event, error) {
+func runEvents(r *Run) ([]events.Event, error) {
 	updated := map[string]any{"runId": r.ID, "workflowId": r.WorkflowID, "status": r.Status,
 		"startedAt": r.StartedAt.UTC().Format(time.RFC3339Nano)}
 	if r.DurationMs != nil {
@@ -262,7 +261,7 @@ func runEvents(r *Run) ([]storage.Event, error) {
 	if err != nil {
 		return nil, err
 	}
-	evs := []storage.Event{ev}
+	evs := []events.Event{ev}
 	if r.CompletedAt == nil {
 		return evs, nil
 	}

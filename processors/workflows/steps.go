@@ -5,7 +5,7 @@ import (
 	"strings"
 	"time"
 
-	"carehub/storage/ids"
+	"carehub/kernel/ids"
 )
 
 // Step is one entry of the step catalogue (STEPS.md documents each in full).

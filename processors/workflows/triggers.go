@@ -185,7 +185,7 @@ func (w triggered) startedBy(h events.Head) bool {
 }
 
 // handle starts the runs a batch of events calls for, with the workflows triggering loaded.
-func (t *Triggers) handle(ctx context.Context, evs []storage.Event) error {
+func (t *Triggers) handle(ctx context.Context, evs []events.Event) error {
 	for _, ev := range evs {
 		for _, w := range t.workflows {
 			if !w.startedBy(events.Head{Type: ev.Type, OrgID: ev.OrgID, ProjectID: ev.ProjectID}) {
@@ -226,7 +226,7 @@ left join workflows w on w.status = 'ACTIVE' and cardinality(w.triggers) > 0`)
 
 // triggerInput is the input of a run started by an event: the spec's shape for observations,
 // the event itself otherwise.
-func triggerInput(ev storage.Event) (json.RawMessage, error) {
+func triggerInput(ev events.Event) (json.RawMessage, error) {
 	var p map[string]any
 	_ = json.Unmarshal(ev.Payload, &p)
 	str := func(k string) string { s, _ := p[k].(string); return s }
@@ -246,7 +246,7 @@ func triggerInput(ev storage.Event) (json.RawMessage, error) {
 // a test workflow's run reaches only synthetic patients, whatever patient the event names, and
 // fails at its first patient step otherwise. An event is live as far as runs go: a test
 // credential publishes none that names a patient other than a synthetic one (feed.Publish).
-func (t *Triggers) start(ctx context.Context, w triggered, ev storage.Event) error {
+func (t *Triggers) start(ctx context.Context, w triggered, ev events.Event) error {
 	depth, cause, err := t.causeOf(ctx, ev)
 	if err != nil {
 		return err
@@ -290,7 +290,7 @@ func (t *Triggers) start(ctx context.Context, w triggered, ev storage.Event) err
 // causeOf finds the run whose work emitted ev, if any: ev names it (workflow.* events), or ev
 // belongs to an agent session or a report a run made. It returns the depth a run started by ev
 // would have and the causing run's workflow.
-func (t *Triggers) causeOf(ctx context.Context, ev storage.Event) (depth int, workflowID string, err error) {
+func (t *Triggers) causeOf(ctx context.Context, ev events.Event) (depth int, workflowID string, err error) {
 	if ev.Source != events.SourceWorkflow && ev.Source != events.SourceAgent {
 		return 0, "", nil
 	}

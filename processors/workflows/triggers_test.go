@@ -8,8 +8,8 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"carehub/kernel/demo"
 	"carehub/kernel/events"
+	"carehub/storage/demo"
 	"carehub/storage/kafka/kafkatest"
 )
 

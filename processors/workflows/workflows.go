@@ -50,11 +50,12 @@ import (
 	"carehub/kernel/config"
 	"carehub/kernel/events"
 	"carehub/kernel/fault"
+	"carehub/kernel/ids"
 	"carehub/kernel/phi"
-	"carehub/processors/idempotency"
 	"carehub/processors/internal/scoped"
-	"carehub/storage/ids"
+	"carehub/storage/idempotency"
 	"carehub/storage/kafka"
+	"carehub/storage/postgres"
 )
 
 // Workflow statuses.
@@ -150,7 +151,7 @@ func (c *Config) defaults() {
 // New returns the service on pool.
 func New(pool *pgxpool.Pool, cfg Config) *Service {
 	cfg.defaults()
-	return &Service{pool: pool, guard: phi.NewGuard(pool), eventsTopic: cfg.EventsTopic, runsTopic: cfg.RunsTopic}
+	return &Service{pool: pool, guard: phi.NewGuard(postgres.SyntheticPatients{Pool: pool}), eventsTopic: cfg.EventsTopic, runsTopic: cfg.RunsTopic}
 }
 
 const workflowColumns = `id, org_id, project_id, name, description, status, steps, triggers, created_at, updated_at`

@@ -8,9 +8,10 @@ import (
 	"testing"
 	"time"
 
+	"carehub/kernel/events"
+	"carehub/kernel/ids"
 	"carehub/storage"
 	"carehub/storage/clickhouse/chtest"
-	"carehub/storage/ids"
 )
 
 var errKilled = errors.New("killed here")
@@ -27,15 +28,15 @@ func TestCountsBackfillResumes(t *testing.T) {
 	t.Cleanup(func() { backfillStep = func(uint32, uint8) error { return nil } })
 
 	store := openForTest(ctx, t, url)
-	var events []storage.Event
+	var evs []events.Event
 	appendAt := func(at time.Time) {
 		t.Helper()
-		ev := storage.Event{ID: ids.New(ids.Event), OrgID: "org_a", ProjectID: "prj_a", Type: "agent.run_completed",
+		ev := events.Event{ID: ids.New(ids.Event), OrgID: "org_a", ProjectID: "prj_a", Type: "agent.run_completed",
 			Source: "agent", Severity: "info", Payload: json.RawMessage(`{"status":"COMPLETED"}`), CreatedAt: at}
-		if err := store.AppendEvents(ctx, []storage.Event{ev}); err != nil {
+		if err := store.AppendEvents(ctx, []events.Event{ev}); err != nil {
 			t.Fatal(err)
 		}
-		events = append(events, ev)
+		evs = append(evs, ev)
 	}
 	for month := range 3 { // three partitions
 		for i := range 4 {
@@ -56,7 +57,7 @@ func TestCountsBackfillResumes(t *testing.T) {
 	backfillStep = func(uint32, uint8) error { steps++; return nil }
 	predate()
 	openForTest(ctx, t, url)
-	checkSums(ctx, t, store, events)
+	checkSums(ctx, t, store, evs)
 	if steps != 12 { // pending, cut, 3 × (staged, moved, done), complete
 		t.Fatalf("%d steps, want 12", steps)
 	}
@@ -80,7 +81,7 @@ func TestCountsBackfillResumes(t *testing.T) {
 			backfillStep = func(uint32, uint8) error { return nil }
 			appendAt(time.Date(2026, 2, 20, 12, k, 0, 0, time.UTC))
 			openForTest(ctx, t, url)
-			checkSums(ctx, t, store, events)
+			checkSums(ctx, t, store, evs)
 		})
 	}
 }
@@ -96,10 +97,10 @@ func openForTest(ctx context.Context, t *testing.T, url string) *Store {
 }
 
 // checkSums compares the hourly sums, month by month, with events, and checks the stage is gone.
-func checkSums(ctx context.Context, t *testing.T, s *Store, events []storage.Event) {
+func checkSums(ctx context.Context, t *testing.T, s *Store, evs []events.Event) {
 	t.Helper()
 	want := map[uint32]uint64{}
-	for _, ev := range events {
+	for _, ev := range evs {
 		want[uint32(ev.CreatedAt.Year()*100+int(ev.CreatedAt.Month()))]++
 	}
 	rows, err := s.conn.Query(ctx, "SELECT toYYYYMM(hour), sum(events) FROM "+countsTable+" GROUP BY 1")
@@ -140,9 +141,9 @@ func TestSpans(t *testing.T) {
 	store := openForTest(ctx, t, url)
 	appendAt := func(project string, at time.Time) {
 		t.Helper()
-		ev := storage.Event{ID: ids.New(ids.Event), OrgID: "org_a", ProjectID: project, Type: "agent.run_completed",
+		ev := events.Event{ID: ids.New(ids.Event), OrgID: "org_a", ProjectID: project, Type: "agent.run_completed",
 			Source: "agent", Severity: "info", Payload: json.RawMessage(`{}`), CreatedAt: at}
-		if err := store.AppendEvents(ctx, []storage.Event{ev}); err != nil {
+		if err := store.AppendEvents(ctx, []events.Event{ev}); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -15,10 +15,11 @@ import (
 
 	ch "github.com/ClickHouse/clickhouse-go/v2"
 
+	"carehub/kernel/events"
+	"carehub/kernel/ids"
 	"carehub/storage"
 	"carehub/storage/clickhouse"
 	"carehub/storage/clickhouse/chtest"
-	"carehub/storage/ids"
 )
 
 // The benchmarks need a server (CAREHUB_CLICKHOUSE_URL, `make clickhouse-up`):
@@ -31,8 +32,8 @@ import (
 
 var benchBase = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 
-func benchEvent(r *rand.Rand, org, project, typ string, at time.Time) storage.Event {
-	return storage.Event{
+func benchEvent(r *rand.Rand, org, project, typ string, at time.Time) events.Event {
+	return events.Event{
 		ID: ids.At(ids.Event, at, randReader{r}), Type: typ, OrgID: org, ProjectID: project,
 		Source: "workflow", Severity: "info", CreatedAt: at,
 		Payload: json.RawMessage(fmt.Sprintf(`{"runId":"run_%08d","status":"completed","durationMs":%d,"steps":[{"name":"score","ok":true}]}`,
@@ -54,7 +55,7 @@ func BenchmarkAppendEvents(b *testing.B) {
 		b.Run(fmt.Sprintf("batch=%d/writers=%d", tc.batch, tc.writers), func(b *testing.B) {
 			store := newStore(b)
 			r := rand.New(rand.NewPCG(1, 2))
-			batches := make([][]storage.Event, tc.writers)
+			batches := make([][]events.Event, tc.writers)
 			for w := range batches {
 				for i := range tc.batch {
 					batches[w] = append(batches[w], benchEvent(r, "org_bench", fmt.Sprintf("prj_%d", w), "workflow.completed",
@@ -87,7 +88,7 @@ type eventData struct {
 	url                string // the store's database, for the analysts' SQL
 	busyOrg, busy      string
 	smallOrg, small    string
-	middle             storage.Event // an event half-way down the busy project
+	middle             events.Event // an event half-way down the busy project
 	rareType, someType string
 	loadRate           float64 // rows/s while loading
 }
@@ -99,8 +100,8 @@ func loadEventData(b *testing.B) *eventData {
 	r := rand.New(rand.NewPCG(3, 4))
 	const busyN, smallN, smallProjects, batch = 300_000, 5_000, 40, 5_000
 	span := 182 * 24 * time.Hour
-	var all [][]storage.Event
-	var busy []storage.Event
+	var all [][]events.Event
+	var busy []events.Event
 	for i := range busyN {
 		typ := fmt.Sprintf("type.%02d", r.IntN(19))
 		if r.IntN(100) == 0 {
@@ -116,14 +117,14 @@ func loadEventData(b *testing.B) *eventData {
 	}
 	for p := range smallProjects {
 		org, project := fmt.Sprintf("org_%d", p%4), fmt.Sprintf("prj_small_%02d", p)
-		var evs []storage.Event
+		var evs []events.Event
 		for i := range smallN {
 			evs = append(evs, benchEvent(r, org, project, fmt.Sprintf("type.%02d", r.IntN(19)), benchBase.Add(span/smallN*time.Duration(i))))
 		}
 		all = append(all, evs)
 		d.smallOrg, d.small = org, project
 	}
-	slices.SortFunc(busy, func(a, b storage.Event) int { return b.CreatedAt.Compare(a.CreatedAt) })
+	slices.SortFunc(busy, func(a, b events.Event) int { return b.CreatedAt.Compare(a.CreatedAt) })
 	d.middle = busy[len(busy)/2]
 	ctx := context.Background()
 	start, rows := time.Now(), 0

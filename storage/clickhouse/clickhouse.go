@@ -35,6 +35,7 @@ import (
 	"github.com/ClickHouse/clickhouse-go/v2/lib/proto"
 	"golang.org/x/sync/errgroup"
 
+	"carehub/kernel/events"
 	"carehub/schemas"
 	"carehub/storage"
 )
@@ -217,19 +218,19 @@ func (s *Store) applyDDL(ctx context.Context) error {
 // reach them. Two appends of one id at the same moment can both insert it (the Kafka writers
 // append an event twice only around a rebalance); event_log collapses such copies when parts
 // merge (ReplacingMergeTree), and queries never return two.
-func (s *Store) AppendEvents(ctx context.Context, events []storage.Event) error {
-	events, err := s.unstored(ctx, events)
+func (s *Store) AppendEvents(ctx context.Context, evs []events.Event) error {
+	evs, err := s.unstored(ctx, evs)
 	if err != nil {
 		return fmt.Errorf("append events: %w", err)
 	}
-	if len(events) == 0 {
+	if len(evs) == 0 {
 		return nil
 	}
-	n := len(events)
+	n := len(evs)
 	id, org, project, typ, source, severity, payload := make([]string, n), make([]string, n), make([]string, n),
 		make([]string, n), make([]string, n), make([]string, n), make([]string, n)
 	created := make([]time.Time, n)
-	for i, ev := range events {
+	for i, ev := range evs {
 		id[i], org[i], project[i], typ[i], source[i], severity[i] = ev.ID, ev.OrgID, ev.ProjectID, ev.Type, ev.Source, ev.Severity
 		payload[i] = string(ev.Payload)
 		if payload[i] == "" {
@@ -264,15 +265,15 @@ func refused(err error) error {
 // unstored returns events without those whose id is stored already and without repeats of an
 // id. The lookup bounds the sorting key by the batch's organizations, projects and time span,
 // so it reads the granules the batch would be written next to, not the table.
-func (s *Store) unstored(ctx context.Context, events []storage.Event) ([]storage.Event, error) {
-	if len(events) == 0 {
+func (s *Store) unstored(ctx context.Context, evs []events.Event) ([]events.Event, error) {
+	if len(evs) == 0 {
 		return nil, nil
 	}
-	seen := make(map[string]bool, len(events))
+	seen := make(map[string]bool, len(evs))
 	orgs, projects := map[string]bool{}, map[string]bool{}
 	var ids []string
-	lo, hi := events[0].CreatedAt, events[0].CreatedAt
-	for _, ev := range events {
+	lo, hi := evs[0].CreatedAt, evs[0].CreatedAt
+	for _, ev := range evs {
 		if !seen[ev.ID] {
 			seen[ev.ID] = true
 			ids = append(ids, ev.ID)
@@ -291,8 +292,8 @@ func (s *Store) unstored(ctx context.Context, events []storage.Event) ([]storage
 			seen[id] = false
 		}
 	}
-	out := make([]storage.Event, 0, len(events))
-	for _, ev := range events {
+	out := make([]events.Event, 0, len(evs))
+	for _, ev := range evs {
 		if seen[ev.ID] {
 			seen[ev.ID] = false
 			out = append(out, ev)
@@ -403,7 +404,7 @@ func (s *Store) QueryEvents(ctx context.Context, q storage.EventQuery) (storage.
 	if err := g.Wait(); err != nil {
 		return storage.EventPage{}, fmt.Errorf("query events: %w", err)
 	}
-	page.Events, page.NextCursor = storage.TrimPage(page.Events, limit, storage.Event.CursorKey)
+	page.Events, page.NextCursor = storage.TrimPage(page.Events, limit, events.Event.CursorKey)
 	return page, nil
 }
 
@@ -428,7 +429,7 @@ var pageWindows = []time.Duration{24 * time.Hour, 8 * 24 * time.Hour, 64 * 24 * 
 // each read a little of the same run and analyse every part's indexes again. The other
 // resources (agents, workflows, deployments) are few per project and dense, and keep the
 // windows (one query: no faster).
-func (s *Store) pageEvents(ctx context.Context, q storage.EventQuery, where conditions, want int) ([]storage.Event, error) {
+func (s *Store) pageEvents(ctx context.Context, q storage.EventQuery, where conditions, want int) ([]events.Event, error) {
 	windows := pageWindows
 	if q.PatientID != "" {
 		windows = nil
@@ -441,7 +442,7 @@ func (s *Store) pageEvents(ctx context.Context, q storage.EventQuery, where cond
 			return nil, err
 		}
 	}
-	var out []storage.Event
+	var out []events.Event
 	var near time.Time // where the last window ended (zero: the range's own bound)
 	for i := 0; ; i++ {
 		// far is the window's other end, zero past the last window or past the range's end.
@@ -556,7 +557,7 @@ FROM event_log WHERE ` + where.sql() + ` ORDER BY created_at ` + order + `, id `
 // ExportEvents has the semantics of storage/postgres.EventLog.ExportEvents: one SELECT in the
 // sorting key's order, which the server reads in order and streams block by block; copies not
 // merged yet are adjacent and skipped, as pages skip them.
-func (s *Store) ExportEvents(ctx context.Context, q storage.EventQuery, emit func([]storage.Event) error) error {
+func (s *Store) ExportEvents(ctx context.Context, q storage.EventQuery, emit func([]events.Event) error) error {
 	if q.ProjectID == "" {
 		return errors.New("export events: project id required")
 	}
@@ -569,7 +570,7 @@ func (s *Store) ExportEvents(ctx context.Context, q storage.EventQuery, emit fun
 		return fmt.Errorf("export events: %w", err)
 	}
 	defer func() { _ = rows.Close() }()
-	chunk := make([]storage.Event, 0, storage.ExportChunk)
+	chunk := make([]events.Event, 0, storage.ExportChunk)
 	var last string
 	for rows.Next() {
 		id, ev, err := scanEvent(rows)
@@ -623,8 +624,8 @@ func eventFilter(orgID, projectID, typ string, types []string, from, to time.Tim
 	return where
 }
 
-func scanEvent(rows driver.Rows) (string, storage.Event, error) {
-	var ev storage.Event
+func scanEvent(rows driver.Rows) (string, events.Event, error) {
+	var ev events.Event
 	var payload string
 	if err := rows.Scan(&ev.ID, &ev.OrgID, &ev.ProjectID, &ev.Type, &ev.Source, &ev.Severity, &payload, &ev.CreatedAt); err != nil {
 		return "", ev, err

@@ -11,10 +11,11 @@ import (
 	ch "github.com/ClickHouse/clickhouse-go/v2"
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 
+	"carehub/kernel/events"
+	"carehub/kernel/ids"
 	"carehub/storage"
 	"carehub/storage/clickhouse"
 	"carehub/storage/clickhouse/chtest"
-	"carehub/storage/ids"
 	"carehub/storage/storagetest"
 )
 
@@ -118,8 +119,8 @@ func exec(t *testing.T, dsn string, stmts ...string) {
 	}
 }
 
-func testEvent(project string, at time.Time) storage.Event {
-	return storage.Event{ID: ids.New(ids.Event), Type: "a.b", OrgID: "org_a", ProjectID: project, Source: "system",
+func testEvent(project string, at time.Time) events.Event {
+	return events.Event{ID: ids.New(ids.Event), Type: "a.b", OrgID: "org_a", ProjectID: project, Source: "system",
 		Severity: "info", Payload: json.RawMessage(`{}`), CreatedAt: at}
 }
 
@@ -132,7 +133,7 @@ func TestPageSkipsUnmergedCopies(t *testing.T) {
 	exec(t, dsn, "SYSTEM STOP MERGES event_log")
 	ctx := context.Background()
 	now := time.Now().UTC().Truncate(time.Microsecond)
-	var evs []storage.Event
+	var evs []events.Event
 	for i := range 10 {
 		evs = append(evs, testEvent("prj_a", now.Add(-time.Duration(i)*time.Second)))
 	}
@@ -180,7 +181,7 @@ func TestRetention(t *testing.T) {
 	ctx := context.Background()
 	now := time.Now().UTC()
 	old, recent := testEvent("prj_a", now.AddDate(-2, 0, 0)), testEvent("prj_a", now.Add(-time.Hour))
-	if err := store.AppendEvents(ctx, []storage.Event{old, recent}); err != nil {
+	if err := store.AppendEvents(ctx, []events.Event{old, recent}); err != nil {
 		t.Fatal(err)
 	}
 	for range 2 { // the second Open finds the TTL in place
@@ -212,7 +213,7 @@ func TestHostileFilterValues(t *testing.T) {
 	store := newStore(t)
 	ctx := context.Background()
 	hostile := []string{`x' OR '1'='1`, `x\' OR 1=1 --`, "x'; DROP TABLE event_log; --", `{p:String}`, "x\x00y", `?`}
-	var evs []storage.Event
+	var evs []events.Event
 	for _, h := range hostile {
 		ev := testEvent(h, time.Now().UTC())
 		ev.Type, ev.OrgID = h, h
@@ -246,9 +247,9 @@ func TestCountsBackfill(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	at := time.Date(2026, 1, 31, 23, 30, 0, 0, time.UTC) // two months, so two partitions
-	var before []storage.Event
+	var before []events.Event
 	for i := range 6 {
-		before = append(before, storage.Event{ID: ids.New(ids.Event), OrgID: "org_a", ProjectID: "prj_a", Type: "agent.run_completed",
+		before = append(before, events.Event{ID: ids.New(ids.Event), OrgID: "org_a", ProjectID: "prj_a", Type: "agent.run_completed",
 			Source: "agent", Severity: "info", Payload: json.RawMessage(`{"status":"COMPLETED"}`), CreatedAt: at.Add(time.Duration(i) * 20 * time.Minute)})
 	}
 	if err := store.AppendEvents(ctx, before); err != nil {
@@ -271,7 +272,7 @@ func TestCountsBackfill(t *testing.T) {
 	store = newStoreAt(t, url)
 	after := before[0]
 	after.ID, after.CreatedAt = ids.New(ids.Event), at.Add(5*time.Minute)
-	if err := store.AppendEvents(ctx, []storage.Event{after, before[1]}); err != nil {
+	if err := store.AppendEvents(ctx, []events.Event{after, before[1]}); err != nil {
 		t.Fatal(err)
 	}
 	var counted uint64

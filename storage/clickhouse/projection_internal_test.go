@@ -10,9 +10,10 @@ import (
 
 	ch "github.com/ClickHouse/clickhouse-go/v2"
 
+	"carehub/kernel/events"
+	"carehub/kernel/ids"
 	"carehub/storage"
 	"carehub/storage/clickhouse/chtest"
-	"carehub/storage/ids"
 )
 
 // TestProjections: a count of one type over time reads the by-type projection (0003); a page or
@@ -26,10 +27,10 @@ func TestProjections(t *testing.T) {
 	store := openForTest(ctx, t, chtest.NewURL(t))
 	// Enough granules of interleaved types and patients that reading one run costs less than
 	// the table.
-	evs := make([]storage.Event, 40_000)
+	evs := make([]events.Event, 40_000)
 	at := time.Now().UTC().Add(-time.Hour)
 	for i := range evs {
-		evs[i] = storage.Event{ID: ids.New(ids.Event), Type: fmt.Sprintf("t.%02d", i%20), OrgID: "org_a", ProjectID: "prj_a",
+		evs[i] = events.Event{ID: ids.New(ids.Event), Type: fmt.Sprintf("t.%02d", i%20), OrgID: "org_a", ProjectID: "prj_a",
 			Source: "system", Severity: "info", Payload: json.RawMessage(fmt.Sprintf(`{"patientId":"pat_%03d"}`, i%500)),
 			CreatedAt: at.Add(time.Duration(i) * time.Millisecond)}
 	}

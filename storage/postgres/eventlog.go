@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"golang.org/x/sync/errgroup"
 
+	"carehub/kernel/events"
 	"carehub/storage"
 	"carehub/storage/postgres/pgcopy"
 )
@@ -68,7 +69,7 @@ var eventColumns = []string{"id", "org_id", "project_id", "type", "source", "sev
 // fails as a whole when one id is stored already; then, and only then, they are copied into a
 // temporary staging table and moved with INSERT … SELECT … ON CONFLICT (id) DO NOTHING. Smaller
 // batches go in one INSERT … SELECT FROM unnest(…) ON CONFLICT (id) DO NOTHING statement.
-func (l *EventLog) AppendEvents(ctx context.Context, events []storage.Event) error {
+func (l *EventLog) AppendEvents(ctx context.Context, events []events.Event) error {
 	return l.append(ctx, events, false)
 }
 
@@ -88,7 +89,7 @@ var _ storage.DeferredEventLog = (*EventLog)(nil)
 // (synchronous_standby_names set: a local flush does not make a commit durable there), are
 // appended as AppendEvents does, and their mark is the zero mark. The setting is read after
 // each deferred append and applies to the next; a log's first one waits.
-func (l *EventLog) AppendEventsDeferred(ctx context.Context, events []storage.Event) (storage.DurableMark, error) {
+func (l *EventLog) AppendEventsDeferred(ctx context.Context, events []events.Event) (storage.DurableMark, error) {
 	if len(events) < max(l.DeferFrom, 1) {
 		return storage.DurableMark{}, l.append(ctx, events, false)
 	}
@@ -141,7 +142,7 @@ type writer interface {
 }
 
 // append stores events; deferred commits without waiting for the WAL flush.
-func (l *EventLog) append(ctx context.Context, events []storage.Event, deferred bool) error {
+func (l *EventLog) append(ctx context.Context, events []events.Event, deferred bool) error {
 	if len(events) == 0 {
 		return nil
 	}
@@ -188,14 +189,14 @@ func Refused(err error) error {
 // noPayload is what the log stores for an event without a payload: JSON null.
 const noPayload = "null"
 
-func payloadOf(ev storage.Event) string {
+func payloadOf(ev events.Event) string {
 	if len(ev.Payload) == 0 {
 		return noPayload
 	}
 	return string(ev.Payload)
 }
 
-func appendUnnest(ctx context.Context, w writer, events []storage.Event) error {
+func appendUnnest(ctx context.Context, w writer, events []events.Event) error {
 	n := len(events)
 	var (
 		id, org, project, typ, source, severity, payload = make([]string, n), make([]string, n), make([]string, n),
@@ -221,7 +222,7 @@ on conflict (id) do nothing`,
 // are stored; an id stored already (or repeated in events) fails it with unique_violation.
 // Writing new events once instead of twice (staging table, then insert) is what the event log
 // writer does under load, where every batch is new.
-func copyNew(ctx context.Context, w writer, events []storage.Event) error {
+func copyNew(ctx context.Context, w writer, events []events.Event) error {
 	order := make([]int, len(events))
 	for i := range order {
 		order[i] = i
@@ -232,7 +233,7 @@ func copyNew(ctx context.Context, w writer, events []storage.Event) error {
 }
 
 // copyRows is the body of a COPY of events into eventColumns, in order (nil: as they stand).
-func copyRows(events []storage.Event, order []int) *pgcopy.Rows {
+func copyRows(events []events.Event, order []int) *pgcopy.Rows {
 	size := 0
 	for i := range events {
 		ev := &events[i]
@@ -262,7 +263,7 @@ func isUniqueViolation(err error) bool {
 }
 
 // appendCopy copies events into a staging table and moves the new ones into event_log, in tx.
-func appendCopy(ctx context.Context, tx pgx.Tx, events []storage.Event) error {
+func appendCopy(ctx context.Context, tx pgx.Tx, events []events.Event) error {
 	// The staging table has no index or constraint, so COPY only appends; ON COMMIT DROP
 	// removes it whether the transaction commits or not.
 	if _, err := tx.Exec(ctx, `
@@ -325,7 +326,7 @@ func (l *EventLog) QueryEvents(ctx context.Context, q storage.EventQuery) (stora
 	if err := l.pool.SendBatch(ctx, batch).Close(); err != nil {
 		return storage.EventPage{}, fmt.Errorf("query events: %w", err)
 	}
-	page.Events, page.NextCursor = storage.TrimPage(page.Events, limit, storage.Event.CursorKey)
+	page.Events, page.NextCursor = storage.TrimPage(page.Events, limit, events.Event.CursorKey)
 	return page, nil
 }
 
@@ -347,8 +348,8 @@ func eventsInOrder(q storage.EventQuery, where conditions) (string, []any, error
 from event_log where %s order by created_at %s, id %s`, where.sql(), order, order), where.args, nil
 }
 
-func scanEvent(rows pgx.CollectableRow) (storage.Event, error) {
-	var ev storage.Event
+func scanEvent(rows pgx.CollectableRow) (events.Event, error) {
+	var ev events.Event
 	var payload []byte
 	if err := rows.Scan(&ev.ID, &ev.OrgID, &ev.ProjectID, &ev.Type, &ev.Source, &ev.Severity, &payload, &ev.CreatedAt); err != nil {
 		return ev, err
@@ -365,7 +366,7 @@ func scanEvent(rows pgx.CollectableRow) (storage.Event, error) {
 // statement timeout bounds a chunk, not the export; a consumer that stalls between chunks for
 // longer than IdleInTransactionTimeout loses the session (the export fails and resumes from the
 // last cursor it received).
-func (l *EventLog) ExportEvents(ctx context.Context, q storage.EventQuery, emit func([]storage.Event) error) error {
+func (l *EventLog) ExportEvents(ctx context.Context, q storage.EventQuery, emit func([]events.Event) error) error {
 	if q.ProjectID == "" {
 		return errors.New("export events: project id required")
 	}
@@ -388,7 +389,7 @@ func (l *EventLog) ExportEvents(ctx context.Context, q storage.EventQuery, emit 
 		}
 		// The next chunk is fetched while the last is emitted, so that the server and the
 		// encoder work side by side rather than in turn; at most three chunks are held.
-		chunks := make(chan []storage.Event, 1)
+		chunks := make(chan []events.Event, 1)
 		g, gctx := errgroup.WithContext(ctx)
 		g.Go(func() error {
 			defer close(chunks)
@@ -416,7 +417,7 @@ func (l *EventLog) ExportEvents(ctx context.Context, q storage.EventQuery, emit 
 
 // fetchChunks sends the rows of the cursor export, storage.ExportChunk at a time, to chunks
 // until the cursor is exhausted or ctx ends.
-func fetchChunks(ctx context.Context, tx pgx.Tx, chunks chan<- []storage.Event) error {
+func fetchChunks(ctx context.Context, tx pgx.Tx, chunks chan<- []events.Event) error {
 	fetch := fmt.Sprintf("fetch %d from export", storage.ExportChunk)
 	for {
 		rows, err := tx.Query(ctx, fetch)

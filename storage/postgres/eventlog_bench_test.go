@@ -12,8 +12,9 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"carehub/kernel/events"
+	"carehub/kernel/ids"
 	"carehub/storage"
-	"carehub/storage/ids"
 	"carehub/storage/postgres"
 	"carehub/storage/postgres/pgtest"
 )
@@ -25,11 +26,11 @@ var benchTypes = []string{"deployment.status_changed", "agent.run_completed", "a
 	"workflow.run.updated", "workflow.run.completed", "workflow.completed", "device.observation_received",
 	"diagnostic.result_ready", "asset.installed"}
 
-func benchEvents(n int, project func(i int) string, at func(i int) time.Time) []storage.Event {
-	evs := make([]storage.Event, n)
+func benchEvents(n int, project func(i int) string, at func(i int) time.Time) []events.Event {
+	evs := make([]events.Event, n)
 	for i := range evs {
 		p := project(i)
-		evs[i] = storage.Event{
+		evs[i] = events.Event{
 			ID:        ids.New(ids.Event),
 			Type:      benchTypes[i%len(benchTypes)],
 			OrgID:     "org_" + p,
@@ -52,7 +53,7 @@ func benchEvents(n int, project func(i int) string, at func(i int) time.Time) []
 func BenchmarkAppendEvents(b *testing.B) {
 	paths := []struct {
 		name   string
-		append func(*postgres.EventLog, context.Context, []storage.Event) error
+		append func(*postgres.EventLog, context.Context, []events.Event) error
 	}{
 		{"copy", (*postgres.EventLog).AppendEventsCopy},
 		{"unnest", (*postgres.EventLog).AppendEventsUnnest},
@@ -244,9 +245,9 @@ func BenchmarkAppendEventsDurable(b *testing.B) {
 		b.Fatal(err)
 	}
 	log := postgres.NewEventLog(pool)
-	appends := map[string]func(context.Context, []storage.Event) error{
+	appends := map[string]func(context.Context, []events.Event) error{
 		"AppendEvents": log.AppendEvents,
-		"AppendEventsDeferred": func(ctx context.Context, evs []storage.Event) error {
+		"AppendEventsDeferred": func(ctx context.Context, evs []events.Event) error {
 			_, err := log.AppendEventsDeferred(ctx, evs)
 			return err
 		},

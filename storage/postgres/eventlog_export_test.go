@@ -7,16 +7,17 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"carehub/kernel/events"
 	"carehub/storage"
 )
 
 // AppendEventsCopy and AppendEventsUnnest expose AppendEvents' two paths to the benchmarks,
 // which pick the threshold between them (copyThreshold).
-func (l *EventLog) AppendEventsCopy(ctx context.Context, evs []storage.Event) error {
+func (l *EventLog) AppendEventsCopy(ctx context.Context, evs []events.Event) error {
 	return pgx.BeginFunc(ctx, l.pool, func(tx pgx.Tx) error { return appendCopy(ctx, tx, evs) })
 }
 
-func (l *EventLog) AppendEventsUnnest(ctx context.Context, evs []storage.Event) error {
+func (l *EventLog) AppendEventsUnnest(ctx context.Context, evs []events.Event) error {
 	return l.pool.AcquireFunc(ctx, func(c *pgxpool.Conn) error { return appendUnnest(ctx, c, evs) })
 }
 

@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"carehub/internal/testenv"
+	"carehub/kernel/events"
 	"carehub/storage"
 	"carehub/storage/postgres"
 	"carehub/storage/postgres/pgtest"
@@ -118,7 +119,7 @@ func TestAppendEventsCopyConflicts(t *testing.T) {
 	now := time.Now().UTC()
 	evs := benchEvents(postgres.CopyThreshold+10, func(int) string { return "prj_1" }, func(j int) time.Time { return now.Add(time.Duration(j) * time.Millisecond) })
 	first := evs[500]
-	if err := log.AppendEvents(ctx, []storage.Event{first}); err != nil {
+	if err := log.AppendEvents(ctx, []events.Event{first}); err != nil {
 		t.Fatal(err)
 	}
 	evs[500].Payload = json.RawMessage(`{"changed":true}`)
@@ -152,7 +153,7 @@ func TestAppendEventsCopyStoresEachEvent(t *testing.T) {
 	evs[3].Payload = nil
 	slices.Reverse(evs) // not in id order: COPY sorts by id
 	straight, staged := evs[:postgres.CopyThreshold], evs[postgres.CopyThreshold-1:]
-	for _, batch := range [][]storage.Event{straight, staged} {
+	for _, batch := range [][]events.Event{straight, staged} {
 		if err := log.AppendEvents(ctx, batch); err != nil {
 			t.Fatal(err)
 		}
@@ -161,9 +162,9 @@ func TestAppendEventsCopyStoresEachEvent(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got := map[string]storage.Event{}
+	got := map[string]events.Event{}
 	for rows.Next() {
-		var ev storage.Event
+		var ev events.Event
 		var payload string
 		if err := rows.Scan(&ev.ID, &ev.OrgID, &ev.ProjectID, &ev.Type, &payload, &ev.CreatedAt); err != nil {
 			t.Fatal(err)
@@ -206,7 +207,7 @@ func TestAppendEventsDeferred(t *testing.T) {
 		t.Fatalf("first deferred append: mark %+v, %v; want the zero mark", mark, err)
 	}
 	var last storage.DurableMark
-	for _, batch := range [][]storage.Event{
+	for _, batch := range [][]events.Event{
 		evs[10:20],                          // unnest
 		evs[20 : 20+postgres.CopyThreshold], // COPY straight in
 		evs[15 : 30+postgres.CopyThreshold], // COPY fails on the stored ones: staged

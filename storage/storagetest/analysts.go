@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"carehub/kernel/events"
 	"carehub/storage"
 )
 
@@ -17,7 +18,7 @@ import (
 // observations of two patients, a deployment change and alerts of several severities, one a
 // minute from base. Another project of the organization and another organization hold one
 // event each.
-func analystEvents() (inProject, all []storage.Event) {
+func analystEvents() (inProject, all []events.Event) {
 	at := func(i int) time.Duration { return time.Duration(i) * time.Minute }
 	add := func(typ, severity, payload string) {
 		ev := event("org_a", "prj_a", typ, at(len(inProject)), len(inProject))
@@ -46,34 +47,34 @@ func analystEvents() (inProject, all []storage.Event) {
 func testEventRangesAndPatterns(t *testing.T, s storage.EventLog) {
 	inProject, all := analystEvents()
 	mustAppend(t, s, all)
-	filter := func(keep func(storage.Event) bool) []storage.Event { return newestFirst(where(inProject, keep)) }
-	typeIn := func(types ...string) func(storage.Event) bool {
-		return func(e storage.Event) bool { return slices.Contains(types, e.Type) }
+	filter := func(keep func(events.Event) bool) []events.Event { return newestFirst(where(inProject, keep)) }
+	typeIn := func(types ...string) func(events.Event) bool {
+		return func(e events.Event) bool { return slices.Contains(types, e.Type) }
 	}
 	from, to := base.Add(3*time.Minute), base.Add(12*time.Minute)
 	tests := []struct {
 		name string
 		q    storage.EventQuery
-		want []storage.Event
+		want []events.Event
 	}{
-		{"to exclusive", storage.EventQuery{To: to}, filter(func(e storage.Event) bool { return e.CreatedAt.Before(to) })},
+		{"to exclusive", storage.EventQuery{To: to}, filter(func(e events.Event) bool { return e.CreatedAt.Before(to) })},
 		{"from and to", storage.EventQuery{Since: from, To: to},
-			filter(func(e storage.Event) bool { return !e.CreatedAt.Before(from) && e.CreatedAt.Before(to) })},
+			filter(func(e events.Event) bool { return !e.CreatedAt.Before(from) && e.CreatedAt.Before(to) })},
 		{"prefix", storage.EventQuery{Types: []string{"agent.*"}}, filter(typeIn("agent.run_completed", "agent.run.failed"))},
 		{"prefix is a whole segment", storage.EventQuery{Types: []string{"agent.run*"}}, nil},
 		{"prefix with underscore is literal", storage.EventQuery{Types: []string{"device_*"}}, nil},
 		{"several types and a prefix", storage.EventQuery{Types: []string{"workflow.*", "deployment.status_changed"}},
 			filter(typeIn("workflow.completed", "workflow.run.completed", "deployment.status_changed"))},
-		{"every type", storage.EventQuery{Types: []string{"*"}}, filter(func(storage.Event) bool { return true })},
+		{"every type", storage.EventQuery{Types: []string{"*"}}, filter(func(events.Event) bool { return true })},
 		{"exact types", storage.EventQuery{Types: []string{"agent.run.failed", "diagnostic.result_ready"}},
 			filter(typeIn("agent.run.failed", "diagnostic.result_ready"))},
 		{"patient", storage.EventQuery{PatientID: "pat_0"},
-			filter(func(e storage.Event) bool { return payloadField(e, "patientId") == "pat_0" })},
+			filter(func(e events.Event) bool { return payloadField(e, "patientId") == "pat_0" })},
 		{"agent", storage.EventQuery{AgentID: "agt_2"}, filter(typeIn("agent.run.failed"))},
 		{"workflow in either payload shape", storage.EventQuery{WorkflowID: "wf_1"}, filter(typeIn("workflow.completed", "workflow.run.completed"))},
 		{"deployment", storage.EventQuery{DeploymentID: "dep_1"}, filter(typeIn("deployment.status_changed"))},
 		{"patient and prefix and range", storage.EventQuery{PatientID: "pat_1", Types: []string{"agent.*"}, To: base.Add(12 * time.Minute)},
-			filter(func(e storage.Event) bool {
+			filter(func(e events.Event) bool {
 				return payloadField(e, "patientId") == "pat_1" && e.CreatedAt.Before(base.Add(12*time.Minute))
 			})},
 	}
@@ -107,7 +108,7 @@ func reversed(s []string) []string {
 	return s
 }
 
-func payloadField(e storage.Event, name string) string {
+func payloadField(e events.Event, name string) string {
 	var m map[string]any
 	_ = json.Unmarshal(e.Payload, &m)
 	s, _ := m[name].(string)
@@ -116,7 +117,7 @@ func payloadField(e storage.Event, name string) string {
 
 // testEventAscendingTies pages oldest first through runs of equal timestamps.
 func testEventAscendingTies(t *testing.T, s storage.EventLog) {
-	var evs []storage.Event
+	var evs []events.Event
 	for i := range 53 {
 		evs = append(evs, event("org_a", "prj_a", "x.y", time.Duration(i/5)*time.Second, i))
 	}
@@ -290,7 +291,7 @@ func testEventPurge(t *testing.T, s storage.EventLog) {
 	// must reach as well).
 	for _, patient := range []string{"pat_0", "pat_1"} {
 		got, _ := queryAll(t, s, storage.EventQuery{OrgID: "org_a", ProjectID: "prj_a", PatientID: patient, Limit: 1000})
-		var want []storage.Event
+		var want []events.Event
 		for _, e := range inProject[10:] {
 			if payloadField(e, "patientId") == patient {
 				want = append(want, e)
@@ -330,7 +331,7 @@ func testAuditPurge(t *testing.T, s storage.AuditLog) {
 
 // spreadEvents is a project's events every seven minutes over about five hours from base, of
 // types, severities and statuses in turn, and one event of another project and organization.
-func spreadEvents() (inProject, all []storage.Event) {
+func spreadEvents() (inProject, all []events.Event) {
 	types := []string{"agent.run_completed", "agent.run.failed", "workflow.completed", "diagnostic.result_ready"}
 	severities := []string{"info", "error", "warning", "critical", "info"}
 	for i := range 40 {
@@ -377,7 +378,7 @@ func testEventAggregatePaths(t *testing.T, s storage.EventLog) {
 		{"alerts per hour", storage.AggregateQuery{Bucket: storage.BucketHour, Severities: []string{"error", "critical"}}},
 		{"per minute", storage.AggregateQuery{Bucket: storage.BucketMinute, From: hour.Add(time.Hour), To: hour.Add(2 * time.Hour)}},
 	}
-	check := func(t *testing.T, events []storage.Event) {
+	check := func(t *testing.T, events []events.Event) {
 		for _, tt := range queries {
 			q := tt.q
 			q.OrgID = "org_a"
@@ -404,16 +405,16 @@ func testEventAggregatePaths(t *testing.T, s storage.EventLog) {
 	withOther := append(slices.Clone(inProject), all[len(inProject)])
 	check(t, withOther)
 	mustAppend(t, s, inProject[10:20])
-	mustAppend(t, s, []storage.Event{inProject[21], inProject[22], inProject[21]})
+	mustAppend(t, s, []events.Event{inProject[21], inProject[22], inProject[21]})
 	copyInBatch := event("org_a", "prj_a", "agent.run_completed", 3*time.Hour+time.Second, 200)
-	mustAppend(t, s, []storage.Event{copyInBatch, copyInBatch})
+	mustAppend(t, s, []events.Event{copyInBatch, copyInBatch})
 	withOther = append(withOther, copyInBatch)
 	t.Run("after copies", func(t *testing.T) { check(t, withOther) })
 	cut := hour.Add(2*time.Hour + 30*time.Minute)
 	if _, err := s.PurgeEvents(ctxFor(t), "org_a", cut); err != nil {
 		t.Fatalf("PurgeEvents: %v", err)
 	}
-	var left []storage.Event
+	var left []events.Event
 	for _, ev := range withOther {
 		if !ev.CreatedAt.Before(cut) {
 			left = append(left, ev)
@@ -423,7 +424,7 @@ func testEventAggregatePaths(t *testing.T, s storage.EventLog) {
 }
 
 // countEvents is what AggregateEvents must count for q (without percentiles) over events.
-func countEvents(q storage.AggregateQuery, events []storage.Event) map[string]int64 {
+func countEvents(q storage.AggregateQuery, events []events.Event) map[string]int64 {
 	loc := q.Location
 	if loc == nil {
 		loc = time.UTC
@@ -468,18 +469,18 @@ func aggregateCounts(rows []storage.AggregateRow) map[string]int64 {
 // emit's error stops it; and that a foreign cursor is refused.
 func testEventExport(t *testing.T, s storage.EventLog) {
 	const n = storage.ExportChunk + 500
-	evs := make([]storage.Event, n)
+	evs := make([]events.Event, n)
 	for i := range evs {
 		evs[i] = event("org_a", "prj_a", []string{"agent.run_completed", "workflow.completed"}[i%2], time.Duration(i)*time.Second, i)
 	}
 	mustAppend(t, s, evs)
 	mustAppend(t, s, evs[:700]) // re-delivered
-	mustAppend(t, s, []storage.Event{event("org_a", "prj_b", "agent.run_completed", 0, 1), event("org_b", "prj_a", "agent.run_completed", 0, 2)})
-	export := func(t *testing.T, q storage.EventQuery) ([]storage.Event, []int) {
+	mustAppend(t, s, []events.Event{event("org_a", "prj_b", "agent.run_completed", 0, 1), event("org_b", "prj_a", "agent.run_completed", 0, 2)})
+	export := func(t *testing.T, q storage.EventQuery) ([]events.Event, []int) {
 		t.Helper()
-		var got []storage.Event
+		var got []events.Event
 		var chunks []int
-		err := s.ExportEvents(ctxFor(t), q, func(chunk []storage.Event) error {
+		err := s.ExportEvents(ctxFor(t), q, func(chunk []events.Event) error {
 			chunks = append(chunks, len(chunk))
 			got = append(got, chunk...)
 			return nil
@@ -489,7 +490,7 @@ func testEventExport(t *testing.T, s storage.EventLog) {
 		}
 		return got, chunks
 	}
-	page := func(q storage.EventQuery) []storage.Event {
+	page := func(q storage.EventQuery) []events.Event {
 		q.Limit = 1000
 		all, _ := queryAll(t, s, q)
 		return all
@@ -525,7 +526,7 @@ func testEventExport(t *testing.T, s storage.EventLog) {
 	}
 	stop := errors.New("stop")
 	calls := 0
-	err := s.ExportEvents(ctxFor(t), storage.EventQuery{OrgID: "org_a", ProjectID: "prj_a"}, func([]storage.Event) error {
+	err := s.ExportEvents(ctxFor(t), storage.EventQuery{OrgID: "org_a", ProjectID: "prj_a"}, func([]events.Event) error {
 		calls++
 		return stop
 	})
@@ -533,7 +534,7 @@ func testEventExport(t *testing.T, s storage.EventLog) {
 		t.Errorf("emit's error: %v after %d calls, want it after 1", err, calls)
 	}
 	err = s.ExportEvents(ctxFor(t), storage.EventQuery{OrgID: "org_a", ProjectID: "prj_a", Cursor: "not-a-cursor"},
-		func([]storage.Event) error { return nil })
+		func([]events.Event) error { return nil })
 	if !errors.Is(err, storage.ErrBadCursor) {
 		t.Errorf("foreign cursor: %v, want ErrBadCursor", err)
 	}
@@ -543,7 +544,7 @@ func testEventExport(t *testing.T, s storage.EventLog) {
 // ways and within a range, so that a page spans stretches of time a store may read one after
 // the other (ClickHouse reads widening windows from where a page starts).
 func testEventPagesAcrossTime(t *testing.T, s storage.EventLog) {
-	var evs []storage.Event
+	var evs []events.Event
 	offset := time.Duration(0)
 	for i := range 40 {
 		evs = append(evs, event("org_a", "prj_a", "a.b", offset, i))
@@ -554,7 +555,7 @@ func testEventPagesAcrossTime(t *testing.T, s storage.EventLog) {
 	oldest := slices.Clone(newest)
 	slices.Reverse(oldest)
 	from, to := evs[5].CreatedAt, evs[35].CreatedAt
-	var inRange []storage.Event
+	var inRange []events.Event
 	for _, ev := range newest {
 		if !ev.CreatedAt.Before(from) && ev.CreatedAt.Before(to) {
 			inRange = append(inRange, ev)
@@ -563,7 +564,7 @@ func testEventPagesAcrossTime(t *testing.T, s storage.EventLog) {
 	for _, tt := range []struct {
 		name string
 		q    storage.EventQuery
-		want []storage.Event
+		want []events.Event
 	}{
 		{"newest first", storage.EventQuery{}, newest},
 		{"oldest first", storage.EventQuery{Ascending: true}, oldest},
@@ -582,7 +583,7 @@ func testEventPagesAcrossTime(t *testing.T, s storage.EventLog) {
 // publisher spelt or escaped the key, but is given those of the open types and of events that
 // name no patient.
 func testEventAggregatePrivate(t *testing.T, s storage.EventLog) {
-	var evs []storage.Event
+	var evs []events.Event
 	add := func(typ, payload string) {
 		ev := event("org_p", "prj_p", typ, time.Duration(len(evs))*time.Minute, len(evs))
 		ev.Payload = json.RawMessage(payload)

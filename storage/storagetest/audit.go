@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"carehub/kernel/ids"
 	"carehub/storage"
-	"carehub/storage/ids"
 )
 
 // TestAuditLog runs the storage.AuditLog conformance suite. newStore returns an empty store for

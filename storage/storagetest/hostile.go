@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"carehub/kernel/events"
 	"carehub/kernel/jsonwire"
 	"carehub/storage"
 )
@@ -48,20 +49,20 @@ func testEventHostilePayloads(t *testing.T, s storage.EventLog) {
 			other = append(other, p)
 		}
 	}
-	evs := make([]storage.Event, len(accepted))
+	evs := make([]events.Event, len(accepted))
 	for i, p := range accepted {
 		evs[i] = event("org_h", "prj_h", "hostile.payload", time.Duration(i)*time.Microsecond, i)
 		evs[i].Payload = []byte(p)
 	}
 	for _, ev := range evs[:len(hostilePayloads())] {
-		mustAppend(t, s, []storage.Event{ev})
+		mustAppend(t, s, []events.Event{ev})
 	}
 	mustAppend(t, s, evs)
 	if page := mustQuery(t, s, storage.EventQuery{OrgID: "org_h", ProjectID: "prj_h", Limit: 1}); page.Total != int64(len(evs)) {
 		t.Errorf("stored %d of %d Storable payloads", page.Total, len(evs))
 	}
 	got, _ := queryAll(t, s, storage.EventQuery{OrgID: "org_h", ProjectID: "prj_h", Limit: 500})
-	byID := map[string]storage.Event{}
+	byID := map[string]events.Event{}
 	for _, ev := range got {
 		byID[ev.ID] = ev
 	}
@@ -73,7 +74,7 @@ func testEventHostilePayloads(t *testing.T, s storage.EventLog) {
 	for i, p := range append(other, `{"n":1e999999}`, `{"s":"\ud800"}`, `{"\udc00":1}`, `{"n":`+strings.Repeat("7", 200000)+`}`) {
 		ev := event("org_r", "prj_r", "refused.payload", time.Duration(i)*time.Microsecond, i)
 		ev.Payload = []byte(p)
-		if err := s.AppendEvents(ctxFor(t), []storage.Event{ev}); err != nil && !errors.Is(err, storage.ErrUnstorable) {
+		if err := s.AppendEvents(ctxFor(t), []events.Event{ev}); err != nil && !errors.Is(err, storage.ErrUnstorable) {
 			t.Errorf("AppendEvents(%.60s) = %v, want nil or storage.ErrUnstorable", p, err)
 		}
 	}

@@ -28,8 +28,9 @@ import (
 	"testing"
 	"time"
 
+	"carehub/kernel/events"
+	"carehub/kernel/ids"
 	"carehub/storage"
-	"carehub/storage/ids"
 )
 
 // base is the creation time the suites build their events around: fixed, in the past, and with
@@ -43,8 +44,8 @@ func ctxFor(t *testing.T) context.Context {
 }
 
 // event returns an event of org/project created at base+offset, with a payload that names it.
-func event(org, project, typ string, offset time.Duration, n int) storage.Event {
-	return storage.Event{
+func event(org, project, typ string, offset time.Duration, n int) events.Event {
+	return events.Event{
 		ID:        ids.New(ids.Event),
 		Type:      typ,
 		OrgID:     org,
@@ -57,9 +58,9 @@ func event(org, project, typ string, offset time.Duration, n int) storage.Event 
 }
 
 // newestFirst sorts evs as QueryEvents must return them.
-func newestFirst(evs []storage.Event) []storage.Event {
+func newestFirst(evs []events.Event) []events.Event {
 	out := slices.Clone(evs)
-	slices.SortFunc(out, func(a, b storage.Event) int {
+	slices.SortFunc(out, func(a, b events.Event) int {
 		if c := b.CreatedAt.Compare(a.CreatedAt); c != 0 {
 			return c
 		}
@@ -68,7 +69,7 @@ func newestFirst(evs []storage.Event) []storage.Event {
 	return out
 }
 
-func eventIDs(evs []storage.Event) []string {
+func eventIDs(evs []events.Event) []string {
 	out := make([]string, len(evs))
 	for i, ev := range evs {
 		out[i] = ev.ID
@@ -85,7 +86,7 @@ func jsonEqual(a, b []byte) bool {
 }
 
 // sameEvent reports how got differs from want, or "".
-func sameEvent(got, want storage.Event) string {
+func sameEvent(got, want events.Event) string {
 	switch {
 	case got.ID != want.ID, got.Type != want.Type, got.OrgID != want.OrgID, got.ProjectID != want.ProjectID,
 		got.Source != want.Source, got.Severity != want.Severity:
@@ -124,7 +125,7 @@ func TestEventLog(t *testing.T, newStore func(t *testing.T) storage.EventLog) {
 	t.Run("HostilePayloads", func(t *testing.T) { testEventHostilePayloads(t, newStore(t)) })
 }
 
-func mustAppend(t *testing.T, s storage.EventLog, evs []storage.Event) {
+func mustAppend(t *testing.T, s storage.EventLog, evs []events.Event) {
 	t.Helper()
 	if err := s.AppendEvents(ctxFor(t), evs); err != nil {
 		t.Fatalf("AppendEvents: %v", err)
@@ -141,9 +142,9 @@ func mustQuery(t *testing.T, s storage.EventLog, q storage.EventQuery) storage.E
 }
 
 // queryAll follows cursors from the first page to the last and returns every event seen.
-func queryAll(t *testing.T, s storage.EventLog, q storage.EventQuery) ([]storage.Event, int) {
+func queryAll(t *testing.T, s storage.EventLog, q storage.EventQuery) ([]events.Event, int) {
 	t.Helper()
-	return pageAll(t, q.Limit, q.Cursor, func(cursor string) ([]storage.Event, string) {
+	return pageAll(t, q.Limit, q.Cursor, func(cursor string) ([]events.Event, string) {
 		q.Cursor = cursor
 		page := mustQuery(t, s, q)
 		return page.Events, page.NextCursor
@@ -184,7 +185,7 @@ func where[T any](list []T, keep func(T) bool) []T {
 }
 
 func testEventRoundTrip(t *testing.T, s storage.EventLog) {
-	evs := []storage.Event{
+	evs := []events.Event{
 		event("org_a", "prj_a", "deployment.status_changed", 0, 1),
 		event("org_a", "prj_a", "agent.run.failed", time.Second, 2),
 	}
@@ -198,7 +199,7 @@ func testEventRoundTrip(t *testing.T, s storage.EventLog) {
 	if len(page.Events) != 2 || page.Total != 2 || page.NextCursor != "" {
 		t.Fatalf("got %d events, total %d, cursor %q; want 2, 2, none", len(page.Events), page.Total, page.NextCursor)
 	}
-	for i, want := range []storage.Event{evs[1], evs[0]} {
+	for i, want := range []events.Event{evs[1], evs[0]} {
 		if diff := sameEvent(page.Events[i], want); diff != "" {
 			t.Error(diff)
 		}
@@ -209,7 +210,7 @@ func testEventRoundTrip(t *testing.T, s storage.EventLog) {
 }
 
 func testEventIdempotent(t *testing.T, s storage.EventLog) {
-	var evs []storage.Event
+	var evs []events.Event
 	for i := range 20 {
 		evs = append(evs, event("org_a", "prj_a", "a.b", time.Duration(i)*time.Millisecond, i))
 	}
@@ -221,7 +222,7 @@ func testEventIdempotent(t *testing.T, s storage.EventLog) {
 	// names one immutable envelope, so real copies are identical.
 	changed := evs[0]
 	changed.Payload = json.RawMessage(`{"changed": true}`)
-	mustAppend(t, s, []storage.Event{evs[19], evs[19], changed})
+	mustAppend(t, s, []events.Event{evs[19], evs[19], changed})
 
 	got, _ := queryAll(t, s, storage.EventQuery{OrgID: "org_a", ProjectID: "prj_a", Limit: 7})
 	want := newestFirst(evs)
@@ -237,7 +238,7 @@ func testEventIdempotent(t *testing.T, s storage.EventLog) {
 }
 
 func testEventOrder(t *testing.T, s storage.EventLog) {
-	var evs []storage.Event
+	var evs []events.Event
 	// Three events share each timestamp; appended in an order unrelated to the expected one.
 	for i := range 12 {
 		evs = append(evs, event("org_a", "prj_a", "a.b", time.Duration(i%4)*time.Second, i))
@@ -255,7 +256,7 @@ func testEventOrder(t *testing.T, s storage.EventLog) {
 }
 
 func testEventFilters(t *testing.T, s storage.EventLog) {
-	var evs []storage.Event
+	var evs []events.Event
 	types := []string{"agent.run_completed", "agent.run.failed", "workflow.completed"}
 	for i := range 30 {
 		evs = append(evs, event("org_a", "prj_a", types[i%3], time.Duration(i)*time.Minute, i))
@@ -264,19 +265,19 @@ func testEventFilters(t *testing.T, s storage.EventLog) {
 	mustAppend(t, s, evs)
 	inProject := evs[:30]
 
-	filter := func(keep func(storage.Event) bool) []storage.Event { return newestFirst(where(inProject, keep)) }
+	filter := func(keep func(events.Event) bool) []events.Event { return newestFirst(where(inProject, keep)) }
 	since := base.Add(10 * time.Minute) // exactly the 11th event's time: Since is inclusive
 	tests := []struct {
 		name string
 		q    storage.EventQuery
-		want []storage.Event
+		want []events.Event
 	}{
-		{"project", storage.EventQuery{}, filter(func(storage.Event) bool { return true })},
-		{"type", storage.EventQuery{Type: "agent.run.failed"}, filter(func(e storage.Event) bool { return e.Type == "agent.run.failed" })},
+		{"project", storage.EventQuery{}, filter(func(events.Event) bool { return true })},
+		{"type", storage.EventQuery{Type: "agent.run.failed"}, filter(func(e events.Event) bool { return e.Type == "agent.run.failed" })},
 		{"type is exact, not a prefix", storage.EventQuery{Type: "agent.run"}, nil},
-		{"since inclusive", storage.EventQuery{Since: since}, filter(func(e storage.Event) bool { return !e.CreatedAt.Before(since) })},
+		{"since inclusive", storage.EventQuery{Since: since}, filter(func(e events.Event) bool { return !e.CreatedAt.Before(since) })},
 		{"since and type", storage.EventQuery{Since: since, Type: "workflow.completed"},
-			filter(func(e storage.Event) bool { return !e.CreatedAt.Before(since) && e.Type == "workflow.completed" })},
+			filter(func(e events.Event) bool { return !e.CreatedAt.Before(since) && e.Type == "workflow.completed" })},
 		{"since in the future", storage.EventQuery{Since: base.Add(24 * time.Hour)}, nil},
 		{"unknown project", storage.EventQuery{ProjectID: "prj_none"}, nil},
 	}
@@ -306,7 +307,7 @@ func testEventFilters(t *testing.T, s storage.EventLog) {
 }
 
 func testEventPaging(t *testing.T, s storage.EventLog) {
-	var evs []storage.Event
+	var evs []events.Event
 	// 103 events in runs of up to 7 sharing a timestamp, so pages break inside ties.
 	for i := range 103 {
 		evs = append(evs, event("org_a", "prj_a", []string{"x.y", "x.z"}[i%2], time.Duration(i/7)*time.Second, i))
@@ -338,7 +339,7 @@ func testEventPaging(t *testing.T, s storage.EventLog) {
 	// A cursor stays valid while new events arrive: they are newer, so they do not shift the
 	// pages after it.
 	first := mustQuery(t, s, storage.EventQuery{OrgID: "org_a", ProjectID: "prj_a", Limit: 50})
-	mustAppend(t, s, []storage.Event{event("org_a", "prj_a", "x.y", time.Hour, 1000)})
+	mustAppend(t, s, []events.Event{event("org_a", "prj_a", "x.y", time.Hour, 1000)})
 	rest, _ := queryAll(t, s, storage.EventQuery{OrgID: "org_a", ProjectID: "prj_a", Limit: 50, Cursor: first.NextCursor})
 	if got := append(eventIDs(first.Events), eventIDs(rest)...); !slices.Equal(got, eventIDs(newestFirst(evs))) {
 		t.Errorf("pages across a concurrent append: %d events, want the original %d", len(got), len(evs))
@@ -346,7 +347,7 @@ func testEventPaging(t *testing.T, s storage.EventLog) {
 }
 
 func testEventBadCursor(t *testing.T, s storage.EventLog) {
-	mustAppend(t, s, []storage.Event{event("org_a", "prj_a", "a.b", 0, 0), event("org_a", "prj_a", "a.b", 1, 1)})
+	mustAppend(t, s, []events.Event{event("org_a", "prj_a", "a.b", 0, 0), event("org_a", "prj_a", "a.b", 1, 1)})
 	for _, cursor := range []string{
 		"garbage!",
 		"bm90IGEgY3Vyc29y", // "not a cursor"
@@ -361,8 +362,8 @@ func testEventBadCursor(t *testing.T, s storage.EventLog) {
 }
 
 func testEventTenants(t *testing.T, s storage.EventLog) {
-	a := []storage.Event{event("org_a", "prj_a", "a.b", 0, 0), event("org_a", "prj_a", "a.b", time.Second, 1)}
-	b := []storage.Event{event("org_b", "prj_b", "a.b", 0, 2)}
+	a := []events.Event{event("org_a", "prj_a", "a.b", 0, 0), event("org_a", "prj_a", "a.b", time.Second, 1)}
+	b := []events.Event{event("org_b", "prj_b", "a.b", 0, 2)}
 	// An event claiming another organization's project must stay invisible to both owners'
 	// queries of the wrong organization.
 	forged := event("org_b", "prj_a", "a.b", 2*time.Second, 3)
@@ -371,11 +372,11 @@ func testEventTenants(t *testing.T, s storage.EventLog) {
 	tests := []struct {
 		name      string
 		org, proj string
-		want      []storage.Event
+		want      []events.Event
 	}{
 		{"own project", "org_a", "prj_a", newestFirst(a)},
 		{"other org's project", "org_a", "prj_b", nil},
-		{"other org in own project", "org_b", "prj_a", []storage.Event{forged}},
+		{"other org in own project", "org_b", "prj_a", []events.Event{forged}},
 		{"org b", "org_b", "prj_b", b},
 		{"operator sees every org", "", "prj_a", newestFirst(append(slices.Clone(a), forged))},
 	}
@@ -391,7 +392,7 @@ func testEventTenants(t *testing.T, s storage.EventLog) {
 
 func testEventLargeBatch(t *testing.T, s storage.EventLog) {
 	const n = 5000 // a writer batch: large enough for an implementation's bulk path
-	evs := make([]storage.Event, n)
+	evs := make([]events.Event, n)
 	for i := range evs {
 		evs[i] = event("org_a", "prj_a", "a.b", time.Duration(i)*time.Microsecond, i)
 	}
@@ -408,7 +409,7 @@ func testEventLargeBatch(t *testing.T, s storage.EventLog) {
 
 func testEventConcurrent(t *testing.T, s storage.EventLog) {
 	// Writers that race on the same ids (two consumers after a rebalance) still leave one copy.
-	evs := make([]storage.Event, 200)
+	evs := make([]events.Event, 200)
 	for i := range evs {
 		evs[i] = event("org_a", "prj_a", "a.b", time.Duration(i)*time.Millisecond, i)
 	}

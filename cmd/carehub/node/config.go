@@ -2,7 +2,7 @@
 // tagged by role (components.go), starts what the configured roles need in dependency order,
 // serves HTTP, and shuts down in reverse order after first reporting not-ready. cmd/carehub
 // parses flags into a Config and calls Run; tests start whole nodes through
-// carehub/api/server/servertest, which calls Start.
+// carehub/e2e/servertest, which calls Start.
 package node
 
 import (

@@ -37,6 +37,7 @@ import (
 	ch "github.com/ClickHouse/clickhouse-go/v2"
 	"github.com/jackc/pgx/v5"
 
+	"carehub/kernel/events"
 	"carehub/storage"
 	"carehub/storage/clickhouse"
 	"carehub/storage/postgres"
@@ -315,7 +316,7 @@ func exportRate(ctx context.Context, l storage.EventLog, c config, org, project 
 	q := storage.EventQuery{OrgID: org, ProjectID: project, Ascending: true}
 	n := 0
 	start := time.Now()
-	err := l.ExportEvents(ctx, q, func(chunk []storage.Event) error {
+	err := l.ExportEvents(ctx, q, func(chunk []events.Event) error {
 		n += len(chunk)
 		if n >= c.exportRows {
 			return errEnough

@@ -29,7 +29,7 @@ import (
 	"syscall"
 	"time"
 
-	"carehub/api/pipelinetest"
+	"carehub/e2e/pipelinetest"
 	"carehub/kernel/access"
 	"carehub/kernel/tick"
 	"carehub/loadtest"

@@ -28,7 +28,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"carehub/api/pipelinetest"
+	"carehub/e2e/pipelinetest"
 	"carehub/kernel/tick"
 	"carehub/loadtest/loadcli"
 	loadreport "carehub/loadtest/report"

@@ -12,9 +12,9 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"carehub/kernel/events"
+	"carehub/kernel/ids"
 	loadreport "carehub/loadtest/report"
-	"carehub/storage"
-	"carehub/storage/ids"
 	"carehub/storage/kafka"
 )
 
@@ -178,7 +178,7 @@ func (s *kafkaSender) send(ctx context.Context, j int, project, typ string, payl
 	if err != nil {
 		return err
 	}
-	ev := storage.Event{ID: ids.New(ids.Event), Type: typ, OrgID: s.orgID, ProjectID: project, Source: "integration",
+	ev := events.Event{ID: ids.New(ids.Event), Type: typ, OrgID: s.orgID, ProjectID: project, Source: "integration",
 		Severity: "info", Payload: raw, CreatedAt: time.Now().UTC().Truncate(time.Microsecond)}
 	value, err := json.Marshal(ev)
 	if err != nil {

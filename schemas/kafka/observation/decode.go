@@ -5,8 +5,8 @@ import (
 	"fmt"
 	"unicode/utf8"
 
+	"carehub/kernel/ids"
 	"carehub/kernel/jsonwire"
-	"carehub/storage/ids"
 )
 
 // DecodeMessage parses and checks one record value. It checks what storing needs (ids, an

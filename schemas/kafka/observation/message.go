@@ -5,8 +5,8 @@ import (
 	"errors"
 	"time"
 
+	"carehub/kernel/ids"
 	"carehub/kernel/jsonwire"
-	"carehub/storage/ids"
 )
 
 // Message is one record of carehub.observations.v1 (schemas/kafka/observations.v1.json), key =

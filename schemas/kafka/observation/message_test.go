@@ -8,9 +8,9 @@ import (
 	"testing"
 	"time"
 
+	"carehub/kernel/ids"
 	"carehub/schemas"
 	"carehub/schemas/kafka/observation"
-	"carehub/storage/ids"
 )
 
 // message returns a valid record value for patient of org.

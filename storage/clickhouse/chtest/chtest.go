@@ -1,7 +1,7 @@
 // Package chtest gives tests a ClickHouse database of their own on the server named by
 // CAREHUB_CLICKHOUSE_URL (for example the one deploy/local/clickhouse/clickhouse.sh runs; `make
 // test-clickhouse` sets it). Without the variable there is no server and Real is false: the
-// storage/clickhouse suites skip and whole-node tests (api/server/servertest) keep the event and
+// storage/clickhouse suites skip and whole-node tests (e2e/servertest) keep the event and
 // audit log in Postgres.
 //
 //	url := chtest.NewURL(t) // an empty database, dropped when the test ends
