@@ -1,11 +1,12 @@
 package auth
 
 import (
-	"math"
 	"net/http"
 	"strconv"
 	"sync"
 	"time"
+
+	"golang.org/x/time/rate"
 
 	"carehub/kernel/config"
 )
@@ -89,18 +90,14 @@ func (l Limits) class(r *http.Request) Class {
 }
 
 // limiter holds the token buckets of one class, by credential (API key id; a JWT counts
-// against its parent key, so exchanging tokens cannot multiply a key's rate).
+// against its parent key, so exchanging tokens cannot multiply a key's rate) or organization.
+// Each bucket is a golang.org/x/time/rate Limiter; limiter adds the bound on how many it keeps.
 type limiter struct {
 	rate Rate
 	max  int
 
 	mu      sync.Mutex
-	buckets map[string]*bucket
-}
-
-type bucket struct {
-	tokens float64
-	last   time.Time
+	buckets map[string]*rate.Limiter
 }
 
 // decision is the outcome of taking one token, with what the RateLimit headers report.
@@ -113,36 +110,28 @@ type decision struct {
 }
 
 func newLimiter(r Rate, max int) *limiter {
-	return &limiter{rate: r, max: max, buckets: map[string]*bucket{}}
+	return &limiter{rate: r, max: max, buckets: map[string]*rate.Limiter{}}
 }
 
 // take spends one token of id's bucket at now, if there is one.
 func (l *limiter) take(id string, now time.Time) decision {
-	burst := float64(l.rate.Burst)
 	l.mu.Lock()
 	b, ok := l.buckets[id]
 	if !ok {
 		if len(l.buckets) >= l.max {
 			l.evictLocked(now)
 		}
-		b = &bucket{tokens: burst, last: now}
+		b = rate.NewLimiter(rate.Limit(l.rate.PerSecond), l.rate.Burst) // starts full
 		l.buckets[id] = b
 	}
-	if elapsed := now.Sub(b.last); elapsed > 0 {
-		b.tokens = math.Min(burst, b.tokens+elapsed.Seconds()*l.rate.PerSecond)
-		b.last = now
-	}
-	d := decision{limit: l.rate.Burst}
-	if b.tokens >= 1 {
-		b.tokens--
-		d.allowed = true
-	} else {
-		d.retryAfter = l.seconds(1 - b.tokens)
-	}
-	tokens := b.tokens
 	l.mu.Unlock()
+	d := decision{limit: l.rate.Burst, allowed: b.AllowN(now, 1)}
+	tokens := b.TokensAt(now)
+	if !d.allowed {
+		d.retryAfter = l.seconds(1 - tokens)
+	}
 	d.remaining = int(tokens)
-	d.reset = l.seconds(burst - tokens)
+	d.reset = l.seconds(float64(l.rate.Burst) - tokens)
 	return d
 }
 
@@ -150,10 +139,11 @@ func (l *limiter) seconds(tokens float64) time.Duration {
 	return time.Duration(tokens / l.rate.PerSecond * float64(time.Second))
 }
 
+// evictLocked drops the buckets that are full (dropping them changes nothing), then random ones
+// until a tenth of the room is free.
 func (l *limiter) evictLocked(now time.Time) {
-	full := time.Duration(float64(l.rate.Burst) / l.rate.PerSecond * float64(time.Second))
 	for id, b := range l.buckets {
-		if now.Sub(b.last) >= full {
+		if b.TokensAt(now) >= float64(l.rate.Burst) {
 			delete(l.buckets, id)
 		}
 	}
