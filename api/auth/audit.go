@@ -235,7 +235,7 @@ type Call struct {
 	RequestID string    // "" for a new req_ id
 	Start     time.Time // when the operation began
 	UserAgent string    // of the connection's upgrade request
-	Operation string    // GraphQLOperation(query, operationName)
+	Operation string    // gqldoc.OperationName(doc, operationName), or GraphQLOperation(query, operationName)
 	Status    int       // 0 means 200
 	Outcome   string    // "" to derive it from Status: success, denied or error
 }
@@ -336,6 +336,11 @@ type auditState struct {
 	principal *access.Principal
 	refusal   *Refusal
 	graphqlOp string
+	// graphqlBody is a live POST's body, read ahead, that the operation is named from when
+	// graphqlBodyPending is still true as the call is recorded: when the GraphQL handler did not
+	// name it from its own parse (SetGraphQLOperation).
+	graphqlBody        []byte
+	graphqlBodyPending bool
 }
 
 func auditStateFrom(ctx context.Context) *auditState {
@@ -363,7 +368,10 @@ func (st *auditState) get() (*access.Principal, *Refusal) {
 }
 
 // authenticated runs once the caller is known. For a live caller of the GraphQL endpoint it
-// reads the operation from the request, putting back a body the handler reads unchanged.
+// names the operation from the request: at once for a GET's query string and a body that is a
+// GraphQL document (application/graphql), later for a JSON body (operation), which it reads
+// ahead, putting back a body the handler reads unchanged, and names only if the GraphQL handler,
+// which parses it anyway, does not (SetGraphQLOperation).
 func (st *auditState) authenticated(r *http.Request) *http.Request {
 	p, _ := st.get()
 	if p == nil || p.Mode != access.Live || r.URL.Path != st.a.graphqlPath {
@@ -384,7 +392,14 @@ func (st *auditState) authenticated(r *http.Request) *http.Request {
 			op = unparsedOperation
 			break
 		}
-		op = graphQLOperationFromBody(r.Header.Get("Content-Type"), peek)
+		if ct := r.Header.Get("Content-Type"); isGraphQLDocument(ct) {
+			op = graphQLOperationFromBody(ct, peek)
+			break
+		}
+		st.mu.Lock()
+		st.graphqlBody, st.graphqlBodyPending = peek, true
+		st.mu.Unlock()
+		return r
 	}
 	st.mu.Lock()
 	st.graphqlOp = op
@@ -395,8 +410,17 @@ func (st *auditState) authenticated(r *http.Request) *http.Request {
 // operation names the call: the GraphQL operation, or "<METHOD> <route template>".
 func (st *auditState) operation(r *http.Request) string {
 	st.mu.Lock()
-	op := st.graphqlOp
+	op, body, pending := st.graphqlOp, st.graphqlBody, st.graphqlBodyPending
 	st.mu.Unlock()
+	if pending { // the GraphQL handler did not name it: read the body
+		op = graphQLOperationFromBody("application/json", body)
+		st.mu.Lock()
+		if st.graphqlBodyPending {
+			st.graphqlOp, st.graphqlBody, st.graphqlBodyPending = op, nil, false
+		}
+		op = st.graphqlOp
+		st.mu.Unlock()
+	}
 	if op != "" {
 		return op
 	}
@@ -412,8 +436,15 @@ func (st *auditState) operation(r *http.Request) string {
 	return r.Method + " " + route
 }
 
+// isGraphQLDocument reports whether a body of contentType is a GraphQL document itself
+// (application/graphql) rather than a JSON request.
+func isGraphQLDocument(contentType string) bool {
+	mt, _, err := mime.ParseMediaType(contentType)
+	return err == nil && mt == "application/graphql"
+}
+
 func graphQLOperationFromBody(contentType string, body []byte) string {
-	if mt, _, err := mime.ParseMediaType(contentType); err == nil && mt == "application/graphql" {
+	if isGraphQLDocument(contentType) {
 		return GraphQLOperation(string(body), "")
 	}
 	trimmed := bytes.TrimLeft(body, " \t\r\n")

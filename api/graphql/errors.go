@@ -9,6 +9,7 @@ import (
 	"log/slog"
 
 	gqlerrors "github.com/graph-gophers/graphql-go/errors"
+	"github.com/vektah/gqlparser/v2/ast"
 
 	"carehub/kernel/fault"
 )
@@ -131,21 +132,14 @@ func nullDataWhenAllFailed(data json.RawMessage, errs []*gqlerrors.QueryError) j
 }
 
 // addLocations gives each error that has a path but no locations (graph-gophers fills the path
-// of a resolver's error, not its locations) the location of the field its path names.
-func addLocations(req Request, errs []*gqlerrors.QueryError) {
-	var doc *outline
+// of a resolver's error, not its locations) the location of the field its path names in doc, the
+// document precheck parsed, running the operation operationName selects.
+func addLocations(doc *ast.QueryDocument, operationName string, errs []*gqlerrors.QueryError) {
 	for _, e := range errs {
 		if e == nil || len(e.Path) == 0 || len(e.Locations) > 0 {
 			continue
 		}
-		if doc == nil {
-			o, ok := parseOutline(req.Query)
-			if !ok {
-				return
-			}
-			doc = &o
-		}
-		e.Locations = doc.locate(req.OperationName, e.Path)
+		e.Locations = locate(doc, operationName, e.Path)
 	}
 }
 

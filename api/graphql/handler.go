@@ -7,6 +7,11 @@
 // resolve through per-request batched loaders (loader.go, loaders.go): a nested selection costs
 // one statement per level whatever the length of the lists above it.
 //
+// A request's document is parsed once, by gqlparser (gqldoc.Parse, in precheck): the text check,
+// the cost and depth limits, the locations of execution errors and the audit log's operation name
+// (auth.SetGraphQLOperation) all read that one AST. graph-gophers parses the document again to
+// validate and run it, inside its own API.
+//
 // Errors (errors.go) carry extensions.code, mapped from the services' fault kinds in one place.
 // Limits: queries of at most 32 KiB (rejected before parsing), depth at most 12 (depth.go), a
 // cost of at most 100 000 estimated values (cost.go), no NUL or invalid UTF-8 in any argument or
@@ -30,9 +35,10 @@ import (
 	lru "github.com/hashicorp/golang-lru/v2"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/vektah/gqlparser/v2/ast"
-	"github.com/vektah/gqlparser/v2/parser"
 
+	"carehub/api/auth"
 	"carehub/api/envelope"
+	"carehub/api/graphql/gqldoc"
 	"carehub/kernel/config"
 	"carehub/processors/agents"
 	"carehub/processors/deployments"
@@ -137,10 +143,40 @@ type Handler struct {
 	docs *lru.Cache[string, readDoc]
 }
 
-// readDoc is what a document that parsed and holds no bad text is known to be.
+// readDoc is what precheck learnt of a document: when it parsed, its AST, the schema it runs on
+// and (when cached) its operations' names in the audit log.
 type readDoc struct {
-	doc    *ast.QueryDocument // read only: shared by the requests that send this text
-	schema *gql.Schema        // the schema it runs on (schemaFor)
+	doc        *ast.QueryDocument // nil: not parsed; read only: shared by the requests that send this text
+	schema     *gql.Schema        // the schema it runs on (schemaFor)
+	names      map[string]string  // by operationName, gqldoc.OperationName's; nil: not computed
+	unreadable bool               // gqlparser could not parse it
+}
+
+// operation names the operation that operationName selects for the audit log
+// (gqldoc.OperationName): gqldoc.Unparsed for a document that did not parse, "" for one precheck
+// refused before parsing it (too long, empty, bad variables).
+func (d readDoc) operation(operationName string) string {
+	switch {
+	case d.unreadable:
+		return gqldoc.Unparsed
+	case d.doc == nil:
+		return ""
+	}
+	if name, ok := d.names[operationName]; ok {
+		return name
+	}
+	return gqldoc.OperationName(d.doc, operationName)
+}
+
+// operationNames names each operation of doc, by the operationName that selects it ("" too).
+func operationNames(doc *ast.QueryDocument) map[string]string {
+	names := map[string]string{"": gqldoc.OperationName(doc, "")}
+	for _, op := range doc.Operations {
+		if _, ok := names[op.Name]; !ok {
+			names[op.Name] = gqldoc.OperationName(doc, op.Name)
+		}
+	}
+	return names
 }
 
 // docCacheSize and maxCachedDoc bound Handler.docs.
@@ -229,9 +265,14 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 // Execute runs one query or mutation under ctx (which carries the caller's principal) with fresh
-// loaders, and returns the response with its errors mapped.
+// loaders, and returns the response with its errors mapped. The audit record of the call (when
+// ctx is a request's under auth.Auditor's middleware) is given the operation's name from the
+// document precheck parsed.
 func (h *Handler) Execute(ctx context.Context, req Request) *Response {
 	d, errs := h.precheck(req)
+	if op := d.operation(req.OperationName); op != "" {
+		auth.SetGraphQLOperation(ctx, op)
+	}
 	if errs != nil {
 		return &Response{Errors: errs}
 	}
@@ -243,12 +284,14 @@ func (h *Handler) Execute(ctx context.Context, req Request) *Response {
 	defer cancel()
 	res := d.schema.Exec(ctx, req.Query, req.OperationName, req.Variables)
 	h.settle(ctx, budget)
-	return h.finish(ctx, req, res)
+	return h.finish(ctx, d.doc, req.OperationName, res)
 }
 
 // precheck rejects, before anything runs, what is too long, empty, holds bad text or costs more
 // than the budget. A document it cannot read is left to graph-gophers' validation to explain;
-// should graph-gophers accept what was not costed, it is refused all the same.
+// should graph-gophers accept what was not costed, it is refused all the same. This is where a
+// request's document is parsed (gqldoc.Parse): the readDoc returned holds the AST whenever it
+// parsed, refused or not.
 func (h *Handler) precheck(req Request) (readDoc, []*gqlerrors.QueryError) {
 	if len(req.Query) > h.maxQuery {
 		return readDoc{}, []*gqlerrors.QueryError{queryError(CodeBadUserInput, "the query is %d bytes long; at most %d are allowed", len(req.Query), h.maxQuery)}
@@ -261,67 +304,72 @@ func (h *Handler) precheck(req Request) (readDoc, []*gqlerrors.QueryError) {
 	}
 	d, ok := h.docs.Get(req.Query)
 	if !ok {
-		doc, perr := parser.ParseQuery(&ast.Source{Input: req.Query})
+		doc, perr := gqldoc.Parse(req.Query)
 		if perr != nil {
-			return readDoc{}, h.unreadable(req.Query, perr)
+			// Without an AST, graph-gophers validates it with the data operations' limits.
+			return readDoc{unreadable: true}, h.unreadable(h.schema, req.Query, perr)
 		}
+		d = readDoc{doc: doc, schema: h.schemaFor(doc)}
 		if e := checkLiterals(doc); e != nil {
-			return readDoc{}, []*gqlerrors.QueryError{e}
+			return d, []*gqlerrors.QueryError{e}
 		}
-		d = readDoc{doc: doc, schema: h.schemaFor(req.Query)}
 		if len(req.Query) <= maxCachedDoc {
+			d.names = operationNames(doc)
 			h.docs.Add(req.Query, d)
 		}
 	}
 	cost, err := h.cost.cost(d.doc, req.OperationName, req.Variables)
 	if err != nil {
-		return readDoc{}, h.unreadable(req.Query, err)
+		return d, h.unreadable(d.schema, req.Query, err)
 	}
 	if cost > h.maxCost {
-		if errs := h.invalid(req.Query); errs != nil {
-			return readDoc{}, errs // an invalid document is reported as such, whatever it would cost
+		if errs := h.invalid(d.schema, req.Query); errs != nil {
+			return d, errs // an invalid document is reported as such, whatever it would cost
 		}
 		e := queryError(CodeBadUserInput, "the query's estimated cost is %d, over the budget of %d: lower the limit arguments, select fewer nested lists or fields, or split it into several requests", cost, h.maxCost)
 		e.Extensions["cost"], e.Extensions["maxCost"] = cost, h.maxCost
-		return readDoc{}, []*gqlerrors.QueryError{e}
+		return d, []*gqlerrors.QueryError{e}
 	}
 	return d, nil
 }
 
-// unreadable answers a document precheck could not read: graph-gophers' validation errors, or
-// err when graph-gophers finds nothing wrong.
-func (h *Handler) unreadable(query string, err error) []*gqlerrors.QueryError {
-	if errs := h.invalid(query); errs != nil {
+// unreadable answers a document precheck could not read: graph-gophers' validation errors
+// (against schema), or err when graph-gophers finds nothing wrong.
+func (h *Handler) unreadable(schema *gql.Schema, query string, err error) []*gqlerrors.QueryError {
+	if errs := h.invalid(schema, query); errs != nil {
 		return errs
 	}
 	return []*gqlerrors.QueryError{queryError(CodeBadUserInput, "%v", err)}
 }
 
-// invalid returns graph-gophers' validation errors of a document (BAD_USER_INPUT), nil when it
-// finds none.
-func (h *Handler) invalid(query string) []*gqlerrors.QueryError {
-	errs := h.schemaFor(query).Validate(query)
+// invalid returns graph-gophers' validation errors of a document against schema
+// (BAD_USER_INPUT), nil when it finds none.
+func (h *Handler) invalid(schema *gql.Schema, query string) []*gqlerrors.QueryError {
+	errs := schema.Validate(query)
 	for _, e := range errs {
 		e.Extensions = map[string]any{"code": CodeBadUserInput}
 	}
 	return errs
 }
 
-func (h *Handler) schemaFor(query string) *gql.Schema {
-	if introspectionOnly(query) {
+// schemaFor returns the schema a parsed document runs on: the introspection schema, with its
+// deeper limit, for an introspection-only document (depth.go).
+func (h *Handler) schemaFor(doc *ast.QueryDocument) *gql.Schema {
+	if introspectionOnly(doc) {
 		return h.introspection
 	}
 	return h.schema
 }
 
-// finish fills the locations graph-gophers leaves out, maps the errors and applies the data-null
-// rule to one graph-gophers response to req; an answer over the answer-size budget (charged by
-// the resolvers, or as serialized) is replaced by RESPONSE_TOO_LARGE alone.
-func (h *Handler) finish(ctx context.Context, req Request, res *gql.Response) *Response {
+// finish fills the locations graph-gophers leaves out (from doc, the document precheck parsed),
+// maps the errors and applies the data-null rule to one graph-gophers response to the operation
+// operationName selects; an answer over the answer-size budget (charged by the resolvers, or as
+// serialized) is replaced by RESPONSE_TOO_LARGE alone.
+func (h *Handler) finish(ctx context.Context, doc *ast.QueryDocument, operationName string, res *gql.Response) *Response {
 	if budgetOf(ctx).exceeded() || int64(len(res.Data)) > h.maxResponse {
 		return tooLarge(h.maxResponse)
 	}
-	addLocations(req, res.Errors)
+	addLocations(doc, operationName, res.Errors)
 	mapErrors(ctx, h.logger, res.Errors)
 	out := &Response{Errors: res.Errors, Data: res.Data, Extensions: res.Extensions}
 	if out.Data != nil {

@@ -220,7 +220,7 @@ func (e *wsExecutor) subscribeShared(ctx context.Context, p *access.Principal, d
 			defer close(out)
 			for item := range src {
 				if res, ok := item.(*gql.Response); ok {
-					out <- e.h.finishWS(gctx, Request{Query: req.Query, OperationName: req.OperationName}, res)
+					out <- e.h.finishWS(gctx, d.doc, req.OperationName, res)
 				}
 			}
 		}()
@@ -230,7 +230,7 @@ func (e *wsExecutor) subscribeShared(ctx context.Context, p *access.Principal, d
 		return nil, err
 	}
 	ctx, _ = access.WithRecorder(ctx)
-	start := time.Now()
+	start, op := time.Now(), d.operation(req.OperationName)
 	mapped := make(chan any)
 	go func() {
 		defer close(mapped)
@@ -259,7 +259,7 @@ func (e *wsExecutor) subscribeShared(ctx context.Context, p *access.Principal, d
 				access.Touch(ctx, "resource", id)
 			}
 			select {
-			case mapped <- e.audit(ctx, req, start, r.res):
+			case mapped <- e.audit(ctx, op, start, r.res):
 			case <-ctx.Done():
 				return
 			}

@@ -6,6 +6,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"carehub/api/graphql/gqldoc"
 )
 
 func TestIntrospectionOnly(t *testing.T) {
@@ -22,9 +24,11 @@ func TestIntrospectionOnly(t *testing.T) {
 		`{ __schema { types { name } `:                                                              false,
 		`"""doc""" { __schema { types { name } } }`:                                                 false,
 		``: false,
-		`{ __schema(x: "}") @skip(if: false) { types { name } } }`: true,
+		`{ __schema(x: "}") @skip(if: false) { types { name } } }`:           true,
+		`{ ...A } fragment A on Query { ...B } fragment B on Query { ...A }`: false, // a cycle
 	} {
-		if got := introspectionOnly(doc); got != want {
+		parsed, _ := gqldoc.Parse(doc) // nil when it does not parse: not introspection
+		if got := introspectionOnly(parsed); got != want {
 			t.Errorf("introspectionOnly(%q) = %v, want %v", doc, got, want)
 		}
 	}
@@ -33,9 +37,9 @@ func TestIntrospectionOnly(t *testing.T) {
 func TestLocate(t *testing.T) {
 	doc := "query A { apiVersion }\nquery B($id: ID!) {\n  p: project(id: $id) {\n    ...Fields\n  }\n}\n" +
 		"fragment Fields on Project {\n  ... on Project { organization { name } }\n  workflows { runs { id } }\n}"
-	o, ok := parseOutline(doc)
-	if !ok {
-		t.Fatal("outline not understood")
+	parsed, err := gqldoc.Parse(doc)
+	if err != nil {
+		t.Fatal(err)
 	}
 	for _, tc := range []struct {
 		op         string
@@ -47,10 +51,13 @@ func TestLocate(t *testing.T) {
 		{"B", []any{"p", "organization"}, 8, 20, false},
 		{"B", []any{"p", "workflows", 2, "runs"}, 9, 15, false},
 		{"A", []any{"apiVersion"}, 1, 11, false},
-		{"B", []any{"project"}, 0, 0, true},   // the response key is the alias
-		{"", []any{"apiVersion"}, 0, 0, true}, // two operations, none named
+		{"B", []any{"project"}, 0, 0, true},    // the response key is the alias
+		{"", []any{"apiVersion"}, 0, 0, true},  // two operations, none named
+		{"C", []any{"apiVersion"}, 0, 0, true}, // no such operation
+		{"B", []any{"p", "nope"}, 0, 0, true},
+		{"B", nil, 0, 0, true},
 	} {
-		locs := o.locate(tc.op, tc.path)
+		locs := locate(parsed, tc.op, tc.path)
 		if tc.unresolved {
 			if locs != nil {
 				t.Errorf("%s %v: located %v, want none", tc.op, tc.path, locs)

@@ -93,9 +93,9 @@ func (e *wsExecutor) Recheck(ctx context.Context) error {
 	return err
 }
 
-// audit records one message of an operation; on failure the message becomes an UNAVAILABLE error
-// so patient data never leaves unaudited.
-func (e *wsExecutor) audit(ctx context.Context, req ws.Request, start time.Time, res *ws.Response) *ws.Response {
+// audit records one message of an operation, op its name (readDoc.operation); on failure the
+// message becomes an UNAVAILABLE error so patient data never leaves unaudited.
+func (e *wsExecutor) audit(ctx context.Context, op string, start time.Time, res *ws.Response) *ws.Response {
 	if e.au == nil {
 		return res
 	}
@@ -104,7 +104,7 @@ func (e *wsExecutor) audit(ctx context.Context, req ws.Request, start time.Time,
 	if len(res.Errors) > 0 && res.Data == nil {
 		status = http.StatusBadRequest
 	}
-	err := e.au.Audit(ctx, auth.Call{Start: start, UserAgent: ua, Operation: auth.GraphQLOperation(req.Query, req.OperationName), Status: status})
+	err := e.au.Audit(ctx, auth.Call{Start: start, UserAgent: ua, Operation: op, Status: status})
 	if err == nil {
 		return res
 	}
@@ -149,7 +149,7 @@ func (e *wsExecutor) Execute(ctx context.Context, req ws.Request) (<-chan *ws.Re
 			return c, nil
 		}
 	}
-	start := time.Now()
+	start, op := time.Now(), d.operation(req.OperationName)
 	src, err := d.schema.Subscribe(opCtx, req.Query, req.OperationName, req.Variables)
 	if err != nil {
 		cancel()
@@ -166,7 +166,7 @@ func (e *wsExecutor) Execute(ctx context.Context, req ws.Request) (<-chan *ws.Re
 				if budget != nil {
 					e.h.settle(opCtx, budget)
 				}
-				item = e.audit(ctx, req, start, e.h.finishWS(opCtx, Request{Query: req.Query, OperationName: req.OperationName}, res))
+				item = e.audit(ctx, op, start, e.h.finishWS(opCtx, d.doc, req.OperationName, res))
 			}
 			select {
 			case mapped <- item:
@@ -179,8 +179,8 @@ func (e *wsExecutor) Execute(ctx context.Context, req ws.Request) (<-chan *ws.Re
 
 // finishWS is finish for a WebSocket response: a response with no data stays without data (a
 // rejected operation).
-func (h *Handler) finishWS(ctx context.Context, req Request, res *gql.Response) *ws.Response {
-	out := h.finish(ctx, req, res)
+func (h *Handler) finishWS(ctx context.Context, doc *ast.QueryDocument, operationName string, res *gql.Response) *ws.Response {
+	out := h.finish(ctx, doc, operationName, res)
 	return &ws.Response{Data: out.Data, Errors: out.Errors, Extensions: out.Extensions}
 }
 
