@@ -182,6 +182,23 @@ bench-pipeline: postgres-binaries ## observation path end to end with its raw ba
 	bin/loadtest -self -eventlog postgres -devices 16 -batch 100 -duration $(BENCH_OBS_DURATION) -results $(BENCH_RESULTS)
 	bin/eventload -self -suite -export -quiet -d $(BENCH_DURATION) -results $(BENCH_RESULTS)
 
+# The peer benchmark (loadtest/cmd/peerbench): FHIR transaction import into carehub and into the
+# HAPI FHIR JPA server 8.8.0 (loadtest/peers/hapi, built from Maven Central into CAREHUB_M2_REPO),
+# the same Bundles to both in one run: vitals (a Patient and 100 Observations each) and the
+# Synthea patients (SYNTHEA_DIR), at 1 and 4 clients, each server warmed up first.
+PEERS_DURATION ?= 20s
+PEERS_WARMUP   ?= 180s
+
+.PHONY: peers-deps
+peers-deps: ## build the HAPI FHIR JPA server 8.8.0 peer (loadtest/peers/hapi) from Maven Central into CAREHUB_M2_REPO
+	@CAREHUB_M2_REPO=$(CAREHUB_M2_REPO) loadtest/peers/hapi/run.sh --build-only
+
+.PHONY: bench-peers
+bench-peers: postgres-binaries synthea-deps peers-deps build ## FHIR transaction import, carehub vs HAPI FHIR JPA 8.8.0, same bytes and machine (PEERS_DURATION per phase, PEERS_WARMUP); JSON, PNG and HTML under BENCH_RESULTS
+	$(GO) build -o bin/peerbench ./loadtest/cmd/peerbench
+	CAREHUB_M2_REPO=$(CAREHUB_M2_REPO) bin/peerbench -carehub $(BIN) -synthea $(SYNTHEA_DIR) \
+		-d $(PEERS_DURATION) -warmup $(PEERS_WARMUP) -results $(BENCH_RESULTS)
+
 SOAK_DURATION ?= 10m
 
 .PHONY: soak-attack

@@ -1,0 +1,395 @@
+// Command peerbench measures carehub against a peer FHIR server on the same machine, in the same
+// run, with the same bytes. Its first scenario is FHIR transaction import against the HAPI FHIR
+// JPA server 8.8.0 (loadtest/peers/hapi): both servers are started by this command (carehub
+// serve on its embedded defaults; HAPI on a fresh PostgreSQL cluster of its own, through
+// loadtest/peers/hapi/run.sh), and each is sent
+//
+//   - vitals: transaction Bundles of one Patient and -obs vital-sign Observations referencing
+//     it by its urn:uuid fullUrl, every entry a POST (built once, before any load);
+//   - synthea: the Synthea patients' transaction Bundles (make synthea-deps), after the
+//     hospital and practitioner batches their conditional references resolve to;
+//
+// by 1 and 4 concurrent clients (-clients) for -d each, after a warm-up of -warmup at the
+// highest concurrency. Every answer must be 200/201 with a transaction-response Bundle whose
+// every entry is 200/201; anything else is an error, counted and sampled (429/503 are counted
+// as refusals and retried after Retry-After). After each phase the Observation search count
+// (GET [base]/Observation?_summary=count) is polled until it counts every Observation
+// acknowledged: carehub stores Observations after it answers (intake → Kafka → writer), HAPI
+// before, so the report gives carehub's rate acknowledged and readable, HAPI's once, and each
+// carehub figure as a ratio to HAPI's, with request p50/p99, errors and the CPU each server (its
+// process and its PostgreSQL cluster) spent per resource. Load is bounded (-d ≤ 10 min,
+// -max-requests) and loopback only.
+//
+//	go build -o bin/peerbench ./loadtest/cmd/peerbench
+//	bin/peerbench -d 20s -warmup 10s -results loadtest/results      # make bench-peers
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"text/tabwriter"
+	"time"
+
+	"carehub/loadtest/loadcli"
+	"carehub/loadtest/report"
+)
+
+type config struct {
+	Carehub       string        `json:"carehubBinary"`
+	CarehubArgs   string        `json:"carehubArgs,omitempty"`
+	KeysPerClient int           `json:"carehubKeysPerClient"`
+	HAPIRun       string        `json:"hapiRunScript"`
+	HAPIHeap      string        `json:"hapiHeap"`
+	HAPIPool      int           `json:"hapiPool"`
+	SyntheaDir    string        `json:"syntheaDir"`
+	Workloads     []string      `json:"workloads"`
+	Clients       []int         `json:"clients"`
+	Duration      time.Duration `json:"-"`
+	Warmup        time.Duration `json:"-"`
+	VitalsBundles int           `json:"vitalsBundles"`
+	ObsPerBundle  int           `json:"observationsPerVitalsBundle"`
+	MaxRequests   int           `json:"maxRequestsPerPhase,omitempty"`
+	Readable      time.Duration `json:"-"`
+	Results       string        `json:"-"`
+	Quiet         bool          `json:"-"`
+	DurationS     string        `json:"duration"`
+	WarmupS       string        `json:"warmup"`
+	ReadableS     string        `json:"readableTimeout"`
+	workloadsFlag string
+	clientsFlag   string
+}
+
+func defaultSyntheaDir() string {
+	if d := os.Getenv("CAREHUB_SYNTHEA_DIR"); d != "" {
+		return d
+	}
+	home, _ := os.UserHomeDir()
+	return filepath.Join(home, ".cache", "carehub", "synthea")
+}
+
+func main() {
+	var cfg config
+	flag.StringVar(&cfg.Carehub, "carehub", "bin/carehub", "the carehub binary to start (make build)")
+	flag.StringVar(&cfg.CarehubArgs, "carehub-args", "", "extra flags for carehub serve, space-separated")
+	flag.IntVar(&cfg.KeysPerClient, "keys-per-client", 8, "carehub API keys each client takes in turn (carehub limits requests per key; where serve has --rate-per-key and --rate-per-org they are raised too)")
+	flag.StringVar(&cfg.HAPIRun, "hapi-run", "loadtest/peers/hapi/run.sh", "the script that builds and starts the HAPI FHIR JPA server")
+	flag.StringVar(&cfg.HAPIHeap, "hapi-heap", "4g", "HAPI's JVM heap (-Xms and -Xmx)")
+	flag.IntVar(&cfg.HAPIPool, "hapi-pool", 10, "HAPI's JDBC connections (HikariCP)")
+	flag.StringVar(&cfg.SyntheaDir, "synthea", defaultSyntheaDir(), "Synthea's output (tests/synthea/generate.sh; make synthea-deps)")
+	flag.StringVar(&cfg.workloadsFlag, "workloads", "vitals,synthea", "workloads to run, comma-separated: vitals, synthea")
+	flag.StringVar(&cfg.clientsFlag, "clients", "1,4", "concurrent clients of the measured phases, comma-separated")
+	flag.DurationVar(&cfg.Duration, "d", 20*time.Second, "length of each measured phase")
+	flag.DurationVar(&cfg.Warmup, "warmup", 180*time.Second, "warm-up of each server and workload, at the highest concurrency, before any phase is measured (0: none); HAPI's JIT compilers settle after about three minutes of load")
+	flag.IntVar(&cfg.VitalsBundles, "vitals-bundles", 200, "distinct vitals Bundles built (posted round robin)")
+	flag.IntVar(&cfg.ObsPerBundle, "obs", 100, "Observations per vitals Bundle")
+	flag.IntVar(&cfg.MaxRequests, "max-requests", 0, "stop a phase after this many requests (0: -d alone bounds it)")
+	flag.DurationVar(&cfg.Readable, "readable-timeout", 3*time.Minute, "how long to wait after a phase for every acknowledged Observation to be counted by a search")
+	flag.StringVar(&cfg.Results, "results", "loadtest/results", "write the report (JSON, PNG chart, HTML page) under this directory")
+	flag.BoolVar(&cfg.Quiet, "quiet", false, "no progress line on stderr")
+	flag.Parse()
+	cfg.DurationS, cfg.WarmupS, cfg.ReadableS = cfg.Duration.String(), cfg.Warmup.String(), cfg.Readable.String()
+	if err := cfg.parse(); err != nil {
+		fmt.Fprintln(os.Stderr, "peerbench:", err)
+		os.Exit(2)
+	}
+	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer cancel()
+	if err := run(ctx, cfg); err != nil {
+		fmt.Fprintln(os.Stderr, "peerbench:", err)
+		cancel()
+		os.Exit(1)
+	}
+}
+
+func (c *config) parse() error {
+	var errs []error
+	for w := range strings.SplitSeq(c.workloadsFlag, ",") {
+		switch w = strings.TrimSpace(w); w {
+		case "vitals", "synthea":
+			c.Workloads = append(c.Workloads, w)
+		case "":
+		default:
+			errs = append(errs, fmt.Errorf("-workloads: unknown %q", w))
+		}
+	}
+	for s := range strings.SplitSeq(c.clientsFlag, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(s))
+		if err != nil || n < 1 || n > 64 {
+			errs = append(errs, fmt.Errorf("-clients: %q is not 1 to 64", s))
+			continue
+		}
+		c.Clients = append(c.Clients, n)
+	}
+	if len(c.Workloads) == 0 || len(c.Clients) == 0 {
+		errs = append(errs, errors.New("nothing to run"))
+	}
+	if c.Duration <= 0 || c.Duration > 10*time.Minute || c.Warmup < 0 || c.Warmup > 10*time.Minute {
+		errs = append(errs, errors.New("-d must be within (0, 10m] and -warmup within [0, 10m]"))
+	}
+	if c.KeysPerClient < 1 || c.VitalsBundles < 1 || c.ObsPerBundle < 1 || c.ObsPerBundle > 10000 {
+		errs = append(errs, errors.New("-keys-per-client, -vitals-bundles need at least 1, -obs 1 to 10,000"))
+	}
+	return errors.Join(errs...)
+}
+
+// comparison is one workload at one concurrency: carehub's figures, HAPI's, and the ratios.
+type comparison struct {
+	Unit                    string  `json:"unit"`
+	CarehubAcknowledged     float64 `json:"carehubAcknowledged"`
+	CarehubReadable         float64 `json:"carehubReadable"`
+	HAPI                    float64 `json:"hapi"`
+	HAPIReadable            float64 `json:"hapiReadable"`
+	RatioAcknowledged       float64 `json:"ratioAcknowledged"` // carehub acknowledged ÷ HAPI
+	RatioReadable           float64 `json:"ratioReadable"`     // carehub readable ÷ HAPI readable
+	CarehubReadableAfterSec float64 `json:"carehubReadableAfterSec"`
+	CarehubP50Ms            float64 `json:"carehubP50Ms"`
+	CarehubP99Ms            float64 `json:"carehubP99Ms"`
+	HAPIP50Ms               float64 `json:"hapiP50Ms"`
+	HAPIP99Ms               float64 `json:"hapiP99Ms"`
+	RatioP50                float64 `json:"ratioP50"`
+	RatioP99                float64 `json:"ratioP99"`
+	CarehubErrors           int64   `json:"carehubErrors"`
+	HAPIErrors              int64   `json:"hapiErrors"`
+	CarehubRefused          int64   `json:"carehubRefused"`
+	HAPIRefused             int64   `json:"hapiRefused"`
+	CarehubCPUMsPerResource float64 `json:"carehubCpuMsPerResource"`
+	HAPICPUMsPerResource    float64 `json:"hapiCpuMsPerResource"`
+	// CPU seconds the rest of the machine used during each phase (contention; see phase).
+	CarehubPhaseOtherCPUSec float64 `json:"carehubPhaseOtherCpuSec"`
+	HAPIPhaseOtherCPUSec    float64 `json:"hapiPhaseOtherCpuSec"`
+	HAPIPhaseJITCPUSec      float64 `json:"hapiPhaseJitCpuSec"`
+}
+
+type summary struct {
+	Config      config                `json:"config"`
+	Servers     map[string]string     `json:"servers"`
+	Notes       []string              `json:"notes"`
+	Comparisons map[string]comparison `json:"comparisons"`
+	Phases      map[string]phase      `json:"phases"`
+	// SeriesStart is where each measured phase starts in the series (seconds): the chart runs
+	// them one after another.
+	SeriesStart map[string]float64 `json:"seriesStart"`
+	Errors      int64              `json:"errors"`
+}
+
+func run(ctx context.Context, cfg config) error {
+	var loads []workload
+	for _, name := range cfg.Workloads {
+		switch name {
+		case "vitals":
+			loads = append(loads, vitalsWorkload(cfg.VitalsBundles, cfg.ObsPerBundle, 20261202))
+		case "synthea":
+			w, err := syntheaWorkload(cfg.SyntheaDir)
+			if err != nil {
+				return err
+			}
+			loads = append(loads, w)
+		}
+	}
+	for _, w := range loads {
+		e, o := w.resources()
+		fmt.Fprintf(os.Stderr, "peerbench: %s: %d Bundles, %d resources (%d Observations), %d provider Bundles\n", w.name, len(w.bodies), e, o, len(w.providers))
+	}
+	maxClients := slices.Max(cfg.Clients)
+	started := time.Now()
+
+	// HAPI first: its first start builds it and starts a JVM, which is the heavier start.
+	fmt.Fprintln(os.Stderr, "peerbench: starting HAPI FHIR (loadtest/peers/hapi/run.sh)")
+	hapi, err := startHAPI(ctx, cfg.HAPIRun, cfg.HAPIHeap, cfg.HAPIPool, prefixWriter(os.Stderr, "  "))
+	if err != nil {
+		return err
+	}
+	defer hapi.Close()
+	fmt.Fprintf(os.Stderr, "peerbench: HAPI ready at %s\n", hapi.base)
+	// carehub limits requests per key and per organization; a benchmark node raises both
+	// (--rate-per-key, --rate-per-org) where the binary has the flags. Without them, each
+	// client takes -keys-per-client keys in turn.
+	carehubArgs := strings.Fields(cfg.CarehubArgs)
+	rateNote := fmt.Sprintf("carehub's per-key request limit (50/s, burst 100): this carehub binary has no --rate-per-key flag, so each client takes %d keys in turn (%d keys, %d requests/s per client); 429s are counted as refused",
+		cfg.KeysPerClient, cfg.KeysPerClient*maxClients, 50*cfg.KeysPerClient)
+	if help, _ := exec.Command(cfg.Carehub, "serve", "-h").CombinedOutput(); bytes.Contains(help, []byte("-rate-per-key")) && bytes.Contains(help, []byte("-rate-per-org")) {
+		carehubArgs = append([]string{"--rate-per-key", "100000", "--rate-per-org", "100000"}, carehubArgs...)
+		rateNote = fmt.Sprintf("carehub's rate limits raised for a benchmark node: serve --rate-per-key 100000 --rate-per-org 100000 (defaults 50 and 100 requests/s); each client also takes %d keys in turn; 429s are counted as refused", cfg.KeysPerClient)
+	}
+	fmt.Fprintln(os.Stderr, "peerbench: starting carehub serve (embedded defaults)", strings.Join(carehubArgs, " "))
+	ch, err := startCarehub(ctx, cfg.Carehub, cfg.KeysPerClient*maxClients, carehubArgs)
+	if err != nil {
+		return err
+	}
+	defer ch.Close()
+	cfg.CarehubArgs = strings.Join(carehubArgs, " ")
+	fmt.Fprintf(os.Stderr, "peerbench: carehub ready at %s with %d keys\n", ch.base, len(ch.keys))
+	servers := []*server{ch, hapi}
+
+	r := &runner{client: loadcli.HTTPClient(maxClients), readable: cfg.Readable, maxReq: cfg.MaxRequests, quiet: cfg.Quiet, maxErrors: 5}
+	r.client.Timeout = 5 * time.Minute // a Synthea transaction of hundreds of entries under load
+
+	sum := summary{Config: cfg, Comparisons: map[string]comparison{}, Phases: map[string]phase{}, SeriesStart: map[string]float64{},
+		Servers: map[string]string{
+			"carehub": "carehub serve " + cfg.Carehub + " on its embedded defaults (local PostgreSQL, durable: fsync and synchronous_commit on; embedded Kafka broker; every role); " + ch.base,
+			"hapi":    "HAPI FHIR JPA server 8.8.0 (loadtest/peers/hapi: Spring Boot 3.5.7, JpaR4Config + HapiJpaConfig, Hibernate 6.6.4 hbm2ddl=update, HapiFhirPostgresDialect, HikariCP pool " + strconv.Itoa(cfg.HAPIPool) + ", no request validation, Hibernate Search off, JVM -Xms/-Xmx " + cfg.HAPIHeap + ") on its own PostgreSQL cluster with carehub's settings; " + hapi.base,
+		},
+		Notes: []string{
+			rateNote,
+			"both servers run during the whole benchmark on the same 2-core machine, one loaded at a time, phases interleaved (carehub, then HAPI, per workload and concurrency)",
+			fmt.Sprintf("warm-up: %s per server and workload at %d clients before the measured phases, not reported as figures", cfg.Warmup, maxClients),
+			"readable: after each phase, GET [base]/Observation?_summary=count (Cache-Control: no-cache) is polled every 50 ms until it counts every acknowledged Observation; the readable rate divides what was acknowledged by the time from the first request to that moment. HAPI commits before it answers, so its two rates differ only by one poll",
+			"CPU: the server's process and its PostgreSQL cluster (postmaster, backends, reaped children) from /proc, from a phase's start to the moment all was readable; the load generator (this process) is not counted for either",
+		},
+	}
+	var order int
+	record := func(ph phase) {
+		order++
+		tag := "measured"
+		if ph.Warmup {
+			tag = "warmup"
+		}
+		key := fmt.Sprintf("%02d %s %s %s c=%d", order, tag, ph.Server, ph.Workload, ph.Clients)
+		sum.Phases[key] = ph
+		sum.Errors += ph.Errors
+		fmt.Fprintf(os.Stderr, "peerbench: %-42s %8.0f resources/s acknowledged, %8.0f readable (+%.2fs)  p50 %.0f ms p99 %.0f ms  errors %d refused %d  CPU s server %.1f (JIT %.1f) postgres %.1f rest of machine %.1f\n",
+			key, ph.ResourcesPerSec, ph.ReadableResourcesPerSec, ph.ReadableAfterSec, ph.P50Ms, ph.P99Ms, ph.Errors, ph.Refused, ph.CPUServerSec, ph.JITCPUSec, ph.CPUPostgresSec, ph.OtherCPUSec)
+		for _, s := range ph.ErrorSamples {
+			fmt.Fprintln(os.Stderr, "    error:", s)
+		}
+	}
+	var series []report.Point
+	var offset float64
+	var failures []error
+	for _, w := range loads {
+		if len(w.providers) > 0 {
+			for _, s := range servers {
+				if err := r.providers(ctx, s, w); err != nil {
+					return fmt.Errorf("%s providers: %w", w.name, err)
+				}
+			}
+		}
+		if cfg.Warmup > 0 {
+			for _, s := range servers {
+				ph, err := r.run(ctx, s, w, maxClients, cfg.Warmup, true)
+				record(ph)
+				if err != nil {
+					failures = append(failures, err)
+				}
+			}
+		}
+		for _, c := range cfg.Clients {
+			res := map[string]phase{}
+			for _, s := range servers {
+				if ctx.Err() != nil {
+					return ctx.Err()
+				}
+				ph, err := r.run(ctx, s, w, c, cfg.Duration, false)
+				record(ph)
+				if err != nil {
+					failures = append(failures, err)
+				}
+				sum.SeriesStart[fmt.Sprintf("%02d %s %s c=%d", order, s.name, w.name, c)] = offset
+				prev := 0.0
+				for _, p := range ph.points {
+					// The recorder closes a phase with a last interval of what remained, often a
+					// few milliseconds: its rate would be a spike, so the chart leaves it out (the
+					// phase's figures count it).
+					short := p.Seconds-prev < 0.5 && prev > 0
+					prev = p.Seconds
+					if short {
+						continue
+					}
+					p.Seconds += offset
+					series = append(series, p)
+				}
+				offset += ph.Seconds
+				res[s.name] = ph
+			}
+			sum.Comparisons[fmt.Sprintf("%s c=%d", w.name, c)] = compare(w.name, res["carehub"], res["hapi"])
+		}
+	}
+	printTable(os.Stdout, sum)
+	files, err := report.Write(cfg.Results, report.Report{Scenario: "peers-fhir-transactions", Started: started, Unit: "resources/s",
+		Summary: sum, Series: series})
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(os.Stderr, "peerbench: report %s, %s, %s\n", files.JSON, files.PNG, files.HTML)
+	if sum.Errors > 0 {
+		failures = append(failures, fmt.Errorf("%d requests were not answered with a whole transaction-response", sum.Errors))
+	}
+	return errors.Join(failures...)
+}
+
+func ratio(a, b float64) float64 {
+	if b == 0 {
+		return 0
+	}
+	return a / b
+}
+
+func compare(workload string, c, h phase) comparison {
+	unit, ca, cr, ha, hr := "resources/s", c.ResourcesPerSec, c.ReadableResourcesPerSec, h.ResourcesPerSec, h.ReadableResourcesPerSec
+	if workload == "vitals" {
+		unit, ca, cr, ha, hr = "observations/s", c.ObservationsPerSec, c.ReadableObservationsPerSec, h.ObservationsPerSec, h.ReadableObservationsPerSec
+	}
+	return comparison{Unit: unit, CarehubAcknowledged: ca, CarehubReadable: cr, HAPI: ha, HAPIReadable: hr,
+		RatioAcknowledged: ratio(ca, ha), RatioReadable: ratio(cr, hr), CarehubReadableAfterSec: c.ReadableAfterSec,
+		CarehubP50Ms: c.P50Ms, CarehubP99Ms: c.P99Ms, HAPIP50Ms: h.P50Ms, HAPIP99Ms: h.P99Ms,
+		RatioP50: ratio(c.P50Ms, h.P50Ms), RatioP99: ratio(c.P99Ms, h.P99Ms),
+		CarehubErrors: c.Errors, HAPIErrors: h.Errors, CarehubRefused: c.Refused, HAPIRefused: h.Refused,
+		CarehubCPUMsPerResource: c.CPUMsPerRes, HAPICPUMsPerResource: h.CPUMsPerRes,
+		CarehubPhaseOtherCPUSec: c.OtherCPUSec, HAPIPhaseOtherCPUSec: h.OtherCPUSec, HAPIPhaseJITCPUSec: h.JITCPUSec}
+}
+
+func printTable(w io.Writer, s summary) {
+	keys := make([]string, 0, len(s.Comparisons))
+	for k := range s.Comparisons {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "scenario\tunit\tcarehub ack\tcarehub readable\tHAPI\tack/HAPI\treadable/HAPI\tcarehub p50/p99 ms\tHAPI p50/p99 ms\terrors c/H\trefused c/H\tCPU ms/res c/H\tother CPU s c/H\t")
+	for _, k := range keys {
+		c := s.Comparisons[k]
+		fmt.Fprintf(tw, "%s\t%s\t%.0f\t%.0f\t%.0f\t%.2fx\t%.2fx\t%.0f/%.0f\t%.0f/%.0f\t%d/%d\t%d/%d\t%.2f/%.2f\t%.1f/%.1f\t\n", k, c.Unit,
+			c.CarehubAcknowledged, c.CarehubReadable, c.HAPI, c.RatioAcknowledged, c.RatioReadable,
+			c.CarehubP50Ms, c.CarehubP99Ms, c.HAPIP50Ms, c.HAPIP99Ms, c.CarehubErrors, c.HAPIErrors,
+			c.CarehubRefused, c.HAPIRefused, c.CarehubCPUMsPerResource, c.HAPICPUMsPerResource,
+			c.CarehubPhaseOtherCPUSec, c.HAPIPhaseOtherCPUSec)
+	}
+	_ = tw.Flush()
+}
+
+// prefixWriter indents another process's lines in our stderr.
+func prefixWriter(w io.Writer, prefix string) io.Writer {
+	pr, pw := io.Pipe()
+	go func() {
+		buf := make([]byte, 0, 4096)
+		chunk := make([]byte, 4096)
+		for {
+			n, err := pr.Read(chunk)
+			buf = append(buf, chunk[:n]...)
+			for {
+				i := slices.Index(buf, '\n')
+				if i < 0 {
+					break
+				}
+				fmt.Fprintf(w, "%s%s\n", prefix, buf[:i])
+				buf = buf[i+1:]
+			}
+			if err != nil {
+				return
+			}
+		}
+	}()
+	return pw
+}
