@@ -36,12 +36,13 @@ import (
 	"log/slog"
 	"net/http"
 	"strconv"
-	"strings"
 	"time"
 
-	"carehub/api/auth"
+	"github.com/vektah/gqlparser/v2/ast"
+
 	"carehub/api/envelope"
 	"carehub/api/graphql"
+	"carehub/api/graphql/gqldoc"
 	"carehub/kernel/access"
 	"carehub/kernel/fault"
 	core "carehub/storage/idempotency"
@@ -261,7 +262,12 @@ func isMutation(_ *http.Request, body []byte) bool {
 	if json.Unmarshal(body, &req) != nil {
 		return false
 	}
-	return strings.HasPrefix(auth.GraphQLOperation(req.Query, req.OperationName), "graphql mutation ")
+	doc, err := gqldoc.Parse(req.Query) // the parse the GraphQL handler then reuses
+	if err != nil {
+		return false
+	}
+	op := gqldoc.Operation(doc, req.OperationName)
+	return op != nil && op.Operation == ast.Mutation
 }
 
 // recorder passes the answer through and keeps a copy of it.
