@@ -385,16 +385,7 @@ func TestRefusedCredentialsAudited(t *testing.T) {
 	markerID := marker.header.Get("Request-Id")
 	pub.Close(5 * time.Second) // flushes: every record is on the topic now
 
-	// Records are keyed by organization, so they sit in different partitions: read them all,
-	// as many as the partitions' end offsets say there are.
-	cl := kafkatest.Client(t, kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
-	ends, err := kadm.NewClient(cl).ListEndOffsets(context.Background(), topic)
-	if err != nil {
-		t.Fatal(err)
-	}
-	total := 0
-	ends.Each(func(o kadm.ListedOffset) { total += int(o.Offset) })
-	got, raw := readAudit(t, cl, func(got []storage.AuditRecord) bool { return len(got) >= total })
+	got, raw := readAllAudit(t, topic)
 	if len(got) != burst+1 {
 		t.Fatalf("%d records, want the %d refusals within the burst and the marker: %+v", len(got), burst, got)
 	}
@@ -529,14 +520,7 @@ func TestRateLimitedCallsSampled(t *testing.T) {
 	}
 	pub.Close(5 * time.Second)
 
-	cl := kafkatest.Client(t, kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
-	ends, err := kadm.NewClient(cl).ListEndOffsets(context.Background(), topic)
-	if err != nil {
-		t.Fatal(err)
-	}
-	total := 0
-	ends.Each(func(o kadm.ListedOffset) { total += int(o.Offset) })
-	got, _ := readAudit(t, cl, func(got []storage.AuditRecord) bool { return len(got) >= total })
+	got, _ := readAllAudit(t, topic)
 	byStatus := map[int]int{}
 	for _, rec := range got {
 		byStatus[rec.Status]++
@@ -557,4 +541,18 @@ func TestRateLimitedCallsSampled(t *testing.T) {
 		}
 	}
 	t.Fatal("no carehub_audit_rate_limited_suppressed_total")
+}
+
+// readAllAudit reads every record on topic. Records are keyed by organization, so they sit in
+// different partitions: it reads as many as the partitions' end offsets say there are.
+func readAllAudit(t *testing.T, topic string) ([]storage.AuditRecord, []string) {
+	t.Helper()
+	cl := kafkatest.Client(t, kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	ends, err := kadm.NewClient(cl).ListEndOffsets(context.Background(), topic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	total := 0
+	ends.Each(func(o kadm.ListedOffset) { total += int(o.Offset) })
+	return readAudit(t, cl, func(got []storage.AuditRecord) bool { return len(got) >= total })
 }
