@@ -125,6 +125,10 @@ func Config(t testing.TB, opts ...Option) node.Config {
 	cfg.Partitions = 3
 	cfg.WebhooksAllowPrivate = true
 	cfg.ShutdownGrace = 10 * time.Second
+	// Suites spread bursts over several keys of the demo organization to stay within a key's
+	// rate; the organization's rate (auth's TestMiddlewareOrganizationRate, attacktest's
+	// TestOrganizationRateShared, which sets it back to 0, the default) would refuse them.
+	cfg.RatePerOrg, cfg.IngestRatePerOrg = 1e6, 1e6
 	for _, o := range opts {
 		o(&cfg)
 	}
