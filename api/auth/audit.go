@@ -52,8 +52,8 @@ type Auditor struct {
 	ackTimeout  time.Duration
 	graphqlPath string
 	now         func() time.Time
-	sampler     *refusalSampler
-	limited     *limitedSampler
+	sampler     *sampler // failed authentications, by client address
+	limited     *sampler // rate-limited calls, by key
 }
 
 // AuditorConfig configures an Auditor. Zero fields take their defaults.

@@ -100,62 +100,50 @@ func (l RefusalLimits) withDefaults() RefusalLimits {
 	return l
 }
 
-// refusalSampler decides which refusals are recorded.
-type refusalSampler struct {
-	perSource  *limiter
-	total      *limiter
-	suppressed prometheus.Counter
-	recorded   prometheus.Counter
+// sampler decides which refused calls are recorded: each bucket (a client address, a key) gets
+// RefusalLimits.PerSource and all of them together RefusalLimits.Total; a call past either is
+// counted in suppressed, not recorded.
+type sampler struct {
+	perSource, total *limiter
+	suppressed       prometheus.Counter
+	recorded         prometheus.Counter // nil: not counted
 }
 
-func newRefusalSampler(l RefusalLimits, reg prometheus.Registerer) *refusalSampler {
-	s := &refusalSampler{
-		perSource: newLimiter(l.PerSource, l.MaxSources),
-		total:     newLimiter(l.Total, 1),
-		suppressed: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "carehub", Subsystem: "audit",
+func newSampler(l RefusalLimits, reg prometheus.Registerer, suppressed, recorded prometheus.Counter) *sampler {
+	if reg != nil {
+		suppressed = telemetry.Shared(reg, suppressed)
+		if recorded != nil {
+			recorded = telemetry.Shared(reg, recorded)
+		}
+	}
+	return &sampler{perSource: newLimiter(l.PerSource, l.MaxSources), total: newLimiter(l.Total, 1),
+		suppressed: suppressed, recorded: recorded}
+}
+
+// newRefusalSampler samples failed authentications by client address (source).
+func newRefusalSampler(l RefusalLimits, reg prometheus.Registerer) *sampler {
+	return newSampler(l, reg,
+		prometheus.NewCounter(prometheus.CounterOpts{Namespace: "carehub", Subsystem: "audit",
 			Name: "auth_failures_suppressed_total", Help: "Failed authentications not audited because their client address, or all together, exceeded the failed-authentication audit rate."}),
-		recorded: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "carehub", Subsystem: "audit",
-			Name: "auth_failures_recorded_total", Help: "Failed authentications written to the audit log."}),
-	}
-	if reg != nil {
-		s.suppressed = telemetry.Shared(reg, s.suppressed)
-		s.recorded = telemetry.Shared(reg, s.recorded)
-	}
-	return s
+		prometheus.NewCounter(prometheus.CounterOpts{Namespace: "carehub", Subsystem: "audit",
+			Name: "auth_failures_recorded_total", Help: "Failed authentications written to the audit log."}))
 }
 
-// admit reports whether a refusal from clientIP is recorded at now.
-func (s *refusalSampler) admit(clientIP string, now time.Time) bool {
-	if s.perSource.take(source(clientIP), now).allowed && s.total.take("", now).allowed {
-		s.recorded.Inc()
-		return true
-	}
-	s.suppressed.Inc()
-	return false
+// newLimitedSampler samples a live key's calls refused by the rate limits (429), by key: the
+// calls the limits let through are all recorded, and a 429 touched nothing.
+func newLimitedSampler(l RefusalLimits, reg prometheus.Registerer) *sampler {
+	return newSampler(l, reg,
+		prometheus.NewCounter(prometheus.CounterOpts{Namespace: "carehub", Subsystem: "audit",
+			Name: "rate_limited_suppressed_total", Help: "Live-key calls refused by the rate limits (429) not audited because their key, or all keys together, exceeded the refused-call audit rate."}),
+		nil)
 }
 
-// limitedSampler decides which of a key's rate-limited calls (429) are recorded: the key's
-// calls get RefusalLimits.PerSource, all keys together RefusalLimits.Total; a call past either
-// is counted (carehub_audit_rate_limited_suppressed_total), not recorded. The calls the limits
-// let through are all recorded, and a 429 touched nothing.
-type limitedSampler struct {
-	perKey, total *limiter
-	suppressed    prometheus.Counter
-}
-
-func newLimitedSampler(l RefusalLimits, reg prometheus.Registerer) *limitedSampler {
-	s := &limitedSampler{perKey: newLimiter(l.PerSource, l.MaxSources), total: newLimiter(l.Total, 1),
-		suppressed: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "carehub", Subsystem: "audit",
-			Name: "rate_limited_suppressed_total", Help: "Live-key calls refused by the rate limits (429) not audited because their key, or all keys together, exceeded the refused-call audit rate."})}
-	if reg != nil {
-		s.suppressed = telemetry.Shared(reg, s.suppressed)
-	}
-	return s
-}
-
-// admit reports whether keyID's rate-limited call at now is recorded.
-func (s *limitedSampler) admit(keyID string, now time.Time) bool {
-	if s.perKey.take(keyID, now).allowed && s.total.take("", now).allowed {
+// admit reports whether a refused call of bucket is recorded at now.
+func (s *sampler) admit(bucket string, now time.Time) bool {
+	if s.perSource.take(bucket, now).allowed && s.total.take("", now).allowed {
+		if s.recorded != nil {
+			s.recorded.Inc()
+		}
 		return true
 	}
 	s.suppressed.Inc()
@@ -180,7 +168,7 @@ func source(clientIP string) string {
 // operator reads: an unknown key names no tenant, and the claims of an unverified JWT are the
 // caller's word.
 func (a *Auditor) refusalRecord(ref *Refusal, requestID string, start time.Time, userAgent, operation string, status int) *storage.AuditRecord {
-	if !a.sampler.admit(ref.ClientIP, a.now()) {
+	if !a.sampler.admit(source(ref.ClientIP), a.now()) {
 		return nil
 	}
 	if requestID == "" {
