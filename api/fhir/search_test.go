@@ -391,7 +391,10 @@ func TestSearchPagingWhileWriting(t *testing.T) {
 		var wg sync.WaitGroup
 		var writeErr error
 		var written atomic.Int64
+		landed := make(chan struct{}) // closed once the first write has landed or the writer has ended
+		var landedOnce sync.Once
 		wg.Go(func() {
+			defer landedOnce.Do(func() { close(landed) })
 			for i := 0; i < 60; i++ { // bounded: the walk must reach its end
 				select {
 				case <-stop:
@@ -403,6 +406,7 @@ func TestSearchPagingWhileWriting(t *testing.T) {
 					return
 				}
 				written.Add(1)
+				landedOnce.Do(func() { close(landed) })
 			}
 		})
 		var once sync.Once
@@ -416,6 +420,7 @@ func TestSearchPagingWhileWriting(t *testing.T) {
 				t.Fatal("more than 100 pages")
 			}
 			if pages == 1 {
+				<-landed // a slow machine must not turn the walk into one without writes
 				during = written.Load()
 			}
 			b := searchOK(t, s, key, strings.TrimPrefix(next, s.URL+"/fhir/R4/"))
