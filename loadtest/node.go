@@ -10,7 +10,9 @@ import (
 	"carehub/api/auth"
 	"carehub/cmd/carehub/node"
 	"carehub/kernel/access"
+	"carehub/kernel/apikeys"
 	"carehub/storage/demo"
+	"carehub/storage/postgres"
 )
 
 // Node is a whole carehub node in process for -self runs of the API scenarios (eventload):
@@ -53,7 +55,7 @@ func (n *Node) Key(ctx context.Context, slug, mode string, scopes ...string) (st
 	if err := n.n.Pool().QueryRow(ctx, `select id from organizations where slug = $1`, slug).Scan(&orgID); err != nil {
 		return "", fmt.Errorf("organization %s: %w", slug, err)
 	}
-	k, err := auth.NewKeys(n.n.Pool()).Create(ctx, auth.NewKey{OrgID: orgID, Mode: mode, Name: "load " + slug, Scopes: scopes})
+	k, err := postgres.NewAPIKeys(n.n.Pool()).Create(ctx, apikeys.NewKey{OrgID: orgID, Mode: mode, Name: "load " + slug, Scopes: scopes})
 	if err != nil {
 		return "", fmt.Errorf("create key: %w", err)
 	}

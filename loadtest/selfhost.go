@@ -23,6 +23,7 @@ import (
 	"carehub/cmd/carehub/node"
 	"carehub/ingest/intake"
 	"carehub/kernel/access"
+	"carehub/kernel/apikeys"
 	"carehub/processors/eventlog"
 	obs "carehub/processors/observations"
 	"carehub/processors/patients"
@@ -168,8 +169,8 @@ func StartStack(ctx context.Context, dataDir string, logger *slog.Logger, opts S
 		return nil, err
 	}
 
-	keys := auth.NewKeys(pool)
-	key, err := keys.Create(ctx, auth.NewKey{OrgID: demo.DemoOrgID, Mode: access.Test, Name: "loadtest",
+	keys := postgres.NewAPIKeys(pool)
+	key, err := keys.Create(ctx, apikeys.NewKey{OrgID: demo.DemoOrgID, Mode: access.Test, Name: "loadtest",
 		Scopes: []string{access.WriteObservations, access.ReadPatients}})
 	if err != nil {
 		return nil, err

@@ -17,6 +17,7 @@ import (
 	"carehub/api/envelope"
 	"carehub/internal/testenv"
 	"carehub/kernel/access"
+	"carehub/kernel/apikeys"
 	"carehub/kernel/ids"
 	"carehub/processors/audit"
 	"carehub/storage/kafka/kafkatest"
@@ -56,9 +57,9 @@ func streamAPI(a *Authenticator, aud *Auditor, parts int, next <-chan struct{}) 
 // the audit log holds one record per part (the request id and ".n") naming that part's patient.
 func TestAuditStreamedInParts(t *testing.T) {
 	pool := pgtest.New(t)
-	keys := NewKeys(pool)
+	keys := postgres.NewAPIKeys(pool)
 	org := newOrg(t, pool)
-	live := newKey(t, keys, NewKey{OrgID: org, Mode: access.Live, Scopes: []string{access.ReadPatients}})
+	live := newKey(t, keys, apikeys.NewKey{OrgID: org, Mode: access.Live, Scopes: []string{access.ReadPatients}})
 	topic, pub := auditTopic(t)
 	store := postgres.NewAuditLog(pool)
 	w, err := audit.NewWriter(audit.WriterConfig{Brokers: kafkatest.Brokers(t), Topic: topic, Group: kafkatest.Group(t, "audit"), Store: store})
@@ -101,8 +102,8 @@ func TestAuditStreamedInParts(t *testing.T) {
 // incomplete.
 func TestAuditStreamCutWhenUnaudited(t *testing.T) {
 	pool := pgtest.New(t)
-	keys := NewKeys(pool)
-	live := newKey(t, keys, NewKey{OrgID: newOrg(t, pool), Mode: access.Live, Scopes: []string{access.ReadPatients}})
+	keys := postgres.NewAPIKeys(pool)
+	live := newKey(t, keys, apikeys.NewKey{OrgID: newOrg(t, pool), Mode: access.Live, Scopes: []string{access.ReadPatients}})
 	cluster, pub := ownBroker(t)
 	next := make(chan struct{})
 	srv := httptest.NewServer(streamAPI(NewAuthenticator(keys, nil, AuthenticatorConfig{}), NewAuditor(pub, AuditorConfig{AckTimeout: 300 * time.Millisecond}), 3, next))
@@ -128,8 +129,8 @@ func TestAuditStreamCutWhenUnaudited(t *testing.T) {
 // and the call is answered 503 as a whole response would be.
 func TestAuditStreamUnauditedFirstPart(t *testing.T) {
 	pool := pgtest.New(t)
-	keys := NewKeys(pool)
-	live := newKey(t, keys, NewKey{OrgID: newOrg(t, pool), Mode: access.Live, Scopes: []string{access.ReadPatients}})
+	keys := postgres.NewAPIKeys(pool)
+	live := newKey(t, keys, apikeys.NewKey{OrgID: newOrg(t, pool), Mode: access.Live, Scopes: []string{access.ReadPatients}})
 	cluster, pub := ownBroker(t)
 	cluster.Close()
 	srv := httptest.NewServer(streamAPI(NewAuthenticator(keys, nil, AuthenticatorConfig{}), NewAuditor(pub, AuditorConfig{AckTimeout: 300 * time.Millisecond}), 3, nil))

@@ -22,6 +22,7 @@ import (
 	"carehub/api/envelope"
 	"carehub/internal/testenv"
 	"carehub/kernel/access"
+	"carehub/kernel/apikeys"
 	"carehub/kernel/ids"
 	"carehub/processors/audit"
 	"carehub/storage"
@@ -145,12 +146,12 @@ func recordsOf(t *testing.T, store storage.AuditLog, keyID string) []storage.Aud
 // audit writer into the Postgres audit store.
 func TestAuditThroughKafka(t *testing.T) {
 	pool := pgtest.New(t)
-	keys := NewKeys(pool)
+	keys := postgres.NewAPIKeys(pool)
 	org := newOrg(t, pool)
-	live := newKey(t, keys, NewKey{OrgID: org, Mode: access.Live, Scopes: []string{access.ReadPatients}})
-	test := newKey(t, keys, NewKey{OrgID: org, Mode: access.Test, Scopes: []string{access.ReadPatients}})
-	fenced := newKey(t, keys, NewKey{OrgID: org, Mode: access.Live, Scopes: []string{access.ReadPatients}, IPAllowlist: []string{"10.0.0.0/8"}})
-	noScope := newKey(t, keys, NewKey{OrgID: org, Mode: access.Live})
+	live := newKey(t, keys, apikeys.NewKey{OrgID: org, Mode: access.Live, Scopes: []string{access.ReadPatients}})
+	test := newKey(t, keys, apikeys.NewKey{OrgID: org, Mode: access.Test, Scopes: []string{access.ReadPatients}})
+	fenced := newKey(t, keys, apikeys.NewKey{OrgID: org, Mode: access.Live, Scopes: []string{access.ReadPatients}, IPAllowlist: []string{"10.0.0.0/8"}})
+	noScope := newKey(t, keys, apikeys.NewKey{OrgID: org, Mode: access.Live})
 
 	topic, pub := auditTopic(t)
 	store := postgres.NewAuditLog(pool)
@@ -229,10 +230,10 @@ func sameAudit(a, b storage.AuditRecord) bool {
 // TestAuditBrokerUnreachable: patient data is never sent unaudited.
 func TestAuditBrokerUnreachable(t *testing.T) {
 	pool := pgtest.New(t)
-	keys := NewKeys(pool)
+	keys := postgres.NewAPIKeys(pool)
 	org := newOrg(t, pool)
-	live := newKey(t, keys, NewKey{OrgID: org, Mode: access.Live, Scopes: []string{access.ReadPatients}})
-	test := newKey(t, keys, NewKey{OrgID: org, Mode: access.Test, Scopes: []string{access.ReadPatients}})
+	live := newKey(t, keys, apikeys.NewKey{OrgID: org, Mode: access.Live, Scopes: []string{access.ReadPatients}})
+	test := newKey(t, keys, apikeys.NewKey{OrgID: org, Mode: access.Test, Scopes: []string{access.ReadPatients}})
 
 	// A broker of this test's own, so that it can go away in the middle.
 	cluster, pub := ownBroker(t)
@@ -267,8 +268,8 @@ func TestAuditBrokerUnreachable(t *testing.T) {
 // TestAuditBrokerNeverReachable starts with no broker at all behind the address.
 func TestAuditBrokerNeverReachable(t *testing.T) {
 	pool := pgtest.New(t)
-	keys := NewKeys(pool)
-	live := newKey(t, keys, NewKey{OrgID: newOrg(t, pool), Mode: access.Live, Scopes: []string{access.ReadPatients}})
+	keys := postgres.NewAPIKeys(pool)
+	live := newKey(t, keys, apikeys.NewKey{OrgID: newOrg(t, pool), Mode: access.Live, Scopes: []string{access.ReadPatients}})
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -338,11 +339,11 @@ func TestAuditCall(t *testing.T) {
 // a flood of them from one address is sampled, not written one record each.
 func TestRefusedCredentialsAudited(t *testing.T) {
 	pool := pgtest.New(t)
-	keys := NewKeys(pool)
-	tokens := NewTokens(pool)
+	keys := postgres.NewAPIKeys(pool)
+	tokens := NewTokens(postgres.NewSigningKeys(pool))
 	org := newOrg(t, pool)
-	live := newKey(t, keys, NewKey{OrgID: org, Mode: access.Live, Scopes: []string{access.ReadPatients}})
-	revoked := newKey(t, keys, NewKey{OrgID: org, Mode: access.Live, Scopes: []string{access.ReadPatients}})
+	live := newKey(t, keys, apikeys.NewKey{OrgID: org, Mode: access.Live, Scopes: []string{access.ReadPatients}})
+	revoked := newKey(t, keys, apikeys.NewKey{OrgID: org, Mode: access.Live, Scopes: []string{access.ReadPatients}})
 	if _, err := keys.Revoke(context.Background(), "", revoked.ID); err != nil {
 		t.Fatal(err)
 	}
@@ -497,9 +498,9 @@ func readAudit(t *testing.T, cl *kgo.Client, done func([]storage.AuditRecord) bo
 // flood of audit writes; the calls the limit admitted are all recorded.
 func TestRateLimitedCallsSampled(t *testing.T) {
 	pool := pgtest.New(t)
-	keys := NewKeys(pool)
+	keys := postgres.NewAPIKeys(pool)
 	org := newOrg(t, pool)
-	live := newKey(t, keys, NewKey{OrgID: org, Mode: access.Live, Scopes: []string{access.ReadPatients}})
+	live := newKey(t, keys, apikeys.NewKey{OrgID: org, Mode: access.Live, Scopes: []string{access.ReadPatients}})
 
 	topic, pub := auditTopic(t)
 	reg := prometheus.NewRegistry()

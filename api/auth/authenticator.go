@@ -11,15 +11,16 @@ import (
 	"time"
 
 	"carehub/kernel/access"
+	"carehub/kernel/apikeys"
 	"carehub/kernel/config"
 	"carehub/kernel/fault"
 )
 
 // DefaultCacheTTL is how long a key lookup is cached. Revocations and rotations made through
-// Keys reach every node at once (KeyListener); the TTL bounds what is not announced: a change
-// while a node's listener is reconnecting, a rotated key's grace running out, a change made
-// in the database by hand. Short enough for security review, long enough that a warm request
-// does no I/O.
+// the KeyStore reach every node at once (postgres.KeyListener); the TTL bounds what is not
+// announced: a change while a node's listener is reconnecting, a rotated key's grace running
+// out, a change made in the database by hand. Short enough for security review, long enough
+// that a warm request does no I/O.
 const DefaultCacheTTL = 5 * time.Second
 
 // maxCached bounds the key cache; past it, stale entries go first, then random ones.
@@ -35,7 +36,7 @@ type TokenVerifier interface {
 // short-lived cache; JWTs are verified and tied to their parent key, so a token dies with its key.
 // Its Middleware adds rate limits per credential and per organization. Safe for concurrent use.
 type Authenticator struct {
-	keys     *Keys
+	keys     KeyStore
 	tokens   TokenVerifier
 	now      func() time.Time
 	clientIP func(*http.Request) netip.Addr
@@ -54,7 +55,7 @@ type Authenticator struct {
 }
 
 type cachedKey struct {
-	key     *Key // nil: no such key (negative entry)
+	key     *apikeys.Key // nil: no such key (negative entry)
 	fetched time.Time
 }
 
@@ -88,7 +89,7 @@ func (c *AuthenticatorConfig) defaults() {
 }
 
 // NewAuthenticator returns an Authenticator over keys; tokens may be nil to accept keys only.
-func NewAuthenticator(keys *Keys, tokens TokenVerifier, cfg AuthenticatorConfig) *Authenticator {
+func NewAuthenticator(keys KeyStore, tokens TokenVerifier, cfg AuthenticatorConfig) *Authenticator {
 	cfg.defaults()
 	return &Authenticator{keys: keys, tokens: tokens, now: cfg.Clock, clientIP: cfg.ClientIP, limits: cfg.Limits,
 		wsPath: cfg.WebSocketPath, ttl: cfg.CacheTTL, cache: map[string]cachedKey{},
@@ -157,17 +158,17 @@ func (a *Authenticator) Authenticate(ctx context.Context, authorization string, 
 		return nil, refuse(err, reason, "", nil, clientIP)
 	}
 	var (
-		key    *Key
+		key    *apikeys.Key
 		claims *TokenClaims
 		masked string
 	)
 	switch {
-	case strings.HasPrefix(cred, LivePrefix) || strings.HasPrefix(cred, TestPrefix):
-		if !WellFormedKey(cred) {
+	case strings.HasPrefix(cred, apikeys.LivePrefix) || strings.HasPrefix(cred, apikeys.TestPrefix):
+		if !apikeys.WellFormedKey(cred) {
 			return nil, refuse(ErrInvalidCredential, ReasonMalformed, "", nil, clientIP)
 		}
 		masked = maskKey(cred)
-		key, err = a.lookup("h:"+string(HashKey(cred)), func() (*Key, error) { return a.keys.authLookup(ctx, cred) })
+		key, err = a.lookup("h:"+string(apikeys.HashKey(cred)), func() (*apikeys.Key, error) { return a.keys.AuthLookup(ctx, cred) })
 	case strings.Count(cred, ".") == 2 && a.tokens != nil:
 		masked = "jwt"
 		claims, err = a.tokens.Verify(ctx, cred)
@@ -177,7 +178,7 @@ func (a *Authenticator) Authenticate(ctx context.Context, authorization string, 
 		if err != nil {
 			return nil, refuse(ErrInvalidCredential, ReasonInvalidToken, masked, nil, clientIP)
 		}
-		key, err = a.lookup("i:"+claims.KeyID, func() (*Key, error) { return a.keys.Get(ctx, "", claims.KeyID) })
+		key, err = a.lookup("i:"+claims.KeyID, func() (*apikeys.Key, error) { return a.keys.Get(ctx, "", claims.KeyID) })
 	default:
 		return nil, refuse(ErrInvalidCredential, ReasonMalformed, "", nil, clientIP)
 	}
@@ -218,8 +219,9 @@ func (a *Authenticator) Authenticate(ctx context.Context, authorization string, 
 // nor expired, still holds every scope p carries and still admits p's client address. Long-lived
 // connections (WebSocket) call it periodically, so that revocation, rotation expiry, narrowed
 // scopes and allowlists reach them as they reach requests. The key is read through the same
-// cache as Authenticate: a revocation or rotation is seen at once (ForgetKey, KeyListener), other
-// changes within the cache TTL, and any number of sockets of one key cost one lookup per TTL.
+// cache as Authenticate: a revocation or rotation is seen at once (ForgetKey,
+// postgres.KeyListener), other changes within the cache TTL, and any number of sockets of one
+// key cost one lookup per TTL.
 //
 // It returns a *Refusal (ErrInvalidCredential), a fault.InsufficientScope, ErrIPNotAllowed, or an
 // UNAVAILABLE fault when the key store cannot be read: then nothing is known either way.
@@ -232,7 +234,7 @@ func (a *Authenticator) Recheck(ctx context.Context, p *access.Principal) error 
 	if !p.ExpiresAt.IsZero() && !now.Before(p.ExpiresAt) {
 		return refuse(ErrInvalidCredential, ReasonExpired, "", principalKey(p), ip)
 	}
-	key, err := a.lookup("i:"+p.KeyID, func() (*Key, error) { return a.keys.Get(ctx, "", p.KeyID) })
+	key, err := a.lookup("i:"+p.KeyID, func() (*apikeys.Key, error) { return a.keys.Get(ctx, "", p.KeyID) })
 	if err != nil {
 		return fault.Wrap(fault.KindUnavailable, err, "authentication is temporarily unavailable")
 	}
@@ -260,7 +262,7 @@ func (a *Authenticator) Recheck(ctx context.Context, p *access.Principal) error 
 // lookup returns the cached key under cacheKey, or fetches it. A key that does not exist is
 // cached as nil for the TTL too, so a client retrying a dead key does not reach the database on
 // every request. Errors other than not-found are not cached.
-func (a *Authenticator) lookup(cacheKey string, fetch func() (*Key, error)) (*Key, error) {
+func (a *Authenticator) lookup(cacheKey string, fetch func() (*apikeys.Key, error)) (*apikeys.Key, error) {
 	now := a.now()
 	a.mu.Lock()
 	c, ok := a.cache[cacheKey]
@@ -270,7 +272,7 @@ func (a *Authenticator) lookup(cacheKey string, fetch func() (*Key, error)) (*Ke
 		return c.key, nil
 	}
 	k, err := fetch()
-	if errors.Is(err, ErrKeyNotFound) || fault.KindOf(err) == fault.KindNotFound {
+	if errors.Is(err, apikeys.ErrNotFound) || fault.KindOf(err) == fault.KindNotFound {
 		k, err = nil, nil
 	}
 	if err != nil {
@@ -314,7 +316,7 @@ func (a *Authenticator) Forget() {
 
 // ForgetKey drops the cached state of key id (both its hash and its id entries), so a
 // revocation or rotation applies here at once: KeyAdmin calls it for changes made on this node,
-// KeyListener for those announced by any node or the CLI.
+// postgres.KeyListener for those announced by any node or the CLI.
 func (a *Authenticator) ForgetKey(id string) {
 	a.mu.Lock()
 	defer a.mu.Unlock()

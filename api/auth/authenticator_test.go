@@ -10,7 +10,9 @@ import (
 	"time"
 
 	"carehub/kernel/access"
+	"carehub/kernel/apikeys"
 	"carehub/kernel/fault"
+	"carehub/storage/postgres"
 	"carehub/storage/postgres/pgtest"
 )
 
@@ -19,8 +21,8 @@ import (
 // ForgetKey) within DefaultCacheTTL, here at once.
 func TestRecheck(t *testing.T) {
 	pool := pgtest.New(t)
-	keys := NewKeys(pool)
-	tokens := NewTokens(pool)
+	keys := postgres.NewAPIKeys(pool)
+	tokens := NewTokens(postgres.NewSigningKeys(pool))
 	org := newOrg(t, pool)
 	ctx := context.Background()
 	ip := netip.MustParseAddr("192.0.2.1")
@@ -29,13 +31,13 @@ func TestRecheck(t *testing.T) {
 	type setup struct {
 		a   *Authenticator
 		clk *clock
-		key *CreatedKey
+		key *apikeys.CreatedKey
 		p   *access.Principal
 	}
 	start := func(t *testing.T, viaToken bool) setup {
 		clk := newClock()
 		s := setup{a: NewAuthenticator(keys, tokens, AuthenticatorConfig{Clock: clk.now}), clk: clk,
-			key: newKey(t, keys, NewKey{OrgID: org, Mode: access.Live, Scopes: scopes, IPAllowlist: []string{"192.0.2.0/24"}})}
+			key: newKey(t, keys, apikeys.NewKey{OrgID: org, Mode: access.Live, Scopes: scopes, IPAllowlist: []string{"192.0.2.0/24"}})}
 		p, err := s.a.Authenticate(ctx, "Bearer "+s.key.Secret, ip)
 		if err != nil {
 			t.Fatal(err)
@@ -93,7 +95,7 @@ func TestRecheck(t *testing.T) {
 			if err := s.a.Recheck(ctx, s.p); err != nil {
 				t.Fatalf("within the rotation grace: %v", err)
 			}
-			s.clk.add(RotationGrace + time.Minute)
+			s.clk.add(apikeys.RotationGrace + time.Minute)
 		}, refusal(ReasonExpired)},
 		{"JWT past its exp", true, func(t *testing.T, s setup) { s.clk.add(TokenLifetime) }, refusal(ReasonExpired)},
 		{"scope removed from the key", false, func(t *testing.T, s setup) {
@@ -132,15 +134,15 @@ func TestRecheck(t *testing.T) {
 // without the secret; the fault behind it is what clients see.
 func TestRefusals(t *testing.T) {
 	pool := pgtest.New(t)
-	keys := NewKeys(pool)
-	tokens := NewTokens(pool)
+	keys := postgres.NewAPIKeys(pool)
+	tokens := NewTokens(postgres.NewSigningKeys(pool))
 	clk := newClock()
 	a := NewAuthenticator(keys, tokens, AuthenticatorConfig{Clock: clk.now})
 	org := newOrg(t, pool)
 	ctx := context.Background()
 	ip := netip.MustParseAddr("2001:db8::7")
 
-	revoked := newKey(t, keys, NewKey{OrgID: org, Mode: access.Live})
+	revoked := newKey(t, keys, apikeys.NewKey{OrgID: org, Mode: access.Live})
 	p, err := a.Authenticate(ctx, "Bearer "+revoked.Secret, ip)
 	if err != nil {
 		t.Fatal(err)
@@ -153,11 +155,11 @@ func TestRefusals(t *testing.T) {
 		t.Fatal(err)
 	}
 	a.ForgetKey(revoked.ID)
-	rotated := newKey(t, keys, NewKey{OrgID: org, Mode: access.Test})
+	rotated := newKey(t, keys, apikeys.NewKey{OrgID: org, Mode: access.Test})
 	if _, err := keys.Rotate(ctx, "", rotated.ID); err != nil {
 		t.Fatal(err)
 	}
-	expiredAuth := NewAuthenticator(keys, tokens, AuthenticatorConfig{Clock: func() time.Time { return clk.now().Add(RotationGrace + time.Minute) }})
+	expiredAuth := NewAuthenticator(keys, tokens, AuthenticatorConfig{Clock: func() time.Time { return clk.now().Add(apikeys.RotationGrace + time.Minute) }})
 	unknown := otherKey(revoked.Secret)
 	forged := tok.AccessToken[:len(tok.AccessToken)-3] + "AAA"
 

@@ -8,6 +8,8 @@ import (
 	"testing"
 
 	"carehub/kernel/access"
+	"carehub/kernel/apikeys"
+	"carehub/storage/postgres"
 	"carehub/storage/postgres/pgtest"
 )
 
@@ -16,12 +18,12 @@ import (
 // limiter. Target: under 20 µs per request.
 func BenchmarkAuthenticate(b *testing.B) {
 	pool := pgtest.New(b)
-	keys := NewKeys(pool)
-	tokens := NewTokens(pool)
+	keys := postgres.NewAPIKeys(pool)
+	tokens := NewTokens(postgres.NewSigningKeys(pool))
 	a := NewAuthenticator(keys, tokens, AuthenticatorConfig{Limits: Limits{Default: Rate{PerSecond: 1e12, Burst: 1 << 30}}})
 	ctx := context.Background()
 	ip := netip.MustParseAddr("192.0.2.1")
-	ck := newKey(b, keys, NewKey{OrgID: newOrg(b, pool), Mode: access.Live, Scopes: access.Scopes, IPAllowlist: []string{"192.0.2.0/24"}})
+	ck := newKey(b, keys, apikeys.NewKey{OrgID: newOrg(b, pool), Mode: access.Live, Scopes: access.Scopes, IPAllowlist: []string{"192.0.2.0/24"}})
 	p, err := a.Authenticate(ctx, "Bearer "+ck.Secret, ip)
 	if err != nil {
 		b.Fatal(err)

@@ -5,6 +5,8 @@ import (
 	"net/http"
 	"net/netip"
 	"strings"
+
+	"carehub/kernel/apikeys"
 )
 
 // ClientIP returns the socket peer address of r, unmapped (an IPv4 peer of a dual-stack listener
@@ -25,7 +27,7 @@ func ClientIP(r *http.Request) netip.Addr {
 func TrustedProxies(proxies []string) (func(*http.Request) netip.Addr, error) {
 	trusted := make([]netip.Prefix, 0, len(proxies))
 	for _, s := range proxies {
-		p, err := parseCIDR(s)
+		p, err := apikeys.ParseCIDR(s)
 		if err != nil {
 			return nil, fmt.Errorf("trusted proxy %q: not an IP address or CIDR", s)
 		}

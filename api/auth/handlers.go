@@ -12,6 +12,7 @@ import (
 
 	"carehub/api/envelope"
 	"carehub/kernel/access"
+	"carehub/kernel/apikeys"
 	"carehub/kernel/fault"
 	"carehub/storage"
 )
@@ -133,7 +134,7 @@ func (h *Handlers) JWKS(w http.ResponseWriter, r *http.Request) {
 // ListKeys is GET /v1/api-keys: {data: [key]}, masked.
 func (h *Handlers) ListKeys(w http.ResponseWriter, r *http.Request) {
 	list, err := h.keys.List(r.Context())
-	envelope.Respond(w, r, http.StatusOK, envelope.List[Key]{Data: list}, err)
+	envelope.Respond(w, r, http.StatusOK, envelope.List[apikeys.Key]{Data: list}, err)
 }
 
 // GetKey is GET /v1/api-keys/{id}.
@@ -161,7 +162,7 @@ func (h *Handlers) CreateKey(w http.ResponseWriter, r *http.Request) {
 		envelope.WriteError(w, r, err)
 		return
 	}
-	ck, err := h.keys.Create(r.Context(), NewKey{OrgID: orgID, Name: body.Name, Mode: body.Mode,
+	ck, err := h.keys.Create(r.Context(), apikeys.NewKey{OrgID: orgID, Name: body.Name, Mode: body.Mode,
 		Scopes: body.Scopes, IPAllowlist: body.IPAllowlist})
 	if err != nil {
 		envelope.WriteError(w, r, err)

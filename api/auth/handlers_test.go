@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"carehub/kernel/access"
+	"carehub/kernel/apikeys"
 	"carehub/processors/audit"
 	"carehub/storage/postgres"
 	"carehub/storage/postgres/pgtest"
@@ -20,7 +21,7 @@ import (
 type api struct {
 	url  string
 	pool *pgxpool.Pool
-	keys *Keys
+	keys *postgres.APIKeys
 	org  string
 }
 
@@ -29,8 +30,8 @@ type api struct {
 func newAPI(t *testing.T) *api {
 	t.Helper()
 	pool := pgtest.New(t)
-	keys := NewKeys(pool)
-	tokens := NewTokens(pool)
+	keys := postgres.NewAPIKeys(pool)
+	tokens := NewTokens(postgres.NewSigningKeys(pool))
 	authn := NewAuthenticator(keys, tokens, AuthenticatorConfig{})
 	h := NewHandlers(tokens, NewKeyAdmin(keys, authn), audit.NewService(postgres.NewAuditLog(pool)))
 	root := mux.NewRouter()
@@ -43,8 +44,8 @@ func newAPI(t *testing.T) *api {
 	return &api{url: srv.URL, pool: pool, keys: keys, org: newOrg(t, pool)}
 }
 
-func (a *api) key(t *testing.T, org, mode string, scopes ...string) *CreatedKey {
-	return newKey(t, a.keys, NewKey{OrgID: org, Mode: mode, Scopes: scopes})
+func (a *api) key(t *testing.T, org, mode string, scopes ...string) *apikeys.CreatedKey {
+	return newKey(t, a.keys, apikeys.NewKey{OrgID: org, Mode: mode, Scopes: scopes})
 }
 
 func (a *api) call(t *testing.T, method, path, key, contentType, body string) call {
@@ -124,9 +125,9 @@ func TestAPIKeysEndpoints(t *testing.T) {
 	if c.status != http.StatusCreated {
 		t.Fatalf("create: %d %s", c.status, c.body)
 	}
-	var created CreatedKey
-	if err := json.Unmarshal([]byte(c.body), &created); err != nil || !WellFormedKey(created.Secret) || created.OrgID != a.org ||
-		created.Mode != access.Test || created.Masked != TestPrefix+"…"+created.Secret[len(created.Secret)-4:] {
+	var created apikeys.CreatedKey
+	if err := json.Unmarshal([]byte(c.body), &created); err != nil || !apikeys.WellFormedKey(created.Secret) || created.OrgID != a.org ||
+		created.Mode != access.Test || created.Masked != apikeys.TestPrefix+"…"+created.Secret[len(created.Secret)-4:] {
 		t.Fatalf("created %+v (%v) from %s", created, err, c.body)
 	}
 	if c := a.call(t, http.MethodGet, "/v1/api-keys", created.Secret, "", ""); c.status != http.StatusForbidden {
@@ -134,12 +135,12 @@ func TestAPIKeysEndpoints(t *testing.T) {
 	}
 
 	c = a.call(t, http.MethodGet, "/v1/api-keys", admin.Secret, "", "")
-	var list struct{ Data []Key }
+	var list struct{ Data []apikeys.Key }
 	if c.status != http.StatusOK || json.Unmarshal([]byte(c.body), &list) != nil || len(list.Data) != 3 {
 		t.Fatalf("list: %d %s", c.status, c.body)
 	}
 	for _, secret := range []string{created.Secret, admin.Secret, reader.Secret} {
-		if strings.Contains(c.body, secret[len(TestPrefix):]) {
+		if strings.Contains(c.body, secret[len(apikeys.TestPrefix):]) {
 			t.Fatal("the listing contains a key's secret")
 		}
 	}
@@ -196,7 +197,7 @@ func TestAPIKeysEndpoints(t *testing.T) {
 
 	// Rotation: a new secret; the old one keeps working during the grace period.
 	c = a.call(t, http.MethodPost, "/v1/api-keys/"+reader.ID+"/rotate", admin.Secret, "", "")
-	var rotated CreatedKey
+	var rotated apikeys.CreatedKey
 	if c.status != http.StatusCreated || json.Unmarshal([]byte(c.body), &rotated) != nil || rotated.Secret == reader.Secret || rotated.ID == reader.ID {
 		t.Fatalf("rotate: %d %s", c.status, c.body)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 
 	"carehub/kernel/access"
+	"carehub/kernel/apikeys"
 	"carehub/kernel/fault"
 )
 
@@ -14,19 +15,19 @@ import (
 // credential must not lead to patient data; a JWT cannot create or rotate keys (FORBIDDEN), since
 // a short-lived credential must not mint long-lived ones. Platform keys are made by the CLI only.
 type KeyAdmin struct {
-	keys  *Keys
+	keys  KeyStore
 	authn *Authenticator // may be nil; told to forget rotated and revoked keys
 }
 
 // NewKeyAdmin returns key management over keys; authn (may be nil) drops its cached state of a
 // key this node rotates or revokes.
-func NewKeyAdmin(keys *Keys, authn *Authenticator) *KeyAdmin {
+func NewKeyAdmin(keys KeyStore, authn *Authenticator) *KeyAdmin {
 	return &KeyAdmin{keys: keys, authn: authn}
 }
 
 // List returns the caller's organization's keys (every key for the platform operator), newest
 // first, masked.
-func (k *KeyAdmin) List(ctx context.Context) ([]Key, error) {
+func (k *KeyAdmin) List(ctx context.Context) ([]apikeys.Key, error) {
 	p, err := access.Require(ctx, access.AdminOrg)
 	if err != nil {
 		return nil, err
@@ -35,7 +36,7 @@ func (k *KeyAdmin) List(ctx context.Context) ([]Key, error) {
 }
 
 // Get returns one key of the caller's organization; another organization's is NOT_FOUND.
-func (k *KeyAdmin) Get(ctx context.Context, id string) (*Key, error) {
+func (k *KeyAdmin) Get(ctx context.Context, id string) (*apikeys.Key, error) {
 	p, err := access.Require(ctx, access.AdminOrg)
 	if err != nil {
 		return nil, err
@@ -45,7 +46,7 @@ func (k *KeyAdmin) Get(ctx context.Context, id string) (*Key, error) {
 
 // Create makes a key in the caller's organization. nk.OrgID may be empty or the caller's own;
 // the platform operator must name the organization. nk.Platform is refused.
-func (k *KeyAdmin) Create(ctx context.Context, nk NewKey) (*CreatedKey, error) {
+func (k *KeyAdmin) Create(ctx context.Context, nk apikeys.NewKey) (*apikeys.CreatedKey, error) {
 	p, err := access.Require(ctx, access.AdminOrg)
 	if err != nil {
 		return nil, err
@@ -65,8 +66,8 @@ func (k *KeyAdmin) Create(ctx context.Context, nk NewKey) (*CreatedKey, error) {
 	return k.keys.Create(ctx, nk)
 }
 
-// Rotate replaces key id; the old key stays valid for RotationGrace.
-func (k *KeyAdmin) Rotate(ctx context.Context, id string) (*CreatedKey, error) {
+// Rotate replaces key id; the old key stays valid for apikeys.RotationGrace.
+func (k *KeyAdmin) Rotate(ctx context.Context, id string) (*apikeys.CreatedKey, error) {
 	p, err := access.Require(ctx, access.AdminOrg)
 	if err != nil {
 		return nil, err
@@ -86,8 +87,9 @@ func (k *KeyAdmin) Rotate(ctx context.Context, id string) (*CreatedKey, error) {
 	return created, nil
 }
 
-// Revoke ends key id at once, on this node and (Keys.Revoke announces it) on every other.
-func (k *KeyAdmin) Revoke(ctx context.Context, id string) (*Key, error) {
+// Revoke ends key id at once, on this node and (the store announces it on
+// postgres.KeyChangesChannel) on every other.
+func (k *KeyAdmin) Revoke(ctx context.Context, id string) (*apikeys.Key, error) {
 	p, err := access.Require(ctx, access.AdminOrg)
 	if err != nil {
 		return nil, err

@@ -11,7 +11,9 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"carehub/kernel/access"
+	"carehub/kernel/apikeys"
 	"carehub/kernel/ids"
+	"carehub/storage/postgres"
 	"carehub/storage/postgres/pgtest"
 )
 
@@ -37,7 +39,7 @@ func newOrg(t testing.TB, pool *pgxpool.Pool) string {
 }
 
 // newKey creates a key and fails the test on error.
-func newKey(t testing.TB, keys *Keys, nk NewKey) *CreatedKey {
+func newKey(t testing.TB, keys *postgres.APIKeys, nk apikeys.NewKey) *apikeys.CreatedKey {
 	t.Helper()
 	ck, err := keys.Create(context.Background(), nk)
 	if err != nil {

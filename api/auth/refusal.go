@@ -9,6 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"carehub/kernel/access"
+	"carehub/kernel/apikeys"
 	"carehub/kernel/config"
 	"carehub/kernel/ids"
 	"carehub/kernel/telemetry"
@@ -46,7 +47,7 @@ func (r *Refusal) Error() string { return r.err.Error() }
 // Unwrap returns the fault: ErrMissingCredential, ErrMalformedCredential or ErrInvalidCredential.
 func (r *Refusal) Unwrap() error { return r.err }
 
-func refuse(err error, reason, credential string, key *Key, ip netip.Addr) *Refusal {
+func refuse(err error, reason, credential string, key *apikeys.Key, ip netip.Addr) *Refusal {
 	r := &Refusal{Reason: reason, Credential: credential, err: err}
 	if ip.IsValid() {
 		r.ClientIP = ip.String()
@@ -62,12 +63,12 @@ func refuse(err error, reason, credential string, key *Key, ip netip.Addr) *Refu
 
 // maskKey returns a well-formed key as listings show it: prefix…last4.
 func maskKey(key string) string {
-	return key[:len(LivePrefix)] + "…" + key[len(key)-4:]
+	return key[:len(apikeys.LivePrefix)] + "…" + key[len(key)-4:]
 }
 
 // principalKey is the key p was authenticated with, as far as p tells.
-func principalKey(p *access.Principal) *Key {
-	return &Key{ID: p.KeyID, OrgID: p.OrgID, Mode: p.Mode}
+func principalKey(p *access.Principal) *apikeys.Key {
+	return &apikeys.Key{ID: p.KeyID, OrgID: p.OrgID, Mode: p.Mode}
 }
 
 // RefusalLimits bound the audit records of refused credentials. A failed authentication costs

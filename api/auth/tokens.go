@@ -14,11 +14,11 @@ import (
 	"time"
 
 	"github.com/golang-jwt/jwt/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"carehub/kernel/access"
 	"carehub/kernel/fault"
 	"carehub/kernel/ids"
+	"carehub/storage/postgres"
 )
 
 // JWT exchange (spec Authentication 6, DECISIONS §2): an API key buys a short-lived EdDSA token
@@ -102,13 +102,23 @@ type signingKey struct {
 	retiredAt *time.Time
 }
 
+// SigningKeyStore keeps the JWT signing keys every node shares: postgres.SigningKeys. Create
+// does nothing when an active key exists already; Load returns the active key and those retired
+// within retiredWithin.
+type SigningKeyStore interface {
+	Create(ctx context.Context, k postgres.SigningKey) error
+	Load(ctx context.Context, retiredWithin time.Duration) ([]postgres.SigningKey, error)
+}
+
+var _ SigningKeyStore = (*postgres.SigningKeys)(nil)
+
 // Tokens issues and verifies carehub JWTs: EdDSA (Ed25519) with a kid header. Signing keys live
-// in Postgres (jwt_signing_keys), shared by every node: the first node to need one creates it,
-// and the others load it. Keys are cached; a token with an unknown kid triggers a reload (at most
+// in a SigningKeyStore, shared by every node: the first node to need one creates it, and the
+// others load it. Keys are cached; a token with an unknown kid triggers a reload (at most
 // every few seconds), so a key made by another node is found. The zero value and nil verify
 // nothing and issue nothing. Safe for concurrent use.
 type Tokens struct {
-	pool   *pgxpool.Pool // nil: the keys are fixed (tests, fuzzing)
+	store  SigningKeyStore // nil: the keys are fixed (tests, fuzzing)
 	now    func() time.Time
 	parser *jwt.Parser
 
@@ -132,13 +142,13 @@ type Tokens struct {
 // ones.
 const maxVerified = 100_000
 
-// NewTokens returns the token service on pool.
-func NewTokens(pool *pgxpool.Pool) *Tokens {
-	return newTokens(pool, time.Now)
+// NewTokens returns the token service with the signing keys of store.
+func NewTokens(store SigningKeyStore) *Tokens {
+	return newTokens(store, time.Now)
 }
 
-func newTokens(pool *pgxpool.Pool, now func() time.Time) *Tokens {
-	t := &Tokens{pool: pool, now: now}
+func newTokens(store SigningKeyStore, now func() time.Time) *Tokens {
+	t := &Tokens{store: store, now: now}
 	t.parser = jwt.NewParser(
 		jwt.WithValidMethods([]string{jwt.SigningMethodEdDSA.Alg()}),
 		jwt.WithIssuer(Issuer),
@@ -327,7 +337,7 @@ func (t *Tokens) verificationKey(ctx context.Context, kid string) (*signingKey, 
 // ensureLoaded loads the keys when they were never loaded or are older than keysRefresh.
 func (t *Tokens) ensureLoaded(ctx context.Context) error {
 	t.mu.RLock()
-	fresh := t.pool == nil || t.verify != nil && t.now().Sub(t.loadedAt) < keysRefresh
+	fresh := t.store == nil || t.verify != nil && t.now().Sub(t.loadedAt) < keysRefresh
 	t.mu.RUnlock()
 	if fresh {
 		return nil
@@ -371,10 +381,10 @@ func (t *Tokens) EnsureSigningKey(ctx context.Context) error {
 	return err
 }
 
-// create inserts a new key unless another node has one active; the partial unique index
-// jwt_signing_keys_one_active makes the insert race-safe (schemas/postgres/0005_auth.sql).
+// create stores a new key unless another node has one active (the store's Create is race-safe
+// between nodes), and loads the active one.
 func (t *Tokens) create(ctx context.Context) error {
-	if t.pool == nil {
+	if t.store == nil {
 		return errors.New("no signing key store")
 	}
 	t.loadMu.Lock()
@@ -383,15 +393,14 @@ func (t *Tokens) create(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("generate signing key: %w", err)
 	}
-	if _, err := t.pool.Exec(ctx, `insert into jwt_signing_keys (kid, private_key, public_key) values ($1, $2, $3) on conflict do nothing`,
-		thumbprint(pub), []byte(priv.Seed()), []byte(pub)); err != nil {
-		return fmt.Errorf("create signing key: %w", err)
+	if err := t.store.Create(ctx, postgres.SigningKey{KID: thumbprint(pub), Seed: priv.Seed(), Public: pub}); err != nil {
+		return err
 	}
 	return t.loadLocked(ctx)
 }
 
 func (t *Tokens) load(ctx context.Context) error {
-	if t.pool == nil {
+	if t.store == nil {
 		return nil
 	}
 	t.loadMu.Lock()
@@ -401,34 +410,22 @@ func (t *Tokens) load(ctx context.Context) error {
 
 // loadLocked reads the active key and the retired keys whose tokens may still be live.
 func (t *Tokens) loadLocked(ctx context.Context) error {
-	rows, err := t.pool.Query(ctx, `select kid, private_key, public_key, retired_at from jwt_signing_keys
-		where retired_at is null or retired_at > now() - $1::interval order by created_at`, interval(TokenLifetime+iatSkew))
+	stored, err := t.store.Load(ctx, TokenLifetime+iatSkew)
 	if err != nil {
-		return fmt.Errorf("load signing keys: %w", err)
+		return err
 	}
-	defer rows.Close()
 	verify := map[string]*signingKey{}
 	var signer *signingKey
-	for rows.Next() {
-		var (
-			k          signingKey
-			seed, pubb []byte
-		)
-		if err := rows.Scan(&k.kid, &seed, &pubb, &k.retiredAt); err != nil {
-			return fmt.Errorf("load signing keys: %w", err)
+	for _, sk := range stored {
+		if len(sk.Seed) != ed25519.SeedSize || len(sk.Public) != ed25519.PublicKeySize {
+			return fmt.Errorf("signing key %s is corrupt", sk.KID)
 		}
-		if len(seed) != ed25519.SeedSize || len(pubb) != ed25519.PublicKeySize {
-			return fmt.Errorf("signing key %s is corrupt", k.kid)
-		}
-		k.public = ed25519.PublicKey(pubb)
+		k := &signingKey{kid: sk.KID, public: ed25519.PublicKey(sk.Public), retiredAt: sk.RetiredAt}
 		if k.retiredAt == nil {
-			k.private = ed25519.NewKeyFromSeed(seed)
-			signer = &k
+			k.private = ed25519.NewKeyFromSeed(sk.Seed)
+			signer = k
 		}
-		verify[k.kid] = &k
-	}
-	if err := rows.Err(); err != nil {
-		return fmt.Errorf("load signing keys: %w", err)
+		verify[k.kid] = k
 	}
 	t.mu.Lock()
 	t.signer, t.verify, t.loadedAt = signer, verify, t.now()

@@ -19,7 +19,9 @@ import (
 	"github.com/golang-jwt/jwt/v5"
 
 	"carehub/kernel/access"
+	"carehub/kernel/apikeys"
 	"carehub/kernel/fault"
+	"carehub/storage/postgres"
 	"carehub/storage/postgres/pgtest"
 )
 
@@ -258,12 +260,12 @@ func TestIssuePolicy(t *testing.T) {
 
 func TestTokenRoundTripThroughAuthenticator(t *testing.T) {
 	pool := pgtest.New(t)
-	keys := NewKeys(pool)
-	tokens := NewTokens(pool)
+	keys := postgres.NewAPIKeys(pool)
+	tokens := NewTokens(postgres.NewSigningKeys(pool))
 	a := NewAuthenticator(keys, tokens, AuthenticatorConfig{})
 	ctx := context.Background()
 	ip := netip.MustParseAddr("192.0.2.1")
-	ck := newKey(t, keys, NewKey{OrgID: newOrg(t, pool), Mode: access.Live, Scopes: []string{access.ReadPatients, access.ExecAgents}})
+	ck := newKey(t, keys, apikeys.NewKey{OrgID: newOrg(t, pool), Mode: access.Live, Scopes: []string{access.ReadPatients, access.ExecAgents}})
 	p, err := a.Authenticate(ctx, "Bearer "+ck.Secret, ip)
 	if err != nil {
 		t.Fatal(err)
@@ -303,7 +305,7 @@ func TestTokenRoundTripThroughAuthenticator(t *testing.T) {
 	}
 
 	// The parent key's IP allowlist binds its tokens.
-	ck2 := newKey(t, keys, NewKey{OrgID: ck.OrgID, Mode: access.Live, IPAllowlist: []string{"192.0.2.0/24"}})
+	ck2 := newKey(t, keys, apikeys.NewKey{OrgID: ck.OrgID, Mode: access.Live, IPAllowlist: []string{"192.0.2.0/24"}})
 	p2, err := a.Authenticate(ctx, "Bearer "+ck2.Secret, ip)
 	if err != nil {
 		t.Fatal(err)
@@ -319,13 +321,13 @@ func TestTokenRoundTripThroughAuthenticator(t *testing.T) {
 
 func TestTokenOfExpiredRotatedKey(t *testing.T) {
 	pool := pgtest.New(t)
-	keys := NewKeys(pool)
-	tokens := NewTokens(pool)
+	keys := postgres.NewAPIKeys(pool)
+	tokens := NewTokens(postgres.NewSigningKeys(pool))
 	clk := newClock()
 	a := NewAuthenticator(keys, tokens, AuthenticatorConfig{Clock: clk.now})
 	ctx := context.Background()
 	ip := netip.MustParseAddr("192.0.2.1")
-	ck := newKey(t, keys, NewKey{OrgID: newOrg(t, pool), Mode: access.Live})
+	ck := newKey(t, keys, apikeys.NewKey{OrgID: newOrg(t, pool), Mode: access.Live})
 	p, err := a.Authenticate(ctx, "Bearer "+ck.Secret, ip)
 	if err != nil {
 		t.Fatal(err)
@@ -358,7 +360,7 @@ func TestSigningKeyCreatedOnceAndShared(t *testing.T) {
 	var wg sync.WaitGroup
 	errs := make([]error, len(nodes))
 	for i := range nodes {
-		nodes[i] = NewTokens(pool)
+		nodes[i] = NewTokens(postgres.NewSigningKeys(pool))
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -397,7 +399,7 @@ func TestSigningKeyCreatedOnceAndShared(t *testing.T) {
 	if _, err := pool.Exec(ctx, `update jwt_signing_keys set retired_at = now()`); err != nil {
 		t.Fatal(err)
 	}
-	fresh := NewTokens(pool)
+	fresh := NewTokens(postgres.NewSigningKeys(pool))
 	tok, err := fresh.Issue(ctx, p, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -429,7 +431,7 @@ func kidOf(t *testing.T, token string) string {
 // TestJWKSVerifiesTokens checks the JWKS with the standard library alone, as a client would.
 func TestJWKSVerifiesTokens(t *testing.T) {
 	pool := pgtest.New(t)
-	tokens := NewTokens(pool)
+	tokens := NewTokens(postgres.NewSigningKeys(pool))
 	ctx := context.Background()
 	tok, err := tokens.Issue(ctx, &access.Principal{OrgID: "org_1", KeyID: "key_1", Mode: access.Test}, nil)
 	if err != nil {

@@ -16,10 +16,10 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"carehub/api/auth"
 	"carehub/e2e/servertest"
 	"carehub/internal/testenv"
 	"carehub/kernel/access"
+	"carehub/kernel/apikeys"
 	"carehub/storage/demo"
 	core "carehub/storage/idempotency"
 	"carehub/storage/postgres"
@@ -151,7 +151,7 @@ func TestRetryAfterCrash(t *testing.T) {
 
 func newKey(t *testing.T, pool *pgxpool.Pool) string {
 	t.Helper()
-	k, err := auth.NewKeys(pool).Create(context.Background(), auth.NewKey{OrgID: demo.DemoOrgID, Mode: access.Live,
+	k, err := postgres.NewAPIKeys(pool).Create(context.Background(), apikeys.NewKey{OrgID: demo.DemoOrgID, Mode: access.Live,
 		Scopes: []string{access.AdminOrg, access.ExecWorkflows}})
 	if err != nil {
 		t.Fatal(err)

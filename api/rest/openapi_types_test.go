@@ -9,6 +9,7 @@ import (
 	"carehub/api/auth"
 	"carehub/api/rest"
 	"carehub/ingest/intake"
+	"carehub/kernel/apikeys"
 	"carehub/kernel/events"
 	"carehub/processors/deployments"
 	"carehub/processors/webhooks"
@@ -48,7 +49,7 @@ func TestOpenAPITypes(t *testing.T) {
 		"Pricing": rest.Pricing{}, "ComplianceScore": rest.ComplianceScore{}, "Asset": rest.Asset{},
 		"Event": rest.Event{}, "Webhook": rest.Webhook{}, "Agent": rest.Agent{}, "Workflow": rest.Workflow{},
 		"WorkflowRun": rest.WorkflowRun{}, "StartRunRequest": rest.StartRunRequest{}, "Deployment": rest.Deployment{},
-		"EventType": events.EventType{}, "ApiKey": auth.Key{}, "CreatedApiKey": auth.CreatedKey{},
+		"EventType": events.EventType{}, "ApiKey": apikeys.Key{}, "CreatedApiKey": apikeys.CreatedKey{},
 		"Token": auth.IssuedToken{}, "JWKS": auth.JWKSet{}, "AuditRecord": storage.AuditRecord{},
 		"IngestResult": intake.Answer{}, "WebhookTestRequest": webhooks.TestRequest{},
 		"InvokeRequest": deployments.InvokeRequest{}, "InvokeResult": deployments.InvokeResult{},

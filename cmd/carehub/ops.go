@@ -14,9 +14,9 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"carehub/api/auth"
 	"carehub/cmd/carehub/node"
 	"carehub/kernel/access"
+	"carehub/kernel/apikeys"
 	"carehub/kernel/fault"
 	"carehub/storage/demo"
 	"carehub/storage/postgres"
@@ -170,7 +170,7 @@ func cmdKeys(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		return err
 	}
 	defer cleanup()
-	keys := auth.NewKeys(pool)
+	keys := postgres.NewAPIKeys(pool)
 	orgID := ""
 	if org != "" {
 		if err := pool.QueryRow(ctx, `select id from organizations where id = $1 or slug = $1`, org).Scan(&orgID); err != nil {
@@ -179,7 +179,7 @@ func cmdKeys(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	}
 	switch sub {
 	case "create":
-		ck, err := keys.Create(ctx, auth.NewKey{OrgID: orgID, Platform: platform, Name: name, Mode: mode,
+		ck, err := keys.Create(ctx, apikeys.NewKey{OrgID: orgID, Platform: platform, Name: name, Mode: mode,
 			Scopes: splitList(scopes), IPAllowlist: splitList(ips)})
 		if err != nil {
 			return withFieldErrors(err)
@@ -248,7 +248,7 @@ func withFieldErrors(err error) error {
 	return fmt.Errorf("%s (%s)", f.Message, strings.Join(parts, "; "))
 }
 
-func printCreated(w io.Writer, ck *auth.CreatedKey, asJSON bool) error {
+func printCreated(w io.Writer, ck *apikeys.CreatedKey, asJSON bool) error {
 	if asJSON {
 		return json.NewEncoder(w).Encode(map[string]any{"id": ck.ID, "key": ck.Secret, "orgId": ck.OrgID,
 			"mode": ck.Mode, "scopes": ck.Scopes, "platform": ck.Platform, "createdAt": ck.CreatedAt})
@@ -265,7 +265,7 @@ func printDemoKey(ctx context.Context, s *node.Node, dataDir string, w io.Writer
 	if err := s.Pool().QueryRow(ctx, `select id from organizations where slug = $1`, demo.DemoOrgSlug).Scan(&orgID); err != nil {
 		return fmt.Errorf("demo organization %s: %w", demo.DemoOrgSlug, err)
 	}
-	ck, err := auth.NewKeys(s.Pool()).Create(ctx, auth.NewKey{OrgID: orgID, Name: "make run", Mode: access.Live, Scopes: access.Scopes})
+	ck, err := postgres.NewAPIKeys(s.Pool()).Create(ctx, apikeys.NewKey{OrgID: orgID, Name: "make run", Mode: access.Live, Scopes: access.Scopes})
 	if err != nil {
 		return err
 	}

@@ -8,11 +8,11 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"carehub/api/auth"
 	"carehub/cmd/carehub/node"
 	"carehub/e2e/servertest"
 	"carehub/kernel/access"
 	"carehub/storage/demo"
+	"carehub/storage/postgres"
 )
 
 // TestRevokeFromCLIIsImmediate: finding 12 of issue 51 (in part). `carehub keys revoke` writes
@@ -27,14 +27,14 @@ func TestRevokeFromCLIIsImmediate(t *testing.T) {
 		t.Fatalf("before revocation: HTTP %d: %s", r.Status, r.Body) // and the key is now cached
 	}
 
-	// What `carehub keys revoke KEY_ID` does: its own pool on the database, Keys.Revoke.
+	// What `carehub keys revoke KEY_ID` does: its own pool on the database, APIKeys.Revoke.
 	ctx := context.Background()
 	cli, err := pgxpool.New(ctx, s.Cfg().DatabaseURL)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer cli.Close()
-	keys := auth.NewKeys(cli)
+	keys := postgres.NewAPIKeys(cli)
 	k, err := keys.Lookup(ctx, key)
 	if err != nil {
 		t.Fatal(err)

@@ -13,11 +13,12 @@ import (
 
 	"github.com/gorilla/mux"
 
-	"carehub/api/auth"
 	"carehub/api/ws/wstest"
 	"carehub/e2e/servertest"
 	"carehub/kernel/access"
+	"carehub/kernel/apikeys"
 	"carehub/storage/demo"
+	"carehub/storage/postgres"
 	"carehub/storage/postgres/pgtest"
 )
 
@@ -125,7 +126,7 @@ func (f *fixture) spareKey(i int) string {
 	if k, ok := f.spare[id]; ok {
 		return k
 	}
-	ck, err := auth.NewKeys(f.s.Pool()).Create(context.Background(), auth.NewKey{OrgID: f.org, Mode: access.Live, Name: "spare " + id})
+	ck, err := postgres.NewAPIKeys(f.s.Pool()).Create(context.Background(), apikeys.NewKey{OrgID: f.org, Mode: access.Live, Name: "spare " + id})
 	if err != nil {
 		f.t.Fatal(err)
 	}

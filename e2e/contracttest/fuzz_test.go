@@ -21,12 +21,13 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"carehub/api/auth"
 	"carehub/cmd/carehub/node"
 	"carehub/e2e/servertest"
 	"carehub/internal/testenv"
 	"carehub/kernel/access"
+	"carehub/kernel/apikeys"
 	"carehub/storage/demo"
+	"carehub/storage/postgres"
 	"carehub/storage/postgres/pgtest"
 )
 
@@ -75,7 +76,7 @@ func TestOpenAPIFuzz(t *testing.T) {
 	bin := schemathesis(t)
 	s := servertest.Start(t, servertest.WithRoles(node.RoleAPI, node.RoleIngest))
 	key := s.DemoKey()
-	spare, err := auth.NewKeys(s.Pool()).Create(context.Background(), auth.NewKey{OrgID: s.OrgID(demo.DemoOrgSlug),
+	spare, err := postgres.NewAPIKeys(s.Pool()).Create(context.Background(), apikeys.NewKey{OrgID: s.OrgID(demo.DemoOrgSlug),
 		Name: "revoked by the fuzzer", Mode: access.Test})
 	if err != nil {
 		t.Fatal(err)

@@ -25,10 +25,10 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"carehub/api/auth"
 	"carehub/cmd/carehub/node"
 	"carehub/internal/testenv"
 	"carehub/kernel/access"
+	"carehub/kernel/apikeys"
 	"carehub/kernel/events"
 	"carehub/kernel/ids"
 	"carehub/kernel/sealing"
@@ -261,7 +261,7 @@ func (s *Server) ProjectID(name string) string {
 // Key creates an API key for the organization with slug and returns its secret.
 func (s *Server) Key(slug, mode string, scopes ...string) string {
 	s.t.Helper()
-	k, err := auth.NewKeys(s.Pool()).Create(context.Background(), auth.NewKey{OrgID: s.OrgID(slug), Mode: mode, Scopes: scopes})
+	k, err := postgres.NewAPIKeys(s.Pool()).Create(context.Background(), apikeys.NewKey{OrgID: s.OrgID(slug), Mode: mode, Scopes: scopes})
 	if err != nil {
 		s.t.Fatalf("create key: %v", err)
 	}
@@ -274,7 +274,7 @@ func (s *Server) DemoKey() string { return s.Key(demo.DemoOrgSlug, access.Live, 
 // PlatformKey is a platform operator key.
 func (s *Server) PlatformKey() string {
 	s.t.Helper()
-	k, err := auth.NewKeys(s.Pool()).Create(context.Background(), auth.NewKey{Platform: true, Mode: access.Live})
+	k, err := postgres.NewAPIKeys(s.Pool()).Create(context.Background(), apikeys.NewKey{Platform: true, Mode: access.Live})
 	if err != nil {
 		s.t.Fatalf("create platform key: %v", err)
 	}

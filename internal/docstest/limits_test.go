@@ -15,6 +15,7 @@ import (
 	"carehub/api/server"
 	"carehub/api/ws"
 	"carehub/ingest/intake"
+	"carehub/kernel/apikeys"
 	"carehub/kernel/jsonwire"
 	"carehub/processors/feed"
 	"carehub/processors/webhooks"
@@ -75,7 +76,7 @@ func limits() map[string]string {
 		"ingest request timeout":                intake.DefaultRequestTimeout.String(),
 		"observation in the future":             hours(intake.DefaultMaxFuture),
 		"JWT lifetime":                          hours(auth.TokenLifetime),
-		"rotated key validity":                  hours(auth.RotationGrace),
+		"rotated key validity":                  hours(apikeys.RotationGrace),
 		"idempotency replay":                    hours(idempotency.Retention),
 		"attempt timeout":                       webhooks.DefaultTimeout.String(),
 		"retry schedule":                        strings.Join(schedule, ", "),

@@ -211,14 +211,14 @@ func (c Config) limits() auth.Limits {
 // state of a key revoked or rotated anywhere (another node, the CLI). The listener listens
 // before start-up ends, so a revocation committed once the node is up is never missed.
 func startAuthenticator(s *Node, ctx, wctx context.Context) error {
-	s.keys, s.tokens = auth.NewKeys(s.pool), auth.NewTokens(s.pool)
+	s.keys, s.tokens = postgres.NewAPIKeys(s.pool), auth.NewTokens(postgres.NewSigningKeys(s.pool))
 	clientIP, err := auth.TrustedProxies(s.cfg.TrustedProxies)
 	if err != nil {
 		return fmt.Errorf("--trusted-proxies: %w", err)
 	}
 	s.authn = auth.NewAuthenticator(s.keys, s.tokens, auth.AuthenticatorConfig{ClientIP: clientIP, CacheTTL: s.cfg.KeyCacheTTL,
 		Limits: s.cfg.limits()})
-	keyChanges, err := auth.ListenKeyChanges(ctx, s.pool.Config().ConnConfig.Copy(), s.authn, s.logger.With("component", "key-changes"))
+	keyChanges, err := postgres.ListenKeyChanges(ctx, s.pool.Config().ConnConfig.Copy(), s.authn, s.logger.With("component", "key-changes"))
 	if err != nil {
 		return err
 	}

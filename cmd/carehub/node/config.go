@@ -80,7 +80,7 @@ type Config struct {
 	// rotation expiry, scopes); 0 means ws.DefaultRecheckInterval. Not a flag: tests shorten it.
 	SocketRecheck time.Duration
 	// KeyCacheTTL is how long a node caches a key lookup; 0 means auth.DefaultCacheTTL.
-	// Revocations reach the cache at once (auth.KeyListener) whatever it is. Not a flag: tests
+	// Revocations reach the cache at once (postgres.KeyListener) whatever it is. Not a flag: tests
 	// lengthen it to show that.
 	KeyCacheTTL time.Duration
 	// MaxInFlightPerKey bounds the requests one API key (with its JWTs) has in progress on the

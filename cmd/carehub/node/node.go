@@ -55,7 +55,7 @@ type Node struct {
 
 	// What the components provide to those that need them (components.go says which sets what).
 	router      *mux.Router
-	keys        *auth.Keys
+	keys        *postgres.APIKeys
 	tokens      *auth.Tokens
 	authn       *auth.Authenticator
 	edge        server.Edge

@@ -1,4 +1,4 @@
-package auth
+package postgres
 
 import (
 	"context"
@@ -10,8 +10,8 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-// KeyChangesChannel is the Postgres channel on which Keys.Revoke and Keys.Rotate announce the id
-// of the key they changed, in the transaction that changes it: every node listens
+// KeyChangesChannel is the Postgres channel on which APIKeys.Revoke and APIKeys.Rotate announce
+// the id of the key they changed, in the transaction that changes it: every node listens
 // (KeyListener) and drops its cached state of that key, so that a revocation made by the CLI or
 // another node applies everywhere at once rather than after the cache TTL.
 const KeyChangesChannel = "carehub_key_changed"
@@ -24,13 +24,20 @@ func notifyKeyChanged(ctx context.Context, tx pgx.Tx, id string) error {
 	return nil
 }
 
-// KeyListener keeps an Authenticator's key cache in step with KeyChangesChannel over a
-// connection of its own (LISTEN holds a session; a pooled connection would lose it). While it
-// is disconnected, the cache TTL bounds how late a change is seen; when it reconnects it drops
-// the whole cache, since what was announced meanwhile is lost.
+// KeyCache is a cache of API keys that KeyListener keeps in step with KeyChangesChannel:
+// *auth.Authenticator.
+type KeyCache interface {
+	ForgetKey(id string) // drop what is cached of key id
+	Forget()             // drop everything
+}
+
+// KeyListener keeps a KeyCache in step with KeyChangesChannel over a connection of its own
+// (LISTEN holds a session; a pooled connection would lose it). While it is disconnected, the
+// cache TTL bounds how late a change is seen; when it reconnects it drops the whole cache, since
+// what was announced meanwhile is lost.
 type KeyListener struct {
 	cfg    *pgx.ConnConfig
-	authn  *Authenticator
+	cache  KeyCache
 	logger *slog.Logger
 	conn   *pgx.Conn
 }
@@ -39,9 +46,9 @@ type KeyListener struct {
 const keyListenerRetry = time.Second
 
 // ListenKeyChanges connects with cfg and listens on KeyChangesChannel before it returns, so that
-// every change committed after it returns reaches authn once Run runs.
-func ListenKeyChanges(ctx context.Context, cfg *pgx.ConnConfig, authn *Authenticator, logger *slog.Logger) (*KeyListener, error) {
-	l := &KeyListener{cfg: cfg, authn: authn, logger: logger}
+// every change committed after it returns reaches cache once Run runs.
+func ListenKeyChanges(ctx context.Context, cfg *pgx.ConnConfig, cache KeyCache, logger *slog.Logger) (*KeyListener, error) {
+	l := &KeyListener{cfg: cfg, cache: cache, logger: logger}
 	if err := l.connect(ctx); err != nil {
 		return nil, err
 	}
@@ -80,7 +87,7 @@ func (l *KeyListener) Run(ctx context.Context) error {
 		if err := l.reconnect(ctx); err != nil {
 			break
 		}
-		l.authn.Forget() // what was announced while disconnected is lost
+		l.cache.Forget() // what was announced while disconnected is lost
 	}
 	return nil
 }
@@ -92,7 +99,7 @@ func (l *KeyListener) follow(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		l.authn.ForgetKey(n.Payload)
+		l.cache.ForgetKey(n.Payload)
 	}
 }
 
