@@ -150,6 +150,7 @@ DRIFT_PKGS  := ./kernel/events ./api/graphql/explorer
 lint: node-deps ## gofmt, go vet, go.mod/go.sum tidy, generated files up to date
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
+	$(GO) -C loadtest/charts vet . && $(GO) -C loadtest/charts test -count=1 . # a module of its own: ./... skips it
 	@$(GO) mod tidy -diff || { echo "go.mod/go.sum are not tidy: run go mod tidy"; exit 1; }
 	CAREHUB_REQUIRE_GENERATORS=1 $(GO) test -count=1 -run $(DRIFT_TESTS) $(DRIFT_PKGS)
 
@@ -181,6 +182,14 @@ bench-pipeline: postgres-binaries ## observation path end to end with its raw ba
 	bin/loadtest -self -devices 16 -batch 100 -duration $(BENCH_OBS_DURATION) -paced 0.8 -results $(BENCH_RESULTS)
 	bin/loadtest -self -eventlog postgres -devices 16 -batch 100 -duration $(BENCH_OBS_DURATION) -results $(BENCH_RESULTS)
 	bin/eventload -self -suite -export -quiet -d $(BENCH_DURATION) -results $(BENCH_RESULTS)
+	$(MAKE) --no-print-directory charts DIR=$(BENCH_RESULTS)
+
+# The load reports' charts: loadtest/charts, a module of its own so that gonum's plotting stays
+# out of the service's go.mod, draws <report>.png and <report>.html beside each JSON report under
+# DIR that has none newer yet (go -C runs it inside loadtest/charts: the path is made absolute).
+.PHONY: charts
+charts: ## draw the PNG chart and HTML page of each load report under DIR (default BENCH_RESULTS)
+	$(GO) -C loadtest/charts run . $(abspath $(or $(DIR),$(BENCH_RESULTS)))
 
 # The peer benchmark (loadtest/cmd/peerbench): FHIR transaction import into carehub and into the
 # HAPI FHIR JPA server 8.8.0 (loadtest/peers/hapi, built from Maven Central into CAREHUB_M2_REPO),
@@ -198,6 +207,7 @@ bench-peers: postgres-binaries synthea-deps peers-deps build ## FHIR transaction
 	$(GO) build -o bin/peerbench ./loadtest/cmd/peerbench
 	CAREHUB_M2_REPO=$(CAREHUB_M2_REPO) bin/peerbench -carehub $(BIN) -synthea $(SYNTHEA_DIR) \
 		-d $(PEERS_DURATION) -warmup $(PEERS_WARMUP) -results $(BENCH_RESULTS)
+	$(MAKE) --no-print-directory charts DIR=$(BENCH_RESULTS)
 
 SOAK_DURATION ?= 10m
 

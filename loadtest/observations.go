@@ -227,7 +227,7 @@ type Report struct {
 	Paced *Report `json:"paced,omitempty"`
 
 	// Series is the ingest and drain phases second by second: observations acknowledged per
-	// second, accept latency, and the records accepted but not yet stored (report.Write's chart).
+	// second, accept latency, and the records accepted but not yet stored (the report's series, which loadtest/charts draws).
 	Series []report.Point `json:"-"`
 }
 

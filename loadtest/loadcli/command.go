@@ -22,7 +22,7 @@ type Command struct {
 	Project string // id (prj_…) or name
 	Quiet   bool   // no progress line
 	JSON    string // -json: also write the report as JSON here (- for stdout)
-	Results string // -results: write the report's JSON, chart and page under this directory
+	Results string // -results: write the report's JSON under this directory (loadtest/charts draws its chart and page)
 
 	keys string // -key, split into Keys by Parse
 }
@@ -48,7 +48,7 @@ func (c *Command) Flags(fs *flag.FlagSet, h Help) {
 	fs.DurationVar(&c.Drain, "drain", 30*time.Second, h.Drain)
 	fs.IntVar(&c.Payload, "payload", 0, "extra bytes of filler in each event's payload")
 	fs.StringVar(&c.JSON, "json", "", "also write the report as JSON to this file (- for stdout)")
-	fs.StringVar(&c.Results, "results", "", "write the report (JSON, PNG chart, HTML page) under this directory")
+	fs.StringVar(&c.Results, "results", "", "write the report's JSON under this directory (loadtest/charts draws its PNG chart and HTML page)")
 	fs.BoolVar(&c.Quiet, "quiet", false, "no progress line on stderr")
 }
 

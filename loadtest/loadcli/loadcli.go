@@ -202,7 +202,8 @@ func Wait(ctx context.Context, pace <-chan time.Time) bool {
 type Printer interface{ Print(io.Writer) }
 
 // Finish prints rep on stdout, writes it as JSON to jsonPath ("" none, "-" stdout) and, with a
-// results directory, as loadtest/report's JSON, chart and page (r with rep as its summary).
+// results directory, as loadtest/report's JSON (r with rep as its summary; loadtest/charts
+// draws its chart and page).
 // It returns the first error.
 func Finish(rep Printer, jsonPath, results string, r loadreport.Report) error {
 	rep.Print(os.Stdout)
@@ -212,9 +213,11 @@ func Finish(rep Printer, jsonPath, results string, r loadreport.Report) error {
 	}
 	if results != "" {
 		r.Summary = rep
-		f, err := loadreport.Write(results, r)
+		path, err := loadreport.Write(results, r)
 		errs = append(errs, err)
-		fmt.Printf("report: %s (chart %s, page %s)\n", f.JSON, f.PNG, f.HTML)
+		if err == nil {
+			fmt.Printf("report: %s (charts: %s)\n", path, loadreport.ChartsCommand(path))
+		}
 	}
 	return errors.Join(errs...)
 }

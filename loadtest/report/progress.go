@@ -1,8 +1,9 @@
 // Package report is what every load scenario (observations, events, subscriptions) shows while
 // it runs and leaves behind: a progress line once a second on stderr (rate, latency p50/p99,
 // lag, refusals; one updating line on a terminal, plain lines otherwise) and, at the end, one
-// report format: JSON, a PNG chart of throughput, latency percentiles and lag over time, and a
-// self-contained HTML page embedding both, written under a results directory.
+// report format: JSON, written under a results directory, from which loadtest/charts (a module
+// of its own) draws a PNG chart of throughput, latency percentiles and lag over time and a
+// self-contained HTML page embedding both.
 package report
 
 import (

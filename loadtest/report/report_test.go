@@ -3,8 +3,8 @@ package report
 import (
 	"bytes"
 	"encoding/json"
-	"image/png"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -39,61 +39,34 @@ func TestTickAndLines(t *testing.T) {
 }
 
 func TestWrite(t *testing.T) {
-	dir := t.TempDir()
-	r := Report{Scenario: "observations", Started: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC), Unit: "observations/s",
+	dir := filepath.Join(t.TempDir(), "results") // made when missing
+	r := Report{Scenario: "observations", Started: time.Date(2026, 1, 2, 4, 4, 5, 0, time.FixedZone("CET", 3600)), Unit: "observations/s",
 		LagName: "records behind", EndToEnd: "accept → stored",
 		Summary: map[string]any{"acceptedPerSecond": 12345.5, "nested": map[string]any{"p99Ms": 87}}}
 	for i := range 30 {
 		r.Series = append(r.Series, Point{Seconds: float64(i + 1), Rate: float64(1000 * i), P50Ms: 10, P99Ms: float64(20 + i), Lag: float64(100 * i), Refused: int64(i % 3),
 			EndToEndP50Ms: 40, EndToEndP99Ms: float64(80 + i)})
 	}
-	f, err := Write(dir, r)
+	path, err := Write(dir, r)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !strings.HasSuffix(f.PNG, "observations-20260102T030405Z.png") {
-		t.Errorf("PNG path %s", f.PNG)
-	}
-	b, err := os.ReadFile(f.PNG)
-	if err != nil {
-		t.Fatal(err)
-	}
-	img, err := png.Decode(bytes.NewReader(b))
-	if err != nil {
-		t.Fatalf("the chart is not a PNG: %v", err)
-	}
-	// A log axis with nothing to show (no sample arrived), or one value, still draws.
-	for _, series := range [][]Point{{{Seconds: 1}, {Seconds: 2}}, {{Seconds: 1, EndToEndP50Ms: 5, EndToEndP99Ms: 5}}} {
-		if _, err := Chart(Report{Scenario: "events", EndToEnd: "publish → log", Series: series}); err != nil {
-			t.Errorf("chart of %+v: %v", series, err)
-		}
-	}
-	without := r
-	without.EndToEnd = ""
-	b3, err := Chart(without)
-	if err != nil {
-		t.Fatal(err)
-	}
-	img3, err := png.Decode(bytes.NewReader(b3))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if w, h, h3 := img.Bounds().Dx(), img.Bounds().Dy(), img3.Bounds().Dy(); w < 600 || max(3*h-4*h3, 4*h3-3*h) > 4 { // pixel rounding
-		t.Errorf("chart %dx%d, %d high without the end-to-end panel: want four panels (throughput, latency, end to end, lag) against three", w, h, h3)
+	if want := filepath.Join(dir, "observations-20260102T030405Z.json"); path != want {
+		t.Errorf("JSON path %s, want %s (the scenario and the start in UTC)", path, want)
 	}
 	var back Report
-	js, _ := os.ReadFile(f.JSON)
-	if err := json.Unmarshal(js, &back); err != nil || len(back.Series) != 30 || back.Scenario != "observations" {
-		t.Fatalf("JSON report: %v, %d points", err, len(back.Series))
+	js, _ := os.ReadFile(path)
+	if err := json.Unmarshal(js, &back); err != nil || len(back.Series) != 30 || back.Scenario != "observations" ||
+		back.Series[29].EndToEndP99Ms != 109 || back.EndToEnd != r.EndToEnd || !back.Started.Equal(r.Started) {
+		t.Fatalf("JSON report: %v, %+v", err, back)
 	}
-	html, _ := os.ReadFile(f.HTML)
-	for _, want := range []string{`src="data:image/png;base64,iVBOR`, "acceptedPerSecond", "12345.5", "nested.p99Ms", "records behind", "accept → stored p99 ms", "<td class=\"v\">109.0</td>"} {
-		if !bytes.Contains(html, []byte(want)) {
-			t.Errorf("HTML page lacks %q", want)
-		}
+	if files, _ := filepath.Glob(filepath.Join(dir, "*")); len(files) != 1 {
+		t.Errorf("Write left %v; want the JSON alone (loadtest/charts draws the chart and page)", files)
 	}
-	if bytes.Contains(html, []byte("ZgotmplZ")) {
-		t.Error("HTML page: the template refused the chart's data URL")
+	cmd := ChartsCommand(path, "relative dir")
+	abs, _ := filepath.Abs("relative dir")
+	if want := "go -C loadtest/charts run . " + path + " '" + abs + "'"; cmd != want {
+		t.Errorf("charts command %q, want %q", cmd, want)
 	}
 }
 

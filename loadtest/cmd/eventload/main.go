@@ -502,7 +502,7 @@ type report struct {
 	InLog   int64          `json:"inLog"`
 	Exports []exportFigure `json:"exports,omitempty"` // with -export
 	// Series is the run second by second (events/s acknowledged, publish call latency, sampled
-	// events not yet visible in the log), for loadtest/report's chart.
+	// events not yet visible in the log), the series loadtest/charts draws.
 	Series []loadreport.Point `json:"-"`
 }
 

@@ -51,7 +51,7 @@ func run() error {
 		eventLog    = flag.String("eventlog", "", "with -self: also run the event log writer, as every node does, so each observation's event is stored in the log too: postgres (the embedded default's event_log) or a clickhouse:// URL")
 		dataDir     = flag.String("data-dir", "", "with -self: where Postgres and the broker keep their data (default: a new directory under /tmp, removed after)")
 		out         = flag.String("out", "", "also write the report as JSON to this file")
-		results     = flag.String("results", "", "write the report (JSON, PNG chart, HTML page) under this directory")
+		results     = flag.String("results", "", "write the report's JSON under this directory (loadtest/charts draws its PNG chart and HTML page)")
 		quiet       = flag.Bool("quiet", false, "no progress line on stderr")
 		budget      = flag.Duration("latency-budget", 0, "with -self: intake's accept → stored budget (default 1s; negative disables it)")
 		members     = flag.Int("writer-members", 0, "with -self: members of its group the observation writer runs (default 2)")
@@ -167,12 +167,12 @@ func run() error {
 		if rep.EventLog != "" {
 			scenario += "-with-eventlog" // a file of its own beside the path's run
 		}
-		f, err := report.Write(*results, report.Report{Scenario: scenario, Started: started, Unit: "observations/s",
+		path, err := report.Write(*results, report.Report{Scenario: scenario, Started: started, Unit: "observations/s",
 			LagName: "records behind", Summary: finite(rep), Series: rep.Series})
 		if err != nil {
 			return err
 		}
-		fmt.Printf("report: %s (chart %s, page %s)\n", f.JSON, f.PNG, f.HTML)
+		fmt.Printf("report: %s (charts: %s)\n", path, report.ChartsCommand(path))
 	}
 	return nil
 }

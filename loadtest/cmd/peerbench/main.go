@@ -96,7 +96,7 @@ func main() {
 	flag.IntVar(&cfg.ObsPerBundle, "obs", 100, "Observations per vitals Bundle")
 	flag.IntVar(&cfg.MaxRequests, "max-requests", 0, "stop a phase after this many requests (0: -d alone bounds it)")
 	flag.DurationVar(&cfg.Readable, "readable-timeout", 3*time.Minute, "how long to wait after a phase for every acknowledged Observation to be counted by a search")
-	flag.StringVar(&cfg.Results, "results", "loadtest/results", "write the report (JSON, PNG chart, HTML page) under this directory")
+	flag.StringVar(&cfg.Results, "results", "loadtest/results", "write the report's JSON under this directory (loadtest/charts draws its PNG chart and HTML page)")
 	flag.BoolVar(&cfg.Quiet, "quiet", false, "no progress line on stderr")
 	flag.Parse()
 	cfg.DurationS, cfg.WarmupS, cfg.ReadableS = cfg.Duration.String(), cfg.Warmup.String(), cfg.Readable.String()
@@ -317,12 +317,12 @@ func run(ctx context.Context, cfg config) error {
 		}
 	}
 	printTable(os.Stdout, sum)
-	files, err := report.Write(cfg.Results, report.Report{Scenario: "peers-fhir-transactions", Started: started, Unit: "resources/s",
+	path, err := report.Write(cfg.Results, report.Report{Scenario: "peers-fhir-transactions", Started: started, Unit: "resources/s",
 		Summary: sum, Series: series})
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(os.Stderr, "peerbench: report %s, %s, %s\n", files.JSON, files.PNG, files.HTML)
+	fmt.Fprintf(os.Stderr, "peerbench: report %s (charts: %s)\n", path, report.ChartsCommand(path))
 	if sum.Errors > 0 {
 		failures = append(failures, fmt.Errorf("%d requests were not answered with a whole transaction-response", sum.Errors))
 	}

@@ -247,11 +247,11 @@ type report struct {
 	Stale           int64          `json:"staleTimestamp"`
 	Malformed       int64          `json:"malformed"`
 	// Series is the run second by second (deliveries/s, publish → delivered latency, events
-	// published and not yet delivered, refused calls), for loadtest/report's chart.
+	// published and not yet delivered, refused calls), the series loadtest/charts draws.
 	Series []loadreport.Point `json:"-"`
 }
 
-// Chart is what loadtest/report charts of the run.
+// Chart is the report of the run whose series loadtest/charts draws.
 func (r *report) Chart() loadreport.Report {
 	return loadreport.Report{Scenario: "webhooks", Unit: unit, LagName: lagName, Series: r.Series}
 }

@@ -69,12 +69,12 @@ func main() {
 	if rep != nil {
 		rep.print(os.Stdout)
 		if cfg.results != "" {
-			f, werr := loadreport.Write(cfg.results, loadreport.Report{Scenario: "subscriptions", Started: started, Unit: "messages/s",
+			path, werr := loadreport.Write(cfg.results, loadreport.Report{Scenario: "subscriptions", Started: started, Unit: "messages/s",
 				LagName: "messages not yet delivered", Summary: rep, Series: rep.Series})
 			if werr != nil {
 				fmt.Fprintln(os.Stderr, "wsload:", werr)
 			} else {
-				fmt.Printf("report: %s (chart %s, page %s)\n", f.JSON, f.PNG, f.HTML)
+				fmt.Printf("report: %s (charts: %s)\n", path, loadreport.ChartsCommand(path))
 			}
 		}
 		if cfg.out != "" {
@@ -114,7 +114,7 @@ func parseFlags(args []string) (config, error) {
 	fs.IntVar(&c.payload, "payload", 0, fmt.Sprintf("padding bytes added to each event's payload (≤ %d)", maxPayload))
 	fs.IntVar(&c.dialConcurrency, "dial-concurrency", 100, "connections opened at once")
 	fs.StringVar(&c.out, "out", "", "also write the report as JSON to this file")
-	fs.StringVar(&c.results, "results", "", "write the report (JSON, PNG chart, HTML page) under this directory")
+	fs.StringVar(&c.results, "results", "", "write the report's JSON under this directory (loadtest/charts draws its PNG chart and HTML page)")
 	fs.BoolVar(&c.quiet, "quiet", false, "no progress line on stderr")
 	if err := fs.Parse(args); err != nil {
 		return c, err
