@@ -15,6 +15,7 @@ import (
 	"carehub/cmd/carehub/node"
 	"carehub/storage/kafka"
 	"carehub/storage/kafka/consume"
+	"carehub/storage/kafka/publish"
 )
 
 const deadLetterUsage = `usage:
@@ -178,7 +179,7 @@ func replayDeadLetters(ctx context.Context, cl *kgo.Client, stdout io.Writer, de
 	case offset >= 0 && len(recs) > 1:
 		return fmt.Errorf("deadletter replay: offset %d is in %d partitions: name one with --partition", offset, len(recs))
 	}
-	if err := cl.ProduceSync(ctx, recs...).FirstErr(); err != nil {
+	if err := publish.NewAcked(cl).All(ctx, recs...); err != nil {
 		return fmt.Errorf("deadletter replay: %w", err)
 	}
 	fmt.Fprintf(stdout, "replayed %d record(s)\n", len(recs))

@@ -34,7 +34,7 @@
 //	intake.go       Config, Intake: defaults, lifecycle (New, Run, Close), lag and limits
 //	submit.go       Submit: one request from its media type to its answer, the request state
 //	decode.go       reading the body: one JSON document or an NDJSON stream, within the limits
-//	produce.go      valid entries to records (patients, ids) and the request's transaction (a kafka.TxnPool's)
+//	produce.go      valid entries to records (patients, ids) and the request's transaction (a publish.Transactional's)
 //	validate.go     the FHIR Observation checks and the entry error codes
 //	values.go       value[x], dataAbsentReason and effective[x]
 //	ucum.go         UCUM by system+code: the vital signs' canonical units and conversions

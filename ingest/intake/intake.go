@@ -18,6 +18,7 @@ import (
 	"carehub/kernel/tick"
 	"carehub/schemas/kafka/observation"
 	"carehub/storage/kafka"
+	"carehub/storage/kafka/publish"
 )
 
 // Defaults of Config.
@@ -106,7 +107,7 @@ func (c *Config) defaults() {
 // drained. It is safe for concurrent use.
 type Intake struct {
 	cfg       Config
-	producers *kafka.TxnPool
+	producers *publish.Transactional
 	patients  *patientCache
 	keys      *keyStore
 	adm       *admission  // nil when backpressure is disabled
@@ -129,7 +130,7 @@ func New(cfg Config) (*Intake, error) {
 	logger := cfg.Logger.With("component", "observation_intake")
 	in := &Intake{
 		cfg: cfg,
-		producers: kafka.NewTxnPool(kafka.TxnPoolConfig{Brokers: cfg.Brokers, Credentials: cfg.Credentials, Size: cfg.Producers, Prefix: cfg.TransactionalIDPrefix,
+		producers: publish.NewTransactional(publish.TransactionalConfig{Brokers: cfg.Brokers, Credentials: cfg.Credentials, Size: cfg.Producers, Prefix: cfg.TransactionalIDPrefix,
 			ClientID: "carehub-ingest", TxnTimeout: cfg.RequestTimeout + 30*time.Second, Logger: cfg.Logger}),
 		patients: newPatientCache(cfg.Pool),
 		keys:     &keyStore{pool: cfg.Pool, lease: cfg.RequestTimeout + time.Minute},

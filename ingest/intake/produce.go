@@ -164,7 +164,7 @@ func (rq *request) produce(recs []*kgo.Record) error {
 		}
 		rq.txn = t
 	}
-	if err := rq.txn.Produce(rq.ctx, recs...); err != nil {
+	if err := rq.txn.Add(rq.ctx, recs...); err != nil {
 		rq.abort()
 		return unavailable(err)
 	}

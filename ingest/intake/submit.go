@@ -13,7 +13,7 @@ import (
 	"carehub/kernel/access"
 	"carehub/kernel/fault"
 	"carehub/storage/idempotency"
-	"carehub/storage/kafka"
+	"carehub/storage/kafka/publish"
 )
 
 // Answer is the body of a 202, and the details of a 422: how many observations were accepted,
@@ -208,7 +208,7 @@ type request struct {
 	offsets  map[int32]int64 // of the committed transaction: its last offset per partition
 	entries  int             // entries seen, valid or not
 	rejected []EntryError    // in the order found; sorted by index before answering
-	txn      *kafka.Txn      // begun at the first valid record
+	txn      *publish.Txn    // begun at the first valid record
 }
 
 func (rq *request) reject(index int, e *EntryError) {

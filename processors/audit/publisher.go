@@ -27,6 +27,7 @@ import (
 	"carehub/kernel/telemetry"
 	"carehub/storage"
 	"carehub/storage/kafka"
+	"carehub/storage/kafka/publish"
 )
 
 // DefaultMaxBuffered bounds the records a Publisher holds while the broker is slow or away. Past
@@ -50,6 +51,7 @@ type PublisherConfig struct {
 // cannot stall audit records, and the other way round. Safe for concurrent use.
 type Publisher struct {
 	cl      *kgo.Client
+	out     *publish.Acked // on cl
 	topic   string
 	logger  *slog.Logger
 	dropped prometheus.Counter
@@ -74,7 +76,7 @@ func NewPublisher(cfg PublisherConfig) (*Publisher, error) {
 	if err != nil {
 		return nil, fmt.Errorf("audit publisher: %w", err)
 	}
-	p := &Publisher{cl: cl, topic: cfg.Topic, logger: cfg.Logger,
+	p := &Publisher{cl: cl, out: publish.NewAcked(cl), topic: cfg.Topic, logger: cfg.Logger,
 		dropped: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "carehub", Subsystem: "audit",
 			Name: "records_dropped_total", Help: "Audit records of non-patient calls dropped because the audit producer's buffer was full."}),
 		failed: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "carehub", Subsystem: "audit",
@@ -103,9 +105,9 @@ func (p *Publisher) record(rec storage.AuditRecord) (*kgo.Record, error) {
 // Publish produces rec without waiting for the broker. A record that cannot be buffered (the
 // broker has been away long enough to fill the buffer) is dropped, counted and logged by id.
 //
-// Records are produced under a background context on purpose: in franz-go, cancelling the context
-// of the first record of a batch fails the whole batch, so a request's context must never reach
-// the producer.
+// Records are produced under a background context on purpose (publish.Acked.Go): in franz-go,
+// cancelling the context of the first record of a batch fails the whole batch, so a request's
+// context must never reach the producer.
 func (p *Publisher) Publish(rec storage.AuditRecord) {
 	r, err := p.record(rec)
 	if err != nil {
@@ -113,7 +115,7 @@ func (p *Publisher) Publish(rec storage.AuditRecord) {
 		p.dropped.Inc()
 		return
 	}
-	p.cl.TryProduce(context.Background(), r, func(_ *kgo.Record, err error) {
+	p.out.Go(r, func(_ *kgo.Record, err error) {
 		if err == nil {
 			return
 		}
@@ -128,14 +130,15 @@ func (p *Publisher) Publish(rec storage.AuditRecord) {
 
 // PublishSync produces rec and returns once the broker has acknowledged it (acks=all), or
 // ErrNotAcknowledged (wrapping the cause) if that does not happen before ctx is done or the
-// producer fails it. The record stays queued after a timeout (see ErrNotAcknowledged).
+// producer fails it. The record stays queued after a timeout (see ErrNotAcknowledged). ctx only
+// bounds the wait: like Publish's, the record is produced under no request's context.
 func (p *Publisher) PublishSync(ctx context.Context, rec storage.AuditRecord) error {
 	r, err := p.record(rec)
 	if err != nil {
 		return err
 	}
 	done := make(chan error, 1)
-	p.cl.TryProduce(context.Background(), r, func(_ *kgo.Record, err error) { done <- err })
+	p.out.Go(r, func(_ *kgo.Record, err error) { done <- err })
 	select {
 	case err := <-done:
 		if err != nil {

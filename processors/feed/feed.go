@@ -33,6 +33,7 @@ import (
 	"carehub/storage"
 	"carehub/storage/idempotency"
 	"carehub/storage/kafka"
+	"carehub/storage/kafka/publish"
 	"carehub/storage/outbox"
 	"carehub/storage/postgres"
 )
@@ -49,8 +50,8 @@ type Service struct {
 	// outbox commits concurrent publishes together: at thousands of calls a second a
 	// transaction (and its commit) per call was the ceiling of publishEvent.
 	outbox   *outbox.Group
-	direct   *kafka.TxnPool // nil: batches go through the outbox too
-	producer *kgo.Client    // nil: single events go through the outbox too
+	direct   *publish.Transactional // nil: batches go through the outbox too
+	producer *publish.Acked         // nil: single events go through the outbox too
 	// directPaused is when (Unix ns) single events may try the producer again after it failed.
 	directPaused atomic.Int64
 	// projects answers which organization a project is in; a query per publish was a fifth of
@@ -69,7 +70,7 @@ type Config struct {
 	// cleanup in Postgres: the hop that kept a batch's publish → log p99 over 250 ms. A batch
 	// within an Idempotency-Key request still goes through the outbox, whose transaction also
 	// records the step. Nil: every publish goes through the outbox.
-	Direct *kafka.TxnPool
+	Direct *publish.Transactional
 	// Producer, when set, takes a single event (Publish, or a batch of one) straight to
 	// EventsTopic as one record of this idempotent producer (acks=all), without a transaction:
 	// one record is all or nothing by itself, so the guarantee is the same as Direct's, and a
@@ -78,7 +79,7 @@ type Config struct {
 	// directWait, the event goes through the outbox after all (publishOne). An event within an
 	// Idempotency-Key request still goes through the outbox. Nil: single events go through the
 	// outbox.
-	Producer *kgo.Client
+	Producer *publish.Acked
 }
 
 func (c *Config) defaults() { config.Default(&c.EventsTopic, kafka.DefaultTopics().Events) }
@@ -394,20 +395,11 @@ const (
 // triggers are idempotent by event id).
 func (s *Service) publishOne(ctx context.Context, m outbox.Message) error {
 	if time.Now().UnixNano() >= s.directPaused.Load() {
-		// Not ProduceSync: a record waiting for a broker that cannot be reached is failed when
+		// Within, not All: a record waiting for a broker that cannot be reached is failed when
 		// the producer next looks at it, not when its context ends.
-		pctx, cancel := context.WithTimeout(ctx, directWait)
-		defer cancel()
-		acked := make(chan error, 1)
-		s.producer.Produce(pctx, m.Record(), func(_ *kgo.Record, err error) { acked <- err })
-		var err error
-		select {
-		case err = <-acked:
-			if err == nil {
-				return nil
-			}
-		case <-pctx.Done():
-			err = pctx.Err()
+		err := s.producer.Within(ctx, directWait, m.Record())
+		if err == nil {
+			return nil
 		}
 		if ctx.Err() != nil {
 			return fault.Wrap(fault.KindUnavailable, err, "the event could not be published; retry later (with an Idempotency-Key, a retry publishes it once whatever happened)")
@@ -427,7 +419,7 @@ func (s *Service) produce(ctx context.Context, msgs []outbox.Message) error {
 	for i, m := range msgs {
 		recs[i] = m.Record()
 	}
-	if err := txn.Produce(ctx, recs...); err != nil {
+	if err := txn.Add(ctx, recs...); err != nil {
 		txn.Abort()
 		return fault.Wrap(fault.KindUnavailable, err, "the events could not be published; nothing was, retry later")
 	}

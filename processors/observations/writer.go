@@ -1,7 +1,6 @@
 package observations
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -398,25 +397,8 @@ func (w *Writer) emit(ctx context.Context, mb *member, present []observation.Mes
 		}
 		recs = append(recs, receivedRecords(w.cfg.EventsTopic, present, projects)...)
 	}
-	sess := mb.src.Session()
-	var (
-		mu         sync.Mutex
-		produceErr error
-	)
-	for _, r := range recs {
-		sess.Produce(ctx, r, func(_ *kgo.Record, err error) {
-			if err != nil {
-				mu.Lock()
-				produceErr = cmp.Or(produceErr, err)
-				mu.Unlock()
-			}
-		})
-	}
-	_ = sess.Client().Flush(ctx) // a failure shows in the promises
-	mu.Lock()
-	defer mu.Unlock()
-	if produceErr != nil {
-		return fmt.Errorf("observation writer: producing events: %w", produceErr)
+	if err := mb.src.Publisher().All(ctx, recs...); err != nil {
+		return fmt.Errorf("observation writer: producing events: %w", err)
 	}
 	return nil
 }

@@ -8,10 +8,12 @@
 //
 //	topics.go    Topics, DefaultTopics, EnsureTopics
 //	client.go    ClientConfig, NewClient (producer defaults, metrics, logging)
-//	txnpool.go   TxnPool: transactional producers for all-or-nothing requests
 //	admin.go     Ping, Lag
 //	embedded.go  StartEmbedded, Embedded (kfake with a data dir, crash recovery)
 //	lock_*.go    the data dir lock that keeps two processes off one dir
+//
+// Records are produced through the routes of subpackage publish (Acked, Transactional,
+// GroupTxn), the one place that calls the producer; consumers run on subpackage consume.
 //
 // Tests get brokers from package kafkatest: a fresh kfake cluster per test by
 // default, a real broker when CAREHUB_TEST_KAFKA_BROKERS is set.

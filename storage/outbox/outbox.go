@@ -65,6 +65,7 @@ import (
 	"carehub/kernel/config"
 	"carehub/kernel/telemetry"
 	"carehub/kernel/tick"
+	"carehub/storage/kafka/publish"
 )
 
 // Channel is the Postgres notification channel Append notifies and the relay listens on.
@@ -126,7 +127,7 @@ func (c *Config) defaults() {
 // Relay publishes outbox rows to Kafka. Create it with New and run it with Run.
 type Relay struct {
 	pool     *pgxpool.Pool
-	producer *kgo.Client
+	producer *publish.Acked
 	cfg      Config
 	log      *slog.Logger
 	m        metrics
@@ -134,12 +135,13 @@ type Relay struct {
 }
 
 // New returns a relay that reads pool's outbox table and produces with producer, which should
-// be built by storage/kafka.NewClient (idempotent, acks=all). The relay does not close either.
+// be built by storage/kafka.NewClient (idempotent, acks=all), on its route publish.Acked. The
+// relay does not close either.
 func New(pool *pgxpool.Pool, producer *kgo.Client, cfg Config) *Relay {
 	cfg.defaults()
 	return &Relay{
 		pool:     pool,
-		producer: producer,
+		producer: publish.NewAcked(producer),
 		cfg:      cfg,
 		log:      cfg.Logger.With("component", "outbox_relay"),
 		m:        newMetrics(cfg.Registerer),
@@ -315,19 +317,14 @@ for update skip locked`, r.cfg.BatchSize)
 		return nil, nil, nil, nil
 	}
 
-	produceCtx, cancel := context.WithTimeout(ctx, r.cfg.PublishTimeout)
-	errs := make([]error, len(batch))
-	var acked sync.WaitGroup
-	acked.Add(len(batch))
+	recs := make([]*kgo.Record, len(batch))
 	for i, x := range batch {
-		m := Message{ID: x.eventID, Topic: x.topic, Key: x.key, Value: []byte(x.value)}
-		r.producer.Produce(produceCtx, m.Record(), func(_ *kgo.Record, err error) {
-			errs[i] = err
-			acked.Done()
-		})
+		recs[i] = Message{ID: x.eventID, Topic: x.topic, Key: x.key, Value: []byte(x.value)}.Record()
 	}
+	produceCtx, cancel := context.WithTimeout(ctx, r.cfg.PublishTimeout)
+	each := r.producer.Each(produceCtx, recs)
 	return tx, batch, func() []error {
-		acked.Wait()
+		errs := each()
 		cancel()
 		return errs
 	}, nil

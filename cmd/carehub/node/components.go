@@ -31,6 +31,7 @@ import (
 	"carehub/storage/demo"
 	idemstore "carehub/storage/idempotency"
 	"carehub/storage/kafka"
+	"carehub/storage/kafka/publish"
 	"carehub/storage/outbox"
 	"carehub/storage/postgres"
 )
@@ -267,12 +268,12 @@ func startAPI(s *Node, ctx, wctx context.Context) error {
 	// single events too, as one record of the node's client (feed.Config.Producer).
 	// Ten seconds bounds how long a transaction left open by a killed node holds back the
 	// topic's readers on a real broker (the embedded one aborts it when it restarts).
-	direct := kafka.NewTxnPool(kafka.TxnPoolConfig{Brokers: s.brokers, Credentials: s.kafkaCreds, Size: 8, Prefix: s.cfg.transactionalID("events"),
+	direct := publish.NewTransactional(publish.TransactionalConfig{Brokers: s.brokers, Credentials: s.kafkaCreds, Size: 8, Prefix: s.cfg.transactionalID("events"),
 		ClientID: "carehub-events", TxnTimeout: 10 * time.Second, Logger: s.logger})
 	s.closers = append(s.closers, func(context.Context) error { direct.Close(); return nil })
 	shutdown, err := server.MountAPI(s.router, s.edge, server.API{
 		Services: graphql.Services{Orgs: orgs.New(s.pool), Marketplace: marketplace.New(s.pool, marketplace.Config{EventsTopic: s.topics.Events}), Deployments: s.deployments,
-			Agents: s.agents, Workflows: s.workflows, Patients: patientSvc, Feed: feed.New(s.pool, s.eventLog, feed.Config{EventsTopic: s.topics.Events, Direct: direct, Producer: s.kcl}),
+			Agents: s.agents, Workflows: s.workflows, Patients: patientSvc, Feed: feed.New(s.pool, s.eventLog, feed.Config{EventsTopic: s.topics.Events, Direct: direct, Producer: publish.NewAcked(s.kcl)}),
 			Webhooks: webhookSvc, Events: server.Events(hub)},
 		Patients: patientSvc, Webhooks: webhookSvc, Invoker: invoker, Idempotency: idemKeys, Retention: retention.New(s.pool),
 		Logger: s.logger, Registerer: s.registry, GraphQLMaxCost: s.cfg.GraphQLMaxCost, SocketRecheck: s.cfg.SocketRecheck,

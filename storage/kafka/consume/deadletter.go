@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"carehub/storage/kafka/publish"
 )
 
 // Headers of a dead-lettered record, besides the original's own: where it was read from, which
@@ -23,19 +25,14 @@ const (
 	HeaderTime            = "carehub-dlq-time" // RFC 3339, UTC
 )
 
-// Producer produces records and waits for them to be acknowledged; *kgo.Client is one.
-type Producer interface {
-	ProduceSync(ctx context.Context, rs ...*kgo.Record) kgo.ProduceResults
-}
-
 // DeadLetterConfig configures DeadLetter.
 type DeadLetterConfig struct {
 	// Name is the consumer's name, in the HeaderConsumer header and logs. Required.
 	Name string
 	// Topic receives the records set aside. Required.
 	Topic string
-	// Producer produces them. Required.
-	Producer Producer
+	// Producer produces them (publish.Acked: each waits for its ack). Required.
+	Producer *kgo.Client
 	// Permanent reports whether a handler's error is the records' own fault, which no retry
 	// can mend (storage.ErrUnstorable); other errors are retried as ever. Required.
 	Permanent func(error) bool
@@ -65,7 +62,7 @@ func DeadLetter(cfg DeadLetterConfig) Middleware {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	d := &deadLetter{cfg: cfg, log: cfg.Logger.With("consumer", cfg.Name, "dlq_topic", cfg.Topic)}
+	d := &deadLetter{cfg: cfg, out: publish.NewAcked(cfg.Producer), log: cfg.Logger.With("consumer", cfg.Name, "dlq_topic", cfg.Topic)}
 	return func(next Handler) Handler {
 		return func(ctx context.Context, recs []*kgo.Record) error {
 			err := next(ctx, recs)
@@ -79,6 +76,7 @@ func DeadLetter(cfg DeadLetterConfig) Middleware {
 
 type deadLetter struct {
 	cfg DeadLetterConfig
+	out *publish.Acked
 	log *slog.Logger
 }
 
@@ -122,7 +120,7 @@ func DeadLetterRecord(rec *kgo.Record, topic, consumer, reason string) *kgo.Reco
 func (d *deadLetter) send(ctx context.Context, rec *kgo.Record, cause error) error {
 	reason := d.cfg.Reason(cause)
 	out := DeadLetterRecord(rec, d.cfg.Topic, d.cfg.Name, reason)
-	if err := d.cfg.Producer.ProduceSync(ctx, out).FirstErr(); err != nil {
+	if err := d.out.All(ctx, out); err != nil {
 		return fmt.Errorf("consume: dead-letter a record: %w", err)
 	}
 	if d.cfg.OnDeadLetter != nil {

@@ -39,8 +39,8 @@
 // commit the input in one step: the observation writer) polls through Transact, a
 // kgo.GroupTransactSession, and uses its Transaction middleware instead of Commit: it begins
 // a transaction before the handler and ends it after, committing the batch's offsets with what
-// the handler produced, or aborting, which rewinds the session to the last commit so the batch
-// is read again. No error of ending a transaction is retryable (the transactional id is fenced
+// the handler produced (through Transact.Publisher, a publish.GroupTxn), or aborting, which
+// rewinds the session to the last commit so the batch is read again. No error of ending a transaction is retryable (the transactional id is fenced
 // or failed): the middleware closes the session, and after the backoff the runner has Transact
 // build a new one with the same transactional id (fencing whatever the old one left open)
 // before it polls again. Rebalances are blocked while a batch is in hand, as for any consumer,

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"carehub/storage/kafka/publish"
 )
 
 // ErrNotCommitted is the error of a batch whose transaction ended without committing although
@@ -18,7 +20,7 @@ var ErrNotCommitted = errors.New("consume: the transaction was aborted; the batc
 // Transact is the Source of a consumer that commits its offsets inside Kafka transactions
 // (produce what a batch derives and commit the batch in one step): a kgo.GroupTransactSession
 // that the runner replaces when a transaction fails beyond retrying. Its Transaction middleware
-// begins and ends each batch's transaction; the handler produces through Session.
+// begins and ends each batch's transaction; the handler produces through Publisher.
 type Transact struct {
 	build      func() (*kgo.GroupTransactSession, error)
 	endTimeout time.Duration
@@ -42,13 +44,18 @@ func NewTransact(build func() (*kgo.GroupTransactSession, error), endTimeout tim
 	return &Transact{build: build, endTimeout: endTimeout, sess: sess}, nil
 }
 
-// Session is the session in use: the handler produces through it. It changes only between
-// batches.
+// Session is the session in use (Publisher produces into its transaction). It changes only
+// between batches.
 func (t *Transact) Session() *kgo.GroupTransactSession {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return t.sess
 }
+
+// Publisher is the route into the transaction of the session in use (publish.GroupTxn): the
+// handler produces what a batch derives through it, and the Transaction middleware commits it
+// with the batch's offsets. Take it per batch: the session changes only between batches.
+func (t *Transact) Publisher() publish.GroupTxn { return publish.NewGroupTxn(t.Session()) }
 
 // PollRecords polls the session.
 func (t *Transact) PollRecords(ctx context.Context, maxPollRecords int) kgo.Fetches {

@@ -7,6 +7,8 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"carehub/storage/kafka/publish"
 )
 
 // endHeader marks the records ReadAll writes to find the end of a partition.
@@ -31,7 +33,7 @@ func ReadAll(t testing.TB, topic string) []*kgo.Record {
 	for i, p := range parts {
 		recs[i] = &kgo.Record{Topic: topic, Partition: p, Headers: []kgo.RecordHeader{{Key: endHeader, Value: id}}}
 	}
-	if err := marker.ProduceSync(ctx, recs...).FirstErr(); err != nil {
+	if err := publish.NewAcked(marker).All(ctx, recs...); err != nil {
 		t.Fatalf("kafkatest: end markers on %s: %v", topic, err)
 	}
 	cl := Client(t, kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))

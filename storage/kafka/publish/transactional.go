@@ -1,4 +1,4 @@
-package kafka
+package publish
 
 import (
 	"context"
@@ -10,15 +10,17 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"carehub/storage/kafka"
 )
 
-// ErrPoolClosed is returned by TxnPool.Acquire after Close.
+// ErrPoolClosed is returned by Transactional.Acquire after Close.
 var ErrPoolClosed = errors.New("transactional producer pool closed")
 
-// TxnPoolConfig configures a TxnPool.
-type TxnPoolConfig struct {
+// TransactionalConfig configures a Transactional.
+type TransactionalConfig struct {
 	Brokers     []string // required
-	Credentials Credentials
+	Credentials kafka.Credentials
 	// Size is the number of clients, and so of transactions open at once. Default 1.
 	Size int
 	// Prefix prefixes the clients' transactional ids (Prefix-0, Prefix-1, …): stable per
@@ -31,20 +33,21 @@ type TxnPoolConfig struct {
 	Logger     *slog.Logger
 }
 
-// TxnPool is a bounded pool of transactional Kafka clients; whoever produces holds one for the
-// whole of its transaction.
+// Transactional is the all-or-none route: a bounded pool of transactional Kafka clients, of
+// which whoever publishes holds one for the whole of its transaction (Acquire, Txn.Add,
+// Txn.Commit or Txn.Abort).
 //
 // Why transactions: the records of one transaction become visible to consumers (which read
 // committed) all at once when it commits, and never if it aborts. So an answer of success means
 // every record is durable, and any other outcome (a client gone mid-request, a broker that fails,
 // a crash) means none will be read: nothing is ever half accepted. Each client is also an
-// idempotent producer with acks=all (NewClient's defaults).
+// idempotent producer with acks=all (kafka.NewClient's defaults).
 //
 // A client that fails to end its transaction is closed and replaced; the replacement reuses the
 // transactional id, which makes the broker abort whatever the old one left open (fencing) rather
 // than leave it until the transaction timeout.
-type TxnPool struct {
-	cfg  TxnPoolConfig
+type Transactional struct {
+	cfg  TransactionalConfig
 	free chan int // slots not in use
 
 	mu      sync.Mutex
@@ -53,8 +56,8 @@ type TxnPool struct {
 	closing sync.WaitGroup // clients being closed in the background
 }
 
-// NewTxnPool returns a pool; its clients connect on first use.
-func NewTxnPool(cfg TxnPoolConfig) *TxnPool {
+// NewTransactional returns a pool; its clients connect on first use.
+func NewTransactional(cfg TransactionalConfig) *Transactional {
 	cfg.Size = max(cfg.Size, 1)
 	if cfg.TxnTimeout <= 0 {
 		cfg.TxnTimeout = time.Minute
@@ -62,7 +65,7 @@ func NewTxnPool(cfg TxnPoolConfig) *TxnPool {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	p := &TxnPool{cfg: cfg, free: make(chan int, cfg.Size), clients: make([]*kgo.Client, cfg.Size)}
+	p := &Transactional{cfg: cfg, free: make(chan int, cfg.Size), clients: make([]*kgo.Client, cfg.Size)}
 	for i := range cfg.Size {
 		p.free <- i
 	}
@@ -71,7 +74,7 @@ func NewTxnPool(cfg TxnPoolConfig) *TxnPool {
 
 // Acquire waits for a free client (bounded by ctx) and returns a transaction on it; the caller
 // ends it with Commit or Abort.
-func (p *TxnPool) Acquire(ctx context.Context) (*Txn, error) {
+func (p *Transactional) Acquire(ctx context.Context) (*Txn, error) {
 	var slot int
 	select {
 	case slot = <-p.free:
@@ -85,7 +88,7 @@ func (p *TxnPool) Acquire(ctx context.Context) (*Txn, error) {
 		return nil, ErrPoolClosed
 	}
 	if p.clients[slot] == nil {
-		cl, err := NewClient(ClientConfig{Brokers: p.cfg.Brokers, Credentials: p.cfg.Credentials, ClientID: p.cfg.ClientID, Logger: p.cfg.Logger},
+		cl, err := kafka.NewClient(kafka.ClientConfig{Brokers: p.cfg.Brokers, Credentials: p.cfg.Credentials, ClientID: p.cfg.ClientID, Logger: p.cfg.Logger},
 			kgo.TransactionalID(p.cfg.Prefix+"-"+strconv.Itoa(slot)),
 			kgo.TransactionTimeout(p.cfg.TxnTimeout),
 		)
@@ -99,7 +102,7 @@ func (p *TxnPool) Acquire(ctx context.Context) (*Txn, error) {
 }
 
 // release returns slot to the pool; a broken client is closed and replaced on next use.
-func (p *TxnPool) release(slot int, broken bool) {
+func (p *Transactional) release(slot int, broken bool) {
 	p.mu.Lock()
 	if broken && p.clients[slot] != nil {
 		cl := p.clients[slot]
@@ -112,7 +115,7 @@ func (p *TxnPool) release(slot int, broken bool) {
 }
 
 // Close closes every client; call it once the transactions in progress have ended.
-func (p *TxnPool) Close() {
+func (p *Transactional) Close() {
 	p.mu.Lock()
 	p.closed = true
 	clients := p.clients
@@ -126,9 +129,9 @@ func (p *TxnPool) Close() {
 	p.closing.Wait()
 }
 
-// Txn is one transaction of a TxnPool's client. It is used by one goroutine.
+// Txn is one transaction of a Transactional's client. It is used by one goroutine.
 type Txn struct {
-	p     *TxnPool
+	p     *Transactional
 	slot  int
 	cl    *kgo.Client
 	begun bool
@@ -139,9 +142,10 @@ type Txn struct {
 	last     map[int32]int64 // the highest offset acknowledged per partition
 }
 
-// Produce begins the transaction if needed and queues recs; their outcome is collected for
-// Commit. Records not yet sent when ctx ends fail, and the transaction then aborts.
-func (t *Txn) Produce(ctx context.Context, recs ...*kgo.Record) error {
+// Add begins the transaction if needed and queues recs; their outcome is collected for Commit.
+// Records not yet sent when ctx ends fail, and the transaction then aborts. It returns the
+// first failure of a record added so far, so a caller adding in parts can stop early.
+func (t *Txn) Add(ctx context.Context, recs ...*kgo.Record) error {
 	if !t.begun {
 		if err := t.cl.BeginTransaction(); err != nil {
 			return fmt.Errorf("begin transaction: %w", err)

@@ -1,0 +1,7 @@
+package publish
+
+import "context"
+
+// Flush waits until the broker has every record added so far, so a test can abort a
+// transaction whose records are in the log (and must stay unread).
+func (t *Txn) Flush(ctx context.Context) error { return t.cl.Flush(ctx) }
