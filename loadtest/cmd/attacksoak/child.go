@@ -59,6 +59,11 @@ func (w *world) attackFromChild(ctx context.Context, c config) (wait func() (cou
 		return nil, err
 	}
 	cmd := exec.CommandContext(ctx, self, "-attacker")
+	if c.attackerNice != 0 {
+		// nice(1) rather than setpriority on the child: a Linux priority is a thread's, and the
+		// Go runtime starts threads before the child could set it; all of them inherit nice's.
+		cmd = exec.CommandContext(ctx, "nice", "-n", fmt.Sprint(c.attackerNice), self, "-attacker")
+	}
 	cmd.Stdin = bytes.NewReader(in)
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, os.Stderr

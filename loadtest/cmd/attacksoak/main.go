@@ -43,7 +43,12 @@ type config struct {
 	sockets  int     // WebSocket connections the attacker tries to hold
 	keep     bool
 	profile  string // a CPU profile of the node over the attacked phase's middle half goes here
+	trace    string // an execution trace of the node over 5 s in the attacked phase's middle goes here
 	only     string // the attacks to run, by number ("1,3,10"); "" runs them all
+	// attackerNice is the attacker process's nice value: a real attacker's client runs on its
+	// own machine, and on a shared one its CPU is the node's loss only as far as the OS gives it.
+	attackerNice int
+	nodeArgs     []string // more flags for carehub serve
 }
 
 func main() {
@@ -56,7 +61,13 @@ func main() {
 	flag.IntVar(&c.sockets, "sockets", 300, "WebSocket connections the attacker tries to hold, each subscribing as often as it may")
 	flag.BoolVar(&c.keep, "keep", false, "keep the node's data dir")
 	flag.StringVar(&c.profile, "cpuprofile", "", "write a CPU profile of the node over the middle half of the attacked phase to this file")
+	flag.StringVar(&c.trace, "trace", "", "write an execution trace of the node over 5 s in the middle of the attacked phase to this file (go tool trace; -pprof=sched for where goroutines waited to run)")
 	flag.StringVar(&c.only, "only", "", "run only these attacks, by their numbers in docs/SECURITY.md (\"2,10\"), to see what each costs the node")
+	flag.IntVar(&c.attackerNice, "attacker-nice", 0, "run the attacker process at this nice value (19: it gets only the CPU the node and the legitimate clients leave, as if it ran on a machine of its own)")
+	flag.Func("node-flag", "a flag to pass to carehub serve (repeatable: -node-flag=--rate-per-org=50), to see what a limit does to the soak", func(v string) error {
+		c.nodeArgs = append(c.nodeArgs, v)
+		return nil
+	})
 	attackerProcess := flag.Bool("attacker", false, "run as the attacker process (the soak starts it; its order comes on stdin)")
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -86,7 +97,7 @@ func run(ctx context.Context, c config) error {
 	if err := os.Chmod(dir, 0o755); err != nil {
 		return err
 	}
-	n, err := startNode(ctx, c.binary, dir, c.profile != "")
+	n, err := startNode(ctx, c.binary, dir, c.profile != "" || c.trace != "", c.nodeArgs)
 	if err != nil {
 		return err
 	}
@@ -107,15 +118,22 @@ func run(ctx context.Context, c config) error {
 		return err
 	}
 	mark = markCPU(pid, n.dir)
-	profiled := make(chan error, 1)
+	profiled := make(chan error, 2)
 	if c.profile != "" {
-		go func() { profiled <- n.profile(ctx, c.duration/4, c.duration/2, c.profile) }()
+		go func() { profiled <- n.profile(ctx, "profile", c.duration/4, c.duration/2, c.profile) }()
+	} else {
+		profiled <- nil
+	}
+	if c.trace != "" {
+		go func() { profiled <- n.profile(ctx, "trace", c.duration/2, 5*time.Second, c.trace) }()
 	} else {
 		profiled <- nil
 	}
 	attacked := w.legitimate(ctx, c)
-	if err := <-profiled; err != nil {
-		fmt.Fprintln(os.Stderr, "attacksoak: profile:", err)
+	for range 2 {
+		if err := <-profiled; err != nil {
+			fmt.Fprintln(os.Stderr, "attacksoak: profile:", err)
+		}
 	}
 	counts, attackerCPU, err := waitAttacker()
 	if err != nil {
@@ -152,12 +170,12 @@ type node struct {
 	dir     string
 	binary  string
 	brokers []string
-	// debugURL serves the node's profiles (--debug-addr) when -cpuprofile asked for one.
+	// debugURL serves the node's profiles (--debug-addr) when -cpuprofile or -trace asked for one.
 	debugURL string
 	exited   chan struct{}
 }
 
-func startNode(ctx context.Context, binary, dir string, debug bool) (*node, error) {
+func startNode(ctx context.Context, binary, dir string, debug bool, extra []string) (*node, error) {
 	addr, err := freeAddr()
 	if err != nil {
 		return nil, err
@@ -171,6 +189,7 @@ func startNode(ctx context.Context, binary, dir string, debug bool) (*node, erro
 		}
 		args = append(args, "--debug-addr", debugAddr)
 	}
+	args = append(args, extra...)
 	cmd := exec.Command(binary, args...)
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
@@ -211,14 +230,15 @@ func startNode(ctx context.Context, binary, dir string, debug bool) (*node, erro
 	}
 }
 
-// profile waits for after, then writes a CPU profile of the node over the next d to file.
-func (n *node) profile(ctx context.Context, after, d time.Duration, file string) error {
+// profile waits for after, then writes the node's /debug/pprof/<kind> (a CPU profile, an
+// execution trace) over the next d to file.
+func (n *node) profile(ctx context.Context, kind string, after, d time.Duration, file string) error {
 	select {
 	case <-time.After(after):
 	case <-ctx.Done():
 		return ctx.Err()
 	}
-	url := fmt.Sprintf("%s/debug/pprof/profile?seconds=%d", n.debugURL, max(1, int(d.Seconds())))
+	url := fmt.Sprintf("%s/debug/pprof/%s?seconds=%d", n.debugURL, kind, max(1, int(d.Seconds())))
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
 		return err
