@@ -58,8 +58,8 @@ func streamAPI(a *Authenticator, aud *Auditor, parts int, next <-chan struct{}) 
 func TestAuditStreamedInParts(t *testing.T) {
 	pool := pgtest.New(t)
 	keys := postgres.NewAPIKeys(pool)
-	org := newOrg(t, pool)
-	live := newKey(t, keys, apikeys.NewKey{OrgID: org, Mode: access.Live, Scopes: []string{access.ReadPatients}})
+	org := pgtest.NewOrg(t, pool)
+	live := pgtest.NewKey(t, keys, apikeys.NewKey{OrgID: org, Mode: access.Live, Scopes: []string{access.ReadPatients}})
 	topic, pub := auditTopic(t)
 	store := postgres.NewAuditLog(pool)
 	w, err := audit.NewWriter(audit.WriterConfig{Brokers: kafkatest.Brokers(t), Topic: topic, Group: kafkatest.Group(t, "audit"), Store: store})
@@ -103,7 +103,7 @@ func TestAuditStreamedInParts(t *testing.T) {
 func TestAuditStreamCutWhenUnaudited(t *testing.T) {
 	pool := pgtest.New(t)
 	keys := postgres.NewAPIKeys(pool)
-	live := newKey(t, keys, apikeys.NewKey{OrgID: newOrg(t, pool), Mode: access.Live, Scopes: []string{access.ReadPatients}})
+	live := pgtest.NewKey(t, keys, apikeys.NewKey{OrgID: pgtest.NewOrg(t, pool), Mode: access.Live, Scopes: []string{access.ReadPatients}})
 	cluster, pub := ownBroker(t)
 	next := make(chan struct{})
 	srv := httptest.NewServer(streamAPI(NewAuthenticator(keys, nil, AuthenticatorConfig{}), NewAuditor(pub, AuditorConfig{AckTimeout: 300 * time.Millisecond}), 3, next))
@@ -130,7 +130,7 @@ func TestAuditStreamCutWhenUnaudited(t *testing.T) {
 func TestAuditStreamUnauditedFirstPart(t *testing.T) {
 	pool := pgtest.New(t)
 	keys := postgres.NewAPIKeys(pool)
-	live := newKey(t, keys, apikeys.NewKey{OrgID: newOrg(t, pool), Mode: access.Live, Scopes: []string{access.ReadPatients}})
+	live := pgtest.NewKey(t, keys, apikeys.NewKey{OrgID: pgtest.NewOrg(t, pool), Mode: access.Live, Scopes: []string{access.ReadPatients}})
 	cluster, pub := ownBroker(t)
 	cluster.Close()
 	srv := httptest.NewServer(streamAPI(NewAuthenticator(keys, nil, AuthenticatorConfig{}), NewAuditor(pub, AuditorConfig{AckTimeout: 300 * time.Millisecond}), 3, nil))

@@ -147,11 +147,11 @@ func recordsOf(t *testing.T, store storage.AuditLog, keyID string) []storage.Aud
 func TestAuditThroughKafka(t *testing.T) {
 	pool := pgtest.New(t)
 	keys := postgres.NewAPIKeys(pool)
-	org := newOrg(t, pool)
-	live := newKey(t, keys, apikeys.NewKey{OrgID: org, Mode: access.Live, Scopes: []string{access.ReadPatients}})
-	test := newKey(t, keys, apikeys.NewKey{OrgID: org, Mode: access.Test, Scopes: []string{access.ReadPatients}})
-	fenced := newKey(t, keys, apikeys.NewKey{OrgID: org, Mode: access.Live, Scopes: []string{access.ReadPatients}, IPAllowlist: []string{"10.0.0.0/8"}})
-	noScope := newKey(t, keys, apikeys.NewKey{OrgID: org, Mode: access.Live})
+	org := pgtest.NewOrg(t, pool)
+	live := pgtest.NewKey(t, keys, apikeys.NewKey{OrgID: org, Mode: access.Live, Scopes: []string{access.ReadPatients}})
+	test := pgtest.NewKey(t, keys, apikeys.NewKey{OrgID: org, Mode: access.Test, Scopes: []string{access.ReadPatients}})
+	fenced := pgtest.NewKey(t, keys, apikeys.NewKey{OrgID: org, Mode: access.Live, Scopes: []string{access.ReadPatients}, IPAllowlist: []string{"10.0.0.0/8"}})
+	noScope := pgtest.NewKey(t, keys, apikeys.NewKey{OrgID: org, Mode: access.Live})
 
 	topic, pub := auditTopic(t)
 	store := postgres.NewAuditLog(pool)
@@ -231,9 +231,9 @@ func sameAudit(a, b storage.AuditRecord) bool {
 func TestAuditBrokerUnreachable(t *testing.T) {
 	pool := pgtest.New(t)
 	keys := postgres.NewAPIKeys(pool)
-	org := newOrg(t, pool)
-	live := newKey(t, keys, apikeys.NewKey{OrgID: org, Mode: access.Live, Scopes: []string{access.ReadPatients}})
-	test := newKey(t, keys, apikeys.NewKey{OrgID: org, Mode: access.Test, Scopes: []string{access.ReadPatients}})
+	org := pgtest.NewOrg(t, pool)
+	live := pgtest.NewKey(t, keys, apikeys.NewKey{OrgID: org, Mode: access.Live, Scopes: []string{access.ReadPatients}})
+	test := pgtest.NewKey(t, keys, apikeys.NewKey{OrgID: org, Mode: access.Test, Scopes: []string{access.ReadPatients}})
 
 	// A broker of this test's own, so that it can go away in the middle.
 	cluster, pub := ownBroker(t)
@@ -269,7 +269,7 @@ func TestAuditBrokerUnreachable(t *testing.T) {
 func TestAuditBrokerNeverReachable(t *testing.T) {
 	pool := pgtest.New(t)
 	keys := postgres.NewAPIKeys(pool)
-	live := newKey(t, keys, apikeys.NewKey{OrgID: newOrg(t, pool), Mode: access.Live, Scopes: []string{access.ReadPatients}})
+	live := pgtest.NewKey(t, keys, apikeys.NewKey{OrgID: pgtest.NewOrg(t, pool), Mode: access.Live, Scopes: []string{access.ReadPatients}})
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -341,9 +341,9 @@ func TestRefusedCredentialsAudited(t *testing.T) {
 	pool := pgtest.New(t)
 	keys := postgres.NewAPIKeys(pool)
 	tokens := NewTokens(postgres.NewSigningKeys(pool))
-	org := newOrg(t, pool)
-	live := newKey(t, keys, apikeys.NewKey{OrgID: org, Mode: access.Live, Scopes: []string{access.ReadPatients}})
-	revoked := newKey(t, keys, apikeys.NewKey{OrgID: org, Mode: access.Live, Scopes: []string{access.ReadPatients}})
+	org := pgtest.NewOrg(t, pool)
+	live := pgtest.NewKey(t, keys, apikeys.NewKey{OrgID: org, Mode: access.Live, Scopes: []string{access.ReadPatients}})
+	revoked := pgtest.NewKey(t, keys, apikeys.NewKey{OrgID: org, Mode: access.Live, Scopes: []string{access.ReadPatients}})
 	if _, err := keys.Revoke(context.Background(), "", revoked.ID); err != nil {
 		t.Fatal(err)
 	}
@@ -499,8 +499,8 @@ func readAudit(t *testing.T, cl *kgo.Client, done func([]storage.AuditRecord) bo
 func TestRateLimitedCallsSampled(t *testing.T) {
 	pool := pgtest.New(t)
 	keys := postgres.NewAPIKeys(pool)
-	org := newOrg(t, pool)
-	live := newKey(t, keys, apikeys.NewKey{OrgID: org, Mode: access.Live, Scopes: []string{access.ReadPatients}})
+	org := pgtest.NewOrg(t, pool)
+	live := pgtest.NewKey(t, keys, apikeys.NewKey{OrgID: org, Mode: access.Live, Scopes: []string{access.ReadPatients}})
 
 	topic, pub := auditTopic(t)
 	reg := prometheus.NewRegistry()

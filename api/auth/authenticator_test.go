@@ -23,7 +23,7 @@ func TestRecheck(t *testing.T) {
 	pool := pgtest.New(t)
 	keys := postgres.NewAPIKeys(pool)
 	tokens := NewTokens(postgres.NewSigningKeys(pool))
-	org := newOrg(t, pool)
+	org := pgtest.NewOrg(t, pool)
 	ctx := context.Background()
 	ip := netip.MustParseAddr("192.0.2.1")
 	scopes := []string{access.ReadPatients, access.ExecAgents}
@@ -37,7 +37,7 @@ func TestRecheck(t *testing.T) {
 	start := func(t *testing.T, viaToken bool) setup {
 		clk := newClock()
 		s := setup{a: NewAuthenticator(keys, tokens, AuthenticatorConfig{Clock: clk.now}), clk: clk,
-			key: newKey(t, keys, apikeys.NewKey{OrgID: org, Mode: access.Live, Scopes: scopes, IPAllowlist: []string{"192.0.2.0/24"}})}
+			key: pgtest.NewKey(t, keys, apikeys.NewKey{OrgID: org, Mode: access.Live, Scopes: scopes, IPAllowlist: []string{"192.0.2.0/24"}})}
 		p, err := s.a.Authenticate(ctx, "Bearer "+s.key.Secret, ip)
 		if err != nil {
 			t.Fatal(err)
@@ -138,11 +138,11 @@ func TestRefusals(t *testing.T) {
 	tokens := NewTokens(postgres.NewSigningKeys(pool))
 	clk := newClock()
 	a := NewAuthenticator(keys, tokens, AuthenticatorConfig{Clock: clk.now})
-	org := newOrg(t, pool)
+	org := pgtest.NewOrg(t, pool)
 	ctx := context.Background()
 	ip := netip.MustParseAddr("2001:db8::7")
 
-	revoked := newKey(t, keys, apikeys.NewKey{OrgID: org, Mode: access.Live})
+	revoked := pgtest.NewKey(t, keys, apikeys.NewKey{OrgID: org, Mode: access.Live})
 	p, err := a.Authenticate(ctx, "Bearer "+revoked.Secret, ip)
 	if err != nil {
 		t.Fatal(err)
@@ -155,7 +155,7 @@ func TestRefusals(t *testing.T) {
 		t.Fatal(err)
 	}
 	a.ForgetKey(revoked.ID)
-	rotated := newKey(t, keys, apikeys.NewKey{OrgID: org, Mode: access.Test})
+	rotated := pgtest.NewKey(t, keys, apikeys.NewKey{OrgID: org, Mode: access.Test})
 	if _, err := keys.Rotate(ctx, "", rotated.ID); err != nil {
 		t.Fatal(err)
 	}

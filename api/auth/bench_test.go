@@ -23,7 +23,7 @@ func BenchmarkAuthenticate(b *testing.B) {
 	a := NewAuthenticator(keys, tokens, AuthenticatorConfig{Limits: Limits{Default: Rate{PerSecond: 1e12, Burst: 1 << 30}}})
 	ctx := context.Background()
 	ip := netip.MustParseAddr("192.0.2.1")
-	ck := newKey(b, keys, apikeys.NewKey{OrgID: newOrg(b, pool), Mode: access.Live, Scopes: access.Scopes, IPAllowlist: []string{"192.0.2.0/24"}})
+	ck := pgtest.NewKey(b, keys, apikeys.NewKey{OrgID: pgtest.NewOrg(b, pool), Mode: access.Live, Scopes: access.Scopes, IPAllowlist: []string{"192.0.2.0/24"}})
 	p, err := a.Authenticate(ctx, "Bearer "+ck.Secret, ip)
 	if err != nil {
 		b.Fatal(err)

@@ -41,11 +41,11 @@ func newAPI(t *testing.T) *api {
 	h.Routes(authed)
 	srv := httptest.NewServer(root)
 	t.Cleanup(srv.Close)
-	return &api{url: srv.URL, pool: pool, keys: keys, org: newOrg(t, pool)}
+	return &api{url: srv.URL, pool: pool, keys: keys, org: pgtest.NewOrg(t, pool)}
 }
 
 func (a *api) key(t *testing.T, org, mode string, scopes ...string) *apikeys.CreatedKey {
-	return newKey(t, a.keys, apikeys.NewKey{OrgID: org, Mode: mode, Scopes: scopes})
+	return pgtest.NewKey(t, a.keys, apikeys.NewKey{OrgID: org, Mode: mode, Scopes: scopes})
 }
 
 func (a *api) call(t *testing.T, method, path, key, contentType, body string) call {
@@ -116,7 +116,7 @@ func TestTokenEndpoint(t *testing.T) {
 func TestAPIKeysEndpoints(t *testing.T) {
 	a := newAPI(t)
 	admin := a.key(t, a.org, access.Live, access.AdminOrg, access.ReadPatients)
-	otherOrg := newOrg(t, a.pool)
+	otherOrg := pgtest.NewOrg(t, a.pool)
 	outsider := a.key(t, otherOrg, access.Live, access.AdminOrg, access.ReadPatients)
 	reader := a.key(t, a.org, access.Live, access.ReadPatients)
 	const ct = "application/json"

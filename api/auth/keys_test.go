@@ -21,7 +21,7 @@ import (
 func TestAuthenticateKey(t *testing.T) {
 	pool := pgtest.New(t)
 	keys := postgres.NewAPIKeys(pool)
-	ck := newKey(t, keys, apikeys.NewKey{OrgID: newOrg(t, pool), Mode: access.Test, Scopes: []string{access.ReadPatients}})
+	ck := pgtest.NewKey(t, keys, apikeys.NewKey{OrgID: pgtest.NewOrg(t, pool), Mode: access.Test, Scopes: []string{access.ReadPatients}})
 	a := NewAuthenticator(keys, nil, AuthenticatorConfig{})
 	ip := netip.MustParseAddr("192.0.2.1")
 	ctx := context.Background()
@@ -50,7 +50,7 @@ func TestRotationGrace(t *testing.T) {
 	pool := pgtest.New(t)
 	keys := postgres.NewAPIKeys(pool)
 	ctx := context.Background()
-	old := newKey(t, keys, apikeys.NewKey{OrgID: newOrg(t, pool), Mode: access.Live, Scopes: []string{access.ReadPatients}, IPAllowlist: []string{"10.0.0.0/8"}})
+	old := pgtest.NewKey(t, keys, apikeys.NewKey{OrgID: pgtest.NewOrg(t, pool), Mode: access.Live, Scopes: []string{access.ReadPatients}, IPAllowlist: []string{"10.0.0.0/8"}})
 	fresh, err := keys.Rotate(ctx, old.OrgID, old.ID)
 	if err != nil {
 		t.Fatal(err)
@@ -83,8 +83,8 @@ func TestRevocation(t *testing.T) {
 	pool := pgtest.New(t)
 	keys := postgres.NewAPIKeys(pool)
 	ctx := context.Background()
-	org := newOrg(t, pool)
-	ck := newKey(t, keys, apikeys.NewKey{OrgID: org, Mode: access.Live})
+	org := pgtest.NewOrg(t, pool)
+	ck := pgtest.NewKey(t, keys, apikeys.NewKey{OrgID: org, Mode: access.Live})
 	clk := newClock()
 	a := NewAuthenticator(keys, nil, AuthenticatorConfig{Clock: clk.now})
 	ip := netip.MustParseAddr("192.0.2.1")
@@ -100,7 +100,7 @@ func TestRevocation(t *testing.T) {
 		t.Fatalf("revoked key after the cache TTL: %v, want UNAUTHORIZED", err)
 	}
 	// ForgetKey applies it at once.
-	ck2 := newKey(t, keys, apikeys.NewKey{OrgID: org, Mode: access.Live})
+	ck2 := pgtest.NewKey(t, keys, apikeys.NewKey{OrgID: org, Mode: access.Live})
 	if _, err := a.Authenticate(ctx, "Bearer "+ck2.Secret, ip); err != nil {
 		t.Fatal(err)
 	}
@@ -116,13 +116,13 @@ func TestRevocation(t *testing.T) {
 func TestIPAllowlist(t *testing.T) {
 	pool := pgtest.New(t)
 	keys := postgres.NewAPIKeys(pool)
-	org := newOrg(t, pool)
+	org := pgtest.NewOrg(t, pool)
 	a := NewAuthenticator(keys, nil, AuthenticatorConfig{})
 	ctx := context.Background()
-	v4 := newKey(t, keys, apikeys.NewKey{OrgID: org, Mode: access.Live, IPAllowlist: []string{"203.0.113.0/24", "198.51.100.7"}})
-	v6 := newKey(t, keys, apikeys.NewKey{OrgID: org, Mode: access.Live, IPAllowlist: []string{"2001:db8:1::/48"}})
-	mapped := newKey(t, keys, apikeys.NewKey{OrgID: org, Mode: access.Live, IPAllowlist: []string{"::ffff:192.0.2.0/120"}})
-	open := newKey(t, keys, apikeys.NewKey{OrgID: org, Mode: access.Live})
+	v4 := pgtest.NewKey(t, keys, apikeys.NewKey{OrgID: org, Mode: access.Live, IPAllowlist: []string{"203.0.113.0/24", "198.51.100.7"}})
+	v6 := pgtest.NewKey(t, keys, apikeys.NewKey{OrgID: org, Mode: access.Live, IPAllowlist: []string{"2001:db8:1::/48"}})
+	mapped := pgtest.NewKey(t, keys, apikeys.NewKey{OrgID: org, Mode: access.Live, IPAllowlist: []string{"::ffff:192.0.2.0/120"}})
+	open := pgtest.NewKey(t, keys, apikeys.NewKey{OrgID: org, Mode: access.Live})
 	for _, tc := range []struct {
 		key  *apikeys.CreatedKey
 		ip   string

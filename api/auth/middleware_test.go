@@ -123,9 +123,9 @@ func TestMiddleware(t *testing.T) {
 	clk := newClock()
 	a := NewAuthenticator(keys, nil, AuthenticatorConfig{Clock: clk.now, Limits: Limits{
 		Default: Rate{PerSecond: 1, Burst: 2}, Ingest: Rate{PerSecond: 1, Burst: 4}}})
-	org := newOrg(t, pool)
-	ck := newKey(t, keys, apikeys.NewKey{OrgID: org, Mode: access.Test, Scopes: []string{access.ReadPatients}})
-	fenced := newKey(t, keys, apikeys.NewKey{OrgID: org, Mode: access.Test, IPAllowlist: []string{"203.0.113.0/24"}})
+	org := pgtest.NewOrg(t, pool)
+	ck := pgtest.NewKey(t, keys, apikeys.NewKey{OrgID: org, Mode: access.Test, Scopes: []string{access.ReadPatients}})
+	fenced := pgtest.NewKey(t, keys, apikeys.NewKey{OrgID: org, Mode: access.Test, IPAllowlist: []string{"203.0.113.0/24"}})
 	url := stack(t, a, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		p := access.From(r.Context())
 		if p == nil { // the WebSocket upgrade, let through for its handler to authenticate
@@ -324,13 +324,13 @@ func TestMiddlewareOrganizationRate(t *testing.T) {
 	clk := newClock()
 	a := NewAuthenticator(keys, nil, AuthenticatorConfig{Clock: clk.now, Limits: Limits{
 		Default: Rate{PerSecond: 1, Burst: 2}, OrgDefault: Rate{PerSecond: 2, Burst: 3}}})
-	org, other := newOrg(t, pool), newOrg(t, pool)
+	org, other := pgtest.NewOrg(t, pool), pgtest.NewOrg(t, pool)
 	url := stack(t, a, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		envelope.WriteJSON(w, http.StatusOK, map[string]string{})
 	}))
 	var secrets []string
 	for range 3 {
-		secrets = append(secrets, newKey(t, keys, apikeys.NewKey{OrgID: org, Mode: access.Live}).Secret)
+		secrets = append(secrets, pgtest.NewKey(t, keys, apikeys.NewKey{OrgID: org, Mode: access.Live}).Secret)
 	}
 	for i, want := range []int{200, 200, 200, 429} { // three of the organization's keys, one request each, then a fourth
 		resp, body := get(t, http.MethodGet, url+"/v1/organizations", secrets[i%3])
@@ -342,7 +342,7 @@ func TestMiddlewareOrganizationRate(t *testing.T) {
 			t.Fatalf("past the organization's rate: %v %s", resp.Header, body)
 		}
 	}
-	if resp, body := get(t, http.MethodGet, url+"/v1/organizations", newKey(t, keys, apikeys.NewKey{OrgID: other, Mode: access.Live}).Secret); resp.StatusCode != 200 {
+	if resp, body := get(t, http.MethodGet, url+"/v1/organizations", pgtest.NewKey(t, keys, apikeys.NewKey{OrgID: other, Mode: access.Live}).Secret); resp.StatusCode != 200 {
 		t.Fatalf("another organization's key: %d %s", resp.StatusCode, body)
 	}
 	clk.add(time.Second)

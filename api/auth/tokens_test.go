@@ -265,7 +265,7 @@ func TestTokenRoundTripThroughAuthenticator(t *testing.T) {
 	a := NewAuthenticator(keys, tokens, AuthenticatorConfig{})
 	ctx := context.Background()
 	ip := netip.MustParseAddr("192.0.2.1")
-	ck := newKey(t, keys, apikeys.NewKey{OrgID: newOrg(t, pool), Mode: access.Live, Scopes: []string{access.ReadPatients, access.ExecAgents}})
+	ck := pgtest.NewKey(t, keys, apikeys.NewKey{OrgID: pgtest.NewOrg(t, pool), Mode: access.Live, Scopes: []string{access.ReadPatients, access.ExecAgents}})
 	p, err := a.Authenticate(ctx, "Bearer "+ck.Secret, ip)
 	if err != nil {
 		t.Fatal(err)
@@ -305,7 +305,7 @@ func TestTokenRoundTripThroughAuthenticator(t *testing.T) {
 	}
 
 	// The parent key's IP allowlist binds its tokens.
-	ck2 := newKey(t, keys, apikeys.NewKey{OrgID: ck.OrgID, Mode: access.Live, IPAllowlist: []string{"192.0.2.0/24"}})
+	ck2 := pgtest.NewKey(t, keys, apikeys.NewKey{OrgID: ck.OrgID, Mode: access.Live, IPAllowlist: []string{"192.0.2.0/24"}})
 	p2, err := a.Authenticate(ctx, "Bearer "+ck2.Secret, ip)
 	if err != nil {
 		t.Fatal(err)
@@ -327,7 +327,7 @@ func TestTokenOfExpiredRotatedKey(t *testing.T) {
 	a := NewAuthenticator(keys, tokens, AuthenticatorConfig{Clock: clk.now})
 	ctx := context.Background()
 	ip := netip.MustParseAddr("192.0.2.1")
-	ck := newKey(t, keys, apikeys.NewKey{OrgID: newOrg(t, pool), Mode: access.Live})
+	ck := pgtest.NewKey(t, keys, apikeys.NewKey{OrgID: pgtest.NewOrg(t, pool), Mode: access.Live})
 	p, err := a.Authenticate(ctx, "Bearer "+ck.Secret, ip)
 	if err != nil {
 		t.Fatal(err)

@@ -10,36 +10,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
-
 	"carehub/kernel/access"
 	"carehub/kernel/apikeys"
 	"carehub/kernel/fault"
-	"carehub/kernel/ids"
 	"carehub/storage/postgres"
 	"carehub/storage/postgres/pgtest"
 )
-
-// newOrg inserts an organization and returns its id.
-func newOrg(t testing.TB, pool *pgxpool.Pool) string {
-	t.Helper()
-	id := ids.New(ids.Organization)
-	if _, err := pool.Exec(context.Background(), `insert into organizations (id, name, slug, type, plan) values ($1, $2, $3, 'clinic', 'starter')`,
-		id, "Org "+id, id); err != nil {
-		t.Fatalf("insert organization: %v", err)
-	}
-	return id
-}
-
-// newKey creates a key and fails the test on error.
-func newKey(t testing.TB, keys *postgres.APIKeys, nk apikeys.NewKey) *apikeys.CreatedKey {
-	t.Helper()
-	ck, err := keys.Create(context.Background(), nk)
-	if err != nil {
-		t.Fatalf("create key: %v", err)
-	}
-	return ck
-}
 
 // otherKey returns a well-formed key that differs from key in its last character.
 func otherKey(key string) string {
@@ -54,7 +30,7 @@ func otherKey(key string) string {
 func TestCreateKeyValidation(t *testing.T) {
 	pool := pgtest.New(t)
 	keys := postgres.NewAPIKeys(pool)
-	org := newOrg(t, pool)
+	org := pgtest.NewOrg(t, pool)
 	ctx := context.Background()
 	for _, tc := range []struct {
 		name  string
@@ -88,7 +64,7 @@ func TestKeyStoredAsHashOnly(t *testing.T) {
 	pool := pgtest.New(t)
 	keys := postgres.NewAPIKeys(pool)
 	scopes := []string{access.ReadPatients, access.AdminOrg, access.ReadPatients}
-	ck := newKey(t, keys, apikeys.NewKey{OrgID: newOrg(t, pool), Mode: access.Live, Scopes: scopes, Name: "ci"})
+	ck := pgtest.NewKey(t, keys, apikeys.NewKey{OrgID: pgtest.NewOrg(t, pool), Mode: access.Live, Scopes: scopes, Name: "ci"})
 	if !apikeys.WellFormedKey(ck.Secret) || !strings.HasPrefix(ck.Secret, apikeys.LivePrefix) {
 		t.Fatalf("secret %q is not a live key", ck.Secret)
 	}
@@ -131,7 +107,7 @@ func TestKeyRotation(t *testing.T) {
 	pool := pgtest.New(t)
 	keys := postgres.NewAPIKeys(pool)
 	ctx := context.Background()
-	old := newKey(t, keys, apikeys.NewKey{OrgID: newOrg(t, pool), Mode: access.Live, Scopes: []string{access.ReadPatients}, IPAllowlist: []string{"10.0.0.0/8"}})
+	old := pgtest.NewKey(t, keys, apikeys.NewKey{OrgID: pgtest.NewOrg(t, pool), Mode: access.Live, Scopes: []string{access.ReadPatients}, IPAllowlist: []string{"10.0.0.0/8"}})
 	fresh, err := keys.Rotate(ctx, old.OrgID, old.ID)
 	if err != nil {
 		t.Fatal(err)
@@ -176,9 +152,9 @@ func TestKeyRevocation(t *testing.T) {
 	pool := pgtest.New(t)
 	keys := postgres.NewAPIKeys(pool)
 	ctx := context.Background()
-	org := newOrg(t, pool)
-	ck := newKey(t, keys, apikeys.NewKey{OrgID: org, Mode: access.Live})
-	if _, err := keys.Revoke(ctx, newOrg(t, pool), ck.ID); fault.KindOf(err) != fault.KindNotFound {
+	org := pgtest.NewOrg(t, pool)
+	ck := pgtest.NewKey(t, keys, apikeys.NewKey{OrgID: org, Mode: access.Live})
+	if _, err := keys.Revoke(ctx, pgtest.NewOrg(t, pool), ck.ID); fault.KindOf(err) != fault.KindNotFound {
 		t.Fatalf("revoke through another organization: %v, want NOT_FOUND", err)
 	}
 	k, err := keys.Revoke(ctx, org, ck.ID)
@@ -218,8 +194,8 @@ func TestKeyChangesAnnounced(t *testing.T) {
 			t.Errorf("Run: %v", err)
 		}
 	}()
-	org := newOrg(t, pool)
-	ck := newKey(t, keys, apikeys.NewKey{OrgID: org, Mode: access.Live})
+	org := pgtest.NewOrg(t, pool)
+	ck := pgtest.NewKey(t, keys, apikeys.NewKey{OrgID: org, Mode: access.Live})
 	fresh, err := keys.Rotate(ctx, org, ck.ID)
 	if err != nil {
 		t.Fatal(err)

@@ -36,6 +36,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"carehub/kernel/apikeys"
+	"carehub/kernel/ids"
 	"carehub/storage/postgres"
 )
 
@@ -312,4 +314,26 @@ func withDatabase(dsn, db string) string {
 		}
 	}
 	return dsn + " dbname='" + strings.NewReplacer(`\`, `\\`, `'`, `\'`).Replace(db) + "'"
+}
+
+// NewOrg inserts an organization and returns its id: the parent row an API key or a project of a
+// store's test needs.
+func NewOrg(t testing.TB, pool *pgxpool.Pool) string {
+	t.Helper()
+	id := ids.New(ids.Organization)
+	if _, err := pool.Exec(context.Background(), `insert into organizations (id, name, slug, type, plan) values ($1, $2, $3, 'clinic', 'starter')`,
+		id, "Org "+id, id); err != nil {
+		t.Fatalf("insert organization: %v", err)
+	}
+	return id
+}
+
+// NewKey creates an API key in keys and fails the test on error.
+func NewKey(t testing.TB, keys *postgres.APIKeys, nk apikeys.NewKey) *apikeys.CreatedKey {
+	t.Helper()
+	ck, err := keys.Create(context.Background(), nk)
+	if err != nil {
+		t.Fatalf("create key: %v", err)
+	}
+	return ck
 }
