@@ -68,7 +68,10 @@ func Brokers(t testing.TB) []string {
 	if addrs, ok := clusters[t]; ok {
 		return addrs
 	}
-	c, err := kfake.NewCluster(kfake.NumBrokers(3))
+	// kfake's warnings and errors go to stderr, which go test shows for a failing package only:
+	// a transaction it aborted on its own (a timeout) or a request it refused is then in the
+	// failure's output, beside servertest's Kafka diagnosis.
+	c, err := kfake.NewCluster(kfake.NumBrokers(3), kfake.WithLogger(kfake.BasicLogger(os.Stderr, kfake.LogLevelWarn)))
 	if err != nil {
 		t.Fatalf("kafkatest: start kfake: %v", err)
 	}
