@@ -126,6 +126,15 @@ func sameValues(got, want []*kgo.Record) bool {
 	return slices.Equal(g, w)
 }
 
+// readsExactly reads topic from the start, read-committed, and fails t unless it holds want's
+// values and nothing else; what names want in the failure.
+func readsExactly(t *testing.T, topic string, want []*kgo.Record, what string) {
+	t.Helper()
+	if got := kafkatest.ReadAll(t, topic); !sameValues(got, want) {
+		t.Fatalf("read %d records %v, want %s: %d records", len(got), values(got), what, len(want))
+	}
+}
+
 func testReadBack(t *testing.T, r Route) {
 	topic := kafkatest.Topic(t, "publishtest")
 	at := time.Date(2025, 3, 14, 9, 26, 53, 589_000_000, time.UTC) // milliseconds: Kafka's precision
@@ -194,9 +203,7 @@ func testAckIsDurable(t *testing.T, r Route) {
 	if r.Close != nil {
 		r.Close()
 	}
-	if got := kafkatest.ReadAll(t, topic); !sameValues(got, want) {
-		t.Fatalf("read %d records after the route closed, want the %d acknowledged", len(got), len(want))
-	}
+	readsExactly(t, topic, want, "after the route closed, the acknowledged")
 }
 
 // testAbortedNeverRead aborts a publish whose records reached the broker, commits another, and
@@ -215,9 +222,7 @@ func testAbortedNeverRead(t *testing.T, r Route) {
 	}
 	committed := keyed(topic, 7, 40)
 	mustPublish(t, r, committed)
-	if got := kafkatest.ReadAll(t, topic); !sameValues(got, committed) {
-		t.Fatalf("read %v, want the committed publish's %d records alone", values(got), len(committed))
-	}
+	readsExactly(t, topic, committed, "the committed publish's records alone")
 }
 
 // testCommittedReadWhole publishes records over every partition in one call: a reader sees all
@@ -229,9 +234,7 @@ func testCommittedReadWhole(t *testing.T, r Route) {
 	topic := kafkatest.Topic(t, "publishtest")
 	want := keyed(topic, 3*kafkatest.Partitions, 300)
 	mustPublish(t, r, want)
-	if got := kafkatest.ReadAll(t, topic); !sameValues(got, want) {
-		t.Fatalf("read %d records, want the %d of the committed publish", len(got), len(want))
-	}
+	readsExactly(t, topic, want, "all of the committed publish")
 }
 
 // testUnreachable publishes to brokers that do not answer and expects an error once the
