@@ -42,6 +42,25 @@ func DecodeCursorOf(cursor, prefix string) (time.Time, string, error) {
 	return at, id, nil
 }
 
+// Page sizes of the event and audit queries. Both stores clamp Limit the same way, so a client
+// gets the same pages from either.
+const (
+	DefaultPageSize = 100  // a query without Limit
+	MaxPageSize     = 1000 // larger limits are clamped to this
+)
+
+// PageSize is the page size a query's limit asks for: DefaultPageSize for 0 or less, at most
+// MaxPageSize.
+func PageSize(limit int) int {
+	switch {
+	case limit <= 0:
+		return DefaultPageSize
+	case limit > MaxPageSize:
+		return MaxPageSize
+	}
+	return limit
+}
+
 // TrimPage cuts items, read with one more than limit, to limit, and returns the cursor after the
 // last item kept when there was more, "" on the last page. key gives an item's time and id.
 func TrimPage[T any](items []T, limit int, key func(T) (time.Time, string)) ([]T, string) {

@@ -182,19 +182,12 @@ func (s *Service) Create(ctx context.Context, in NewAgent) (*Agent, error) {
 	if err != nil {
 		return nil, err
 	}
-	in.Name = strings.TrimSpace(in.Name)
-	bad := map[string]string{}
-	if in.Name == "" || len(in.Name) > 200 {
-		bad["name"] = "must be 1 to 200 characters"
-	}
+	bad := scoped.NamedFields(&in.Name, in.Description)
 	if in.RunMode == "" {
 		in.RunMode = ModeSync
 	}
 	if in.RunMode != ModeSync && in.RunMode != ModeAsync {
 		bad["runMode"] = "must be sync or async"
-	}
-	if len(in.Description) > 2000 {
-		bad["description"] = "must be at most 2000 characters"
 	}
 	if in.Skill != "" {
 		if _, ok := clinical.Lookup(in.Skill); !ok {

@@ -274,11 +274,7 @@ func (s *Service) AssetsByID(ctx context.Context, ids []string) (map[string]*Ass
 	if err != nil {
 		return nil, fmt.Errorf("assets by id: %w", err)
 	}
-	out := make(map[string]*Asset, len(list))
-	for _, a := range list {
-		out[a.ID] = a
-	}
-	return out, nil
+	return scoped.Index(list, func(a *Asset) string { return a.ID }), nil
 }
 
 const publisherColumns = `p.id, p.name, p.email, p.org_id, p.verified, p.created_at,
@@ -309,11 +305,7 @@ func (s *Service) PublishersByID(ctx context.Context, ids []string) (map[string]
 	if err != nil {
 		return nil, fmt.Errorf("publishers by id: %w", err)
 	}
-	out := make(map[string]*Publisher, len(list))
-	for _, p := range list {
-		out[p.ID] = p
-	}
-	return out, nil
+	return scoped.Index(list, func(p *Publisher) string { return p.ID }), nil
 }
 
 const installationColumns = `id, org_id, project_id, asset_id, status, config, installed_at`

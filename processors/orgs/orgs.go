@@ -173,11 +173,7 @@ func (s *Service) OrganizationsByID(ctx context.Context, ids []string) (map[stri
 	if err != nil {
 		return nil, fmt.Errorf("organizations by id: %w", err)
 	}
-	out := make(map[string]*Organization, len(list))
-	for _, o := range list {
-		out[o.ID] = o
-	}
-	return out, nil
+	return scoped.Index(list, func(o *Organization) string { return o.ID }), nil
 }
 
 const projectColumns = `id, org_id, name, created_at`

@@ -40,7 +40,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -175,14 +174,7 @@ func (s *Service) Create(ctx context.Context, in NewWorkflow) (*Workflow, error)
 	if err != nil {
 		return nil, err
 	}
-	in.Name = strings.TrimSpace(in.Name)
-	bad := map[string]string{}
-	if in.Name == "" || len(in.Name) > 200 {
-		bad["name"] = "must be 1 to 200 characters"
-	}
-	if len(in.Description) > 2000 {
-		bad["description"] = "must be at most 2000 characters"
-	}
+	bad := scoped.NamedFields(&in.Name, in.Description)
 	var agentIDs []string
 	switch {
 	case len(in.Steps) == 0:

@@ -40,10 +40,10 @@ import (
 	"carehub/storage"
 )
 
-// Page sizes of QueryEvents and QueryAudit (the same as storage/postgres).
+// Page sizes of QueryEvents and QueryAudit: storage's, which both stores share.
 const (
-	DefaultPageSize = 100
-	MaxPageSize     = 1000
+	DefaultPageSize = storage.DefaultPageSize
+	MaxPageSize     = storage.MaxPageSize
 )
 
 // asyncInsertBelow is the batch size under which an append goes through the server's
@@ -383,7 +383,7 @@ func (s *Store) QueryEvents(ctx context.Context, q storage.EventQuery) (storage.
 	if q.ProjectID == "" {
 		return storage.EventPage{}, errors.New("query events: project id required")
 	}
-	limit := pageSize(q.Limit)
+	limit := storage.PageSize(q.Limit)
 	where := eventQueryFilter(q)
 	// The total and the page are two queries of their own: run side by side, the call waits
 	// for the longer rather than for both.
@@ -730,7 +730,7 @@ auth_failure, credential)`, n, id, at, org, key, mode, ip, agent, op, resources,
 // QueryAudit has the semantics of storage/postgres.AuditLog.QueryAudit: newest first, From
 // inclusive, To exclusive, PatientID matching any of a record's patient ids.
 func (s *Store) QueryAudit(ctx context.Context, q storage.AuditQuery) (storage.AuditPage, error) {
-	limit := pageSize(q.Limit)
+	limit := storage.PageSize(q.Limit)
 	var where conditions
 	if q.OrgID != "" {
 		where.add("org_id = ?", q.OrgID)
@@ -793,16 +793,6 @@ func nonNil(s []string) []string {
 		return []string{}
 	}
 	return s
-}
-
-func pageSize(limit int) int {
-	switch {
-	case limit <= 0:
-		return DefaultPageSize
-	case limit > MaxPageSize:
-		return MaxPageSize
-	}
-	return limit
 }
 
 // conditions builds a WHERE clause with positional (?) parameters, bound by the driver.

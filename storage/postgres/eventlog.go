@@ -19,10 +19,10 @@ import (
 	"carehub/storage/postgres/pgcopy"
 )
 
-// Page sizes of QueryEvents and QueryAudit.
+// Page sizes of QueryEvents and QueryAudit: storage's, which both stores share.
 const (
-	DefaultPageSize = 100  // a query without Limit
-	MaxPageSize     = 1000 // larger limits are clamped to this
+	DefaultPageSize = storage.DefaultPageSize // a query without Limit
+	MaxPageSize     = storage.MaxPageSize     // larger limits are clamped to this
 )
 
 // copyThreshold is the batch size from which AppendEvents and AppendAudit stage rows with COPY
@@ -298,7 +298,7 @@ func (l *EventLog) QueryEvents(ctx context.Context, q storage.EventQuery) (stora
 	if q.ProjectID == "" {
 		return storage.EventPage{}, errors.New("query events: project id required")
 	}
-	limit := pageSize(q.Limit)
+	limit := storage.PageSize(q.Limit)
 	where := eventFilter(q.OrgID, q.ProjectID, q.Type, q.Types, q.Since, q.To)
 	resourceFilters(&where, q)
 	countSQL := "select count(*) from event_log where " + where.sql()
@@ -596,7 +596,7 @@ create temp table if not exists audit_log_stage (
 // records whose patient ids include it. Limit, Total and Cursor behave as in
 // EventLog.QueryEvents.
 func (l *AuditLog) QueryAudit(ctx context.Context, q storage.AuditQuery) (storage.AuditPage, error) {
-	limit := pageSize(q.Limit)
+	limit := storage.PageSize(q.Limit)
 	var where conditions
 	if q.OrgID != "" {
 		where.add("org_id = $%d", q.OrgID)
@@ -653,16 +653,6 @@ func (l *AuditLog) QueryAudit(ctx context.Context, q storage.AuditQuery) (storag
 	}
 	page.Records, page.NextCursor = storage.TrimPage(page.Records, limit, storage.AuditRecord.CursorKey)
 	return page, nil
-}
-
-func pageSize(limit int) int {
-	switch {
-	case limit <= 0:
-		return DefaultPageSize
-	case limit > MaxPageSize:
-		return MaxPageSize
-	}
-	return limit
 }
 
 // conditions builds a WHERE clause with numbered placeholders.

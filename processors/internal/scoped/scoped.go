@@ -55,11 +55,7 @@ func ByID[T any](ctx context.Context, q Querier, columns, table string, ids []st
 	if err != nil {
 		return nil, fmt.Errorf("%s by id: %w", table, err)
 	}
-	out := make(map[string]*T, len(list))
-	for _, v := range list {
-		out[key(v)] = v
-	}
-	return out, nil
+	return Index(list, key), nil
 }
 
 // ProjectOrg returns the organization of a project p can see; another organization's project is
@@ -189,6 +185,16 @@ func Group[T any](list []T, key func(*T) string) map[string][]T {
 	for i := range list {
 		k := key(&list[i])
 		out[k] = append(out[k], list[i])
+	}
+	return out
+}
+
+// Index keys list by key, for the batched loaders that answer a map by id; of two items with one
+// key the later wins.
+func Index[T any](list []*T, key func(*T) string) map[string]*T {
+	out := make(map[string]*T, len(list))
+	for _, v := range list {
+		out[key(v)] = v
 	}
 	return out
 }
