@@ -198,9 +198,9 @@ func (w *Writer) newMember(i int, opts []kgo.Opt) (*member, error) {
 				}
 			}
 		}))
-	src, err := consume.NewTransact(func() (*kgo.GroupTransactSession, error) {
+	src, err := consume.NewTransact(func(watch func(kgo.LogLevel, string)) (*kgo.GroupTransactSession, error) {
 		return kafka.NewGroupTransactSession(kafka.ClientConfig{Brokers: cfg.Brokers, Credentials: cfg.Credentials, ClientID: clientID,
-			Registerer: cfg.Registerer, Logger: cfg.Logger}, opts...)
+			Registerer: cfg.Registerer, Logger: cfg.Logger, Watch: watch}, opts...)
 	}, cfg.StoreTimeout)
 	if err != nil {
 		return nil, err

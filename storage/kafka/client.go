@@ -1,6 +1,7 @@
 package kafka
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -58,6 +59,10 @@ type ClientConfig struct {
 	// Credentials authenticate the client when the brokers require SASL (the embedded broker
 	// always does). Default: none.
 	Credentials Credentials
+	// Watch, when set, is called with each of franz-go's messages at info level and above, for a
+	// caller that must react to one the API does not report (publish.Transactional). It is
+	// called on franz-go's goroutines and must be quick.
+	Watch func(level kgo.LogLevel, msg string)
 }
 
 // Validate reports whether the config can build a client.
@@ -159,8 +164,9 @@ func newClient(cfg ClientConfig, extra []kgo.Opt, build func(...kgo.Opt) (*kgo.C
 		kgo.MetadataMinAge(DefaultMetadataMinAge),
 	}
 	opts = append(opts, cfg.Credentials.Opts()...)
-	if cfg.Logger != nil {
-		opts = append(opts, kgo.WithLogger(&slogLogger{l: cfg.Logger.With("client_id", cfg.ClientID)}))
+	if cfg.Logger != nil || cfg.Watch != nil {
+		l := cmp.Or(cfg.Logger, slog.New(slog.DiscardHandler))
+		opts = append(opts, kgo.WithLogger(&slogLogger{l: l.With("client_id", cfg.ClientID), watch: cfg.Watch}))
 	}
 	var (
 		metrics *conventionalMetrics
@@ -221,12 +227,27 @@ func (u *unregisterOnClose) OnClientClosed(*kgo.Client) {
 func (u *unregisterOnClose) disarm() { u.once.Do(func() {}) }
 
 // slogLogger adapts slog to kgo.Logger at warn and above: franz-go's info
-// and debug logs are per-request chatter.
-type slogLogger struct{ l *slog.Logger }
+// and debug logs are per-request chatter. With watch, franz-go logs at info
+// and watch sees every message; slog still gets warn and above.
+type slogLogger struct {
+	l     *slog.Logger
+	watch func(kgo.LogLevel, string)
+}
 
-func (s *slogLogger) Level() kgo.LogLevel { return kgo.LogLevelWarn }
+func (s *slogLogger) Level() kgo.LogLevel {
+	if s.watch != nil {
+		return kgo.LogLevelInfo
+	}
+	return kgo.LogLevelWarn
+}
 
 func (s *slogLogger) Log(level kgo.LogLevel, msg string, keyvals ...any) {
+	if s.watch != nil {
+		s.watch(level, msg)
+		if level > kgo.LogLevelWarn {
+			return
+		}
+	}
 	var lvl slog.Level
 	switch level {
 	case kgo.LogLevelError:

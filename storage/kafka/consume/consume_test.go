@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -459,6 +460,7 @@ type transactor struct {
 	src    *consume.Transact
 	out    string
 	builds int // sessions built, read after stop
+	watch  func(kgo.LogLevel, string)
 	stop   func()
 }
 
@@ -468,9 +470,10 @@ func (e *env) startTransact(txnID string, before func() error) *transactor {
 	e.t.Helper()
 	x := &transactor{out: kafkatest.Topic(e.t, "consume-out")}
 	var err error
-	x.src, err = consume.NewTransact(func() (*kgo.GroupTransactSession, error) {
+	x.src, err = consume.NewTransact(func(watch func(kgo.LogLevel, string)) (*kgo.GroupTransactSession, error) {
 		x.builds++
-		return kafka.NewGroupTransactSession(kafka.ClientConfig{Brokers: kafkatest.Brokers(e.t), ClientID: "consume-test"},
+		x.watch = watch
+		return kafka.NewGroupTransactSession(kafka.ClientConfig{Brokers: kafkatest.Brokers(e.t), ClientID: "consume-test", Watch: watch},
 			append(consume.GroupOpts(e.group, e.topic), kgo.TransactionalID(txnID), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))...)
 	}, 30*time.Second)
 	if err != nil {
@@ -540,6 +543,47 @@ func TestTransactAbortsAFailedBatch(t *testing.T) {
 	})
 	waitFor(t, "the group to commit every record", e.caughtUp)
 	x.outputOnce(t, vals)
+}
+
+// When franz-go signals that it ended a transaction with an abort although asked to commit (its
+// log line; here the test gives it in the second batch), the batch counts as not committed: the
+// session is replaced and the batch read again, so no record's output is lost (the abort the
+// sign stands for would have dropped it; here the commit happened, so that batch is output twice).
+func TestTransactSwallowedCommitReadAgain(t *testing.T) {
+	e := newEnv(t)
+	vals := values("s", 40)
+	e.produce(vals...)
+	var (
+		mu    sync.Mutex
+		calls int
+		xp    atomic.Pointer[transactor]
+	)
+	x := e.startTransact(kafkatest.Name(t, "consume-txn"), func() error {
+		mu.Lock()
+		defer mu.Unlock()
+		if calls++; calls == 2 {
+			for xp.Load() == nil {
+				time.Sleep(time.Millisecond)
+			}
+			xp.Load().watch(kgo.LogLevelInfo, "no produce succeeded in this transaction but produces were attempted; issuing an abort")
+		}
+		return nil
+	})
+	xp.Store(x)
+	waitFor(t, "the group to commit every record", e.caughtUp)
+	seen := map[string]int{}
+	for _, rec := range kafkatest.ReadAll(t, x.out) {
+		seen[string(rec.Value)]++
+	}
+	for _, v := range vals {
+		if seen[v] == 0 {
+			t.Errorf("%s never output", v)
+		}
+	}
+	x.stop()
+	if x.builds < 2 {
+		t.Errorf("the session was built %d times: the one that swallowed a commit was not replaced", x.builds)
+	}
 }
 
 // A transactional consumer whose session fails beyond retrying (here: fenced by another

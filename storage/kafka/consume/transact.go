@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -22,8 +23,9 @@ var ErrNotCommitted = errors.New("consume: the transaction was aborted; the batc
 // that the runner replaces when a transaction fails beyond retrying. Its Transaction middleware
 // begins and ends each batch's transaction; the handler produces through Publisher.
 type Transact struct {
-	build      func() (*kgo.GroupTransactSession, error)
+	build      func(watch func(kgo.LogLevel, string)) (*kgo.GroupTransactSession, error)
 	endTimeout time.Duration
+	swallowed  atomic.Bool // franz-go ended the session's last transaction with an abort it reported as a commit
 
 	mu     sync.Mutex
 	sess   *kgo.GroupTransactSession
@@ -32,16 +34,26 @@ type Transact struct {
 }
 
 // NewTransact builds a session with build and returns the source over it. build must make the
-// session with GroupOpts' options and a stable kgo.TransactionalID: Renew calls it again to
-// replace a failed session, and the new one, with the same id, fences what the failed one left
-// open. endTimeout bounds ending one transaction (committing or aborting); ending is not cut
-// short by the handler's context, so a batch finished at shutdown is still committed.
-func NewTransact(build func() (*kgo.GroupTransactSession, error), endTimeout time.Duration) (*Transact, error) {
-	sess, err := build()
+// session with GroupOpts' options, a stable kgo.TransactionalID and watch as its
+// kafka.ClientConfig.Watch: Renew calls it again to replace a failed session, and the new one,
+// with the same id, fences what the failed one left open. endTimeout bounds ending one
+// transaction (committing or aborting); ending is not cut short by the handler's context, so a
+// batch finished at shutdown is still committed.
+func NewTransact(build func(watch func(kgo.LogLevel, string)) (*kgo.GroupTransactSession, error), endTimeout time.Duration) (*Transact, error) {
+	t := &Transact{build: build, endTimeout: endTimeout}
+	sess, err := build(t.watch)
 	if err != nil {
 		return nil, err
 	}
-	return &Transact{build: build, endTimeout: endTimeout, sess: sess}, nil
+	t.sess = sess
+	return t, nil
+}
+
+// watch notes franz-go's sign of a commit it turned into an abort (publish.SwallowedCommit).
+func (t *Transact) watch(_ kgo.LogLevel, msg string) {
+	if publish.SwallowedCommit(msg) {
+		t.swallowed.Store(true)
+	}
 }
 
 // Session is the session in use (Publisher produces into its transaction). It changes only
@@ -76,6 +88,7 @@ func (t *Transact) AllowRebalance() { t.Session().AllowRebalance() }
 func (t *Transact) Transaction(next Handler) Handler {
 	return func(ctx context.Context, recs []*kgo.Record) error {
 		sess := t.Session()
+		t.swallowed.Store(false) // one transaction at a time: a sign from now on is this one's
 		if err := sess.Begin(); err != nil {
 			t.fail(sess)
 			return fmt.Errorf("consume: begin transaction: %w", err)
@@ -85,6 +98,11 @@ func (t *Transact) Transaction(next Handler) Handler {
 		defer cancel()
 		committed, endErr := sess.End(ectx, kgo.TransactionEndTry(err == nil))
 		switch {
+		case committed && t.swallowed.Load():
+			// franz-go aborted what it reports committed (see publish.Txn.Commit): the session
+			// believes its position committed, so only a new one rewinds to what was.
+			t.fail(sess)
+			return ErrNotCommitted
 		case endErr != nil:
 			t.fail(sess)
 			return errors.Join(err, fmt.Errorf("consume: end transaction: %w", endErr))
@@ -116,7 +134,7 @@ func (t *Transact) Renew() (bool, error) {
 	if !t.failed || t.closed {
 		return false, nil
 	}
-	sess, err := t.build()
+	sess, err := t.build(t.watch)
 	if err != nil {
 		return false, err
 	}

@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"log/slog"
 	"strconv"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -50,6 +52,10 @@ type Transactional struct {
 	cfg  TransactionalConfig
 	free chan int // slots not in use
 
+	// swallowed, by slot, is set when franz-go ends the slot's transaction with an abort that
+	// its caller asked to commit (see Txn.Commit).
+	swallowed []atomic.Bool
+
 	mu      sync.Mutex
 	clients []*kgo.Client // by slot; nil until first use or after a failure
 	closed  bool
@@ -65,7 +71,7 @@ func NewTransactional(cfg TransactionalConfig) *Transactional {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	p := &Transactional{cfg: cfg, free: make(chan int, cfg.Size), clients: make([]*kgo.Client, cfg.Size)}
+	p := &Transactional{cfg: cfg, free: make(chan int, cfg.Size), clients: make([]*kgo.Client, cfg.Size), swallowed: make([]atomic.Bool, cfg.Size)}
 	for i := range cfg.Size {
 		p.free <- i
 	}
@@ -88,7 +94,13 @@ func (p *Transactional) Acquire(ctx context.Context) (*Txn, error) {
 		return nil, ErrPoolClosed
 	}
 	if p.clients[slot] == nil {
-		cl, err := kafka.NewClient(kafka.ClientConfig{Brokers: p.cfg.Brokers, Credentials: p.cfg.Credentials, ClientID: p.cfg.ClientID, Logger: p.cfg.Logger},
+		swallowed := &p.swallowed[slot]
+		watch := func(_ kgo.LogLevel, msg string) {
+			if SwallowedCommit(msg) {
+				swallowed.Store(true)
+			}
+		}
+		cl, err := kafka.NewClient(kafka.ClientConfig{Brokers: p.cfg.Brokers, Credentials: p.cfg.Credentials, ClientID: p.cfg.ClientID, Logger: p.cfg.Logger, Watch: watch},
 			kgo.TransactionalID(p.cfg.Prefix+"-"+strconv.Itoa(slot)),
 			kgo.TransactionTimeout(p.cfg.TxnTimeout),
 		)
@@ -137,6 +149,8 @@ type Txn struct {
 	begun bool
 	done  bool
 
+	recs []*kgo.Record // every record added, to publish again (see Commit)
+
 	mu       sync.Mutex
 	firstErr error
 	last     map[int32]int64 // the highest offset acknowledged per partition
@@ -152,6 +166,7 @@ func (t *Txn) Add(ctx context.Context, recs ...*kgo.Record) error {
 		}
 		t.begun = true
 	}
+	t.recs = append(t.recs, recs...)
 	for _, r := range recs {
 		t.cl.Produce(ctx, r, t.promise)
 	}
@@ -190,30 +205,74 @@ func (t *Txn) Offsets() map[int32]int64 {
 // A commit whose outcome is unknown (the broker went away during EndTxn) is reported as a
 // failure although it may have committed; that is the one case where a retry can deliver the
 // records twice, unless their ids are derived from what the retry repeats.
+//
+// franz-go (v1.22.3) can end a transaction whose records were all acknowledged with an abort
+// although it was asked to commit, and report success: under KIP-890 part 2, when it holds no
+// partition as added to the transaction, it aborts "to clear any server-side registrations"
+// and returns nil. Seen under load on a client's first transaction (the record acknowledged at
+// its offset, then EndTxn sent with commit=false). Its log line is the only sign, so each client
+// watches for it; Commit then publishes the records again in a new transaction, up to
+// commitAttempts times, and fails after that. Publishing again is safe: the first attempt's
+// records were aborted and will never be read.
 func (t *Txn) Commit(ctx context.Context) error {
 	if t.done {
 		return errors.New("transaction already ended")
 	}
-	if err := t.cl.Flush(ctx); err != nil {
-		t.Abort()
-		return fmt.Errorf("produce: %w", err)
-	}
-	if err := t.err(); err != nil {
-		t.Abort()
-		return fmt.Errorf("produce: %w", err)
-	}
-	// Every record is acknowledged: see the commit through even if ctx ends now (a caller gone
-	// at this moment gets no answer either way), because an EndTxn cut off half way leaves its
-	// outcome unknown.
-	ectx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-	defer cancel()
-	if err := t.cl.EndTransaction(ectx, kgo.TryCommit); err != nil {
-		t.Abort()
-		return fmt.Errorf("commit: %w", err)
+	for attempt := 1; ; attempt++ {
+		if err := t.cl.Flush(ctx); err != nil {
+			t.Abort()
+			return fmt.Errorf("produce: %w", err)
+		}
+		if err := t.err(); err != nil {
+			t.Abort()
+			return fmt.Errorf("produce: %w", err)
+		}
+		// Every record is acknowledged: see the commit through even if ctx ends now (a caller
+		// gone at this moment gets no answer either way), because an EndTxn cut off half way
+		// leaves its outcome unknown.
+		swallowed := &t.p.swallowed[t.slot]
+		swallowed.Store(false)
+		ectx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		err := t.cl.EndTransaction(ectx, kgo.TryCommit)
+		cancel()
+		if err != nil {
+			t.Abort()
+			return fmt.Errorf("commit: %w", err)
+		}
+		if !swallowed.Load() {
+			break
+		}
+		t.p.cfg.Logger.Warn("the Kafka client aborted a transaction it was asked to commit; publishing its records again",
+			"client", t.p.cfg.ClientID, "slot", t.slot, "attempt", attempt)
+		if attempt == commitAttempts {
+			t.done = true
+			t.p.release(t.slot, true)
+			return errors.New("commit: the Kafka client aborted the transaction instead of committing it")
+		}
+		t.mu.Lock()
+		t.last, t.firstErr = nil, nil
+		t.mu.Unlock()
+		if err := t.cl.BeginTransaction(); err != nil {
+			t.done = true
+			t.p.release(t.slot, true)
+			return fmt.Errorf("begin transaction: %w", err)
+		}
+		for _, r := range t.recs {
+			t.cl.Produce(ctx, r, t.promise)
+		}
 	}
 	t.done = true
 	t.p.release(t.slot, false)
 	return nil
+}
+
+// commitAttempts bounds how often Commit publishes again after franz-go swallowed a commit.
+const commitAttempts = 3
+
+// SwallowedCommit reports whether msg is franz-go's log line for an EndTransaction that aborts
+// whatever it was asked and returns nil (see Txn.Commit); consume.Transact watches for it too.
+func SwallowedCommit(msg string) bool {
+	return strings.HasPrefix(msg, "no produce succeeded in this transaction but produces were attempted")
 }
 
 // Abort ends the transaction without committing and releases the client. It is idempotent.
