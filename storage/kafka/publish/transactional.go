@@ -271,6 +271,7 @@ const commitAttempts = 3
 
 // SwallowedCommit reports whether msg is franz-go's log line for an EndTransaction that aborts
 // whatever it was asked and returns nil (see Txn.Commit); consume.Transact watches for it too.
+// The wording is franz-go v1.22.3's (txn.go, EndTransaction): an upgrade must check it still is.
 func SwallowedCommit(msg string) bool {
 	return strings.HasPrefix(msg, "no produce succeeded in this transaction but produces were attempted")
 }
