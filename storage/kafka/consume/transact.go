@@ -5,11 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"carehub/storage/kafka"
 	"carehub/storage/kafka/publish"
 )
 
@@ -25,7 +25,7 @@ var ErrNotCommitted = errors.New("consume: the transaction was aborted; the batc
 type Transact struct {
 	build      func(watch func(kgo.LogLevel, string)) (*kgo.GroupTransactSession, error)
 	endTimeout time.Duration
-	swallowed  atomic.Bool // franz-go ended the session's last transaction with an abort it reported as a commit
+	commits    kafka.CommitWatch // the session's sign of a commit turned into an abort
 
 	mu     sync.Mutex
 	sess   *kgo.GroupTransactSession
@@ -41,19 +41,12 @@ type Transact struct {
 // batch finished at shutdown is still committed.
 func NewTransact(build func(watch func(kgo.LogLevel, string)) (*kgo.GroupTransactSession, error), endTimeout time.Duration) (*Transact, error) {
 	t := &Transact{build: build, endTimeout: endTimeout}
-	sess, err := build(t.watch)
+	sess, err := build(t.commits.Watch)
 	if err != nil {
 		return nil, err
 	}
 	t.sess = sess
 	return t, nil
-}
-
-// watch notes franz-go's sign of a commit it turned into an abort (publish.SwallowedCommit).
-func (t *Transact) watch(_ kgo.LogLevel, msg string) {
-	if publish.SwallowedCommit(msg) {
-		t.swallowed.Store(true)
-	}
 }
 
 // Session is the session in use (Publisher produces into its transaction). It changes only
@@ -88,7 +81,7 @@ func (t *Transact) AllowRebalance() { t.Session().AllowRebalance() }
 func (t *Transact) Transaction(next Handler) Handler {
 	return func(ctx context.Context, recs []*kgo.Record) error {
 		sess := t.Session()
-		t.swallowed.Store(false) // one transaction at a time: a sign from now on is this one's
+		t.commits.Reset() // one transaction at a time: a sign from now on is this one's
 		if err := sess.Begin(); err != nil {
 			t.fail(sess)
 			return fmt.Errorf("consume: begin transaction: %w", err)
@@ -98,8 +91,8 @@ func (t *Transact) Transaction(next Handler) Handler {
 		defer cancel()
 		committed, endErr := sess.End(ectx, kgo.TransactionEndTry(err == nil))
 		switch {
-		case committed && t.swallowed.Load():
-			// franz-go aborted what it reports committed (see publish.Txn.Commit): the session
+		case committed && t.commits.Swallowed():
+			// franz-go aborted what it reports committed (kafka.CommitWatch): the session
 			// believes its position committed, so only a new one rewinds to what was.
 			t.fail(sess)
 			return ErrNotCommitted
@@ -134,7 +127,7 @@ func (t *Transact) Renew() (bool, error) {
 	if !t.failed || t.closed {
 		return false, nil
 	}
-	sess, err := t.build(t.watch)
+	sess, err := t.build(t.commits.Watch)
 	if err != nil {
 		return false, err
 	}

@@ -6,9 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strconv"
-	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -52,9 +50,7 @@ type Transactional struct {
 	cfg  TransactionalConfig
 	free chan int // slots not in use
 
-	// swallowed, by slot, is set when franz-go ends the slot's transaction with an abort that
-	// its caller asked to commit (see Txn.Commit).
-	swallowed []atomic.Bool
+	commits []kafka.CommitWatch // by slot: its client's sign of a commit turned into an abort
 
 	mu      sync.Mutex
 	clients []*kgo.Client // by slot; nil until first use or after a failure
@@ -71,7 +67,7 @@ func NewTransactional(cfg TransactionalConfig) *Transactional {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	p := &Transactional{cfg: cfg, free: make(chan int, cfg.Size), clients: make([]*kgo.Client, cfg.Size), swallowed: make([]atomic.Bool, cfg.Size)}
+	p := &Transactional{cfg: cfg, free: make(chan int, cfg.Size), clients: make([]*kgo.Client, cfg.Size), commits: make([]kafka.CommitWatch, cfg.Size)}
 	for i := range cfg.Size {
 		p.free <- i
 	}
@@ -94,13 +90,8 @@ func (p *Transactional) Acquire(ctx context.Context) (*Txn, error) {
 		return nil, ErrPoolClosed
 	}
 	if p.clients[slot] == nil {
-		swallowed := &p.swallowed[slot]
-		watch := func(_ kgo.LogLevel, msg string) {
-			if SwallowedCommit(msg) {
-				swallowed.Store(true)
-			}
-		}
-		cl, err := kafka.NewClient(kafka.ClientConfig{Brokers: p.cfg.Brokers, Credentials: p.cfg.Credentials, ClientID: p.cfg.ClientID, Logger: p.cfg.Logger, Watch: watch},
+		cl, err := kafka.NewClient(kafka.ClientConfig{Brokers: p.cfg.Brokers, Credentials: p.cfg.Credentials, ClientID: p.cfg.ClientID, Logger: p.cfg.Logger,
+			Watch: p.commits[slot].Watch},
 			kgo.TransactionalID(p.cfg.Prefix+"-"+strconv.Itoa(slot)),
 			kgo.TransactionTimeout(p.cfg.TxnTimeout),
 		)
@@ -206,14 +197,11 @@ func (t *Txn) Offsets() map[int32]int64 {
 // failure although it may have committed; that is the one case where a retry can deliver the
 // records twice, unless their ids are derived from what the retry repeats.
 //
-// franz-go (v1.22.3) can end a transaction whose records were all acknowledged with an abort
-// although it was asked to commit, and report success: under KIP-890 part 2, when it holds no
-// partition as added to the transaction, it aborts "to clear any server-side registrations"
-// and returns nil. Seen under load on a client's first transaction (the record acknowledged at
-// its offset, then EndTxn sent with commit=false). Its log line is the only sign, so each client
-// watches for it; Commit then publishes the records again in a new transaction, up to
-// commitAttempts times, and fails after that. Publishing again is safe: the first attempt's
-// records were aborted and will never be read.
+// franz-go can end a transaction whose records were all acknowledged with an abort although it
+// was asked to commit, and report success (kafka.CommitWatch). When its client gives that sign,
+// Commit publishes the records again in a new transaction, up to commitAttempts times, and
+// fails after that. Publishing again is safe: the first attempt's records were aborted and will
+// never be read.
 func (t *Txn) Commit(ctx context.Context) error {
 	if t.done {
 		return errors.New("transaction already ended")
@@ -230,8 +218,8 @@ func (t *Txn) Commit(ctx context.Context) error {
 		// Every record is acknowledged: see the commit through even if ctx ends now (a caller
 		// gone at this moment gets no answer either way), because an EndTxn cut off half way
 		// leaves its outcome unknown.
-		swallowed := &t.p.swallowed[t.slot]
-		swallowed.Store(false)
+		commits := &t.p.commits[t.slot]
+		commits.Reset()
 		ectx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 		err := t.cl.EndTransaction(ectx, kgo.TryCommit)
 		cancel()
@@ -239,7 +227,7 @@ func (t *Txn) Commit(ctx context.Context) error {
 			t.Abort()
 			return fmt.Errorf("commit: %w", err)
 		}
-		if !swallowed.Load() {
+		if !commits.Swallowed() {
 			break
 		}
 		t.p.cfg.Logger.Warn("the Kafka client aborted a transaction it was asked to commit; publishing its records again",
@@ -268,13 +256,6 @@ func (t *Txn) Commit(ctx context.Context) error {
 
 // commitAttempts bounds how often Commit publishes again after franz-go swallowed a commit.
 const commitAttempts = 3
-
-// SwallowedCommit reports whether msg is franz-go's log line for an EndTransaction that aborts
-// whatever it was asked and returns nil (see Txn.Commit); consume.Transact watches for it too.
-// The wording is franz-go v1.22.3's (txn.go, EndTransaction): an upgrade must check it still is.
-func SwallowedCommit(msg string) bool {
-	return strings.HasPrefix(msg, "no produce succeeded in this transaction but produces were attempted")
-}
 
 // Abort ends the transaction without committing and releases the client. It is idempotent.
 func (t *Txn) Abort() {
