@@ -118,3 +118,46 @@ func sealWith(t *testing.T, ikm, salt []byte, info string, plain []byte) []byte 
 	rand.Read(nonce)
 	return aead.Seal(nonce, nonce, plain, []byte("answer"))
 }
+
+// The observation intake keeps its Idempotency-Keys where every other POST does (issue 53): a
+// key names one request whatever the route, and neither the key nor the answer (the accepted
+// observations' ids) is readable in the database.
+func TestObservationKeysShareTheSealedStore(t *testing.T) {
+	s := servertest.Start(t)
+	key := s.DemoKey()
+	obs := map[string]any{
+		"resourceType": "Observation", "status": "final",
+		"code":              map[string]any{"coding": []any{map[string]any{"system": "http://loinc.org", "code": "8867-4"}}},
+		"subject":           map[string]any{"reference": "Patient/" + demo.StablePatientID},
+		"effectiveDateTime": "2026-01-02T03:04:05Z",
+		"valueQuantity":     map[string]any{"value": 88, "unit": "/min"},
+	}
+	const idemKey = "reading-batch-7"
+	first := replayDo(t, s, http.MethodPost, "/v1/observations", key, idemKey, obs)
+	again := replayDo(t, s, http.MethodPost, "/v1/observations", key, idemKey, obs)
+	if first.Status != http.StatusAccepted || again.Status != http.StatusAccepted || again.Header.Get("Idempotent-Replayed") != "true" ||
+		!bytes.Equal(first.Body, again.Body) {
+		t.Fatalf("first %d %s, again %d %s %v", first.Status, first.Body, again.Status, again.Body, again.Header)
+	}
+	var ans struct{ IDs []string }
+	first.JSON(t, &ans)
+	// The same key on another route is another request.
+	other := replayDo(t, s, http.MethodPost, "/v1/events", key, idemKey, map[string]any{"type": "custom.probe", "payload": map[string]any{}})
+	if other.Status != http.StatusConflict {
+		t.Fatalf("the key on another route: %d %s, want 409", other.Status, other.Body)
+	}
+	rows, err := s.Pool().Query(context.Background(), `select convert_to(k::text, 'UTF8') from idempotency_keys k`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var row []byte
+		if err := rows.Scan(&row); err != nil {
+			t.Fatal(err)
+		}
+		if bytes.Contains(row, []byte(idemKey)) || (len(ans.IDs) > 0 && bytes.Contains(row, []byte(ans.IDs[0]))) {
+			t.Errorf("a row holds the Idempotency-Key or an accepted id in clear: %s", row)
+		}
+	}
+}

@@ -15,8 +15,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"carehub/kernel/config"
-	"carehub/kernel/tick"
 	"carehub/schemas/kafka/observation"
+	"carehub/storage/idempotency"
 	"carehub/storage/kafka"
 	"carehub/storage/kafka/publish"
 )
@@ -38,7 +38,10 @@ const (
 type Config struct {
 	Brokers     []string          // required
 	Credentials kafka.Credentials // authenticate to brokers that require SASL
-	Pool        *pgxpool.Pool     // required: patient lookups, Idempotency-Key answers
+	Pool        *pgxpool.Pool     // required: patient lookups
+	// Keys holds Idempotency-Key claims and answers; default a store on Pool under a sealing key
+	// of its own, for tests: a node passes the store every route uses, whose sweeper it runs.
+	Keys *idempotency.Store
 	// Topic receives the observations; default kafka.DefaultTopics().Observations.
 	Topic string
 	// WriterGroup is the consumer group whose lag is watched; default
@@ -103,13 +106,13 @@ func (c *Config) defaults() {
 
 // Intake is the service behind POST /v1/observations (api/rest.ObservationIngestRoutes is its
 // transport). Submit reads the caller from the context (kernel/access). Run does its
-// background work (lag measurement, Idempotency-Key expiry); Close it after the HTTP server has
+// background work (lag measurement); Close it after the HTTP server has
 // drained. It is safe for concurrent use.
 type Intake struct {
 	cfg       Config
 	producers *publish.Transactional
 	patients  *patientCache
-	keys      *keyStore
+	keys      *idempotency.Store
 	adm       *admission  // nil when backpressure is disabled
 	lag       *lagWatch   // nil when backpressure is disabled
 	lagClient *kgo.Client // nil when backpressure is disabled
@@ -127,13 +130,16 @@ func New(cfg Config) (*Intake, error) {
 		return nil, errors.New("observation intake: no database pool")
 	}
 	cfg.defaults()
+	if cfg.Keys == nil {
+		cfg.Keys = idempotency.NewStore(cfg.Pool, idempotency.Config{Logger: cfg.Logger})
+	}
 	logger := cfg.Logger.With("component", "observation_intake")
 	in := &Intake{
 		cfg: cfg,
 		producers: publish.NewTransactional(publish.TransactionalConfig{Brokers: cfg.Brokers, Credentials: cfg.Credentials, Size: cfg.Producers, Prefix: cfg.TransactionalIDPrefix,
 			ClientID: "carehub-ingest", TxnTimeout: cfg.RequestTimeout + 30*time.Second, Logger: cfg.Logger}),
 		patients: newPatientCache(cfg.Pool),
-		keys:     &keyStore{pool: cfg.Pool, lease: cfg.RequestTimeout + time.Minute},
+		keys:     cfg.Keys,
 		m:        newMetrics(),
 		logger:   logger,
 	}
@@ -156,20 +162,12 @@ func New(cfg Config) (*Intake, error) {
 	return in, nil
 }
 
-// Run measures the writers' lag and expires Idempotency-Key answers until ctx is done.
+// Run measures the writers' lag until ctx is done.
 func (in *Intake) Run(ctx context.Context) error {
-	var wg sync.WaitGroup
 	if in.lag != nil {
-		wg.Go(func() { in.lag.run(ctx) })
+		in.lag.run(ctx)
 	}
-	defer wg.Wait()
-	tick.Every(ctx, 10*time.Minute, func(ctx context.Context) {
-		if n, err := in.keys.sweep(ctx); err != nil && ctx.Err() == nil {
-			in.logger.Warn("expiring idempotency keys failed", "err", err)
-		} else if n > 0 {
-			in.logger.Debug("idempotency keys expired", "count", n)
-		}
-	})
+	<-ctx.Done()
 	return nil
 }
 

@@ -1,7 +1,6 @@
 package intake
 
 import (
-	"bytes"
 	"context"
 	"crypto/sha256"
 	"fmt"
@@ -99,31 +98,31 @@ func (in *Intake) Submit(ctx context.Context, s Submission) (res Result, err err
 	// same key; without one nothing reads it (hashing every body was 2 % of the CPU of
 	// loadtest -self).
 	var digest hash.Hash
+	var claim *idempotency.Claim
 	if key != "" {
 		if !idempotency.ValidKey(key) {
 			return Result{}, fault.Invalid("Idempotency-Key must be 1 to %d visible ASCII characters", idempotency.MaxKeyLength)
 		}
 		digest = sha256.New()
-		// The grant too: keys are per organization, and a replay skips the checks that depend
-		// on the credential (a test key's answer differs from a live key's).
-		digest.Write([]byte(media + "\n" + idempotency.GrantOf(p) + "\n"))
+		digest.Write([]byte(requestPrefix(media)))
 		body = io.TeeReader(body, digest)
-		state, prior, err := in.keys.reserve(ctx, p.OrgID, key)
-		if err != nil {
+		var prior *idempotency.Prior
+		claim, prior, err = in.keys.Reserve(ctx, idempotency.ScopeOf(p), key)
+		switch {
+		case fault.KindOf(err) == fault.KindConflict:
+			return Result{}, err
+		case err != nil:
 			return Result{}, fault.Wrap(fault.KindUnavailable, err, "idempotency keys are unavailable; retry later")
-		}
-		switch state {
-		case keyInProgress:
-			return Result{}, fault.Conflict("a request with this Idempotency-Key is still in progress")
-		case keyCompleted:
+		case prior != nil:
 			if _, err := io.Copy(io.Discard, body); err != nil {
 				return Result{}, readError(err)
 			}
-			if !bytes.Equal(digest.Sum(nil), prior.hash) {
-				return Result{}, fault.Conflict("this Idempotency-Key was used with a different request body, or by a credential with other scopes or mode")
+			a, err := prior.Answer(digest.Sum(nil))
+			if err != nil {
+				return Result{}, err
 			}
 			in.m.replayed.Inc()
-			res, err := prior.result()
+			res, err := replay(a)
 			res.Replayed = true
 			return res, err
 		}
@@ -155,13 +154,16 @@ func (in *Intake) Submit(ctx context.Context, s Submission) (res Result, err err
 		in.m.accepted.Add(float64(len(accepted)))
 		res.Answer = Answer{Accepted: len(accepted), Rejected: nonNil(rq.rejected), IDs: accepted}
 	}
-	if key != "" {
+	if claim != nil {
+		// The answer is recorded whatever happened to the request's context.
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		var kerr error
-		if a, ok := storable(res, err, digest.Sum(nil)); ok {
-			kerr = in.keys.complete(p.OrgID, key, a)
+		if a, ok := storable(res, err); ok {
+			kerr = claim.CompleteFor(rctx, digest.Sum(nil), a)
 		} else {
-			kerr = in.keys.release(p.OrgID, key)
+			kerr = claim.Release(rctx)
 		}
+		cancel()
 		if kerr != nil {
 			in.logger.Error("idempotency key not recorded", "err", kerr)
 		}

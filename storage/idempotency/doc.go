@@ -1,7 +1,8 @@
 // Package idempotency makes a request with an Idempotency-Key take effect once (DECISIONS §3),
 // also when the node that ran it dies between committing the effect and recording the answer.
 //
-// A request with a key claims it (Store.Claim) before it runs: the claim row records the
+// Every route's keys are here, in one table: a key names one request whatever the route. A
+// request with a key claims it (Store.Claim) before it runs: the claim row records the
 // request's hash and the running request's token and lease. The request carries the Claim in its
 // context (With). Services write their effects through Tx, which makes each transaction a step
 // of the claim: it locks the claim row, and it commits the step's result (what the transaction
@@ -17,6 +18,11 @@
 // (Recording the answer in the effect's own transaction would be simpler, but the answer is
 // written by the transport after the service has committed: GraphQL resolves the selection
 // of the mutation's result after the resolver returns.)
+//
+// A request whose body is streamed (the observation intake: up to 16 MiB, hashed as it is read)
+// reserves its key instead (Store.Reserve) before it knows its hash, and records the hash with
+// its answer (Claim.CompleteFor); a retry reads its body, then asks Prior.Answer with its hash
+// for the answer or ErrMismatch. Such a request writes through no Tx: it has no steps.
 //
 // A request that outlives its lease without renewing it (a node that stalls for longer than
 // the lease) is fenced: the retry that took over owns the claim, and the stalled request's

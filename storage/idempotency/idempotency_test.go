@@ -200,6 +200,64 @@ func TestAnswersReplayAndConflict(t *testing.T) {
 	}
 }
 
+// A reservation (a streamed request, whose hash is known when it has run) holds its key as a
+// claim does, and its answer replays to the same request only; a dead one is taken over.
+func TestReserve(t *testing.T) {
+	e := newEnv(t)
+	c, prior, err := e.store.Reserve(e.ctx, scopeA, "k1")
+	if err != nil || c == nil || prior != nil {
+		t.Fatalf("reserve: %v %v %v", c, prior, err)
+	}
+	if _, _, err := e.store.Reserve(e.ctx, scopeA, "k1"); !errors.Is(err, idempotency.ErrInProgress) {
+		t.Fatalf("reserve while running: %v, want ErrInProgress", err)
+	}
+	if _, _, err := e.store.Claim(e.ctx, scopeA, "k1", hash1); !errors.Is(err, idempotency.ErrInProgress) {
+		t.Fatalf("claim while reserved: %v, want ErrInProgress", err)
+	}
+	if err := c.CompleteFor(e.ctx, hash1, idempotency.Answer{Status: 202, Body: []byte(`{"accepted":1}`)}); err != nil {
+		t.Fatal(err)
+	}
+	_, prior, err = e.store.Reserve(e.ctx, scopeA, "k1")
+	if err != nil || prior == nil {
+		t.Fatalf("reserve after the answer: %v %v", prior, err)
+	}
+	if a, err := prior.Answer(hash1); err != nil || a.Status != 202 || string(a.Body) != `{"accepted":1}` {
+		t.Fatalf("replay: %+v %v", a, err)
+	}
+	if _, err := prior.Answer(hash2); !errors.Is(err, idempotency.ErrMismatch) {
+		t.Fatalf("another body: %v, want ErrMismatch", err)
+	}
+	// The hash is the grant's too: a credential with other scopes gets no answer.
+	narrower := scopeA
+	narrower.Grant = "live read:patients"
+	if _, prior, err := e.store.Reserve(e.ctx, narrower, "k1"); err != nil || prior == nil {
+		t.Fatalf("reserve under another grant: %v %v", prior, err)
+	} else if _, err := prior.Answer(hash1); !errors.Is(err, idempotency.ErrMismatch) {
+		t.Fatalf("another grant: %v, want ErrMismatch", err)
+	}
+	// A key claimed with its hash up front answers a reservation the same way.
+	if _, a, err := e.store.Claim(e.ctx, scopeA, "k1", hash1); err != nil || a == nil || a.Status != 202 {
+		t.Fatalf("claim of a reserved key's answer: %+v %v", a, err)
+	}
+	// A reservation whose request died is taken over once its lease has run out; a released one
+	// is forgotten.
+	dead, _, err := e.store.Reserve(e.ctx, scopeA, "k2")
+	if err != nil || dead == nil {
+		t.Fatal(err)
+	}
+	e.abandon()
+	if c, _, err := e.store.Reserve(e.ctx, scopeA, "k2"); err != nil || c == nil {
+		t.Fatalf("take over a dead reservation: %v %v", c, err)
+	} else if err := c.Release(e.ctx); err != nil {
+		t.Fatal(err)
+	}
+	dead.Release(e.ctx) // lost to the retry: ends its lease renewal, changes nothing
+	var n int
+	if err := e.pool.QueryRow(e.ctx, `select count(*) from idempotency_keys where request_hash is null`).Scan(&n); err != nil || n != 0 {
+		t.Fatalf("%d reservations left, want 0 (%v)", n, err)
+	}
+}
+
 // A failed request (5xx) releases its key: without a committed step the key is forgotten, with
 // one the retry resumes after it.
 func TestRelease(t *testing.T) {

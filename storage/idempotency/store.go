@@ -91,14 +91,60 @@ type Answer struct {
 //   - ErrMismatch when the key was used for another request, ErrInProgress when a request with
 //     it is running, or another error.
 func (s *Store) Claim(ctx context.Context, scope Scope, key string, requestHash []byte) (*Claim, *Answer, error) {
+	c, prior, err := s.claim(ctx, scope, key, bind(requestHash, scope.Grant))
+	if c != nil || err != nil {
+		return c, nil, err
+	}
+	a, err := prior.Answer(requestHash)
+	return nil, a, err
+}
+
+// Reserve claims key under scope for a request whose hash is known only once it has run: a
+// streamed body is hashed as it is read (the observation intake). It returns:
+//
+//   - a Claim when this request is to run: new key, an expired one, or a reservation whose
+//     request died. The caller runs the request and then calls CompleteFor with the request's
+//     hash, or Release.
+//   - a Prior when a request has answered under the key: the caller reads its request to the
+//     end and asks Prior.Answer with its hash for the answer to replay (or ErrMismatch).
+//   - ErrInProgress when a request with the key is running, or another error.
+func (s *Store) Reserve(ctx context.Context, scope Scope, key string) (*Claim, *Prior, error) {
+	return s.claim(ctx, scope, key, nil)
+}
+
+// Prior is what a key answered before, to replay to the same request only.
+type Prior struct {
+	scope  Scope
+	keys   keys
+	hash   []byte // bound to the grant
+	sealed []byte
+	logger *slog.Logger
+}
+
+// Answer returns the answer recorded for the request whose hash is requestHash, or ErrMismatch
+// when the key answered another request (or a credential with another grant), or ErrUnreadable.
+func (p *Prior) Answer(requestHash []byte) (*Answer, error) {
+	if !bytes.Equal(p.hash, bind(requestHash, p.scope.Grant)) {
+		return nil, ErrMismatch
+	}
+	a, err := openAnswer(p.keys, p.sealed)
+	if errors.Is(err, ErrUnreadable) {
+		p.logger.Warn("an idempotency key's answer does not open under this node's sealing key (sealed before v2, or nodes with different keys)",
+			"org_id", p.scope.OrgID, "key_id", p.scope.KeyID)
+	}
+	return a, err
+}
+
+// claim claims key for a request whose bound hash is boundHash, or nil for a reservation
+// (Reserve): the Claim when the request is to run, else the Prior answer under the key.
+func (s *Store) claim(ctx context.Context, scope Scope, key string, boundHash []byte) (*Claim, *Prior, error) {
 	k, err := derive(s.key, scope, key)
 	if err != nil {
 		return nil, nil, fmt.Errorf("idempotency key: %w", err)
 	}
 	c := &Claim{store: s, scope: scope, keys: k, owner: token()}
-	requestHash = bind(requestHash, scope.Grant)
 	for range 3 {
-		claimed, err := s.take(ctx, c, requestHash)
+		claimed, err := s.take(ctx, c, boundHash)
 		if err != nil {
 			return nil, nil, err
 		}
@@ -106,10 +152,10 @@ func (s *Store) Claim(ctx context.Context, scope Scope, key string, requestHash 
 			c.startRenewing()
 			return c, nil, nil
 		}
-		var hash, sealed []byte
+		p := &Prior{scope: scope, keys: k, logger: s.logger}
 		var status *int32
 		err = s.pool.QueryRow(ctx, `select request_hash, status_code, response from idempotency_keys
-where org_id = $1 and key_id = $2 and key_hash = $3`, scope.OrgID, scope.KeyID, k.lookup).Scan(&hash, &status, &sealed)
+where org_id = $1 and key_id = $2 and key_hash = $3`, scope.OrgID, scope.KeyID, k.lookup).Scan(&p.hash, &status, &p.sealed)
 		if errors.Is(err, pgx.ErrNoRows) {
 			continue // answered and swept, or released, in between: claim again
 		}
@@ -117,28 +163,20 @@ where org_id = $1 and key_id = $2 and key_hash = $3`, scope.OrgID, scope.KeyID, 
 			return nil, nil, fmt.Errorf("read idempotency key: %w", err)
 		}
 		switch {
-		case !bytes.Equal(hash, requestHash):
+		case boundHash != nil && p.hash != nil && !bytes.Equal(p.hash, boundHash):
 			return nil, nil, ErrMismatch
 		case status == nil:
 			return nil, nil, ErrInProgress
 		}
-		a, err := openAnswer(k, sealed)
-		if errors.Is(err, ErrUnreadable) {
-			s.logger.Warn("an idempotency key's answer does not open under this node's sealing key (sealed before v2, or nodes with different keys)",
-				"org_id", scope.OrgID, "key_id", scope.KeyID)
-		}
-		if err != nil {
-			return nil, nil, err
-		}
-		return nil, a, nil
+		return nil, p, nil
 	}
 	return nil, nil, errors.New("claim idempotency key: contended")
 }
 
 // take claims c's key when it is free: absent, expired, or left without an answer by a
-// request with the same hash that died or failed. A fresh claim (new or expired key) starts
+// request with the same hash (both nil for a reservation) that died or failed. A fresh claim (new or expired key) starts
 // without steps; a taken-over one keeps the steps its request committed.
-func (s *Store) take(ctx context.Context, c *Claim, requestHash []byte) (bool, error) {
+func (s *Store) take(ctx context.Context, c *Claim, boundHash []byte) (bool, error) {
 	claimed := false
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		var fresh bool
@@ -150,9 +188,9 @@ on conflict (org_id, key_id, key_hash) do update set
 	status_code = null, response = null,
 	created_at = case when k.created_at < now() - $7::interval then now() else k.created_at end
 where k.created_at < now() - $7::interval
-	or (k.status_code is null and k.request_hash = excluded.request_hash
+	or (k.status_code is null and k.request_hash is not distinct from excluded.request_hash
 		and (k.locked_until is null or k.locked_until < now()))
-returning k.created_at = now()`, c.scope.OrgID, c.scope.KeyID, c.keys.lookup, requestHash, c.owner, s.lease, Retention).Scan(&fresh)
+returning k.created_at = now()`, c.scope.OrgID, c.scope.KeyID, c.keys.lookup, boundHash, c.owner, s.lease, Retention).Scan(&fresh)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return nil
 		}
@@ -195,6 +233,16 @@ func openAnswer(k keys, sealed []byte) (*Answer, error) {
 // Complete records a as the answer of c's request, to be replayed until the key expires, and
 // ends c. A claim lost to a retry records nothing (the retry answers).
 func (c *Claim) Complete(ctx context.Context, a Answer) error {
+	return c.complete(ctx, nil, a)
+}
+
+// CompleteFor completes a reservation (Reserve): a is the answer of the request whose hash,
+// known now that it has run, is requestHash; only that request gets a replayed.
+func (c *Claim) CompleteFor(ctx context.Context, requestHash []byte, a Answer) error {
+	return c.complete(ctx, bind(requestHash, c.scope.Grant), a)
+}
+
+func (c *Claim) complete(ctx context.Context, boundHash []byte, a Answer) error {
 	c.end()
 	var buf bytes.Buffer
 	if err := gob.NewEncoder(&buf).Encode(a); err != nil {
@@ -202,13 +250,14 @@ func (c *Claim) Complete(ctx context.Context, a Answer) error {
 	}
 	_, err := c.store.pool.Exec(ctx, `
 with done as (
-	update idempotency_keys set status_code = $5, response = $6, owner = null, locked_until = null
+	update idempotency_keys set status_code = $5, response = $6, request_hash = coalesce($7, request_hash),
+		owner = null, locked_until = null
 	where org_id = $1 and key_id = $2 and key_hash = $3 and owner = $4
 	returning org_id, key_id, key_hash
 )
 delete from idempotency_steps st using done
 where st.org_id = done.org_id and st.key_id = done.key_id and st.key_hash = done.key_hash`,
-		c.scope.OrgID, c.scope.KeyID, c.keys.lookup, c.owner, a.Status, c.keys.seal(buf.Bytes(), answerAD))
+		c.scope.OrgID, c.scope.KeyID, c.keys.lookup, c.owner, a.Status, c.keys.seal(buf.Bytes(), answerAD), boundHash)
 	if err != nil {
 		return fmt.Errorf("record idempotent answer: %w", err)
 	}

@@ -73,13 +73,19 @@ var components = []component{
 	{name: "edge", needs: []string{"authenticator", "kafka", "log-stores"}, start: startEdge},
 	{name: "sealing-key", start: startSealingKey},
 	{name: "webhook-secrets", needs: []string{"postgres", "sealing-key"}, start: startWebhookSecrets},
+	// Idempotency-Key claims and answers of every POST, the intake's included, and their sweeper.
+	{name: "idempotency-keys", needs: []string{"postgres", "sealing-key"}, start: func(s *Node, _, wctx context.Context) error {
+		s.idemKeys = idemstore.NewStore(s.pool, idemstore.Config{Logger: s.logger, Key: s.sealKey})
+		s.run("idempotency-sweeper", s.idemKeys.Run, wctx)
+		return nil
+	}},
 
 	// api: GraphQL, WebSocket subscriptions, REST, and the workers behind them.
 	{name: "api", roles: []string{RoleAPI},
-		needs: []string{"router", "edge", "agents", "workflows", "deployments", "log-stores", "sealing-key", "webhook-secrets"}, start: startAPI},
+		needs: []string{"router", "edge", "agents", "workflows", "deployments", "log-stores", "sealing-key", "webhook-secrets", "idempotency-keys"}, start: startAPI},
 
 	// ingest: what writes into Kafka.
-	{name: "observation-intake", roles: []string{RoleIngest}, needs: []string{"router", "edge", "kafka"}, start: startIntake},
+	{name: "observation-intake", roles: []string{RoleIngest}, needs: []string{"router", "edge", "kafka", "idempotency-keys"}, start: startIntake},
 	{name: "outbox-relay", roles: []string{RoleIngest}, needs: []string{"postgres", "kafka"}, start: startOutboxRelay},
 
 	// The FHIR base: an api route that takes Observations through intake when the node also
@@ -247,8 +253,8 @@ func startEdge(s *Node, _, _ context.Context) error {
 	return nil
 }
 
-// startAPI starts the api role's workers (event fan-out, deployment invoker, idempotency
-// sweeper) and mounts its routes.
+// startAPI starts the api role's workers (event fan-out, deployment invoker) and mounts its
+// routes.
 func startAPI(s *Node, ctx, wctx context.Context) error {
 	if err := s.tokens.EnsureSigningKey(ctx); err != nil {
 		return fmt.Errorf("jwt signing key: %w", err)
@@ -261,8 +267,6 @@ func startAPI(s *Node, ctx, wctx context.Context) error {
 	invoker := s.deployments.Invoker(deployments.InvokerConfig{Logger: s.logger, Registerer: s.registry})
 	s.run("deployment-invoker", invoker.Run, wctx)
 	webhookSvc := webhooks.NewService(s.pool, webhooks.ServiceConfig{AllowPrivate: s.cfg.WebhooksAllowPrivate, Key: s.sealKey})
-	idemKeys := idemstore.NewStore(s.pool, idemstore.Config{Logger: s.logger, Key: s.sealKey})
-	s.run("idempotency-sweeper", idemKeys.Run, wctx)
 	patientSvc := patients.New(s.pool)
 	// Event batches go straight to the events topic, each in a transaction (feed.Config.Direct);
 	// single events too, as one record of the node's client (feed.Config.Producer).
@@ -275,7 +279,7 @@ func startAPI(s *Node, ctx, wctx context.Context) error {
 		Services: graphql.Services{Orgs: orgs.New(s.pool), Marketplace: marketplace.New(s.pool, marketplace.Config{EventsTopic: s.topics.Events}), Deployments: s.deployments,
 			Agents: s.agents, Workflows: s.workflows, Patients: patientSvc, Feed: feed.New(s.pool, s.eventLog, feed.Config{EventsTopic: s.topics.Events, Direct: direct, Producer: publish.NewAcked(s.kcl)}),
 			Webhooks: webhookSvc, Events: server.Events(hub)},
-		Patients: patientSvc, Webhooks: webhookSvc, Invoker: invoker, Idempotency: idemKeys, Retention: retention.New(s.pool),
+		Patients: patientSvc, Webhooks: webhookSvc, Invoker: invoker, Idempotency: s.idemKeys, Retention: retention.New(s.pool),
 		Logger: s.logger, Registerer: s.registry, GraphQLMaxCost: s.cfg.GraphQLMaxCost, SocketRecheck: s.cfg.SocketRecheck,
 		SocketKeepAlive: s.cfg.SocketKeepAlive, SocketWriteTimeout: s.cfg.SocketWriteTimeout, SocketLimits: s.cfg.SocketLimits,
 		GraphQLMaxResponseBytes:     s.cfg.GraphQLMaxResponseBytes,
@@ -290,7 +294,7 @@ func startAPI(s *Node, ctx, wctx context.Context) error {
 }
 
 func startIntake(s *Node, _, wctx context.Context) error {
-	in, err := intake.New(intake.Config{Brokers: s.brokers, Credentials: s.kafkaCreds, Topic: s.topics.Observations, WriterGroup: s.ns.Name(obswriter.DefaultGroup), Pool: s.pool,
+	in, err := intake.New(intake.Config{Brokers: s.brokers, Credentials: s.kafkaCreds, Topic: s.topics.Observations, WriterGroup: s.ns.Name(obswriter.DefaultGroup), Pool: s.pool, Keys: s.idemKeys,
 		LatencyBudget: s.cfg.IngestLatencyBudget, MaxLag: s.cfg.IngestMaxLag, Producers: s.cfg.IngestProducers, RequestTimeout: s.cfg.IngestTimeout,
 		TransactionalIDPrefix: s.ns.Name(s.cfg.IngestTransactionalID), Logger: s.logger, Registerer: s.registry})
 	if err != nil {

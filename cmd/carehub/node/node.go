@@ -29,6 +29,7 @@ import (
 	"carehub/processors/deployments"
 	"carehub/processors/workflows"
 	"carehub/storage"
+	idemstore "carehub/storage/idempotency"
 	"carehub/storage/kafka"
 	"carehub/storage/postgres"
 )
@@ -64,6 +65,7 @@ type Node struct {
 	deployments *deployments.Service
 	intake      *intake.Intake // nil unless the node runs the ingest role
 	sealKey     *sealing.Key   // the server sealing key (sealing.go)
+	idemKeys    *idemstore.Store
 
 	http     *http.Server
 	debug    *http.Server // --debug-addr, when set
