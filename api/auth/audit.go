@@ -19,8 +19,8 @@ import (
 	"carehub/kernel/access"
 	"carehub/kernel/config"
 	"carehub/kernel/fault"
-	"carehub/kernel/ids"
 	"carehub/kernel/jsonwire"
+	"carehub/processors/audit"
 	"carehub/storage"
 )
 
@@ -191,23 +191,15 @@ func (a *Auditor) record(aw *auditWriter, r *http.Request, recorder *access.Reco
 	if status == 0 {
 		status = http.StatusOK
 	}
+	call := audit.Call{RequestID: envelope.RequestID(r.Context()), Start: start, UserAgent: r.UserAgent(), Operation: aw.st.operation(r), Status: status}
 	p, refusal := aw.st.get()
 	if p == nil && refusal != nil {
-		return a.refusalRecord(refusal, envelope.RequestID(r.Context()), start, r.UserAgent(), aw.st.operation(r), status)
+		return a.refusalRecord(refusal, call)
 	}
 	if p == nil || p.Mode != access.Live {
 		return nil
 	}
-	id := envelope.RequestID(r.Context())
-	if id == "" {
-		id = ids.New(ids.Request)
-	}
-	rec := &storage.AuditRecord{
-		ID: id, Time: start.UTC(), OrgID: p.OrgID, KeyID: p.KeyID, Mode: p.Mode, ClientIP: p.ClientIP,
-		UserAgent: truncate(r.UserAgent(), 512), Operation: aw.st.operation(r),
-		Outcome: outcome(status), Status: status, LatencyMs: int(a.now().Sub(start).Milliseconds()),
-	}
-	withTouched(rec, recorder)
+	rec := call.Record(audit.Caller(p, recorder), a.now())
 	if status == http.StatusTooManyRequests && len(rec.PatientIDs) == 0 && len(rec.ResourceIDs) == 0 &&
 		!a.limited.admit(p.KeyID, start) {
 		return nil
@@ -215,54 +207,19 @@ func (a *Auditor) record(aw *auditWriter, r *http.Request, recorder *access.Reco
 	if rec.Outcome == "success" && r.URL.Path == a.graphqlPath && aw.buffer {
 		rec.Outcome = graphQLOutcome(aw.body.Bytes())
 	}
-	return rec
-}
-
-// withTouched fills rec with the ids recorder collected, and says so when there were more than
-// a record keeps.
-func withTouched(rec *storage.AuditRecord, recorder *access.Recorder) {
-	if recorder == nil {
-		return
-	}
-	rec.ResourceIDs, rec.PatientIDs = recorder.ResourceIDs(), recorder.PatientIDs()
-	rec.PatientIDsOmitted, rec.ResourceIDsOmitted = recorder.Omitted()
-	rec.Truncated = rec.PatientIDsOmitted > 0 || rec.ResourceIDsOmitted > 0
-}
-
-// Call describes an operation that does not pass through Middleware, such as a GraphQL
-// operation over a WebSocket, for Audit.
-type Call struct {
-	RequestID string    // "" for a new req_ id
-	Start     time.Time // when the operation began
-	UserAgent string    // of the connection's upgrade request
-	Operation string    // gqldoc.OperationName(doc, operationName), or GraphQLOperation(query, operationName)
-	Status    int       // 0 means 200
-	Outcome   string    // "" to derive it from Status: success, denied or error
+	return &rec
 }
 
 // Audit records call for the principal in ctx, with the ids the access.Recorder in ctx
 // collected; test-mode and anonymous calls are not recorded. When a patient was touched it
 // waits (up to the ack timeout) for the broker's acknowledgement and returns an UNAVAILABLE
 // fault if none came: the caller must then not send the data. Otherwise it returns at once.
-func (a *Auditor) Audit(ctx context.Context, c Call) error {
+func (a *Auditor) Audit(ctx context.Context, c audit.Call) error {
 	p := access.From(ctx)
 	if p == nil || p.Mode != access.Live {
 		return nil
 	}
-	status := c.Status
-	if status == 0 {
-		status = http.StatusOK
-	}
-	rec := storage.AuditRecord{ID: c.RequestID, Time: c.Start.UTC(), OrgID: p.OrgID, KeyID: p.KeyID, Mode: p.Mode,
-		ClientIP: p.ClientIP, UserAgent: truncate(c.UserAgent, 512), Operation: c.Operation, Outcome: c.Outcome,
-		Status: status, LatencyMs: int(a.now().Sub(c.Start).Milliseconds())}
-	if rec.ID == "" {
-		rec.ID = ids.New(ids.Request)
-	}
-	if rec.Outcome == "" {
-		rec.Outcome = outcome(status)
-	}
-	withTouched(&rec, access.RecorderFrom(ctx))
+	rec := c.Record(audit.Caller(p, access.RecorderFrom(ctx)), a.now())
 	if len(rec.PatientIDs) == 0 {
 		a.sink.Publish(rec)
 		return nil
@@ -273,16 +230,6 @@ func (a *Auditor) Audit(ctx context.Context, c Call) error {
 		return fault.Wrap(fault.KindUnavailable, err, ErrAuditUnavailable.Message)
 	}
 	return nil
-}
-
-func outcome(status int) string {
-	switch {
-	case status < 400:
-		return "success"
-	case status == http.StatusUnauthorized || status == http.StatusForbidden || status == http.StatusTooManyRequests:
-		return "denied"
-	}
-	return "error"
 }
 
 // graphQLOutcome reads a GraphQL response (HTTP 200 even on errors): denied when every error is
@@ -315,13 +262,6 @@ func graphQLOutcome(body []byte) string {
 		return "error"
 	}
 	return "success"
-}
-
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return s[:n]
 }
 
 type auditStateKey struct{}

@@ -300,21 +300,21 @@ func TestAuditCall(t *testing.T) {
 	access.Touch(ctx, access.KindSession, "ses_1")
 	access.Touch(ctx, access.KindPatient, "pat_9")
 	start := time.Now()
-	if err := aud.Audit(ctx, Call{RequestID: "req_01jz0000000000000000000001", Start: start, UserAgent: "ws-client",
+	if err := aud.Audit(ctx, audit.Call{RequestID: "req_01jz0000000000000000000001", Start: start, UserAgent: "ws-client",
 		Operation: GraphQLOperation(`subscription { agentSessionUpdated(agentId: "agt_1") { id } }`, "")}); err != nil {
 		t.Fatal(err)
 	}
 	tctx, _ := access.WithRecorder(access.With(context.Background(), test))
 	access.Touch(tctx, access.KindPatient, "pat_9")
-	if err := aud.Audit(tctx, Call{Start: start, Operation: "graphql query patient"}); err != nil {
+	if err := aud.Audit(tctx, audit.Call{Start: start, Operation: "graphql query patient"}); err != nil {
 		t.Fatal(err)
 	}
-	if err := aud.Audit(context.Background(), Call{Start: start, Operation: "graphql query patient"}); err != nil {
+	if err := aud.Audit(context.Background(), audit.Call{Start: start, Operation: "graphql query patient"}); err != nil {
 		t.Fatal(err)
 	}
 	// A marker after them: when it arrives, anything recorded before it has arrived too.
 	mctx := access.With(context.Background(), live)
-	if err := aud.Audit(mctx, Call{RequestID: "req_01jz0000000000000000000002", Start: start, Operation: "marker"}); err != nil {
+	if err := aud.Audit(mctx, audit.Call{RequestID: "req_01jz0000000000000000000002", Start: start, Operation: "marker"}); err != nil {
 		t.Fatal(err)
 	}
 	pub.Close(5 * time.Second)
@@ -453,7 +453,7 @@ func TestAuditStatesTruncation(t *testing.T) {
 				access.Touch(ctx, access.KindObservation, fmt.Sprintf("obs_%026d", i))
 			}
 			id := ids.New(ids.Request)
-			if err := aud.Audit(ctx, Call{RequestID: id, Start: time.Now(), Operation: "graphql query patients"}); err != nil {
+			if err := aud.Audit(ctx, audit.Call{RequestID: id, Start: time.Now(), Operation: "graphql query patients"}); err != nil {
 				t.Fatal(err)
 			}
 			got, _ := readAudit(t, cl, func(got []storage.AuditRecord) bool {

@@ -2,7 +2,6 @@ package auth
 
 import (
 	"errors"
-	"net/http"
 	"net/netip"
 	"time"
 
@@ -11,8 +10,8 @@ import (
 	"carehub/kernel/access"
 	"carehub/kernel/apikeys"
 	"carehub/kernel/config"
-	"carehub/kernel/ids"
 	"carehub/kernel/telemetry"
+	"carehub/processors/audit"
 	"carehub/storage"
 )
 
@@ -168,31 +167,25 @@ func source(clientIP string) string {
 // attempts with their revoked or expired keys), under "" otherwise, which only the platform
 // operator reads: an unknown key names no tenant, and the claims of an unverified JWT are the
 // caller's word.
-func (a *Auditor) refusalRecord(ref *Refusal, requestID string, start time.Time, userAgent, operation string, status int) *storage.AuditRecord {
+func (a *Auditor) refusalRecord(ref *Refusal, c audit.Call) *storage.AuditRecord {
 	if !a.sampler.admit(source(ref.ClientIP), a.now()) {
 		return nil
 	}
-	if requestID == "" {
-		requestID = ids.New(ids.Request)
-	}
-	if status == 0 {
-		status = http.StatusUnauthorized
-	}
-	return &storage.AuditRecord{ID: requestID, Time: start.UTC(), OrgID: ref.OrgID, KeyID: ref.KeyID, Mode: ref.Mode,
-		ClientIP: ref.ClientIP, UserAgent: truncate(userAgent, 512), Operation: operation, Outcome: outcome(status),
-		Status: status, LatencyMs: int(a.now().Sub(start).Milliseconds()), AuthFailure: ref.Reason, Credential: ref.Credential}
+	rec := c.Record(audit.Who{OrgID: ref.OrgID, KeyID: ref.KeyID, Mode: ref.Mode, ClientIP: ref.ClientIP,
+		AuthFailure: ref.Reason, Credential: ref.Credential}, a.now())
+	return &rec
 }
 
 // Refused records the failed authentication err describes (a *Refusal, as Authenticate returns
 // it) of a call that does not pass through Middleware, such as a WebSocket's connection_init,
 // as a 401. Other errors (an unavailable key store) are not refusals and are not recorded. It
 // never waits for the broker.
-func (a *Auditor) Refused(c Call, err error) {
+func (a *Auditor) Refused(c audit.Call, err error) {
 	var ref *Refusal
 	if !errors.As(err, &ref) {
 		return
 	}
-	if rec := a.refusalRecord(ref, c.RequestID, c.Start, c.UserAgent, c.Operation, c.Status); rec != nil {
+	if rec := a.refusalRecord(ref, c); rec != nil {
 		a.sink.Publish(*rec)
 	}
 }

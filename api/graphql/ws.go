@@ -11,10 +11,10 @@ import (
 	gqlerrors "github.com/graph-gophers/graphql-go/errors"
 	"github.com/vektah/gqlparser/v2/ast"
 
-	"carehub/api/auth"
 	"carehub/api/ws"
 	"carehub/kernel/access"
 	"carehub/kernel/fault"
+	"carehub/processors/audit"
 )
 
 // Authenticator turns an Authorization value into a principal, and tells whether a principal
@@ -30,8 +30,8 @@ type Authenticator interface {
 // a patient it returns an error unless the record is durable, and the data must not be sent.
 // Refused records a refused credential.
 type Auditor interface {
-	Audit(ctx context.Context, c auth.Call) error
-	Refused(c auth.Call, err error)
+	Audit(ctx context.Context, c audit.Call) error
+	Refused(c audit.Call, err error)
 }
 
 // Executor returns the adapter api/ws runs operations on: it authenticates connection_init's
@@ -61,11 +61,11 @@ func (e *wsExecutor) Authenticate(ctx context.Context, r *http.Request, authoriz
 	case e.au == nil:
 		return nil, err
 	case p != nil: // a known key from outside its IP allowlist: a denied call of that key
-		e.au.Audit(access.With(ctx, p), auth.Call{Start: start, UserAgent: r.UserAgent(), Operation: wsConnectionInit,
+		e.au.Audit(access.With(ctx, p), audit.Call{Start: start, UserAgent: r.UserAgent(), Operation: wsConnectionInit,
 			Status: http.StatusForbidden})
 		return nil, err
 	default:
-		e.au.Refused(auth.Call{Start: start, UserAgent: r.UserAgent(), Operation: wsConnectionInit}, err)
+		e.au.Refused(audit.Call{Start: start, UserAgent: r.UserAgent(), Operation: wsConnectionInit}, err)
 		return nil, err
 	}
 	return context.WithValue(access.With(ctx, p), userAgentKey{}, r.UserAgent()), nil
@@ -104,7 +104,7 @@ func (e *wsExecutor) audit(ctx context.Context, op string, start time.Time, res 
 	if len(res.Errors) > 0 && res.Data == nil {
 		status = http.StatusBadRequest
 	}
-	err := e.au.Audit(ctx, auth.Call{Start: start, UserAgent: ua, Operation: op, Status: status})
+	err := e.au.Audit(ctx, audit.Call{Start: start, UserAgent: ua, Operation: op, Status: status})
 	if err == nil {
 		return res
 	}

@@ -1,9 +1,11 @@
-// Package audit is carehub's HIPAA audit log (DECISIONS §2): the Publisher that puts one record
-// per live-key call on carehub.audit.v1, the Writer (consumer group "carehub-audit") that moves
+// Package audit is carehub's HIPAA audit log (DECISIONS §2) and the one owner of its record: what
+// a call's record holds (Call.Record), the Publisher that puts one record per live-key call on
+// carehub.audit.v1, the Writer (consumer group "carehub-audit") that moves
 // records from the topic into the audit store, and the Service that answers audit log reads.
 //
 // File map:
 //
+//	call.go       Call, Who, Record, Outcome: a call's record, whichever transport observed it
 //	publisher.go  Publisher: Publish (asynchronous) and PublishSync (waits for the broker's ack)
 //	writer.go     Writer: batches records into storage.AuditLog, commits offsets after the store
 //	service.go    Service: tenant-scoped, admin:org audit log queries
