@@ -16,6 +16,9 @@ PYTHON       ?= python3
 FUZZ_VENV    ?= $(HOME)/.cache/carehub/venv
 FUZZ_REQS    := e2e/contracttest/requirements.txt
 
+# The embedded ONNX Runtime's shared library (onnxruntime-deps), from the PyPI wheel.
+include deploy/local/onnxruntime/onnxruntime.mk
+
 .DEFAULT_GOAL := help
 
 .PHONY: help
@@ -31,7 +34,7 @@ postgres-binaries: ## install PostgreSQL server binaries with apt-get when they 
 	@deploy/local/ensure-postgres.sh
 
 .PHONY: run
-run: postgres-binaries build ## start carehub on the embedded defaults with demo data (DATA_DIR, HTTP_ADDR)
+run: postgres-binaries onnxruntime-deps build ## start carehub on the embedded defaults with demo data (DATA_DIR, HTTP_ADDR)
 	$(BIN) serve --data-dir $(DATA_DIR) --http-addr $(HTTP_ADDR) --webhooks-allow-private --demo-key --log-format text
 
 .PHONY: node-deps
@@ -88,9 +91,16 @@ synthea-deps: ## fetch Synthea from Maven Central and generate its fixed-seed FH
 TEST_APT_PKGS := chromium:/usr/bin/chromium jq:jq curl:curl openjdk-17-jdk-headless:javac maven:mvn
 
 .PHONY: test-deps
-test-deps: postgres-binaries node-deps fuzz-deps fhir-py-deps ## install everything make test needs on a fresh Debian/Ubuntu machine (PostgreSQL, Chromium, jq, npm packages, Schemathesis, the Python FHIR clients, Maven, HAPI FHIR and Synthea's patients)
+test-deps: postgres-binaries node-deps fuzz-deps fhir-py-deps onnxruntime-deps mlserver-deps ## install everything make test needs on a fresh Debian/Ubuntu machine (PostgreSQL, Chromium, jq, npm packages, Schemathesis, the Python FHIR clients, Maven, HAPI FHIR, Synthea's patients, ONNX Runtime, MLServer)
 	@missing=; for p in $(TEST_APT_PKGS); do 		command -v $${p#*:} >/dev/null 2>&1 || missing="$$missing $${p%%:*}"; 	done; 	if [ -n "$$missing" ]; then 		if [ "$$(id -u)" != 0 ]; then echo "missing:$$missing; run: sudo apt-get install -y$$missing" >&2; exit 1; fi; 		echo "installing$$missing (apt-get)..." >&2; 		DEBIAN_FRONTEND=noninteractive apt-get update -qq && 		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing >/dev/null; 	fi
 	@$(MAKE) --no-print-directory fhir-client-deps synthea-deps
+
+MLSERVER_VENV ?= $(HOME)/.cache/carehub/mlserver-venv
+export MLSERVER_VENV
+
+.PHONY: mlserver-deps
+mlserver-deps: ## install MLServer, pinned in tests/mlserver/requirements.txt, into MLSERVER_VENV (the Open Inference Protocol peer of processors/inference/oip's tests)
+	@MLSERVER_VENV=$(MLSERVER_VENV) PYTHON=$(PYTHON) tests/mlserver/setup.sh >/dev/null
 
 # CAREHUB_REQUIRE_SUITES=1 (CI sets it) turns a suite's skip for a missing tool into a failure.
 .PHONY: test
@@ -127,17 +137,18 @@ kafka-down: ## stop the real Kafka broker
 # they run afterwards, alone. Two whole-node suites are left to make test: the FHIR base's
 # (api/fhir: resources and search in Postgres, nothing of the broker or the event log that the
 # e2e suites do not drive) and the contract fuzzer's (e2e/contracttest: request shapes); they
-# are the stage's two longest and would take CI past its 40 minutes.
-KAFKA_SKIP_PKGS  := carehub/api/fhir carehub/e2e/contracttest
-KAFKA_PKGS        = ./storage/kafka/... ./storage/outbox/... ./storage/idempotency/... ./ingest/... ./processors/... \
-	$(filter-out $(KAFKA_SKIP_PKGS),$(shell $(GO) list ./api/... ./e2e/... 2>/dev/null))
+# are the stage's two longest and would take CI past its 40 minutes. The inference runtimes'
+# own suites (processors/inference: ONNX Runtime in-process, MLServer over HTTP) touch no broker.
+KAFKA_SKIP_PKGS  := carehub/api/fhir carehub/e2e/contracttest carehub/processors/inference/onnx carehub/processors/inference/oip
+KAFKA_PKGS        = ./storage/kafka/... ./storage/outbox/... ./storage/idempotency/... ./ingest/... \
+	$(filter-out $(KAFKA_SKIP_PKGS),$(shell $(GO) list ./processors/... ./api/... ./e2e/... 2>/dev/null))
 KAFKA_TESTFLAGS  ?= -count=1 -timeout 25m -shuffle=on
 KAFKA_PARALLEL   ?= 2
 KAFKA_STOP_TESTS := ^(TestBrokerOutage|TestBrokerRestart)$$
 KAFKA_STOP_PKGS  := ./storage/kafka ./e2e/pipelinetest
 
 .PHONY: test-kafka
-test-kafka: postgres-binaries node-deps ## run the Kafka-touching suites against a real Apache Kafka broker
+test-kafka: postgres-binaries node-deps onnxruntime-deps ## run the Kafka-touching suites against a real Apache Kafka broker
 	@set -e; KAFKA_PORT=$(KAFKA_PORT) deploy/local/kafka/kafka.sh up; \
 	trap 'KAFKA_PORT=$(KAFKA_PORT) deploy/local/kafka/kafka.sh down' EXIT; \
 	export CAREHUB_TEST_KAFKA_BROKERS=127.0.0.1:$(KAFKA_PORT) \
@@ -257,7 +268,7 @@ clickhouse-all-pkgs: ## list every test package that can run on ClickHouse
 CLICKHOUSE_TESTFLAGS ?= -count=1 -timeout 25m -shuffle=on
 
 .PHONY: test-clickhouse
-test-clickhouse: postgres-binaries node-deps fuzz-deps ## run the suites that use the event and audit store on a real ClickHouse engine
+test-clickhouse: postgres-binaries node-deps fuzz-deps onnxruntime-deps ## run the suites that use the event and audit store on a real ClickHouse engine
 	@set -e; $(CLICKHOUSE_SH) up; trap '$(CLICKHOUSE_SH) down' EXIT; \
 	CAREHUB_CLICKHOUSE_URL=$(CLICKHOUSE_URL) CAREHUB_SCHEMATHESIS=$(FUZZ_VENV)/bin/schemathesis \
 	$(GO) test $(CLICKHOUSE_TESTFLAGS) $(CLICKHOUSE_PKGS)
@@ -286,7 +297,7 @@ SCALE_KAFKA_PORT ?= 19092
 # Scale-out on the real engines, each fresh: its own Kafka broker (not KAFKA_PORT's, whose topics
 # other suites fill) and a ClickHouse database of its own.
 .PHONY: test-scaleout
-test-scaleout: postgres-binaries ## api, ingest and processors as separate processes on real Kafka and ClickHouse; SIGKILL the processors mid-load and count
+test-scaleout: postgres-binaries onnxruntime-deps ## api, ingest and processors as separate processes on real Kafka and ClickHouse; SIGKILL the processors mid-load and count
 	@set -e; export KAFKA_PORT=$(SCALE_KAFKA_PORT) KAFKA_STATE_DIR=$$(mktemp -d /tmp/carehub-scale-kafka.XXXXXX); \
 	trap 'deploy/local/kafka/kafka.sh down; rm -rf "$$KAFKA_STATE_DIR"; $(CLICKHOUSE_SH) down' EXIT; \
 	$(CLICKHOUSE_SH) up; deploy/local/kafka/kafka.sh up; \

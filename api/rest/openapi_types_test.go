@@ -12,6 +12,7 @@ import (
 	"carehub/kernel/apikeys"
 	"carehub/kernel/events"
 	"carehub/processors/deployments"
+	"carehub/processors/marketplace"
 	"carehub/processors/webhooks"
 	"carehub/storage"
 )
@@ -55,6 +56,8 @@ func TestOpenAPITypes(t *testing.T) {
 		"InvokeRequest": deployments.InvokeRequest{}, "InvokeResult": deployments.InvokeResult{},
 		"WebhookDelivery": webhooks.Delivery{}, "WebhookAttempt": webhooks.Attempt{},
 		"PublishEventRequest": rest.PublishEventRequest{}, "PublishedEvents": rest.PublishedEvents{},
+		"ModelArtifact": marketplace.ModelArtifact{}, "TensorSpec": marketplace.TensorSpec{},
+		"ModelTensor": deployments.ModelTensor{}, "Prediction": deployments.Prediction{},
 	}
 	for name, v := range schemas {
 		s, ok := doc.Components.Schemas[name]

@@ -19,6 +19,7 @@ import (
 	"carehub/ingest/intake"
 	"carehub/kernel/events"
 	"carehub/processors/fanout"
+	"carehub/processors/marketplace"
 	"carehub/processors/patients"
 	"carehub/processors/retention"
 	"carehub/processors/webhooks"
@@ -101,6 +102,11 @@ func MountAPI(r *mux.Router, e Edge, a API) (shutdown func(context.Context) erro
 	rest.InvokeRoutes(authed, a.Invoker)
 	rest.WebhookRoutes(authed, a.Webhooks)
 	rest.RetentionRoutes(authed, a.Retention)
+	// Model files take a body limit of their own.
+	models := r.NewRoute().Subrouter()
+	models.Use(e.chain(marketplace.MaxModelBytes, nil)...)
+	models.Use(idem.REST())
+	rest.ModelRoutes(models, svc.Marketplace)
 	return wsh.Shutdown, nil
 }
 

@@ -172,6 +172,8 @@ var rows = []row{
 		rest: call("PUT", func(f *fixture) string { return "/v1/patients/" + f.patient }, func(f *fixture) any {
 			return map[string]any{"resourceType": "Patient", "id": f.patient, "name": []any{map[string]any{"family": "Probe", "given": []string{"Authz"}}}, "gender": "unknown"}
 		})},
+	{op: "GET /v1/assets/{id}/model", rest: call("GET", func(f *fixture) string { return "/v1/assets/" + f.asset + "/model" }, nil)},
+	{op: "PUT /v1/assets/{id}/model", scopes: sc(access.PublishAssets), rest: call("PUT", func(f *fixture) string { return "/v1/assets/" + f.reviewAsset + "/model" }, nil)},
 	{op: "POST /v1/deployments/{id}/invoke", scopes: sc(access.ExecAgents), tenant: true,
 		rest: call("POST", func(f *fixture) string { return "/v1/deployments/" + f.deployment + "/invoke" }, func(f *fixture) any {
 			return map[string]any{"vitals": map[string]any{"respiratory_rate": 16, "spo2": 97, "oxygen_flow": 0, "systolic_bp": 124, "heart_rate": 72, "gcs": 15, "temperature": 36.8}}

@@ -163,6 +163,7 @@ func TestREADMETour(t *testing.T) {
 		`"type":"device.observation_received"`,           // the subscription
 		"webhook ",                                       // the receiver's line
 		`"status":"COMPLETED","skill":"news2","score":3`, // NEWS2
+		`{"runtime":"onnx","probability":`,               // the demo model
 	} {
 		if !strings.Contains(got, want) {
 			t.Errorf("the tour's output lacks %s", want)

@@ -18,7 +18,7 @@ const module = "carehub"
 // layers, bottom first: a package imports its own layer and those below, never one above. The
 // longest prefix names a directory's layer.
 var layers = [][]string{
-	{"kernel/", "schemas/", "internal/testenv/"}, // 0: the vocabulary every layer shares
+	{"kernel/", "schemas/", "models/", "internal/testenv/"}, // 0: the vocabulary every layer shares, the shipped models
 	{"storage/"},               // 1: stores, brokers, the outbox, idempotency
 	{"ingest/", "processors/"}, // 2: the services
 	{"api/"},                   // 3: the transports

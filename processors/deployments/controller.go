@@ -14,6 +14,8 @@ import (
 	"carehub/kernel/clinical"
 	"carehub/kernel/config"
 	"carehub/kernel/tick"
+	"carehub/processors/inference/onnx"
+	"carehub/processors/marketplace"
 )
 
 // Defaults of ControllerConfig.
@@ -140,20 +142,20 @@ func (c *Controller) startPending(ctx context.Context) (int, error) {
 	err := pgx.BeginFunc(ctx, c.s.pool, func(tx pgx.Tx) error {
 		type pending struct {
 			Deployment
-			runtime            *string
+			runtime, model     *string
 			assetName          string
 			assetHIPAA, orgBAA bool
 		}
-		rows, _ := tx.Query(ctx, `select `+prefixed("d.", columns)+`, a.runtime, a.name, a.hipaa_compliant, o.hipaa_compliant
+		rows, _ := tx.Query(ctx, `select `+prefixed("d.", columns)+`, a.runtime, m.sha256, a.name, a.hipaa_compliant, o.hipaa_compliant
 from deployments d join installations i on i.id = d.installation_id join assets a on a.id = i.asset_id
-join organizations o on o.id = d.org_id
+join organizations o on o.id = d.org_id left join asset_models m on m.asset_id = a.id and m.version = a.version
 where d.status = 'PENDING' order by d.deployed_at, d.id limit 50 for update of d skip locked`)
 		var list []pending
 		var p pending
 		d := &p.Deployment
 		if _, err := pgx.ForEachRow(rows, []any{&d.ID, &d.OrgID, &d.ProjectID, &d.InstallationID, &d.Environment, &d.Status,
 			&d.StatusReason, &d.Replicas, &d.Endpoint, &d.HIPAAMode, &d.DeployedAt, &d.UpdatedAt,
-			&p.runtime, &p.assetName, &p.assetHIPAA, &p.orgBAA}, func() error {
+			&p.runtime, &p.model, &p.assetName, &p.assetHIPAA, &p.orgBAA}, func() error {
 			list = append(list, p)
 			return nil
 		}); err != nil {
@@ -170,8 +172,8 @@ where d.status = 'PENDING' order by d.deployed_at, d.id limit 50 for update of d
 			case p.runtime == nil:
 				reason = "running without an endpoint: the asset has no built-in runtime carehub serves"
 			default:
-				if _, ok := clinical.Lookup(*p.runtime); !ok {
-					to, reason = StatusFailed, fmt.Sprintf("runtime %q is not available in this version of carehub", *p.runtime)
+				if why := unservable(*p.runtime, p.model); why != "" {
+					to, reason = StatusFailed, why
 					break
 				}
 				e := Endpoint(base, p.ID)
@@ -186,6 +188,24 @@ where d.status = 'PENDING' order by d.deployed_at, d.id limit 50 for update of d
 		return nil
 	})
 	return n, err
+}
+
+// unservable says why a deployment of an asset with runtime (and, for a model, the model of its
+// version) cannot be served, or "" when it can.
+func unservable(runtime string, model *string) string {
+	if runtime != marketplace.RuntimeONNX {
+		if _, ok := clinical.Lookup(runtime); !ok {
+			return fmt.Sprintf("runtime %q is not available in this version of carehub", runtime)
+		}
+		return ""
+	}
+	if model == nil {
+		return "the asset's version carries no model"
+	}
+	if err := onnx.Init(""); err != nil {
+		return "the embedded ONNX Runtime is not available: " + err.Error()
+	}
+	return ""
 }
 
 // move writes a transition of d (locked by the caller) with its event.

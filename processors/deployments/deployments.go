@@ -4,7 +4,8 @@
 // # States (DECISIONS §6)
 //
 //	PENDING  → RUNNING   the Controller started it (endpoint set when the asset has a runtime)
-//	PENDING  → FAILED    it cannot run: its runtime is unknown to this build, or hipaaMode's
+//	PENDING  → FAILED    it cannot run: its runtime is unknown to this build (or, for a model,
+//	                     the embedded ONNX Runtime is not installed), or hipaaMode's
 //	                     conditions no longer hold (the organization lost its BAA)
 //	RUNNING  → DEGRADED  invocations failed (5xx: errors, capacity refusals) at or above
 //	                     DegradeRatio over the last Window, with at least MinInvocations
@@ -21,10 +22,14 @@
 //
 // # Serving
 //
-// Deployments of assets with a built-in runtime (news2, qsofa, vitals_trend) serve
+// Deployments of assets with a built-in runtime (news2, qsofa, vitals_trend), and of MODEL
+// assets whose version carries a model (runtime onnx: marketplace.AttachModel; model.go), serve
 // POST {base_url}/v1/deployments/{id}/invoke (Invoker, invoke.go) on every api node, with
 // `replicas` concurrent executions per node; requests beyond them wait up to QueueWait in a
-// bounded queue and are then refused 503 with Retry-After.
+// bounded queue and are then refused 503 with Retry-After. A model runs on the embedded ONNX
+// Runtime (processors/inference/onnx), one session per replica, loaded once per node from the
+// content-addressed artifact; it scores vitals given by name or a patient's latest stored ones
+// when its metadata names its features (FeaturesKey), or tensors given as inputs.
 //
 // The Controller (controller.go) runs in the processors role of any number of nodes: each pass
 // claims rows with FOR UPDATE SKIP LOCKED, so two controllers never move one deployment twice.

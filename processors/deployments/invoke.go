@@ -22,6 +22,7 @@ import (
 	"carehub/kernel/phi"
 	"carehub/kernel/telemetry"
 	"carehub/processors/agents"
+	"carehub/processors/marketplace"
 	"carehub/storage/postgres"
 )
 
@@ -74,17 +75,21 @@ type Invoker struct {
 	log    *slog.Logger
 	nodeID string
 
-	mu    sync.Mutex
-	deps  map[string]*served
-	stats map[string]*counts
+	mu     sync.Mutex
+	deps   map[string]*served
+	stats  map[string]*counts
+	models models
 
 	invocations *prometheus.CounterVec
+	latency     *prometheus.HistogramVec // by deployment: replica taken → answer
+	queued      *prometheus.GaugeVec     // by deployment: requests waiting for a replica on this node
 }
 
 // served is a node's copy of a deployment it serves, with its replica pool.
 type served struct {
 	id, orgID, status string
 	runtime           *string
+	modelSHA          *string // the model of the asset's version, when it carries one
 	replicas          int
 	expires           time.Time
 	pool              *replicaPool
@@ -99,9 +104,18 @@ func (s *Service) Invoker(cfg InvokerConfig) *Invoker {
 		deps: map[string]*served{}, stats: map[string]*counts{},
 		invocations: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "carehub", Subsystem: "deployments",
 			Name: "invocations_total", Help: "Deployment invocations on this node, by runtime and outcome (ok, client_error, failed, overloaded)."},
-			[]string{"runtime", "outcome"})}
+			[]string{"runtime", "outcome"}),
+		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: "carehub", Subsystem: "deployments",
+			Name: "invocation_seconds", Help: "Time from taking a replica to the answer of a successful invocation, by deployment and runtime.",
+			Buckets: []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5}},
+			[]string{"deployment", "runtime"}),
+		queued: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: "carehub", Subsystem: "deployments",
+			Name: "queue_depth", Help: "Invocations waiting for a free replica of the deployment on this node."},
+			[]string{"deployment"})}
 	if cfg.Registerer != nil {
 		inv.invocations = telemetry.Shared(cfg.Registerer, inv.invocations)
+		inv.latency = telemetry.Shared(cfg.Registerer, inv.latency)
+		inv.queued = telemetry.Shared(cfg.Registerer, inv.queued)
 	}
 	return inv
 }
@@ -116,6 +130,9 @@ type InvokeRequest struct {
 	Vitals map[string]json.RawMessage `json:"vitals,omitempty"`
 	// Input carries skill options: spo2Scale, onOxygen, consciousness, window.
 	Input json.RawMessage `json:"input,omitempty"`
+	// Inputs are tensors for a model deployment (Open Inference Protocol v2's shape), instead of
+	// patientId or vitals.
+	Inputs []ModelTensor `json:"inputs,omitempty"`
 }
 
 // InvokeResult is the answer of an invocation.
@@ -123,9 +140,11 @@ type InvokeResult struct {
 	DeploymentID string           `json:"deploymentId"`
 	Runtime      string           `json:"runtime"`
 	PatientID    string           `json:"patientId,omitempty"`
-	Output       *clinical.Output `json:"output"`
-	LatencyMs    int64            `json:"latencyMs"`  // from taking a replica to the output
-	TokensUsed   int              `json:"tokensUsed"` // clinical.Tokens of context and output, as for agents
+	Output       *clinical.Output `json:"output"` // a built-in skill's; null for a model
+	// Prediction is a model deployment's answer (runtime onnx).
+	Prediction *Prediction `json:"prediction,omitempty"`
+	LatencyMs  int64       `json:"latencyMs"`  // from taking a replica to the output
+	TokensUsed int         `json:"tokensUsed"` // clinical.Tokens of context and output, as for agents
 	// Redacted is true when patientId and output were removed: scores of a stored patient are
 	// patient data (phi.InvokeResult), served only to a caller that may read it.
 	Redacted bool `json:"redacted,omitempty"`
@@ -157,6 +176,9 @@ func (inv *Invoker) Invoke(ctx context.Context, id string, req InvokeRequest) (*
 	if d.runtime == nil {
 		return nil, fault.Conflict("deployment %s serves no endpoint: its asset has no built-in runtime", id)
 	}
+	if *d.runtime == marketplace.RuntimeONNX {
+		return inv.invokeOnReplica(ctx, d, req, func(res *InvokeResult) error { return inv.invokeModel(ctx, p, d, req, res) })
+	}
 	skill, ok := clinical.Lookup(*d.runtime)
 	if !ok {
 		return nil, fault.Conflict("deployment %s runs %q, which this node cannot serve", id, *d.runtime)
@@ -186,7 +208,49 @@ func (inv *Invoker) Invoke(ctx context.Context, id string, req InvokeRequest) (*
 		return nil, fault.Validation("invalid invocation", bad)
 	}
 
-	release, err := d.pool.acquire(ctx, inv.cfg.QueueWait)
+	return inv.invokeOnReplica(ctx, d, req, func(res *InvokeResult) error {
+		res.Runtime = skill.Name()
+		var as agents.Assessment
+		if req.PatientID != "" {
+			if err := inv.patientVisible(ctx, p, d, req.PatientID); err != nil {
+				return err
+			}
+			var err error
+			if as, err = agents.Assess(ctx, inv.s.pool, skill, req.PatientID, opts); err != nil {
+				return fmt.Errorf("invoke %s: %w", id, err)
+			}
+		} else {
+			as = assessVitals(skill, obs, opts)
+		}
+		if as.Output == nil {
+			return fault.Validation("the runtime could not score this input", map[string]string{"vitals": as.Failure})
+		}
+		res.Output, res.TokensUsed = as.Output, as.Tokens
+		return nil
+	})
+}
+
+// patientVisible checks that patientID is a patient of d's organization that the caller may
+// see (a test key: synthetic ones only), NotFound otherwise, and records the access.
+func (inv *Invoker) patientVisible(ctx context.Context, p *access.Principal, d *served, patientID string) error {
+	var found bool
+	err := inv.s.pool.QueryRow(ctx, `select exists(select 1 from patients where id = $1 and org_id = $2 and ($3 or synthetic))`,
+		patientID, d.orgID, p.SeesRealPatients()).Scan(&found)
+	switch {
+	case err != nil:
+		return fmt.Errorf("invoke %s: %w", d.id, err)
+	case !found:
+		return fault.NotFound("patient", patientID)
+	}
+	access.Touch(ctx, access.KindPatient, patientID)
+	return nil
+}
+
+// invokeOnReplica runs one invocation of d on a replica of this node, counts its outcome, and
+// redacts a stored patient's result for a caller who may not read it.
+func (inv *Invoker) invokeOnReplica(ctx context.Context, d *served, req InvokeRequest, run func(*InvokeResult) error) (*InvokeResult, error) {
+	queued := inv.queued.WithLabelValues(d.id)
+	release, err := d.pool.acquire(ctx, inv.cfg.QueueWait, queued)
 	if err != nil {
 		if errors.Is(err, ErrOverloaded) {
 			inv.count(d, "overloaded")
@@ -195,42 +259,34 @@ func (inv *Invoker) Invoke(ctx context.Context, id string, req InvokeRequest) (*
 	}
 	defer release()
 	start := time.Now()
-	res := &InvokeResult{DeploymentID: id, Runtime: skill.Name(), PatientID: req.PatientID}
-	var as agents.Assessment
-	if req.PatientID != "" {
-		var found bool
-		err := inv.s.pool.QueryRow(ctx, `select exists(select 1 from patients where id = $1 and org_id = $2 and ($3 or synthetic))`,
-			req.PatientID, d.orgID, p.SeesRealPatients()).Scan(&found)
-		if err == nil && !found {
+	res := &InvokeResult{DeploymentID: d.id, PatientID: req.PatientID}
+	if err := run(res); err != nil {
+		switch fault.KindOf(err) {
+		case fault.KindValidation, fault.KindNotFound, fault.KindConflict:
 			inv.count(d, "client_error")
-			return nil, fault.NotFound("patient", req.PatientID)
-		}
-		if err == nil {
-			access.Touch(ctx, access.KindPatient, req.PatientID)
-			as, err = agents.Assess(ctx, inv.s.pool, skill, req.PatientID, opts)
-		}
-		if err != nil {
+		default:
 			inv.count(d, "failed")
-			return nil, fmt.Errorf("invoke %s: %w", id, err)
 		}
-	} else {
-		as = assessVitals(skill, obs, opts)
+		return nil, err
 	}
-	if as.Output == nil {
-		inv.count(d, "client_error")
-		return nil, fault.Validation("the runtime could not score this input", map[string]string{"vitals": as.Failure})
-	}
-	res.Output, res.TokensUsed = as.Output, as.Tokens
-	res.LatencyMs = time.Since(start).Milliseconds()
+	took := time.Since(start)
+	res.LatencyMs = took.Milliseconds()
+	inv.latency.WithLabelValues(d.id, res.Runtime).Observe(took.Seconds())
 	inv.count(d, "ok")
-	if req.PatientID != "" {
-		ok, err := inv.guard.Serve(ctx, []phi.Subject{{OrgID: d.orgID, Patients: []string{req.PatientID}, Need: phi.InvokeResult.Need}})
-		if err != nil {
-			return nil, fmt.Errorf("invoke %s: %w", id, err)
-		}
-		if !ok[0] {
-			res.PatientID, res.Output, res.Redacted = "", nil, true
-		}
+	return inv.redact(ctx, d, res)
+}
+
+// redact removes a stored patient's result from res when the caller may not read it.
+func (inv *Invoker) redact(ctx context.Context, d *served, res *InvokeResult) (*InvokeResult, error) {
+	if res.PatientID == "" {
+		return res, nil
+	}
+	ok, err := inv.guard.Serve(ctx, []phi.Subject{{OrgID: d.orgID, Patients: []string{res.PatientID}, Need: phi.InvokeResult.Need}})
+	if err != nil {
+		return nil, fmt.Errorf("invoke %s: %w", d.id, err)
+	}
+	if !ok[0] {
+		res.PatientID, res.Output, res.Prediction, res.Redacted = "", nil, nil, true
 	}
 	return res, nil
 }
@@ -305,9 +361,10 @@ func (inv *Invoker) deployment(ctx context.Context, id string) (*served, error) 
 		return d, nil
 	}
 	var nd served
-	err := inv.s.pool.QueryRow(ctx, `select d.id, d.org_id, d.status, d.replicas, a.runtime from deployments d
-join installations i on i.id = d.installation_id join assets a on a.id = i.asset_id where d.id = $1`, id).Scan(
-		&nd.id, &nd.orgID, &nd.status, &nd.replicas, &nd.runtime)
+	err := inv.s.pool.QueryRow(ctx, `select d.id, d.org_id, d.status, d.replicas, a.runtime, m.sha256 from deployments d
+join installations i on i.id = d.installation_id join assets a on a.id = i.asset_id
+left join asset_models m on m.asset_id = a.id and m.version = a.version where d.id = $1`, id).Scan(
+		&nd.id, &nd.orgID, &nd.status, &nd.replicas, &nd.runtime, &nd.modelSHA)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, nil
 	}
@@ -359,6 +416,7 @@ func (inv *Invoker) Run(ctx context.Context) error {
 	for {
 		select {
 		case <-ctx.Done():
+			defer inv.models.close()
 			fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 			defer cancel()
 			if err := inv.Flush(fctx); err != nil {
@@ -427,8 +485,9 @@ func newReplicaPool(replicas, maxWaiting int) *replicaPool {
 	return &replicaPool{slots: make(chan struct{}, replicas), maxWaiting: int64(maxWaiting)}
 }
 
-// acquire takes a replica, waiting up to wait; it returns the function that gives it back.
-func (p *replicaPool) acquire(ctx context.Context, wait time.Duration) (func(), error) {
+// acquire takes a replica, waiting up to wait (counted in queued meanwhile); it returns the
+// function that gives it back.
+func (p *replicaPool) acquire(ctx context.Context, wait time.Duration, queued prometheus.Gauge) (func(), error) {
 	release := func() { <-p.slots }
 	select {
 	case p.slots <- struct{}{}:
@@ -440,6 +499,8 @@ func (p *replicaPool) acquire(ctx context.Context, wait time.Duration) (func(), 
 		return nil, fault.Wrap(fault.KindUnavailable, ErrOverloaded, "every replica is busy and the queue is full; retry shortly")
 	}
 	defer p.waiting.Add(-1)
+	queued.Inc()
+	defer queued.Dec()
 	t := time.NewTimer(wait)
 	defer t.Stop()
 	select {

@@ -1,6 +1,8 @@
 package demo
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"slices"
@@ -8,6 +10,7 @@ import (
 	"time"
 
 	"carehub/kernel/ids"
+	"carehub/models"
 )
 
 type orgSpec struct {
@@ -163,6 +166,8 @@ type assetSpec struct {
 	downloads                               int
 	status                                  string
 	runtime                                 string
+	model                                   []byte // an ONNX file the version carries (runtime onnx)
+	modelSignature                          string // its signature, as processors/marketplace records it
 	reviewNotes                             string
 }
 
@@ -200,6 +205,11 @@ var assetSpecs = []assetSpec{
 		description: "Quick SOFA bedside screen (respiratory rate ≥ 22, systolic BP ≤ 100, altered mentation) flagging adults with suspected infection at risk of poor outcome.",
 		price:       usage(0.002, 10000), fhir: res(fPatient, fObs), badges: []string{badgeHIPAA},
 		rating: 4.5, downloads: 9312, status: approved, runtime: "qsofa"},
+	{name: DeteriorationModelName, typ: "MODEL", category: "Early Warning", version: "0.1.0", publisher: "VitalSignal Labs",
+		description: "Probability of deterioration within 12 hours from heart rate, respiratory rate, SpO2, systolic blood pressure and temperature: a logistic regression trained on synthetic vital signs (models/demo/train.py) and served on carehub's embedded ONNX Runtime. A demonstration of real inference, not for clinical use.",
+		price:       free(), fhir: res(fPatient, fObs), badges: []string{},
+		rating: 0, downloads: 0, status: approved, runtime: "onnx",
+		model: models.Deterioration, modelSignature: models.DeteriorationSignature},
 	{name: "Sepsis Onset Predictor (6h)", typ: "MODEL", category: "Sepsis", version: "3.0.1", publisher: "Cardiolytics",
 		description: "Gradient-boosted model predicting sepsis onset within six hours from vitals, labs and encounter context; validated on 41 000 adult inpatient stays.",
 		price:       subscription(1200, 12000), fhir: res(fPatient, fObs, fEncounter, fCondition), badges: []string{badgeHIPAA, badgeFDA, badgeSOC2},
@@ -390,6 +400,7 @@ var installSpecs = []installSpec{
 	{DemoOrgSlug, SepsisProjectName, NEWS2AgentName, `{"alertThreshold":5,"escalateTo":"rapid-response-team","wards":["7","8"]}`},
 	{DemoOrgSlug, SepsisProjectName, QSOFAModelName, `{"threshold":2}`},
 	{DemoOrgSlug, SepsisProjectName, NEWS2ModelName, ""},
+	{DemoOrgSlug, SepsisProjectName, DeteriorationModelName, ""},
 	{DemoOrgSlug, RPMProjectName, VitalsTrendAgentName, `{"windowHours":72}`},
 	{DemoOrgSlug, RPMProjectName, "Remote Monitoring Device Hub", `{"deviceTypes":["wearable","home-bp-cuff","pulse-oximeter"]}`},
 	{DemoOrgSlug, "Radiology AI Pilot", "Chest X-ray Triage", `{"modalities":["CR","DX"]}`},
@@ -524,6 +535,12 @@ func (d *dataset) catalogue() error {
 			a.fhir, sc.overall, sc.security, sc.privacy, sc.clinical,
 			slices.Contains(badges, badgeHIPAA), slices.Contains(badges, badgeFDA), badges,
 			rating, a.downloads, a.status, runtime, docs, "support@"+p.domain, notes, created, updated)
+		if a.model != nil {
+			sum := sha256.Sum256(a.model)
+			digest := hex.EncodeToString(sum[:])
+			d.modelArtifacts.add(digest, "onnx", len(a.model), json.RawMessage(a.modelSignature), a.model, created)
+			d.assetModels.add(id, a.version, digest, "demo", created)
+		}
 	}
 
 	installedAt := map[string]time.Time{}

@@ -52,6 +52,9 @@ const (
 	QSOFAModelName       = "qSOFA Sepsis Screen"       // MODEL, runtime qsofa
 	QSOFAAgentName       = "Sepsis Sentinel Agent"     // AGENT, runtime qsofa
 	VitalsTrendAgentName = "Vitals Trend Summarizer"   // AGENT, runtime vitals_trend
+	// DeteriorationModelName is the MODEL whose version carries a real model (runtime onnx):
+	// models.Deterioration, installed in the Sepsis Early Warning project.
+	DeteriorationModelName = "Deterioration Risk (synthetic demo)"
 
 	SepsisProjectName = "Sepsis Early Warning"      // demo-health project with the agent and workflow below
 	RPMProjectName    = "Remote Patient Monitoring" // demo-health project
@@ -185,6 +188,7 @@ func (t *table) add(values ...any) {
 // dataset is the whole demo data set, built in memory before anything is written.
 type dataset struct {
 	organizations, projects, publishers, assets, installations, agents, workflows table
+	modelArtifacts, assetModels                                                   table
 	patientsT, encounters, observations                                           table
 
 	orgID          map[string]string // slug → id
@@ -206,9 +210,11 @@ func build() (*dataset, error) {
 			"pricing_type", "cost_per_request", "monthly_fee", "annual_fee", "free_tier_limit", "fhir_resources",
 			"score_overall", "score_security", "score_privacy", "score_clinical", "hipaa_compliant", "fda_cleared", "badges",
 			"rating", "downloads", "status", "runtime", "documentation_url", "support_email", "review_notes", "created_at", "updated_at"),
-		installations: newTable("installations", "id", "org_id", "project_id", "asset_id", "status", "config", "installed_at"),
-		agents:        newTable("agents", "id", "org_id", "project_id", "name", "description", "run_mode", "status", "skill", "installation_id", "created_at"),
-		workflows:     newTable("workflows", "id", "org_id", "project_id", "name", "description", "status", "steps", "triggers", "created_at", "updated_at"),
+		modelArtifacts: newTable("model_artifacts", "sha256", "format", "size_bytes", "signature", "content", "created_at"),
+		assetModels:    newTable("asset_models", "asset_id", "version", "sha256", "attached_by", "attached_at"),
+		installations:  newTable("installations", "id", "org_id", "project_id", "asset_id", "status", "config", "installed_at"),
+		agents:         newTable("agents", "id", "org_id", "project_id", "name", "description", "run_mode", "status", "skill", "installation_id", "created_at"),
+		workflows:      newTable("workflows", "id", "org_id", "project_id", "name", "description", "status", "steps", "triggers", "created_at", "updated_at"),
 		patientsT: newTable("patients", "id", "org_id", "synthetic", "name", "gender", "birth_date", "address", "telecom",
 			"risk_level", "programs", "resource", "created_at", "updated_at"),
 		encounters: newTable("encounters", "id", "org_id", "patient_id", "status", "class", "subject", "period", "created_at"),
@@ -244,7 +250,7 @@ func build() (*dataset, error) {
 
 // tables lists the tables in insertion (foreign key) order.
 func (d *dataset) tables() []*table {
-	return []*table{&d.organizations, &d.projects, &d.publishers, &d.assets, &d.installations, &d.agents,
+	return []*table{&d.organizations, &d.projects, &d.publishers, &d.assets, &d.modelArtifacts, &d.assetModels, &d.installations, &d.agents,
 		&d.workflows, &d.patientsT, &d.encounters, &d.observations}
 }
 

@@ -1,0 +1,79 @@
+package rest
+
+import (
+	"context"
+	"errors"
+	"io"
+	"mime"
+	"net/http"
+
+	"github.com/gorilla/mux"
+
+	"carehub/api/envelope"
+	"carehub/kernel/access"
+	"carehub/kernel/fault"
+	"carehub/processors/marketplace"
+)
+
+// ModelStore is what the model routes need of the marketplace (*marketplace.Service).
+type ModelStore interface {
+	AttachModel(ctx context.Context, assetID string, content []byte) (*marketplace.ModelArtifact, error)
+	Model(ctx context.Context, assetID string) (*marketplace.ModelArtifact, error)
+}
+
+// ModelRoutes mounts the model of a MODEL asset's version on authed, whose body limit must be
+// marketplace.MaxModelBytes:
+//
+//	PUT /v1/assets/{id}/model   attach an ONNX file (application/octet-stream), publish:assets,
+//	                            the submitting organization, before the review decides
+//	GET /v1/assets/{id}/model   the model's SHA-256, size and signature (inputs, outputs, metadata)
+//
+// PUT answers 201 with the artifact, or 200 when the version already carries the same file; a
+// file the embedded ONNX Runtime cannot load is 422, another file for the same version 409.
+func ModelRoutes(authed *mux.Router, s ModelStore) {
+	h := &modelHandler{s: s}
+	authed.HandleFunc("/v1/assets/{id}/model", h.attach).Methods(http.MethodPut)
+	authed.HandleFunc("/v1/assets/{id}/model", h.get).Methods(http.MethodGet)
+}
+
+type modelHandler struct{ s ModelStore }
+
+func (h *modelHandler) attach(w http.ResponseWriter, r *http.Request) {
+	// The scope before the body: a caller who may not attach a model does not get to send 32 MiB.
+	if _, err := access.Require(r.Context(), access.PublishAssets); err != nil {
+		envelope.WriteError(w, r, err)
+		return
+	}
+	if mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type")); err != nil || mt != "application/octet-stream" {
+		envelope.WriteError(w, r, fault.New(fault.KindUnsupportedMedia, "a model is uploaded as application/octet-stream: the .onnx file's bytes"))
+		return
+	}
+	content, err := io.ReadAll(r.Body)
+	if err != nil {
+		if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
+			err = fault.New(fault.KindTooLarge, "a model file is at most %d MiB", marketplace.MaxModelBytes>>20)
+		}
+		envelope.WriteError(w, r, err)
+		return
+	}
+	before, _ := h.s.Model(r.Context(), mux.Vars(r)["id"])
+	art, err := h.s.AttachModel(r.Context(), mux.Vars(r)["id"], content)
+	if err != nil {
+		envelope.WriteError(w, r, err)
+		return
+	}
+	status := http.StatusCreated
+	if before != nil && before.SHA256 == art.SHA256 {
+		status = http.StatusOK
+	}
+	envelope.WriteJSON(w, status, art)
+}
+
+func (h *modelHandler) get(w http.ResponseWriter, r *http.Request) {
+	art, err := h.s.Model(r.Context(), mux.Vars(r)["id"])
+	if err != nil {
+		envelope.WriteError(w, r, err)
+		return
+	}
+	envelope.WriteJSON(w, http.StatusOK, art)
+}

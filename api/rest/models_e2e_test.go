@@ -1,0 +1,222 @@
+package rest_test
+
+import (
+	"bytes"
+	"crypto/rand"
+	"encoding/json"
+	"io"
+	"math"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"carehub/e2e/servertest"
+	"carehub/kernel/access"
+	"carehub/models"
+	"carehub/storage/demo"
+)
+
+// putModel uploads content as the model of asset id.
+func putModel(t *testing.T, s *servertest.Server, key, id, contentType string, content []byte) (int, []byte) {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodPut, s.URL+"/v1/assets/"+id+"/model", bytes.NewReader(content))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+key)
+	req.Header.Set("Content-Type", contentType)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, body
+}
+
+// TestModelDeployment: the demo catalogue's model deploys, and its endpoint runs the ONNX file
+// on the embedded runtime: on vitals given by name (the same probabilities as onnxruntime's own
+// Python API), on tensors, and on a patient's latest stored vitals, with the patient-data rules
+// of every invocation.
+func TestModelDeployment(t *testing.T) {
+	s := servertest.Start(t)
+	key := s.DemoKey()
+	sepsis := s.ProjectID(demo.SepsisProjectName)
+	installation := scalar(t, s, `select i.id from installations i join assets a on a.id = i.asset_id where i.project_id = $1 and a.name = $2`,
+		sepsis, demo.DeteriorationModelName)
+	var created struct{ CreateDeployment struct{ ID string } }
+	s.MustGraphQL(t, key, `mutation($i: ID!) { createDeployment(installationId: $i, environment: "production", replicas: 2) { id } }`,
+		map[string]any{"i": installation}, &created)
+	dep := created.CreateDeployment.ID
+	servertest.Eventually(t, 10*time.Second, "the deployment RUNNING", func() bool {
+		return scalar(t, s, `select status from deployments where id = $1`, dep) == "RUNNING"
+	})
+	invoke := func(key string, body any) *servertest.Response {
+		return s.Do(http.MethodPost, "/v1/deployments/"+dep+"/invoke", key, body)
+	}
+	type result struct {
+		Runtime    string
+		PatientID  string
+		Redacted   bool
+		Prediction *struct {
+			Model          string
+			Features       map[string]float64
+			ObservationIDs []string
+			Outputs        []struct {
+				Name  string
+				Shape []int64
+				Data  []float64
+			}
+			Probability *float64
+		}
+	}
+	decode := func(r *servertest.Response) result {
+		t.Helper()
+		if r.Status != http.StatusOK {
+			t.Fatalf("invoke: %d %s", r.Status, r.Body)
+		}
+		var res result
+		r.JSON(t, &res)
+		return res
+	}
+
+	t.Run("vitals by name, as onnxruntime computes them", func(t *testing.T) {
+		names := []string{"heart_rate", "respiratory_rate", "spo2", "systolic_bp", "temperature"}
+		cases, tolerance := models.DeteriorationCases()
+		for _, c := range cases {
+			vitals := map[string]any{}
+			for i, n := range names {
+				vitals[n] = c.Input[i]
+			}
+			res := decode(invoke(key, map[string]any{"vitals": vitals}))
+			if res.Runtime != "onnx" || res.Prediction == nil || res.Prediction.Probability == nil ||
+				math.Abs(*res.Prediction.Probability-c.Output) > tolerance {
+				t.Fatalf("%s: %+v, want probability %v", c.Name, res.Prediction, c.Output)
+			}
+		}
+	})
+
+	t.Run("tensors", func(t *testing.T) {
+		all, _ := models.DeteriorationCases()
+		cases := all[:3]
+		var data []float64
+		for _, c := range cases {
+			data = append(data, c.Input...)
+		}
+		res := decode(invoke(key, map[string]any{"inputs": []any{map[string]any{"name": "vitals", "shape": []int{3, 5}, "datatype": "FP32", "data": data}}}))
+		out := res.Prediction.Outputs
+		if len(out) != 1 || out[0].Name != "probability" || len(out[0].Data) != 3 || res.Prediction.Probability != nil {
+			t.Fatalf("outputs %+v", res.Prediction)
+		}
+		for i, c := range cases {
+			if math.Abs(out[0].Data[i]-c.Output) > 1e-5 {
+				t.Errorf("row %d: %v, want %v", i, out[0].Data[i], c.Output)
+			}
+		}
+		for _, bad := range []map[string]any{
+			{"inputs": []any{map[string]any{"name": "vitals", "shape": []int{1, 4}, "datatype": "FP32", "data": []float64{1, 2, 3, 4}}}},
+			{"inputs": []any{map[string]any{"name": "other", "shape": []int{1, 5}, "datatype": "FP32", "data": []float64{1, 2, 3, 4, 5}}}},
+			{"vitals": map[string]any{"heart_rate": 80}},
+			{"inputs": []any{map[string]any{"name": "vitals", "shape": []int{1, 5}, "datatype": "FP32", "data": []float64{1, 2, 3, 4, 5}}}, "patientId": demo.StablePatientID},
+		} {
+			if r := invoke(key, bad); r.Status != http.StatusUnprocessableEntity {
+				t.Errorf("%v: %d %s, want 422", bad, r.Status, r.Body)
+			}
+		}
+	})
+
+	t.Run("a patient's latest stored vitals, with the patient-data rules", func(t *testing.T) {
+		res := decode(invoke(key, map[string]any{"patientId": demo.DeterioratingPatientID}))
+		p := res.Prediction
+		if p == nil || p.Probability == nil || len(p.Features) != 5 || len(p.ObservationIDs) != 5 || res.PatientID != demo.DeterioratingPatientID {
+			t.Fatalf("prediction %+v", res)
+		}
+		stable := decode(invoke(key, map[string]any{"patientId": demo.StablePatientID}))
+		if *stable.Prediction.Probability >= *p.Probability {
+			t.Errorf("the stable patient's risk %v is not below the deteriorating one's %v", *stable.Prediction.Probability, *p.Probability)
+		}
+		// A test key does not reach a real patient; a key that may not read patients gets the
+		// score redacted.
+		test := s.Key(demo.DemoOrgSlug, access.Test, access.Scopes...)
+		if r := invoke(test, map[string]any{"patientId": demo.RealPatientID}); r.Status != http.StatusNotFound {
+			t.Errorf("a test key on a real patient: %d %s", r.Status, r.Body)
+		}
+		narrow := s.Key(demo.DemoOrgSlug, access.Live, access.ExecAgents)
+		if r := decode(invoke(narrow, map[string]any{"patientId": demo.DeterioratingPatientID})); !r.Redacted || r.Prediction != nil || r.PatientID != "" {
+			t.Errorf("exec:agents alone: %+v, want redacted", r)
+		}
+		other := s.Key("northwind-health", access.Live, access.Scopes...)
+		if r := invoke(other, map[string]any{"vitals": map[string]any{"heart_rate": 80}}); r.Status != http.StatusNotFound {
+			t.Errorf("another organization: %d %s", r.Status, r.Body)
+		}
+	})
+}
+
+// TestAttachModel: a publisher attaches an ONNX file to its MODEL asset under review; it is
+// checked loadable, stored by its SHA-256 and frozen with the version.
+func TestAttachModel(t *testing.T) {
+	s := servertest.Start(t)
+	key := s.DemoKey()
+	var sub struct{ SubmitAsset struct{ ID string } }
+	s.MustGraphQL(t, key, `mutation($in: SubmitAssetInput!) { submitAsset(input: $in) { id } }`, map[string]any{"in": map[string]any{
+		"name": "Ward Deterioration Model", "description": strings.Repeat("Scores deterioration on the ward. ", 8), "version": "1.0.0",
+		"type": "MODEL", "category": "Early Warning", "fhirResources": []string{"Patient", "Observation"}, "pricingType": "FREE",
+		"documentationUrl": "https://docs.example.org/ward", "supportEmail": "support@example.org"}}, &sub)
+	id := sub.SubmitAsset.ID
+
+	if status, body := putModel(t, s, key, id, "application/json", models.Deterioration); status != http.StatusUnsupportedMediaType {
+		t.Errorf("JSON content type: %d %s", status, body)
+	}
+	junk := make([]byte, 4096)
+	rand.Read(junk)
+	if status, body := putModel(t, s, key, id, "application/octet-stream", junk); status != http.StatusUnprocessableEntity || !strings.Contains(string(body), "not a model") {
+		t.Errorf("random bytes: %d %s, want 422", status, body)
+	}
+	if status, body := putModel(t, s, s.Key(demo.DemoOrgSlug, access.Live, access.ReadPatients), id, "application/octet-stream", models.Deterioration); status != http.StatusForbidden {
+		t.Errorf("without publish:assets: %d %s", status, body)
+	}
+	if status, body := putModel(t, s, s.Key("northwind-health", access.Live, access.Scopes...), id, "application/octet-stream", models.Deterioration); status != http.StatusNotFound {
+		t.Errorf("another organization: %d %s", status, body)
+	}
+	status, body := putModel(t, s, key, id, "application/octet-stream", models.Deterioration)
+	var art struct {
+		SHA256, Format, Version string
+		SizeBytes               int
+		Signature               json.RawMessage
+	}
+	if err := json.Unmarshal(body, &art); status != http.StatusCreated || err != nil || art.Format != "onnx" || art.Version != "1.0.0" ||
+		art.SizeBytes != len(models.Deterioration) || len(art.SHA256) != 64 {
+		t.Fatalf("attach: %d %s", status, body)
+	}
+	// What a model records is what the demo catalogue seeds for its own.
+	var got, want any
+	json.Unmarshal(art.Signature, &got)
+	json.Unmarshal([]byte(models.DeteriorationSignature), &want)
+	if gb, _ := json.Marshal(got); string(gb) != mustCompact(t, want) {
+		t.Errorf("signature %s, want %s", art.Signature, models.DeteriorationSignature)
+	}
+	if status, _ := putModel(t, s, key, id, "application/octet-stream", models.Deterioration); status != http.StatusOK {
+		t.Errorf("the same file again: %d, want 200", status)
+	}
+	other := append(bytes.Clone(models.Deterioration[:len(models.Deterioration)-0]), 0) // a trailing byte: another file
+	if status, body := putModel(t, s, key, id, "application/octet-stream", other); status != http.StatusConflict && status != http.StatusUnprocessableEntity {
+		t.Errorf("another file for the version: %d %s, want 409 (or 422 if it does not load)", status, body)
+	}
+	if r := s.Do(http.MethodGet, "/v1/assets/"+id+"/model", key, nil); r.Status != http.StatusOK || !strings.Contains(string(r.Body), art.SHA256) {
+		t.Errorf("GET model: %d %s", r.Status, r.Body)
+	}
+	// Approved, the version is frozen.
+	s.MustGraphQL(t, s.PlatformKey(), `mutation($a: ID!) { reviewAsset(assetId: $a, decision: "APPROVED") { id } }`, map[string]any{"a": id}, nil)
+	if status, body := putModel(t, s, key, id, "application/octet-stream", models.Deterioration); status != http.StatusConflict {
+		t.Errorf("after approval: %d %s, want 409", status, body)
+	}
+}
+
+func mustCompact(t *testing.T, v any) string {
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}

@@ -1,0 +1,266 @@
+package deployments
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"sync"
+
+	"github.com/jackc/pgx/v5"
+
+	"carehub/kernel/access"
+	"carehub/kernel/clinical"
+	"carehub/kernel/fault"
+	"carehub/processors/inference/onnx"
+	"carehub/processors/marketplace"
+)
+
+// FeaturesKey is the model metadata (ONNX metadata_props) that names, as a JSON list of vital
+// sign names, the columns of a model's one input: with it a model scores a patient's stored
+// vitals, or vitals given by name, as the built-in skills do.
+const FeaturesKey = "carehub.features"
+
+// ModelTensor is a tensor of an invocation, shaped as the Open Inference Protocol v2 has it:
+// inputs given to a model (datatype FP32) and the outputs it gives.
+type ModelTensor struct {
+	Name     string    `json:"name"`
+	Shape    []int64   `json:"shape"`
+	Datatype string    `json:"datatype"`
+	Data     []float64 `json:"data"`
+}
+
+// Prediction is what a model deployment answers.
+type Prediction struct {
+	// Model is the SHA-256 of the model file that ran.
+	Model string `json:"model"`
+	// Features are the values the model was given, by vital sign name, in their canonical unit,
+	// when it scored vitals (given or stored); ObservationIDs the stored ones used.
+	Features       map[string]float64 `json:"features,omitempty"`
+	ObservationIDs []string           `json:"observationIds,omitempty"`
+	Outputs        []ModelTensor      `json:"outputs"`
+	// Probability is the model's one output value, when it gives exactly one (a risk score).
+	Probability *float64 `json:"probability,omitempty"`
+}
+
+// loadedModel is a model this node serves: one runtime session per replica.
+type loadedModel struct {
+	sha      string
+	model    *onnx.Model
+	features []string // FeaturesKey, nil when the model takes tensors only
+}
+
+// models are the models an Invoker has loaded, by artifact and replica count.
+type models struct {
+	mu     sync.Mutex
+	loaded map[string]*loadedModel
+}
+
+// get returns the loaded model sha with replicas sessions, loading it from the store once.
+func (ms *models) get(ctx context.Context, q interface {
+	QueryRow(context.Context, string, ...any) pgx.Row
+}, sha string, replicas int) (*loadedModel, error) {
+	key := fmt.Sprintf("%s/%d", sha, replicas)
+	ms.mu.Lock()
+	defer ms.mu.Unlock() // loads are rare and take milliseconds: one at a time
+	if m := ms.loaded[key]; m != nil {
+		return m, nil
+	}
+	if err := onnx.Init(""); err != nil {
+		return nil, fault.Wrap(fault.KindUnavailable, err, "the embedded ONNX Runtime is not available on this node")
+	}
+	var content []byte
+	if err := q.QueryRow(ctx, `select content from model_artifacts where sha256 = $1`, sha).Scan(&content); err != nil {
+		return nil, fmt.Errorf("model %s: %w", sha, err)
+	}
+	m, err := onnx.Load(content, replicas)
+	if err != nil {
+		return nil, fmt.Errorf("model %s: %w", sha, err)
+	}
+	lm := &loadedModel{sha: sha, model: m}
+	if f := m.Signature().Metadata[FeaturesKey]; f != "" {
+		if err := json.Unmarshal([]byte(f), &lm.features); err != nil {
+			lm.features = nil
+		}
+	}
+	if ms.loaded == nil {
+		ms.loaded = map[string]*loadedModel{}
+	}
+	for k, old := range ms.loaded { // another replica count of the same model is superseded
+		if old.sha == sha {
+			old.model.Close()
+			delete(ms.loaded, k)
+		}
+	}
+	ms.loaded[key] = lm
+	return lm, nil
+}
+
+// close frees every loaded model.
+func (ms *models) close() {
+	ms.mu.Lock()
+	defer ms.mu.Unlock()
+	for k, m := range ms.loaded {
+		m.model.Close()
+		delete(ms.loaded, k)
+	}
+}
+
+// modelInputs builds the model's inputs from req, recording problems in bad: tensors as given,
+// or one row of features from vitals given by name or the patient's latest stored ones.
+func (inv *Invoker) modelInputs(ctx context.Context, lm *loadedModel, req InvokeRequest, bad map[string]string) (map[string]onnx.Tensor, *Prediction) {
+	pred := &Prediction{Model: lm.sha}
+	sig := lm.model.Signature()
+	if len(req.Inputs) > 0 {
+		in := make(map[string]onnx.Tensor, len(req.Inputs))
+		for i, t := range req.Inputs {
+			field := fmt.Sprintf("inputs[%d]", i)
+			if t.Datatype != "" && t.Datatype != "FP32" {
+				bad[field+".datatype"] = "only FP32 is served"
+				continue
+			}
+			data := make([]float32, len(t.Data))
+			for j, x := range t.Data {
+				data[j] = float32(x)
+			}
+			in[t.Name] = onnx.Tensor{Shape: t.Shape, Data: data}
+		}
+		return in, pred
+	}
+	if lm.features == nil || len(sig.Inputs) != 1 {
+		bad["inputs"] = "this model takes tensors: give inputs [{name, shape, datatype, data}] for " + sig.Inputs[0].Name
+		return nil, nil
+	}
+	values := map[string]float64{}
+	if len(req.Vitals) > 0 {
+		for _, o := range vitalsObservations(req.Vitals, bad) {
+			x, err := clinical.Normalize(o.Code, o.Value, o.Unit)
+			vs, _ := clinical.VitalByCode(o.Code)
+			if err != nil {
+				bad["vitals."+vs.Name] = err.Error()
+				continue
+			}
+			values[vs.Name] = x
+		}
+	} else {
+		obs, err := latestVitals(ctx, inv.s.pool, req.PatientID, lm.features)
+		if err != nil {
+			bad["patientId"] = err.Error()
+			return nil, nil
+		}
+		for _, o := range obs {
+			vs, _ := clinical.VitalByCode(o.Code)
+			if x, err := clinical.Normalize(o.Code, o.Value, o.Unit); err == nil {
+				values[vs.Name] = x
+				pred.ObservationIDs = append(pred.ObservationIDs, o.ID)
+			}
+		}
+	}
+	row := make([]float32, len(lm.features))
+	var missing []string
+	for i, name := range lm.features {
+		x, ok := values[name]
+		if !ok {
+			missing = append(missing, name)
+			continue
+		}
+		row[i] = float32(x)
+	}
+	if len(missing) > 0 {
+		field, what := "vitals", "give"
+		if req.PatientID != "" {
+			field, what = "patientId", "the patient has no stored observation of"
+		}
+		bad[field] = fmt.Sprintf("the model needs %v; %s %v", lm.features, what, missing)
+		return nil, nil
+	}
+	pred.Features = values
+	return map[string]onnx.Tensor{sig.Inputs[0].Name: {Shape: []int64{1, int64(len(row))}, Data: row}}, pred
+}
+
+// latestVitals returns the patient's latest stored observation of each named vital sign.
+func latestVitals(ctx context.Context, q agentsQuerier, patientID string, names []string) ([]clinical.Observation, error) {
+	var codes []string
+	for _, n := range names {
+		found := false
+		for _, v := range clinical.VitalSigns() {
+			if v.Name == n {
+				codes, found = append(codes, v.Code), true
+			}
+		}
+		if !found {
+			return nil, fmt.Errorf("the model names %q, which is not a vital sign carehub stores", n)
+		}
+	}
+	rows, _ := q.Query(ctx, `select distinct on (loinc) id, loinc, value, coalesce(unit, '') from observations
+where patient_id = $1 and loinc = any($2) and value is not null and effective_at is not null
+order by loinc, effective_at desc, id desc`, patientID, codes)
+	var out []clinical.Observation
+	var o clinical.Observation
+	_, err := pgx.ForEachRow(rows, []any{&o.ID, &o.Code, &o.Value, &o.Unit}, func() error {
+		out = append(out, o)
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("observations of %s: %w", patientID, err)
+	}
+	return out, nil
+}
+
+type agentsQuerier interface {
+	Query(context.Context, string, ...any) (pgx.Rows, error)
+}
+
+// invokeModel runs deployment d's model for req; the caller has checked the caller and holds a
+// replica.
+func (inv *Invoker) invokeModel(ctx context.Context, p *access.Principal, d *served, req InvokeRequest, res *InvokeResult) error {
+	if d.modelSHA == nil {
+		return fault.Conflict("deployment %s serves no endpoint: its asset's version carries no model", d.id)
+	}
+	lm, err := inv.models.get(ctx, inv.s.pool, *d.modelSHA, d.replicas)
+	if err != nil {
+		return err
+	}
+	bad := map[string]string{}
+	switch {
+	case len(req.Inputs) > 0 && (req.PatientID != "" || len(req.Vitals) > 0):
+		bad["inputs"] = "give inputs, vitals or patientId, one of them"
+	case len(req.Inputs) == 0 && req.PatientID == "" && len(req.Vitals) == 0:
+		bad["patientId"] = "give patientId (score the patient's stored vitals), vitals, or inputs (tensors)"
+	case req.PatientID != "" && len(req.Vitals) > 0:
+		bad["vitals"] = "give either patientId or vitals, not both"
+	}
+	if len(bad) > 0 {
+		return fault.Validation("invalid invocation", bad)
+	}
+	if req.PatientID != "" {
+		if err := inv.patientVisible(ctx, p, d, req.PatientID); err != nil {
+			return err
+		}
+	}
+	in, pred := inv.modelInputs(ctx, lm, req, bad)
+	if len(bad) > 0 {
+		return fault.Validation("invalid invocation", bad)
+	}
+	out, err := lm.model.Run(ctx, in)
+	if errors.Is(err, onnx.ErrInvalidInput) {
+		return fault.Validation("the model cannot take these inputs", map[string]string{"inputs": err.Error()})
+	}
+	if err != nil {
+		return fmt.Errorf("invoke %s: %w", d.id, err)
+	}
+	for _, o := range lm.model.Signature().Outputs {
+		t := out[o.Name]
+		data := make([]float64, len(t.Data))
+		for i, x := range t.Data {
+			data[i] = float64(x)
+		}
+		pred.Outputs = append(pred.Outputs, ModelTensor{Name: o.Name, Shape: t.Shape, Datatype: "FP32", Data: data})
+	}
+	if len(pred.Outputs) == 1 && len(pred.Outputs[0].Data) == 1 && !math.IsNaN(pred.Outputs[0].Data[0]) {
+		pred.Probability = &pred.Outputs[0].Data[0]
+	}
+	res.Runtime, res.Prediction = marketplace.RuntimeONNX, pred
+	return nil
+}
