@@ -148,7 +148,7 @@ KAFKA_STOP_TESTS := ^(TestBrokerOutage|TestBrokerRestart)$$
 KAFKA_STOP_PKGS  := ./storage/kafka ./e2e/pipelinetest
 
 .PHONY: test-kafka
-test-kafka: postgres-binaries node-deps onnxruntime-deps ## run the Kafka-touching suites against a real Apache Kafka broker
+test-kafka: postgres-binaries node-deps onnxruntime-deps mlserver-deps ## run the Kafka-touching suites against a real Apache Kafka broker
 	@set -e; KAFKA_PORT=$(KAFKA_PORT) deploy/local/kafka/kafka.sh up; \
 	trap 'KAFKA_PORT=$(KAFKA_PORT) deploy/local/kafka/kafka.sh down' EXIT; \
 	export CAREHUB_TEST_KAFKA_BROKERS=127.0.0.1:$(KAFKA_PORT) \
@@ -268,7 +268,7 @@ clickhouse-all-pkgs: ## list every test package that can run on ClickHouse
 CLICKHOUSE_TESTFLAGS ?= -count=1 -timeout 25m -shuffle=on
 
 .PHONY: test-clickhouse
-test-clickhouse: postgres-binaries node-deps fuzz-deps onnxruntime-deps ## run the suites that use the event and audit store on a real ClickHouse engine
+test-clickhouse: postgres-binaries node-deps fuzz-deps onnxruntime-deps mlserver-deps ## run the suites that use the event and audit store on a real ClickHouse engine
 	@set -e; $(CLICKHOUSE_SH) up; trap '$(CLICKHOUSE_SH) down' EXIT; \
 	CAREHUB_CLICKHOUSE_URL=$(CLICKHOUSE_URL) CAREHUB_SCHEMATHESIS=$(FUZZ_VENV)/bin/schemathesis \
 	$(GO) test $(CLICKHOUSE_TESTFLAGS) $(CLICKHOUSE_PKGS)

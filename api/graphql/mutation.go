@@ -6,6 +6,7 @@ import (
 	gql "github.com/graph-gophers/graphql-go"
 
 	"carehub/processors/agents"
+	"carehub/processors/deployments"
 	"carehub/processors/marketplace"
 	"carehub/processors/webhooks"
 	"carehub/processors/workflows"
@@ -81,14 +82,23 @@ func (m *mutationResolver) CreateDeployment(ctx context.Context, args struct {
 	Environment    string
 	Replicas       *int32
 	HipaaMode      *bool
+	Backend        *struct {
+		Protocol, URL, Model   string
+		Version, Authorization *string
+	}
 }) (*deploymentResolver, error) {
 	var replicas *int
 	if args.Replicas != nil {
 		n := int(*args.Replicas)
 		replicas = &n
 	}
+	var backend *deployments.BackendInput
+	if b := args.Backend; b != nil {
+		backend = &deployments.BackendInput{Backend: deployments.Backend{Protocol: b.Protocol, URL: b.URL, Model: b.Model, Version: deref(b.Version)},
+			Authorization: deref(b.Authorization)}
+	}
 	d, err := m.s.Deployments.Create(ctx, string(args.InstallationID), args.Environment, replicas,
-		args.HipaaMode != nil && *args.HipaaMode)
+		args.HipaaMode != nil && *args.HipaaMode, backend)
 	if err != nil {
 		return nil, err
 	}
@@ -263,4 +273,12 @@ func (m *mutationResolver) RecoverWebhookDeliveries(ctx context.Context, args st
 }) (int32, error) {
 	n, err := m.s.Webhooks.Recover(ctx, string(args.WebhookID), args.Since.Time)
 	return int32(n), err
+}
+
+// deref is *s, or "" for nil.
+func deref(s *string) string {
+	if s == nil {
+		return ""
+	}
+	return *s
 }

@@ -249,6 +249,25 @@ func (r *deploymentResolver) Endpoint() *string     { return r.d.Endpoint }
 func (r *deploymentResolver) HipaaMode() bool       { return r.d.HIPAAMode }
 func (r *deploymentResolver) DeployedAt() DateTime  { return dateTime(r.d.DeployedAt) }
 func (r *deploymentResolver) StatusReason() *string { return r.d.StatusReason }
+
+func (r *deploymentResolver) Backend() *inferenceBackendResolver {
+	if r.d.Backend == nil {
+		return nil
+	}
+	return &inferenceBackendResolver{r.d.Backend}
+}
+
+type inferenceBackendResolver struct{ b *deployments.Backend }
+
+func (r *inferenceBackendResolver) Protocol() string { return r.b.Protocol }
+func (r *inferenceBackendResolver) URL() string      { return r.b.URL }
+func (r *inferenceBackendResolver) Model() string    { return r.b.Model }
+func (r *inferenceBackendResolver) Version() *string {
+	if r.b.Version == "" {
+		return nil
+	}
+	return &r.b.Version
+}
 func (r *deploymentResolver) Project(ctx context.Context) (*projectResolver, error) {
 	return r.l.project(ctx, r.d.ProjectID)
 }

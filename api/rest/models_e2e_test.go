@@ -14,6 +14,7 @@ import (
 	"carehub/e2e/servertest"
 	"carehub/kernel/access"
 	"carehub/models"
+	"carehub/processors/inference/oip/mlservertest"
 	"carehub/storage/demo"
 )
 
@@ -219,4 +220,109 @@ func mustCompact(t *testing.T, v any) string {
 		t.Fatal(err)
 	}
 	return string(b)
+}
+
+// TestBackendDeployment: a deployment that sends its invocations to an external inference server
+// (a real MLServer, Open Inference Protocol v2, serving the same model) answers as the embedded
+// runtime does; its credential is sealed; when the server dies invocations fail fast with a
+// clear error and the deployment turns DEGRADED, and it recovers when the server returns.
+func TestBackendDeployment(t *testing.T) {
+	srv := mlservertest.Start(t)
+	s := servertest.Start(t)
+	key := s.DemoKey()
+	sepsis := s.ProjectID(demo.SepsisProjectName)
+	installation := scalar(t, s, `select i.id from installations i join assets a on a.id = i.asset_id where i.project_id = $1 and a.name = $2`,
+		sepsis, demo.DeteriorationModelName)
+	const secret = "Bearer backend-secret-7f3a"
+	var created struct{ CreateDeployment struct{ ID string } }
+	s.MustGraphQL(t, key, `mutation($i: ID!, $b: InferenceBackendInput) {
+  createDeployment(installationId: $i, environment: "production", replicas: 2, backend: $b) { id } }`,
+		map[string]any{"i": installation, "b": map[string]any{"protocol": "oip-v2", "url": srv.URL, "model": mlservertest.Model, "version": "1",
+			"authorization": secret}}, &created)
+	dep := created.CreateDeployment.ID
+	path := "/v1/deployments/" + dep + "/invoke"
+	var d struct {
+		Status  string
+		Backend struct{ Protocol, URL, Model, Version string }
+	}
+	servertest.Eventually(t, 10*time.Second, "RUNNING", func() bool {
+		s.Do(http.MethodGet, "/v1/deployments/"+dep, key, nil).JSON(t, &d)
+		return d.Status == "RUNNING"
+	})
+	if d.Backend.URL != srv.URL || d.Backend.Model != mlservertest.Model || strings.Contains(string(s.Do(http.MethodGet, "/v1/deployments/"+dep, key, nil).Body), "backend-secret") {
+		t.Fatalf("deployment %+v", d)
+	}
+	if n := scalar(t, s, `select count(*)::text from deployments where id = $1 and position('backend-secret' in encode(backend_credential, 'escape')) = 0 and backend_credential is not null`, dep); n != "1" {
+		t.Error("the backend credential is stored in clear, or not at all")
+	}
+
+	cases, tolerance := models.DeteriorationCases()
+	names := []string{"heart_rate", "respiratory_rate", "spo2", "systolic_bp", "temperature"}
+	vitals := func(c models.Case) map[string]any {
+		v := map[string]any{}
+		for i, n := range names {
+			v[n] = c.Input[i]
+		}
+		return map[string]any{"vitals": v}
+	}
+	for _, c := range cases[:4] {
+		r := s.Do(http.MethodPost, path, key, vitals(c))
+		var res struct {
+			Runtime    string
+			Prediction struct {
+				Model   string
+				Outputs []struct {
+					Name, Datatype string
+					Shape          []int64
+					Data           []float64
+				}
+			}
+		}
+		r.JSON(t, &res)
+		out := res.Prediction.Outputs
+		if r.Status != http.StatusOK || res.Runtime != "oip-v2" || len(out) != 1 || len(out[0].Data) != 2 ||
+			math.Abs(out[0].Data[1]-c.Output) > max(tolerance, 1e-6) {
+			t.Fatalf("%s: %d %s, want P = %v", c.Name, r.Status, r.Body, c.Output)
+		}
+	}
+	if r := s.Do(http.MethodPost, path, key, map[string]any{"patientId": demo.DeterioratingPatientID}); r.Status != http.StatusOK ||
+		!strings.Contains(string(r.Body), `"observationIds"`) {
+		t.Fatalf("a patient's stored vitals: %d %s", r.Status, r.Body)
+	}
+
+	// The server dies: invocations fail fast, say why, and the deployment turns DEGRADED.
+	srv.Kill()
+	var fresh []string
+	for range 6 {
+		fresh = append(fresh, s.Key(demo.DemoOrgSlug, access.Live, access.ExecAgents))
+	}
+	start := time.Now()
+	for i := range 30 {
+		r := s.Do(http.MethodPost, path, fresh[i%len(fresh)], vitals(cases[0]))
+		if r.Status != http.StatusServiceUnavailable || !strings.Contains(string(r.Body), "backend") {
+			t.Fatalf("invocation %d with the server down: %d %s", i, r.Status, r.Body)
+		}
+	}
+	if took := time.Since(start); took > 20*time.Second {
+		t.Errorf("30 invocations of a dead backend took %s", took)
+	}
+	servertest.Eventually(t, 20*time.Second, "DEGRADED", func() bool {
+		s.Do(http.MethodGet, "/v1/deployments/"+dep, key, nil).JSON(t, &d)
+		return d.Status == "DEGRADED"
+	})
+	// It returns: invocations succeed again (once the circuit lets one through), and the
+	// deployment is RUNNING again.
+	srv.Restart(t)
+	servertest.Eventually(t, 20*time.Second, "an invocation to succeed again", func() bool {
+		return s.Do(http.MethodPost, path, fresh[0], vitals(cases[0])).Status == http.StatusOK
+	})
+	for i := range 300 {
+		if r := s.Do(http.MethodPost, path, fresh[i%len(fresh)], vitals(cases[i%len(cases)])); r.Status != http.StatusOK {
+			t.Fatalf("healthy invocation %d: %d %s", i, r.Status, r.Body)
+		}
+	}
+	servertest.Eventually(t, 20*time.Second, "RUNNING again", func() bool {
+		s.Do(http.MethodGet, "/v1/deployments/"+dep, key, nil).JSON(t, &d)
+		return d.Status == "RUNNING"
+	})
 }

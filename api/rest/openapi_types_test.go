@@ -57,7 +57,7 @@ func TestOpenAPITypes(t *testing.T) {
 		"WebhookDelivery": webhooks.Delivery{}, "WebhookAttempt": webhooks.Attempt{},
 		"PublishEventRequest": rest.PublishEventRequest{}, "PublishedEvents": rest.PublishedEvents{},
 		"ModelArtifact": marketplace.ModelArtifact{}, "TensorSpec": marketplace.TensorSpec{},
-		"ModelTensor": deployments.ModelTensor{}, "Prediction": deployments.Prediction{},
+		"ModelTensor": deployments.ModelTensor{}, "Prediction": deployments.Prediction{}, "InferenceBackend": deployments.Backend{},
 	}
 	for name, v := range schemas {
 		s, ok := doc.Components.Schemas[name]

@@ -215,16 +215,19 @@ func runOf(r *workflows.Run) WorkflowRun {
 
 // Deployment is a deployment.
 type Deployment struct {
-	ID             string    `json:"id"`
-	ProjectID      string    `json:"projectId"`
-	InstallationID string    `json:"installationId"`
-	Environment    string    `json:"environment"`
-	Status         string    `json:"status"`
-	StatusReason   *string   `json:"statusReason"`
-	Replicas       int       `json:"replicas"`
-	Endpoint       *string   `json:"endpoint"`
-	HIPAAMode      bool      `json:"hipaaMode"`
-	DeployedAt     time.Time `json:"deployedAt"`
+	ID             string  `json:"id"`
+	ProjectID      string  `json:"projectId"`
+	InstallationID string  `json:"installationId"`
+	Environment    string  `json:"environment"`
+	Status         string  `json:"status"`
+	StatusReason   *string `json:"statusReason"`
+	Replicas       int     `json:"replicas"`
+	Endpoint       *string `json:"endpoint"`
+	HIPAAMode      bool    `json:"hipaaMode"`
+	// Backend is the external inference server the deployment sends its invocations to; absent
+	// when carehub runs the model itself.
+	Backend    *deployments.Backend `json:"backend,omitempty"`
+	DeployedAt time.Time            `json:"deployedAt"`
 }
 
 func (h *handlers) organizations(w http.ResponseWriter, r *http.Request) {
@@ -371,7 +374,7 @@ func (h *handlers) deployment(w http.ResponseWriter, r *http.Request) {
 func deploymentOf(d *deployments.Deployment) Deployment {
 	return Deployment{ID: d.ID, ProjectID: d.ProjectID, InstallationID: d.InstallationID, Environment: d.Environment,
 		Status: d.Status, StatusReason: d.StatusReason, Replicas: d.Replicas, Endpoint: d.Endpoint, HIPAAMode: d.HIPAAMode,
-		DeployedAt: d.DeployedAt.UTC()}
+		Backend: d.Backend, DeployedAt: d.DeployedAt.UTC()}
 }
 
 func (h *handlers) webhooks(w http.ResponseWriter, r *http.Request) {

@@ -154,7 +154,7 @@ where d.status = 'PENDING' order by d.deployed_at, d.id limit 50 for update of d
 		var p pending
 		d := &p.Deployment
 		if _, err := pgx.ForEachRow(rows, []any{&d.ID, &d.OrgID, &d.ProjectID, &d.InstallationID, &d.Environment, &d.Status,
-			&d.StatusReason, &d.Replicas, &d.Endpoint, &d.HIPAAMode, &d.DeployedAt, &d.UpdatedAt,
+			&d.StatusReason, &d.Replicas, &d.Endpoint, &d.HIPAAMode, &d.Backend, &d.DeployedAt, &d.UpdatedAt,
 			&p.runtime, &p.model, &p.assetName, &p.assetHIPAA, &p.orgBAA}, func() error {
 			list = append(list, p)
 			return nil
@@ -169,6 +169,10 @@ where d.status = 'PENDING' order by d.deployed_at, d.id limit 50 for update of d
 				to, reason = StatusFailed, fmt.Sprintf("hipaaMode: asset %q is no longer HIPAA compliant", p.assetName)
 			case p.HIPAAMode && !p.orgBAA:
 				to, reason = StatusFailed, "hipaaMode: the organization has no business associate agreement on file"
+			case p.Backend != nil:
+				e := Endpoint(base, p.ID)
+				endpoint = &e
+				reason = fmt.Sprintf("serving model %q of %s (%s) with %d replica(s) per node", p.Backend.Model, p.Backend.URL, p.Backend.Protocol, p.Replicas)
 			case p.runtime == nil:
 				reason = "running without an endpoint: the asset has no built-in runtime carehub serves"
 			default:

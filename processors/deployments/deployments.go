@@ -39,6 +39,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"regexp"
 	"time"
 
@@ -50,6 +51,7 @@ import (
 	"carehub/kernel/events"
 	"carehub/kernel/fault"
 	"carehub/kernel/ids"
+	"carehub/kernel/sealing"
 	"carehub/processors/internal/scoped"
 	"carehub/storage/idempotency"
 	"carehub/storage/kafka"
@@ -83,20 +85,29 @@ type Deployment struct {
 	Replicas       int       `db:"replicas"`
 	Endpoint       *string   `db:"endpoint"`
 	HIPAAMode      bool      `db:"hipaa_mode"`
+	Backend        *Backend  `db:"backend"` // the external inference server it sends invocations to, if any
 	DeployedAt     time.Time `db:"deployed_at"`
 	UpdatedAt      time.Time `db:"updated_at"`
 }
 
 // Service manages deployments. It is safe for concurrent use.
 type Service struct {
-	pool        *pgxpool.Pool
-	eventsTopic string
+	pool         *pgxpool.Pool
+	eventsTopic  string
+	credentials  credentialBox
+	allowPrivate bool
 }
 
 // Config configures a Service. Zero fields take their defaults.
 type Config struct {
 	// EventsTopic is the topic events are written to. Default kafka.DefaultTopics().Events.
 	EventsTopic string
+	// Key seals backend credentials; every node must have the same. Default: a random key of
+	// this Service's own, for tests.
+	Key *sealing.Key
+	// AllowPrivate lets a backend's URL name loopback and private addresses (an on-premises
+	// inference server, tests); otherwise carehub connects to public addresses only.
+	AllowPrivate bool
 }
 
 func (c *Config) defaults() { config.Default(&c.EventsTopic, kafka.DefaultTopics().Events) }
@@ -104,19 +115,20 @@ func (c *Config) defaults() { config.Default(&c.EventsTopic, kafka.DefaultTopics
 // New returns the service on pool.
 func New(pool *pgxpool.Pool, cfg Config) *Service {
 	cfg.defaults()
-	return &Service{pool: pool, eventsTopic: cfg.EventsTopic}
+	return &Service{pool: pool, eventsTopic: cfg.EventsTopic, credentials: newCredentialBox(cfg.Key), allowPrivate: cfg.AllowPrivate}
 }
 
 const columns = `id, org_id, project_id, installation_id, environment, status, status_reason, replicas, endpoint,
-hipaa_mode, deployed_at, updated_at`
+hipaa_mode, backend, deployed_at, updated_at`
 
 var environmentName = regexp.MustCompile(`^[a-z][a-z0-9-]{0,31}$`)
 
 // Create deploys an installation of the caller's organization: PENDING, with replicas (default 1,
 // 1..16) in environment (a lowercase name such as production or staging). HIPAA mode needs an
 // asset whose compliance score says HIPAA compliant and an organization with a BAA on file.
-// Requires admin:org.
-func (s *Service) Create(ctx context.Context, installationID, environment string, replicas *int, hipaaMode bool) (*Deployment, error) {
+// With backend, the deployment sends its invocations to that external inference server (its
+// credential sealed) instead of running the asset's runtime. Requires admin:org.
+func (s *Service) Create(ctx context.Context, installationID, environment string, replicas *int, hipaaMode bool, backend *BackendInput) (*Deployment, error) {
 	p, err := access.Require(ctx, access.AdminOrg)
 	if err != nil {
 		return nil, err
@@ -131,6 +143,9 @@ func (s *Service) Create(ctx context.Context, installationID, environment string
 	}
 	if n < MinReplicas || n > MaxReplicas {
 		bad["replicas"] = fmt.Sprintf("must be %d to %d", MinReplicas, MaxReplicas)
+	}
+	if backend != nil {
+		maps.Copy(bad, backend.check(s.allowPrivate))
 	}
 	if len(bad) > 0 {
 		return nil, fault.Validation("invalid deployment", bad)
@@ -156,9 +171,15 @@ where i.id = $1 and ($2 = '' or i.org_id = $2)`, installationID, p.OrgFilter()).
 			return fault.Validation("hipaaMode needs an organization with a signed BAA", map[string]string{
 				"hipaaMode": "the organization has no business associate agreement on file"})
 		}
+		id := ids.New(ids.Deployment)
+		var b *Backend
+		var credential []byte
+		if backend != nil {
+			b, credential = &backend.Backend, s.credentials.seal(id, backend.Authorization)
+		}
 		rows, _ := tx.Query(ctx, `insert into deployments (id, org_id, project_id, installation_id, environment, status,
-status_reason, replicas, hipaa_mode) values ($1, $2, $3, $4, $5, 'PENDING', 'created', $6, $7) returning `+columns,
-			ids.New(ids.Deployment), orgID, projectID, installationID, environment, n, hipaaMode)
+status_reason, replicas, hipaa_mode, backend, backend_credential) values ($1, $2, $3, $4, $5, 'PENDING', 'created', $6, $7, $8, $9)
+returning `+columns, id, orgID, projectID, installationID, environment, n, hipaaMode, b, credential)
 		if out, err = pgx.CollectOneRow(rows, pgx.RowToAddrOfStructByName[Deployment]); err != nil {
 			return fmt.Errorf("insert deployment: %w", err)
 		}

@@ -32,10 +32,15 @@ const (
 	DefaultQueuePerSlot  = 8
 	DefaultCacheTTL      = time.Second
 	DefaultFlushInterval = 2 * time.Second
+	// DefaultBackendTimeout bounds one call to an external inference server.
+	DefaultBackendTimeout = 10 * time.Second
 )
 
 // InvokerConfig configures an Invoker. The zero value is usable.
 type InvokerConfig struct {
+	// BackendTimeout bounds one call to a deployment's external inference server. Default
+	// DefaultBackendTimeout.
+	BackendTimeout time.Duration
 	// QueueWait is the longest a request waits for a free replica. Default DefaultQueueWait.
 	QueueWait time.Duration
 	// QueuePerReplica bounds the waiting requests per replica: beyond replicas × it a request is
@@ -56,6 +61,7 @@ func (c *InvokerConfig) defaults() {
 	config.Default(&c.QueuePerReplica, DefaultQueuePerSlot)
 	config.Default(&c.CacheTTL, DefaultCacheTTL)
 	config.Default(&c.FlushInterval, DefaultFlushInterval)
+	config.Default(&c.BackendTimeout, DefaultBackendTimeout)
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -75,10 +81,11 @@ type Invoker struct {
 	log    *slog.Logger
 	nodeID string
 
-	mu     sync.Mutex
-	deps   map[string]*served
-	stats  map[string]*counts
-	models models
+	mu      sync.Mutex
+	deps    map[string]*served
+	stats   map[string]*counts
+	models  models
+	remotes *remotes
 
 	invocations *prometheus.CounterVec
 	latency     *prometheus.HistogramVec // by deployment: replica taken → answer
@@ -90,6 +97,8 @@ type served struct {
 	id, orgID, status string
 	runtime           *string
 	modelSHA          *string // the model of the asset's version, when it carries one
+	backend           *Backend
+	credential        string // the backend's, opened
 	replicas          int
 	expires           time.Time
 	pool              *replicaPool
@@ -101,7 +110,7 @@ type counts struct{ ok, failed atomic.Int64 }
 func (s *Service) Invoker(cfg InvokerConfig) *Invoker {
 	cfg.defaults()
 	inv := &Invoker{s: s, guard: phi.NewGuard(postgres.SyntheticPatients{Pool: s.pool}), cfg: cfg, log: cfg.Logger.With("component", "deployment_invoker"), nodeID: ids.New("node_"),
-		deps: map[string]*served{}, stats: map[string]*counts{},
+		deps: map[string]*served{}, stats: map[string]*counts{}, remotes: newRemotes(s.allowPrivate),
 		invocations: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "carehub", Subsystem: "deployments",
 			Name: "invocations_total", Help: "Deployment invocations on this node, by runtime and outcome (ok, client_error, failed, overloaded)."},
 			[]string{"runtime", "outcome"}),
@@ -172,6 +181,9 @@ func (inv *Invoker) Invoke(ctx context.Context, id string, req InvokeRequest) (*
 		return nil, fault.Unavailable("deployment %s is PENDING: it serves once RUNNING; retry shortly", id)
 	case StatusStopped, StatusFailed:
 		return nil, fault.Conflict("deployment %s is %s and serves no requests", id, d.status)
+	}
+	if d.backend != nil {
+		return inv.invokeOnReplica(ctx, d, req, func(res *InvokeResult) error { return inv.invokeBackend(ctx, p, d, req, res) })
 	}
 	if d.runtime == nil {
 		return nil, fault.Conflict("deployment %s serves no endpoint: its asset has no built-in runtime", id)
@@ -361,12 +373,16 @@ func (inv *Invoker) deployment(ctx context.Context, id string) (*served, error) 
 		return d, nil
 	}
 	var nd served
-	err := inv.s.pool.QueryRow(ctx, `select d.id, d.org_id, d.status, d.replicas, a.runtime, m.sha256 from deployments d
-join installations i on i.id = d.installation_id join assets a on a.id = i.asset_id
+	var sealed []byte
+	err := inv.s.pool.QueryRow(ctx, `select d.id, d.org_id, d.status, d.replicas, a.runtime, m.sha256, d.backend, d.backend_credential
+from deployments d join installations i on i.id = d.installation_id join assets a on a.id = i.asset_id
 left join asset_models m on m.asset_id = a.id and m.version = a.version where d.id = $1`, id).Scan(
-		&nd.id, &nd.orgID, &nd.status, &nd.replicas, &nd.runtime, &nd.modelSHA)
+		&nd.id, &nd.orgID, &nd.status, &nd.replicas, &nd.runtime, &nd.modelSHA, &nd.backend, &sealed)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, nil
+	}
+	if err == nil {
+		nd.credential, err = inv.s.credentials.open(id, sealed)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("deployment %s: %w", id, err)

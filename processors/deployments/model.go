@@ -33,7 +33,8 @@ type ModelTensor struct {
 
 // Prediction is what a model deployment answers.
 type Prediction struct {
-	// Model is the SHA-256 of the model file that ran.
+	// Model names the model that ran: the SHA-256 of its file on the embedded runtime, or
+	// protocol:name[/version] on an external inference server.
 	Model string `json:"model"`
 	// Features are the values the model was given, by vital sign name, in their canonical unit,
 	// when it scored vitals (given or stored); ObservationIDs the stored ones used.
@@ -48,7 +49,7 @@ type Prediction struct {
 type loadedModel struct {
 	sha      string
 	model    *onnx.Model
-	features []string // FeaturesKey, nil when the model takes tensors only
+	features features
 }
 
 // models are the models an Invoker has loaded, by artifact and replica count.
@@ -78,12 +79,12 @@ func (ms *models) get(ctx context.Context, q interface {
 	if err != nil {
 		return nil, fmt.Errorf("model %s: %w", sha, err)
 	}
-	lm := &loadedModel{sha: sha, model: m}
-	if f := m.Signature().Metadata[FeaturesKey]; f != "" {
-		if err := json.Unmarshal([]byte(f), &lm.features); err != nil {
-			lm.features = nil
-		}
+	sig := m.Signature()
+	var inputs []string
+	for _, in := range sig.Inputs {
+		inputs = append(inputs, in.Name)
 	}
+	lm := &loadedModel{sha: sha, model: m, features: featuresOf(sig.Metadata, inputs)}
 	if ms.loaded == nil {
 		ms.loaded = map[string]*loadedModel{}
 	}
@@ -107,29 +108,38 @@ func (ms *models) close() {
 	}
 }
 
-// modelInputs builds the model's inputs from req, recording problems in bad: tensors as given,
-// or one row of features from vitals given by name or the patient's latest stored ones.
-func (inv *Invoker) modelInputs(ctx context.Context, lm *loadedModel, req InvokeRequest, bad map[string]string) (map[string]onnx.Tensor, *Prediction) {
-	pred := &Prediction{Model: lm.sha}
-	sig := lm.model.Signature()
-	if len(req.Inputs) > 0 {
-		in := make(map[string]onnx.Tensor, len(req.Inputs))
-		for i, t := range req.Inputs {
-			field := fmt.Sprintf("inputs[%d]", i)
-			if t.Datatype != "" && t.Datatype != "FP32" {
-				bad[field+".datatype"] = "only FP32 is served"
-				continue
-			}
-			data := make([]float32, len(t.Data))
-			for j, x := range t.Data {
-				data[j] = float32(x)
-			}
-			in[t.Name] = onnx.Tensor{Shape: t.Shape, Data: data}
-		}
-		return in, pred
+// features says how a model takes vitals: the vital signs, by name, that the columns of its one
+// input are (FeaturesKey), and that input's name. A zero features takes tensors only.
+type features struct {
+	names []string
+	input string
+}
+
+// featuresOf reads FeaturesKey from a model's metadata; a model with another number of inputs
+// than one takes tensors only.
+func featuresOf(metadata map[string]string, inputs []string) features {
+	var f features
+	if len(inputs) != 1 || json.Unmarshal([]byte(metadata[FeaturesKey]), &f.names) != nil {
+		return features{}
 	}
-	if lm.features == nil || len(sig.Inputs) != 1 {
-		bad["inputs"] = "this model takes tensors: give inputs [{name, shape, datatype, data}] for " + sig.Inputs[0].Name
+	f.input = inputs[0]
+	return f
+}
+
+// inputs builds a model's inputs from req, recording problems in bad: tensors as given, or one
+// row of f's features from vitals given by name or the patient's latest stored ones.
+func (inv *Invoker) inputs(ctx context.Context, f features, req InvokeRequest, bad map[string]string) ([]ModelTensor, *Prediction) {
+	pred := &Prediction{}
+	if len(req.Inputs) > 0 {
+		for i, t := range req.Inputs {
+			if t.Datatype != "" && t.Datatype != "FP32" {
+				bad[fmt.Sprintf("inputs[%d].datatype", i)] = "only FP32 is served"
+			}
+		}
+		return req.Inputs, pred
+	}
+	if f.names == nil {
+		bad["inputs"] = "this model takes tensors: give inputs [{name, shape, datatype, data}]"
 		return nil, nil
 	}
 	values := map[string]float64{}
@@ -144,7 +154,7 @@ func (inv *Invoker) modelInputs(ctx context.Context, lm *loadedModel, req Invoke
 			values[vs.Name] = x
 		}
 	} else {
-		obs, err := latestVitals(ctx, inv.s.pool, req.PatientID, lm.features)
+		obs, err := latestVitals(ctx, inv.s.pool, req.PatientID, f.names)
 		if err != nil {
 			bad["patientId"] = err.Error()
 			return nil, nil
@@ -157,26 +167,51 @@ func (inv *Invoker) modelInputs(ctx context.Context, lm *loadedModel, req Invoke
 			}
 		}
 	}
-	row := make([]float32, len(lm.features))
+	row := make([]float64, len(f.names))
 	var missing []string
-	for i, name := range lm.features {
+	for i, name := range f.names {
 		x, ok := values[name]
 		if !ok {
 			missing = append(missing, name)
 			continue
 		}
-		row[i] = float32(x)
+		row[i] = x
 	}
 	if len(missing) > 0 {
 		field, what := "vitals", "give"
 		if req.PatientID != "" {
 			field, what = "patientId", "the patient has no stored observation of"
 		}
-		bad[field] = fmt.Sprintf("the model needs %v; %s %v", lm.features, what, missing)
+		bad[field] = fmt.Sprintf("the model needs %v; %s %v", f.names, what, missing)
 		return nil, nil
 	}
 	pred.Features = values
-	return map[string]onnx.Tensor{sig.Inputs[0].Name: {Shape: []int64{1, int64(len(row))}, Data: row}}, pred
+	return []ModelTensor{{Name: f.input, Shape: []int64{1, int64(len(row))}, Datatype: "FP32", Data: row}}, pred
+}
+
+// checkRequest checks that req names exactly one of inputs, vitals and patientId.
+func checkRequest(req InvokeRequest) error {
+	bad := map[string]string{}
+	switch {
+	case len(req.Inputs) > 0 && (req.PatientID != "" || len(req.Vitals) > 0):
+		bad["inputs"] = "give inputs, vitals or patientId, one of them"
+	case len(req.Inputs) == 0 && req.PatientID == "" && len(req.Vitals) == 0:
+		bad["patientId"] = "give patientId (score the patient's stored vitals), vitals, or inputs (tensors)"
+	case req.PatientID != "" && len(req.Vitals) > 0:
+		bad["vitals"] = "give either patientId or vitals, not both"
+	}
+	if len(bad) > 0 {
+		return fault.Validation("invalid invocation", bad)
+	}
+	return nil
+}
+
+// withOutputs sets pred's outputs, and its probability when the model gives one value.
+func (pred *Prediction) withOutputs(out []ModelTensor) {
+	pred.Outputs = out
+	if len(out) == 1 && len(out[0].Data) == 1 && !math.IsNaN(out[0].Data[0]) {
+		pred.Probability = &out[0].Data[0]
+	}
 }
 
 // latestVitals returns the patient's latest stored observation of each named vital sign.
@@ -212,8 +247,7 @@ type agentsQuerier interface {
 	Query(context.Context, string, ...any) (pgx.Rows, error)
 }
 
-// invokeModel runs deployment d's model for req; the caller has checked the caller and holds a
-// replica.
+// invokeModel runs deployment d's model for req; the caller holds a replica.
 func (inv *Invoker) invokeModel(ctx context.Context, p *access.Principal, d *served, req InvokeRequest, res *InvokeResult) error {
 	if d.modelSHA == nil {
 		return fault.Conflict("deployment %s serves no endpoint: its asset's version carries no model", d.id)
@@ -222,45 +256,58 @@ func (inv *Invoker) invokeModel(ctx context.Context, p *access.Principal, d *ser
 	if err != nil {
 		return err
 	}
-	bad := map[string]string{}
-	switch {
-	case len(req.Inputs) > 0 && (req.PatientID != "" || len(req.Vitals) > 0):
-		bad["inputs"] = "give inputs, vitals or patientId, one of them"
-	case len(req.Inputs) == 0 && req.PatientID == "" && len(req.Vitals) == 0:
-		bad["patientId"] = "give patientId (score the patient's stored vitals), vitals, or inputs (tensors)"
-	case req.PatientID != "" && len(req.Vitals) > 0:
-		bad["vitals"] = "give either patientId or vitals, not both"
+	in, pred, err := inv.prepare(ctx, p, d, lm.features, req)
+	if err != nil {
+		return err
 	}
-	if len(bad) > 0 {
-		return fault.Validation("invalid invocation", bad)
-	}
-	if req.PatientID != "" {
-		if err := inv.patientVisible(ctx, p, d, req.PatientID); err != nil {
-			return err
+	tensors := make(map[string]onnx.Tensor, len(in))
+	for _, t := range in {
+		data := make([]float32, len(t.Data))
+		for i, x := range t.Data {
+			data[i] = float32(x)
 		}
+		tensors[t.Name] = onnx.Tensor{Shape: t.Shape, Data: data}
 	}
-	in, pred := inv.modelInputs(ctx, lm, req, bad)
-	if len(bad) > 0 {
-		return fault.Validation("invalid invocation", bad)
-	}
-	out, err := lm.model.Run(ctx, in)
+	out, err := lm.model.Run(ctx, tensors)
 	if errors.Is(err, onnx.ErrInvalidInput) {
 		return fault.Validation("the model cannot take these inputs", map[string]string{"inputs": err.Error()})
 	}
 	if err != nil {
 		return fmt.Errorf("invoke %s: %w", d.id, err)
 	}
+	var outputs []ModelTensor
 	for _, o := range lm.model.Signature().Outputs {
 		t := out[o.Name]
-		data := make([]float64, len(t.Data))
-		for i, x := range t.Data {
-			data[i] = float64(x)
-		}
-		pred.Outputs = append(pred.Outputs, ModelTensor{Name: o.Name, Shape: t.Shape, Datatype: "FP32", Data: data})
+		outputs = append(outputs, ModelTensor{Name: o.Name, Shape: t.Shape, Datatype: "FP32", Data: float64s(t.Data)})
 	}
-	if len(pred.Outputs) == 1 && len(pred.Outputs[0].Data) == 1 && !math.IsNaN(pred.Outputs[0].Data[0]) {
-		pred.Probability = &pred.Outputs[0].Data[0]
-	}
+	pred.Model = lm.sha
+	pred.withOutputs(outputs)
 	res.Runtime, res.Prediction = marketplace.RuntimeONNX, pred
 	return nil
+}
+
+// prepare checks req and the caller's right to its patient, and builds the model's inputs.
+func (inv *Invoker) prepare(ctx context.Context, p *access.Principal, d *served, f features, req InvokeRequest) ([]ModelTensor, *Prediction, error) {
+	if err := checkRequest(req); err != nil {
+		return nil, nil, err
+	}
+	if req.PatientID != "" {
+		if err := inv.patientVisible(ctx, p, d, req.PatientID); err != nil {
+			return nil, nil, err
+		}
+	}
+	bad := map[string]string{}
+	in, pred := inv.inputs(ctx, f, req, bad)
+	if len(bad) > 0 {
+		return nil, nil, fault.Validation("invalid invocation", bad)
+	}
+	return in, pred, nil
+}
+
+func float64s(xs []float32) []float64 {
+	out := make([]float64, len(xs))
+	for i, x := range xs {
+		out[i] = float64(x)
+	}
+	return out
 }

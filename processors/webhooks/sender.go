@@ -11,6 +11,8 @@ import (
 	"strings"
 	"time"
 	"unicode/utf8"
+
+	"carehub/kernel/egress"
 )
 
 // DefaultTimeout bounds one delivery attempt, connection included (DECISIONS §5).
@@ -36,7 +38,7 @@ func newSender(allowPrivate bool, timeout time.Duration, maxConnsPerHost int) *s
 	}
 	dialer := &net.Dialer{Timeout: timeout, KeepAlive: 30 * time.Second}
 	if !allowPrivate {
-		dialer.Control = dialControl
+		dialer.Control = egress.DialControl
 	}
 	tr := &http.Transport{
 		Proxy:                 nil,
@@ -130,8 +132,8 @@ func (s *sender) send(ctx context.Context, url, id string, body []byte, secrets 
 // describeSendError names a transport failure without echoing anything the receiver sent.
 func describeSendError(err error, ctx context.Context) string {
 	switch {
-	case errors.Is(err, ErrForbiddenDestination):
-		return ErrForbiddenDestination.Error()
+	case errors.Is(err, egress.ErrForbidden):
+		return "webhook " + egress.ErrForbidden.Error()
 	case errors.Is(ctx.Err(), context.DeadlineExceeded), errors.Is(err, context.DeadlineExceeded):
 		return "timeout"
 	case errors.Is(err, context.Canceled):

@@ -9,12 +9,12 @@
 //	                  records one delivery per (subscription, event) before committing offsets
 //	subscriptions.go  the dispatcher's per-project subscription cache
 //	deliver.go        the delivery worker pool: claims lanes, attempts, records outcomes, leases
-//	sender.go         one signed HTTP attempt (no redirects, no proxy, bounded, trimmed answer)
+//	sender.go         one signed HTTP attempt (no redirects, no proxy, bounded, trimmed answer);
+//	                  destinations are checked by kernel/egress, at create time and in the dialer
 //	sign.go           secrets, Standard Webhooks signatures, the delivered body
 //	seal.go           secrets at rest: sealed under the server sealing key, and the start-up
 //	                  step that seals those older versions stored in clear
 //	phi.go            patient data in delivered bodies: what each subscription may carry
-//	ssrf.go           destination checks at create time and in the dialer
 //	schedule.go       retry schedule, jitter, Retry-After
 //	nodeverify/       the reference verifier (npm standardwebhooks) the tests check against
 //
@@ -37,6 +37,7 @@ import (
 
 	"carehub/kernel/access"
 	"carehub/kernel/config"
+	"carehub/kernel/egress"
 	"carehub/kernel/events"
 	"carehub/kernel/fault"
 	"carehub/kernel/ids"
@@ -236,7 +237,7 @@ func (s *Service) Create(ctx context.Context, projectID, url string, patterns []
 	if err != nil {
 		return nil, err
 	}
-	if err := checkURL(url, s.cfg.AllowPrivate); err != nil {
+	if err := egress.CheckURL(url, s.cfg.AllowPrivate); err != nil {
 		return nil, err
 	}
 	patterns, err = checkEvents(patterns)
@@ -360,7 +361,7 @@ func (s *Service) Update(ctx context.Context, id string, u Update) (*Subscriptio
 		return nil, err
 	}
 	if u.URL != nil {
-		if err := checkURL(*u.URL, s.cfg.AllowPrivate); err != nil {
+		if err := egress.CheckURL(*u.URL, s.cfg.AllowPrivate); err != nil {
 			return nil, err
 		}
 	}

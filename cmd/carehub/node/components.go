@@ -66,8 +66,9 @@ var components = []component{
 		s.workflows = workflows.New(s.pool, workflows.Config{EventsTopic: s.topics.Events, RunsTopic: s.topics.WorkflowRuns})
 		return nil
 	}},
-	{name: "deployments", needs: []string{"postgres"}, start: func(s *Node, _, _ context.Context) error {
-		s.deployments = deployments.New(s.pool, deployments.Config{EventsTopic: s.topics.Events})
+	{name: "deployments", needs: []string{"postgres", "sealing-key"}, start: func(s *Node, _, _ context.Context) error {
+		// Inference servers on private addresses are as trusted as webhook receivers there.
+		s.deployments = deployments.New(s.pool, deployments.Config{EventsTopic: s.topics.Events, Key: s.sealKey, AllowPrivate: s.cfg.WebhooksAllowPrivate})
 		return nil
 	}},
 	{name: "edge", needs: []string{"authenticator", "kafka", "log-stores"}, start: startEdge},

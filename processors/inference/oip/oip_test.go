@@ -3,17 +3,12 @@ package oip
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"math"
-	"net"
 	"net/http"
 	"os"
-	"os/exec"
-	"path/filepath"
-	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -22,17 +17,18 @@ import (
 	"time"
 
 	"carehub/models"
+	"carehub/processors/inference/oip/mlservertest"
 )
 
-// These tests run a real MLServer (tests/mlserver) serving models/demo's deterioration model
-// through MLServer's scikit-learn runtime. They need the venv that tests/mlserver/setup.sh
-// makes at $MLSERVER_VENV (default $HOME/.cache/carehub/mlserver-venv); without it, or with
-// one built from another requirements.txt, they fail and name the setup command.
+// These tests run a real MLServer (mlservertest: tests/mlserver) serving models/demo's
+// deterioration model through MLServer's scikit-learn runtime. They need the venv that
+// tests/mlserver/setup.sh makes; without it, or with a stale one, they fail and name the
+// setup command.
 //
 // One server is shared by the tests and benchmarks of this process (started on first use,
-// stopped by TestMain); TestMLServerKilled starts and kills its own.
+// stopped by TestMain); TestMLServerKillRestart starts its own.
 
-const demoModel = "deterioration"
+const demoModel = mlservertest.Model
 
 func TestMain(m *testing.M) {
 	code := m.Run()
@@ -40,223 +36,31 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// repoRoot is the directory holding go.mod, found upwards from this file.
-func repoRoot(tb testing.TB) string {
-	tb.Helper()
-	_, file, _, ok := runtime.Caller(0)
-	if !ok {
-		tb.Fatal("runtime.Caller failed")
-	}
-	for dir := filepath.Dir(file); ; dir = filepath.Dir(dir) {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			return dir
-		}
-		if filepath.Dir(dir) == dir {
-			tb.Fatal("go.mod not found above " + file)
-		}
-	}
-}
-
-const setupHint = "run `tests/mlserver/setup.sh` (creates the MLServer venv; MLSERVER_VENV overrides its path)"
-
-// mlserverVenv returns the venv's path, failing the test when it is missing or stale.
-func mlserverVenv(tb testing.TB) string {
-	tb.Helper()
-	venv := os.Getenv("MLSERVER_VENV")
-	if venv == "" {
-		home, err := os.UserHomeDir()
-		if err != nil {
-			tb.Fatalf("no home directory for the MLServer venv (%v); set MLSERVER_VENV or %s", err, setupHint)
-		}
-		venv = filepath.Join(home, ".cache", "carehub", "mlserver-venv")
-	}
-	if _, err := os.Stat(filepath.Join(venv, "bin", "mlserver")); err != nil {
-		tb.Fatalf("MLServer venv missing (%v): %s", err, setupHint)
-	}
-	want, err := os.ReadFile(filepath.Join(repoRoot(tb), "tests", "mlserver", "requirements.txt"))
-	if err != nil {
-		tb.Fatal(err)
-	}
-	have, _ := os.ReadFile(filepath.Join(venv, "requirements.txt"))
-	if !bytes.Equal(want, have) {
-		tb.Fatalf("MLServer venv %s was built from another tests/mlserver/requirements.txt: %s", venv, setupHint)
-	}
-	return venv
-}
-
 var (
-	modelOnce sync.Once
-	modelDir  string // holds model.joblib, made once per process
-	modelErr  error
+	sharedMu       sync.Mutex
+	sharedSrv      *mlservertest.Server
+	sharedTried    bool
+	sharedCleanups []func()
 )
 
-// exportedModel runs tests/mlserver/export_sklearn.py once and returns the joblib's path.
-func exportedModel(tb testing.TB, venv string) string {
-	tb.Helper()
-	root := repoRoot(tb)
-	modelOnce.Do(func() {
-		modelDir, modelErr = os.MkdirTemp("", "oip-model-")
-		if modelErr != nil {
-			return
-		}
-		cmd := exec.Command(filepath.Join(venv, "bin", "python"), filepath.Join(root, "tests", "mlserver", "export_sklearn.py"),
-			"--onnx", filepath.Join(root, "models", "demo", "deterioration.onnx"),
-			"--expected", filepath.Join(root, "models", "demo", "expected.json"),
-			"--out", filepath.Join(modelDir, "model.joblib"))
-		if out, err := cmd.CombinedOutput(); err != nil {
-			modelErr = fmt.Errorf("export_sklearn.py: %v\n%s", err, out)
-		}
-	})
-	if modelErr != nil {
-		tb.Fatal(modelErr)
-	}
-	return filepath.Join(modelDir, "model.joblib")
-}
+// sharedTB is the testing.TB the shared server is started with: that of the first test to
+// use it, except that its cleanups are kept for TestMain (stopShared) rather than run when
+// that test ends.
+type sharedTB struct{ testing.TB }
 
-// mlserver is one running `mlserver start` process.
-type mlserver struct {
-	URL  string
-	dir  string
-	cmd  *exec.Cmd
-	done chan struct{} // closed when the process has exited
-}
-
-func freePort(tb testing.TB) int {
-	tb.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		tb.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
-}
-
-func writeJSON(tb testing.TB, path string, v any) {
-	tb.Helper()
-	b, err := json.MarshalIndent(v, "", "  ")
-	if err != nil {
-		tb.Fatal(err)
-	}
-	if err := os.WriteFile(path, b, 0o644); err != nil {
-		tb.Fatal(err)
-	}
-}
-
-// startMLServer starts MLServer on free loopback ports (HTTP, gRPC and metrics) with a
-// settings.json and the demo model's model-settings.json in a new temp dir, and waits until
-// the model is ready. The caller stops it (stop).
-func startMLServer(tb testing.TB) *mlserver {
-	tb.Helper()
-	venv := mlserverVenv(tb)
-	joblib := exportedModel(tb, venv)
-	dir, err := os.MkdirTemp("", "oip-mlserver-")
-	if err != nil {
-		tb.Fatal(err)
-	}
-	httpPort, grpcPort, metricsPort := freePort(tb), freePort(tb), freePort(tb)
-	writeJSON(tb, filepath.Join(dir, "settings.json"), map[string]any{
-		"debug":            false,
-		"host":             "127.0.0.1",
-		"http_port":        httpPort,
-		"grpc_port":        grpcPort,
-		"metrics_port":     metricsPort,
-		"parallel_workers": 0, // infer in the server process: faster start, no worker pool
-	})
-	if err := os.Mkdir(filepath.Join(dir, demoModel), 0o755); err != nil {
-		tb.Fatal(err)
-	}
-	writeJSON(tb, filepath.Join(dir, demoModel, "model-settings.json"), map[string]any{
-		"name":           demoModel,
-		"implementation": "mlserver_sklearn.SKLearnModel",
-		"platform":       "sklearn",
-		"versions":       []string{"1"},
-		"inputs":         []map[string]any{{"name": "vitals", "datatype": "FP32", "shape": []int{-1, 5}}},
-		"outputs":        []map[string]any{{"name": "predict_proba", "datatype": "FP64", "shape": []int{-1, 2}}},
-		"parameters": map[string]any{
-			"uri":     joblib,
-			"version": "1",
-			// mlserver-sklearn 1.7 returns predict() unless told otherwise.
-			"extra": map[string]any{"predict_fn": "predict_proba"},
-		},
-	})
-	logf, err := os.Create(filepath.Join(dir, "mlserver.log"))
-	if err != nil {
-		tb.Fatal(err)
-	}
-	cmd := exec.Command(filepath.Join(venv, "bin", "mlserver"), "start", dir)
-	cmd.Dir = dir // MLServer puts .envs and .metrics in its working directory
-	cmd.Stdout, cmd.Stderr = logf, logf
-	cmd.Env = append(os.Environ(), "PYTHONUNBUFFERED=1")
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := cmd.Start(); err != nil {
-		logf.Close()
-		tb.Fatalf("starting mlserver: %v", err)
-	}
-	s := &mlserver{URL: fmt.Sprintf("http://127.0.0.1:%d", httpPort), dir: dir, cmd: cmd, done: make(chan struct{})}
-	go func() { cmd.Wait(); logf.Close(); close(s.done) }()
-
-	c, err := New(Config{BaseURL: s.URL, Model: demoModel, Timeout: time.Second})
-	if err != nil {
-		s.stop()
-		tb.Fatal(err)
-	}
-	start := time.Now()
-	deadline := time.After(60 * time.Second)
-	for c.Ready(context.Background()) != nil {
-		select {
-		case <-s.done:
-			log := s.log()
-			s.stop()
-			tb.Fatalf("mlserver exited before it was ready:\n%s", log)
-		case <-deadline:
-			log := s.log()
-			s.stop()
-			tb.Fatalf("mlserver not ready after 60 s:\n%s", log)
-		case <-time.After(100 * time.Millisecond):
-		}
-	}
-	tb.Logf("mlserver ready at %s after %v", s.URL, time.Since(start).Round(10*time.Millisecond))
-	return s
-}
-
-// log is the tail of the server's output.
-func (s *mlserver) log() string {
-	b, _ := os.ReadFile(filepath.Join(s.dir, "mlserver.log"))
-	if len(b) > 4000 {
-		b = b[len(b)-4000:]
-	}
-	return string(b)
-}
-
-// kill sends SIGKILL to the server's process group and waits for the exit.
-func (s *mlserver) kill() {
-	syscall.Kill(-s.cmd.Process.Pid, syscall.SIGKILL)
-	<-s.done
-}
-
-// stop asks the server to shut down, kills it after 5 s, and removes its directory.
-func (s *mlserver) stop() {
-	syscall.Kill(-s.cmd.Process.Pid, syscall.SIGTERM)
-	select {
-	case <-s.done:
-	case <-time.After(5 * time.Second):
-		s.kill()
-	}
-	os.RemoveAll(s.dir)
-}
-
-var (
-	sharedMu  sync.Mutex
-	sharedSrv *mlserver
-)
+func (sharedTB) Cleanup(f func()) { sharedCleanups = append(sharedCleanups, f) } // under sharedMu
 
 // sharedServer is the process's MLServer, started on first use.
-func sharedServer(tb testing.TB) *mlserver {
+func sharedServer(tb testing.TB) *mlservertest.Server {
 	tb.Helper()
 	sharedMu.Lock()
 	defer sharedMu.Unlock()
 	if sharedSrv == nil {
-		sharedSrv = startMLServer(tb)
+		if sharedTried {
+			tb.Fatal("the shared MLServer failed to start in an earlier test")
+		}
+		sharedTried = true
+		sharedSrv = mlservertest.Start(sharedTB{tb})
 	}
 	return sharedSrv
 }
@@ -264,13 +68,10 @@ func sharedServer(tb testing.TB) *mlserver {
 func stopShared() {
 	sharedMu.Lock()
 	defer sharedMu.Unlock()
-	if sharedSrv != nil {
-		sharedSrv.stop()
-		sharedSrv = nil
+	for _, f := range slices.Backward(sharedCleanups) {
+		f()
 	}
-	if modelDir != "" {
-		os.RemoveAll(modelDir)
-	}
+	sharedCleanups, sharedSrv = nil, nil
 }
 
 // float32s is xs as the FP32 data of a tensor.
@@ -425,16 +226,23 @@ func TestMLServerWrongShape(t *testing.T) {
 	}
 }
 
-func TestMLServerKilled(t *testing.T) {
-	s := startMLServer(t)
-	defer s.stop()
+// TestMLServerKillRestart: after Kill (SIGKILL, as a crash), Infer and Ready fail fast with
+// retryable transport errors; after Restart, the same client (same URL) is ready again and
+// gives the same answer.
+func TestMLServerKillRestart(t *testing.T) {
+	s := mlservertest.Start(t)
 	ctx := context.Background()
-	c := newClient(t, Config{BaseURL: s.URL, Model: demoModel, Timeout: time.Second})
-	in := []Tensor{{Name: "vitals", Shape: []int64{1, 5}, Data: []float32{72, 14, 98, 125, 36.8}}}
-	if _, err := c.Infer(ctx, in); err != nil { // leaves a keep-alive connection in the pool
+	c := newClient(t, Config{BaseURL: s.URL, Model: demoModel, Version: "1", Timeout: time.Second})
+	in := []Tensor{{Name: "vitals", Shape: []int64{1, 5}, Data: []float32{104, 19, 96, 118, 37.4}}}
+	before, err := c.Infer(ctx, in) // leaves a keep-alive connection in the pool
+	if err != nil {
 		t.Fatal(err)
 	}
-	s.kill()
+	url := s.URL
+
+	s.Kill()
+	s.Kill() // a second Kill of a dead server does nothing
+
 	for i := range 2 { // first on the pooled connection's remains, then on a new dial
 		start := time.Now()
 		_, err := c.Infer(ctx, in)
@@ -451,8 +259,28 @@ func TestMLServerKilled(t *testing.T) {
 		}
 		t.Logf("Infer %d after kill: %v in %v (connection refused: %v)", i, err, took.Round(time.Millisecond), errors.Is(err, syscall.ECONNREFUSED))
 	}
-	if err := c.Ready(ctx); !Retryable(err) || errors.Is(err, ErrNotReady) {
-		t.Errorf("Ready after kill: %v, want a retryable transport error", err)
+	err = c.Ready(ctx)
+	if err == nil || !Retryable(err) || errors.Is(err, ErrNotReady) {
+		t.Fatalf("Ready after kill: %v, want a retryable transport error", err)
+	}
+	t.Logf("Ready after kill: %v", err)
+
+	s.Restart(t)
+	if s.URL != url {
+		t.Fatalf("URL after Restart = %s, want %s", s.URL, url)
+	}
+	if err := c.Ready(ctx); err != nil {
+		t.Fatalf("Ready after Restart: %v\n%s", err, s.Log())
+	}
+	after, err := c.Infer(ctx, in)
+	if err != nil {
+		t.Fatalf("Infer after Restart: %v\n%s", err, s.Log())
+	}
+	if after[0].Data[1] != before[0].Data[1] {
+		t.Errorf("P(deterioration) after Restart = %v, before %v", after[0].Data[1], before[0].Data[1])
+	}
+	if log := s.Log(); !strings.Contains(log, "mlservertest: start 1") || !strings.Contains(log, "mlservertest: start 2") {
+		t.Errorf("Log does not hold both runs' output:\n%s", log)
 	}
 }
 

@@ -1,4 +1,11 @@
-package webhooks
+// Package egress guards carehub's outbound connections to addresses that callers choose, such as
+// webhook receivers and external inference servers, against server-side request forgery (SSRF
+// protection, DECISIONS §5). A URL is checked when it is configured (CheckURL: absolute, https,
+// no credentials, no literal address or localhost name that is not public), and the dialer
+// checks again, after name resolution, every address it connects to (DialControl), so a name
+// that resolves to a private address, or changes its answer between the check and the
+// connection (DNS rebinding), is refused before any byte is sent.
+package egress
 
 import (
 	"errors"
@@ -12,10 +19,10 @@ import (
 	"carehub/kernel/fault"
 )
 
-// ErrForbiddenDestination is returned (wrapped) when a webhook would connect to an address that
-// is not a public unicast address: private, loopback, link-local, unspecified, multicast, CGNAT
-// and other special-purpose ranges (SSRF protection, DECISIONS §5).
-var ErrForbiddenDestination = errors.New("webhook destination is not a public address")
+// ErrForbidden is returned (wrapped) when a connection would go to an address that is not
+// public unicast: private, loopback, link-local, unspecified, multicast, CGNAT and other
+// special-purpose ranges (SSRF protection, DECISIONS §5).
+var ErrForbidden = errors.New("destination is not a public address")
 
 // forbiddenPrefixes are the special-purpose ranges that the netip predicates do not name.
 var forbiddenPrefixes = []netip.Prefix{
@@ -34,7 +41,8 @@ var forbiddenPrefixes = []netip.Prefix{
 // nat64 is the well-known NAT64 prefix: its addresses embed an IPv4 address that is checked too.
 var nat64 = netip.MustParsePrefix("64:ff9b::/96")
 
-// PublicAddr reports whether ip is an address a webhook may connect to without AllowPrivate.
+// PublicAddr reports whether ip is an address an outbound connection may go to when private
+// destinations are not allowed.
 func PublicAddr(ip netip.Addr) bool {
 	ip = ip.Unmap()
 	if !ip.IsValid() || ip.IsLoopback() || ip.IsPrivate() || ip.IsLinkLocalUnicast() ||
@@ -57,33 +65,35 @@ func PublicAddr(ip netip.Addr) bool {
 	return true
 }
 
-// dialControl is the net.Dialer Control function of webhook connections. It runs after name
+// DialControl is a net.Dialer Control function for outbound connections. It runs after name
 // resolution, on the very address being connected to, so a name that resolves to a private
-// address (or changes its answer between a check and the connection: DNS rebinding) is refused.
-func dialControl(network, address string, _ syscall.RawConn) error {
+// address (or changes its answer between a check and the connection: DNS rebinding) is refused
+// with an error that wraps ErrForbidden.
+func DialControl(network, address string, _ syscall.RawConn) error {
 	ap, err := netip.ParseAddrPort(address)
 	if err != nil {
-		return fmt.Errorf("%w: %s", ErrForbiddenDestination, address)
+		return fmt.Errorf("%w: %s", ErrForbidden, address)
 	}
 	if !PublicAddr(ap.Addr()) {
-		return fmt.Errorf("%w: %s", ErrForbiddenDestination, ap.Addr())
+		return fmt.Errorf("%w: %s", ErrForbidden, ap.Addr())
 	}
 	return nil
 }
 
-// maxURLLength bounds a subscription URL.
-const maxURLLength = 2048
+// MaxURLLength bounds a destination URL.
+const MaxURLLength = 2048
 
-// checkURL validates a subscription URL at create, update and test time: absolute, https (http
-// too when allowPrivate), a host, no credentials or fragment. A literal address or a localhost
-// name must be public unless allowPrivate. Names are not resolved here (the answer could change
-// before delivery anyway); the dialer checks every address it connects to.
-func checkURL(raw string, allowPrivate bool) error {
+// CheckURL validates a destination URL when it is configured or used: absolute, https (http too
+// when allowPrivate), a host, no credentials or fragment. A literal address or a localhost name
+// must be public unless allowPrivate. Names are not resolved here (the answer could change
+// before the connection anyway); DialControl checks every address the dialer connects to.
+// Refusals are fault.Validation errors on the field "url".
+func CheckURL(raw string, allowPrivate bool) error {
 	if raw == "" {
 		return fault.Validation("url is required", map[string]string{"url": "required"})
 	}
-	if len(raw) > maxURLLength {
-		return fault.Validation("url is too long", map[string]string{"url": fmt.Sprintf("at most %d characters", maxURLLength)})
+	if len(raw) > MaxURLLength {
+		return fault.Validation("url is too long", map[string]string{"url": fmt.Sprintf("at most %d characters", MaxURLLength)})
 	}
 	u, err := url.Parse(raw)
 	if err != nil || !u.IsAbs() || u.Host == "" || u.Opaque != "" {
