@@ -86,6 +86,7 @@ func (m *mutationResolver) CreateDeployment(ctx context.Context, args struct {
 		Protocol, URL, Model   string
 		Version, Authorization *string
 	}
+	ScoreStream *bool
 }) (*deploymentResolver, error) {
 	var replicas *int
 	if args.Replicas != nil {
@@ -97,8 +98,8 @@ func (m *mutationResolver) CreateDeployment(ctx context.Context, args struct {
 		backend = &deployments.BackendInput{Backend: deployments.Backend{Protocol: b.Protocol, URL: b.URL, Model: b.Model, Version: deref(b.Version)},
 			Authorization: deref(b.Authorization)}
 	}
-	d, err := m.s.Deployments.Create(ctx, string(args.InstallationID), args.Environment, replicas,
-		args.HipaaMode != nil && *args.HipaaMode, backend)
+	d, err := m.s.Deployments.Create(ctx, string(args.InstallationID), deployments.Spec{Environment: args.Environment, Replicas: replicas,
+		HIPAAMode: args.HipaaMode != nil && *args.HipaaMode, Backend: backend, ScoreStream: args.ScoreStream != nil && *args.ScoreStream})
 	if err != nil {
 		return nil, err
 	}

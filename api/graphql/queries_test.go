@@ -162,7 +162,7 @@ func TestQueries(t *testing.T) {
 			assets { status config asset { name } } deployments { id } workflows { name nodes steps status } } }`,
 			map[string]any{"id": sepsis}, &d)
 		p := d.Project
-		if p.Name != demo.SepsisProjectName || p.Organization.Slug != demo.DemoOrgSlug || len(p.Assets) != 3 || len(p.Workflows) != 2 {
+		if p.Name != demo.SepsisProjectName || p.Organization.Slug != demo.DemoOrgSlug || len(p.Assets) != 4 || len(p.Workflows) != 2 {
 			t.Fatalf("project: %+v", p)
 		}
 		for _, w := range p.Workflows {

@@ -250,6 +250,8 @@ func (r *deploymentResolver) HipaaMode() bool       { return r.d.HIPAAMode }
 func (r *deploymentResolver) DeployedAt() DateTime  { return dateTime(r.d.DeployedAt) }
 func (r *deploymentResolver) StatusReason() *string { return r.d.StatusReason }
 
+func (r *deploymentResolver) ScoreStream() bool { return r.d.ScoreStream }
+
 func (r *deploymentResolver) Backend() *inferenceBackendResolver {
 	if r.d.Backend == nil {
 		return nil

@@ -2,6 +2,7 @@ package rest_test
 
 import (
 	"bytes"
+	"context"
 	"crypto/rand"
 	"encoding/json"
 	"io"
@@ -11,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"carehub/api/ws/wstest"
 	"carehub/e2e/servertest"
 	"carehub/kernel/access"
 	"carehub/models"
@@ -325,4 +327,78 @@ func TestBackendDeployment(t *testing.T) {
 		s.Do(http.MethodGet, "/v1/deployments/"+dep, key, nil).JSON(t, &d)
 		return d.Status == "RUNNING"
 	})
+}
+
+// TestStreamScoring: a deployment that scores the stream runs its model when an observation of
+// its organization arrives, and its deployment.prediction event reaches a subscriber, the event
+// log, and an event-triggered workflow's matcher like any other event.
+func TestStreamScoring(t *testing.T) {
+	s := servertest.Start(t)
+	key := s.DemoKey()
+	sepsis := s.ProjectID(demo.SepsisProjectName)
+	installation := scalar(t, s, `select i.id from installations i join assets a on a.id = i.asset_id where i.project_id = $1 and a.name = $2`,
+		sepsis, demo.DeteriorationModelName)
+	var created struct{ CreateDeployment struct{ ID string } }
+	s.MustGraphQL(t, key, `mutation($i: ID!) { createDeployment(installationId: $i, environment: "production", scoreStream: true) { id scoreStream } }`,
+		map[string]any{"i": installation}, &created)
+	dep := created.CreateDeployment.ID
+	servertest.Eventually(t, 10*time.Second, "RUNNING", func() bool {
+		return scalar(t, s, `select status from deployments where id = $1`, dep) == "RUNNING"
+	})
+
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	ws, err := wstest.Dial(ctx, "ws"+strings.TrimPrefix(s.URL, "http")+"/graphql", "Bearer "+key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ws.Close()
+	stream, err := ws.Subscribe(ctx, "predictions", `subscription($p: ID!) { eventStream(projectId: $p, types: ["deployment.prediction"]) { id type payload } }`,
+		map[string]any{"p": sepsis})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.WaitSubscribers(1)
+
+	obs := map[string]any{
+		"resourceType": "Observation", "status": "final",
+		"code":              map[string]any{"coding": []any{map[string]any{"system": "http://loinc.org", "code": "8867-4"}}},
+		"subject":           map[string]any{"reference": "Patient/" + demo.StablePatientID},
+		"effectiveDateTime": time.Now().UTC().Format(time.RFC3339),
+		"valueQuantity":     map[string]any{"value": 131, "unit": "/min"},
+	}
+	r := s.Do(http.MethodPost, "/v1/observations", key, obs)
+	if r.Status != http.StatusAccepted {
+		t.Fatalf("POST /v1/observations: %d %s", r.Status, r.Body)
+	}
+	var ans struct{ IDs []string }
+	r.JSON(t, &ans)
+	select {
+	case msg := <-stream:
+		var ev struct {
+			Data struct {
+				EventStream struct {
+					ID, Type string
+					Payload  struct {
+						DeploymentID, PatientID, ObservationID, Model string
+						Probability                                   *float64
+					}
+				}
+			}
+		}
+		if err := json.Unmarshal(msg, &ev); err != nil {
+			t.Fatalf("%s: %v", msg, err)
+		}
+		p := ev.Data.EventStream.Payload
+		if p.DeploymentID != dep || p.PatientID != demo.StablePatientID || len(ans.IDs) != 1 || p.ObservationID != ans.IDs[0] ||
+			p.Probability == nil || *p.Probability <= 0 || *p.Probability >= 1 {
+			t.Fatalf("prediction %s", msg)
+		}
+		// The prediction is in the event log too, once.
+		servertest.Eventually(t, 10*time.Second, "the prediction in the event log", func() bool {
+			return scalar(t, s, `select count(*)::text from event_log where id = $1`, ev.Data.EventStream.ID) == "1"
+		})
+	case <-ctx.Done():
+		t.Fatal("no deployment.prediction within a minute")
+	}
 }

@@ -226,8 +226,10 @@ type Deployment struct {
 	HIPAAMode      bool    `json:"hipaaMode"`
 	// Backend is the external inference server the deployment sends its invocations to; absent
 	// when carehub runs the model itself.
-	Backend    *deployments.Backend `json:"backend,omitempty"`
-	DeployedAt time.Time            `json:"deployedAt"`
+	Backend *deployments.Backend `json:"backend,omitempty"`
+	// ScoreStream: the deployment's model scores the organization's observations as they arrive.
+	ScoreStream bool      `json:"scoreStream"`
+	DeployedAt  time.Time `json:"deployedAt"`
 }
 
 func (h *handlers) organizations(w http.ResponseWriter, r *http.Request) {
@@ -374,7 +376,7 @@ func (h *handlers) deployment(w http.ResponseWriter, r *http.Request) {
 func deploymentOf(d *deployments.Deployment) Deployment {
 	return Deployment{ID: d.ID, ProjectID: d.ProjectID, InstallationID: d.InstallationID, Environment: d.Environment,
 		Status: d.Status, StatusReason: d.StatusReason, Replicas: d.Replicas, Endpoint: d.Endpoint, HIPAAMode: d.HIPAAMode,
-		Backend: d.Backend, DeployedAt: d.DeployedAt.UTC()}
+		Backend: d.Backend, ScoreStream: d.ScoreStream, DeployedAt: d.DeployedAt.UTC()}
 }
 
 func (h *handlers) webhooks(w http.ResponseWriter, r *http.Request) {

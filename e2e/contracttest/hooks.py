@@ -93,7 +93,16 @@ def _runtime_refusal(case, response, error):
             and error["message"] == "the runtime could not score this input" and set(fields) == {"vitals"})
 
 
-_EXCUSED = (_opaque_cursor, _cross_parameter, _observation_profile, _runtime_refusal)
+def _model_refusal(case, response, error):
+    """Whether a file is a model carehub can serve is ONNX Runtime's judgement of its bytes (a
+    protobuf it can load, float32 tensors), which no schema of a binary body can state: bytes it
+    cannot load are 422 naming model."""
+    fields = (error.get("details") or {}).get("fields") or {}
+    return (response.status_code == 422 and case.operation.path == "/v1/assets/{id}/model"
+            and set(fields) == {"model"})
+
+
+_EXCUSED = (_opaque_cursor, _cross_parameter, _observation_profile, _runtime_refusal, _model_refusal)
 
 
 @schemathesis.hook

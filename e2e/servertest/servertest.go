@@ -33,6 +33,7 @@ import (
 	"carehub/kernel/ids"
 	"carehub/kernel/sealing"
 	"carehub/processors/audit"
+	"carehub/processors/deployments"
 	"carehub/processors/eventlog"
 	"carehub/processors/observations"
 	"carehub/processors/webhooks"
@@ -49,7 +50,7 @@ import (
 
 // carehubGroups are the consumer groups a node runs.
 var carehubGroups = []string{eventlog.DefaultGroup, webhooks.DefaultGroup, audit.DefaultGroup, observations.DefaultGroup,
-	workflows.DefaultRunnerGroup, workflows.DefaultTriggersGroup}
+	workflows.DefaultRunnerGroup, workflows.DefaultTriggersGroup, deployments.DefaultScorerGroup}
 
 // nodeGroups is carehubGroups as named in the Kafka namespace ns.
 func nodeGroups(ns string) []string {

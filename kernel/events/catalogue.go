@@ -172,6 +172,17 @@ var Catalogue = []EventType{
 		},
 	},
 	{
+		Type: TypeDeploymentPrediction, Source: SourceDeployment,
+		Description: "A deployment that scores the observation stream ran its model on a patient's latest vitals after an observation arrived.",
+		Payload: []Field{
+			{"deploymentId", FieldString, true, "the deployment (dep_)"},
+			{"patientId", FieldString, true, "the patient (pat_)"},
+			{"observationId", FieldString, true, "the observation that arrived (obs_)"},
+			{"model", FieldString, true, "SHA-256 of the model file that ran"},
+			{"probability", FieldNumber, false, "the model's output, when it gives one value"},
+		},
+	},
+	{
 		Type: TypeDeviceObservationReceived, Source: SourceIntegration,
 		Description: "An ingested device observation was stored.",
 		Payload: []Field{

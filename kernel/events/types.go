@@ -11,6 +11,7 @@ const (
 	TypeAssetInstalled            = "asset.installed"
 	TypeAssetDeprecated           = "asset.deprecated"
 	TypeDeploymentStatusChanged   = "deployment.status_changed"
+	TypeDeploymentPrediction      = "deployment.prediction"
 	TypeAgentSessionUpdated       = "agent.session.updated"
 	TypeAgentRunCompleted         = "agent.run_completed"
 	TypeAgentRunFailed            = "agent.run.failed"
@@ -32,6 +33,7 @@ var Payloads = map[string]any{
 	TypeAssetInstalled:            AssetInstalled{},
 	TypeAssetDeprecated:           AssetDeprecated{},
 	TypeDeploymentStatusChanged:   DeploymentStatusChanged{},
+	TypeDeploymentPrediction:      DeploymentPrediction{},
 	TypeAgentSessionUpdated:       AgentSessionUpdated{},
 	TypeAgentRunCompleted:         AgentRunCompleted{},
 	TypeAgentRunFailed:            AgentRunFailed{},
@@ -152,6 +154,15 @@ type WorkflowCompleted struct {
 	RunID      string `json:"runId"`      // the run (run_)
 	Status     string `json:"status"`     // COMPLETED, FAILED or CANCELLED
 	DurationMs int64  `json:"durationMs"` // run duration
+}
+
+// DeploymentPrediction is the payload of TypeDeploymentPrediction: a deployment that scores the observation stream ran its model on a patient's latest vitals after an observation arrived.
+type DeploymentPrediction struct {
+	DeploymentID  string   `json:"deploymentId"`          // the deployment (dep_)
+	PatientID     string   `json:"patientId"`             // the patient (pat_)
+	ObservationID string   `json:"observationId"`         // the observation that arrived (obs_)
+	Model         string   `json:"model"`                 // SHA-256 of the model file that ran
+	Probability   *float64 `json:"probability,omitempty"` // the model's output, when it gives one value
 }
 
 // DeviceObservationReceived is the payload of TypeDeviceObservationReceived: an ingested device observation was stored.

@@ -154,7 +154,7 @@ where d.status = 'PENDING' order by d.deployed_at, d.id limit 50 for update of d
 		var p pending
 		d := &p.Deployment
 		if _, err := pgx.ForEachRow(rows, []any{&d.ID, &d.OrgID, &d.ProjectID, &d.InstallationID, &d.Environment, &d.Status,
-			&d.StatusReason, &d.Replicas, &d.Endpoint, &d.HIPAAMode, &d.Backend, &d.DeployedAt, &d.UpdatedAt,
+			&d.StatusReason, &d.Replicas, &d.Endpoint, &d.HIPAAMode, &d.Backend, &d.ScoreStream, &d.DeployedAt, &d.UpdatedAt,
 			&p.runtime, &p.model, &p.assetName, &p.assetHIPAA, &p.orgBAA}, func() error {
 			list = append(list, p)
 			return nil

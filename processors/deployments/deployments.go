@@ -85,7 +85,8 @@ type Deployment struct {
 	Replicas       int       `db:"replicas"`
 	Endpoint       *string   `db:"endpoint"`
 	HIPAAMode      bool      `db:"hipaa_mode"`
-	Backend        *Backend  `db:"backend"` // the external inference server it sends invocations to, if any
+	Backend        *Backend  `db:"backend"`      // the external inference server it sends invocations to, if any
+	ScoreStream    bool      `db:"score_stream"` // its model scores the organization's observations as they arrive
 	DeployedAt     time.Time `db:"deployed_at"`
 	UpdatedAt      time.Time `db:"updated_at"`
 }
@@ -119,16 +120,29 @@ func New(pool *pgxpool.Pool, cfg Config) *Service {
 }
 
 const columns = `id, org_id, project_id, installation_id, environment, status, status_reason, replicas, endpoint,
-hipaa_mode, backend, deployed_at, updated_at`
+hipaa_mode, backend, score_stream, deployed_at, updated_at`
 
 var environmentName = regexp.MustCompile(`^[a-z][a-z0-9-]{0,31}$`)
+
+// Spec is what createDeployment asks for.
+type Spec struct {
+	Environment string // a lowercase name such as production or staging
+	Replicas    *int   // default 1, 1..16
+	HIPAAMode   bool
+	// Backend, when set, is the external inference server the deployment sends invocations to.
+	Backend *BackendInput
+	// ScoreStream: the deployment's model scores its organization's observations as they
+	// arrive, emitting deployment.prediction events (Scorer).
+	ScoreStream bool
+}
 
 // Create deploys an installation of the caller's organization: PENDING, with replicas (default 1,
 // 1..16) in environment (a lowercase name such as production or staging). HIPAA mode needs an
 // asset whose compliance score says HIPAA compliant and an organization with a BAA on file.
 // With backend, the deployment sends its invocations to that external inference server (its
 // credential sealed) instead of running the asset's runtime. Requires admin:org.
-func (s *Service) Create(ctx context.Context, installationID, environment string, replicas *int, hipaaMode bool, backend *BackendInput) (*Deployment, error) {
+func (s *Service) Create(ctx context.Context, installationID string, spec Spec) (*Deployment, error) {
+	environment, replicas, hipaaMode, backend := spec.Environment, spec.Replicas, spec.HIPAAMode, spec.Backend
 	p, err := access.Require(ctx, access.AdminOrg)
 	if err != nil {
 		return nil, err
@@ -178,8 +192,9 @@ where i.id = $1 and ($2 = '' or i.org_id = $2)`, installationID, p.OrgFilter()).
 			b, credential = &backend.Backend, s.credentials.seal(id, backend.Authorization)
 		}
 		rows, _ := tx.Query(ctx, `insert into deployments (id, org_id, project_id, installation_id, environment, status,
-status_reason, replicas, hipaa_mode, backend, backend_credential) values ($1, $2, $3, $4, $5, 'PENDING', 'created', $6, $7, $8, $9)
-returning `+columns, id, orgID, projectID, installationID, environment, n, hipaaMode, b, credential)
+status_reason, replicas, hipaa_mode, backend, backend_credential, score_stream)
+values ($1, $2, $3, $4, $5, 'PENDING', 'created', $6, $7, $8, $9, $10)
+returning `+columns, id, orgID, projectID, installationID, environment, n, hipaaMode, b, credential, spec.ScoreStream)
 		if out, err = pgx.CollectOneRow(rows, pgx.RowToAddrOfStructByName[Deployment]); err != nil {
 			return fmt.Errorf("insert deployment: %w", err)
 		}

@@ -69,7 +69,7 @@ select $1, $2, $3, id from assets where name = $4`, id, demo.DemoOrgID, f.projec
 
 func (f *fixture) deploy(installation string, replicas int, hipaa bool) *deployments.Deployment {
 	f.t.Helper()
-	d, err := f.svc.Create(f.ctx, installation, "production", &replicas, hipaa, nil)
+	d, err := f.svc.Create(f.ctx, installation, deployments.Spec{Environment: "production", Replicas: &replicas, HIPAAMode: hipaa})
 	if err != nil {
 		f.t.Fatalf("create deployment: %v", err)
 	}

@@ -94,6 +94,14 @@ func (s *Service) AttachModel(ctx context.Context, assetID string, content []byt
 	if err != nil {
 		return nil, err
 	}
+	// The cheap checks first: only the asset's publisher gets ONNX Runtime to parse its bytes.
+	a, err := s.asset(ctx, s.pool, p, assetID, false)
+	if err != nil {
+		return nil, err
+	}
+	if err := attachable(p, a); err != nil {
+		return nil, err
+	}
 	sig, err := checkModel(content)
 	if err != nil {
 		return nil, err
@@ -110,13 +118,8 @@ func (s *Service) AttachModel(ctx context.Context, assetID string, content []byt
 		if err != nil {
 			return err
 		}
-		switch {
-		case a.SubmittedByOrg == nil || *a.SubmittedByOrg != p.OrgID:
-			return fault.New(fault.KindForbidden, "only the organization that submitted asset %s attaches its model", assetID)
-		case a.Type != "MODEL":
-			return fault.Validation("only a MODEL asset carries a model", map[string]string{"assetId": "asset " + assetID + " is a " + a.Type})
-		case a.Status != StatusUnderReview && a.Status != StatusDraft:
-			return fault.Conflict("asset %s is %s: its version %s is frozen; submit a new version to change its model", assetID, a.Status, a.Version)
+		if err := attachable(p, a); err != nil { // again, under the lock: a review may have decided meanwhile
+			return err
 		}
 		if _, err := tx.Exec(ctx, `insert into model_artifacts (sha256, format, size_bytes, signature, content)
 values ($1, $2, $3, $4, $5) on conflict (sha256) do nothing`, digest, FormatONNX, len(content), sigJSON, content); err != nil {
@@ -140,6 +143,19 @@ on conflict (asset_id, version) do update set asset_id = excluded.asset_id retur
 		return nil, fault.Context(err, "attach model")
 	}
 	return art, nil
+}
+
+// attachable says why p may not attach a model to a, or nil when it may.
+func attachable(p *access.Principal, a *Asset) error {
+	switch {
+	case a.SubmittedByOrg == nil || *a.SubmittedByOrg != p.OrgID:
+		return fault.New(fault.KindForbidden, "only the organization that submitted asset %s attaches its model", a.ID)
+	case a.Type != "MODEL":
+		return fault.Validation("only a MODEL asset carries a model", map[string]string{"assetId": "asset " + a.ID + " is a " + a.Type})
+	case a.Status != StatusUnderReview && a.Status != StatusDraft:
+		return fault.Conflict("asset %s is %s: its version %s is frozen; submit a new version to change its model", a.ID, a.Status, a.Version)
+	}
+	return nil
 }
 
 // Model returns the model of asset id's current version, or NotFound when the asset is not

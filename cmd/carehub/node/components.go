@@ -107,6 +107,16 @@ var components = []component{
 		return nil
 	}},
 	{name: "deployment-controller", roles: []string{RoleProcessors}, needs: []string{"deployments"}, start: startDeploymentController},
+	// Models scoring the observation stream: deployment.prediction events.
+	{name: "deployment-scorer", roles: []string{RoleProcessors}, needs: []string{"kafka", "deployments"}, start: func(s *Node, _, wctx context.Context) error {
+		sc, err := s.deployments.Scorer(deployments.ScorerConfig{Brokers: s.brokers, Credentials: s.kafkaCreds,
+			Group: s.ns.Name(deployments.DefaultScorerGroup), Logger: s.logger, Registerer: s.registry})
+		if err != nil {
+			return fmt.Errorf("deployment scorer: %w", err)
+		}
+		s.run("deployment-scorer", sc.Run, wctx)
+		return nil
+	}},
 	{name: "webhook-dispatcher", roles: []string{RoleProcessors}, needs: []string{"postgres", "kafka", "sealing-key", "webhook-secrets"}, start: startWebhookDispatcher},
 	// Purges each organization's event log and audit log past its retention, in either store.
 	{name: "retention", roles: []string{RoleProcessors}, needs: []string{"log-stores"}, start: func(s *Node, _, wctx context.Context) error {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"math"
 	"os"
 	"path/filepath"
 	"sort"
@@ -153,6 +154,11 @@ func (s *Signature) checkInputs(inputs map[string]Tensor) ([]Tensor, error) {
 			if want := info.Shape[d]; want >= 0 && dim != want {
 				return nil, fmt.Errorf("%w: input %q has %d at axis %d (shape %v), model fixes it to %d (%s)",
 					ErrInvalidInput, info.Name, dim, d, t.Shape, want, info)
+			}
+			// The product must not overflow: a shape whose product wraps round to the data's
+			// length would pass this check and have the runtime read past the data.
+			if dim > 0 && n > math.MaxInt64/dim {
+				return nil, fmt.Errorf("%w: input %q has shape %v, whose size overflows", ErrInvalidInput, info.Name, t.Shape)
 			}
 			n *= dim
 		}

@@ -220,6 +220,8 @@ func TestInputChecks(t *testing.T) {
 		{"short data", map[string]Tensor{"vitals": NewTensor(row, 2, 5)}, `has 5 values, its shape [2 5] needs 10`},
 		{"long data", map[string]Tensor{"vitals": NewTensor(append(row, 1), 1, 5)}, `has 6 values`},
 		{"negative dim", map[string]Tensor{"vitals": NewTensor(row, -1, 5)}, `negative dimension`},
+		// 2^62 × 4 wraps round to 0 in int64: the data's length must not be matched by overflow.
+		{"overflowing shape", map[string]Tensor{"vitals": NewTensor(nil, 1<<62, 5)}, `overflows`},
 	} {
 		_, err := m.Run(context.Background(), tc.inputs)
 		if !errors.Is(err, ErrInvalidInput) || !strings.Contains(err.Error(), tc.want) {
