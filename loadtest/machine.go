@@ -97,3 +97,28 @@ func calibrate() (hashNsPerKB, readNs float64) {
 	}
 	return hashNsPerKB, readNs
 }
+
+// MachineWindow measures the whole machine's CPU from StartMachineWindow to End: what a load
+// tool prints beside its figures, so that a reader can tell a quiet run from one whose cores
+// other processes or the hypervisor took.
+type MachineWindow struct {
+	start machineCPU
+	err   error
+}
+
+// StartMachineWindow starts a window now.
+func StartMachineWindow() MachineWindow {
+	m, err := readMachineCPU()
+	return MachineWindow{start: m, err: err}
+}
+
+// End returns the percentages of the window's CPU time that was busy and that the hypervisor
+// stole; ok is false where /proc/stat cannot be read.
+func (w MachineWindow) End() (busyPct, stealPct float64, ok bool) {
+	end, err := readMachineCPU()
+	if err != nil || w.err != nil {
+		return 0, 0, false
+	}
+	m := end.sub(w.start)
+	return m.pctOf(m.busy), m.pctOf(m.steal), true
+}

@@ -130,13 +130,7 @@ func (sc *Scorer) Run(ctx context.Context) error {
 // record (plus a second for clock skew), and keeps the observation events of their
 // organizations, read by their head.
 func (sc *Scorer) observations(ctx context.Context, recs []*kgo.Record) ([]*kgo.Record, error) {
-	var newest time.Time
-	for _, r := range recs {
-		if r.Timestamp.After(newest) {
-			newest = r.Timestamp
-		}
-	}
-	if !sc.loadedAt.After(newest.Add(time.Second)) {
+	if consume.Stale(sc.loadedAt, recs) {
 		if err := sc.reload(ctx); err != nil {
 			return nil, err
 		}

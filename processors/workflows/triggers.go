@@ -157,13 +157,7 @@ func (t *Triggers) Run(ctx context.Context) error {
 // A record's timestamp is when it was produced, after its event was created, so a workflow
 // active before an event was created is in a copy loaded after the record's timestamp.
 func (t *Triggers) triggering(ctx context.Context, recs []*kgo.Record) ([]*kgo.Record, error) {
-	var newest time.Time
-	for _, r := range recs {
-		if r.Timestamp.After(newest) {
-			newest = r.Timestamp
-		}
-	}
-	if !t.loadedAt.After(newest.Add(time.Second)) {
+	if consume.Stale(t.loadedAt, recs) {
 		if err := t.reload(ctx); err != nil {
 			return nil, err
 		}

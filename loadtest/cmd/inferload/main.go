@@ -65,6 +65,7 @@ import (
 	"carehub/e2e/pipelinetest"
 	"carehub/kernel/access"
 	"carehub/kernel/apikeys"
+	"carehub/loadtest"
 	"carehub/loadtest/loadcli"
 	loadreport "carehub/loadtest/report"
 	"carehub/models"
@@ -184,11 +185,10 @@ func run(ctx context.Context, cfg config, logw io.Writer) (*report, error) {
 	for i, c := range cases {
 		bodies[i], _ = json.Marshal(map[string]any{"inputs": []any{map[string]any{"name": "vitals", "shape": []int{1, 5}, "datatype": "FP32", "data": c.Input}}})
 	}
-	machine0, machineErr := readMachineCPU()
+	machine := loadtest.StartMachineWindow()
 	defer func() {
-		if m1, err := readMachineCPU(); err == nil && machineErr == nil {
-			m := m1.sub(machine0)
-			rep.MachineBusyPct, rep.MachineStealPct = m.pctOf(m.busy), m.pctOf(m.steal)
+		if busy, steal, ok := machine.End(); ok {
+			rep.MachineBusyPct, rep.MachineStealPct = busy, steal
 		}
 	}()
 
@@ -510,7 +510,7 @@ func runHTTP(ctx context.Context, cfg config, hc *http.Client, t target) (phase,
 	}
 	rec := loadreport.NewRecorder(loadreport.Options{Unit: "requests/s", Quiet: cfg.Quiet})
 	cpu0, ml0 := loadcli.ProcessCPU(), treeCPU(t.mlPID)
-	m0, merr := readMachineCPU()
+	machine := loadtest.StartMachineWindow()
 	rec.Start()
 	began := time.Now()
 	res := load(ctx, cfg.Duration, cfg.Clients, hc, t, rec)
@@ -518,9 +518,8 @@ func runHTTP(ctx context.Context, cfg config, hc *http.Client, t target) (phase,
 	p.Series = rec.Stop()
 	p.seriesStart = rec.Started()
 	cpu, ml := loadcli.ProcessCPU()-cpu0, treeCPU(t.mlPID)-ml0
-	if m1, err := readMachineCPU(); err == nil && merr == nil {
-		m := m1.sub(m0)
-		p.MachineBusyPct, p.MachineStealPct = m.pctOf(m.busy), m.pctOf(m.steal)
+	if busy, steal, ok := machine.End(); ok {
+		p.MachineBusyPct, p.MachineStealPct = busy, steal
 	}
 	p.Elapsed = elapsed.Seconds()
 	p.Requests, p.Errors, p.Refused, p.FirstError = int64(len(res.latencies)), res.errors, res.refused, res.firstError
@@ -881,42 +880,6 @@ func treeCPU(pid int) time.Duration {
 		}
 	}
 	return total
-}
-
-// machineCPU is the whole machine's CPU time by state (/proc/stat's cpu line), as loadtest's.
-type machineCPU struct{ busy, idle, iowait, steal time.Duration }
-
-func readMachineCPU() (machineCPU, error) {
-	b, err := os.ReadFile("/proc/stat")
-	if err != nil {
-		return machineCPU{}, err
-	}
-	line, _, _ := strings.Cut(string(b), "\n")
-	f := strings.Fields(line)
-	if len(f) < 9 || f[0] != "cpu" {
-		return machineCPU{}, errors.New("/proc/stat: no cpu line")
-	}
-	var t [8]time.Duration // user nice system idle iowait irq softirq steal
-	for i := range t {
-		v, err := strconv.ParseInt(f[i+1], 10, 64)
-		if err != nil {
-			return machineCPU{}, err
-		}
-		t[i] = time.Duration(v) * postgres.ClockTick
-	}
-	return machineCPU{busy: t[0] + t[1] + t[2] + t[5] + t[6], idle: t[3], iowait: t[4], steal: t[7]}, nil
-}
-
-func (m machineCPU) sub(o machineCPU) machineCPU {
-	return machineCPU{busy: m.busy - o.busy, idle: m.idle - o.idle, iowait: m.iowait - o.iowait, steal: m.steal - o.steal}
-}
-
-func (m machineCPU) pctOf(part time.Duration) float64 {
-	total := m.busy + m.idle + m.iowait + m.steal
-	if total <= 0 {
-		return 0
-	}
-	return 100 * float64(part) / float64(total)
 }
 
 // report is a run's figures.

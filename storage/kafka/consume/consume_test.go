@@ -651,3 +651,14 @@ func TestSelect(t *testing.T) {
 		t.Fatalf("Select = %v, next got %v; want keep's error and no call", err, got)
 	}
 }
+
+func TestStale(t *testing.T) {
+	produced := time.Now()
+	recs := []*kgo.Record{{Timestamp: produced.Add(-time.Minute)}, {Timestamp: produced}}
+	if !consume.Stale(produced, recs) || !consume.Stale(time.Time{}, recs) {
+		t.Error("a copy loaded before the newest record, or within the skew second, is not stale")
+	}
+	if consume.Stale(produced.Add(2*time.Second), recs) {
+		t.Error("a copy loaded after the newest record and the skew second is stale")
+	}
+}

@@ -2,6 +2,7 @@ package consume
 
 import (
 	"context"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 )
@@ -42,4 +43,19 @@ func Select(keep func(context.Context, []*kgo.Record) ([]*kgo.Record, error), ne
 		}
 		return next(ctx, kept)
 	}
+}
+
+// Stale reports whether a copy of state loaded at loadedAt may be older than what recs need: it
+// was loaded before their newest record was produced, plus a second for clock skew. A record's
+// timestamp is when it was produced, after its event was created, so state that existed before
+// an event is in a copy loaded after the record's timestamp. The handlers that match records
+// against rows kept in memory (workflow triggers, deployment scorers) reload when it says so.
+func Stale(loadedAt time.Time, recs []*kgo.Record) bool {
+	var newest time.Time
+	for _, r := range recs {
+		if r.Timestamp.After(newest) {
+			newest = r.Timestamp
+		}
+	}
+	return !loadedAt.After(newest.Add(time.Second))
 }
