@@ -80,6 +80,9 @@ var Events = []EventClass{
 		Keep: []string{"observationId", "code", "deviceType"}},
 	{Type: events.TypeDiagnosticResultReady, Need: NeedPatients, Fields: []string{"patientId", "conclusion"},
 		Keep: []string{"reportId", "code", "severity"}},
+	// probability is computed from the patient's vital signs, as an invoke result's score is.
+	{Type: events.TypeDeploymentPrediction, Need: NeedObservations, Fields: []string{"patientId", "probability"},
+		Keep: []string{"deploymentId", "observationId", "model"}},
 }
 
 // FreeForm is the class of an event of any other type whose payload names a patient (a client's
