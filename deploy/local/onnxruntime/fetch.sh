@@ -70,6 +70,19 @@ fi
 src="$(ls "${tmp}"/x/onnxruntime/capi/libonnxruntime.so* 2>/dev/null | sort | tail -n1)"
 [[ -n "${src}" ]] || { log "wheel ${whl##*/} has no onnxruntime/capi/libonnxruntime.so*"; exit 1; }
 
+# The library's SHA-256 is pinned per version and platform (as PyPI served it on 2026-12-02): a
+# wheel whose library differs is refused. ONNXRUNTIME_SHA256 overrides the pin (a new version).
+declare -A PINNED=(
+  ["1.24.1/manylinux_2_27_x86_64"]=94ac52f650e195b784587e1cb7d25b4bf074048b50fa9a7127795b2ed34db22e
+)
+want="${ONNXRUNTIME_SHA256:-${PINNED["${ONNXRUNTIME_VERSION}/${PLATFORM}"]:-}}"
+if [[ -n "${want}" ]]; then
+  got="$(sha256sum "${src}" | cut -d' ' -f1)"
+  [[ "${got}" == "${want}" ]] || { log "${src##*/} has SHA-256 ${got}, want ${want}: refused"; exit 1; }
+else
+  log "no pinned SHA-256 for onnxruntime ${ONNXRUNTIME_VERSION} on ${PLATFORM}: the library is not verified (set ONNXRUNTIME_SHA256)"
+fi
+
 # Install atomically: copy into a staging dir next to the target, then rename,
 # so a concurrent or interrupted run never leaves a half-written library.
 mkdir -p "$(dirname "${ONNXRUNTIME_DIR}")"
