@@ -145,8 +145,9 @@ KAFKA_PKGS        = ./storage/kafka/... ./storage/outbox/... ./storage/idempoten
 KAFKA_TESTFLAGS  ?= -count=1 -timeout 25m -shuffle=on
 KAFKA_PARALLEL   ?= 2
 KAFKA_STOP_TESTS := ^(TestBrokerOutage|TestBrokerRestart)$$
-# Broker-blind tests inside Kafka-touching packages, left to make test: an external inference
-# server's deployment (HTTP to MLServer, killed and restarted) exercises nothing of the broker.
+# Broker- and store-blind tests inside packages the real-engine stages run, left to make test: an
+# external inference server's deployment (HTTP to MLServer, killed and restarted) exercises
+# nothing of the broker or the event store.
 KAFKA_BLIND_TESTS := ^TestBackendDeployment$$
 KAFKA_STOP_PKGS  := ./storage/kafka ./e2e/pipelinetest
 
@@ -274,7 +275,7 @@ CLICKHOUSE_TESTFLAGS ?= -count=1 -timeout 25m -shuffle=on
 test-clickhouse: postgres-binaries node-deps fuzz-deps onnxruntime-deps mlserver-deps ## run the suites that use the event and audit store on a real ClickHouse engine
 	@set -e; $(CLICKHOUSE_SH) up; trap '$(CLICKHOUSE_SH) down' EXIT; \
 	CAREHUB_CLICKHOUSE_URL=$(CLICKHOUSE_URL) CAREHUB_SCHEMATHESIS=$(FUZZ_VENV)/bin/schemathesis \
-	$(GO) test $(CLICKHOUSE_TESTFLAGS) $(CLICKHOUSE_PKGS)
+	$(GO) test $(CLICKHOUSE_TESTFLAGS) -skip '$(KAFKA_BLIND_TESTS)' $(CLICKHOUSE_PKGS)
 
 ANALYSTS_CH_EVENTS ?= 100000000
 ANALYSTS_PG_EVENTS ?= 10000000
