@@ -31,6 +31,7 @@ type loaders struct {
 	projectByID            *loader[string, *orgs.Project]
 	assetByID              *loader[string, *marketplace.Asset]
 	publisherByID          *loader[string, *marketplace.Publisher]
+	modelByAsset           *loader[string, *marketplace.ModelArtifact]
 	installationsByProject *loader[string, []marketplace.Installation]
 	installationByID       *loader[string, *marketplace.Installation]
 	deploymentsByProject   *loader[string, []deployments.Deployment]
@@ -80,6 +81,9 @@ func newLoaders(s *Services) *loaders {
 			l.publisherByID.Hint(a.PublisherID)
 		}
 		return m, err
+	})
+	l.modelByAsset = newLoader(func(ctx context.Context, ids []string) (map[string]*marketplace.ModelArtifact, error) {
+		return s.Marketplace.ModelsByAsset(ctx, ids)
 	})
 	l.publisherByID = newLoader(func(ctx context.Context, ids []string) (map[string]*marketplace.Publisher, error) {
 		m, err := s.Marketplace.PublishersByID(ctx, ids)
@@ -177,6 +181,9 @@ func (l *loaders) hintProjects(ps []orgs.Project) {
 func (l *loaders) hintAssets(as []marketplace.Asset) {
 	for _, a := range as {
 		l.publisherByID.Hint(a.PublisherID)
+		if a.Runtime != nil && *a.Runtime == marketplace.RuntimeONNX {
+			l.modelByAsset.Hint(a.ID)
+		}
 	}
 }
 

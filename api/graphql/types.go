@@ -2,6 +2,7 @@ package graphql
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 
 	gql "github.com/graph-gophers/graphql-go"
@@ -141,6 +142,61 @@ func (r *assetResolver) Pricing() *pricingResolver { return &pricingResolver{r.a
 func (r *assetResolver) ComplianceScore() *complianceResolver {
 	return &complianceResolver{r.a}
 }
+func (r *assetResolver) Model(ctx context.Context) (*modelArtifactResolver, error) {
+	if r.a.Runtime == nil || *r.a.Runtime != marketplace.RuntimeONNX {
+		return nil, nil // only an asset that carries a model has one: no query for the others
+	}
+	m, err := r.l.modelByAsset.Load(ctx, r.a.ID)
+	if err != nil || m == nil {
+		return nil, err
+	}
+	return &modelArtifactResolver{m}, nil
+}
+
+type modelArtifactResolver struct{ m *marketplace.ModelArtifact }
+
+func (r *modelArtifactResolver) Sha256() string       { return r.m.SHA256 }
+func (r *modelArtifactResolver) Format() string       { return r.m.Format }
+func (r *modelArtifactResolver) SizeBytes() int32     { return int32(r.m.SizeBytes) }
+func (r *modelArtifactResolver) Version() string      { return r.m.Version }
+func (r *modelArtifactResolver) AttachedAt() DateTime { return dateTime(r.m.AttachedAt) }
+func (r *modelArtifactResolver) Inputs() []*tensorSpecResolver {
+	return tensorSpecs(r.m.Signature.Inputs)
+}
+func (r *modelArtifactResolver) Outputs() []*tensorSpecResolver {
+	return tensorSpecs(r.m.Signature.Outputs)
+}
+func (r *modelArtifactResolver) Metadata() (*JSON, error) {
+	if len(r.m.Signature.Metadata) == 0 {
+		return nil, nil
+	}
+	b, err := json.Marshal(r.m.Signature.Metadata)
+	if err != nil {
+		return nil, err
+	}
+	return &JSON{raw: b}, nil
+}
+
+type tensorSpecResolver struct{ t marketplace.TensorSpec }
+
+func tensorSpecs(ts []marketplace.TensorSpec) []*tensorSpecResolver {
+	out := make([]*tensorSpecResolver, len(ts))
+	for i, t := range ts {
+		out[i] = &tensorSpecResolver{t}
+	}
+	return out
+}
+
+func (r *tensorSpecResolver) Name() string     { return r.t.Name }
+func (r *tensorSpecResolver) Datatype() string { return r.t.Datatype }
+func (r *tensorSpecResolver) Shape() []int32 {
+	out := make([]int32, len(r.t.Shape))
+	for i, d := range r.t.Shape {
+		out[i] = int32(d)
+	}
+	return out
+}
+
 func (r *assetResolver) Publisher(ctx context.Context) (*publisherResolver, error) {
 	p, err := r.l.publisherByID.Load(ctx, r.a.PublisherID)
 	if err != nil {

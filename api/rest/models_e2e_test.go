@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/json"
+	"fmt"
 	"io"
 	"math"
 	"net/http"
@@ -208,6 +209,27 @@ func TestAttachModel(t *testing.T) {
 	}
 	if r := s.Do(http.MethodGet, "/v1/assets/"+id+"/model", key, nil); r.Status != http.StatusOK || !strings.Contains(string(r.Body), art.SHA256) {
 		t.Errorf("GET model: %d %s", r.Status, r.Body)
+	}
+	// GraphQL shows it on the asset; an asset without a model has none.
+	var g struct {
+		Asset struct {
+			Model *struct {
+				Sha256    string
+				SizeBytes int
+				Inputs    []struct {
+					Name  string
+					Shape []int
+				}
+				Metadata map[string]string
+			}
+		}
+		Other struct{ Model *struct{ Sha256 string } }
+	}
+	s.MustGraphQL(t, key, `query($a: ID!, $o: ID!) { asset(id: $a) { model { sha256 sizeBytes inputs { name shape } metadata } }
+  other: asset(id: $o) { model { sha256 } } }`, map[string]any{"a": id, "o": scalar(t, s, `select id from assets where name = $1`, demo.NEWS2ModelName)}, &g)
+	if m := g.Asset.Model; m == nil || m.Sha256 != art.SHA256 || m.SizeBytes != len(models.Deterioration) || len(m.Inputs) != 1 ||
+		m.Inputs[0].Name != "vitals" || fmt.Sprint(m.Inputs[0].Shape) != "[-1 5]" || m.Metadata["carehub.synthetic"] != "true" || g.Other.Model != nil {
+		t.Errorf("GraphQL model: %+v, other %+v", g.Asset.Model, g.Other.Model)
 	}
 	// Approved, the version is frozen.
 	s.MustGraphQL(t, s.PlatformKey(), `mutation($a: ID!) { reviewAsset(assetId: $a, decision: "APPROVED") { id } }`, map[string]any{"a": id}, nil)

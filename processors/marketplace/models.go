@@ -14,6 +14,7 @@ import (
 	"carehub/kernel/access"
 	"carehub/kernel/fault"
 	"carehub/processors/inference/onnx"
+	"carehub/processors/internal/scoped"
 )
 
 // MaxModelBytes bounds a model file.
@@ -171,23 +172,46 @@ func (s *Service) Model(ctx context.Context, id string) (*ModelArtifact, error) 
 	return s.model(ctx, s.pool, id)
 }
 
-// model reads the model of asset assetID's current version.
-func (s *Service) model(ctx context.Context, q interface {
-	QueryRow(context.Context, string, ...any) pgx.Row
-}, assetID string) (*ModelArtifact, error) {
-	art := ModelArtifact{AssetID: assetID}
+// ModelsByAsset returns the models of the current versions of the assets among ids that the
+// caller sees and that carry one (a batched loader).
+func (s *Service) ModelsByAsset(ctx context.Context, ids []string) (map[string]*ModelArtifact, error) {
+	p, err := access.Caller(ctx)
+	if err != nil {
+		return nil, err
+	}
+	rows, _ := s.pool.Query(ctx, modelSelect+` where `+visible+` and a.id = any($2)`, p.OrgFilter(), ids)
+	list, err := pgx.CollectRows(rows, scanModel)
+	if err != nil {
+		return nil, fmt.Errorf("models by asset: %w", err)
+	}
+	return scoped.Index(list, func(m *ModelArtifact) string { return m.AssetID }), nil
+}
+
+// modelSelect reads the model of an asset's current version; visible applies to alias a.
+const modelSelect = `select a.id, m.version, m.sha256, ma.format, ma.size_bytes, ma.signature, m.attached_at
+from assets a join asset_models m on m.asset_id = a.id and m.version = a.version join model_artifacts ma on ma.sha256 = m.sha256`
+
+func scanModel(row pgx.CollectableRow) (*ModelArtifact, error) {
+	var art ModelArtifact
 	var sig []byte
-	err := q.QueryRow(ctx, `select m.version, m.sha256, ma.format, ma.size_bytes, ma.signature, m.attached_at
-from assets a join asset_models m on m.asset_id = a.id and m.version = a.version join model_artifacts ma on ma.sha256 = m.sha256
-where a.id = $1`, assetID).Scan(&art.Version, &art.SHA256, &art.Format, &art.SizeBytes, &sig, &art.AttachedAt)
+	if err := row.Scan(&art.AssetID, &art.Version, &art.SHA256, &art.Format, &art.SizeBytes, &sig, &art.AttachedAt); err != nil {
+		return nil, err
+	}
+	if err := json.Unmarshal(sig, &art.Signature); err != nil {
+		return nil, err
+	}
+	return &art, nil
+}
+
+// model reads the model of asset assetID's current version.
+func (s *Service) model(ctx context.Context, q querier, assetID string) (*ModelArtifact, error) {
+	rows, _ := q.Query(ctx, modelSelect+` where a.id = $1`, assetID)
+	art, err := pgx.CollectOneRow(rows, scanModel)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, fault.NotFound("model of asset", assetID)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("model of asset %s: %w", assetID, err)
 	}
-	if err := json.Unmarshal(sig, &art.Signature); err != nil {
-		return nil, fmt.Errorf("model of asset %s: %w", assetID, err)
-	}
-	return &art, nil
+	return art, nil
 }
