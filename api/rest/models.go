@@ -17,7 +17,7 @@ import (
 
 // ModelStore is what the model routes need of the marketplace (*marketplace.Service).
 type ModelStore interface {
-	AttachModel(ctx context.Context, assetID string, content []byte) (*marketplace.ModelArtifact, error)
+	AttachModel(ctx context.Context, assetID string, content []byte) (art *marketplace.ModelArtifact, created bool, err error)
 	Model(ctx context.Context, assetID string) (*marketplace.ModelArtifact, error)
 }
 
@@ -56,15 +56,14 @@ func (h *modelHandler) attach(w http.ResponseWriter, r *http.Request) {
 		envelope.WriteError(w, r, err)
 		return
 	}
-	before, _ := h.s.Model(r.Context(), mux.Vars(r)["id"])
-	art, err := h.s.AttachModel(r.Context(), mux.Vars(r)["id"], content)
+	art, created, err := h.s.AttachModel(r.Context(), mux.Vars(r)["id"], content)
 	if err != nil {
 		envelope.WriteError(w, r, err)
 		return
 	}
-	status := http.StatusCreated
-	if before != nil && before.SHA256 == art.SHA256 {
-		status = http.StatusOK
+	status := http.StatusOK
+	if created {
+		status = http.StatusCreated
 	}
 	envelope.WriteJSON(w, status, art)
 }

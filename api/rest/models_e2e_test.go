@@ -39,6 +39,27 @@ func putModel(t *testing.T, s *servertest.Server, key, id, contentType string, c
 	return resp.StatusCode, body
 }
 
+// deployDemoModel deploys the Sepsis Early Warning project's installation of the demo model with
+// the further createDeployment arguments args (their variables declared in decls and valued in
+// vars) and waits until the deployment is RUNNING.
+func deployDemoModel(t *testing.T, s *servertest.Server, key, decls, args string, vars map[string]any) string {
+	t.Helper()
+	installation := scalar(t, s, `select i.id from installations i join assets a on a.id = i.asset_id where i.project_id = $1 and a.name = $2`,
+		s.ProjectID(demo.SepsisProjectName), demo.DeteriorationModelName)
+	if vars == nil {
+		vars = map[string]any{}
+	}
+	vars["i"] = installation
+	var created struct{ CreateDeployment struct{ ID string } }
+	s.MustGraphQL(t, key, `mutation($i: ID!`+decls+`) { createDeployment(installationId: $i, environment: "production", `+args+`) { id } }`,
+		vars, &created)
+	dep := created.CreateDeployment.ID
+	servertest.Eventually(t, 10*time.Second, "the deployment RUNNING", func() bool {
+		return scalar(t, s, `select status from deployments where id = $1`, dep) == "RUNNING"
+	})
+	return dep
+}
+
 // TestModelDeployment: the demo catalogue's model deploys, and its endpoint runs the ONNX file
 // on the embedded runtime: on vitals given by name (the same probabilities as onnxruntime's own
 // Python API), on tensors, and on a patient's latest stored vitals, with the patient-data rules
@@ -46,16 +67,7 @@ func putModel(t *testing.T, s *servertest.Server, key, id, contentType string, c
 func TestModelDeployment(t *testing.T) {
 	s := servertest.Start(t)
 	key := s.DemoKey()
-	sepsis := s.ProjectID(demo.SepsisProjectName)
-	installation := scalar(t, s, `select i.id from installations i join assets a on a.id = i.asset_id where i.project_id = $1 and a.name = $2`,
-		sepsis, demo.DeteriorationModelName)
-	var created struct{ CreateDeployment struct{ ID string } }
-	s.MustGraphQL(t, key, `mutation($i: ID!) { createDeployment(installationId: $i, environment: "production", replicas: 2) { id } }`,
-		map[string]any{"i": installation}, &created)
-	dep := created.CreateDeployment.ID
-	servertest.Eventually(t, 10*time.Second, "the deployment RUNNING", func() bool {
-		return scalar(t, s, `select status from deployments where id = $1`, dep) == "RUNNING"
-	})
+	dep := deployDemoModel(t, s, key, "", "replicas: 2", nil)
 	invoke := func(key string, body any) *servertest.Response {
 		return s.Do(http.MethodPost, "/v1/deployments/"+dep+"/invoke", key, body)
 	}
@@ -254,16 +266,9 @@ func TestBackendDeployment(t *testing.T) {
 	srv := mlservertest.Start(t)
 	s := servertest.Start(t)
 	key := s.DemoKey()
-	sepsis := s.ProjectID(demo.SepsisProjectName)
-	installation := scalar(t, s, `select i.id from installations i join assets a on a.id = i.asset_id where i.project_id = $1 and a.name = $2`,
-		sepsis, demo.DeteriorationModelName)
 	const secret = "Bearer backend-secret-7f3a"
-	var created struct{ CreateDeployment struct{ ID string } }
-	s.MustGraphQL(t, key, `mutation($i: ID!, $b: InferenceBackendInput) {
-  createDeployment(installationId: $i, environment: "production", replicas: 2, backend: $b) { id } }`,
-		map[string]any{"i": installation, "b": map[string]any{"protocol": "oip-v2", "url": srv.URL, "model": mlservertest.Model, "version": "1",
-			"authorization": secret}}, &created)
-	dep := created.CreateDeployment.ID
+	dep := deployDemoModel(t, s, key, ", $b: InferenceBackendInput", "replicas: 2, backend: $b",
+		map[string]any{"b": map[string]any{"protocol": "oip-v2", "url": srv.URL, "model": mlservertest.Model, "version": "1", "authorization": secret}})
 	path := "/v1/deployments/" + dep + "/invoke"
 	var d struct {
 		Status  string
@@ -358,15 +363,7 @@ func TestStreamScoring(t *testing.T) {
 	s := servertest.Start(t)
 	key := s.DemoKey()
 	sepsis := s.ProjectID(demo.SepsisProjectName)
-	installation := scalar(t, s, `select i.id from installations i join assets a on a.id = i.asset_id where i.project_id = $1 and a.name = $2`,
-		sepsis, demo.DeteriorationModelName)
-	var created struct{ CreateDeployment struct{ ID string } }
-	s.MustGraphQL(t, key, `mutation($i: ID!) { createDeployment(installationId: $i, environment: "production", scoreStream: true) { id scoreStream } }`,
-		map[string]any{"i": installation}, &created)
-	dep := created.CreateDeployment.ID
-	servertest.Eventually(t, 10*time.Second, "RUNNING", func() bool {
-		return scalar(t, s, `select status from deployments where id = $1`, dep) == "RUNNING"
-	})
+	dep := deployDemoModel(t, s, key, "", "scoreStream: true", nil)
 
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()

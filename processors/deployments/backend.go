@@ -45,11 +45,8 @@ func (b *BackendInput) check(allowPrivate bool) map[string]string {
 		bad["backend.protocol"] = "must be " + ProtocolOIP + " (the Open Inference Protocol v2: KServe, Triton, MLServer, OpenVINO)"
 	}
 	if err := egress.CheckURL(b.URL, allowPrivate); err != nil {
-		f := fault.As(err)
-		bad["backend.url"] = f.Message
-		if d, ok := f.Details["url"]; ok {
-			bad["backend.url"] = fmt.Sprint(d)
-		}
+		fields, _ := fault.As(err).Details["fields"].(map[string]any)
+		bad["backend.url"] = fmt.Sprint(fields["url"]) // CheckURL's refusals all name url
 	}
 	if b.Model == "" || len(b.Model) > 200 {
 		bad["backend.model"] = "the model's name on the server: 1 to 200 characters"
@@ -114,8 +111,9 @@ const (
 
 // remote is a node's client of one deployment's backend, with its circuit breaker.
 type remote struct {
-	key    string // what the client was made from: backend, credential
-	client *oip.Client
+	backend    Backend // what the client was made from
+	credential string
+	client     *oip.Client
 
 	mu           sync.Mutex
 	failures     int
@@ -167,10 +165,9 @@ func newRemotes(allowPrivate bool) *remotes {
 
 // get returns the client of deployment id's backend b, made anew when b or its credential changed.
 func (rs *remotes) get(id string, b *Backend, credential string, timeout time.Duration) (*remote, error) {
-	key := fmt.Sprintf("%s|%s|%s|%s|%s", b.Protocol, b.URL, b.Model, b.Version, credential)
 	rs.mu.Lock()
 	defer rs.mu.Unlock()
-	if r := rs.byDeployment[id]; r != nil && r.key == key {
+	if r := rs.byDeployment[id]; r != nil && r.backend == *b && r.credential == credential {
 		return r, nil
 	}
 	h := http.Header{}
@@ -182,7 +179,7 @@ func (rs *remotes) get(id string, b *Backend, credential string, timeout time.Du
 	if err != nil {
 		return nil, fmt.Errorf("backend of %s: %w", id, err)
 	}
-	r := &remote{key: key, client: c}
+	r := &remote{backend: *b, credential: credential, client: c}
 	rs.byDeployment[id] = r
 	return r, nil
 }

@@ -13,6 +13,7 @@ import (
 	"carehub/kernel/access"
 	"carehub/kernel/clinical"
 	"carehub/kernel/fault"
+	"carehub/processors/agents"
 	"carehub/processors/inference/onnx"
 	"carehub/processors/marketplace"
 )
@@ -154,16 +155,21 @@ func (inv *Invoker) inputs(ctx context.Context, f features, req InvokeRequest, b
 			values[vs.Name] = x
 		}
 	} else {
-		obs, err := latestVitals(ctx, inv.s.pool, req.PatientID, f.names)
+		for _, n := range f.names {
+			if _, ok := vitalCode(n); !ok {
+				bad["patientId"] = fmt.Sprintf("the model names %q, which is not a vital sign carehub stores", n)
+				return nil, nil
+			}
+		}
+		stored, err := latestVitals(ctx, inv.s.pool, []string{req.PatientID}, f.names)
 		if err != nil {
 			bad["patientId"] = err.Error()
 			return nil, nil
 		}
-		for _, o := range obs {
-			vs, _ := clinical.VitalByCode(o.Code)
-			if x, err := clinical.Normalize(o.Code, o.Value, o.Unit); err == nil {
-				values[vs.Name] = x
-				pred.ObservationIDs = append(pred.ObservationIDs, o.ID)
+		for _, n := range f.names {
+			if v, ok := stored[req.PatientID][n]; ok {
+				values[n] = v.value
+				pred.ObservationIDs = append(pred.ObservationIDs, v.observationID)
 			}
 		}
 	}
@@ -214,37 +220,55 @@ func (pred *Prediction) withOutputs(out []ModelTensor) {
 	}
 }
 
-// latestVitals returns the patient's latest stored observation of each named vital sign.
-func latestVitals(ctx context.Context, q agentsQuerier, patientID string, names []string) ([]clinical.Observation, error) {
-	var codes []string
-	for _, n := range names {
-		found := false
-		for _, v := range clinical.VitalSigns() {
-			if v.Name == n {
-				codes, found = append(codes, v.Code), true
-			}
-		}
-		if !found {
-			return nil, fmt.Errorf("the model names %q, which is not a vital sign carehub stores", n)
+// storedVital is a patient's latest stored value of a vital sign, in its canonical unit.
+type storedVital struct {
+	value         float64
+	observationID string
+}
+
+// vitalCode is the LOINC code of the vital sign named name.
+func vitalCode(name string) (string, bool) {
+	for _, v := range clinical.VitalSigns() {
+		if v.Name == name {
+			return v.Code, true
 		}
 	}
-	rows, _ := q.Query(ctx, `select distinct on (loinc) id, loinc, value, coalesce(unit, '') from observations
-where patient_id = $1 and loinc = any($2) and value is not null and effective_at is not null
-order by loinc, effective_at desc, id desc`, patientID, codes)
-	var out []clinical.Observation
-	var o clinical.Observation
-	_, err := pgx.ForEachRow(rows, []any{&o.ID, &o.Code, &o.Value, &o.Unit}, func() error {
-		out = append(out, o)
+	return "", false
+}
+
+// latestVitals returns, by patient, the latest stored value of each named vital sign, in its
+// canonical unit: one query for a whole batch of patients (the scorer) or for one (an invoke).
+// A name that is no vital sign, and a value whose unit does not convert, are left out.
+func latestVitals(ctx context.Context, q agents.Querier, patients []string, names []string) (map[string]map[string]storedVital, error) {
+	var codes []string
+	byCode := map[string]string{}
+	for _, n := range names {
+		if code, ok := vitalCode(n); ok {
+			codes = append(codes, code)
+			byCode[code] = n
+		}
+	}
+	rows, _ := q.Query(ctx, `select distinct on (patient_id, loinc) patient_id, id, loinc, value, coalesce(unit, '') from observations
+where patient_id = any($1) and loinc = any($2) and value is not null and effective_at is not null
+order by patient_id, loinc, effective_at desc, id desc`, patients, codes)
+	out := map[string]map[string]storedVital{}
+	var pid, id, code, unit string
+	var value float64
+	_, err := pgx.ForEachRow(rows, []any{&pid, &id, &code, &value, &unit}, func() error {
+		x, err := clinical.Normalize(code, value, unit)
+		if err != nil {
+			return nil // unusable: as if absent
+		}
+		if out[pid] == nil {
+			out[pid] = map[string]storedVital{}
+		}
+		out[pid][byCode[code]] = storedVital{value: x, observationID: id}
 		return nil
 	})
 	if err != nil {
-		return nil, fmt.Errorf("observations of %s: %w", patientID, err)
+		return nil, fmt.Errorf("latest vitals: %w", err)
 	}
 	return out, nil
-}
-
-type agentsQuerier interface {
-	Query(context.Context, string, ...any) (pgx.Rows, error)
 }
 
 // invokeModel runs deployment d's model for req; the caller holds a replica.

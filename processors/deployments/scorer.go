@@ -15,7 +15,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"carehub/kernel/clinical"
 	"carehub/kernel/config"
 	"carehub/kernel/events"
 	"carehub/kernel/ids"
@@ -165,9 +164,30 @@ where d.score_stream and d.status in ('RUNNING', 'DEGRADED') and d.backend is nu
 
 // handle scores a batch of events with every scoring deployment of their organizations.
 func (sc *Scorer) handle(ctx context.Context, evs []events.Event) error {
+	// Each observation's payload is decoded once, whatever the number of deployments scoring it.
+	var obsEvents []events.Event
+	var observed []events.DeviceObservationReceived
+	for _, ev := range evs {
+		if ev.Type != events.TypeDeviceObservationReceived {
+			continue
+		}
+		if p, ok := events.PayloadOf[events.DeviceObservationReceived](ev.Payload); ok && p.PatientID != "" {
+			obsEvents, observed = append(obsEvents, ev), append(observed, p)
+		}
+	}
 	var recs []*kgo.Record
 	var newest time.Time
 	for _, d := range sc.scoring {
+		var mine []events.Event
+		var theirs []events.DeviceObservationReceived
+		for i, ev := range obsEvents {
+			if ev.OrgID == d.orgID {
+				mine, theirs = append(mine, ev), append(theirs, observed[i])
+			}
+		}
+		if len(mine) == 0 {
+			continue
+		}
 		lm, err := sc.models.get(ctx, sc.s.pool, d.sha, max(d.replicas, 1))
 		if err != nil {
 			return fmt.Errorf("scorer: deployment %s: %w", d.id, err)
@@ -175,22 +195,7 @@ func (sc *Scorer) handle(ctx context.Context, evs []events.Event) error {
 		if lm.features.names == nil {
 			continue // a model that takes tensors only cannot score vitals
 		}
-		var mine []events.Event
-		var observed []events.DeviceObservationReceived
-		for _, ev := range evs {
-			if ev.OrgID != d.orgID || ev.Type != events.TypeDeviceObservationReceived {
-				continue
-			}
-			p, ok := events.PayloadOf[events.DeviceObservationReceived](ev.Payload)
-			if !ok || p.PatientID == "" {
-				continue
-			}
-			mine, observed = append(mine, ev), append(observed, p)
-		}
-		if len(mine) == 0 {
-			continue
-		}
-		out, err := sc.score(ctx, d, lm, mine, observed)
+		out, err := sc.score(ctx, d, lm, mine, theirs)
 		if err != nil {
 			return err
 		}
@@ -219,7 +224,7 @@ func (sc *Scorer) score(ctx context.Context, d scoringDeployment, lm *loadedMode
 			patients = append(patients, p.PatientID)
 		}
 	}
-	values, err := latestVitalsOf(ctx, sc.s.pool, patients, lm.features.names)
+	values, err := latestVitals(ctx, sc.s.pool, patients, lm.features.names)
 	if err != nil {
 		return nil, err
 	}
@@ -233,7 +238,7 @@ func (sc *Scorer) score(ctx context.Context, d scoringDeployment, lm *loadedMode
 		}
 		row[pid] = len(row)
 		for _, name := range lm.features.names {
-			data = append(data, float32(v[name]))
+			data = append(data, float32(v[name].value))
 		}
 	}
 	if len(row) == 0 {
@@ -286,38 +291,4 @@ func (s *seed) Read(p []byte) (int, error) {
 	n := copy(p, s.b)
 	s.b = s.b[n:]
 	return n, nil
-}
-
-// latestVitalsOf returns, by patient, the latest stored value of each named vital sign, in its
-// canonical unit.
-func latestVitalsOf(ctx context.Context, q agentsQuerier, patients []string, names []string) (map[string]map[string]float64, error) {
-	var codes []string
-	byCode := map[string]string{}
-	for _, v := range clinical.VitalSigns() {
-		if slices.Contains(names, v.Name) {
-			codes = append(codes, v.Code)
-			byCode[v.Code] = v.Name
-		}
-	}
-	rows, _ := q.Query(ctx, `select distinct on (patient_id, loinc) patient_id, loinc, value, coalesce(unit, '') from observations
-where patient_id = any($1) and loinc = any($2) and value is not null and effective_at is not null
-order by patient_id, loinc, effective_at desc, id desc`, patients, codes)
-	out := map[string]map[string]float64{}
-	var pid, code, unit string
-	var value float64
-	_, err := pgx.ForEachRow(rows, []any{&pid, &code, &value, &unit}, func() error {
-		x, err := clinical.Normalize(code, value, unit)
-		if err != nil {
-			return nil // unusable: as if absent
-		}
-		if out[pid] == nil {
-			out[pid] = map[string]float64{}
-		}
-		out[pid][byCode[code]] = x
-		return nil
-	})
-	if err != nil {
-		return nil, fmt.Errorf("scorer: latest vitals: %w", err)
-	}
-	return out, nil
 }

@@ -89,29 +89,30 @@ func checkModel(content []byte) (ModelSignature, error) {
 // with publish:assets, and only before the review decides (UNDER_REVIEW or DRAFT): what a
 // reviewer approves is what deploys. A version keeps its model: the same file again answers the
 // same artifact, another is a Conflict (a new model is a new version, submitted anew). Deployments
-// of the asset then serve the model on the embedded runtime.
-func (s *Service) AttachModel(ctx context.Context, assetID string, content []byte) (*ModelArtifact, error) {
+// of the asset then serve the model on the embedded runtime. created is false when the version
+// already carried this file.
+func (s *Service) AttachModel(ctx context.Context, assetID string, content []byte) (_ *ModelArtifact, created bool, err error) {
 	p, err := access.Require(ctx, access.PublishAssets)
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	// The cheap checks first: only the asset's publisher gets ONNX Runtime to parse its bytes.
 	a, err := s.asset(ctx, s.pool, p, assetID, false)
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	if err := attachable(p, a); err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	sig, err := checkModel(content)
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	sum := sha256.Sum256(content)
 	digest := hex.EncodeToString(sum[:])
 	sigJSON, err := json.Marshal(sig)
 	if err != nil {
-		return nil, fmt.Errorf("attach model: %w", err)
+		return nil, false, fmt.Errorf("attach model: %w", err)
 	}
 	var art *ModelArtifact
 	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
@@ -128,7 +129,7 @@ values ($1, $2, $3, $4, $5) on conflict (sha256) do nothing`, digest, FormatONNX
 		}
 		var kept string
 		if err := tx.QueryRow(ctx, `insert into asset_models (asset_id, version, sha256, attached_by) values ($1, $2, $3, $4)
-on conflict (asset_id, version) do update set asset_id = excluded.asset_id returning sha256`, a.ID, a.Version, digest, p.KeyID).Scan(&kept); err != nil {
+on conflict (asset_id, version) do update set asset_id = excluded.asset_id returning sha256, xmax = 0`, a.ID, a.Version, digest, p.KeyID).Scan(&kept, &created); err != nil {
 			return fmt.Errorf("attach model: %w", err)
 		}
 		if kept != digest {
@@ -141,9 +142,9 @@ on conflict (asset_id, version) do update set asset_id = excluded.asset_id retur
 		return err
 	})
 	if err != nil {
-		return nil, fault.Context(err, "attach model")
+		return nil, false, fault.Context(err, "attach model")
 	}
-	return art, nil
+	return art, created, nil
 }
 
 // attachable says why p may not attach a model to a, or nil when it may.
