@@ -89,6 +89,16 @@ func (p *Transactional) Acquire(ctx context.Context) (*Txn, error) {
 		p.free <- slot
 		return nil, ErrPoolClosed
 	}
+	cl, err := p.client(slot)
+	if err != nil {
+		p.free <- slot
+		return nil, err
+	}
+	return &Txn{p: p, slot: slot, cl: cl}, nil
+}
+
+// client returns slot's client, connecting a new one if it has none; p.mu is held.
+func (p *Transactional) client(slot int) (*kgo.Client, error) {
 	if p.clients[slot] == nil {
 		cl, err := kafka.NewClient(kafka.ClientConfig{Brokers: p.cfg.Brokers, Credentials: p.cfg.Credentials, ClientID: p.cfg.ClientID, Logger: p.cfg.Logger,
 			Watch: p.commits[slot].Watch},
@@ -96,22 +106,39 @@ func (p *Transactional) Acquire(ctx context.Context) (*Txn, error) {
 			kgo.TransactionTimeout(p.cfg.TxnTimeout),
 		)
 		if err != nil {
-			p.free <- slot
 			return nil, err
 		}
 		p.clients[slot] = cl
 	}
-	return &Txn{p: p, slot: slot, cl: p.clients[slot]}, nil
+	return p.clients[slot], nil
+}
+
+// drop closes slot's client in the background; p.mu is held.
+func (p *Transactional) drop(slot int) {
+	if cl := p.clients[slot]; cl != nil {
+		p.clients[slot] = nil
+		p.closing.Add(1)
+		go func() { defer p.closing.Done(); cl.Close() }()
+	}
+}
+
+// replace closes slot's client and connects a new one, which takes the same transactional id
+// and so starts from a fresh producer epoch and sequence numbers.
+func (p *Transactional) replace(slot int) (*kgo.Client, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.drop(slot)
+	if p.closed {
+		return nil, ErrPoolClosed
+	}
+	return p.client(slot)
 }
 
 // release returns slot to the pool; a broken client is closed and replaced on next use.
 func (p *Transactional) release(slot int, broken bool) {
 	p.mu.Lock()
-	if broken && p.clients[slot] != nil {
-		cl := p.clients[slot]
-		p.clients[slot] = nil
-		p.closing.Add(1)
-		go func() { defer p.closing.Done(); cl.Close() }()
+	if broken {
+		p.drop(slot)
 	}
 	p.mu.Unlock()
 	p.free <- slot
@@ -199,9 +226,9 @@ func (t *Txn) Offsets() map[int32]int64 {
 //
 // franz-go can end a transaction whose records were all acknowledged with an abort although it
 // was asked to commit, and report success (kafka.CommitWatch). When its client gives that sign,
-// Commit publishes the records again in a new transaction, up to commitAttempts times, and
-// fails after that. Publishing again is safe: the first attempt's records were aborted and will
-// never be read.
+// Commit publishes the records again in a new transaction of a new client, up to commitAttempts
+// times, and fails after that. Publishing again is safe: the first attempt's records were
+// aborted and will never be read.
 func (t *Txn) Commit(ctx context.Context) error {
 	if t.done {
 		return errors.New("transaction already ended")
@@ -240,7 +267,15 @@ func (t *Txn) Commit(ctx context.Context) error {
 		t.mu.Lock()
 		t.last, t.firstErr = nil, nil
 		t.mu.Unlock()
-		if err := t.cl.BeginTransaction(); err != nil {
+		// A new client, not the same one: after its swallowed commit franz-go's sequence
+		// numbers and the broker's can disagree (OUT_OF_ORDER_SEQUENCE_NUMBER on the next
+		// produce was seen with kfake), and a new client starts both afresh.
+		cl, err := t.p.replace(t.slot)
+		if err == nil {
+			t.cl = cl
+			err = cl.BeginTransaction()
+		}
+		if err != nil {
 			t.done = true
 			t.p.release(t.slot, true)
 			return fmt.Errorf("begin transaction: %w", err)
