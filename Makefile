@@ -87,13 +87,14 @@ synthea-deps: ## fetch Synthea from Maven Central and generate its fixed-seed FH
 
 # Tools the suites use outside Go, installed with apt-get when missing (as root; otherwise the
 # command to run is printed): Chromium (the explorer's browser tests), jq and curl (README's
-# tour), Java 17 and Maven (the FHIR client suite).
-TEST_APT_PKGS := chromium:/usr/bin/chromium jq:jq curl:curl openjdk-17-jdk-headless:javac maven:mvn
+# tour), Java 17 and Maven (the FHIR client suite), cmake and g++ (llama.cpp's server, built from
+# source by llamacpp-deps).
+TEST_APT_PKGS := chromium:/usr/bin/chromium jq:jq curl:curl openjdk-17-jdk-headless:javac maven:mvn cmake:cmake g++:g++
 
 .PHONY: test-deps
-test-deps: postgres-binaries node-deps fuzz-deps fhir-py-deps onnxruntime-deps mlserver-deps ## install everything make test needs on a fresh Debian/Ubuntu machine (PostgreSQL, Chromium, jq, npm packages, Schemathesis, the Python FHIR clients, Maven, HAPI FHIR, Synthea's patients, ONNX Runtime, MLServer)
+test-deps: postgres-binaries node-deps fuzz-deps fhir-py-deps onnxruntime-deps mlserver-deps llamacpp-deps ## install everything make test needs on a fresh Debian/Ubuntu machine (PostgreSQL, Chromium, jq, npm packages, Schemathesis, the Python FHIR clients, Maven, HAPI FHIR, Synthea's patients, ONNX Runtime, MLServer, llama.cpp's server)
 	@missing=; for p in $(TEST_APT_PKGS); do 		command -v $${p#*:} >/dev/null 2>&1 || missing="$$missing $${p%%:*}"; 	done; 	if [ -n "$$missing" ]; then 		if [ "$$(id -u)" != 0 ]; then echo "missing:$$missing; run: sudo apt-get install -y$$missing" >&2; exit 1; fi; 		echo "installing$$missing (apt-get)..." >&2; 		DEBIAN_FRONTEND=noninteractive apt-get update -qq && 		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing >/dev/null; 	fi
-	@$(MAKE) --no-print-directory fhir-client-deps synthea-deps
+	@$(MAKE) --no-print-directory -j1 fhir-client-deps synthea-deps # one Maven at a time on the shared repository
 
 MLSERVER_VENV ?= $(HOME)/.cache/carehub/mlserver-venv
 export MLSERVER_VENV
@@ -101,6 +102,13 @@ export MLSERVER_VENV
 .PHONY: mlserver-deps
 mlserver-deps: ## install MLServer, pinned in tests/mlserver/requirements.txt, into MLSERVER_VENV (the Open Inference Protocol peer of processors/inference/oip's tests)
 	@MLSERVER_VENV=$(MLSERVER_VENV) PYTHON=$(PYTHON) tests/mlserver/setup.sh >/dev/null
+
+LLAMACPP_VENV ?= $(HOME)/.cache/carehub/llamacpp-venv
+export LLAMACPP_VENV
+
+.PHONY: llamacpp-deps
+llamacpp-deps: ## build llama.cpp's OpenAI-compatible server (llama-cpp-python, pinned in tests/llamacpp/requirements.txt) and its tiny test model into LLAMACPP_VENV
+	@LLAMACPP_VENV=$(LLAMACPP_VENV) PYTHON=$(PYTHON) tests/llamacpp/setup.sh >/dev/null
 
 # CAREHUB_REQUIRE_SUITES=1 (CI sets it) turns a suite's skip for a missing tool into a failure.
 .PHONY: test
@@ -139,20 +147,21 @@ kafka-down: ## stop the real Kafka broker
 # e2e suites do not drive) and the contract fuzzer's (e2e/contracttest: request shapes); they
 # are the stage's two longest and would take CI past its 40 minutes. The inference runtimes'
 # own suites (processors/inference: ONNX Runtime in-process, MLServer over HTTP) touch no broker.
-KAFKA_SKIP_PKGS  := carehub/api/fhir carehub/e2e/contracttest carehub/processors/inference/onnx carehub/processors/inference/oip
+KAFKA_SKIP_PKGS  := carehub/api/fhir carehub/e2e/contracttest carehub/processors/inference/onnx carehub/processors/inference/oip \
+	carehub/processors/inference/chat
 KAFKA_PKGS        = ./storage/kafka/... ./storage/outbox/... ./storage/idempotency/... ./ingest/... \
 	$(filter-out $(KAFKA_SKIP_PKGS),$(shell $(GO) list ./processors/... ./api/... ./e2e/... 2>/dev/null))
 KAFKA_TESTFLAGS  ?= -count=1 -timeout 25m -shuffle=on
 KAFKA_PARALLEL   ?= 2
 KAFKA_STOP_TESTS := ^(TestBrokerOutage|TestBrokerRestart)$$
-# Broker- and store-blind tests inside packages the real-engine stages run, left to make test: an
-# external inference server's deployment (HTTP to MLServer, killed and restarted) exercises
-# nothing of the broker or the event store.
-KAFKA_BLIND_TESTS := ^TestBackendDeployment$$
+# Broker- and store-blind tests inside packages the real-engine stages run, left to make test:
+# external inference servers (HTTP to MLServer and to llama.cpp's server, killed and restarted)
+# exercise nothing of the broker or the event store.
+KAFKA_BLIND_TESTS := ^(TestBackendDeployment|TestLLMAgent)$$
 KAFKA_STOP_PKGS  := ./storage/kafka ./e2e/pipelinetest
 
 .PHONY: test-kafka
-test-kafka: postgres-binaries node-deps onnxruntime-deps mlserver-deps ## run the Kafka-touching suites against a real Apache Kafka broker
+test-kafka: postgres-binaries node-deps onnxruntime-deps ## run the Kafka-touching suites against a real Apache Kafka broker
 	@set -e; KAFKA_PORT=$(KAFKA_PORT) deploy/local/kafka/kafka.sh up; \
 	trap 'KAFKA_PORT=$(KAFKA_PORT) deploy/local/kafka/kafka.sh down' EXIT; \
 	export CAREHUB_TEST_KAFKA_BROKERS=127.0.0.1:$(KAFKA_PORT) \

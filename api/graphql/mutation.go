@@ -85,6 +85,7 @@ func (m *mutationResolver) CreateDeployment(ctx context.Context, args struct {
 	Backend        *struct {
 		Protocol, URL, Model   string
 		Version, Authorization *string
+		Baa                    *bool
 	}
 	ScoreStream *bool
 }) (*deploymentResolver, error) {
@@ -95,8 +96,8 @@ func (m *mutationResolver) CreateDeployment(ctx context.Context, args struct {
 	}
 	var backend *deployments.BackendInput
 	if b := args.Backend; b != nil {
-		backend = &deployments.BackendInput{Backend: deployments.Backend{Protocol: b.Protocol, URL: b.URL, Model: b.Model, Version: deref(b.Version)},
-			Authorization: deref(b.Authorization)}
+		backend = &deployments.BackendInput{Backend: deployments.Backend{Protocol: b.Protocol, URL: b.URL, Model: b.Model, Version: deref(b.Version),
+			BAA: b.Baa != nil && *b.Baa}, Authorization: deref(b.Authorization)}
 	}
 	d, err := m.s.Deployments.Create(ctx, string(args.InstallationID), deployments.Spec{Environment: args.Environment, Replicas: replicas,
 		HIPAAMode: args.HipaaMode != nil && *args.HipaaMode, Backend: backend, ScoreStream: args.ScoreStream != nil && *args.ScoreStream})
@@ -115,17 +116,22 @@ func (m *mutationResolver) StopDeployment(ctx context.Context, args struct{ ID g
 }
 
 func (m *mutationResolver) CreateAgent(ctx context.Context, args struct {
-	Name        string
-	ProjectID   gql.ID
-	RunMode     *string
-	Description *string
-	AssetID     *gql.ID
-	Skill       *string
+	Name         string
+	ProjectID    gql.ID
+	RunMode      *string
+	Description  *string
+	AssetID      *gql.ID
+	Skill        *string
+	DeploymentID *gql.ID
+	Instructions *string
 }) (*agentResolver, error) {
 	in := agents.NewAgent{Name: args.Name, ProjectID: string(args.ProjectID), RunMode: str(args.RunMode),
-		Description: str(args.Description), Skill: str(args.Skill)}
+		Description: str(args.Description), Skill: str(args.Skill), Instructions: str(args.Instructions)}
 	if args.AssetID != nil {
 		in.AssetID = string(*args.AssetID)
+	}
+	if args.DeploymentID != nil {
+		in.DeploymentID = string(*args.DeploymentID)
 	}
 	a, err := m.s.Agents.Create(ctx, in)
 	if err != nil {

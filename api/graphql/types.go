@@ -320,6 +320,7 @@ type inferenceBackendResolver struct{ b *deployments.Backend }
 func (r *inferenceBackendResolver) Protocol() string { return r.b.Protocol }
 func (r *inferenceBackendResolver) URL() string      { return r.b.URL }
 func (r *inferenceBackendResolver) Model() string    { return r.b.Model }
+func (r *inferenceBackendResolver) Baa() bool        { return r.b.BAA }
 func (r *inferenceBackendResolver) Version() *string {
 	if r.b.Version == "" {
 		return nil
@@ -354,12 +355,20 @@ func (l *loaders) agents(as []agents.Agent) []*agentResolver {
 	return out
 }
 
-func (r *agentResolver) ID() gql.ID          { return gql.ID(r.a.ID) }
-func (r *agentResolver) Name() string        { return r.a.Name }
-func (r *agentResolver) Description() string { return r.a.Description }
-func (r *agentResolver) RunMode() string     { return r.a.RunMode }
-func (r *agentResolver) Status() string      { return r.a.Status }
-func (r *agentResolver) Skill() string       { return r.a.Skill }
+func (r *agentResolver) ID() gql.ID           { return gql.ID(r.a.ID) }
+func (r *agentResolver) Name() string         { return r.a.Name }
+func (r *agentResolver) Description() string  { return r.a.Description }
+func (r *agentResolver) RunMode() string      { return r.a.RunMode }
+func (r *agentResolver) Status() string       { return r.a.Status }
+func (r *agentResolver) Skill() string        { return r.a.Skill }
+func (r *agentResolver) Instructions() string { return r.a.Instructions }
+func (r *agentResolver) DeploymentID() *gql.ID {
+	if r.a.DeploymentID == nil {
+		return nil
+	}
+	id := gql.ID(*r.a.DeploymentID)
+	return &id
+}
 func (r *agentResolver) CreatedAt() DateTime { return dateTime(r.a.CreatedAt) }
 func (r *agentResolver) Project(ctx context.Context) (*projectResolver, error) {
 	return r.l.project(ctx, r.a.ProjectID)

@@ -18,14 +18,16 @@ import (
 // ModelStore is what the model routes need of the marketplace (*marketplace.Service).
 type ModelStore interface {
 	AttachModel(ctx context.Context, assetID string, content []byte) (art *marketplace.ModelArtifact, created bool, err error)
+	AttachModelFrom(ctx context.Context, assetID, url, sha256 string) (art *marketplace.ModelArtifact, created bool, err error)
 	Model(ctx context.Context, assetID string) (*marketplace.ModelArtifact, error)
 }
 
 // ModelRoutes mounts the model of a MODEL asset's version on authed, whose body limit must be
 // marketplace.MaxModelBytes:
 //
-//	PUT /v1/assets/{id}/model   attach an ONNX file (application/octet-stream), publish:assets,
-//	                            the submitting organization, before the review decides
+//	PUT /v1/assets/{id}/model   attach an ONNX file (application/octet-stream), or the file at
+//	                            a URL pinned by its SHA-256 (application/json {"url", "sha256"}),
+//	                            publish:assets, the submitting organization, before the review decides
 //	GET /v1/assets/{id}/model   the model's SHA-256, size and signature (inputs, outputs, metadata)
 //
 // PUT answers 201 with the artifact, or 200 when the version already carries the same file; a
@@ -44,19 +46,35 @@ func (h *modelHandler) attach(w http.ResponseWriter, r *http.Request) {
 		envelope.WriteError(w, r, err)
 		return
 	}
-	if mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type")); err != nil || mt != "application/octet-stream" {
-		envelope.WriteError(w, r, fault.New(fault.KindUnsupportedMedia, "a model is uploaded as application/octet-stream: the .onnx file's bytes"))
+	mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type"))
+	if err != nil || mt != "application/octet-stream" && mt != "application/json" {
+		envelope.WriteError(w, r, fault.New(fault.KindUnsupportedMedia, "a model is uploaded as application/octet-stream (the .onnx file's bytes) "+
+			`or named as application/json {"url": "https://…", "sha256": "…"}`))
 		return
 	}
-	content, err := io.ReadAll(r.Body)
-	if err != nil {
-		if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
-			err = fault.New(fault.KindTooLarge, "a model file is at most %d MiB", marketplace.MaxModelBytes>>20)
+	var art *marketplace.ModelArtifact
+	var created bool
+	if mt == "application/json" {
+		var src struct {
+			URL    string `json:"url"`
+			SHA256 string `json:"sha256"`
 		}
-		envelope.WriteError(w, r, err)
-		return
+		if err := envelope.DecodeJSON(r, &src); err != nil {
+			envelope.WriteError(w, r, err)
+			return
+		}
+		art, created, err = h.s.AttachModelFrom(r.Context(), mux.Vars(r)["id"], src.URL, src.SHA256)
+	} else {
+		content, rerr := io.ReadAll(r.Body)
+		if rerr != nil {
+			if _, ok := errors.AsType[*http.MaxBytesError](rerr); ok {
+				rerr = fault.New(fault.KindTooLarge, "a model file is at most %d MiB", marketplace.MaxModelBytes>>20)
+			}
+			envelope.WriteError(w, r, rerr)
+			return
+		}
+		art, created, err = h.s.AttachModel(r.Context(), mux.Vars(r)["id"], content)
 	}
-	art, created, err := h.s.AttachModel(r.Context(), mux.Vars(r)["id"], content)
 	if err != nil {
 		envelope.WriteError(w, r, err)
 		return

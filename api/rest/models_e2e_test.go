@@ -4,12 +4,16 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"io"
 	"math"
 	"net/http"
+	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -20,6 +24,82 @@ import (
 	"carehub/processors/inference/oip/mlservertest"
 	"carehub/storage/demo"
 )
+
+// submitModelAsset submits a new MODEL asset of the demo organization and returns its id.
+func submitModelAsset(t *testing.T, s *servertest.Server, key, name string) string {
+	t.Helper()
+	var sub struct{ SubmitAsset struct{ ID string } }
+	s.MustGraphQL(t, key, `mutation($in: SubmitAssetInput!) { submitAsset(input: $in) { id } }`, map[string]any{"in": map[string]any{
+		"name": name, "description": strings.Repeat("Scores deterioration on the ward. ", 8), "version": "1.0.0",
+		"type": "MODEL", "category": "Early Warning", "fhirResources": []string{"Patient", "Observation"}, "pricingType": "FREE",
+		"documentationUrl": "https://docs.example.org/ward", "supportEmail": "support@example.org"}}, &sub)
+	return sub.SubmitAsset.ID
+}
+
+// TestAttachModelFromURL: a model named by URL and SHA-256 is downloaded, checked against the
+// digest and attached with its source; a wrong digest, a URL that fails and a file over the
+// limit are refused with the reason, and attach nothing.
+func TestAttachModelFromURL(t *testing.T) {
+	s := servertest.Start(t)
+	key := s.DemoKey()
+	var served atomic.Int32
+	files := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		served.Add(1)
+		switch r.URL.Path {
+		case "/deterioration.onnx":
+			w.Write(models.Deterioration)
+		case "/moved":
+			http.Redirect(w, r, "/deterioration.onnx", http.StatusFound)
+		case "/huge":
+			w.Header().Set("Content-Length", "40000000")
+			w.Write(make([]byte, 1<<20))
+		default:
+			http.NotFound(w, r)
+		}
+	}))
+	defer files.Close()
+	sum := sha256.Sum256(models.Deterioration)
+	digest := hex.EncodeToString(sum[:])
+	id := submitModelAsset(t, s, key, "Ward Deterioration Model (fetched)")
+	named := func(path, sha string) (int, string) {
+		b, _ := json.Marshal(map[string]string{"url": files.URL + path, "sha256": sha})
+		status, body := putModel(t, s, key, id, "application/json", b)
+		return status, string(body)
+	}
+
+	if status, body := named("/deterioration.onnx", strings.Repeat("0", 64)); status != http.StatusUnprocessableEntity || !strings.Contains(body, digest) {
+		t.Errorf("a wrong digest: %d %s, want 422 naming the file's", status, body)
+	}
+	if status, body := named("/missing.onnx", digest); status != http.StatusUnprocessableEntity || !strings.Contains(body, "HTTP 404") {
+		t.Errorf("a 404: %d %s", status, body)
+	}
+	if status, body := named("/huge", digest); status != http.StatusRequestEntityTooLarge {
+		t.Errorf("a 40 MB file: %d %s", status, body)
+	}
+	if status, body := named("/deterioration.onnx", "ABC"); status != http.StatusUnprocessableEntity || !strings.Contains(body, "sha256") {
+		t.Errorf("a malformed digest: %d %s", status, body)
+	}
+	if r := s.Do(http.MethodGet, "/v1/assets/"+id+"/model", key, nil); r.Status != http.StatusNotFound {
+		t.Fatalf("a refused file was attached: %d %s", r.Status, r.Body)
+	}
+	before := served.Load()
+	if status, body := putModel(t, s, s.Key(demo.DemoOrgSlug, access.Live, access.ReadPatients), id, "application/json",
+		[]byte(`{"url": "`+files.URL+`/deterioration.onnx", "sha256": "`+digest+`"}`)); status != http.StatusForbidden || served.Load() != before {
+		t.Errorf("without publish:assets: %d %s (and the file was fetched: %v)", status, body, served.Load() != before)
+	}
+
+	status, body := named("/moved", digest)
+	var art struct{ SHA256, SourceURL string }
+	if err := json.Unmarshal([]byte(body), &art); status != http.StatusCreated || err != nil || art.SHA256 != digest || art.SourceURL != files.URL+"/moved" {
+		t.Fatalf("attach from a URL: %d %s", status, body)
+	}
+	if r := s.Do(http.MethodGet, "/v1/assets/"+id+"/model", key, nil); r.Status != http.StatusOK || !strings.Contains(string(r.Body), `"sourceUrl"`) {
+		t.Errorf("GET model: %d %s", r.Status, r.Body)
+	}
+	if status, body := named("/deterioration.onnx", digest); status != http.StatusOK {
+		t.Errorf("the same file again, from another URL: %d %s, want 200", status, body)
+	}
+}
 
 // putModel uploads content as the model of asset id.
 func putModel(t *testing.T, s *servertest.Server, key, id, contentType string, content []byte) (int, []byte) {
@@ -174,15 +254,13 @@ func TestModelDeployment(t *testing.T) {
 func TestAttachModel(t *testing.T) {
 	s := servertest.Start(t)
 	key := s.DemoKey()
-	var sub struct{ SubmitAsset struct{ ID string } }
-	s.MustGraphQL(t, key, `mutation($in: SubmitAssetInput!) { submitAsset(input: $in) { id } }`, map[string]any{"in": map[string]any{
-		"name": "Ward Deterioration Model", "description": strings.Repeat("Scores deterioration on the ward. ", 8), "version": "1.0.0",
-		"type": "MODEL", "category": "Early Warning", "fhirResources": []string{"Patient", "Observation"}, "pricingType": "FREE",
-		"documentationUrl": "https://docs.example.org/ward", "supportEmail": "support@example.org"}}, &sub)
-	id := sub.SubmitAsset.ID
+	id := submitModelAsset(t, s, key, "Ward Deterioration Model")
 
-	if status, body := putModel(t, s, key, id, "application/json", models.Deterioration); status != http.StatusUnsupportedMediaType {
-		t.Errorf("JSON content type: %d %s", status, body)
+	if status, body := putModel(t, s, key, id, "text/plain", models.Deterioration); status != http.StatusUnsupportedMediaType {
+		t.Errorf("text/plain: %d %s", status, body)
+	}
+	if status, body := putModel(t, s, key, id, "application/json", models.Deterioration); status != http.StatusBadRequest {
+		t.Errorf("the file's bytes as JSON: %d %s", status, body)
 	}
 	junk := make([]byte, 4096)
 	rand.Read(junk)

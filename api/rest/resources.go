@@ -173,6 +173,9 @@ type Agent struct {
 	Status      string    `json:"status"`
 	Skill       string    `json:"skill"`
 	CreatedAt   time.Time `json:"createdAt"`
+	// DeploymentID and Instructions are an llm agent's (Skill "llm").
+	DeploymentID *string `json:"deploymentId,omitempty"`
+	Instructions string  `json:"instructions,omitempty"`
 }
 
 // Workflow is a workflow.
@@ -342,7 +345,7 @@ func (h *handlers) agent(w http.ResponseWriter, r *http.Request) {
 
 func agentOf(a *agents.Agent) Agent {
 	return Agent{ID: a.ID, ProjectID: a.ProjectID, Name: a.Name, Description: a.Description, RunMode: a.RunMode,
-		Status: a.Status, Skill: a.Skill, CreatedAt: a.CreatedAt.UTC()}
+		Status: a.Status, Skill: a.Skill, CreatedAt: a.CreatedAt.UTC(), DeploymentID: a.DeploymentID, Instructions: a.Instructions}
 }
 
 func (h *handlers) workflow(w http.ResponseWriter, r *http.Request) {

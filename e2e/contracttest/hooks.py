@@ -96,10 +96,12 @@ def _runtime_refusal(case, response, error):
 def _model_refusal(case, response, error):
     """Whether a file is a model carehub can serve is ONNX Runtime's judgement of its bytes (a
     protobuf it can load, float32 tensors), which no schema of a binary body can state: bytes it
-    cannot load are 422 naming model."""
+    cannot load are 422 naming model. A model named by URL is as the host that URL names allows:
+    an address carehub may reach (the webhook rule, applied to what the name resolves to) that
+    serves the file; otherwise 422 naming url."""
     fields = (error.get("details") or {}).get("fields") or {}
     return (response.status_code == 422 and case.operation.path == "/v1/assets/{id}/model"
-            and set(fields) == {"model"})
+            and set(fields) in ({"model"}, {"url"}))
 
 
 _EXCUSED = (_opaque_cursor, _cross_parameter, _observation_profile, _runtime_refusal, _model_refusal)

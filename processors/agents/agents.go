@@ -93,6 +93,10 @@ type Agent struct {
 	Skill          string    `db:"skill"`
 	InstallationID *string   `db:"installation_id"`
 	CreatedAt      time.Time `db:"created_at"`
+	// DeploymentID is an LLM agent's deployment (Skill SkillLLM): an OpenAI-compatible chat
+	// backend. Instructions are what the agent is told to do, before the patient's context.
+	DeploymentID *string `db:"deployment_id"`
+	Instructions string  `db:"instructions"`
 }
 
 // Session is one run of an agent against a patient.
@@ -132,6 +136,7 @@ type Service struct {
 	logger      *slog.Logger
 	maxQueued   int
 	wakeCh      chan struct{} // runAgent → this node's idle Workers
+	chat        Chatter
 	closeOnce   sync.Once
 }
 
@@ -143,6 +148,8 @@ type Config struct {
 	Logger *slog.Logger
 	// MaxQueued bounds the QUEUED async sessions per organization. Default DefaultMaxQueued.
 	MaxQueued int
+	// Chat serves LLM agents (deployments.Invoker); without it their runs fail.
+	Chat Chatter
 }
 
 func (c *Config) defaults() {
@@ -157,7 +164,7 @@ func (c *Config) defaults() {
 func New(pool *pgxpool.Pool, cfg Config) *Service {
 	cfg.defaults()
 	return &Service{pool: pool, guard: phi.NewGuard(postgres.SyntheticPatients{Pool: pool}), eventsTopic: cfg.EventsTopic, logger: cfg.Logger,
-		maxQueued: cfg.MaxQueued, wakeCh: make(chan struct{}, 1)}
+		maxQueued: cfg.MaxQueued, wakeCh: make(chan struct{}, 1), chat: cfg.Chat}
 }
 
 // Close is kept for the composition root; the service owns no goroutines (Workers are run and
@@ -167,13 +174,17 @@ func (s *Service) Close() error {
 	return nil
 }
 
-const agentColumns = `id, org_id, project_id, name, description, run_mode, status, skill, installation_id, created_at`
+const agentColumns = `id, org_id, project_id, name, description, run_mode, status, skill, installation_id, created_at,
+deployment_id, instructions`
 
 // NewAgent describes an agent to create.
 type NewAgent struct {
 	Name, ProjectID, RunMode, Description string
 	AssetID                               string // optional: an installed AGENT asset whose runtime is the skill
-	Skill                                 string // optional: a built-in skill name; default news2
+	Skill                                 string // optional: a built-in skill name, or SkillLLM; default news2
+	// DeploymentID makes an LLM agent: a deployment of the project whose backend speaks
+	// OpenAI-compatible chat. Instructions are its task (optional, at most MaxInstructions).
+	DeploymentID, Instructions string
 }
 
 // Create creates an agent in one of the caller's projects. Requires exec:agents.
@@ -189,10 +200,23 @@ func (s *Service) Create(ctx context.Context, in NewAgent) (*Agent, error) {
 	if in.RunMode != ModeSync && in.RunMode != ModeAsync {
 		bad["runMode"] = "must be sync or async"
 	}
-	if in.Skill != "" {
+	if in.Skill != "" && in.Skill != SkillLLM {
 		if _, ok := clinical.Lookup(in.Skill); !ok {
-			bad["skill"] = fmt.Sprintf("unknown skill %q; valid: %s", in.Skill, strings.Join(clinical.Names(), ", "))
+			bad["skill"] = fmt.Sprintf("unknown skill %q; valid: %s, %s", in.Skill, strings.Join(clinical.Names(), ", "), SkillLLM)
 		}
+	}
+	switch {
+	case in.Skill == SkillLLM && in.DeploymentID == "":
+		bad["deploymentId"] = "an llm agent needs the deployment of an OpenAI-compatible chat backend"
+	case in.DeploymentID != "" && in.Skill != "" && in.Skill != SkillLLM:
+		bad["skill"] = "an agent with a deploymentId is an llm agent: omit skill or pass llm"
+	case in.DeploymentID != "" && in.AssetID != "":
+		bad["assetId"] = "give assetId (a built-in skill) or deploymentId (an llm agent), not both"
+	case in.Instructions != "" && in.DeploymentID == "":
+		bad["instructions"] = "only an llm agent (with a deploymentId) takes instructions"
+	}
+	if len(in.Instructions) > MaxInstructions {
+		bad["instructions"] = fmt.Sprintf("at most %d bytes", MaxInstructions)
 	}
 	if len(bad) > 0 {
 		return nil, fault.Validation("invalid agent", bad)
@@ -229,12 +253,19 @@ where i.project_id = $1 and i.asset_id = $2 order by i.installed_at desc, i.id d
 			}
 			skill, installationID = *runtime, &insID
 		}
+		var deploymentID *string
+		if in.DeploymentID != "" {
+			if err := chatDeployment(ctx, tx, in.ProjectID, in.DeploymentID); err != nil {
+				return err
+			}
+			skill, deploymentID = SkillLLM, &in.DeploymentID
+		}
 		if skill == "" {
 			skill = clinical.SkillNEWS2
 		}
-		rows, _ := tx.Query(ctx, `insert into agents (id, org_id, project_id, name, description, run_mode, status, skill, installation_id)
-values ($1, $2, $3, $4, $5, $6, 'active', $7, $8) returning `+agentColumns,
-			ids.New(ids.Agent), orgID, in.ProjectID, in.Name, in.Description, in.RunMode, skill, installationID)
+		rows, _ := tx.Query(ctx, `insert into agents (id, org_id, project_id, name, description, run_mode, status, skill, installation_id,
+deployment_id, instructions) values ($1, $2, $3, $4, $5, $6, 'active', $7, $8, $9, $10) returning `+agentColumns,
+			ids.New(ids.Agent), orgID, in.ProjectID, in.Name, in.Description, in.RunMode, skill, installationID, deploymentID, in.Instructions)
 		out, err = pgx.CollectOneRow(rows, pgx.RowToAddrOfStructByName[Agent])
 		return err
 	})
@@ -243,6 +274,28 @@ values ($1, $2, $3, $4, $5, $6, 'active', $7, $8) returning `+agentColumns,
 	}
 	return out, nil
 }
+
+// chatDeployment checks that deploymentID is a deployment of projectID with an OpenAI-compatible
+// chat backend.
+func chatDeployment(ctx context.Context, tx pgx.Tx, projectID, deploymentID string) error {
+	var protocol *string
+	err := tx.QueryRow(ctx, `select backend->>'protocol' from deployments where id = $1 and project_id = $2`, deploymentID, projectID).Scan(&protocol)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return fault.Validation("invalid agent", map[string]string{"deploymentId": fmt.Sprintf("deployment %s is not in project %s", deploymentID, projectID)})
+	}
+	if err != nil {
+		return fmt.Errorf("deployment %s: %w", deploymentID, err)
+	}
+	if protocol == nil || *protocol != ProtocolChat {
+		return fault.Validation("invalid agent", map[string]string{
+			"deploymentId": fmt.Sprintf("deployment %s has no %s backend (an OpenAI-compatible chat server)", deploymentID, ProtocolChat)})
+	}
+	return nil
+}
+
+// ProtocolChat is the backend protocol of an LLM agent's deployment: OpenAI-compatible chat
+// completions (deployments.ProtocolChat, the same name).
+const ProtocolChat = "openai-chat"
 
 // Agent returns one agent of the caller's organization.
 func (s *Service) Agent(ctx context.Context, id string) (*Agent, error) {

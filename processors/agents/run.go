@@ -41,22 +41,18 @@ func (s *Service) Run(ctx context.Context, agentID, patientID string, input json
 		return nil, err
 	}
 	access.Touch(ctx, access.KindPatient, patientID)
-	input, opts, err := parseInput(input)
+	input, pl, err := planRun(a, input)
 	if err != nil {
 		return nil, err
-	}
-	skill, ok := clinical.Lookup(a.Skill)
-	if !ok {
-		return nil, fault.Conflict("agent %s runs unknown skill %q", a.ID, a.Skill)
 	}
 	ses := &Session{ID: ids.New(ids.Session), OrgID: a.OrgID, ProjectID: a.ProjectID, AgentID: a.ID, PatientID: patientID,
 		Input: input, StartedAt: events.Now()}
 	access.Touch(ctx, access.KindSession, ses.ID)
 
 	if a.RunMode != ModeAsync {
-		as, err := Assess(ctx, s.pool, skill, patientID, opts)
+		as, err := s.assess(ctx, s.pool, a, patientID, pl)
 		if err != nil {
-			return nil, fmt.Errorf("run agent %s: %w", a.ID, err)
+			return nil, fault.Context(err, "run agent "+a.ID)
 		}
 		rep, err := finish(ses, as)
 		if err != nil {
@@ -134,17 +130,13 @@ func (s *Service) Execute(ctx context.Context, tx pgx.Tx, req ExecRequest) (*Ses
 	if err := s.checkPatient(ctx, tx, a.OrgID, req.PatientID, true); err != nil {
 		return nil, nil, err
 	}
-	input, opts, err := parseInput(req.Input)
+	input, pl, err := planRun(a, req.Input)
 	if err != nil {
 		return nil, nil, err
 	}
-	skill, ok := clinical.Lookup(a.Skill)
-	if !ok {
-		return nil, nil, fault.Conflict("agent %s runs unknown skill %q", a.ID, a.Skill)
-	}
 	ses := &Session{ID: ids.New(ids.Session), OrgID: a.OrgID, ProjectID: a.ProjectID, AgentID: a.ID, PatientID: req.PatientID,
 		Input: input, StartedAt: events.Now()}
-	as, err := Assess(ctx, tx, skill, req.PatientID, opts)
+	as, err := s.assess(ctx, tx, a, req.PatientID, pl)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -196,6 +188,35 @@ func parseInput(input json.RawMessage) (json.RawMessage, clinical.Options, error
 	return input, opts, nil
 }
 
+// plan is what one run of an agent does: its skill with options, or an LLM call.
+type plan struct {
+	skill clinical.Skill
+	opts  clinical.Options
+	llm   *llmInput
+}
+
+// planRun checks input for agent a and returns it with the run's plan.
+func planRun(a *Agent, input json.RawMessage) (json.RawMessage, plan, error) {
+	if a.Skill == SkillLLM {
+		input, in, err := parseLLMInput(input)
+		return input, plan{llm: &in}, err
+	}
+	skill, ok := clinical.Lookup(a.Skill)
+	if !ok {
+		return nil, plan{}, fault.Conflict("agent %s runs unknown skill %q", a.ID, a.Skill)
+	}
+	input, opts, err := parseInput(input)
+	return input, plan{skill: skill, opts: opts}, err
+}
+
+// assess runs plan pl of agent a for patientID, reading through q.
+func (s *Service) assess(ctx context.Context, q Querier, a *Agent, patientID string, pl plan) (Assessment, error) {
+	if pl.llm != nil {
+		return s.assessLLM(ctx, q, a, patientID, *pl.llm)
+	}
+	return Assess(ctx, q, pl.skill, patientID, pl.opts)
+}
+
 // Querier is what reads need of a pool or a transaction.
 type Querier interface {
 	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
@@ -209,6 +230,7 @@ type Assessment struct {
 	// observations read) plus, with an Output, of the output JSON.
 	Tokens  int
 	Latency time.Duration // observation read plus skill
+	llm     *llmOutput    // an LLM agent's answer (assessLLM), instead of Output
 }
 
 // Assess reads what skill needs of patientID's stored observations through q and runs it. A
@@ -308,6 +330,11 @@ func finish(ses *Session, as Assessment) (*Report, error) {
 	latency := int32((as.Latency + time.Millisecond - 1) / time.Millisecond)
 	tokens := int32(as.Tokens)
 	ses.LatencyMs, ses.TokensUsed, ses.CompletedAt = &latency, &tokens, &done
+	if as.llm != nil {
+		b, err := json.Marshal(as.llm)
+		ses.Status, ses.Output, ses.Error = StatusCompleted, b, nil
+		return nil, err
+	}
 	if as.Output == nil {
 		msg := as.Failure
 		ses.Status, ses.Error, ses.Output = StatusFailed, &msg, nil

@@ -10,9 +10,9 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"carehub/kernel/clinical"
 	"carehub/kernel/config"
 	"carehub/kernel/events"
+	"carehub/kernel/fault"
 	"carehub/storage/outbox"
 )
 
@@ -193,31 +193,28 @@ func (w *Worker) execute(ctx context.Context, c *claimed) (err error) {
 			err = fmt.Errorf("agent run panicked: %v", r)
 		}
 	}()
-	var skillName string
-	if err := w.s.pool.QueryRow(ctx, `select skill from agents where id = $1`, c.AgentID).Scan(&skillName); err != nil {
+	rows, _ := w.s.pool.Query(ctx, `select `+agentColumns+` from agents where id = $1`, c.AgentID)
+	a, err := pgx.CollectOneRow(rows, pgx.RowToAddrOfStructByName[Agent])
+	if err != nil {
 		return fmt.Errorf("agent %s: %w", c.AgentID, err)
 	}
 	ses := &c.Session
-	skill, ok := clinical.Lookup(skillName)
 	var rep *Report
-	if !ok {
-		msg := fmt.Sprintf("the agent runs unknown skill %q", skillName)
+	_, pl, err := planRun(a, ses.Input)
+	if err == nil {
+		var as Assessment
+		if as, err = w.s.assess(ctx, w.s.pool, a, ses.PatientID, pl); err == nil {
+			rep, err = finish(ses, as)
+		}
+	}
+	if fault.KindOf(err) == fault.KindValidation || fault.KindOf(err) == fault.KindConflict {
+		// Checked when the session was queued; the agent or the stored input changed since.
+		msg := fault.As(err).Message
 		now := events.Now()
 		zero := int32(0)
 		ses.Status, ses.Error, ses.CompletedAt, ses.LatencyMs, ses.TokensUsed = StatusFailed, &msg, &now, &zero, &zero
-	} else {
-		_, opts, perr := parseInput(ses.Input)
-		if perr != nil {
-			// Checked when the session was queued; kept safe against stored input edited since.
-			opts = clinical.Options{}
-		}
-		as, err := Assess(ctx, w.s.pool, skill, ses.PatientID, opts)
-		if err != nil {
-			return err
-		}
-		if rep, err = finish(ses, as); err != nil {
-			return err
-		}
+	} else if err != nil {
+		return err
 	}
 	return pgx.BeginFunc(ctx, w.s.pool, func(tx pgx.Tx) error {
 		tag, err := tx.Exec(ctx, `update agent_sessions set status = $2, output = $3, error = $4, latency_ms = $5, tokens_used = $6,

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"strings"
 	"sync"
 	"time"
 
@@ -15,6 +16,7 @@ import (
 	"carehub/kernel/egress"
 	"carehub/kernel/fault"
 	"carehub/kernel/sealing"
+	"carehub/processors/inference/chat"
 	"carehub/processors/inference/oip"
 )
 
@@ -24,10 +26,14 @@ const ProtocolOIP = "oip-v2"
 // Backend is an external inference server a deployment sends its invocations to, instead of
 // running a model itself. Its credential is kept sealed and never shown.
 type Backend struct {
-	Protocol string `json:"protocol"`          // ProtocolOIP
+	Protocol string `json:"protocol"`          // ProtocolOIP or ProtocolChat
 	URL      string `json:"url"`               // the server's base URL, e.g. https://kserve.example.org
 	Model    string `json:"model"`             // the model's name on the server
 	Version  string `json:"version,omitempty"` // the model's version on the server; "" for its default
+	// BAA: the server's operator is covered by a business associate agreement, so a HIPAA-mode
+	// deployment may send it a patient's identifiers; otherwise LLM agents send it a
+	// de-identified context.
+	BAA bool `json:"baa,omitempty"`
 }
 
 // BackendInput is a Backend as createDeployment takes it: with the value of the Authorization
@@ -41,8 +47,12 @@ type BackendInput struct {
 // an on-premises inference server).
 func (b *BackendInput) check(allowPrivate bool) map[string]string {
 	bad := map[string]string{}
-	if b.Protocol != ProtocolOIP {
-		bad["backend.protocol"] = "must be " + ProtocolOIP + " (the Open Inference Protocol v2: KServe, Triton, MLServer, OpenVINO)"
+	if b.Protocol != ProtocolOIP && b.Protocol != ProtocolChat {
+		bad["backend.protocol"] = "must be " + ProtocolOIP + " (the Open Inference Protocol v2: KServe, Triton, MLServer, OpenVINO) or " +
+			ProtocolChat + " (OpenAI-compatible chat completions: vLLM, llama.cpp's server, TGI, Ollama)"
+	}
+	if b.Protocol == ProtocolChat && b.Version != "" {
+		bad["backend.version"] = "an " + ProtocolChat + " server names its models without versions: omit version"
 	}
 	if err := egress.CheckURL(b.URL, allowPrivate); err != nil {
 		fields, _ := fault.As(err).Details["fields"].(map[string]any)
@@ -113,7 +123,9 @@ const (
 type remote struct {
 	backend    Backend // what the client was made from
 	credential string
-	client     *oip.Client
+	client     *oip.Client  // ProtocolOIP
+	chat       *chat.Client // ProtocolChat
+	retryable  func(error) bool
 
 	mu           sync.Mutex
 	failures     int
@@ -136,7 +148,7 @@ func (r *remote) allow(now time.Time) error {
 func (r *remote) record(err error, now time.Time) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if err == nil || !oip.Retryable(err) {
+	if err == nil || !r.retryable(err) {
 		r.failures = 0
 		return
 	}
@@ -174,12 +186,24 @@ func (rs *remotes) get(id string, b *Backend, credential string, timeout time.Du
 	if credential != "" {
 		h.Set("Authorization", credential)
 	}
-	c, err := oip.New(oip.Config{BaseURL: b.URL, Model: b.Model, Version: b.Version, Header: h, Timeout: timeout,
-		HTTPClient: &http.Client{Transport: rs.transport, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}})
+	hc := &http.Client{Transport: rs.transport, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	r := &remote{backend: *b, credential: credential}
+	var err error
+	if b.Protocol == ProtocolChat {
+		// OpenAI-compatible servers take a bearer token; "Bearer " is optional in the credential.
+		token := credential
+		if len(token) > 7 && strings.EqualFold(token[:7], "bearer ") {
+			token = token[7:]
+		}
+		r.chat, err = chat.New(chat.Config{BaseURL: b.URL, Model: b.Model, APIKey: token, Timeout: timeout, HTTPClient: hc})
+		r.retryable = chat.Retryable
+	} else {
+		r.client, err = oip.New(oip.Config{BaseURL: b.URL, Model: b.Model, Version: b.Version, Header: h, Timeout: timeout, HTTPClient: hc})
+		r.retryable = oip.Retryable
+	}
 	if err != nil {
 		return nil, fmt.Errorf("backend of %s: %w", id, err)
 	}
-	r := &remote{backend: *b, credential: credential, client: c}
 	rs.byDeployment[id] = r
 	return r, nil
 }

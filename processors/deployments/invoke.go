@@ -41,6 +41,8 @@ type InvokerConfig struct {
 	// BackendTimeout bounds one call to a deployment's external inference server. Default
 	// DefaultBackendTimeout.
 	BackendTimeout time.Duration
+	// ChatTimeout bounds one chat completion of an LLM agent. Default DefaultChatTimeout.
+	ChatTimeout time.Duration
 	// QueueWait is the longest a request waits for a free replica. Default DefaultQueueWait.
 	QueueWait time.Duration
 	// QueuePerReplica bounds the waiting requests per replica: beyond replicas × it a request is
@@ -62,6 +64,7 @@ func (c *InvokerConfig) defaults() {
 	config.Default(&c.CacheTTL, DefaultCacheTTL)
 	config.Default(&c.FlushInterval, DefaultFlushInterval)
 	config.Default(&c.BackendTimeout, DefaultBackendTimeout)
+	config.Default(&c.ChatTimeout, DefaultChatTimeout)
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -99,6 +102,7 @@ type served struct {
 	modelSHA          *string // the model of the asset's version, when it carries one
 	backend           *Backend
 	credential        string // the backend's, opened
+	hipaaMode         bool
 	replicas          int
 	expires           time.Time
 	pool              *replicaPool
@@ -181,6 +185,9 @@ func (inv *Invoker) Invoke(ctx context.Context, id string, req InvokeRequest) (*
 		return nil, fault.Unavailable("deployment %s is PENDING: it serves once RUNNING; retry shortly", id)
 	case StatusStopped, StatusFailed:
 		return nil, fault.Conflict("deployment %s is %s and serves no requests", id, d.status)
+	}
+	if d.backend != nil && d.backend.Protocol == ProtocolChat {
+		return nil, fault.Conflict("deployment %s serves LLM agents: create an agent with its deploymentId and run the agent", id)
 	}
 	if d.backend != nil {
 		return inv.invokeOnReplica(ctx, d, req, func(res *InvokeResult) error { return inv.invokeBackend(ctx, p, d, req, res) })
@@ -374,10 +381,10 @@ func (inv *Invoker) deployment(ctx context.Context, id string) (*served, error) 
 	}
 	var nd served
 	var sealed []byte
-	err := inv.s.pool.QueryRow(ctx, `select d.id, d.org_id, d.status, d.replicas, a.runtime, m.sha256, d.backend, d.backend_credential
+	err := inv.s.pool.QueryRow(ctx, `select d.id, d.org_id, d.status, d.replicas, a.runtime, m.sha256, d.backend, d.backend_credential, d.hipaa_mode
 from deployments d join installations i on i.id = d.installation_id join assets a on a.id = i.asset_id
 left join asset_models m on m.asset_id = a.id and m.version = a.version where d.id = $1`, id).Scan(
-		&nd.id, &nd.orgID, &nd.status, &nd.replicas, &nd.runtime, &nd.modelSHA, &nd.backend, &sealed)
+		&nd.id, &nd.orgID, &nd.status, &nd.replicas, &nd.runtime, &nd.modelSHA, &nd.backend, &sealed, &nd.hipaaMode)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, nil
 	}

@@ -15,6 +15,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/http"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -103,6 +104,8 @@ type Installation struct {
 type Service struct {
 	pool        *pgxpool.Pool
 	eventsTopic string
+	fetch       *http.Client // models fetched from a URL (AttachModelFrom)
+	allowPriv   bool
 }
 
 // Config configures a Service. Zero fields take their defaults.
@@ -110,6 +113,9 @@ type Config struct {
 	// EventsTopic is the topic events are written to through the outbox. Default
 	// kafka.DefaultTopics().Events.
 	EventsTopic string
+	// AllowPrivate lets a model be fetched from loopback and private addresses (a test, or a
+	// model store on premises), as webhooks may be delivered there.
+	AllowPrivate bool
 }
 
 func (c *Config) defaults() { config.Default(&c.EventsTopic, kafka.DefaultTopics().Events) }
@@ -117,7 +123,7 @@ func (c *Config) defaults() { config.Default(&c.EventsTopic, kafka.DefaultTopics
 // New returns the marketplace on pool.
 func New(pool *pgxpool.Pool, cfg Config) *Service {
 	cfg.defaults()
-	return &Service{pool: pool, eventsTopic: cfg.EventsTopic}
+	return &Service{pool: pool, eventsTopic: cfg.EventsTopic, fetch: fetchClient(cfg.AllowPrivate), allowPriv: cfg.AllowPrivate}
 }
 
 const assetColumns = `id, publisher_id, submitted_by_org, name, description, type, category, version, pricing_type,

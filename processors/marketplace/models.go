@@ -36,6 +36,8 @@ type ModelArtifact struct {
 	SizeBytes  int64          `json:"sizeBytes"`
 	Signature  ModelSignature `json:"signature"`
 	AttachedAt time.Time      `json:"attachedAt"`
+	// SourceURL is where carehub fetched the file from (AttachModelFrom); absent for an upload.
+	SourceURL string `json:"sourceUrl,omitempty"`
 }
 
 // ModelSignature is what a model takes and gives, and its metadata (ONNX metadata_props).
@@ -92,18 +94,30 @@ func checkModel(content []byte) (ModelSignature, error) {
 // of the asset then serve the model on the embedded runtime. created is false when the version
 // already carried this file.
 func (s *Service) AttachModel(ctx context.Context, assetID string, content []byte) (_ *ModelArtifact, created bool, err error) {
+	p, err := s.mayAttach(ctx, assetID)
+	if err != nil {
+		return nil, false, err
+	}
+	return s.attach(ctx, p, assetID, content, nil)
+}
+
+// mayAttach returns the caller when it may attach a model to asset assetID now: the cheap checks
+// come first, so only the asset's publisher gets carehub to fetch or parse bytes.
+func (s *Service) mayAttach(ctx context.Context, assetID string) (*access.Principal, error) {
 	p, err := access.Require(ctx, access.PublishAssets)
 	if err != nil {
-		return nil, false, err
+		return nil, err
 	}
-	// The cheap checks first: only the asset's publisher gets ONNX Runtime to parse its bytes.
 	a, err := s.asset(ctx, s.pool, p, assetID, false)
 	if err != nil {
-		return nil, false, err
+		return nil, err
 	}
-	if err := attachable(p, a); err != nil {
-		return nil, false, err
-	}
+	return p, attachable(p, a)
+}
+
+// attach checks content and attaches it to asset assetID's version; source is the URL it was
+// fetched from, nil for an upload.
+func (s *Service) attach(ctx context.Context, p *access.Principal, assetID string, content []byte, source *string) (_ *ModelArtifact, created bool, err error) {
 	sig, err := checkModel(content)
 	if err != nil {
 		return nil, false, err
@@ -128,8 +142,8 @@ values ($1, $2, $3, $4, $5) on conflict (sha256) do nothing`, digest, FormatONNX
 			return fmt.Errorf("store model: %w", err)
 		}
 		var kept string
-		if err := tx.QueryRow(ctx, `insert into asset_models (asset_id, version, sha256, attached_by) values ($1, $2, $3, $4)
-on conflict (asset_id, version) do update set asset_id = excluded.asset_id returning sha256, xmax = 0`, a.ID, a.Version, digest, p.KeyID).Scan(&kept, &created); err != nil {
+		if err := tx.QueryRow(ctx, `insert into asset_models (asset_id, version, sha256, attached_by, source_url) values ($1, $2, $3, $4, $5)
+on conflict (asset_id, version) do update set asset_id = excluded.asset_id returning sha256, xmax = 0`, a.ID, a.Version, digest, p.KeyID, source).Scan(&kept, &created); err != nil {
 			return fmt.Errorf("attach model: %w", err)
 		}
 		if kept != digest {
@@ -189,13 +203,13 @@ func (s *Service) ModelsByAsset(ctx context.Context, ids []string) (map[string]*
 }
 
 // modelSelect reads the model of an asset's current version; visible applies to alias a.
-const modelSelect = `select a.id, m.version, m.sha256, ma.format, ma.size_bytes, ma.signature, m.attached_at
+const modelSelect = `select a.id, m.version, m.sha256, ma.format, ma.size_bytes, ma.signature, m.attached_at, coalesce(m.source_url, '')
 from assets a join asset_models m on m.asset_id = a.id and m.version = a.version join model_artifacts ma on ma.sha256 = m.sha256`
 
 func scanModel(row pgx.CollectableRow) (*ModelArtifact, error) {
 	var art ModelArtifact
 	var sig []byte
-	if err := row.Scan(&art.AssetID, &art.Version, &art.SHA256, &art.Format, &art.SizeBytes, &sig, &art.AttachedAt); err != nil {
+	if err := row.Scan(&art.AssetID, &art.Version, &art.SHA256, &art.Format, &art.SizeBytes, &sig, &art.AttachedAt, &art.SourceURL); err != nil {
 		return nil, err
 	}
 	if err := json.Unmarshal(sig, &art.Signature); err != nil {

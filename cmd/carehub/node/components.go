@@ -61,7 +61,7 @@ var components = []component{
 	// Shared by the roles that need them.
 	{name: "log-stores", needs: []string{"postgres"}, start: startLogStores},
 	{name: "authenticator", needs: []string{"postgres"}, start: startAuthenticator},
-	{name: "agents", needs: []string{"postgres"}, start: startAgents},
+	{name: "agents", needs: []string{"postgres", "deployment-invoker"}, start: startAgents},
 	{name: "workflows", needs: []string{"postgres"}, start: func(s *Node, _, _ context.Context) error {
 		s.workflows = workflows.New(s.pool, workflows.Config{EventsTopic: s.topics.Events, RunsTopic: s.topics.WorkflowRuns})
 		return nil
@@ -69,6 +69,13 @@ var components = []component{
 	{name: "deployments", needs: []string{"postgres", "sealing-key"}, start: func(s *Node, _, _ context.Context) error {
 		// Inference servers on private addresses are as trusted as webhook receivers there.
 		s.deployments = deployments.New(s.pool, deployments.Config{EventsTopic: s.topics.Events, Key: s.sealKey, AllowPrivate: s.cfg.WebhooksAllowPrivate})
+		return nil
+	}},
+	// Serves deployments' invocations on this node: the invoke route (api) and LLM agents' runs
+	// (agents, wherever they run: api, the agent worker, the workflow runner).
+	{name: "deployment-invoker", needs: []string{"deployments"}, start: func(s *Node, _, wctx context.Context) error {
+		s.invoker = s.deployments.Invoker(deployments.InvokerConfig{Logger: s.logger, Registerer: s.registry})
+		s.run("deployment-invoker", s.invoker.Run, wctx)
 		return nil
 	}},
 	{name: "edge", needs: []string{"authenticator", "kafka", "log-stores"}, start: startEdge},
@@ -83,7 +90,7 @@ var components = []component{
 
 	// api: GraphQL, WebSocket subscriptions, REST, and the workers behind them.
 	{name: "api", roles: []string{RoleAPI},
-		needs: []string{"router", "edge", "agents", "workflows", "deployments", "log-stores", "sealing-key", "webhook-secrets", "idempotency-keys"}, start: startAPI},
+		needs: []string{"router", "edge", "agents", "workflows", "deployment-invoker", "log-stores", "sealing-key", "webhook-secrets", "idempotency-keys"}, start: startAPI},
 
 	// ingest: what writes into Kafka.
 	{name: "observation-intake", roles: []string{RoleIngest}, needs: []string{"router", "edge", "kafka", "idempotency-keys"}, start: startIntake},
@@ -246,7 +253,7 @@ func startAuthenticator(s *Node, ctx, wctx context.Context) error {
 
 // startAgents makes the node's one agents service, so runAgent wakes this node's worker.
 func startAgents(s *Node, _, _ context.Context) error {
-	s.agents = agents.New(s.pool, agents.Config{EventsTopic: s.topics.Events, Logger: s.logger})
+	s.agents = agents.New(s.pool, agents.Config{EventsTopic: s.topics.Events, Logger: s.logger, Chat: s.invoker})
 	s.closers = append(s.closers, func(context.Context) error { return s.agents.Close() })
 	return nil
 }
@@ -264,8 +271,7 @@ func startEdge(s *Node, _, _ context.Context) error {
 	return nil
 }
 
-// startAPI starts the api role's workers (event fan-out, deployment invoker) and mounts its
-// routes.
+// startAPI starts the api role's worker (event fan-out) and mounts its routes.
 func startAPI(s *Node, ctx, wctx context.Context) error {
 	if err := s.tokens.EnsureSigningKey(ctx); err != nil {
 		return fmt.Errorf("jwt signing key: %w", err)
@@ -275,8 +281,6 @@ func startAPI(s *Node, ctx, wctx context.Context) error {
 		return fmt.Errorf("event fan-out: %w", err)
 	}
 	s.run("fanout", hub.Run, wctx)
-	invoker := s.deployments.Invoker(deployments.InvokerConfig{Logger: s.logger, Registerer: s.registry})
-	s.run("deployment-invoker", invoker.Run, wctx)
 	webhookSvc := webhooks.NewService(s.pool, webhooks.ServiceConfig{AllowPrivate: s.cfg.WebhooksAllowPrivate, Key: s.sealKey})
 	patientSvc := patients.New(s.pool)
 	// Event batches go straight to the events topic, each in a transaction (feed.Config.Direct);
@@ -287,10 +291,10 @@ func startAPI(s *Node, ctx, wctx context.Context) error {
 		ClientID: "carehub-events", TxnTimeout: 10 * time.Second, Logger: s.logger})
 	s.closers = append(s.closers, func(context.Context) error { direct.Close(); return nil })
 	shutdown, err := server.MountAPI(s.router, s.edge, server.API{
-		Services: graphql.Services{Orgs: orgs.New(s.pool), Marketplace: marketplace.New(s.pool, marketplace.Config{EventsTopic: s.topics.Events}), Deployments: s.deployments,
+		Services: graphql.Services{Orgs: orgs.New(s.pool), Marketplace: marketplace.New(s.pool, marketplace.Config{EventsTopic: s.topics.Events, AllowPrivate: s.cfg.WebhooksAllowPrivate}), Deployments: s.deployments,
 			Agents: s.agents, Workflows: s.workflows, Patients: patientSvc, Feed: feed.New(s.pool, s.eventLog, feed.Config{EventsTopic: s.topics.Events, Direct: direct, Producer: publish.NewAcked(s.kcl)}),
 			Webhooks: webhookSvc, Events: server.Events(hub)},
-		Patients: patientSvc, Webhooks: webhookSvc, Invoker: invoker, Idempotency: s.idemKeys, Retention: retention.New(s.pool),
+		Patients: patientSvc, Webhooks: webhookSvc, Invoker: s.invoker, Idempotency: s.idemKeys, Retention: retention.New(s.pool),
 		Logger: s.logger, Registerer: s.registry, GraphQLMaxCost: s.cfg.GraphQLMaxCost, SocketRecheck: s.cfg.SocketRecheck,
 		SocketKeepAlive: s.cfg.SocketKeepAlive, SocketWriteTimeout: s.cfg.SocketWriteTimeout, SocketLimits: s.cfg.SocketLimits,
 		GraphQLMaxResponseBytes:     s.cfg.GraphQLMaxResponseBytes,

@@ -63,6 +63,7 @@ type Node struct {
 	agents      *agents.Service
 	workflows   *workflows.Service
 	deployments *deployments.Service
+	invoker     *deployments.Invoker
 	intake      *intake.Intake // nil unless the node runs the ingest role
 	sealKey     *sealing.Key   // the server sealing key (sealing.go)
 	idemKeys    *idemstore.Store
