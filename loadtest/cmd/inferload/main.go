@@ -17,6 +17,12 @@
 //	   intra_op_num_threads=1, from $HOME/.cache/carehub/models-venv, else the MLServer venv,
 //	   whichever has onnxruntime; none is installed) on the same model file, and carehub's
 //	   processors/inference/onnx (Load + Run on one goroutine locked to its thread, no HTTP)
+//	e  stream scoring (stream.go; only when asked for, -only e): a createDeployment scoreStream
+//	   deployment of the same installation (-stream-replicas); the rate the node stores
+//	   observations at with it running (-stream-devices posting FHIR Bundles unpaced for
+//	   -stream-rate-window), then, at -stream-fraction (80 %) of that rate for -stream-window,
+//	   each observation's accept (the 202) → its deployment.prediction received on a GraphQL
+//	   eventStream subscription over WebSocket (issue 54: p99 ≤ 1 s)
 //
 // The report (stdout; JSON with -out, in loadtest/report's format: the figures below as its
 // summary, the HTTP phases' second-by-second series laid end to end) gives each phase's
@@ -28,6 +34,7 @@
 //
 //	go run ./loadtest/cmd/inferload -d 20s -c 4 -out /tmp/inferload.json
 //	go run ./loadtest/cmd/inferload -d 5s -only a,b
+//	go run ./loadtest/cmd/inferload -only e -stream-rate-window 20s -stream-window 30s
 //
 // Rate limits: the node is started with --rate-per-key and --rate-per-org raised to 1,000,000/s
 // (node.Config.RatePerKey, RatePerOrg), and each client has a key of its own (live, exec:agents,
@@ -81,6 +88,7 @@ var phases = []struct{ id, name, label string }{
 	{"b", "backend", "carehub → MLServer"},
 	{"c", "embedded", "carehub embedded ONNX"},
 	{"d", "onnxruntime", "runtimes alone, 1 thread"},
+	{"e", "stream", "stream scoring"},
 }
 
 // Bounds: the tool must not run away.
@@ -97,6 +105,7 @@ type config struct {
 	Out      string
 	Only     map[string]bool // phase ids
 	Quiet    bool
+	Stream   streamConfig // phase e
 }
 
 func main() { os.Exit(inferload()) }
@@ -107,8 +116,9 @@ func inferload() int {
 	flag.DurationVar(&cfg.Duration, "d", 20*time.Second, "length of each phase (after a warm-up of a quarter of it, at most 2 s)")
 	flag.IntVar(&cfg.Clients, "c", 4, "concurrent clients of the HTTP phases (also the deployments' replicas, at most 16)")
 	flag.StringVar(&cfg.Out, "out", "", "write the report as JSON to this file (- for stdout)")
-	flag.StringVar(&only, "only", "a,b,c,d", "phases to run, comma-separated: a (or mlserver), b (backend), c (embedded), d (onnxruntime)")
+	flag.StringVar(&only, "only", "a,b,c,d", "phases to run, comma-separated: a (or mlserver), b (backend), c (embedded), d (onnxruntime), e (stream)")
 	flag.BoolVar(&cfg.Quiet, "quiet", false, "no progress line on stderr")
+	cfg.Stream.flags(flag.CommandLine)
 	flag.Parse()
 	var err error
 	if cfg.Only, err = parseOnly(only); err == nil {
@@ -151,7 +161,7 @@ func parseOnly(list string) (map[string]bool, error) {
 			}
 		}
 		if !found {
-			return nil, fmt.Errorf("-only: unknown phase %q (a|mlserver, b|backend, c|embedded, d|onnxruntime)", p)
+			return nil, fmt.Errorf("-only: unknown phase %q (a|mlserver, b|backend, c|embedded, d|onnxruntime, e|stream)", p)
 		}
 	}
 	if len(out) == 0 {
@@ -168,6 +178,7 @@ func (c *config) validate() error {
 	if c.Clients < 1 || c.Clients > maxClients {
 		errs = append(errs, fmt.Errorf("-c %d: must be 1..%d", c.Clients, maxClients))
 	}
+	errs = append(errs, c.Stream.validate())
 	return errors.Join(errs...)
 }
 
@@ -204,7 +215,7 @@ func run(ctx context.Context, cfg config, logw io.Writer) (*report, error) {
 		rep.MLServerURL = ml.URL
 	}
 	var n *selfNode
-	if cfg.Only["b"] || cfg.Only["c"] {
+	if cfg.Only["b"] || cfg.Only["c"] || cfg.Only["e"] {
 		fmt.Fprintln(logw, "inferload: starting a carehub node (embedded defaults, demo data)")
 		var err error
 		if n, err = startNode(ctx, cfg.Clients); err != nil {
@@ -244,6 +255,11 @@ func run(ctx context.Context, cfg config, logw io.Writer) (*report, error) {
 			fmt.Fprintf(logw, "inferload: phase d (%s) for %v each: onnxruntime (Python), then onnx.Run (Go)\n", ph.label, cfg.Duration)
 			rep.ORT = runPython(ctx, cfg)
 			rep.GoONNX = runGoONNX(ctx, cfg)
+			continue
+		case "e":
+			fmt.Fprintf(logw, "inferload: phase e (%s): a scoreStream deployment of %d replicas; stored rate over %v unpaced, then accept → prediction at %.0f %% of it over %v\n",
+				ph.label, cfg.Stream.Replicas, cfg.Stream.RateWindow, 100*cfg.Stream.Fraction, cfg.Stream.Window)
+			rep.Stream = runStream(ctx, n, cfg.Stream, logw)
 			continue
 		}
 		t.bodies, t.mlPID = bodies, mlPID
@@ -897,6 +913,7 @@ type report struct {
 	Phases             []phase       `json:"phases"`
 	ORT                *runtimeBench `json:"onnxruntime,omitempty"`
 	GoONNX             *runtimeBench `json:"goOnnx,omitempty"`
+	Stream             *streamBench  `json:"streamScoring,omitempty"` // phase e
 	Ratios             ratios        `json:"ratios"`
 	MachineBusyPct     float64       `json:"machineBusyPct,omitempty"`  // the whole run
 	MachineStealPct    float64       `json:"machineStealPct,omitempty"` // the whole run
@@ -973,6 +990,9 @@ func (r *report) Print(w io.Writer) {
 		}
 		fmt.Fprintf(w, "d  %-70s %9.0f runs/s  %9.0f runs/CPU-s  (%d runs, %.1f s, onnxruntime %s)\n",
 			b.Runtime, b.PerSecond, b.PerCPUSecond, b.Runs, b.Seconds, b.Version)
+	}
+	if r.Stream != nil {
+		r.Stream.print(w)
 	}
 	q := r.Ratios
 	if q.BackendToDirect > 0 {
