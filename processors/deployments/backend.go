@@ -17,6 +17,7 @@ import (
 	"carehub/kernel/fault"
 	"carehub/kernel/sealing"
 	"carehub/processors/inference/chat"
+	"carehub/processors/inference/httpcall"
 	"carehub/processors/inference/oip"
 )
 
@@ -125,7 +126,6 @@ type remote struct {
 	credential string
 	client     *oip.Client  // ProtocolOIP
 	chat       *chat.Client // ProtocolChat
-	retryable  func(error) bool
 
 	mu           sync.Mutex
 	failures     int
@@ -148,7 +148,7 @@ func (r *remote) allow(now time.Time) error {
 func (r *remote) record(err error, now time.Time) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if err == nil || !r.retryable(err) {
+	if err == nil || !httpcall.Retryable(err) { // both protocols' clients fail as httpcall says
 		r.failures = 0
 		return
 	}
@@ -196,10 +196,8 @@ func (rs *remotes) get(id string, b *Backend, credential string, timeout time.Du
 			token = token[7:]
 		}
 		r.chat, err = chat.New(chat.Config{BaseURL: b.URL, Model: b.Model, APIKey: token, Timeout: timeout, HTTPClient: hc})
-		r.retryable = chat.Retryable
 	} else {
 		r.client, err = oip.New(oip.Config{BaseURL: b.URL, Model: b.Model, Version: b.Version, Header: h, Timeout: timeout, HTTPClient: hc})
-		r.retryable = oip.Retryable
 	}
 	if err != nil {
 		return nil, fmt.Errorf("backend of %s: %w", id, err)

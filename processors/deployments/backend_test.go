@@ -59,7 +59,7 @@ func TestCredentialSealedToItsDeployment(t *testing.T) {
 }
 
 func TestBreakerOpensAfterFailuresInARow(t *testing.T) {
-	r := &remote{retryable: oip.Retryable}
+	r := &remote{}
 	now := time.Now()
 	down := &oip.TransportError{Method: "POST", URL: "http://x", Err: errBreakerTest}
 	for range breakerFailures - 1 {

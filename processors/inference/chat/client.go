@@ -1,19 +1,18 @@
 package chat
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"math"
-	"net"
 	"net/http"
 	"net/url"
 	"slices"
 	"strings"
 	"time"
+
+	"carehub/processors/inference/httpcall"
 )
 
 // Defaults for Config fields left zero.
@@ -23,8 +22,6 @@ const (
 	DefaultTimeout = 2 * time.Minute
 	// DefaultMaxResponseBytes bounds a response body when Config.MaxResponseBytes is 0.
 	DefaultMaxResponseBytes = 8 << 20
-	// maxErrorBody is how much of a non-2xx body is read for the error message.
-	maxErrorBody = 64 << 10
 	// maxMessage is how much of the server's message goes into an error string.
 	maxMessage = 1024
 )
@@ -96,34 +93,11 @@ type Response struct {
 
 // StatusError is a non-2xx response: the HTTP status and the server's message (the
 // "message" of the OpenAI error body, FastAPI's "detail", or the start of a plain body).
-type StatusError struct {
-	Method     string
-	URL        string // without user information
-	StatusCode int
-	Message    string
-}
-
-func (e *StatusError) Error() string {
-	msg := e.Message
-	if msg == "" {
-		msg = "(no message)"
-	}
-	return fmt.Sprintf("chat: %s %s: %d %s: %s", e.Method, e.URL, e.StatusCode, http.StatusText(e.StatusCode), msg)
-}
+type StatusError = httpcall.StatusError
 
 // TransportError is a request that got no HTTP response: connection refused or reset,
 // timeout, DNS failure, the connection closed mid-response.
-type TransportError struct {
-	Method string
-	URL    string // without user information
-	Err    error
-}
-
-func (e *TransportError) Error() string {
-	return fmt.Sprintf("chat: %s %s: %v", e.Method, e.URL, e.Err)
-}
-
-func (e *TransportError) Unwrap() error { return e.Err }
+type TransportError = httpcall.TransportError
 
 // Retryable reports whether err is worth retrying later, on this or another replica: a
 // TransportError (connection refused or reset, a timeout, including Config.Timeout
@@ -131,37 +105,7 @@ func (e *TransportError) Unwrap() error { return e.Err }
 // not: other 4xx statuses (bad key, prompt longer than the context, malformed request),
 // ErrInvalidRequest, ErrInvalidResponse, ErrResponseTooLarge, and a context the caller
 // canceled.
-func Retryable(err error) bool {
-	if err == nil {
-		return false
-	}
-	var se *StatusError
-	if errors.As(err, &se) {
-		return se.StatusCode >= 500 || se.StatusCode == http.StatusRequestTimeout || se.StatusCode == http.StatusTooManyRequests
-	}
-	var te *TransportError
-	if errors.As(err, &te) {
-		return !errors.Is(err, context.Canceled)
-	}
-	return false
-}
-
-// sharedTransport is the keep-alive transport of every client built without HTTPClient.
-var sharedTransport = &http.Transport{
-	Proxy: http.ProxyFromEnvironment,
-	DialContext: (&net.Dialer{
-		Timeout:   5 * time.Second,
-		KeepAlive: 30 * time.Second,
-	}).DialContext,
-	ForceAttemptHTTP2:     true,
-	MaxIdleConns:          256,
-	MaxIdleConnsPerHost:   64,
-	IdleConnTimeout:       90 * time.Second,
-	TLSHandshakeTimeout:   5 * time.Second,
-	ExpectContinueTimeout: time.Second,
-}
-
-var sharedClient = &http.Client{Transport: sharedTransport}
+func Retryable(err error) bool { return httpcall.Retryable(err) }
 
 // Client talks to one model on one OpenAI-compatible server. It is safe for concurrent use.
 type Client struct {
@@ -205,7 +149,7 @@ func New(cfg Config) (*Client, error) {
 		c.auth = "Bearer " + cfg.APIKey
 	}
 	if c.http == nil {
-		c.http = sharedClient
+		c.http = httpcall.SharedClient
 	}
 	if c.timeout == 0 {
 		c.timeout = DefaultTimeout
@@ -249,7 +193,7 @@ func (c *Client) Ready(ctx context.Context) error {
 		ids[i] = m.ID
 	}
 	if !slices.Contains(ids, c.model) {
-		return fmt.Errorf("%w: model %q is not among the server's models %q", ErrNotReady, c.model, truncate(strings.Join(ids, ", "), maxMessage))
+		return fmt.Errorf("%w: model %q is not among the server's models %q", ErrNotReady, c.model, httpcall.Truncate(strings.Join(ids, ", "), maxMessage))
 	}
 	return nil
 }
@@ -350,65 +294,12 @@ func decodeResponse(body []byte) (Response, error) {
 
 // do sends one request and returns the 2xx body, bounded by the client's maxBytes.
 func (c *Client) do(ctx context.Context, method, path string, body []byte) ([]byte, error) {
-	if c.timeout > 0 {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, c.timeout)
-		defer cancel()
-	}
-	shown := c.shown + path
-	var rd io.Reader
-	if body != nil {
-		rd = bytes.NewReader(body)
-	}
-	req, err := http.NewRequestWithContext(ctx, method, c.base+path, rd)
-	if err != nil {
-		return nil, fmt.Errorf("chat: %s %s: cannot build the request", method, shown)
-	}
+	var h http.Header
 	if c.auth != "" {
-		req.Header.Set("Authorization", c.auth)
+		h = http.Header{"Authorization": {c.auth}}
 	}
-	if body != nil {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	req.Header.Set("Accept", "application/json")
-	resp, err := c.http.Do(req)
-	if err != nil {
-		return nil, &TransportError{Method: method, URL: shown, Err: unwrapURLError(err)}
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode < 200 || resp.StatusCode > 299 {
-		return nil, statusError(method, shown, resp)
-	}
-	if resp.ContentLength > c.maxBytes {
-		return nil, fmt.Errorf("%w: %s %s: Content-Length %d > %d bytes", ErrResponseTooLarge, method, shown, resp.ContentLength, c.maxBytes)
-	}
-	b, err := io.ReadAll(io.LimitReader(resp.Body, c.maxBytes+1))
-	if err != nil {
-		return nil, &TransportError{Method: method, URL: shown, Err: fmt.Errorf("reading the response: %w", err)}
-	}
-	if int64(len(b)) > c.maxBytes {
-		return nil, fmt.Errorf("%w: %s %s: body over %d bytes", ErrResponseTooLarge, method, shown, c.maxBytes)
-	}
-	return b, nil
-}
-
-func statusError(method, shown string, resp *http.Response) *StatusError {
-	msg, rerr := io.ReadAll(io.LimitReader(resp.Body, maxErrorBody))
-	se := &StatusError{Method: method, URL: shown, StatusCode: resp.StatusCode, Message: errorMessage(msg)}
-	if rerr != nil && se.Message == "" {
-		se.Message = "reading the error body: " + rerr.Error()
-	}
-	return se
-}
-
-// unwrapURLError drops *url.Error's "Post "<url>": " prefix: TransportError says the URL,
-// without the user information the full one may hold.
-func unwrapURLError(err error) error {
-	var ue *url.Error
-	if errors.As(err, &ue) && ue.Err != nil {
-		return ue.Err
-	}
-	return err
+	return httpcall.Do(ctx, httpcall.Request{Client: "chat", HTTP: c.http, Method: method, URL: c.base + path, Shown: c.shown + path,
+		Header: h, Body: body, Timeout: c.timeout, MaxBytes: c.maxBytes, TooLarge: ErrResponseTooLarge, ErrorMessage: errorMessage})
 }
 
 // errorMessage extracts the server's message from an error body: OpenAI's
@@ -426,17 +317,17 @@ func errorMessage(body []byte) string {
 			}
 			var s string
 			if json.Unmarshal(e.Error, &obj) == nil && obj.Message != "" {
-				return truncate(obj.Message, maxMessage)
+				return httpcall.Truncate(obj.Message, maxMessage)
 			}
 			if json.Unmarshal(e.Error, &s) == nil {
-				return truncate(s, maxMessage)
+				return httpcall.Truncate(s, maxMessage)
 			}
 		}
 		if len(e.Detail) > 0 {
-			return truncate(detailMessage(e.Detail), maxMessage)
+			return httpcall.Truncate(detailMessage(e.Detail), maxMessage)
 		}
 	}
-	return truncate(strings.TrimSpace(string(body)), maxMessage)
+	return httpcall.Truncate(strings.TrimSpace(string(body)), maxMessage)
 }
 
 // detailMessage renders FastAPI's detail: a string, or validation errors as "loc: msg"
@@ -463,11 +354,4 @@ func detailMessage(raw json.RawMessage) string {
 		parts = append(parts, strings.Join(loc, ".")+": "+it.Msg)
 	}
 	return strings.Join(parts, "; ")
-}
-
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return s[:n] + "…"
 }

@@ -1,14 +1,11 @@
 package oip
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"math"
-	"net"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -16,6 +13,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"carehub/processors/inference/httpcall"
 )
 
 // Defaults for Config fields left zero.
@@ -24,8 +23,6 @@ const (
 	DefaultTimeout = 10 * time.Second
 	// MaxResponseBytes bounds a response body; a larger one fails with ErrResponseTooLarge.
 	MaxResponseBytes = 16 << 20
-	// maxErrorBody is how much of a non-2xx body is read for the error message.
-	maxErrorBody = 64 << 10
 	// maxMessage is how much of the server's message goes into an error string.
 	maxMessage = 1024
 )
@@ -91,34 +88,11 @@ type Metadata struct {
 
 // StatusError is a non-2xx response: the HTTP status and the server's message (the
 // "error" field of the OIP error body, FastAPI's "detail", or the start of a plain body).
-type StatusError struct {
-	Method     string
-	URL        string
-	StatusCode int
-	Message    string
-}
-
-func (e *StatusError) Error() string {
-	msg := e.Message
-	if msg == "" {
-		msg = "(no message)"
-	}
-	return fmt.Sprintf("oip: %s %s: %d %s: %s", e.Method, e.URL, e.StatusCode, http.StatusText(e.StatusCode), msg)
-}
+type StatusError = httpcall.StatusError
 
 // TransportError is a request that got no HTTP response: connection refused or reset,
 // timeout, DNS failure, the connection closed mid-response.
-type TransportError struct {
-	Method string
-	URL    string
-	Err    error
-}
-
-func (e *TransportError) Error() string {
-	return fmt.Sprintf("oip: %s %s: %v", e.Method, e.URL, e.Err)
-}
-
-func (e *TransportError) Unwrap() error { return e.Err }
+type TransportError = httpcall.TransportError
 
 // Retryable reports whether err is worth retrying later, on this or another replica:
 // a TransportError (connection refused or reset, a timeout, including Config.Timeout
@@ -130,37 +104,7 @@ func (e *TransportError) Unwrap() error { return e.Err }
 // scikit-learn model given the wrong number of features) with a plain 500, which therefore
 // counts as retryable; Infer checks inputs against the model metadata when it has it (see
 // Client.Metadata) to catch such mistakes before they reach the server.
-func Retryable(err error) bool {
-	if err == nil {
-		return false
-	}
-	var se *StatusError
-	if errors.As(err, &se) {
-		return se.StatusCode >= 500 || se.StatusCode == http.StatusRequestTimeout || se.StatusCode == http.StatusTooManyRequests
-	}
-	var te *TransportError
-	if errors.As(err, &te) {
-		return !errors.Is(err, context.Canceled)
-	}
-	return false
-}
-
-// sharedTransport is the keep-alive transport of every client built without HTTPClient.
-var sharedTransport = &http.Transport{
-	Proxy: http.ProxyFromEnvironment,
-	DialContext: (&net.Dialer{
-		Timeout:   5 * time.Second,
-		KeepAlive: 30 * time.Second,
-	}).DialContext,
-	ForceAttemptHTTP2:     true,
-	MaxIdleConns:          256,
-	MaxIdleConnsPerHost:   64,
-	IdleConnTimeout:       90 * time.Second,
-	TLSHandshakeTimeout:   5 * time.Second,
-	ExpectContinueTimeout: time.Second,
-}
-
-var sharedClient = &http.Client{Transport: sharedTransport}
+func Retryable(err error) bool { return httpcall.Retryable(err) }
 
 // Client talks to one model on one OIP v2 REST server. It is safe for concurrent use.
 type Client struct {
@@ -196,7 +140,7 @@ func New(cfg Config) (*Client, error) {
 		model:   cfg.Model,
 	}
 	if c.http == nil {
-		c.http = sharedClient
+		c.http = httpcall.SharedClient
 	}
 	if c.timeout == 0 {
 		c.timeout = DefaultTimeout
@@ -461,7 +405,7 @@ func appendNumbers(dst []float32, raw json.RawMessage) ([]float32, error) {
 		}
 		v, err := strconv.ParseFloat(string(e), 64)
 		if err != nil {
-			return dst, fmt.Errorf("%s is not a number", truncate(string(e), 40))
+			return dst, fmt.Errorf("%s is not a number", httpcall.Truncate(string(e), 40))
 		}
 		dst = append(dst, float32(v))
 	}
@@ -470,60 +414,8 @@ func appendNumbers(dst []float32, raw json.RawMessage) ([]float32, error) {
 
 // do sends one request and returns the 2xx body, bounded by MaxResponseBytes.
 func (c *Client) do(ctx context.Context, method, path string, body []byte) ([]byte, error) {
-	if c.timeout > 0 {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, c.timeout)
-		defer cancel()
-	}
-	u := c.base + path
-	var rd io.Reader
-	if body != nil {
-		rd = bytes.NewReader(body)
-	}
-	req, err := http.NewRequestWithContext(ctx, method, u, rd)
-	if err != nil {
-		return nil, fmt.Errorf("oip: %s %s: %w", method, u, err)
-	}
-	for k, v := range c.header {
-		req.Header[k] = v
-	}
-	if body != nil {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	req.Header.Set("Accept", "application/json")
-	resp, err := c.http.Do(req)
-	if err != nil {
-		return nil, &TransportError{Method: method, URL: u, Err: unwrapURLError(err)}
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode < 200 || resp.StatusCode > 299 {
-		msg, rerr := io.ReadAll(io.LimitReader(resp.Body, maxErrorBody))
-		se := &StatusError{Method: method, URL: u, StatusCode: resp.StatusCode, Message: errorMessage(msg)}
-		if rerr != nil && se.Message == "" {
-			se.Message = "reading the error body: " + rerr.Error()
-		}
-		return nil, se
-	}
-	if resp.ContentLength > MaxResponseBytes {
-		return nil, fmt.Errorf("%w: %s %s: Content-Length %d > %d bytes", ErrResponseTooLarge, method, u, resp.ContentLength, MaxResponseBytes)
-	}
-	b, err := io.ReadAll(io.LimitReader(resp.Body, MaxResponseBytes+1))
-	if err != nil {
-		return nil, &TransportError{Method: method, URL: u, Err: fmt.Errorf("reading the response: %w", err)}
-	}
-	if len(b) > MaxResponseBytes {
-		return nil, fmt.Errorf("%w: %s %s: body over %d bytes", ErrResponseTooLarge, method, u, MaxResponseBytes)
-	}
-	return b, nil
-}
-
-// unwrapURLError drops *url.Error's "Post "<url>": " prefix; TransportError says the URL.
-func unwrapURLError(err error) error {
-	var ue *url.Error
-	if errors.As(err, &ue) && ue.Err != nil {
-		return ue.Err
-	}
-	return err
+	return httpcall.Do(ctx, httpcall.Request{Client: "oip", HTTP: c.http, Method: method, URL: c.base + path, Header: c.header,
+		Body: body, Timeout: c.timeout, MaxBytes: MaxResponseBytes, TooLarge: ErrResponseTooLarge, ErrorMessage: errorMessage})
 }
 
 // errorMessage extracts the server's message from an error body: the OIP {"error": "..."},
@@ -535,22 +427,15 @@ func errorMessage(body []byte) string {
 	}
 	if json.Unmarshal(body, &e) == nil {
 		if e.Error != nil {
-			return truncate(*e.Error, maxMessage)
+			return httpcall.Truncate(*e.Error, maxMessage)
 		}
 		if len(e.Detail) > 0 {
 			var s string
 			if json.Unmarshal(e.Detail, &s) == nil {
-				return truncate(s, maxMessage)
+				return httpcall.Truncate(s, maxMessage)
 			}
-			return truncate(string(e.Detail), maxMessage)
+			return httpcall.Truncate(string(e.Detail), maxMessage)
 		}
 	}
-	return truncate(strings.TrimSpace(string(body)), maxMessage)
-}
-
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return s[:n] + "…"
+	return httpcall.Truncate(strings.TrimSpace(string(body)), maxMessage)
 }
