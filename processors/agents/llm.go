@@ -188,17 +188,9 @@ func readFacts(ctx context.Context, q Querier, orgID, patientID string) (*facts,
 	for _, v := range clinical.VitalSigns() {
 		codes = append(codes, v.Code)
 	}
-	rows, _ = q.Query(ctx, `select distinct on (loinc) id, loinc, value, coalesce(unit, ''), effective_at from observations
-where patient_id = $1 and loinc = any($2) and value is not null and effective_at is not null
-order by loinc, effective_at desc, id desc`, patientID, codes)
-	var o clinical.Observation
-	_, err = pgx.ForEachRow(rows, []any{&o.ID, &o.Code, &o.Value, &o.Unit, &o.EffectiveAt}, func() error {
-		o.EffectiveAt = o.EffectiveAt.UTC()
-		f.vitals = append(f.vitals, o)
-		return nil
-	})
+	err = Latest(ctx, q, []string{patientID}, codes, func(_ string, o clinical.Observation) { f.vitals = append(f.vitals, o) })
 	if err != nil {
-		return nil, fmt.Errorf("observations of %s: %w", patientID, err)
+		return nil, err
 	}
 	in := clinical.NewInput(f.vitals, clinical.Options{})
 	for _, name := range []string{clinical.SkillNEWS2, clinical.SkillQSOFA} {

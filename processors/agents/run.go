@@ -288,22 +288,19 @@ func failureMessage(ie *clinical.InputError) string {
 // per LOINC code of skill.Codes(), or for the vitals trend every observation of its codes in the
 // window (opts.Window, default 24 h) ending at the newest one.
 func Observations(ctx context.Context, q Querier, patientID string, skill clinical.Skill, opts clinical.Options) ([]clinical.Observation, error) {
-	var rows pgx.Rows
-	if skill.Name() == clinical.SkillVitalsTrend {
-		window := opts.Window
-		if window <= 0 {
-			window = clinical.DefaultTrendWindow
-		}
-		rows, _ = q.Query(ctx, `select id, loinc, value, coalesce(unit, ''), effective_at from observations
+	var out []clinical.Observation
+	if skill.Name() != clinical.SkillVitalsTrend {
+		err := Latest(ctx, q, []string{patientID}, skill.Codes(), func(_ string, o clinical.Observation) { out = append(out, o) })
+		return out, err
+	}
+	window := opts.Window
+	if window <= 0 {
+		window = clinical.DefaultTrendWindow
+	}
+	rows, _ := q.Query(ctx, `select id, loinc, value, coalesce(unit, ''), effective_at from observations
 where patient_id = $1 and loinc = any($2) and value is not null and effective_at >= (
 	select max(effective_at) from observations where patient_id = $1 and loinc = any($2) and value is not null
 ) - make_interval(secs => $3)`, patientID, skill.Codes(), window.Seconds())
-	} else {
-		rows, _ = q.Query(ctx, `select distinct on (loinc) id, loinc, value, coalesce(unit, ''), effective_at from observations
-where patient_id = $1 and loinc = any($2) and value is not null and effective_at is not null
-order by loinc, effective_at desc, id desc`, patientID, skill.Codes())
-	}
-	var out []clinical.Observation
 	var o clinical.Observation
 	_, err := pgx.ForEachRow(rows, []any{&o.ID, &o.Code, &o.Value, &o.Unit, &o.EffectiveAt}, func() error {
 		o.EffectiveAt = o.EffectiveAt.UTC()
@@ -314,6 +311,30 @@ order by loinc, effective_at desc, id desc`, patientID, skill.Codes())
 		return nil, fmt.Errorf("observations of %s: %w", patientID, err)
 	}
 	return out, nil
+}
+
+// Latest calls each, for every patient of patients and every LOINC code of codes, with the
+// patient's newest stored observation of the code that has a value and a time (ties by the
+// greater id), in patients' order and by code within a patient; a pair with none is skipped. One index probe a
+// pair (observations_patient_code_latest), however long the patients' histories.
+func Latest(ctx context.Context, q Querier, patients, codes []string, each func(patientID string, o clinical.Observation)) error {
+	rows, _ := q.Query(ctx, `select p.id, o.id, c.code, o.value, coalesce(o.unit, ''), o.effective_at
+from unnest($1::text[]) with ordinality p(id, i) cross join unnest($2::text[]) c(code)
+cross join lateral (select id, value, unit, effective_at from observations
+  where patient_id = p.id and loinc = c.code and value is not null and effective_at is not null
+  order by effective_at desc, id desc limit 1) o
+order by p.i, c.code`, patients, codes)
+	var pid string
+	var o clinical.Observation
+	_, err := pgx.ForEachRow(rows, []any{&pid, &o.ID, &o.Code, &o.Value, &o.Unit, &o.EffectiveAt}, func() error {
+		o.EffectiveAt = o.EffectiveAt.UTC()
+		each(pid, o)
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("latest observations: %w", err)
+	}
+	return nil
 }
 
 // sessionOutput is a session's stored output: the skill's output and, when the score qualified,

@@ -248,25 +248,19 @@ func latestVitals(ctx context.Context, q agents.Querier, patients []string, name
 			byCode[code] = n
 		}
 	}
-	rows, _ := q.Query(ctx, `select distinct on (patient_id, loinc) patient_id, id, loinc, value, coalesce(unit, '') from observations
-where patient_id = any($1) and loinc = any($2) and value is not null and effective_at is not null
-order by patient_id, loinc, effective_at desc, id desc`, patients, codes)
 	out := map[string]map[string]storedVital{}
-	var pid, id, code, unit string
-	var value float64
-	_, err := pgx.ForEachRow(rows, []any{&pid, &id, &code, &value, &unit}, func() error {
-		x, err := clinical.Normalize(code, value, unit)
+	err := agents.Latest(ctx, q, patients, codes, func(pid string, o clinical.Observation) {
+		x, err := clinical.Normalize(o.Code, o.Value, o.Unit)
 		if err != nil {
-			return nil // unusable: as if absent
+			return // unusable: as if absent
 		}
 		if out[pid] == nil {
 			out[pid] = map[string]storedVital{}
 		}
-		out[pid][byCode[code]] = storedVital{value: x, observationID: id}
-		return nil
+		out[pid][byCode[o.Code]] = storedVital{value: x, observationID: o.ID}
 	})
 	if err != nil {
-		return nil, fmt.Errorf("latest vitals: %w", err)
+		return nil, err
 	}
 	return out, nil
 }

@@ -412,17 +412,12 @@ func (e *engine) latestVitals(ctx context.Context, tx pgx.Tx, st *runState) (any
 	for i, v := range signs {
 		codes[i] = v.Code
 	}
-	rows, _ := tx.Query(ctx, `select distinct on (loinc) id, loinc, value, coalesce(unit, ''), effective_at from observations
-where patient_id = $1 and loinc = any($2) and value is not null and effective_at is not null
-order by loinc, effective_at desc, id desc`, p.ID, codes)
 	latest := map[string]vital{}
-	var v vital
-	if _, err := pgx.ForEachRow(rows, []any{&v.ObservationID, &v.Code, &v.Value, &v.Unit, &v.EffectiveAt}, func() error {
-		v.EffectiveAt = v.EffectiveAt.UTC()
-		latest[v.Code] = v
-		return nil
-	}); err != nil {
-		return nil, fmt.Errorf("latest vitals: %w", err)
+	err = agents.Latest(ctx, tx, []string{p.ID}, codes, func(_ string, o clinical.Observation) {
+		latest[o.Code] = vital{ObservationID: o.ID, Code: o.Code, Value: o.Value, Unit: o.Unit, EffectiveAt: o.EffectiveAt}
+	})
+	if err != nil {
+		return nil, err
 	}
 	out := struct {
 		Vitals  []vital  `json:"vitals"`

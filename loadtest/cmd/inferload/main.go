@@ -20,9 +20,10 @@
 //	e  stream scoring (stream.go; only when asked for, -only e): a createDeployment scoreStream
 //	   deployment of the same installation (-stream-replicas); the rate the node stores
 //	   observations at with it running (-stream-devices posting FHIR Bundles unpaced for
-//	   -stream-rate-window), then, at -stream-fraction (80 %) of that rate for -stream-window,
-//	   each observation's accept (the 202) → its deployment.prediction received on a GraphQL
-//	   eventStream subscription over WebSocket (issue 54: p99 ≤ 1 s)
+//	   -stream-rate-window), and the rate until their events and predictions were all in the
+//	   event log; then, at -stream-fraction (80 %) of the latter for -stream-window, each
+//	   observation's accept (the 202) → its deployment.prediction in the event log (issue 54:
+//	   p99 ≤ 1 s), and → received on a GraphQL eventStream subscription over WebSocket
 //
 // The report (stdout; JSON with -out, in loadtest/report's format: the figures below as its
 // summary, the HTTP phases' second-by-second series laid end to end) gives each phase's
