@@ -53,7 +53,7 @@ import (
 
 // WebhookService is what the schema needs of the webhook service (*webhooks.Service).
 type WebhookService interface {
-	Create(ctx context.Context, projectID, url string, events []string) (*webhooks.Subscription, error)
+	Create(ctx context.Context, projectID, url string, events []string, opts webhooks.Options) (*webhooks.Subscription, error)
 	List(ctx context.Context, projectID string) ([]webhooks.Subscription, error)
 	Update(ctx context.Context, id string, u webhooks.Update) (*webhooks.Subscription, error)
 	RotateSecret(ctx context.Context, id string) (*webhooks.Subscription, error)
@@ -61,7 +61,7 @@ type WebhookService interface {
 	Deliveries(ctx context.Context, webhookID, status string, limit, offset int) ([]webhooks.Delivery, error)
 	Attempts(ctx context.Context, deliveryIDs []string) (map[string][]webhooks.Attempt, error)
 	Redeliver(ctx context.Context, deliveryID string) (*webhooks.Delivery, error)
-	Recover(ctx context.Context, webhookID string, since time.Time) (int, error)
+	Recover(ctx context.Context, webhookID string, since time.Time, all bool) (int, error)
 	ByIDs(ctx context.Context, ids []string) (map[string]*webhooks.Subscription, error)
 }
 

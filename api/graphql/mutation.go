@@ -222,12 +222,34 @@ func (m *mutationResolver) PublishEvent(ctx context.Context, args struct {
 	return &eventResolver{ev}, nil
 }
 
+// webhookSettingsArgs are the optional delivery settings of createWebhook and updateWebhook
+// (issue 55): omitted ones take their default on create and keep their value on update.
+type webhookSettingsArgs struct {
+	Ordered                           *bool
+	MaxInFlight, BatchSize, RateLimit *int32
+}
+
+func (a webhookSettingsArgs) options() webhooks.Options {
+	return webhooks.Options{Ordered: a.Ordered, MaxInFlight: optInt(a.MaxInFlight), BatchSize: optInt(a.BatchSize),
+		RateLimit: optInt(a.RateLimit)}
+}
+
+// optInt is *p as an int, or nil for nil.
+func optInt(p *int32) *int {
+	if p == nil {
+		return nil
+	}
+	n := int(*p)
+	return &n
+}
+
 func (m *mutationResolver) CreateWebhook(ctx context.Context, args struct {
 	ProjectID gql.ID
 	URL       string
 	Events    []string
+	webhookSettingsArgs
 }) (*webhookResolver, error) {
-	w, err := m.s.Webhooks.Create(ctx, string(args.ProjectID), args.URL, args.Events)
+	w, err := m.s.Webhooks.Create(ctx, string(args.ProjectID), args.URL, args.Events, args.options())
 	if err != nil {
 		return nil, err
 	}
@@ -239,8 +261,9 @@ func (m *mutationResolver) UpdateWebhook(ctx context.Context, args struct {
 	URL    *string
 	Events *[]string
 	Status *string
+	webhookSettingsArgs
 }) (*webhookResolver, error) {
-	u := webhooks.Update{URL: args.URL, Status: args.Status}
+	u := webhooks.Update{URL: args.URL, Status: args.Status, Options: args.options()}
 	if args.Events != nil {
 		u.Events = *args.Events
 	}
@@ -277,8 +300,9 @@ func (m *mutationResolver) RedeliverWebhookDelivery(ctx context.Context, args st
 func (m *mutationResolver) RecoverWebhookDeliveries(ctx context.Context, args struct {
 	WebhookID gql.ID
 	Since     DateTime
+	All       *bool
 }) (int32, error) {
-	n, err := m.s.Webhooks.Recover(ctx, string(args.WebhookID), args.Since.Time)
+	n, err := m.s.Webhooks.Recover(ctx, string(args.WebhookID), args.Since.Time, args.All != nil && *args.All)
 	return int32(n), err
 }
 

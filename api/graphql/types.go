@@ -512,6 +512,10 @@ func (r *webhookResolver) Status() string             { return r.w.Status }
 func (r *webhookResolver) CreatedAt() DateTime        { return dateTime(r.w.CreatedAt) }
 func (r *webhookResolver) FailureCount() int32        { return int32(r.w.FailureCount) }
 func (r *webhookResolver) LastDeliveredAt() *DateTime { return optDateTime(r.w.LastDeliveredAt) }
+func (r *webhookResolver) Ordered() bool              { return r.w.Ordered }
+func (r *webhookResolver) MaxInFlight() int32         { return int32(r.w.MaxInFlight) }
+func (r *webhookResolver) BatchSize() int32           { return int32(r.w.BatchSize) }
+func (r *webhookResolver) RateLimit() int32           { return int32(r.w.RateLimit) }
 func (r *webhookResolver) Secret() *string {
 	if r.w.Secret == "" {
 		return nil

@@ -128,7 +128,8 @@ func eventOf(e phi.Event) Event {
 		Severity: e.Severity, CreatedAt: e.CreatedAt.UTC(), Redacted: e.Redacted}
 }
 
-// Webhook is the spec's REST Webhook, plus projectId; the secret is masked.
+// Webhook is the spec's REST Webhook, plus projectId and the delivery settings (ordered,
+// maxInFlight, batchSize, rateLimit); the secret is masked.
 type Webhook struct {
 	ID              string     `json:"id"`
 	ProjectID       string     `json:"projectId"`
@@ -139,11 +140,16 @@ type Webhook struct {
 	FailureCount    int        `json:"failureCount"`
 	LastDeliveredAt *time.Time `json:"lastDeliveredAt"`
 	CreatedAt       time.Time  `json:"createdAt"`
+	Ordered         bool       `json:"ordered"`
+	MaxInFlight     int        `json:"maxInFlight"`
+	BatchSize       int        `json:"batchSize"`
+	RateLimit       int        `json:"rateLimit"`
 }
 
 func webhookOf(w *webhooks.Subscription) Webhook {
 	out := Webhook{ID: w.ID, ProjectID: w.ProjectID, URL: w.URL, Events: nonNil(w.Events), Status: w.Status,
-		Secret: maskSecret(w.Secret), FailureCount: w.FailureCount, CreatedAt: w.CreatedAt.UTC()}
+		Secret: maskSecret(w.Secret), FailureCount: w.FailureCount, CreatedAt: w.CreatedAt.UTC(),
+		Ordered: w.Ordered, MaxInFlight: w.MaxInFlight, BatchSize: w.BatchSize, RateLimit: w.RateLimit}
 	if w.LastDeliveredAt != nil {
 		t := w.LastDeliveredAt.UTC()
 		out.LastDeliveredAt = &t

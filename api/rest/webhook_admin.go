@@ -35,10 +35,25 @@ func WebhookRoutes(r *mux.Router, svc *webhooks.Service) {
 
 type webhookAdmin struct{ svc *webhooks.Service }
 
+// webhookSettings are the optional delivery settings of a create or a change (issue 55): omitted
+// ones take their default on create and keep their value on change; the service checks the
+// bounds and names the field out of them.
+type webhookSettings struct {
+	Ordered     *bool `json:"ordered"`
+	MaxInFlight *int  `json:"maxInFlight"`
+	BatchSize   *int  `json:"batchSize"`
+	RateLimit   *int  `json:"rateLimit"`
+}
+
+func (s webhookSettings) options() webhooks.Options {
+	return webhooks.Options{Ordered: s.Ordered, MaxInFlight: s.MaxInFlight, BatchSize: s.BatchSize, RateLimit: s.RateLimit}
+}
+
 type createWebhookRequest struct {
 	ProjectID string   `json:"projectId"`
 	URL       string   `json:"url"`
 	Events    []string `json:"events"`
+	webhookSettings
 }
 
 func (h webhookAdmin) create(w http.ResponseWriter, r *http.Request) {
@@ -51,7 +66,7 @@ func (h webhookAdmin) create(w http.ResponseWriter, r *http.Request) {
 		envelope.WriteError(w, r, fault.Validation("projectId is required ("+envelope.FindProject+")", map[string]string{"projectId": "required"}))
 		return
 	}
-	sub, err := h.svc.Create(r.Context(), req.ProjectID, req.URL, req.Events)
+	sub, err := h.svc.Create(r.Context(), req.ProjectID, req.URL, req.Events, req.options())
 	envelope.Respond(w, r, http.StatusCreated, sub, err)
 }
 
@@ -64,6 +79,7 @@ type updateWebhookRequest struct {
 	URL    *string   `json:"url"`
 	Events *[]string `json:"events"`
 	Status *string   `json:"status"`
+	webhookSettings
 }
 
 func (h webhookAdmin) update(w http.ResponseWriter, r *http.Request) {
@@ -72,7 +88,7 @@ func (h webhookAdmin) update(w http.ResponseWriter, r *http.Request) {
 		envelope.WriteError(w, r, err)
 		return
 	}
-	u := webhooks.Update{URL: req.URL, Status: req.Status}
+	u := webhooks.Update{URL: req.URL, Status: req.Status, Options: req.options()}
 	if req.Events != nil {
 		u.Events = *req.Events
 		if u.Events == nil {
@@ -157,6 +173,9 @@ func (h webhookAdmin) redeliver(w http.ResponseWriter, r *http.Request) {
 
 type recoverRequest struct {
 	Since string `json:"since"`
+	// Status is which finished deliveries to schedule again: failed (the default) or all
+	// (succeeded, failed and cancelled).
+	Status string `json:"status"`
 }
 
 func (h webhookAdmin) recover(w http.ResponseWriter, r *http.Request) {
@@ -170,7 +189,16 @@ func (h webhookAdmin) recover(w http.ResponseWriter, r *http.Request) {
 		envelope.WriteError(w, r, fault.Validation("since must be an ISO 8601 timestamp", map[string]string{"since": "required, ISO 8601 (RFC 3339)"}))
 		return
 	}
-	n, err := h.svc.Recover(r.Context(), mux.Vars(r)["id"], since)
+	var all bool
+	switch req.Status {
+	case "", webhooks.DeliveryFailed:
+	case "all":
+		all = true
+	default:
+		envelope.WriteError(w, r, fault.Validation("status must be failed or all", map[string]string{"status": "failed (the default) or all"}))
+		return
+	}
+	n, err := h.svc.Recover(r.Context(), mux.Vars(r)["id"], since, all)
 	envelope.Respond(w, r, http.StatusAccepted, map[string]int{"recovered": n}, err)
 }
 

@@ -43,7 +43,9 @@ func newWebhookAPI(t *testing.T, cfg webhooks.ServiceConfig) *webhookAPI {
 	a.tokens["outsider"] = &access.Principal{OrgID: a.org(), Mode: access.Test, Scopes: []string{access.AdminOrg}}
 	r := mux.NewRouter()
 	r.Use(bearerTokens(a.tokens))
-	rest.WebhookRoutes(r, webhooks.NewService(pool, cfg))
+	svc := webhooks.NewService(pool, cfg)
+	rest.WebhookRoutes(r, svc)
+	rest.Mount(mux.NewRouter(), r, rest.Services{Webhooks: svc}) // the spec's list, GET /v1/webhooks
 	srv := httptest.NewServer(r)
 	t.Cleanup(srv.Close)
 	a.url = srv.URL

@@ -83,6 +83,10 @@ func limits() map[string]string {
 		"failures before pause":                 fmt.Sprint(webhooks.PauseAfter),
 		"secret rotation overlap":               hours(webhooks.RotationOverlap),
 		"redelivery window":                     webhooks.RedeliverWindow.String(),
+		"attempts in flight per subscription":   fmt.Sprint(webhooks.DefaultMaxInFlightPerSubscription),
+		"events per batched POST":               fmt.Sprint(webhooks.MaxBatchSize),
+		"subscription rate limit":               fmt.Sprint(webhooks.MaxRateLimit),
+		"attempts in flight per node":           fmt.Sprint(webhooks.DefaultMaxInFlight),
 		"steps":                                 fmt.Sprint(workflows.MaxSteps),
 		"trigger depth":                         fmt.Sprint(workflows.MaxTriggerDepth),
 	}

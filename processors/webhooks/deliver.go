@@ -1,31 +1,49 @@
 package webhooks
 
 import (
+	"cmp"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
+	"slices"
+	"strconv"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"golang.org/x/time/rate"
 
-	"carehub/kernel/ids"
 	"carehub/kernel/phi"
 	"carehub/kernel/tick"
+	"carehub/storage/postgres"
 )
 
-// The worker pool. Deliveries are claimed a subscription at a time: a lane is up to LaneBatch of
-// one subscription's due deliveries in seq order, marked delivering under this dispatcher's
+// The worker pool. Deliveries are claimed a subscription at a time: a lane is up to a few rounds
+// of one subscription's due deliveries in seq order, marked delivering under this dispatcher's
 // lease. A subscription has at most one lane in the whole cluster (a claim skips subscriptions
-// with delivering rows, and claims are serialized by an advisory lock), so its deliveries are
-// attempted in order, PerSubscription at a time, by one dispatcher. A lane stops as soon as an
-// outcome leaves its subscription paused, disabled or deleted, handing its unattempted rows back.
+// with delivering rows, and claims are serialized by an advisory lock). How a lane is sent is
+// the subscription's (Settings):
+//   - concurrent (the default): up to MaxInFlight attempts at once, one event each, order best
+//     effort; a failure is retried on its own schedule and holds nothing behind it;
+//   - ordered: one POST at a time, in seq order, each carrying up to BatchSize events; a failure
+//     ends the lane, and the subscription is not claimed again until its earliest pending
+//     delivery is due, so the receiver sees the order the events were consumed in.
+//
+// RateLimit paces either (events a second, per subscription, on the dispatcher serving it). A
+// busy lane refills itself from its subscription's due deliveries rather than ending and being
+// claimed again (refill). The outcomes of a lane are recorded by its writer, as many at a time
+// as have finished (outcomes.go). A lane stops as soon as an outcome leaves its subscription
+// paused, disabled or deleted, handing its unattempted rows back. The dispatcher's MaxInFlight
+// bounds the attempts of all lanes at once; a lane takes at most its own share, so a slow,
+// failing or throttled subscription holds only its own slots.
 
 // claimLock is the pg_advisory_xact_lock key that serializes claims ("whclaim!").
 const claimLock int64 = 0x7768636c61696d21
 
 // claimed is one delivery of a lane.
 type claimed struct {
+	seq            int64
 	id, eventID    string
 	body           []byte
 	schedulePos    int
@@ -37,6 +55,7 @@ type claimed struct {
 type lane struct {
 	webhookID, orgID string
 	items            []claimed
+	settings         Settings
 
 	mu      sync.Mutex
 	url     string
@@ -65,7 +84,9 @@ func (d *Dispatcher) claimLoop(ctx context.Context, lanes *sync.WaitGroup) error
 			if free <= 0 {
 				break // a finishing lane nudges
 			}
+			began := time.Now()
 			claimedLanes, err := d.claim(ctx, free)
+			d.m.claimSeconds.Observe(time.Since(began).Seconds())
 			d.claimPasses.Add(1)
 			if err != nil {
 				if ctx.Err() == nil {
@@ -76,8 +97,10 @@ func (d *Dispatcher) claimLoop(ctx context.Context, lanes *sync.WaitGroup) error
 			for _, l := range claimedLanes {
 				d.active.Add(1)
 				d.m.lanes.Inc()
+				d.laneStarted(l.webhookID)
 				lanes.Go(func() {
 					defer func() {
+						d.laneEnded(l.webhookID)
 						d.active.Add(-1)
 						d.m.lanes.Dec()
 						d.nudge() // its subscription may have more due
@@ -103,7 +126,7 @@ func (d *Dispatcher) claimLoop(ctx context.Context, lanes *sync.WaitGroup) error
 // dispatcher died mid-attempt), so they are claimed again in order.
 func (d *Dispatcher) claim(ctx context.Context, n int) ([]*lane, error) {
 	var lanes []*lane
-	err := pgx.BeginFunc(ctx, d.pool, func(tx pgx.Tx) error {
+	err := pgx.BeginTxFunc(ctx, d.pool, postgres.AsyncCommit, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, `select pg_advisory_xact_lock($1)`, claimLock); err != nil {
 			return err
 		}
@@ -119,13 +142,22 @@ where status = 'delivering' and lease_until < statement_timestamp()`)
 			d.m.reclaimed.Add(float64(k))
 			d.logger.Warn("webhook deliveries reclaimed from an expired lease", "deliveries", k)
 		}
+		// An ordered subscription is claimed only when its earliest pending delivery is due, and
+		// only the deliveries before its first one that is not due yet.
 		rows, err := tx.Query(ctx, `
 with lanes as (
-	select w.id from webhooks w
+	select w.id, w.ordered,
+		least($2, case when w.ordered then 4 * w.batch_size else 8 * w.max_in_flight end) as lim,
+		case when w.ordered then coalesce((select min(d.seq) from webhook_deliveries d where d.webhook_id = w.id
+			and d.status = 'pending' and d.next_attempt_at > statement_timestamp()), 9223372036854775807)
+			else 9223372036854775807 end as before_seq
+	from webhooks w
 	where w.deleted_at is null and w.status in ('active', 'failing')
 		and exists (select 1 from webhook_deliveries d where d.webhook_id = w.id and d.status = 'pending'
 			and d.next_attempt_at <= statement_timestamp())
 		and not exists (select 1 from webhook_deliveries d where d.webhook_id = w.id and d.status = 'delivering')
+		and (not w.ordered or (select d.next_attempt_at from webhook_deliveries d where d.webhook_id = w.id
+			and d.status = 'pending' order by d.seq limit 1) <= statement_timestamp())
 	order by (select min(d.next_attempt_at) from webhook_deliveries d where d.webhook_id = w.id and d.status = 'pending'), w.id
 	limit $1
 ),
@@ -133,7 +165,8 @@ picked as (
 	select p.id from lanes l cross join lateral (
 		select d.id from webhook_deliveries d
 		where d.webhook_id = l.id and d.status = 'pending' and d.next_attempt_at <= statement_timestamp()
-		order by d.seq limit $2
+			and d.seq < l.before_seq
+		order by d.seq limit l.lim
 		for update skip locked
 	) p
 )
@@ -141,45 +174,12 @@ update webhook_deliveries d set status = 'delivering', lease_owner = $3,
 	lease_until = statement_timestamp() + $4 * interval '1 millisecond', updated_at = statement_timestamp()
 from picked p, webhooks w
 where d.id = p.id and w.id = d.webhook_id
-returning d.webhook_id, d.seq, d.id, d.event_id, d.body, d.schedule_pos, d.attempt_count, d.event_created_at,
-	w.org_id, w.url, w.patient_scopes, w.patient_mode, `+secretColumns,
-			n, d.cfg.LaneBatch, d.node, d.cfg.Lease.Milliseconds())
+returning `+claimedColumns, n, d.cfg.LaneBatch, d.node, d.cfg.Lease.Milliseconds())
 		if err != nil {
 			return err
 		}
-		defer rows.Close()
-		byHook := map[string]*lane{}
-		seqs := map[string]int64{}
-		for rows.Next() {
-			var c claimed
-			var webhookID, orgID, url, patientMode string
-			var seq int64
-			var patientScopes []string
-			var stored storedSecrets
-			if err := rows.Scan(append([]any{&webhookID, &seq, &c.id, &c.eventID, &c.body, &c.schedulePos, &c.attemptCount,
-				&c.eventCreatedAt, &orgID, &url, &patientScopes, &patientMode}, stored.dest()...)...); err != nil {
-				return err
-			}
-			l := byHook[webhookID]
-			if l == nil {
-				l = &lane{webhookID: webhookID, orgID: orgID, url: url, secrets: d.secrets(webhookID, stored),
-					reader: phi.ReaderFrom(patientScopes, patientMode)}
-				byHook[webhookID] = l
-				lanes = append(lanes, l)
-			}
-			l.items = append(l.items, c)
-			seqs[c.id] = seq
-		}
-		if err := rows.Err(); err != nil {
-			return err
-		}
-		for _, l := range lanes { // RETURNING has no order
-			sortBySeq(l.items, seqs)
-			for _, it := range l.items {
-				d.held.add(it.id)
-			}
-		}
-		return nil
+		lanes, err = d.scanLanes(rows)
+		return err
 	})
 	if err != nil {
 		return nil, fmt.Errorf("claim deliveries: %w", err)
@@ -198,37 +198,223 @@ func (d *Dispatcher) secrets(webhookID string, st storedSecrets) []string {
 	return secrets
 }
 
-func sortBySeq(items []claimed, seqs map[string]int64) {
-	for i := 1; i < len(items); i++ {
-		for j := i; j > 0 && seqs[items[j].id] < seqs[items[j-1].id]; j-- {
-			items[j], items[j-1] = items[j-1], items[j]
+// claimedColumns is what a claim returns of each delivery it marks delivering (d) and of its
+// subscription (w), as scanLanes reads them.
+const claimedColumns = `d.webhook_id, d.seq, d.id, d.event_id, d.body, d.schedule_pos, d.attempt_count, d.event_created_at,
+	w.org_id, w.url, w.patient_scopes, w.patient_mode, w.ordered, w.max_in_flight, w.batch_size, w.rate_limit, ` + secretColumns
+
+// scanLanes reads claimed deliveries into lanes, one a subscription, each in seq order, and
+// holds them (their leases are renewed).
+func (d *Dispatcher) scanLanes(rows pgx.Rows) ([]*lane, error) {
+	defer rows.Close()
+	var lanes []*lane
+	byHook := map[string]*lane{}
+	for rows.Next() {
+		var c claimed
+		var webhookID, orgID, url, patientMode string
+		var patientScopes []string
+		var stored storedSecrets
+		var set Settings
+		if err := rows.Scan(append([]any{&webhookID, &c.seq, &c.id, &c.eventID, &c.body, &c.schedulePos, &c.attemptCount,
+			&c.eventCreatedAt, &orgID, &url, &patientScopes, &patientMode,
+			&set.Ordered, &set.MaxInFlight, &set.BatchSize, &set.RateLimit}, stored.dest()...)...); err != nil {
+			return nil, err
+		}
+		l := byHook[webhookID]
+		if l == nil {
+			l = &lane{webhookID: webhookID, orgID: orgID, url: url, secrets: d.secrets(webhookID, stored),
+				reader: phi.ReaderFrom(patientScopes, patientMode), settings: set}
+			byHook[webhookID] = l
+			lanes = append(lanes, l)
+		}
+		l.items = append(l.items, c)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	for _, l := range lanes { // RETURNING has no order
+		slices.SortFunc(l.items, func(a, b claimed) int { return cmp.Compare(a.seq, b.seq) })
+		for _, it := range l.items {
+			d.held.add(it.id)
 		}
 	}
+	return lanes, nil
 }
 
-// serve attempts a lane's deliveries in order, PerSubscription at a time.
+// refill claims up to n more due deliveries of a lane's subscription for the lane, as claim
+// would, under the same lock, unless another dispatcher has begun a lane of it (the lane must
+// still hold deliveries when it refills, so no claim can have begun one since it started). It
+// reads from after the lane's last seq on: the rows before it are the ones the lane sent, whose
+// dead index entries (a queue's churn, until vacuum) a scan from the start would walk through.
+// A retry due meanwhile waits for the subscription's next claim.
+func (d *Dispatcher) refill(ctx context.Context, l *lane, n int, after int64) ([]claimed, error) {
+	var more []claimed
+	err := pgx.BeginTxFunc(ctx, d.pool, postgres.AsyncCommit, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `select pg_advisory_xact_lock($1)`, claimLock); err != nil {
+			return err
+		}
+		rows, err := tx.Query(ctx, `
+with picked as (
+	select d.id from webhook_deliveries d join webhooks w on w.id = d.webhook_id
+	where d.webhook_id = $1 and d.status = 'pending' and d.next_attempt_at <= statement_timestamp() and d.seq > $5
+		and w.deleted_at is null and w.status in ('active', 'failing')
+		and not exists (select 1 from webhook_deliveries x where x.webhook_id = $1 and x.status = 'delivering'
+			and x.lease_owner <> $3)
+		and (not w.ordered or d.seq < coalesce((select min(x.seq) from webhook_deliveries x where x.webhook_id = $1
+			and x.status = 'pending' and x.next_attempt_at > statement_timestamp()), 9223372036854775807))
+	order by d.seq limit $2
+	for update of d skip locked
+)
+update webhook_deliveries d set status = 'delivering', lease_owner = $3,
+	lease_until = statement_timestamp() + $4 * interval '1 millisecond', updated_at = statement_timestamp()
+from picked p, webhooks w
+where d.id = p.id and w.id = d.webhook_id
+returning `+claimedColumns, l.webhookID, n, d.node, d.cfg.Lease.Milliseconds(), after)
+		if err != nil {
+			return err
+		}
+		lanes, err := d.scanLanes(rows)
+		if len(lanes) == 1 {
+			more = lanes[0].items
+		}
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("refill deliveries: %w", err)
+	}
+	return more, nil
+}
+
+// serve sends a lane's deliveries as its subscription's settings say, and records their
+// outcomes through the lane's writer.
 func (d *Dispatcher) serve(ctx context.Context, l *lane) {
-	inLane := make(chan struct{}, d.cfg.PerSubscription)
+	set := l.settings
+	size, inFlight := 1, min(max(set.MaxInFlight, 1), d.cfg.MaxInFlight)
+	if set.Ordered {
+		size, inFlight = max(set.BatchSize, 1), 1
+	}
+	limiter := d.limiter(l.webhookID, set.RateLimit, size)
+	w := d.newOutcomeWriter(ctx, l)
+	inLane := make(chan struct{}, inFlight)
+	// Attempts sent and not yet recorded, bounded: sending runs ahead of the lane's writes by at
+	// most sixteen rounds, so the writes stay small and the unrecorded few.
+	unrecorded := make(chan struct{}, 16*inFlight)
+	// A lane with work coming refills itself from its subscription's due deliveries before it
+	// runs dry, for up to maxLaneLife: a busy subscription is not claimed anew (a claim
+	// searches every subscription) every few hundred deliveries. The refill runs while the lane
+	// sends what it has.
+	items, began, dry := l.items, time.Now(), false
+	refillN := laneSize(set, d.cfg.LaneBatch)
+	var refilled chan []claimed // the refill in flight
+	take := func(more []claimed) {
+		refilled = nil
+		items, dry = append(items, more...), len(more) == 0
+	}
+	defer func() { // a refill still running when the lane stops: its deliveries go back
+		if refilled != nil {
+			d.release(<-refilled)
+		}
+	}()
 	var wg sync.WaitGroup
-	var stop atomic.Bool
-	for i, it := range l.items {
-		if !d.acquire(ctx, inLane) {
-			d.release(l.items[i:])
+	for i := 0; ; i += size {
+		if refilled == nil && !dry && len(items)-i < refillN && !w.stopped() && time.Since(began) < maxLaneLife {
+			refilled = make(chan []claimed, 1)
+			go func(ch chan<- []claimed, after int64) {
+				more, err := d.refill(ctx, l, refillN, after)
+				if err != nil && ctx.Err() == nil {
+					d.logger.Warn("webhook lane refill failed", "webhook_id", l.webhookID, "err", err)
+				}
+				ch <- more
+			}(refilled, items[len(items)-1].seq)
+		}
+		if refilled != nil {
+			if i >= len(items) { // nothing left to send: wait for it
+				take(<-refilled)
+			} else {
+				select {
+				case more := <-refilled:
+					take(more)
+				default:
+				}
+			}
+		}
+		if i >= len(items) {
 			break
 		}
-		if stop.Load() || !d.acquire(ctx, d.sem) {
+		group := items[i:min(i+size, len(items))]
+		if w.stopped() || !d.acquire(ctx, unrecorded) {
+			d.release(items[i:])
+			break
+		}
+		if w.stopped() || !d.acquire(ctx, inLane) {
+			<-unrecorded
+			d.release(items[i:])
+			break
+		}
+		if limiter != nil && limiter.WaitN(ctx, len(group)) != nil {
 			<-inLane
-			d.release(l.items[i:])
+			<-unrecorded
+			d.release(items[i:])
 			break
 		}
+		if w.stopped() || !d.acquire(ctx, d.sem) {
+			<-inLane
+			<-unrecorded
+			d.release(items[i:])
+			break
+		}
+		// A failed attempt holds its slot until its outcome is written, so the attempt after the
+		// tenth failure in a row (or a 410, or an ordered lane's failure) is not made; a
+		// successful one frees it at once, its outcome written with others.
 		wg.Go(func() {
 			defer func() { <-d.sem; <-inLane }()
-			if !d.attempt(ctx, l, it) {
-				stop.Store(true)
-			}
+			d.attempt(ctx, l, group, set.Ordered && set.BatchSize > 1, w, func() { <-unrecorded })
 		})
 	}
 	wg.Wait()
+	w.close()
+}
+
+// laneStarted and laneEnded keep the set of subscriptions this dispatcher serves a lane of:
+// new deliveries of those are the lanes' to take (they refill), and wake no claim.
+func (d *Dispatcher) laneStarted(id string) {
+	d.servingMu.Lock()
+	defer d.servingMu.Unlock()
+	if d.serving == nil {
+		d.serving = map[string]bool{}
+	}
+	d.serving[id] = true
+}
+
+func (d *Dispatcher) laneEnded(id string) {
+	d.servingMu.Lock()
+	defer d.servingMu.Unlock()
+	delete(d.serving, id)
+}
+
+// allServed reports whether every one of ids has a lane on this dispatcher.
+func (d *Dispatcher) allServed(ids []string) bool {
+	d.servingMu.Lock()
+	defer d.servingMu.Unlock()
+	for _, id := range ids {
+		if !d.serving[id] {
+			return false
+		}
+	}
+	return true
+}
+
+// maxLaneLife is how long a lane refills itself; then it ends and its subscription is claimed
+// afresh (with its settings as they are then).
+const maxLaneLife = 10 * time.Second
+
+// laneSize is how many deliveries a claim or refill takes for a subscription: eight times its
+// maxInFlight, or four of its batches (ordered), at most most.
+func laneSize(set Settings, most int) int {
+	if set.Ordered {
+		return min(4*max(set.BatchSize, 1), most)
+	}
+	return min(8*max(set.MaxInFlight, 1), most)
 }
 
 func (d *Dispatcher) acquire(ctx context.Context, sem chan struct{}) bool {
@@ -243,131 +429,107 @@ func (d *Dispatcher) acquire(ctx context.Context, sem chan struct{}) bool {
 	}
 }
 
-// attempt sends one delivery and records the outcome. It reports whether the lane may go on.
-func (d *Dispatcher) attempt(ctx context.Context, l *lane, it claimed) bool {
+// limiter is subscription id's rate limiter on this dispatcher (nil without a rate limit): a
+// token bucket of perSecond events, with a burst of one POST (size events) or a twentieth of a
+// second, whichever is more. A subscription's lanes follow one another, so the bucket outlives
+// each; a changed limit replaces it.
+func (d *Dispatcher) limiter(id string, perSecond, size int) *rate.Limiter {
+	d.limitersMu.Lock()
+	defer d.limitersMu.Unlock()
+	if perSecond <= 0 {
+		delete(d.limiters, id)
+		return nil
+	}
+	burst := max(size, perSecond/20, 1)
+	if l := d.limiters[id]; l != nil && l.Limit() == rate.Limit(perSecond) && l.Burst() == burst {
+		return l
+	}
+	l := rate.NewLimiter(rate.Limit(perSecond), burst)
+	if d.limiters == nil {
+		d.limiters = map[string]*rate.Limiter{}
+	}
+	d.limiters[id] = l
+	return l
+}
+
+// attempt sends group (one event, or an ordered subscription's batch as one POST) and hands the
+// outcome to w.
+func (d *Dispatcher) attempt(ctx context.Context, l *lane, group []claimed, batch bool, w *outcomeWriter, recorded func()) {
+	written := false
+	defer func() {
+		if !written {
+			recorded()
+		}
+	}()
 	url, secrets, reader := l.target()
-	body, err := servedBody(ctx, d.guard, reader, it.body)
-	if err != nil {
-		// What the subscription may receive is unknown (Postgres unreachable): send nothing, and
-		// hand the delivery back uncounted to be sent when it is known.
-		d.logger.Warn("webhook delivery held back: its patient data cannot be checked", "delivery_id", it.id, "webhook_id", l.webhookID, "err", err)
-		d.release([]claimed{it})
-		return false
+	bodies := make([][]byte, len(group))
+	for i, it := range group {
+		body, err := servedBody(ctx, d.guard, reader, it.body)
+		if err != nil {
+			// What the subscription may receive is unknown (Postgres unreachable): send nothing,
+			// and hand the deliveries back uncounted to be sent when it is known.
+			d.logger.Warn("webhook delivery held back: its patient data cannot be checked", "delivery_id", it.id, "webhook_id", l.webhookID, "err", err)
+			d.release(group)
+			w.stop()
+			return
+		}
+		bodies[i] = body
 	}
-	if it.attemptCount == 0 {
-		d.m.firstAttemptLag.Observe(time.Since(it.eventCreatedAt).Seconds())
+	for _, it := range group {
+		if it.attemptCount == 0 {
+			d.m.firstAttemptLag.Observe(time.Since(it.eventCreatedAt).Seconds())
+		}
 	}
-	out := d.sender.send(ctx, url, it.eventID, body, secrets)
+	id, body := group[0].eventID, bodies[0]
+	if batch {
+		id, body = batchBody(group, bodies)
+	}
+	out := d.sender.send(ctx, url, id, body, secrets)
 	if ctx.Err() != nil && out.StatusCode == 0 {
 		// Stopping cut the attempt short: the outcome is unknown, and not the receiver's fault.
-		// Hand the delivery back uncounted; it is sent again, with the same webhook-id.
-		d.release([]claimed{it})
-		return false
+		// Hand the deliveries back uncounted; they are sent again, with the same webhook-id.
+		d.release(group)
+		w.stop()
+		return
 	}
 	d.m.observe(out)
-	// An answer that arrived is recorded even while stopping, so it is not sent again.
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-	defer cancel()
-	st, err := d.recordOutcome(rctx, l, it, out)
-	d.held.remove(it.id)
-	if err != nil {
-		// The lease runs out and the delivery is sent again: at least once.
-		if rctx.Err() == nil {
-			d.logger.Error("webhook outcome not recorded", "delivery_id", it.id, "webhook_id", l.webhookID, "err", err)
-		}
-		return false
-	}
-	l.mu.Lock()
-	l.url, l.secrets, l.reader = st.url, st.secrets, st.reader
-	l.mu.Unlock()
-	return st.deliverable
-}
-
-// hookState is a subscription as an outcome left it.
-type hookState struct {
-	deliverable bool
-	url         string
-	secrets     []string
-	reader      phi.Reader
-}
-
-// recordOutcome writes the attempt, moves the delivery on (succeeded, pending with its next
-// attempt time, or failed) and updates the subscription's status and failure count, in one
-// statement. The delivery moves only while this dispatcher still holds its lease; the attempt is
-// recorded regardless, since it happened.
-func (d *Dispatcher) recordOutcome(ctx context.Context, l *lane, it claimed, out outcome) (hookState, error) {
-	status := DeliverySucceeded
-	var delay time.Duration
+	written = true
+	done := w.add(group, out, recorded)
 	if !out.Succeeded() {
-		next, ok := retryDelay(d.cfg.Schedule, it.schedulePos+1, out.RetryAfter)
-		if ok {
-			status, delay = DeliveryPending, next
-		} else {
-			status = DeliveryFailed
-		}
+		<-done
 	}
-	var code *int
-	if out.StatusCode != 0 {
-		code = &out.StatusCode
-	}
-	var errText, respBody *string
-	if out.Err != "" {
-		errText = &out.Err
-	}
-	if out.StatusCode != 0 {
-		respBody = &out.ResponseBody
-	}
-	var st hookState
-	var hookStatus, project, patientMode string
-	var patientScopes []string
-	var deleted bool
-	var stored storedSecrets
-	err := d.pool.QueryRow(ctx, `
-with att as (
-	insert into webhook_attempts (id, delivery_id, webhook_id, org_id, status_code, latency_ms, error, response_body, attempted_at)
-	values ($1, $2, $3, $4, $5, $6, $7, $8, $9)
-),
-dl as (
-	update webhook_deliveries set
-		status = $10,
-		attempt_count = attempt_count + 1,
-		schedule_pos = schedule_pos + 1,
-		next_attempt_at = case when $10 = 'pending' then now() + $11 * interval '1 microsecond' else next_attempt_at end,
-		last_attempt_at = $9,
-		last_status_code = $5,
-		completed_at = case when $10 = 'pending' then null else now() end,
-		lease_owner = null, lease_until = null, updated_at = now()
-	where id = $2 and status = 'delivering' and lease_owner = $12
-)
-update webhooks set
-	failure_count = case when $13 then 0 else failure_count + 1 end,
-	status = case
-		when $14 then 'disabled'
-		when status not in ('active', 'failing') then status
-		when $13 then 'active'
-		when failure_count + 1 >= $15 then 'paused'
-		else 'failing' end,
-	last_delivered_at = case when $13 then now() else last_delivered_at end,
-	updated_at = now()
-where id = $3
-returning status, deleted_at is not null, url, project_id, patient_scopes, patient_mode, `+secretColumns,
-		ids.New(ids.Attempt), it.id, l.webhookID, l.orgID, code, int(out.Latency.Milliseconds()), errText, respBody,
-		out.AttemptedAt, status, delay.Microseconds(), d.node, out.Succeeded(), out.Gone(), PauseAfter,
-	).Scan(append([]any{&hookStatus, &deleted, &st.url, &project, &patientScopes, &patientMode}, stored.dest()...)...)
-	if err != nil {
-		return st, err
-	}
-	st.secrets = d.secrets(l.webhookID, stored)
-	st.reader = phi.ReaderFrom(patientScopes, patientMode)
-	st.deliverable = !deleted && (hookStatus == StatusActive || hookStatus == StatusFailing)
-	if out.Gone() {
-		// Disabled subscriptions record no deliveries: every dispatcher's cache must know.
-		if _, err := d.pool.Exec(ctx, `select pg_notify($1, $2)`, NotifyChannel, "sub:"+project); err != nil {
-			d.logger.Warn("webhook notify failed", "err", err)
-		}
-	}
-	return st, nil
 }
+
+// batchBody is an ordered subscription's POST of several events: a JSON array whose elements are
+// {"id": the webhook-id the event has alone, "body": the body it has alone}, and its webhook-id,
+// derived from the events' ids, so the same batch sent again has the same one.
+func batchBody(group []claimed, bodies [][]byte) (string, []byte) {
+	h := sha256.New()
+	size := 2
+	for i, it := range group {
+		h.Write([]byte(it.eventID))
+		h.Write([]byte{0})
+		size += len(bodies[i]) + len(it.eventID) + 20
+	}
+	out := make([]byte, 0, size)
+	out = append(out, '[')
+	for i, it := range group {
+		if i > 0 {
+			out = append(out, ',')
+		}
+		out = append(out, `{"id":`...)
+		out = strconv.AppendQuote(out, it.eventID)
+		out = append(out, `,"body":`...)
+		out = append(out, bodies[i]...)
+		out = append(out, '}')
+	}
+	out = append(out, ']')
+	return BatchIDPrefix + hex.EncodeToString(h.Sum(nil)[:16]), out
+}
+
+// BatchIDPrefix starts the webhook-id of a batched POST (an ordered subscription with batchSize
+// above 1).
+const BatchIDPrefix = "whb_"
 
 // release hands claimed deliveries back, due as they were, without counting an attempt. It runs
 // on its own short context: it matters most while the dispatcher is stopping.
@@ -384,7 +546,8 @@ func (d *Dispatcher) release(items []claimed) {
 	defer cancel()
 	if _, err := d.pool.Exec(ctx, `update webhook_deliveries set status = 'pending', lease_owner = null,
 	lease_until = null, updated_at = now()
-where id = any($1) and status = 'delivering' and lease_owner = $2`, idList, d.node); err != nil {
+where id in (select id from webhook_deliveries where id = any($1) and status = 'delivering' and lease_owner = $2
+	order by id for update)`, idList, d.node); err != nil {
 		// Not lost: the lease expires and another claim takes them.
 		d.logger.Warn("webhook deliveries not handed back; their lease will expire", "deliveries", len(idList), "err", err)
 	}
@@ -401,7 +564,8 @@ func (d *Dispatcher) renewLeases(ctx context.Context) error {
 			return
 		}
 		if _, err := d.pool.Exec(ctx, `update webhook_deliveries set lease_until = now() + $3 * interval '1 millisecond'
-where id = any($1) and status = 'delivering' and lease_owner = $2`, held, d.node, d.cfg.Lease.Milliseconds()); err != nil && ctx.Err() == nil {
+where id in (select id from webhook_deliveries where id = any($1) and status = 'delivering' and lease_owner = $2
+	order by id for update)`, held, d.node, d.cfg.Lease.Milliseconds()); err != nil && ctx.Err() == nil {
 			d.logger.Warn("webhook lease renewal failed", "err", err)
 		}
 	})

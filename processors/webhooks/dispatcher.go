@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"golang.org/x/time/rate"
 
 	"carehub/kernel/config"
 	"carehub/kernel/events"
@@ -33,12 +34,11 @@ const DefaultGroup = "carehub-webhooks"
 
 // Dispatcher defaults.
 const (
-	DefaultLease           = 30 * time.Second
-	DefaultMaxInFlight     = 64
-	DefaultPerSubscription = 1
-	DefaultLaneBatch       = 32
-	DefaultPollInterval    = 500 * time.Millisecond
-	DefaultCacheTTL        = 5 * time.Second
+	DefaultLease        = 30 * time.Second
+	DefaultMaxInFlight  = 256
+	DefaultLaneBatch    = 512
+	DefaultPollInterval = 500 * time.Millisecond
+	DefaultCacheTTL     = 5 * time.Second
 )
 
 // creationSkew is how much earlier than a subscription's creation an event may have been
@@ -76,13 +76,12 @@ type DispatcherConfig struct {
 	// most Lease before another sends it again (DefaultLease).
 	Lease time.Duration
 	// MaxInFlight bounds the attempts in flight, and the subscriptions being served, at once on
-	// this dispatcher (DefaultMaxInFlight).
+	// this dispatcher (DefaultMaxInFlight). Each subscription's own bound is its maxInFlight
+	// (ordered: one).
 	MaxInFlight int
-	// PerSubscription bounds the attempts in flight per subscription (DefaultPerSubscription,
-	// at most 16). 1 keeps a subscription's deliveries strictly in order; more trades order for
-	// throughput to a slow receiver.
-	PerSubscription int
-	// LaneBatch is how many of a subscription's due deliveries one claim takes (DefaultLaneBatch).
+	// LaneBatch is the most of a subscription's due deliveries one claim takes
+	// (DefaultLaneBatch); a claim takes eight times the subscription's maxInFlight, or four
+	// of its batches (ordered), up to this.
 	LaneBatch int
 	// PollInterval is how often the worker pool looks for due deliveries when nothing wakes it
 	// (DefaultPollInterval). New deliveries, resumes and redeliveries wake it at once.
@@ -107,7 +106,6 @@ func (c *DispatcherConfig) defaults() {
 	config.Default(&c.Timeout, DefaultTimeout)
 	config.Default(&c.Lease, DefaultLease)
 	config.Default(&c.MaxInFlight, DefaultMaxInFlight)
-	config.Default(&c.PerSubscription, DefaultPerSubscription)
 	config.Default(&c.LaneBatch, DefaultLaneBatch)
 	config.Default(&c.PollInterval, DefaultPollInterval)
 	config.Default(&c.CacheTTL, DefaultCacheTTL)
@@ -124,8 +122,6 @@ func (c *DispatcherConfig) validate() error {
 		return errors.New("webhook dispatcher: no sealing key")
 	case c.Lease < 300*time.Millisecond:
 		return fmt.Errorf("webhook dispatcher: lease %s is too short", c.Lease)
-	case c.PerSubscription > 16:
-		return fmt.Errorf("webhook dispatcher: PerSubscription %d: at most 16", c.PerSubscription)
 	}
 	return nil
 }
@@ -154,6 +150,12 @@ type Dispatcher struct {
 	held   heldSet       // deliveries claimed and not finished, whose leases are renewed
 
 	claimPasses atomic.Int64 // claims made, for tests
+
+	limitersMu sync.Mutex
+	limiters   map[string]*rate.Limiter // by subscription: its rate limit on this dispatcher
+
+	servingMu sync.Mutex
+	serving   map[string]bool // subscriptions with a lane on this dispatcher
 
 	runOnce  sync.Once
 	closeErr error
@@ -194,7 +196,7 @@ func NewDispatcher(cfg DispatcherConfig) (*Dispatcher, error) {
 		r:      r,
 		pool:   cfg.Pool,
 		guard:  phi.NewGuard(postgres.SyntheticPatients{Pool: cfg.Pool}),
-		sender: newSender(cfg.AllowPrivate, cfg.Timeout, cfg.PerSubscription),
+		sender: newSender(cfg.AllowPrivate, cfg.Timeout, MaxInFlightPerSubscription),
 		box:    newSecretBox(cfg.Key),
 		subs:   newSubCache(cfg.Pool, cfg.CacheTTL),
 		node:   ids.New("wdsp_"),
@@ -368,7 +370,16 @@ func (d *Dispatcher) record(ctx context.Context, all []events.Event) error {
 		return err
 	}
 	d.m.recorded.Add(float64(n))
-	if n > 0 {
+	hooks := make([]string, 0, 1)
+	for _, r := range rows {
+		if !slices.Contains(hooks, r.webhookID) {
+			hooks = append(hooks, r.webhookID)
+		}
+	}
+	// New deliveries of subscriptions this dispatcher serves a lane of are the lanes' (they
+	// refill before they end, and a lane that ends wakes the claimer): a claim would find
+	// nothing, and claims are what a busy queue's churn makes slow.
+	if n > 0 && !d.allServed(hooks) {
 		d.nudge()
 		// Other dispatchers' workers wake too; without it they find the rows at their next poll.
 		if _, err := d.pool.Exec(ctx, `select pg_notify($1, 'due')`, NotifyChannel); err != nil && ctx.Err() == nil {

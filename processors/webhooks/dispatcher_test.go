@@ -88,7 +88,7 @@ func TestEventIsDeliveredOnceSignedWithTheSpecBody(t *testing.T) {
 func TestWildcardSubscriptionGetsOnlyItsNamespace(t *testing.T) {
 	f := newFixture(t)
 	rc := newReceiver(t, nil)
-	sub := f.create(rc.URL, "agent.*")
+	sub := f.createWith(oneAtATime(), rc.URL, "agent.*")
 	f.start()
 
 	f.publish("agent.run_completed", nil)
@@ -117,7 +117,7 @@ func TestWildcardSubscriptionGetsOnlyItsNamespace(t *testing.T) {
 func TestEventsOfAnyShapeAreMatched(t *testing.T) {
 	f := newFixture(t)
 	rc := newReceiver(t, nil)
-	sub := f.create(rc.URL, "agent.*")
+	sub := f.createWith(oneAtATime(), rc.URL, "agent.*")
 	f.start()
 
 	reordered, err := events.New("agent.reordered", f.orgID, f.projectID, events.SourceIntegration, events.SeverityInfo, map[string]any{"n": 1})
@@ -193,7 +193,7 @@ func TestTenFailuresPauseAndResumeDeliversEverythingInOrder(t *testing.T) {
 			w.WriteHeader(http.StatusInternalServerError)
 		}
 	})
-	sub := f.create(rc.URL, "*")
+	sub := f.createWith(oneAtATime(), rc.URL, "*")
 	var evs []events.Event
 	for i := range 15 {
 		evs = append(evs, f.publish("device.observation_received", map[string]int{"n": i}))
@@ -260,7 +260,7 @@ func TestGoneDisablesTheSubscription(t *testing.T) {
 	f := newFixture(t)
 	gone := newReceiver(t, status(http.StatusGone))
 	other := newReceiver(t, nil)
-	sub := f.create(gone.URL, "*")
+	sub := f.createWith(oneAtATime(), gone.URL, "*")
 	witness := f.create(other.URL, "*")
 	// Both events are in the topic before the dispatcher starts, so it records both before the
 	// first 410 disables the subscription.
@@ -368,7 +368,7 @@ func TestSlowReceiverDoesNotDelayAnotherSubscription(t *testing.T) {
 		w.WriteHeader(http.StatusOK)
 	})
 	fast := newReceiver(t, nil)
-	slowSub := f.create(slow.URL, "*")
+	slowSub := f.createWith(oneAtATime(), slow.URL, "*")
 	fastSub := f.create(fast.URL, "*")
 	f.start()
 	var evs []events.Event
@@ -394,7 +394,7 @@ func TestSlowReceiverDoesNotDelayAnotherSubscription(t *testing.T) {
 func TestEventConsumedTwiceIsDeliveredOnce(t *testing.T) {
 	f := newFixture(t)
 	rc := newReceiver(t, nil)
-	sub := f.create(rc.URL, "*")
+	sub := f.createWith(oneAtATime(), rc.URL, "*")
 	ev := f.publish("agent.run_completed", nil)
 	f.produce(ev) // the same event again, as a relay retry would publish it
 	first := f.start()
@@ -495,7 +495,7 @@ func TestDeletedSubscriptionCancelsPendingDeliveries(t *testing.T) {
 	}
 }
 
-func TestPerSubscriptionBoundsConcurrentAttempts(t *testing.T) {
+func TestMaxInFlightBoundsConcurrentAttempts(t *testing.T) {
 	f := newFixture(t)
 	var mu sync.Mutex
 	inFlight, most := 0, 0
@@ -511,19 +511,19 @@ func TestPerSubscriptionBoundsConcurrentAttempts(t *testing.T) {
 		mu.Unlock()
 		w.WriteHeader(http.StatusOK)
 	})
-	sub := f.create(rc.URL, "*")
+	sub := f.createWith(Options{MaxInFlight: ptr(4)}, rc.URL, "*")
 	var evs []events.Event
 	for range 16 {
 		evs = append(evs, f.publish("agent.run_completed", nil))
 	}
-	f.start(func(c *DispatcherConfig) { c.PerSubscription = 4 })
+	f.start()
 	for _, ev := range evs {
 		f.waitDeliveryStatus(sub.ID, ev.ID, DeliverySucceeded)
 	}
 	mu.Lock()
 	defer mu.Unlock()
 	if most > 4 || most < 2 {
-		t.Errorf("at most %d attempts were in flight at once, want 2..4 with PerSubscription 4", most)
+		t.Errorf("at most %d attempts were in flight at once, want 2..4 with maxInFlight 4", most)
 	}
 }
 

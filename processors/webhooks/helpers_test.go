@@ -109,7 +109,13 @@ func (f *fixture) addProject(orgID string) string {
 
 func (f *fixture) create(url string, patterns ...string) *Subscription {
 	f.t.Helper()
-	sub, err := f.svc.Create(f.admin, f.projectID, url, patterns)
+	return f.createWith(Options{}, url, patterns...)
+}
+
+// createWith creates a subscription with delivery settings.
+func (f *fixture) createWith(opts Options, url string, patterns ...string) *Subscription {
+	f.t.Helper()
+	sub, err := f.svc.Create(f.admin, f.projectID, url, patterns, opts)
 	if err != nil {
 		f.t.Fatalf("create webhook: %v", err)
 	}
@@ -393,3 +399,9 @@ func eventIDs(evs []events.Event) []string {
 }
 
 func join(s []string) string { return strings.Join(s, " ") }
+
+// oneAtATime is a concurrent subscription with one attempt in flight: first attempts in seq
+// order, a failure retried on its own schedule.
+func oneAtATime() Options { return Options{MaxInFlight: ptr(1)} }
+
+func ptr[T any](v T) *T { return &v }

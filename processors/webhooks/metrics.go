@@ -13,6 +13,8 @@ type metrics struct {
 	attempts        *prometheus.CounterVec
 	attemptSeconds  prometheus.Histogram
 	firstAttemptLag prometheus.Histogram
+	claimSeconds    prometheus.Histogram
+	outcomeWrites   prometheus.Histogram // deliveries per outcome write
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -33,9 +35,16 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		firstAttemptLag: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: "carehub", Subsystem: "webhooks",
 			Name: "first_attempt_lag_seconds", Help: "Time from an event's creation to its first delivery attempt.",
 			Buckets: prometheus.ExponentialBuckets(0.001, 2, 18)}),
+		claimSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: "carehub", Subsystem: "webhooks",
+			Name: "claim_duration_seconds", Help: "Duration of a claim of due deliveries (the lanes it starts).",
+			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14)}),
+		outcomeWrites: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: "carehub", Subsystem: "webhooks",
+			Name: "outcome_write_deliveries", Help: "Deliveries whose outcomes one write records (a lane writes what finished since its last write).",
+			Buckets: prometheus.ExponentialBuckets(1, 2, 10)}),
 	}
 	if reg != nil {
-		for _, c := range []prometheus.Collector{m.recorded, m.deadLettered, m.reclaimed, m.lanes, m.attempts, m.attemptSeconds, m.firstAttemptLag} {
+		for _, c := range []prometheus.Collector{m.recorded, m.deadLettered, m.reclaimed, m.lanes, m.attempts, m.attemptSeconds, m.firstAttemptLag,
+			m.claimSeconds, m.outcomeWrites} {
 			if err := reg.Register(c); err != nil {
 				return nil, err
 			}

@@ -110,7 +110,7 @@ func TestReferenceVerifierAcceptsEveryDelivery(t *testing.T) {
 	}
 	f := newFixture(t)
 	rc := newReceiver(t, nil)
-	sub := f.create(rc.URL, "*")
+	sub := f.createWith(oneAtATime(), rc.URL, "*") // reqs[0] is the first event's
 	f.start()
 
 	f.publish("agent.run_completed", map[string]any{"sessionId": "ses_1", "latencyMs": 120, "tokensUsed": 512})

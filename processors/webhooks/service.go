@@ -8,7 +8,8 @@
 //	dispatcher.go     Dispatcher: the "carehub-webhooks" consumer group on carehub.events.v1; it
 //	                  records one delivery per (subscription, event) before committing offsets
 //	subscriptions.go  the dispatcher's per-project subscription cache
-//	deliver.go        the delivery worker pool: claims lanes, attempts, records outcomes, leases
+//	deliver.go        the delivery worker pool: claims and refills lanes, attempts, leases
+//	outcomes.go       each lane's outcome writer: attempts, deliveries and the subscription's state
 //	sender.go         one signed HTTP attempt (no redirects, no proxy, bounded, trimmed answer);
 //	                  destinations are checked by kernel/egress, at create time and in the dialer
 //	sign.go           secrets, Standard Webhooks signatures, the delivered body
@@ -18,10 +19,11 @@
 //	schedule.go       retry schedule, jitter, Retry-After
 //	nodeverify/       the reference verifier (npm standardwebhooks) the tests check against
 //
-// Delivery is at least once, in order per subscription. An event becomes a delivery row before
-// its Kafka offset is committed; a delivery is attempted by the dispatcher that holds its
-// subscription's lane lease, and a lease that is not renewed (a dispatcher killed mid-attempt)
-// expires and the delivery is sent again, with the same webhook-id, so receivers deduplicate.
+// Delivery is at least once: concurrent per subscription by default, or in order (Settings). An
+// event becomes a delivery row before its Kafka offset is committed; a delivery is attempted by
+// the dispatcher that holds its subscription's lane lease, and a lease that is not renewed (a
+// dispatcher killed mid-attempt) expires and the delivery is sent again, with the same
+// webhook-id, so receivers deduplicate.
 package webhooks
 
 import (
@@ -61,6 +63,53 @@ type Subscription struct {
 	LastDeliveredAt *time.Time `json:"lastDeliveredAt"`
 	CreatedAt       time.Time  `json:"createdAt"`
 	UpdatedAt       time.Time  `json:"updatedAt"`
+	Settings
+}
+
+// Settings is how a subscription's deliveries are sent (issue 55; deliver.go).
+type Settings struct {
+	// Ordered sends one POST at a time in the order events were consumed, each carrying up to
+	// BatchSize events as a JSON array; otherwise (the default) up to MaxInFlight attempts run at
+	// once and order is best effort.
+	Ordered     bool `json:"ordered"`
+	MaxInFlight int  `json:"maxInFlight"` // concurrent mode: 1..64, default DefaultMaxInFlightPerSubscription
+	BatchSize   int  `json:"batchSize"`   // ordered mode: events a POST, 1..100, default 1
+	RateLimit   int  `json:"rateLimit"`   // events a second at most, 0..10000; 0: no limit
+}
+
+// Bounds and defaults of Settings.
+const (
+	DefaultMaxInFlightPerSubscription = 16
+	MaxInFlightPerSubscription        = 64
+	MaxBatchSize                      = 100
+	MaxRateLimit                      = 10_000
+)
+
+// Options changes Settings on Create and Update; nil fields take the default (Create) or stay
+// as they are (Update).
+type Options struct {
+	Ordered     *bool
+	MaxInFlight *int
+	BatchSize   *int
+	RateLimit   *int
+}
+
+// check validates the options that are set.
+func (o Options) check() error {
+	fields := map[string]string{}
+	if o.MaxInFlight != nil && (*o.MaxInFlight < 1 || *o.MaxInFlight > MaxInFlightPerSubscription) {
+		fields["maxInFlight"] = fmt.Sprintf("must be 1..%d", MaxInFlightPerSubscription)
+	}
+	if o.BatchSize != nil && (*o.BatchSize < 1 || *o.BatchSize > MaxBatchSize) {
+		fields["batchSize"] = fmt.Sprintf("must be 1..%d", MaxBatchSize)
+	}
+	if o.RateLimit != nil && (*o.RateLimit < 0 || *o.RateLimit > MaxRateLimit) {
+		fields["rateLimit"] = fmt.Sprintf("must be 0..%d (0: no limit)", MaxRateLimit)
+	}
+	if len(fields) > 0 {
+		return fault.Validation("invalid delivery settings", fields)
+	}
+	return nil
 }
 
 // Delivery is one event's delivery to one subscription.
@@ -96,6 +145,7 @@ type Update struct {
 	URL    *string
 	Events []string
 	Status *string // active, paused, disabled
+	Options
 }
 
 // Subscription statuses.
@@ -171,14 +221,15 @@ func NewService(pool *pgxpool.Pool, cfg ServiceConfig) *Service {
 }
 
 const subscriptionColumns = `id, org_id, project_id, url, events, status, secret, secret_sealed, failure_count,
-	last_delivered_at, created_at, updated_at`
+	last_delivered_at, created_at, updated_at, ordered, max_in_flight, batch_size, rate_limit`
 
 // scanSubscription reads a subscription, its secret masked.
 func (s *Service) scanSubscription(row pgx.Row) (*Subscription, error) {
 	var sub Subscription
 	var secret storedSecrets
 	err := row.Scan(&sub.ID, &sub.OrgID, &sub.ProjectID, &sub.URL, &sub.Events, &sub.Status, &secret.current,
-		&secret.currentSealed, &sub.FailureCount, &sub.LastDeliveredAt, &sub.CreatedAt, &sub.UpdatedAt)
+		&secret.currentSealed, &sub.FailureCount, &sub.LastDeliveredAt, &sub.CreatedAt, &sub.UpdatedAt,
+		&sub.Ordered, &sub.MaxInFlight, &sub.BatchSize, &sub.RateLimit)
 	if err != nil {
 		return nil, err
 	}
@@ -232,9 +283,12 @@ func quote(s string) string {
 // Create registers a subscription and returns it with its full secret. The subscription records
 // what patient data the caller may read (its patient scopes and mode): its deliveries carry that
 // much and no more (phi.go).
-func (s *Service) Create(ctx context.Context, projectID, url string, patterns []string) (*Subscription, error) {
+func (s *Service) Create(ctx context.Context, projectID, url string, patterns []string, opts Options) (*Subscription, error) {
 	p, err := access.Require(ctx, access.AdminOrg)
 	if err != nil {
+		return nil, err
+	}
+	if err := opts.check(); err != nil {
 		return nil, err
 	}
 	if err := egress.CheckURL(url, s.cfg.AllowPrivate); err != nil {
@@ -249,10 +303,13 @@ func (s *Service) Create(ctx context.Context, projectID, url string, patterns []
 	var sub *Subscription
 	err = s.inTx(ctx, &sub, func(tx pgx.Tx) error {
 		row := tx.QueryRow(ctx, `
-insert into webhooks (id, org_id, project_id, url, events, secret_sealed, patient_scopes, patient_mode)
-select $1, p.org_id, p.id, $3, $4, $5, $7, $8 from projects p where p.id = $2 and ($6 = '' or p.org_id = $6)
+insert into webhooks (id, org_id, project_id, url, events, secret_sealed, patient_scopes, patient_mode,
+	ordered, max_in_flight, batch_size, rate_limit)
+select $1, p.org_id, p.id, $3, $4, $5, $7, $8, coalesce($9::boolean, false), coalesce($10::int, $13::int), coalesce($11::int, 1), coalesce($12::int, 0)
+from projects p where p.id = $2 and ($6 = '' or p.org_id = $6)
 returning `+subscriptionColumns,
-			id, projectID, url, patterns, s.box.seal(id, secret), p.OrgFilter(), patientScopes, patientMode)
+			id, projectID, url, patterns, s.box.seal(id, secret), p.OrgFilter(), patientScopes, patientMode,
+			opts.Ordered, opts.MaxInFlight, opts.BatchSize, opts.RateLimit, DefaultMaxInFlightPerSubscription)
 		var err error
 		if sub, err = s.scanSubscription(row); errors.Is(err, pgx.ErrNoRows) {
 			return fault.NotFound("project", projectID)
@@ -370,6 +427,9 @@ func (s *Service) Update(ctx context.Context, id string, u Update) (*Subscriptio
 			return nil, err
 		}
 	}
+	if err := u.Options.check(); err != nil {
+		return nil, err
+	}
 	if u.Status != nil && !slices.Contains([]string{StatusActive, StatusPaused, StatusDisabled}, *u.Status) {
 		return nil, fault.Validation("invalid status "+quote(*u.Status),
 			map[string]string{"status": "must be active, paused or disabled"})
@@ -384,9 +444,12 @@ update webhooks set
 	status = coalesce($5, status),
 	failure_count = case when $5 = 'active' then 0 else failure_count end,
 	patient_scopes = $6, patient_mode = $7,
+	ordered = coalesce($8::boolean, ordered), max_in_flight = coalesce($9::int, max_in_flight),
+	batch_size = coalesce($10::int, batch_size), rate_limit = coalesce($11::int, rate_limit),
 	updated_at = now()
 where id = $1 and deleted_at is null and ($2 = '' or org_id = $2)
-returning `+subscriptionColumns, id, p.OrgFilter(), u.URL, u.Events, u.Status, patientScopes, patientMode)
+returning `+subscriptionColumns, id, p.OrgFilter(), u.URL, u.Events, u.Status, patientScopes, patientMode,
+			u.Ordered, u.MaxInFlight, u.BatchSize, u.RateLimit)
 		var err error
 		if sub, err = s.scanSubscription(row); errors.Is(err, pgx.ErrNoRows) {
 			return fault.NotFound("webhook", id)
@@ -641,8 +704,9 @@ where d.id = $1 returning `+deliveryColumns, deliveryID))
 }
 
 // Recover schedules again every failed delivery of a subscription created since a time (at most
-// RedeliverWindow ago) and returns how many.
-func (s *Service) Recover(ctx context.Context, webhookID string, since time.Time) (int, error) {
+// RedeliverWindow ago), or with all every finished one (succeeded, failed or cancelled), and
+// returns how many. Each is sent again with its own webhook-id, as Redeliver does.
+func (s *Service) Recover(ctx context.Context, webhookID string, since time.Time, all bool) (int, error) {
 	p, err := access.Require(ctx, access.AdminOrg)
 	if err != nil {
 		return 0, err
@@ -660,7 +724,8 @@ func (s *Service) Recover(ctx context.Context, webhookID string, since time.Time
 	err = s.inTx(ctx, &n, func(tx pgx.Tx) error {
 		tag, err := tx.Exec(ctx, `update webhook_deliveries set status = 'pending', schedule_pos = 0,
 	next_attempt_at = now(), completed_at = null, updated_at = now()
-where webhook_id = $1 and status = 'failed' and created_at >= $2`, webhookID, since)
+where webhook_id = $1 and created_at >= $2
+	and (status = 'failed' or $3 and status in ('succeeded', 'cancelled'))`, webhookID, since, all)
 		if err != nil {
 			return err
 		}

@@ -34,13 +34,13 @@ func TestCreateValidatesAndScopes(t *testing.T) {
 		{"without admin:org", principal(f.orgID, access.ExecWorkflows), f.projectID, []string{"*"}, fault.KindInsufficientScope},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := f.svc.Create(tc.ctx, tc.project, "https://hooks.example.com/x", tc.events)
+			_, err := f.svc.Create(tc.ctx, tc.project, "https://hooks.example.com/x", tc.events, Options{})
 			if fault.KindOf(err) != tc.want {
 				t.Errorf("err = %v (kind %d), want kind %d", err, fault.KindOf(err), tc.want)
 			}
 		})
 	}
-	sub, err := f.svc.Create(f.admin, f.projectID, "https://hooks.example.com/x", []string{"agent.*", "agent.*", "workflow.run.completed", "*"})
+	sub, err := f.svc.Create(f.admin, f.projectID, "https://hooks.example.com/x", []string{"agent.*", "agent.*", "workflow.run.completed", "*"}, Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -202,21 +202,21 @@ func TestFailedDeliveriesCanBeRedeliveredAndRecovered(t *testing.T) {
 	}
 	f.waitDeliveryStatus(sub.ID, evs[0].ID, DeliverySucceeded)
 
-	n, err := f.svc.Recover(f.admin, sub.ID, time.Now().Add(-time.Hour))
+	n, err := f.svc.Recover(f.admin, sub.ID, time.Now().Add(-time.Hour), false)
 	if err != nil || n != 2 {
 		t.Fatalf("Recover: %d, %v; want the 2 still failed", n, err)
 	}
 	for _, ev := range evs[1:] {
 		f.waitDeliveryStatus(sub.ID, ev.ID, DeliverySucceeded)
 	}
-	if n, err := f.svc.Recover(f.admin, sub.ID, time.Now().Add(-time.Hour)); err != nil || n != 0 {
+	if n, err := f.svc.Recover(f.admin, sub.ID, time.Now().Add(-time.Hour), false); err != nil || n != 0 {
 		t.Errorf("second Recover: %d, %v", n, err)
 	}
 	outsider := principal(f.addOrg("outsider"), access.AdminOrg)
 	if _, err := f.svc.Redeliver(outsider, failed[0].ID); fault.KindOf(err) != fault.KindNotFound {
 		t.Errorf("another org's Redeliver: %v", err)
 	}
-	if _, err := f.svc.Recover(outsider, sub.ID, time.Now()); fault.KindOf(err) != fault.KindNotFound {
+	if _, err := f.svc.Recover(outsider, sub.ID, time.Now(), false); fault.KindOf(err) != fault.KindNotFound {
 		t.Errorf("another org's Recover: %v", err)
 	}
 	if _, err := f.svc.Delivery(outsider, failed[0].ID); fault.KindOf(err) != fault.KindNotFound {
@@ -225,7 +225,7 @@ func TestFailedDeliveriesCanBeRedeliveredAndRecovered(t *testing.T) {
 	if m, err := f.svc.Attempts(outsider, []string{failed[0].ID}); err != nil || len(m) != 0 {
 		t.Errorf("another org's Attempts: %v, %v", m, err)
 	}
-	if _, err := f.svc.Recover(f.admin, sub.ID, time.Time{}); fault.KindOf(err) != fault.KindValidation {
+	if _, err := f.svc.Recover(f.admin, sub.ID, time.Time{}, false); fault.KindOf(err) != fault.KindValidation {
 		t.Errorf("Recover without since: %v", err)
 	}
 	// Too old to redeliver.

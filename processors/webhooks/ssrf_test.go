@@ -34,12 +34,12 @@ func TestCreateRefusesNonPublicOrNonHTTPSURLs(t *testing.T) {
 		"/relative",
 		"",
 	} {
-		_, err := strict.Create(f.admin, f.projectID, u, []string{"*"})
+		_, err := strict.Create(f.admin, f.projectID, u, []string{"*"}, Options{})
 		if fault.KindOf(err) != fault.KindValidation {
 			t.Errorf("Create(%q): %v, want a validation error", u, err)
 		}
 	}
-	sub, err := strict.Create(f.admin, f.projectID, "https://hooks.example.com/carehub", []string{"*"})
+	sub, err := strict.Create(f.admin, f.projectID, "https://hooks.example.com/carehub", []string{"*"}, Options{})
 	if err != nil {
 		t.Fatalf("a public https URL: %v", err)
 	}

@@ -130,9 +130,11 @@ func (l *EventLog) Durable(ctx context.Context) (storage.DurableMark, error) {
 	return storage.DurableMark{Epoch: epoch, Pos: uint64(lsn)}, nil
 }
 
-// asyncCommit begins a transaction whose commit does not wait for its WAL to be flushed, in
-// one round trip.
-var asyncCommit = pgx.TxOptions{BeginQuery: "begin; set local synchronous_commit = off"}
+// AsyncCommit begins a transaction whose commit does not wait for its WAL to be flushed, in
+// one round trip: for writes that a crash may lose without losing what they record (the event
+// log's deferred batches, whose durability is tracked; webhook claims and outcomes, which a
+// lost commit turns into a retry with the same webhook-id).
+var AsyncCommit = pgx.TxOptions{BeginQuery: "begin; set local synchronous_commit = off"}
 
 // writer is what an append writes through: a connection of the pool (each statement its own
 // transaction) or a transaction.
@@ -150,7 +152,7 @@ func (l *EventLog) append(ctx context.Context, events []events.Event, deferred b
 	// needs one around it.
 	opts := pgx.TxOptions{}
 	if deferred {
-		opts = asyncCommit
+		opts = AsyncCommit
 	}
 	statement := func(f func(writer) error) error {
 		if !deferred {
@@ -184,6 +186,13 @@ func Refused(err error) error {
 		return &storage.RefusedError{Code: "SQLSTATE " + pg.Code, Err: err}
 	}
 	return err
+}
+
+// Transient reports an error that the same statement may not meet again: a deadlock (40P01) or
+// a serialization failure (40001), which Postgres resolves by failing one of the parties.
+func Transient(err error) bool {
+	pg, ok := errors.AsType[*pgconn.PgError](err)
+	return ok && (pg.Code == "40P01" || pg.Code == "40001")
 }
 
 // noPayload is what the log stores for an event without a payload: JSON null.

@@ -32,16 +32,33 @@ import (
 	"carehub/kernel/tick"
 	"carehub/loadtest/loadcli"
 	loadreport "carehub/loadtest/report"
+	"carehub/processors/webhooks"
 )
 
 // config is the command line.
 type config struct {
 	loadcli.Command
 	Listen string // the receiver's address (loopback)
+	// The subscription's delivery settings (docs/WEBHOOKS.md); zero values take the node's
+	// defaults.
+	Ordered     bool
+	MaxInFlight int
+	HookBatch   int
+	RateLimit   int
+	Raw         bool // also POST the same signed bodies straight to a receiver: the baseline
 }
 
 func (c *config) validate() error {
 	errs := []error{c.Command.Validate("at least one API key (the first with admin:org, all with exec:workflows) is required")}
+	if c.MaxInFlight < 0 || c.MaxInFlight > webhooks.MaxInFlightPerSubscription {
+		errs = append(errs, fmt.Errorf("-max-in-flight %d: must be 0..%d", c.MaxInFlight, webhooks.MaxInFlightPerSubscription))
+	}
+	if c.HookBatch < 0 || c.HookBatch > webhooks.MaxBatchSize || c.HookBatch > 1 && !c.Ordered {
+		errs = append(errs, fmt.Errorf("-hook-batch %d: must be 0..%d, and above 1 only with -ordered", c.HookBatch, webhooks.MaxBatchSize))
+	}
+	if c.RateLimit < 0 || c.RateLimit > webhooks.MaxRateLimit {
+		errs = append(errs, fmt.Errorf("-rate-limit %d: must be 0..%d", c.RateLimit, webhooks.MaxRateLimit))
+	}
 	if host, _, err := net.SplitHostPort(c.Listen); err != nil {
 		errs = append(errs, fmt.Errorf("-listen %q: %w", c.Listen, err))
 	} else if err := loadcli.LoopbackHost(host); err != nil {
@@ -59,6 +76,11 @@ func main() {
 		Drain: "after publishing, how long to wait for the deliveries to catch up",
 	})
 	flag.StringVar(&cfg.Listen, "listen", "127.0.0.1:0", "address of the webhook receiver (loopback; port 0 picks one)")
+	flag.BoolVar(&cfg.Ordered, "ordered", false, "subscribe in ordered mode (one POST at a time, in order); the receiver counts events out of order")
+	flag.IntVar(&cfg.MaxInFlight, "max-in-flight", 0, "the subscription's maxInFlight, concurrent mode (0: the node's default)")
+	flag.IntVar(&cfg.HookBatch, "hook-batch", 0, "the subscription's batchSize, ordered mode: events per POST (0: 1)")
+	flag.IntVar(&cfg.RateLimit, "rate-limit", 0, "the subscription's rateLimit, deliveries/s (0: none)")
+	flag.BoolVar(&cfg.Raw, "raw", true, "after the run, POST as many signed bodies of the same shape straight to a receiver, at the subscription's concurrency (the baseline)")
 	loadcli.Main(&cfg.Command, "webhookload", cfg.validate, func(ctx context.Context) (*report, error) { return run(ctx, cfg, os.Stderr) })
 }
 
@@ -70,8 +92,11 @@ const (
 
 // webhook is what POST /v1/webhooks answers (the secret only there).
 type webhook struct {
-	ID     string `json:"id"`
-	Secret string `json:"secret"`
+	ID          string `json:"id"`
+	Secret      string `json:"secret"`
+	Ordered     bool   `json:"ordered"`
+	MaxInFlight int    `json:"maxInFlight"`
+	BatchSize   int    `json:"batchSize"`
 }
 
 // run executes one load and returns its report (also when it ends early with an error).
@@ -92,7 +117,13 @@ func run(ctx context.Context, cfg config, logw io.Writer) (*report, error) {
 	hookURL := "http://" + ln.Addr().String() + "/hook"
 	var hook webhook
 	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	err = admin.REST(cctx, http.MethodPost, "/v1/webhooks", map[string]any{"projectId": project, "url": hookURL, "events": []string{typ}}, &hook)
+	create := map[string]any{"projectId": project, "url": hookURL, "events": []string{typ}, "ordered": cfg.Ordered}
+	for name, v := range map[string]int{"maxInFlight": cfg.MaxInFlight, "batchSize": cfg.HookBatch, "rateLimit": cfg.RateLimit} {
+		if v > 0 {
+			create[name] = v
+		}
+	}
+	err = admin.REST(cctx, http.MethodPost, "/v1/webhooks", create, &hook)
 	cancel()
 	if err != nil {
 		return nil, fmt.Errorf("create the webhook (the node needs --webhooks-allow-private for %s): %w", hookURL, err)
@@ -190,9 +221,23 @@ func run(ctx context.Context, cfg config, logw io.Writer) (*report, error) {
 	rep.Published, rep.Calls, rep.Failed, rep.Refused = t.Published, calls.Load(), failed.Load(), refused.Load()
 	rep.PublishedPerSec = float64(t.Published) / elapsed.Seconds()
 	rep.Delivered, rep.Duplicates, rep.BadSignature, rep.Stale, rep.Malformed = t.Delivered, t.Duplicates, t.BadSignature, t.Stale, t.Malformed
+	rep.OutOfOrder, rep.Ordered, rep.MaxInFlight, rep.HookBatch, rep.RateLimit = t.OutOfOrder, hook.Ordered, hook.MaxInFlight, hook.BatchSize, cfg.RateLimit
 	rep.DeliveredPerSec = float64(t.Delivered) / delivering.Seconds()
 	rep.Latency = loadcli.Ms(t.Latencies)
 	rep.Undelivered = max(t.Published-t.Delivered, 0)
+	if cfg.Raw && t.Delivered > 0 && ctx.Err() == nil {
+		conc, size := max(hook.MaxInFlight, 1), 1
+		if hook.Ordered {
+			conc, size = 1, max(hook.BatchSize, 1)
+		}
+		fmt.Fprintf(logw, "webhookload: raw baseline: %d signed bodies straight to a receiver, %d at a time, %d a POST\n", t.Delivered, conc, size)
+		raw, err := rawBaseline(ctx, hook.Secret, typ, int(t.Delivered), conc, size, filler)
+		if err != nil {
+			return rep, fmt.Errorf("raw baseline: %w", err)
+		}
+		rep.Raw = raw
+		rep.RawRatio = rep.DeliveredPerSec / raw.PerSec
+	}
 	if v, ok := firstErr.Load().(string); ok {
 		rep.FirstError = v
 	}
@@ -246,6 +291,13 @@ type report struct {
 	BadSignature    int64          `json:"badSignature"`
 	Stale           int64          `json:"staleTimestamp"`
 	Malformed       int64          `json:"malformed"`
+	OutOfOrder      int64          `json:"outOfOrder"` // first deliveries of a client's event after a later one of it
+	Ordered         bool           `json:"ordered"`
+	MaxInFlight     int            `json:"maxInFlight"`
+	HookBatch       int            `json:"batchSize"`
+	RateLimit       int            `json:"rateLimit,omitempty"`
+	Raw             *rawReport     `json:"raw,omitempty"`
+	RawRatio        float64        `json:"deliveredOverRaw,omitempty"` // deliveries/s ÷ the raw baseline's`
 	// Series is the run second by second (deliveries/s, publish → delivered latency, events
 	// published and not yet delivered, refused calls), the series loadtest/charts draws.
 	Series []loadreport.Point `json:"-"`
@@ -266,4 +318,16 @@ func (r *report) Print(w io.Writer) {
 	fmt.Fprintf(w, "delivered      %d (%.1f/s), %d undelivered, %d duplicates, %d bad signatures, %d stale, %d malformed\n",
 		r.Delivered, r.DeliveredPerSec, r.Undelivered, r.Duplicates, r.BadSignature, r.Stale, r.Malformed)
 	fmt.Fprintf(w, "publish→hook   %v\n", r.Latency)
+	mode := fmt.Sprintf("concurrent, maxInFlight %d", r.MaxInFlight)
+	if r.Ordered {
+		mode = fmt.Sprintf("ordered, batchSize %d", r.HookBatch)
+	}
+	if r.RateLimit > 0 {
+		mode += fmt.Sprintf(", rateLimit %d/s", r.RateLimit)
+	}
+	fmt.Fprintf(w, "subscription   %s; %d events out of order\n", mode, r.OutOfOrder)
+	if r.Raw != nil {
+		fmt.Fprintf(w, "raw baseline   %d events in %d POSTs, %d at a time: %.1f events/s, POST %v; carehub ÷ raw %.3f\n",
+			r.Raw.Events, r.Raw.Posts, r.Raw.Concurrency, r.Raw.PerSec, r.Raw.Latency, r.RawRatio)
+	}
 }

@@ -29,28 +29,40 @@ type tracker struct {
 	published  int64 // events of acknowledged publish calls
 	delivered  map[string]struct{}
 	latencies  []time.Duration
-	duplicates int64 // redeliveries of an event already counted
-	badSig     int64 // missing or wrong signature
-	stale      int64 // webhook-timestamp outside the tolerance
-	malformed  int64 // signed, but no sentAt in the payload
+	duplicates int64       // redeliveries of an event already counted
+	badSig     int64       // missing or wrong signature
+	stale      int64       // webhook-timestamp outside the tolerance
+	malformed  int64       // signed, but no sentAt in the payload
+	outOfOrder int64       // first deliveries of a client's event before one it published earlier
+	lastSeq    map[int]int // by publishing client: the highest seq delivered
 }
 
 func newTracker(secret string, now func() time.Time, observed func(time.Duration)) *tracker {
 	if observed == nil {
 		observed = func(time.Duration) {}
 	}
-	return &tracker{secret: secret, now: now, observed: observed, delivered: map[string]struct{}{}}
+	return &tracker{secret: secret, now: now, observed: observed, delivered: map[string]struct{}{}, lastSeq: map[int]int{}}
 }
 
 // delivery is the part of a delivered body the tracker reads.
 type delivery struct {
 	Payload struct {
 		SentAt int64 `json:"sentAt"` // unix nanoseconds when the publish call was sent
+		Client int   `json:"client"`
+		Seq    int   `json:"seq"` // the client's publish call
 	} `json:"payload"`
 }
 
-// receive judges one delivery and returns the status to answer: 204 when counted (or a
-// duplicate), 401 for a bad or stale signature, 400 for a body it cannot read.
+// element is one event of a batched delivery (an ordered subscription with batchSize > 1): the
+// webhook-id and body it would have alone (docs/WEBHOOKS.md).
+type element struct {
+	ID   string          `json:"id"`
+	Body json.RawMessage `json:"body"`
+}
+
+// receive judges one delivery (one event, or a batch of them) and returns the status to answer:
+// 204 when counted (or a duplicate), 401 for a bad or stale signature, 400 for a body it cannot
+// read.
 func (t *tracker) receive(h http.Header, body []byte) int {
 	now := t.now()
 	id, ts := h.Get(webhooks.HeaderID), h.Get(webhooks.HeaderTimestamp)
@@ -63,22 +75,41 @@ func (t *tracker) receive(h http.Header, body []byte) int {
 		t.count(&t.stale)
 		return http.StatusUnauthorized
 	}
-	var d delivery
-	if err := json.Unmarshal(body, &d); err != nil || d.Payload.SentAt == 0 {
-		t.count(&t.malformed)
-		return http.StatusBadRequest
+	elems := []element{{ID: id, Body: body}}
+	if len(body) > 0 && body[0] == '[' {
+		if err := json.Unmarshal(body, &elems); err != nil || len(elems) == 0 {
+			t.count(&t.malformed)
+			return http.StatusBadRequest
+		}
 	}
-	latency := now.Sub(time.Unix(0, d.Payload.SentAt))
+	ds := make([]delivery, len(elems))
+	for i, e := range elems {
+		if err := json.Unmarshal(e.Body, &ds[i]); err != nil || ds[i].Payload.SentAt == 0 || e.ID == "" {
+			t.count(&t.malformed)
+			return http.StatusBadRequest
+		}
+	}
+	var fresh []time.Duration
 	t.mu.Lock()
-	if _, dup := t.delivered[id]; dup {
-		t.duplicates++
-		t.mu.Unlock()
-		return http.StatusNoContent
+	for i, e := range elems {
+		if _, dup := t.delivered[e.ID]; dup {
+			t.duplicates++
+			continue
+		}
+		p := ds[i].Payload
+		if last, ok := t.lastSeq[p.Client]; ok && p.Seq < last {
+			t.outOfOrder++
+		}
+		t.lastSeq[p.Client] = max(t.lastSeq[p.Client], p.Seq)
+		t.delivered[e.ID] = struct{}{}
+		latency := now.Sub(time.Unix(0, p.SentAt))
+		t.latencies = append(t.latencies, latency)
+		fresh = append(fresh, latency)
 	}
-	t.delivered[id] = struct{}{}
-	t.latencies = append(t.latencies, latency)
 	t.mu.Unlock()
-	t.observed(latency)
+	for _, l := range fresh {
+		t.observed(l)
+	}
 	return http.StatusNoContent
 }
 
@@ -105,15 +136,15 @@ func (t *tracker) lag() int64 {
 
 // tally is a copy of the tracker's counts.
 type tally struct {
-	Published, Delivered, Duplicates, BadSignature, Stale, Malformed int64
-	Latencies                                                        []time.Duration
+	Published, Delivered, Duplicates, BadSignature, Stale, Malformed, OutOfOrder int64
+	Latencies                                                                    []time.Duration
 }
 
 func (t *tracker) tally() tally {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return tally{Published: t.published, Delivered: int64(len(t.delivered)), Duplicates: t.duplicates,
-		BadSignature: t.badSig, Stale: t.stale, Malformed: t.malformed,
+		BadSignature: t.badSig, Stale: t.stale, Malformed: t.malformed, OutOfOrder: t.outOfOrder,
 		Latencies: append([]time.Duration(nil), t.latencies...)}
 }
 

@@ -1,0 +1,147 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"carehub/loadtest/loadcli"
+	"carehub/processors/webhooks"
+)
+
+// rawReport is the baseline: the same number of events, in bodies of the shape carehub delivers
+// (docs/WEBHOOKS.md: one event, or an ordered subscription's batch of {id, body}), signed with
+// the subscription's secret as each is sent and POSTed straight to a receiver of their own (the
+// same verifying tracker) over keep-alive connections, concurrency POSTs at a time. What carehub
+// adds is everything else: the publish, Kafka, the delivery's record, claim and outcome.
+type rawReport struct {
+	Events      int            `json:"events"`
+	Posts       int            `json:"posts"`
+	Concurrency int            `json:"concurrency"`
+	Seconds     float64        `json:"seconds"`
+	PerSec      float64        `json:"eventsPerSec"`
+	Latency     loadcli.MsDist `json:"postMs"`
+	Failed      int64          `json:"failed"`
+}
+
+// rawBaseline POSTs n events, size a POST, conc POSTs at a time, and reports the rate.
+func rawBaseline(ctx context.Context, secret, typ string, n, conc, size int, filler string) (*rawReport, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	tr := newTracker(secret, time.Now, nil)
+	srv := &http.Server{Handler: tr, ReadHeaderTimeout: 10 * time.Second}
+	go func() { _ = srv.Serve(ln) }()
+	defer srv.Close()
+	url := "http://" + ln.Addr().String() + "/hook"
+	hc := &http.Client{Transport: &http.Transport{MaxIdleConns: conc, MaxIdleConnsPerHost: conc, IdleConnTimeout: time.Minute}}
+	defer hc.CloseIdleConnections()
+
+	posts := (n + size - 1) / size
+	var next atomic.Int64
+	var failed atomic.Int64
+	lat := make([][]time.Duration, conc)
+	start := time.Now()
+	var wg sync.WaitGroup
+	for w := range conc {
+		wg.Go(func() {
+			for ctx.Err() == nil {
+				p := int(next.Add(1)) - 1
+				if p >= posts {
+					return
+				}
+				id, body := rawBody(typ, p, size, min(size, n-p*size), filler)
+				t0 := time.Now()
+				if err := rawPost(ctx, hc, url, secret, id, body); err != nil {
+					failed.Add(1)
+					continue
+				}
+				lat[w] = append(lat[w], time.Since(t0))
+			}
+		})
+	}
+	wg.Wait()
+	secs := time.Since(start).Seconds()
+	var all []time.Duration
+	for _, l := range lat {
+		all = append(all, l...)
+	}
+	got := tr.tally()
+	if got.BadSignature+got.Malformed > 0 {
+		return nil, fmt.Errorf("the baseline's own receiver refused %d bodies", got.BadSignature+got.Malformed)
+	}
+	return &rawReport{Events: int(got.Delivered), Posts: posts, Concurrency: conc, Seconds: secs,
+		PerSec: float64(got.Delivered) / secs, Latency: loadcli.Ms(all), Failed: failed.Load()}, ctx.Err()
+}
+
+// rawBody is POST p's webhook-id and body: events p*size.. of the run, k of them.
+func rawBody(typ string, p, size, k int, filler string) (string, []byte) {
+	one := func(i int) (string, []byte) {
+		payload := map[string]any{"client": 0, "seq": i, "sentAt": time.Now().UnixNano()}
+		if filler != "" {
+			payload["filler"] = filler
+		}
+		pb, _ := json.Marshal(payload)
+		b, _ := json.Marshal(struct {
+			Event     string          `json:"event"`
+			Timestamp string          `json:"timestamp"`
+			OrgID     string          `json:"org_id"`
+			ProjectID string          `json:"project_id"`
+			Payload   json.RawMessage `json:"payload"`
+		}{typ, time.Now().UTC().Format(time.RFC3339Nano), "org_raw", "prj_raw", pb})
+		return "evt_raw_" + strconv.Itoa(i), b
+	}
+	if size == 1 {
+		return one(p)
+	}
+	h := sha256.New()
+	var buf bytes.Buffer
+	buf.WriteByte('[')
+	for j := range k {
+		id, b := one(p*size + j)
+		h.Write([]byte(id))
+		if j > 0 {
+			buf.WriteByte(',')
+		}
+		fmt.Fprintf(&buf, `{"id":%q,"body":%s}`, id, b)
+	}
+	buf.WriteByte(']')
+	return webhooks.BatchIDPrefix + hex.EncodeToString(h.Sum(nil)[:16]), buf.Bytes()
+}
+
+func rawPost(ctx context.Context, hc *http.Client, url, secret, id string, body []byte) error {
+	now := time.Now()
+	sig, err := webhooks.Sign(id, now, body, secret)
+	if err != nil {
+		return err
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set(webhooks.HeaderID, id)
+	req.Header.Set(webhooks.HeaderTimestamp, strconv.FormatInt(now.Unix(), 10))
+	req.Header.Set(webhooks.HeaderSignature, sig)
+	resp, err := hc.Do(req)
+	if err != nil {
+		return err
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode/100 != 2 {
+		return fmt.Errorf("HTTP %d", resp.StatusCode)
+	}
+	return nil
+}
