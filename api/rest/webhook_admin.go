@@ -35,25 +35,11 @@ func WebhookRoutes(r *mux.Router, svc *webhooks.Service) {
 
 type webhookAdmin struct{ svc *webhooks.Service }
 
-// webhookSettings are the optional delivery settings of a create or a change (issue 55): omitted
-// ones take their default on create and keep their value on change; the service checks the
-// bounds and names the field out of them.
-type webhookSettings struct {
-	Ordered     *bool `json:"ordered"`
-	MaxInFlight *int  `json:"maxInFlight"`
-	BatchSize   *int  `json:"batchSize"`
-	RateLimit   *int  `json:"rateLimit"`
-}
-
-func (s webhookSettings) options() webhooks.Options {
-	return webhooks.Options{Ordered: s.Ordered, MaxInFlight: s.MaxInFlight, BatchSize: s.BatchSize, RateLimit: s.RateLimit}
-}
-
 type createWebhookRequest struct {
-	ProjectID string   `json:"projectId"`
-	URL       string   `json:"url"`
-	Events    []string `json:"events"`
-	webhookSettings
+	ProjectID        string   `json:"projectId"`
+	URL              string   `json:"url"`
+	Events           []string `json:"events"`
+	webhooks.Options          // the optional delivery settings (issue 55)
 }
 
 func (h webhookAdmin) create(w http.ResponseWriter, r *http.Request) {
@@ -66,7 +52,7 @@ func (h webhookAdmin) create(w http.ResponseWriter, r *http.Request) {
 		envelope.WriteError(w, r, fault.Validation("projectId is required ("+envelope.FindProject+")", map[string]string{"projectId": "required"}))
 		return
 	}
-	sub, err := h.svc.Create(r.Context(), req.ProjectID, req.URL, req.Events, req.options())
+	sub, err := h.svc.Create(r.Context(), req.ProjectID, req.URL, req.Events, req.Options)
 	envelope.Respond(w, r, http.StatusCreated, sub, err)
 }
 
@@ -79,7 +65,7 @@ type updateWebhookRequest struct {
 	URL    *string   `json:"url"`
 	Events *[]string `json:"events"`
 	Status *string   `json:"status"`
-	webhookSettings
+	webhooks.Options
 }
 
 func (h webhookAdmin) update(w http.ResponseWriter, r *http.Request) {
@@ -88,7 +74,7 @@ func (h webhookAdmin) update(w http.ResponseWriter, r *http.Request) {
 		envelope.WriteError(w, r, err)
 		return
 	}
-	u := webhooks.Update{URL: req.URL, Status: req.Status, Options: req.options()}
+	u := webhooks.Update{URL: req.URL, Status: req.Status, Options: req.Options}
 	if req.Events != nil {
 		u.Events = *req.Events
 		if u.Events == nil {

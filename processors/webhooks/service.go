@@ -88,10 +88,10 @@ const (
 // Options changes Settings on Create and Update; nil fields take the default (Create) or stay
 // as they are (Update).
 type Options struct {
-	Ordered     *bool
-	MaxInFlight *int
-	BatchSize   *int
-	RateLimit   *int
+	Ordered     *bool `json:"ordered"`
+	MaxInFlight *int  `json:"maxInFlight"`
+	BatchSize   *int  `json:"batchSize"`
+	RateLimit   *int  `json:"rateLimit"`
 }
 
 // check validates the options that are set.
