@@ -3,11 +3,8 @@ package webhooks
 import (
 	"cmp"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"fmt"
 	"slices"
-	"strconv"
 	"sync"
 	"time"
 
@@ -482,7 +479,11 @@ func (d *Dispatcher) attempt(ctx context.Context, l *lane, group []claimed, batc
 	}
 	id, body := group[0].eventID, bodies[0]
 	if batch {
-		id, body = batchBody(group, bodies)
+		ids := make([]string, len(group))
+		for i, it := range group {
+			ids[i] = it.eventID
+		}
+		id, body = BatchBody(ids, bodies)
 	}
 	out := d.sender.send(ctx, url, id, body, secrets)
 	if ctx.Err() != nil && out.StatusCode == 0 {
@@ -499,37 +500,6 @@ func (d *Dispatcher) attempt(ctx context.Context, l *lane, group []claimed, batc
 		<-done
 	}
 }
-
-// batchBody is an ordered subscription's POST of several events: a JSON array whose elements are
-// {"id": the webhook-id the event has alone, "body": the body it has alone}, and its webhook-id,
-// derived from the events' ids, so the same batch sent again has the same one.
-func batchBody(group []claimed, bodies [][]byte) (string, []byte) {
-	h := sha256.New()
-	size := 2
-	for i, it := range group {
-		h.Write([]byte(it.eventID))
-		h.Write([]byte{0})
-		size += len(bodies[i]) + len(it.eventID) + 20
-	}
-	out := make([]byte, 0, size)
-	out = append(out, '[')
-	for i, it := range group {
-		if i > 0 {
-			out = append(out, ',')
-		}
-		out = append(out, `{"id":`...)
-		out = strconv.AppendQuote(out, it.eventID)
-		out = append(out, `,"body":`...)
-		out = append(out, bodies[i]...)
-		out = append(out, '}')
-	}
-	out = append(out, ']')
-	return BatchIDPrefix + hex.EncodeToString(h.Sum(nil)[:16]), out
-}
-
-// BatchIDPrefix starts the webhook-id of a batched POST (an ordered subscription with batchSize
-// above 1).
-const BatchIDPrefix = "whb_"
 
 // release hands claimed deliveries back, due as they were, without counting an attempt. It runs
 // on its own short context: it matters most while the dispatcher is stopping.

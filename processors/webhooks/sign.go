@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/base64"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"strconv"
@@ -132,4 +133,36 @@ func Body(ev events.Event) ([]byte, error) {
 		ProjectID: ev.ProjectID,
 		Payload:   payload,
 	})
+}
+
+// BatchIDPrefix starts the webhook-id of a batched POST (an ordered subscription with batchSize
+// above 1).
+const BatchIDPrefix = "whb_"
+
+// BatchBody is the webhook-id and body of one POST carrying several events (ids[i] with its
+// Body bodies[i]): a JSON array of {"id": the webhook-id the event has alone, "body": the body it
+// has alone}; the id is derived from the events' ids, so the same batch sent again has the same
+// one.
+func BatchBody(ids []string, bodies [][]byte) (string, []byte) {
+	h := sha256.New()
+	size := 2
+	for i, id := range ids {
+		h.Write([]byte(id))
+		h.Write([]byte{0})
+		size += len(bodies[i]) + len(id) + 20
+	}
+	out := make([]byte, 0, size)
+	out = append(out, '[')
+	for i, id := range ids {
+		if i > 0 {
+			out = append(out, ',')
+		}
+		out = append(out, `{"id":`...)
+		out = strconv.AppendQuote(out, id)
+		out = append(out, `,"body":`...)
+		out = append(out, bodies[i]...)
+		out = append(out, '}')
+	}
+	out = append(out, ']')
+	return BatchIDPrefix + hex.EncodeToString(h.Sum(nil)[:16]), out
 }

@@ -3,8 +3,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -15,6 +13,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"carehub/kernel/events"
 	"carehub/loadtest/loadcli"
 	"carehub/processors/webhooks"
 )
@@ -85,39 +84,25 @@ func rawBaseline(ctx context.Context, secret, typ string, n, conc, size int, fil
 		PerSec: float64(got.Delivered) / secs, Latency: loadcli.Ms(all), Failed: failed.Load()}, ctx.Err()
 }
 
-// rawBody is POST p's webhook-id and body: events p*size.. of the run, k of them.
+// rawBody is POST p's webhook-id and body: events p*size.. of the run, k of them, each the body
+// carehub delivers for such an event (webhooks.Body), batched as carehub batches
+// (webhooks.BatchBody) when size is above 1.
 func rawBody(typ string, p, size, k int, filler string) (string, []byte) {
-	one := func(i int) (string, []byte) {
+	ids, bodies := make([]string, k), make([][]byte, k)
+	for j := range k {
+		i := p*size + j
 		payload := map[string]any{"client": 0, "seq": i, "sentAt": time.Now().UnixNano()}
 		if filler != "" {
 			payload["filler"] = filler
 		}
 		pb, _ := json.Marshal(payload)
-		b, _ := json.Marshal(struct {
-			Event     string          `json:"event"`
-			Timestamp string          `json:"timestamp"`
-			OrgID     string          `json:"org_id"`
-			ProjectID string          `json:"project_id"`
-			Payload   json.RawMessage `json:"payload"`
-		}{typ, time.Now().UTC().Format(time.RFC3339Nano), "org_raw", "prj_raw", pb})
-		return "evt_raw_" + strconv.Itoa(i), b
+		ids[j] = "evt_raw_" + strconv.Itoa(i)
+		bodies[j], _ = webhooks.Body(events.Event{Type: typ, OrgID: "org_raw", ProjectID: "prj_raw", Payload: pb, CreatedAt: time.Now()})
 	}
 	if size == 1 {
-		return one(p)
+		return ids[0], bodies[0]
 	}
-	h := sha256.New()
-	var buf bytes.Buffer
-	buf.WriteByte('[')
-	for j := range k {
-		id, b := one(p*size + j)
-		h.Write([]byte(id))
-		if j > 0 {
-			buf.WriteByte(',')
-		}
-		fmt.Fprintf(&buf, `{"id":%q,"body":%s}`, id, b)
-	}
-	buf.WriteByte(']')
-	return webhooks.BatchIDPrefix + hex.EncodeToString(h.Sum(nil)[:16]), buf.Bytes()
+	return webhooks.BatchBody(ids, bodies)
 }
 
 func rawPost(ctx context.Context, hc *http.Client, url, secret, id string, body []byte) error {
