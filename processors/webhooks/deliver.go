@@ -243,7 +243,8 @@ func (d *Dispatcher) scanLanes(rows pgx.Rows) ([]*lane, error) {
 // still hold deliveries when it refills, so no claim can have begun one since it started). It
 // reads from after the lane's last seq on: the rows before it are the ones the lane sent, whose
 // dead index entries (a queue's churn, until vacuum) a scan from the start would walk through.
-// A retry due meanwhile waits for the subscription's next claim.
+// A retry due meanwhile waits for the subscription's next claim. The lane takes the
+// subscription's URL, secrets and patient grant from the refill, as from every outcome write.
 func (d *Dispatcher) refill(ctx context.Context, l *lane, n int, after int64) ([]claimed, error) {
 	var more []claimed
 	err := pgx.BeginTxFunc(ctx, d.pool, postgres.AsyncCommit, func(tx pgx.Tx) error {
@@ -272,7 +273,13 @@ returning `+claimedColumns, l.webhookID, n, d.node, d.cfg.Lease.Milliseconds(), 
 		}
 		lanes, err := d.scanLanes(rows)
 		if len(lanes) == 1 {
-			more = lanes[0].items
+			// The subscription as it is now: a URL changed, a secret rotated or a grant narrowed
+			// since the lane began applies to what the lane sends from here on.
+			fresh := lanes[0]
+			more = fresh.items
+			l.mu.Lock()
+			l.url, l.secrets, l.reader = fresh.url, fresh.secrets, fresh.reader
+			l.mu.Unlock()
 		}
 		return err
 	})
