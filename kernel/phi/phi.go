@@ -228,10 +228,25 @@ func Patients(raws ...json.RawMessage) Naming {
 }
 
 // mayNamePatient is a cheap pre-check: a value naming a patient contains "patient" or "subject"
-// in some letter case. Most payloads (deployment changes, workflow ends) are skipped unparsed.
+// in some letter case, or an escape that may spell one. Most payloads (deployment changes,
+// workflow ends) are skipped unparsed.
 func mayNamePatient(raw json.RawMessage) bool {
-	l := bytes.ToLower(raw)
-	return bytes.Contains(l, []byte("patient")) || bytes.Contains(l, []byte("subject"))
+	for i := 0; i+7 <= len(raw); i++ {
+		if raw[i] == '\\' {
+			return true
+		}
+		switch raw[i] | 0x20 { // ASCII lower case
+		case 'p':
+			if bytes.EqualFold(raw[i:i+7], []byte("patient")) {
+				return true
+			}
+		case 's':
+			if bytes.EqualFold(raw[i:i+7], []byte("subject")) {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 type walker struct{ Naming }

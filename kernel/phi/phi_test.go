@@ -157,3 +157,13 @@ func TestReaderGrantRoundTrip(t *testing.T) {
 		t.Errorf("And = %v", got)
 	}
 }
+
+func TestEscapedPatientKeyIsClassified(t *testing.T) {
+	n := phi.Patients(json.RawMessage(`{"p\u0061tientId":"pat_1"}`))
+	if !n.Named || len(n.IDs) != 1 || n.IDs[0] != "pat_1" {
+		t.Fatalf("an escaped patient key: %+v, want pat_1 named", n)
+	}
+	if phi.Patients(json.RawMessage(`{"PATIENT":"pat_2"}`)).IDs[0] != "pat_2" {
+		t.Fatal("an upper-case patient key is not classified")
+	}
+}
