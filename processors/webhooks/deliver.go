@@ -53,6 +53,7 @@ type lane struct {
 	webhookID, orgID string
 	items            []claimed
 	settings         Settings
+	box              *inbox // what the consumer hands it (inbox.go); nil for an ordered lane
 
 	mu      sync.Mutex
 	url     string
@@ -94,7 +95,7 @@ func (d *Dispatcher) claimLoop(ctx context.Context, lanes *sync.WaitGroup) error
 			for _, l := range claimedLanes {
 				d.active.Add(1)
 				d.m.lanes.Inc()
-				d.laneStarted(l.webhookID)
+				d.laneStarted(l)
 				lanes.Go(func() {
 					defer func() {
 						d.laneEnded(l.webhookID)
@@ -119,8 +120,10 @@ func (d *Dispatcher) claimLoop(ctx context.Context, lanes *sync.WaitGroup) error
 	}
 }
 
-// claim returns up to n lanes. It first hands back deliveries whose lease expired (their
-// dispatcher died mid-attempt), so they are claimed again in order.
+// claim returns up to n lanes, of subscriptions this dispatcher serves no lane of: a lane whose
+// deliveries are all recorded, awaiting its refill, holds no delivering row, and a second lane
+// of its subscription would break an ordered one's order. It first hands back deliveries whose
+// lease expired (their dispatcher died mid-attempt), so they are claimed again in order.
 func (d *Dispatcher) claim(ctx context.Context, n int) ([]*lane, error) {
 	var lanes []*lane
 	err := pgx.BeginTxFunc(ctx, d.pool, postgres.AsyncCommit, func(tx pgx.Tx) error {
@@ -153,6 +156,7 @@ with lanes as (
 		and exists (select 1 from webhook_deliveries d where d.webhook_id = w.id and d.status = 'pending'
 			and d.next_attempt_at <= statement_timestamp())
 		and not exists (select 1 from webhook_deliveries d where d.webhook_id = w.id and d.status = 'delivering')
+		and w.id <> all($5::text[])
 		and (not w.ordered or (select d.next_attempt_at from webhook_deliveries d where d.webhook_id = w.id
 			and d.status = 'pending' order by d.seq limit 1) <= statement_timestamp())
 	order by (select min(d.next_attempt_at) from webhook_deliveries d where d.webhook_id = w.id and d.status = 'pending'), w.id
@@ -171,7 +175,7 @@ update webhook_deliveries d set status = 'delivering', lease_owner = $3,
 	lease_until = statement_timestamp() + $4 * interval '1 millisecond', updated_at = statement_timestamp()
 from picked p, webhooks w
 where d.id = p.id and w.id = d.webhook_id
-returning `+claimedColumns, n, d.cfg.LaneBatch, d.node, d.cfg.Lease.Milliseconds())
+returning `+claimedColumns, n, d.cfg.LaneBatch, d.node, d.cfg.Lease.Milliseconds(), d.served())
 		if err != nil {
 			return err
 		}
@@ -306,21 +310,43 @@ func (d *Dispatcher) serve(ctx context.Context, l *lane) {
 	// A lane with work coming refills itself from its subscription's due deliveries before it
 	// runs dry, for up to maxLaneLife: a busy subscription is not claimed anew (a claim
 	// searches every subscription) every few hundred deliveries. The refill runs while the lane
-	// sends what it has.
+	// sends what it has. It reads after the last delivery claimed or refilled (after): those
+	// from the inbox were never pending.
 	items, began, dry := l.items, time.Now(), false
+	after := items[len(items)-1].seq
 	refillN := laneSize(set, d.cfg.LaneBatch)
 	var refilled chan []claimed // the refill in flight
+	box := l.box
 	take := func(more []claimed) {
 		refilled = nil
 		items, dry = append(items, more...), len(more) == 0
+		if len(more) > 0 {
+			after = more[len(more)-1].seq
+		}
+		if box != nil && len(more) < refillN { // caught up: what comes next may come straight
+			box.accept()
+		}
 	}
-	defer func() { // a refill still running when the lane stops: its deliveries go back
-		if refilled != nil {
+	fromBox := func(more []claimed, spilled bool) {
+		items, dry = append(items, more...), dry && !spilled
+	}
+	defer func() {
+		if refilled != nil { // a refill still running when the lane stops: its deliveries go back
 			d.release(<-refilled)
+		}
+		if box != nil { // what the consumer handed it since it last looked goes back too
+			d.release(box.close())
 		}
 	}()
 	var wg sync.WaitGroup
 	for i := 0; ; i += size {
+		if box != nil && len(items)-i < refillN {
+			fromBox(box.take())
+		}
+		if box != nil && time.Since(began) >= maxLaneLife {
+			items = append(items, box.close()...) // the rest of its life is sending what it has
+			box = nil
+		}
 		if refilled == nil && !dry && len(items)-i < refillN && !w.stopped() && time.Since(began) < maxLaneLife {
 			refilled = make(chan []claimed, 1)
 			go func(ch chan<- []claimed, after int64) {
@@ -329,7 +355,7 @@ func (d *Dispatcher) serve(ctx context.Context, l *lane) {
 					d.logger.Warn("webhook lane refill failed", "webhook_id", l.webhookID, "err", err)
 				}
 				ch <- more
-			}(refilled, items[len(items)-1].seq)
+			}(refilled, after)
 		}
 		if refilled != nil {
 			if i >= len(items) { // nothing left to send: wait for it
@@ -341,6 +367,23 @@ func (d *Dispatcher) serve(ctx context.Context, l *lane) {
 				default:
 				}
 			}
+		}
+		if i >= len(items) && box != nil && !w.stopped() {
+			// Nothing to send and nothing to refill: wait for the consumer, for up to laneIdle.
+			select {
+			case <-box.ready:
+			case <-time.After(laneIdle):
+			case <-ctx.Done():
+			}
+			if more, spilled := box.take(); len(more) > 0 || spilled {
+				fromBox(more, spilled)
+			} else if more := box.closeIfEmpty(); len(more) > 0 {
+				fromBox(more, false)
+			} else {
+				box = nil // closed
+			}
+			i -= size // look again
+			continue
 		}
 		if i >= len(items) {
 			break
@@ -377,35 +420,6 @@ func (d *Dispatcher) serve(ctx context.Context, l *lane) {
 	}
 	wg.Wait()
 	w.close()
-}
-
-// laneStarted and laneEnded keep the set of subscriptions this dispatcher serves a lane of:
-// new deliveries of those are the lanes' to take (they refill), and wake no claim.
-func (d *Dispatcher) laneStarted(id string) {
-	d.servingMu.Lock()
-	defer d.servingMu.Unlock()
-	if d.serving == nil {
-		d.serving = map[string]bool{}
-	}
-	d.serving[id] = true
-}
-
-func (d *Dispatcher) laneEnded(id string) {
-	d.servingMu.Lock()
-	defer d.servingMu.Unlock()
-	delete(d.serving, id)
-}
-
-// allServed reports whether every one of ids has a lane on this dispatcher.
-func (d *Dispatcher) allServed(ids []string) bool {
-	d.servingMu.Lock()
-	defer d.servingMu.Unlock()
-	for _, id := range ids {
-		if !d.serving[id] {
-			return false
-		}
-	}
-	return true
 }
 
 // maxLaneLife is how long a lane refills itself; then it ends and its subscription is claimed
@@ -540,9 +554,11 @@ func (d *Dispatcher) renewLeases(ctx context.Context) error {
 		if len(held) == 0 {
 			return
 		}
+		// A row another statement holds is skipped, not waited for: it is being recorded or
+		// handed back, and the next renewal, a third of the lease later, takes it if not.
 		if _, err := d.pool.Exec(ctx, `update webhook_deliveries set lease_until = now() + $3 * interval '1 millisecond'
 where id in (select id from webhook_deliveries where id = any($1) and status = 'delivering' and lease_owner = $2
-	order by id for update)`, held, d.node, d.cfg.Lease.Milliseconds()); err != nil && ctx.Err() == nil {
+	for update skip locked)`, held, d.node, d.cfg.Lease.Milliseconds()); err != nil && ctx.Err() == nil {
 			d.logger.Warn("webhook lease renewal failed", "err", err)
 		}
 	})

@@ -1,6 +1,7 @@
 package webhooks
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -155,7 +156,7 @@ type Dispatcher struct {
 	limiters   map[string]*rate.Limiter // by subscription: its rate limit on this dispatcher
 
 	servingMu sync.Mutex
-	serving   map[string]bool // subscriptions with a lane on this dispatcher
+	serving   map[string]*inbox // subscriptions with a lane on this dispatcher, and its inbox (inbox.go)
 
 	runOnce  sync.Once
 	closeErr error
@@ -322,6 +323,7 @@ type newDelivery struct {
 	id, orgID, webhookID string
 	ev                   events.Event
 	body                 []byte
+	direct               bool // recorded delivering and handed to its lane's inbox
 }
 
 // record writes one delivery per matching subscription of each event in evs, in record order
@@ -365,21 +367,41 @@ func (d *Dispatcher) record(ctx context.Context, all []events.Event) error {
 	if len(rows) == 0 {
 		return nil
 	}
-	n, err := d.insertDeliveries(ctx, rows)
-	if err != nil {
-		return err
-	}
-	d.m.recorded.Add(float64(n))
 	hooks := make([]string, 0, 1)
 	for _, r := range rows {
 		if !slices.Contains(hooks, r.webhookID) {
 			hooks = append(hooks, r.webhookID)
 		}
 	}
+	// Deliveries of subscriptions with an open inbox here go straight to their lanes (inbox.go),
+	// as far as the inboxes have room.
+	boxes, allServed := d.inboxes(hooks)
+	room := make(map[string]int, len(boxes))
+	for id, b := range boxes {
+		room[id] = b.room()
+	}
+	for i, r := range rows {
+		if b := boxes[r.webhookID]; b != nil {
+			if room[r.webhookID] > 0 {
+				rows[i].direct = true
+				room[r.webhookID]--
+			} else {
+				b.spill() // a no-op unless it was accepting
+			}
+		}
+	}
+	n, direct, err := d.insertDeliveries(ctx, rows)
+	if err != nil {
+		return err
+	}
+	d.m.recorded.Add(float64(n))
+	if !d.handOver(ctx, boxes, direct) {
+		allServed = false
+	}
 	// New deliveries of subscriptions this dispatcher serves a lane of are the lanes' (they
 	// refill before they end, and a lane that ends wakes the claimer): a claim would find
 	// nothing, and claims are what a busy queue's churn makes slow.
-	if n > 0 && !d.allServed(hooks) {
+	if n > 0 && !allServed {
 		d.nudge()
 		// Other dispatchers' workers wake too; without it they find the rows at their next poll.
 		if _, err := d.pool.Exec(ctx, `select pg_notify($1, 'due')`, NotifyChannel); err != nil && ctx.Err() == nil {
@@ -389,26 +411,134 @@ func (d *Dispatcher) record(ctx context.Context, all []events.Event) error {
 	return nil
 }
 
-func (d *Dispatcher) insertDeliveries(ctx context.Context, rows []newDelivery) (int64, error) {
+// handOver puts the direct deliveries in their lanes' inboxes, with their subscriptions as
+// they are now: a URL changed, a secret rotated or a grant narrowed since the lane began applies
+// to what it sends from here on. A subscription no longer deliverable, or whose settings changed,
+// gets its lane's inbox closed (the lane ends, and the next claim takes the settings as they
+// are); its deliveries go back to pending, as do those of a lane that ended meanwhile. It
+// reports whether every delivery was handed over.
+func (d *Dispatcher) handOver(ctx context.Context, boxes map[string]*inbox, direct map[string][]claimed) bool {
+	if len(direct) == 0 {
+		return true
+	}
+	hooks := make([]string, 0, len(direct))
+	for id := range direct {
+		hooks = append(hooks, id)
+	}
+	now, err := d.laneTargets(ctx, hooks)
+	if err != nil {
+		if ctx.Err() == nil {
+			d.logger.Warn("webhook subscriptions unreadable; deliveries left for the next claim", "err", err)
+		}
+		now = nil
+	}
+	all := true
+	for id, items := range direct {
+		b, t := boxes[id], now[id]
+		if t == nil || !t.deliverable || t.settings != b.lane.settings {
+			d.release(append(items, b.close()...))
+			all = false
+			continue
+		}
+		b.lane.mu.Lock()
+		b.lane.url, b.lane.secrets, b.lane.reader = t.url, t.secrets, t.reader
+		b.lane.mu.Unlock()
+		if !b.put(items) { // the lane ended meanwhile: they are the next claim's
+			d.release(items)
+			all = false
+			continue
+		}
+		d.m.handedOver.Add(float64(len(items)))
+	}
+	return all
+}
+
+// laneTarget is a subscription as a lane sends to it.
+type laneTarget struct {
+	hookState
+	settings Settings
+}
+
+// laneTargets reads subscriptions ids as they are now.
+func (d *Dispatcher) laneTargets(ctx context.Context, ids []string) (map[string]*laneTarget, error) {
+	rows, err := d.pool.Query(ctx, `select id, deleted_at is null and status in ('active', 'failing'), url, patient_scopes,
+	patient_mode, ordered, max_in_flight, batch_size, rate_limit, `+secretColumns+`
+from webhooks where id = any($1)`, ids)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	out := map[string]*laneTarget{}
+	for rows.Next() {
+		var t laneTarget
+		var id, mode string
+		var scopes []string
+		var stored storedSecrets
+		if err := rows.Scan(append([]any{&id, &t.deliverable, &t.url, &scopes, &mode, &t.settings.Ordered,
+			&t.settings.MaxInFlight, &t.settings.BatchSize, &t.settings.RateLimit}, stored.dest()...)...); err != nil {
+			return nil, err
+		}
+		t.secrets, t.reader = d.secrets(id, stored), phi.ReaderFrom(scopes, mode)
+		out[id] = &t
+	}
+	return out, rows.Err()
+}
+
+// insertDeliveries records rows, those marked direct as delivering under this dispatcher's
+// lease, and returns how many it inserted and, by subscription, the direct ones it inserted (a
+// re-consumed event's delivery exists already and is not inserted again), held.
+func (d *Dispatcher) insertDeliveries(ctx context.Context, rows []newDelivery) (int, map[string][]claimed, error) {
 	n := len(rows)
 	dids, orgs, hooks, evIDs, types := make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
 	created := make([]time.Time, n)
 	bodies := make([][]byte, n)
+	direct := make([]bool, n)
+	byID := make(map[string]int, n)
 	for i, r := range rows {
 		dids[i], orgs[i], hooks[i], evIDs[i], types[i] = r.id, r.orgID, r.webhookID, r.ev.ID, r.ev.Type
-		created[i], bodies[i] = r.ev.CreatedAt, r.body
+		created[i], bodies[i], direct[i] = r.ev.CreatedAt, r.body, r.direct
+		byID[r.id] = i
 	}
-	tag, err := d.pool.Exec(ctx, `
-insert into webhook_deliveries (id, org_id, webhook_id, event_id, event_type, event_created_at, body)
-select id, org_id, webhook_id, event_id, event_type, created, body
-from unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::timestamptz[], $7::bytea[])
-	with ordinality as t(id, org_id, webhook_id, event_id, event_type, created, body, n)
+	out, err := d.pool.Query(ctx, `
+insert into webhook_deliveries (id, org_id, webhook_id, event_id, event_type, event_created_at, body,
+	status, lease_owner, lease_until)
+select id, org_id, webhook_id, event_id, event_type, created, body,
+	case when direct then 'delivering' else 'pending' end,
+	case when direct then $9 end,
+	case when direct then statement_timestamp() + $10 * interval '1 millisecond' end
+from unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::timestamptz[], $7::bytea[], $8::bool[])
+	with ordinality as t(id, org_id, webhook_id, event_id, event_type, created, body, direct, n)
 order by n
-on conflict (webhook_id, event_id) do nothing`, dids, orgs, hooks, evIDs, types, created, bodies)
+on conflict (webhook_id, event_id) do nothing
+returning id, seq`, dids, orgs, hooks, evIDs, types, created, bodies, direct, d.node, d.cfg.Lease.Milliseconds())
 	if err != nil {
-		return 0, fmt.Errorf("insert deliveries: %w", postgres.Refused(err))
+		return 0, nil, fmt.Errorf("insert deliveries: %w", postgres.Refused(err))
 	}
-	return tag.RowsAffected(), nil
+	defer out.Close()
+	inserted := 0
+	held := map[string][]claimed{}
+	for out.Next() {
+		var id string
+		var seq int64
+		if err := out.Scan(&id, &seq); err != nil {
+			return 0, nil, fmt.Errorf("insert deliveries: %w", err)
+		}
+		inserted++
+		if r := rows[byID[id]]; r.direct {
+			held[r.webhookID] = append(held[r.webhookID], claimed{seq: seq, id: id, eventID: r.ev.ID, body: r.body,
+				eventCreatedAt: r.ev.CreatedAt})
+		}
+	}
+	if err := out.Err(); err != nil {
+		return 0, nil, fmt.Errorf("insert deliveries: %w", postgres.Refused(err))
+	}
+	for _, items := range held { // RETURNING has no order
+		slices.SortFunc(items, func(a, b claimed) int { return cmp.Compare(a.seq, b.seq) })
+		for _, it := range items {
+			d.held.add(it.id)
+		}
+	}
+	return inserted, held, nil
 }
 
 // nudge wakes the claimer without blocking.
@@ -472,19 +602,29 @@ func (d *Dispatcher) listenOnce(ctx context.Context) error {
 func (d *Dispatcher) retention(ctx context.Context) error {
 	tick.Every(ctx, time.Hour, func(ctx context.Context) {
 		for ctx.Err() == nil {
-			tag, err := d.pool.Exec(ctx, `delete from webhook_deliveries where id in (
-	select id from webhook_deliveries where completed_at < now() - $1 * interval '1 second' limit 1000)`,
-				int64(RedeliverWindow/time.Second))
+			n, err := d.purge(ctx, RedeliverWindow, 1000)
 			if err != nil {
 				if ctx.Err() == nil {
 					d.logger.Warn("webhook retention failed", "err", err)
 				}
 				break
 			}
-			if tag.RowsAffected() < 1000 {
+			if n < 1000 {
 				break
 			}
 		}
 	})
 	return nil
+}
+
+// purge deletes up to n deliveries finished more than age ago, with their attempts, and returns
+// how many.
+func (d *Dispatcher) purge(ctx context.Context, age time.Duration, n int) (int64, error) {
+	tag, err := d.pool.Exec(ctx, `with gone as (
+	select id from webhook_deliveries where completed_at < now() - $1 * interval '1 millisecond' limit $2
+), attempts as (
+	delete from webhook_attempts a using gone where a.delivery_id = gone.id
+)
+delete from webhook_deliveries d using gone where d.id = gone.id`, age.Milliseconds(), n)
+	return tag.RowsAffected(), err
 }

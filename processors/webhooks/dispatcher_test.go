@@ -585,3 +585,30 @@ func TestRefusedDeliveryIsDeadLettered(t *testing.T) {
 		t.Errorf("requests for %v, want each event once: %s then %s", ids, good.ID, bad.ID)
 	}
 }
+
+// Retention deletes a finished delivery with its attempts, and nothing newer.
+func TestRetentionDeletesAttemptsWithTheirDelivery(t *testing.T) {
+	f := newFixture(t)
+	rc := newReceiver(t, nil)
+	sub := f.create(rc.URL, "*")
+	d := f.start()
+	old, recent := f.publish("agent.run_completed", nil), f.publish("agent.run_completed", nil)
+	f.waitDeliveryStatus(sub.ID, old.ID, DeliverySucceeded)
+	f.waitDeliveryStatus(sub.ID, recent.ID, DeliverySucceeded)
+	ctx := context.Background()
+	if _, err := f.pool.Exec(ctx, `update webhook_deliveries set completed_at = now() - interval '2 hours'
+where webhook_id = $1 and event_id = $2`, sub.ID, old.ID); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := d.purge(ctx, time.Hour, 1000); err != nil || n != 1 {
+		t.Fatalf("purge: %d, %v; want 1", n, err)
+	}
+	var deliveries, attempts int
+	if err := f.pool.QueryRow(ctx, `select (select count(*) from webhook_deliveries where webhook_id = $1),
+	(select count(*) from webhook_attempts where webhook_id = $1)`, sub.ID).Scan(&deliveries, &attempts); err != nil {
+		t.Fatal(err)
+	}
+	if deliveries != 1 || attempts != 1 {
+		t.Errorf("after the purge: %d deliveries and %d attempts, want the recent one's 1 and 1", deliveries, attempts)
+	}
+}

@@ -7,6 +7,7 @@ import (
 // metrics of a Dispatcher (namespace carehub, subsystem webhooks).
 type metrics struct {
 	recorded        prometheus.Counter
+	handedOver      prometheus.Counter // recorded straight into a lane's inbox (inbox.go)
 	deadLettered    prometheus.Counter
 	reclaimed       prometheus.Counter
 	lanes           prometheus.Gauge
@@ -21,6 +22,8 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	m := &metrics{
 		recorded: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "carehub", Subsystem: "webhooks",
 			Name: "deliveries_recorded_total", Help: "Deliveries recorded from consumed events."}),
+		handedOver: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "carehub", Subsystem: "webhooks",
+			Name: "deliveries_handed_over_total", Help: "Deliveries recorded delivering and handed straight to their subscription's lane, without a claim."}),
 		deadLettered: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "carehub", Subsystem: "webhooks",
 			Name: "dead_lettered_total", Help: "Events whose deliveries Postgres refused, set aside on the dead-letter topic (alert on any)."}),
 		reclaimed: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "carehub", Subsystem: "webhooks",
@@ -43,7 +46,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Buckets: prometheus.ExponentialBuckets(1, 2, 10)}),
 	}
 	if reg != nil {
-		for _, c := range []prometheus.Collector{m.recorded, m.deadLettered, m.reclaimed, m.lanes, m.attempts, m.attemptSeconds, m.firstAttemptLag,
+		for _, c := range []prometheus.Collector{m.recorded, m.handedOver, m.deadLettered, m.reclaimed, m.lanes, m.attempts, m.attemptSeconds, m.firstAttemptLag,
 			m.claimSeconds, m.outcomeWrites} {
 			if err := reg.Register(c); err != nil {
 				return nil, err

@@ -51,15 +51,12 @@ type outcomeWriter struct {
 	writers sync.WaitGroup
 }
 
-// newOutcomeWriter starts l's writer: two writes at once for a concurrent lane (one waits for
-// Postgres's commit while the other gathers), one for an ordered lane.
+// newOutcomeWriter starts l's writer: two writes at once (one waits for Postgres's commit while
+// the other gathers). The order of writes does not matter, an ordered lane's included: a failed
+// attempt holds its lane until its outcome is written, so nothing after it is sent meanwhile.
 func (d *Dispatcher) newOutcomeWriter(ctx context.Context, l *lane) *outcomeWriter {
 	w := &outcomeWriter{d: d, ctx: ctx, l: l, kick: make(chan struct{}, 1), quit: make(chan struct{})}
-	n := 2
-	if l.settings.Ordered {
-		n = 1
-	}
-	for range n {
+	for range 2 {
 		w.writers.Go(w.run)
 	}
 	return w
@@ -102,10 +99,14 @@ func (w *outcomeWriter) run() {
 // drain writes what is pending until nothing is.
 func (w *outcomeWriter) drain() {
 	for {
-		// At most maxOutcomeWrite a write: the other writer takes the rest, and the lane's
-		// sending, bounded by what is unrecorded, goes on.
+		// At most maxOutcomeWrite deliveries a write (and always one attempt): the other writer
+		// takes the rest, and the lane's sending, bounded by what is unrecorded, goes on.
 		w.mu.Lock()
-		k := min(len(w.pending), maxOutcomeWrite)
+		k, n := 0, 0
+		for k < len(w.pending) && (k == 0 || n+len(w.pending[k].group) <= maxOutcomeWrite) {
+			n += len(w.pending[k].group)
+			k++
+		}
 		batch := slices.Clone(w.pending[:k])
 		w.pending = w.pending[k:]
 		w.mu.Unlock()
@@ -124,8 +125,9 @@ func (w *outcomeWriter) drain() {
 	}
 }
 
-// maxOutcomeWrite bounds the attempts one outcome write records.
-const maxOutcomeWrite = 64
+// maxOutcomeWrite bounds the deliveries one outcome write records (an ordered lane's batch of
+// up to 100 counts as its events).
+const maxOutcomeWrite = 256
 
 func (w *outcomeWriter) write(batch []finished) {
 	d, l := w.d, w.l
@@ -171,8 +173,9 @@ func countItems(batch []finished) int {
 	return n
 }
 
-// Statements that update several deliveries (outcomes, releases, lease renewals) lock them in id
-// order, so that they never deadlock one another.
+// Statements that update several deliveries never deadlock one another: releases lock them in
+// id order, lease renewals skip the rows locked by others, and an outcome write touches only its
+// lane's attempted deliveries, which nothing else updates but a renewal.
 
 // recordOutcomes writes the attempts, moves each delivery on (succeeded, pending with its next
 // attempt time, or failed) and updates the subscription's failure count and status, in one
@@ -249,11 +252,6 @@ att as (
 	insert into webhook_attempts (id, delivery_id, webhook_id, org_id, status_code, latency_ms, error, response_body, attempted_at)
 	select attempt_id, delivery_id, $10, $11, status_code, latency_ms, error, response_body, attempted_at from r
 ),
-locked as (
-	select d.id from webhook_deliveries d join r on r.delivery_id = d.id
-	where d.status = 'delivering' and d.lease_owner = $12
-	order by d.id for update of d
-),
 dl as (
 	update webhook_deliveries d set
 		status = r.status,
@@ -264,8 +262,8 @@ dl as (
 		last_status_code = r.status_code,
 		completed_at = case when r.status = 'pending' then null else now() end,
 		lease_owner = null, lease_until = null, updated_at = now()
-	from r, locked l
-	where d.id = l.id and r.delivery_id = l.id
+	from r
+	where d.id = r.delivery_id and d.status = 'delivering' and d.lease_owner = $12
 ),
 upd as (
 	-- Skipped when nothing would change: a lane of successes to an active subscription, whose

@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"carehub/kernel/events"
+	"carehub/kernel/jsonwire"
 	"carehub/kernel/phi"
 )
 
@@ -20,16 +21,34 @@ import (
 // servedBody returns a stored delivery body as reader r may see it, touching the patients whose
 // data it keeps (for the audit record of an API read; a no-op in the dispatcher).
 func servedBody(ctx context.Context, g *phi.Guard, r phi.Reader, body []byte) ([]byte, error) {
-	var de deliveredEvent
-	if err := json.Unmarshal(body, &de); err != nil {
+	// The body is what Body wrote, so valid JSON: its head is read in place, and only a body whose
+	// patient data must go is decoded whole and written again.
+	var typ, orgID string
+	var payload []byte
+	err := jsonwire.Members(body, func(key, value []byte) error {
+		switch string(key) {
+		case "event":
+			return jsonwire.String(value, &typ)
+		case "org_id":
+			return jsonwire.String(value, &orgID)
+		case "payload":
+			payload = value
+		}
+		return nil
+	})
+	if err != nil {
 		return nil, fmt.Errorf("delivery body: %w", err)
 	}
-	evs, err := g.EventsFor(ctx, r, []events.Event{{Type: de.Event, OrgID: de.OrgID, Payload: de.Payload}})
+	evs, err := g.EventsFor(ctx, r, []events.Event{{Type: typ, OrgID: orgID, Payload: payload}})
 	if err != nil {
 		return nil, err
 	}
 	if !evs[0].Redacted {
 		return body, nil
+	}
+	var de deliveredEvent
+	if err := json.Unmarshal(body, &de); err != nil {
+		return nil, fmt.Errorf("delivery body: %w", err)
 	}
 	de.Payload, de.Redacted = evs[0].Payload, true
 	return json.Marshal(de)
