@@ -46,6 +46,9 @@ type config struct {
 	HookBatch   int
 	RateLimit   int
 	Raw         bool // also POST the same signed bodies straight to a receiver: the baseline
+	// The fleet (fleet.go): Subs subscriptions to the same events (0: one), Slow of them answering
+	// after a second and Failing answering 500.
+	Subs, Slow, Failing int
 }
 
 func (c *config) validate() error {
@@ -58,6 +61,9 @@ func (c *config) validate() error {
 	}
 	if c.RateLimit < 0 || c.RateLimit > webhooks.MaxRateLimit {
 		errs = append(errs, fmt.Errorf("-rate-limit %d: must be 0..%d", c.RateLimit, webhooks.MaxRateLimit))
+	}
+	if subs := max(c.Subs, 1); c.Subs < 0 || subs > maxSubs || c.Slow < 0 || c.Failing < 0 || c.Slow+c.Failing >= subs {
+		errs = append(errs, fmt.Errorf("-subs %d, -slow %d, -failing %d: want 1..%d subscriptions, of which the first stays healthy", c.Subs, c.Slow, c.Failing, maxSubs))
 	}
 	if host, _, err := net.SplitHostPort(c.Listen); err != nil {
 		errs = append(errs, fmt.Errorf("-listen %q: %w", c.Listen, err))
@@ -80,9 +86,15 @@ func main() {
 	flag.IntVar(&cfg.MaxInFlight, "max-in-flight", 0, "the subscription's maxInFlight, concurrent mode (0: the node's default)")
 	flag.IntVar(&cfg.HookBatch, "hook-batch", 0, "the subscription's batchSize, ordered mode: events per POST (0: 1)")
 	flag.IntVar(&cfg.RateLimit, "rate-limit", 0, "the subscription's rateLimit, deliveries/s (0: none)")
+	flag.IntVar(&cfg.Subs, "subs", 1, "subscriptions to the events, each with the settings above and a receiver of its own")
+	flag.IntVar(&cfg.Slow, "slow", 0, "of -subs, how many answer only after a second")
+	flag.IntVar(&cfg.Failing, "failing", 0, "of -subs, how many answer 500")
 	flag.BoolVar(&cfg.Raw, "raw", true, "after the run, POST as many signed bodies of the same shape straight to a receiver, at the subscription's concurrency (the baseline)")
 	loadcli.Main(&cfg.Command, "webhookload", cfg.validate, func(ctx context.Context) (*report, error) { return run(ctx, cfg, os.Stderr) })
 }
+
+// maxSubs bounds -subs.
+const maxSubs = 200
 
 // What the progress line and the report's series count.
 const (
@@ -114,33 +126,20 @@ func run(ctx context.Context, cfg config, logw io.Writer) (*report, error) {
 	}
 	defer ln.Close()
 	typ := "webhookload.r" + loadcli.RandomHex(5) + ".load"
-	hookURL := "http://" + ln.Addr().String() + "/hook"
-	var hook webhook
-	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	create := map[string]any{"projectId": project, "url": hookURL, "events": []string{typ}, "ordered": cfg.Ordered}
-	for name, v := range map[string]int{"maxInFlight": cfg.MaxInFlight, "batchSize": cfg.HookBatch, "rateLimit": cfg.RateLimit} {
-		if v > 0 {
-			create[name] = v
-		}
-	}
-	err = admin.REST(cctx, http.MethodPost, "/v1/webhooks", create, &hook)
-	cancel()
+	receiver := "http://" + ln.Addr().String()
+	fl, err := subscribe(ctx, admin, cfg, project, typ, receiver)
+	defer fl.delete(ctx, admin, logw)
 	if err != nil {
-		return nil, fmt.Errorf("create the webhook (the node needs --webhooks-allow-private for %s): %w", hookURL, err)
+		return nil, err
 	}
-	defer func() {
-		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-		defer cancel()
-		if err := admin.REST(dctx, http.MethodDelete, "/v1/webhooks/"+hook.ID, nil, nil); err != nil {
-			fmt.Fprintf(logw, "webhookload: delete webhook %s: %v\n", hook.ID, err)
-		}
-	}()
+	hook, hookURL := fl.hooks[0], receiver+"/hook/0"
 
 	var rec *loadreport.Recorder
 	tr := newTracker(hook.Secret, time.Now, func(d time.Duration) { rec.Observe(1, d) })
+	fl.track(tr)
 	rec = loadreport.NewRecorder(loadreport.Options{Unit: unit, LagName: lagName, Quiet: cfg.Quiet,
 		Lag: func() float64 { return float64(tr.lag()) }})
-	srv := &http.Server{Handler: tr, ReadHeaderTimeout: 10 * time.Second}
+	srv := &http.Server{Handler: fl, ReadHeaderTimeout: 10 * time.Second}
 	go func() { _ = srv.Serve(ln) }()
 	defer srv.Close()
 
@@ -202,7 +201,7 @@ func run(ctx context.Context, cfg config, logw io.Writer) (*report, error) {
 					continue
 				}
 				calls.Add(1)
-				tr.publishedN(cfg.Batch)
+				fl.published(cfg.Batch)
 			}
 		})
 	}
@@ -210,7 +209,7 @@ func run(ctx context.Context, cfg config, logw io.Writer) (*report, error) {
 	elapsed := time.Since(began)
 	fmt.Fprintf(logw, "webhookload: publishing ended after %v; waiting up to %v for the deliveries\n", elapsed.Round(time.Millisecond), cfg.Drain)
 	drainEnd := time.Now().Add(cfg.Drain)
-	for tr.lag() > 0 && time.Now().Before(drainEnd) && ctx.Err() == nil {
+	for fl.lag() > 0 && time.Now().Before(drainEnd) && ctx.Err() == nil {
 		tick.Sleep(ctx, 50*time.Millisecond)
 	}
 	delivering := time.Since(began)
@@ -225,6 +224,9 @@ func run(ctx context.Context, cfg config, logw io.Writer) (*report, error) {
 	rep.DeliveredPerSec = float64(t.Delivered) / delivering.Seconds()
 	rep.Latency = loadcli.Ms(t.Latencies)
 	rep.Undelivered = max(t.Published-t.Delivered, 0)
+	if len(fl.hooks) > 1 {
+		rep.Fleet = fl.report(delivering)
+	}
 	if cfg.Raw && t.Delivered > 0 && ctx.Err() == nil {
 		conc, size := max(hook.MaxInFlight, 1), 1
 		if hook.Ordered {
@@ -246,6 +248,8 @@ func run(ctx context.Context, cfg config, logw io.Writer) (*report, error) {
 		return rep, ctx.Err()
 	case rep.Undelivered > 0:
 		return rep, fmt.Errorf("%d of %d acknowledged events not delivered %v after publishing ended", rep.Undelivered, t.Published, cfg.Drain)
+	case rep.Fleet != nil && rep.Fleet.Undelivered > 0:
+		return rep, fmt.Errorf("%d deliveries owed to the healthy subscriptions not made %v after publishing ended", rep.Fleet.Undelivered, cfg.Drain)
 	case t.BadSignature+t.Stale > 0:
 		return rep, fmt.Errorf("%d deliveries with a bad or stale signature", t.BadSignature+t.Stale)
 	}
@@ -298,6 +302,7 @@ type report struct {
 	RateLimit       int            `json:"rateLimit,omitempty"`
 	Raw             *rawReport     `json:"raw,omitempty"`
 	RawRatio        float64        `json:"deliveredOverRaw,omitempty"` // deliveries/s ÷ the raw baseline's`
+	Fleet           *fleetReport   `json:"fleet,omitempty"`            // -subs above 1
 	// Series is the run second by second (deliveries/s, publish → delivered latency, events
 	// published and not yet delivered, refused calls), the series loadtest/charts draws.
 	Series []loadreport.Point `json:"-"`
@@ -329,5 +334,8 @@ func (r *report) Print(w io.Writer) {
 	if r.Raw != nil {
 		fmt.Fprintf(w, "raw baseline   %d events in %d POSTs, %d at a time: %.1f events/s, POST %v; carehub ÷ raw %.3f\n",
 			r.Raw.Events, r.Raw.Posts, r.Raw.Concurrency, r.Raw.PerSec, r.Raw.Latency, r.RawRatio)
+	}
+	if r.Fleet != nil {
+		r.Fleet.Print(w)
 	}
 }

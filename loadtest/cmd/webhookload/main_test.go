@@ -130,5 +130,8 @@ func TestValidate(t *testing.T) {
 		{Name: "remote receiver", Edit: func(c *config) { c.Listen = "10.0.0.5:9000" }, Want: "-listen"},
 		{Name: "load bounds", Edit: func(c *config) { c.Batch = 0 }, Want: "-batch"},
 		{Name: "no key", Edit: func(c *config) { c.Keys = nil }, Want: "-key"},
+		{Name: "fleet", Edit: func(c *config) { c.Subs, c.Slow, c.Failing = 100, 1, 1 }},
+		{Name: "fleet all unhealthy", Edit: func(c *config) { c.Subs, c.Slow, c.Failing = 2, 1, 1 }, Want: "-subs"},
+		{Name: "fleet too large", Edit: func(c *config) { c.Subs = maxSubs + 1 }, Want: "-subs"},
 	})
 }
