@@ -29,10 +29,26 @@ import (
 // against the limits. The execution runs under a principal of the class, without the members'
 // key ids, until its last member leaves.
 
-// memberBuffer is how many results a member may have waiting: a member that lets more pile up
-// is dropped (its operation completes) rather than slowing the others. Its socket's own send
-// queue, behind it, is the bound that usually acts first (4008).
-const memberBuffer = 64
+// A member's results wait in a queue of its own, which grows as they arrive and shrinks back
+// once the member has caught up. The scorer emits its predictions in bursts of up to 2,000 (one
+// Kafka poll), about 4,000 a second in all, which a subscriber that keeps up on average writes
+// out over half a second or so; a fixed buffer sized for that, allocated for each of several
+// thousand members, would be memory held for nothing most of the time. The queue is bounded in
+// results and in bytes of data, whichever fills first: a member that falls further behind is
+// dropped (its operation completes) rather than slowing the others or holding memory without
+// end. The bytes are the shared results' (the members of an execution hold the same ones), so
+// they are what this member keeps alive, not copies. Its socket's own send queue, behind it,
+// then bounds what the socket holds (4008).
+const (
+	// memberMaxResults is about two bursts of the scorer.
+	memberMaxResults = 4096
+	// memberMaxBytes holds a burst of 2,000 events of 1 KiB each: a prediction's eventStream
+	// answer is a few hundred bytes.
+	memberMaxBytes = 2 << 20
+	// memberKeep is the capacity an emptied queue keeps for the next results; a larger one, left
+	// by a burst, is let go.
+	memberKeep = 64
+)
 
 // multiplexer holds the shared executions by key.
 type multiplexer struct {
@@ -55,11 +71,11 @@ func newMultiplexer(reg prometheus.Registerer) *multiplexer {
 	return m
 }
 
-// subGroup is one shared execution and its members. Members are sent to and closed only under
+// subGroup is one shared execution and its members. Members are pushed to and closed only under
 // the multiplexer's lock, by the group's pump.
 type subGroup struct {
 	cancel  context.CancelFunc
-	members map[chan sharedResult]struct{}
+	members map[*member]struct{}
 }
 
 // sharedResult is one result of a shared execution, with the ids it touched.
@@ -67,6 +83,109 @@ type sharedResult struct {
 	res       *ws.Response
 	patients  []string
 	resources []string // not patients
+}
+
+// size is what r weighs against memberMaxBytes: its data, which is most of it.
+func (r sharedResult) size() int { return len(r.res.Data) }
+
+// member is one subscription of a shared execution: the results its socket has still to be
+// sent, in order. The pump pushes and closes it, the member's own goroutine takes from it
+// (next).
+type member struct {
+	mu     sync.Mutex
+	queue  []sharedResult // waiting from queue[head] on
+	head   int
+	bytes  int // the sizes of the results waiting
+	closed bool
+	// ready holds a token when something has happened since the reader last looked: a result
+	// queued or the member closed. One token stands for any number of them.
+	ready chan struct{}
+}
+
+func newMember() *member { return &member{ready: make(chan struct{}, 1)} }
+
+// push queues r, unless the member already has results waiting and r would take it past
+// memberMaxResults or memberMaxBytes: then it reports false and the member is to be dropped. An
+// empty queue always takes r, however large (one answer is bounded by finish), as the fixed
+// buffer before it did.
+func (mb *member) push(r sharedResult) bool {
+	n := r.size()
+	mb.mu.Lock()
+	defer mb.mu.Unlock()
+	if waiting := len(mb.queue) - mb.head; waiting > 0 && (waiting >= memberMaxResults || mb.bytes+n > memberMaxBytes) {
+		return false
+	}
+	mb.compact()
+	mb.queue = append(mb.queue, r)
+	mb.bytes += n
+	mb.wake()
+	return true
+}
+
+// compact moves the waiting results to the front of a full queue, so that a member that stays
+// a little behind reuses the room of what it has taken instead of growing the queue; the
+// caller holds mu.
+func (mb *member) compact() {
+	if mb.head == 0 || len(mb.queue) < cap(mb.queue) {
+		return
+	}
+	n := copy(mb.queue, mb.queue[mb.head:])
+	clear(mb.queue[n:])
+	mb.queue, mb.head = mb.queue[:n], 0
+}
+
+// close ends the member: its reader is given what is queued, then the end.
+func (mb *member) close() {
+	mb.mu.Lock()
+	defer mb.mu.Unlock()
+	mb.closed = true
+	mb.wake()
+}
+
+// wake tells the reader something happened, without waiting: a token already there says so.
+func (mb *member) wake() {
+	select {
+	case mb.ready <- struct{}{}:
+	default:
+	}
+}
+
+// next returns the member's next result, waiting for one; false when the member was closed and
+// has nothing queued, or ctx ended.
+func (mb *member) next(ctx context.Context) (sharedResult, bool) {
+	for {
+		r, ok, closed := mb.pop()
+		if ok || closed {
+			return r, ok
+		}
+		select {
+		case <-mb.ready:
+		case <-ctx.Done():
+			return sharedResult{}, false
+		}
+	}
+}
+
+// pop takes the first result queued, if any, and reports whether the member is closed.
+func (mb *member) pop() (r sharedResult, ok, closed bool) {
+	mb.mu.Lock()
+	defer mb.mu.Unlock()
+	if mb.head == len(mb.queue) {
+		return sharedResult{}, false, mb.closed
+	}
+	r = mb.queue[mb.head]
+	mb.queue[mb.head] = sharedResult{} // the result is no longer kept alive by this member
+	mb.head++
+	mb.bytes -= r.size()
+	if mb.head == len(mb.queue) { // caught up: a burst's room is let go
+		mb.head = 0
+		if cap(mb.queue) > memberKeep {
+			mb.queue = nil
+		} else {
+			mb.queue = mb.queue[:0]
+		}
+	}
+	return r, true, false
 }
 
 // shareKey is the key of the executions a principal's subscription may share: the document, the
@@ -94,11 +213,11 @@ func classPrincipal(p *access.Principal) *access.Principal {
 }
 
 // join adds a member to the execution of key, starting it with start when there is none, and
-// returns the member's results and the function that makes it leave (idempotent). The results
-// channel is closed when the execution ends or the member is dropped. start runs under the lock,
+// returns the member (its results) and the function that makes it leave (idempotent). The
+// member is closed when the execution ends or the member is dropped. start runs under the lock,
 // so that two first members do not start two executions; it is the subscription's set-up (its
 // resolver's checks), once per group.
-func (m *multiplexer) join(key string, p *access.Principal, start func(ctx context.Context) (<-chan any, *access.Recorder, error)) (<-chan sharedResult, func(), error) {
+func (m *multiplexer) join(key string, p *access.Principal, start func(ctx context.Context) (<-chan any, *access.Recorder, error)) (*member, func(), error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	g := m.groups[key]
@@ -109,27 +228,27 @@ func (m *multiplexer) join(key string, p *access.Principal, start func(ctx conte
 			cancel()
 			return nil, nil, err
 		}
-		g = &subGroup{cancel: cancel, members: map[chan sharedResult]struct{}{}}
+		g = &subGroup{cancel: cancel, members: map[*member]struct{}{}}
 		m.groups[key] = g
 		m.executions.Inc()
 		go m.pump(key, g, src, rec)
 	}
-	ch := make(chan sharedResult, memberBuffer)
-	g.members[ch] = struct{}{}
+	mb := newMember()
+	g.members[mb] = struct{}{}
 	m.members.Inc()
 	var once sync.Once
-	leave := func() { once.Do(func() { m.leave(key, g, ch) }) }
-	return ch, leave, nil
+	leave := func() { once.Do(func() { m.leave(key, g, mb) }) }
+	return mb, leave, nil
 }
 
 // leave removes a member; the last one ends the execution.
-func (m *multiplexer) leave(key string, g *subGroup, ch chan sharedResult) {
+func (m *multiplexer) leave(key string, g *subGroup, mb *member) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if _, ok := g.members[ch]; !ok {
+	if _, ok := g.members[mb]; !ok {
 		return // dropped, or the execution ended
 	}
-	m.remove(g, ch)
+	m.remove(g, mb)
 	if len(g.members) == 0 {
 		m.end(key, g)
 	}
@@ -159,12 +278,10 @@ func (m *multiplexer) pump(key string, g *subGroup, src <-chan any, rec *access.
 			rec.Reset()
 		}
 		m.mu.Lock()
-		for ch := range g.members {
-			select {
-			case ch <- r:
-			default: // behind by memberBuffer results: dropped, not waited for
-				m.remove(g, ch)
-				close(ch)
+		for mb := range g.members {
+			if !mb.push(r) { // behind by a full queue: dropped, not waited for
+				m.remove(g, mb)
+				mb.close()
 			}
 		}
 		if len(res.Data) == 0 && len(res.Errors) > 0 {
@@ -179,17 +296,17 @@ func (m *multiplexer) pump(key string, g *subGroup, src <-chan any, rec *access.
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	for ch := range g.members {
-		m.remove(g, ch)
-		close(ch)
+	for mb := range g.members {
+		m.remove(g, mb)
+		mb.close()
 	}
 	m.end(key, g)
 	m.executions.Dec()
 }
 
 // remove takes a member out of g; the caller holds mu.
-func (m *multiplexer) remove(g *subGroup, ch chan sharedResult) {
-	delete(g.members, ch)
+func (m *multiplexer) remove(g *subGroup, mb *member) {
+	delete(g.members, mb)
 	m.members.Dec()
 }
 
@@ -236,15 +353,9 @@ func (e *wsExecutor) subscribeShared(ctx context.Context, p *access.Principal, d
 		defer close(mapped)
 		defer leave()
 		for {
-			var r sharedResult
-			select {
-			case <-ctx.Done():
+			r, ok := results.next(ctx)
+			if !ok {
 				return
-			case got, ok := <-results:
-				if !ok {
-					return
-				}
-				r = got
 			}
 			// Each member's message is charged to its organization's fan-out rate: past it the
 			// member waits, falls behind and is dropped, while other organizations' members are

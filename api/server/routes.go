@@ -128,12 +128,14 @@ func MountFHIR(r *mux.Router, e Edge, p *patients.Service, in *intake.Intake) {
 	fhir.Mount(r, authed, fhir.Services{Patients: p, Intake: in})
 }
 
-// Events is the GraphQL event source of a node's fan-out hub. A subscriber the hub drops for
-// falling behind is closed with 4008, as one whose socket stays full is, so that its client
-// resubscribes instead of seeing complete.
+// Events is the GraphQL event source of a node's fan-out hub. Each subscription buffers up to
+// fanout.DefaultBuffer events (or fanout.MaxQueueBytes), allocated only while it is behind, so
+// that it absorbs the scorer's bursts of 2,000 predictions. A subscriber the hub drops for
+// falling behind further is closed with 4008, as one whose socket stays full is, so that its
+// client resubscribes instead of seeing complete.
 func Events(hub *fanout.Hub) graphql.EventSource {
 	return graphql.EventSourceFunc(func(ctx context.Context, f graphql.EventFilter) (<-chan events.Event, func()) {
-		sub := hub.SubscribeFilter(256, fanout.Filter{ProjectID: f.ProjectID, Types: f.Types,
+		sub := hub.SubscribeFilter(fanout.DefaultBuffer, fanout.Filter{ProjectID: f.ProjectID, Types: f.Types,
 			OnOverflow: func() { ws.CloseSlow(ctx) }})
 		return sub.C, sub.Close
 	})
