@@ -166,6 +166,24 @@ func (mb *member) next(ctx context.Context) (sharedResult, bool) {
 	}
 }
 
+// nextBatch returns the results queued, up to most of them, waiting for one; false when the
+// member was closed and has nothing queued, or ctx ended.
+func (mb *member) nextBatch(ctx context.Context, most int) ([]sharedResult, bool) {
+	r, ok := mb.next(ctx)
+	if !ok {
+		return nil, false
+	}
+	batch := []sharedResult{r}
+	for len(batch) < most {
+		r, ok, _ := mb.pop()
+		if !ok {
+			break
+		}
+		batch = append(batch, r)
+	}
+	return batch, true
+}
+
 // pop takes the first result queued, if any, and reports whether the member is closed.
 func (mb *member) pop() (r sharedResult, ok, closed bool) {
 	mb.mu.Lock()
@@ -322,8 +340,8 @@ func others(all, patients []string) []string {
 }
 
 // subscribeShared runs a subscription as a member of the shared execution of its key: the
-// member's results are audited on its own context, with the ids each result touched recorded
-// on its own recorder.
+// member's results are audited on its own context, those waiting together in one record of the
+// ids they touched.
 func (e *wsExecutor) subscribeShared(ctx context.Context, p *access.Principal, d readDoc, req ws.Request, key string) (<-chan *ws.Response, error) {
 	results, leave, err := e.h.subs.join(key, p, func(gctx context.Context) (<-chan any, *access.Recorder, error) {
 		gctx = withLoaders(gctx, newLoaders(e.h.s))
@@ -346,35 +364,54 @@ func (e *wsExecutor) subscribeShared(ctx context.Context, p *access.Principal, d
 	if err != nil {
 		return nil, err
 	}
-	ctx, _ = access.WithRecorder(ctx)
 	start, op := time.Now(), d.operation(req.OperationName)
 	mapped := make(chan any)
 	go func() {
 		defer close(mapped)
 		defer leave()
 		for {
-			r, ok := results.next(ctx)
+			batch, ok := results.nextBatch(ctx, maxAuditBatch)
 			if !ok {
 				return
 			}
 			// Each member's message is charged to its organization's fan-out rate: past it the
 			// member waits, falls behind and is dropped, while other organizations' members are
 			// sent at once.
-			if e.h.fanOut.wait(ctx, p.OrgID, int64(len(r.res.Data))) != nil {
+			size := 0
+			for _, r := range batch {
+				size += len(r.res.Data)
+			}
+			if e.h.fanOut.wait(ctx, p.OrgID, int64(size)) != nil {
 				return
 			}
-			for _, id := range r.patients {
-				access.Touch(ctx, access.KindPatient, id)
+			// The results waiting are audited together: one record names the patients of them
+			// all, acknowledged before any is sent, rather than a broker round trip each (a
+			// stream of predictions names a patient in every message).
+			actx, _ := access.WithRecorder(ctx)
+			for _, r := range batch {
+				for _, id := range r.patients {
+					access.Touch(actx, access.KindPatient, id)
+				}
+				for _, id := range r.resources {
+					access.Touch(actx, "resource", id)
+				}
 			}
-			for _, id := range r.resources {
-				access.Touch(ctx, "resource", id)
-			}
-			select {
-			case mapped <- e.audit(ctx, op, start, r.res):
-			case <-ctx.Done():
-				return
+			denied := e.audit(actx, op, start, batch[0].res)
+			for _, r := range batch {
+				res := r.res
+				if denied != batch[0].res {
+					res = denied
+				}
+				select {
+				case mapped <- res:
+				case <-ctx.Done():
+					return
+				}
 			}
 		}
 	}()
 	return ws.ResponsesFrom(ctx, mapped), nil
 }
+
+// maxAuditBatch bounds the results of a member audited in one record.
+const maxAuditBatch = 256

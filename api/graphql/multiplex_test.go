@@ -183,3 +183,41 @@ func TestMultiplexMemberTakesOneLargeResult(t *testing.T) {
 		t.Fatal("a member past the byte bound took another result")
 	}
 }
+
+// TestMultiplexMemberBatchesWhatWaits: a member's reader takes the results waiting together (each
+// batch is audited as one record), in order, at most maxAuditBatch at a time, and waits for the
+// next one when none is waiting.
+func TestMultiplexMemberBatchesWhatWaits(t *testing.T) {
+	mb := newMember()
+	for i := range maxAuditBatch + 44 {
+		if !mb.push(sharedResult{res: &ws.Response{Data: numbered(i, 64)}}) {
+			t.Fatalf("result %d refused", i)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	next := 0
+	for _, want := range []int{maxAuditBatch, 44} {
+		batch, ok := mb.nextBatch(ctx, maxAuditBatch)
+		if !ok || len(batch) != want {
+			t.Fatalf("batch of %d (ok %v), want %d", len(batch), ok, want)
+		}
+		for _, r := range batch {
+			if got := resultNumber(t, r); got != next {
+				t.Fatalf("result %d is numbered %d: out of order", next, got)
+			}
+			next++
+		}
+	}
+	go func() {
+		time.Sleep(20 * time.Millisecond)
+		mb.push(sharedResult{res: &ws.Response{Data: numbered(next, 64)}})
+	}()
+	if batch, ok := mb.nextBatch(ctx, maxAuditBatch); !ok || len(batch) != 1 {
+		t.Fatalf("after waiting: %d results (ok %v), want the 1 pushed", len(batch), ok)
+	}
+	mb.close()
+	if _, ok := mb.nextBatch(ctx, maxAuditBatch); ok {
+		t.Fatal("a closed, empty member gave a batch")
+	}
+}
