@@ -40,11 +40,11 @@ import (
 // they are what this member keeps alive, not copies. Its socket's own send queue, behind it,
 // then bounds what the socket holds (4008).
 const (
-	// memberMaxResults is about two bursts of the scorer.
-	memberMaxResults = 4096
-	// memberMaxBytes holds a burst of 2,000 events of 1 KiB each: a prediction's eventStream
+	// MemberMaxResults is about two bursts of the scorer.
+	MemberMaxResults = 4096
+	// MemberMaxBytes holds a burst of 2,000 events of 1 KiB each: a prediction's eventStream
 	// answer is a few hundred bytes.
-	memberMaxBytes = 2 << 20
+	MemberMaxBytes = 2 << 20
 	// memberKeep is the capacity an emptied queue keeps for the next results; a larger one, left
 	// by a burst, is let go.
 	memberKeep = 64
@@ -85,7 +85,7 @@ type sharedResult struct {
 	resources []string // not patients
 }
 
-// size is what r weighs against memberMaxBytes: its data, which is most of it.
+// size is what r weighs against MemberMaxBytes: its data, which is most of it.
 func (r sharedResult) size() int { return len(r.res.Data) }
 
 // member is one subscription of a shared execution: the results its socket has still to be
@@ -105,14 +105,14 @@ type member struct {
 func newMember() *member { return &member{ready: make(chan struct{}, 1)} }
 
 // push queues r, unless the member already has results waiting and r would take it past
-// memberMaxResults or memberMaxBytes: then it reports false and the member is to be dropped. An
+// MemberMaxResults or MemberMaxBytes: then it reports false and the member is to be dropped. An
 // empty queue always takes r, however large (one answer is bounded by finish), as the fixed
 // buffer before it did.
 func (mb *member) push(r sharedResult) bool {
 	n := r.size()
 	mb.mu.Lock()
 	defer mb.mu.Unlock()
-	if waiting := len(mb.queue) - mb.head; waiting > 0 && (waiting >= memberMaxResults || mb.bytes+n > memberMaxBytes) {
+	if waiting := len(mb.queue) - mb.head; waiting > 0 && (waiting >= MemberMaxResults || mb.bytes+n > MemberMaxBytes) {
 		return false
 	}
 	mb.compact()

@@ -132,8 +132,8 @@ func TestMultiplexMemberDroppedOverBound(t *testing.T) {
 		name       string
 		size, kept int // bytes of each result; how many the stalled member's queue takes
 	}{
-		{"results", 100, memberMaxResults},
-		{"bytes", 64 << 10, memberMaxBytes / (64 << 10)},
+		{"results", 100, MemberMaxResults},
+		{"bytes", 64 << 10, MemberMaxBytes / (64 << 10)},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			x := newSharedExecution()
@@ -175,7 +175,7 @@ func TestMultiplexMemberDroppedOverBound(t *testing.T) {
 // not fit.
 func TestMultiplexMemberTakesOneLargeResult(t *testing.T) {
 	mb := newMember()
-	large := sharedResult{res: &ws.Response{Data: numbered(0, memberMaxBytes+1)}}
+	large := sharedResult{res: &ws.Response{Data: numbered(0, MemberMaxBytes+1)}}
 	if !mb.push(large) {
 		t.Fatal("an empty member refused a result over the byte bound")
 	}

@@ -17,6 +17,7 @@ import (
 	"carehub/ingest/intake"
 	"carehub/kernel/apikeys"
 	"carehub/kernel/jsonwire"
+	"carehub/processors/fanout"
 	"carehub/processors/feed"
 	"carehub/processors/webhooks"
 	"carehub/processors/workflows"
@@ -53,6 +54,8 @@ func limits() map[string]string {
 		"answer size":                           size(graphql.DefaultMaxResponseBytes),
 		"answer rate per key":                   size(graphql.DefaultAnswerBytesPerSecond) + "/s",
 		"subscription bytes per organization":   size(graphql.DefaultFanOutBytesPerSecond) + "/s",
+		"subscription backlog":                  fmt.Sprintf("%d events, %s", fanout.DefaultBuffer, size(fanout.MaxQueueBytes)),
+		"shared subscription backlog":           fmt.Sprintf("%d results, %s", graphql.MemberMaxResults, size(graphql.MemberMaxBytes)),
 		"event page payloads":                   size(rest.MaxPageBytes),
 		"key cache":                             auth.DefaultCacheTTL.String(),
 		"`limit` default":                       fmt.Sprint(graphql.DefaultLimit),
