@@ -369,12 +369,16 @@ func (d *Dispatcher) serve(ctx context.Context, l *lane) {
 			}
 		}
 		if i >= len(items) && box != nil && !w.stopped() {
-			// Nothing to send and nothing to refill: wait for the consumer, for up to laneIdle.
+			// Nothing to send and nothing to refill: wait for the consumer, for up to laneIdle,
+			// without holding one of the dispatcher's lanes meanwhile.
+			d.active.Add(-1)
+			d.nudge()
 			select {
 			case <-box.ready:
 			case <-time.After(laneIdle):
 			case <-ctx.Done():
 			}
+			d.active.Add(1)
 			if more, spilled := box.take(); len(more) > 0 || spilled {
 				fromBox(more, spilled)
 			} else if more := box.closeIfEmpty(); len(more) > 0 {

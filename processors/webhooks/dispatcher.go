@@ -76,9 +76,9 @@ type DispatcherConfig struct {
 	// dispatcher renews its leases every Lease/3, so a delivery outlives its dispatcher by at
 	// most Lease before another sends it again (DefaultLease).
 	Lease time.Duration
-	// MaxInFlight bounds the attempts in flight, and the subscriptions being served, at once on
-	// this dispatcher (DefaultMaxInFlight). Each subscription's own bound is its maxInFlight
-	// (ordered: one).
+	// MaxInFlight bounds the attempts in flight, and the subscriptions being sent (a lane waiting
+	// for its inbox does not count), at once on this dispatcher (DefaultMaxInFlight). Each
+	// subscription's own bound is its maxInFlight (ordered: one).
 	MaxInFlight int
 	// LaneBatch is the most of a subscription's due deliveries one claim takes
 	// (DefaultLaneBatch); a claim takes eight times the subscription's maxInFlight, or four

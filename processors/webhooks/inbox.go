@@ -18,8 +18,10 @@ import (
 // inbox: it must send in seq order, retries included, so it takes only what it claims and
 // refills.
 
-// laneIdle is how long a lane with an inbox waits for more before it ends.
-const laneIdle = 300 * time.Millisecond
+// laneIdle is how long a lane with an inbox waits for more before it ends: a second, so that a
+// subscription whose events come every second or so keeps its lane (a claim searches every
+// subscription). A lane waiting does not count against the dispatcher's MaxInFlight.
+const laneIdle = time.Second
 
 // inboxLimit bounds the deliveries waiting in one inbox.
 const inboxLimit = 2048
