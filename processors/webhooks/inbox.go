@@ -124,7 +124,10 @@ func (b *inbox) close() []claimed {
 // the lane's inbox (nil for an ordered lane). Deliveries of those subscriptions are the lanes'
 // to take: they wake no claim.
 func (d *Dispatcher) laneStarted(l *lane) {
-	if !l.settings.Ordered {
+	// A subscription sent one at a time is promised its first attempts in order (docs/WEBHOOKS.md):
+	// it takes only what it claims and refills, as an ordered one does. A hand-over can overtake
+	// deliveries recorded pending while the lane's last refill ran.
+	if !l.settings.Ordered && l.settings.MaxInFlight > 1 {
 		l.box = newInbox(l)
 	}
 	d.servingMu.Lock()
