@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"strconv"
 	"sync/atomic"
 	"time"
@@ -75,7 +76,7 @@ func subscribe(ctx context.Context, admin *pipelinetest.Client, cfg config, proj
 // track gives every healthy subscription its tracker: the main one's is main.
 func (f *fleet) track(main *tracker) {
 	for i, h := range f.hooks {
-		if f.healthy[i] != nil || contains(f.slow, i) || contains(f.failing, i) {
+		if f.healthy[i] != nil || slices.Contains(f.slow, i) || slices.Contains(f.failing, i) {
 			continue
 		}
 		if i == 0 {
@@ -84,15 +85,6 @@ func (f *fleet) track(main *tracker) {
 			f.healthy[i] = newTracker(h.Secret, time.Now, nil)
 		}
 	}
-}
-
-func contains(xs []int, x int) bool {
-	for _, v := range xs {
-		if v == x {
-			return true
-		}
-	}
-	return false
 }
 
 // delete removes every subscription of the run.
@@ -116,7 +108,7 @@ func (f *fleet) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	switch {
 	case f.healthy[i] != nil:
 		f.healthy[i].ServeHTTP(w, r)
-	case contains(f.slow, i):
+	case slices.Contains(f.slow, i):
 		_, _ = io.Copy(io.Discard, r.Body)
 		select {
 		case <-time.After(slowAnswer):
