@@ -6,7 +6,7 @@
 # --clickhouse-url (or CAREHUB_DATABASE_URL, …). Run it with a read-only root filesystem and a
 # writable /tmp (deploy/compose and deploy/helm do).
 #
-#   docker build -t carehub:dev --build-arg VERSION=$(git describe --always) .
+#   docker build -t carehub:dev --build-arg VERSION=$(git describe --always) --build-arg REVISION=$(git rev-parse HEAD) .
 
 ARG GO_VERSION=1.26.8
 
@@ -16,6 +16,8 @@ COPY go.mod go.sum ./
 RUN --mount=type=cache,target=/go/pkg/mod go mod download
 COPY . .
 ARG VERSION=dev
+# The git commit (carehub_build_info{revision}): .git is not in the build context.
+ARG REVISION=
 # The ONNX Runtime library, from the onnxruntime wheel on PyPI as `make onnxruntime-deps` takes
 # it (the version the Go binding's headers name); the binary loads it at run time.
 # hadolint ignore=DL3008
@@ -23,7 +25,7 @@ RUN apt-get update && apt-get install -y --no-install-recommends python3-pip unz
     ONNXRUNTIME_DIR=/out/onnxruntime PYTHON=python3 deploy/local/onnxruntime/fetch.sh
 # cgo for the runtime's C API; paths trimmed, symbols stripped.
 RUN --mount=type=cache,target=/go/pkg/mod --mount=type=cache,target=/root/.cache/go-build \
-    CGO_ENABLED=1 go build -trimpath -ldflags "-s -w -X main.version=${VERSION}" -o /out/carehub ./cmd/carehub
+    CGO_ENABLED=1 go build -trimpath -ldflags "-s -w -X main.version=${VERSION} -X main.revision=${REVISION}" -o /out/carehub ./cmd/carehub
 
 # distroless/cc: glibc and libstdc++ (for the runtime), CA certificates, time zones and a
 # nonroot user (65532), no shell.

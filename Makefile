@@ -1,13 +1,31 @@
 # carehub: `make run` starts a node on the embedded defaults with demo data; `make test` runs the
-# whole suite. `make help` lists every target.
+# whole suite; `make run-engines` runs the node on this checkout's own Kafka and ClickHouse.
+# `make help` lists every target.
 
 SHELL        := /bin/bash
 GO           ?= go
 BIN          := bin/carehub
 VERSION      ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
+# The git commit, stamped into the binary (carehub_build_info{revision}) by -ldflags: Go's own VCS
+# stamp is off under GOFLAGS=-buildvcs=false and without git. Empty outside a checkout.
+REVISION     ?= $(shell git rev-parse HEAD 2>/dev/null)
 DATA_DIR     ?= /tmp/carehub
 HTTP_ADDR    ?= 127.0.0.1:8080
-KAFKA_PORT   ?= 9092
+# make run on engines outside the node, each in place of its embedded default: KAFKA (host:port,
+# comma-separated), CLICKHOUSE (clickhouse://host:port/database, for the event and audit log),
+# DATABASE_URL (postgres://…).
+KAFKA        ?=
+CLICKHOUSE   ?=
+DATABASE_URL ?=
+RUN_FLAGS     = --data-dir $(DATA_DIR) --http-addr $(HTTP_ADDR) --webhooks-allow-private --demo-key --log-format text \
+	$(if $(KAFKA),--kafka-brokers '$(KAFKA)') $(if $(CLICKHOUSE),--clickhouse-url '$(CLICKHOUSE)') \
+	$(if $(DATABASE_URL),--database-url '$(DATABASE_URL)')
+# The local engines (deploy/local): each checkout's own ports, state under its .local/ and
+# ClickHouse database, chosen by the scripts from the checkout's path; KAFKA_PORT,
+# CLICKHOUSE_TCP_PORT, CLICKHOUSE_HTTP_PORT, their *_STATE_DIR and CLICKHOUSE_DATABASE, given to
+# make, reach the scripts.
+KAFKA_SH      := deploy/local/kafka/kafka.sh
+CLICKHOUSE_SH := deploy/local/clickhouse/clickhouse.sh
 # The whole suite runs under the race detector and in shuffled order: a test that depends on
 # the order of tests or on a data race fails here, not at random later.
 GOTESTFLAGS  ?= -count=1 -timeout 25m -race -shuffle=on
@@ -23,19 +41,30 @@ include deploy/local/onnxruntime/onnxruntime.mk
 
 .PHONY: help
 help: ## list the targets
-	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  \033[36m%-14s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {n++; t[n] = $$1; d[n] = $$2; if (length($$1) > w) w = length($$1)} \
+		END {for (i = 1; i <= n; i++) printf "  \033[36m%-" w "s\033[0m  %s\n", t[i], d[i]}' $(MAKEFILE_LIST)
 
 .PHONY: build
 build: ## build bin/carehub
-	$(GO) build -ldflags "-X main.version=$(VERSION)" -o $(BIN) ./cmd/carehub
+	$(GO) build -ldflags "-X main.version=$(VERSION) -X main.revision=$(REVISION)" -o $(BIN) ./cmd/carehub
 
 .PHONY: postgres-binaries
 postgres-binaries: ## install PostgreSQL server binaries with apt-get when they are missing
 	@deploy/local/ensure-postgres.sh
 
 .PHONY: run
-run: postgres-binaries onnxruntime-deps build ## start carehub on the embedded defaults with demo data (DATA_DIR, HTTP_ADDR)
-	$(BIN) serve --data-dir $(DATA_DIR) --http-addr $(HTTP_ADDR) --webhooks-allow-private --demo-key --log-format text
+run: postgres-binaries onnxruntime-deps build ## start carehub with demo data, on the embedded defaults or on KAFKA, CLICKHOUSE, DATABASE_URL (DATA_DIR, HTTP_ADDR)
+	$(BIN) serve $(strip $(RUN_FLAGS))
+
+# The engines keep running when the node stops (Ctrl-C): the next run-engines finds them up, and
+# engines-down stops them.
+.PHONY: run-engines
+run-engines: kafka-up clickhouse-up ## start this checkout's Apache Kafka and ClickHouse, then make run on them
+	@echo "run-engines: KAFKA=$$($(KAFKA_SH) brokers) CLICKHOUSE=$$($(CLICKHOUSE_SH) url) (make engines-down stops them)"
+	@$(MAKE) --no-print-directory run KAFKA=$$($(KAFKA_SH) brokers) CLICKHOUSE=$$($(CLICKHOUSE_SH) url)
+
+.PHONY: engines-down
+engines-down: kafka-down clickhouse-down ## stop this checkout's Apache Kafka and ClickHouse (their data stays)
 
 .PHONY: node-deps
 node-deps: ## install the npm packages the Node-based tests use (lockfiles committed)
@@ -130,12 +159,12 @@ flake-hunt: postgres-binaries node-deps ## run FLAKE_PKGS FLAKE_RUNS times under
 	FLAKE_PKGS="$(FLAKE_PKGS)" FLAKE_RUNS=$(FLAKE_RUNS) GOTESTFLAGS="$(GOTESTFLAGS)" .ci/flake-hunt
 
 .PHONY: kafka-up
-kafka-up: ## fetch (once) and start a real single-node Apache Kafka on 127.0.0.1:$(KAFKA_PORT)
-	KAFKA_PORT=$(KAFKA_PORT) deploy/local/kafka/kafka.sh up
+kafka-up: ## fetch (once) and start this checkout's single-node Apache Kafka (KAFKA_PORT; kafka.sh brokers)
+	$(KAFKA_SH) up
 
 .PHONY: kafka-down
-kafka-down: ## stop the real Kafka broker
-	KAFKA_PORT=$(KAFKA_PORT) deploy/local/kafka/kafka.sh down
+kafka-down: ## stop this checkout's Apache Kafka broker (its data stays for the next kafka-up)
+	$(KAFKA_SH) down
 
 # The Kafka-touching suites, run again against the real broker. make test already ran the same
 # code under the race detector; here the broker is what is tested, and -race would double the
@@ -162,10 +191,8 @@ KAFKA_STOP_PKGS  := ./storage/kafka ./e2e/pipelinetest
 
 .PHONY: test-kafka
 test-kafka: postgres-binaries node-deps onnxruntime-deps ## run the Kafka-touching suites against a real Apache Kafka broker
-	@set -e; KAFKA_PORT=$(KAFKA_PORT) deploy/local/kafka/kafka.sh up; \
-	trap 'KAFKA_PORT=$(KAFKA_PORT) deploy/local/kafka/kafka.sh down' EXIT; \
-	export CAREHUB_TEST_KAFKA_BROKERS=127.0.0.1:$(KAFKA_PORT) \
-		CAREHUB_TEST_KAFKA_SCRIPT=$(CURDIR)/deploy/local/kafka/kafka.sh KAFKA_PORT=$(KAFKA_PORT); \
+	@set -e; $(KAFKA_SH) up; trap '$(KAFKA_SH) down' EXIT; \
+	export CAREHUB_TEST_KAFKA_BROKERS=$$($(KAFKA_SH) brokers) CAREHUB_TEST_KAFKA_SCRIPT=$(CURDIR)/$(KAFKA_SH); \
 	rc=0; $(GO) test $(KAFKA_TESTFLAGS) -p $(KAFKA_PARALLEL) -skip '$(KAFKA_STOP_TESTS)|$(KAFKA_BLIND_TESTS)' $(KAFKA_PKGS) || rc=$$?; \
 	$(GO) test $(KAFKA_TESTFLAGS) -p 1 -run '$(KAFKA_STOP_TESTS)' $(KAFKA_STOP_PKGS) || rc=$$?; exit $$rc
 
@@ -248,17 +275,12 @@ soak-attack: postgres-binaries build ## issue 51's soak: two tenants' traffic fo
 clean: ## remove build output (not DATA_DIR)
 	rm -rf bin
 
-CLICKHOUSE_TCP_PORT  ?= 19000
-CLICKHOUSE_HTTP_PORT ?= 18123
-CLICKHOUSE_URL       ?= clickhouse://127.0.0.1:$(CLICKHOUSE_TCP_PORT)/default
-CLICKHOUSE_SH        := CLICKHOUSE_TCP_PORT=$(CLICKHOUSE_TCP_PORT) CLICKHOUSE_HTTP_PORT=$(CLICKHOUSE_HTTP_PORT) deploy/local/clickhouse/clickhouse.sh
-
 .PHONY: clickhouse-up
-clickhouse-up: ## fetch (once) and start a ClickHouse engine on 127.0.0.1:$(CLICKHOUSE_TCP_PORT) (HTTP $(CLICKHOUSE_HTTP_PORT))
+clickhouse-up: ## fetch (once) and start this checkout's ClickHouse engine (CLICKHOUSE_TCP_PORT; clickhouse.sh url)
 	$(CLICKHOUSE_SH) up
 
 .PHONY: clickhouse-down
-clickhouse-down: ## stop the ClickHouse engine (its data stays for the next clickhouse-up)
+clickhouse-down: ## stop this checkout's ClickHouse engine (its data stays for the next clickhouse-up)
 	$(CLICKHOUSE_SH) down
 
 # The suites whose answers come from the event and audit store: the ClickHouse store's
@@ -283,7 +305,7 @@ CLICKHOUSE_TESTFLAGS ?= -count=1 -timeout 25m -shuffle=on
 .PHONY: test-clickhouse
 test-clickhouse: postgres-binaries node-deps fuzz-deps onnxruntime-deps mlserver-deps ## run the suites that use the event and audit store on a real ClickHouse engine
 	@set -e; $(CLICKHOUSE_SH) up; trap '$(CLICKHOUSE_SH) down' EXIT; \
-	CAREHUB_CLICKHOUSE_URL=$(CLICKHOUSE_URL) CAREHUB_SCHEMATHESIS=$(FUZZ_VENV)/bin/schemathesis \
+	CAREHUB_CLICKHOUSE_URL=$$($(CLICKHOUSE_SH) url) CAREHUB_SCHEMATHESIS=$(FUZZ_VENV)/bin/schemathesis \
 	$(GO) test $(CLICKHOUSE_TESTFLAGS) -skip '$(KAFKA_BLIND_TESTS)' $(CLICKHOUSE_PKGS)
 
 ANALYSTS_CH_EVENTS ?= 100000000
@@ -298,23 +320,25 @@ ANALYSTS_PG_URL    ?=
 .PHONY: bench-analysts
 bench-analysts: ## load events at scale and time the analysts' queries (ClickHouse, then Postgres)
 	@set -e; $(CLICKHOUSE_SH) up; $(GO) build -o bin/analystload ./loadtest/cmd/analystload; \
-	db=analysts_bench_$$(date +%s); pg=$$(mktemp -d /tmp/carehub-analysts-pg.XXXXXX); \
-	trap 'curl -sf http://127.0.0.1:$(CLICKHOUSE_HTTP_PORT)/ --data-binary "DROP DATABASE IF EXISTS $$db"; rm -rf $$pg' EXIT; \
-	curl -sf http://127.0.0.1:$(CLICKHOUSE_HTTP_PORT)/ --data-binary "CREATE DATABASE $$db"; \
-	bin/analystload -store clickhouse -url clickhouse://127.0.0.1:$(CLICKHOUSE_TCP_PORT)/$$db -events $(ANALYSTS_CH_EVENTS); \
+	db=analysts_bench_$$(date +%s); pg=$$(mktemp -d /tmp/carehub-analysts-pg.XXXXXX); url=$$($(CLICKHOUSE_SH) url); \
+	trap '$(CLICKHOUSE_SH) query "DROP DATABASE IF EXISTS $$db" >/dev/null; rm -rf $$pg' EXIT; \
+	$(CLICKHOUSE_SH) query "CREATE DATABASE $$db" >/dev/null; \
+	bin/analystload -store clickhouse -url $${url%/*}/$$db -events $(ANALYSTS_CH_EVENTS); \
 	if [ -n "$(ANALYSTS_PG_URL)" ]; then bin/analystload -store postgres -url "$(ANALYSTS_PG_URL)" -events $(ANALYSTS_PG_EVENTS) -chunk 1000000; \
 	else bin/analystload -store postgres -pg-dir $$pg -pg-stop -events $(ANALYSTS_PG_EVENTS) -chunk 1000000; fi
 
-SCALE_KAFKA_PORT ?= 19092
+# Scale-out on the real engines, each fresh: its own Kafka broker, on SCALE_KAFKA_PORT (default
+# four above this checkout's Kafka port, inside its block) and not on kafka-up's, whose topics
+# other suites fill, and a ClickHouse database of its own.
+SCALE_KAFKA_PORT ?=
 
-# Scale-out on the real engines, each fresh: its own Kafka broker (not KAFKA_PORT's, whose topics
-# other suites fill) and a ClickHouse database of its own.
 .PHONY: test-scaleout
 test-scaleout: postgres-binaries onnxruntime-deps ## api, ingest and processors as separate processes on real Kafka and ClickHouse; SIGKILL the processors mid-load and count
-	@set -e; export KAFKA_PORT=$(SCALE_KAFKA_PORT) KAFKA_STATE_DIR=$$(mktemp -d /tmp/carehub-scale-kafka.XXXXXX); \
-	trap 'deploy/local/kafka/kafka.sh down; rm -rf "$$KAFKA_STATE_DIR"; $(CLICKHOUSE_SH) down' EXIT; \
-	$(CLICKHOUSE_SH) up; deploy/local/kafka/kafka.sh up; \
-	CAREHUB_TEST_KAFKA_BROKERS=127.0.0.1:$(SCALE_KAFKA_PORT) CAREHUB_CLICKHOUSE_URL=$(CLICKHOUSE_URL) \
+	@set -e; kafka=$$($(KAFKA_SH) brokers); \
+	export KAFKA_PORT=$(or $(SCALE_KAFKA_PORT),$$(($${kafka##*:} + 4))) KAFKA_STATE_DIR=$$(mktemp -d /tmp/carehub-scale-kafka.XXXXXX); \
+	trap '$(KAFKA_SH) down; rm -rf "$$KAFKA_STATE_DIR"; $(CLICKHOUSE_SH) down' EXIT; \
+	$(CLICKHOUSE_SH) up; $(KAFKA_SH) up; \
+	CAREHUB_TEST_KAFKA_BROKERS=$$($(KAFKA_SH) brokers) CAREHUB_CLICKHOUSE_URL=$$($(CLICKHOUSE_SH) url) \
 	$(GO) test -count=1 -timeout 15m -v -run '^TestScaleOut' ./cmd/carehub/scaletest
 
 DEPLOY_VENV  ?= $(HOME)/.cache/carehub/deploy-venv

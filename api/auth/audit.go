@@ -143,6 +143,11 @@ func (a *Auditor) finish(aw *auditWriter, r *http.Request, recorder *access.Reco
 		a.sink.Publish(*rec)
 	case len(rec.PatientIDs) == 0 && rec.PatientIDsOmitted == 0:
 		a.sink.Publish(*rec)
+	case aw.status >= http.StatusInternalServerError:
+		// The call failed: its answer is its cause, not patient data, so nothing waits for the
+		// record, and the client learns the real cause (a device posting while Kafka is down).
+		// A 4xx may name the patients it refused, and waits as any answer with patient data does.
+		a.sink.Publish(*rec)
 	default:
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), a.ackTimeout)
 		err = a.sink.PublishSync(ctx, *rec)

@@ -23,6 +23,7 @@ import (
 	"carehub/internal/testenv"
 	"carehub/kernel/access"
 	"carehub/kernel/apikeys"
+	"carehub/kernel/fault"
 	"carehub/kernel/ids"
 	"carehub/processors/audit"
 	"carehub/storage"
@@ -47,6 +48,11 @@ func patientAPI(a *Authenticator, aud *Auditor) http.Handler {
 		access.Touch(r.Context(), access.KindPatient, id)
 		envelope.WriteJSON(w, http.StatusOK, map[string]any{"id": id, "name": patientName})
 	}).Methods(http.MethodGet)
+	// As observation intake answers while Kafka is down: it touched the patient, and failed.
+	r.HandleFunc("/v1/observations", func(w http.ResponseWriter, r *http.Request) {
+		access.Touch(r.Context(), access.KindPatient, "pat_1")
+		envelope.WriteError(w, r, fault.Unavailable("%s", intakeDown))
+	}).Methods(http.MethodPost)
 	r.HandleFunc("/v1/organizations", func(w http.ResponseWriter, r *http.Request) {
 		envelope.WriteJSON(w, http.StatusOK, map[string]any{"data": []any{}})
 	}).Methods(http.MethodGet)
@@ -68,6 +74,9 @@ func patientAPI(a *Authenticator, aud *Auditor) http.Handler {
 		r.ServeHTTP(w, req.WithContext(envelope.WithRequestID(req.Context(), id)))
 	})
 }
+
+// intakeDown is the intake's own 503 message in patientAPI.
+const intakeDown = "observation intake is unavailable: the Kafka broker cannot be reached"
 
 // auditTopic returns a new audit topic on the test's broker and a publisher to it, closed when
 // the test ends.
@@ -255,6 +264,12 @@ func TestAuditBrokerUnreachable(t *testing.T) {
 	c = do(t, http.MethodPost, srv.URL+"/graphql", live.Secret, "application/json", `{"query":"{ patient(id: \"pat_gql\") { id } }"}`)
 	if c.status != http.StatusServiceUnavailable || strings.Contains(c.body, patientName) {
 		t.Fatalf("live GraphQL patient read with the broker down: %d %s", c.status, c.body)
+	}
+	// A call that failed with its own cause keeps it: a 5xx carries no patient data to withhold,
+	// and a device told "the audit log is unavailable" would not know that its post failed.
+	c = do(t, http.MethodPost, srv.URL+"/v1/observations", live.Secret, "application/json", "{}")
+	if c.status != http.StatusServiceUnavailable || !strings.Contains(c.body, intakeDown) {
+		t.Fatalf("a failed live call with the broker down: %d %s, want its own cause", c.status, c.body)
 	}
 	// Calls without patient data, and test-key calls, are not held up.
 	if c := do(t, http.MethodGet, srv.URL+"/v1/organizations", live.Secret, "", ""); c.status != http.StatusOK {

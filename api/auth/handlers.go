@@ -196,9 +196,9 @@ func (h *Handlers) RevokeKey(w http.ResponseWriter, r *http.Request) {
 // platform operator only). 200 {data: [record], meta: {total, cursor}}, newest first.
 func (h *Handlers) Audit(w http.ResponseWriter, r *http.Request) {
 	q := envelope.NewQuery(r)
-	aq := auditQuery(q)
+	aq, rangeErr := auditQuery(q)
 	aq.Limit = q.Int("limit", 0, 1, 1000)
-	if err := h.checkAuditQuery(r.Context(), q, &aq); err != nil {
+	if err := h.checkAuditQuery(r.Context(), q, &aq, rangeErr); err != nil {
 		envelope.WriteError(w, r, err)
 		return
 	}
@@ -224,15 +224,19 @@ func (h *Handlers) Audit(w http.ResponseWriter, r *http.Request) {
 
 // auditQuery reads the filters GET /v1/audit and its export share: the compliance questions
 // (who touched patient X, everything key K did, in a time range).
-func auditQuery(q *envelope.Query) storage.AuditQuery {
+func auditQuery(q *envelope.Query) (storage.AuditQuery, error) {
+	from, err := q.From()
 	return storage.AuditQuery{OrgID: q.Str("orgId"), KeyID: q.Str("keyId"), PatientID: q.Str("patientId"),
-		Operation: q.Str("operation"), Cursor: q.Str("cursor"), From: q.Time("from"), To: q.Time("to")}
+		Operation: q.Str("operation"), Cursor: q.Str("cursor"), From: from, To: q.Time("to")}, err
 }
 
 // checkAuditQuery refuses a malformed audit query and resolves its orgId (an id or a slug).
-func (h *Handlers) checkAuditQuery(ctx context.Context, q *envelope.Query, aq *storage.AuditQuery) error {
+func (h *Handlers) checkAuditQuery(ctx context.Context, q *envelope.Query, aq *storage.AuditQuery, rangeErr error) error {
 	if err := q.Err(); err != nil {
 		return err
+	}
+	if rangeErr != nil {
+		return rangeErr
 	}
 	var err error
 	if aq.OrgID, err = h.orgID(ctx, aq.OrgID); err != nil {
@@ -259,9 +263,9 @@ var auditColumns = []string{"id", "time", "orgId", "keyId", "mode", "clientIp", 
 // Requires admin:org, like the list; the export is itself audited.
 func (h *Handlers) AuditExport(w http.ResponseWriter, r *http.Request) {
 	q := envelope.NewQuery(r)
-	aq := auditQuery(q)
+	aq, rangeErr := auditQuery(q)
 	format, compress := envelope.ExportOptions(q, r)
-	if err := h.checkAuditQuery(r.Context(), q, &aq); err != nil {
+	if err := h.checkAuditQuery(r.Context(), q, &aq, rangeErr); err != nil {
 		envelope.WriteError(w, r, err)
 		return
 	}

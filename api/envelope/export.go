@@ -137,7 +137,8 @@ func (e *Export) flush() {
 // a CSV download just ends.
 func (e *Export) Close(err error) {
 	if err != nil && e.enc != nil {
-		code, msg := "INTERNAL", "the export stopped early: resume from the cursor of the last record"
+		_, code := Status(err)
+		msg := "the export stopped early: resume from the cursor of the last record"
 		_ = e.enc.Encode(map[string]any{"error": map[string]string{"code": code, "message": msg}})
 	}
 	if e.csv != nil {

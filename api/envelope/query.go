@@ -122,6 +122,20 @@ func (q *Query) Time(name string) time.Time {
 	return t.UTC()
 }
 
+// From reads the inclusive start of a time range: from, or since, which every route with a
+// range takes as its synonym (DECISIONS §8), so a query copied from one route to another works.
+// Both given must name the same time.
+func (q *Query) From() (time.Time, error) {
+	from, since := q.Time("from"), q.Time("since")
+	if !from.IsZero() && !since.IsZero() && !from.Equal(since) {
+		return from, fault.Invalid("invalid query parameters: since is a synonym of from; give one of them (or both equal)")
+	}
+	if from.IsZero() {
+		return since, nil
+	}
+	return from, nil
+}
+
 // Enum returns the parameter name matched case-insensitively against values, as spelled in
 // values; "" when absent. Any other value, the empty one included, is an error listing them in
 // lowercase, as the OpenAPI document does.

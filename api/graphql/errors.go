@@ -23,6 +23,9 @@ const (
 	CodeConflict        = "CONFLICT"
 	CodeRateLimited     = "RATE_LIMITED"
 	CodeInternal        = "INTERNAL"
+	// CodeUnavailable is REST's 503 UNAVAILABLE: a dependency (extensions.dependency, when a
+	// store) cannot serve now; the same operation may succeed when retried.
+	CodeUnavailable = "UNAVAILABLE"
 )
 
 var errPanic = errors.New("panic in a data loader")
@@ -42,6 +45,8 @@ func Code(err error) string {
 		return CodeConflict
 	case fault.KindRateLimited:
 		return CodeRateLimited
+	case fault.KindUnavailable:
+		return CodeUnavailable
 	}
 	return CodeInternal
 }
@@ -71,7 +76,7 @@ func mapErrors(ctx context.Context, logger *slog.Logger, errs []*gqlerrors.Query
 		case e.ResolverError != nil:
 			code := Code(e.ResolverError)
 			ext := map[string]any{"code": code}
-			if f := fault.As(e.ResolverError); f != nil && (code != CodeInternal || f.Kind == fault.KindUnavailable) {
+			if f := fault.As(e.ResolverError); f != nil && code != CodeInternal {
 				e.Message = f.Message
 				for k, v := range f.Details {
 					if k != "code" {

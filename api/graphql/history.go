@@ -8,6 +8,7 @@ import (
 
 	gql "github.com/graph-gophers/graphql-go"
 
+	"carehub/kernel/fault"
 	"carehub/processors/feed"
 	"carehub/storage"
 )
@@ -17,7 +18,7 @@ import (
 
 type eventHistoryArgs struct {
 	ProjectID                                    gql.ID
-	From, To                                     *DateTime
+	From, Since, To                              *DateTime
 	Types                                        *[]string
 	PatientID, AgentID, WorkflowID, DeploymentID *gql.ID
 	Order                                        *string
@@ -31,7 +32,11 @@ func (q *queryResolver) EventHistory(ctx context.Context, args eventHistoryArgs)
 	if err != nil {
 		return nil, err
 	}
-	fq := feed.Query{ProjectID: string(args.ProjectID), Since: timeArg(args.From), To: timeArg(args.To),
+	from, err := fromArg(args.From, args.Since)
+	if err != nil {
+		return nil, err
+	}
+	fq := feed.Query{ProjectID: string(args.ProjectID), Since: from, To: timeArg(args.To),
 		PatientID: idArg(args.PatientID), AgentID: idArg(args.AgentID), WorkflowID: idArg(args.WorkflowID),
 		DeploymentID: idArg(args.DeploymentID), Ascending: str(args.Order) == "OLDEST_FIRST",
 		Total: totalModes[str(args.Total)], Limit: limit, Cursor: str(args.After)}
@@ -174,6 +179,19 @@ func (r *statsRowResolver) percentile(v float64) *float64 {
 		return nil
 	}
 	return &v
+}
+
+// fromArg is the inclusive start of a time range: from, or since, which every field with a range
+// takes as its synonym (DECISIONS §8). Both given must name the same time.
+func fromArg(from, since *DateTime) (time.Time, error) {
+	f, s := timeArg(from), timeArg(since)
+	if !f.IsZero() && !s.IsZero() && !f.Equal(s) {
+		return f, fault.Invalid("since is a synonym of from; give one of them (or both equal)")
+	}
+	if f.IsZero() {
+		return s, nil
+	}
+	return f, nil
 }
 
 func timeArg(t *DateTime) (out time.Time) {

@@ -39,9 +39,9 @@ func (r *patientResolver) Synthetic() bool      { return r.p.Synthetic }
 func (r *patientResolver) Programs() []string   { return nonNil(r.p.Programs) }
 
 type observationsArgs struct {
-	Limit *int32
-	Code  *string
-	Since *DateTime
+	Limit       *int32
+	Code        *string
+	Since, From *DateTime
 }
 
 // Observations needs read:observations (checked by the service, so a key without it gets a
@@ -55,8 +55,8 @@ func (r *patientResolver) Observations(ctx context.Context, args observationsArg
 	if args.Code != nil {
 		f.Code = *args.Code
 	}
-	if args.Since != nil {
-		f.Since = args.Since.Time
+	if f.Since, err = fromArg(args.From, args.Since); err != nil {
+		return nil, err
 	}
 	obs, err := r.l.observations(f).Load(ctx, r.p.ID)
 	if err != nil {

@@ -273,13 +273,18 @@ func (q *queryResolver) Events(ctx context.Context, args struct {
 	Type      *string
 	Limit     *int32
 	Since     *DateTime
+	From, To  *DateTime
 }) ([]*eventResolver, error) {
 	limit, err := limitArg(args.Limit, DefaultLimit, MaxLimit)
 	if err != nil {
 		return nil, err
 	}
+	from, err := fromArg(args.From, args.Since)
+	if err != nil {
+		return nil, err
+	}
 	page, err := q.eventPage(ctx, feed.Query{ProjectID: string(args.ProjectID), Type: str(args.Type),
-		Since: timeArg(args.Since), Limit: limit}, "payload")
+		Since: from, To: timeArg(args.To), Limit: limit}, "payload")
 	if err != nil {
 		return nil, err
 	}

@@ -249,7 +249,7 @@ func keepGraphQL(status int, body []byte) bool {
 	}
 	for _, e := range res.Errors {
 		switch e.Extensions.Code {
-		case graphql.CodeInternal, graphql.CodeRateLimited:
+		case graphql.CodeInternal, graphql.CodeRateLimited, graphql.CodeUnavailable:
 			return false
 		}
 	}

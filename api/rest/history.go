@@ -23,10 +23,12 @@ type EventsMeta struct {
 	Cursor         *string `json:"cursor"`
 }
 
-// feedQuery reads the event-history parameters GET /v1/events and its export share.
-func feedQuery(q *envelope.Query) feed.Query {
+// feedQuery reads the event-history parameters GET /v1/events and its export share; the error
+// is a range whose from and since disagree.
+func feedQuery(q *envelope.Query) (feed.Query, error) {
+	from, err := q.From()
 	fq := feed.Query{ProjectID: q.ProjectID(), Type: q.Str("type"), Types: q.List("types"),
-		Since: q.Time("since"), To: q.Time("to"),
+		Since: from, To: q.Time("to"),
 		PatientID: q.Str("patientId"), AgentID: q.Str("agentId"), WorkflowID: q.Str("workflowId"),
 		DeploymentID: q.Str("deploymentId"), Cursor: q.Str("cursor")}
 	fq.Ascending = q.Enum("order", "desc", "asc") == "asc"
@@ -36,16 +38,24 @@ func feedQuery(q *envelope.Query) feed.Query {
 	case "none":
 		fq.Total = storage.TotalNone
 	}
-	return fq
+	return fq, err
+}
+
+// queryErr is the 400 of q's parameters, else the range's.
+func queryErr(q *envelope.Query, rangeErr error) error {
+	if err := q.Err(); err != nil {
+		return err
+	}
+	return rangeErr
 }
 
 // events is GET /v1/events: a project's events, newest first or oldest first, filtered by time
 // range, types and type prefixes and the resources their payload names, keyset-paginated.
 func (h *handlers) events(w http.ResponseWriter, r *http.Request) {
 	q := envelope.NewQuery(r)
-	fq := feedQuery(q)
+	fq, rangeErr := feedQuery(q)
 	fq.Limit = q.Int("limit", 100, 1, 1000)
-	if err := q.Err(); err != nil {
+	if err := queryErr(q, rangeErr); err != nil {
 		envelope.WriteError(w, r, err)
 		return
 	}
@@ -163,9 +173,9 @@ var exportColumns = []string{"id", "type", "projectId", "source", "severity", "c
 // as NDJSON or CSV (gzip on request), each served through the PHI guard as the list serves it.
 func (h *handlers) exportEvents(w http.ResponseWriter, r *http.Request) {
 	q := envelope.NewQuery(r)
-	fq := feedQuery(q)
+	fq, rangeErr := feedQuery(q)
 	format, compress := envelope.ExportOptions(q, r)
-	if err := q.Err(); err != nil {
+	if err := queryErr(q, rangeErr); err != nil {
 		envelope.WriteError(w, r, err)
 		return
 	}
@@ -204,13 +214,14 @@ type StatsRow struct {
 // time bucket and group, outcome rates, top-N and run-time percentiles (feed.Stats).
 func (h *handlers) eventStats(w http.ResponseWriter, r *http.Request) {
 	q := envelope.NewQuery(r)
+	from, rangeErr := q.From()
 	sq := feed.StatsQuery{OrgID: q.Str("organizationId"), ProjectID: q.Str("projectId"), Types: q.List("types"),
-		Severities: q.List("severities"), From: q.Time("from"), To: q.Time("to"),
+		Severities: q.List("severities"), From: from, To: q.Time("to"),
 		Bucket: q.Enum("bucket", storage.BucketMinute, storage.BucketHour, storage.BucketDay), TimeZone: q.Str("timeZone"),
 		GroupBy: q.Enum("groupBy", storage.GroupType, storage.GroupSeverity, storage.GroupProject, storage.GroupStatus),
 		Latency: q.Enum("latency", "true", "false") == "true",
 		Top:     q.Int("top", 0, 1, 1000)}
-	if err := q.Err(); err != nil {
+	if err := queryErr(q, rangeErr); err != nil {
 		envelope.WriteError(w, r, err)
 		return
 	}

@@ -108,7 +108,7 @@ func observe(logger *slog.Logger, m *httpMetrics, access *AccessLog) mux.Middlew
 			route := "unmatched"
 			if cr := mux.CurrentRoute(r); cr != nil {
 				if t, err := cr.GetPathTemplate(); err == nil {
-					route = t
+					route = routeLabel(t)
 				}
 			}
 			defer func() {
@@ -135,9 +135,43 @@ func observe(logger *slog.Logger, m *httpMetrics, access *AccessLog) mux.Middlew
 	}
 }
 
-// Readiness reports each dependency of a node: "ok" or what is wrong. /readyz answers 503 unless
-// every check is "ok".
-type Readiness func(ctx context.Context) map[string]string
+// Readiness reports on a node's dependencies for /readyz. verbose asks for what `carehub status`
+// shows besides (roles, consumer lags, recent errors); a plain probe costs none of it.
+type Readiness func(ctx context.Context, verbose bool) Ready
+
+// Ready is /readyz's answer. /readyz is 503 unless every check is "ok".
+type Ready struct {
+	// Checks is "ok" or what is wrong, per dependency: "down: <reason>", "waiting: <what>".
+	Checks map[string]string `json:"checks"`
+	// Degrades names, for each check that is not ok, what the node cannot do meanwhile.
+	Degrades map[string]string `json:"degrades,omitempty"`
+
+	// The rest only with ?verbose=true.
+	Roles     []string      `json:"roles,omitempty"`
+	Consumers []ConsumerLag `json:"consumers,omitempty"`
+	// RecentErrors are the node's last error-level log lines, newest last: message and the
+	// context keys the node logs (component, consumer, error text), never a request's data.
+	RecentErrors []LoggedError `json:"recentErrors,omitempty"`
+}
+
+// ConsumerLag is one consumer group the node runs: its lag over every partition of its topic
+// and how many of the partitions a member holds.
+type ConsumerLag struct {
+	Name       string `json:"name"`
+	Group      string `json:"group"`
+	Topic      string `json:"topic"`
+	Lag        int64  `json:"lag"`
+	Partitions int    `json:"partitions"`
+	Assigned   int    `json:"assigned"`
+	Err        string `json:"error,omitempty"`
+}
+
+// LoggedError is one error-level log line.
+type LoggedError struct {
+	Time    time.Time         `json:"time"`
+	Message string            `json:"message"`
+	Attrs   map[string]string `json:"attrs,omitempty"`
+}
 
 // NewRouter returns the router every node serves, whatever its roles: request ids, recovery,
 // access log and metrics on every response, strict input, the error envelope for unknown routes
@@ -188,14 +222,18 @@ func health(r *mux.Router, registry *prometheus.Registry, ready Readiness) {
 		envelope.WriteJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	}).Methods(http.MethodGet)
 	r.HandleFunc("/readyz", func(w http.ResponseWriter, r *http.Request) {
-		checks := ready(r.Context())
+		verbose, _ := strconv.ParseBool(r.URL.Query().Get("verbose"))
+		rd := ready(r.Context(), verbose)
 		status := http.StatusOK
-		for _, v := range checks {
+		for _, v := range rd.Checks {
 			if v != "ok" {
 				status = http.StatusServiceUnavailable
 			}
 		}
-		envelope.WriteJSON(w, status, map[string]any{"status": map[bool]string{true: "ready", false: "not ready"}[status == http.StatusOK], "checks": checks})
+		envelope.WriteJSON(w, status, struct {
+			Status string `json:"status"`
+			Ready
+		}{map[bool]string{true: "ready", false: "not ready"}[status == http.StatusOK], rd})
 	}).Methods(http.MethodGet)
 	r.Handle("/metrics", promhttp.HandlerFor(registry, promhttp.HandlerOpts{Registry: registry})).Methods(http.MethodGet)
 	r.HandleFunc("/docs/errors", serveErrorDocs).Methods(http.MethodGet)
@@ -216,7 +254,7 @@ var errorDocs = [][2]string{
 	{envelope.CodeValidationFailed, "422: the body is well-formed but invalid (see details)."},
 	{envelope.CodeRateLimited, "429: too many requests for this credential; retry after Retry-After seconds."},
 	{envelope.CodeInternal, "500: an unexpected error; quote the requestId when reporting it."},
-	{envelope.CodeUnavailable, "503: a dependency is temporarily unavailable; retry with backoff."},
+	{envelope.CodeUnavailable, "503: a dependency is temporarily unavailable; retry with backoff (after Retry-After when the answer carries it). details.dependency names it when it is a store (clickhouse, postgres); GraphQL answers the same as extensions.code UNAVAILABLE with extensions.dependency. /readyz says which dependency is down and what that degrades."},
 	{graphql.CodeResponseTooLarge, "GraphQL: the answer would exceed the answer-size budget of one operation (16 MiB by default; extensions.maxResponseBytes); select fewer large fields (payload, input, output, config), lower the limit arguments or split the operation."},
 }
 

@@ -59,6 +59,9 @@ type operation struct {
 	// stopped is set when the client stops the operation (or a legacy start replaces it):
 	// none of its messages may be written after that.
 	stopped atomic.Bool
+	// started is closed once Executor.Execute has returned: a subscription is then held by
+	// the executor, and events from then on reach it.
+	started chan struct{}
 }
 
 var errConnClosing = errors.New("ws: connection closing")
@@ -95,8 +98,11 @@ type conn struct {
 	authCtx       context.Context
 	stopAuthWatch func() bool // unregisters the expiry watch on authCtx
 
-	mu  sync.Mutex // guards ops
+	mu  sync.Mutex // guards ops and pongsOwed
 	ops map[string]*operation
+	// pongsOwed counts pings not yet answered because operations started before them have not
+	// started yet (pong); while it is not zero, one goroutine waits to answer them.
+	pongsOwed int
 
 	opsWG sync.WaitGroup // operation goroutines
 	bgWG  sync.WaitGroup // writer and keeper
@@ -405,6 +411,16 @@ func (c *conn) admit(ctx context.Context) bool {
 // tooManySockets is the close reason of a socket admit refused.
 const tooManySockets = "Too many sockets for this credential"
 
+// forbidden is the close reason of a refused connection_init. It says whether a credential was
+// sent, so a client that put its key in the wrong place can tell, and nothing about the
+// credential itself.
+func forbidden(authorization string) string {
+	if authorization == "" {
+		return `Forbidden: connection_init payload has no "Authorization"`
+	}
+	return "Forbidden: invalid API key or token"
+}
+
 // recheck asks rc whether the socket's credential still stands and closes the socket with 4403
 // when it does not. It reports whether the socket stays open.
 func (c *conn) recheck(rc Rechecker) bool {
@@ -442,7 +458,7 @@ func (c *conn) startOperation(id string, req Request) (refused *gqlerrors.QueryE
 	ctx, cancel := context.WithCancel(context.WithValue(c.authCtx, connKey{}, c))
 	// Authenticate should return a context derived from c.ctx; this holds even if it did not.
 	stop := context.AfterFunc(c.ctx, cancel)
-	op := &operation{id: id, cancel: func() { stop(); cancel() }}
+	op := &operation{id: id, cancel: func() { stop(); cancel() }, started: make(chan struct{})}
 	c.ops[id] = op
 	c.opsWG.Add(1)
 	c.mu.Unlock()
@@ -450,6 +466,65 @@ func (c *conn) startOperation(id string, req Request) (refused *gqlerrors.QueryE
 	c.h.metrics.operationStarted(c.proto.name)
 	go c.runOperation(ctx, op, req)
 	return nil, false
+}
+
+// pong answers a ping with msg once every operation started before the ping has started
+// (Execute returned), without holding up the reader: a client that pings after a subscribe
+// knows from the pong that the subscription receives the events from then on. Pings that
+// arrive while some are owed wait for the same goroutine, so a client's pings cost one.
+func (c *conn) pong(msg []byte) {
+	c.mu.Lock()
+	c.pongsOwed++
+	if c.pongsOwed > 1 {
+		c.mu.Unlock()
+		return
+	}
+	pending := c.unstarted()
+	if len(pending) == 0 {
+		c.pongsOwed = 0
+		c.mu.Unlock()
+		_ = c.send(nil, msg)
+		return
+	}
+	c.mu.Unlock()
+	c.bgWG.Go(func() {
+		for {
+			for _, ch := range pending {
+				select {
+				case <-ch:
+				case <-c.ctx.Done():
+					return
+				}
+			}
+			c.mu.Lock()
+			if pending = c.unstarted(); len(pending) == 0 {
+				n := c.pongsOwed
+				c.pongsOwed = 0
+				c.mu.Unlock()
+				for range n {
+					if c.send(nil, msg) != nil {
+						return
+					}
+				}
+				return
+			}
+			c.mu.Unlock()
+		}
+	})
+}
+
+// unstarted returns the started channels of the operations still in Execute; the caller holds
+// mu.
+func (c *conn) unstarted() []chan struct{} {
+	var pending []chan struct{}
+	for _, op := range c.ops {
+		select {
+		case <-op.started:
+		default:
+			pending = append(pending, op.started)
+		}
+	}
+	return pending
 }
 
 // stopOperation stops op id at the client's request. Its queued and future messages are
@@ -515,7 +590,10 @@ func (c *conn) runOperation(ctx context.Context, op *operation, req Request) {
 		}
 	}()
 
-	results, err := c.h.exec.Execute(ctx, req)
+	results, err := func() (<-chan *Response, error) {
+		defer close(op.started)
+		return c.h.exec.Execute(ctx, req)
+	}()
 	if err != nil {
 		var qe *gqlerrors.QueryError
 		if !errors.As(err, &qe) {

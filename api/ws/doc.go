@@ -32,9 +32,10 @@
 //
 //	4400 <reason>                              invalid message (bad JSON, unknown type, bad payload)
 //	4401 Unauthorized                          subscribe before connection_ack
-//	4403 Forbidden                             connection_init with a missing or bad credential,
-//	                                           or the credential expired or was withdrawn
-//	                                           (both protocols)
+//	4403 Forbidden: <why>                      connection_init with no credential ("payload has
+//	                                           no "Authorization"") or a bad one ("invalid API
+//	                                           key or token"), or the credential expired or was
+//	                                           withdrawn (both protocols)
 //	4406 Subprotocol not acceptable            neither subprotocol offered (both protocols)
 //	4408 Connection initialisation timeout     no successful connection_init within InitTimeout
 //	4409 Subscriber for <id> already exists    subscribe with the id of an active operation
@@ -80,6 +81,7 @@
 //
 //   - the reader (the ServeHTTP goroutine itself): reads and handles client messages in order;
 //     connection_init is authenticated inline, so nothing runs before the ack.
+//   - while a ping waits for operations to start (below), one goroutine that answers it.
 //   - the writer: the only goroutine that writes data frames. It drains the send queue, one
 //     frame at a time, each under WriteTimeout, and performs the close handshake at the end.
 //   - the keeper: init timeout, the protocol keep-alive (legacy "ka"), WebSocket pings, and
@@ -92,6 +94,16 @@
 // per connection is thus bounded by the queue plus one pending message per operation, and a slow client stalls nothing but its own
 // operations. Closing a connection, for whatever reason, cancels the context of all its
 // operations and waits for their goroutines.
+//
+// # Ping as a barrier
+//
+// In graphql-transport-ws a ping is answered once every operation subscribed before it has
+// started: Executor.Execute has returned, so a subscription's source holds it and the events
+// from then on reach it. A client that must not miss the next event (a script that subscribes in
+// the background and then causes the event, as the README tour does with carehub subscribe
+// --ready-file) sends ping after subscribe and waits for the pong. The reader does not wait: the
+// pong is sent by a goroutine, one for all the pings owed at a time, so a long query holds up
+// only the pongs sent after it.
 //
 // # Files
 //

@@ -134,6 +134,8 @@ type testExecutor struct {
 	// withdrawn holds the identities whose credential Recheck refuses (string → struct{}).
 	withdrawn sync.Map
 	rechecks  atomic.Int64
+	// hold, when set, is what Execute of an opHeld operation waits for.
+	hold chan struct{}
 }
 
 // Recheck refuses a socket whose identity was withdrawn.
@@ -152,6 +154,7 @@ const (
 	opPanic      = "Panic"             // Execute panics
 	opFail       = "Fail"              // Execute returns a plain error
 	opQueryError = "QueryError"        // Execute returns a *QueryError
+	opHeld       = "Held"              // Execute waits for testExecutor.hold first
 	msgInternal  = "internal server error"
 )
 
@@ -179,6 +182,12 @@ func (e *testExecutor) Execute(ctx context.Context, req Request) (<-chan *Respon
 		return nil, errors.New("database password is hunter2")
 	case opQueryError:
 		return nil, gqlerrors.Errorf("operation not allowed")
+	case opHeld:
+		select {
+		case <-e.hold:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
 	}
 	src, err := e.schema.Subscribe(ctx, req.Query, req.OperationName, req.Variables)
 	if err != nil {

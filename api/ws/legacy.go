@@ -77,8 +77,8 @@ func (c *conn) handleLegacy(data []byte) {
 		ctx, err := c.h.exec.Authenticate(c.ctx, c.req, auth)
 		if err != nil {
 			c.log.Info("ws: connection_init rejected", "error", err)
-			_ = c.send(nil, legacyMessageError("", typeLegacyConnectionError, "Forbidden: missing or invalid credential"))
-			c.fail(CloseForbidden, "Forbidden", closeAfterFlush)
+			_ = c.send(nil, legacyMessageError("", typeLegacyConnectionError, forbidden(auth)))
+			c.fail(CloseForbidden, forbidden(auth), closeAfterFlush)
 			return
 		}
 		if !c.admit(ctx) {

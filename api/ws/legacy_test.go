@@ -185,8 +185,8 @@ func TestLegacyConnectionClosing(t *testing.T) {
 		code     websocket.StatusCode
 		reasonIn string
 	}{
-		{"unknown key", false, `{"type":"connection_init","payload":{"Authorization":"chk_test_nobody"}}`, "Forbidden", CloseForbidden, "Forbidden"},
-		{"no payload", false, `{"type":"connection_init"}`, "Forbidden", CloseForbidden, "Forbidden"},
+		{"unknown key", false, `{"type":"connection_init","payload":{"Authorization":"chk_test_nobody"}}`, "Forbidden: invalid API key or token", CloseForbidden, "Forbidden: invalid API key or token"},
+		{"no payload", false, `{"type":"connection_init"}`, `Forbidden: connection_init payload has no "Authorization"`, CloseForbidden, `Forbidden: connection_init payload has no "Authorization"`},
 		{"second init", true, `{"type":"connection_init","payload":{"Authorization":"` + keyAlice + `"}}`, "Too many", CloseTooManyInitRequests, "Too many initialisation requests"},
 		{"connection_terminate", true, `{"type":"connection_terminate"}`, "", websocket.StatusNormalClosure, ""},
 	}

@@ -62,7 +62,7 @@ func (c *conn) handleTransport(data []byte) {
 		if err != nil {
 			// The error may describe the credential; it is logged, never echoed or the key itself.
 			c.log.Info("ws: connection_init rejected", "error", err)
-			c.fail(CloseForbidden, "Forbidden", closeHandshake)
+			c.fail(CloseForbidden, forbidden(auth), closeHandshake)
 			return
 		}
 		if !c.admit(ctx) {
@@ -73,7 +73,7 @@ func (c *conn) handleTransport(data []byte) {
 		_ = c.send(nil, transportAck)
 
 	case typePing:
-		_ = c.send(nil, transportPong)
+		c.pong(transportPong)
 
 	case typePong:
 		// An answer to a ping we never send, or a unidirectional heartbeat: nothing to do.

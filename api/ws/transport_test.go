@@ -222,8 +222,8 @@ func TestTransportProtocolViolations(t *testing.T) {
 		{"init payload not an object", false, []string{`{"type":"connection_init","payload":"key"}`}, CloseBadRequest, "object"},
 		{"subscribe before init", false, []string{`{"type":"subscribe","id":"1","payload":{"query":"{ hello }"}}`}, CloseUnauthorized, "Unauthorized"},
 		{"second init", true, []string{`{"type":"connection_init","payload":{"Authorization":"` + keyAlice + `"}}`}, CloseTooManyInitRequests, "Too many initialisation requests"},
-		{"unknown key", false, []string{`{"type":"connection_init","payload":{"Authorization":"Bearer chk_test_nobody"}}`}, CloseForbidden, "Forbidden"},
-		{"no credential", false, []string{`{"type":"connection_init"}`}, CloseForbidden, "Forbidden"},
+		{"unknown key", false, []string{`{"type":"connection_init","payload":{"Authorization":"Bearer chk_test_nobody"}}`}, CloseForbidden, "Forbidden: invalid API key or token"},
+		{"no credential", false, []string{`{"type":"connection_init"}`}, CloseForbidden, `Forbidden: connection_init payload has no "Authorization"`},
 		{"duplicate id", true, []string{
 			`{"type":"subscribe","id":"dup","payload":{"query":"subscription { ticks(n: 1000000, intervalMs: 1000) { n } }"}}`,
 			`{"type":"subscribe","id":"dup","payload":{"query":"{ hello }"}}`,
@@ -243,6 +243,44 @@ func TestTransportProtocolViolations(t *testing.T) {
 			}
 			c.expectClose(tt.code, tt.reasonIn)
 		})
+	}
+}
+
+// A ping is answered once every operation started before it has started: a client that pings
+// after subscribing knows from the pong that its subscription is held (carehub subscribe
+// --ready-file). Pings owed meanwhile are all answered; the reader goes on reading.
+func TestTransportPongAfterOperationsStart(t *testing.T) {
+	ts := newTestServer(t, Config{})
+	ts.exec.hold = make(chan struct{})
+	c := initTransport(t, ts, keyAlice)
+	c.send(wireMsg{ID: "held", Type: "subscribe", Payload: payloadObj(t, map[string]any{
+		"query": "subscription Held { ticks(n: 1) { n } }", "operationName": opHeld,
+	})})
+	c.send(wireMsg{Type: "ping"})
+	c.send(wireMsg{ID: "other", Type: "subscribe", Payload: opPayload(t, `{ hello }`, nil)})
+	c.expect("next", "other") // not held up by the ping
+	c.expect("complete", "other")
+	c.send(wireMsg{Type: "ping"})
+
+	var released atomic.Bool
+	time.AfterFunc(300*time.Millisecond, func() {
+		released.Store(true)
+		close(ts.exec.hold)
+	})
+	pongs := 0
+	for pongs < 2 {
+		m := c.read()
+		if m.Type != "pong" {
+			continue // the held operation's results, once released
+		}
+		if !released.Load() {
+			t.Fatal("pong before the subscription started")
+		}
+		pongs++
+	}
+	// With nothing starting, a ping is answered at once.
+	c.send(wireMsg{Type: "ping"})
+	for m := c.read(); m.Type != "pong"; m = c.read() {
 	}
 }
 

@@ -8,12 +8,15 @@ import (
 	"io"
 	"os"
 	"strings"
+	"time"
 
 	"carehub/cmd/carehub/node"
 )
 
-// version is set at build time with -ldflags "-X main.version=...".
-var version = "dev"
+// version and revision are set at build time with -ldflags "-X main.version=... -X
+// main.revision=...": a build with -buildvcs=false, or from a tree without .git, has no commit
+// of Go's own to report.
+var version, revision = "dev", ""
 
 const usage = `carehub: the clinical AI platform event hub
 
@@ -23,6 +26,7 @@ Usage:
   carehub seed    [flags]    seed demo data into an empty database and exit
   carehub keys    create|list|rotate|revoke [flags]   manage API keys
   carehub health  [flags]    ask a running node's /healthz; exit 0 when it answers 200
+  carehub status  [--url URL] [--json]   a running node's roles, dependencies, consumer lags and recent errors
   carehub subscribe --project ID [--types a,b] [--count N]   print a project's events as they happen (key in CAREHUB_KEY)
   carehub deadletter list|replay [--offset N|--all]   inspect and replay the events the event log set aside
   carehub version            print the version
@@ -48,6 +52,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		err = cmdKeys(ctx, args[1:], stdout, stderr)
 	case "health":
 		err = cmdHealth(ctx, args[1:], stdout, stderr)
+	case "status":
+		err = cmdStatus(ctx, args[1:], stdout, stderr)
 	case "subscribe":
 		err = cmdSubscribe(ctx, args[1:], stdout, stderr)
 	case "deadletter":
@@ -150,9 +156,11 @@ func serveFlags(fs *flag.FlagSet, cfg *node.Config) {
 	})
 }
 
-// parse applies CAREHUB_* environment variables, then the command line, so flags win.
+// parse applies CAREHUB_* environment variables, then the command line, so flags win. A
+// command line flag package refuses is one line naming the nearest flag and -h, not the whole
+// usage, which buries the mistake; -h prints the usage.
 func parse(fs *flag.FlagSet, args []string, stderr io.Writer) error {
-	fs.SetOutput(stderr)
+	fs.SetOutput(io.Discard)
 	var envErr error
 	fs.VisitAll(func(f *flag.Flag) {
 		name := "CAREHUB_" + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
@@ -166,12 +174,55 @@ func parse(fs *flag.FlagSet, args []string, stderr io.Writer) error {
 		return envErr
 	}
 	if err := fs.Parse(args); err != nil {
+		fs.SetOutput(stderr)
 		if errors.Is(err, flag.ErrHelp) {
+			fs.Usage()
 			return err
 		}
+		msg := err.Error()
+		if name, ok := strings.CutPrefix(msg, "flag provided but not defined: -"); ok {
+			msg = "unknown flag --" + name + suggestFlag(fs, name)
+		}
+		fmt.Fprintf(stderr, "carehub %s: %s (carehub %s -h lists the flags)\n", fs.Name(), msg, fs.Name())
 		return errUsage
 	}
 	return nil
+}
+
+// suggestFlag returns "; did you mean --x?" for the defined flag nearest to name, when it is
+// near enough to be a typo of it.
+func suggestFlag(fs *flag.FlagSet, name string) string {
+	best, bestDist := "", max(2, len(name)/4)+1
+	fs.VisitAll(func(f *flag.Flag) {
+		if d := editDistance(name, f.Name); d < bestDist {
+			best, bestDist = f.Name, d
+		}
+	})
+	if best == "" {
+		return ""
+	}
+	return "; did you mean --" + best + "?"
+}
+
+// editDistance is the Levenshtein distance of a and b.
+func editDistance(a, b string) int {
+	prev := make([]int, len(b)+1)
+	cur := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev, cur = cur, prev
+	}
+	return prev[len(b)]
 }
 
 func splitList(v string) []string {
@@ -186,7 +237,7 @@ func splitList(v string) []string {
 
 func cmdServe(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	cfg := node.Defaults()
-	cfg.Version = version
+	cfg.Version, cfg.Revision = version, revision
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	serveFlags(fs, &cfg)
 	demoKey := fs.Bool("demo-key", false, "once ready, create an API key for the demo organization and print how to call carehub with it")
@@ -203,6 +254,11 @@ func cmdServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	return node.Run(ctx, cfg, logger, func(s *node.Node) {
 		fmt.Fprintf(stdout, "carehub %s listening on %s\n", version, s.URL())
 		if *demoKey {
+			// The tour that follows the banner needs the consumers assigned (on real Kafka a
+			// group takes seconds to join); a node not ready after a minute says why in /readyz.
+			if err := s.AwaitReady(ctx, time.Minute); err != nil {
+				logger.Warn("not ready yet; the demo key is printed anyway", "err", err)
+			}
 			if err := printDemoKey(ctx, s, cfg.DataDir, stdout); err != nil {
 				logger.Warn("could not create a demo key", "err", err)
 			}

@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"os/exec"
@@ -27,6 +28,8 @@ import (
 
 var binary string
 
+const testRevision = "0123456789abcdef0123456789abcdef01234567"
+
 func TestMain(m *testing.M) {
 	dir, err := os.MkdirTemp("", "carehub-bin-")
 	if err != nil {
@@ -34,7 +37,8 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	binary = filepath.Join(dir, "carehub")
-	out, err := exec.Command("go", "build", "-o", binary, ".").CombinedOutput()
+	// The revision as the Makefile sets it: carehub_build_info must carry it.
+	out, err := exec.Command("go", "build", "-ldflags", "-X main.revision="+testRevision, "-o", binary, ".").CombinedOutput()
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "build carehub: %v\n%s", err, out)
 		os.Exit(1)
@@ -154,6 +158,54 @@ func (n *process) stop(t *testing.T, sig syscall.Signal) {
 	}
 }
 
+// checkLogLines checks a first start's log (the embedded cluster made, migrations applied, demo
+// data seeded): durations are numbers of milliseconds under a key saying so, not nanoseconds,
+// no line names its component twice, and the seed is reported once.
+func checkLogLines(t *testing.T, log string) {
+	t.Helper()
+	seeded := 0
+	sc := bufio.NewScanner(strings.NewReader(log))
+	for sc.Scan() {
+		var line map[string]any
+		if err := json.Unmarshal(sc.Bytes(), &line); err != nil {
+			t.Errorf("not a JSON log line: %s", sc.Text())
+			continue
+		}
+		if line["msg"] == "demo data seeded" {
+			seeded++
+		}
+		if n := strings.Count(sc.Text(), `"component":`); n > 1 {
+			t.Errorf("component %d times: %s", n, sc.Text())
+		}
+		for k, v := range line {
+			if (strings.Contains(k, "duration") || strings.Contains(k, "elapsed")) && !strings.HasSuffix(k, "_ms") {
+				t.Errorf("%s=%v is not in milliseconds: %s", k, v, sc.Text())
+			}
+		}
+	}
+	if seeded != 1 {
+		t.Errorf("%d lines say the demo data was seeded, want 1:\n%s", seeded, log)
+	}
+}
+
+// demoKey returns the key `serve --demo-key` prints just after the node reports ready.
+func (n *process) demoKey(t *testing.T) string {
+	t.Helper()
+	key := ""
+	for deadline := time.Now().Add(10 * time.Second); key == "" && time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		sc := bufio.NewScanner(strings.NewReader(n.stdout.String()))
+		for sc.Scan() {
+			if k, ok := strings.CutPrefix(strings.TrimSpace(sc.Text()), "export CAREHUB_KEY="); ok {
+				key = k
+			}
+		}
+	}
+	if !strings.HasPrefix(key, "chk_live_") {
+		t.Fatalf("serve --demo-key printed no key:\n%s", n.stdout)
+	}
+	return key
+}
+
 func runCLI(t *testing.T, args ...string) (string, string, int) {
 	t.Helper()
 	cmd := exec.Command(binary, args...)
@@ -195,18 +247,16 @@ func graphql(t *testing.T, addr, key, query string) map[string]any {
 func TestServeRestartKeepsDataAndSurvivesSIGKILL(t *testing.T) {
 	dir, addr := dataDir(t), testenv.FreeAddr(t)
 	n := serve(t, dir, addr, "--demo-key")
-	// The key is printed just after the node reports ready.
-	key := ""
-	for deadline := time.Now().Add(10 * time.Second); key == "" && time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
-		sc := bufio.NewScanner(strings.NewReader(n.stdout.String()))
-		for sc.Scan() {
-			if k, ok := strings.CutPrefix(strings.TrimSpace(sc.Text()), "export CAREHUB_KEY="); ok {
-				key = k
-			}
+	key := n.demoKey(t)
+	checkLogLines(t, n.stderr.String())
+	if resp, err := http.Get("http://" + n.addr + "/metrics"); err != nil {
+		t.Fatal(err)
+	} else {
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if want := `revision="` + testRevision + `"`; !strings.Contains(string(body), want) {
+			t.Errorf("/metrics: carehub_build_info without %s", want)
 		}
-	}
-	if !strings.HasPrefix(key, "chk_live_") {
-		t.Fatalf("serve --demo-key printed no key:\n%s", n.stdout)
 	}
 	countAssets := func() int {
 		out := graphql(t, n.addr, key, `{ assets(limit: 100) { id } }`)
@@ -221,7 +271,14 @@ func TestServeRestartKeepsDataAndSurvivesSIGKILL(t *testing.T) {
 	anonymousBrokerRefused(t, n, dir)
 	n.stop(t, syscall.SIGTERM)
 
-	n = serve(t, dir, n.addr)
+	// A second start prints the kept key rather than minting another live key with every scope.
+	n = serve(t, dir, n.addr, "--demo-key")
+	if again := n.demoKey(t); again != key {
+		t.Fatalf("serve --demo-key after a restart printed another key: %s, then %s", key, again)
+	}
+	if fi, err := os.Stat(filepath.Join(dir, "demo.key")); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("demo.key: %v (%v), want mode 0600", fi, err)
+	}
 	if got := countAssets(); got != first {
 		t.Fatalf("after restart: %d assets, want %d", got, first)
 	}
@@ -278,7 +335,9 @@ func TestKeysCLIWithoutServer(t *testing.T) {
 	}
 }
 
-// TestBadConfiguration: each problem exits non-zero with one clear line naming it.
+// TestBadConfiguration: each problem exits non-zero with one clear line naming it, and each cause
+// in it once (issue 58: not the usage after a mistyped flag, not the start-up log before an
+// unreachable Kafka, not pgx's two identical dial errors).
 func TestBadConfiguration(t *testing.T) {
 	readonly := filepath.Join(t.TempDir(), "ro")
 	os.MkdirAll(readonly, 0o555)
@@ -294,6 +353,8 @@ func TestBadConfiguration(t *testing.T) {
 		{"malformed address", []string{"--http-addr", "localhost"}, "--http-addr"},
 		{"bad port", []string{"--http-addr", "127.0.0.1:99999"}, "--http-addr"},
 		{"unwritable data dir", []string{"--data-dir", filepath.Join(file, "data")}, "data dir"},
+		{"mistyped flag", []string{"--htp-addr", "x"}, "unknown flag --htp-addr; did you mean --http-addr? (carehub serve -h lists the flags)"},
+		{"unreachable kafka", []string{"--kafka-brokers", "127.0.0.1:1"}, "--kafka-brokers: no broker of 127.0.0.1:1 can be reached"},
 		{"unreachable database", []string{"--database-url", "postgres://carehub@127.0.0.1:1/carehub?connect_timeout=2"}, "database"},
 		{"malformed database url", []string{"--database-url", "postgres://%zz"}, "--database-url"},
 		{"bad seed", []string{"--seed", "lots"}, "--seed"},
@@ -320,6 +381,9 @@ func TestBadConfiguration(t *testing.T) {
 			lines := strings.Split(strings.TrimSpace(errb.String()), "\n")
 			if len(lines) != 1 || !strings.Contains(lines[0], c.want) {
 				t.Fatalf("want one line containing %q, got:\n%s", c.want, errb.String())
+			}
+			if n := strings.Count(lines[0], "connection refused"); n > 1 {
+				t.Fatalf("the same cause %d times: %s", n, lines[0])
 			}
 		})
 	}

@@ -3,9 +3,11 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -258,16 +260,34 @@ func printCreated(w io.Writer, ck *apikeys.CreatedKey, asJSON bool) error {
 	return nil
 }
 
-// printDemoKey creates a live key with every scope for the demo organization and prints it with
-// curl examples, so `make run` ends with something a newcomer can paste.
+// demoKeyFile keeps the demo key's secret in the data dir (0600, beside sealing.key), so that each
+// `make run` prints the same key rather than minting another live key with every scope.
+const demoKeyFile = "demo.key"
+
+// printDemoKey prints the demo organization's live key with every scope, with curl examples, so
+// `make run` ends with something a newcomer can paste. The key an earlier start of the same data
+// dir made is printed again while it still works (not revoked, rotated or for another database);
+// only otherwise is one minted and kept.
 func printDemoKey(ctx context.Context, s *node.Node, dataDir string, w io.Writer) error {
 	var orgID string
 	if err := s.Pool().QueryRow(ctx, `select id from organizations where slug = $1`, demo.DemoOrgSlug).Scan(&orgID); err != nil {
 		return fmt.Errorf("demo organization %s: %w", demo.DemoOrgSlug, err)
 	}
-	ck, err := postgres.NewAPIKeys(s.Pool()).Create(ctx, apikeys.NewKey{OrgID: orgID, Name: "make run", Mode: access.Live, Scopes: access.Scopes})
+	keys := postgres.NewAPIKeys(s.Pool())
+	path := filepath.Join(dataDir, demoKeyFile)
+	secret, err := keptDemoKey(ctx, keys, path, orgID)
 	if err != nil {
 		return err
+	}
+	if secret == "" {
+		ck, err := keys.Create(ctx, apikeys.NewKey{OrgID: orgID, Name: "make run", Mode: access.Live, Scopes: access.Scopes})
+		if err != nil {
+			return err
+		}
+		secret = ck.Secret
+		if err := os.WriteFile(path, []byte(secret+"\n"), 0o600); err != nil {
+			return fmt.Errorf("keep the demo key: %w", err)
+		}
 	}
 	base := s.URL()
 	keysCmd := "bin/carehub keys create"
@@ -275,7 +295,7 @@ func printDemoKey(ctx context.Context, s *node.Node, dataDir string, w io.Writer
 		keysCmd += " --data-dir " + dataDir
 	}
 	fmt.Fprintf(w, `
-A live API key for the demo organization %[1]s (every scope; shown once):
+A live API key for the demo organization %[1]s (every scope; kept in %[5]s for the next start):
 
   export CAREHUB_KEY=%[2]s
 
@@ -288,6 +308,31 @@ Try:
 Explorer: %[3]s/graphiql (paste the key)    Metrics: %[3]s/metrics    Health: %[3]s/readyz
 More keys: %[4]s --org %[1]s --mode test --scopes read:patients
 Stop with Ctrl-C; data stays in the data dir for the next start.
-`, demo.DemoOrgSlug, ck.Secret, base, keysCmd)
+`, demo.DemoOrgSlug, secret, base, keysCmd, path)
 	return nil
+}
+
+// keptDemoKey returns the secret in path when it is a usable live key with every scope of the
+// demo organization in this database, else "".
+func keptDemoKey(ctx context.Context, keys *postgres.APIKeys, path, orgID string) (string, error) {
+	b, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return "", nil
+	}
+	if err != nil {
+		return "", fmt.Errorf("read the kept demo key: %w", err)
+	}
+	secret := strings.TrimSpace(string(b))
+	k, err := keys.Lookup(ctx, secret)
+	if errors.Is(err, apikeys.ErrNotFound) {
+		return "", nil
+	}
+	if err != nil {
+		return "", err
+	}
+	everyScope := !slices.ContainsFunc(access.Scopes, func(sc string) bool { return !slices.Contains(k.Scopes, sc) })
+	if k.OrgID != orgID || k.Mode != access.Live || !k.Usable(time.Now()) || !everyScope {
+		return "", nil
+	}
+	return secret, nil
 }

@@ -20,6 +20,10 @@ const subscribeQuery = `subscription($p: ID!, $t: [String!]) {
 // cmdSubscribe follows a project's events over GraphQL eventStream (graphql-transport-ws) and
 // prints each as one JSON line: the shell's way to a subscription, which curl cannot open. The
 // key comes from CAREHUB_KEY only, never a flag, so it stays out of the process list.
+//
+// A script that starts it in the background and then makes the events (the README tour) waits
+// for --ready-file: it is written once a ping sent after the subscribe is answered, and the
+// server answers that ping only when it holds the subscription (api/ws).
 func cmdSubscribe(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("subscribe", flag.ContinueOnError)
 	base := fs.String("url", "http://127.0.0.1:8080", "carehub base URL (http:// or https://)")
@@ -27,6 +31,7 @@ func cmdSubscribe(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	types := fs.String("types", "", "comma-separated event types (default: every type)")
 	count := fs.Int("count", 0, "exit after this many events (0: until interrupted)")
 	timeout := fs.Duration("timeout", 0, "fail when --count events have not arrived within this (0: no bound)")
+	readyFile := fs.String("ready-file", "", "write this file once the server holds the subscription: events from then on are printed")
 	if err := parse(fs, args, stderr); err != nil {
 		return err
 	}
@@ -56,6 +61,14 @@ func cmdSubscribe(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	stream, err := ws.Subscribe(ctx, "events", subscribeQuery, vars)
 	if err != nil {
 		return fmt.Errorf("subscribe: %w", err)
+	}
+	if *readyFile != "" {
+		if err := ws.Ping(ctx); err != nil {
+			return fmt.Errorf("subscribe: %w", err)
+		}
+		if err := os.WriteFile(*readyFile, []byte("subscribed\n"), 0o644); err != nil {
+			return fmt.Errorf("subscribe: --ready-file: %w", err)
+		}
 	}
 	enc := json.NewEncoder(stdout)
 	for n := 0; *count == 0 || n < *count; n++ {

@@ -11,10 +11,30 @@
 # process started by up runs, or is about to), prepare (what up needs before the lock: fetch,
 # check), launch (start the process in the background: setsid, without fds 8 and 9),
 # running_version [LOG OFFSET], download TMP (fetch_engine's download into TMP/out), fetch and
-# show_version. A command of its own, NAME, is a function cmd_NAME.
+# show_version, and may define provision (what up does once the process answers). A command of
+# its own, NAME, is a function cmd_NAME.
 
 say() { printf '%s.sh: %s\n' "$name" "$*" >&2; }
 die() { say "$*"; exit 1; }
+
+# Every checkout on a machine runs engines of its own: their state lives under the checkout's
+# .local/ (git-ignored) and their default ports come from a hash of its path, so one checkout's
+# down never stops another's engine and no checkout's node reads another's data.
+checkout=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd -P)
+checkout_id=$(printf %s "$checkout" | sha256sum | cut -c1-8)
+# port_base: a block of eight ports per checkout (Kafka +0 and +1, ClickHouse +2 and +3, the
+# scale-out test's Kafka +4 and +5) in 20000-29999, below Linux's ephemeral range, where the
+# kernel picks the local ports of outgoing connections.
+port_base=$((20000 + 8 * (16#$checkout_id % 1250)))
+
+provision() { :; }
+
+# holder PORT names who listens on PORT: "NAME (pid PID)" when ss can tell, else "another process".
+holder() {
+	local who
+	who=$(ss -Hltnp "sport = :$1" 2>/dev/null | sed -n 's/.*users:(("\([^"]*\)",pid=\([0-9]*\).*/\1 (pid \2)/p' | head -1)
+	echo "${who:-another process}"
+}
 
 usage() {
 	sed -n '2,/^set -euo/p' "${BASH_SOURCE[-1]}" | sed '$d; s/^# \{0,1\}//'
@@ -102,8 +122,13 @@ wait_ready() {
 	done
 }
 
-# up starts the process unless it runs, and waits until it answers.
+# up starts the process unless it runs, waits until it answers, and provisions it.
 up() {
+	start
+	provision
+}
+
+start() {
 	prepare
 	lock
 	local pid
@@ -120,7 +145,8 @@ up() {
 	rm -f "$pidfile"
 	local i
 	for i in "${!ports[@]}"; do
-		port_taken "${ports[i]}" && die "port ${ports[i]} is taken by another process (set ${port_vars[i]})"
+		port_taken "${ports[i]}" &&
+			die "port ${ports[i]} is held by $(holder "${ports[i]}"); choose another: make $name-up ${port_vars[i]}=PORT"
 	done
 	mkdir -p "$state"
 	if [[ -f $logfile ]] && (($(stat -c %s "$logfile") > 50 << 20)); then

@@ -35,7 +35,7 @@ schemathesis.graphql.scalar("JSON", st.one_of(_json_scalar, _json_containers.fil
 # Answers about the request's target rather than failures of the server: the GraphQL forms of
 # REST's 404, 403, 409 and 429, which Schemathesis counts as server errors because they carry a
 # path (they come from a resolver). INTERNAL, and an error without a code, remain failures.
-_ANSWERS = {"NOT_FOUND", "FORBIDDEN", "CONFLICT", "RATE_LIMITED", "UNAUTHENTICATED"}
+_ANSWERS = {"NOT_FOUND", "FORBIDDEN", "CONFLICT", "RATE_LIMITED", "UNAUTHENTICATED", "UNAVAILABLE"}
 
 
 def _errors(response):

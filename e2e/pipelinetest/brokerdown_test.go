@@ -176,15 +176,18 @@ func brokerOutage(t *testing.T, hold time.Duration, long bool) {
 	servertest.Eventually(t, 60*time.Second, "the event published before the outage in the log", func() bool {
 		return visible(t, c, project, typ, []string{before}) == 1
 	})
-	if code, checks := readyz(t, s.URL); code != http.StatusOK {
-		t.Fatalf("/readyz before the outage: %d %v", code, checks)
-	}
+	// Ready once every consumer group holds its partitions, which on this broker may follow the
+	// first event's storing by a moment.
+	servertest.Eventually(t, 60*time.Second, "/readyz 200 before the outage", func() bool {
+		code, _ := readyz(t, s.URL)
+		return code == http.StatusOK
+	})
 
 	b.stop(t)
 	downAt := time.Now()
 	servertest.Eventually(t, 30*time.Second, "/readyz to report kafka unreachable", func() bool {
 		code, checks := readyz(t, s.URL)
-		return code == http.StatusServiceUnavailable && checks["kafka"] == "unreachable"
+		return code == http.StatusServiceUnavailable && strings.HasPrefix(checks["kafka"], "down: ")
 	})
 	t.Logf("/readyz reported kafka unreachable %v after the broker stopped", time.Since(downAt).Round(time.Millisecond))
 

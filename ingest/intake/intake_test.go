@@ -475,6 +475,11 @@ func TestDeadBrokerIsUnavailable(t *testing.T) {
 	if fault.KindOf(err) != fault.KindUnavailable || res.Answer.Accepted != 0 {
 		t.Fatalf("%+v %v; want 503", res, err)
 	}
+	// The device is told which system is down and when to retry.
+	if msg := fault.As(err).Message; !strings.HasPrefix(msg, "observation intake is unavailable: the Kafka broker cannot be reached") ||
+		!strings.Contains(msg, "retry after 2 s") {
+		t.Errorf("message %q", msg)
+	}
 	if time.Since(start) > 15*time.Second {
 		t.Fatalf("answered after %v", time.Since(start))
 	}

@@ -166,7 +166,7 @@ func (rq *request) produce(recs []*kgo.Record) error {
 	}
 	if err := rq.txn.Add(rq.ctx, recs...); err != nil {
 		rq.abort()
-		return unavailable(err)
+		return rq.in.unavailable(err)
 	}
 	return nil
 }
@@ -184,7 +184,7 @@ func (rq *request) commit() error {
 		} else {
 			rq.in.logger.Warn("observations not committed to Kafka; answered 503", "err", err)
 		}
-		return unavailable(err)
+		return rq.in.unavailable(err)
 	}
 	rq.in.m.produce.Observe(time.Since(start).Seconds())
 	return nil

@@ -224,8 +224,12 @@ func (rq *request) invalid(message string) error {
 		Details: map[string]any{"accepted": 0, "rejected": nonNil(rq.rejected), "ids": []string{}}}
 }
 
-func unavailable(err error) error {
-	return fault.Wrap(fault.KindUnavailable, err, "the observation stream is unavailable; nothing was accepted, retry later")
+// unavailable is the 503 of observations Kafka did not take. It names Kafka, not the audit log
+// or "the observation stream", since the device's operator has to know which system is down.
+func (in *Intake) unavailable(err error) error {
+	wait := (in.RetryAfter() + time.Second - 1) / time.Second
+	return fault.Wrap(fault.KindUnavailable, err, fmt.Sprintf("observation intake is unavailable: "+
+		"the Kafka broker cannot be reached or did not acknowledge the observations; nothing was accepted, retry after %d s", wait))
 }
 
 func tooManyEntries(n int) error {

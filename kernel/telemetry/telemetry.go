@@ -61,13 +61,17 @@ func Unregister(reg prometheus.Registerer, cs ...prometheus.Collector) {
 
 // BuildInfo is the gauge carehub_build_info{version,revision,goversion} 1: which build a node
 // runs, to join on other series (`* on(instance) group_left(version) carehub_build_info`).
-// revision is the VCS commit the binary was built from ("unknown" outside a checkout).
-func BuildInfo(version string) prometheus.Collector {
-	revision := "unknown"
-	if bi, ok := debug.ReadBuildInfo(); ok {
-		for _, s := range bi.Settings {
-			if s.Key == "vcs.revision" && s.Value != "" {
-				revision = s.Value
+// revision is the VCS commit the binary was built from: the one given (a build's -ldflags, as
+// the Makefile sets it), else the one Go stamps into a build in a checkout, else "unknown" (a
+// build with -buildvcs=false, or from a tree without .git, such as a container's context).
+func BuildInfo(version, revision string) prometheus.Collector {
+	if revision == "" {
+		revision = "unknown"
+		if bi, ok := debug.ReadBuildInfo(); ok {
+			for _, s := range bi.Settings {
+				if s.Key == "vcs.revision" && s.Value != "" {
+					revision = s.Value
+				}
 			}
 		}
 	}

@@ -63,6 +63,9 @@ func (s *Service) query(ctx context.Context, q storage.AuditQuery) (storage.Audi
 	if errors.Is(err, storage.ErrBadCursor) {
 		return storage.AuditPage{}, fault.Invalid("invalid cursor: pass meta.cursor of an earlier page unchanged")
 	}
+	if err != nil && fault.As(err) != nil {
+		return storage.AuditPage{}, err // the store's own answer (ClickHouse down names its dependency)
+	}
 	if err != nil {
 		return storage.AuditPage{}, fault.Wrap(fault.KindUnavailable, err, "the audit log is temporarily unavailable")
 	}

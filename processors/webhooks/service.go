@@ -220,6 +220,21 @@ func NewService(pool *pgxpool.Pool, cfg ServiceConfig) *Service {
 		box: newSecretBox(cfg.Key)}
 }
 
+// allowPrivateHint ends the refusal of a URL that only --webhooks-allow-private would accept, so
+// that whoever tries the README tour's http://127.0.0.1 receiver on a strict node learns why.
+const allowPrivateHint = "; a node started with --webhooks-allow-private also accepts http to private and loopback addresses"
+
+// checkURL is egress.CheckURL under the service's AllowPrivate, naming the flag when it is what
+// refused the URL.
+func (s *Service) checkURL(url string) error {
+	err := egress.CheckURL(url, s.cfg.AllowPrivate)
+	if err == nil || s.cfg.AllowPrivate || egress.CheckURL(url, true) != nil {
+		return err
+	}
+	f := fault.As(err)
+	return &fault.Error{Kind: f.Kind, Message: f.Message + allowPrivateHint, Details: f.Details}
+}
+
 const subscriptionColumns = `id, org_id, project_id, url, events, status, secret, secret_sealed, failure_count,
 	last_delivered_at, created_at, updated_at, ordered, max_in_flight, batch_size, rate_limit`
 
@@ -291,7 +306,7 @@ func (s *Service) Create(ctx context.Context, projectID, url string, patterns []
 	if err := opts.check(); err != nil {
 		return nil, err
 	}
-	if err := egress.CheckURL(url, s.cfg.AllowPrivate); err != nil {
+	if err := s.checkURL(url); err != nil {
 		return nil, err
 	}
 	patterns, err = checkEvents(patterns)
@@ -418,7 +433,7 @@ func (s *Service) Update(ctx context.Context, id string, u Update) (*Subscriptio
 		return nil, err
 	}
 	if u.URL != nil {
-		if err := egress.CheckURL(*u.URL, s.cfg.AllowPrivate); err != nil {
+		if err := s.checkURL(*u.URL); err != nil {
 			return nil, err
 		}
 	}

@@ -2,6 +2,7 @@ package webhooks
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -51,6 +52,34 @@ func TestCreateRefusesNonPublicOrNonHTTPSURLs(t *testing.T) {
 	// So is a test send to a URL.
 	if _, err := strict.Test(f.admin, TestRequest{URL: "https://127.0.0.1:1/"}); fault.KindOf(err) != fault.KindValidation {
 		t.Errorf("Test to loopback: %v, want a validation error", err)
+	}
+}
+
+// A URL that only --webhooks-allow-private would accept is refused with a message that names the
+// flag; one refused for another reason is not told about it.
+func TestURLRefusalNamesAllowPrivate(t *testing.T) {
+	f := newFixture(t)
+	strict := NewService(f.pool, ServiceConfig{})
+	for _, tt := range []struct {
+		url  string
+		hint bool
+	}{
+		{"http://127.0.0.1:9000/hook", true},
+		{"http://example.com/hook", true},
+		{"https://10.1.2.3/hook", true},
+		{"https://user:pw@example.com/hook", false},
+		{"ftp://example.com/", false},
+	} {
+		_, err := strict.Create(f.admin, f.projectID, tt.url, []string{"*"}, Options{})
+		if fault.KindOf(err) != fault.KindValidation {
+			t.Fatalf("Create(%q): %v, want a validation error", tt.url, err)
+		}
+		if got := strings.Contains(err.Error(), "--webhooks-allow-private"); got != tt.hint {
+			t.Errorf("Create(%q): %q, names --webhooks-allow-private: %v, want %v", tt.url, err, got, tt.hint)
+		}
+	}
+	if _, err := strict.Test(f.admin, TestRequest{URL: "http://127.0.0.1:1/"}); !strings.Contains(fmt.Sprint(err), "--webhooks-allow-private") {
+		t.Errorf("Test to loopback: %v, want the flag named", err)
 	}
 }
 

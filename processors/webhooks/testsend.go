@@ -9,7 +9,6 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"carehub/kernel/access"
-	"carehub/kernel/egress"
 	"carehub/kernel/events"
 	"carehub/kernel/fault"
 	"carehub/kernel/ids"
@@ -69,7 +68,7 @@ from webhooks where id = $1 and deleted_at is null and ($2 = '' or org_id = $2)`
 			return nil, wrap("test webhook", err)
 		}
 	} else {
-		if err := egress.CheckURL(req.URL, s.cfg.AllowPrivate); err != nil {
+		if err := s.checkURL(req.URL); err != nil {
 			return nil, err
 		}
 		oneOff = newSecret()

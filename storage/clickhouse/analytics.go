@@ -44,7 +44,8 @@ FROM event_log FINAL WHERE `
 // whole range otherwise. The range prunes partitions and the organization (and project) the
 // sorting key of either table. Percentiles are exact (quantilesExactInclusive, as Postgres's
 // percentile_cont), from event_log.
-func (s *Store) AggregateEvents(ctx context.Context, q storage.AggregateQuery) ([]storage.AggregateRow, error) {
+func (s *Store) AggregateEvents(ctx context.Context, q storage.AggregateQuery) (_ []storage.AggregateRow, err error) {
+	defer func() { err = unavailable(err) }()
 	key, ok := groupColumns[q.GroupBy]
 	if !ok {
 		return nil, fmt.Errorf("aggregate events: unknown grouping %q", q.GroupBy)

@@ -24,7 +24,7 @@ import (
 
 // The benchmarks need a server (CAREHUB_CLICKHOUSE_URL, `make clickhouse-up`):
 //
-//	CAREHUB_CLICKHOUSE_URL=clickhouse://127.0.0.1:19000/default \
+//	CAREHUB_CLICKHOUSE_URL=$(deploy/local/clickhouse/clickhouse.sh url) \
 //	  go test -run '^$' -bench . -benchtime 200x ./storage/clickhouse/
 //
 // Query benchmarks report p50 and p99 latency besides the mean (ns/op), and the rows the server

@@ -379,7 +379,8 @@ func (s *Store) insert(ctx context.Context, query string, rows int, columns ...a
 // QueryEvents has the semantics of storage/postgres.EventLog.QueryEvents: newest first (oldest
 // first with Ascending), ties by id, Since inclusive, To exclusive, Total over every match as
 // q.Total asks, storage.ErrBadCursor for a foreign cursor.
-func (s *Store) QueryEvents(ctx context.Context, q storage.EventQuery) (storage.EventPage, error) {
+func (s *Store) QueryEvents(ctx context.Context, q storage.EventQuery) (_ storage.EventPage, err error) {
+	defer func() { err = unavailable(err) }()
 	if q.ProjectID == "" {
 		return storage.EventPage{}, errors.New("query events: project id required")
 	}
@@ -567,7 +568,7 @@ func (s *Store) ExportEvents(ctx context.Context, q storage.EventQuery, emit fun
 	}
 	rows, err := s.conn.Query(ch.Context(ctx, ch.WithSettings(projectionFor(q))), query, args...)
 	if err != nil {
-		return fmt.Errorf("export events: %w", err)
+		return unavailable(fmt.Errorf("export events: %w", err))
 	}
 	defer func() { _ = rows.Close() }()
 	chunk := make([]events.Event, 0, storage.ExportChunk)
@@ -575,13 +576,14 @@ func (s *Store) ExportEvents(ctx context.Context, q storage.EventQuery, emit fun
 	for rows.Next() {
 		id, ev, err := scanEvent(rows)
 		if err != nil {
-			return fmt.Errorf("export events: %w", err)
+			return unavailable(fmt.Errorf("export events: %w", err))
 		}
 		if id == last {
 			continue
 		}
 		last = id
 		if chunk = append(chunk, ev); len(chunk) == storage.ExportChunk {
+			// emit's errors are the client's (a download it stopped reading), not the store's.
 			if err := emit(chunk); err != nil {
 				return err
 			}
@@ -589,7 +591,7 @@ func (s *Store) ExportEvents(ctx context.Context, q storage.EventQuery, emit fun
 		}
 	}
 	if err := rows.Err(); err != nil {
-		return fmt.Errorf("export events: %w", err)
+		return unavailable(fmt.Errorf("export events: %w", err))
 	}
 	if len(chunk) > 0 {
 		return emit(chunk)
@@ -729,7 +731,8 @@ auth_failure, credential)`, n, id, at, org, key, mode, ip, agent, op, resources,
 
 // QueryAudit has the semantics of storage/postgres.AuditLog.QueryAudit: newest first, From
 // inclusive, To exclusive, PatientID matching any of a record's patient ids.
-func (s *Store) QueryAudit(ctx context.Context, q storage.AuditQuery) (storage.AuditPage, error) {
+func (s *Store) QueryAudit(ctx context.Context, q storage.AuditQuery) (_ storage.AuditPage, err error) {
+	defer func() { err = unavailable(err) }()
 	limit := storage.PageSize(q.Limit)
 	var where conditions
 	if q.OrgID != "" {
@@ -751,7 +754,6 @@ func (s *Store) QueryAudit(ctx context.Context, q storage.AuditQuery) (storage.A
 		where.add("operation = ?", q.Operation)
 	}
 	var page storage.AuditPage
-	var err error
 	if page.Total, err = s.count(ctx, "audit_log", where, q.Total); err != nil {
 		return storage.AuditPage{}, fmt.Errorf("query audit: %w", err)
 	}

@@ -8,6 +8,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
+	"strings"
 	"sync"
 	"time"
 
@@ -119,6 +121,24 @@ func (c *ClientConfig) defaults() {
 // closes the client.
 func NewClient(cfg ClientConfig, extra ...kgo.Opt) (*kgo.Client, error) {
 	return newClient(cfg, extra, kgo.NewClient)
+}
+
+// Reachable succeeds once a TCP connection to one of brokers opens, each tried within timeout.
+// A node checks its external brokers with it before it starts anything, so an unreachable
+// cluster is the first and only line the operator reads, not the last after the start-up log and
+// the client's retries.
+func Reachable(ctx context.Context, brokers []string, timeout time.Duration) error {
+	d := net.Dialer{Timeout: timeout}
+	var causes []string
+	for _, b := range brokers {
+		conn, err := d.DialContext(ctx, "tcp", b)
+		if err == nil {
+			conn.Close()
+			return nil
+		}
+		causes = append(causes, err.Error())
+	}
+	return fmt.Errorf("no broker of %s can be reached (%s)", strings.Join(brokers, ","), strings.Join(causes, "; "))
 }
 
 // TransactionalID returns prefix followed by 12 random hex digits: a transactional id of this

@@ -2,11 +2,14 @@ package postgres
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"runtime"
+	"slices"
 	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -56,10 +59,41 @@ func Connect(ctx context.Context, dsn string) (*pgxpool.Pool, error) {
 	}
 	if err := pool.Ping(ctx); err != nil {
 		pool.Close()
-		return nil, fmt.Errorf("connect to postgres: %w", err)
+		return nil, fmt.Errorf("connect to postgres: %w", onceEach(err))
 	}
 	return pool, nil
 }
+
+// onceEach names each distinct cause of a failed connect once: with sslmode=prefer (the
+// default) pgx dials every address twice, with TLS and without, and reports both identical
+// dial errors.
+func onceEach(err error) error {
+	var ce *pgconn.ConnectError
+	if !errors.As(err, &ce) {
+		return err
+	}
+	joined, ok := ce.Unwrap().(interface{ Unwrap() []error })
+	if !ok {
+		return err
+	}
+	var causes []string
+	for _, e := range joined.Unwrap() {
+		if msg := e.Error(); !slices.Contains(causes, msg) {
+			causes = append(causes, msg)
+		}
+	}
+	return &connectError{msg: fmt.Sprintf("failed to connect to `user=%s database=%s`: %s", ce.Config.User, ce.Config.Database,
+		strings.Join(causes, "; ")), err: err}
+}
+
+// connectError is a ConnectError with a shorter message; errors.As still finds the original.
+type connectError struct {
+	msg string
+	err error
+}
+
+func (e *connectError) Error() string { return e.msg }
+func (e *connectError) Unwrap() error { return e.err }
 
 // durationParam formats d as a PostgreSQL time setting in milliseconds.
 func durationParam(d time.Duration) string {

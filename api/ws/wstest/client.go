@@ -4,7 +4,7 @@
 // (DialLegacy) through one Client, and runs the npm clients of both (NewNodeClient).
 //
 // It is deliberately small and strict: it speaks only what each protocol requires of a client
-// (connection_init, subscribe or start, complete or stop, pong), and records how each operation
+// (connection_init, subscribe or start, complete or stop, ping and pong), and records how each operation
 // and the socket ended so a test can assert on it.
 package wstest
 
@@ -101,6 +101,7 @@ type Client struct {
 	ended  map[string]error // how each finished operation ended (nil: complete)
 	err    error            // why the socket ended, once done is closed
 	closed bool
+	pongs  []chan struct{} // the Ping calls waiting, oldest first
 }
 
 // sub is one operation's result stream. The read loop only appends to pending, so a test
@@ -293,6 +294,30 @@ func (c *Client) Subscribe(ctx context.Context, id, query string, vars map[strin
 	return s.ch, nil
 }
 
+// Ping sends a graphql-transport-ws ping and waits for the pong, within ctx. carehub answers a
+// ping once every operation subscribed before it has started, so a Ping after Subscribe returns
+// when the server holds the subscription: events from then on reach it.
+func (c *Client) Ping(ctx context.Context) error {
+	if c.d.subprotocol != Subprotocol {
+		return fmt.Errorf("wstest: ping: %s has no ping", c.d.subprotocol)
+	}
+	pong := make(chan struct{})
+	c.mu.Lock()
+	c.pongs = append(c.pongs, pong)
+	c.mu.Unlock()
+	if err := WriteMessage(ctx, c.conn, Message{Type: "ping"}); err != nil {
+		return fmt.Errorf("wstest: send ping: %w", err)
+	}
+	select {
+	case <-pong:
+		return nil
+	case <-c.done:
+		return fmt.Errorf("wstest: ping: %w", c.Wait(ctx))
+	case <-ctx.Done():
+		return fmt.Errorf("wstest: ping: %w", ctx.Err())
+	}
+}
+
 // Unsubscribe sends complete (legacy: stop) for id; its channel closes and Err(id) is nil.
 func (c *Client) Unsubscribe(ctx context.Context, id string) error {
 	c.end(id, nil, true)
@@ -369,6 +394,13 @@ func (c *Client) readLoop() {
 			c.end(m.ID, nil, false)
 		case "ping":
 			err = WriteMessage(ctx, c.conn, Message{Type: "pong"})
+		case "pong":
+			c.mu.Lock()
+			if len(c.pongs) > 0 {
+				close(c.pongs[0])
+				c.pongs = c.pongs[1:]
+			}
+			c.mu.Unlock()
 		}
 	}
 	c.mu.Lock()

@@ -191,12 +191,9 @@ func startSeed(s *Node, ctx, _ context.Context) error {
 	if s.cfg.Seed != "demo" {
 		return nil
 	}
-	sum, err := demo.Seed(ctx, s.pool, s.logger)
-	if err != nil {
+	// Seed logs what it seeded.
+	if _, err := demo.Seed(ctx, s.pool, s.logger); err != nil {
 		return fmt.Errorf("seed demo data: %w", err)
-	}
-	if !sum.Skipped {
-		s.logger.Info("demo data seeded", "summary", sum)
 	}
 	return nil
 }
@@ -333,14 +330,14 @@ func startOutboxRelay(s *Node, _, wctx context.Context) error {
 		return fmt.Errorf("outbox relay: %w", err)
 	}
 	s.closers = append(s.closers, func(context.Context) error { relayClient.Close(); return nil })
-	relay := outbox.New(s.pool, relayClient, outbox.Config{Logger: s.logger.With("component", "outbox"), Registerer: s.registry})
+	relay := outbox.New(s.pool, relayClient, outbox.Config{Logger: s.logger, Registerer: s.registry})
 	s.run("outbox-relay", relay.Run, wctx)
 	return nil
 }
 
 func startEventLogWriter(s *Node, _, wctx context.Context) error {
 	el, err := eventlog.New(eventlog.Config{Brokers: s.brokers, Credentials: s.kafkaCreds, Topic: s.topics.Events, DeadLetterTopic: s.topics.EventsDLQ, Group: s.ns.Name(eventlog.DefaultGroup), Store: s.eventLog,
-		Logger: s.logger.With("component", "eventlog"), Registerer: s.registry})
+		Logger: s.logger, Registerer: s.registry})
 	if err != nil {
 		return fmt.Errorf("event log writer: %w", err)
 	}

@@ -39,6 +39,7 @@ var AllRoles = []string{RoleAPI, RoleIngest, RoleProcessors}
 // it up front so bad configuration fails before anything starts.
 type Config struct {
 	Version        string   // the build's version, served as carehub_build_info{version}
+	Revision       string   // the build's VCS commit ("": the one Go stamped, if any), carehub_build_info{revision}
 	DataDir        string   // embedded Postgres and Kafka live here
 	HTTPAddr       string   // host:port
 	DebugAddr      string   // loopback host:port serving /debug/pprof ("": none)

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -73,6 +74,12 @@ type Node struct {
 	listener net.Listener
 	ready    atomic.Bool
 
+	// What /readyz and `carehub status` report (readiness.go): the components started, the
+	// last round of checks, the last error-level log lines.
+	started    []string
+	readyState readiness
+	errs       *errorRing
+
 	// Background workers (consumers, relays), each run by run() and waited for on shutdown.
 	cancelWorkers context.CancelFunc
 	workers       sync.WaitGroup
@@ -95,10 +102,12 @@ func Start(ctx context.Context, cfg Config, logger *slog.Logger) (_ *Node, err e
 	if err != nil {
 		return nil, err
 	}
+	errs := &errorRing{}
+	logger = slog.New(ringHandler{Handler: logger.Handler(), ring: errs})
 	s := &Node{cfg: cfg, logger: logger, registry: prometheus.NewRegistry(), workerErr: make(chan error, 16),
-		ns: cfg.namespace(), topics: cfg.namespace().Topics()}
+		ns: cfg.namespace(), topics: cfg.namespace().Topics(), errs: errs}
 	s.registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-		telemetry.BuildInfo(cfg.Version))
+		telemetry.BuildInfo(cfg.Version, cfg.Revision))
 	defer func() {
 		if err != nil {
 			sctx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownGrace)
@@ -107,12 +116,17 @@ func Start(ctx context.Context, cfg Config, logger *slog.Logger) (_ *Node, err e
 		}
 	}()
 	began := time.Now()
-	TuneRuntime(logger)
 	if cfg.DataDir != "" {
 		if err := CheckDataDir(cfg.DataDir); err != nil {
 			return nil, err
 		}
 	}
+	if len(cfg.KafkaBrokers) > 0 {
+		if err := kafka.Reachable(ctx, cfg.KafkaBrokers, 5*time.Second); err != nil {
+			return nil, fmt.Errorf("--kafka-brokers: %w", err)
+		}
+	}
+	TuneRuntime(logger)
 	// Workers live until shutdown; ctx only bounds start-up.
 	wctx, cancel := context.WithCancel(context.Background())
 	s.cancelWorkers = cancel
@@ -120,6 +134,7 @@ func Start(ctx context.Context, cfg Config, logger *slog.Logger) (_ *Node, err e
 		if err := c.start(s, ctx, wctx); err != nil {
 			return nil, err
 		}
+		s.started = append(s.started, c.name)
 	}
 	if err := s.serveHTTP(s.router); err != nil {
 		return nil, err
@@ -270,28 +285,6 @@ func (s *Node) Topics() kafka.Topics { return s.topics }
 // Err delivers a fatal error of a background component.
 func (s *Node) Err() <-chan error { return s.workerErr }
 
-// readiness checks each dependency with a short bound so /readyz answers quickly.
-func (s *Node) readiness(ctx context.Context) map[string]string {
-	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-	defer cancel()
-	checks := map[string]string{"server": "ok", "postgres": "ok", "kafka": "ok", "migrations": "ok"}
-	if !s.ready.Load() {
-		checks["server"] = "shutting down or starting"
-	}
-	if err := s.pool.Ping(ctx); err != nil {
-		checks["postgres"] = "unreachable"
-	}
-	if pending, err := postgres.Pending(ctx, s.pool); err != nil {
-		checks["migrations"] = "unknown"
-	} else if len(pending) > 0 {
-		checks["migrations"] = fmt.Sprintf("%d pending", len(pending))
-	}
-	if err := kafka.Ping(ctx, s.kcl); err != nil {
-		checks["kafka"] = "unreachable"
-	}
-	return checks
-}
-
 // Close shuts down: not-ready first, then HTTP drains, then workers, then stores in reverse start
 // order. It is idempotent.
 func (s *Node) Close(ctx context.Context) error {
@@ -358,9 +351,22 @@ func Run(ctx context.Context, cfg Config, logger *slog.Logger, started func(*Nod
 func NewLogger(cfg Config) *slog.Logger {
 	var lvl slog.Level
 	_ = lvl.UnmarshalText([]byte(cfg.LogLevel))
-	opts := &slog.HandlerOptions{Level: lvl}
+	opts := &slog.HandlerOptions{Level: lvl, ReplaceAttr: durationMillis}
 	if cfg.LogFormat == "text" {
 		return slog.New(slog.NewTextHandler(os.Stderr, opts))
 	}
 	return slog.New(slog.NewJSONHandler(os.Stderr, opts))
+}
+
+// durationMillis logs a time.Duration as <key>_ms, a number of milliseconds, the way carehub's
+// own elapsed_ms and startup_ms are: JSON would otherwise show nanoseconds, and text "1.2s".
+func durationMillis(_ []string, a slog.Attr) slog.Attr {
+	if a.Value.Kind() != slog.KindDuration {
+		return a
+	}
+	key := a.Key
+	if !strings.HasSuffix(key, "_ms") {
+		key += "_ms"
+	}
+	return slog.Float64(key, float64(a.Value.Duration().Microseconds())/1000)
 }

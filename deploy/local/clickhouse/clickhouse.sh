@@ -9,13 +9,14 @@
 #   clickhouse.sh restart [--signal TERM|KILL]    stop with that signal, start on the same data
 #   clickhouse.sh status                          exit 0 up, 1 running but not answering, 3 down
 #   clickhouse.sh version                         the package pinned, and the engine's version when up
-#   clickhouse.sh url                             the --clickhouse-url of this server
+#   clickhouse.sh url                             the --clickhouse-url of this server and database
 #   clickhouse.sh query SQL                       run SQL over HTTP and print the answer
 #
-# Environment:
-#   CLICKHOUSE_TCP_PORT       native protocol port (default 19000)
-#   CLICKHOUSE_HTTP_PORT      HTTP port (default 18123)
-#   CLICKHOUSE_STATE_DIR      data, logs, pid (default /tmp/carehub-clickhouse-$CLICKHOUSE_TCP_PORT)
+# Environment (the defaults are the checkout's own: see daemon.sh):
+#   CLICKHOUSE_TCP_PORT       native protocol port (default the checkout's, in 20000-29999)
+#   CLICKHOUSE_HTTP_PORT      HTTP port (default the checkout's, the TCP port's default + 1)
+#   CLICKHOUSE_STATE_DIR      data, logs, pid (default .local/clickhouse-$CLICKHOUSE_TCP_PORT in the checkout)
+#   CLICKHOUSE_DATABASE       the database up creates and url names (default carehub_<hash of the checkout's path>)
 #   CAREHUB_CACHE_DIR         cache root (default $HOME/.cache/carehub)
 #   CLICKHOUSE_VERSION        overrides the @chdb/lib-linux-x64-gnu version of package.json
 #   CLICKHOUSE_START_TIMEOUT  seconds up waits for the server (default 60)
@@ -26,15 +27,20 @@
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+name=clickhouse
+# shellcheck source=../daemon.sh
+. "$here/../daemon.sh"
 package=@chdb/lib-linux-x64-gnu
 pinned=$(sed -n 's|.*"@chdb/lib-linux-x64-gnu": *"\([^"]*\)".*|\1|p' "$here/package.json")
 version=${CLICKHOUSE_VERSION:-$pinned}
 cache=${CAREHUB_CACHE_DIR:-$HOME/.cache/carehub}/clickhouse
 lib=$cache/$version/libchdb.so
 engine=$cache/$version what="$package $version"
-tcp_port=${CLICKHOUSE_TCP_PORT:-19000}
-http_port=${CLICKHOUSE_HTTP_PORT:-18123}
-state=${CLICKHOUSE_STATE_DIR:-/tmp/carehub-clickhouse-$tcp_port}
+tcp_port=${CLICKHOUSE_TCP_PORT:-$((port_base + 2))}
+http_port=${CLICKHOUSE_HTTP_PORT:-$((port_base + 3))}
+state=${CLICKHOUSE_STATE_DIR:-$checkout/.local/clickhouse-$tcp_port}
+database=${CLICKHOUSE_DATABASE:-carehub_$checkout_id}
+[[ $database =~ ^[A-Za-z_][A-Za-z0-9_]*$ ]] || die "CLICKHOUSE_DATABASE=$database: letters, digits and _ only"
 start_timeout=${CLICKHOUSE_START_TIMEOUT:-60}
 stop_timeout=${CLICKHOUSE_STOP_TIMEOUT:-30}
 cc=${CC:-cc}
@@ -42,12 +48,10 @@ cc=${CC:-cc}
 data=$state/data
 logfile=$state/clickhouse.log
 pidfile=$state/clickhouse.pid
-name=clickhouse where="127.0.0.1:$tcp_port, http $http_port" ports=("$tcp_port" "$http_port")
+where="127.0.0.1:$tcp_port, http $http_port" ports=("$tcp_port" "$http_port")
 port_vars=(CLICKHOUSE_TCP_PORT CLICKHOUSE_HTTP_PORT)
 # --path ends in a slash: alive() matches the cmdline on it.
 mark="--path=$data/ " logs="logs: $logfile, $state/clickhouse-server.log"
-# shellcheck source=../daemon.sh
-. "$here/../daemon.sh"
 # running, not alive: the child started by up may not have exec'd the launcher yet.
 starting() { running "$1"; }
 
@@ -140,7 +144,13 @@ show_version() {
 	fi
 }
 
-cmd_url() { echo "clickhouse://127.0.0.1:$tcp_port/default"; }
+# provision: the database url names exists once up returns; a node does not create it.
+provision() {
+	http POST / "CREATE DATABASE IF NOT EXISTS $database" >/dev/null || die "could not create database $database; $logs"
+	say "url: $(cmd_url)"
+}
+
+cmd_url() { echo "clickhouse://127.0.0.1:$tcp_port/$database"; }
 
 cmd_query() {
 	(($# == 1)) || usage

@@ -8,11 +8,12 @@
 #   kafka.sh restart [--signal TERM|KILL]    stop with that signal, start on the same storage
 #   kafka.sh status                          exit 0 up, 1 running but not answering, 3 down
 #   kafka.sh version                         the version fetched/started
+#   kafka.sh brokers                         the --kafka-brokers of this broker
 #
-# Environment:
-#   KAFKA_PORT             client port (default 9092)
+# Environment (the defaults are the checkout's own: see daemon.sh):
+#   KAFKA_PORT             client port (default the checkout's, in 20000-29999)
 #   KAFKA_CONTROLLER_PORT  controller port (default KAFKA_PORT+1)
-#   KAFKA_STATE_DIR        config, data, log, pid (default /tmp/carehub-kafka-$KAFKA_PORT)
+#   KAFKA_STATE_DIR        config, data, log, pid (default .local/kafka-$KAFKA_PORT in the checkout)
 #   CAREHUB_CACHE_DIR      jar cache root (default $HOME/.cache/carehub)
 #   KAFKA_VERSION          overrides kafka.version in pom.xml
 #   KAFKA_START_TIMEOUT    seconds up waits for the broker (default 60)
@@ -25,14 +26,17 @@
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+name=kafka
+# shellcheck source=../daemon.sh
+. "$here/../daemon.sh"
 pom=$here/pom.xml
 version=${KAFKA_VERSION:-$(sed -n 's:.*<kafka.version>\(.*\)</kafka.version>.*:\1:p' "$pom")}
 cache=${CAREHUB_CACHE_DIR:-$HOME/.cache/carehub}/kafka
 libs=$cache/$version/libs
 engine=$libs what="kafka $version"
-port=${KAFKA_PORT:-9092}
+port=${KAFKA_PORT:-$port_base}
 cport=${KAFKA_CONTROLLER_PORT:-$((port + 1))}
-state=${KAFKA_STATE_DIR:-/tmp/carehub-kafka-$port}
+state=${KAFKA_STATE_DIR:-$checkout/.local/kafka-$port}
 start_timeout=${KAFKA_START_TIMEOUT:-60}
 stop_timeout=${KAFKA_STOP_TIMEOUT:-30}
 heap=${KAFKA_HEAP_OPTS:--Xms256m -Xmx1g}
@@ -41,10 +45,8 @@ java=${JAVA_HOME:+$JAVA_HOME/bin/}java
 props=$state/server.properties
 logfile=$state/kafka.log
 pidfile=$state/kafka.pid
-name=kafka where=127.0.0.1:$port ports=("$port" "$cport") port_vars=(KAFKA_PORT KAFKA_CONTROLLER_PORT)
+where=127.0.0.1:$port ports=("$port" "$cport") port_vars=(KAFKA_PORT KAFKA_CONTROLLER_PORT)
 mark=$props logs="log: $logfile"
-# shellcheck source=../daemon.sh
-. "$here/../daemon.sh"
 starting() { alive "$1"; }
 
 fetch() { fetch_engine; }
@@ -189,5 +191,7 @@ show_version() {
 		echo "$version"
 	fi
 }
+
+cmd_brokers() { echo "127.0.0.1:$port"; }
 
 main "$@"

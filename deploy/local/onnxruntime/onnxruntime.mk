@@ -13,6 +13,6 @@ ONNXRUNTIME_LIB     ?= $(ONNXRUNTIME_DIR)/libonnxruntime.so
 export CAREHUB_ONNXRUNTIME_LIB ?= $(ONNXRUNTIME_LIB)
 
 .PHONY: onnxruntime-deps
-onnxruntime-deps: ## install the ONNX Runtime shared library (from the PyPI wheel) into $(ONNXRUNTIME_DIR)
+onnxruntime-deps: ## install the ONNX Runtime shared library (from the PyPI wheel) into ONNXRUNTIME_DIR
 	@ONNXRUNTIME_VERSION=$(ONNXRUNTIME_VERSION) ONNXRUNTIME_DIR=$(ONNXRUNTIME_DIR) PYTHON=$(or $(PYTHON),python3) \
 		$(ONNXRUNTIME_MK_DIR)/fetch.sh

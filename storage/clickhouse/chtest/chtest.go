@@ -33,7 +33,7 @@ func NewURL(t testing.TB) string {
 	t.Helper()
 	raw := os.Getenv(EnvURL)
 	if raw == "" {
-		t.Skip("no ClickHouse server: set " + EnvURL + " (e.g. clickhouse://127.0.0.1:19000/default, `make clickhouse-up`)")
+		t.Skip("no ClickHouse server: set " + EnvURL + " (`make clickhouse-up`, then the URL `deploy/local/clickhouse/clickhouse.sh url` prints)")
 	}
 	u, err := url.Parse(raw)
 	if err != nil {
