@@ -21,6 +21,10 @@ func (h handler) metadata(w http.ResponseWriter, r *http.Request) {
 	type interaction struct {
 		Code string `json:"code"`
 	}
+	type operation struct {
+		Name       string `json:"name"`
+		Definition string `json:"definition"`
+	}
 	type resource struct {
 		Type              string        `json:"type"`
 		Interaction       []interaction `json:"interaction"`
@@ -33,6 +37,7 @@ func (h handler) metadata(w http.ResponseWriter, r *http.Request) {
 		SearchInclude     []string      `json:"searchInclude,omitempty"`
 		SearchRevInclude  []string      `json:"searchRevInclude,omitempty"`
 		SearchParam       []param       `json:"searchParam"`
+		Operation         []operation   `json:"operation,omitempty"`
 		Documentation     string        `json:"documentation,omitempty"`
 	}
 	var resources []resource
@@ -44,6 +49,8 @@ func (h handler) metadata(w http.ResponseWriter, r *http.Request) {
 			res.Interaction = append(res.Interaction, interaction{"create"}, interaction{"update"}, interaction{"delete"})
 			res.ConditionalCreate = true
 			res.Versioning, res.ConditionalDelete = "versioned-update", "not-supported"
+			res.Operation = []operation{{"export", "http://hl7.org/fhir/uv/bulkdata/OperationDefinition/patient-export"},
+				{"everything", "http://hl7.org/fhir/OperationDefinition/Patient-everything"}}
 			res.Documentation = "Create assigns a new id whatever id the body carries; update changes an existing patient. " +
 				"Conditional create: If-None-Exist, or the POST's query string (fhirpy's get_or_create), with any search of Patient; identifier=system|value is atomic. Update and delete honour If-Match (412 on a stale version). " +
 				"Delete keeps the patient's history (reads then 410) and is refused (409) while any resource refers to the patient. " +
@@ -63,6 +70,9 @@ func (h handler) metadata(w http.ResponseWriter, r *http.Request) {
 			res.Interaction = append(res.Interaction, interaction{"create"}, interaction{"update"}, interaction{"delete"})
 			res.ConditionalCreate, res.UpdateCreate, res.Versioning = true, true, "versioned-update"
 			res.Documentation = genericDocumentation(t)
+			if t == "Group" {
+				res.Operation = []operation{{"export", "http://hl7.org/fhir/uv/bulkdata/OperationDefinition/group-export"}}
+			}
 		}
 		res.SearchInclude = searchIncludes(t)
 		res.SearchRevInclude = searchRevIncludes(t)
@@ -80,6 +90,7 @@ func (h handler) metadata(w http.ResponseWriter, r *http.Request) {
 		"software":       map[string]string{"name": "carehub"},
 		"implementation": map[string]string{"description": "carehub FHIR R4 base", "url": baseURL(r)},
 		"fhirVersion":    "4.0.1",
+		"instantiates":   []string{"http://hl7.org/fhir/uv/bulkdata/CapabilityStatement/bulk-data"},
 		"format":         []string{"application/fhir+json", "json"},
 		"rest": []map[string]any{{
 			"mode": "server",
@@ -99,6 +110,7 @@ func (h handler) metadata(w http.ResponseWriter, r *http.Request) {
 				"description": "Scopes: read:patients, read:observations, write:patients, write:observations; tenancy and test mode as every carehub route.",
 			},
 			"resource":    resources,
+			"operation":   []operation{{"export", "http://hl7.org/fhir/uv/bulkdata/OperationDefinition/export"}},
 			"interaction": []interaction{{"batch"}, {"transaction"}, {"history-system"}},
 		}},
 	}

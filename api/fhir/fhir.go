@@ -48,6 +48,7 @@ func Mount(public, authed *mux.Router, s Services) {
 	authed.HandleFunc(Base, h.bundle).Methods(http.MethodPost)
 	authed.HandleFunc(Base+"/", h.bundle).Methods(http.MethodPost) // as FHIR clients post Bundles
 	authed.HandleFunc(Base+"/_history", h.systemHistory).Methods(http.MethodGet)
+	h.mountBulk(authed)
 	authed.HandleFunc(Base+"/{type:[A-Z][A-Za-z]+}", h.search).Methods(http.MethodGet)
 	authed.HandleFunc(Base+"/{type:[A-Z][A-Za-z]+}", h.create).Methods(http.MethodPost)
 	authed.HandleFunc(Base+"/{type:[A-Z][A-Za-z]+}/_search", h.postSearch).Methods(http.MethodPost)

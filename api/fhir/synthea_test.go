@@ -274,6 +274,35 @@ func TestSyntheaTransactions(t *testing.T) {
 		t.Logf("requests retried as their answers told (count by answer): %v", c.retries)
 	}
 
+	// Issue 57: a Patient-level Bulk Data export, as a Bulk Data client makes it (kick-off,
+	// polls honouring Retry-After, manifest, files), holds every resource of every patient's
+	// transaction exactly once.
+	t.Run("bulk export", func(t *testing.T) {
+		start := time.Now()
+		m := awaitManifest(t, kickOff(t, s, "/fhir/R4/Patient/$export", c.key), c.key)
+		got := download(t, m, c.key) // fails on a resource exported twice
+		var n int
+		exported := map[string]bool{}
+		for typ, list := range got {
+			for _, res := range list {
+				exported[typ+"/"+res["id"].(string)] = true
+				n++
+			}
+		}
+		t.Logf("Patient/$export: %d resources in %d files in %s", n, len(m.Output), time.Since(start).Round(time.Millisecond))
+		missing := map[string]int{}
+		for _, l := range done {
+			for _, loc := range l.ids {
+				if !exported[loc] {
+					missing[strings.Split(loc, "/")[0]]++
+				}
+			}
+		}
+		if len(missing) > 0 {
+			t.Errorf("Patient/$export misses stored resources (by type): %v", missing)
+		}
+	})
+
 	t.Run("HAPI validator", func(t *testing.T) {
 		n, _ := filepath.Glob(filepath.Join(returned, "*.json"))
 		if len(n) == 0 {

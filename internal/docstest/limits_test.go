@@ -19,6 +19,7 @@ import (
 	"carehub/kernel/jsonwire"
 	"carehub/processors/fanout"
 	"carehub/processors/feed"
+	"carehub/processors/patients"
 	"carehub/processors/webhooks"
 	"carehub/processors/workflows"
 	"carehub/storage/idempotency"
@@ -57,6 +58,9 @@ func limits() map[string]string {
 		"subscription backlog":                  fmt.Sprintf("%d events, %s", fanout.DefaultBuffer, size(fanout.MaxQueueBytes)),
 		"shared subscription backlog":           fmt.Sprintf("%d results, %s", graphql.MemberMaxResults, size(graphql.MemberMaxBytes)),
 		"event page payloads":                   size(rest.MaxPageBytes),
+		"exports in progress":                   fmt.Sprint(patients.MaxExportsInProgress),
+		"export file":                           fmt.Sprintf("%d resources, %s", patients.DefaultExportPartResources, size(patients.DefaultExportPartBytes)),
+		"export retention":                      fmt.Sprintf("%g h", patients.DefaultExportRetention.Hours()),
 		"key cache":                             auth.DefaultCacheTTL.String(),
 		"`limit` default":                       fmt.Sprint(graphql.DefaultLimit),
 		"`limit` maximum":                       fmt.Sprint(graphql.MaxLimit),

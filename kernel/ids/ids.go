@@ -1,6 +1,6 @@
 // Package ids makes carehub's identifiers: a type prefix and a lowercase ULID (DECISIONS §1), so
 // ids sort by creation time and say what they name (org_, prj_, key_, pub_, ast_, ins_, dep_, agt_,
-// ses_, wf_, run_, wh_, dlv_, evt_, pat_, obs_, enc_, req_).
+// ses_, wf_, run_, wh_, dlv_, evt_, pat_, obs_, enc_, req_, bex_).
 package ids
 
 import (
@@ -34,6 +34,7 @@ const (
 	Encounter    = "enc_"
 	Request      = "req_"
 	Attempt      = "att_"
+	Export       = "bex_"
 )
 
 var (

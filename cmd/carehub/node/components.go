@@ -14,6 +14,8 @@ import (
 	"carehub/api/graphql"
 	"carehub/api/server"
 	"carehub/ingest/intake"
+	"carehub/kernel/access"
+	"carehub/kernel/fault"
 	"carehub/processors/agents"
 	"carehub/processors/audit"
 	"carehub/processors/deployments"
@@ -125,6 +127,23 @@ var components = []component{
 		return nil
 	}},
 	{name: "webhook-dispatcher", roles: []string{RoleProcessors}, needs: []string{"postgres", "kafka", "sealing-key", "webhook-secrets"}, start: startWebhookDispatcher},
+	// Writes the files of FHIR Bulk Data exports, as the key that asked for each while it is usable.
+	{name: "bulk-export", roles: []string{RoleProcessors}, needs: []string{"postgres"}, start: func(s *Node, _, wctx context.Context) error {
+		keys := postgres.NewAPIKeys(s.pool)
+		runner := patients.New(s.pool).ExportRunner(patients.ExportRunnerConfig{Logger: s.logger.With("component", "bulk-export"),
+			Credential: func(ctx context.Context, keyID string) (*access.Principal, error) {
+				k, err := keys.Get(ctx, "", keyID)
+				if err != nil {
+					return nil, err
+				}
+				if !k.Usable(time.Now()) {
+					return nil, fault.Unauthenticated("the key that started the export is " + k.Status)
+				}
+				return k.Principal(), nil
+			}})
+		s.run("bulk-export", runner.Run, wctx)
+		return nil
+	}},
 	// Purges each organization's event log and audit log past its retention, in either store.
 	{name: "retention", roles: []string{RoleProcessors}, needs: []string{"log-stores"}, start: func(s *Node, _, wctx context.Context) error {
 		job, err := retention.NewJob(retention.JobConfig{Pool: s.pool, Events: s.eventLog, Audit: s.auditLog,

@@ -1,0 +1,275 @@
+package fhir
+
+// FHIR Bulk Data Access v2 (https://hl7.org/fhir/uv/bulkdata/): the asynchronous kick-off at the
+// system, Patient and Group levels, status polling, the completion manifest, the files, and
+// cancellation. processors/patients (bulk.go, bulk_runner.go) keeps the jobs and writes the files.
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/gorilla/mux"
+
+	"carehub/kernel/ids"
+	"carehub/processors/patients"
+)
+
+// mediaNDJSON is the media type of an export's files.
+const mediaNDJSON = "application/fhir+ndjson"
+
+// outputFormats are what _outputFormat takes: the spec's NDJSON, by any of its names.
+var outputFormats = []string{"application/fhir+ndjson", "application/ndjson", "ndjson"}
+
+// mountBulk mounts the Bulk Data routes on authed; Mount calls it before the resource routes,
+// which would otherwise take Patient/$export as a read.
+func (h handler) mountBulk(authed *mux.Router) {
+	authed.HandleFunc(Base+"/$export", h.kickOff(patients.ExportSystem)).Methods(http.MethodGet)
+	authed.HandleFunc(Base+"/Patient/$export", h.kickOff(patients.ExportPatient)).Methods(http.MethodGet)
+	authed.HandleFunc(Base+"/Group/{id}/$export", h.kickOff(patients.ExportGroup)).Methods(http.MethodGet)
+	authed.HandleFunc(Base+"/$export-status/{id}", h.exportStatus).Methods(http.MethodGet)
+	authed.HandleFunc(Base+"/$export-status/{id}", h.cancelExport).Methods(http.MethodDelete)
+	authed.HandleFunc(Base+"/$export-file/{id}/{file}", h.exportFile).Methods(http.MethodGet)
+}
+
+// kickOff starts an export of level: 202 with the status URL in Content-Location.
+func (h handler) kickOff(level string) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if err := checkFormat(r); err != nil {
+			writeError(w, r, err)
+			return
+		}
+		if !preferAsync(r) {
+			writeError(w, r, &statusError{status: http.StatusBadRequest, msg: "a Bulk Data export runs asynchronously: " +
+				"send Prefer: respond-async"})
+			return
+		}
+		req, err := exportRequest(r, level)
+		if err != nil {
+			writeError(w, r, err)
+			return
+		}
+		id, err := h.Patients.StartExport(r.Context(), req)
+		if err != nil {
+			writeError(w, r, err)
+			return
+		}
+		w.Header().Set("Content-Location", baseURL(r)+"/$export-status/"+ids.FHIR(id))
+		writeResource(w, http.StatusAccepted, Outcome{ResourceType: "OperationOutcome",
+			Issue: []Issue{{Severity: "information", Code: "informational", Diagnostics: "export " + ids.FHIR(id) +
+				" started: poll the Content-Location for its progress and, once complete, its manifest"}}})
+	}
+}
+
+// preferAsync reports whether the Prefer header asks for respond-async.
+func preferAsync(r *http.Request) bool {
+	for _, v := range r.Header.Values("Prefer") {
+		for _, part := range strings.Split(v, ",") {
+			if strings.EqualFold(strings.TrimSpace(part), "respond-async") {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// exportRequest reads a kick-off's parameters: _outputFormat, _since, _type and _typeFilter.
+func exportRequest(r *http.Request, level string) (patients.ExportRequest, error) {
+	req := patients.ExportRequest{Level: level, GroupID: ids.FromFHIR(mux.Vars(r)["id"]), Request: selfURL(r)}
+	v := r.URL.Query()
+	for name, values := range v {
+		switch name {
+		case "_outputFormat", "_since", "_format":
+			if len(values) > 1 {
+				return req, badParam(name, "may be given once")
+			}
+		case "_type", "_typeFilter":
+		default:
+			return req, badParam(name, "not a parameter of $export (supported: _outputFormat, _since, _type, _typeFilter)")
+		}
+	}
+	if f := v.Get("_outputFormat"); f != "" && !slices.Contains(outputFormats, f) {
+		return req, badParam("_outputFormat", "%q is not served: NDJSON only (%s)", f, strings.Join(outputFormats, ", "))
+	}
+	if s := v.Get("_since"); s != "" {
+		t, err := time.Parse(time.RFC3339Nano, s)
+		if err != nil {
+			return req, badParam("_since", "%q is not a FHIR instant (e.g. 2026-01-02T03:04:05Z)", s)
+		}
+		req.Since = &t
+	}
+	for _, list := range v["_type"] {
+		for _, t := range strings.Split(list, ",") {
+			if t = strings.TrimSpace(t); t != "" {
+				req.Types = append(req.Types, t)
+			}
+		}
+	}
+	for _, f := range v["_typeFilter"] {
+		t, query, _ := strings.Cut(f, "?")
+		if !served(t) {
+			return req, badParam("_typeFilter", "%q: %s is not a resource type served here", f, t)
+		}
+		if len(req.Types) > 0 && !slices.Contains(req.Types, t) {
+			return req, badParam("_typeFilter", "%q: %s is not among _type", f, t)
+		}
+		if _, dup := req.Filters[t]; dup {
+			return req, badParam("_typeFilter", "one filter per type is supported; %s has more", t)
+		}
+		values, err := url.ParseQuery(query)
+		if err != nil {
+			return req, badParam("_typeFilter", "%q: %v", f, err)
+		}
+		q, err := parseSearch(t, values, false)
+		if err != nil {
+			return req, badParam("_typeFilter", "%q: %v", f, err)
+		}
+		if q.include || len(q.revinclude) > 0 || len(q.chains) > 0 || q.summary != "" || len(q.elements) > 0 || len(q.search.Sort) > 0 ||
+			len(q.search.Has) > 0 || values.Has("_count") || values.Has("_offset") {
+			return req, badParam("_typeFilter", "%q: a filter takes search parameters only (no _include, _revinclude, chains, _has, "+
+				"_summary, _elements, _sort, _count or _offset)", f)
+		}
+		if req.Filters == nil {
+			req.Filters = map[string]patients.Search{}
+		}
+		req.Filters[t] = q.search
+	}
+	return req, nil
+}
+
+// selfURL is the request's URL as the client sent it, for the manifest's request.
+func selfURL(r *http.Request) string {
+	u := baseURL(r) + strings.TrimPrefix(r.URL.Path, Base)
+	if r.URL.RawQuery != "" {
+		u += "?" + r.URL.RawQuery
+	}
+	return u
+}
+
+// manifest is a completed export's answer.
+type manifest struct {
+	TransactionTime     string           `json:"transactionTime"`
+	Request             string           `json:"request"`
+	RequiresAccessToken bool             `json:"requiresAccessToken"`
+	Output              []manifestOutput `json:"output"`
+	Deleted             []manifestOutput `json:"deleted"`
+	Error               []manifestOutput `json:"error"`
+}
+
+type manifestOutput struct {
+	Type  string `json:"type"`
+	URL   string `json:"url"`
+	Count int    `json:"count,omitempty"`
+}
+
+// exportStatus answers a status poll: 202 with X-Progress while in progress, the manifest once
+// complete, the failure as an OperationOutcome.
+func (h handler) exportStatus(w http.ResponseWriter, r *http.Request) {
+	id := ids.FromFHIR(mux.Vars(r)["id"])
+	e, err := h.Patients.ExportStatus(r.Context(), id)
+	if err != nil {
+		writeError(w, r, err)
+		return
+	}
+	switch e.Status {
+	case patients.ExportInProgress:
+		w.Header().Set("X-Progress", fmt.Sprintf("%d of %d resource types written, %d resources", e.Done, len(e.Types), e.Written))
+		w.Header().Set("Retry-After", "2")
+		w.WriteHeader(http.StatusAccepted)
+		return
+	case patients.ExportFailed:
+		writeResource(w, http.StatusInternalServerError, Outcome{ResourceType: "OperationOutcome",
+			Issue: []Issue{{Severity: "error", Code: "exception", Diagnostics: "export failed: " + e.Error}}})
+		return
+	}
+	files := baseURL(r) + "/$export-file/" + ids.FHIR(id) + "/"
+	m := manifest{TransactionTime: e.TransactionTime.UTC().Format(time.RFC3339Nano), Request: e.Request, RequiresAccessToken: true,
+		Output: []manifestOutput{}, Deleted: []manifestOutput{}, Error: []manifestOutput{}}
+	for _, f := range e.Files {
+		m.Output = append(m.Output, manifestOutput{Type: f.Type, URL: files + f.Type + "." + strconv.Itoa(f.Part) + ".ndjson", Count: f.Count})
+	}
+	if len(e.Omitted) > 0 {
+		m.Error = append(m.Error, manifestOutput{Type: "OperationOutcome", URL: files + "OperationOutcome.1.ndjson"})
+	}
+	if e.ExpiresAt != nil {
+		w.Header().Set("Expires", e.ExpiresAt.UTC().Format(http.TimeFormat))
+	}
+	writeResource(w, http.StatusOK, m)
+}
+
+// cancelExport cancels an export in progress, or deletes a completed one's files: 202.
+func (h handler) cancelExport(w http.ResponseWriter, r *http.Request) {
+	id := ids.FromFHIR(mux.Vars(r)["id"])
+	if err := h.Patients.CancelExport(r.Context(), id); err != nil {
+		writeError(w, r, err)
+		return
+	}
+	writeResource(w, http.StatusAccepted, Outcome{ResourceType: "OperationOutcome",
+		Issue: []Issue{{Severity: "information", Code: "informational", Diagnostics: "export " + ids.FHIR(id) + " cancelled; its files are deleted"}}})
+}
+
+// exportFile serves one file of a completed export to its requester: Type.part.ndjson, each
+// resource in the base's id form; the error file names the types the credential could not read.
+func (h handler) exportFile(w http.ResponseWriter, r *http.Request) {
+	id := ids.FromFHIR(mux.Vars(r)["id"])
+	name := mux.Vars(r)["file"]
+	t, rest, _ := strings.Cut(name, ".")
+	partText, ext, _ := strings.Cut(rest, ".")
+	part, err := strconv.Atoi(partText)
+	if err != nil || ext != "ndjson" || part < 1 {
+		writeError(w, r, &statusError{status: http.StatusNotFound, msg: "no export file " + strconv.Quote(name) + " (files are Type.N.ndjson)"})
+		return
+	}
+	var out []byte
+	if t == "OperationOutcome" {
+		out, err = h.omittedOutcome(r, id)
+	} else {
+		out, err = h.Patients.ExportFileData(r.Context(), id, t, part)
+		if err == nil {
+			out, err = fhirLines(out)
+		}
+	}
+	if err != nil {
+		writeError(w, r, err)
+		return
+	}
+	w.Header().Set("Content-Type", mediaNDJSON)
+	w.Header().Set("Content-Length", strconv.Itoa(len(out)))
+	w.WriteHeader(http.StatusOK)
+	_, _ = w.Write(out)
+}
+
+// omittedOutcome is the error file of export id: one OperationOutcome naming the types left out.
+func (h handler) omittedOutcome(r *http.Request, id string) ([]byte, error) {
+	e, err := h.Patients.ExportStatus(r.Context(), id)
+	if err != nil {
+		return nil, err
+	}
+	if e.Status != patients.ExportCompleted || len(e.Omitted) == 0 {
+		return nil, &statusError{status: http.StatusNotFound, msg: "export " + ids.FHIR(id) + " has no error file"}
+	}
+	b, err := json.Marshal(Outcome{ResourceType: "OperationOutcome", Issue: []Issue{{Severity: "warning", Code: "forbidden",
+		Diagnostics: strings.Join(e.Omitted, ", ") + " not exported: the credential lacks read:observations"}}})
+	return append(b, '\n'), err
+}
+
+// fhirLines rewrites each line of an NDJSON file into the base's id form.
+func fhirLines(ndjson []byte) ([]byte, error) {
+	var out bytes.Buffer
+	out.Grow(len(ndjson) + len(ndjson)/16)
+	for line := range bytes.Lines(ndjson) {
+		b, err := fhirJSON(bytes.TrimSuffix(line, []byte("\n")))
+		if err != nil {
+			return nil, err
+		}
+		out.Write(b)
+		out.WriteByte('\n')
+	}
+	return out.Bytes(), nil
+}

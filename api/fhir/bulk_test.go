@@ -1,0 +1,346 @@
+package fhir_test
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"carehub/cmd/carehub/node"
+	"carehub/e2e/servertest"
+	"carehub/kernel/access"
+	"carehub/kernel/fault"
+	"carehub/processors/patients"
+	"carehub/storage/demo"
+)
+
+// bulkManifest is a Bulk Data completion manifest.
+type bulkManifest struct {
+	TransactionTime     string `json:"transactionTime"`
+	Request             string `json:"request"`
+	RequiresAccessToken bool   `json:"requiresAccessToken"`
+	Output              []struct {
+		Type  string `json:"type"`
+		URL   string `json:"url"`
+		Count int    `json:"count"`
+	} `json:"output"`
+	Error []struct {
+		Type string `json:"type"`
+		URL  string `json:"url"`
+	} `json:"error"`
+}
+
+// bulkGet sends a GET as a Bulk Data client does.
+func bulkGet(t *testing.T, url, key string, header ...string) (int, http.Header, []byte) {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodGet, url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+key)
+	req.Header.Set("Accept", "application/fhir+json")
+	for i := 0; i+1 < len(header); i += 2 {
+		req.Header.Set(header[i], header[i+1])
+	}
+	for {
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatalf("GET %s: %v", url, err)
+		}
+		b, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		// A client downloading many files meets the rate limit, and waits as it is told.
+		if wait, _ := strconv.Atoi(resp.Header.Get("Retry-After")); resp.StatusCode == http.StatusTooManyRequests && wait > 0 {
+			time.Sleep(time.Duration(wait) * time.Second)
+			continue
+		}
+		return resp.StatusCode, resp.Header, b
+	}
+}
+
+// kickOff starts an export at path and returns its status URL.
+func kickOff(t *testing.T, s *servertest.Server, path, key string) string {
+	t.Helper()
+	status, h, body := bulkGet(t, s.URL+path, key, "Prefer", "respond-async")
+	if status != http.StatusAccepted || h.Get("Content-Location") == "" {
+		t.Fatalf("kick-off %s: %d %s", path, status, body)
+	}
+	return h.Get("Content-Location")
+}
+
+// awaitManifest polls a status URL as the IG's flow does, honouring Retry-After, until the
+// manifest.
+func awaitManifest(t *testing.T, statusURL, key string) bulkManifest {
+	t.Helper()
+	deadline := time.Now().Add(90 * time.Second)
+	for time.Now().Before(deadline) {
+		status, h, body := bulkGet(t, statusURL, key)
+		switch status {
+		case http.StatusAccepted:
+			if h.Get("X-Progress") == "" || h.Get("Retry-After") == "" {
+				t.Fatalf("in progress without X-Progress and Retry-After: %v", h)
+			}
+			time.Sleep(200 * time.Millisecond)
+			continue
+		case http.StatusOK:
+			var m bulkManifest
+			if err := json.Unmarshal(body, &m); err != nil {
+				t.Fatalf("manifest: %v: %s", err, body)
+			}
+			if !m.RequiresAccessToken || m.TransactionTime == "" || m.Request == "" {
+				t.Fatalf("manifest lacks requiresAccessToken, transactionTime or request: %s", body)
+			}
+			return m
+		default:
+			t.Fatalf("status %s: %d %s", statusURL, status, body)
+		}
+	}
+	t.Fatalf("export %s not complete after 90 s", statusURL)
+	return bulkManifest{}
+}
+
+// download reads every output file of m: resources by type, each id once.
+func download(t *testing.T, m bulkManifest, key string) map[string][]map[string]any {
+	t.Helper()
+	out := map[string][]map[string]any{}
+	seen := map[string]bool{}
+	for _, f := range m.Output {
+		status, h, body := bulkGet(t, f.URL, key)
+		if status != http.StatusOK || !strings.HasPrefix(h.Get("Content-Type"), "application/fhir+ndjson") {
+			t.Fatalf("GET %s: %d %s %s", f.URL, status, h.Get("Content-Type"), body)
+		}
+		n := 0
+		sc := bufio.NewScanner(bytes.NewReader(body))
+		sc.Buffer(nil, 16<<20)
+		for sc.Scan() {
+			var res map[string]any
+			if err := json.Unmarshal(sc.Bytes(), &res); err != nil {
+				t.Fatalf("%s line %d: %v", f.URL, n+1, err)
+			}
+			if res["resourceType"] != f.Type {
+				t.Fatalf("%s holds a %v", f.URL, res["resourceType"])
+			}
+			ref := f.Type + "/" + res["id"].(string)
+			if seen[ref] {
+				t.Errorf("%s exported twice", ref)
+			}
+			seen[ref] = true
+			out[f.Type] = append(out[f.Type], res)
+			n++
+		}
+		if n != f.Count {
+			t.Errorf("%s: manifest count %d, file %d", f.URL, f.Count, n)
+		}
+	}
+	return out
+}
+
+// searchTotal is the number of type's resources a search with key finds.
+func searchTotal(t *testing.T, s *servertest.Server, key, typ string) int {
+	t.Helper()
+	status, _, body := bulkGet(t, s.URL+"/fhir/R4/"+typ+"?_summary=count", key)
+	var b struct{ Total int }
+	if status != http.StatusOK || json.Unmarshal(body, &b) != nil {
+		t.Fatalf("count %s: %d %s", typ, status, body)
+	}
+	return b.Total
+}
+
+// TestBulkExport runs the Bulk Data flow a client does (kick-off, polls, manifest, files) at the
+// system, Patient and Group levels: every resource a search finds, once; a test key's export holds
+// no real patient; another key reaches neither the status nor the files; cancel removes it.
+func TestBulkExport(t *testing.T) {
+	s := servertest.Start(t)
+	key := s.DemoKey()
+
+	m := awaitManifest(t, kickOff(t, s, "/fhir/R4/$export", key), key)
+	got := download(t, m, key)
+	for _, typ := range []string{"Patient", "Observation", "Encounter", "RiskAssessment"} {
+		if want := searchTotal(t, s, key, typ); len(got[typ]) != want {
+			t.Errorf("system export: %d %s, a search finds %d", len(got[typ]), typ, want)
+		}
+	}
+	if len(got["Patient"]) == 0 || len(got["Observation"]) == 0 {
+		t.Fatalf("system export of the demo organization holds no patients or observations: %v", m.Output)
+	}
+
+	t.Run("another key reaches nothing", func(t *testing.T) {
+		other := s.Key(demo.DemoOrgSlug, access.Live, access.Scopes...)
+		if status, _, body := bulkGet(t, m.Output[0].URL, other); status != http.StatusNotFound {
+			t.Errorf("another key of the same organization read a file: %d %s", status, body)
+		}
+	})
+
+	t.Run("test key holds synthetic patients only", func(t *testing.T) {
+		testKey := s.Key(demo.DemoOrgSlug, access.Test, access.ReadPatients, access.ReadObservations)
+		got := download(t, awaitManifest(t, kickOff(t, s, "/fhir/R4/Patient/$export", testKey), testKey), testKey)
+		real := "pat-" + strings.TrimPrefix(demo.RealPatientID, "pat_")
+		for typ, list := range got {
+			for _, res := range list {
+				b, _ := json.Marshal(res)
+				if bytes.Contains(b, []byte(real)) {
+					t.Errorf("a test key's export holds the real patient in a %s", typ)
+				}
+			}
+		}
+		if len(got["Patient"]) == 0 {
+			t.Errorf("a test key's export holds no synthetic patient")
+		}
+	})
+
+	t.Run("without read:observations the observations are left out and said so", func(t *testing.T) {
+		k := s.Key(demo.DemoOrgSlug, access.Live, access.ReadPatients)
+		m := awaitManifest(t, kickOff(t, s, "/fhir/R4/Patient/$export", k), k)
+		got := download(t, m, k)
+		if len(got["Observation"]) > 0 || len(m.Error) != 1 {
+			t.Fatalf("observations %d, error files %v", len(got["Observation"]), m.Error)
+		}
+		status, _, body := bulkGet(t, m.Error[0].URL, k)
+		if status != http.StatusOK || !bytes.Contains(body, []byte("read:observations")) {
+			t.Errorf("error file: %d %s", status, body)
+		}
+	})
+
+	t.Run("_type and _typeFilter", func(t *testing.T) {
+		m := awaitManifest(t, kickOff(t, s, "/fhir/R4/$export?_type=Observation&_typeFilter="+
+			"Observation%3Fcode%3Dhttp%3A%2F%2Floinc.org%7C8867-4", key), key)
+		got := download(t, m, key)
+		if len(got) != 1 || len(got["Observation"]) == 0 {
+			t.Fatalf("got types %v", m.Output)
+		}
+		for _, o := range got["Observation"] {
+			b, _ := json.Marshal(o["code"])
+			if !bytes.Contains(b, []byte(`"8867-4"`)) {
+				t.Fatalf("a filtered export holds %s", b)
+			}
+		}
+	})
+
+	t.Run("group", func(t *testing.T) {
+		members := []string{demo.DeterioratingPatientID, demo.StablePatientID}
+		group := map[string]any{"resourceType": "Group", "type": "person", "actual": true, "member": []any{
+			map[string]any{"entity": map[string]any{"reference": "Patient/" + members[0]}},
+			map[string]any{"entity": map[string]any{"reference": "Patient/" + members[1]}}}}
+		r := s.Do(http.MethodPost, "/fhir/R4/Group", key, group)
+		var created struct{ ID string }
+		if r.Status != http.StatusCreated || json.Unmarshal(r.Body, &created) != nil {
+			t.Fatalf("create group: %d %s", r.Status, r.Body)
+		}
+		got := download(t, awaitManifest(t, kickOff(t, s, "/fhir/R4/Group/"+created.ID+"/$export", key), key), key)
+		if len(got["Patient"]) != 2 {
+			t.Fatalf("group export: %d patients", len(got["Patient"]))
+		}
+		for _, o := range got["Observation"] {
+			ref := o["subject"].(map[string]any)["reference"].(string)
+			if ref != "Patient/pat-"+strings.TrimPrefix(members[0], "pat_") && ref != "Patient/pat-"+strings.TrimPrefix(members[1], "pat_") {
+				t.Fatalf("group export holds an observation of %s", ref)
+			}
+		}
+	})
+
+	t.Run("refusals", func(t *testing.T) {
+		for _, c := range []struct {
+			path, prefer string
+			want         int
+		}{
+			{"/fhir/R4/$export", "", http.StatusBadRequest},
+			{"/fhir/R4/$export?_outputFormat=text/csv", "respond-async", http.StatusBadRequest},
+			{"/fhir/R4/$export?_since=yesterday", "respond-async", http.StatusBadRequest},
+			{"/fhir/R4/$export?_type=Nonsense", "respond-async", http.StatusUnprocessableEntity},
+			{"/fhir/R4/$export?colour=blue", "respond-async", http.StatusBadRequest},
+			{"/fhir/R4/Patient/$export?_type=Organization", "respond-async", http.StatusUnprocessableEntity},
+		} {
+			status, _, body := bulkGet(t, s.URL+c.path, key, "Prefer", c.prefer)
+			if status != c.want || !bytes.Contains(body, []byte(`"OperationOutcome"`)) {
+				t.Errorf("%s (Prefer %q): %d %s, want %d and an OperationOutcome", c.path, c.prefer, status, body, c.want)
+			}
+		}
+		billing := s.Key(demo.DemoOrgSlug, access.Live, access.AdminBilling)
+		if status, _, body := bulkGet(t, s.URL+"/fhir/R4/$export", billing, "Prefer", "respond-async"); status != http.StatusForbidden {
+			t.Errorf("a key without read:patients: %d %s", status, body)
+		}
+	})
+
+	t.Run("cancel", func(t *testing.T) {
+		statusURL := kickOff(t, s, "/fhir/R4/$export", key)
+		req, _ := http.NewRequest(http.MethodDelete, statusURL, nil)
+		req.Header.Set("Authorization", "Bearer "+key)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusAccepted {
+			t.Fatalf("cancel: %d", resp.StatusCode)
+		}
+		if status, _, _ := bulkGet(t, statusURL, key); status != http.StatusNotFound {
+			t.Errorf("status after cancel: %d", status)
+		}
+	})
+}
+
+// TestBulkExportResumes kills a runner mid-export (its context ends between parts, as a node's
+// does when it is killed: what it had not committed is gone) and lets another take the job up
+// once the lease runs out: the files hold every resource once.
+func TestBulkExportResumes(t *testing.T) {
+	s := servertest.Start(t, servertest.WithRoles(node.RoleAPI)) // no runner of its own
+	key := s.DemoKey()
+	statusURL := kickOff(t, s, "/fhir/R4/$export?_type=Observation", key)
+	svc := patients.New(s.Pool())
+	keys := func(ctx context.Context, keyID string) (*access.Principal, error) {
+		return &access.Principal{OrgID: s.OrgID(demo.DemoOrgSlug), KeyID: keyID, Mode: access.Live, Scopes: access.Scopes}, nil
+	}
+	ctx, kill := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() {
+		_, err := svc.ExportRunner(patients.ExportRunnerConfig{Credential: keys, PartResources: 50}).RunOne(ctx)
+		done <- err
+	}()
+	var written int64
+	servertest.Eventually(t, 30*time.Second, "the first parts written", func() bool {
+		_ = s.Pool().QueryRow(t.Context(), `select written from bulk_exports`).Scan(&written)
+		return written > 0
+	})
+	kill()
+	<-done
+	var status string
+	if err := s.Pool().QueryRow(t.Context(), `select status, written from bulk_exports`).Scan(&status, &written); err != nil {
+		t.Fatal(err)
+	}
+	if status != patients.ExportInProgress {
+		t.Fatalf("the export finished before the kill (%s, %d written): the test proves nothing", status, written)
+	}
+	t.Logf("killed after %d resources", written)
+	// The lease of the killed runner runs out.
+	if _, err := s.Pool().Exec(t.Context(), `update bulk_exports set lease_until = now() - interval '1 second'`); err != nil {
+		t.Fatal(err)
+	}
+	if ran, err := svc.ExportRunner(patients.ExportRunnerConfig{Credential: keys, PartResources: 50}).RunOne(t.Context()); !ran || err != nil {
+		t.Fatalf("resume: ran %v, %v", ran, err)
+	}
+	got := download(t, awaitManifest(t, statusURL, key), key)
+	if want := searchTotal(t, s, key, "Observation"); len(got["Observation"]) != want {
+		t.Errorf("after the kill: %d observations exported, a search finds %d", len(got["Observation"]), want)
+	}
+
+	// A revoked key's export fails instead of running.
+	kickOff(t, s, "/fhir/R4/$export?_type=Patient", key)
+	revoked := func(context.Context, string) (*access.Principal, error) { return nil, fault.Unauthenticated("revoked") }
+	if ran, _ := svc.ExportRunner(patients.ExportRunnerConfig{Credential: revoked}).RunOne(t.Context()); !ran {
+		t.Fatal("no export to run")
+	}
+	var failed int
+	_ = s.Pool().QueryRow(t.Context(), `select count(*) from bulk_exports where status = 'failed'`).Scan(&failed)
+	if failed != 1 {
+		t.Errorf("%d failed exports, want the revoked key's", failed)
+	}
+}

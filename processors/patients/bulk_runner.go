@@ -1,0 +1,285 @@
+package patients
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"carehub/kernel/access"
+	"carehub/kernel/fault"
+)
+
+// ExportRunnerConfig configures an ExportRunner.
+type ExportRunnerConfig struct {
+	// Credential returns the principal key id grants now, or an error when it no longer
+	// authenticates (revoked, expired): an export runs only while its requester's key does.
+	Credential func(ctx context.Context, keyID string) (*access.Principal, error)
+	Logger     *slog.Logger
+	// PartResources and PartBytes bound one file of an export, and what the runner holds in
+	// memory: DefaultExportPartResources and DefaultExportPartBytes.
+	PartResources int
+	PartBytes     int
+	// Retention is how long a completed export's files are kept: DefaultExportRetention.
+	Retention time.Duration
+	// Poll is how often an idle runner looks for work: 1 s by default.
+	Poll time.Duration
+}
+
+// ExportRunner writes the files of pending exports. Several may run (one per processors node):
+// each job is leased to one at a time, and a part and the job's position are written in one
+// transaction, so a runner that dies mid-job leaves it where its last part ended, for the next.
+type ExportRunner struct {
+	s   *Service
+	cfg ExportRunnerConfig
+}
+
+// Defaults of ExportRunnerConfig (docs/LIMITS.md).
+const (
+	DefaultExportPartResources = 10_000
+	DefaultExportPartBytes     = 16 << 20
+	DefaultExportRetention     = 24 * time.Hour
+)
+
+// exportLease is how long a runner holds a job between parts; a job whose runner died is taken
+// up again after it.
+const exportLease = 60 * time.Second
+
+// exportPage is how many resources one search of an export reads.
+const exportPage = 1000
+
+// ExportRunner returns a runner of s's exports.
+func (s *Service) ExportRunner(cfg ExportRunnerConfig) *ExportRunner {
+	if cfg.PartResources <= 0 {
+		cfg.PartResources = DefaultExportPartResources
+	}
+	if cfg.PartBytes <= 0 {
+		cfg.PartBytes = DefaultExportPartBytes
+	}
+	if cfg.Retention <= 0 {
+		cfg.Retention = DefaultExportRetention
+	}
+	if cfg.Poll <= 0 {
+		cfg.Poll = time.Second
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	return &ExportRunner{s: s, cfg: cfg}
+}
+
+// Run runs exports until ctx ends, and deletes those past their retention.
+func (r *ExportRunner) Run(ctx context.Context) error {
+	t := time.NewTicker(r.cfg.Poll)
+	defer t.Stop()
+	for {
+		if _, err := r.s.pool.Exec(ctx, `delete from bulk_exports where expires_at < now()`); err != nil && ctx.Err() == nil {
+			r.cfg.Logger.Warn("bulk export purge failed", "err", err)
+		}
+		for ctx.Err() == nil {
+			ran, err := r.RunOne(ctx)
+			if err != nil && ctx.Err() == nil {
+				r.cfg.Logger.Warn("bulk export failed", "err", err)
+			}
+			if !ran {
+				break
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+	}
+}
+
+// exportJob is a leased job.
+type exportJob struct {
+	id, keyID, level string
+	scopes           []string
+	patients         []string
+	types            []string
+	filters          map[string]Search
+	since            *time.Time
+	txTime           time.Time
+	position         exportPosition
+}
+
+// exportPosition is where a job stands: the type being written, and the keyset position after
+// its last part.
+type exportPosition struct {
+	Type  int       `json:"type"`
+	After []*string `json:"after,omitempty"`
+}
+
+// RunOne leases one pending export and writes it to the end, or until it is cancelled or ctx
+// ends. It reports whether there was one.
+func (r *ExportRunner) RunOne(ctx context.Context) (bool, error) {
+	var j exportJob
+	err := r.s.pool.QueryRow(ctx, `update bulk_exports set lease_until = now() + $1::interval
+		where id = (select id from bulk_exports where status = 'in-progress' and (lease_until is null or lease_until < now())
+			order by created_at limit 1 for update skip locked)
+		returning id, key_id, level, scopes, coalesce(patients, '{}'), types, filters, since, transaction_time, position`,
+		exportLease.String()).Scan(&j.id, &j.keyID, &j.level, &j.scopes, &j.patients, &j.types, &j.filters, &j.since, &j.txTime, &j.position)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("lease export: %w", err)
+	}
+	if err := r.run(ctx, &j); err != nil {
+		if ctx.Err() != nil || errors.Is(err, errExportGone) {
+			return true, nil
+		}
+		// A refusal is the job's end (its key revoked, a search the stores refuse); anything else
+		// is retried when the lease runs out.
+		if f := fault.As(err); f != nil {
+			_, uerr := r.s.pool.Exec(ctx, `update bulk_exports set status = 'failed', error = $2, completed_at = now(),
+				expires_at = now() + $3::interval where id = $1`, j.id, f.Message, r.cfg.Retention.String())
+			return true, errors.Join(err, uerr)
+		}
+		return true, fmt.Errorf("export %s: %w", j.id, err)
+	}
+	return true, nil
+}
+
+// errExportGone is a job cancelled while it ran.
+var errExportGone = errors.New("export cancelled")
+
+func (r *ExportRunner) run(ctx context.Context, j *exportJob) error {
+	p, err := r.cfg.Credential(ctx, j.keyID)
+	if err != nil {
+		return err
+	}
+	// The scopes the kick-off had (a token's may be narrower than its key's), as far as the key
+	// still grants them.
+	granted := p.Scopes
+	p.Scopes = nil
+	for _, s := range j.scopes {
+		if slices.Contains(granted, s) {
+			p.Scopes = append(p.Scopes, s)
+		}
+	}
+	ctx = access.With(ctx, p)
+	for j.position.Type < len(j.types) {
+		t := j.types[j.position.Type]
+		part, err := r.nextPart(ctx, j, t)
+		if err != nil {
+			return err
+		}
+		next := j.position
+		if part.after == nil {
+			next = exportPosition{Type: j.position.Type + 1}
+		} else {
+			next.After = part.after
+		}
+		if err := r.commitPart(ctx, j, t, part, next); err != nil {
+			return err
+		}
+		j.position = next
+	}
+	tag, err := r.s.pool.Exec(ctx, `update bulk_exports set status = 'completed', completed_at = now(), lease_until = null,
+		expires_at = now() + $2::interval where id = $1 and status = 'in-progress'`, j.id, r.cfg.Retention.String())
+	if err != nil {
+		return fmt.Errorf("complete export: %w", err)
+	}
+	if tag.RowsAffected() == 0 {
+		return errExportGone
+	}
+	return nil
+}
+
+// exportPart is one file's worth of a type: its NDJSON, and where the next part starts (nil at
+// the type's end).
+type exportPart struct {
+	ndjson   bytes.Buffer
+	count    int
+	patients []string
+	after    []*string
+}
+
+// nextPart reads type t from the job's position until a part is full or the type ends.
+func (r *ExportRunner) nextPart(ctx context.Context, j *exportJob, t string) (*exportPart, error) {
+	part := &exportPart{}
+	seen := map[string]bool{}
+	after := j.position.After
+	for {
+		q := j.filters[t]
+		q.Count, q.Offset, q.NoTotal, q.After = min(exportPage, r.cfg.PartResources-part.count), 0, true, after
+		q.LastUpdated = append(q.LastUpdated, DateBound{Prefix: "lt", From: j.txTime})
+		if j.since != nil {
+			q.LastUpdated = append(q.LastUpdated, DateBound{Prefix: "ge", From: *j.since})
+		}
+		if j.level == ExportGroup {
+			if t == "Patient" {
+				q.IDs = j.patients
+			} else {
+				q.Patients = j.patients
+			}
+		}
+		page, err := r.s.searchType(ctx, t, q)
+		if err != nil {
+			return nil, err
+		}
+		for i, doc := range page.Resources {
+			if err := json.Compact(&part.ndjson, doc); err != nil {
+				return nil, fmt.Errorf("export %s: a stored %s is not JSON: %w", j.id, t, err)
+			}
+			part.ndjson.WriteByte('\n')
+			if pid := page.PatientIDs[i]; pid != "" && !seen[pid] {
+				seen[pid] = true
+				part.patients = append(part.patients, pid)
+			}
+		}
+		part.count += len(page.Resources)
+		after = page.Next
+		if after == nil || part.count >= r.cfg.PartResources || part.ndjson.Len() >= r.cfg.PartBytes {
+			part.after = after
+			return part, nil
+		}
+	}
+}
+
+// searchType runs search q on type t as the FHIR base's search does.
+func (s *Service) searchType(ctx context.Context, t string, q Search) (SearchPage, error) {
+	switch t {
+	case "Patient":
+		return s.SearchPatients(ctx, q)
+	case "Observation":
+		return s.SearchObservations(ctx, q)
+	case "RiskAssessment":
+		return s.SearchRiskAssessments(ctx, q)
+	}
+	return s.SearchResources(ctx, t, q)
+}
+
+// commitPart writes a part (if it holds anything) and the job's next position in one
+// transaction, and renews the lease; errExportGone when the job was cancelled meanwhile.
+func (r *ExportRunner) commitPart(ctx context.Context, j *exportJob, t string, part *exportPart, next exportPosition) error {
+	return pgx.BeginFunc(ctx, r.s.pool, func(tx pgx.Tx) error {
+		tag, err := tx.Exec(ctx, `update bulk_exports set position = $2, written = written + $3, lease_until = now() + $4::interval
+			where id = $1 and status = 'in-progress'`, j.id, next, part.count, exportLease.String())
+		if err != nil {
+			return fmt.Errorf("export position: %w", err)
+		}
+		if tag.RowsAffected() == 0 {
+			return errExportGone
+		}
+		if part.count == 0 {
+			return nil
+		}
+		_, err = tx.Exec(ctx, `insert into bulk_export_files (export_id, type, part, count, patient_ids, ndjson)
+			values ($1, $2, (select coalesce(max(part), 0) + 1 from bulk_export_files where export_id = $1 and type = $2), $3, $4, $5)`,
+			j.id, t, part.count, nonNil(part.patients), part.ndjson.Bytes())
+		if err != nil {
+			return fmt.Errorf("export part: %w", err)
+		}
+		return nil
+	})
+}
