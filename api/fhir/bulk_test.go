@@ -37,7 +37,7 @@ type bulkManifest struct {
 }
 
 // bulkGet sends a GET as a Bulk Data client does.
-func bulkGet(t *testing.T, url, key string, header ...string) (int, http.Header, []byte) {
+func bulkGet(t testing.TB, url, key string, header ...string) (int, http.Header, []byte) {
 	t.Helper()
 	req, err := http.NewRequest(http.MethodGet, url, nil)
 	if err != nil {
@@ -68,7 +68,7 @@ func bulkGet(t *testing.T, url, key string, header ...string) (int, http.Header,
 }
 
 // kickOff starts an export at path and returns its status URL.
-func kickOff(t *testing.T, s *servertest.Server, path, key string) string {
+func kickOff(t testing.TB, s *servertest.Server, path, key string) string {
 	t.Helper()
 	status, h, body := bulkGet(t, s.URL+path, key, "Prefer", "respond-async")
 	if status != http.StatusAccepted || h.Get("Content-Location") == "" {
@@ -79,7 +79,7 @@ func kickOff(t *testing.T, s *servertest.Server, path, key string) string {
 
 // awaitManifest polls a status URL as the IG's flow does, honouring Retry-After, until the
 // manifest.
-func awaitManifest(t *testing.T, statusURL, key string) bulkManifest {
+func awaitManifest(t testing.TB, statusURL, key string) bulkManifest {
 	t.Helper()
 	deadline := time.Now().Add(90 * time.Second)
 	for time.Now().Before(deadline) {
@@ -109,7 +109,7 @@ func awaitManifest(t *testing.T, statusURL, key string) bulkManifest {
 }
 
 // download reads every output file of m: resources by type, each id once.
-func download(t *testing.T, m bulkManifest, key string) map[string][]map[string]any {
+func download(t testing.TB, m bulkManifest, key string) map[string][]map[string]any {
 	t.Helper()
 	out := map[string][]map[string]any{}
 	seen := map[string]bool{}
@@ -145,7 +145,7 @@ func download(t *testing.T, m bulkManifest, key string) map[string][]map[string]
 }
 
 // searchTotal is the number of type's resources a search with key finds.
-func searchTotal(t *testing.T, s *servertest.Server, key, typ string) int {
+func searchTotal(t testing.TB, s *servertest.Server, key, typ string) int {
 	t.Helper()
 	status, _, body := bulkGet(t, s.URL+"/fhir/R4/"+typ+"?_summary=count", key)
 	var b struct{ Total int }
