@@ -31,6 +31,11 @@ var groupExprs = map[string]string{
 // AggregateEvents counts the events matching q per time bucket (date_trunc in q.Location) and
 // group key, ordered by bucket then key; with q.Latency it adds percentile_cont of the run time.
 func (l *EventLog) AggregateEvents(ctx context.Context, q storage.AggregateQuery) ([]storage.AggregateRow, error) {
+	rows, err := l.aggregateEvents(ctx, q)
+	return rows, unavailable(err)
+}
+
+func (l *EventLog) aggregateEvents(ctx context.Context, q storage.AggregateQuery) ([]storage.AggregateRow, error) {
 	key, ok := groupExprs[q.GroupBy]
 	if !ok {
 		return nil, fmt.Errorf("aggregate events: unknown grouping %q", q.GroupBy)

@@ -304,6 +304,11 @@ on conflict (id) do nothing`)
 // (event_log_project, event_log_project_type or a resource index of 0020_analysts.sql), the
 // count as an index-only scan where it can.
 func (l *EventLog) QueryEvents(ctx context.Context, q storage.EventQuery) (storage.EventPage, error) {
+	page, err := l.queryEvents(ctx, q)
+	return page, unavailable(err)
+}
+
+func (l *EventLog) queryEvents(ctx context.Context, q storage.EventQuery) (storage.EventPage, error) {
 	if q.ProjectID == "" {
 		return storage.EventPage{}, errors.New("query events: project id required")
 	}
@@ -605,6 +610,11 @@ create temp table if not exists audit_log_stage (
 // records whose patient ids include it. Limit, Total and Cursor behave as in
 // EventLog.QueryEvents.
 func (l *AuditLog) QueryAudit(ctx context.Context, q storage.AuditQuery) (storage.AuditPage, error) {
+	page, err := l.queryAudit(ctx, q)
+	return page, unavailable(err)
+}
+
+func (l *AuditLog) queryAudit(ctx context.Context, q storage.AuditQuery) (storage.AuditPage, error) {
 	limit := storage.PageSize(q.Limit)
 	var where conditions
 	if q.OrgID != "" {
