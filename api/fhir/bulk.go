@@ -17,6 +17,7 @@ import (
 
 	"github.com/gorilla/mux"
 
+	"carehub/kernel/access"
 	"carehub/kernel/ids"
 	"carehub/processors/patients"
 )
@@ -28,14 +29,27 @@ const mediaNDJSON = "application/fhir+ndjson"
 var outputFormats = []string{"application/fhir+ndjson", "application/ndjson", "ndjson"}
 
 // mountBulk mounts the Bulk Data routes on authed; Mount calls it before the resource routes,
-// which would otherwise take Patient/$export as a read.
+// which would otherwise take Patient/$export as a read. Every one needs read:patients, checked
+// before anything of the request is: a credential without it learns nothing of the parameters
+// or of an export's existence.
 func (h handler) mountBulk(authed *mux.Router) {
-	authed.HandleFunc(Base+"/$export", h.kickOff(patients.ExportSystem)).Methods(http.MethodGet)
-	authed.HandleFunc(Base+"/Patient/$export", h.kickOff(patients.ExportPatient)).Methods(http.MethodGet)
-	authed.HandleFunc(Base+"/Group/{id}/$export", h.kickOff(patients.ExportGroup)).Methods(http.MethodGet)
-	authed.HandleFunc(Base+"/$export-status/{id}", h.exportStatus).Methods(http.MethodGet)
-	authed.HandleFunc(Base+"/$export-status/{id}", h.cancelExport).Methods(http.MethodDelete)
-	authed.HandleFunc(Base+"/$export-file/{id}/{file}", h.exportFile).Methods(http.MethodGet)
+	authed.HandleFunc(Base+"/$export", readingPatients(h.kickOff(patients.ExportSystem))).Methods(http.MethodGet)
+	authed.HandleFunc(Base+"/Patient/$export", readingPatients(h.kickOff(patients.ExportPatient))).Methods(http.MethodGet)
+	authed.HandleFunc(Base+"/Group/{id}/$export", readingPatients(h.kickOff(patients.ExportGroup))).Methods(http.MethodGet)
+	authed.HandleFunc(Base+"/$export-status/{id}", readingPatients(h.exportStatus)).Methods(http.MethodGet)
+	authed.HandleFunc(Base+"/$export-status/{id}", readingPatients(h.cancelExport)).Methods(http.MethodDelete)
+	authed.HandleFunc(Base+"/$export-file/{id}/{file}", readingPatients(h.exportFile)).Methods(http.MethodGet)
+}
+
+// readingPatients answers 403 to a credential without read:patients before next runs.
+func readingPatients(next http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if _, err := access.Require(r.Context(), access.ReadPatients); err != nil {
+			writeError(w, r, err)
+			return
+		}
+		next(w, r)
+	}
 }
 
 // kickOff starts an export of level: 202 with the status URL in Content-Location.

@@ -12,7 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"carehub/cmd/carehub/node"
 	"carehub/e2e/servertest"
 	"carehub/kernel/access"
 	"carehub/kernel/fault"
@@ -292,7 +291,7 @@ func TestBulkExport(t *testing.T) {
 // does when it is killed: what it had not committed is gone) and lets another take the job up
 // once the lease runs out: the files hold every resource once.
 func TestBulkExportResumes(t *testing.T) {
-	s := servertest.Start(t, servertest.WithRoles(node.RoleAPI)) // no runner of its own
+	s := servertest.Start(t, servertest.WithRoles("api")) // no runner of its own
 	key := s.DemoKey()
 	statusURL := kickOff(t, s, "/fhir/R4/$export?_type=Observation", key)
 	svc := patients.New(s.Pool())

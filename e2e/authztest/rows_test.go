@@ -213,6 +213,14 @@ var rows = []row{
 	{op: "POST /fhir/R4", scopes: sc(access.WritePatients), rest: call("POST", fixed("/fhir/R4"), matrixTransaction)},
 	{op: "POST /fhir/R4/", scopes: sc(access.WritePatients), rest: call("POST", fixed("/fhir/R4/"), matrixTransaction)},
 	{op: "GET /fhir/R4/{type:[A-Z][A-Za-z]+}/_history", scopes: sc(access.ReadPatients), rest: call("GET", fixed("/fhir/R4/Patient/_history?_count=5"), nil)},
+	// Bulk Data export (without Prefer: respond-async the holder's kick-off is a 400, after the
+	// scope check; the ids are nobody's, so every credential holding the scope gets 404 alike).
+	{op: "GET /fhir/R4/$export", scopes: sc(access.ReadPatients), rest: call("GET", fixed("/fhir/R4/$export?_type=Patient"), nil)},
+	{op: "GET /fhir/R4/Patient/$export", scopes: sc(access.ReadPatients), rest: call("GET", fixed("/fhir/R4/Patient/$export"), nil)},
+	{op: "GET /fhir/R4/Group/{id}/$export", scopes: sc(access.ReadPatients), rest: call("GET", fixed("/fhir/R4/Group/res-01jz0000000000000000000000/$export"), nil)},
+	{op: "GET /fhir/R4/$export-status/{id}", scopes: sc(access.ReadPatients), rest: call("GET", fixed("/fhir/R4/$export-status/bex-01jz0000000000000000000000"), nil)},
+	{op: "GET /fhir/R4/$export-file/{id}/{file}", scopes: sc(access.ReadPatients), rest: call("GET", fixed("/fhir/R4/$export-file/bex-01jz0000000000000000000000/Patient.1.ndjson"), nil)},
+	{op: "DELETE /fhir/R4/$export-status/{id}", scopes: sc(access.ReadPatients), rest: call("DELETE", fixed("/fhir/R4/$export-status/bex-01jz0000000000000000000000"), nil)},
 	// The system history holds every type: the read scopes of all of them.
 	{op: "GET /fhir/R4/_history", scopes: sc(access.ReadPatients, access.ReadObservations), rest: call("GET", fixed("/fhir/R4/_history?_count=5"), nil)},
 
