@@ -31,18 +31,10 @@ import (
 var binary string
 
 func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "carehub-tour-bin-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	binary = filepath.Join(dir, "carehub")
-	if out, err := exec.Command("go", "build", "-o", binary, "carehub/cmd/carehub").CombinedOutput(); err != nil {
-		fmt.Fprintf(os.Stderr, "build carehub: %v\n%s", err, out)
-		os.Exit(1)
-	}
+	var remove func()
+	binary, remove = testenv.BuildCarehub()
 	code := pgtest.Run(m)
-	os.RemoveAll(dir)
+	remove() // after Run, not deferred: os.Exit skips deferred calls
 	os.Exit(code)
 }
 

@@ -28,6 +28,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"carehub/e2e/servertest"
+	"carehub/internal/testenv"
 	"carehub/processors/audit"
 	"carehub/processors/eventlog"
 	"carehub/processors/observations"
@@ -44,18 +45,10 @@ func TestMain(m *testing.M) {
 	if !kafkatest.Real() || !chtest.Real() {
 		os.Exit(m.Run()) // the test skips: nothing to build or start
 	}
-	dir, err := os.MkdirTemp("", "carehub-scale-bin-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	binary = filepath.Join(dir, "carehub")
-	if out, err := exec.Command("go", "build", "-o", binary, "carehub/cmd/carehub").CombinedOutput(); err != nil {
-		fmt.Fprintf(os.Stderr, "build carehub: %v\n%s", err, out)
-		os.Exit(1)
-	}
+	var remove func()
+	binary, remove = testenv.BuildCarehub()
 	code := pgtest.Run(m)
-	_ = os.RemoveAll(dir) // after Run, not deferred: os.Exit skips deferred calls
+	remove() // after Run, not deferred: os.Exit skips deferred calls
 	os.Exit(code)
 }
 
