@@ -5,6 +5,9 @@ package fault
 import (
 	"errors"
 	"fmt"
+	"io"
+	"net"
+	"syscall"
 )
 
 // Kind classifies an error for the transports.
@@ -124,4 +127,13 @@ func Context(err error, what string) error {
 		return err
 	}
 	return fmt.Errorf("%s: %w", what, err)
+}
+
+// Disconnected reports whether err says a server could not be reached or the connection to it
+// broke (a network error, refused, reset, closed, cut short): what the stores' readers answer as
+// 503 naming the store, with their drivers' own errors of that meaning.
+func Disconnected(err error) bool {
+	_, netErr := errors.AsType[net.Error](err)
+	return netErr || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, net.ErrClosed) ||
+		errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)
 }

@@ -3,9 +3,6 @@ package clickhouse
 import (
 	"context"
 	"errors"
-	"io"
-	"net"
-	"syscall"
 
 	ch "github.com/ClickHouse/clickhouse-go/v2"
 	"github.com/ClickHouse/clickhouse-go/v2/lib/proto"
@@ -28,10 +25,7 @@ func unavailable(err error) error {
 	if _, ok := errors.AsType[*proto.Exception](err); ok {
 		return err
 	}
-	_, netErr := errors.AsType[net.Error](err)
-	if netErr || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, net.ErrClosed) ||
-		errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) ||
-		errors.Is(err, ch.ErrAcquireConnTimeout) || errors.Is(err, ch.ErrConnectionClosed) {
+	if fault.Disconnected(err) || errors.Is(err, ch.ErrAcquireConnTimeout) || errors.Is(err, ch.ErrConnectionClosed) {
 		return &fault.Error{Kind: fault.KindUnavailable, Err: err,
 			Message: "the event and audit log store (ClickHouse) is unavailable; retry later",
 			Details: map[string]any{"dependency": Dependency}}

@@ -3,9 +3,6 @@ package postgres
 import (
 	"context"
 	"errors"
-	"io"
-	"net"
-	"syscall"
 
 	"github.com/jackc/pgx/v5/pgconn"
 
@@ -27,10 +24,7 @@ func unavailable(err error) error {
 	if _, ok := errors.AsType[*pgconn.PgError](err); ok {
 		return err
 	}
-	_, connectErr := errors.AsType[*pgconn.ConnectError](err)
-	_, netErr := errors.AsType[net.Error](err)
-	if connectErr || netErr || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, net.ErrClosed) ||
-		errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) {
+	if _, connectErr := errors.AsType[*pgconn.ConnectError](err); connectErr || fault.Disconnected(err) {
 		return &fault.Error{Kind: fault.KindUnavailable, Err: err,
 			Message: "the event and audit log store (Postgres) is unavailable; retry later",
 			Details: map[string]any{"dependency": Dependency}}
