@@ -145,11 +145,6 @@ func (h handler) removeGeneric(w http.ResponseWriter, r *http.Request, t string)
 		Issue: []Issue{{Severity: "information", Code: "informational", Diagnostics: msg}}})
 }
 
-// searchGeneric runs a search of the generic store.
-func (h handler) searchGeneric(r *http.Request, t string, q patients.Search) (patients.SearchPage, error) {
-	return h.Patients.SearchResources(r.Context(), t, q)
-}
-
 // genericEntry is the Bundle entry of a generic create or its refusal.
 func genericEntry(r *http.Request, t string, res created) entry {
 	if res.err != nil {

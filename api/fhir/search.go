@@ -313,7 +313,7 @@ func (h handler) search(w http.ResponseWriter, r *http.Request) {
 	if q.search.After != nil {
 		q.search.Offset = 0
 	}
-	page, err := h.searchType(r, t, q.search)
+	page, err := h.Patients.SearchType(r.Context(), t, q.search)
 	if err != nil {
 		writeErrorAt(w, r, err, t)
 		return

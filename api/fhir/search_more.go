@@ -320,19 +320,6 @@ func selfLink(r *http.Request, t string) string {
 	return u
 }
 
-// searchType runs search s on type t.
-func (h handler) searchType(r *http.Request, t string, s patients.Search) (patients.SearchPage, error) {
-	switch t {
-	case "Patient":
-		return h.Patients.SearchPatients(r.Context(), s)
-	case "Observation":
-		return h.Patients.SearchObservations(r.Context(), s)
-	case "RiskAssessment":
-		return h.Patients.SearchRiskAssessments(r.Context(), s)
-	}
-	return h.searchGeneric(r, t, s) // Encounter and every other type: the generic store
-}
-
 // resolveChains turns q's chains into the patients they match: a Patient search with the
 // caller's credential, so that a chain sees no patient the caller could not search for (another
 // organization's, a real one under a test key).
@@ -383,7 +370,7 @@ func (h handler) revincluded(r *http.Request, q query, patientIDs []string) ([]e
 	}
 	var out []entry
 	for _, rt := range q.revinclude {
-		page, err := h.searchType(r, rt, patients.Search{Patients: patientIDs, Count: maxCount, NoTotal: true})
+		page, err := h.Patients.SearchType(r.Context(), rt, patients.Search{Patients: patientIDs, Count: maxCount, NoTotal: true})
 		if err != nil {
 			return nil, err
 		}
@@ -487,7 +474,7 @@ func (h handler) match(r *http.Request, t string, c *condition) (json.RawMessage
 	if err := h.resolveChains(r, &q); err != nil {
 		return nil, err
 	}
-	page, err := h.searchType(r, t, q.search)
+	page, err := h.Patients.SearchType(r.Context(), t, q.search)
 	if err != nil {
 		return nil, err
 	}

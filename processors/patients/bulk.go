@@ -115,7 +115,7 @@ func (s *Service) StartExport(ctx context.Context, req ExportRequest) (string, e
 		select $1, $2, $3, $4, $5, $6, nullif($7, ''), $8, $9, $10, $11, $12, now(), $13
 		where (select count(*) from bulk_exports where org_id = $2 and status = 'in-progress') < $14`,
 		id, p.OrgID, p.KeyID, p.Mode, p.Scopes, req.Level, req.GroupID, members, req.Request, types, filters, req.Since,
-		nonNil(omitted), MaxExportsInProgress)
+		nonNilStrings(omitted), MaxExportsInProgress)
 	if err != nil {
 		return "", fmt.Errorf("start export: %w", err)
 	}
@@ -185,13 +185,6 @@ func (s *Service) exportTypes(ctx context.Context, p *access.Principal, req Expo
 	types = append(types, present...)
 	types = slices.DeleteFunc(types, func(t string) bool { return compartment && !PatientData(t) })
 	return slices.Compact(slices.Sorted(slices.Values(types))), nil
-}
-
-func nonNil(list []string) []string {
-	if list == nil {
-		return []string{}
-	}
-	return list
 }
 
 // ExportStatus returns export id as its requester sees it. Another credential, even of the same

@@ -78,9 +78,14 @@ func (s *Service) ExportRunner(cfg ExportRunnerConfig) *ExportRunner {
 func (r *ExportRunner) Run(ctx context.Context) error {
 	t := time.NewTicker(r.cfg.Poll)
 	defer t.Stop()
+	var purged time.Time
 	for {
-		if _, err := r.s.pool.Exec(ctx, `delete from bulk_exports where expires_at < now()`); err != nil && ctx.Err() == nil {
-			r.cfg.Logger.Warn("bulk export purge failed", "err", err)
+		// Expiry is counted in hours: a purge a minute is plenty, not one a poll.
+		if time.Since(purged) >= time.Minute {
+			if _, err := r.s.pool.Exec(ctx, `delete from bulk_exports where expires_at < now()`); err != nil && ctx.Err() == nil {
+				r.cfg.Logger.Warn("bulk export purge failed", "err", err)
+			}
+			purged = time.Now()
 		}
 		for ctx.Err() == nil {
 			ran, err := r.RunOne(ctx)
@@ -223,7 +228,7 @@ func (r *ExportRunner) nextPart(ctx context.Context, j *exportJob, t string) (*e
 				q.Patients = j.patients
 			}
 		}
-		page, err := r.s.searchType(ctx, t, q)
+		page, err := r.s.SearchType(ctx, t, q)
 		if err != nil {
 			return nil, err
 		}
@@ -246,19 +251,6 @@ func (r *ExportRunner) nextPart(ctx context.Context, j *exportJob, t string) (*e
 	}
 }
 
-// searchType runs search q on type t as the FHIR base's search does.
-func (s *Service) searchType(ctx context.Context, t string, q Search) (SearchPage, error) {
-	switch t {
-	case "Patient":
-		return s.SearchPatients(ctx, q)
-	case "Observation":
-		return s.SearchObservations(ctx, q)
-	case "RiskAssessment":
-		return s.SearchRiskAssessments(ctx, q)
-	}
-	return s.SearchResources(ctx, t, q)
-}
-
 // commitPart writes a part (if it holds anything) and the job's next position in one
 // transaction, and renews the lease; errExportGone when the job was cancelled meanwhile.
 func (r *ExportRunner) commitPart(ctx context.Context, j *exportJob, t string, part *exportPart, next exportPosition) error {
@@ -276,7 +268,7 @@ func (r *ExportRunner) commitPart(ctx context.Context, j *exportJob, t string, p
 		}
 		_, err = tx.Exec(ctx, `insert into bulk_export_files (export_id, type, part, count, patient_ids, ndjson)
 			values ($1, $2, (select coalesce(max(part), 0) + 1 from bulk_export_files where export_id = $1 and type = $2), $3, $4, $5)`,
-			j.id, t, part.count, nonNil(part.patients), part.ndjson.Bytes())
+			j.id, t, part.count, nonNilStrings(part.patients), part.ndjson.Bytes())
 		if err != nil {
 			return fmt.Errorf("export part: %w", err)
 		}

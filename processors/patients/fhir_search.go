@@ -129,6 +129,21 @@ func (s *Service) SearchRiskAssessments(ctx context.Context, q Search) (SearchPa
 	return s.search(ctx, riskSearch, q)
 }
 
+// SearchType runs search q on type t: the typed tables' searches for Patient, Observation and
+// RiskAssessment, the generic store for Encounter and every other type. The FHIR base's searches
+// and the export runner both go through it.
+func (s *Service) SearchType(ctx context.Context, t string, q Search) (SearchPage, error) {
+	switch t {
+	case "Patient":
+		return s.SearchPatients(ctx, q)
+	case "Observation":
+		return s.SearchObservations(ctx, q)
+	case "RiskAssessment":
+		return s.SearchRiskAssessments(ctx, q)
+	}
+	return s.SearchResources(ctx, t, q)
+}
+
 // ReadResource returns one resource by type (Patient, Observation, RiskAssessment, or a type of
 // the generic store, Encounter included: ReadGeneric) and carehub id; one the caller may not see
 // is NotFound.
