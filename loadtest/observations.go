@@ -530,7 +530,7 @@ func rawProduce(ctx context.Context, cfg Config, bodies []body, rep *Report) err
 	topic := fmt.Sprintf("carehub.loadtest.raw.%d", time.Now().UnixNano())
 	tctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	if err := kafka.EnsureTopics(tctx, cl, 6, topic); err != nil {
+	if err := kafka.EnsureTopics(tctx, cl, kafka.Layout{Partitions: 6}, topic); err != nil {
 		return err
 	}
 	defer func() {

@@ -126,7 +126,7 @@ func StartStack(ctx context.Context, dataDir string, logger *slog.Logger, opts S
 	s.closers = append(s.closers, producer.Close)
 	tctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	if err := kafka.EnsureTopics(tctx, producer, 6, kafka.DefaultTopics().All()...); err != nil {
+	if err := kafka.EnsureTopics(tctx, producer, kafka.Layout{Partitions: 6}, kafka.DefaultTopics().All()...); err != nil {
 		return nil, err
 	}
 

@@ -113,6 +113,10 @@ func serveFlags(fs *flag.FlagSet, cfg *node.Config) {
 		return nil
 	})
 	fs.IntVar(&cfg.Partitions, "partitions", cfg.Partitions, "partitions of the Kafka topics carehub creates")
+	fs.IntVar(&cfg.KafkaReplication, "kafka-replication-factor", cfg.KafkaReplication,
+		"replicas of each Kafka topic carehub creates, on a cluster (3 with --kafka-min-insync-replicas 2 survives a broker; 0: the broker's default.replication.factor)")
+	fs.IntVar(&cfg.KafkaMinInsync, "kafka-min-insync-replicas", cfg.KafkaMinInsync,
+		"min.insync.replicas of the topics carehub creates: replicas holding a record before it is acknowledged (0: the broker's)")
 	fs.StringVar(&cfg.Seed, "seed", cfg.Seed, "demo data on an empty database: demo or none")
 	fs.DurationVar(&cfg.ShutdownGrace, "shutdown-timeout", cfg.ShutdownGrace, "bound on graceful shutdown")
 	fs.DurationVar(&cfg.ClickHouseEventRetention, "clickhouse-event-retention", cfg.ClickHouseEventRetention,

@@ -22,7 +22,7 @@ func TestDeadLetterListAndReplay(t *testing.T) {
 	cl := kafkatest.Client(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	if err := kafka.EnsureTopics(ctx, cl, 2, topics.Events, topics.EventsDLQ); err != nil {
+	if err := kafka.EnsureTopics(ctx, cl, kafka.Layout{Partitions: 2}, topics.Events, topics.EventsDLQ); err != nil {
 		t.Fatal(err)
 	}
 	dead := &kgo.Record{Topic: topics.EventsDLQ, Key: []byte("prj_1"), Value: []byte(`{"secret":1e999999}`), Headers: []kgo.RecordHeader{
@@ -66,7 +66,7 @@ func TestDeadLetterListAndReplay(t *testing.T) {
 	}
 	// The audit topic's dead letters are another topic: the events' record is not there.
 	out.Reset()
-	if err := kafka.EnsureTopics(ctx, cl, 2, topics.AuditDLQ); err != nil {
+	if err := kafka.EnsureTopics(ctx, cl, kafka.Layout{Partitions: 2}, topics.AuditDLQ); err != nil {
 		t.Fatal(err)
 	}
 	if code := run(ctx, append([]string{"deadletter", "list", "--topic", "audit"}, flags...), &out, &errOut); code != 0 || strings.Contains(out.String(), "@42") {

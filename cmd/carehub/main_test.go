@@ -359,6 +359,8 @@ func TestBadConfiguration(t *testing.T) {
 		{"malformed database url", []string{"--database-url", "postgres://%zz"}, "--database-url"},
 		{"bad seed", []string{"--seed", "lots"}, "--seed"},
 		{"bad partitions", []string{"--partitions", "0"}, "--partitions"},
+		{"replicas on the embedded broker", []string{"--kafka-replication-factor", "3"}, "the embedded broker has no replicas"},
+		{"more in sync than replicas", []string{"--kafka-brokers", "127.0.0.1:1", "--kafka-replication-factor", "2", "--kafka-min-insync-replicas", "3"}, "--kafka-min-insync-replicas 3"},
 		{"negative GraphQL budget", []string{"--graphql-max-cost", "-1"}, "--graphql-max-cost"},
 		{"bad Kafka namespace", []string{"--kafka-namespace", "../prod"}, "--kafka-namespace"},
 		{"negative retention", []string{"--clickhouse-audit-retention", "-24h"}, "--clickhouse-audit-retention"},

@@ -20,7 +20,7 @@ import (
 func TestEmbeddedRefusesUnauthenticatedClients(t *testing.T) {
 	dir := t.TempDir()
 	e := startEmbedded(t, dir, kafka.EmbeddedConfig{})
-	if err := kafka.EnsureTopics(timeout(t, 10*time.Second), embeddedClient(t, e), 1, "phi"); err != nil {
+	if err := kafka.EnsureTopics(timeout(t, 10*time.Second), embeddedClient(t, e), kafka.Layout{Partitions: 1}, "phi"); err != nil {
 		t.Fatalf("an authenticated client: %v", err)
 	}
 
@@ -57,7 +57,7 @@ func TestEmbeddedRefusesUnauthenticatedClients(t *testing.T) {
 	if e2.Credentials() != creds {
 		t.Fatalf("credentials changed across a restart")
 	}
-	if err := kafka.EnsureTopics(timeout(t, 10*time.Second), embeddedClient(t, e2), 1, "phi"); err != nil {
+	if err := kafka.EnsureTopics(timeout(t, 10*time.Second), embeddedClient(t, e2), kafka.Layout{Partitions: 1}, "phi"); err != nil {
 		t.Fatalf("an authenticated client after a restart: %v", err)
 	}
 }
@@ -76,7 +76,7 @@ func TestEmbeddedDataDirIsPrivate(t *testing.T) {
 		t.Fatal(err)
 	}
 	e := startEmbedded(t, dir, kafka.EmbeddedConfig{})
-	if err := kafka.EnsureTopics(timeout(t, 10*time.Second), embeddedClient(t, e), 1, "phi"); err != nil {
+	if err := kafka.EnsureTopics(timeout(t, 10*time.Second), embeddedClient(t, e), kafka.Layout{Partitions: 1}, "phi"); err != nil {
 		t.Fatal(err)
 	}
 	if err := e.Close(); err != nil { // writes kfake's state files

@@ -70,7 +70,7 @@ func TestEmbeddedPersists(t *testing.T) {
 	{
 		e := startEmbedded(t, dir, kafka.EmbeddedConfig{})
 		cl := embeddedClient(t, e)
-		if err := kafka.EnsureTopics(timeout(t, 10*time.Second), cl, 3, topic); err != nil {
+		if err := kafka.EnsureTopics(timeout(t, 10*time.Second), cl, kafka.Layout{Partitions: 3}, topic); err != nil {
 			t.Fatal(err)
 		}
 		for i := range 30 {
@@ -227,7 +227,7 @@ func crashChild() int {
 	if err != nil {
 		return fail(err)
 	}
-	if err := kafka.EnsureTopics(ctx, cl, 3, crashTopic); err != nil {
+	if err := kafka.EnsureTopics(ctx, cl, kafka.Layout{Partitions: 3}, crashTopic); err != nil {
 		return fail(err)
 	}
 	var rep crashReport

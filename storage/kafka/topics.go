@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"strconv"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -89,26 +90,42 @@ func (t Topics) All() []string {
 	return all
 }
 
-// EnsureTopics creates the topics that do not exist yet with the given
-// number of partitions (partitions < 1 means the broker's default) and the
-// broker's default replication factor, then waits until metadata shows every
-// topic with a leader on each partition, so a producer started next does not
-// race the creation. Topics that already exist are left as they are, whatever
-// their partition count. It is safe to call concurrently and repeatedly.
+// Layout is how the topics carehub creates are laid out on the cluster. A zero field leaves
+// the choice to the broker's defaults (num.partitions, default.replication.factor,
+// min.insync.replicas), which is what a single node and a cluster configured for carehub want.
+type Layout struct {
+	Partitions  int32
+	Replication int16
+	// MinInsync is the topics' min.insync.replicas: with acks=all (NewClient's default) a
+	// record is acknowledged only once this many replicas hold it, so a cluster of three with
+	// 2 loses no acknowledged record when one broker dies.
+	MinInsync int
+}
+
+// EnsureTopics creates the topics that do not exist yet as l lays them out, then waits until
+// metadata shows every topic with a leader on each partition, so a producer started next does
+// not race the creation. Topics that already exist are left as they are, whatever their layout.
+// It is safe to call concurrently and repeatedly.
 //
 // cl is only borrowed: EnsureTopics does not close it.
-func EnsureTopics(ctx context.Context, cl *kgo.Client, partitions int32, topics ...string) error {
+func EnsureTopics(ctx context.Context, cl *kgo.Client, l Layout, topics ...string) error {
 	if len(topics) == 0 {
 		return nil
 	}
-	if partitions < 1 {
-		partitions = -1
+	partitions, replication := int32(-1), int16(-1)
+	if l.Partitions > 0 {
+		partitions = l.Partitions
+	}
+	if l.Replication > 0 {
+		replication = l.Replication
+	}
+	var configs map[string]*string
+	if l.MinInsync > 0 {
+		configs = map[string]*string{"min.insync.replicas": kadm.StringPtr(strconv.Itoa(l.MinInsync))}
 	}
 	adm := kadm.NewClient(cl) // closing adm would close cl
 
-	// -1 replication: the broker's default.replication.factor, which is 1 on
-	// a single node and whatever production chose elsewhere.
-	created, err := adm.CreateTopics(ctx, partitions, -1, nil, topics...)
+	created, err := adm.CreateTopics(ctx, partitions, replication, configs, topics...)
 	if err != nil {
 		return fmt.Errorf("create topics %v: %w", topics, err)
 	}

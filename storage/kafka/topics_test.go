@@ -2,6 +2,7 @@ package kafka_test
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"strings"
 	"sync"
@@ -79,11 +80,11 @@ func TestEnsureTopics(t *testing.T) {
 	t.Run("creates missing and tolerates existing", func(t *testing.T) {
 		a, b := kafkatest.Name(t, "ensure"), kafkatest.Name(t, "ensure")
 		deleteAfter(a, b)
-		if err := kafka.EnsureTopics(timeout(t, 30*time.Second), cl, 3, a); err != nil {
+		if err := kafka.EnsureTopics(timeout(t, 30*time.Second), cl, kafka.Layout{Partitions: 3}, a); err != nil {
 			t.Fatalf("first call: %v", err)
 		}
 		// a exists, b does not; asking for another count leaves a alone.
-		if err := kafka.EnsureTopics(timeout(t, 30*time.Second), cl, 5, a, b); err != nil {
+		if err := kafka.EnsureTopics(timeout(t, 30*time.Second), cl, kafka.Layout{Partitions: 5}, a, b); err != nil {
 			t.Fatalf("second call: %v", err)
 		}
 		if n := partitions(a); n != 3 {
@@ -96,13 +97,56 @@ func TestEnsureTopics(t *testing.T) {
 		produceSync(t, cl, record(b, msg{ID: 1, Key: "k"}))
 	})
 
+	t.Run("replicas and min.insync.replicas", func(t *testing.T) {
+		// As many replicas as the cluster has brokers, up to 3: the fault suite's cluster has 3.
+		md, err := adm.BrokerMetadata(timeout(t, 10*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		replicas := min(3, len(md.Brokers))
+		topic := kafkatest.Name(t, "layout")
+		deleteAfter(topic)
+		l := kafka.Layout{Partitions: 2, Replication: int16(replicas), MinInsync: max(1, replicas-1)}
+		if err := kafka.EnsureTopics(timeout(t, 30*time.Second), cl, l, topic); err != nil {
+			t.Fatal(err)
+		}
+		listed, err := adm.ListTopics(timeout(t, 10*time.Second), topic)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range listed[topic].Partitions.Sorted() {
+			if len(p.Replicas) != replicas {
+				t.Errorf("partition %d has replicas %v, want %d", p.Partition, p.Replicas, replicas)
+			}
+		}
+		configs, err := adm.DescribeTopicConfigs(timeout(t, 10*time.Second), topic)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rc, err := configs.On(topic, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := ""
+		for _, c := range rc.Configs {
+			if c.Key == "min.insync.replicas" {
+				got = c.MaybeValue()
+			}
+		}
+		if want := fmt.Sprint(l.MinInsync); got != want {
+			t.Errorf("min.insync.replicas = %q, want %q", got, want)
+		}
+	})
+
 	t.Run("concurrent callers", func(t *testing.T) {
 		topic := kafkatest.Name(t, "ensure")
 		deleteAfter(topic)
 		var wg sync.WaitGroup
 		errs := make([]error, 4)
 		for i := range errs {
-			wg.Go(func() { errs[i] = kafka.EnsureTopics(timeout(t, 30*time.Second), cl, 2, topic) })
+			wg.Go(func() {
+				errs[i] = kafka.EnsureTopics(timeout(t, 30*time.Second), cl, kafka.Layout{Partitions: 2}, topic)
+			})
 		}
 		wg.Wait()
 		for i, err := range errs {
@@ -116,7 +160,7 @@ func TestEnsureTopics(t *testing.T) {
 	})
 
 	t.Run("no topics", func(t *testing.T) {
-		if err := kafka.EnsureTopics(timeout(t, time.Second), cl, 1); err != nil {
+		if err := kafka.EnsureTopics(timeout(t, time.Second), cl, kafka.Layout{Partitions: 1}); err != nil {
 			t.Errorf("EnsureTopics() = %v", err)
 		}
 	})
@@ -126,11 +170,11 @@ func TestEnsureTopics(t *testing.T) {
 		// versus '_' (their metric names would collide).
 		topic := kafkatest.Name(t, "ensure")
 		deleteAfter(topic)
-		if err := kafka.EnsureTopics(timeout(t, 30*time.Second), cl, 1, topic); err != nil {
+		if err := kafka.EnsureTopics(timeout(t, 30*time.Second), cl, kafka.Layout{Partitions: 1}, topic); err != nil {
 			t.Fatal(err)
 		}
 		collide := strings.ReplaceAll(topic, ".", "_")
-		if err := kafka.EnsureTopics(timeout(t, 10*time.Second), cl, 1, collide); err == nil {
+		if err := kafka.EnsureTopics(timeout(t, 10*time.Second), cl, kafka.Layout{Partitions: 1}, collide); err == nil {
 			deleteAfter(collide)
 			t.Errorf("EnsureTopics created %s next to %s", collide, topic)
 		}

@@ -462,7 +462,7 @@ func TestBrokerRecovers(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	const topic = "carehub.events.v1"
-	if err := kafka.EnsureTopics(ctx, producer, 3, topic); err != nil {
+	if err := kafka.EnsureTopics(ctx, producer, kafka.Layout{Partitions: 3}, topic); err != nil {
 		t.Fatal(err)
 	}
 

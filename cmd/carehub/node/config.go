@@ -60,6 +60,9 @@ type Config struct {
 	AccessLog                                          string        // info, debug or off: the level of the one line per HTTP request
 	AccessLogSample                                    float64       // fraction of requests in the access log, (0, 1]; answers ≥ 500 always
 	ShutdownGrace                                      time.Duration // bound on graceful shutdown
+	// KafkaReplication and KafkaMinInsync lay out the topics carehub creates on a cluster
+	// (0: the broker's default.replication.factor and min.insync.replicas).
+	KafkaReplication, KafkaMinInsync int
 
 	TLSCert, TLSKey      string
 	AllowInsecureHTTP    bool // serve plain HTTP on a non-loopback address (behind a TLS proxy)
@@ -201,6 +204,15 @@ func (c *Config) Validate() error {
 	if c.Partitions < 1 || c.Partitions > 1000 {
 		errs = append(errs, fmt.Errorf("--partitions %d: must be 1..1000", c.Partitions))
 	}
+	if c.KafkaReplication < 0 || c.KafkaReplication > 7 {
+		errs = append(errs, fmt.Errorf("--kafka-replication-factor %d: must be 1..7 (0: the broker's default)", c.KafkaReplication))
+	}
+	if c.KafkaMinInsync < 0 || c.KafkaReplication > 0 && c.KafkaMinInsync > c.KafkaReplication {
+		errs = append(errs, fmt.Errorf("--kafka-min-insync-replicas %d: must be 1..--kafka-replication-factor (0: the broker's default)", c.KafkaMinInsync))
+	}
+	if (c.KafkaReplication > 0 || c.KafkaMinInsync > 0) && len(c.KafkaBrokers) == 0 {
+		errs = append(errs, errors.New("--kafka-replication-factor and --kafka-min-insync-replicas need --kafka-brokers: the embedded broker has no replicas"))
+	}
 	if c.Seed != "demo" && c.Seed != "none" {
 		errs = append(errs, fmt.Errorf("--seed %q: must be demo or none", c.Seed))
 	}
@@ -328,4 +340,9 @@ func CheckDataDir(dir string) error {
 	name := f.Name()
 	f.Close()
 	return os.Remove(name)
+}
+
+// TopicLayout is how the topics this node creates are laid out on the brokers.
+func (c Config) TopicLayout() kafka.Layout {
+	return kafka.Layout{Partitions: int32(c.Partitions), Replication: int16(c.KafkaReplication), MinInsync: c.KafkaMinInsync}
 }

@@ -197,7 +197,7 @@ func (s *Node) startKafka(ctx context.Context) error {
 	s.closers = append(s.closers, func(context.Context) error { cl.Close(); return nil })
 	tctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	if err := kafka.EnsureTopics(tctx, cl, int32(s.cfg.Partitions), s.topics.All()...); err != nil {
+	if err := kafka.EnsureTopics(tctx, cl, s.cfg.TopicLayout(), s.topics.All()...); err != nil {
 		return fmt.Errorf("kafka brokers %v: %w", s.brokers, err)
 	}
 	return nil

@@ -25,7 +25,7 @@ func TestConsumersCheckWaitsForAssignment(t *testing.T) {
 	s := &Node{kcl: cl, ns: ns, topics: ns.Topics(), started: []string{"postgres", "kafka", "observation-writer"}}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if err := kafka.EnsureTopics(ctx, cl, 3, s.topics.Observations); err != nil {
+	if err := kafka.EnsureTopics(ctx, cl, kafka.Layout{Partitions: 3}, s.topics.Observations); err != nil {
 		t.Fatal(err)
 	}
 	groups := s.consumerGroups()

@@ -110,7 +110,7 @@ func Topic(t testing.TB, prefix string) string {
 	cl := Client(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if err := kafka.EnsureTopics(ctx, cl, Partitions, name); err != nil {
+	if err := kafka.EnsureTopics(ctx, cl, kafka.Layout{Partitions: Partitions}, name); err != nil {
 		t.Fatalf("kafkatest: create topic %s: %v", name, err)
 	}
 	if Real() {
