@@ -25,6 +25,7 @@ RUN_FLAGS     = --data-dir $(DATA_DIR) --http-addr $(HTTP_ADDR) --webhooks-allow
 # CLICKHOUSE_TCP_PORT, CLICKHOUSE_HTTP_PORT, their *_STATE_DIR and CLICKHOUSE_DATABASE, given to
 # make, reach the scripts.
 KAFKA_SH      := deploy/local/kafka/kafka.sh
+KAFKA_CLUSTER_SH := deploy/local/kafka/cluster.sh
 CLICKHOUSE_SH := deploy/local/clickhouse/clickhouse.sh
 # The whole suite runs under the race detector and in shuffled order: a test that depends on
 # the order of tests or on a data race fails here, not at random later.
@@ -165,6 +166,14 @@ kafka-up: ## fetch (once) and start this checkout's single-node Apache Kafka (KA
 .PHONY: kafka-down
 kafka-down: ## stop this checkout's Apache Kafka broker (its data stays for the next kafka-up)
 	$(KAFKA_SH) down
+
+.PHONY: kafka-cluster-up
+kafka-cluster-up: ## fetch (once) and start this checkout's three-broker Apache Kafka cluster, RF 3, min ISR 2 (KAFKA_CLUSTER_PORT; cluster.sh brokers)
+	$(KAFKA_CLUSTER_SH) up
+
+.PHONY: kafka-cluster-down
+kafka-cluster-down: ## stop this checkout's three-broker Kafka cluster (its data stays for the next kafka-cluster-up)
+	$(KAFKA_CLUSTER_SH) down
 
 # The Kafka-touching suites, run again against the real broker. make test already ran the same
 # code under the race detector; here the broker is what is tested, and -race would double the

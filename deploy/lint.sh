@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # lint.sh checks the deployment files with the real tools, offline once they are installed:
 #   the Dockerfile with hadolint,
-#   deploy/compose/compose.yaml against the Compose specification's JSON schema,
+#   deploy/compose/compose.yaml (and its Kafka-cluster override) against the Compose specification's JSON schema,
 #   deploy/helm/carehub with helm lint, and rendered (with its defaults, and with every role and
 #   optional object on: ci/*.yaml) then validated against the Kubernetes schemas, strictly.
 # `make lint-deploy` installs the tools (DEPLOY_VENV, HELM) and runs it. Timings per step on stderr.
@@ -32,7 +32,7 @@ render_and_validate() {
 }
 
 step "hadolint Dockerfile" "$venv/bin/hadolint" --failure-threshold info Dockerfile
-step "compose schema" "$venv/bin/check-jsonschema" --builtin-schema vendor.compose-spec deploy/compose/compose.yaml
+step "compose schema" "$venv/bin/check-jsonschema" --builtin-schema vendor.compose-spec deploy/compose/compose.yaml deploy/compose/compose.kafka-cluster.yaml
 step "helm lint (defaults)" "$helm" lint --strict --kube-version "$kube_version" "$chart"
 step "chart with defaults" render_and_validate defaults
 for values in "$chart"/ci/*.yaml; do

@@ -13,7 +13,7 @@ import (
 // image, the Compose deployment and the Helm chart.
 var deployFiles = []string{
 	"../../Dockerfile",
-	"../../deploy/compose/compose.yaml",
+	"../../deploy/compose/compose*.yaml",
 	"../../deploy/helm/carehub/templates/*.yaml",
 	"../../deploy/helm/carehub/templates/_helpers.tpl",
 	"../../deploy/helm/carehub/ci/*.yaml",

@@ -5,6 +5,7 @@ package local
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -14,9 +15,13 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
 
 	"carehub/internal/testenv"
 )
@@ -27,7 +32,7 @@ const root = "../.."
 // scripts are the files a checkout needs to run its engines.
 var scripts = []string{
 	"deploy/local/daemon.sh",
-	"deploy/local/kafka/kafka.sh", "deploy/local/kafka/pom.xml",
+	"deploy/local/kafka/kafka.sh", "deploy/local/kafka/cluster.sh", "deploy/local/kafka/pom.xml",
 	"deploy/local/clickhouse/clickhouse.sh", "deploy/local/clickhouse/launcher.c",
 	"deploy/local/clickhouse/package.json", "deploy/local/clickhouse/package-lock.json",
 }
@@ -93,6 +98,130 @@ func needClickHouse(t *testing.T) {
 	if _, errOut, code := run(t, root, nil, "deploy/local/clickhouse/clickhouse.sh", "fetch"); code != 0 {
 		testenv.Missing(t, "clickhouse.sh fetch: %s", errOut)
 	}
+}
+
+// needKafka fetches Apache Kafka's jars into the shared cache once (Maven) and checks Java, or
+// skips.
+func needKafka(t *testing.T) {
+	t.Helper()
+	if _, errOut, code := run(t, root, nil, "deploy/local/kafka/kafka.sh", "prepare"); code != 0 {
+		testenv.Missing(t, "kafka.sh prepare: %s", errOut)
+	}
+}
+
+// freePorts returns the first of n consecutive ports on 127.0.0.1 that nothing listens on.
+func freePorts(t *testing.T, n int) int {
+	t.Helper()
+	for range 50 {
+		base := testenv.FreeAddr(t)
+		first, _ := net.ResolveTCPAddr("tcp", base)
+		var held []net.Listener
+		for p := first.Port; p < first.Port+n; p++ {
+			ln, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", p))
+			if err != nil {
+				break
+			}
+			held = append(held, ln)
+		}
+		for _, ln := range held {
+			ln.Close()
+		}
+		if len(held) == n {
+			return first.Port
+		}
+	}
+	t.Fatalf("no %d free consecutive ports", n)
+	return 0
+}
+
+// The local three-broker cluster: replication factor 3 and min.insync.replicas 2 by default, a
+// topic still written with acks=all while a broker is killed with -9, and the broker back in
+// every ISR once started again.
+func TestKafkaCluster(t *testing.T) {
+	needKafka(t)
+	const cluster = "deploy/local/kafka/cluster.sh"
+	env := []string{"KAFKA_CLUSTER_STATE_DIR=" + t.TempDir(), fmt.Sprintf("KAFKA_CLUSTER_PORT=%d", freePorts(t, 6))}
+	t.Cleanup(func() { run(t, root, env, cluster, "down") })
+	must(t, root, env, cluster, "up")
+
+	cl, err := kgo.NewClient(kgo.SeedBrokers(strings.Split(must(t, root, env, cluster, "brokers"), ",")...),
+		kgo.RequiredAcks(kgo.AllISRAcks()), kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cl.Close)
+	adm := kadm.NewClient(cl)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+
+	meta, err := adm.BrokerMetadata(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ids := meta.Brokers.NodeIDs(); len(ids) != 3 {
+		t.Fatalf("brokers in metadata: %v, want 3", ids)
+	}
+
+	// A topic that names neither setting gets the cluster's, as carehub's do by default.
+	const topic = "cluster"
+	if _, err := adm.CreateTopic(ctx, 3, -1, nil, topic); err != nil {
+		t.Fatal(err)
+	}
+	configs, err := adm.DescribeTopicConfigs(ctx, topic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rc, err := configs.On(topic, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range rc.Configs {
+		if c.Key == "min.insync.replicas" && c.MaybeValue() != "2" {
+			t.Errorf("min.insync.replicas %q, want 2", c.MaybeValue())
+		}
+	}
+	// isr waits until every partition's replicas are the three brokers and its in-sync replicas
+	// are want.
+	isr := func(want string) {
+		t.Helper()
+		want = fmt.Sprintf("0:%[1]s/3 1:%[1]s/3 2:%[1]s/3", want)
+		for deadline := time.Now().Add(time.Minute); ; time.Sleep(100 * time.Millisecond) {
+			var got []string
+			if topics, err := adm.ListTopics(ctx, topic); err == nil {
+				for _, p := range topics[topic].Partitions.Sorted() {
+					slices.Sort(p.ISR)
+					got = append(got, fmt.Sprintf("%d:%v/%d", p.Partition, p.ISR, len(p.Replicas)))
+				}
+			}
+			if strings.Join(got, " ") == want {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("partition:ISR/replicas %v, want %s", got, want)
+			}
+		}
+	}
+	isr("[1 2 3]")
+	produce := func() {
+		t.Helper()
+		for p := range int32(3) {
+			if err := cl.ProduceSync(ctx, &kgo.Record{Topic: topic, Partition: p, Value: []byte("x")}).FirstErr(); err != nil {
+				t.Fatalf("produce to partition %d: %v", p, err)
+			}
+		}
+	}
+
+	must(t, root, env, cluster, "kill", "2")
+	if out, _, code := run(t, root, env, cluster, "pid", "2"); code != 3 {
+		t.Fatalf("pid 2 after kill: exit %d, %s", code, out)
+	}
+	// Every partition, those node 2 led included, takes writes that two replicas hold.
+	produce()
+	isr("[1 3]")
+
+	must(t, root, env, cluster, "start", "2")
+	isr("[1 2 3]")
+	produce()
 }
 
 // Two checkouts' engines run side by side: each has its own ports, state dir and database, and
