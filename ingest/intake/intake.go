@@ -77,6 +77,9 @@ type Config struct {
 	MaxFuture             time.Duration // how far effectiveDateTime may be ahead of now; default 1 h
 	Logger                *slog.Logger  // default: discard
 	Registerer            prometheus.Registerer
+	// Refusing, when set, says why the broker refuses writes when the node knows (the embedded
+	// broker's full disk); a 503 of observations Kafka did not take then says that.
+	Refusing func() error
 }
 
 func (c *Config) defaults() {

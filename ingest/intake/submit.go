@@ -228,6 +228,11 @@ func (rq *request) invalid(message string) error {
 // or "the observation stream", since the device's operator has to know which system is down.
 func (in *Intake) unavailable(err error) error {
 	wait := (in.RetryAfter() + time.Second - 1) / time.Second
+	if in.cfg.Refusing != nil {
+		if why := in.cfg.Refusing(); why != nil {
+			return fault.Wrap(fault.KindUnavailable, err, fmt.Sprintf("observation intake is unavailable: %s; nothing was accepted, retry after %d s", why, wait))
+		}
+	}
 	return fault.Wrap(fault.KindUnavailable, err, fmt.Sprintf("observation intake is unavailable: "+
 		"the Kafka broker cannot be reached or did not acknowledge the observations; nothing was accepted, retry after %d s", wait))
 }

@@ -69,8 +69,15 @@ func As(err error) *Error {
 		return f
 	}
 	var db interface{ SQLState() string }
-	if errors.As(err, &db) && (db.SQLState() == "22021" || db.SQLState() == "22P05") {
+	if !errors.As(err, &db) {
+		return nil
+	}
+	switch db.SQLState() {
+	case "22021", "22P05":
 		return &Error{Kind: KindInvalid, Message: "a text value holds a NUL byte or invalid UTF-8, which text must not", Err: err}
+	case "53100": // disk_full: the statement wrote nothing, and nothing will be until space is freed
+		return &Error{Kind: KindUnavailable, Message: "the database's disk is full: nothing was written; writes are refused until space is freed, retry later",
+			Details: map[string]any{"dependency": "postgres", "reason": "disk_full"}, Err: err}
 	}
 	return nil
 }

@@ -52,6 +52,7 @@ type Service struct {
 	outbox   *outbox.Group
 	direct   *publish.Transactional // nil: batches go through the outbox too
 	producer *publish.Acked         // nil: single events go through the outbox too
+	refusing func() error           // Config.Refusing
 	// directPaused is when (Unix ns) single events may try the producer again after it failed.
 	directPaused atomic.Int64
 	// projects answers which organization a project is in; a query per publish was a fifth of
@@ -80,6 +81,9 @@ type Config struct {
 	// Idempotency-Key request still goes through the outbox. Nil: single events go through the
 	// outbox.
 	Producer *publish.Acked
+	// Refusing, when set, says why the broker refuses writes when the node knows (the embedded
+	// broker's full disk); a 503 of events Kafka did not take then says that.
+	Refusing func() error
 }
 
 func (c *Config) defaults() { config.Default(&c.EventsTopic, kafka.DefaultTopics().Events) }
@@ -88,7 +92,7 @@ func (c *Config) defaults() { config.Default(&c.EventsTopic, kafka.DefaultTopics
 func New(pool *pgxpool.Pool, log storage.EventLog, cfg Config) *Service {
 	cfg.defaults()
 	return &Service{pool: pool, guard: phi.NewGuard(postgres.SyntheticPatients{Pool: pool}), log: log, eventsTopic: cfg.EventsTopic,
-		outbox: outbox.NewGroup(pool, outbox.GroupConfig{}), direct: cfg.Direct, producer: cfg.Producer}
+		outbox: outbox.NewGroup(pool, outbox.GroupConfig{}), direct: cfg.Direct, producer: cfg.Producer, refusing: cfg.Refusing}
 }
 
 // Query selects events of one project.
@@ -242,7 +246,8 @@ type Draft struct {
 // is checked first (a validation failure names each field as "[i].field"; a project the caller
 // cannot see is NotFound), then all the events are written in one transaction: to the events
 // topic (Config.Direct) or to the outbox. It returns them in the order of drafts, as the caller
-// may see them. Requires exec:workflows.
+// may see them. A transaction the broker has not acknowledged within batchWait (10 s) is aborted
+// and Unavailable. Requires exec:workflows.
 func (s *Service) PublishBatch(ctx context.Context, drafts []Draft) ([]phi.Event, error) {
 	if len(drafts) == 0 || len(drafts) > MaxBatch {
 		return nil, fault.Invalid("a batch holds 1 to %d events, not %d", MaxBatch, len(drafts))
@@ -388,6 +393,12 @@ const (
 	directPause = 10 * time.Second
 )
 
+// batchWait bounds how long a batch waits for a producer of the pool and for the broker to
+// acknowledge its transaction. The client retries a record without end (kafka.NewClient), so a
+// batch would otherwise wait for as long as the node cannot reach the brokers; past it the
+// transaction is aborted and the call answered 503.
+const batchWait = 10 * time.Second
+
 // publishOne publishes one event's record: straight to Kafka while the broker answers, through
 // the outbox when it does not, so a publish succeeds through a broker outage as every other
 // mutation does (its event waits in Postgres). A record the broker receives after its wait ended
@@ -402,7 +413,7 @@ func (s *Service) publishOne(ctx context.Context, m outbox.Message) error {
 			return nil
 		}
 		if ctx.Err() != nil {
-			return fault.Wrap(fault.KindUnavailable, err, "the event could not be published; retry later (with an Idempotency-Key, a retry publishes it once whatever happened)")
+			return fault.Wrap(fault.KindUnavailable, err, s.refusal("the event could not be published; retry later (with an Idempotency-Key, a retry publishes it once whatever happened)"))
 		}
 		s.directPaused.Store(time.Now().Add(directPause).UnixNano())
 	}
@@ -411,6 +422,8 @@ func (s *Service) publishOne(ctx context.Context, m outbox.Message) error {
 
 // produce writes msgs to Kafka in one transaction of the direct pool: all of them or none.
 func (s *Service) produce(ctx context.Context, msgs []outbox.Message) error {
+	ctx, cancel := context.WithTimeout(ctx, batchWait)
+	defer cancel()
 	txn, err := s.direct.Acquire(ctx)
 	if err != nil {
 		return fault.Wrap(fault.KindUnavailable, err, "no event producer is free; nothing was published, retry later")
@@ -421,11 +434,21 @@ func (s *Service) produce(ctx context.Context, msgs []outbox.Message) error {
 	}
 	if err := txn.Add(ctx, recs...); err != nil {
 		txn.Abort()
-		return fault.Wrap(fault.KindUnavailable, err, "the events could not be published; nothing was, retry later")
+		return fault.Wrap(fault.KindUnavailable, err, s.refusal("the events could not be published; nothing was, retry later"))
 	}
 	if err := txn.Commit(ctx); err != nil {
 		// Almost always nothing was published; a commit whose answer was lost may have been.
-		return fault.Wrap(fault.KindUnavailable, err, "the events could not be published; retry later (with an Idempotency-Key, a retry publishes them once whatever happened)")
+		return fault.Wrap(fault.KindUnavailable, err, s.refusal("the events could not be published; retry later (with an Idempotency-Key, a retry publishes them once whatever happened)"))
 	}
 	return nil
+}
+
+// refusal is message, or why the broker refuses writes when the node knows.
+func (s *Service) refusal(message string) string {
+	if s.refusing != nil {
+		if why := s.refusing(); why != nil {
+			return "the events could not be published: " + why.Error() + "; retry later"
+		}
+	}
+	return message
 }

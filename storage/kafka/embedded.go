@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/twmb/franz-go/pkg/kfake"
 
@@ -44,9 +45,18 @@ type EmbeddedConfig struct {
 	// turn this on where losing the last acknowledged records to a power cut
 	// matters more than produce throughput.
 	SyncWrites bool
+	// DiskReserve is the free space of the data dir's disk under which the broker refuses
+	// produce requests and transaction commits (DiskFull says so) until space returns.
+	// Default: DefaultDiskReserve.
+	DiskReserve int64
 }
 
-func (c *EmbeddedConfig) defaults() { c.Logger = cmp.Or(c.Logger, slog.New(slog.DiscardHandler)) }
+func (c *EmbeddedConfig) defaults() {
+	c.Logger = cmp.Or(c.Logger, slog.New(slog.DiscardHandler))
+	if c.DiskReserve <= 0 {
+		c.DiskReserve = DefaultDiskReserve
+	}
+}
 
 // Embedded is an in-process Kafka-protocol broker (franz-go's kfake) whose
 // topics, records, committed group offsets and producer ids persist under a
@@ -55,6 +65,9 @@ func (c *EmbeddedConfig) defaults() { c.Logger = cmp.Or(c.Logger, slog.New(slog.
 //
 // Topics are never created automatically (like carehub's Kafka config):
 // use EnsureTopics.
+//
+// While its disk has less than EmbeddedConfig.DiskReserve free, it refuses produce requests
+// and transaction commits, and DiskFull says so (embedded_disk.go).
 type Embedded struct {
 	c     *kfake.Cluster
 	dir   string
@@ -66,6 +79,9 @@ type Embedded struct {
 	// pacer has the kernel write the segments back as they are written, not in a burst of
 	// 30 s of them at once (package writeback).
 	pacer *writeback.Pacer
+	disk  *diskGuard
+	// diskStop stops the disk's watch; diskDone is closed once it has stopped.
+	diskStop, diskDone chan struct{}
 }
 
 // StartEmbedded starts the embedded broker on dir, creating dir if needed,
@@ -102,7 +118,8 @@ func StartEmbedded(ctx context.Context, dir string, cfg EmbeddedConfig) (*Embedd
 		return nil, fmt.Errorf("embedded kafka on %s: %w", dir, err)
 	}
 
-	e := &Embedded{dir: dir, lock: lock, log: cfg.Logger.With("data_dir", dir)}
+	e := &Embedded{dir: dir, lock: lock, log: cfg.Logger.With("data_dir", dir),
+		disk: &diskGuard{dir: dir, reserve: uint64(cfg.DiskReserve)}, diskStop: make(chan struct{}), diskDone: make(chan struct{})}
 	if e.creds, err = embeddedCredentials(dir); err != nil {
 		lock.Close()
 		return nil, err
@@ -115,6 +132,7 @@ func StartEmbedded(ctx context.Context, dir string, cfg EmbeddedConfig) (*Embedd
 	e.c = c
 	e.addrs = c.ListenAddrs()
 	e.pacer = writeback.Start(dir, writeback.DefaultInterval, e.log)
+	go e.watchDisk(c, e.diskStop, e.diskDone)
 	if err := ctx.Err(); err != nil {
 		e.Close()
 		return nil, err
@@ -141,7 +159,7 @@ func (e *Embedded) open(cfg EmbeddedConfig) (*kfake.Cluster, error) {
 		kfake.NumBrokers(1),
 		kfake.DataDir(e.dir),
 		kfake.ClusterID("carehub-embedded"),
-		kfake.WithLogger(kfakeLogger{e.log}),
+		kfake.WithLogger(kfakeLogger{e.log, &e.disk.full}),
 		// Loopback is not private on a shared host: every connection authenticates.
 		kfake.EnableSASL(),
 		kfake.Superuser("SCRAM-SHA-256", e.creds.User, e.creds.Password),
@@ -182,8 +200,15 @@ func (e *Embedded) Close() error {
 	var err error
 	e.once.Do(func() {
 		e.pacer.Stop()
+		close(e.diskStop)
+		<-e.diskDone
 		e.c.Close()
-		if rmErr := os.Remove(filepath.Join(e.dir, dirtyFile)); rmErr != nil && !errors.Is(rmErr, os.ErrNotExist) {
+		// On a full disk kfake's closing checkpoint may not have been written: the marker
+		// stays, so the next start recovers from the segments as after a kill.
+		_, _, _ = e.disk.check() // the disk as the broker closed
+		if e.disk.full.Load() {
+			e.log.Warn("embedded kafka: closed on a full disk; the next start recovers the data dir")
+		} else if rmErr := os.Remove(filepath.Join(e.dir, dirtyFile)); rmErr != nil && !errors.Is(rmErr, os.ErrNotExist) {
 			err = fmt.Errorf("embedded kafka: %w", rmErr)
 		}
 		if cErr := e.lock.Close(); cErr != nil && err == nil {
@@ -194,19 +219,26 @@ func (e *Embedded) Close() error {
 }
 
 // kfakeLogger forwards kfake's warnings and errors to slog.
-type kfakeLogger struct{ l *slog.Logger }
+type kfakeLogger struct {
+	l *slog.Logger
+	// diskFull is the guard's state: while the disk is full, a write kfake could not make (a
+	// batch, an abort's marker) is debug, not a line each: the guard has said so once.
+	diskFull *atomic.Bool
+}
 
 func (k kfakeLogger) Logf(level kfake.LogLevel, msg string, args ...any) {
-	switch level {
-	case kfake.LogLevelError:
-		k.l.Error(fmt.Sprintf(msg, args...))
-	case kfake.LogLevelWarn:
+	line := fmt.Sprintf(msg, args...)
+	switch {
+	case level != kfake.LogLevelError && level != kfake.LogLevelWarn: // kfake's info and debug: dropped
+	case k.diskFull.Load() && (noSpace(line) || strings.HasPrefix(msg, "endTx: failed to persist")):
+		k.l.Debug(line)
+	case level == kfake.LogLevelError:
+		k.l.Error(line)
+	case strings.HasPrefix(msg, "txn: EndTxn slow"):
 		// kfake warns of every transaction commit slower than 5 ms, which transactional
 		// observation intake makes routine under load: that one is debug.
-		if strings.HasPrefix(msg, "txn: EndTxn slow") {
-			k.l.Debug(fmt.Sprintf(msg, args...))
-			return
-		}
-		k.l.Warn(fmt.Sprintf(msg, args...))
+		k.l.Debug(line)
+	default:
+		k.l.Warn(line)
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"carehub/kernel/config"
+	"carehub/kernel/fault"
 )
 
 // Defaults of GroupConfig.
@@ -157,6 +158,13 @@ func (g *Group) commit(ctx context.Context, calls []*groupCall, n int) {
 			c.done <- appendOn(ctx, g.pool, c.msgs)
 		}
 		return
+	}
+	if err != nil && fault.As(err) == nil && fault.Disconnected(err) {
+		// The connection broke (the server restarting): the messages may or may not have
+		// committed, as with any lost answer; the caller retries, with an Idempotency-Key once.
+		err = &fault.Error{Kind: fault.KindUnavailable, Err: err,
+			Message: "the database (Postgres) is unavailable; retry later (with an Idempotency-Key, a retry publishes once whatever happened)",
+			Details: map[string]any{"dependency": "postgres"}}
 	}
 	if err != nil {
 		err = fmt.Errorf("outbox group of %d messages: %w", n, err)

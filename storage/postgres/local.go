@@ -129,6 +129,11 @@ type Local struct {
 	// pacer has the kernel write back the tables' and indexes' pages as they are written
 	// (package writeback), on a durable cluster; nil on an Unsafe one, which never syncs.
 	pacer *writeback.Pacer
+
+	// superviseStop ends the supervision (local_supervise.go); superviseDone is closed once
+	// it has ended. Both nil on a Local that is not supervised.
+	superviseStop, superviseDone chan struct{}
+	superviseOnce                sync.Once
 }
 
 // StartLocal starts the cluster kept under dir, creating it with initdb on first use, and
@@ -208,6 +213,10 @@ func StartLocal(ctx context.Context, dir string, cfg LocalConfig) (*Local, error
 	if !cfg.Unsafe {
 		l.pacer = writeback.Start(filepath.Join(l.dataDir, "base"), writeback.DefaultInterval, l.logger)
 	}
+	if !reused { // an adopted server is its starter's to supervise
+		l.superviseStop, l.superviseDone = make(chan struct{}), make(chan struct{})
+		go l.supervise()
+	}
 	l.logger.Info("local postgres ready", "data_dir", l.dataDir, "socket_dir", l.sockDir, "log", l.logPath,
 		"created", created, "reused_running_server", reused, "duration", time.Since(begin))
 	return l, nil
@@ -261,6 +270,7 @@ func (l *Local) Stop(ctx context.Context) error {
 	if l.pacer != nil {
 		l.pacer.Stop()
 	}
+	l.endSupervision()
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.stopped {

@@ -308,7 +308,7 @@ func startAPI(s *Node, ctx, wctx context.Context) error {
 	s.closers = append(s.closers, func(context.Context) error { direct.Close(); return nil })
 	shutdown, err := server.MountAPI(s.router, s.edge, server.API{
 		Services: graphql.Services{Orgs: orgs.New(s.pool), Marketplace: marketplace.New(s.pool, marketplace.Config{EventsTopic: s.topics.Events, AllowPrivate: s.cfg.WebhooksAllowPrivate}), Deployments: s.deployments,
-			Agents: s.agents, Workflows: s.workflows, Patients: patientSvc, Feed: feed.New(s.pool, s.eventLog, feed.Config{EventsTopic: s.topics.Events, Direct: direct, Producer: publish.NewAcked(s.kcl)}),
+			Agents: s.agents, Workflows: s.workflows, Patients: patientSvc, Feed: feed.New(s.pool, s.eventLog, feed.Config{EventsTopic: s.topics.Events, Direct: direct, Producer: publish.NewAcked(s.kcl), Refusing: s.diskFull}),
 			Webhooks: webhookSvc, Events: server.Events(hub)},
 		Patients: patientSvc, Webhooks: webhookSvc, Invoker: s.invoker, Idempotency: s.idemKeys, Retention: retention.New(s.pool),
 		Logger: s.logger, Registerer: s.registry, GraphQLMaxCost: s.cfg.GraphQLMaxCost, SocketRecheck: s.cfg.SocketRecheck,
@@ -327,7 +327,7 @@ func startAPI(s *Node, ctx, wctx context.Context) error {
 func startIntake(s *Node, _, wctx context.Context) error {
 	in, err := intake.New(intake.Config{Brokers: s.brokers, Credentials: s.kafkaCreds, Topic: s.topics.Observations, WriterGroup: s.ns.Name(obswriter.DefaultGroup), Pool: s.pool, Keys: s.idemKeys,
 		LatencyBudget: s.cfg.IngestLatencyBudget, MaxLag: s.cfg.IngestMaxLag, Producers: s.cfg.IngestProducers, RequestTimeout: s.cfg.IngestTimeout,
-		TransactionalIDPrefix: s.ns.Name(s.cfg.IngestTransactionalID), Logger: s.logger, Registerer: s.registry})
+		TransactionalIDPrefix: s.ns.Name(s.cfg.IngestTransactionalID), Logger: s.logger, Registerer: s.registry, Refusing: s.diskFull})
 	if err != nil {
 		return fmt.Errorf("observation intake: %w", err)
 	}

@@ -41,6 +41,7 @@ var degrades = map[string]string{
 	"migrations": "the schema is older than this binary: calls that touch the new tables fail",
 	"kafka":      "publishing, observation ingest, subscriptions, webhooks and workflows; mutations wait in the outbox",
 	"clickhouse": "event history, statistics, exports and audit queries answer 503 UNAVAILABLE; the event and audit log writers retry and catch up",
+	"disk":       "the data dir's disk is full: publishing, observation ingest and every write answer 503 UNAVAILABLE until space is freed; reads are served",
 	"consumers":  "observation ingest refuses with 503 while its writers hold no partitions; events reach the log, webhooks and workflows late",
 }
 
@@ -153,6 +154,9 @@ func (s *Node) check(ctx context.Context, lags bool) (map[string]string, []serve
 			return "ok"
 		},
 		"kafka": func(ctx context.Context) string { return okOrDown(kafka.Ping(ctx, s.kcl)) },
+	}
+	if s.broker != nil || s.local != nil {
+		checks["disk"] = func(context.Context) string { return okOrDown(s.diskFull()) }
 	}
 	if p, ok := s.eventLog.(interface{ Ping(context.Context) error }); ok && s.cfg.ClickHouseURL != "" {
 		checks["clickhouse"] = func(ctx context.Context) string { return okOrDown(p.Ping(ctx)) }
@@ -348,4 +352,17 @@ func keep(attrs map[string]string, a slog.Attr) map[string]string {
 	}
 	attrs[a.Key] = a.Value.Resolve().String()
 	return attrs
+}
+
+// diskFull is why the embedded stores refuse writes for want of disk space, nil when they do not.
+func (s *Node) diskFull() error {
+	if s.broker != nil {
+		if err := s.broker.DiskFull(); err != nil {
+			return err
+		}
+	}
+	if s.local != nil {
+		return s.local.DiskFull()
+	}
+	return nil
 }
