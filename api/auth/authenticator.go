@@ -14,6 +14,7 @@ import (
 	"carehub/kernel/apikeys"
 	"carehub/kernel/config"
 	"carehub/kernel/fault"
+	"carehub/storage/postgres"
 )
 
 // DefaultCacheTTL is how long a key lookup is cached. Revocations and rotations made through
@@ -183,7 +184,7 @@ func (a *Authenticator) Authenticate(ctx context.Context, authorization string, 
 		return nil, refuse(ErrInvalidCredential, ReasonMalformed, "", nil, clientIP)
 	}
 	if err != nil {
-		return nil, fault.Wrap(fault.KindUnavailable, err, "authentication is temporarily unavailable")
+		return nil, keysUnavailable(err)
 	}
 	now := a.now()
 	switch {
@@ -214,6 +215,14 @@ func (a *Authenticator) Authenticate(ctx context.Context, authorization string, 
 	return p, nil
 }
 
+// keysUnavailable is the answer when the key store cannot be read: nothing is known of the key
+// either way, so the call is refused as one to retry, naming the store as the other 503s name
+// theirs (a client or an operator then knows it is Postgres that is down, not the credential).
+func keysUnavailable(err error) error {
+	return &fault.Error{Kind: fault.KindUnavailable, Err: err, Message: "authentication is temporarily unavailable",
+		Details: map[string]any{"dependency": postgres.Dependency}}
+}
+
 // Recheck reports whether p, a principal this Authenticator returned, still stands: it has not
 // expired (a JWT's exp, a rotated key's grace), its key (a JWT's parent key) is neither revoked
 // nor expired, still holds every scope p carries and still admits p's client address. Long-lived
@@ -236,7 +245,7 @@ func (a *Authenticator) Recheck(ctx context.Context, p *access.Principal) error 
 	}
 	key, err := a.lookup("i:"+p.KeyID, func() (*apikeys.Key, error) { return a.keys.Get(ctx, "", p.KeyID) })
 	if err != nil {
-		return fault.Wrap(fault.KindUnavailable, err, "authentication is temporarily unavailable")
+		return keysUnavailable(err)
 	}
 	switch {
 	case key == nil:

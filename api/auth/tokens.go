@@ -248,7 +248,7 @@ func (t *Tokens) Verify(ctx context.Context, token string) (*TokenClaims, error)
 	if err != nil {
 		var ku errKeysUnavailable
 		if errors.As(err, &ku) {
-			return nil, fault.Wrap(fault.KindUnavailable, err, "authentication is temporarily unavailable")
+			return nil, keysUnavailable(err)
 		}
 		return nil, ErrInvalidCredential
 	}
