@@ -350,6 +350,23 @@ test-scaleout: postgres-binaries onnxruntime-deps ## api, ingest and processors 
 	CAREHUB_TEST_KAFKA_BROKERS=$$($(KAFKA_SH) brokers) CAREHUB_CLICKHOUSE_URL=$$($(CLICKHOUSE_SH) url) \
 	$(GO) test -count=1 -timeout 15m -v -run '^TestScaleOut' ./cmd/carehub/scaletest
 
+# The fault suite (issue 56, docs/RELIABILITY.md): api, ingest and processors processes on a
+# three-broker Kafka cluster, a ClickHouse server and a Postgres cluster the suite starts itself
+# on free ports (it kills and stops them), each fault injected under load and counted. The full
+# disk of the embedded defaults mounts a tmpfs, and the network cut puts a node in a network
+# namespace (both need root). FAULTS is a go test -run pattern of the faults to run
+# (TestFaults/broker, /leader, /clickhouse, /postgres; TestFaultPostgresFailover;
+# TestFaultNetworkCut; TestFaultDiskFull), e.g.
+# FAULTS='TestFaults/(broker|clickhouse)'; FAULT_OUTAGE is how long ClickHouse stays down.
+FAULTS       ?= ^TestFault
+FAULT_OUTAGE ?= 2m
+
+.PHONY: test-faults
+test-faults: postgres-binaries onnxruntime-deps ## kill brokers, stop ClickHouse, crash Postgres, cut a node off, fill the disk, each under load; print per fault what was acknowledged, stored, lost, duplicated and how long recovery took
+	@$(KAFKA_SH) fetch && $(CLICKHOUSE_SH) fetch
+	CAREHUB_TEST_FAULTS=1 CAREHUB_TEST_FAULT_OUTAGE=$(FAULT_OUTAGE) \
+	$(GO) test -count=1 -timeout 40m -v -run '$(FAULTS)' ./cmd/carehub/scaletest
+
 DEPLOY_VENV  ?= $(HOME)/.cache/carehub/deploy-venv
 DEPLOY_REQS  := deploy/requirements.txt
 HELM_VERSION ?= v3.22.0
