@@ -6,6 +6,7 @@ package fhir
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -18,6 +19,7 @@ import (
 	"github.com/gorilla/mux"
 
 	"carehub/kernel/access"
+	"carehub/kernel/fault"
 	"carehub/kernel/ids"
 	"carehub/processors/patients"
 )
@@ -33,9 +35,9 @@ var outputFormats = []string{"application/fhir+ndjson", "application/ndjson", "n
 // before anything of the request is: a credential without it learns nothing of the parameters
 // or of an export's existence.
 func (h handler) mountBulk(authed *mux.Router) {
-	authed.HandleFunc(Base+"/$export", readingPatients(h.kickOff(patients.ExportSystem))).Methods(http.MethodGet)
-	authed.HandleFunc(Base+"/Patient/$export", readingPatients(h.kickOff(patients.ExportPatient))).Methods(http.MethodGet)
-	authed.HandleFunc(Base+"/Group/{id}/$export", readingPatients(h.kickOff(patients.ExportGroup))).Methods(http.MethodGet)
+	authed.HandleFunc(Base+"/$export", readingPatients(h.kickOff(patients.ExportSystem))).Methods(http.MethodGet, http.MethodPost)
+	authed.HandleFunc(Base+"/Patient/$export", readingPatients(h.kickOff(patients.ExportPatient))).Methods(http.MethodGet, http.MethodPost)
+	authed.HandleFunc(Base+"/Group/{id}/$export", readingPatients(h.kickOff(patients.ExportGroup))).Methods(http.MethodGet, http.MethodPost)
 	authed.HandleFunc(Base+"/$export-status/{id}", readingPatients(h.exportStatus)).Methods(http.MethodGet)
 	authed.HandleFunc(Base+"/$export-status/{id}", readingPatients(h.cancelExport)).Methods(http.MethodDelete)
 	authed.HandleFunc(Base+"/$export-file/{id}/{file}", readingPatients(h.exportFile)).Methods(http.MethodGet)
@@ -55,7 +57,8 @@ func readingPatients(next http.HandlerFunc) http.HandlerFunc {
 // kickOff starts an export of level: 202 with the status URL in Content-Location.
 func (h handler) kickOff(level string) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		if err := checkFormat(r); err != nil {
+		err := checkFormat(r)
+		if err != nil {
 			writeError(w, r, err)
 			return
 		}
@@ -64,7 +67,18 @@ func (h handler) kickOff(level string) http.HandlerFunc {
 				"send Prefer: respond-async"})
 			return
 		}
-		req, err := exportRequest(r, level)
+		params := r.URL.Query()
+		if r.Method == http.MethodPost {
+			params, err = postedParameters(w, r)
+			if err != nil {
+				writeError(w, r, err)
+				return
+			}
+		} else if params.Has("patient") {
+			writeError(w, r, badParam("patient", "is a parameter of the POST kick-off (a Parameters resource), not of GET"))
+			return
+		}
+		req, err := exportRequest(r, params, level)
 		if err != nil {
 			writeError(w, r, err)
 			return
@@ -93,20 +107,81 @@ func preferAsync(r *http.Request) bool {
 	return false
 }
 
-// exportRequest reads a kick-off's parameters: _outputFormat, _since, _type and _typeFilter.
-func exportRequest(r *http.Request, level string) (patients.ExportRequest, error) {
+// kickOffBodyLimit bounds a POST kick-off's Parameters resource.
+const kickOffBodyLimit = 1 << 20
+
+// postedParameters reads a POST kick-off's Parameters resource into the names and values a GET
+// kick-off has in its query: _outputFormat, _since, _type and _typeFilter as strings, and each
+// patient as its reference. The query may hold _format only.
+func postedParameters(w http.ResponseWriter, r *http.Request) (url.Values, error) {
+	for name := range r.URL.Query() {
+		if name != "_format" {
+			return nil, badParam(name, "a POST kick-off takes its parameters in its Parameters body, not in the URL")
+		}
+	}
+	body, err := readBody(w, r, kickOffBodyLimit)
+	if err != nil {
+		return nil, err
+	}
+	var doc struct {
+		ResourceType string `json:"resourceType"`
+		Parameter    []struct {
+			Name           string  `json:"name"`
+			ValueString    *string `json:"valueString"`
+			ValueInstant   *string `json:"valueInstant"`
+			ValueDateTime  *string `json:"valueDateTime"`
+			ValueCode      *string `json:"valueCode"`
+			ValueReference *struct {
+				Reference string `json:"reference"`
+			} `json:"valueReference"`
+		} `json:"parameter"`
+	}
+	if err := json.Unmarshal(body, &doc); err != nil || doc.ResourceType != "Parameters" {
+		return nil, fault.Invalid("a POST kick-off's body is a FHIR Parameters resource (resourceType Parameters)")
+	}
+	v := url.Values{}
+	for i, p := range doc.Parameter {
+		var value *string
+		switch p.Name {
+		case "patient":
+			if p.ValueReference != nil {
+				value = &p.ValueReference.Reference
+			}
+		case "_since":
+			value = cmp.Or(p.ValueInstant, p.ValueDateTime, p.ValueString)
+		default:
+			value = cmp.Or(p.ValueString, p.ValueCode)
+		}
+		if value == nil {
+			return nil, fault.Invalid("parameter[%d] (%s) has no value of the type $export takes for it "+
+				"(patient: valueReference; _since: valueInstant; the others: valueString)", i, p.Name)
+		}
+		v.Add(p.Name, *value)
+	}
+	return v, nil
+}
+
+// exportRequest reads a kick-off's parameters, v: _outputFormat, _since, _type, _typeFilter and
+// (from a POST) patient.
+func exportRequest(r *http.Request, v url.Values, level string) (patients.ExportRequest, error) {
 	req := patients.ExportRequest{Level: level, GroupID: ids.FromFHIR(mux.Vars(r)["id"]), Request: selfURL(r)}
-	v := r.URL.Query()
 	for name, values := range v {
 		switch name {
 		case "_outputFormat", "_since", "_format":
 			if len(values) > 1 {
 				return req, badParam(name, "may be given once")
 			}
-		case "_type", "_typeFilter":
+		case "_type", "_typeFilter", "patient":
 		default:
-			return req, badParam(name, "not a parameter of $export (supported: _outputFormat, _since, _type, _typeFilter)")
+			return req, badParam(name, "not a parameter of $export (supported: _outputFormat, _since, _type, _typeFilter, patient)")
 		}
+	}
+	for _, ref := range v["patient"] {
+		id, ok := strings.CutPrefix(ref, "Patient/")
+		if !ok || id == "" || strings.Contains(id, "/") {
+			return req, badParam("patient", "%q is not a Patient reference (Patient/<id>)", ref)
+		}
+		req.Patients = append(req.Patients, ids.FromFHIR(id))
 	}
 	if f := v.Get("_outputFormat"); f != "" && !slices.Contains(outputFormats, f) {
 		return req, badParam("_outputFormat", "%q is not served: NDJSON only (%s)", f, strings.Join(outputFormats, ", "))

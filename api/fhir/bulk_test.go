@@ -76,6 +76,34 @@ func kickOff(t testing.TB, s *servertest.Server, path, key string) string {
 	return h.Get("Content-Location")
 }
 
+// bulkPost sends a POST kick-off with a Parameters body, as a Bulk Data client does.
+func bulkPost(t testing.TB, url, key string, params any) (int, http.Header, []byte) {
+	t.Helper()
+	b, _ := json.Marshal(params)
+	req, _ := http.NewRequest(http.MethodPost, url, bytes.NewReader(b))
+	req.Header.Set("Authorization", "Bearer "+key)
+	req.Header.Set("Content-Type", "application/fhir+json")
+	req.Header.Set("Accept", "application/fhir+json")
+	req.Header.Set("Prefer", "respond-async")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = resp.Body.Close() }()
+	body, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, resp.Header, body
+}
+
+// kickOffPost starts an export with a POST kick-off and returns its status URL.
+func kickOffPost(t testing.TB, s *servertest.Server, path, key string, params any) string {
+	t.Helper()
+	status, h, body := bulkPost(t, s.URL+path, key, params)
+	if status != http.StatusAccepted || h.Get("Content-Location") == "" {
+		t.Fatalf("POST kick-off %s: %d %s", path, status, body)
+	}
+	return h.Get("Content-Location")
+}
+
 // awaitManifest polls a status URL as the IG's flow does, honouring Retry-After, until the
 // manifest.
 func awaitManifest(t testing.TB, statusURL, key string) bulkManifest {
@@ -224,6 +252,7 @@ func TestBulkExport(t *testing.T) {
 		}
 	})
 
+	var groupID string // the group's, for the POST kick-off
 	t.Run("group", func(t *testing.T) {
 		members := []string{demo.DeterioratingPatientID, demo.StablePatientID}
 		group := map[string]any{"resourceType": "Group", "type": "person", "actual": true, "member": []any{
@@ -234,6 +263,7 @@ func TestBulkExport(t *testing.T) {
 		if r.Status != http.StatusCreated || json.Unmarshal(r.Body, &created) != nil {
 			t.Fatalf("create group: %d %s", r.Status, r.Body)
 		}
+		groupID = created.ID
 		got := download(t, awaitManifest(t, kickOff(t, s, "/fhir/R4/Group/"+created.ID+"/$export", key), key), key)
 		if len(got["Patient"]) != 2 {
 			t.Fatalf("group export: %d patients", len(got["Patient"]))
@@ -242,6 +272,62 @@ func TestBulkExport(t *testing.T) {
 			ref := o["subject"].(map[string]any)["reference"].(string)
 			if ref != "Patient/pat-"+strings.TrimPrefix(members[0], "pat_") && ref != "Patient/pat-"+strings.TrimPrefix(members[1], "pat_") {
 				t.Fatalf("group export holds an observation of %s", ref)
+			}
+		}
+	})
+
+	t.Run("POST kick-off with patient", func(t *testing.T) {
+		one := "Patient/pat-" + strings.TrimPrefix(demo.StablePatientID, "pat_")
+		params := map[string]any{"resourceType": "Parameters", "parameter": []any{
+			map[string]any{"name": "_type", "valueString": "Patient,Observation"},
+			map[string]any{"name": "patient", "valueReference": map[string]any{"reference": one}}}}
+		for _, path := range []string{"/fhir/R4/Patient/$export", "/fhir/R4/Group/" + groupID + "/$export"} {
+			got := download(t, awaitManifest(t, kickOffPost(t, s, path, key, params), key), key)
+			if len(got["Patient"]) != 1 || got["Patient"][0]["id"] != strings.TrimPrefix(one, "Patient/") {
+				t.Fatalf("%s for %s: patients %v", path, one, got["Patient"])
+			}
+			if len(got["Observation"]) == 0 {
+				t.Errorf("%s for %s: no observations", path, one)
+			}
+			for _, o := range got["Observation"] {
+				if ref := o["subject"].(map[string]any)["reference"]; ref != one {
+					t.Fatalf("%s for %s holds an observation of %v", path, one, ref)
+				}
+			}
+		}
+		for _, c := range []struct {
+			path   string
+			params map[string]any
+			want   int
+		}{
+			{"/fhir/R4/$export", params, http.StatusUnprocessableEntity},
+			{"/fhir/R4/Patient/$export", map[string]any{"resourceType": "Parameters", "parameter": []any{
+				map[string]any{"name": "patient", "valueReference": map[string]any{"reference": "Patient/pat-nobody"}}}}, http.StatusUnprocessableEntity},
+			{"/fhir/R4/Patient/$export", map[string]any{"resourceType": "Bundle"}, http.StatusBadRequest},
+			{"/fhir/R4/Patient/$export", map[string]any{"resourceType": "Parameters", "parameter": []any{
+				map[string]any{"name": "patient", "valueString": one}}}, http.StatusBadRequest},
+		} {
+			if status, _, body := bulkPost(t, s.URL+c.path, key, c.params); status != c.want {
+				t.Errorf("POST %s %v: %d %s, want %d", c.path, c.params, status, body, c.want)
+			}
+		}
+		if status, _, body := bulkGet(t, s.URL+"/fhir/R4/Patient/$export?patient="+one, key, "Prefer", "respond-async"); status != http.StatusBadRequest {
+			t.Errorf("GET with patient: %d %s, want 400", status, body)
+		}
+	})
+
+	t.Run("a group of inactive members exports nobody", func(t *testing.T) {
+		group := map[string]any{"resourceType": "Group", "type": "person", "actual": true, "member": []any{
+			map[string]any{"entity": map[string]any{"reference": "Patient/" + demo.StablePatientID}, "inactive": true}}}
+		r := s.Do(http.MethodPost, "/fhir/R4/Group", key, group)
+		var created struct{ ID string }
+		if r.Status != http.StatusCreated || json.Unmarshal(r.Body, &created) != nil {
+			t.Fatalf("create group: %d %s", r.Status, r.Body)
+		}
+		got := download(t, awaitManifest(t, kickOff(t, s, "/fhir/R4/Group/"+created.ID+"/$export", key), key), key)
+		for typ, list := range got {
+			if len(list) > 0 {
+				t.Errorf("a group with no active member exported %d %s", len(list), typ)
 			}
 		}
 	})

@@ -218,6 +218,9 @@ var rows = []row{
 	{op: "GET /fhir/R4/$export", scopes: sc(access.ReadPatients), rest: call("GET", fixed("/fhir/R4/$export?_type=Patient"), nil)},
 	{op: "GET /fhir/R4/Patient/$export", scopes: sc(access.ReadPatients), rest: call("GET", fixed("/fhir/R4/Patient/$export"), nil)},
 	{op: "GET /fhir/R4/Group/{id}/$export", scopes: sc(access.ReadPatients), rest: call("GET", fixed("/fhir/R4/Group/res-01jz0000000000000000000000/$export"), nil)},
+	{op: "POST /fhir/R4/$export", scopes: sc(access.ReadPatients), rest: call("POST", fixed("/fhir/R4/$export"), matrixExportParams)},
+	{op: "POST /fhir/R4/Patient/$export", scopes: sc(access.ReadPatients), rest: call("POST", fixed("/fhir/R4/Patient/$export"), matrixExportParams)},
+	{op: "POST /fhir/R4/Group/{id}/$export", scopes: sc(access.ReadPatients), rest: call("POST", fixed("/fhir/R4/Group/res-01jz0000000000000000000000/$export"), matrixExportParams)},
 	{op: "GET /fhir/R4/$export-status/{id}", scopes: sc(access.ReadPatients), rest: call("GET", fixed("/fhir/R4/$export-status/bex-01jz0000000000000000000000"), nil)},
 	{op: "GET /fhir/R4/$export-file/{id}/{file}", scopes: sc(access.ReadPatients), rest: call("GET", fixed("/fhir/R4/$export-file/bex-01jz0000000000000000000000/Patient.1.ndjson"), nil)},
 	{op: "DELETE /fhir/R4/$export-status/{id}", scopes: sc(access.ReadPatients), rest: call("DELETE", fixed("/fhir/R4/$export-status/bex-01jz0000000000000000000000"), nil)},
@@ -280,3 +283,8 @@ var rows = []row{
 }
 
 func (r row) String() string { return fmt.Sprintf("%s %v %s", r.op, r.scopes, r.access) }
+
+// matrixExportParams is a POST kick-off's Parameters body.
+func matrixExportParams(*fixture) any {
+	return map[string]any{"resourceType": "Parameters", "parameter": []any{map[string]any{"name": "_type", "valueString": "Patient"}}}
+}

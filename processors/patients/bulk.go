@@ -48,7 +48,10 @@ type ExportRequest struct {
 	Types   []string          // _type; empty: every type the level covers
 	Since   *time.Time        // _since: resources changed at or after it
 	Filters map[string]Search // _typeFilter: one search per type, its resources only those it matches
-	Request string            // the kick-off URL, echoed in the manifest
+	// Patients (the POST kick-off's patient) are the only patients exported, at the Patient
+	// level, or the Group's members among them.
+	Patients []string
+	Request  string // the kick-off URL, echoed in the manifest
 }
 
 // Export is a job as its requester sees it.
@@ -91,6 +94,11 @@ func (s *Service) StartExport(ctx context.Context, req ExportRequest) (string, e
 			return "", err
 		}
 	}
+	if len(req.Patients) > 0 {
+		if members, err = s.exportPatients(ctx, req, members); err != nil {
+			return "", err
+		}
+	}
 	types, err := s.exportTypes(ctx, p, req)
 	if err != nil {
 		return "", err
@@ -124,6 +132,27 @@ func (s *Service) StartExport(ctx context.Context, req ExportRequest) (string, e
 			"retry when one completes, or cancel one", MaxExportsInProgress)
 	}
 	return id, nil
+}
+
+// exportPatients checks the patients an export is restricted to, each one the caller may read,
+// and returns them, or at the Group level the members among them.
+func (s *Service) exportPatients(ctx context.Context, req ExportRequest, members []string) ([]string, error) {
+	if req.Level == ExportSystem {
+		return nil, fault.Validation("patient restricts a Patient or Group export", map[string]string{
+			"patient": "not a parameter of the system-level $export: use Patient/$export or Group/{id}/$export"})
+	}
+	for _, id := range req.Patients {
+		if _, err := s.ReadResource(ctx, "Patient", id); err != nil {
+			if fault.KindOf(err) == fault.KindNotFound {
+				return nil, fault.Validation("a patient to export is not found", map[string]string{"patient": "Patient/" + ids.FHIR(id) + " is not found"})
+			}
+			return nil, err
+		}
+	}
+	if req.Level != ExportGroup {
+		return slices.Compact(slices.Sorted(slices.Values(req.Patients))), nil
+	}
+	return slices.DeleteFunc(members, func(m string) bool { return !slices.Contains(req.Patients, m) }), nil
 }
 
 // groupMembers returns the patients a Group the caller may read lists as its members (an

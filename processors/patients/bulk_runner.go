@@ -212,6 +212,12 @@ type exportPart struct {
 // nextPart reads type t from the job's position until a part is full or the type ends.
 func (r *ExportRunner) nextPart(ctx context.Context, j *exportJob, t string) (*exportPart, error) {
 	part := &exportPart{}
+	// A Group whose members are all inactive, or none of the patients asked for, exports
+	// nobody: an empty list would be no restriction at all to the search.
+	restricted := j.level == ExportGroup || len(j.patients) > 0
+	if restricted && len(j.patients) == 0 {
+		return part, nil
+	}
 	seen := map[string]bool{}
 	after := j.position.After
 	for {
@@ -221,7 +227,7 @@ func (r *ExportRunner) nextPart(ctx context.Context, j *exportJob, t string) (*e
 		if j.since != nil {
 			q.LastUpdated = append(q.LastUpdated, DateBound{Prefix: "ge", From: *j.since})
 		}
-		if j.level == ExportGroup {
+		if restricted {
 			if t == "Patient" {
 				q.IDs = j.patients
 			} else {
