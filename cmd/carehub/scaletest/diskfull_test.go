@@ -272,43 +272,13 @@ func mountTmpfs(t *testing.T, size string) string {
 func serveOn(t *testing.T, bin, dataDir string) *node {
 	t.Helper()
 	addr := testenv.FreeAddr(t)
-	n := &node{name: "diskfull", addr: addr, log: filepath.Join(t.TempDir(), "serve.log"), exited: make(chan struct{}),
-		cmd: exec.Command(bin, "serve", "--http-addr", addr, "--data-dir", dataDir, "--demo-key", "--log-format", "text", "--log-level", "warn")}
-	out, err := os.Create(n.log)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = out.Close() }()
-	n.cmd.Stdout, n.cmd.Stderr = out, out
-	if err := n.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() { _ = n.cmd.Wait(); close(n.exited) }()
-	t.Cleanup(func() {
-		_ = n.cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-n.exited:
-		case <-time.After(time.Minute):
-			_ = n.cmd.Process.Kill()
-			<-n.exited
-		}
+	cmd := exec.Command(bin, "serve", "--http-addr", addr, "--data-dir", dataDir, "--demo-key", "--log-format", "text", "--log-level", "warn")
+	return launch(t, "diskfull", addr, cmd, func() {
 		stopPostmaster(t, filepath.Join(dataDir, "postgres", "data"))
-		if t.Failed() {
-			t.Logf("%s output:\n%s", n.name, n.output())
-			if b, err := os.ReadFile(filepath.Join(dataDir, "postgres", "postgres.log")); err == nil {
-				t.Logf("postgres.log:\n%s", tail(string(b), 60))
-			}
+		if b, err := os.ReadFile(filepath.Join(dataDir, "postgres", "postgres.log")); err == nil && t.Failed() {
+			t.Logf("postgres.log:\n%s", tail(string(b), 60))
 		}
 	})
-	servertest.Eventually(t, 2*time.Minute, "carehub ready", func() bool {
-		select {
-		case <-n.exited:
-			t.Fatalf("carehub exited: %s", n.output())
-		default:
-		}
-		return n.readyz() == "200"
-	})
-	return n
 }
 
 // stopPostmaster shuts down (immediate mode) a postmaster still running on pgdata.
@@ -340,21 +310,6 @@ func (n *node) alive(t *testing.T) {
 		t.Fatalf("carehub exited: %v\n%s", n.cmd.ProcessState, n.output())
 	default:
 	}
-}
-
-// readyz is /readyz's status, and its body when not 200.
-func (n *node) readyz() string {
-	c := http.Client{Timeout: 10 * time.Second}
-	resp, err := c.Get("http://" + n.addr + "/readyz")
-	if err != nil {
-		return err.Error()
-	}
-	defer func() { _ = resp.Body.Close() }()
-	if resp.StatusCode == http.StatusOK {
-		return "200"
-	}
-	b, _ := io.ReadAll(resp.Body)
-	return fmt.Sprintf("%d %s", resp.StatusCode, bytes.TrimSpace(b))
 }
 
 // filler holds a file that takes every free byte of a disk.

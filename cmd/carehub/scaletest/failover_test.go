@@ -3,8 +3,6 @@ package scaletest
 import (
 	"bytes"
 	"context"
-	"crypto/rand"
-	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -13,7 +11,6 @@ import (
 	"os/user"
 	"path/filepath"
 	"runtime"
-	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -21,10 +18,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"carehub/e2e/servertest"
-	"carehub/storage/demo"
 	"carehub/storage/postgres"
 )
 
@@ -56,45 +51,8 @@ func TestFaultPostgresFailover(t *testing.T) {
 	kc := startCluster(t, root)
 	pair := startReplicated(t)
 	dsn := pair.dsn()
-	hooks := newReceiver(t)
 
-	sealing := filepath.Join(t.TempDir(), "sealing.key")
-	secret := make([]byte, 32)
-	_, _ = rand.Read(secret)
-	if err := os.WriteFile(sealing, []byte(base64.StdEncoding.EncodeToString(secret)), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	common := []string{"--sealing-key-file", sealing, "--database-url", dsn, "--kafka-brokers", kc.brokers,
-		"--partitions", fmt.Sprint(partitions), "--kafka-replication-factor", "3", "--kafka-min-insync-replicas", "2",
-		"--webhooks-allow-private", "--log-format", "text", "--log-level", "warn"}
-	api := start(t, "api", append(slices.Clone(common), "--roles", "api", "--ingest-transactional-id", "failover-api", "--demo-key")...)
-	key := api.demoKey(t)
-	ingest := start(t, "ingest", append(slices.Clone(common), "--roles", "ingest", "--seed", "none")...)
-	start(t, "processors", append(slices.Clone(common), "--roles", "processors", "--seed", "none")...)
-
-	ctx := context.Background()
-	// A pool on the same DSN: it finds the promoted standby as carehub does.
-	db, err := pgxpool.New(ctx, dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(db.Close)
-	var project, devices string
-	if err := db.QueryRow(ctx, `select id from projects where org_id = $1 and name = $2`, demo.DemoOrgID, demo.SepsisProjectName).Scan(&project); err != nil {
-		t.Fatal(err)
-	}
-	if err := db.QueryRow(ctx, `select id from projects where org_id = $1 order by created_at, id limit 1`, demo.DemoOrgID).Scan(&devices); err != nil {
-		t.Fatal(err)
-	}
-	hooks.subscribe(t, api.addr, key, project)
-	sub := subscribeEvents(t, api.addr, key, project)
-
-	l := &load{t: t, key: key, api: api.addr, ingest: ingest.addr, project: project, failures: map[string]int{}}
-	loadStarted := time.Now()
-	stopLoad := l.run(4, 2)
-	t.Cleanup(stopLoad)
-	l.waitAcked(200, 2*time.Minute)
-	v := &verifier{l: l, api: api, key: key, project: project, devices: devices, db: db, hooks: hooks, sub: sub, checked: loadStarted}
+	api, l, v := startRoles(t, dsn, clusterFlags(t, dsn, kc.brokers))
 
 	began := time.Now()
 	pair.primary.kill(t)
@@ -207,14 +165,7 @@ func (l *load) failoverProbe(api string) []failoverAnswer {
 	answers = append(answers, a)
 
 	var obs struct{ IDs []string }
-	a = l.failoverCall("observation", http.MethodPost, "http://"+l.ingest+"/v1/observations", map[string]any{
-		"resourceType":      "Observation",
-		"status":            "final",
-		"code":              map[string]any{"coding": []any{map[string]any{"system": "http://loinc.org", "code": "8867-4"}}},
-		"subject":           map[string]any{"reference": "Patient/" + demo.StablePatientID},
-		"effectiveDateTime": time.Now().UTC().Format(time.RFC3339),
-		"valueQuantity":     map[string]any{"value": 72, "unit": "/min"},
-	}, &obs)
+	a = l.failoverCall("observation", http.MethodPost, "http://"+l.ingest+"/v1/observations", heartRate(), &obs)
 	if a.ok() {
 		l.acked(obs.IDs, false, false)
 	}
@@ -302,14 +253,7 @@ const standbySlot = "carehub_standby"
 // standby of its own, wait for ever on every commit.
 func startReplicated(t *testing.T) *replicated {
 	t.Helper()
-	dir, err := os.MkdirTemp("", "carehub-failover-pg-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	// The clusters inside belong to user postgres when the test runs as root.
-	if err := os.Chmod(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
+	dir := postgresDir(t, "carehub-failover-pg-")
 	r := &replicated{dir: dir}
 	t.Cleanup(func() {
 		for _, p := range []*pgProc{r.standby, r.primary} {
@@ -319,6 +263,7 @@ func startReplicated(t *testing.T) *replicated {
 		}
 		_ = os.RemoveAll(dir)
 	})
+	var err error
 	if r.bin, err = postgres.FindBinaries(); err != nil {
 		t.Fatal(err)
 	}

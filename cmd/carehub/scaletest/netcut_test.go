@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
-	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"math/big"
@@ -17,7 +16,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -25,7 +23,6 @@ import (
 
 	"carehub/e2e/servertest"
 	"carehub/internal/testenv"
-	"carehub/storage/demo"
 )
 
 // cutFor is how long the node is cut off from the brokers: longer than the intake's request
@@ -63,44 +60,16 @@ func TestFaultNetworkCut(t *testing.T) {
 	kc := startCluster(t, root, "KAFKA_CLUSTER_HOST="+ns.brokers)
 	pg := startPostgres(t)
 	dsn := pg.dsn(t) // a unix socket: reachable from inside the namespace
-	hooks := newReceiver(t)
-
-	sealing := filepath.Join(t.TempDir(), "sealing.key")
-	secret := make([]byte, 32)
-	_, _ = rand.Read(secret)
-	if err := os.WriteFile(sealing, []byte(base64.StdEncoding.EncodeToString(secret)), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	common := []string{"--sealing-key-file", sealing, "--database-url", dsn, "--kafka-brokers", kc.brokers,
-		"--partitions", fmt.Sprint(partitions), "--kafka-replication-factor", "3", "--kafka-min-insync-replicas", "2",
-		"--webhooks-allow-private", "--log-format", "text", "--log-level", "warn"}
+	common := clusterFlags(t, dsn, kc.brokers)
 	cut := ns.start(t, "node", append(slices.Clone(common), "--roles", "api,ingest", "--ingest-transactional-id", "netcut-node",
 		"--allow-insecure-http", "--demo-key")...)
-	key := cut.demoKey(t)
 	start(t, "processors", append(slices.Clone(common), "--roles", "processors", "--seed", "none")...)
-
-	ctx := context.Background()
-	db, err := pgx.Connect(ctx, dsn)
+	db, err := pgx.Connect(context.Background(), dsn)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = db.Close(context.Background()) })
-	var project, devices string
-	if err := db.QueryRow(ctx, `select id from projects where org_id = $1 and name = $2`, demo.DemoOrgID, demo.SepsisProjectName).Scan(&project); err != nil {
-		t.Fatal(err)
-	}
-	if err := db.QueryRow(ctx, `select id from projects where org_id = $1 order by created_at, id limit 1`, demo.DemoOrgID).Scan(&devices); err != nil {
-		t.Fatal(err)
-	}
-	hooks.subscribe(t, cut.addr, key, project)
-	sub := subscribeEvents(t, cut.addr, key, project)
-
-	l := &load{t: t, key: key, api: cut.addr, ingest: cut.addr, project: project, failures: map[string]int{}}
-	loadStarted := time.Now()
-	stopLoad := l.run(4, 2)
-	t.Cleanup(stopLoad)
-	l.waitAcked(200, 2*time.Minute)
-	v := &verifier{l: l, api: cut, key: key, project: project, devices: devices, db: db, hooks: hooks, sub: sub, checked: loadStarted}
+	l, v := loadOn(t, cut, cut.addr, db)
 
 	began := time.Now()
 	ns.cut(t)
@@ -114,7 +83,7 @@ func TestFaultNetworkCut(t *testing.T) {
 	}
 	var ready string
 	servertest.Eventually(t, 20*time.Second, "/readyz saying kafka is down", func() bool {
-		ready = cut.readiness()
+		ready = cut.readyz()
 		return strings.HasPrefix(ready, "503 ") && !strings.Contains(ready, `"kafka":"ok"`) && strings.Contains(ready, `"kafka"`)
 	})
 	time.Sleep(time.Until(restoreAt))
@@ -131,7 +100,7 @@ func TestFaultNetworkCut(t *testing.T) {
 		if arraysBack == 0 && l.arrayed() > arrayedAtRestore {
 			arraysBack = time.Since(healed)
 		}
-		if readyBack == 0 && cut.readiness() == "200" {
+		if readyBack == 0 && cut.readyz() == "200" {
 			readyBack = time.Since(healed)
 		}
 		return obsBack > 0 && arraysBack > 0 && readyBack > 0
@@ -274,55 +243,7 @@ func (n *netns) start(t *testing.T, name string, args ...string) *node {
 	t.Helper()
 	addr := net.JoinHostPort(n.node, "8080")
 	args = append([]string{"netns", "exec", n.name, binary, "serve", "--http-addr", addr, "--data-dir", filepath.Join(t.TempDir(), "data")}, args...)
-	nd := &node{name: name, addr: addr, log: filepath.Join(t.TempDir(), name+".log"), cmd: exec.Command("ip", args...),
-		exited: make(chan struct{})}
-	out, err := os.Create(nd.log)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = out.Close() }()
-	nd.cmd.Stdout, nd.cmd.Stderr = out, out
-	if err := nd.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() { _ = nd.cmd.Wait(); close(nd.exited) }()
-	t.Cleanup(func() {
-		_ = nd.cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-nd.exited:
-		case <-time.After(time.Minute):
-			_ = nd.cmd.Process.Kill()
-			<-nd.exited
-		}
-		if t.Failed() {
-			t.Logf("%s output:\n%s", nd.name, nd.output())
-		}
-	})
-	servertest.Eventually(t, 2*time.Minute, name+" ready", func() bool {
-		select {
-		case <-nd.exited:
-			t.Fatalf("%s exited: %s", name, nd.output())
-		default:
-		}
-		return nd.readiness() == "200"
-	})
-	return nd
-}
-
-// readiness is /readyz's status, and its body when not 200.
-func (n *node) readiness() string {
-	c := http.Client{Timeout: 10 * time.Second}
-	resp, err := c.Get("http://" + n.addr + "/readyz")
-	if err != nil {
-		return err.Error()
-	}
-	defer func() { _ = resp.Body.Close() }()
-	if resp.StatusCode == http.StatusOK {
-		return "200"
-	}
-	var b bytes.Buffer
-	_, _ = b.ReadFrom(resp.Body)
-	return fmt.Sprintf("%d %s", resp.StatusCode, bytes.TrimSpace(b.Bytes()))
+	return launch(t, name, addr, exec.Command("ip", args...), nil)
 }
 
 // cutAnswer is how one call made during the cut was answered.
@@ -375,14 +296,7 @@ func (l *load) cutCall(what, u string, body, out any) cutAnswer {
 
 func (l *load) cutObserve() cutAnswer {
 	var out struct{ IDs []string }
-	a := l.cutCall("observation", "http://"+l.ingest+"/v1/observations", map[string]any{
-		"resourceType":      "Observation",
-		"status":            "final",
-		"code":              map[string]any{"coding": []any{map[string]any{"system": "http://loinc.org", "code": "8867-4"}}},
-		"subject":           map[string]any{"reference": "Patient/" + demo.StablePatientID},
-		"effectiveDateTime": time.Now().UTC().Format(time.RFC3339),
-		"valueQuantity":     map[string]any{"value": 72, "unit": "/min"},
-	}, &out)
+	a := l.cutCall("observation", "http://"+l.ingest+"/v1/observations", heartRate(), &out)
 	if a.ok() {
 		l.acked(out.IDs, false, false)
 	}

@@ -9,6 +9,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"maps"
 	"net"
 	"net/http"
@@ -512,15 +513,20 @@ func (l *load) publishArray(ctx context.Context, worker, i int) ([]string, bool)
 
 func (l *load) observe(ctx context.Context) ([]string, bool) {
 	var out struct{ IDs []string }
-	ok := l.call(ctx, "http://"+l.ingest+"/v1/observations", map[string]any{
+	ok := l.call(ctx, "http://"+l.ingest+"/v1/observations", heartRate(), &out)
+	return out.IDs, ok && len(out.IDs) == 1
+}
+
+// heartRate is an observation of the demo's stable patient, taken now.
+func heartRate() map[string]any {
+	return map[string]any{
 		"resourceType":      "Observation",
 		"status":            "final",
 		"code":              map[string]any{"coding": []any{map[string]any{"system": "http://loinc.org", "code": "8867-4"}}},
 		"subject":           map[string]any{"reference": "Patient/" + demo.StablePatientID},
 		"effectiveDateTime": time.Now().UTC().Format(time.RFC3339),
 		"valueQuantity":     map[string]any{"value": 72, "unit": "/min"},
-	}, &out)
-	return out.IDs, ok && len(out.IDs) == 1
+	}
 }
 
 // call POSTs body and decodes a 2xx answer into out; anything else counts as a failed call
@@ -580,8 +586,15 @@ func start(t *testing.T, name string, args ...string) *node {
 func startAt(t *testing.T, name, addr string, args ...string) *node {
 	t.Helper()
 	args = append([]string{"serve", "--http-addr", addr, "--data-dir", filepath.Join(t.TempDir(), "data")}, args...)
-	n := &node{name: name, addr: addr, log: filepath.Join(t.TempDir(), name+".log"), cmd: exec.Command(binary, args...),
-		exited: make(chan struct{})}
+	return launch(t, name, addr, exec.Command(binary, args...), nil)
+}
+
+// launch runs cmd, a carehub serve (or a command that execs one) answering on addr, and waits
+// until /readyz answers 200. When the test ends it is stopped with SIGTERM (SIGKILL after a
+// minute), then stopped runs, if given.
+func launch(t *testing.T, name, addr string, cmd *exec.Cmd, stopped func()) *node {
+	t.Helper()
+	n := &node{name: name, addr: addr, log: filepath.Join(t.TempDir(), name+".log"), cmd: cmd, exited: make(chan struct{})}
 	out, err := os.Create(n.log)
 	if err != nil {
 		t.Fatal(err)
@@ -600,6 +613,9 @@ func startAt(t *testing.T, name, addr string, args ...string) *node {
 			_ = n.cmd.Process.Kill()
 			<-n.exited
 		}
+		if stopped != nil {
+			stopped()
+		}
 		if t.Failed() {
 			t.Logf("%s output:\n%s", n.name, n.output())
 		}
@@ -610,14 +626,24 @@ func startAt(t *testing.T, name, addr string, args ...string) *node {
 			t.Fatalf("%s exited: %s", name, n.output())
 		default:
 		}
-		resp, err := http.Get("http://" + addr + "/readyz")
-		if err != nil {
-			return false
-		}
-		_ = resp.Body.Close()
-		return resp.StatusCode == http.StatusOK
+		return n.readyz() == "200"
 	})
 	return n
+}
+
+// readyz is /readyz's status, and its body when not 200.
+func (n *node) readyz() string {
+	c := http.Client{Timeout: 10 * time.Second}
+	resp, err := c.Get("http://" + n.addr + "/readyz")
+	if err != nil {
+		return err.Error()
+	}
+	defer func() { _ = resp.Body.Close() }()
+	if resp.StatusCode == http.StatusOK {
+		return "200"
+	}
+	b, _ := io.ReadAll(resp.Body)
+	return fmt.Sprintf("%d %s", resp.StatusCode, bytes.TrimSpace(b))
 }
 
 // kill SIGKILLs the process and waits for it to be gone.
