@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"strings"
 	"syscall"
 )
 
@@ -72,10 +73,15 @@ func As(err error) *Error {
 	if !errors.As(err, &db) {
 		return nil
 	}
-	switch db.SQLState() {
-	case "22021", "22P05":
+	switch state := db.SQLState(); {
+	case strings.HasPrefix(state, "57P") || strings.HasPrefix(state, "08"):
+		// operator_intervention (the server shutting down, crashed, or recovering: 57P01-57P03)
+		// and connection_exception: the server cannot take the call now, and nothing was done.
+		return &Error{Kind: KindUnavailable, Message: "the database (Postgres) is unavailable; retry later",
+			Details: map[string]any{"dependency": "postgres"}, Err: err}
+	case state == "22021" || state == "22P05":
 		return &Error{Kind: KindInvalid, Message: "a text value holds a NUL byte or invalid UTF-8, which text must not", Err: err}
-	case "53100": // disk_full: the statement wrote nothing, and nothing will be until space is freed
+	case state == "53100": // disk_full: the statement wrote nothing, and nothing will be until space is freed
 		return &Error{Kind: KindUnavailable, Message: "the database's disk is full: nothing was written; writes are refused until space is freed, retry later",
 			Details: map[string]any{"dependency": "postgres", "reason": "disk_full"}, Err: err}
 	}

@@ -32,3 +32,19 @@ func TestDatabaseTextRefusalIsInvalid(t *testing.T) {
 		t.Fatalf("As: %+v (the database's message is the cause, never the client's message)", f)
 	}
 }
+
+// A database that is down, recovering or full refuses the call as one to retry, naming
+// Postgres: a publish during crash recovery answered 500 (the disk-full fault test, 57P03).
+func TestDatabaseDownIsUnavailable(t *testing.T) {
+	for _, code := range []string{"57P01", "57P02", "57P03", "08006", "53100"} {
+		err := fmt.Errorf("append to outbox: %w", &pgconn.PgError{Code: code, Message: "the database system is not yet accepting connections"})
+		f := fault.As(err)
+		if f == nil || f.Kind != fault.KindUnavailable || f.Details["dependency"] != "postgres" {
+			t.Errorf("As(%s) = %+v, want Unavailable naming postgres", code, f)
+		}
+	}
+	// A cancelled statement (57014, statement_timeout) is not the database being down.
+	if k := fault.KindOf(&pgconn.PgError{Code: "57014"}); k == fault.KindUnavailable {
+		t.Errorf("57014 classified %v", k)
+	}
+}
