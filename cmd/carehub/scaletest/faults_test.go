@@ -289,54 +289,59 @@ func (v *verifier) report(t *testing.T, name string, began, healed time.Time, ca
 // cluster is a local three-broker Kafka cluster of deploy/local/kafka/cluster.sh, in a state dir
 // of the test's own on free ports.
 type cluster struct {
-	script  string
-	env     []string
+	engine
 	brokers string
+}
+
+// engine is one of deploy/local's engine scripts, run with an environment of the test's own.
+type engine struct {
+	script string
+	env    []string
+}
+
+func (e engine) run(args ...string) (string, error) {
+	cmd := exec.Command(e.script, args...)
+	cmd.Env = e.env
+	out, err := cmd.CombinedOutput()
+	return string(out), err
+}
+
+// must runs the script and returns its output, or ends the test saying what it printed.
+func (e engine) must(t *testing.T, args ...string) string {
+	t.Helper()
+	out, err := e.run(args...)
+	if err != nil {
+		t.Fatalf("%s %s: %v\n%s", filepath.Base(e.script), strings.Join(args, " "), err, out)
+	}
+	return out
 }
 
 // env adds to cluster.sh's environment (KAFKA_CLUSTER_HOST=…).
 func startCluster(t *testing.T, root string, env ...string) *cluster {
 	t.Helper()
-	c := &cluster{script: filepath.Join(root, "deploy/local/kafka/cluster.sh"),
+	c := &cluster{engine: engine{script: filepath.Join(root, "deploy/local/kafka/cluster.sh"),
 		env: append(append(os.Environ(), "KAFKA_CLUSTER_PORT="+strconv.Itoa(freePorts(t, 6)),
-			"KAFKA_CLUSTER_STATE_DIR="+filepath.Join(t.TempDir(), "kafka")), env...)}
+			"KAFKA_CLUSTER_STATE_DIR="+filepath.Join(t.TempDir(), "kafka")), env...)}}
 	t.Cleanup(func() { _, _ = c.run("down") })
 	if out, err := c.run("up"); err != nil {
 		// Once in a while on this loaded machine a JVM exits while three start at once, saying
 		// nothing; up again starts only the nodes that are not running.
 		t.Logf("cluster.sh up: %v\n%s\nup again", err, out)
-		if out, err := c.run("up"); err != nil {
-			t.Fatalf("cluster.sh up: %v\n%s", err, out)
-		}
+		c.must(t, "up")
 	}
-	out, err := c.run("brokers")
-	if err != nil {
-		t.Fatalf("cluster.sh brokers: %v\n%s", err, out)
-	}
-	c.brokers = strings.TrimSpace(out)
+	c.brokers = strings.TrimSpace(c.must(t, "brokers"))
 	return c
-}
-
-func (c *cluster) run(args ...string) (string, error) {
-	cmd := exec.Command(c.script, args...)
-	cmd.Env = c.env
-	out, err := cmd.CombinedOutput()
-	return string(out), err
 }
 
 func (c *cluster) kill(t *testing.T, n int) {
 	t.Helper()
-	if out, err := c.run("kill", strconv.Itoa(n), "--signal", "KILL"); err != nil {
-		t.Fatalf("cluster.sh kill %d: %v\n%s", n, err, out)
-	}
+	c.must(t, "kill", strconv.Itoa(n), "--signal", "KILL")
 	t.Logf("broker %d killed (SIGKILL)", n)
 }
 
 func (c *cluster) start(t *testing.T, n int) {
 	t.Helper()
-	if out, err := c.run("start", strconv.Itoa(n)); err != nil {
-		t.Fatalf("cluster.sh start %d: %v\n%s", n, err, out)
-	}
+	c.must(t, "start", strconv.Itoa(n))
 	t.Logf("broker %d started again", n)
 }
 
@@ -363,46 +368,30 @@ func (c *cluster) leader(t *testing.T, topic string, p int32) int {
 
 // chServer is a ClickHouse server of deploy/local/clickhouse/clickhouse.sh, of the test's own.
 type chServer struct {
-	script string
-	env    []string
-	url    string
+	engine
+	url string
 }
 
 func startClickHouse(t *testing.T, root string) *chServer {
 	t.Helper()
 	port := freePorts(t, 2)
-	c := &chServer{script: filepath.Join(root, "deploy/local/clickhouse/clickhouse.sh"),
+	c := &chServer{engine: engine{script: filepath.Join(root, "deploy/local/clickhouse/clickhouse.sh"),
 		env: append(os.Environ(), "CLICKHOUSE_TCP_PORT="+strconv.Itoa(port), "CLICKHOUSE_HTTP_PORT="+strconv.Itoa(port+1),
-			"CLICKHOUSE_STATE_DIR="+filepath.Join(t.TempDir(), "clickhouse"), "CLICKHOUSE_DATABASE=carehub_faults")}
+			"CLICKHOUSE_STATE_DIR="+filepath.Join(t.TempDir(), "clickhouse"), "CLICKHOUSE_DATABASE=carehub_faults")}}
 	t.Cleanup(func() { _, _ = c.run("down") })
 	c.start(t)
-	out, err := c.run("url")
-	if err != nil {
-		t.Fatalf("clickhouse.sh url: %v\n%s", err, out)
-	}
-	c.url = strings.TrimSpace(out)
+	c.url = strings.TrimSpace(c.must(t, "url"))
 	return c
-}
-
-func (c *chServer) run(args ...string) (string, error) {
-	cmd := exec.Command(c.script, args...)
-	cmd.Env = c.env
-	out, err := cmd.CombinedOutput()
-	return string(out), err
 }
 
 func (c *chServer) start(t *testing.T) {
 	t.Helper()
-	if out, err := c.run("up"); err != nil {
-		t.Fatalf("clickhouse.sh up: %v\n%s", err, out)
-	}
+	c.must(t, "up")
 }
 
 func (c *chServer) stop(t *testing.T) {
 	t.Helper()
-	if out, err := c.run("down"); err != nil {
-		t.Fatalf("clickhouse.sh down: %v\n%s", err, out)
-	}
+	c.must(t, "down")
 	t.Log("clickhouse stopped")
 }
 
