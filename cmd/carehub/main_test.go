@@ -124,7 +124,8 @@ func (n *process) ready(t *testing.T) bool {
 	}
 }
 
-// start starts `carehub serve`; the test's cleanup kills it if it is still running.
+// start starts `carehub serve`; the test's cleanup stops it if it is still running, with SIGTERM
+// so that it stops the Postgres it started (a killed node leaves that running), then kills it.
 func start(t *testing.T, dir, addr string, extra ...string) *process {
 	t.Helper()
 	args := append([]string{"serve", "--data-dir", dir, "--http-addr", addr, "--partitions", "2"}, extra...)
@@ -139,8 +140,13 @@ func start(t *testing.T, dir, addr string, extra ...string) *process {
 		close(n.exited)
 	}()
 	t.Cleanup(func() {
-		cmd.Process.Kill()
-		<-n.exited
+		cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-n.exited:
+		case <-time.After(30 * time.Second):
+			cmd.Process.Kill()
+			<-n.exited
+		}
 	})
 	return n
 }

@@ -109,38 +109,13 @@ func needKafka(t *testing.T) {
 	}
 }
 
-// freePorts returns the first of n consecutive ports on 127.0.0.1 that nothing listens on.
-func freePorts(t *testing.T, n int) int {
-	t.Helper()
-	for range 50 {
-		base := testenv.FreeAddr(t)
-		first, _ := net.ResolveTCPAddr("tcp", base)
-		var held []net.Listener
-		for p := first.Port; p < first.Port+n; p++ {
-			ln, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", p))
-			if err != nil {
-				break
-			}
-			held = append(held, ln)
-		}
-		for _, ln := range held {
-			ln.Close()
-		}
-		if len(held) == n {
-			return first.Port
-		}
-	}
-	t.Fatalf("no %d free consecutive ports", n)
-	return 0
-}
-
 // The local three-broker cluster: replication factor 3 and min.insync.replicas 2 by default, a
 // topic still written with acks=all while a broker is killed with -9, and the broker back in
 // every ISR once started again.
 func TestKafkaCluster(t *testing.T) {
 	needKafka(t)
 	const cluster = "deploy/local/kafka/cluster.sh"
-	env := []string{"KAFKA_CLUSTER_STATE_DIR=" + t.TempDir(), fmt.Sprintf("KAFKA_CLUSTER_PORT=%d", freePorts(t, 6))}
+	env := []string{"KAFKA_CLUSTER_STATE_DIR=" + t.TempDir(), fmt.Sprintf("KAFKA_CLUSTER_PORT=%d", testenv.FreePorts(t, 6))}
 	t.Cleanup(func() { run(t, root, env, cluster, "down") })
 	must(t, root, env, cluster, "up")
 

@@ -3,7 +3,9 @@ package testenv
 import (
 	"context"
 	"errors"
+	"math/rand/v2"
 	"net"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -44,4 +46,35 @@ func FreeAddr(t testing.TB) string {
 	}
 	defer ln.Close()
 	return ln.Addr().String()
+}
+
+// FreePorts returns the first of n consecutive loopback ports that are free now, for engines that
+// take their ports as settings and start slowly (a Kafka broker takes seconds to bind). They are
+// chosen in 20000-32699, below Linux's ephemeral range (32768-60999), so the source port of some
+// other test's outbound connection cannot take one between this check and the engine's bind,
+// as it can with a port from FreeAddr.
+func FreePorts(t testing.TB, n int) int {
+	t.Helper()
+	const low, high = 20000, 32700
+	start := low + rand.IntN(high-low)
+	for i := 0; i < high-low; i += n {
+		base := low + (start-low+i)%(high-low-n)
+		if portsFree(base, n) {
+			return base
+		}
+	}
+	t.Fatalf("no %d free consecutive ports in %d-%d", n, low, high-1)
+	return 0
+}
+
+// portsFree reports whether nothing listens on 127.0.0.1 at any of base..base+n-1.
+func portsFree(base, n int) bool {
+	for p := base; p < base+n; p++ {
+		ln, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(p))
+		if err != nil {
+			return false
+		}
+		_ = ln.Close()
+	}
+	return true
 }

@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"io"
 	"maps"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -320,7 +319,7 @@ func (e engine) must(t *testing.T, args ...string) string {
 func startCluster(t *testing.T, root string, env ...string) *cluster {
 	t.Helper()
 	c := &cluster{engine: engine{script: filepath.Join(root, "deploy/local/kafka/cluster.sh"),
-		env: append(append(os.Environ(), "KAFKA_CLUSTER_PORT="+strconv.Itoa(freePorts(t, 6)),
+		env: append(append(os.Environ(), "KAFKA_CLUSTER_PORT="+strconv.Itoa(testenv.FreePorts(t, 6)),
 			"KAFKA_CLUSTER_STATE_DIR="+filepath.Join(t.TempDir(), "kafka")), env...)}}
 	t.Cleanup(func() { _, _ = c.run("down") })
 	if out, err := c.run("up"); err != nil {
@@ -374,7 +373,7 @@ type chServer struct {
 
 func startClickHouse(t *testing.T, root string) *chServer {
 	t.Helper()
-	port := freePorts(t, 2)
+	port := testenv.FreePorts(t, 2)
 	c := &chServer{engine: engine{script: filepath.Join(root, "deploy/local/clickhouse/clickhouse.sh"),
 		env: append(os.Environ(), "CLICKHOUSE_TCP_PORT="+strconv.Itoa(port), "CLICKHOUSE_HTTP_PORT="+strconv.Itoa(port+1),
 			"CLICKHOUSE_STATE_DIR="+filepath.Join(t.TempDir(), "clickhouse"), "CLICKHOUSE_DATABASE=carehub_faults")}}
@@ -641,28 +640,6 @@ func (n *node) eventsStatus(key, project string) (int, string) {
 	}
 	_ = json.NewDecoder(resp.Body).Decode(&e)
 	return resp.StatusCode, e.Error.Details.Dependency
-}
-
-// freePorts returns the first of n consecutive loopback ports, below Linux's ephemeral range,
-// that are free now.
-func freePorts(t *testing.T, n int) int {
-	t.Helper()
-	for base := 30000 + os.Getpid()%2000; base < 32700; base += n {
-		free := true
-		for p := base; p < base+n && free; p++ {
-			ln, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(p))
-			if err != nil {
-				free = false
-				continue
-			}
-			_ = ln.Close()
-		}
-		if free {
-			return base
-		}
-	}
-	t.Fatalf("no %d free consecutive ports in 30000-32700", n)
-	return 0
 }
 
 // checkoutRoot is the repository's root, where the engines' scripts are.
