@@ -15,6 +15,7 @@ import (
 	"carehub/api/rest"
 	"carehub/kernel/access"
 	"carehub/kernel/ids"
+	"carehub/kernel/whsig"
 	"carehub/processors/webhooks"
 	"carehub/storage/postgres/pgtest"
 )
@@ -260,7 +261,7 @@ func TestWebhookTestSend(t *testing.T) {
 	if r.status != 200 || !res.Success || res.StatusCode == nil || *res.StatusCode != 200 || *res.ResponseBody != "thanks" || res.Secret != "" {
 		t.Fatalf("test send: %d %s", r.status, r.body)
 	}
-	if got == nil || !webhooks.Verify(sub.Secret, got.Header.Get("webhook-id"), got.Header.Get("webhook-timestamp"), gotBody, got.Header.Get("webhook-signature")) {
+	if got == nil || !whsig.Verify(sub.Secret, got.Header.Get(whsig.HeaderID), got.Header.Get(whsig.HeaderTimestamp), gotBody, got.Header.Get(whsig.HeaderSignature)) {
 		t.Fatal("the receiver got no request signed with the subscription's secret")
 	}
 	if res.Request.Body != string(gotBody) || res.Request.Headers["Webhook-Signature"] != got.Header.Get("webhook-signature") {
@@ -277,7 +278,7 @@ func TestWebhookTestSend(t *testing.T) {
 	r = a.do("POST", "/api/v1/webhooks/test", "admin", map[string]string{"url": receiver.URL})
 	r.decode(t, &res)
 	if r.status != 200 || !strings.HasPrefix(res.Secret, "whsec_") ||
-		!webhooks.Verify(res.Secret, got.Header.Get("webhook-id"), got.Header.Get("webhook-timestamp"), gotBody, got.Header.Get("webhook-signature")) {
+		!whsig.Verify(res.Secret, got.Header.Get(whsig.HeaderID), got.Header.Get(whsig.HeaderTimestamp), gotBody, got.Header.Get(whsig.HeaderSignature)) {
 		t.Errorf("test send to a URL: %d %s: want a one-off secret that verifies the request", r.status, r.body)
 	}
 	for _, tc := range []struct {

@@ -13,6 +13,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"carehub/kernel/events"
+	"carehub/kernel/whsig"
 )
 
 // arrivals records when each delivery first reached a fast receiver.
@@ -26,7 +27,7 @@ type arrivals struct {
 
 func (a *arrivals) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	now := time.Now()
-	key := r.Header.Get(HeaderID) + r.URL.Path
+	key := r.Header.Get(whsig.HeaderID) + r.URL.Path
 	a.mu.Lock()
 	if _, ok := a.first[key]; !ok {
 		a.first[key] = now

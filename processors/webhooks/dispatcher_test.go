@@ -17,6 +17,7 @@ import (
 
 	"carehub/internal/testenv"
 	"carehub/kernel/events"
+	"carehub/kernel/whsig"
 	"carehub/storage/kafka/consume"
 	"carehub/storage/kafka/kafkatest"
 )
@@ -34,12 +35,12 @@ func TestEventIsDeliveredOnceSignedWithTheSpecBody(t *testing.T) {
 	if got := req.id(); got != ev.ID {
 		t.Errorf("webhook-id = %q, want the event id %q", got, ev.ID)
 	}
-	ts, err := strconv.ParseInt(req.Header.Get(HeaderTimestamp), 10, 64)
+	ts, err := strconv.ParseInt(req.Header.Get(whsig.HeaderTimestamp), 10, 64)
 	if err != nil || time.Since(time.Unix(ts, 0)).Abs() > time.Minute {
-		t.Errorf("webhook-timestamp = %q, want unix seconds of the attempt", req.Header.Get(HeaderTimestamp))
+		t.Errorf("webhook-timestamp = %q, want unix seconds of the attempt", req.Header.Get(whsig.HeaderTimestamp))
 	}
-	if !Verify(sub.Secret, req.id(), req.Header.Get(HeaderTimestamp), req.Body, req.Header.Get(HeaderSignature)) {
-		t.Errorf("webhook-signature %q does not verify with the subscription secret", req.Header.Get(HeaderSignature))
+	if !whsig.Verify(sub.Secret, req.id(), req.Header.Get(whsig.HeaderTimestamp), req.Body, req.Header.Get(whsig.HeaderSignature)) {
+		t.Errorf("webhook-signature %q does not verify with the subscription secret", req.Header.Get(whsig.HeaderSignature))
 	}
 	if ct := req.Header.Get("Content-Type"); ct != "application/json" {
 		t.Errorf("Content-Type = %q", ct)
@@ -450,16 +451,16 @@ func TestRotationSignsWithBothSecrets(t *testing.T) {
 	f.start()
 	f.publish("agent.run_completed", nil)
 	req := rc.waitRequests(t, 1, 20*time.Second)[0]
-	sigs := bytes.Fields([]byte(req.Header.Get(HeaderSignature)))
+	sigs := bytes.Fields([]byte(req.Header.Get(whsig.HeaderSignature)))
 	if len(sigs) != 2 {
-		t.Fatalf("webhook-signature %q: want two signatures during the rotation", req.Header.Get(HeaderSignature))
+		t.Fatalf("webhook-signature %q: want two signatures during the rotation", req.Header.Get(whsig.HeaderSignature))
 	}
-	ts := req.Header.Get(HeaderTimestamp)
+	ts := req.Header.Get(whsig.HeaderTimestamp)
 	for i, secret := range []string{rotated.Secret, sub.Secret} {
-		if !Verify(secret, req.id(), ts, req.Body, string(sigs[i])) {
+		if !whsig.Verify(secret, req.id(), ts, req.Body, string(sigs[i])) {
 			t.Errorf("signature %d does not verify with its secret", i)
 		}
-		if Verify(secret, req.id(), ts, req.Body, string(sigs[1-i])) {
+		if whsig.Verify(secret, req.id(), ts, req.Body, string(sigs[1-i])) {
 			t.Errorf("signature %d verifies with the other secret", 1-i)
 		}
 	}
@@ -470,9 +471,9 @@ func TestRotationSignsWithBothSecrets(t *testing.T) {
 	}
 	f.publish("agent.run_completed", nil)
 	req = rc.waitRequests(t, 2, 20*time.Second)[1]
-	if sigs := bytes.Fields([]byte(req.Header.Get(HeaderSignature))); len(sigs) != 1 ||
-		!Verify(rotated.Secret, req.id(), req.Header.Get(HeaderTimestamp), req.Body, string(sigs[0])) {
-		t.Errorf("after the overlap: webhook-signature %q, want only the new secret's", req.Header.Get(HeaderSignature))
+	if sigs := bytes.Fields([]byte(req.Header.Get(whsig.HeaderSignature))); len(sigs) != 1 ||
+		!whsig.Verify(rotated.Secret, req.id(), req.Header.Get(whsig.HeaderTimestamp), req.Body, string(sigs[0])) {
+		t.Errorf("after the overlap: webhook-signature %q, want only the new secret's", req.Header.Get(whsig.HeaderSignature))
 	}
 }
 

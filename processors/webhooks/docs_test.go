@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"carehub/internal/testenv"
+	"carehub/kernel/whsig"
 )
 
 // The harness each documented recipe runs under: it reads []signedDelivery as JSON on stdin and
@@ -105,7 +106,7 @@ func TestDocumentedVerifiers(t *testing.T) {
 	}
 	f.publish("workflow.run.completed", map[string]any{"run_id": "run_9", "status": "FAILED"})
 	during := rc.waitRequests(t, 2, 20*time.Second)[1]
-	if n := len(strings.Fields(during.Header.Get(HeaderSignature))); n != 2 {
+	if n := len(strings.Fields(during.Header.Get(whsig.HeaderSignature))); n != 2 {
 		t.Fatalf("a delivery during rotation carries %d signatures, want 2", n)
 	}
 
@@ -116,11 +117,11 @@ func TestDocumentedVerifiers(t *testing.T) {
 	}
 	stale := first.signed("stale", sub.Secret)
 	old := time.Now().Add(-time.Hour)
-	sig, err := Sign(first.id(), old, first.Body, sub.Secret)
+	sig, err := whsig.Sign(first.id(), old, first.Body, sub.Secret)
 	if err != nil {
 		t.Fatal(err)
 	}
-	stale.Headers[HeaderTimestamp], stale.Headers[HeaderSignature] = strconv.FormatInt(old.Unix(), 10), sig
+	stale.Headers[whsig.HeaderTimestamp], stale.Headers[whsig.HeaderSignature] = strconv.FormatInt(old.Unix(), 10), sig
 	cases := []signedDelivery{
 		first.signed("delivery", sub.Secret),
 		during.signed("rotation-new-secret", rotated.Secret),

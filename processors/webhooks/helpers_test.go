@@ -22,6 +22,7 @@ import (
 	"carehub/kernel/events"
 	"carehub/kernel/ids"
 	"carehub/kernel/sealing"
+	"carehub/kernel/whsig"
 	"carehub/storage/kafka/kafkatest"
 	"carehub/storage/postgres"
 	"carehub/storage/postgres/pgtest"
@@ -223,7 +224,7 @@ type request struct {
 	At     time.Time
 }
 
-func (r request) id() string { return r.Header.Get(HeaderID) }
+func (r request) id() string { return r.Header.Get(whsig.HeaderID) }
 
 func (r request) eventType() string {
 	var b struct {

@@ -10,6 +10,7 @@ import (
 
 	"carehub/internal/testenv"
 	"carehub/kernel/events"
+	"carehub/kernel/whsig"
 )
 
 // An ordered subscription with batches gets its events in one signed POST per batch, a JSON
@@ -36,7 +37,7 @@ func TestOrderedBatchesKeepOrderAcrossAFailure(t *testing.T) {
 	var got []string
 	var sizes []int
 	for i, req := range rc.requests() {
-		if !Verify(sub.Secret, req.id(), req.Header.Get(HeaderTimestamp), req.Body, req.Header.Get(HeaderSignature)) {
+		if !whsig.Verify(sub.Secret, req.id(), req.Header.Get(whsig.HeaderTimestamp), req.Body, req.Header.Get(whsig.HeaderSignature)) {
 			t.Errorf("request %d: the signature does not verify", i)
 		}
 		if !strings.HasPrefix(req.id(), BatchIDPrefix) {

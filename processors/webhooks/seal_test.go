@@ -9,12 +9,13 @@ import (
 
 	"carehub/kernel/ids"
 	"carehub/kernel/sealing"
+	"carehub/kernel/whsig"
 )
 
 // TestSealedSecretOpensOnlyInItsRowUnderItsKey: a sealed secret opens for its subscription
 // under the server key, not for another subscription nor under another key.
 func TestSealedSecretOpensOnlyInItsRowUnderItsKey(t *testing.T) {
-	box, secret := newSecretBox(testKey), newSecret()
+	box, secret := newSecretBox(testKey), whsig.NewSecret()
 	sealed := box.seal("wh_a", secret)
 	if got, err := box.open("wh_a", sealed); err != nil || got != secret {
 		t.Fatalf("open in its row: %v", err)
@@ -25,12 +26,12 @@ func TestSealedSecretOpensOnlyInItsRowUnderItsKey(t *testing.T) {
 	if _, err := newSecretBox(sealing.Random()).open("wh_a", sealed); err == nil {
 		t.Error("opened under another server key")
 	}
-	if strings.Contains(string(sealed), strings.TrimPrefix(secret, SecretPrefix)) {
+	if strings.Contains(string(sealed), strings.TrimPrefix(secret, whsig.SecretPrefix)) {
 		t.Error("the sealed value holds the secret")
 	}
 	// After the key was lost and the secret rotated, the old secret no longer opens: the new
 	// one signs alone.
-	lost := newSecretBox(sealing.Random()).seal("wh_a", newSecret())
+	lost := newSecretBox(sealing.Random()).seal("wh_a", whsig.NewSecret())
 	got, err := box.secrets("wh_a", storedSecrets{currentSealed: sealed, previousSealed: lost})
 	if err != nil || len(got) != 1 || got[0] != secret {
 		t.Errorf("secrets with an unreadable previous one: %d, %v; want the current alone", len(got), err)
@@ -50,8 +51,8 @@ func TestSecretsAreStoredSealed(t *testing.T) {
 		t.Fatal(err)
 	}
 	f.assertNoClearSecret(sub.ID, sub.Secret, rotated.Secret)
-	if got := f.get(sub.ID).Secret; got != maskSecret(rotated.Secret) {
-		t.Errorf("Get: secret %q, want %q", got, maskSecret(rotated.Secret))
+	if got := f.get(sub.ID).Secret; got != whsig.Mask(rotated.Secret) {
+		t.Errorf("Get: secret %q, want %q", got, whsig.Mask(rotated.Secret))
 	}
 
 	other := f.create("http://127.0.0.1:1/hook", "*")
@@ -70,7 +71,7 @@ where id = $2`, sub.ID, other.ID); err != nil {
 func TestClearSecretsAreSealedAtStart(t *testing.T) {
 	f := newFixture(t)
 	rc := newReceiver(t, nil)
-	id, current, previous := ids.New(ids.Webhook), newSecret(), newSecret()
+	id, current, previous := ids.New(ids.Webhook), whsig.NewSecret(), whsig.NewSecret()
 	if _, err := f.pool.Exec(t.Context(), `insert into webhooks (id, org_id, project_id, url, events, secret,
 	previous_secret, previous_secret_expires_at)
 values ($1, $2, $3, $4, '{*}', $5, $6, now() + interval '1 hour')`, id, f.orgID, f.projectID, rc.URL, current, previous); err != nil {
@@ -98,8 +99,8 @@ values ($1, $2, $3, $4, '{*}', $5, $6, now() + interval '1 hour')`, id, f.orgID,
 	if n, err := SealStoredSecrets(t.Context(), f.pool, testKey); err != nil || n != 0 {
 		t.Errorf("sealing again: %d rows, %v", n, err)
 	}
-	if got := f.get(id).Secret; got != maskSecret(current) {
-		t.Errorf("Get: secret %q, want %q", got, maskSecret(current))
+	if got := f.get(id).Secret; got != whsig.Mask(current) {
+		t.Errorf("Get: secret %q, want %q", got, whsig.Mask(current))
 	}
 
 	f.publish("agent.run_completed", nil)
@@ -109,12 +110,12 @@ values ($1, $2, $3, $4, '{*}', $5, $6, now() + interval '1 hour')`, id, f.orgID,
 // verifyBoth checks that req carries two signatures, by current and previous in that order.
 func verifyBoth(t *testing.T, req request, current, previous string) {
 	t.Helper()
-	sigs := strings.Fields(req.Header.Get(HeaderSignature))
+	sigs := strings.Fields(req.Header.Get(whsig.HeaderSignature))
 	if len(sigs) != 2 {
-		t.Fatalf("webhook-signature %q: want two signatures during the rotation", req.Header.Get(HeaderSignature))
+		t.Fatalf("webhook-signature %q: want two signatures during the rotation", req.Header.Get(whsig.HeaderSignature))
 	}
 	for i, secret := range []string{current, previous} {
-		if !Verify(secret, req.id(), req.Header.Get(HeaderTimestamp), req.Body, sigs[i]) {
+		if !whsig.Verify(secret, req.id(), req.Header.Get(whsig.HeaderTimestamp), req.Body, sigs[i]) {
 			t.Errorf("signature %d does not verify with its secret", i)
 		}
 	}
@@ -134,7 +135,7 @@ func (f *fixture) assertNoClearSecret(id string, secrets ...string) {
 		f.t.Errorf("webhook %s: secrets not sealed", id)
 	}
 	for _, s := range secrets {
-		if strings.Contains(row, strings.TrimPrefix(s, SecretPrefix)) {
+		if strings.Contains(row, strings.TrimPrefix(s, whsig.SecretPrefix)) {
 			f.t.Errorf("webhook %s: a secret is stored in clear", id)
 		}
 	}

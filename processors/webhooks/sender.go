@@ -13,6 +13,7 @@ import (
 	"unicode/utf8"
 
 	"carehub/kernel/egress"
+	"carehub/kernel/whsig"
 )
 
 // DefaultTimeout bounds one delivery attempt, connection included (DECISIONS §5).
@@ -84,8 +85,8 @@ func (o outcome) Gone() bool { return o.StatusCode == http.StatusGone }
 func (s *sender) send(ctx context.Context, url, id string, body []byte, secrets []string) outcome {
 	now := time.Now()
 	out := outcome{AttemptedAt: now, Header: http.Header{}}
-	sig, err := Sign(id, now, body, secrets...)
-	if err != nil {
+	h := http.Header{}
+	if err := whsig.SetHeaders(h, id, now, body, secrets...); err != nil {
 		out.Err = "signing: " + err.Error()
 		return out
 	}
@@ -96,11 +97,9 @@ func (s *sender) send(ctx context.Context, url, id string, body []byte, secrets 
 		out.Err = "bad url"
 		return out
 	}
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("User-Agent", userAgent)
-	req.Header.Set(HeaderID, id)
-	req.Header.Set(HeaderTimestamp, strconv.FormatInt(now.Unix(), 10))
-	req.Header.Set(HeaderSignature, sig)
+	h.Set("Content-Type", "application/json")
+	h.Set("User-Agent", userAgent)
+	req.Header = h
 	out.Header = req.Header.Clone()
 
 	resp, err := s.client.Do(req)

@@ -45,6 +45,7 @@ import (
 	"carehub/kernel/ids"
 	"carehub/kernel/phi"
 	"carehub/kernel/sealing"
+	"carehub/kernel/whsig"
 	"carehub/storage/idempotency"
 	"carehub/storage/postgres"
 )
@@ -262,9 +263,9 @@ func (s *Service) scanSubscription(row pgx.Row) (*Subscription, error) {
 func (s *Service) maskedSecret(id string, st storedSecrets) string {
 	current, err := s.box.pick(id, st.current, st.currentSealed)
 	if err != nil {
-		return SecretPrefix + "…"
+		return whsig.SecretPrefix + "…"
 	}
-	return maskSecret(current)
+	return whsig.Mask(current)
 }
 
 // checkEvents validates and normalizes subscription patterns: at least one, each an exact type,
@@ -314,7 +315,7 @@ func (s *Service) Create(ctx context.Context, projectID, url string, patterns []
 		return nil, err
 	}
 	patientScopes, patientMode := phi.ReaderOf(p).Grant()
-	id, secret := ids.New(ids.Webhook), newSecret()
+	id, secret := ids.New(ids.Webhook), whsig.NewSecret()
 	var sub *Subscription
 	err = s.inTx(ctx, &sub, func(tx pgx.Tx) error {
 		row := tx.QueryRow(ctx, `
@@ -495,7 +496,7 @@ func (s *Service) RotateSecret(ctx context.Context, id string) (*Subscription, e
 	if err != nil {
 		return nil, err
 	}
-	secret := newSecret()
+	secret := whsig.NewSecret()
 	var sub *Subscription
 	err = s.inTx(ctx, &sub, func(tx pgx.Tx) error {
 		var err error

@@ -12,6 +12,7 @@ import (
 	"carehub/kernel/access"
 	"carehub/kernel/events"
 	"carehub/kernel/fault"
+	"carehub/kernel/whsig"
 )
 
 func TestCreateValidatesAndScopes(t *testing.T) {
@@ -260,7 +261,7 @@ func TestTestSendSignsTheSampleEvent(t *testing.T) {
 		t.Errorf("result %+v", res)
 	}
 	if res.Request.Body != string(req.Body) || res.Request.Headers["Webhook-Id"] != req.id() ||
-		!Verify(sub.Secret, req.id(), req.Header.Get(HeaderTimestamp), req.Body, req.Header.Get(HeaderSignature)) {
+		!whsig.Verify(sub.Secret, req.id(), req.Header.Get(whsig.HeaderTimestamp), req.Body, req.Header.Get(whsig.HeaderSignature)) {
 		t.Errorf("the reported request is not what was sent, or it is not signed with the subscription's secret")
 	}
 	for _, field := range []string{`"event":"workflow.run.completed"`, `"project_id":"` + f.projectID, `"org_id":"` + f.orgID,
@@ -281,7 +282,7 @@ func TestTestSendSignsTheSampleEvent(t *testing.T) {
 	// A receiver that is down is an answer, not an error.
 	rc.Close()
 	res, err = f.svc.Test(f.admin, TestRequest{URL: rc.URL})
-	if err != nil || res.Success || res.StatusCode != nil || res.Error == nil || !strings.HasPrefix(res.Secret, SecretPrefix) {
+	if err != nil || res.Success || res.StatusCode != nil || res.Error == nil || !strings.HasPrefix(res.Secret, whsig.SecretPrefix) {
 		t.Errorf("test to a closed port: %+v, %v", res, err)
 	}
 }

@@ -11,6 +11,7 @@ import (
 
 	"carehub/internal/testenv"
 	"carehub/kernel/fault"
+	"carehub/kernel/whsig"
 )
 
 func TestCreateRefusesNonPublicOrNonHTTPSURLs(t *testing.T) {
@@ -92,7 +93,7 @@ func TestDialerRefusesNonPublicAddressesAtConnect(t *testing.T) {
 	port := srv.URL[strings.LastIndexByte(srv.URL, ':')+1:]
 	s := newSender(false, 5*time.Second, 1)
 	for _, u := range []string{"https://localhost:" + port + "/", srv.URL} {
-		out := s.send(context.Background(), u, "evt_1", []byte(`{}`), []string{newSecret()})
+		out := s.send(context.Background(), u, "evt_1", []byte(`{}`), []string{whsig.NewSecret()})
 		if out.StatusCode != 0 || !strings.Contains(out.Err, "webhook destination is not a public address") {
 			t.Errorf("%s: status %d, error %q; want refused at connect", u, out.StatusCode, out.Err)
 		}

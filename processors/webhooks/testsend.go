@@ -12,6 +12,7 @@ import (
 	"carehub/kernel/events"
 	"carehub/kernel/fault"
 	"carehub/kernel/ids"
+	"carehub/kernel/whsig"
 )
 
 // TestRequest names the destination of a test send: a subscription (its URL and secret) or a
@@ -71,7 +72,7 @@ from webhooks where id = $1 and deleted_at is null and ($2 = '' or org_id = $2)`
 		if err := s.checkURL(req.URL); err != nil {
 			return nil, err
 		}
-		oneOff = newSecret()
+		oneOff = whsig.NewSecret()
 		secrets = []string{oneOff}
 	}
 	ev, err := SampleEvent(orgID, projectID)

@@ -7,9 +7,9 @@ import (
 	"testing"
 	"time"
 
+	"carehub/kernel/whsig"
 	"carehub/loadtest/loadcli"
 	"carehub/loadtest/loadcli/loadclitest"
-	"carehub/processors/webhooks"
 )
 
 const secret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw" // 24 bytes of base64
@@ -22,14 +22,10 @@ func (c *fakeClock) now() time.Time { return c.t }
 // signed returns the headers of a delivery of body for id, signed at ts with sec.
 func signed(t *testing.T, sec, id string, ts time.Time, body string) http.Header {
 	t.Helper()
-	sig, err := webhooks.Sign(id, ts, []byte(body), sec)
-	if err != nil {
+	h := http.Header{}
+	if err := whsig.SetHeaders(h, id, ts, []byte(body), sec); err != nil {
 		t.Fatal(err)
 	}
-	h := http.Header{}
-	h.Set(webhooks.HeaderID, id)
-	h.Set(webhooks.HeaderTimestamp, strconv.FormatInt(ts.Unix(), 10))
-	h.Set(webhooks.HeaderSignature, sig)
 	return h
 }
 
@@ -92,10 +88,10 @@ func TestTrackerRefusesBadDeliveries(t *testing.T) {
 		{"tampered body", signed(t, secret, "evt_1", clock.t, body), strings.Replace(body, `"seq":1`, `"seq":2`, 1), http.StatusUnauthorized},
 		{"other id", func() http.Header {
 			h := signed(t, secret, "evt_1", clock.t, body)
-			h.Set(webhooks.HeaderID, "evt_2")
+			h.Set(whsig.HeaderID, "evt_2")
 			return h
 		}(), body, http.StatusUnauthorized},
-		{"unsigned", http.Header{webhooks.HeaderID: {"evt_1"}, webhooks.HeaderTimestamp: {"1"}}, body, http.StatusUnauthorized},
+		{"unsigned", http.Header{whsig.HeaderID: {"evt_1"}, whsig.HeaderTimestamp: {"1"}}, body, http.StatusUnauthorized},
 		{"stale timestamp", signed(t, secret, "evt_1", clock.t.Add(-tolerance-time.Second), body), body, http.StatusUnauthorized},
 		{"future timestamp", signed(t, secret, "evt_1", clock.t.Add(tolerance+time.Second), body), body, http.StatusUnauthorized},
 		{"no sentAt", signed(t, secret, "evt_1", clock.t, `{"payload":{}}`), `{"payload":{}}`, http.StatusBadRequest},

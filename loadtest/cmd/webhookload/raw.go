@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"carehub/kernel/events"
+	"carehub/kernel/whsig"
 	"carehub/loadtest/loadcli"
 	"carehub/processors/webhooks"
 )
@@ -106,19 +107,14 @@ func rawBody(typ string, p, size, k int, filler string) (string, []byte) {
 }
 
 func rawPost(ctx context.Context, hc *http.Client, url, secret, id string, body []byte) error {
-	now := time.Now()
-	sig, err := webhooks.Sign(id, now, body, secret)
-	if err != nil {
-		return err
-	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
 	if err != nil {
 		return err
 	}
+	if err := whsig.SetHeaders(req.Header, id, time.Now(), body, secret); err != nil {
+		return err
+	}
 	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set(webhooks.HeaderID, id)
-	req.Header.Set(webhooks.HeaderTimestamp, strconv.FormatInt(now.Unix(), 10))
-	req.Header.Set(webhooks.HeaderSignature, sig)
 	resp, err := hc.Do(req)
 	if err != nil {
 		return err

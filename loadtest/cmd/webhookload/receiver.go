@@ -8,7 +8,7 @@ import (
 	"sync"
 	"time"
 
-	"carehub/processors/webhooks"
+	"carehub/kernel/whsig"
 )
 
 // maxBody bounds a delivery's body (docs/WEBHOOKS.md: a receiver reads at most 1 MiB).
@@ -65,8 +65,8 @@ type element struct {
 // read.
 func (t *tracker) receive(h http.Header, body []byte) int {
 	now := t.now()
-	id, ts := h.Get(webhooks.HeaderID), h.Get(webhooks.HeaderTimestamp)
-	if !webhooks.Verify(t.secret, id, ts, body, h.Get(webhooks.HeaderSignature)) {
+	id, ts := h.Get(whsig.HeaderID), h.Get(whsig.HeaderTimestamp)
+	if !whsig.Verify(t.secret, id, ts, body, h.Get(whsig.HeaderSignature)) {
 		t.count(&t.badSig)
 		return http.StatusUnauthorized
 	}
