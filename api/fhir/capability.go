@@ -3,6 +3,8 @@ package fhir
 import (
 	"net/http"
 	"time"
+
+	"carehub/processors/fhirsubs"
 )
 
 // started is when this process began serving: the CapabilityStatement's date.
@@ -39,9 +41,37 @@ func (h handler) metadata(w http.ResponseWriter, r *http.Request) {
 		SearchParam       []param       `json:"searchParam"`
 		Operation         []operation   `json:"operation,omitempty"`
 		Documentation     string        `json:"documentation,omitempty"`
+		SupportedProfile  []string      `json:"supportedProfile,omitempty"`
+		Extension         []any         `json:"extension,omitempty"`
+	}
+	// subscriptionCapability is Subscription as the topic-based backport serves it (subscriptions.go).
+	subscriptionCapability := func() resource {
+		const backport = "http://hl7.org/fhir/uv/subscriptions-backport/"
+		res := resource{Type: "Subscription", Versioning: "no-version",
+			Interaction:      []interaction{{"create"}, {"read"}, {"search-type"}, {"delete"}},
+			SearchParam:      []param{{Name: "status", Type: "token"}},
+			SupportedProfile: []string{backport + "StructureDefinition/backport-subscription"},
+			Operation: []operation{{"status", backport + "OperationDefinition/backport-subscription-status"},
+				{"events", backport + "OperationDefinition/backport-subscription-events"},
+				{"get-ws-binding-token", backport + "OperationDefinition/backport-subscription-get-ws-binding-token"}},
+			Documentation: "Topic-based subscriptions (the Subscriptions R5 Backport IG): criteria is a topic's canonical URL " +
+				"(GET SubscriptionTopic lists them, with their filters), filters in the backport-filter-criteria extension; " +
+				"channels rest-hook (signed as carehub's webhooks: webhook-id, webhook-timestamp, webhook-signature under the whsec_ " +
+				"secret the create answers once) and websocket ($get-ws-binding-token, then bind-with-token on " + Base + WebSocketPath +
+				"); payloads empty, id-only and full-resource. Needs read:patients and read:observations. A subscription is changed by " +
+				"deleting it and creating another."}
+		for _, topic := range fhirsubs.Topics {
+			res.Extension = append(res.Extension, map[string]string{
+				"url": backport + "StructureDefinition/capabilitystatement-subscriptiontopic-canonical", "valueCanonical": topic.URL()})
+		}
+		return res
 	}
 	var resources []resource
 	for _, t := range servedTypes() {
+		if t == "Subscription" && h.Subscriptions != nil {
+			resources = append(resources, subscriptionCapability())
+			continue
+		}
 		res := resource{Type: t, Versioning: "versioned", ReadHistory: true, ConditionalRead: "full-support",
 			Interaction: []interaction{{"read"}, {"vread"}, {"history-instance"}, {"history-type"}, {"search-type"}}}
 		switch t {

@@ -16,6 +16,7 @@ import (
 	"carehub/kernel/fault"
 	"carehub/kernel/ids"
 	"carehub/kernel/jsonwire"
+	"carehub/processors/fhirsubs"
 	"carehub/processors/patients"
 )
 
@@ -35,6 +36,10 @@ const resourceBodyLimit = 1 << 20
 type Services struct {
 	Patients *patients.Service
 	Intake   *intake.Intake
+	// Subscriptions serves the Subscriptions backport and Wake its websocket channel; nil: not
+	// served (Subscription is then a resource of the generic store, as before).
+	Subscriptions *fhirsubs.Service
+	Wake          *fhirsubs.Wake
 }
 
 type handler struct{ Services }
@@ -49,6 +54,7 @@ func Mount(public, authed *mux.Router, s Services) {
 	authed.HandleFunc(Base+"/", h.bundle).Methods(http.MethodPost) // as FHIR clients post Bundles
 	authed.HandleFunc(Base+"/_history", h.systemHistory).Methods(http.MethodGet)
 	h.mountBulk(authed)
+	h.mountSubscriptions(public, authed)
 	authed.HandleFunc(Base+"/{type:[A-Z][A-Za-z]+}", h.search).Methods(http.MethodGet)
 	authed.HandleFunc(Base+"/{type:[A-Z][A-Za-z]+}", h.create).Methods(http.MethodPost)
 	authed.HandleFunc(Base+"/{type:[A-Z][A-Za-z]+}/_search", h.postSearch).Methods(http.MethodPost)
@@ -294,6 +300,12 @@ func writeResource(w http.ResponseWriter, status int, v any) {
 // (Type/id, Type/id/_history/n) in FHIR id form (ids.FHIR), nulls and empty arrays and objects
 // removed (FHIR JSON has none).
 func fhirJSON(b []byte) ([]byte, error) {
+	return Rewrite(b)
+}
+
+// Rewrite is what the FHIR base does to every resource it answers (fhirJSON), for resources that
+// leave carehub another way: FHIR Subscriptions' full-resource notifications.
+func Rewrite(b []byte) ([]byte, error) {
 	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.UseNumber()
 	var v any

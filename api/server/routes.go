@@ -122,10 +122,10 @@ func MountIngest(r *mux.Router, e Edge, in *intake.Intake) {
 // without a credential, the rest behind the same edge as every route, with errors as
 // OperationOutcomes and the ingest body limit (transaction Bundles of observations). in is nil on
 // a node without the ingest role.
-func MountFHIR(r *mux.Router, e Edge, p *patients.Service, in *intake.Intake) {
+func MountFHIR(r *mux.Router, e Edge, s fhir.Services) {
 	authed := r.NewRoute().Subrouter()
 	authed.Use(e.chain(auth.IngestBodyLimit, fhir.WriteError)...)
-	fhir.Mount(r, authed, fhir.Services{Patients: p, Intake: in})
+	fhir.Mount(r, authed, s)
 }
 
 // Events is the GraphQL event source of a node's fan-out hub. Each subscription buffers up to

@@ -49,7 +49,7 @@ func TestStatusCommand(t *testing.T) {
 	if err := json.Unmarshal([]byte(out), &st); code != 0 || err != nil {
 		t.Fatalf("status --json: exit %d, %v\n%s%s", code, err, out, stderr)
 	}
-	if st.Status != "ready" || st.Checks["consumers"] != "ok" || len(st.Consumers) != 7 || len(st.Roles) != 3 {
+	if st.Status != "ready" || st.Checks["consumers"] != "ok" || len(st.Consumers) != 8 || len(st.Roles) != 3 {
 		t.Errorf("status --json: %+v", st)
 	}
 }

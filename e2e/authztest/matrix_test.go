@@ -33,6 +33,7 @@ type fixture struct {
 	org, project, agent, workflow, run, deployment, installation string
 	asset, reviewAsset, webhook, delivery                        string
 	patient, realPatient                                         string
+	subscription                                                 string // a FHIR Subscription (websocket channel)
 
 	keys  map[string]string // credential cache: "slug/mode/scopes" → secret
 	jwts  map[string]string
@@ -44,6 +45,13 @@ func newFixture(t *testing.T, s *servertest.Server) *fixture {
 		keys: map[string]string{}, jwts: map[string]string{}, spare: map[string]string{}}
 	one := func(query string, args ...any) string { return pgtest.Scalar[string](t, s.Pool(), query, args...) }
 	f.project = one(`select id from projects where org_id = $1 and name = $2`, f.org, demo.SepsisProjectName)
+	var sub struct{ ID string }
+	if r := s.Do(http.MethodPost, "/fhir/R4/Subscription", s.DemoKey(), matrixSubscription(f)); r.Status != http.StatusCreated {
+		t.Fatalf("fixture subscription: %d %s", r.Status, r.Body)
+	} else {
+		r.JSON(t, &sub)
+	}
+	f.subscription = sub.ID
 	f.agent = one(`select id from agents where org_id = $1 and name = $2`, f.org, demo.Ward7AgentName)
 	f.workflow = one(`select id from workflows where org_id = $1 and name = $2`, f.org, demo.DeteriorationWorkflowName)
 	f.run = one(`select coalesce((select id from workflow_runs where org_id = $1 order by id limit 1), 'run_01jz00000000000000000000zz')`, f.org)

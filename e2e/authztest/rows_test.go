@@ -57,6 +57,16 @@ func matrixTransaction(*fixture) any {
 	}}}
 }
 
+// matrixSubscription is a websocket-channel Subscription to new observations of the fixture's
+// patient.
+func matrixSubscription(f *fixture) any {
+	return map[string]any{"resourceType": "Subscription", "status": "requested", "reason": "matrix",
+		"criteria": "https://carehub.example/fhir/SubscriptionTopic/observation-created",
+		"_criteria": map[string]any{"extension": []any{map[string]any{"url": "http://hl7.org/fhir/uv/subscriptions-backport/StructureDefinition/backport-filter-criteria",
+			"valueString": "Observation?patient=Patient/" + f.patient}}},
+		"channel": map[string]any{"type": "websocket", "payload": "application/fhir+json"}}
+}
+
 // rows is the matrix, in the order it runs: operations that destroy their target come last.
 var rows = []row{
 	// GraphQL queries.
@@ -224,6 +234,32 @@ var rows = []row{
 	{op: "GET /fhir/R4/$export-status/{id}", scopes: sc(access.ReadPatients), rest: call("GET", fixed("/fhir/R4/$export-status/bex-01jz0000000000000000000000"), nil)},
 	{op: "GET /fhir/R4/$export-file/{id}/{file}", scopes: sc(access.ReadPatients), rest: call("GET", fixed("/fhir/R4/$export-file/bex-01jz0000000000000000000000/Patient.1.ndjson"), nil)},
 	{op: "DELETE /fhir/R4/$export-status/{id}", scopes: sc(access.ReadPatients), rest: call("DELETE", fixed("/fhir/R4/$export-status/bex-01jz0000000000000000000000"), nil)},
+	// FHIR Subscriptions: every topic is about patients' Observations and RiskAssessments. The
+	// topic catalogue is any credential's; the websocket channel is authenticated by its binding
+	// token, not by a credential. DELETE names nobody's subscription: the fixture's is read below.
+	{op: "GET /fhir/R4/SubscriptionTopic", rest: call("GET", fixed("/fhir/R4/SubscriptionTopic"), nil)},
+	{op: "GET /fhir/R4/SubscriptionTopic/{id}", rest: call("GET", fixed("/fhir/R4/SubscriptionTopic/observation-created"), nil)},
+	{op: "POST /fhir/R4/Subscription", scopes: sc(access.ReadPatients, access.ReadObservations), rest: call("POST", fixed("/fhir/R4/Subscription"), matrixSubscription)},
+	{op: "GET /fhir/R4/Subscription", scopes: sc(access.ReadPatients, access.ReadObservations), rest: call("GET", fixed("/fhir/R4/Subscription"), nil)},
+	{op: "GET /fhir/R4/Subscription/{id}", scopes: sc(access.ReadPatients, access.ReadObservations), tenant: true,
+		rest: call("GET", func(f *fixture) string { return "/fhir/R4/Subscription/" + f.subscription }, nil)},
+	{op: "PUT /fhir/R4/Subscription/{id}", scopes: sc(access.ReadPatients, access.ReadObservations), tenant: true,
+		rest: call("PUT", func(f *fixture) string { return "/fhir/R4/Subscription/" + f.subscription }, matrixSubscription)},
+	{op: "GET /fhir/R4/Subscription/{id}/$status", scopes: sc(access.ReadPatients, access.ReadObservations), tenant: true,
+		rest: call("GET", func(f *fixture) string { return "/fhir/R4/Subscription/" + f.subscription + "/$status" }, nil)},
+	{op: "POST /fhir/R4/Subscription/{id}/$status", scopes: sc(access.ReadPatients, access.ReadObservations), tenant: true,
+		rest: call("POST", func(f *fixture) string { return "/fhir/R4/Subscription/" + f.subscription + "/$status" }, nil)},
+	{op: "GET /fhir/R4/Subscription/{id}/$events", scopes: sc(access.ReadPatients, access.ReadObservations), tenant: true,
+		rest: call("GET", func(f *fixture) string { return "/fhir/R4/Subscription/" + f.subscription + "/$events" }, nil)},
+	{op: "POST /fhir/R4/Subscription/{id}/$events", scopes: sc(access.ReadPatients, access.ReadObservations), tenant: true,
+		rest: call("POST", func(f *fixture) string { return "/fhir/R4/Subscription/" + f.subscription + "/$events" }, nil)},
+	{op: "GET /fhir/R4/Subscription/{id}/$get-ws-binding-token", scopes: sc(access.ReadPatients, access.ReadObservations), tenant: true,
+		rest: call("GET", func(f *fixture) string { return "/fhir/R4/Subscription/" + f.subscription + "/$get-ws-binding-token" }, nil)},
+	{op: "POST /fhir/R4/Subscription/{id}/$get-ws-binding-token", scopes: sc(access.ReadPatients, access.ReadObservations), tenant: true,
+		rest: call("POST", func(f *fixture) string { return "/fhir/R4/Subscription/" + f.subscription + "/$get-ws-binding-token" }, nil)},
+	{op: "DELETE /fhir/R4/Subscription/{id}", scopes: sc(access.ReadPatients, access.ReadObservations),
+		rest: call("DELETE", fixed("/fhir/R4/Subscription/sub-01jz0000000000000000000000"), nil)},
+	{op: "GET /fhir/R4/$subscription-websocket", access: public_, rest: call("GET", fixed("/fhir/R4/$subscription-websocket"), nil)},
 	// The system history holds every type: the read scopes of all of them.
 	{op: "GET /fhir/R4/_history", scopes: sc(access.ReadPatients, access.ReadObservations), rest: call("GET", fixed("/fhir/R4/_history?_count=5"), nil)},
 

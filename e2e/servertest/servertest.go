@@ -35,6 +35,7 @@ import (
 	"carehub/processors/audit"
 	"carehub/processors/deployments"
 	"carehub/processors/eventlog"
+	"carehub/processors/fhirsubs"
 	"carehub/processors/observations"
 	"carehub/processors/webhooks"
 	"carehub/processors/workflows"
@@ -50,7 +51,7 @@ import (
 
 // carehubGroups are the consumer groups a node runs.
 var carehubGroups = []string{eventlog.DefaultGroup, webhooks.DefaultGroup, audit.DefaultGroup, observations.DefaultGroup,
-	workflows.DefaultRunnerGroup, workflows.DefaultTriggersGroup, deployments.DefaultScorerGroup}
+	workflows.DefaultRunnerGroup, workflows.DefaultTriggersGroup, deployments.DefaultScorerGroup, fhirsubs.DefaultGroup}
 
 // nodeGroups is carehubGroups as named in the Kafka namespace ns.
 func nodeGroups(ns string) []string {

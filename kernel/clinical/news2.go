@@ -469,3 +469,24 @@ func triggerFor(r NEWS2Result) trigger {
 	}
 	return trigger{"minimum 12 hourly", []string{"Continue routine NEWS monitoring."}}
 }
+
+// NEWS2ParameterScore is the NEWS2 chart's score of one observation alone: value of the vital
+// sign LOINC code, in the VitalSigns table's unit (SpO2 on scale 1). ok is false for a code the
+// chart does not score by value (consciousness, oxygen flow, diastolic pressure, any other). A
+// score above 0 is a value outside the chart's normal band: FHIR subscriptions' vital-out-of-range
+// topic (processors/fhirsubs).
+func NEWS2ParameterScore(code string, value float64) (score int, ok bool) {
+	switch code {
+	case LOINCRespiratoryRate:
+		return scoreRespiratoryRate(value), true
+	case LOINCOxygenSaturation:
+		return scoreSpO2Scale1(value), true
+	case LOINCSystolicBP:
+		return scoreSystolicBP(value), true
+	case LOINCHeartRate:
+		return scoreHeartRate(value), true
+	case LOINCBodyTemperature:
+		return scoreTemperature(value), true
+	}
+	return 0, false
+}

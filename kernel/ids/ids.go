@@ -35,6 +35,7 @@ const (
 	Request      = "req_"
 	Attempt      = "att_"
 	Export       = "bex_"
+	Subscription = "sub_" // a FHIR Subscription
 )
 
 var (

@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"math"
 	"slices"
@@ -11,6 +12,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"carehub/api/auth"
+	"carehub/api/fhir"
 	"carehub/api/graphql"
 	"carehub/api/server"
 	"carehub/ingest/intake"
@@ -22,6 +24,7 @@ import (
 	"carehub/processors/eventlog"
 	"carehub/processors/fanout"
 	"carehub/processors/feed"
+	"carehub/processors/fhirsubs"
 	"carehub/processors/marketplace"
 	obswriter "carehub/processors/observations"
 	"carehub/processors/orgs"
@@ -80,7 +83,9 @@ var components = []component{
 		s.run("deployment-invoker", s.invoker.Run, wctx)
 		return nil
 	}},
-	{name: "edge", needs: []string{"authenticator", "kafka", "log-stores"}, start: startEdge},
+	{name: "audit-publisher", needs: []string{"kafka"}, start: startAuditPublisher},
+	{name: "edge", needs: []string{"authenticator", "audit-publisher", "log-stores"}, start: startEdge},
+	{name: "fhir-subscriptions", needs: []string{"postgres", "sealing-key", "audit-publisher"}, start: startFHIRSubscriptions},
 	{name: "sealing-key", start: startSealingKey},
 	{name: "webhook-secrets", needs: []string{"postgres", "sealing-key"}, start: startWebhookSecrets},
 	// Idempotency-Key claims and answers of every POST, the intake's included, and their sweeper.
@@ -100,14 +105,16 @@ var components = []component{
 
 	// The FHIR base: an api route that takes Observations through intake when the node also
 	// runs ingest (listed after it, so that intake has started by then).
-	{name: "fhir", roles: []string{RoleAPI}, needs: []string{"router", "edge"}, start: func(s *Node, _, _ context.Context) error {
-		server.MountFHIR(s.router, s.edge, patients.New(s.pool), s.intake)
+	{name: "fhir", roles: []string{RoleAPI}, needs: []string{"router", "edge", "fhir-subscriptions"}, start: func(s *Node, _, _ context.Context) error {
+		server.MountFHIR(s.router, s.edge, fhir.Services{Patients: patients.New(s.pool), Intake: s.intake, Subscriptions: s.fhirSubs, Wake: s.fhirWake})
 		return nil
 	}},
 
 	// processors: the consumer groups and background workers.
 	{name: "eventlog-writer", roles: []string{RoleProcessors}, needs: []string{"kafka", "log-stores"}, start: startEventLogWriter},
 	{name: "audit-writer", roles: []string{RoleProcessors}, needs: []string{"kafka", "log-stores"}, start: startAuditWriter},
+	{name: "fhir-subscription-notifier", roles: []string{RoleProcessors}, needs: []string{"kafka", "fhir-subscriptions"}, start: startFHIRSubscriptionNotifier},
+	{name: "fhir-subscription-deliverer", roles: []string{RoleProcessors}, needs: []string{"fhir-subscriptions"}, start: startFHIRSubscriptionDeliverer},
 	{name: "observation-writer", roles: []string{RoleProcessors}, needs: []string{"postgres", "kafka"}, start: startObservationWriter},
 	{name: "workflow-runner", roles: []string{RoleProcessors}, needs: []string{"kafka", "workflows", "agents"}, start: startWorkflowRunner},
 	{name: "workflow-triggers", roles: []string{RoleProcessors}, needs: []string{"kafka", "workflows"}, start: startWorkflowTriggers},
@@ -277,13 +284,59 @@ func startAgents(s *Node, _, _ context.Context) error {
 // startEdge builds what both HTTP roles put in front of their routes: authentication and the
 // audit hook, whose records go to Kafka.
 func startEdge(s *Node, _, _ context.Context) error {
+	s.edge = server.Edge{Authn: s.authn, Auditor: auth.NewAuditor(s.auditPub, auth.AuditorConfig{Registerer: s.registry}),
+		Handlers: auth.NewHandlers(s.tokens, auth.NewKeyAdmin(s.keys, s.authn), audit.NewService(s.auditLog)).WithOrgs(orgs.New(s.pool))}
+	return nil
+}
+
+// startAuditPublisher makes the node's producer of audit records: the edge's, and FHIR
+// Subscriptions' notifications that carry patient data.
+func startAuditPublisher(s *Node, _, _ context.Context) error {
 	pub, err := audit.NewPublisher(audit.PublisherConfig{Brokers: s.brokers, Credentials: s.kafkaCreds, Topic: s.topics.Audit, Logger: s.logger, Registerer: s.registry})
 	if err != nil {
 		return err
 	}
 	s.closers = append(s.closers, func(context.Context) error { pub.Close(5 * time.Second); return nil })
-	s.edge = server.Edge{Authn: s.authn, Auditor: auth.NewAuditor(pub, auth.AuditorConfig{Registerer: s.registry}),
-		Handlers: auth.NewHandlers(s.tokens, auth.NewKeyAdmin(s.keys, s.authn), audit.NewService(s.auditLog)).WithOrgs(orgs.New(s.pool))}
+	s.auditPub = pub
+	return nil
+}
+
+// startFHIRSubscriptions makes the FHIR Subscriptions service and runs this node's wake-ups
+// (the deliverer's and the websocket channel's).
+func startFHIRSubscriptions(s *Node, _, wctx context.Context) error {
+	s.fhirSubs = fhirsubs.New(s.pool, fhirsubs.Config{Key: s.sealKey, AllowPrivate: s.cfg.WebhooksAllowPrivate,
+		Read: func(ctx context.Context, typ, id string) (json.RawMessage, error) {
+			doc, err := patients.New(s.pool).ReadResource(ctx, typ, id)
+			if err != nil {
+				return nil, err
+			}
+			return fhir.Rewrite(doc) // as the FHIR base answers it: FHIR ids and references
+		}, Audit: s.auditPub.Publish, Logger: s.logger})
+	s.fhirWake = fhirsubs.NewWake(s.pool)
+	s.run("fhir-subscription-wake", s.fhirWake.Run, wctx)
+	return nil
+}
+
+func startFHIRSubscriptionNotifier(s *Node, _, wctx context.Context) error {
+	n, err := s.fhirSubs.NewNotifier(fhirsubs.NotifierConfig{Brokers: s.brokers, Credentials: s.kafkaCreds, Topic: s.topics.Events,
+		DeadLetterTopic: s.topics.EventsDLQ, Group: s.ns.Name(fhirsubs.DefaultGroup), Logger: s.logger, Registerer: s.registry})
+	if err != nil {
+		return err
+	}
+	s.run("fhir-subscription-notifier", n.Run, wctx)
+	return nil
+}
+
+func startFHIRSubscriptionDeliverer(s *Node, _, wctx context.Context) error {
+	d := s.fhirSubs.NewDeliverer(fhirsubs.DelivererConfig{Wake: s.fhirWake, Logger: s.logger, Registerer: s.registry,
+		// References in notifications are this node's FHIR base, known once it listens.
+		BaseURL: func() string {
+			if !s.ready.Load() {
+				return ""
+			}
+			return s.URL() + "/fhir/R4"
+		}})
+	s.run("fhir-subscription-deliverer", d.Run, wctx)
 	return nil
 }
 

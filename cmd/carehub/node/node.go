@@ -27,7 +27,9 @@ import (
 	"carehub/kernel/sealing"
 	"carehub/kernel/telemetry"
 	"carehub/processors/agents"
+	"carehub/processors/audit"
 	"carehub/processors/deployments"
+	"carehub/processors/fhirsubs"
 	"carehub/processors/workflows"
 	"carehub/storage"
 	idemstore "carehub/storage/idempotency"
@@ -68,6 +70,9 @@ type Node struct {
 	intake      *intake.Intake // nil unless the node runs the ingest role
 	sealKey     *sealing.Key   // the server sealing key (sealing.go)
 	idemKeys    *idemstore.Store
+	auditPub    *audit.Publisher
+	fhirSubs    *fhirsubs.Service // FHIR Subscriptions and their websocket wake-ups
+	fhirWake    *fhirsubs.Wake
 
 	http     *http.Server
 	debug    *http.Server // --debug-addr, when set

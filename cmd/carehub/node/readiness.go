@@ -18,6 +18,7 @@ import (
 	"carehub/processors/audit"
 	"carehub/processors/deployments"
 	"carehub/processors/eventlog"
+	"carehub/processors/fhirsubs"
 	obswriter "carehub/processors/observations"
 	"carehub/processors/webhooks"
 	"carehub/processors/workflows"
@@ -63,6 +64,9 @@ var consumerGroups = map[string]func(s *Node) (group, topic string){
 		return s.ns.Name(deployments.DefaultScorerGroup), s.topics.Events
 	},
 	"webhook-dispatcher": func(s *Node) (string, string) { return s.ns.Name(webhooks.DefaultGroup), s.topics.Events },
+	"fhir-subscription-notifier": func(s *Node) (string, string) {
+		return s.ns.Name(fhirsubs.DefaultGroup), s.topics.Events
+	},
 }
 
 // readiness holds the last round of checks and whether the consumer groups have been seen

@@ -107,13 +107,13 @@ func TestReadyzWaitsForConsumers(t *testing.T) {
 		groups[c.Name] = c
 	}
 	for _, name := range []string{"eventlog-writer", "audit-writer", "observation-writer", "workflow-runner", "workflow-triggers",
-		"deployment-scorer", "webhook-dispatcher"} {
+		"deployment-scorer", "webhook-dispatcher", "fhir-subscription-notifier"} {
 		c, ok := groups[name]
 		if !ok || c.Err != "" || c.Partitions != s.Cfg().Partitions || c.Assigned != c.Partitions {
 			t.Errorf("consumer %s: %+v (present %v), want all %d partitions held", name, c, ok, s.Cfg().Partitions)
 		}
 	}
-	if len(rd.Consumers) != len(groups) || len(groups) != 7 {
+	if len(rd.Consumers) != len(groups) || len(groups) != 8 {
 		t.Errorf("consumers %+v", rd.Consumers)
 	}
 

@@ -1,0 +1,297 @@
+package fhirsubs
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"carehub/kernel/access"
+	"carehub/kernel/clinical"
+	"carehub/kernel/config"
+	"carehub/kernel/events"
+	"carehub/kernel/telemetry"
+	"carehub/storage"
+	"carehub/storage/kafka"
+	"carehub/storage/kafka/consume"
+	"carehub/storage/postgres"
+)
+
+// Defaults of NotifierConfig.
+const (
+	DefaultGroup    = "carehub-fhir-subscriptions"
+	DefaultClientID = "carehub-fhir-subscriptions"
+	notifyBatch     = 500
+	// wakeChannel is the Postgres NOTIFY channel a numbered event is announced on (its payload
+	// the subscription id): the deliverer and websocket channels wait on it.
+	wakeChannel = "carehub_fhir_subscriptions"
+)
+
+// NotifierConfig configures a Notifier.
+type NotifierConfig struct {
+	Brokers         []string
+	Credentials     kafka.Credentials
+	ClientID        string
+	ClientOpts      []kgo.Opt
+	Group           string
+	Topic           string // the events topic
+	DeadLetterTopic string
+	Logger          *slog.Logger
+	Registerer      prometheus.Registerer
+}
+
+// Notifier is one member of the consumer group that turns platform events into subscription
+// notification events: it reads the events topic, matches each event of a topic's source type
+// against the live subscriptions (in memory, reloaded when older than the batch), and numbers
+// each match per subscription in fhir_subscription_events, once per event however often it is
+// delivered. Offsets are committed after the batch's numbering is. Notifications are never made
+// by polling a table: the numbering is the stream's, and the deliverer and the websocket channel
+// are woken by Postgres NOTIFY in the same transaction.
+type Notifier struct {
+	s   *Service
+	cfg NotifierConfig
+	cl  *kgo.Client
+	r   *consume.Runner
+	log *slog.Logger
+
+	loadedAt     time.Time
+	subs         []Subscription
+	numbered     prometheus.Counter
+	deadLettered prometheus.Counter
+	closeOnce    sync.Once
+}
+
+// NewNotifier builds the notifier and its Kafka client; Run joins the group.
+func (s *Service) NewNotifier(cfg NotifierConfig) (*Notifier, error) {
+	if len(cfg.Brokers) == 0 {
+		return nil, errors.New("fhir subscriptions: no brokers")
+	}
+	config.Default(&cfg.ClientID, DefaultClientID)
+	config.Default(&cfg.Group, DefaultGroup)
+	config.Default(&cfg.Topic, kafka.DefaultTopics().Events)
+	config.Default(&cfg.DeadLetterTopic, kafka.DefaultTopics().EventsDLQ)
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	// A new group starts with the last minute's events, not the topic's history: a subscription
+	// is notified of events after it was created.
+	opts := append(consume.GroupOpts(cfg.Group, cfg.Topic),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AfterMilli(time.Now().Add(-time.Minute).UnixMilli())))
+	cl, err := kafka.NewClient(kafka.ClientConfig{Brokers: cfg.Brokers, Credentials: cfg.Credentials, ClientID: cfg.ClientID,
+		Registerer: cfg.Registerer, Logger: cfg.Logger}, append(opts, cfg.ClientOpts...)...)
+	if err != nil {
+		return nil, fmt.Errorf("fhir subscriptions: %w", err)
+	}
+	log := cfg.Logger.With("component", "fhir_subscriptions")
+	r, err := consume.New(cl, consume.Config{Name: "fhir_subscriptions", MaxRecords: notifyBatch, Logger: log, Registerer: cfg.Registerer})
+	if err != nil {
+		cl.Close()
+		return nil, fmt.Errorf("fhir subscriptions: %w", err)
+	}
+	n := &Notifier{s: s, cfg: cfg, cl: cl, r: r, log: log,
+		numbered: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "carehub", Subsystem: "fhir_subscriptions",
+			Name: "events_numbered_total", Help: "Platform events numbered into a FHIR subscription's notification events."}),
+		deadLettered: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "carehub", Subsystem: "fhir_subscriptions",
+			Name: "dead_lettered_total", Help: "Events Postgres refused to number, set aside on the dead-letter topic (alert on any)."})}
+	if cfg.Registerer != nil {
+		n.numbered = telemetry.Shared(cfg.Registerer, n.numbered)
+		n.deadLettered = telemetry.Shared(cfg.Registerer, n.deadLettered)
+	}
+	return n, nil
+}
+
+// Close leaves the group and closes the client. Run calls it on return; it is idempotent.
+func (n *Notifier) Close() { n.closeOnce.Do(n.cl.Close) }
+
+// Run consumes events until ctx ends and returns nil. A database error rewinds the batch (the
+// numbering is idempotent per subscription and event); a record Postgres refuses as data goes to
+// the dead-letter topic, so it cannot stop the subscriptions behind it.
+func (n *Notifier) Run(ctx context.Context) error {
+	defer n.Close()
+	deadLetter := consume.DeadLetter(consume.DeadLetterConfig{
+		Name: "fhir_subscriptions", Topic: n.cfg.DeadLetterTopic, Producer: n.cl, Logger: n.log,
+		Permanent: storage.IsUnstorable, Reason: storage.Refusal,
+		OnDeadLetter: func(*kgo.Record) { n.deadLettered.Inc() },
+	})
+	return n.r.Run(ctx, consume.Select(n.relevant, consume.Decode(n.r.Skip, events.Decode, n.handle)), consume.Commit(n.cl, n.log), deadLetter)
+}
+
+// relevant reloads the subscriptions when the copy is older than the batch and keeps the records
+// a subscription may want, read by their head: most events concern none.
+func (n *Notifier) relevant(ctx context.Context, recs []*kgo.Record) ([]*kgo.Record, error) {
+	if consume.Stale(n.loadedAt, recs) {
+		if err := n.reload(ctx); err != nil {
+			return nil, err
+		}
+	}
+	kept := recs[:0:0]
+	for _, r := range recs {
+		h, ok := events.PeekHead(r.Value)
+		if !ok || slices.ContainsFunc(n.subs, func(s Subscription) bool { return s.OrgID == h.OrgID && s.Topic.source == h.Type }) {
+			kept = append(kept, r)
+		}
+	}
+	return kept, nil
+}
+
+// reload reads the subscriptions that are not off.
+func (n *Notifier) reload(ctx context.Context) error {
+	rows, _ := n.s.pool.Query(ctx, `select statement_timestamp(), `+columns+` from fhir_subscriptions
+where deleted_at is null and status <> 'off'`)
+	var at time.Time
+	var list []Subscription
+	for rows.Next() {
+		var sub Subscription
+		var topic string
+		var filters []byte
+		err := rows.Scan(&at, &sub.ID, &sub.OrgID, &sub.KeyID, &sub.Mode, &sub.Scopes, &topic, &filters, &sub.Criteria, &sub.Reason,
+			&sub.Channel, &sub.Endpoint, &sub.Content, &sub.HeartbeatSeconds, &sub.TimeoutSeconds, &sub.MaxCount, &sub.Status,
+			&sub.EventsSinceStart, &sub.DeliveredThrough, &sub.Failures, &sub.LastError, &sub.CreatedAt)
+		if err != nil {
+			rows.Close()
+			return fmt.Errorf("load subscriptions: %w", err)
+		}
+		sub.Topic, _ = LookupTopic(topic)
+		_ = json.Unmarshal(filters, &sub.Filters)
+		list = append(list, sub)
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("load subscriptions: %w", err)
+	}
+	if at.IsZero() { // no rows: the statement's time is still the copy's
+		at = time.Now().Add(-time.Second)
+	}
+	n.loadedAt, n.subs = at, list
+	return nil
+}
+
+// match is one subscription's notification event of a platform event.
+type match struct {
+	sub Subscription
+	ev  events.Event
+	p   payload
+}
+
+// handle numbers the batch's matches in one transaction.
+func (n *Notifier) handle(ctx context.Context, evs []events.Event) error {
+	var matches []match
+	var testPatients []string
+	for _, ev := range evs {
+		var p payload
+		if json.Unmarshal(ev.Payload, &p) != nil || p.PatientID == "" {
+			continue
+		}
+		var rising *bool
+		risingOnce := func() (bool, error) {
+			if rising == nil {
+				r, err := n.rising(ctx, p)
+				if err != nil {
+					return false, err
+				}
+				rising = &r
+			}
+			return *rising, nil
+		}
+		for _, sub := range n.subs {
+			if sub.OrgID != ev.OrgID || sub.Topic.source != ev.Type || !sub.Filters.matches(p) {
+				continue
+			}
+			ok, err := sub.Topic.match(p, risingOnce)
+			if err != nil {
+				return err
+			}
+			if !ok {
+				continue
+			}
+			if sub.Mode == access.Test && !slices.Contains(testPatients, p.PatientID) {
+				testPatients = append(testPatients, p.PatientID)
+			}
+			matches = append(matches, match{sub: sub, ev: ev, p: p})
+		}
+	}
+	if len(matches) == 0 {
+		return nil
+	}
+	synthetic, err := n.synthetic(ctx, testPatients)
+	if err != nil {
+		return err
+	}
+	numbered := 0
+	err = pgx.BeginFunc(ctx, n.s.pool, func(tx pgx.Tx) error {
+		numbered = 0
+		woken := map[string]bool{}
+		for _, m := range matches {
+			// A test subscription hears only of synthetic patients, whatever the event names.
+			if m.sub.Mode == access.Test && !synthetic[m.p.PatientID] {
+				continue
+			}
+			typ, id := m.p.focus()
+			tag, err := tx.Exec(ctx, `with s as (
+	update fhir_subscriptions set events_since_start = events_since_start + 1
+	where id = $1 and deleted_at is null
+	  and not exists (select 1 from fhir_subscription_events where subscription_id = $1 and event_id = $2)
+	returning events_since_start)
+insert into fhir_subscription_events (subscription_id, number, event_id, focus_type, focus_id, patient_id, occurred_at)
+select $1, s.events_since_start, $2, $3, $4, $5, $6 from s`, m.sub.ID, m.ev.ID, typ, id, m.p.PatientID, m.ev.CreatedAt)
+			if err != nil {
+				return err
+			}
+			if tag.RowsAffected() == 0 {
+				continue
+			}
+			numbered++
+			if !woken[m.sub.ID] {
+				woken[m.sub.ID] = true
+				if _, err := tx.Exec(ctx, `select pg_notify($1, $2)`, wakeChannel, m.sub.ID); err != nil {
+					return err
+				}
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("number subscription events: %w", postgres.Refused(err))
+	}
+	n.numbered.Add(float64(numbered))
+	return nil
+}
+
+// synthetic reports which of patients are synthetic.
+func (n *Notifier) synthetic(ctx context.Context, patients []string) (map[string]bool, error) {
+	out := map[string]bool{}
+	if len(patients) == 0 {
+		return out, nil
+	}
+	rows, _ := n.s.pool.Query(ctx, `select id from patients where id = any($1) and synthetic`, patients)
+	list, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, fmt.Errorf("synthetic patients: %w", err)
+	}
+	for _, id := range list {
+		out[id] = true
+	}
+	return out, nil
+}
+
+// rising reports whether the assessment of p is more severe than the patient's previous one of
+// the same code (a first one rises when it is above NONE). Report ids are ULIDs: they order by
+// time.
+func (n *Notifier) rising(ctx context.Context, p payload) (bool, error) {
+	var prev string
+	err := n.s.pool.QueryRow(ctx, `select severity from reports where patient_id = $1 and code = $2 and id < $3
+order by id desc limit 1`, p.PatientID, p.Code, p.ReportID).Scan(&prev)
+	if errors.Is(err, pgx.ErrNoRows) {
+		prev = string(clinical.SeverityNone)
+	} else if err != nil {
+		return false, fmt.Errorf("previous assessment: %w", err)
+	}
+	return clinical.Severity(p.Severity).Rank() > clinical.Severity(prev).Rank(), nil
+}
