@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/coder/websocket"
@@ -219,6 +220,13 @@ func (h handler) bindingToken(w http.ResponseWriter, r *http.Request) {
 // bindTimeout bounds the wait for a socket's bind-with-token message.
 const bindTimeout = 10 * time.Second
 
+// MaxSubscriptionSockets bounds the websocket channel's sockets on a node; one more is closed
+// with 1013 (try again later).
+const MaxSubscriptionSockets = 2000
+
+// sockets counts the node's websocket channel sockets.
+var sockets atomic.Int64
+
 // subscriptionSocket is the websocket channel: the client sends "bind-with-token <token>"; the
 // server sends the handshake Bundle, then notification and heartbeat Bundles as text messages.
 // A bad token closes the socket with 4403 and the reason.
@@ -228,6 +236,12 @@ func (h handler) subscriptionSocket(w http.ResponseWriter, r *http.Request) {
 		return // Accept answered
 	}
 	defer c.CloseNow()
+	if sockets.Add(1) > MaxSubscriptionSockets {
+		sockets.Add(-1)
+		c.Close(websocket.StatusTryAgainLater, "this node holds as many subscription sockets as it may: try again later")
+		return
+	}
+	defer sockets.Add(-1)
 	c.SetReadLimit(4 << 10)
 	ctx, cancel := context.WithTimeout(r.Context(), bindTimeout)
 	typ, msg, err := c.Read(ctx)

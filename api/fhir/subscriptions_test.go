@@ -9,6 +9,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -409,4 +410,134 @@ func withoutBackportProfiles(t *testing.T, doc []byte) []byte {
 		t.Fatal(err)
 	}
 	return b
+}
+
+// eventsOf reads a subscription's numbered events with $events: their focus references.
+func eventsOf(t *testing.T, s *servertest.Server, key, id string) []string {
+	t.Helper()
+	var n notification
+	r := s.Do(http.MethodGet, "/fhir/R4/Subscription/"+id+"/$events", key, nil)
+	if r.Status != http.StatusOK {
+		t.Fatalf("$events: %d %s", r.Status, r.Body)
+	}
+	r.JSON(t, &n)
+	_, _, _, focus := n.status(t)
+	return focus
+}
+
+// TestSubscriptionTopics: each topic of the catalogue numbers what it says and nothing else, a
+// test key's subscription hears only of synthetic patients, and a bad Subscription is refused
+// with an OperationOutcome naming the element.
+func TestSubscriptionTopics(t *testing.T) {
+	s := servertest.Start(t)
+	key := s.DemoKey()
+	testKey := s.Key(demo.DemoOrgSlug, access.Test, access.ReadPatients, access.ReadObservations)
+	sick, stable := demo.DeterioratingPatientID, demo.StablePatientID
+	ws := func(key, topic, criteria string) string {
+		sub := subscription(topic, sick, "websocket", "", "id-only")
+		if criteria == "" {
+			delete(sub, "_criteria")
+		} else {
+			sub["_criteria"] = map[string]any{"extension": []any{map[string]any{
+				"url": "http://hl7.org/fhir/uv/subscriptions-backport/StructureDefinition/backport-filter-criteria", "valueString": criteria}}}
+		}
+		id, _ := createSubscription(t, s, key, sub)
+		return id
+	}
+	outOfRange := ws(key, "vital-out-of-range", "Observation?code=http://loinc.org|8867-4")
+	testAll := ws(testKey, "observation-created", "")
+	created := ws(key, "risk-assessment-created", "RiskAssessment?patient=Patient/"+ids.FHIR(sick))
+	rising := ws(key, "risk-rising", "RiskAssessment?patient=Patient/"+ids.FHIR(sick)+"&code=news2")
+
+	post := func(patient string, hr float64) string {
+		t.Helper()
+		r := s.Do(http.MethodPost, "/v1/observations", key, heartRate(ids.FHIR(patient), hr, ""))
+		var a struct{ IDs []string }
+		r.JSON(t, &a)
+		if r.Status != http.StatusAccepted || len(a.IDs) != 1 {
+			t.Fatalf("/v1/observations: %d %s", r.Status, r.Body)
+		}
+		return a.IDs[0]
+	}
+	post(stable, 72)          // in range
+	high := post(stable, 140) // out of range: heart rate scores 3
+	realObs := post(demo.RealPatientID, 150)
+	servertest.Eventually(t, 30*time.Second, "the out-of-range reading numbered", func() bool { return len(eventsOf(t, s, key, outOfRange)) >= 2 })
+	// Numbered in the order the notifier read them: one patient's in order, two patients' in either.
+	got := eventsOf(t, s, key, outOfRange)
+	slices.Sort(got)
+	want := []string{s.URL + "/fhir/R4/Observation/" + ids.FHIR(high), s.URL + "/fhir/R4/Observation/" + ids.FHIR(realObs)}
+	slices.Sort(want)
+	if !slices.Equal(got, want) {
+		t.Errorf("vital-out-of-range numbered %v, want %v", got, want)
+	}
+	// The test key's subscription: the synthetic patient's readings, not the real one's.
+	servertest.Eventually(t, 30*time.Second, "the test subscription numbered", func() bool { return len(eventsOf(t, s, testKey, testAll)) >= 2 })
+	for _, f := range eventsOf(t, s, testKey, testAll) {
+		if strings.HasSuffix(f, ids.FHIR(realObs)) {
+			t.Errorf("a test key's subscription heard of a real patient's observation %s", f)
+		}
+	}
+	if r := s.Do(http.MethodGet, "/fhir/R4/Subscription/"+outOfRange, testKey, nil); r.Status != http.StatusNotFound {
+		t.Errorf("a test key reads a live key's subscription: %d", r.Status)
+	}
+
+	// Two NEWS2 assessments of the same severity: both created, the first one rising only.
+	var agent string
+	if err := s.Pool().QueryRow(t.Context(), `select id from agents where name = $1`, demo.Ward7AgentName).Scan(&agent); err != nil {
+		t.Fatal(err)
+	}
+	var before int
+	if err := s.Pool().QueryRow(t.Context(), `select count(*) from reports where patient_id = $1`, sick).Scan(&before); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		g := s.GraphQL(key, `mutation($a: ID!, $p: String!) { runAgent(agentId: $a, patientId: $p) { status } }`,
+			map[string]any{"a": agent, "p": sick})
+		if !strings.Contains(string(g.Data), "COMPLETED") {
+			t.Fatalf("runAgent: %s %v", g.Data, g.Errors)
+		}
+	}
+	var reports int
+	if err := s.Pool().QueryRow(t.Context(), `select count(*) from reports where patient_id = $1`, sick).Scan(&reports); err != nil || reports < before+2 {
+		t.Fatalf("reports %d after two runs (%d before): %v", reports, before, err)
+	}
+	servertest.Eventually(t, 30*time.Second, "both assessments numbered", func() bool { return len(eventsOf(t, s, key, created)) >= reports-before })
+	if got := eventsOf(t, s, key, created); len(got) != reports-before || !strings.Contains(got[0], "/RiskAssessment/") {
+		t.Errorf("risk-assessment-created numbered %v, want the %d new reports", got, reports-before)
+	}
+	if got := eventsOf(t, s, key, rising); before == 0 && len(got) != 1 {
+		t.Errorf("risk-rising numbered %v, want the first assessment only (the second is no higher)", got)
+	}
+
+	// Refusals name the element.
+	for name, c := range map[string]struct {
+		edit func(map[string]any)
+		path string
+	}{
+		"unknown topic": {func(m map[string]any) { m["criteria"] = fhirsubs.TopicBase + "nope" }, "Subscription.criteria"},
+		"unknown filter": {func(m map[string]any) {
+			m["_criteria"] = map[string]any{"extension": []any{map[string]any{"url": "http://hl7.org/fhir/uv/subscriptions-backport/StructureDefinition/backport-filter-criteria",
+				"valueString": "Observation?status=final"}}}
+		}, "Subscription.criteria.extension"},
+		"no channel type": {func(m map[string]any) { m["channel"] = map[string]any{} }, "Subscription.channel.type"},
+		"header injection": {func(m map[string]any) {
+			m["channel"].(map[string]any)["header"] = []string{"X-A: b\r\nHost: evil"}
+		}, "Subscription.channel.header"},
+		"bad content": {func(m map[string]any) {
+			m["channel"].(map[string]any)["_payload"] = map[string]any{"extension": []any{map[string]any{
+				"url": "http://hl7.org/fhir/uv/subscriptions-backport/StructureDefinition/backport-payload-content", "valueCode": "everything"}}}
+		}, "Subscription.channel.payload.extension"},
+	} {
+		sub := subscription("observation-created", sick, "rest-hook", "https://93.184.215.14/hook", "id-only")
+		c.edit(sub)
+		r := s.Do(http.MethodPost, "/fhir/R4/Subscription", key, sub)
+		if r.Status/100 != 4 || !strings.Contains(string(r.Body), c.path) || !strings.Contains(string(r.Body), `"OperationOutcome"`) {
+			t.Errorf("%s: %d %s, want a 4xx OperationOutcome naming %s", name, r.Status, r.Body, c.path)
+		}
+	}
+	if r := s.Do(http.MethodPost, "/fhir/R4/Subscription", s.Key(demo.DemoOrgSlug, access.Live, access.ReadPatients),
+		subscription("observation-created", sick, "websocket", "", "id-only")); r.Status != http.StatusForbidden {
+		t.Errorf("a key without read:observations creates a subscription: %d %s", r.Status, r.Body)
+	}
 }

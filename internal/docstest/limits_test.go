@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"carehub/api/auth"
+	"carehub/api/fhir"
 	"carehub/api/graphql"
 	"carehub/api/rest"
 	"carehub/api/server"
@@ -19,6 +20,7 @@ import (
 	"carehub/kernel/jsonwire"
 	"carehub/processors/fanout"
 	"carehub/processors/feed"
+	"carehub/processors/fhirsubs"
 	"carehub/processors/patients"
 	"carehub/processors/webhooks"
 	"carehub/processors/workflows"
@@ -59,6 +61,11 @@ func limits() map[string]string {
 		"shared subscription backlog":           fmt.Sprintf("%d results, %s", graphql.MemberMaxResults, size(graphql.MemberMaxBytes)),
 		"event page payloads":                   size(rest.MaxPageBytes),
 		"exports in progress":                   fmt.Sprint(patients.MaxExportsInProgress),
+		"subscriptions per organization":        fmt.Sprint(fhirsubs.MaxPerOrganization),
+		"subscription sockets per node":         fmt.Sprint(fhir.MaxSubscriptionSockets),
+		"subscription events per notification":  fmt.Sprintf("1-%d, default %d", fhirsubs.MaxMaxCount, fhirsubs.DefaultMaxCount),
+		"subscription retry":                    fmt.Sprintf("%s doubling to %s", seconds(fhirsubs.FirstRetry), seconds(fhirsubs.LastRetry)),
+		"events read by $events":                fmt.Sprint(fhirsubs.MaxEventsRead),
 		"export file":                           fmt.Sprintf("%d resources, %s", patients.DefaultExportPartResources, size(patients.DefaultExportPartBytes)),
 		"export retention":                      fmt.Sprintf("%g h", patients.DefaultExportRetention.Hours()),
 		"key cache":                             auth.DefaultCacheTTL.String(),

@@ -37,9 +37,9 @@ type DelivererConfig struct {
 // under the subscription's whsec_ secret). Any processors node may run one: a subscription is
 // leased to one deliverer at a time. Notifications go in event-number order, at most the
 // subscription's max-count events per Bundle; a receiver that fails is retried with backoff (1 s
-// doubling to 5 minutes), the subscription is in error from the third failure on and active again
-// at the first success, and nothing is skipped: what it missed is sent when it answers again
-// (and $events reads it meanwhile).
+// doubling to 30 s: a receiver back after an outage hears within 30 s), the subscription is in
+// error from the third failure on and active again at the first success, and nothing is
+// skipped: what it missed is sent when it answers again (and $events reads it meanwhile).
 type Deliverer struct {
 	s       *Service
 	cfg     DelivererConfig
@@ -51,8 +51,8 @@ type Deliverer struct {
 
 // Retry bounds.
 const (
-	firstRetry  = time.Second
-	lastRetry   = 5 * time.Minute
+	FirstRetry  = time.Second
+	LastRetry   = 30 * time.Second
 	errorAfter  = 3
 	leaseFor    = time.Minute
 	idleRecheck = time.Second
@@ -213,11 +213,11 @@ where id = $1 and status <> 'off'`, sub.ID, through)
 // userAgent identifies carehub's notifications to receivers.
 const userAgent = "carehub-fhir-subscriptions/1"
 
-// failed records a failed attempt: the next one waits 1 s doubling to 5 minutes, and the
+// failed records a failed attempt: the next one waits 1 s doubling to 30 s, and the
 // subscription is in error from the third failure in a row.
 func (d *Deliverer) failed(ctx context.Context, sub Subscription, cause error) {
-	wait := firstRetry << min(sub.Failures, 20)
-	wait = min(wait, lastRetry)
+	wait := FirstRetry << min(sub.Failures, 20)
+	wait = min(wait, LastRetry)
 	msg := cause.Error()
 	if len(msg) > 500 {
 		msg = msg[:500]

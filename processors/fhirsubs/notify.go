@@ -64,6 +64,7 @@ type Notifier struct {
 
 	loadedAt     time.Time
 	subs         []Subscription
+	index        map[indexKey][]Subscription // subs by organization, source event type and patient filter ("": any)
 	numbered     prometheus.Counter
 	deadLettered prometheus.Counter
 	closeOnce    sync.Once
@@ -169,9 +170,17 @@ where deleted_at is null and status <> 'off'`)
 	if at.IsZero() { // no rows: the statement's time is still the copy's
 		at = time.Now().Add(-time.Second)
 	}
-	n.loadedAt, n.subs = at, list
+	index := map[indexKey][]Subscription{}
+	for _, sub := range list {
+		k := indexKey{org: sub.OrgID, source: sub.Topic.source, patient: sub.Filters.Patient}
+		index[k] = append(index[k], sub)
+	}
+	n.loadedAt, n.subs, n.index = at, list, index
 	return nil
 }
+
+// indexKey is what the notifier looks subscriptions up by.
+type indexKey struct{ org, source, patient string }
 
 // match is one subscription's notification event of a platform event.
 type match struct {
@@ -180,7 +189,8 @@ type match struct {
 	p   payload
 }
 
-// handle numbers the batch's matches in one transaction.
+// handle numbers the batch's matches: one transaction of two statements whatever the batch's
+// size (a device stream's batch of 500 observations may match 500 subscriptions).
 func (n *Notifier) handle(ctx context.Context, evs []events.Event) error {
 	var matches []match
 	var testPatients []string
@@ -200,21 +210,23 @@ func (n *Notifier) handle(ctx context.Context, evs []events.Event) error {
 			}
 			return *rising, nil
 		}
-		for _, sub := range n.subs {
-			if sub.OrgID != ev.OrgID || sub.Topic.source != ev.Type || !sub.Filters.matches(p) {
-				continue
+		for _, patient := range []string{p.PatientID, ""} {
+			for _, sub := range n.index[indexKey{org: ev.OrgID, source: ev.Type, patient: patient}] {
+				if !sub.Filters.matches(p) {
+					continue
+				}
+				ok, err := sub.Topic.match(p, risingOnce)
+				if err != nil {
+					return err
+				}
+				if !ok {
+					continue
+				}
+				if sub.Mode == access.Test && !slices.Contains(testPatients, p.PatientID) {
+					testPatients = append(testPatients, p.PatientID)
+				}
+				matches = append(matches, match{sub: sub, ev: ev, p: p})
 			}
-			ok, err := sub.Topic.match(p, risingOnce)
-			if err != nil {
-				return err
-			}
-			if !ok {
-				continue
-			}
-			if sub.Mode == access.Test && !slices.Contains(testPatients, p.PatientID) {
-				testPatients = append(testPatients, p.PatientID)
-			}
-			matches = append(matches, match{sub: sub, ev: ev, p: p})
 		}
 	}
 	if len(matches) == 0 {
@@ -224,38 +236,47 @@ func (n *Notifier) handle(ctx context.Context, evs []events.Event) error {
 	if err != nil {
 		return err
 	}
-	numbered := 0
-	err = pgx.BeginFunc(ctx, n.s.pool, func(tx pgx.Tx) error {
-		numbered = 0
-		woken := map[string]bool{}
-		for _, m := range matches {
-			// A test subscription hears only of synthetic patients, whatever the event names.
-			if m.sub.Mode == access.Test && !synthetic[m.p.PatientID] {
-				continue
-			}
-			typ, id := m.p.focus()
-			tag, err := tx.Exec(ctx, `with s as (
-	update fhir_subscriptions set events_since_start = events_since_start + 1
-	where id = $1 and deleted_at is null
-	  and not exists (select 1 from fhir_subscription_events where subscription_id = $1 and event_id = $2)
-	returning events_since_start)
-insert into fhir_subscription_events (subscription_id, number, event_id, focus_type, focus_id, patient_id, occurred_at)
-select $1, s.events_since_start, $2, $3, $4, $5, $6 from s`, m.sub.ID, m.ev.ID, typ, id, m.p.PatientID, m.ev.CreatedAt)
-			if err != nil {
-				return err
-			}
-			if tag.RowsAffected() == 0 {
-				continue
-			}
-			numbered++
-			if !woken[m.sub.ID] {
-				woken[m.sub.ID] = true
-				if _, err := tx.Exec(ctx, `select pg_notify($1, $2)`, wakeChannel, m.sub.ID); err != nil {
-					return err
-				}
-			}
+	var subs, eventIDs, focusTypes, focusIDs, patients []string
+	var at []time.Time
+	for _, m := range matches {
+		// A test subscription hears only of synthetic patients, whatever the event names.
+		if m.sub.Mode == access.Test && !synthetic[m.p.PatientID] {
+			continue
 		}
+		typ, id := m.p.focus()
+		subs, eventIDs, focusTypes, focusIDs = append(subs, m.sub.ID), append(eventIDs, m.ev.ID), append(focusTypes, typ), append(focusIDs, id)
+		patients, at = append(patients, m.p.PatientID), append(at, m.ev.CreatedAt)
+	}
+	if len(subs) == 0 {
 		return nil
+	}
+	var numbered int64
+	err = pgx.BeginFunc(ctx, n.s.pool, func(tx pgx.Tx) error {
+		// The subscriptions' rows first, in id order: a member of the group numbering other
+		// partitions' events for the same subscriptions waits here, and the statement below then
+		// sees what it numbered (a new snapshot), so no event is numbered twice and no number is
+		// skipped.
+		if _, err := tx.Exec(ctx, `select 1 from fhir_subscriptions where id = any($1) order by id for update`, subs); err != nil {
+			return err
+		}
+		return tx.QueryRow(ctx, `with m as (
+	select * from unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::timestamptz[]) with ordinality
+		as m(sub, event_id, focus_type, focus_id, patient_id, occurred_at, ord)),
+fresh as (
+	select m.* from m where not exists (
+		select 1 from fhir_subscription_events e where e.subscription_id = m.sub and e.event_id = m.event_id)),
+counts as (select sub, count(*) as n from fresh group by sub),
+bumped as (
+	update fhir_subscriptions s set events_since_start = s.events_since_start + c.n from counts c
+	where s.id = c.sub and s.deleted_at is null
+	returning s.id, s.events_since_start - c.n as base),
+ins as (
+	insert into fhir_subscription_events (subscription_id, number, event_id, focus_type, focus_id, patient_id, occurred_at)
+	select f.sub, b.base + row_number() over (partition by f.sub order by f.ord), f.event_id, f.focus_type, f.focus_id, f.patient_id, f.occurred_at
+	from fresh f join bumped b on b.id = f.sub
+	returning subscription_id),
+woken as (select pg_notify($7, sub) from (select distinct subscription_id as sub from ins) x)
+select (select count(*) from ins) + 0 * (select count(*) from woken)`, subs, eventIDs, focusTypes, focusIDs, patients, at, wakeChannel).Scan(&numbered)
 	})
 	if err != nil {
 		return fmt.Errorf("number subscription events: %w", postgres.Refused(err))

@@ -44,6 +44,10 @@ type Service struct {
 	log  *slog.Logger
 }
 
+// MaxPerOrganization bounds an organization's subscriptions (not deleted): the notifier holds
+// every live one in memory and matches each event against them.
+const MaxPerOrganization = 5000
+
 // sealInfo names this use of the server key (kernel/sealing derives one key per use).
 const sealInfo = "carehub fhir subscription v1"
 
@@ -128,6 +132,13 @@ func (s *Service) Create(ctx context.Context, body []byte) (json.RawMessage, err
 		}
 	}
 	filters, _ := json.Marshal(sub.Filters)
+	var held int
+	if err := s.pool.QueryRow(ctx, `select count(*) from fhir_subscriptions where org_id = $1 and deleted_at is null`, sub.OrgID).Scan(&held); err != nil {
+		return nil, fmt.Errorf("count subscriptions: %w", err)
+	}
+	if held >= MaxPerOrganization {
+		return nil, fault.New(fault.KindRateLimited, "the organization holds %d subscriptions, the most it may: delete one first", held)
+	}
 	err = s.pool.QueryRow(ctx, `insert into fhir_subscriptions (id, org_id, key_id, mode, scopes, topic, filters, criteria, reason,
 	channel, endpoint, headers, secret, content, heartbeat_seconds, timeout_seconds, max_count, status)
 values ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18) returning created_at`,
@@ -272,11 +283,11 @@ func (s *Service) Status(ctx context.Context, id, base string) (json.RawMessage,
 		"entry":     []map[string]any{{"fullUrl": "urn:uuid:" + newUUID(), "resource": st, "search": map[string]string{"mode": "match"}}}})
 }
 
-// maxEventsRead bounds one $events answer.
-const maxEventsRead = 1000
+// MaxEventsRead bounds one $events answer.
+const MaxEventsRead = 1000
 
 // Events returns $events: the subscription's events numbered since..until (inclusive; 0: from the
-// first kept, to the last), at most maxEventsRead, as a history Bundle of type query-event with
+// first kept, to the last), at most MaxEventsRead, as a history Bundle of type query-event with
 // content (the subscription's own when empty). A subscriber that was down reads what it missed.
 func (s *Service) Events(ctx context.Context, id string, since, until int64, content, base string) (json.RawMessage, error) {
 	sub, err := s.get(ctx, id)
@@ -292,7 +303,7 @@ func (s *Service) Events(ctx context.Context, id string, since, until int64, con
 	if until <= 0 || until > sub.EventsSinceStart {
 		until = sub.EventsSinceStart
 	}
-	until = min(until, since+maxEventsRead-1)
+	until = min(until, since+MaxEventsRead-1)
 	evs, err := s.events(ctx, sub.ID, since-1, until)
 	if err != nil {
 		return nil, err

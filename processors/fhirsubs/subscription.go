@@ -53,8 +53,8 @@ const (
 	maxHeartbeat      = 3600
 	defaultTimeout    = 10
 	maxTimeout        = 60
-	defaultMaxCount   = 20
-	maxMaxCount       = 100
+	DefaultMaxCount   = 20
+	MaxMaxCount       = 100
 	maxReasonLen      = 1024
 	maxCriteriaLength = 2048
 )
@@ -240,7 +240,7 @@ func parse(body []byte, allowPrivate bool) (Subscription, error) {
 		return s, bad("channel.header", "a websocket channel sends no HTTP headers")
 	}
 	s.Headers = ch.Header
-	s.TimeoutSeconds, s.MaxCount = defaultTimeout, defaultMaxCount
+	s.TimeoutSeconds, s.MaxCount = defaultTimeout, DefaultMaxCount
 	for _, e := range ch.Extension {
 		n, isInt := e.intValue()
 		set := func(dst *int, lo, hi int) error {
@@ -257,7 +257,7 @@ func parse(body []byte, allowPrivate bool) (Subscription, error) {
 		case extTimeout:
 			err = set(&s.TimeoutSeconds, 1, maxTimeout)
 		case extMaxCount:
-			err = set(&s.MaxCount, 1, maxMaxCount)
+			err = set(&s.MaxCount, 1, MaxMaxCount)
 		}
 		if err != nil {
 			return s, err
