@@ -184,16 +184,25 @@ func TestSubscriptionRestHook(t *testing.T) {
 	rc := newReceiver(t)
 	patient := demo.DeterioratingPatientID
 
+	// The receiver is down at first: the handshake fails, the subscription is in error and says
+	// why; once the receiver answers, the handshake is tried again and makes it active.
+	rc.down.Store(true)
 	id, secret := createSubscription(t, s, key, subscription("observation-created", patient, "rest-hook", rc.srv.URL, "full-resource"))
 	if !strings.HasPrefix(secret, whsig.SecretPrefix) {
 		t.Fatalf("no signing secret in the create answer")
 	}
 	rc.secret.Store(secret)
-	servertest.Eventually(t, 30*time.Second, "the handshake makes the subscription active", func() bool {
-		var st struct{ Status string }
+	status := func() (string, string) {
+		var st struct{ Status, Error string }
 		s.Do(http.MethodGet, "/fhir/R4/Subscription/"+id, key, nil).JSON(t, &st)
-		return st.Status == "active"
-	})
+		return st.Status, st.Error
+	}
+	servertest.Eventually(t, 30*time.Second, "a failed handshake puts the subscription in error", func() bool { st, _ := status(); return st == "error" })
+	if _, why := status(); !strings.Contains(why, "503") {
+		t.Errorf("Subscription.error %q does not say the receiver answered 503", why)
+	}
+	rc.down.Store(false)
+	servertest.Eventually(t, 30*time.Second, "the handshake again makes the subscription active", func() bool { st, _ := status(); return st == "active" })
 	if read := s.Do(http.MethodGet, "/fhir/R4/Subscription/"+id, key, nil); strings.Contains(string(read.Body), "receiver-token") ||
 		strings.Contains(string(read.Body), secret) {
 		t.Errorf("a read shows the channel's header value or the secret: %s", read.Body)

@@ -121,7 +121,7 @@ where id in (
 	select id from fhir_subscriptions
 	where deleted_at is null and channel = 'rest-hook' and status <> 'off' and next_attempt_at <= now()
 	  and (lease_until is null or lease_until < now())
-	  and (status = 'requested' or delivered_through < events_since_start
+	  and (status = 'requested' or last_sent_at is null or delivered_through < events_since_start
 	       or (heartbeat_seconds > 0 and coalesce(last_sent_at, created_at) + heartbeat_seconds * interval '1 second' <= now()))
 	order by next_attempt_at limit $2
 	for update skip locked)
@@ -161,7 +161,9 @@ func (d *Deliverer) work(ctx context.Context, sub Subscription, base string) {
 	typ, evs := TypeHeartbeat, []event(nil)
 	var err error
 	switch {
-	case sub.Status == StatusRequested:
+	case sub.Status == StatusRequested || sub.LastSentAt == nil:
+		// No receiver took anything yet, not even the handshake (a failed one left it in error):
+		// the handshake again, before any notification.
 		typ = TypeHandshake
 	case sub.DeliveredThrough < sub.EventsSinceStart:
 		typ = TypeNotification

@@ -143,32 +143,17 @@ func (n *Notifier) relevant(ctx context.Context, recs []*kgo.Record) ([]*kgo.Rec
 	return kept, nil
 }
 
-// reload reads the subscriptions that are not off.
+// reload reads the subscriptions that are not off. loadedAt is taken before the rows are read,
+// so a subscription created after it is in a later copy.
 func (n *Notifier) reload(ctx context.Context) error {
-	rows, _ := n.s.pool.Query(ctx, `select statement_timestamp(), `+columns+` from fhir_subscriptions
-where deleted_at is null and status <> 'off'`)
 	var at time.Time
-	var list []Subscription
-	for rows.Next() {
-		var sub Subscription
-		var topic string
-		var filters []byte
-		err := rows.Scan(&at, &sub.ID, &sub.OrgID, &sub.KeyID, &sub.Mode, &sub.Scopes, &topic, &filters, &sub.Criteria, &sub.Reason,
-			&sub.Channel, &sub.Endpoint, &sub.Content, &sub.HeartbeatSeconds, &sub.TimeoutSeconds, &sub.MaxCount, &sub.Status,
-			&sub.EventsSinceStart, &sub.DeliveredThrough, &sub.Failures, &sub.LastError, &sub.CreatedAt)
-		if err != nil {
-			rows.Close()
-			return fmt.Errorf("load subscriptions: %w", err)
-		}
-		sub.Topic, _ = LookupTopic(topic)
-		_ = json.Unmarshal(filters, &sub.Filters)
-		list = append(list, sub)
-	}
-	if err := rows.Err(); err != nil {
+	if err := n.s.pool.QueryRow(ctx, `select statement_timestamp()`).Scan(&at); err != nil {
 		return fmt.Errorf("load subscriptions: %w", err)
 	}
-	if at.IsZero() { // no rows: the statement's time is still the copy's
-		at = time.Now().Add(-time.Second)
+	rows, _ := n.s.pool.Query(ctx, `select `+columns+` from fhir_subscriptions where deleted_at is null and status <> 'off'`)
+	list, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Subscription, error) { return scanSubscription(r) })
+	if err != nil {
+		return fmt.Errorf("load subscriptions: %w", err)
 	}
 	index := map[indexKey][]Subscription{}
 	for _, sub := range list {

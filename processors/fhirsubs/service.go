@@ -154,7 +154,8 @@ values ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $
 
 // columns are a subscription's columns as scanSubscription reads them.
 const columns = `id, org_id, key_id, mode, scopes, topic, filters, criteria, reason, channel, endpoint, content,
-	heartbeat_seconds, timeout_seconds, max_count, status, events_since_start, delivered_through, failures, last_error, created_at`
+	heartbeat_seconds, timeout_seconds, max_count, status, events_since_start, delivered_through, failures, last_error, created_at,
+	last_sent_at`
 
 func scanSubscription(row pgx.Row) (Subscription, error) {
 	var sub Subscription
@@ -162,7 +163,7 @@ func scanSubscription(row pgx.Row) (Subscription, error) {
 	var filters []byte
 	err := row.Scan(&sub.ID, &sub.OrgID, &sub.KeyID, &sub.Mode, &sub.Scopes, &topic, &filters, &sub.Criteria, &sub.Reason,
 		&sub.Channel, &sub.Endpoint, &sub.Content, &sub.HeartbeatSeconds, &sub.TimeoutSeconds, &sub.MaxCount, &sub.Status,
-		&sub.EventsSinceStart, &sub.DeliveredThrough, &sub.Failures, &sub.LastError, &sub.CreatedAt)
+		&sub.EventsSinceStart, &sub.DeliveredThrough, &sub.Failures, &sub.LastError, &sub.CreatedAt, &sub.LastSentAt)
 	if err != nil {
 		return sub, err
 	}

@@ -80,6 +80,7 @@ type Subscription struct {
 	Failures               int
 	LastError              string
 	CreatedAt              time.Time
+	LastSentAt             *time.Time // the last notification a rest-hook receiver took; nil: not even the handshake
 }
 
 // Filters are a subscription's filter values; empty ones match everything.
