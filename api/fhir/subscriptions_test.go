@@ -379,6 +379,17 @@ func TestSubscriptionWebSocket(t *testing.T) {
 	if typ != fhirsubs.TypeNotification || strings.Join(numbers, ",") != "1" || len(focus) != 1 || len(n.Entry) != 2 || n.Entry[1].Resource != nil {
 		t.Fatalf("notification %s %v %v: %+v", typ, numbers, focus, n)
 	}
+	// The same through the FHIR base.
+	r = s.Do(http.MethodPost, "/fhir/R4/Observation", key, heartRate(ids.FHIR(patient), 65, ""))
+	var created struct{ ID string }
+	r.JSON(t, &created)
+	if r.Status != http.StatusCreated {
+		t.Fatalf("/fhir/R4/Observation: %d %s", r.Status, r.Body)
+	}
+	typ, _, numbers, focus = read().status(t)
+	if typ != fhirsubs.TypeNotification || strings.Join(numbers, ",") != "2" || len(focus) != 1 || !strings.HasSuffix(focus[0], "/Observation/"+created.ID) {
+		t.Fatalf("notification %s %v %v, want event 2 about %s", typ, numbers, focus, created.ID)
+	}
 }
 
 // withoutBackportProfiles removes the Subscriptions backport IG's profiles from doc's meta: the
