@@ -281,7 +281,13 @@ func (h handler) exportStatus(w http.ResponseWriter, r *http.Request) {
 	m := manifest{TransactionTime: e.TransactionTime.UTC().Format(time.RFC3339Nano), Request: e.Request, RequiresAccessToken: true,
 		Output: []manifestOutput{}, Deleted: []manifestOutput{}, Error: []manifestOutput{}}
 	for _, f := range e.Files {
-		m.Output = append(m.Output, manifestOutput{Type: f.Type, URL: files + f.Type + "." + strconv.Itoa(f.Part) + ".ndjson", Count: f.Count})
+		out := manifestOutput{Type: f.Type, URL: files + f.Type + "." + strconv.Itoa(f.Part) + ".ndjson", Count: f.Count}
+		if f.Type == patients.DeletedFile {
+			out.Type = "Bundle"
+			m.Deleted = append(m.Deleted, out)
+			continue
+		}
+		m.Output = append(m.Output, out)
 	}
 	if len(e.Omitted) > 0 {
 		m.Error = append(m.Error, manifestOutput{Type: "OperationOutcome", URL: files + "OperationOutcome.1.ndjson"})

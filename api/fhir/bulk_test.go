@@ -7,6 +7,8 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -33,6 +35,10 @@ type bulkManifest struct {
 		Type string `json:"type"`
 		URL  string `json:"url"`
 	} `json:"error"`
+	Deleted []struct {
+		Type string `json:"type"`
+		URL  string `json:"url"`
+	} `json:"deleted"`
 }
 
 // bulkGet sends a GET as a Bulk Data client does.
@@ -234,6 +240,55 @@ func TestBulkExport(t *testing.T) {
 		status, _, body := bulkGet(t, m.Error[0].URL, k)
 		if status != http.StatusOK || !bytes.Contains(body, []byte("read:observations")) {
 			t.Errorf("error file: %d %s", status, body)
+		}
+	})
+
+	t.Run("_since lists what was deleted since", func(t *testing.T) {
+		since := time.Now().UTC().Add(-time.Second).Format(time.RFC3339)
+		pat := createPatient(t, s, key, "Deleted")
+		r := s.Do(http.MethodPost, "/fhir/R4/Practitioner", key, map[string]any{"resourceType": "Practitioner", "name": []any{map[string]any{"family": "Gone"}}})
+		var pr struct{ ID string }
+		r.JSON(t, &pr)
+		if r.Status != http.StatusCreated {
+			t.Fatalf("create practitioner: %d %s", r.Status, r.Body)
+		}
+		for _, path := range []string{"/fhir/R4/Patient/" + pat, "/fhir/R4/Practitioner/" + pr.ID} {
+			if r := s.Do(http.MethodDelete, path, key, nil); r.Status/100 != 2 {
+				t.Fatalf("DELETE %s: %d %s", path, r.Status, r.Body)
+			}
+		}
+		m := awaitManifest(t, kickOff(t, s, "/fhir/R4/$export?_since="+url.QueryEscape(since), key), key)
+		if len(m.Deleted) != 1 || m.Deleted[0].Type != "Bundle" {
+			t.Fatalf("deleted files %+v, want one of Bundles", m.Deleted)
+		}
+		status, _, body := bulkGet(t, m.Deleted[0].URL, key)
+		var deleted []string
+		for line := range strings.SplitSeq(strings.TrimSpace(string(body)), "\n") {
+			var b struct {
+				ResourceType, Type string
+				Entry              []struct{ Request struct{ Method, URL string } }
+			}
+			if err := json.Unmarshal([]byte(line), &b); err != nil || b.ResourceType != "Bundle" || b.Type != "transaction" ||
+				len(b.Entry) != 1 || b.Entry[0].Request.Method != "DELETE" {
+				t.Fatalf("deleted line %q", line)
+			}
+			deleted = append(deleted, b.Entry[0].Request.URL)
+		}
+		slices.Sort(deleted)
+		if want := []string{"Patient/" + pat, "Practitioner/" + pr.ID}; status != http.StatusOK || !slices.Equal(deleted, want) {
+			t.Errorf("deleted file %d: %v, want %v", status, deleted, want)
+		}
+		// Neither is in the output, and a test key's export of the same lists the real deletions of
+		// nobody (the patient was created by a live key: real).
+		for _, f := range m.Output {
+			_, _, b := bulkGet(t, f.URL, key)
+			if bytes.Contains(b, []byte(pat)) || bytes.Contains(b, []byte(pr.ID)) {
+				t.Errorf("%s holds a deleted resource", f.URL)
+			}
+		}
+		testKey := s.Key(demo.DemoOrgSlug, access.Test, access.ReadPatients, access.ReadObservations)
+		if tm := awaitManifest(t, kickOff(t, s, "/fhir/R4/$export?_since="+url.QueryEscape(since), testKey), testKey); len(tm.Deleted) != 0 {
+			t.Errorf("a test key's export lists real deletions: %+v", tm.Deleted)
 		}
 	})
 

@@ -202,8 +202,10 @@ func (s *Service) exportTypes(ctx context.Context, p *access.Principal, req Expo
 	}
 	types := append([]string{}, typedTypes...)
 	types = append(types, "Encounter")
+	// A _since export's types include those whose only resources since were deleted: its deleted
+	// file lists them.
 	rows, err := s.pool.Query(ctx, `select distinct type from fhir_resources where ($1 = '' or org_id = $1) and ($2 or synthetic)
-		and not deleted`, p.OrgFilter(), p.SeesRealPatients())
+		and (not deleted or last_updated >= $3)`, p.OrgFilter(), p.SeesRealPatients(), req.Since)
 	if err != nil {
 		return nil, fmt.Errorf("export types: %w", err)
 	}
@@ -238,7 +240,7 @@ func (s *Service) ExportStatus(ctx context.Context, id string) (*Export, error) 
 	if err != nil {
 		return nil, fmt.Errorf("export status: %w", err)
 	}
-	e.Done = position.Type
+	e.Done = min(position.Type, len(e.Types)) // past the types: the deleted resources of a _since export
 	if errText != nil {
 		e.Error = *errText
 	}

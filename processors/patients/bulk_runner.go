@@ -14,6 +14,7 @@ import (
 
 	"carehub/kernel/access"
 	"carehub/kernel/fault"
+	"carehub/kernel/ids"
 )
 
 // ExportRunnerConfig configures an ExportRunner.
@@ -189,6 +190,22 @@ func (r *ExportRunner) run(ctx context.Context, j *exportJob) error {
 		}
 		j.position = next
 	}
+	// A _since export ends with what was deleted since: the Bulk Data IG's deleted files, so that
+	// a client keeping a copy in step removes what is gone.
+	for j.since != nil && j.position.Type == len(j.types) {
+		part, err := r.deletedPart(ctx, j)
+		if err != nil {
+			return err
+		}
+		next := exportPosition{Type: len(j.types), After: part.after}
+		if part.after == nil {
+			next = exportPosition{Type: len(j.types) + 1}
+		}
+		if err := r.commitPart(ctx, j, DeletedFile, part, next); err != nil {
+			return err
+		}
+		j.position = next
+	}
 	tag, err := r.s.pool.Exec(ctx, `update bulk_exports set status = 'completed', completed_at = now(), lease_until = null,
 		expires_at = now() + $2::interval where id = $1 and status = 'in-progress'`, j.id, r.cfg.Retention.String())
 	if err != nil {
@@ -255,6 +272,66 @@ func (r *ExportRunner) nextPart(ctx context.Context, j *exportJob, t string) (*e
 			return part, nil
 		}
 	}
+}
+
+// DeletedFile is the file type of a _since export's deleted resources: each line a transaction
+// Bundle of one DELETE entry (the manifest's deleted array lists these files as type Bundle).
+const DeletedFile = "deleted"
+
+// deletedPart reads the job's resources deleted in [_since, transactionTime) from its position:
+// the generic store's deleted resources and the patients deleted (their tombstone versions), of
+// the types the job exports, as the requester may see them (organization, test mode) and, for a
+// Patient or Group export, of its patients only.
+func (r *ExportRunner) deletedPart(ctx context.Context, j *exportJob) (*exportPart, error) {
+	p := access.From(ctx)
+	restricted := j.level == ExportGroup || len(j.patients) > 0
+	afterType, afterID := "", ""
+	if len(j.position.After) == 2 && j.position.After[0] != nil && j.position.After[1] != nil {
+		afterType, afterID = *j.position.After[0], *j.position.After[1]
+	}
+	var patients []string
+	if restricted {
+		patients = nonNilStrings(j.patients)
+	}
+	rows, err := r.s.pool.Query(ctx, `select type, id, coalesce(patient_id, '') from (
+	select type, id, patient_id from fhir_resources
+	where ($1 = '' or org_id = $1) and deleted and last_updated >= $2 and last_updated < $3 and ($4 or synthetic) and type = any($5)
+	union all
+	select 'Patient', v.patient_id, v.patient_id from patient_versions v
+	where ($1 = '' or v.org_id = $1) and v.deleted and v.updated_at >= $2 and v.updated_at < $3 and ($4 or v.synthetic) and 'Patient' = any($5)
+) d
+where ($6::text[] is null or patient_id = any($6)) and (type, id) > ($7, $8)
+order by type, id limit $9`, p.OrgFilter(), *j.since, j.txTime, p.SeesRealPatients(), j.types, patients, afterType, afterID, r.cfg.PartResources)
+	if err != nil {
+		return nil, fmt.Errorf("deleted resources: %w", err)
+	}
+	part := &exportPart{}
+	var last [2]string
+	var pid string
+	seen := map[string]bool{}
+	_, err = pgx.ForEachRow(rows, []any{&last[0], &last[1], &pid}, func() error {
+		if pid != "" && !seen[pid] { // the download's audit record names them, as other files'
+			seen[pid] = true
+			part.patients = append(part.patients, pid)
+		}
+		line, err := json.Marshal(map[string]any{"resourceType": "Bundle", "type": "transaction", "entry": []any{
+			map[string]any{"request": map[string]string{"method": "DELETE", "url": last[0] + "/" + ids.FHIR(last[1])}}}})
+		if err != nil {
+			return err
+		}
+		part.ndjson.Write(line)
+		part.ndjson.WriteByte('\n')
+		part.count++
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("deleted resources: %w", err)
+	}
+	if part.count == r.cfg.PartResources {
+		t, id := last[0], last[1]
+		part.after = []*string{&t, &id}
+	}
+	return part, nil
 }
 
 // commitPart writes a part (if it holds anything) and the job's next position in one
