@@ -256,6 +256,18 @@ bench-pipeline: postgres-binaries ## observation path end to end with its raw ba
 charts: ## draw the PNG chart and HTML page of each load report under DIR (default BENCH_RESULTS)
 	$(GO) -C loadtest/charts run . $(abspath $(or $(DIR),$(BENCH_RESULTS)))
 
+# FHIR Subscriptions under load (issue 57; loadtest/cmd/subload): 1,000 patients with a rest-hook
+# subscription each on a node in process, observations posted unpaced for SUBS_DURATION (the
+# stored rate, notifications/s), then at 80 % of it for as long: observation accepted → its
+# notification received, p50/p90/p99/max, and what was missed, repeated or out of order.
+SUBS_DURATION ?= 30s
+
+.PHONY: bench-subscriptions
+bench-subscriptions: postgres-binaries ## FHIR Subscriptions: 1,000 rest-hook subscriptions, the stored rate, then accepted → notified p50/p99 at 80 % of it (SUBS_DURATION a phase); JSON, PNG chart and HTML page under BENCH_RESULTS
+	$(GO) build -o bin/subload ./loadtest/cmd/subload
+	bin/subload -self -subs 1000 -d $(SUBS_DURATION) -paced 0.8 -results $(BENCH_RESULTS)
+	$(MAKE) --no-print-directory charts DIR=$(BENCH_RESULTS)
+
 # The peer benchmark (loadtest/cmd/peerbench): FHIR transaction import into carehub and into the
 # HAPI FHIR JPA server 8.8.0 (loadtest/peers/hapi, built from Maven Central into CAREHUB_M2_REPO),
 # the same Bundles to both in one run: vitals (a Patient and 100 Observations each) and the

@@ -9,10 +9,12 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"carehub/kernel/egress"
@@ -28,7 +30,8 @@ type DelivererConfig struct {
 	Wake       *Wake
 	Logger     *slog.Logger
 	Registerer prometheus.Registerer
-	// Workers bounds the subscriptions delivered to at once (default 16).
+	// Workers bounds the subscriptions a round delivers to at once (default 32); a round leases
+	// eight times as many.
 	Workers int
 }
 
@@ -64,7 +67,7 @@ func (s *Service) NewDeliverer(cfg DelivererConfig) *Deliverer {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	if cfg.Workers <= 0 {
-		cfg.Workers = 16
+		cfg.Workers = 32
 	}
 	dialer := &net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}
 	if !s.cfg.AllowPrivate {
@@ -73,7 +76,7 @@ func (s *Service) NewDeliverer(cfg DelivererConfig) *Deliverer {
 	d := &Deliverer{s: s, cfg: cfg, log: cfg.Logger.With("component", "fhir_subscription_delivery"),
 		client: &http.Client{
 			Transport: &http.Transport{Proxy: nil, DialContext: dialer.DialContext, ForceAttemptHTTP2: true,
-				MaxIdleConnsPerHost: 4, IdleConnTimeout: 90 * time.Second, TLSHandshakeTimeout: 10 * time.Second},
+				MaxIdleConnsPerHost: 64, IdleConnTimeout: 90 * time.Second, TLSHandshakeTimeout: 10 * time.Second},
 			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
 		},
 		sent: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "carehub", Subsystem: "fhir_subscriptions",
@@ -92,9 +95,27 @@ func (s *Service) NewDeliverer(cfg DelivererConfig) *Deliverer {
 // Run delivers until ctx ends and returns nil: whenever the notifier announces events, and every
 // second for heartbeats, retries and announcements lost.
 func (d *Deliverer) Run(ctx context.Context) error {
+	defer d.client.CloseIdleConnections()
+	// Two loops: one round's attempts overlap the other's reads and writes (leases keep them
+	// apart), so a receiver's next notification does not wait for a whole round's commit.
+	var wg sync.WaitGroup
+	for range loops {
+		wg.Go(func() { d.loop(ctx) })
+	}
+	wg.Wait()
+	return nil
+}
+
+// loops is how many round loops a deliverer runs; a round leases leasePerWorker subscriptions
+// a worker.
+const (
+	loops          = 4
+	leasePerWorker = 8
+)
+
+func (d *Deliverer) loop(ctx context.Context) {
 	woken, stop := d.cfg.Wake.Wait("")
 	defer stop()
-	defer d.client.CloseIdleConnections()
 	tick := time.NewTicker(idleRecheck)
 	defer tick.Stop()
 	for ctx.Err() == nil {
@@ -106,11 +127,12 @@ func (d *Deliverer) Run(ctx context.Context) error {
 		case <-tick.C:
 		}
 	}
-	return nil
 }
 
-// round leases the subscriptions with work due and works them, Workers at a time; it returns how
-// many it leased.
+// round leases the subscriptions with work due, reads what they need in one query each (their
+// secrets and headers, their events, their keys), makes their attempts Workers at a time and
+// records the outcomes in two statements: a round of a hundred notifications costs a handful of
+// round trips and one commit, not a hundred. It returns how many it leased.
 func (d *Deliverer) round(ctx context.Context) int {
 	base := d.cfg.BaseURL()
 	if base == "" {
@@ -118,153 +140,223 @@ func (d *Deliverer) round(ctx context.Context) int {
 	}
 	rows, _ := d.s.pool.Query(ctx, `update fhir_subscriptions set lease_until = now() + $1::interval
 where id in (
-	select id from fhir_subscriptions
-	where deleted_at is null and channel = 'rest-hook' and status <> 'off' and next_attempt_at <= now()
-	  and (lease_until is null or lease_until < now())
-	  and (status = 'requested' or last_sent_at is null or delivered_through < events_since_start
-	       or (heartbeat_seconds > 0 and coalesce(last_sent_at, created_at) + heartbeat_seconds * interval '1 second' <= now()))
-	order by next_attempt_at limit $2
-	for update skip locked)
-returning `+columns, leaseFor.String(), d.cfg.Workers*4)
-	var subs []Subscription
-	for rows.Next() {
-		sub, err := scanSubscription(rows)
-		if err != nil {
-			rows.Close()
-			break
-		}
-		subs = append(subs, sub)
-	}
-	if err := rows.Err(); err != nil {
-		if ctx.Err() == nil {
+	select s.id from fhir_subscriptions s join fhir_subscription_counters c on c.subscription_id = s.id
+	where s.deleted_at is null and s.channel = 'rest-hook' and s.status <> 'off' and s.next_attempt_at <= now()
+	  and (s.lease_until is null or s.lease_until < now())
+	  and (s.status = 'requested' or s.last_sent_at is null or s.delivered_through < c.events_since_start
+	       or (s.heartbeat_seconds > 0 and coalesce(s.last_sent_at, s.created_at) + s.heartbeat_seconds * interval '1 second' <= now()))
+	order by s.next_attempt_at limit $2
+	for update of s skip locked)
+returning id`, leaseFor.String(), d.cfg.Workers*leasePerWorker)
+	leased, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil || len(leased) == 0 {
+		if err != nil && ctx.Err() == nil {
 			d.log.Warn("fhir subscriptions: lease", "err", err)
 		}
 		return 0
 	}
+	jobs, err := d.prepare(ctx, leased)
+	if err != nil {
+		if ctx.Err() == nil {
+			d.log.Warn("fhir subscriptions: read leased subscriptions", "err", err)
+		}
+		return len(leased) // the leases run out and another round tries again
+	}
 	var wg sync.WaitGroup
 	sem := make(chan struct{}, d.cfg.Workers)
-	for _, sub := range subs {
+	for _, j := range jobs {
 		wg.Add(1)
 		sem <- struct{}{}
 		go func() {
 			defer func() { <-sem; wg.Done() }()
-			d.work(ctx, sub, base)
+			d.attempt(ctx, j, base)
 		}()
 	}
 	wg.Wait()
-	return len(subs)
+	d.record(ctx, jobs)
+	return len(leased)
 }
 
-// work makes one attempt for sub (its handshake, its next notification, or a heartbeat) and
-// records it, releasing the lease.
-func (d *Deliverer) work(ctx context.Context, sub Subscription, base string) {
-	typ, evs := TypeHeartbeat, []event(nil)
-	var err error
-	switch {
-	case sub.Status == StatusRequested || sub.LastSentAt == nil:
-		// No receiver took anything yet, not even the handshake (a failed one left it in error):
-		// the handshake again, before any notification.
-		typ = TypeHandshake
-	case sub.DeliveredThrough < sub.EventsSinceStart:
-		typ = TypeNotification
-		evs, err = d.s.events(ctx, sub.ID, sub.DeliveredThrough, min(sub.EventsSinceStart, sub.DeliveredThrough+int64(sub.MaxCount)))
+// job is one leased subscription's attempt: what prepare read for it and what attempt found.
+type job struct {
+	sub     Subscription
+	secret  string
+	headers []string
+	typ     string
+	evs     []event
+	err     error // set by prepare (an unusable key, a sealed value that does not open) or attempt
+}
+
+// prepare reads the leased subscriptions with their secrets and headers, the events each is to
+// be sent next, and whether their creators' keys still authenticate.
+func (d *Deliverer) prepare(ctx context.Context, leased []string) ([]*job, error) {
+	rows, _ := d.s.pool.Query(ctx, `select `+columns+`, secret, headers from `+subscriptions+` where id = any($1)`, leased)
+	var jobs []*job
+	var keys []string
+	for rows.Next() {
+		var sealedSecret, sealedHeaders []byte
+		sub, err := scanSubscription(rowWith{rows, []any{&sealedSecret, &sealedHeaders}})
+		if err != nil {
+			rows.Close()
+			return nil, err
+		}
+		j := &job{sub: sub, typ: TypeHeartbeat}
+		if secret, err := d.s.open(sub.ID, "secret", sealedSecret); err != nil {
+			j.err = err
+		} else {
+			j.secret = string(secret)
+		}
+		if sealedHeaders != nil && j.err == nil {
+			plain, err := d.s.open(sub.ID, "headers", sealedHeaders)
+			if err != nil {
+				j.err = err
+			} else {
+				_ = json.Unmarshal(plain, &j.headers)
+			}
+		}
+		switch {
+		case sub.Status == StatusRequested || sub.LastSentAt == nil:
+			// No receiver took anything yet, not even the handshake (a failed one left it in
+			// error): the handshake again, before any notification.
+			j.typ = TypeHandshake
+		case sub.DeliveredThrough < sub.EventsSinceStart:
+			j.typ = TypeNotification
+		}
+		if !slices.Contains(keys, sub.KeyID) {
+			keys = append(keys, sub.KeyID)
+		}
+		jobs = append(jobs, j)
 	}
-	usable := err == nil
-	if usable {
-		usable, err = d.s.keyUsable(ctx, sub.KeyID)
+	if err := rows.Err(); err != nil {
+		return nil, err
 	}
-	if err == nil && !usable {
-		err = fmt.Errorf("the key that created the subscription (%s) is revoked or expired", sub.KeyID)
+	rows, _ = d.s.pool.Query(ctx, `select id from api_keys where id = any($1) and status <> 'revoked' and (expires_at is null or expires_at > now())`, keys)
+	usable, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, err
 	}
-	var patients []string
-	if err == nil {
-		if typ == TypeHandshake {
+	var subs []string
+	var after, through []int64
+	byID := map[string]*job{}
+	for _, j := range jobs {
+		if !slices.Contains(usable, j.sub.KeyID) && j.err == nil {
+			j.err = fmt.Errorf("the key that created the subscription (%s) is revoked or expired", j.sub.KeyID)
+		}
+		if j.typ == TypeNotification && j.err == nil {
+			subs, after = append(subs, j.sub.ID), append(after, j.sub.DeliveredThrough)
+			through = append(through, min(j.sub.EventsSinceStart, j.sub.DeliveredThrough+int64(j.sub.MaxCount)))
+			byID[j.sub.ID] = j
+		}
+	}
+	if len(subs) > 0 {
+		rows, _ = d.s.pool.Query(ctx, `select e.subscription_id, e.number, e.event_id, e.focus_type, e.focus_id, e.patient_id, e.occurred_at
+from unnest($1::text[], $2::bigint[], $3::bigint[]) as w(sub, after, through)
+join fhir_subscription_events e on e.subscription_id = w.sub and e.number > w.after and e.number <= w.through
+order by e.subscription_id, e.number`, subs, after, through)
+		var id string
+		var ev event
+		_, err := pgx.ForEachRow(rows, []any{&id, &ev.Number, &ev.EventID, &ev.FocusType, &ev.FocusID, &ev.PatientID, &ev.OccurredAt}, func() error {
+			byID[id].evs = append(byID[id].evs, ev)
+			return nil
+		})
+		if err != nil {
+			return nil, fmt.Errorf("read subscription events: %w", err)
+		}
+	}
+	return jobs, nil
+}
+
+// rowWith scans a row into a Subscription's columns and then dest.
+type rowWith struct {
+	rows pgx.Rows
+	dest []any
+}
+
+func (r rowWith) Scan(dest ...any) error { return r.rows.Scan(append(dest, r.dest...)...) }
+
+// attempt makes j's attempt: its handshake, its next notification or a heartbeat.
+func (d *Deliverer) attempt(ctx context.Context, j *job, base string) {
+	if j.err == nil {
+		sub := j.sub
+		if j.typ == TypeHandshake {
 			sub.Status = StatusActive // what the handshake announces once the receiver takes it
 		}
 		var body []byte
-		body, patients, err = d.s.bundle(ctx, sub, base, typ, evs)
-		if err == nil {
-			err = d.post(ctx, sub, body)
+		var patients []string
+		body, patients, j.err = d.s.bundle(ctx, sub, base, j.typ, j.evs)
+		if j.err == nil {
+			j.err = d.post(ctx, j, body)
+		}
+		if j.err == nil {
+			d.s.audit(j.sub, j.evs, patients)
+			for _, ev := range j.evs {
+				d.latency.Observe(time.Since(ev.OccurredAt).Seconds())
+			}
 		}
 	}
 	outcome := "ok"
-	if err != nil {
+	if j.err != nil {
 		outcome = "failed"
+		d.log.Info("fhir subscription notification failed", "subscription_id", j.sub.ID, "failures", j.sub.Failures+1, "err", j.err)
 	}
-	d.sent.WithLabelValues(typ, outcome).Inc()
-	if err != nil {
-		d.failed(ctx, sub, err)
-		return
-	}
-	through := sub.DeliveredThrough
-	if len(evs) > 0 {
-		through = evs[len(evs)-1].Number
-		for _, ev := range evs {
-			d.latency.Observe(time.Since(ev.OccurredAt).Seconds())
+	d.sent.WithLabelValues(j.typ, outcome).Inc()
+}
+
+// record writes a round's outcomes and releases its leases. A success makes the subscription
+// active with what it took delivered; a failure waits 1 s doubling to 30 s before the next
+// attempt, and puts the subscription in error from the third in a row (a failed handshake at once).
+func (d *Deliverer) record(ctx context.Context, jobs []*job) {
+	var okIDs, failIDs, msgs, waits []string
+	var through []int64
+	for _, j := range jobs {
+		if j.err == nil {
+			last := j.sub.DeliveredThrough
+			if len(j.evs) > 0 {
+				last = j.evs[len(j.evs)-1].Number
+			}
+			okIDs, through = append(okIDs, j.sub.ID), append(through, last)
+			continue
 		}
+		msg := j.err.Error()
+		if len(msg) > 500 {
+			msg = msg[:500]
+		}
+		failIDs, msgs = append(failIDs, j.sub.ID), append(msgs, msg)
+		waits = append(waits, min(FirstRetry<<min(j.sub.Failures, 20), LastRetry).String())
 	}
-	_, dbErr := d.s.pool.Exec(ctx, `update fhir_subscriptions set status = 'active', delivered_through = greatest(delivered_through, $2),
+	_, err := d.s.pool.Exec(ctx, `update fhir_subscriptions s set status = 'active', delivered_through = greatest(s.delivered_through, u.through),
 	failures = 0, last_error = '', last_sent_at = now(), next_attempt_at = now(), lease_until = null
-where id = $1 and status <> 'off'`, sub.ID, through)
-	if dbErr != nil && ctx.Err() == nil {
-		d.log.Warn("fhir subscriptions: record delivery", "subscription_id", sub.ID, "err", dbErr)
+from unnest($1::text[], $2::bigint[]) as u(id, through) where s.id = u.id and s.status <> 'off'`, okIDs, through)
+	if err == nil && len(failIDs) > 0 {
+		_, err = d.s.pool.Exec(ctx, `update fhir_subscriptions s set failures = s.failures + 1, last_error = u.msg,
+	status = case when s.status = 'requested' or s.failures + 1 >= $4 then 'error' else s.status end,
+	next_attempt_at = now() + u.wait::interval, lease_until = null
+from unnest($1::text[], $2::text[], $3::text[]) as u(id, msg, wait) where s.id = u.id and s.status <> 'off'`, failIDs, msgs, waits, errorAfter)
 	}
-	d.s.audit(sub, evs, patients)
+	if err != nil && ctx.Err() == nil {
+		d.log.Warn("fhir subscriptions: record attempts", "err", err) // the leases run out; the attempts are made again
+	}
 }
 
 // userAgent identifies carehub's notifications to receivers.
 const userAgent = "carehub-fhir-subscriptions/1"
 
-// failed records a failed attempt: the next one waits 1 s doubling to 30 s, and the
-// subscription is in error from the third failure in a row.
-func (d *Deliverer) failed(ctx context.Context, sub Subscription, cause error) {
-	wait := FirstRetry << min(sub.Failures, 20)
-	wait = min(wait, LastRetry)
-	msg := cause.Error()
-	if len(msg) > 500 {
-		msg = msg[:500]
-	}
-	_, err := d.s.pool.Exec(ctx, `update fhir_subscriptions set failures = failures + 1, last_error = $2,
-	status = case when status = 'requested' or failures + 1 >= $3 then 'error' else status end,
-	next_attempt_at = now() + $4::interval, lease_until = null
-where id = $1 and status <> 'off'`, sub.ID, msg, errorAfter, wait.String())
-	if err != nil && ctx.Err() == nil {
-		d.log.Warn("fhir subscriptions: record failure", "subscription_id", sub.ID, "err", err)
-	}
-	d.log.Info("fhir subscription notification failed", "subscription_id", sub.ID, "failures", sub.Failures+1, "err", msg)
-}
-
-// post sends body to sub's endpoint with its headers and carehub's signature; a 2xx is success.
-func (d *Deliverer) post(ctx context.Context, sub Subscription, body []byte) error {
-	var sealedSecret, sealedHeaders []byte
-	if err := d.s.pool.QueryRow(ctx, `select secret, headers from fhir_subscriptions where id = $1`, sub.ID).Scan(&sealedSecret, &sealedHeaders); err != nil {
-		return fmt.Errorf("read the subscription's secret: %w", err)
-	}
-	secret, err := d.s.open(sub.ID, "secret", sealedSecret)
-	if err != nil {
-		return err
-	}
-	var headers []string
-	if sealedHeaders != nil {
-		plain, err := d.s.open(sub.ID, "headers", sealedHeaders)
-		if err != nil {
-			return err
-		}
-		_ = json.Unmarshal(plain, &headers)
-	}
+// post sends body to j's endpoint with its headers and carehub's signature; a 2xx is success.
+func (d *Deliverer) post(ctx context.Context, j *job, body []byte) error {
+	sub := j.sub
 	ctx, cancel := context.WithTimeout(ctx, time.Duration(sub.TimeoutSeconds)*time.Second)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, sub.Endpoint, bytes.NewReader(body))
 	if err != nil {
 		return err
 	}
-	for _, h := range headers {
+	for _, h := range j.headers {
 		name, value, _ := strings.Cut(h, ":")
 		req.Header.Set(strings.TrimSpace(name), strings.TrimSpace(value))
 	}
 	req.Header.Set("Content-Type", "application/fhir+json")
 	req.Header.Set("User-Agent", userAgent)
-	if err := whsig.SetHeaders(req.Header, "msg_"+newUUID(), time.Now(), body, string(secret)); err != nil {
+	if err := whsig.SetHeaders(req.Header, "msg_"+newUUID(), time.Now(), body, j.secret); err != nil {
 		return err
 	}
 	resp, err := d.client.Do(req)

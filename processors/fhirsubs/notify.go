@@ -50,7 +50,7 @@ type NotifierConfig struct {
 
 // Notifier is one member of the consumer group that turns platform events into subscription
 // notification events: it reads the events topic, matches each event of a topic's source type
-// against the live subscriptions (in memory, reloaded when older than the batch), and numbers
+// against the live subscriptions (in memory, reloaded when one was created or deleted), and numbers
 // each match per subscription in fhir_subscription_events, once per event however often it is
 // delivered. Offsets are committed after the batch's numbering is. Notifications are never made
 // by polling a table: the numbering is the stream's, and the deliverer and the websocket channel
@@ -62,7 +62,7 @@ type Notifier struct {
 	r   *consume.Runner
 	log *slog.Logger
 
-	loadedAt     time.Time
+	generation   int64 // of the copy: fhir_subscription_generation when it was read
 	subs         []Subscription
 	index        map[indexKey][]Subscription // subs by organization, source event type and patient filter ("": any)
 	numbered     prometheus.Counter
@@ -125,10 +125,16 @@ func (n *Notifier) Run(ctx context.Context) error {
 	return n.r.Run(ctx, consume.Select(n.relevant, consume.Decode(n.r.Skip, events.Decode, n.handle)), consume.Commit(n.cl, n.log), deadLetter)
 }
 
-// relevant reloads the subscriptions when the copy is older than the batch and keeps the records
+// relevant reloads the subscriptions when they changed since the copy was read and keeps the records
 // a subscription may want, read by their head: most events concern none.
 func (n *Notifier) relevant(ctx context.Context, recs []*kgo.Record) ([]*kgo.Record, error) {
-	if consume.Stale(n.loadedAt, recs) {
+	// The copy is reloaded when a subscription was created or deleted since it was read: one
+	// row's read before each batch, rather than every subscription's.
+	var generation int64
+	if err := n.s.pool.QueryRow(ctx, `select generation from fhir_subscription_generation`).Scan(&generation); err != nil {
+		return nil, fmt.Errorf("subscriptions' generation: %w", err)
+	}
+	if n.index == nil || generation != n.generation {
 		if err := n.reload(ctx); err != nil {
 			return nil, err
 		}
@@ -143,14 +149,14 @@ func (n *Notifier) relevant(ctx context.Context, recs []*kgo.Record) ([]*kgo.Rec
 	return kept, nil
 }
 
-// reload reads the subscriptions that are not off. loadedAt is taken before the rows are read,
-// so a subscription created after it is in a later copy.
+// reload reads the subscriptions that are not off, and the generation they are of (read first:
+// a change committed between the two reads is in the rows, and the next batch reads it again).
 func (n *Notifier) reload(ctx context.Context) error {
-	var at time.Time
-	if err := n.s.pool.QueryRow(ctx, `select statement_timestamp()`).Scan(&at); err != nil {
+	var generation int64
+	if err := n.s.pool.QueryRow(ctx, `select generation from fhir_subscription_generation`).Scan(&generation); err != nil {
 		return fmt.Errorf("load subscriptions: %w", err)
 	}
-	rows, _ := n.s.pool.Query(ctx, `select `+columns+` from fhir_subscriptions where deleted_at is null and status <> 'off'`)
+	rows, _ := n.s.pool.Query(ctx, `select `+columns+` from `+subscriptions+` where deleted_at is null and status <> 'off'`)
 	list, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Subscription, error) { return scanSubscription(r) })
 	if err != nil {
 		return fmt.Errorf("load subscriptions: %w", err)
@@ -160,7 +166,7 @@ func (n *Notifier) reload(ctx context.Context) error {
 		k := indexKey{org: sub.OrgID, source: sub.Topic.source, patient: sub.Filters.Patient}
 		index[k] = append(index[k], sub)
 	}
-	n.loadedAt, n.subs, n.index = at, list, index
+	n.generation, n.subs, n.index = generation, list, index
 	return nil
 }
 
@@ -241,7 +247,7 @@ func (n *Notifier) handle(ctx context.Context, evs []events.Event) error {
 		// partitions' events for the same subscriptions waits here, and the statement below then
 		// sees what it numbered (a new snapshot), so no event is numbered twice and no number is
 		// skipped.
-		if _, err := tx.Exec(ctx, `select 1 from fhir_subscriptions where id = any($1) order by id for update`, subs); err != nil {
+		if _, err := tx.Exec(ctx, `select 1 from fhir_subscription_counters where subscription_id = any($1) order by subscription_id for update`, subs); err != nil {
 			return err
 		}
 		return tx.QueryRow(ctx, `with m as (
@@ -252,9 +258,9 @@ fresh as (
 		select 1 from fhir_subscription_events e where e.subscription_id = m.sub and e.event_id = m.event_id)),
 counts as (select sub, count(*) as n from fresh group by sub),
 bumped as (
-	update fhir_subscriptions s set events_since_start = s.events_since_start + c.n from counts c
-	where s.id = c.sub and s.deleted_at is null
-	returning s.id, s.events_since_start - c.n as base),
+	update fhir_subscription_counters k set events_since_start = k.events_since_start + c.n from counts c, fhir_subscriptions s
+	where k.subscription_id = c.sub and s.id = c.sub and s.deleted_at is null
+	returning k.subscription_id as id, k.events_since_start - c.n as base),
 ins as (
 	insert into fhir_subscription_events (subscription_id, number, event_id, focus_type, focus_id, patient_id, occurred_at)
 	select f.sub, b.base + row_number() over (partition by f.sub order by f.ord), f.event_id, f.focus_type, f.focus_id, f.patient_id, f.occurred_at

@@ -139,12 +139,18 @@ func (s *Service) Create(ctx context.Context, body []byte) (json.RawMessage, err
 	if held >= MaxPerOrganization {
 		return nil, fault.New(fault.KindRateLimited, "the organization holds %d subscriptions, the most it may: delete one first", held)
 	}
-	err = s.pool.QueryRow(ctx, `insert into fhir_subscriptions (id, org_id, key_id, mode, scopes, topic, filters, criteria, reason,
+	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		err := tx.QueryRow(ctx, `insert into fhir_subscriptions (id, org_id, key_id, mode, scopes, topic, filters, criteria, reason,
 	channel, endpoint, headers, secret, content, heartbeat_seconds, timeout_seconds, max_count, status)
 values ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18) returning created_at`,
-		sub.ID, sub.OrgID, sub.KeyID, sub.Mode, sub.Scopes, sub.Topic.ID, filters, sub.Criteria, sub.Reason,
-		sub.Channel, sub.Endpoint, sealedHeaders, sealedSecret, sub.Content, sub.HeartbeatSeconds, sub.TimeoutSeconds, sub.MaxCount,
-		sub.Status).Scan(&sub.CreatedAt)
+			sub.ID, sub.OrgID, sub.KeyID, sub.Mode, sub.Scopes, sub.Topic.ID, filters, sub.Criteria, sub.Reason,
+			sub.Channel, sub.Endpoint, sealedHeaders, sealedSecret, sub.Content, sub.HeartbeatSeconds, sub.TimeoutSeconds, sub.MaxCount,
+			sub.Status).Scan(&sub.CreatedAt)
+		if err != nil {
+			return err
+		}
+		return changed(ctx, tx, `insert into fhir_subscription_counters (subscription_id) values ($1)`, sub.ID)
+	})
 	if err != nil {
 		return nil, fmt.Errorf("store subscription: %w", postgres.Refused(err))
 	}
@@ -152,10 +158,13 @@ values ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $
 	return json.Marshal(sub.resource(secret))
 }
 
-// columns are a subscription's columns as scanSubscription reads them.
+// columns are a subscription's columns as scanSubscription reads them, from subscriptions.
 const columns = `id, org_id, key_id, mode, scopes, topic, filters, criteria, reason, channel, endpoint, content,
 	heartbeat_seconds, timeout_seconds, max_count, status, events_since_start, delivered_through, failures, last_error, created_at,
 	last_sent_at`
+
+// subscriptions is what columns are read from: a subscription with its counter.
+const subscriptions = `fhir_subscriptions join fhir_subscription_counters on subscription_id = id`
 
 func scanSubscription(row pgx.Row) (Subscription, error) {
 	var sub Subscription
@@ -172,6 +181,16 @@ func scanSubscription(row pgx.Row) (Subscription, error) {
 	return sub, nil
 }
 
+// changed runs a statement that creates or deletes a subscription, and bumps the generation the
+// notifier reloads its copy on, in tx.
+func changed(ctx context.Context, tx pgx.Tx, statement string, args ...any) error {
+	if _, err := tx.Exec(ctx, statement, args...); err != nil {
+		return err
+	}
+	_, err := tx.Exec(ctx, `update fhir_subscription_generation set generation = generation + 1`)
+	return err
+}
+
 // get reads the caller's subscription id: NotFound for one of another organization, as for one
 // that does not exist.
 func (s *Service) get(ctx context.Context, id string) (Subscription, error) {
@@ -180,7 +199,7 @@ func (s *Service) get(ctx context.Context, id string) (Subscription, error) {
 		return Subscription{}, err
 	}
 	id = ids.FromFHIR(id)
-	sub, err := scanSubscription(s.pool.QueryRow(ctx, `select `+columns+` from fhir_subscriptions
+	sub, err := scanSubscription(s.pool.QueryRow(ctx, `select `+columns+` from `+subscriptions+`
 where id = $1 and deleted_at is null and ($2 = '' or org_id = $2)`, id, p.OrgFilter()))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return sub, fault.NotFound("Subscription", ids.FHIR(id))
@@ -237,7 +256,7 @@ func (s *Service) Search(ctx context.Context, status string) ([]json.RawMessage,
 	if !p.SeesRealPatients() {
 		modes = []string{access.Test}
 	}
-	rows, _ := s.pool.Query(ctx, `select `+columns+` from fhir_subscriptions
+	rows, _ := s.pool.Query(ctx, `select `+columns+` from `+subscriptions+`
 where deleted_at is null and ($1 = '' or org_id = $1) and ($2 = '' or status = $2) and mode = any($3)
 order by created_at desc, id desc limit $4`, p.OrgFilter(), status, modes, maxSearch)
 	subs, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Subscription, error) { return scanSubscription(r) })
@@ -264,7 +283,9 @@ func (s *Service) Delete(ctx context.Context, id string) error {
 	if err != nil {
 		return err
 	}
-	_, err = s.pool.Exec(ctx, `update fhir_subscriptions set status = 'off', deleted_at = now() where id = $1`, sub.ID)
+	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		return changed(ctx, tx, `update fhir_subscriptions set status = 'off', deleted_at = now() where id = $1`, sub.ID)
+	})
 	if err != nil {
 		return fmt.Errorf("delete subscription: %w", err)
 	}

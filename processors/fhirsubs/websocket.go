@@ -69,7 +69,7 @@ func (s *Service) bind(ctx context.Context, token string) (Subscription, error) 
 	if err != nil || time.Now().Unix() > exp {
 		return Subscription{}, ErrBadToken
 	}
-	sub, err := scanSubscription(s.pool.QueryRow(ctx, `select `+columns+` from fhir_subscriptions where id = $1 and deleted_at is null`, id))
+	sub, err := scanSubscription(s.pool.QueryRow(ctx, `select `+columns+` from `+subscriptions+` where id = $1 and deleted_at is null`, id))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return sub, ErrBadToken
 	}
@@ -141,7 +141,7 @@ func (s *Service) Stream(ctx context.Context, token, base string, wake *Wake, se
 
 // current re-reads sub for a stream: an error ends it.
 func (s *Service) current(ctx context.Context, sub Subscription) (Subscription, error) {
-	now, err := scanSubscription(s.pool.QueryRow(ctx, `select `+columns+` from fhir_subscriptions where id = $1 and deleted_at is null`, sub.ID))
+	now, err := scanSubscription(s.pool.QueryRow(ctx, `select `+columns+` from `+subscriptions+` where id = $1 and deleted_at is null`, sub.ID))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return sub, errors.New("the subscription was deleted")
 	}
