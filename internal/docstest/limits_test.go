@@ -66,6 +66,7 @@ func limits() map[string]string {
 		"subscription events per notification":  fmt.Sprintf("1-%d, default %d", fhirsubs.MaxMaxCount, fhirsubs.DefaultMaxCount),
 		"subscription retry":                    fmt.Sprintf("%s doubling to %s", seconds(fhirsubs.FirstRetry), seconds(fhirsubs.LastRetry)),
 		"events read by $events":                fmt.Sprint(fhirsubs.MaxEventsRead),
+		"subscription event retention":          hours(fhirsubs.EventRetention),
 		"export file":                           fmt.Sprintf("%d resources, %s", patients.DefaultExportPartResources, size(patients.DefaultExportPartBytes)),
 		"export retention":                      fmt.Sprintf("%g h", patients.DefaultExportRetention.Hours()),
 		"key cache":                             auth.DefaultCacheTTL.String(),

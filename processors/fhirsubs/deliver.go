@@ -102,8 +102,27 @@ func (d *Deliverer) Run(ctx context.Context) error {
 	for range loops {
 		wg.Go(func() { d.loop(ctx) })
 	}
+	wg.Go(func() { d.sweep(ctx) })
 	wg.Wait()
 	return nil
+}
+
+// sweep deletes the events past EventRetention that nothing needs, once a minute.
+func (d *Deliverer) sweep(ctx context.Context) {
+	t := time.NewTicker(time.Minute)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if n, err := d.s.Sweep(ctx, EventRetention); err != nil && ctx.Err() == nil {
+			d.log.Warn("fhir subscriptions: sweep", "err", err)
+		} else if n > 0 {
+			d.log.Debug("fhir subscriptions: events past retention deleted", "events", n)
+		}
+	}
 }
 
 // loops is how many round loops a deliverer runs; a round leases leasePerWorker subscriptions

@@ -63,3 +63,5 @@ create table fhir_subscription_events (
     primary key (subscription_id, number),
     unique (subscription_id, event_id)
 );
+-- The sweep's: events past the retention (processors/fhirsubs/sweep.go).
+create index fhir_subscription_events_age on fhir_subscription_events (occurred_at);
