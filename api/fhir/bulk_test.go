@@ -371,6 +371,78 @@ func TestBulkExport(t *testing.T) {
 		}
 	})
 
+	t.Run("a group defined by characteristics exports the patients that match them", func(t *testing.T) {
+		// Two patients with a condition no demo patient has, one female and one male; a third
+		// female without it.
+		mk := func(family, gender string) string {
+			r := s.Do(http.MethodPost, "/fhir/R4/Patient", key, map[string]any{"resourceType": "Patient", "gender": gender,
+				"birthDate": "1960-05-01", "name": []any{map[string]any{"family": family}}})
+			var p struct{ ID string }
+			if r.Status != http.StatusCreated || json.Unmarshal(r.Body, &p) != nil {
+				t.Fatalf("create patient: %d %s", r.Status, r.Body)
+			}
+			return p.ID
+		}
+		diabetic := map[string]any{"coding": []any{map[string]any{"system": "http://snomed.info/sct", "code": "44054006"}}}
+		she, he, other := mk("Cohort-She", "female"), mk("Cohort-He", "male"), mk("Cohort-Other", "female")
+		for _, pat := range []string{she, he} {
+			if r := s.Do(http.MethodPost, "/fhir/R4/Condition", key, map[string]any{"resourceType": "Condition", "code": diabetic,
+				"subject": map[string]any{"reference": "Patient/" + pat}}); r.Status != http.StatusCreated {
+				t.Fatalf("create condition: %d %s", r.Status, r.Body)
+			}
+		}
+		characteristic := func(code string, value map[string]any, exclude bool) map[string]any {
+			c := map[string]any{"code": map[string]any{"coding": []any{map[string]any{"system": "http://snomed.info/sct", "code": code}}}, "exclude": exclude}
+			for k, v := range value {
+				c[k] = v
+			}
+			return c
+		}
+		hasDiabetes := characteristic("404684003", map[string]any{"valueCodeableConcept": diabetic}, false)
+		female := func(exclude bool) map[string]any {
+			return characteristic("263495000", map[string]any{"valueCodeableConcept": map[string]any{"coding": []any{
+				map[string]any{"system": "http://hl7.org/fhir/administrative-gender", "code": "female"}}}}, exclude)
+		}
+		aged := characteristic("397669002", map[string]any{"valueRange": map[string]any{"low": map[string]any{"value": 40, "unit": "a"},
+			"high": map[string]any{"value": 90, "unit": "a"}}}, false)
+		for name, c := range map[string]struct {
+			chars []any
+			want  []string
+		}{
+			"female with diabetes, 40 to 90": {[]any{hasDiabetes, female(false), aged}, []string{she}},
+			"with diabetes, not female":      {[]any{hasDiabetes, female(true)}, []string{he}},
+			"with diabetes":                  {[]any{hasDiabetes}, []string{he, she}},
+		} {
+			group := map[string]any{"resourceType": "Group", "type": "person", "actual": false, "characteristic": c.chars}
+			r := s.Do(http.MethodPost, "/fhir/R4/Group", key, group)
+			var created struct{ ID string }
+			if r.Status != http.StatusCreated || json.Unmarshal(r.Body, &created) != nil {
+				t.Fatalf("create group: %d %s", r.Status, r.Body)
+			}
+			got := download(t, awaitManifest(t, kickOff(t, s, "/fhir/R4/Group/"+created.ID+"/$export?_type=Patient", key), key), key)
+			var ids []string
+			for _, p := range got["Patient"] {
+				ids = append(ids, p["id"].(string))
+			}
+			slices.Sort(ids)
+			want := slices.Sorted(slices.Values(c.want))
+			if !slices.Equal(ids, want) || slices.Contains(ids, other) {
+				t.Errorf("%s: exported %v, want %v", name, ids, want)
+			}
+		}
+		group := map[string]any{"resourceType": "Group", "type": "person", "actual": false, "characteristic": []any{
+			characteristic("363698007", map[string]any{"valueCodeableConcept": diabetic}, false)}}
+		r := s.Do(http.MethodPost, "/fhir/R4/Group", key, group)
+		var created struct{ ID string }
+		if r.Status != http.StatusCreated || json.Unmarshal(r.Body, &created) != nil {
+			t.Fatalf("create group: %d %s", r.Status, r.Body)
+		}
+		if status, _, body := bulkGet(t, s.URL+"/fhir/R4/Group/"+created.ID+"/$export", key, "Prefer", "respond-async"); status != http.StatusUnprocessableEntity ||
+			!bytes.Contains(body, []byte("characteristic[0]")) {
+			t.Errorf("a characteristic carehub does not read: %d %s, want 422 naming it", status, body)
+		}
+	})
+
 	t.Run("a group of inactive members exports nobody", func(t *testing.T) {
 		group := map[string]any{"resourceType": "Group", "type": "person", "actual": true, "member": []any{
 			map[string]any{"entity": map[string]any{"reference": "Patient/" + demo.StablePatientID}, "inactive": true}}}

@@ -156,7 +156,8 @@ func (s *Service) exportPatients(ctx context.Context, req ExportRequest, members
 }
 
 // groupMembers returns the patients a Group the caller may read lists as its members (an
-// inactive membership is not one). A Group defined only by characteristics is refused.
+// inactive membership is not one), or, for a Group with characteristics and no member list, the
+// patients that match them now (group_characteristics.go).
 func (s *Service) groupMembers(ctx context.Context, groupID string) ([]string, error) {
 	doc, err := s.ReadResource(ctx, "Group", groupID)
 	if err != nil {
@@ -178,8 +179,15 @@ func (s *Service) groupMembers(ctx context.Context, groupID string) ([]string, e
 		}
 	}
 	if len(g.Member) == 0 {
-		return nil, fault.Validation("the group lists no members", map[string]string{"group": "a Group export needs a Group with " +
-			"member entries (Patient references); a Group defined only by characteristic is not exported here"})
+		chars, err := unmarshalCharacteristics(doc)
+		if err != nil {
+			return nil, fmt.Errorf("group %s: %w", groupID, err)
+		}
+		if len(chars) == 0 {
+			return nil, fault.Validation("the group names no members", map[string]string{"group": "a Group export needs a Group " +
+				"with member entries (Patient references) or characteristics"})
+		}
+		return s.characteristicMembers(ctx, chars)
 	}
 	return members, nil
 }
