@@ -19,7 +19,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"log/slog"
 	"os"
 	"os/signal"
 	"runtime/pprof"
@@ -138,32 +137,8 @@ func eventload() int {
 const selfKeys = 120
 
 // startSelf starts the -self node under a new directory in /tmp, removed when it closes.
-func startSelf(ctx context.Context) (*selfNode, error) {
-	dir, err := os.MkdirTemp("/tmp", "carehub-eventload-")
-	if err != nil {
-		return nil, err
-	}
-	// The embedded Postgres runs as user postgres when we are root: it must traverse dir.
-	if err := os.Chmod(dir, 0o755); err != nil {
-		return nil, err
-	}
-	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))
-	n, err := loadtest.StartNode(ctx, dir, selfKeys, logger, access.ExecWorkflows)
-	if err != nil {
-		_ = os.RemoveAll(dir)
-		return nil, err
-	}
-	return &selfNode{Node: n, dir: dir}, nil
-}
-
-type selfNode struct {
-	*loadtest.Node
-	dir string
-}
-
-func (n *selfNode) Close() {
-	n.Node.Close()
-	_ = os.RemoveAll(n.dir)
+func startSelf(ctx context.Context) (*loadtest.Node, error) {
+	return loadtest.StartTempNode(ctx, "carehub-eventload-", selfKeys, nil, access.ExecWorkflows)
 }
 
 // sample is one publish whose visibility is measured.

@@ -49,6 +49,7 @@ import (
 
 	"carehub/e2e/pipelinetest"
 	"carehub/kernel/tick"
+	"carehub/loadtest"
 	"carehub/loadtest/loadcli"
 	loadreport "carehub/loadtest/report"
 )
@@ -145,7 +146,7 @@ func subload() int {
 	cfg.Keys = loadcli.Keys(keys)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	var self *selfNode
+	var self *loadtest.Node
 	if cfg.Self {
 		fmt.Fprintln(os.Stderr, "subload: starting a node in this process")
 		n, err := startSelf(ctx)
@@ -162,7 +163,7 @@ func subload() int {
 	}
 	var pg *pgSampler
 	if self != nil {
-		pg = &pgSampler{pool: self.n.Pool()}
+		pg = &pgSampler{pool: self.Pool()}
 	}
 	started := time.Now()
 	rep, err := run(ctx, cfg, pg, os.Stderr)
