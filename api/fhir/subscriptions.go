@@ -236,12 +236,6 @@ func (h handler) subscriptionSocket(w http.ResponseWriter, r *http.Request) {
 		return // Accept answered
 	}
 	defer c.CloseNow()
-	if sockets.Add(1) > MaxSubscriptionSockets {
-		sockets.Add(-1)
-		c.Close(websocket.StatusTryAgainLater, "this node holds as many subscription sockets as it may: try again later")
-		return
-	}
-	defer sockets.Add(-1)
 	c.SetReadLimit(4 << 10)
 	ctx, cancel := context.WithTimeout(r.Context(), bindTimeout)
 	typ, msg, err := c.Read(ctx)
@@ -251,6 +245,14 @@ func (h handler) subscriptionSocket(w http.ResponseWriter, r *http.Request) {
 		c.Close(websocket.StatusPolicyViolation, "send bind-with-token <token> first (a token from $get-ws-binding-token)")
 		return
 	}
+	// The cap counts sockets that sent a bind, so that sockets opened and left silent (each
+	// closed after bindTimeout, under the server's connection caps) do not keep subscribers out.
+	if sockets.Add(1) > MaxSubscriptionSockets {
+		sockets.Add(-1)
+		c.Close(websocket.StatusTryAgainLater, "this node holds as many subscription sockets as it may: try again later")
+		return
+	}
+	defer sockets.Add(-1)
 	// Reads go on in the background: they answer the client's pings and see its close.
 	ctx = c.CloseRead(r.Context())
 	base := baseURL(r)
