@@ -176,7 +176,7 @@ func createSubscription(t *testing.T, s *servertest.Server, key string, sub map[
 
 // TestSubscriptionRestHook: a rest-hook subscription's handshake makes it active; observations
 // posted through /v1/observations and through the FHIR base each reach the receiver, signed, in
-// order, once, with the receiver's header; a receiver down for a while misses nothing: $events
+// order, once, with the receiver's header; a receiver down for a minute misses nothing: $events
 // reads what it missed meanwhile, and the deliveries resume where they stopped.
 func TestSubscriptionRestHook(t *testing.T) {
 	s := servertest.Start(t)
@@ -249,10 +249,16 @@ func TestSubscriptionRestHook(t *testing.T) {
 		t.Errorf("the channel's header was not sent: %q", auth)
 	}
 
-	// Down: three observations wait, and $events reads them meanwhile.
+	// Down for a minute, as the subscriber is: three observations arrive over it, the
+	// deliverer's retries back off, and $events reads what was missed meanwhile.
 	rc.down.Store(true)
+	downFor := time.Minute
+	if testing.Short() {
+		downFor = 5 * time.Second
+	}
 	for v := range 3 {
 		s.Do(http.MethodPost, "/v1/observations", key, heartRate(ids.FHIR(patient), float64(80+v), ""))
+		time.Sleep(downFor / 3)
 	}
 	var missed notification
 	servertest.Eventually(t, 30*time.Second, "$events lists the three events missed", func() bool {
@@ -271,7 +277,9 @@ func TestSubscriptionRestHook(t *testing.T) {
 		t.Errorf("$status: %+v", st)
 	}
 	rc.down.Store(false)
+	back := time.Now()
 	servertest.Eventually(t, time.Minute, "the missed events delivered once the receiver is back", func() bool { n, _, _ := rc.events(); return len(n) >= 5 })
+	t.Logf("down for %s: the missed events delivered %s after the receiver was back", downFor, time.Since(back).Round(time.Millisecond))
 	if numbers, _, _ := rc.events(); strings.Join(numbers, ",") != "1,2,3,4,5" {
 		t.Fatalf("event numbers %v, want 1..5 in order, each once", numbers)
 	}
