@@ -12,7 +12,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
-	"sync/atomic"
+	"sync"
 	"time"
 
 	"github.com/coder/websocket"
@@ -220,12 +220,47 @@ func (h handler) bindingToken(w http.ResponseWriter, r *http.Request) {
 // bindTimeout bounds the wait for a socket's bind-with-token message.
 const bindTimeout = 10 * time.Second
 
-// MaxSubscriptionSockets bounds the websocket channel's sockets on a node; one more is closed
-// with 1013 (try again later).
-const MaxSubscriptionSockets = 2000
+// Bounds of the websocket channel's bound sockets on a node: in all, per organization and per
+// subscription. One more is closed with 1013 (try again later), so that one key's sockets cannot
+// keep every other tenant's subscribers out.
+const (
+	MaxSubscriptionSockets       = 2000
+	MaxSubscriptionSocketsPerOrg = 500
+	MaxSocketsPerSubscription    = 4
+)
 
-// sockets counts the node's websocket channel sockets.
-var sockets atomic.Int64
+// sockets counts the node's bound sockets: in all (""), by organization and by subscription.
+var sockets = struct {
+	sync.Mutex
+	n map[string]int
+}{n: map[string]int{}}
+
+// holdSocket counts one more bound socket of sub, or says which bound it would pass.
+func holdSocket(sub fhirsubs.Subscription) (release func(), refused string) {
+	sockets.Lock()
+	defer sockets.Unlock()
+	switch {
+	case sockets.n[""] >= MaxSubscriptionSockets:
+		return nil, "this node holds as many subscription sockets as it may"
+	case sockets.n["org "+sub.OrgID] >= MaxSubscriptionSocketsPerOrg:
+		return nil, "this node holds as many of the organization's subscription sockets as it may"
+	case sockets.n["sub "+sub.ID] >= MaxSocketsPerSubscription:
+		return nil, "this subscription has as many sockets bound on this node as it may"
+	}
+	keys := []string{"", "org " + sub.OrgID, "sub " + sub.ID}
+	for _, k := range keys {
+		sockets.n[k]++
+	}
+	return func() {
+		sockets.Lock()
+		defer sockets.Unlock()
+		for _, k := range keys {
+			if sockets.n[k]--; sockets.n[k] == 0 {
+				delete(sockets.n, k)
+			}
+		}
+	}, ""
+}
 
 // subscriptionSocket is the websocket channel: the client sends "bind-with-token <token>"; the
 // server sends the handshake Bundle, then notification and heartbeat Bundles as text messages.
@@ -237,32 +272,40 @@ func (h handler) subscriptionSocket(w http.ResponseWriter, r *http.Request) {
 	}
 	defer c.CloseNow()
 	c.SetReadLimit(4 << 10)
-	ctx, cancel := context.WithTimeout(r.Context(), bindTimeout)
-	typ, msg, err := c.Read(ctx)
-	cancel()
+	// A socket that sends no bind in time is closed with a close frame saying why.
+	silent := time.AfterFunc(bindTimeout, func() {
+		c.Close(websocket.StatusPolicyViolation, "no bind-with-token within 10 s")
+	})
+	typ, msg, err := c.Read(r.Context())
+	if !silent.Stop() {
+		return
+	}
 	token, ok := strings.CutPrefix(strings.TrimSpace(string(msg)), "bind-with-token ")
 	if err != nil || typ != websocket.MessageText || !ok {
 		c.Close(websocket.StatusPolicyViolation, "send bind-with-token <token> first (a token from $get-ws-binding-token)")
 		return
 	}
-	// The cap counts sockets that sent a bind, so that sockets opened and left silent (each
-	// closed after bindTimeout, under the server's connection caps) do not keep subscribers out.
-	if sockets.Add(1) > MaxSubscriptionSockets {
-		sockets.Add(-1)
-		c.Close(websocket.StatusTryAgainLater, "this node holds as many subscription sockets as it may: try again later")
-		return
+	sub, err := h.Subscriptions.Bind(r.Context(), strings.TrimSpace(token))
+	if err == nil {
+		release, refused := holdSocket(sub)
+		if refused != "" {
+			c.Close(websocket.StatusTryAgainLater, refused+": try again later")
+			return
+		}
+		defer release()
+		// Reads go on in the background: they answer the client's pings and see its close.
+		ctx := c.CloseRead(r.Context())
+		err = h.Subscriptions.Stream(ctx, sub, baseURL(r), h.Wake, func(b []byte) error {
+			wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			defer cancel()
+			return c.Write(wctx, websocket.MessageText, b)
+		})
+		if ctx.Err() != nil {
+			err = nil
+		}
 	}
-	defer sockets.Add(-1)
-	// Reads go on in the background: they answer the client's pings and see its close.
-	ctx = c.CloseRead(r.Context())
-	base := baseURL(r)
-	err = h.Subscriptions.Stream(ctx, strings.TrimSpace(token), base, h.Wake, func(b []byte) error {
-		wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		defer cancel()
-		return c.Write(wctx, websocket.MessageText, b)
-	})
 	switch {
-	case err == nil || ctx.Err() != nil:
+	case err == nil:
 		c.Close(websocket.StatusNormalClosure, "")
 	case errors.Is(err, fhirsubs.ErrBadToken):
 		c.Close(4403, err.Error())

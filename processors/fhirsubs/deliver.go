@@ -287,7 +287,7 @@ order by e.subscription_id, e.number`, subs, after, through)
 
 // rowWith scans a row into a Subscription's columns and then dest.
 type rowWith struct {
-	rows pgx.Rows
+	rows interface{ Scan(...any) error }
 	dest []any
 }
 

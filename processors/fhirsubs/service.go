@@ -132,14 +132,20 @@ func (s *Service) Create(ctx context.Context, body []byte) (json.RawMessage, err
 		}
 	}
 	filters, _ := json.Marshal(sub.Filters)
-	var held int
-	if err := s.pool.QueryRow(ctx, `select count(*) from fhir_subscriptions where org_id = $1 and deleted_at is null`, sub.OrgID).Scan(&held); err != nil {
-		return nil, fmt.Errorf("count subscriptions: %w", err)
-	}
-	if held >= MaxPerOrganization {
-		return nil, fault.New(fault.KindRateLimited, "the organization holds %d subscriptions, the most it may: delete one first", held)
-	}
 	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		// The organization's creates one at a time, so that concurrent ones cannot all pass the
+		// count and overshoot the cap: the lock first, then the count in a statement of its own,
+		// whose snapshot (taken when it starts) sees the creates committed while it waited.
+		if _, err := tx.Exec(ctx, `select pg_advisory_xact_lock(hashtext('fhir-subscriptions ' || $1))`, sub.OrgID); err != nil {
+			return err
+		}
+		var held int
+		if err := tx.QueryRow(ctx, `select count(*) from fhir_subscriptions where org_id = $1 and deleted_at is null`, sub.OrgID).Scan(&held); err != nil {
+			return fmt.Errorf("count subscriptions: %w", err)
+		}
+		if held >= MaxPerOrganization {
+			return fault.New(fault.KindRateLimited, "the organization holds %d subscriptions, the most it may: delete one first", held)
+		}
 		err := tx.QueryRow(ctx, `insert into fhir_subscriptions (id, org_id, key_id, mode, scopes, topic, filters, criteria, reason,
 	channel, endpoint, headers, secret, content, heartbeat_seconds, timeout_seconds, max_count, status)
 values ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18) returning created_at`,
@@ -151,6 +157,9 @@ values ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $
 		}
 		return changed(ctx, tx, `insert into fhir_subscription_counters (subscription_id) values ($1)`, sub.ID)
 	})
+	if f := fault.As(err); f != nil && f.Kind == fault.KindRateLimited {
+		return nil, err
+	}
 	if err != nil {
 		return nil, fmt.Errorf("store subscription: %w", postgres.Refused(err))
 	}
@@ -233,6 +242,11 @@ func (s *Service) loadHeaders(ctx context.Context, sub *Subscription) error {
 	if err := s.pool.QueryRow(ctx, `select headers from fhir_subscriptions where id = $1`, sub.ID).Scan(&sealed); err != nil {
 		return fmt.Errorf("read subscription headers: %w", err)
 	}
+	return s.openHeaders(sub, sealed)
+}
+
+// openHeaders fills sub.Headers from their sealed value (nil: none).
+func (s *Service) openHeaders(sub *Subscription, sealed []byte) error {
 	if sealed == nil {
 		return nil
 	}
@@ -256,16 +270,22 @@ func (s *Service) Search(ctx context.Context, status string) ([]json.RawMessage,
 	if !p.SeesRealPatients() {
 		modes = []string{access.Test}
 	}
-	rows, _ := s.pool.Query(ctx, `select `+columns+` from `+subscriptions+`
+	rows, _ := s.pool.Query(ctx, `select `+columns+`, headers from `+subscriptions+`
 where deleted_at is null and ($1 = '' or org_id = $1) and ($2 = '' or status = $2) and mode = any($3)
 order by created_at desc, id desc limit $4`, p.OrgFilter(), status, modes, maxSearch)
-	subs, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Subscription, error) { return scanSubscription(r) })
+	var sealed [][]byte
+	subs, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Subscription, error) {
+		var h []byte
+		sub, err := scanSubscription(rowWith{r, []any{&h}})
+		sealed = append(sealed, h)
+		return sub, err
+	})
 	if err != nil {
 		return nil, fmt.Errorf("search subscriptions: %w", err)
 	}
 	out := make([]json.RawMessage, 0, len(subs))
-	for _, sub := range subs {
-		if err := s.loadHeaders(ctx, &sub); err != nil {
+	for i, sub := range subs {
+		if err := s.openHeaders(&sub, sealed[i]); err != nil {
 			return nil, err
 		}
 		b, err := json.Marshal(sub.resource(""))

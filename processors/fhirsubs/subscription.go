@@ -48,9 +48,12 @@ const (
 
 // Bounds of a subscription's settings.
 const (
-	maxHeaders        = 10
-	maxHeaderLen      = 1024
-	maxHeartbeat      = 3600
+	maxHeaders   = 10
+	maxHeaderLen = 1024
+	maxHeartbeat = 3600
+	// MinHeartbeat is the shortest heartbeat period: a subscription must not make carehub a
+	// source of a POST a second to any URL its creator chooses.
+	MinHeartbeat      = 60
 	defaultTimeout    = 10
 	maxTimeout        = 60
 	DefaultMaxCount   = 20
@@ -232,8 +235,8 @@ func parse(body []byte, allowPrivate bool) (Subscription, error) {
 		return s, bad("channel.header", "at most %d headers", maxHeaders)
 	}
 	for _, h := range ch.Header {
-		name, value, ok := strings.Cut(h, ":")
-		if !ok || !validHeaderName(strings.TrimSpace(name)) || len(h) > maxHeaderLen || strings.ContainsAny(value, "\r\n\x00") {
+		name, _, ok := strings.Cut(h, ":")
+		if !ok || name != strings.TrimSpace(name) || !validHeaderName(name) || len(h) > maxHeaderLen || strings.ContainsAny(h, "\r\n\x00") {
 			return s, bad("channel.header", "each header is \"Name: value\" on one line, at most %d characters", maxHeaderLen)
 		}
 	}
@@ -254,7 +257,7 @@ func parse(body []byte, allowPrivate bool) (Subscription, error) {
 		var err error
 		switch e.URL {
 		case extHeartbeat:
-			err = set(&s.HeartbeatSeconds, 1, maxHeartbeat)
+			err = set(&s.HeartbeatSeconds, MinHeartbeat, maxHeartbeat)
 		case extTimeout:
 			err = set(&s.TimeoutSeconds, 1, maxTimeout)
 		case extMaxCount:

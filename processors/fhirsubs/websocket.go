@@ -76,15 +76,23 @@ func (s *Service) bind(ctx context.Context, token string) (Subscription, error) 
 	return sub, err
 }
 
-// Stream serves a websocket channel bound with token: a handshake, then every event numbered
+// Bind returns the subscription a binding token names, when the token is valid, the
+// subscription a live websocket one and its creator's key still authenticates; ErrBadToken (or
+// what current says) otherwise.
+func (s *Service) Bind(ctx context.Context, token string) (Subscription, error) {
+	sub, err := s.bind(ctx, token)
+	if err != nil {
+		return sub, err
+	}
+	return s.current(ctx, sub)
+}
+
+// Stream serves a websocket channel bound to sub (Bind): a handshake, then every event numbered
 // after the bind in order, at most max-count per notification, and heartbeats. send writes one
 // text message. It returns when ctx ends, send fails, or the subscription is deleted or its
 // creator's key stops authenticating (an error saying so).
-func (s *Service) Stream(ctx context.Context, token, base string, wake *Wake, send func([]byte) error) error {
-	sub, err := s.bind(ctx, token)
-	if err != nil {
-		return err
-	}
+func (s *Service) Stream(ctx context.Context, sub Subscription, base string, wake *Wake, send func([]byte) error) error {
+	var err error
 	woken, stop := wake.Wait(sub.ID)
 	defer stop()
 	beat := defaultWSHeartbeat
