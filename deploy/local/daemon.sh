@@ -83,13 +83,19 @@ running() {
 }
 
 # alive tells whether pid is a running process of this state dir. A process in the middle of
-# exiting has dropped its cmdline but may still hold the ports, so it is alive. A recycled pid
-# (another cmdline) is not ours.
+# exiting has dropped its cmdline but may still hold the ports, so it is alive. A child of this
+# script is too: until it has exec'd the engine its cmdline is still this shell's (on a loaded
+# machine that lasts long enough for wait_ready to see it, and to call a starting engine dead).
+# A recycled pid (another cmdline, another parent) is not ours.
 alive() {
-	local cmd
+	local cmd stat ppid
 	running "$1" || return 1
 	cmd=$(tr '\0' ' ' <"/proc/$1/cmdline" 2>/dev/null) || return 1
-	[[ -z $cmd || $cmd == *"$mark"* ]]
+	[[ -z $cmd || $cmd == *"$mark"* ]] && return 0
+	stat=$(cat "/proc/$1/stat" 2>/dev/null) || return 1
+	stat=${stat##*) }
+	read -r _ ppid _ <<<"$stat"
+	[[ $ppid == "$$" ]]
 }
 
 running_pid() {
