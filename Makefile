@@ -271,19 +271,44 @@ bench-subscriptions: postgres-binaries ## FHIR Subscriptions: 1,000 rest-hook su
 # The peer benchmark (loadtest/cmd/peerbench): FHIR transaction import into carehub and into the
 # HAPI FHIR JPA server 8.8.0 (loadtest/peers/hapi, built from Maven Central into CAREHUB_M2_REPO),
 # the same Bundles to both in one run: vitals (a Patient and 100 Observations each) and the
-# Synthea patients (SYNTHEA_DIR), at 1 and 4 clients, each server warmed up first.
-PEERS_DURATION ?= 20s
-PEERS_WARMUP   ?= 180s
+# Synthea patients (SYNTHEA_DIR), at 1 and 4 clients, each server warmed up first; and
+# subscription fan-out (fanout) beside a graphql-ws server on Node (loadtest/peers/graphqlws, its
+# pinned npm packages installed into GRAPHQLWS_DIR), both reading one Apache Kafka broker's events
+# topic (deploy/local/kafka, fetched from Maven Central), at PEERS_SOCKETS sockets.
+PEERS_DURATION  ?= 20s
+PEERS_WARMUP    ?= 180s
+PEERS_WORKLOADS ?= vitals,synthea,fanout
+PEERS_SOCKETS   ?= 2000,10000
+GRAPHQLWS_DIR   ?= $(HOME)/.cache/carehub/peers/graphqlws
+GRAPHQLWS_SRC   := loadtest/peers/graphqlws
+# Only the peers and data the chosen workloads use are built.
+peers_comma     := ,
+peers_workloads  = $(subst $(peers_comma), ,$(PEERS_WORKLOADS))
+PEERS_NEEDS      = $(if $(filter synthea,$(peers_workloads)),synthea-deps) \
+	$(if $(filter vitals synthea,$(peers_workloads)),peers-hapi-deps) \
+	$(if $(filter fanout,$(peers_workloads)),peers-graphqlws-deps)
 
 .PHONY: peers-deps
-peers-deps: ## build the HAPI FHIR JPA server 8.8.0 peer (loadtest/peers/hapi) from Maven Central into CAREHUB_M2_REPO
+peers-deps: peers-hapi-deps peers-graphqlws-deps ## build every peer of bench-peers (HAPI FHIR JPA 8.8.0; graphql-ws on Node and its Kafka broker)
+
+.PHONY: peers-hapi-deps
+peers-hapi-deps: ## build the HAPI FHIR JPA server 8.8.0 peer (loadtest/peers/hapi) from Maven Central into CAREHUB_M2_REPO
 	@CAREHUB_M2_REPO=$(CAREHUB_M2_REPO) loadtest/peers/hapi/run.sh --build-only
 
+.PHONY: peers-graphqlws-deps
+peers-graphqlws-deps: ## install the graphql-ws peer's npm packages (loadtest/peers/graphqlws lockfile) into GRAPHQLWS_DIR, and fetch Apache Kafka
+	@if ! cmp -s $(GRAPHQLWS_SRC)/package-lock.json $(GRAPHQLWS_DIR)/package-lock.json || [ ! -d $(GRAPHQLWS_DIR)/node_modules ]; then \
+		mkdir -p $(GRAPHQLWS_DIR) && cp $(GRAPHQLWS_SRC)/package.json $(GRAPHQLWS_SRC)/package-lock.json $(GRAPHQLWS_DIR)/ && \
+		(cd $(GRAPHQLWS_DIR) && npm ci --no-audit --no-fund --loglevel=error); \
+	fi
+	@$(KAFKA_SH) prepare
+
 .PHONY: bench-peers
-bench-peers: postgres-binaries synthea-deps peers-deps build ## FHIR transaction import, carehub vs HAPI FHIR JPA 8.8.0, same bytes and machine (PEERS_DURATION per phase, PEERS_WARMUP); JSON, PNG and HTML under BENCH_RESULTS
+bench-peers: postgres-binaries build $(PEERS_NEEDS) ## carehub beside its peers, same bytes and machine: FHIR import vs HAPI FHIR JPA 8.8.0, subscription fan-out vs graphql-ws (PEERS_WORKLOADS, PEERS_DURATION per phase, PEERS_WARMUP, PEERS_SOCKETS); JSON, PNG and HTML under BENCH_RESULTS
 	$(GO) build -o bin/peerbench ./loadtest/cmd/peerbench
-	CAREHUB_M2_REPO=$(CAREHUB_M2_REPO) bin/peerbench -carehub $(BIN) -synthea $(SYNTHEA_DIR) \
-		-d $(PEERS_DURATION) -warmup $(PEERS_WARMUP) -results $(BENCH_RESULTS)
+	CAREHUB_M2_REPO=$(CAREHUB_M2_REPO) bin/peerbench -carehub $(BIN) -synthea $(SYNTHEA_DIR) -workloads $(PEERS_WORKLOADS) \
+		-d $(PEERS_DURATION) -warmup $(PEERS_WARMUP) -fanout-sockets $(PEERS_SOCKETS) -graphqlws-modules $(GRAPHQLWS_DIR) \
+		-kafka-sh $(KAFKA_SH) -results $(BENCH_RESULTS)
 	$(MAKE) --no-print-directory charts DIR=$(BENCH_RESULTS)
 
 SOAK_DURATION ?= 10m

@@ -1,6 +1,10 @@
-// Command peerbench measures carehub against a peer FHIR server on the same machine, in the same
-// run, with the same bytes. Its first scenario is FHIR transaction import against the HAPI FHIR
-// JPA server 8.8.0 (loadtest/peers/hapi): both servers are started by this command (carehub
+// Command peerbench measures carehub against peers on the same machine, in the same run, with
+// the same bytes: FHIR transaction import against the HAPI FHIR JPA server (workloads vitals
+// and synthea) and subscription fan-out against a graphql-ws server on Node (workload fanout,
+// fanout.go: carehub's eventStream and the peer's on one Kafka topic, N sockets, publish →
+// receive, at each of -fanout-sockets).
+//
+// FHIR transaction import is against the HAPI FHIR JPA server 8.8.0 (loadtest/peers/hapi): both servers are started by this command (carehub
 // serve on its embedded defaults; HAPI on a fresh PostgreSQL cluster of its own, through
 // loadtest/peers/hapi/run.sh), and each is sent
 //
@@ -22,6 +26,7 @@
 //
 //	go build -o bin/peerbench ./loadtest/cmd/peerbench
 //	bin/peerbench -d 20s -warmup 10s -results loadtest/results      # make bench-peers
+//	bin/peerbench -workloads fanout -fanout-sockets 2000,10000      # the fan-out alone
 package main
 
 import (
@@ -67,8 +72,22 @@ type config struct {
 	DurationS     string        `json:"duration"`
 	WarmupS       string        `json:"warmup"`
 	ReadableS     string        `json:"readableTimeout"`
+	Fanout        fanoutConfig  `json:"fanout"`
 	workloadsFlag string
 	clientsFlag   string
+}
+
+// fhir reports whether a FHIR import workload (vitals, synthea) is to run.
+func (c *config) fhir() bool {
+	return slices.Contains(c.Workloads, "vitals") || slices.Contains(c.Workloads, "synthea")
+}
+
+func defaultPeerModules() string {
+	if d := os.Getenv("CAREHUB_GRAPHQLWS_DIR"); d != "" {
+		return d
+	}
+	home, _ := os.UserHomeDir()
+	return filepath.Join(home, ".cache", "carehub", "peers", "graphqlws")
 }
 
 func defaultSyntheaDir() string {
@@ -88,7 +107,7 @@ func main() {
 	flag.StringVar(&cfg.HAPIHeap, "hapi-heap", "4g", "HAPI's JVM heap (-Xms and -Xmx)")
 	flag.IntVar(&cfg.HAPIPool, "hapi-pool", 10, "HAPI's JDBC connections (HikariCP)")
 	flag.StringVar(&cfg.SyntheaDir, "synthea", defaultSyntheaDir(), "Synthea's output (tests/synthea/generate.sh; make synthea-deps)")
-	flag.StringVar(&cfg.workloadsFlag, "workloads", "vitals,synthea", "workloads to run, comma-separated: vitals, synthea")
+	flag.StringVar(&cfg.workloadsFlag, "workloads", "vitals,synthea,fanout", "workloads to run, comma-separated: vitals, synthea (FHIR import beside HAPI), fanout (subscriptions beside graphql-ws)")
 	flag.StringVar(&cfg.clientsFlag, "clients", "1,4", "concurrent clients of the measured phases, comma-separated")
 	flag.DurationVar(&cfg.Duration, "d", 20*time.Second, "length of each measured phase")
 	flag.DurationVar(&cfg.Warmup, "warmup", 180*time.Second, "warm-up of each server and workload, at the highest concurrency, before any phase is measured (0: none); HAPI's JIT compilers settle after about three minutes of load")
@@ -98,8 +117,23 @@ func main() {
 	flag.DurationVar(&cfg.Readable, "readable-timeout", 3*time.Minute, "how long to wait after a phase for every acknowledged Observation to be counted by a search")
 	flag.StringVar(&cfg.Results, "results", "loadtest/results", "write the report's JSON under this directory (loadtest/charts draws its PNG chart and HTML page)")
 	flag.BoolVar(&cfg.Quiet, "quiet", false, "no progress line on stderr")
+	fo := &cfg.Fanout
+	flag.StringVar(&fo.socketsFlag, "fanout-sockets", "2000,10000", "fanout: socket counts, comma-separated (each a carehub phase and a peer phase)")
+	flag.Float64Var(&fo.Rate, "fanout-rate", 100, "fanout: events published a second (publishEvent)")
+	flag.IntVar(&fo.Reach, "fanout-reach", 20, "fanout: sockets each event reaches (the sockets are spread over the demo organization's projects and type groups)")
+	flag.DurationVar(&fo.Warmup, "fanout-warmup", 5*time.Second, "fanout: load at the full rate, not measured, once the sockets subscribed")
+	flag.DurationVar(&fo.Drain, "fanout-drain", 10*time.Second, "fanout: how long to wait for deliveries after publishing stops")
+	flag.IntVar(&fo.Publishers, "fanout-publishers", 8, "fanout: concurrent publishEvent calls")
+	flag.IntVar(&fo.PublishKeys, "fanout-publish-keys", 4, "fanout: publisher keys, taken in turn")
+	flag.IntVar(&fo.Dial, "fanout-dial", 100, "fanout: sockets opened at once")
+	flag.StringVar(&fo.KafkaScript, "kafka-sh", "deploy/local/kafka/kafka.sh", "fanout: the script that runs an Apache Kafka broker (its own ports and state)")
+	flag.StringVar(&fo.Node, "node", "node", "fanout: the Node.js binary (20 or later)")
+	flag.StringVar(&fo.PeerScript, "graphqlws", "loadtest/peers/graphqlws/server.cjs", "fanout: the graphql-ws peer")
+	flag.StringVar(&fo.PeerModules, "graphqlws-modules", defaultPeerModules(), "fanout: where make peers-deps installed the peer's packages (CAREHUB_GRAPHQLWS_DIR)")
+	flag.StringVar(&fo.ProfileDir, "fanout-profile", "", "fanout: save carehub's heap and goroutine profiles (sockets subscribed) and CPU profile (the load) under this directory")
 	flag.Parse()
 	cfg.DurationS, cfg.WarmupS, cfg.ReadableS = cfg.Duration.String(), cfg.Warmup.String(), cfg.Readable.String()
+	fo.Duration, fo.DurationS, fo.WarmupS, fo.DrainS = cfg.Duration, cfg.Duration.String(), fo.Warmup.String(), fo.Drain.String()
 	if err := cfg.parse(); err != nil {
 		fmt.Fprintln(os.Stderr, "peerbench:", err)
 		os.Exit(2)
@@ -117,7 +151,7 @@ func (c *config) parse() error {
 	var errs []error
 	for w := range strings.SplitSeq(c.workloadsFlag, ",") {
 		switch w = strings.TrimSpace(w); w {
-		case "vitals", "synthea":
+		case "vitals", "synthea", "fanout":
 			c.Workloads = append(c.Workloads, w)
 		case "":
 		default:
@@ -134,6 +168,26 @@ func (c *config) parse() error {
 	}
 	if len(c.Workloads) == 0 || len(c.Clients) == 0 {
 		errs = append(errs, errors.New("nothing to run"))
+	}
+	if slices.Contains(c.Workloads, "fanout") {
+		fo := &c.Fanout
+		for s := range strings.SplitSeq(fo.socketsFlag, ",") {
+			n, err := strconv.Atoi(strings.TrimSpace(s))
+			if err != nil || n < 1 || n > 20000 {
+				errs = append(errs, fmt.Errorf("-fanout-sockets: %q is not 1 to 20,000", s))
+				continue
+			}
+			fo.Sockets = append(fo.Sockets, n)
+		}
+		if len(fo.Sockets) == 0 {
+			errs = append(errs, errors.New("-fanout-sockets: none"))
+		}
+		if fo.Rate <= 0 || fo.Rate > 5000 || fo.Reach < 1 || fo.Publishers < 1 || fo.Publishers > 256 || fo.PublishKeys < 1 || fo.PublishKeys > 64 || fo.Dial < 1 || fo.Dial > 1000 {
+			errs = append(errs, errors.New("-fanout-rate must be within (0, 5000], -fanout-reach at least 1, -fanout-publishers 1..256, -fanout-publish-keys 1..64, -fanout-dial 1..1000"))
+		}
+		if fo.Warmup < 0 || fo.Warmup > time.Minute || fo.Drain < 0 || fo.Drain > time.Minute {
+			errs = append(errs, errors.New("-fanout-warmup and -fanout-drain must be within [0, 1m]"))
+		}
 	}
 	if c.Duration <= 0 || c.Duration > 10*time.Minute || c.Warmup < 0 || c.Warmup > 10*time.Minute {
 		errs = append(errs, errors.New("-d must be within (0, 10m] and -warmup within [0, 10m]"))
@@ -185,6 +239,22 @@ type summary struct {
 }
 
 func run(ctx context.Context, cfg config) error {
+	var failures []error
+	if cfg.fhir() {
+		if err := runFHIR(ctx, cfg); err != nil {
+			failures = append(failures, err)
+		}
+	}
+	if slices.Contains(cfg.Workloads, "fanout") && ctx.Err() == nil {
+		if err := runFanout(ctx, cfg.Fanout, cfg.Carehub, cfg.Results, cfg.Quiet); err != nil {
+			failures = append(failures, fmt.Errorf("fanout: %w", err))
+		}
+	}
+	return errors.Join(failures...)
+}
+
+// runFHIR is FHIR transaction import (the vitals and synthea workloads) beside HAPI.
+func runFHIR(ctx context.Context, cfg config) error {
 	var loads []workload
 	for _, name := range cfg.Workloads {
 		switch name {

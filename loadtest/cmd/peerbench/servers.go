@@ -22,14 +22,19 @@ import (
 	"carehub/storage/postgres"
 )
 
-// server is one FHIR server under load, started by this process and stopped by Close.
+// server is one server under load, started by this process and stopped by Close.
 type server struct {
-	name  string
-	base  string   // FHIR base URL
-	keys  []string // bearer keys (carehub), taken in turn; none for HAPI
-	pid   int      // the server's process (carehub serve; HAPI's JVM)
-	pgPid string   // its PostgreSQL cluster's postmaster.pid
-	close func()
+	name   string
+	base   string   // FHIR base URL
+	origin string   // http://host:port (carehub)
+	keys   []string // bearer keys (carehub), taken in turn; none for HAPI
+	pid    int      // the server's process (carehub serve; HAPI's JVM)
+	pgPid  string   // its PostgreSQL cluster's postmaster.pid
+	close  func()
+
+	// carehub: its binary, data dir and the flags its keys commands need.
+	bin, dataDir string
+	keyArgs      []string
 }
 
 // CPU is the CPU time the server's process and its PostgreSQL cluster have used so far (0
@@ -122,13 +127,40 @@ func stop(cmd *exec.Cmd, done <-chan struct{}, grace time.Duration) {
 }
 
 // startCarehub starts `carehub serve` on its embedded defaults (local Postgres, durable; the
-// embedded Kafka broker; demo data) under a new data dir in /tmp on a free loopback port, and
-// creates keys live keys of the demo organization with the FHIR read and write scopes.
+// embedded Kafka broker unless extra names --kafka-brokers; demo data) under a new data dir in
+// /tmp on a free loopback port, and creates keys live keys of the demo organization with the
+// FHIR read and write scopes.
 func startCarehub(ctx context.Context, bin string, keys int, extra []string) (*server, error) {
 	dir, err := os.MkdirTemp("/tmp", "carehub-peerbench-")
 	if err != nil {
 		return nil, err
 	}
+	s, err := startCarehubIn(ctx, bin, dir, extra)
+	if err != nil {
+		_ = os.RemoveAll(dir)
+		return nil, err
+	}
+	stopNode := s.close
+	s.close = func() {
+		stopNode()
+		_ = os.RemoveAll(dir)
+	}
+	scopes := []string{access.ReadPatients, access.WritePatients, access.ReadObservations, access.WriteObservations}
+	for range keys {
+		k, err := s.createKey(ctx, access.Live, scopes)
+		if err != nil {
+			s.Close()
+			return nil, err
+		}
+		s.keys = append(s.keys, k)
+	}
+	return s, nil
+}
+
+// startCarehubIn starts `carehub serve` with its data under dir/data (made on the first start,
+// kept by Close: a later start on dir finds the same database, keys and topics) and its log in
+// dir/carehub.log, on a free loopback port, and waits until it is ready.
+func startCarehubIn(ctx context.Context, bin, dir string, extra []string) (*server, error) {
 	// The embedded Postgres runs as user postgres when we are root: it must traverse dir.
 	if err := os.Chmod(dir, 0o755); err != nil {
 		return nil, err
@@ -143,54 +175,61 @@ func startCarehub(ctx context.Context, bin string, keys int, extra []string) (*s
 		return nil, err
 	}
 	addr := fmt.Sprintf("127.0.0.1:%d", port)
-	args := append([]string{"serve", "--data-dir", filepath.Join(dir, "data"), "--http-addr", addr,
+	dataDir := filepath.Join(dir, "data")
+	args := append([]string{"serve", "--data-dir", dataDir, "--http-addr", addr,
 		"--log-level", "warn", "--log-format", "text", "--access-log", "off"}, extra...)
 	cmd := exec.Command(bin, args...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGTERM} // stopped with us, however we end
 	if err := cmd.Start(); err != nil {
+		_ = logf.Close()
 		return nil, fmt.Errorf("start %s: %w", bin, err)
 	}
 	done := make(chan struct{})
 	go func() { _ = cmd.Wait(); close(done) }()
-	s := &server{name: "carehub", base: "http://" + addr + "/fhir/R4", pid: cmd.Process.Pid,
-		pgPid: filepath.Join(dir, "data", "postgres", "data", "postmaster.pid")}
+	s := &server{name: "carehub", base: "http://" + addr + "/fhir/R4", origin: "http://" + addr, pid: cmd.Process.Pid,
+		pgPid: filepath.Join(dataDir, "postgres", "data", "postmaster.pid"), bin: bin, dataDir: dataDir}
+	// Keys are made with the node's own settings (its Kafka brokers among them).
+	for i, a := range extra {
+		if a == "--kafka-brokers" && i+1 < len(extra) {
+			s.keyArgs = append(s.keyArgs, a, extra[i+1])
+		}
+	}
 	s.close = func() {
 		stop(cmd, done, time.Minute)
 		_ = logf.Close()
-		_ = os.RemoveAll(dir)
 	}
-	fail := func(err error) (*server, error) {
+	if err := waitHTTP(ctx, "http://"+addr+"/readyz", done, 3*time.Minute); err != nil {
 		tail, _ := os.ReadFile(logPath)
 		if len(tail) > 4000 {
 			tail = tail[len(tail)-4000:]
 		}
 		s.Close()
-		return nil, fmt.Errorf("%w\ncarehub log:\n%s", err, tail)
-	}
-	if err := waitHTTP(ctx, "http://"+addr+"/readyz", done, 3*time.Minute); err != nil {
-		return fail(fmt.Errorf("carehub: %w", err))
-	}
-	scopes := strings.Join([]string{access.ReadPatients, access.WritePatients, access.ReadObservations, access.WriteObservations}, ",")
-	for range keys {
-		out, err := exec.CommandContext(ctx, bin, "keys", "create", "--data-dir", filepath.Join(dir, "data"),
-			"--org", demo.DemoOrgSlug, "--mode", access.Live, "--scopes", scopes, "--name", "peerbench", "--json").Output()
-		if err != nil {
-			var ee *exec.ExitError
-			if errors.As(err, &ee) {
-				err = fmt.Errorf("%w: %s", err, ee.Stderr)
-			}
-			return fail(fmt.Errorf("carehub keys create: %w", err))
-		}
-		var k struct {
-			Key string `json:"key"`
-		}
-		if err := json.Unmarshal(out, &k); err != nil || k.Key == "" {
-			return fail(fmt.Errorf("carehub keys create: unexpected output %q", out))
-		}
-		s.keys = append(s.keys, k.Key)
+		return nil, fmt.Errorf("carehub: %w\ncarehub log:\n%s", err, tail)
 	}
 	return s, nil
+}
+
+// createKey makes a key of the demo organization in mode (access.Live, access.Test) with
+// scopes (none: an empty list), with `carehub keys create` on the node's data dir.
+func (s *server) createKey(ctx context.Context, mode string, scopes []string) (string, error) {
+	args := append([]string{"keys", "create", "--data-dir", s.dataDir, "--org", demo.DemoOrgSlug, "--mode", mode,
+		"--scopes", strings.Join(scopes, ","), "--name", "peerbench", "--json"}, s.keyArgs...)
+	out, err := exec.CommandContext(ctx, s.bin, args...).Output()
+	if err != nil {
+		var ee *exec.ExitError
+		if errors.As(err, &ee) {
+			err = fmt.Errorf("%w: %s", err, ee.Stderr)
+		}
+		return "", fmt.Errorf("carehub keys create: %w", err)
+	}
+	var k struct {
+		Key string `json:"key"`
+	}
+	if err := json.Unmarshal(out, &k); err != nil || k.Key == "" {
+		return "", fmt.Errorf("carehub keys create: unexpected output %q", out)
+	}
+	return k.Key, nil
 }
 
 // startHAPI runs loadtest/peers/hapi/run.sh (build once, a fresh PostgreSQL cluster, the HAPI

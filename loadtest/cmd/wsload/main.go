@@ -26,6 +26,7 @@ import (
 
 	"carehub/loadtest/loadcli"
 	loadreport "carehub/loadtest/report"
+	"carehub/loadtest/wsfleet"
 	"carehub/storage/kafka"
 )
 
@@ -130,10 +131,10 @@ func parseFlags(args []string) (config, error) {
 	if c.key == "" {
 		errs = append(errs, errors.New("-key is required"))
 	}
-	if err := loopback("-url", c.url, c.metricsURL); err != nil {
+	if err := wsfleet.Loopback("-url", c.url, c.metricsURL); err != nil {
 		errs = append(errs, err)
 	}
-	if err := loopback("-brokers", c.brokers...); err != nil {
+	if err := wsfleet.Loopback("-brokers", c.brokers...); err != nil {
 		errs = append(errs, err)
 	}
 	if c.conns < 1 || c.idle < 0 || c.conns+c.idle > maxConns {
@@ -170,34 +171,34 @@ var serverMetrics = []string{"process_resident_memory_bytes", "go_memstats_heap_
 	"carehub_ws_slow_consumer_closes_total", "carehub_fanout_slow_subscribers_dropped_total"}
 
 func run(ctx context.Context, cfg config) (*report, error) {
-	n := newNode(cfg.url, cfg.publishers+8)
+	n := wsfleet.NewNode(cfg.url, cfg.publishers+8)
 	setup, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
-	ten, err := n.tenant(setup, cfg.key, cfg.projects)
+	ten, err := n.Tenant(setup, cfg.key, cfg.projects)
 	if err != nil {
 		return nil, err
 	}
 
 	// Keys of this run: one for the subscribers (no scope: eventStream needs none), the
 	// publishers' own. Revoked at the end, whatever happens.
-	var made []createdKey
+	var made []wsfleet.CreatedKey
 	defer func() {
 		cctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
 		for _, k := range made {
-			if err := n.revokeKey(cctx, cfg.key, k.ID); err != nil {
+			if err := n.RevokeKey(cctx, cfg.key, k.ID); err != nil {
 				fmt.Fprintln(os.Stderr, "wsload: revoke key:", err)
 			}
 		}
 	}()
-	subKey, err := n.createKey(setup, cfg.key, "wsload subscribers", []string{})
+	subKey, err := n.CreateKey(setup, cfg.key, "wsload subscribers", []string{})
 	if err != nil {
 		return nil, err
 	}
 	made = append(made, subKey)
 	var pubKeys []string
 	for i := range cfg.pubKeys {
-		k, err := n.createKey(setup, cfg.key, fmt.Sprintf("wsload publisher %d", i), []string{"exec:workflows"})
+		k, err := n.CreateKey(setup, cfg.key, fmt.Sprintf("wsload publisher %d", i), []string{"exec:workflows"})
 		if err != nil {
 			return nil, err
 		}
@@ -205,10 +206,10 @@ func run(ctx context.Context, cfg config) (*report, error) {
 		pubKeys = append(pubKeys, k.Secret)
 	}
 
-	rep := &report{Config: reportConfig{Conns: cfg.conns, Idle: cfg.idle, Projects: len(ten.projects), Groups: cfg.groups,
+	rep := &report{Config: reportConfig{Conns: cfg.conns, Idle: cfg.idle, Projects: len(ten.Projects), Groups: cfg.groups,
 		Rate: cfg.rate, Duration: cfg.duration.String(), Publish: cfg.mode, Publishers: cfg.publishers, PublishKeys: cfg.pubKeys,
 		PayloadPad: cfg.payload}}
-	before, err := n.metrics(setup, cfg.metricsURL, serverMetrics...)
+	before, err := n.Metrics(setup, cfg.metricsURL, serverMetrics...)
 	if err != nil {
 		return nil, err
 	}
@@ -217,16 +218,13 @@ func run(ctx context.Context, cfg config) (*report, error) {
 	// Connect: connection i subscribes to project i mod P, group (i div P) mod G; idle ones to a
 	// type nothing publishes.
 	wsURL := "ws" + strings.TrimPrefix(strings.TrimRight(cfg.url, "/"), "http") + "/graphql"
-	f := newFleet(wsURL, subKey.Secret)
+	f := wsfleet.New(wsURL, subKey.Secret)
 	readCtx, stopReading := context.WithCancel(context.Background())
 	defer func() {
 		stopReading()
-		f.close(cfg.dialConcurrency)
+		f.Close(cfg.dialConcurrency)
 	}()
-	p := &plan{projects: ten.projects, groups: cfg.groups, orgID: ten.orgID, listeners: make([][]int64, len(ten.projects))}
-	for i := range p.listeners {
-		p.listeners[i] = make([]int64, cfg.groups)
-	}
+	p := wsfleet.NewPlan(ten.OrgID, ten.Projects, cfg.groups)
 	total := cfg.conns + cfg.idle
 	connStart := time.Now()
 	var connErrs atomic.Int64
@@ -234,12 +232,9 @@ func run(ctx context.Context, cfg config) (*report, error) {
 	sem := make(chan struct{}, cfg.dialConcurrency)
 	var wg sync.WaitGroup
 	for i := range total {
-		project := i % len(ten.projects)
-		types := []string{idleType}
+		project, types := ten.Projects[i%len(ten.Projects)], []string{wsfleet.IdleType}
 		if i < cfg.conns {
-			g := (i / len(ten.projects)) % cfg.groups
-			types = []string{groupType(g)}
-			p.listeners[project][g]++
+			project, types = p.Assign(i)
 		}
 		select {
 		case sem <- struct{}{}:
@@ -250,15 +245,15 @@ func run(ctx context.Context, cfg config) (*report, error) {
 			defer func() { <-sem }()
 			dctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 			defer cancel()
-			if err := f.connect(dctx, readCtx, ten.projects[project], types); err != nil {
+			if err := f.Connect(dctx, readCtx, project, types); err != nil {
 				connErrs.Add(1)
 				firstConnErr.CompareAndSwap(nil, err.Error())
 			}
 		})
 	}
 	wg.Wait()
-	rep.Connect = connectReport{Opened: int(f.open.Load()), Failed: int(connErrs.Load()), Seconds: time.Since(connStart).Seconds(),
-		Handshake: f.handshake.summary()}
+	rep.Connect = connectReport{Opened: int(f.Open.Load()), Failed: int(connErrs.Load()), Seconds: time.Since(connStart).Seconds(),
+		Handshake: f.Handshake.Summary()}
 	if e, ok := firstConnErr.Load().(string); ok {
 		rep.Connect.FirstError = e
 	}
@@ -271,7 +266,7 @@ func run(ctx context.Context, cfg config) (*report, error) {
 	want := before["carehub_graphql_subscriptions"] + float64(total)
 	deadline := time.Now().Add(2 * time.Minute)
 	for {
-		m, err := n.metrics(ctx, cfg.metricsURL, serverMetrics...)
+		m, err := n.Metrics(ctx, cfg.metricsURL, serverMetrics...)
 		if err != nil {
 			return rep, err
 		}
@@ -284,62 +279,59 @@ func run(ctx context.Context, cfg config) (*report, error) {
 		time.Sleep(200 * time.Millisecond)
 	}
 	time.Sleep(cfg.settle)
-	if rep.Server.Connected, err = n.metrics(ctx, cfg.metricsURL, serverMetrics...); err != nil {
+	if rep.Server.Connected, err = n.Metrics(ctx, cfg.metricsURL, serverMetrics...); err != nil {
 		return rep, err
 	}
 
-	var snd sender
+	var snd wsfleet.Sender
 	if cfg.mode == "kafka" {
-		ks, err := newKafkaSender(cfg.brokers, cfg.kafkaDataDir, cfg.topic, ten.orgID)
+		ks, err := wsfleet.NewKafkaSender(cfg.brokers, cfg.kafkaDataDir, cfg.topic, ten.OrgID)
 		if err != nil {
 			return rep, err
 		}
 		snd = ks
 	} else {
-		snd = &graphqlSender{n: n, keys: pubKeys}
+		snd = &wsfleet.GraphQLSender{Node: n, Keys: pubKeys}
 	}
-	defer snd.close()
+	defer snd.Close()
 
 	// Warm up: publish until some subscriber receives (the hub reads from the tail of the topic
 	// once it has its partitions), then measure from zero.
-	warm := &publisher{plan: p, sender: snd, workers: 1}
-	f.measuring.Store(true)
-	warmEnd := time.Now().Add(30 * time.Second)
-	for j := 0; f.received.Load() == 0; j++ {
-		if time.Now().After(warmEnd) {
-			return rep, errors.New("no event reached a subscriber within 30 s of publishing")
-		}
-		warm.one(ctx, job{j, time.Now()})
-		time.Sleep(100 * time.Millisecond)
+	if err := wsfleet.WarmUp(ctx, f, p, snd, 30*time.Second); err != nil {
+		return rep, err
 	}
-	time.Sleep(time.Second)
-	f.measuring.Store(false)
-	f.fromCall.reset()
-	f.fromEvent.reset()
-	f.received.Store(0)
-	f.measuring.Store(true)
 
-	pub := &publisher{plan: p, sender: snd, workers: cfg.publishers, pad: strings.Repeat("x", cfg.payload)}
+	pub := &wsfleet.Publisher{Plan: p, Sender: snd, Workers: cfg.publishers, Pad: strings.Repeat("x", cfg.payload)}
 	rec := loadreport.NewRecorder(loadreport.Options{Unit: "messages/s", LagName: "messages not yet delivered", Quiet: cfg.quiet,
-		Lag: func() float64 { return float64(max(0, pub.expected.Load()-f.received.Load())) }})
-	pub.rec, f.rec = rec, rec
+		Lag: func() float64 { return float64(max(0, pub.Expected.Load()-f.Received.Load())) }})
+	pub.Rec, f.Rec = rec, rec
 	rec.Start()
 	defer rec.Stop()
 	cpu0 := loadcli.ProcessCPU()
-	elapsed := pub.run(ctx, cfg.rate, cfg.duration)
+	elapsed := pub.Run(ctx, cfg.rate, cfg.duration)
 	published := time.Now()
-	for f.received.Load() < pub.expected.Load() && time.Since(published) < cfg.drain && ctx.Err() == nil {
+	for f.Received.Load() < pub.Expected.Load() && time.Since(published) < cfg.drain && ctx.Err() == nil {
 		time.Sleep(50 * time.Millisecond)
 	}
 	rep.Series = rec.Stop()
 	deliveredIn := time.Since(published) + elapsed
-	after, err := n.metrics(context.Background(), cfg.metricsURL, serverMetrics...)
+	after, err := n.Metrics(context.Background(), cfg.metricsURL, serverMetrics...)
 	if err != nil {
 		return rep, err
 	}
 	rep.Server.After = after
 	rep.fill(cfg, f, pub, elapsed, deliveredIn, loadcli.ProcessCPU()-cpu0)
 	return rep, nil
+}
+
+func splitList(v string) []string {
+	var out []string
+	for p := range strings.SplitSeq(v, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			out = append(out, p)
+		}
+	}
+	return out
 }
 
 // sortedKeys returns m's keys in order.

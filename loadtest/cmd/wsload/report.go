@@ -6,6 +6,7 @@ import (
 	"time"
 
 	loadreport "carehub/loadtest/report"
+	"carehub/loadtest/wsfleet"
 )
 
 // report is what a run measured; print writes it for people, -out as JSON.
@@ -35,31 +36,31 @@ type reportConfig struct {
 }
 
 type connectReport struct {
-	Opened     int     `json:"opened"`
-	Failed     int     `json:"failed"`
-	FirstError string  `json:"firstError,omitempty"`
-	Seconds    float64 `json:"seconds"`
-	Handshake  summary `json:"handshake"` // dial → connection_ack
+	Opened     int             `json:"opened"`
+	Failed     int             `json:"failed"`
+	FirstError string          `json:"firstError,omitempty"`
+	Seconds    float64         `json:"seconds"`
+	Handshake  wsfleet.Summary `json:"handshake"` // dial → connection_ack
 }
 
 type publishReport struct {
-	OK          int64   `json:"ok"`
-	Failed      int64   `json:"failed"`
-	RateLimited int64   `json:"rateLimited"`
-	FirstError  string  `json:"firstError,omitempty"`
-	Seconds     float64 `json:"seconds"`
-	Rate        float64 `json:"rate"` // achieved, ok/seconds
-	Call        summary `json:"call"`
-	Lag         summary `json:"lag"` // call start behind schedule
+	OK          int64           `json:"ok"`
+	Failed      int64           `json:"failed"`
+	RateLimited int64           `json:"rateLimited"`
+	FirstError  string          `json:"firstError,omitempty"`
+	Seconds     float64         `json:"seconds"`
+	Rate        float64         `json:"rate"` // achieved, ok/seconds
+	Call        wsfleet.Summary `json:"call"`
+	Lag         wsfleet.Summary `json:"lag"` // call start behind schedule
 }
 
 type deliveryReport struct {
-	Expected  int64          `json:"expected"` // Σ over published events of their subscribers
-	Received  int64          `json:"received"`
-	Rate      float64        `json:"messagesPerSecond"`
-	FromCall  summary        `json:"publishCallToReceived"`
-	FromEvent summary        `json:"eventTimestampToReceived"`
-	Ended     map[string]int `json:"connectionsEnded,omitempty"` // how connections ended during the run
+	Expected  int64           `json:"expected"` // Σ over published events of their subscribers
+	Received  int64           `json:"received"`
+	Rate      float64         `json:"messagesPerSecond"`
+	FromCall  wsfleet.Summary `json:"publishCallToReceived"`
+	FromEvent wsfleet.Summary `json:"eventTimestampToReceived"`
+	Ended     map[string]int  `json:"connectionsEnded,omitempty"` // how connections ended during the run
 }
 
 type serverReport struct {
@@ -81,20 +82,11 @@ type clientReport struct {
 	CPUCores   float64 `json:"cpuCores"`
 }
 
-func (r *report) fill(cfg config, f *fleet, p *publisher, publishing, delivering time.Duration, clientCPU time.Duration) {
-	r.Publish = publishReport{OK: p.ok.Load(), Failed: p.failed.Load(), RateLimited: p.limited.Load(),
-		Seconds: publishing.Seconds(), Rate: float64(p.ok.Load()) / publishing.Seconds(), Call: p.call.summary(), Lag: p.lag.summary()}
-	if e, ok := p.firstErr.Load().(string); ok {
-		r.Publish.FirstError = e
-	}
-	f.mu.Lock()
-	ended := map[string]int{}
-	for k, v := range f.closes {
-		ended[k] = v
-	}
-	f.mu.Unlock()
-	r.Delivery = deliveryReport{Expected: p.expected.Load(), Received: f.received.Load(),
-		Rate: float64(f.received.Load()) / delivering.Seconds(), FromCall: f.fromCall.summary(), FromEvent: f.fromEvent.summary(), Ended: ended}
+func (r *report) fill(cfg config, f *wsfleet.Fleet, p *wsfleet.Publisher, publishing, delivering time.Duration, clientCPU time.Duration) {
+	r.Publish = publishReport{OK: p.OK.Load(), Failed: p.Failed.Load(), RateLimited: p.Limited.Load(), FirstError: p.FirstError(),
+		Seconds: publishing.Seconds(), Rate: float64(p.OK.Load()) / publishing.Seconds(), Call: p.Call.Summary(), Lag: p.Lag.Summary()}
+	r.Delivery = deliveryReport{Expected: p.Expected.Load(), Received: f.Received.Load(),
+		Rate: float64(f.Received.Load()) / delivering.Seconds(), FromCall: f.FromCall.Summary(), FromEvent: f.FromEvent.Summary(), Ended: f.Ended()}
 	total := float64(cfg.conns + cfg.idle)
 	s := &r.Server
 	s.RSSPerConnKiB = (s.Connected["process_resident_memory_bytes"] - s.Before["process_resident_memory_bytes"]) / total / 1024
@@ -154,7 +146,7 @@ func (r *report) print(w io.Writer) {
 	fmt.Fprintf(w, "client:    %.1f CPU-s (%.2f cores) — wsload shares the machine with the node\n", r.Client.CPUSeconds, r.Client.CPUCores)
 }
 
-func ms(s summary) string {
+func ms(s wsfleet.Summary) string {
 	if s.Count == 0 {
 		return "(none)"
 	}

@@ -1,4 +1,10 @@
-package main
+// Package wsfleet is the client side of carehub's GraphQL subscription load, shared by
+// cmd/wsload (a running node) and cmd/peerbench (carehub beside a peer realtime server): a Fleet
+// of graphql-transport-ws connections, each with one eventStream subscription, that timestamps
+// what it receives; the Publisher that sends events on an absolute schedule and counts what the
+// fleet should receive (Plan); the Node client that sets a carehub node up for it; and the
+// lock-free latency histogram (Hist) both record into.
+package wsfleet
 
 import (
 	"bytes"
@@ -21,21 +27,24 @@ const eventStreamQuery = `subscription($projectId: ID!, $types: [String!]) {
   eventStream(projectId: $projectId, types: $types) { id type payload timestamp }
 }`
 
-// fleet is the set of subscribed connections. Each connection has one goroutine that reads it
+// Fleet is the set of subscribed connections. Each connection has one goroutine that reads it
 // and timestamps every result; the payload is scanned for the two numbers the report needs
-// rather than decoded, so the client spends as little of the machine's CPU as it can.
-type fleet struct {
+// rather than decoded, so the client spends as little of the machine's CPU as it can. Any
+// server that speaks graphql-transport-ws and has carehub's eventStream subscription will do.
+type Fleet struct {
 	url string
 	key string
 	hc  *http.Client
 
-	measuring atomic.Bool // results count only while set
-	fromCall  hist        // publish call start → received (payload.sentAt)
-	fromEvent hist        // event timestamp (createdAt) → received
-	handshake hist        // dial start → connection_ack
-	received  atomic.Int64
-	open      atomic.Int64
-	rec       *loadreport.Recorder // the progress line and report series; nil: none
+	Measuring atomic.Bool // results count only while set
+	FromCall  Hist        // publish call start → received (payload.sentAt)
+	FromEvent Hist        // event timestamp (createdAt) → received
+	Handshake Hist        // dial start → connection_ack
+	Received  atomic.Int64
+	Open      atomic.Int64
+	// Rec, when set before any result arrives, gets every measured result: the progress line
+	// and report series.
+	Rec *loadreport.Recorder
 
 	mu     sync.Mutex
 	conns  []*websocket.Conn
@@ -44,8 +53,10 @@ type fleet struct {
 	wg sync.WaitGroup
 }
 
-func newFleet(url, key string) *fleet {
-	return &fleet{url: url, key: key, closes: map[string]int{},
+// New returns an empty fleet of url (ws://…/graphql) whose connections authenticate with key
+// (connection_init {"Authorization": "Bearer key"}).
+func New(url, key string) *Fleet {
+	return &Fleet{url: url, key: key, closes: map[string]int{},
 		hc: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: -1}}}
 }
 
@@ -55,9 +66,9 @@ type wireMessage struct {
 	Payload json.RawMessage `json:"payload,omitempty"`
 }
 
-// connect opens one connection, authenticates and subscribes to eventStream(project, types); its
-// reader runs until ctx ends or the server closes it.
-func (f *fleet) connect(ctx, readCtx context.Context, project string, types []string) error {
+// Connect opens one connection, authenticates and subscribes to eventStream(project, types)
+// within ctx; its reader runs until readCtx ends or the server closes it.
+func (f *Fleet) Connect(ctx, readCtx context.Context, project string, types []string) error {
 	start := time.Now()
 	conn, _, err := websocket.Dial(ctx, f.url, &websocket.DialOptions{Subprotocols: []string{"graphql-transport-ws"}, HTTPClient: f.hc})
 	if err != nil {
@@ -80,7 +91,7 @@ func (f *fleet) connect(ctx, readCtx context.Context, project string, types []st
 	if json.Unmarshal(data, &ack) != nil || ack.Type != "connection_ack" {
 		return fail(fmt.Errorf("connection_init answered with %.200s", data))
 	}
-	f.handshake.record(time.Since(start))
+	f.Handshake.Record(time.Since(start))
 	payload, _ := json.Marshal(map[string]any{"query": eventStreamQuery, "variables": map[string]any{"projectId": project, "types": types}})
 	if err := write(ctx, conn, wireMessage{ID: "1", Type: "subscribe", Payload: payload}); err != nil {
 		return fail(err)
@@ -88,7 +99,7 @@ func (f *fleet) connect(ctx, readCtx context.Context, project string, types []st
 	f.mu.Lock()
 	f.conns = append(f.conns, conn)
 	f.mu.Unlock()
-	f.open.Add(1)
+	f.Open.Add(1)
 	f.wg.Go(func() { f.read(readCtx, conn) })
 	return nil
 }
@@ -107,8 +118,8 @@ var (
 	keyTime   = []byte(`"timestamp":"`)
 )
 
-func (f *fleet) read(ctx context.Context, conn *websocket.Conn) {
-	defer f.open.Add(-1)
+func (f *Fleet) read(ctx context.Context, conn *websocket.Conn) {
+	defer f.Open.Add(-1)
 	for {
 		_, data, err := conn.Read(ctx)
 		if err != nil {
@@ -125,21 +136,21 @@ func (f *fleet) read(ctx context.Context, conn *websocket.Conn) {
 			}
 			continue
 		}
-		if !f.measuring.Load() {
+		if !f.Measuring.Load() {
 			continue
 		}
-		f.received.Add(1)
+		f.Received.Add(1)
 		if sent, ok := numberAfter(data, keySentAt); ok {
-			f.fromCall.record(now.Sub(time.Unix(0, sent)))
-			if f.rec != nil {
-				f.rec.Observe(1, now.Sub(time.Unix(0, sent)))
+			f.FromCall.Record(now.Sub(time.Unix(0, sent)))
+			if f.Rec != nil {
+				f.Rec.Observe(1, now.Sub(time.Unix(0, sent)))
 			}
 		}
 		if i := bytes.Index(data, keyTime); i >= 0 {
 			rest := data[i+len(keyTime):]
 			if j := bytes.IndexByte(rest, '"'); j > 0 {
 				if ts, err := time.Parse(time.RFC3339Nano, string(rest[:j])); err == nil {
-					f.fromEvent.record(now.Sub(ts))
+					f.FromEvent.Record(now.Sub(ts))
 				}
 			}
 		}
@@ -161,7 +172,7 @@ func numberAfter(data, key []byte) (int64, bool) {
 }
 
 // ended records how a connection or its operation ended before the run did.
-func (f *fleet) ended(err error) {
+func (f *Fleet) ended(err error) {
 	what := err.Error()
 	var ce websocket.CloseError
 	if errors.As(err, &ce) {
@@ -174,10 +185,34 @@ func (f *fleet) ended(err error) {
 	f.mu.Unlock()
 }
 
-// close closes every connection (1000), concurrency at a time, and waits for the readers.
-func (f *fleet) close(concurrency int) {
+// Reset empties the counts and histograms of what was received (not Handshake), leaving the
+// fleet measuring; call it while nothing is being published.
+func (f *Fleet) Reset() {
+	f.Measuring.Store(false)
+	f.FromCall.Reset()
+	f.FromEvent.Reset()
+	f.Received.Store(0)
+	f.Measuring.Store(true)
+}
+
+// Ended returns how connections or their operations ended before the run did: close codes and
+// reasons, "operation error"/"operation complete", read errors; a count of each.
+func (f *Fleet) Ended() map[string]int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	out := make(map[string]int, len(f.closes))
+	for k, v := range f.closes {
+		out[k] = v
+	}
+	return out
+}
+
+// Close closes every connection (1000), concurrency at a time, and waits for the readers.
+// Connections are forgotten: the fleet may connect anew afterwards.
+func (f *Fleet) Close(concurrency int) {
 	f.mu.Lock()
 	conns := f.conns
+	f.conns = nil
 	f.mu.Unlock()
 	sem := make(chan struct{}, concurrency)
 	var wg sync.WaitGroup

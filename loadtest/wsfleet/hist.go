@@ -1,4 +1,4 @@
-package main
+package wsfleet
 
 import (
 	"math/bits"
@@ -6,9 +6,10 @@ import (
 	"time"
 )
 
-// hist is a lock-free latency histogram in microseconds: exact below 32 µs, then 32 buckets per
+// Hist is a lock-free latency histogram in microseconds: exact below 32 µs, then 32 buckets per
 // power of two (at most 3 % relative error), up to 2^40 µs. Many goroutines record at once.
-type hist struct {
+// The zero value is empty and ready.
+type Hist struct {
 	buckets [subBuckets * 42]atomic.Int64
 	n       atomic.Int64
 	max     atomic.Int64
@@ -37,7 +38,8 @@ func valueOf(i int) uint64 {
 	return top<<shift + (uint64(1)<<shift)/2
 }
 
-func (h *hist) record(d time.Duration) {
+// Record adds one latency (negative ones count as 0).
+func (h *Hist) Record(d time.Duration) {
 	us := max(d.Microseconds(), 0)
 	i := min(bucketOf(uint64(us)), len(h.buckets)-1)
 	h.buckets[i].Add(1)
@@ -50,8 +52,8 @@ func (h *hist) record(d time.Duration) {
 	}
 }
 
-// reset empties the histogram; nothing may record meanwhile.
-func (h *hist) reset() {
+// Reset empties the histogram; nothing may record meanwhile.
+func (h *Hist) Reset() {
 	for i := range h.buckets {
 		h.buckets[i].Store(0)
 	}
@@ -59,8 +61,8 @@ func (h *hist) reset() {
 	h.max.Store(0)
 }
 
-// quantile returns the q-quantile (nearest rank), 0 for an empty histogram.
-func (h *hist) quantile(q float64) time.Duration {
+// Quantile returns the q-quantile (nearest rank), 0 for an empty histogram.
+func (h *Hist) Quantile(q float64) time.Duration {
 	n := h.n.Load()
 	if n == 0 {
 		return 0
@@ -76,8 +78,8 @@ func (h *hist) quantile(q float64) time.Duration {
 	return time.Duration(h.max.Load()) * time.Microsecond
 }
 
-// summary is the distribution as the report gives it.
-type summary struct {
+// Summary is a distribution as the reports give it, in milliseconds.
+type Summary struct {
 	Count int64   `json:"count"`
 	P50   float64 `json:"p50Ms"`
 	P90   float64 `json:"p90Ms"`
@@ -86,8 +88,9 @@ type summary struct {
 	Max   float64 `json:"maxMs"`
 }
 
-func (h *hist) summary() summary {
+// Summary returns the distribution recorded so far.
+func (h *Hist) Summary() Summary {
 	ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
-	return summary{Count: h.n.Load(), P50: ms(h.quantile(0.5)), P90: ms(h.quantile(0.9)), P99: ms(h.quantile(0.99)),
-		P999: ms(h.quantile(0.999)), Max: float64(h.max.Load()) / 1000}
+	return Summary{Count: h.n.Load(), P50: ms(h.Quantile(0.5)), P90: ms(h.Quantile(0.9)), P99: ms(h.Quantile(0.99)),
+		P999: ms(h.Quantile(0.999)), Max: float64(h.max.Load()) / 1000}
 }

@@ -1,4 +1,4 @@
-package main
+package wsfleet
 
 import (
 	"bufio"
@@ -15,21 +15,24 @@ import (
 	"time"
 )
 
-// node is the carehub node under load, reached through its public API only.
-type node struct {
+// Node is the carehub node under load, reached through its public API only.
+type Node struct {
 	base string // http://host:port
 	hc   *http.Client
 }
 
-func newNode(base string, conns int) *node {
-	return &node{base: strings.TrimRight(base, "/"), hc: &http.Client{
+// NewNode returns a client of the node at base (http://host:port) keeping up to conns
+// connections alive.
+func NewNode(base string, conns int) *Node {
+	return &Node{base: strings.TrimRight(base, "/"), hc: &http.Client{
 		Timeout:   30 * time.Second,
 		Transport: &http.Transport{MaxIdleConns: conns, MaxIdleConnsPerHost: conns, IdleConnTimeout: time.Minute},
 	}}
 }
 
-// gql runs one GraphQL operation and decodes data into out; GraphQL errors are errors.
-func (n *node) gql(ctx context.Context, key, query string, vars map[string]any, out any) error {
+// GQL runs one GraphQL operation with key and decodes data into out; GraphQL errors are
+// errors (*GQLError).
+func (n *Node) GQL(ctx context.Context, key, query string, vars map[string]any, out any) error {
 	body, err := json.Marshal(map[string]any{"query": query, "variables": vars})
 	if err != nil {
 		return err
@@ -46,7 +49,7 @@ func (n *node) gql(ctx context.Context, key, query string, vars map[string]any, 
 		return err
 	}
 	if len(resp.Errors) > 0 {
-		return &gqlError{status: status, code: fmt.Sprint(resp.Errors[0].Extensions["code"]), msg: resp.Errors[0].Message}
+		return &GQLError{Status: status, Code: fmt.Sprint(resp.Errors[0].Extensions["code"]), Message: resp.Errors[0].Message}
 	}
 	if status != http.StatusOK {
 		return fmt.Errorf("graphql: HTTP %d", status)
@@ -57,17 +60,19 @@ func (n *node) gql(ctx context.Context, key, query string, vars map[string]any, 
 	return nil
 }
 
-type gqlError struct {
-	status    int
-	code, msg string
+// GQLError is the first error of a GraphQL answer: its HTTP status, its extensions.code
+// (RATE_LIMITED, …) and message.
+type GQLError struct {
+	Status        int
+	Code, Message string
 }
 
-func (e *gqlError) Error() string {
-	return fmt.Sprintf("graphql: HTTP %d %s: %s", e.status, e.code, e.msg)
+func (e *GQLError) Error() string {
+	return fmt.Sprintf("graphql: HTTP %d %s: %s", e.Status, e.Code, e.Message)
 }
 
 // do sends a request with a JSON body and decodes a JSON answer into out.
-func (n *node) do(ctx context.Context, method, path, key string, body []byte, out any) (int, error) {
+func (n *Node) do(ctx context.Context, method, path, key string, body []byte, out any) (int, error) {
 	req, err := http.NewRequestWithContext(ctx, method, n.base+path, bytes.NewReader(body))
 	if err != nil {
 		return 0, err
@@ -91,58 +96,60 @@ func (n *node) do(ctx context.Context, method, path, key string, body []byte, ou
 	return resp.StatusCode, nil
 }
 
-// tenant is the organization of the key and the projects the load uses.
-type tenant struct {
-	orgID    string
-	projects []string
+// Tenant is the organization of a key and the projects the load uses.
+type Tenant struct {
+	OrgID    string
+	Projects []string
 }
 
-func (n *node) tenant(ctx context.Context, key string, only []string) (tenant, error) {
+// Tenant returns the organization key sees (it must see one) and its projects, only those of
+// only when it is not empty.
+func (n *Node) Tenant(ctx context.Context, key string, only []string) (Tenant, error) {
 	var data struct {
 		Organizations []struct {
 			ID       string
 			Projects []struct{ ID string }
 		}
 	}
-	if err := n.gql(ctx, key, `{ organizations(limit: 2) { id projects { id } } }`, nil, &data); err != nil {
-		return tenant{}, err
+	if err := n.GQL(ctx, key, `{ organizations(limit: 2) { id projects { id } } }`, nil, &data); err != nil {
+		return Tenant{}, err
 	}
 	if len(data.Organizations) != 1 {
-		return tenant{}, fmt.Errorf("the key sees %d organizations; use a key of one organization", len(data.Organizations))
+		return Tenant{}, fmt.Errorf("the key sees %d organizations; use a key of one organization", len(data.Organizations))
 	}
-	t := tenant{orgID: data.Organizations[0].ID}
+	t := Tenant{OrgID: data.Organizations[0].ID}
 	for _, p := range data.Organizations[0].Projects {
-		t.projects = append(t.projects, p.ID)
+		t.Projects = append(t.Projects, p.ID)
 	}
 	if len(only) > 0 {
 		for _, id := range only {
 			found := false
-			for _, p := range t.projects {
+			for _, p := range t.Projects {
 				found = found || p == id
 			}
 			if !found {
-				return tenant{}, fmt.Errorf("project %s is not one of the organization's", id)
+				return Tenant{}, fmt.Errorf("project %s is not one of the organization's", id)
 			}
 		}
-		t.projects = only
+		t.Projects = only
 	}
-	if len(t.projects) == 0 {
-		return tenant{}, fmt.Errorf("organization %s has no projects", t.orgID)
+	if len(t.Projects) == 0 {
+		return Tenant{}, fmt.Errorf("organization %s has no projects", t.OrgID)
 	}
 	return t, nil
 }
 
-// createdKey is a key this run made, revoked at the end.
-type createdKey struct {
+// CreatedKey is a key a run made, to revoke at its end.
+type CreatedKey struct {
 	ID     string `json:"id"`
 	Secret string `json:"key"`
 }
 
-// createKey makes a test-mode key of the admin key's organization (POST /v1/api-keys). Test mode
+// CreateKey makes a test-mode key of the admin key's organization (POST /v1/api-keys). Test mode
 // keeps the HIPAA audit log, which records every call of a live key, out of the measurement.
-func (n *node) createKey(ctx context.Context, admin, name string, scopes []string) (createdKey, error) {
+func (n *Node) CreateKey(ctx context.Context, admin, name string, scopes []string) (CreatedKey, error) {
 	body, _ := json.Marshal(map[string]any{"name": name, "mode": "test", "scopes": scopes})
-	var k createdKey
+	var k CreatedKey
 	status, err := n.do(ctx, http.MethodPost, "/v1/api-keys", admin, body, &k)
 	if err != nil {
 		return k, err
@@ -153,7 +160,8 @@ func (n *node) createKey(ctx context.Context, admin, name string, scopes []strin
 	return k, nil
 }
 
-func (n *node) revokeKey(ctx context.Context, admin, id string) error {
+// RevokeKey revokes the key id with admin (POST /v1/api-keys/{id}/revoke).
+func (n *Node) RevokeKey(ctx context.Context, admin, id string) error {
 	status, err := n.do(ctx, http.MethodPost, "/v1/api-keys/"+id+"/revoke", admin, nil, nil)
 	if err == nil && status != http.StatusOK {
 		err = fmt.Errorf("revoke %s: HTTP %d", id, status)
@@ -161,9 +169,9 @@ func (n *node) revokeKey(ctx context.Context, admin, id string) error {
 	return err
 }
 
-// metrics reads the named metrics from metricsURL (a Prometheus text page): the sum of each
+// Metrics reads the named metrics from metricsURL (a Prometheus text page): the sum of each
 // metric's samples.
-func (n *node) metrics(ctx context.Context, metricsURL string, names ...string) (map[string]float64, error) {
+func (n *Node) Metrics(ctx context.Context, metricsURL string, names ...string) (map[string]float64, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, metricsURL, nil)
 	if err != nil {
 		return nil, err
@@ -204,8 +212,9 @@ func (n *node) metrics(ctx context.Context, metricsURL string, names ...string) 
 	return out, sc.Err()
 }
 
-// loopback checks that every address is a loopback one: the load stays on this machine.
-func loopback(kind string, addrs ...string) error {
+// Loopback checks that every address (URL or host:port) is a loopback one: the load stays on
+// this machine. kind names the flag in the error.
+func Loopback(kind string, addrs ...string) error {
 	for _, a := range addrs {
 		host := a
 		if u, err := url.Parse(a); err == nil && u.Host != "" {
@@ -216,7 +225,7 @@ func loopback(kind string, addrs ...string) error {
 		}
 		ip := net.ParseIP(host)
 		if host != "localhost" && (ip == nil || !ip.IsLoopback()) {
-			return fmt.Errorf("%s %q is not a loopback address: wsload only loads this machine", kind, a)
+			return fmt.Errorf("%s %q is not a loopback address: the load tools only load this machine", kind, a)
 		}
 	}
 	return nil

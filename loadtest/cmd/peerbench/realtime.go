@@ -1,0 +1,229 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// kafkaBroker is an Apache Kafka broker of deploy/local/kafka/kafka.sh started by this process on
+// free ports with its state in a directory of its own, stopped and deleted by Close.
+type kafkaBroker struct {
+	script, state string
+	env           []string
+	addr          string
+	pid           int
+}
+
+// startKafka runs `kafka.sh up` (it fetches the jars once, formats the state dir, starts the
+// broker and waits until it serves metadata) on two free loopback ports.
+func startKafka(ctx context.Context, script string, logw io.Writer) (*kafkaBroker, error) {
+	port, err := freePort()
+	if err != nil {
+		return nil, err
+	}
+	cport, err := freePort()
+	if err != nil {
+		return nil, err
+	}
+	state, err := os.MkdirTemp("/tmp", "carehub-peerbench-kafka-")
+	if err != nil {
+		return nil, err
+	}
+	k := &kafkaBroker{script: script, state: state, addr: fmt.Sprintf("127.0.0.1:%d", port),
+		env: append(os.Environ(), fmt.Sprintf("KAFKA_PORT=%d", port), fmt.Sprintf("KAFKA_CONTROLLER_PORT=%d", cport), "KAFKA_STATE_DIR="+state)}
+	if err := k.run(ctx, logw, "up"); err != nil {
+		k.Close()
+		return nil, fmt.Errorf("kafka.sh up: %w", err)
+	}
+	if out, err := k.output(ctx, "pid"); err == nil {
+		k.pid, _ = strconv.Atoi(strings.TrimSpace(out))
+	}
+	return k, nil
+}
+
+func (k *kafkaBroker) run(ctx context.Context, logw io.Writer, args ...string) error {
+	cmd := exec.CommandContext(ctx, k.script, args...)
+	cmd.Env, cmd.Stdout, cmd.Stderr = k.env, logw, logw
+	return cmd.Run()
+}
+
+func (k *kafkaBroker) output(ctx context.Context, args ...string) (string, error) {
+	cmd := exec.CommandContext(ctx, k.script, args...)
+	cmd.Env = k.env
+	out, err := cmd.Output()
+	return string(out), err
+}
+
+// Close stops the broker (`kafka.sh down`: SIGTERM, SIGKILL after its timeout) and deletes its
+// state. It does not depend on the run's context, which may be over.
+func (k *kafkaBroker) Close() {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	if err := k.run(ctx, io.Discard, "down"); err != nil {
+		fmt.Fprintln(os.Stderr, "peerbench: kafka.sh down:", err)
+		if k.pid > 0 {
+			_ = syscall.Kill(k.pid, syscall.SIGKILL)
+		}
+	}
+	_ = os.RemoveAll(k.state)
+}
+
+// graphqlwsPeer is loadtest/peers/graphqlws/server.cjs on Node, started by this process.
+type graphqlwsPeer struct {
+	wsURL, statsURL string
+	pid             int
+	close           func()
+}
+
+func (p *graphqlwsPeer) Close() {
+	if p.close != nil {
+		p.close()
+	}
+}
+
+// startGraphQLWS starts the peer on a free loopback port, reading topic from brokers with the
+// packages installed under modules (make peers-deps), and waits for its ready line (it has
+// joined its consumer group).
+func startGraphQLWS(ctx context.Context, node, script, modules string, brokers, topic string, logw io.Writer) (*graphqlwsPeer, error) {
+	if _, err := os.Stat(filepath.Join(modules, "node_modules", "graphql-ws")); err != nil {
+		return nil, fmt.Errorf("graphql-ws peer: its packages are not installed under %s (make peers-deps)", modules)
+	}
+	port, err := freePort()
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(node, script)
+	// NODE_ENV=production is how the libraries are deployed: graphql-js skips its development
+	// checks and graphql-ws its verbose close reasons.
+	cmd.Env = append(os.Environ(), "NODE_ENV=production", "GRAPHQLWS_PEER_MODULES="+modules, "KAFKA_BROKERS="+brokers,
+		"KAFKA_TOPIC="+topic, "HOST=127.0.0.1", fmt.Sprintf("PORT=%d", port))
+	cmd.Stderr = logw
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGTERM}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("start %s: %w", node, err)
+	}
+	done := make(chan struct{})
+	ready := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			if line := sc.Text(); strings.HasPrefix(line, "ready ") {
+				ready <- line
+			}
+		}
+	}()
+	go func() { _ = cmd.Wait(); close(done) }()
+	p := &graphqlwsPeer{pid: cmd.Process.Pid}
+	p.close = func() { stop(cmd, done, 20*time.Second) }
+	select {
+	case line := <-ready:
+		f := strings.Fields(line)
+		if len(f) < 2 || !strings.HasPrefix(f[1], "http://") {
+			p.Close()
+			return nil, fmt.Errorf("graphql-ws peer: unexpected ready line %q", line)
+		}
+		origin := strings.TrimSuffix(f[1], "/graphql")
+		p.wsURL, p.statsURL = "ws"+strings.TrimPrefix(f[1], "http"), origin+"/stats"
+		return p, nil
+	case <-done:
+		return nil, errors.New("graphql-ws peer exited before it was ready")
+	case <-ctx.Done():
+		p.Close()
+		return nil, ctx.Err()
+	case <-time.After(2 * time.Minute):
+		p.Close()
+		return nil, errors.New("graphql-ws peer not ready after 2 minutes")
+	}
+}
+
+// peerStats is the peer's GET /stats.
+type peerStats struct {
+	Sockets       int64 `json:"sockets"`
+	Subscriptions int64 `json:"subscriptions"`
+	Records       int64 `json:"records"`
+	Pushed        int64 `json:"pushed"`
+	Dropped       int64 `json:"dropped"`
+	Undecodable   int64 `json:"undecodable"`
+	Memory        struct {
+		HeapTotal float64 `json:"heapTotal"`
+		HeapUsed  float64 `json:"heapUsed"`
+		External  float64 `json:"external"`
+	} `json:"memory"`
+}
+
+func (p *graphqlwsPeer) stats(ctx context.Context) (peerStats, error) {
+	var st peerStats
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, p.statsURL, nil)
+	if err != nil {
+		return st, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return st, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return st, fmt.Errorf("GET %s: %d", p.statsURL, resp.StatusCode)
+	}
+	return st, json.NewDecoder(resp.Body).Decode(&st)
+}
+
+// procRSS is the resident set of pid (VmRSS), in bytes; 0 when /proc does not tell.
+func procRSS(pid int) float64 {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0
+	}
+	for line := range strings.SplitSeq(string(b), "\n") {
+		if rest, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			f := strings.Fields(rest)
+			if len(f) > 0 {
+				kb, _ := strconv.ParseFloat(f[0], 64)
+				return kb * 1024
+			}
+		}
+	}
+	return 0
+}
+
+// raiseOpenFiles makes the open-file limit of this process, and so of the servers it starts,
+// at least want: the soft limit up to the hard one, and the hard one too when we may (root).
+func raiseOpenFiles(want uint64) (uint64, error) {
+	var lim syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
+		return 0, err
+	}
+	if lim.Cur >= want {
+		return lim.Cur, nil
+	}
+	next := lim
+	next.Cur = want
+	if lim.Max < want {
+		next.Max = want
+	}
+	if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &next); err != nil {
+		// Not allowed past the hard limit: take what there is.
+		next = syscall.Rlimit{Cur: lim.Max, Max: lim.Max}
+		if err2 := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &next); err2 != nil {
+			return lim.Cur, err2
+		}
+		return next.Cur, fmt.Errorf("open-file limit %d, %d wanted: %w", next.Cur, want, err)
+	}
+	return next.Cur, nil
+}
