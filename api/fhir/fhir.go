@@ -1,7 +1,6 @@
 package fhir
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
 	"io"
@@ -14,6 +13,7 @@ import (
 
 	"carehub/ingest/intake"
 	"carehub/kernel/fault"
+	"carehub/kernel/fhirjson"
 	"carehub/kernel/ids"
 	"carehub/kernel/jsonwire"
 	"carehub/processors/fhirsubs"
@@ -296,70 +296,9 @@ func writeResource(w http.ResponseWriter, status int, v any) {
 	_, _ = w.Write(b)
 }
 
-// fhirJSON rewrites a resource for the FHIR base: a resource's id and every reference
-// (Type/id, Type/id/_history/n) in FHIR id form (ids.FHIR), nulls and empty arrays and objects
-// removed (FHIR JSON has none).
+// fhirJSON rewrites a resource for the FHIR base (fhirjson.Rewrite).
 func fhirJSON(b []byte) ([]byte, error) {
-	return Rewrite(b)
-}
-
-// Rewrite is what the FHIR base does to every resource it answers (fhirJSON), for resources that
-// leave carehub another way: FHIR Subscriptions' full-resource notifications.
-func Rewrite(b []byte) ([]byte, error) {
-	dec := json.NewDecoder(bytes.NewReader(b))
-	dec.UseNumber()
-	var v any
-	if err := dec.Decode(&v); err != nil {
-		return nil, err
-	}
-	v, _ = tidy(v)
-	return json.Marshal(v)
-}
-
-func tidy(v any) (any, bool) {
-	switch x := v.(type) {
-	case nil:
-		return nil, false
-	case map[string]any:
-		_, isResource := x["resourceType"]
-		for k, e := range x {
-			t, keep := tidy(e)
-			if !keep {
-				delete(x, k)
-				continue
-			}
-			if s, ok := t.(string); ok && (k == "id" && isResource || k == "reference") {
-				t = fhirRef(s, k == "id")
-			}
-			x[k] = t
-		}
-		return x, len(x) > 0
-	case []any:
-		out := x[:0]
-		for _, e := range x {
-			if t, keep := tidy(e); keep {
-				out = append(out, t)
-			}
-		}
-		return out, len(out) > 0
-	}
-	return v, true
-}
-
-// fhirRef maps an id, or the id in a relative reference, to its FHIR form.
-func fhirRef(s string, bare bool) string {
-	if bare {
-		return ids.FHIR(s)
-	}
-	t, rest, ok := strings.Cut(s, "/")
-	if !ok || strings.Contains(t, ":") {
-		return s // urn:uuid:…, an absolute URL, a fragment
-	}
-	id, tail, _ := strings.Cut(rest, "/")
-	if tail != "" {
-		tail = "/" + tail
-	}
-	return t + "/" + ids.FHIR(id) + tail
+	return fhirjson.Rewrite(b)
 }
 
 // baseURL is the absolute URL of the FHIR base as the client reached it.

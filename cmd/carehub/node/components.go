@@ -18,6 +18,7 @@ import (
 	"carehub/ingest/intake"
 	"carehub/kernel/access"
 	"carehub/kernel/fault"
+	"carehub/kernel/fhirjson"
 	"carehub/processors/agents"
 	"carehub/processors/audit"
 	"carehub/processors/deployments"
@@ -310,7 +311,7 @@ func startFHIRSubscriptions(s *Node, _, wctx context.Context) error {
 			if err != nil {
 				return nil, err
 			}
-			return fhir.Rewrite(doc) // as the FHIR base answers it: FHIR ids and references
+			return fhirjson.Rewrite(doc) // as the FHIR base answers it: FHIR ids and references
 		}, Audit: s.auditPub.Publish, Logger: s.logger})
 	s.fhirWake = fhirsubs.NewWake(s.pool)
 	s.run("fhir-subscription-wake", s.fhirWake.Run, wctx)
