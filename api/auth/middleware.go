@@ -118,11 +118,18 @@ const (
 // once with 413 PAYLOAD_TOO_LARGE, and reading past n fails with *http.MaxBytesError, which
 // envelope.WriteError maps to the same. The innermost LimitBody wins, so a router-wide
 // LimitBody(DefaultBodyLimit) and a route's LimitBody(IngestBodyLimit) compose as expected.
-func LimitBody(n int64) func(http.Handler) http.Handler {
+func LimitBody(n int64) func(http.Handler) http.Handler { return LimitBodyWith(n, envelope.WriteError) }
+
+// LimitBodyWith is LimitBody answering a refused Content-Length with onError (nil: the REST
+// envelope): the FHIR base answers in an OperationOutcome.
+func LimitBodyWith(n int64, onError func(http.ResponseWriter, *http.Request, error)) func(http.Handler) http.Handler {
+	if onError == nil {
+		onError = envelope.WriteError
+	}
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			if r.ContentLength > n {
-				envelope.WriteError(w, r, fault.New(fault.KindTooLarge, "request body of %d bytes exceeds the limit of %d bytes", r.ContentLength, n))
+				onError(w, r, fault.New(fault.KindTooLarge, "request body of %d bytes exceeds the limit of %d bytes", r.ContentLength, n))
 				return
 			}
 			if r.Body != nil && r.Body != http.NoBody {

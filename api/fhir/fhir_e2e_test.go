@@ -194,6 +194,12 @@ func TestFHIRBase(t *testing.T) {
 		if r := s.Do(http.MethodGet, "/fhir/R4/Patient/pat-01jy0000000000000000000000", key, nil); r.Status != http.StatusNotFound || !strings.Contains(string(r.Body), "not-found") {
 			t.Fatalf("unknown patient: %d %s", r.Status, r.Body)
 		}
+		// A Bundle over the 16 MiB limit (a long Synthea life is 20 MiB) is refused by its
+		// declared length, before it is read, in the base's envelope too.
+		big := `{"resourceType":"Bundle","type":"transaction","entry":[],"text":"` + strings.Repeat("x", 17<<20) + `"}`
+		if r := s.Do(http.MethodPost, "/fhir/R4", key, big); r.Status != http.StatusRequestEntityTooLarge || !strings.Contains(string(r.Body), `"resourceType":"OperationOutcome"`) {
+			t.Fatalf("a 17 MiB Bundle: %d %.300s", r.Status, r.Body)
+		}
 	})
 }
 

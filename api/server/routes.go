@@ -38,7 +38,7 @@ type Edge struct {
 // the auditor's GraphQL peek is bounded), the auditor (outside the authenticator, so refused
 // calls of live keys are recorded too), the authenticator (principal, IP allowlist, rate limit).
 func (e Edge) chain(bodyLimit int64, onError func(http.ResponseWriter, *http.Request, error)) []mux.MiddlewareFunc {
-	return []mux.MiddlewareFunc{auth.LimitBody(bodyLimit), e.Auditor.Middleware(onError), e.Authn.Middleware(onError)}
+	return []mux.MiddlewareFunc{auth.LimitBodyWith(bodyLimit, onError), e.Auditor.Middleware(onError), e.Authn.Middleware(onError)}
 }
 
 // API is what the api role serves: the domain services (constructed, and their workers started,
