@@ -268,6 +268,19 @@ bench-subscriptions: postgres-binaries ## FHIR Subscriptions: 1,000 rest-hook su
 	bin/subload -self -subs 1000 -d $(SUBS_DURATION) -paced 0.8 -results $(BENCH_RESULTS)
 	$(MAKE) --no-print-directory charts DIR=$(BENCH_RESULTS)
 
+# FHIR Bulk Data export at scale (issue 57; api/fhir BenchmarkBulkExport): SYNTHEA_BENCH_PATIENTS
+# Synthea patients (the same generator and seed as the tests', made once into SYNTHEA_BENCH_DIR)
+# loaded through /fhir/R4, then a system export as a client makes it (kick-off to the last file
+# downloaded) against a raw COPY of the same rows, in the same run.
+SYNTHEA_BENCH_PATIENTS ?= 1000
+SYNTHEA_BENCH_DIR      ?= $(HOME)/.cache/carehub/synthea-$(SYNTHEA_BENCH_PATIENTS)
+
+.PHONY: bench-bulk
+bench-bulk: postgres-binaries ## FHIR Bulk Data export of SYNTHEA_BENCH_PATIENTS (1,000) Synthea patients, resources/s against the stores' raw COPY in the same run
+	@SYNTHEA_PATIENTS=$(SYNTHEA_BENCH_PATIENTS) CAREHUB_M2_REPO=$(CAREHUB_M2_REPO) tests/synthea/generate.sh $(SYNTHEA_BENCH_DIR)
+	CAREHUB_SYNTHEA_DIR=$(SYNTHEA_BENCH_DIR) CAREHUB_BULK_COPIES=1 \
+		$(GO) test -run '^$$' -bench BulkExport -benchtime 1x -timeout 90m ./api/fhir/
+
 # The peer benchmark (loadtest/cmd/peerbench): FHIR transaction import into carehub and into the
 # HAPI FHIR JPA server 8.8.0 (loadtest/peers/hapi, built from Maven Central into CAREHUB_M2_REPO),
 # the same Bundles to both in one run: vitals (a Patient and 100 Observations each) and the

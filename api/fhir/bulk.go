@@ -5,7 +5,6 @@ package fhir
 // cancellation. processors/patients (bulk.go, bulk_runner.go) keeps the jobs and writes the files.
 
 import (
-	"bytes"
 	"cmp"
 	"encoding/json"
 	"fmt"
@@ -326,9 +325,6 @@ func (h handler) exportFile(w http.ResponseWriter, r *http.Request) {
 		out, err = h.omittedOutcome(r, id)
 	} else {
 		out, err = h.Patients.ExportFileData(r.Context(), id, t, part)
-		if err == nil {
-			out, err = fhirLines(out)
-		}
 	}
 	if err != nil {
 		writeError(w, r, err)
@@ -352,19 +348,4 @@ func (h handler) omittedOutcome(r *http.Request, id string) ([]byte, error) {
 	b, err := json.Marshal(Outcome{ResourceType: "OperationOutcome", Issue: []Issue{{Severity: "warning", Code: "forbidden",
 		Diagnostics: strings.Join(e.Omitted, ", ") + " not exported: the credential lacks read:observations"}}})
 	return append(b, '\n'), err
-}
-
-// fhirLines rewrites each line of an NDJSON file into the base's id form.
-func fhirLines(ndjson []byte) ([]byte, error) {
-	var out bytes.Buffer
-	out.Grow(len(ndjson) + len(ndjson)/16)
-	for line := range bytes.Lines(ndjson) {
-		b, err := fhirJSON(bytes.TrimSuffix(line, []byte("\n")))
-		if err != nil {
-			return nil, err
-		}
-		out.Write(b)
-		out.WriteByte('\n')
-	}
-	return out.Bytes(), nil
 }

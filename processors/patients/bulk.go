@@ -8,6 +8,7 @@ package patients
 // resources are never read.
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -20,6 +21,7 @@ import (
 
 	"carehub/kernel/access"
 	"carehub/kernel/fault"
+	"carehub/kernel/fhirjson"
 	"carehub/kernel/ids"
 )
 
@@ -287,9 +289,9 @@ func (s *Service) CancelExport(ctx context.Context, id string) error {
 	return nil
 }
 
-// ExportFileData returns part part of type t's NDJSON of export id, for its requester, and
-// records its patients and resources as read: the download's audit record names every patient
-// the file holds.
+// ExportFileData returns part part of type t's NDJSON of export id in the FHIR base's JSON form
+// (kernel/fhirjson), for its requester, and records its patients and resources as read: the
+// download's audit record names every patient the file holds.
 func (s *Service) ExportFileData(ctx context.Context, id, t string, part int) ([]byte, error) {
 	p, err := access.Require(ctx, access.ReadPatients)
 	if err != nil {
@@ -302,9 +304,10 @@ func (s *Service) ExportFileData(ctx context.Context, id, t string, part int) ([
 	}
 	var data []byte
 	var patients []string
-	err = s.pool.QueryRow(ctx, `select f.ndjson, f.patient_ids from bulk_export_files f join bulk_exports e on e.id = f.export_id
+	var fhirForm bool
+	err = s.pool.QueryRow(ctx, `select f.ndjson, f.patient_ids, f.fhir_form from bulk_export_files f join bulk_exports e on e.id = f.export_id
 		where f.export_id = $1 and f.type = $2 and f.part = $3 and e.key_id = $4 and e.status = 'completed' and e.expires_at > now()`,
-		id, t, part, p.KeyID).Scan(&data, &patients)
+		id, t, part, p.KeyID).Scan(&data, &patients, &fhirForm)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, fault.NotFound("export file", fmt.Sprintf("%s/%s.%d", id, t, part))
 	}
@@ -313,6 +316,16 @@ func (s *Service) ExportFileData(ctx context.Context, id, t string, part int) ([
 	}
 	for _, pid := range patients {
 		access.Touch(ctx, access.KindPatient, pid)
+	}
+	if !fhirForm { // written before the runner wrote FHIR form
+		out := make([]byte, 0, len(data)+len(data)/16)
+		for line := range bytes.Lines(data) {
+			if out, err = fhirjson.AppendRewrite(out, bytes.TrimSuffix(line, []byte("\n"))); err != nil {
+				return nil, fmt.Errorf("export file: %w", err)
+			}
+			out = append(out, '\n')
+		}
+		data = out
 	}
 	return data, nil
 }

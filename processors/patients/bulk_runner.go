@@ -14,6 +14,7 @@ import (
 
 	"carehub/kernel/access"
 	"carehub/kernel/fault"
+	"carehub/kernel/fhirjson"
 	"carehub/kernel/ids"
 )
 
@@ -52,8 +53,8 @@ const (
 // up again after it.
 const exportLease = 60 * time.Second
 
-// exportPage is how many resources one search of an export reads.
-const exportPage = 1000
+// typedTables are the types SearchType reads from tables of their own, not the generic store.
+var typedTables = map[string]bool{"Patient": true, "Observation": true, "RiskAssessment": true}
 
 // ExportRunner returns a runner of s's exports.
 func (s *Service) ExportRunner(cfg ExportRunnerConfig) *ExportRunner {
@@ -174,21 +175,9 @@ func (r *ExportRunner) run(ctx context.Context, j *exportJob) error {
 	}
 	ctx = access.With(ctx, p)
 	for j.position.Type < len(j.types) {
-		t := j.types[j.position.Type]
-		part, err := r.nextPart(ctx, j, t)
-		if err != nil {
+		if err := r.exportType(ctx, j, j.types[j.position.Type]); err != nil {
 			return err
 		}
-		next := j.position
-		if part.after == nil {
-			next = exportPosition{Type: j.position.Type + 1}
-		} else {
-			next.After = part.after
-		}
-		if err := r.commitPart(ctx, j, t, part, next); err != nil {
-			return err
-		}
-		j.position = next
 	}
 	// A _since export ends with what was deleted since: the Bulk Data IG's deleted files, so that
 	// a client keeping a copy in step removes what is gone.
@@ -217,8 +206,8 @@ func (r *ExportRunner) run(ctx context.Context, j *exportJob) error {
 	return nil
 }
 
-// exportPart is one file's worth of a type: its NDJSON, and where the next part starts (nil at
-// the type's end).
+// exportPart is one file's worth of a type: its NDJSON, in FHIR form, and where the next part
+// starts (nil at the type's end).
 type exportPart struct {
 	ndjson   bytes.Buffer
 	count    int
@@ -226,52 +215,71 @@ type exportPart struct {
 	after    []*string
 }
 
-// nextPart reads type t from the job's position until a part is full or the type ends.
-func (r *ExportRunner) nextPart(ctx context.Context, j *exportJob, t string) (*exportPart, error) {
-	part := &exportPart{}
+// exportType writes type t from the job's position to its end: one search streams every match,
+// in its primary key's order, and a part is committed, with the position of its last resource,
+// each time it is full, so memory holds one part whatever the type's size.
+func (r *ExportRunner) exportType(ctx context.Context, j *exportJob, t string) error {
+	end := exportPosition{Type: j.position.Type + 1}
 	// A Group whose members are all inactive, or none of the patients asked for, exports
 	// nobody: an empty list would be no restriction at all to the search.
 	restricted := j.level == ExportGroup || len(j.patients) > 0
 	if restricted && len(j.patients) == 0 {
-		return part, nil
+		return r.commit(ctx, j, t, &exportPart{}, end)
 	}
+	q := j.filters[t]
+	q.After, q.NoTotal = j.position.After, true
+	q.LastUpdated = append(q.LastUpdated, DateBound{Prefix: "lt", From: j.txTime})
+	if j.since != nil {
+		q.LastUpdated = append(q.LastUpdated, DateBound{Prefix: "ge", From: *j.since})
+	}
+	if restricted {
+		if t == "Patient" {
+			q.IDs = j.patients
+		} else {
+			q.Patients = j.patients
+		}
+	}
+	// In the primary key's order, which its index gives (a search's own default, an
+	// Observation's date, newest first, would be sorted whole); the generic store's default
+	// order is its key's already.
+	if typedTables[t] {
+		q.Sort = []SortKey{{Param: "_id"}}
+	}
+	part := &exportPart{}
 	seen := map[string]bool{}
-	after := j.position.After
-	for {
-		q := j.filters[t]
-		q.Count, q.Offset, q.NoTotal, q.After = min(exportPage, r.cfg.PartResources-part.count), 0, true, after
-		q.LastUpdated = append(q.LastUpdated, DateBound{Prefix: "lt", From: j.txTime})
-		if j.since != nil {
-			q.LastUpdated = append(q.LastUpdated, DateBound{Prefix: "ge", From: *j.since})
-		}
-		if restricted {
-			if t == "Patient" {
-				q.IDs = j.patients
-			} else {
-				q.Patients = j.patients
-			}
-		}
-		page, err := r.s.SearchType(ctx, t, q)
+	q.Each = func(doc json.RawMessage, patientID string, position func() []*string) error {
+		line, err := fhirjson.AppendRewrite(part.ndjson.AvailableBuffer(), doc)
 		if err != nil {
-			return nil, err
+			return fmt.Errorf("export %s: a stored %s is not JSON: %w", j.id, t, err)
 		}
-		for i, doc := range page.Resources {
-			if err := json.Compact(&part.ndjson, doc); err != nil {
-				return nil, fmt.Errorf("export %s: a stored %s is not JSON: %w", j.id, t, err)
-			}
-			part.ndjson.WriteByte('\n')
-			if pid := page.PatientIDs[i]; pid != "" && !seen[pid] {
-				seen[pid] = true
-				part.patients = append(part.patients, pid)
-			}
+		part.ndjson.Write(append(line, '\n'))
+		part.count++
+		if patientID != "" && !seen[patientID] {
+			seen[patientID] = true
+			part.patients = append(part.patients, patientID)
 		}
-		part.count += len(page.Resources)
-		after = page.Next
-		if after == nil || part.count >= r.cfg.PartResources || part.ndjson.Len() >= r.cfg.PartBytes {
-			part.after = after
-			return part, nil
+		if part.count < r.cfg.PartResources && part.ndjson.Len() < r.cfg.PartBytes {
+			return nil
 		}
+		if err := r.commit(ctx, j, t, part, exportPosition{Type: j.position.Type, After: position()}); err != nil {
+			return err
+		}
+		part, seen = &exportPart{}, map[string]bool{}
+		return nil
 	}
+	if _, err := r.s.SearchType(ctx, t, q); err != nil {
+		return err
+	}
+	return r.commit(ctx, j, t, part, end)
+}
+
+// commit commits part and moves the job to next.
+func (r *ExportRunner) commit(ctx context.Context, j *exportJob, t string, part *exportPart, next exportPosition) error {
+	if err := r.commitPart(ctx, j, t, part, next); err != nil {
+		return err
+	}
+	j.position = next
+	return nil
 }
 
 // DeletedFile is the file type of a _since export's deleted resources: each line a transaction
@@ -349,8 +357,8 @@ func (r *ExportRunner) commitPart(ctx context.Context, j *exportJob, t string, p
 		if part.count == 0 {
 			return nil
 		}
-		_, err = tx.Exec(ctx, `insert into bulk_export_files (export_id, type, part, count, patient_ids, ndjson)
-			values ($1, $2, (select coalesce(max(part), 0) + 1 from bulk_export_files where export_id = $1 and type = $2), $3, $4, $5)`,
+		_, err = tx.Exec(ctx, `insert into bulk_export_files (export_id, type, part, count, patient_ids, ndjson, fhir_form)
+			values ($1, $2, (select coalesce(max(part), 0) + 1 from bulk_export_files where export_id = $1 and type = $2), $3, $4, $5, true)`,
 			j.id, t, part.count, nonNilStrings(part.patients), part.ndjson.Bytes())
 		if err != nil {
 			return fmt.Errorf("export part: %w", err)

@@ -7,6 +7,7 @@ package patients
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -16,6 +17,7 @@ import (
 
 	"carehub/kernel/access"
 	"carehub/kernel/fault"
+	"carehub/kernel/jsonwire"
 )
 
 // DateBound is one FHIR date condition: its prefix (eq, ne, gt, lt, ge, le, sa, eb; eq, ge, gt,
@@ -61,6 +63,11 @@ type Search struct {
 	// gave it): the page starts after it (keyset paging), Offset is then 0.
 	After   []*string
 	NoTotal bool // _total=none: Total is not counted (-1)
+	// Each, when set, is handed every match in order, from After on, as the stores read them:
+	// one query for all of them instead of a page (Count, Offset and the total are not used).
+	// position gives the After of the match just handed. A Bulk Data export reads a type so,
+	// in bounded memory however large it is.
+	Each func(doc json.RawMessage, patientID string, position func() []*string) error `json:"-"`
 }
 
 // SearchPage is one page of a search: the resources in order and the number of all matches.
@@ -81,7 +88,7 @@ type searchable struct {
 	date    string // the column of search parameter date ("" when none)
 	updated string // the column of _lastUpdated
 	kind    string // access.Kind… touched per resource ("": only its patient)
-	render  func(pgx.CollectableRow) (json.RawMessage, string, error)
+	render  func(pgx.CollectableRow) (rendered, error)
 	scopes  []string
 	missing map[string]string // param → the SQL that is true when the resource has no value for it
 }
@@ -232,35 +239,23 @@ or exists (select 1 from jsonb_array_elements_text(case jsonb_typeof(n->'given')
 	if err != nil {
 		return SearchPage{}, err
 	}
-	return s.runSearch(ctx, r.from, r.columns, cols, w, q, func(rows pgx.CollectableRow, page *SearchPage) error {
-		doc, patientID, err := r.render(rows)
-		if err != nil {
-			return err
+	return s.runSearch(ctx, r.from, r.columns, cols, w, q, r.render, func(res rendered) {
+		if r.kind != "" {
+			access.Touch(ctx, r.kind, res.id)
 		}
-		page.Resources = append(page.Resources, doc)
-		page.PatientIDs = append(page.PatientIDs, patientID)
-		return nil
-	}, func(page *SearchPage) {
-		for i, doc := range page.Resources {
-			var head struct {
-				ID string `json:"id"`
-			}
-			if _ = json.Unmarshal(doc, &head); r.kind != "" {
-				access.Touch(ctx, r.kind, head.ID)
-			}
-			access.Touch(ctx, access.KindPatient, page.PatientIDs[i])
-		}
+		access.Touch(ctx, access.KindPatient, res.patientID)
 	})
 }
 
 // runSearch counts the matches of w (unless q.NoTotal) and reads one page of them in order cols:
 // after q.After (keyset) or at q.Offset. One row more than the page is read, to know whether a next
-// page follows and give its position.
+// page follows and give its position. render makes each row a resource; touch records it as read,
+// once the page is read whole. With q.Each it streams every match instead (streamSearch).
 func (s *Service) runSearch(ctx context.Context, from, columns string, cols []sortCol, w *where, q Search,
-	scan func(pgx.CollectableRow, *SearchPage) error, touch func(*SearchPage)) (SearchPage, error) {
+	render func(pgx.CollectableRow) (rendered, error), touch func(rendered)) (SearchPage, error) {
 	page := SearchPage{Total: -1}
 	batch := &pgx.Batch{}
-	if !q.NoTotal {
+	if !q.NoTotal && q.Each == nil {
 		cond := strings.Join(w.conds, " and ")
 		batch.Queue(`select count(*) from `+from+` where `+cond, w.args...).QueryRow(func(row pgx.Row) error { return row.Scan(&page.Total) })
 	}
@@ -269,6 +264,11 @@ func (s *Service) runSearch(ctx context.Context, from, columns string, cols []so
 			return SearchPage{}, err
 		}
 	}
+	if q.Each != nil {
+		return page, s.streamSearch(ctx, `select `+columns+`, `+cursorSQL(cols)+` from `+from+` where `+strings.Join(w.conds, " and ")+
+			` order by `+orderSQL(cols), w.args, render, touch, q.Each)
+	}
+	var read []rendered
 	if q.Count > 0 {
 		cond := strings.Join(w.conds, " and ")
 		args := append(append([]any{}, w.args...), q.Count+1, q.Offset)
@@ -281,21 +281,61 @@ func (s *Service) runSearch(ctx context.Context, from, columns string, cols []so
 					page.Next = parseCursor(last)
 					break
 				}
-				if err := scan(cursorRow{Rows: rows, cursor: &last}, &page); err != nil {
+				res, err := render(cursorRow{Rows: rows, cursor: &last})
+				if err != nil {
 					return err
 				}
+				page.Resources = append(page.Resources, res.doc)
+				page.PatientIDs = append(page.PatientIDs, res.patientID)
+				res.doc = nil
+				read = append(read, res)
 			}
 			return rows.Err()
 		})
 	}
 	if err := s.pool.SendBatch(ctx, batch).Close(); err != nil {
-		if f := fault.As(err); f != nil {
-			return SearchPage{}, f
-		}
-		return SearchPage{}, fmt.Errorf("search: %w", err)
+		return SearchPage{}, searchFailed(err)
 	}
-	touch(&page)
+	for _, res := range read {
+		touch(res)
+	}
 	return page, nil
+}
+
+// streamSearch runs the search query sql and hands each row, rendered, to each, in order, with
+// its position; each row is recorded as read (touch) as it is handed out.
+func (s *Service) streamSearch(ctx context.Context, sql string, args []any, render func(pgx.CollectableRow) (rendered, error),
+	touch func(rendered), each func(json.RawMessage, string, func() []*string) error) error {
+	rows, err := s.pool.Query(ctx, sql, args...)
+	if err != nil {
+		return searchFailed(err)
+	}
+	defer rows.Close()
+	var last string
+	position := func() []*string { return parseCursor(last) }
+	for rows.Next() {
+		res, err := render(cursorRow{Rows: rows, cursor: &last})
+		if err != nil {
+			return err
+		}
+		touch(res)
+		if err := each(res.doc, res.patientID, position); err != nil {
+			return err
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return searchFailed(err)
+	}
+	return nil
+}
+
+// searchFailed is the error of a search the stores did not answer: a fault as it is, anything
+// else wrapped.
+func searchFailed(err error) error {
+	if f := fault.As(err); f != nil {
+		return f
+	}
+	return fmt.Errorf("search: %w", err)
 }
 
 // requireHas checks the scopes a _has needs: reading its type (Observation: read:observations).
@@ -314,7 +354,7 @@ func requireHas(ctx context.Context, clauses []HasClause) error {
 
 // orderBy is the ORDER BY of sort keys; ties break by id.
 func (r searchable) orderBy(keys []SortKey) ([]sortCol, error) {
-	cols := map[string]sortCol{"_id": {expr: "t.id", typ: "text"}, "_lastUpdated": {expr: r.updated, typ: "timestamptz"}}
+	cols := map[string]sortCol{"_id": {expr: "t.id", typ: "text", notNull: true}, "_lastUpdated": {expr: r.updated, typ: "timestamptz", notNull: true}}
 	if r.date != "" {
 		cols["date"] = sortCol{expr: r.date, typ: "timestamptz"}
 	}
@@ -339,7 +379,7 @@ func (r searchable) orderBy(keys []SortKey) ([]sortCol, error) {
 		col.desc = k.Desc
 		out = append(out, col)
 	}
-	return append(out, sortCol{expr: "t.id", typ: "text"}), nil
+	return tieBreak(out, sortCol{expr: "t.id", typ: "text", notNull: true}), nil
 }
 
 // where builds a WHERE clause with numbered arguments.
@@ -405,68 +445,72 @@ func likePrefix(s string) string {
 	return strings.NewReplacer(`\`, `\\`, `%`, `\%`, `_`, `\_`).Replace(s) + "%"
 }
 
-func renderPatientRow(row pgx.CollectableRow) (json.RawMessage, string, error) {
+// rendered is one row of a search as a FHIR resource: its JSON, id, patient and lastUpdated.
+type rendered struct {
+	doc                json.RawMessage
+	typ, id, patientID string // typ: the generic store's rows only
+	updated            time.Time
+}
+
+func renderPatientRow(row pgx.CollectableRow) (rendered, error) {
 	r, err := pgx.RowToStructByName[patientRow](row)
 	if err != nil {
-		return nil, "", err
+		return rendered{}, err
 	}
 	doc, err := renderPatient(&r)
-	return doc, r.ID, err
+	return rendered{doc: doc, id: r.ID, patientID: r.ID, updated: r.UpdatedAt}, err
 }
 
-func renderObservationRow(row pgx.CollectableRow) (json.RawMessage, string, error) {
+func renderObservationRow(row pgx.CollectableRow) (rendered, error) {
 	var o Observation
-	var resource json.RawMessage
+	var code, subject, resource []byte // raw: the stores' JSON is valid, and is checked once below
 	var stored time.Time
-	if err := row.Scan(&o.ID, &o.PatientID, &o.Status, &o.Code, &o.Subject, &o.Value, &o.Unit, &o.EffectiveAt, &resource, &stored); err != nil {
-		return nil, "", err
+	if err := row.Scan(&o.ID, &o.PatientID, &o.Status, &code, &subject, &o.Value, &o.Unit, &o.EffectiveAt, &resource, &stored); err != nil {
+		return rendered{}, err
 	}
-	doc := map[string]any{}
 	if len(resource) > 0 && string(resource) != "null" {
-		if err := json.Unmarshal(resource, &doc); err != nil {
-			return nil, "", fmt.Errorf("observation %s: stored resource: %w", o.ID, err)
+		doc, err := appendWithMeta(nil, resource, "Observation", o.ID, "1", stored)
+		if err != nil {
+			return rendered{}, fmt.Errorf("observation %s: stored resource: %w", o.ID, err)
 		}
-	} else { // rows written without a resource: the elements carehub keeps
-		doc = map[string]any{"status": o.Status, "code": o.Code, "subject": o.Subject}
-		if o.EffectiveAt != nil {
-			doc["effectiveDateTime"] = o.EffectiveAt.UTC().Format(time.RFC3339Nano)
-		}
-		if q := o.ValueQuantity(); q != nil {
-			doc["valueQuantity"] = q
-		}
+		return rendered{doc: doc, id: o.ID, patientID: o.PatientID, updated: stored}, nil
 	}
-	if clientID, ok := doc["id"].(string); ok && clientID != o.ID {
-		// The client's id was the key of its retries; it stays as an identifier.
-		ids, _ := doc["identifier"].([]any)
-		doc["identifier"] = append(ids, map[string]any{"system": "urn:carehub:client-id", "value": clientID})
+	// Rows written without a resource: the elements carehub keeps.
+	o.Code, o.Subject = code, subject
+	doc := map[string]any{"status": o.Status, "code": o.Code, "subject": o.Subject}
+	if o.EffectiveAt != nil {
+		doc["effectiveDateTime"] = o.EffectiveAt.UTC().Format(time.RFC3339Nano)
 	}
-	return withMeta(doc, "Observation", o.ID, "1", stored), o.PatientID, nil
+	if q := o.ValueQuantity(); q != nil {
+		doc["valueQuantity"] = q
+	}
+	return rendered{doc: withMeta(doc, "Observation", o.ID, "1", stored), id: o.ID, patientID: o.PatientID, updated: stored}, nil
 }
 
-func renderEncounterRow(row pgx.CollectableRow) (json.RawMessage, string, error) {
+func renderEncounterRow(row pgx.CollectableRow) (rendered, error) {
 	var e Encounter
 	if err := row.Scan(&e.ID, &e.PatientID, &e.Status, &e.Class, &e.Subject, &e.Period, &e.CreatedAt); err != nil {
-		return nil, "", err
+		return rendered{}, err
 	}
 	doc := map[string]any{"status": e.Status, "class": e.Class, "subject": e.Subject}
 	if len(e.Period) > 0 && string(e.Period) != "null" {
 		doc["period"] = e.Period
 	}
-	return withMeta(doc, "Encounter", e.ID, "1", e.CreatedAt), e.PatientID, nil
+	return rendered{doc: withMeta(doc, "Encounter", e.ID, "1", e.CreatedAt), id: e.ID, patientID: e.PatientID, updated: e.CreatedAt}, nil
 }
 
-func renderRiskRow(row pgx.CollectableRow) (json.RawMessage, string, error) {
+func renderRiskRow(row pgx.CollectableRow) (rendered, error) {
 	var id, patientID string
-	var resource json.RawMessage
+	var resource []byte
 	var created time.Time
 	if err := row.Scan(&id, &patientID, &resource, &created); err != nil {
-		return nil, "", err
+		return rendered{}, err
 	}
-	doc := map[string]any{}
-	if err := json.Unmarshal(resource, &doc); err != nil {
-		return nil, "", fmt.Errorf("report %s: %w", id, err)
+	doc, err := appendWithMeta(nil, resource, "RiskAssessment", id, "1", created)
+	if err != nil {
+		return rendered{}, fmt.Errorf("report %s: %w", id, err)
 	}
-	return withMeta(doc, "RiskAssessment", id, "1", created), patientID, nil
+	return rendered{doc: doc, id: id, patientID: patientID, updated: created}, nil
 }
 
 // withMeta sets resourceType, id and meta.versionId/lastUpdated of doc and encodes it.
@@ -480,6 +524,81 @@ func withMeta(doc map[string]any, resourceType, id, version string, updated time
 	doc["meta"] = meta
 	b, _ := json.Marshal(doc)
 	return b
+}
+
+// clientIDSystem is the identifier system of the id a client gave a resource carehub stores
+// under its own id: the client's id was the key of its retries, and stays as an identifier.
+const clientIDSystem = "urn:carehub:client-id"
+
+// appendWithMeta appends the stored resource obj (a JSON object) to dst as withMeta encodes it,
+// without decoding it: resourceType, id and meta (versionId and lastUpdated set, its other
+// members kept) first, then obj's other members as they stand, compacted. A stored id other than
+// id is kept as an identifier (clientIDSystem). obj that is not one valid JSON object is an
+// error.
+func appendWithMeta(dst, obj []byte, resourceType, id, version string, updated time.Time) (json.RawMessage, error) {
+	if !jsonwire.Valid(obj) || obj[jsonwire.SkipSpace(obj, 0)] != '{' {
+		return nil, errors.New("not a JSON object")
+	}
+	var meta, identifier, clientID []byte
+	_ = jsonwire.Members(obj, func(key, value []byte) error {
+		switch string(key) {
+		case "meta":
+			meta = value
+		case "identifier":
+			identifier = value
+		case "id":
+			if value[0] == '"' {
+				clientID = value
+			}
+		}
+		return nil
+	})
+	dst = append(dst, `{"resourceType":`...)
+	dst = jsonwire.AppendString(dst, resourceType)
+	dst = append(dst, `,"id":`...)
+	dst = jsonwire.AppendString(dst, id)
+	dst = append(dst, `,"meta":{"versionId":`...)
+	dst = jsonwire.AppendString(dst, version)
+	dst = append(dst, `,"lastUpdated":"`...)
+	dst = updated.UTC().AppendFormat(dst, time.RFC3339Nano)
+	dst = append(dst, '"')
+	_ = jsonwire.MemberSpans(meta, func(key, _ []byte, start, end int) error {
+		if k := string(key); k != "versionId" && k != "lastUpdated" {
+			dst = append(dst, ',')
+			dst = jsonwire.AppendCompactValid(dst, meta[start:end])
+		}
+		return nil
+	})
+	dst = append(dst, '}')
+	_ = jsonwire.MemberSpans(obj, func(key, _ []byte, start, end int) error {
+		switch string(key) {
+		case "resourceType", "id", "meta", "identifier":
+		default:
+			dst = append(dst, ',')
+			dst = jsonwire.AppendCompactValid(dst, obj[start:end])
+		}
+		return nil
+	})
+	var client string
+	if clientID != nil {
+		_ = jsonwire.String(clientID, &client)
+	}
+	switch {
+	case client != "" && client != id:
+		dst = append(dst, `,"identifier":[`...)
+		_ = jsonwire.Elements(identifier, func(e []byte) error {
+			dst = jsonwire.AppendCompactValid(dst, e)
+			dst = append(dst, ',')
+			return nil
+		})
+		dst = append(dst, `{"system":"`+clientIDSystem+`","value":`...)
+		dst = jsonwire.AppendString(dst, client)
+		dst = append(dst, "}]"...)
+	case identifier != nil:
+		dst = append(dst, `,"identifier":`...)
+		dst = jsonwire.AppendCompactValid(dst, identifier)
+	}
+	return append(dst, '}'), nil
 }
 
 // prefixed qualifies every column of a comma-separated list with prefix.

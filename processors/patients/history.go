@@ -253,18 +253,11 @@ func (s *Service) resourceHistory(ctx context.Context, p *access.Principal, r se
 	defer rows.Close()
 	var out []HistoryEntry
 	for rows.Next() {
-		doc, patientID, err := r.render(rows)
+		res, err := r.render(rows)
 		if err != nil {
 			return nil, fmt.Errorf("%s history: %w", t, err)
 		}
-		var head struct {
-			ID   string `json:"id"`
-			Meta struct {
-				LastUpdated time.Time `json:"lastUpdated"`
-			} `json:"meta"`
-		}
-		_ = json.Unmarshal(doc, &head) // withMeta wrote both
-		out = append(out, HistoryEntry{Type: t, ID: head.ID, Version: 1, Updated: head.Meta.LastUpdated, Resource: doc, PatientID: patientID})
+		out = append(out, HistoryEntry{Type: t, ID: res.id, Version: 1, Updated: res.updated, Resource: res.doc, PatientID: res.patientID})
 	}
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("%s history: %w", t, err)

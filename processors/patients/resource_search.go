@@ -60,22 +60,13 @@ func (s *Service) searchGeneric(ctx context.Context, p *access.Principal, from s
 	if err != nil {
 		return SearchPage{}, err
 	}
-	var types, idList []string
-	return s.runSearch(ctx, from, `t.type, t.id, t.resource, coalesce(t.patient_id, '')`, cols, w, q, func(rows pgx.CollectableRow, page *SearchPage) error {
-		var t, id, patientID string
-		var doc json.RawMessage
-		if err := rows.Scan(&t, &id, &doc, &patientID); err != nil {
-			return err
-		}
-		types, idList = append(types, t), append(idList, id)
-		page.Resources = append(page.Resources, doc)
-		page.PatientIDs = append(page.PatientIDs, patientID)
-		return nil
-	}, func(page *SearchPage) {
-		for i := range idList {
-			touch(ctx, types[i], idList[i], page.PatientIDs[i])
-		}
-	})
+	return s.runSearch(ctx, from, `t.type, t.id, t.resource, coalesce(t.patient_id, '')`, cols, w, q, func(row pgx.CollectableRow) (rendered, error) {
+		var res rendered
+		var doc []byte // as the store holds it: jsonb, valid JSON
+		err := row.Scan(&res.typ, &res.id, &doc, &res.patientID)
+		res.doc = doc
+		return res, err
+	}, func(res rendered) { touch(ctx, res.typ, res.id, res.patientID) })
 }
 
 // spans adds each date condition on the interval [date_from, date_to) a resource's date covers
@@ -104,7 +95,7 @@ func (w *where) spans(bounds []DateBound) {
 
 // genericOrder is the ORDER BY of sort keys over the generic store; ties break by type and id.
 func genericOrder(keys []SortKey) ([]sortCol, error) {
-	cols := map[string]sortCol{"_id": {expr: "t.id", typ: "text"}, "_lastUpdated": {expr: "t.last_updated", typ: "timestamptz"},
+	cols := map[string]sortCol{"_id": {expr: "t.id", typ: "text", notNull: true}, "_lastUpdated": {expr: "t.last_updated", typ: "timestamptz", notNull: true},
 		"date": {expr: "t.date_from", typ: "timestamptz"}, "status": {expr: "t.status[1]", typ: "text"}, "code": {expr: "t.codes[1]", typ: "text"}}
 	var out []sortCol
 	for _, k := range keys {
@@ -115,7 +106,7 @@ func genericOrder(keys []SortKey) ([]sortCol, error) {
 		col.desc = k.Desc
 		out = append(out, col)
 	}
-	return append(out, sortCol{expr: "t.type", typ: "text"}, sortCol{expr: "t.id", typ: "text"}), nil
+	return tieBreak(out, sortCol{expr: "t.type", typ: "text", notNull: true}, sortCol{expr: "t.id", typ: "text", notNull: true}), nil
 }
 
 // EverythingPart is one resource type's share of a patient's record.

@@ -8,6 +8,7 @@ package patients
 import (
 	"encoding/json"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -35,18 +36,35 @@ type HasClause struct {
 }
 
 // sortCol is one ORDER BY key: its expression, the SQL type of its values (to read a cursor's
-// values back) and its direction; nulls sort last both ways.
+// values back) and its direction; nulls sort last both ways. A notNull column (a primary key's,
+// a not-null timestamp's) is ordered and compared without a word about nulls, so that an index
+// on it serves the order and the keyset condition both.
 type sortCol struct {
 	expr, typ string
 	desc      bool
+	notNull   bool
+}
+
+// tieBreak appends to cols each of ties whose expression cols does not order by already: the
+// order ends total (in the id), without a key twice.
+func tieBreak(cols []sortCol, ties ...sortCol) []sortCol {
+	for _, t := range ties {
+		if !slices.ContainsFunc(cols, func(c sortCol) bool { return c.expr == t.expr }) {
+			cols = append(cols, t)
+		}
+	}
+	return cols
 }
 
 func orderSQL(cols []sortCol) string {
 	parts := make([]string, len(cols))
 	for i, c := range cols {
-		dir := " asc nulls last"
+		dir := " asc"
 		if c.desc {
-			dir = " desc nulls last"
+			dir = " desc"
+		}
+		if !c.notNull {
+			dir += " nulls last"
 		}
 		parts[i] = c.expr + dir
 	}
@@ -80,6 +98,10 @@ func (w *where) after(cols []sortCol, vals []*string) error {
 			return badPage()
 		}
 	}
+	if row, ok := w.rowAfter(cols, vals); ok {
+		w.conds = append(w.conds, row)
+		return nil
+	}
 	var ors []string
 	for i := range cols {
 		if vals[i] == nil { // nulls sort last: nothing sorts after a null at this key
@@ -97,7 +119,11 @@ func (w *where) after(cols []sortCol, vals []*string) error {
 		if cols[i].desc {
 			op = "<"
 		}
-		ands = append(ands, w.format(`(`+cols[i].expr+` `+op+` %s::text::`+cols[i].typ+` or `+cols[i].expr+` is null)`, *vals[i]))
+		if cols[i].notNull {
+			ands = append(ands, w.format(cols[i].expr+` `+op+` %s::text::`+cols[i].typ, *vals[i]))
+		} else {
+			ands = append(ands, w.format(`(`+cols[i].expr+` `+op+` %s::text::`+cols[i].typ+` or `+cols[i].expr+` is null)`, *vals[i]))
+		}
 		ors = append(ors, "("+strings.Join(ands, " and ")+")")
 	}
 	if len(ors) == 0 {
@@ -105,6 +131,25 @@ func (w *where) after(cols []sortCol, vals []*string) error {
 	}
 	w.conds = append(w.conds, "("+strings.Join(ors, " or ")+")")
 	return nil
+}
+
+// rowAfter is the keyset condition as one row comparison, (a, b) > (x, y), when every column is
+// notNull and all go one way: the form a btree index takes as the start of its range.
+func (w *where) rowAfter(cols []sortCol, vals []*string) (string, bool) {
+	for i, c := range cols {
+		if !c.notNull || c.desc != cols[0].desc || vals[i] == nil {
+			return "", false
+		}
+	}
+	left, right := make([]string, len(cols)), make([]string, len(cols))
+	for i, c := range cols { // format adds each value to w's arguments: only once the form is sure
+		left[i], right[i] = c.expr, w.format(`%s::text::`+c.typ, *vals[i])
+	}
+	op := ">"
+	if cols[0].desc {
+		op = "<"
+	}
+	return "(" + strings.Join(left, ", ") + ") " + op + " (" + strings.Join(right, ", ") + ")", true
 }
 
 func badPage() error {

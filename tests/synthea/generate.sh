@@ -7,6 +7,9 @@
 #
 #   tests/synthea/generate.sh [OUT_DIR]     default $CAREHUB_SYNTHEA_DIR or ~/.cache/carehub/synthea
 #
+# SYNTHEA_PATIENTS is how many living patients (default 3, what the tests load; the Bulk Data
+# benchmark asks for 1,000 in a directory of its own).
+#
 # OUT_DIR/fhir holds the Bundles. A stamp of this script and the pom makes a second run a no-op;
 # change either and the patients are made again. The same seed and options give the same patients.
 set -euo pipefail
@@ -16,8 +19,11 @@ out=${1:-${CAREHUB_SYNTHEA_DIR:-$HOME/.cache/carehub/synthea}}
 m2=${CAREHUB_M2_REPO:-$HOME/.cache/carehub/m2}
 java=${JAVA:-java}
 
-# What decides the patients: Synthea's version (the pom), this script (its options).
-stamp=$(cat "$here/pom.xml" "$here/generate.sh" | sha256sum | cut -d' ' -f1)
+patients=${SYNTHEA_PATIENTS:-3}
+[[ $patients =~ ^[1-9][0-9]*$ ]] || { echo "generate.sh: SYNTHEA_PATIENTS=$patients is not a count" >&2; exit 1; }
+
+# What decides the patients: Synthea's version (the pom), this script (its options), the count.
+stamp=$( (cat "$here/pom.xml" "$here/generate.sh" && echo "$patients") | sha256sum | cut -d' ' -f1)
 if [ -f "$out/stamp" ] && [ "$(cat "$out/stamp")" = "$stamp" ] && [ -d "$out/fhir" ]; then
 	exit 0
 fi
@@ -30,10 +36,10 @@ mvn -B -q -Dstyle.color=never -Dmaven.repo.local="$m2" -f "$here/pom.xml" depend
 rm -rf "$out/fhir" "$out/stamp" "$out/synthea.log" # what this script wrote there, nothing else
 mkdir -p "$out"
 # -s/-cs: the population's and the clinicians' seeds; -r: the reference date (today's otherwise);
-# -p 3 living patients aged 1 to 40 (a few hundred entries each), Massachusetts (Synthea's own
+# -p living patients (3 unless SYNTHEA_PATIENTS) aged 1 to 40 (a few hundred entries each), Massachusetts (Synthea's own
 # demographics). Every other exporter off.
 (cd "$tmp" && "$java" -Xmx2g -cp "$(cat "$tmp/classpath")" App \
-	-s 42 -cs 42 -r 20250101 -p 3 -a 1-40 \
+	-s 42 -cs 42 -r 20250101 -p "$patients" -a 1-40 \
 	--exporter.baseDirectory="$out" \
 	--exporter.fhir.export=true --exporter.fhir.transaction_bundle=true --exporter.fhir.use_us_core_ig=false \
 	--exporter.hospital.fhir.export=true --exporter.practitioner.fhir.export=true \
