@@ -30,7 +30,8 @@ type ExportRunnerConfig struct {
 	PartBytes     int
 	// Retention is how long a completed export's files are kept: DefaultExportRetention.
 	Retention time.Duration
-	// Poll is how often an idle runner looks for work: 1 s by default.
+	// Poll is how often an idle runner looks for work: 250 ms by default (one indexed query; a
+	// kick-off waits for it before its first part).
 	Poll time.Duration
 }
 
@@ -68,7 +69,7 @@ func (s *Service) ExportRunner(cfg ExportRunnerConfig) *ExportRunner {
 		cfg.Retention = DefaultExportRetention
 	}
 	if cfg.Poll <= 0 {
-		cfg.Poll = time.Second
+		cfg.Poll = 250 * time.Millisecond
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
