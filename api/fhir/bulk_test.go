@@ -506,7 +506,9 @@ func TestBulkExport(t *testing.T) {
 func TestBulkExportResumes(t *testing.T) {
 	s := servertest.Start(t, servertest.WithRoles("api")) // no runner of its own
 	key := s.DemoKey()
-	statusURL := kickOff(t, s, "/fhir/R4/$export?_type=Observation", key)
+	// Two types, written by the runner's two lanes at once: each resumes where its own last
+	// part ended.
+	statusURL := kickOff(t, s, "/fhir/R4/$export?_type=Observation,Patient", key)
 	svc := patients.New(s.Pool())
 	keys := func(ctx context.Context, keyID string) (*access.Principal, error) {
 		return &access.Principal{OrgID: s.OrgID(demo.DemoOrgSlug), KeyID: keyID, Mode: access.Live, Scopes: access.Scopes}, nil
@@ -540,8 +542,10 @@ func TestBulkExportResumes(t *testing.T) {
 		t.Fatalf("resume: ran %v, %v", ran, err)
 	}
 	got := download(t, awaitManifest(t, statusURL, key), key)
-	if want := searchTotal(t, s, key, "Observation"); len(got["Observation"]) != want {
-		t.Errorf("after the kill: %d observations exported, a search finds %d", len(got["Observation"]), want)
+	for _, typ := range []string{"Observation", "Patient"} {
+		if want := searchTotal(t, s, key, typ); len(got[typ]) != want {
+			t.Errorf("after the kill: %d %s exported, a search finds %d", len(got[typ]), typ, want)
+		}
 	}
 
 	// A revoked key's export fails instead of running.

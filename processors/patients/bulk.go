@@ -237,9 +237,7 @@ func (s *Service) ExportStatus(ctx context.Context, id string) (*Export, error) 
 		return nil, err
 	}
 	e := &Export{ID: id}
-	var position struct {
-		Type int `json:"type"`
-	}
+	var position exportPosition
 	var errText *string
 	err = s.pool.QueryRow(ctx, `select status, request, transaction_time, types, position, written, omitted, error, expires_at
 		from bulk_exports where id = $1 and key_id = $2 and (expires_at is null or expires_at > now())`, id, p.KeyID).
@@ -250,7 +248,7 @@ func (s *Service) ExportStatus(ctx context.Context, id string) (*Export, error) 
 	if err != nil {
 		return nil, fmt.Errorf("export status: %w", err)
 	}
-	e.Done = min(position.Type, len(e.Types)) // past the types: the deleted resources of a _since export
+	e.Done = min(position.Written(), len(e.Types)) // past the types: the deleted resources of a _since export
 	if errText != nil {
 		e.Error = *errText
 	}

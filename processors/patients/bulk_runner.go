@@ -7,7 +7,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -119,11 +121,75 @@ type exportJob struct {
 	position         exportPosition
 }
 
-// exportPosition is where a job stands: the type being written, and the keyset position after
-// its last part.
+// exportPosition is where a job stands: every type before Type is written whole, Type stands at
+// After (the keyset position of its last part), and the types after it that a lane began stand
+// in Ahead. Past the last type, Type and After are the deleted files' (a _since export's).
 type exportPosition struct {
-	Type  int       `json:"type"`
+	Type  int                  `json:"type"`
+	After []*string            `json:"after,omitempty"`
+	Ahead map[int]typePosition `json:"ahead,omitempty"`
+}
+
+// typePosition is where a type after exportPosition.Type stands: at After, or written whole.
+type typePosition struct {
 	After []*string `json:"after,omitempty"`
+	Done  bool      `json:"done,omitempty"`
+}
+
+// of returns where type k stands, and whether it is written whole.
+func (p exportPosition) of(k int) ([]*string, bool) {
+	switch {
+	case k < p.Type:
+		return nil, true
+	case k == p.Type:
+		return p.After, false
+	}
+	return p.Ahead[k].After, p.Ahead[k].Done
+}
+
+// moved returns p with type k at after, or written whole when done: a type that Type reaches
+// written whole moves Type past it.
+func (p exportPosition) moved(k int, after []*string, done bool) exportPosition {
+	ahead := maps.Clone(p.Ahead)
+	if k == p.Type {
+		p.After = after
+	} else {
+		if ahead == nil {
+			ahead = map[int]typePosition{}
+		}
+		ahead[k] = typePosition{After: after, Done: done}
+	}
+	if k == p.Type && done {
+		p.Type, p.After = p.Type+1, nil
+		for {
+			t, ok := ahead[p.Type]
+			if !ok {
+				break
+			}
+			delete(ahead, p.Type)
+			if !t.Done {
+				p.After = t.After
+				break
+			}
+			p.Type++
+		}
+	}
+	if len(ahead) == 0 {
+		ahead = nil
+	}
+	p.Ahead = ahead
+	return p
+}
+
+// Written counts the types written whole.
+func (p exportPosition) Written() int {
+	n := p.Type
+	for _, t := range p.Ahead {
+		if t.Done {
+			n++
+		}
+	}
+	return n
 }
 
 // RunOne leases one pending export and writes it to the end, or until it is cancelled or ctx
@@ -175,10 +241,8 @@ func (r *ExportRunner) run(ctx context.Context, j *exportJob) error {
 		}
 	}
 	ctx = access.With(ctx, p)
-	for j.position.Type < len(j.types) {
-		if err := r.exportType(ctx, j, j.types[j.position.Type]); err != nil {
-			return err
-		}
+	if err := r.exportTypes(ctx, j); err != nil {
+		return err
 	}
 	// A _since export ends with what was deleted since: the Bulk Data IG's deleted files, so that
 	// a client keeping a copy in step removes what is gone.
@@ -216,19 +280,78 @@ type exportPart struct {
 	after    []*string
 }
 
-// exportType writes type t from the job's position to its end: one search streams every match,
-// in its primary key's order, and a part is committed, with the position of its last resource,
-// each time it is full, so memory holds one part whatever the type's size.
-func (r *ExportRunner) exportType(ctx context.Context, j *exportJob, t string) error {
-	end := exportPosition{Type: j.position.Type + 1}
+// exportLanes is how many types a runner writes at once: an export is two streams, each a
+// query on a Postgres backend of its own and a goroutine putting its rows in FHIR form, so a
+// large export uses two cores (the Observations beside every other type, in a Synthea
+// population, are about half and half).
+const exportLanes = 2
+
+// exportTypes writes every type of the job not yet written whole, exportLanes at a time, each
+// from where it stands. Parts are committed one at a time (commitPart under a lock), each with
+// the job's whole position, so a runner killed at any point leaves every type where its last
+// part ended.
+func (r *ExportRunner) exportTypes(ctx context.Context, j *exportJob) error {
+	var pending []int // read before the lanes start: from then on they move j.position
+	for k := range j.types {
+		if _, done := j.position.of(k); !done {
+			pending = append(pending, k)
+		}
+	}
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	var mu sync.Mutex // j.position and the commits
+	work := make(chan int)
+	var wg sync.WaitGroup
+	for range exportLanes {
+		wg.Go(func() {
+			for k := range work {
+				if err := r.exportType(ctx, j, k, &mu); err != nil {
+					cancel(err)
+					return
+				}
+			}
+		})
+	}
+	for _, k := range pending {
+		select {
+		case work <- k:
+		case <-ctx.Done():
+		}
+	}
+	close(work)
+	wg.Wait()
+	if err := context.Cause(ctx); err != nil {
+		return err
+	}
+	return nil
+}
+
+// exportType writes type k of the job from where it stands to its end: one search streams every
+// match, in its primary key's order, and a part is committed, with the position of its last
+// resource, each time it is full, so a lane holds one part in memory whatever the type's size.
+func (r *ExportRunner) exportType(ctx context.Context, j *exportJob, k int, mu *sync.Mutex) error {
+	t := j.types[k]
+	commit := func(part *exportPart, after []*string, done bool) error {
+		mu.Lock()
+		defer mu.Unlock()
+		next := j.position.moved(k, after, done)
+		if err := r.commitPart(ctx, j, t, part, next); err != nil {
+			return err
+		}
+		j.position = next
+		return nil
+	}
 	// A Group whose members are all inactive, or none of the patients asked for, exports
 	// nobody: an empty list would be no restriction at all to the search.
 	restricted := j.level == ExportGroup || len(j.patients) > 0
 	if restricted && len(j.patients) == 0 {
-		return r.commit(ctx, j, t, &exportPart{}, end)
+		return commit(&exportPart{}, nil, true)
 	}
+	mu.Lock()
+	from, _ := j.position.of(k)
+	mu.Unlock()
 	q := j.filters[t]
-	q.After, q.NoTotal = j.position.After, true
+	q.After, q.NoTotal = from, true
 	q.LastUpdated = append(q.LastUpdated, DateBound{Prefix: "lt", From: j.txTime})
 	if j.since != nil {
 		q.LastUpdated = append(q.LastUpdated, DateBound{Prefix: "ge", From: *j.since})
@@ -262,7 +385,7 @@ func (r *ExportRunner) exportType(ctx context.Context, j *exportJob, t string) e
 		if part.count < r.cfg.PartResources && part.ndjson.Len() < r.cfg.PartBytes {
 			return nil
 		}
-		if err := r.commit(ctx, j, t, part, exportPosition{Type: j.position.Type, After: position()}); err != nil {
+		if err := commit(part, position(), false); err != nil {
 			return err
 		}
 		part, seen = &exportPart{}, map[string]bool{}
@@ -271,16 +394,7 @@ func (r *ExportRunner) exportType(ctx context.Context, j *exportJob, t string) e
 	if _, err := r.s.SearchType(ctx, t, q); err != nil {
 		return err
 	}
-	return r.commit(ctx, j, t, part, end)
-}
-
-// commit commits part and moves the job to next.
-func (r *ExportRunner) commit(ctx context.Context, j *exportJob, t string, part *exportPart, next exportPosition) error {
-	if err := r.commitPart(ctx, j, t, part, next); err != nil {
-		return err
-	}
-	j.position = next
-	return nil
+	return commit(part, nil, true)
 }
 
 // DeletedFile is the file type of a _since export's deleted resources: each line a transaction
