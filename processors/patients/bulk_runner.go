@@ -3,6 +3,7 @@ package patients
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -52,9 +53,11 @@ const (
 	DefaultExportRetention     = 24 * time.Hour
 )
 
-// exportLease is how long a runner holds a job between parts; a job whose runner died is taken
-// up again after it.
-const exportLease = 60 * time.Second
+// exportLease is how long a job is a runner's without a renewal: the runner renews it every
+// third of it while it runs, and a job whose runner died is taken up by another once it lapses.
+// Every write of a runner names its lease (lease_token), so one that lost its lease (a pause
+// longer than it) writes nothing more of the job.
+const exportLease = 15 * time.Second
 
 // typedTables are the types SearchType reads from tables of their own, not the generic store.
 var typedTables = map[string]bool{"Patient": true, "Observation": true, "RiskAssessment": true}
@@ -112,6 +115,7 @@ func (r *ExportRunner) Run(ctx context.Context) error {
 // exportJob is a leased job.
 type exportJob struct {
 	id, keyID, level string
+	token            string // this runner's lease of the job
 	scopes           []string
 	patients         []string
 	types            []string
@@ -195,12 +199,12 @@ func (p exportPosition) Written() int {
 // RunOne leases one pending export and writes it to the end, or until it is cancelled or ctx
 // ends. It reports whether there was one.
 func (r *ExportRunner) RunOne(ctx context.Context) (bool, error) {
-	var j exportJob
-	err := r.s.pool.QueryRow(ctx, `update bulk_exports set lease_until = now() + $1::interval
+	j := exportJob{token: rand.Text()}
+	err := r.s.pool.QueryRow(ctx, `update bulk_exports set lease_until = now() + $1::interval, lease_token = $2
 		where id = (select id from bulk_exports where status = 'in-progress' and (lease_until is null or lease_until < now())
 			order by created_at limit 1 for update skip locked)
 		returning id, key_id, level, scopes, coalesce(patients, '{}'), types, filters, since, transaction_time, position`,
-		exportLease.String()).Scan(&j.id, &j.keyID, &j.level, &j.scopes, &j.patients, &j.types, &j.filters, &j.since, &j.txTime, &j.position)
+		exportLease.String(), j.token).Scan(&j.id, &j.keyID, &j.level, &j.scopes, &j.patients, &j.types, &j.filters, &j.since, &j.txTime, &j.position)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return false, nil
 	}
@@ -215,7 +219,7 @@ func (r *ExportRunner) RunOne(ctx context.Context) (bool, error) {
 		// is retried when the lease runs out.
 		if f := fault.As(err); f != nil {
 			_, uerr := r.s.pool.Exec(ctx, `update bulk_exports set status = 'failed', error = $2, completed_at = now(),
-				expires_at = now() + $3::interval where id = $1`, j.id, f.Message, r.cfg.Retention.String())
+				expires_at = now() + $3::interval where id = $1 and lease_token = $4`, j.id, f.Message, r.cfg.Retention.String(), j.token)
 			return true, errors.Join(err, uerr)
 		}
 		return true, fmt.Errorf("export %s: %w", j.id, err)
@@ -223,10 +227,16 @@ func (r *ExportRunner) RunOne(ctx context.Context) (bool, error) {
 	return true, nil
 }
 
-// errExportGone is a job cancelled while it ran.
-var errExportGone = errors.New("export cancelled")
+// errExportGone is a job cancelled while it ran, or whose lease another runner holds now.
+var errExportGone = errors.New("export cancelled or its lease lost")
 
 func (r *ExportRunner) run(ctx context.Context, j *exportJob) error {
+	leased, cancel := context.WithCancelCause(ctx)
+	ctx = leased
+	var renewing sync.WaitGroup
+	renewing.Go(func() { r.renew(leased, j, cancel) })
+	defer renewing.Wait()
+	defer cancel(nil)
 	p, err := r.cfg.Credential(ctx, j.keyID)
 	if err != nil {
 		return err
@@ -261,7 +271,7 @@ func (r *ExportRunner) run(ctx context.Context, j *exportJob) error {
 		j.position = next
 	}
 	tag, err := r.s.pool.Exec(ctx, `update bulk_exports set status = 'completed', completed_at = now(), lease_until = null,
-		expires_at = now() + $2::interval where id = $1 and status = 'in-progress'`, j.id, r.cfg.Retention.String())
+		expires_at = now() + $2::interval where id = $1 and status = 'in-progress' and lease_token = $3`, j.id, r.cfg.Retention.String(), j.token)
 	if err != nil {
 		return fmt.Errorf("complete export: %w", err)
 	}
@@ -269,6 +279,31 @@ func (r *ExportRunner) run(ctx context.Context, j *exportJob) error {
 		return errExportGone
 	}
 	return nil
+}
+
+// renew renews j's lease every third of exportLease until ctx ends. A job cancelled, or leased by
+// another runner since (this one paused past its lease), ends the run (cancel, errExportGone); a
+// renewal the database did not answer is tried again, and if the lease lapses meanwhile the
+// run's next write finds it lost.
+func (r *ExportRunner) renew(ctx context.Context, j *exportJob, cancel context.CancelCauseFunc) {
+	t := time.NewTicker(exportLease / 3)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		tag, err := r.s.pool.Exec(ctx, `update bulk_exports set lease_until = now() + $2::interval
+			where id = $1 and status = 'in-progress' and lease_token = $3`, j.id, exportLease.String(), j.token)
+		switch {
+		case err != nil && ctx.Err() == nil:
+			r.cfg.Logger.Warn("bulk export lease renewal failed", "export", j.id, "err", err)
+		case err == nil && tag.RowsAffected() == 0:
+			cancel(errExportGone)
+			return
+		}
+	}
 }
 
 // exportPart is one file's worth of a type: its NDJSON, in FHIR form, and where the next part
@@ -462,7 +497,7 @@ order by type, id limit $9`, p.OrgFilter(), *j.since, j.txTime, p.SeesRealPatien
 func (r *ExportRunner) commitPart(ctx context.Context, j *exportJob, t string, part *exportPart, next exportPosition) error {
 	return pgx.BeginFunc(ctx, r.s.pool, func(tx pgx.Tx) error {
 		tag, err := tx.Exec(ctx, `update bulk_exports set position = $2, written = written + $3, lease_until = now() + $4::interval
-			where id = $1 and status = 'in-progress'`, j.id, next, part.count, exportLease.String())
+			where id = $1 and status = 'in-progress' and lease_token = $5`, j.id, next, part.count, exportLease.String(), j.token)
 		if err != nil {
 			return fmt.Errorf("export position: %w", err)
 		}

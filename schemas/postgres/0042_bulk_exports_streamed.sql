@@ -13,3 +13,7 @@ exception when feature_not_supported or invalid_parameter_value then
     alter table bulk_export_files alter column ndjson set storage external;
 end
 $$;
+
+-- The runner holding a job's lease: each of its writes names it, so a runner that lost its lease
+-- (paused past it while another took the job up) writes nothing more of the job.
+alter table bulk_exports add column lease_token text;
