@@ -8,6 +8,7 @@ import (
 	"cmp"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"net/http"
 	"net/url"
 	"slices"
@@ -17,6 +18,7 @@ import (
 
 	"github.com/gorilla/mux"
 
+	"carehub/api/envelope"
 	"carehub/kernel/access"
 	"carehub/kernel/fault"
 	"carehub/kernel/ids"
@@ -77,7 +79,7 @@ func (h handler) kickOff(level string) http.HandlerFunc {
 			writeError(w, r, badParam("patient", "is a parameter of the POST kick-off (a Parameters resource), not of GET"))
 			return
 		}
-		req, err := exportRequest(r, params, level)
+		req, ignored, err := exportRequest(r, params, level)
 		if err != nil {
 			writeError(w, r, err)
 			return
@@ -88,9 +90,13 @@ func (h handler) kickOff(level string) http.HandlerFunc {
 			return
 		}
 		w.Header().Set("Content-Location", baseURL(r)+"/$export-status/"+ids.FHIR(id))
-		writeResource(w, http.StatusAccepted, Outcome{ResourceType: "OperationOutcome",
-			Issue: []Issue{{Severity: "information", Code: "informational", Diagnostics: "export " + ids.FHIR(id) +
-				" started: poll the Content-Location for its progress and, once complete, its manifest"}}})
+		oo := Outcome{ResourceType: "OperationOutcome", Issue: []Issue{{Severity: "information", Code: "informational",
+			Diagnostics: "export " + ids.FHIR(id) + " started: poll the Content-Location for its progress and, once complete, its manifest"}}}
+		if len(ignored) > 0 {
+			oo.Issue = append(oo.Issue, Issue{Severity: "warning", Code: "not-supported", Expression: ignored,
+				Diagnostics: "parameters ignored (Prefer: handling=lenient): " + strings.Join(ignored, ", ")})
+		}
+		writeResource(w, http.StatusAccepted, oo)
 	}
 }
 
@@ -161,34 +167,41 @@ func postedParameters(w http.ResponseWriter, r *http.Request) (url.Values, error
 }
 
 // exportRequest reads a kick-off's parameters, v: _outputFormat, _since, _type, _typeFilter and
-// (from a POST) patient.
-func exportRequest(r *http.Request, v url.Values, level string) (patients.ExportRequest, error) {
-	req := patients.ExportRequest{Level: level, GroupID: ids.FromFHIR(mux.Vars(r)["id"]), Request: selfURL(r)}
-	for name, values := range v {
+// (from a POST) patient. Another parameter (the IG's includeAssociatedData, _elements, …) is
+// refused, or with Prefer: handling=lenient ignored and named in ignored, as the IG allows.
+func exportRequest(r *http.Request, v url.Values, level string) (req patients.ExportRequest, ignored []string, err error) {
+	req = patients.ExportRequest{Level: level, GroupID: ids.FromFHIR(mux.Vars(r)["id"]), Request: selfURL(r)}
+	lenient := envelope.Prefers(r, "handling", "lenient")
+	for _, name := range slices.Sorted(maps.Keys(v)) {
 		switch name {
 		case "_outputFormat", "_since", "_format":
-			if len(values) > 1 {
-				return req, badParam(name, "may be given once")
+			if len(v[name]) > 1 {
+				return req, nil, badParam(name, "may be given once")
 			}
 		case "_type", "_typeFilter", "patient":
 		default:
-			return req, badParam(name, "not a parameter of $export (supported: _outputFormat, _since, _type, _typeFilter, patient)")
+			if !lenient {
+				return req, nil, badParam(name, "not a parameter of $export (supported: _outputFormat, _since, _type, _typeFilter, patient); "+
+					"send Prefer: handling=lenient to have it ignored")
+			}
+			ignored = append(ignored, name)
+			delete(v, name)
 		}
 	}
 	for _, ref := range v["patient"] {
 		id, ok := strings.CutPrefix(ref, "Patient/")
 		if !ok || id == "" || strings.Contains(id, "/") {
-			return req, badParam("patient", "%q is not a Patient reference (Patient/<id>)", ref)
+			return req, nil, badParam("patient", "%q is not a Patient reference (Patient/<id>)", ref)
 		}
 		req.Patients = append(req.Patients, ids.FromFHIR(id))
 	}
 	if f := v.Get("_outputFormat"); f != "" && !slices.Contains(outputFormats, f) {
-		return req, badParam("_outputFormat", "%q is not served: NDJSON only (%s)", f, strings.Join(outputFormats, ", "))
+		return req, nil, badParam("_outputFormat", "%q is not served: NDJSON only (%s)", f, strings.Join(outputFormats, ", "))
 	}
 	if s := v.Get("_since"); s != "" {
 		t, err := time.Parse(time.RFC3339Nano, s)
 		if err != nil {
-			return req, badParam("_since", "%q is not a FHIR instant (e.g. 2026-01-02T03:04:05Z)", s)
+			return req, nil, badParam("_since", "%q is not a FHIR instant (e.g. 2026-01-02T03:04:05Z)", s)
 		}
 		req.Since = &t
 	}
@@ -202,25 +215,25 @@ func exportRequest(r *http.Request, v url.Values, level string) (patients.Export
 	for _, f := range v["_typeFilter"] {
 		t, query, _ := strings.Cut(f, "?")
 		if !served(t) {
-			return req, badParam("_typeFilter", "%q: %s is not a resource type served here", f, t)
+			return req, nil, badParam("_typeFilter", "%q: %s is not a resource type served here", f, t)
 		}
 		if len(req.Types) > 0 && !slices.Contains(req.Types, t) {
-			return req, badParam("_typeFilter", "%q: %s is not among _type", f, t)
+			return req, nil, badParam("_typeFilter", "%q: %s is not among _type", f, t)
 		}
 		if _, dup := req.Filters[t]; dup {
-			return req, badParam("_typeFilter", "one filter per type is supported; %s has more", t)
+			return req, nil, badParam("_typeFilter", "one filter per type is supported; %s has more", t)
 		}
 		values, err := url.ParseQuery(query)
 		if err != nil {
-			return req, badParam("_typeFilter", "%q: %v", f, err)
+			return req, nil, badParam("_typeFilter", "%q: %v", f, err)
 		}
 		q, err := parseSearch(t, values, false)
 		if err != nil {
-			return req, badParam("_typeFilter", "%q: %v", f, err)
+			return req, nil, badParam("_typeFilter", "%q: %v", f, err)
 		}
 		if q.include || len(q.revinclude) > 0 || len(q.chains) > 0 || q.summary != "" || len(q.elements) > 0 || len(q.search.Sort) > 0 ||
 			len(q.search.Has) > 0 || values.Has("_count") || values.Has("_offset") {
-			return req, badParam("_typeFilter", "%q: a filter takes search parameters only (no _include, _revinclude, chains, _has, "+
+			return req, nil, badParam("_typeFilter", "%q: a filter takes search parameters only (no _include, _revinclude, chains, _has, "+
 				"_summary, _elements, _sort, _count or _offset)", f)
 		}
 		if req.Filters == nil {
@@ -228,7 +241,7 @@ func exportRequest(r *http.Request, v url.Values, level string) (patients.Export
 		}
 		req.Filters[t] = q.search
 	}
-	return req, nil
+	return req, ignored, nil
 }
 
 // selfURL is the request's URL as the client sent it, for the manifest's request.

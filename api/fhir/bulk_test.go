@@ -469,12 +469,20 @@ func TestBulkExport(t *testing.T) {
 			{"/fhir/R4/$export?_since=yesterday", "respond-async", http.StatusBadRequest},
 			{"/fhir/R4/$export?_type=Nonsense", "respond-async", http.StatusUnprocessableEntity},
 			{"/fhir/R4/$export?colour=blue", "respond-async", http.StatusBadRequest},
+			{"/fhir/R4/$export?includeAssociatedData=LatestProvenanceResources", "respond-async", http.StatusBadRequest},
 			{"/fhir/R4/Patient/$export?_type=Organization", "respond-async", http.StatusUnprocessableEntity},
 		} {
 			status, _, body := bulkGet(t, s.URL+c.path, key, "Prefer", c.prefer)
 			if status != c.want || !bytes.Contains(body, []byte(`"OperationOutcome"`)) {
 				t.Errorf("%s (Prefer %q): %d %s, want %d and an OperationOutcome", c.path, c.prefer, status, body, c.want)
 			}
+		}
+		// What the IG lets a client ask: a parameter the server does not serve is ignored, and
+		// said so, under Prefer: handling=lenient.
+		status, _, body := bulkGet(t, s.URL+"/fhir/R4/$export?_type=Patient&includeAssociatedData=LatestProvenanceResources", key,
+			"Prefer", "respond-async, handling=lenient")
+		if status != http.StatusAccepted || !bytes.Contains(body, []byte(`ignored (Prefer: handling=lenient): includeAssociatedData`)) {
+			t.Errorf("lenient kick-off: %d %s", status, body)
 		}
 		billing := s.Key(demo.DemoOrgSlug, access.Live, access.AdminBilling)
 		if status, _, body := bulkGet(t, s.URL+"/fhir/R4/$export", billing, "Prefer", "respond-async"); status != http.StatusForbidden {
