@@ -25,9 +25,8 @@ import (
 //
 //	CAREHUB_BULK_COPIES=40 go test -run '^$' -bench BulkExport -benchtime 1x ./api/fhir/
 func BenchmarkBulkExport(b *testing.B) {
-	files, _ := filepath.Glob(filepath.Join(syntheaDir(), "fhir", "*.json"))
-	if len(files) == 0 {
-		testenv.Missing(b, "no Synthea patients in %s: run make synthea-deps", syntheaDir())
+	providers, patients, ok := testenv.SyntheaBundles(b)
+	if !ok {
 		return
 	}
 	copies := 10
@@ -41,14 +40,6 @@ func BenchmarkBulkExport(b *testing.B) {
 	s := servertest.Start(b)
 	c := &synClient{base: s.URL + "/fhir/R4", key: s.DemoKey()}
 	ctx := context.Background()
-	var providers, patients []string
-	for _, f := range files {
-		if n := filepath.Base(f); strings.HasPrefix(n, "hospitalInformation") || strings.HasPrefix(n, "practitionerInformation") {
-			providers = append(providers, f)
-		} else {
-			patients = append(patients, f)
-		}
-	}
 	var skipped int
 	load := func(f string) {
 		body, err := os.ReadFile(f)

@@ -22,15 +22,6 @@ import (
 	"carehub/internal/testenv"
 )
 
-// syntheaDir is where tests/synthea/generate.sh writes the patients (make synthea-deps).
-func syntheaDir() string {
-	if d := os.Getenv("CAREHUB_SYNTHEA_DIR"); d != "" {
-		return d
-	}
-	home, _ := os.UserHomeDir()
-	return filepath.Join(home, ".cache", "carehub", "synthea")
-}
-
 // TestSyntheaTransactions loads patients made by Synthea, the published generator (Maven
 // Central, a fixed seed: tests/synthea), as a FHIR client would: the hospital and practitioner
 // Bundles as published (batches of conditional creates), then each patient's transaction Bundle
@@ -40,22 +31,10 @@ func syntheaDir() string {
 // carehub returned is validated by HAPI's FhirInstanceValidator (tests/fhir-client, validate
 // mode). The log quotes the import rate. Issue 52's acceptance.
 func TestSyntheaTransactions(t *testing.T) {
-	dir := syntheaDir()
-	files, _ := filepath.Glob(filepath.Join(dir, "fhir", "*.json"))
-	if len(files) == 0 {
-		testenv.Missing(t, "no Synthea patients in %s: run make synthea-deps (or make test-deps)", dir)
+	providers, patients, ok := testenv.SyntheaBundles(t)
+	if !ok {
 		return
 	}
-	var providers, patients []string
-	for _, f := range files {
-		if b := filepath.Base(f); strings.HasPrefix(b, "hospitalInformation") || strings.HasPrefix(b, "practitionerInformation") {
-			providers = append(providers, f)
-		} else {
-			patients = append(patients, f)
-		}
-	}
-	sort.Slice(providers, func(i, j int) bool { return filepath.Base(providers[i]) < filepath.Base(providers[j]) }) // hospitals first
-	sort.Strings(patients)
 
 	s := servertest.Start(t)
 	c := &synClient{base: s.URL + "/fhir/R4", key: s.DemoKey()}

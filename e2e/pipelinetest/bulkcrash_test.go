@@ -26,14 +26,8 @@ func TestBulkExportSurvivesKill(t *testing.T) {
 	if testing.Short() {
 		t.Skip("-short: builds and runs the carehub binary")
 	}
-	home, _ := os.UserHomeDir()
-	syn := filepath.Join(home, ".cache", "carehub", "synthea", "fhir")
-	if d := os.Getenv("CAREHUB_SYNTHEA_DIR"); d != "" {
-		syn = filepath.Join(d, "fhir")
-	}
-	files, _ := filepath.Glob(filepath.Join(syn, "*.json"))
-	if len(files) == 0 {
-		testenv.Missing(t, "no Synthea patients in %s: run make synthea-deps", syn)
+	providers, patientFiles, ok := testenv.SyntheaBundles(t)
+	if !ok {
 		return
 	}
 	bin := buildCarehub(t)
@@ -45,14 +39,6 @@ func TestBulkExportSurvivesKill(t *testing.T) {
 
 	// The providers' batches first, then each patient 6 times over (Synthea's transactions
 	// create new patients each time): about 21,000 resources, two files of Observations.
-	var providers, patientFiles []string
-	for _, f := range files {
-		if b := filepath.Base(f); strings.HasPrefix(b, "hospitalInformation") || strings.HasPrefix(b, "practitionerInformation") {
-			providers = append(providers, f)
-		} else {
-			patientFiles = append(patientFiles, f)
-		}
-	}
 	for _, f := range providers {
 		c.load(t, f)
 	}

@@ -1,10 +1,8 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -109,47 +107,20 @@ func startGraphQLWS(ctx context.Context, node, script, modules string, brokers, 
 	// checks and graphql-ws its verbose close reasons.
 	cmd.Env = append(os.Environ(), "NODE_ENV=production", "GRAPHQLWS_PEER_MODULES="+modules, "KAFKA_BROKERS="+brokers,
 		"KAFKA_TOPIC="+topic, "HOST=127.0.0.1", fmt.Sprintf("PORT=%d", port))
-	cmd.Stderr = logw
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGTERM}
-	out, err := cmd.StdoutPipe()
+	p := &graphqlwsPeer{}
+	line, err := startReady(ctx, cmd, logw, 20*time.Second, 2*time.Minute, func(stop func()) { p.close = stop })
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("graphql-ws peer: %w", err)
 	}
-	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("start %s: %w", node, err)
-	}
-	done := make(chan struct{})
-	ready := make(chan string, 1)
-	go func() {
-		sc := bufio.NewScanner(out)
-		for sc.Scan() {
-			if line := sc.Text(); strings.HasPrefix(line, "ready ") {
-				ready <- line
-			}
-		}
-	}()
-	go func() { _ = cmd.Wait(); close(done) }()
-	p := &graphqlwsPeer{pid: cmd.Process.Pid}
-	p.close = func() { stop(cmd, done, 20*time.Second) }
-	select {
-	case line := <-ready:
-		f := strings.Fields(line)
-		if len(f) < 2 || !strings.HasPrefix(f[1], "http://") {
-			p.Close()
-			return nil, fmt.Errorf("graphql-ws peer: unexpected ready line %q", line)
-		}
-		origin := strings.TrimSuffix(f[1], "/graphql")
-		p.wsURL, p.statsURL = "ws"+strings.TrimPrefix(f[1], "http"), origin+"/stats"
-		return p, nil
-	case <-done:
-		return nil, errors.New("graphql-ws peer exited before it was ready")
-	case <-ctx.Done():
+	p.pid = cmd.Process.Pid
+	f := strings.Fields(line)
+	if len(f) < 2 || !strings.HasPrefix(f[1], "http://") {
 		p.Close()
-		return nil, ctx.Err()
-	case <-time.After(2 * time.Minute):
-		p.Close()
-		return nil, errors.New("graphql-ws peer not ready after 2 minutes")
+		return nil, fmt.Errorf("graphql-ws peer: unexpected ready line %q", line)
 	}
+	origin := strings.TrimSuffix(f[1], "/graphql")
+	p.wsURL, p.statsURL = "ws"+strings.TrimPrefix(f[1], "http"), origin+"/stats"
+	return p, nil
 }
 
 // peerStats is the peer's GET /stats.

@@ -241,14 +241,45 @@ func startHAPI(ctx context.Context, script string, heap string, pool int, logw i
 	}
 	cmd := exec.Command(script)
 	cmd.Env = append(os.Environ(), fmt.Sprintf("HAPI_PORT=%d", port), "HAPI_HEAP="+heap, fmt.Sprintf("HAPI_POOL=%d", pool))
+	s := &server{name: "hapi"}
+	// The first run builds the server (Maven) before it starts it.
+	line, err := startReady(ctx, cmd, logw, 90*time.Second, 30*time.Minute, func(stop func()) { s.close = stop })
+	if err != nil {
+		return nil, fmt.Errorf("HAPI (%s): %w", script, err)
+	}
+	for _, f := range strings.Fields(line)[1:] {
+		k, v, _ := strings.Cut(f, "=")
+		switch k {
+		case "pid":
+			s.pid, _ = strconv.Atoi(v)
+		case "pgdata":
+			s.pgPid = filepath.Join(v, "postmaster.pid")
+		default:
+			if strings.HasPrefix(f, "http") {
+				s.base = f
+			}
+		}
+	}
+	if s.base == "" {
+		s.Close()
+		return nil, errors.New("run.sh's ready line names no URL")
+	}
+	return s, nil
+}
+
+// startReady starts a peer's process (in a process group of its own, stopped with us however
+// we end) and waits for the first line of its standard output that starts with "ready ", which
+// it returns. setClose is given the way to stop the process (SIGTERM to its group, SIGKILL after
+// grace) before any wait: the caller's Close stops it whatever happens next. An error stops it.
+func startReady(ctx context.Context, cmd *exec.Cmd, logw io.Writer, grace, timeout time.Duration, setClose func(stop func())) (string, error) {
 	cmd.Stderr = logw
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGTERM} // stopped with us, however we end
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGTERM}
 	out, err := cmd.StdoutPipe()
 	if err != nil {
-		return nil, err
+		return "", err
 	}
 	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("start %s: %w", script, err)
+		return "", fmt.Errorf("start: %w", err)
 	}
 	done := make(chan struct{})
 	ready := make(chan string, 1)
@@ -256,43 +287,28 @@ func startHAPI(ctx context.Context, script string, heap string, pool int, logw i
 		sc := bufio.NewScanner(out)
 		for sc.Scan() {
 			if line := sc.Text(); strings.HasPrefix(line, "ready ") {
-				ready <- line
+				select {
+				case ready <- line:
+				default:
+				}
 			}
 		}
 	}()
 	go func() { _ = cmd.Wait(); close(done) }()
-	s := &server{name: "hapi"}
-	s.close = func() { stop(cmd, done, 90*time.Second) }
-	// The first run builds the server (Maven) before it starts it.
+	halt := func() { stop(cmd, done, grace) }
+	setClose(halt)
 	select {
 	case line := <-ready:
-		for _, f := range strings.Fields(line)[1:] {
-			k, v, _ := strings.Cut(f, "=")
-			switch k {
-			case "pid":
-				s.pid, _ = strconv.Atoi(v)
-			case "pgdata":
-				s.pgPid = filepath.Join(v, "postmaster.pid")
-			default:
-				if strings.HasPrefix(f, "http") {
-					s.base = f
-				}
-			}
-		}
+		return line, nil
 	case <-done:
-		return nil, fmt.Errorf("%s exited before HAPI was ready", script)
+		return "", errors.New("exited before it was ready")
 	case <-ctx.Done():
-		s.Close()
-		return nil, ctx.Err()
-	case <-time.After(30 * time.Minute):
-		s.Close()
-		return nil, errors.New("HAPI not ready after 30 minutes")
+		halt()
+		return "", ctx.Err()
+	case <-time.After(timeout):
+		halt()
+		return "", fmt.Errorf("not ready after %s", timeout)
 	}
-	if s.base == "" {
-		s.Close()
-		return nil, errors.New("run.sh's ready line names no URL")
-	}
-	return s, nil
 }
 
 // waitHTTP polls url until it answers 200, the process exits or timeout passes.
