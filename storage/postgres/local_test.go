@@ -257,16 +257,19 @@ func TestLocalRelocatesUnreachableDir(t *testing.T) {
 	if got := scalar(t, l2.DSN("postgres"), "SELECT (to_regclass('marker') IS NOT NULL)::text"); got != "true" {
 		t.Fatal("table lost across restart")
 	}
-	// Deleting the data dir while the server runs: the next start removes the old cluster.
+	// Deleting the data dir while the server runs: the next start removes the old cluster. The
+	// process that ran it ends first. Were it still running, its supervisor would start its
+	// server again on the cluster the next start removes and makes anew, and the two would
+	// fight over it (a stop killed after 30 s failed CI so).
 	if err := os.RemoveAll(dir); err != nil {
 		t.Fatal(err)
 	}
+	stop(t, l2)
 	l3, _ := startLocal(t, dir, postgres.LocalConfig{Unsafe: true})
 	if got := scalar(t, l3.DSN("postgres"), "SELECT (to_regclass('marker') IS NOT NULL)::text"); got != "false" {
 		t.Fatal("deleted data dir, yet the old cluster is back")
 	}
 	stop(t, l3)
-	stop(t, l2)
 }
 
 // A relocated cluster whose data dir was a temporary one and is gone (a test's, a load test's)
