@@ -44,6 +44,14 @@ type bulkManifest struct {
 // bulkGet sends a GET as a Bulk Data client does.
 func bulkGet(t testing.TB, url, key string, header ...string) (int, http.Header, []byte) {
 	t.Helper()
+	var body bytes.Buffer
+	status, h := bulkGetTo(t, &body, url, key, header...)
+	return status, h, body.Bytes()
+}
+
+// bulkGetTo is bulkGet writing the answer's body to w, as it comes.
+func bulkGetTo(t testing.TB, w io.Writer, url, key string, header ...string) (int, http.Header) {
+	t.Helper()
 	req, err := http.NewRequest(http.MethodGet, url, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -58,17 +66,18 @@ func bulkGet(t testing.TB, url, key string, header ...string) (int, http.Header,
 		if err != nil {
 			t.Fatalf("GET %s: %v", url, err)
 		}
-		b, err := io.ReadAll(resp.Body)
+		// A client downloading many files meets the rate limit, and waits as it is told.
+		if wait, _ := strconv.Atoi(resp.Header.Get("Retry-After")); resp.StatusCode == http.StatusTooManyRequests && wait > 0 {
+			resp.Body.Close()
+			time.Sleep(time.Duration(wait) * time.Second)
+			continue
+		}
+		_, err = io.Copy(w, resp.Body)
 		resp.Body.Close()
 		if err != nil {
 			t.Fatal(err)
 		}
-		// A client downloading many files meets the rate limit, and waits as it is told.
-		if wait, _ := strconv.Atoi(resp.Header.Get("Retry-After")); resp.StatusCode == http.StatusTooManyRequests && wait > 0 {
-			time.Sleep(time.Duration(wait) * time.Second)
-			continue
-		}
-		return resp.StatusCode, resp.Header, b
+		return resp.StatusCode, resp.Header
 	}
 }
 
@@ -517,35 +526,7 @@ func TestBulkExportResumes(t *testing.T) {
 	// Two types, written by the runner's two lanes at once: each resumes where its own last
 	// part ended.
 	statusURL := kickOff(t, s, "/fhir/R4/$export?_type=Observation,Patient", key)
-	svc := patients.New(s.Pool())
-	keys := func(ctx context.Context, keyID string) (*access.Principal, error) {
-		return &access.Principal{OrgID: s.OrgID(demo.DemoOrgSlug), KeyID: keyID, Mode: access.Live, Scopes: access.Scopes}, nil
-	}
-	ctx, kill := context.WithCancel(t.Context())
-	done := make(chan error, 1)
-	go func() {
-		_, err := svc.ExportRunner(patients.ExportRunnerConfig{Credential: keys, PartResources: 50}).RunOne(ctx)
-		done <- err
-	}()
-	var written int64
-	servertest.Eventually(t, 30*time.Second, "the first parts written", func() bool {
-		_ = s.Pool().QueryRow(t.Context(), `select written from bulk_exports`).Scan(&written)
-		return written > 0
-	})
-	kill()
-	<-done
-	var status string
-	if err := s.Pool().QueryRow(t.Context(), `select status, written from bulk_exports`).Scan(&status, &written); err != nil {
-		t.Fatal(err)
-	}
-	if status != patients.ExportInProgress {
-		t.Fatalf("the export finished before the kill (%s, %d written): the test proves nothing", status, written)
-	}
-	t.Logf("killed after %d resources", written)
-	// The lease of the killed runner runs out.
-	if _, err := s.Pool().Exec(t.Context(), `update bulk_exports set lease_until = now() - interval '1 second'`); err != nil {
-		t.Fatal(err)
-	}
+	svc, keys := interruptExport(t, s)
 	if ran, err := svc.ExportRunner(patients.ExportRunnerConfig{Credential: keys, PartResources: 50}).RunOne(t.Context()); !ran || err != nil {
 		t.Fatalf("resume: ran %v, %v", ran, err)
 	}
@@ -567,4 +548,86 @@ func TestBulkExportResumes(t *testing.T) {
 	if failed != 1 {
 		t.Errorf("%d failed exports, want the revoked key's", failed)
 	}
+}
+
+// interruptExport runs the pending export with a runner of parts of 50 resources, kills the
+// runner once it has written some, and lets its lease run out. It returns the service and
+// credential lookup the next runner uses.
+func interruptExport(t *testing.T, s *servertest.Server) (*patients.Service, func(context.Context, string) (*access.Principal, error)) {
+	t.Helper()
+	svc := patients.New(s.Pool())
+	keys := func(ctx context.Context, keyID string) (*access.Principal, error) {
+		return &access.Principal{OrgID: s.OrgID(demo.DemoOrgSlug), KeyID: keyID, Mode: access.Live, Scopes: access.Scopes}, nil
+	}
+	ctx, kill := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() {
+		_, err := svc.ExportRunner(patients.ExportRunnerConfig{Credential: keys, PartResources: 50}).RunOne(ctx)
+		done <- err
+	}()
+	var written int64
+	servertest.Eventually(t, 30*time.Second, "the first parts written", func() bool {
+		_ = s.Pool().QueryRow(t.Context(), `select written from bulk_exports where status = 'in-progress'`).Scan(&written)
+		return written > 0
+	})
+	kill()
+	<-done
+	var status string
+	if err := s.Pool().QueryRow(t.Context(), `select status, written from bulk_exports order by created_at desc limit 1`).Scan(&status, &written); err != nil {
+		t.Fatal(err)
+	}
+	if status != patients.ExportInProgress {
+		t.Fatalf("the export finished before the kill (%s, %d written): the test proves nothing", status, written)
+	}
+	t.Logf("killed after %d resources", written)
+	if _, err := s.Pool().Exec(t.Context(), `update bulk_exports set lease_until = now() - interval '1 second'`); err != nil {
+		t.Fatal(err)
+	}
+	return svc, keys
+}
+
+// TestBulkExportFilesLost: the files are in an unlogged table, which PostgreSQL empties when it
+// recovers from a crash (and a promoted standby never had). A job in progress whose files are
+// gone starts again; a completed one answers in progress again and is made anew; either way
+// every resource is in its files once.
+func TestBulkExportFilesLost(t *testing.T) {
+	s := servertest.Start(t, servertest.WithRoles("api")) // no runner of its own
+	key := s.DemoKey()
+	var persistence string
+	if err := s.Pool().QueryRow(t.Context(), `select relpersistence from pg_class where relname = 'bulk_export_files'`).Scan(&persistence); err != nil {
+		t.Fatal(err)
+	}
+	if persistence != "u" {
+		t.Fatalf("bulk_export_files relpersistence %q, want unlogged (u): the test would not be what a crash does", persistence)
+	}
+	lose := func() { // what crash recovery does to an unlogged table
+		if _, err := s.Pool().Exec(t.Context(), `truncate bulk_export_files`); err != nil {
+			t.Fatal(err)
+		}
+	}
+	check := func(when string, got map[string][]map[string]any) {
+		t.Helper()
+		for _, typ := range []string{"Observation", "Patient"} {
+			if want := searchTotal(t, s, key, typ); len(got[typ]) != want {
+				t.Errorf("%s: %d %s exported, a search finds %d", when, len(got[typ]), typ, want)
+			}
+		}
+	}
+	statusURL := kickOff(t, s, "/fhir/R4/$export?_type=Observation,Patient", key)
+	svc, keys := interruptExport(t, s)
+	lose()
+	runner := svc.ExportRunner(patients.ExportRunnerConfig{Credential: keys, PartResources: 50})
+	if ran, err := runner.RunOne(t.Context()); !ran || err != nil {
+		t.Fatalf("resume: ran %v, %v", ran, err)
+	}
+	check("files lost mid-export", download(t, awaitManifest(t, statusURL, key), key))
+
+	lose()
+	if status, _, body := bulkGet(t, statusURL, key); status != http.StatusAccepted {
+		t.Fatalf("status of a completed export whose files are lost: %d %s, want 202 (made again)", status, body)
+	}
+	if ran, err := runner.RunOne(t.Context()); !ran || err != nil {
+		t.Fatalf("made again: ran %v, %v", ran, err)
+	}
+	check("files lost after completion", download(t, awaitManifest(t, statusURL, key), key))
 }

@@ -32,9 +32,29 @@ func AppendRewrite(dst, b []byte) ([]byte, error) {
 	if !jsonwire.Valid(b) {
 		return dst, errNotJSON
 	}
+	return appendRewrite(dst, b), nil
+}
+
+// AppendRewriteValid is AppendRewrite of b that is one valid JSON value already (what a store's
+// renderer writes): it leaves out the validation pass, two fifths of the rewrite's time. Of
+// other b it answers an error or something wrong, never a panic.
+func AppendRewriteValid(dst, b []byte) (out []byte, err error) {
+	defer func() {
+		if recover() != nil {
+			out, err = dst, errNotJSON
+		}
+	}()
+	if len(b) == 0 {
+		return dst, errNotJSON
+	}
+	return appendRewrite(dst, b), nil
+}
+
+// appendRewrite appends Rewrite of the valid JSON value b to dst.
+func appendRewrite(dst, b []byte) []byte {
 	i := jsonwire.SkipSpace(b, 0)
 	if b[i] == 'n' {
-		return append(dst, "null"...), nil
+		return append(dst, "null"...)
 	}
 	out, _, kept := tidyValue(dst, b, i)
 	switch { // an object or array left empty is still the answer
@@ -44,7 +64,7 @@ func AppendRewrite(dst, b []byte) ([]byte, error) {
 	default:
 		out = append(out[:len(dst)], "[]"...)
 	}
-	return out, nil
+	return out
 }
 
 // tidyValue appends the valid JSON value that starts at b[i] to out, without its insignificant

@@ -98,6 +98,7 @@ func FuzzRewrite(f *testing.F) {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
+		valid, validErr := AppendRewriteValid(nil, b) // on any input: no panic, no endless loop
 		if !json.Valid(b) {
 			if _, err := Rewrite(b); err == nil {
 				t.Fatalf("Rewrite took what is not JSON: %q", b)
@@ -108,6 +109,9 @@ func FuzzRewrite(f *testing.F) {
 			// Valid JSON that the stores never hold: invalid UTF-8 (decoding replaces it) or a
 			// repeated key (decoding keeps the last; Rewrite keeps each).
 			return
+		}
+		if got, err := Rewrite(b); validErr != nil || err != nil || !bytes.Equal(valid, got) {
+			t.Fatalf("AppendRewriteValid(%.200s) = %s, %v; Rewrite = %s, %v", b, valid, validErr, got, err)
 		}
 		checkRewrite(t, b)
 	})
@@ -159,6 +163,15 @@ func BenchmarkRewrite(b *testing.B) {
 		b.SetBytes(int64(len(doc)))
 		for b.Loop() {
 			if _, err := Rewrite(doc); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("one-pass-valid", func(b *testing.B) { // the input known valid: no validation pass
+		b.SetBytes(int64(len(doc)))
+		out := make([]byte, 0, len(doc))
+		for b.Loop() {
+			if _, err := AppendRewriteValid(out, doc); err != nil {
 				b.Fatal(err)
 			}
 		}

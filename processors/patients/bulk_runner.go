@@ -200,16 +200,27 @@ func (p exportPosition) Written() int {
 // ends. It reports whether there was one.
 func (r *ExportRunner) RunOne(ctx context.Context) (bool, error) {
 	j := exportJob{token: rand.Text()}
+	var written int64
 	err := r.s.pool.QueryRow(ctx, `update bulk_exports set lease_until = now() + $1::interval, lease_token = $2
 		where id = (select id from bulk_exports where status = 'in-progress' and (lease_until is null or lease_until < now())
 			order by created_at limit 1 for update skip locked)
-		returning id, key_id, level, scopes, coalesce(patients, '{}'), types, filters, since, transaction_time, position`,
-		exportLease.String(), j.token).Scan(&j.id, &j.keyID, &j.level, &j.scopes, &j.patients, &j.types, &j.filters, &j.since, &j.txTime, &j.position)
+		returning id, key_id, level, scopes, coalesce(patients, '{}'), types, filters, since, transaction_time, position, written`,
+		exportLease.String(), j.token).Scan(&j.id, &j.keyID, &j.level, &j.scopes, &j.patients, &j.types, &j.filters, &j.since, &j.txTime, &j.position, &written)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return false, nil
 	}
 	if err != nil {
 		return false, fmt.Errorf("lease export: %w", err)
+	}
+	lost, err := filesLost(ctx, r.s.pool, j.id, written)
+	if err != nil {
+		return true, err
+	}
+	if lost { // the unlogged table lost files the job counts (bulk_lost.go): from the start
+		if ok, err := r.s.restartExport(ctx, j.id, `lease_token = $2`, j.token); err != nil || !ok {
+			return true, err
+		}
+		j.position = exportPosition{}
 	}
 	if err := r.run(ctx, &j); err != nil {
 		if ctx.Err() != nil || errors.Is(err, errExportGone) {
@@ -315,6 +326,13 @@ type exportPart struct {
 	after    []*string
 }
 
+// reset empties p for the next part, keeping its room: a lane's parts are written into one
+// buffer, grown once to a part's size, rather than each into a new one grown by doubling.
+func (p *exportPart) reset() {
+	p.ndjson.Reset()
+	p.count, p.patients = 0, p.patients[:0]
+}
+
 // exportLanes is how many types a runner writes at once: an export is two streams, each a
 // query on a Postgres backend of its own and a goroutine putting its rows in FHIR form, so a
 // large export uses two cores (the Observations beside every other type, in a Synthea
@@ -339,8 +357,9 @@ func (r *ExportRunner) exportTypes(ctx context.Context, j *exportJob) error {
 	var wg sync.WaitGroup
 	for range exportLanes {
 		wg.Go(func() {
+			part := &exportPart{}
 			for k := range work {
-				if err := r.exportType(ctx, j, k, &mu); err != nil {
+				if err := r.exportType(ctx, j, k, &mu, part); err != nil {
 					cancel(err)
 					return
 				}
@@ -364,7 +383,7 @@ func (r *ExportRunner) exportTypes(ctx context.Context, j *exportJob) error {
 // exportType writes type k of the job from where it stands to its end: one search streams every
 // match, in its primary key's order, and a part is committed, with the position of its last
 // resource, each time it is full, so a lane holds one part in memory whatever the type's size.
-func (r *ExportRunner) exportType(ctx context.Context, j *exportJob, k int, mu *sync.Mutex) error {
+func (r *ExportRunner) exportType(ctx context.Context, j *exportJob, k int, mu *sync.Mutex, part *exportPart) error {
 	t := j.types[k]
 	commit := func(part *exportPart, after []*string, done bool) error {
 		mu.Lock()
@@ -404,10 +423,10 @@ func (r *ExportRunner) exportType(ctx context.Context, j *exportJob, k int, mu *
 	if typedTables[t] {
 		q.Sort = []SortKey{{Param: "_id"}}
 	}
-	part := &exportPart{}
+	part.reset()
 	seen := map[string]bool{}
 	q.Each = func(doc json.RawMessage, patientID string, position func() []*string) error {
-		line, err := fhirjson.AppendRewrite(part.ndjson.AvailableBuffer(), doc)
+		line, err := fhirjson.AppendRewriteValid(part.ndjson.AvailableBuffer(), doc)
 		if err != nil {
 			return fmt.Errorf("export %s: a stored %s is not JSON: %w", j.id, t, err)
 		}
@@ -423,7 +442,8 @@ func (r *ExportRunner) exportType(ctx context.Context, j *exportJob, k int, mu *
 		if err := commit(part, position(), false); err != nil {
 			return err
 		}
-		part, seen = &exportPart{}, map[string]bool{}
+		part.reset()
+		clear(seen)
 		return nil
 	}
 	if _, err := r.s.SearchType(ctx, t, q); err != nil {

@@ -98,7 +98,10 @@ var (
 		columns: prefixed("t.", patientDocumentColumns), patient: "t.id", updated: "t.updated_at",
 		kind: access.KindPatient, scopes: []string{access.ReadPatients}, render: renderPatientRow, missing: patientMissing}
 	observationSearch = searchable{from: `observations t join patients pt on pt.id = t.patient_id`,
-		columns: `t.id, t.patient_id, t.status, t.code, t.subject, t.value, t.unit, t.effective_at, t.resource, t.stored_at`,
+		// code and subject only where the row keeps no resource (renderObservationRow): each is
+		// a jsonb the server would otherwise write out as text for nothing.
+		columns: `t.id, t.patient_id, t.status, case when t.resource is null then t.code end, case when t.resource is null then t.subject end,
+			t.value, t.unit, t.effective_at, t.resource, t.stored_at`,
 		patient: "t.patient_id", date: "t.effective_at", updated: "t.stored_at",
 		kind: access.KindObservation, scopes: []string{access.ReadObservations}, render: renderObservationRow, missing: observationMissing}
 	encounterSearch = searchable{from: `encounters t join patients pt on pt.id = t.patient_id`,

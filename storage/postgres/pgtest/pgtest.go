@@ -58,6 +58,7 @@ var env struct {
 	dsn      func(db string) string // DSN of database db on the server
 	template string                 // the migrated database every test database is cloned from
 	setupErr error                  // why Main could not set up, for New to report
+	local    *postgres.Local        // the binary's own cluster; nil on a shared server
 }
 
 // Main sets up the server and the template database, runs the tests, tears everything
@@ -81,6 +82,16 @@ func Run(m *testing.M) int {
 		}
 	}
 	return code
+}
+
+// CPUTime is the CPU time the test binary's own cluster has used so far (postgres.Local.CPUTime):
+// a benchmark's figure for what Postgres spent beside the process. On a shared server
+// (CAREHUB_TEST_DATABASE_URL) it is an error.
+func CPUTime() (time.Duration, error) {
+	if env.local == nil {
+		return 0, errors.New("pgtest: the server is not this binary's own")
+	}
+	return env.local.CPUTime()
 }
 
 // New returns a pool on a new database cloned from the migrated template. The pool is
@@ -145,7 +156,7 @@ func setup() (teardown func() error, err error) {
 		if err != nil {
 			return nil, err
 		}
-		env.dsn = local.DSN
+		env.dsn, env.local = local.DSN, local
 		stop = func() error {
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
