@@ -284,10 +284,12 @@ bench-bulk: postgres-binaries ## FHIR Bulk Data export of SYNTHEA_BENCH_PATIENTS
 # The peer benchmark (loadtest/cmd/peerbench): FHIR transaction import into carehub and into the
 # HAPI FHIR JPA server 8.8.0 (loadtest/peers/hapi, built from Maven Central into CAREHUB_M2_REPO),
 # the same Bundles to both in one run: vitals (a Patient and 100 Observations each) and the
-# Synthea patients (SYNTHEA_DIR), at 1 and 4 clients, each server warmed up first; and
-# subscription fan-out (fanout) beside a graphql-ws server on Node (loadtest/peers/graphqlws, its
-# pinned npm packages installed into GRAPHQLWS_DIR), both reading one Apache Kafka broker's events
-# topic (deploy/local/kafka, fetched from Maven Central), at PEERS_SOCKETS sockets.
+# Synthea patients (SYNTHEA_DIR), at 1 and 4 clients, each server warmed up first; FHIR search
+# (search, not in the default list: a patient's vitals by code and date, paged, from vitals
+# Bundles loaded into both); and subscription fan-out (fanout) beside a graphql-ws server on
+# Node (loadtest/peers/graphqlws, its pinned npm packages installed into GRAPHQLWS_DIR), both
+# reading one Apache Kafka broker's events topic (deploy/local/kafka, fetched from Maven
+# Central), at PEERS_SOCKETS sockets.
 PEERS_DURATION  ?= 20s
 PEERS_WARMUP    ?= 180s
 PEERS_WORKLOADS ?= vitals,synthea,fanout
@@ -298,7 +300,7 @@ GRAPHQLWS_SRC   := loadtest/peers/graphqlws
 peers_comma     := ,
 peers_workloads  = $(subst $(peers_comma), ,$(PEERS_WORKLOADS))
 PEERS_NEEDS      = $(if $(filter synthea,$(peers_workloads)),synthea-deps) \
-	$(if $(filter vitals synthea,$(peers_workloads)),peers-hapi-deps) \
+	$(if $(filter vitals synthea search,$(peers_workloads)),peers-hapi-deps) \
 	$(if $(filter fanout,$(peers_workloads)),peers-graphqlws-deps)
 
 .PHONY: peers-deps
@@ -317,7 +319,7 @@ peers-graphqlws-deps: ## install the graphql-ws peer's npm packages (loadtest/pe
 	@$(KAFKA_SH) prepare
 
 .PHONY: bench-peers
-bench-peers: postgres-binaries build $(PEERS_NEEDS) ## carehub beside its peers, same bytes and machine: FHIR import vs HAPI FHIR JPA 8.8.0, subscription fan-out vs graphql-ws (PEERS_WORKLOADS, PEERS_DURATION per phase, PEERS_WARMUP, PEERS_SOCKETS); JSON, PNG and HTML under BENCH_RESULTS
+bench-peers: postgres-binaries build $(PEERS_NEEDS) ## carehub beside its peers, same bytes and machine: FHIR import and search vs HAPI FHIR JPA 8.8.0, subscription fan-out vs graphql-ws (PEERS_WORKLOADS, PEERS_DURATION per phase, PEERS_WARMUP, PEERS_SOCKETS); JSON, PNG and HTML under BENCH_RESULTS
 	$(GO) build -o bin/peerbench ./loadtest/cmd/peerbench
 	CAREHUB_M2_REPO=$(CAREHUB_M2_REPO) bin/peerbench -carehub $(BIN) -synthea $(SYNTHEA_DIR) -workloads $(PEERS_WORKLOADS) \
 		-d $(PEERS_DURATION) -warmup $(PEERS_WARMUP) -fanout-sockets $(PEERS_SOCKETS) -graphqlws-modules $(GRAPHQLWS_DIR) \

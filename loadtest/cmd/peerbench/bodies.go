@@ -45,6 +45,17 @@ var vitals = []vital{
 	{"8310-5", "Body temperature", "Cel", 36.1, 38.4, 1},
 }
 
+// vitalsStart is when the first vitals Bundle's first Observation was taken.
+var vitalsStart = time.Date(2026, 11, 1, 0, 0, 0, 0, time.UTC)
+
+// vitalTaken is when Observation k of vitals Bundle i was taken (its effectiveDateTime), and
+// vitalOf which vital it is: the search workload works out what a search must find from them.
+func vitalTaken(i, k int) time.Time {
+	return vitalsStart.Add(time.Duration(i)*time.Hour + time.Duration(k)*time.Minute)
+}
+
+func vitalOf(k int) vital { return vitals[k%len(vitals)] }
+
 // vitalsWorkload builds n transaction Bundles, each a Patient and obs vital-sign Observations
 // of it, referenced by the Patient's urn:uuid fullUrl, every entry a POST. The same seed gives
 // the same bytes.
@@ -59,7 +70,6 @@ func vitalsWorkload(n, obs int, seed uint64) workload {
 		b[8] = b[8]&0x3f | 0x80
 		return fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:])
 	}
-	start := time.Date(2026, 11, 1, 0, 0, 0, 0, time.UTC)
 	w := workload{name: "vitals"}
 	for i := range n {
 		pid := uuid()
@@ -76,11 +86,11 @@ func vitalsWorkload(n, obs int, seed uint64) workload {
 		}
 		for k := range obs {
 			j := k % len(vitals)
-			v := vitals[j]
+			v := vitalOf(k)
 			x := base[j] + (r.Float64()-0.5)*(v.hi-v.lo)*0.15
 			x = math.Max(v.lo, math.Min(v.hi, x))
 			value := strconv.FormatFloat(x, 'f', v.decimals, 64)
-			at := start.Add(time.Duration(i)*time.Hour + time.Duration(k)*time.Minute).Format(time.RFC3339)
+			at := vitalTaken(i, k).Format(time.RFC3339)
 			buf = fmt.Appendf(buf, `,{"fullUrl":"urn:uuid:%s","resource":{"resourceType":"Observation","status":"final",`+
 				`"category":[{"coding":[{"system":"http://terminology.hl7.org/CodeSystem/observation-category","code":"vital-signs","display":"Vital Signs"}]}],`+
 				`"code":{"coding":[{"system":"http://loinc.org","code":"%s","display":"%s"}],"text":"%s"},`+

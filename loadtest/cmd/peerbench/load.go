@@ -26,10 +26,10 @@ type phase struct {
 	Warmup   bool   `json:"warmup,omitempty"`
 
 	Seconds      float64  `json:"seconds"`      // first request sent → last answer
-	Requests     int64    `json:"requests"`     // transactions acknowledged whole
-	Resources    int64    `json:"resources"`    // their entries
+	Requests     int64    `json:"requests"`     // transactions acknowledged whole (search: pages answered)
+	Resources    int64    `json:"resources"`    // their entries (search: the Observations on the pages)
 	Observations int64    `json:"observations"` // their Observations
-	Errors       int64    `json:"errors"`       // answers that were not a whole transaction-response (or no answer)
+	Errors       int64    `json:"errors"`       // answers that were not a whole transaction-response (or no answer; search: searches that failed)
 	Refused      int64    `json:"refused"`      // 429/503 answers, retried after Retry-After (not errors, not counted)
 	ErrorSamples []string `json:"errorSamples,omitempty"`
 
@@ -37,8 +37,13 @@ type phase struct {
 	P99Ms float64 `json:"p99Ms"`
 	MaxMs float64 `json:"maxMs"`
 
-	ResourcesPerSec    float64 `json:"resourcesPerSec"`    // acknowledged
+	ResourcesPerSec    float64 `json:"resourcesPerSec"`    // acknowledged (search: found)
 	ObservationsPerSec float64 `json:"observationsPerSec"` // acknowledged
+
+	// Searches (the search workload) are the searches read to their last page with every
+	// Observation loaded for them found; latencies are of single pages.
+	Searches       int64   `json:"searches,omitempty"`
+	SearchesPerSec float64 `json:"searchesPerSec,omitempty"`
 
 	// Readable: after the last answer, GET {base}/Observation?_summary=count is polled until it
 	// counts every Observation acknowledged (the count before the phase plus the phase's). The
@@ -85,44 +90,55 @@ type bundleAnswer struct {
 	} `json:"entry"`
 }
 
-// post sends one Bundle and checks the answer: 200/201 with a Bundle of the response type
-// wanted, one entry per entry sent, each 200 or 201. A 429 or 503 is returned as refused with
-// the wait it asked for.
-func (r *runner) post(ctx context.Context, s *server, key string, b body, wantType string) (refused time.Duration, err error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, s.base, bytes.NewReader(b.data))
-	if err != nil {
-		return 0, err
-	}
-	req.Header.Set("Content-Type", "application/fhir+json")
+// call sends req as every workload does (FHIR JSON accepted, the key if any) and reads the whole
+// answer; a 429 or 503 comes back as the wait it asked for, without its body.
+func (r *runner) call(req *http.Request, key string) (data []byte, status int, wait time.Duration, err error) {
 	req.Header.Set("Accept", "application/fhir+json")
 	if key != "" {
 		req.Header.Set("Authorization", "Bearer "+key)
 	}
 	resp, err := r.client.Do(req)
 	if err != nil {
-		return 0, err
+		return nil, 0, 0, err
 	}
-	data, err := io.ReadAll(resp.Body)
+	data, err = io.ReadAll(resp.Body)
 	resp.Body.Close()
 	if err != nil {
-		return 0, fmt.Errorf("%s: reading the answer: %w", b.name, err)
+		return nil, 0, 0, fmt.Errorf("%s %s: reading the answer: %w", req.Method, req.URL, err)
 	}
-	if resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode == http.StatusServiceUnavailable {
-		wait := time.Second
-		if secs, err := strconv.ParseFloat(resp.Header.Get("Retry-After"), 64); err == nil && secs > 0 {
-			wait = time.Duration(min(secs, 10) * float64(time.Second))
-		}
-		return wait, nil
+	if wait := refusal(resp); wait > 0 {
+		return nil, resp.StatusCode, wait, nil
 	}
-	if resp.StatusCode != http.StatusOK && resp.StatusCode != http.StatusCreated {
-		return 0, fmt.Errorf("%s: %d %s", b.name, resp.StatusCode, snippet(data))
+	return data, resp.StatusCode, 0, nil
+}
+
+// post sends one Bundle and checks the answer: 200/201 with a Bundle of the response type
+// wanted, one entry per entry sent, each 200 or 201. A 429 or 503 is returned as refused with
+// the wait it asked for.
+func (r *runner) post(ctx context.Context, s *server, key string, b body, wantType string) (refused time.Duration, err error) {
+	_, refused, err = r.send(ctx, s, key, b, wantType)
+	return refused, err
+}
+
+// send is post, returning the answer too (the search workload reads the Patients' ids from it).
+func (r *runner) send(ctx context.Context, s *server, key string, b body, wantType string) (a bundleAnswer, refused time.Duration, err error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, s.base, bytes.NewReader(b.data))
+	if err != nil {
+		return a, 0, err
 	}
-	var a bundleAnswer
+	req.Header.Set("Content-Type", "application/fhir+json")
+	data, status, wait, err := r.call(req, key)
+	if err != nil || wait > 0 {
+		return a, wait, err
+	}
+	if status != http.StatusOK && status != http.StatusCreated {
+		return a, 0, fmt.Errorf("%s: %d %s", b.name, status, snippet(data))
+	}
 	if err := json.Unmarshal(data, &a); err != nil {
-		return 0, fmt.Errorf("%s: %d, not JSON: %v", b.name, resp.StatusCode, err)
+		return a, 0, fmt.Errorf("%s: %d, not JSON: %v", b.name, status, err)
 	}
 	if a.ResourceType != "Bundle" || a.Type != wantType || len(a.Entry) != b.entries {
-		return 0, fmt.Errorf("%s: %d, a %s %s of %d entries for %d sent: %s", b.name, resp.StatusCode, a.Type, a.ResourceType, len(a.Entry), b.entries, snippet(data))
+		return a, 0, fmt.Errorf("%s: %d, a %s %s of %d entries for %d sent: %s", b.name, status, a.Type, a.ResourceType, len(a.Entry), b.entries, snippet(data))
 	}
 	for i, e := range a.Entry {
 		if e.Response == nil || !(strings.HasPrefix(e.Response.Status, "201") || strings.HasPrefix(e.Response.Status, "200")) {
@@ -130,10 +146,23 @@ func (r *runner) post(ctx context.Context, s *server, key string, b body, wantTy
 			if e.Response != nil {
 				st = e.Response.Status
 			}
-			return 0, fmt.Errorf("%s: entry %d answered %q", b.name, i, st)
+			return a, 0, fmt.Errorf("%s: entry %d answered %q", b.name, i, st)
 		}
 	}
-	return 0, nil
+	return a, 0, nil
+}
+
+// refusal is the wait a 429 or 503 answer asks for (Retry-After, 1 s if it names none, at most
+// 10 s), 0 for any other answer.
+func refusal(resp *http.Response) time.Duration {
+	if resp.StatusCode != http.StatusTooManyRequests && resp.StatusCode != http.StatusServiceUnavailable {
+		return 0
+	}
+	wait := time.Second
+	if secs, err := strconv.ParseFloat(resp.Header.Get("Retry-After"), 64); err == nil && secs > 0 {
+		wait = time.Duration(min(secs, 10) * float64(time.Second))
+	}
+	return wait
 }
 
 func snippet(b []byte) string {
@@ -148,25 +177,50 @@ func snippet(b []byte) string {
 // are what the patients' conditional references resolve to).
 func (r *runner) providers(ctx context.Context, s *server, w workload) error {
 	for _, b := range w.providers {
-		key := ""
-		if len(s.keys) > 0 {
-			key = s.keys[0]
-		}
-		for attempt := 0; ; attempt++ {
-			wait, err := r.post(ctx, s, key, b, "batch-response")
-			if err != nil {
-				return fmt.Errorf("%s: %w", s.name, err)
-			}
-			if wait == 0 {
-				break
-			}
-			if attempt > 20 {
-				return fmt.Errorf("%s: %s refused 20 times", s.name, b.name)
-			}
-			time.Sleep(wait)
+		if _, err := r.sendOnce(ctx, s, b, "batch-response"); err != nil {
+			return err
 		}
 	}
 	return nil
+}
+
+// sendOnce sends a Bundle that is not part of a measured phase with s's first key, waiting out
+// up to 20 refusals.
+func (r *runner) sendOnce(ctx context.Context, s *server, b body, wantType string) (bundleAnswer, error) {
+	for attempt := 0; ; attempt++ {
+		a, wait, err := r.send(ctx, s, firstKey(s), b, wantType)
+		if err != nil {
+			return a, fmt.Errorf("%s: %w", s.name, err)
+		}
+		if wait == 0 {
+			return a, nil
+		}
+		if attempt > 20 {
+			return a, fmt.Errorf("%s: %s refused 20 times", s.name, b.name)
+		}
+		time.Sleep(wait)
+	}
+}
+
+// firstKey is the key of s's requests outside the measured phases ("" for a server without keys).
+func firstKey(s *server) string {
+	if len(s.keys) == 0 {
+		return ""
+	}
+	return s.keys[0]
+}
+
+// waitObservations polls s's Observation count every 50 ms until it reaches want or r.readable
+// has passed, and returns the last count.
+func (r *runner) waitObservations(ctx context.Context, s *server, want int64) (int64, error) {
+	deadline := time.Now().Add(r.readable)
+	for {
+		got, err := r.observationCount(ctx, s)
+		if err != nil || got >= want || time.Now().After(deadline) {
+			return got, err
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 }
 
 // observationCount is GET {base}/Observation?_summary=count's total.
@@ -178,8 +232,8 @@ func (r *runner) observationCount(ctx context.Context, s *server) (int64, error)
 	req.Header.Set("Accept", "application/fhir+json")
 	// HAPI answers a search repeated within a minute from its cache unless told not to.
 	req.Header.Set("Cache-Control", "no-cache")
-	if len(s.keys) > 0 {
-		req.Header.Set("Authorization", "Bearer "+s.keys[0])
+	if key := firstKey(s); key != "" {
+		req.Header.Set("Authorization", "Bearer "+key)
 	}
 	resp, err := r.client.Do(req)
 	if err != nil {
@@ -219,8 +273,7 @@ func (r *runner) run(ctx context.Context, s *server, w workload, clients int, d 
 		lat                                                    []float64
 		samples                                                []string
 	)
-	cpu0p, cpu0g := s.CPU()
-	machine0, self0, jit0 := machineBusy(), loadcli.ProcessCPU(), jitCPU(s.pid)
+	mark := markCPU(s)
 	start := time.Now()
 	deadline := start.Add(d)
 	rec.Start()
@@ -294,16 +347,9 @@ func (r *runner) run(ctx context.Context, s *server, w workload, clients int, d 
 
 	// Readable: poll the search count until it has every acknowledged Observation.
 	want := before + ph.Observations
-	var got int64
-	for {
-		got, err = r.observationCount(ctx, s)
-		if err != nil {
-			return ph, err
-		}
-		if got >= want || time.Since(end) > r.readable {
-			break
-		}
-		time.Sleep(50 * time.Millisecond)
+	got, err := r.waitObservations(ctx, s, want)
+	if err != nil {
+		return ph, err
 	}
 	readyAt := time.Now()
 	if got < want {
@@ -318,17 +364,31 @@ func (r *runner) run(ctx context.Context, s *server, w workload, clients int, d 
 	total := readyAt.Sub(start).Seconds()
 	ph.ReadableResourcesPerSec = float64(ph.Resources) / total
 	ph.ReadableObservationsPerSec = float64(ph.Observations) / total
-	cpu1p, cpu1g := s.CPU()
-	ph.CPUServerSec, ph.CPUPostgresSec = (cpu1p - cpu0p).Seconds(), (cpu1g - cpu0g).Seconds()
-	ph.JITCPUSec = (jitCPU(s.pid) - jit0).Seconds()
-	if m := machineBusy(); m > 0 && machine0 > 0 {
-		ph.OtherCPUSec = max(0, (m-machine0).Seconds()-ph.CPUServerSec-ph.CPUPostgresSec-(loadcli.ProcessCPU()-self0).Seconds())
-	}
-	if ph.Resources > 0 {
-		ph.CPUMsPerRes = 1000 * (ph.CPUServerSec + ph.CPUPostgresSec) / float64(ph.Resources)
-	}
+	mark.spent(&ph, s)
 	if got < want {
 		ph.ReadableResourcesPerSec, ph.ReadableObservationsPerSec = 0, 0
 	}
 	return ph, err
+}
+
+// cpuMark is where the CPU counters a phase reports stood at its start.
+type cpuMark struct{ proc, pg, machine, self, jit time.Duration }
+
+func markCPU(s *server) cpuMark {
+	proc, pg := s.CPU()
+	return cpuMark{proc: proc, pg: pg, machine: machineBusy(), self: loadcli.ProcessCPU(), jit: jitCPU(s.pid)}
+}
+
+// spent sets ph's CPU figures: what s and its PostgreSQL cluster, s's JIT compilers and the rest
+// of the machine used since m, and the first two per resource of ph's.
+func (m cpuMark) spent(ph *phase, s *server) {
+	proc, pg := s.CPU()
+	ph.CPUServerSec, ph.CPUPostgresSec = (proc - m.proc).Seconds(), (pg - m.pg).Seconds()
+	ph.JITCPUSec = (jitCPU(s.pid) - m.jit).Seconds()
+	if busy := machineBusy(); busy > 0 && m.machine > 0 {
+		ph.OtherCPUSec = max(0, (busy-m.machine).Seconds()-ph.CPUServerSec-ph.CPUPostgresSec-(loadcli.ProcessCPU()-m.self).Seconds())
+	}
+	if ph.Resources > 0 {
+		ph.CPUMsPerRes = 1000 * (ph.CPUServerSec + ph.CPUPostgresSec) / float64(ph.Resources)
+	}
 }

@@ -1,8 +1,8 @@
 // Command peerbench measures carehub against peers on the same machine, in the same run, with
 // the same bytes: FHIR transaction import against the HAPI FHIR JPA server (workloads vitals
-// and synthea) and subscription fan-out against a graphql-ws server on Node (workload fanout,
-// fanout.go: carehub's eventStream and the peer's on one Kafka topic, N sockets, publish →
-// receive, at each of -fanout-sockets).
+// and synthea), FHIR search against it (workload search, below) and subscription fan-out
+// against a graphql-ws server on Node (workload fanout, fanout.go: carehub's eventStream and
+// the peer's on one Kafka topic, N sockets, publish → receive, at each of -fanout-sockets).
 //
 // FHIR transaction import is against the HAPI FHIR JPA server 8.8.0 (loadtest/peers/hapi): both servers are started by this command (carehub
 // serve on its embedded defaults; HAPI on a fresh PostgreSQL cluster of its own, through
@@ -23,6 +23,22 @@
 // carehub figure as a ratio to HAPI's, with request p50/p99, errors and the CPU each server (its
 // process and its PostgreSQL cluster) spent per resource. Load is bounded (-d ≤ 10 min,
 // -max-requests) and loopback only.
+//
+// The search workload (search.go; after the import workloads, on the same two servers) loads
+// -search-patients vitals Bundles into each server, not measured, waits until each counts their
+// Observations, and reads a dozen searches to their end as a check. Then, per server and
+// concurrency, each client makes searches one after another for -d, as a client reads a
+// patient's vitals:
+//
+//	GET [base]/Observation?patient=<the server's id of the patient>&code=http://loinc.org|<a vital's code>&date=ge<a dateTime>&_count=20
+//
+// following every next link to the last page. The dateTime is half a minute after the
+// patient's first or middle reading, so a search finds 8 to 17 Observations at -obs 100 (one
+// page at -search-count 20). Each page must be a searchset Bundle of Observations matched, and
+// the pages together must hold exactly the Observations loaded for that patient, vital and date;
+// a search that does not is an error. Each page is a latency sample; the rates are searches
+// read to the end and Observations found per second. The first page asks for no cached answer
+// (HAPI reuses a repeated search's stored results for a minute otherwise).
 //
 //	go build -o bin/peerbench ./loadtest/cmd/peerbench
 //	bin/peerbench -d 20s -warmup 10s -results loadtest/results      # make bench-peers
@@ -52,34 +68,36 @@ import (
 )
 
 type config struct {
-	Carehub       string        `json:"carehubBinary"`
-	CarehubArgs   string        `json:"carehubArgs,omitempty"`
-	KeysPerClient int           `json:"carehubKeysPerClient"`
-	HAPIRun       string        `json:"hapiRunScript"`
-	HAPIHeap      string        `json:"hapiHeap"`
-	HAPIPool      int           `json:"hapiPool"`
-	SyntheaDir    string        `json:"syntheaDir"`
-	Workloads     []string      `json:"workloads"`
-	Clients       []int         `json:"clients"`
-	Duration      time.Duration `json:"-"`
-	Warmup        time.Duration `json:"-"`
-	VitalsBundles int           `json:"vitalsBundles"`
-	ObsPerBundle  int           `json:"observationsPerVitalsBundle"`
-	MaxRequests   int           `json:"maxRequestsPerPhase,omitempty"`
-	Readable      time.Duration `json:"-"`
-	Results       string        `json:"-"`
-	Quiet         bool          `json:"-"`
-	DurationS     string        `json:"duration"`
-	WarmupS       string        `json:"warmup"`
-	ReadableS     string        `json:"readableTimeout"`
-	Fanout        fanoutConfig  `json:"fanout"`
-	workloadsFlag string
-	clientsFlag   string
+	Carehub        string        `json:"carehubBinary"`
+	CarehubArgs    string        `json:"carehubArgs,omitempty"`
+	KeysPerClient  int           `json:"carehubKeysPerClient"`
+	HAPIRun        string        `json:"hapiRunScript"`
+	HAPIHeap       string        `json:"hapiHeap"`
+	HAPIPool       int           `json:"hapiPool"`
+	SyntheaDir     string        `json:"syntheaDir"`
+	Workloads      []string      `json:"workloads"`
+	Clients        []int         `json:"clients"`
+	Duration       time.Duration `json:"-"`
+	Warmup         time.Duration `json:"-"`
+	VitalsBundles  int           `json:"vitalsBundles"`
+	ObsPerBundle   int           `json:"observationsPerVitalsBundle"`
+	SearchPatients int           `json:"searchPatients"`
+	SearchCount    int           `json:"searchCount"`
+	MaxRequests    int           `json:"maxRequestsPerPhase,omitempty"`
+	Readable       time.Duration `json:"-"`
+	Results        string        `json:"-"`
+	Quiet          bool          `json:"-"`
+	DurationS      string        `json:"duration"`
+	WarmupS        string        `json:"warmup"`
+	ReadableS      string        `json:"readableTimeout"`
+	Fanout         fanoutConfig  `json:"fanout"`
+	workloadsFlag  string
+	clientsFlag    string
 }
 
-// fhir reports whether a FHIR import workload (vitals, synthea) is to run.
+// fhir reports whether a workload beside HAPI (vitals, synthea, search) is to run.
 func (c *config) fhir() bool {
-	return slices.Contains(c.Workloads, "vitals") || slices.Contains(c.Workloads, "synthea")
+	return slices.Contains(c.Workloads, "vitals") || slices.Contains(c.Workloads, "synthea") || slices.Contains(c.Workloads, "search")
 }
 
 func defaultPeerModules() string {
@@ -107,12 +125,14 @@ func main() {
 	flag.StringVar(&cfg.HAPIHeap, "hapi-heap", "4g", "HAPI's JVM heap (-Xms and -Xmx)")
 	flag.IntVar(&cfg.HAPIPool, "hapi-pool", 10, "HAPI's JDBC connections (HikariCP)")
 	flag.StringVar(&cfg.SyntheaDir, "synthea", defaultSyntheaDir(), "Synthea's output (tests/synthea/generate.sh; make synthea-deps)")
-	flag.StringVar(&cfg.workloadsFlag, "workloads", "vitals,synthea,fanout", "workloads to run, comma-separated: vitals, synthea (FHIR import beside HAPI), fanout (subscriptions beside graphql-ws)")
+	flag.StringVar(&cfg.workloadsFlag, "workloads", "vitals,synthea,fanout", "workloads to run, comma-separated: vitals, synthea (FHIR import beside HAPI), search (FHIR search beside HAPI), fanout (subscriptions beside graphql-ws)")
 	flag.StringVar(&cfg.clientsFlag, "clients", "1,4", "concurrent clients of the measured phases, comma-separated")
 	flag.DurationVar(&cfg.Duration, "d", 20*time.Second, "length of each measured phase")
 	flag.DurationVar(&cfg.Warmup, "warmup", 180*time.Second, "warm-up of each server and workload, at the highest concurrency, before any phase is measured (0: none); HAPI's JIT compilers settle after about three minutes of load")
 	flag.IntVar(&cfg.VitalsBundles, "vitals-bundles", 200, "distinct vitals Bundles built (posted round robin)")
 	flag.IntVar(&cfg.ObsPerBundle, "obs", 100, "Observations per vitals Bundle")
+	flag.IntVar(&cfg.SearchPatients, "search-patients", 200, "search: vitals Bundles (a Patient and -obs Observations each) loaded into each server before the searches")
+	flag.IntVar(&cfg.SearchCount, "search-count", 20, "search: _count, Observations a page (at -obs 100 a search finds 8 to 17 Observations: one page at 20, several at 5)")
 	flag.IntVar(&cfg.MaxRequests, "max-requests", 0, "stop a phase after this many requests (0: -d alone bounds it)")
 	flag.DurationVar(&cfg.Readable, "readable-timeout", 3*time.Minute, "how long to wait after a phase for every acknowledged Observation to be counted by a search")
 	flag.StringVar(&cfg.Results, "results", "loadtest/results", "write the report's JSON under this directory (loadtest/charts draws its PNG chart and HTML page)")
@@ -151,7 +171,7 @@ func (c *config) parse() error {
 	var errs []error
 	for w := range strings.SplitSeq(c.workloadsFlag, ",") {
 		switch w = strings.TrimSpace(w); w {
-		case "vitals", "synthea", "fanout":
+		case "vitals", "synthea", "search", "fanout":
 			c.Workloads = append(c.Workloads, w)
 		case "":
 		default:
@@ -194,6 +214,9 @@ func (c *config) parse() error {
 	}
 	if c.KeysPerClient < 1 || c.VitalsBundles < 1 || c.ObsPerBundle < 1 || c.ObsPerBundle > 10000 {
 		errs = append(errs, errors.New("-keys-per-client, -vitals-bundles need at least 1, -obs 1 to 10,000"))
+	}
+	if slices.Contains(c.Workloads, "search") && (c.SearchPatients < 1 || c.SearchPatients > 10000 || c.SearchCount < 1 || c.SearchCount > 1000) {
+		errs = append(errs, errors.New("-search-patients must be 1 to 10,000, -search-count 1 to 1,000"))
 	}
 	return errors.Join(errs...)
 }
@@ -272,6 +295,13 @@ func runFHIR(ctx context.Context, cfg config) error {
 		e, o := w.resources()
 		fmt.Fprintf(os.Stderr, "peerbench: %s: %d Bundles, %d resources (%d Observations), %d provider Bundles\n", w.name, len(w.bodies), e, o, len(w.providers))
 	}
+	var searched workload
+	if slices.Contains(cfg.Workloads, "search") {
+		searched = vitalsWorkload(cfg.SearchPatients, cfg.ObsPerBundle, 20261202)
+		searched.name = "search"
+		fmt.Fprintf(os.Stderr, "peerbench: search: %d vitals Bundles loaded into each server, %d distinct searches of them, _count=%d\n",
+			len(searched.bodies), len(searchCases(cfg.SearchPatients, cfg.ObsPerBundle)), cfg.SearchCount)
+	}
 	maxClients := slices.Max(cfg.Clients)
 	started := time.Now()
 
@@ -329,26 +359,39 @@ func runFHIR(ctx context.Context, cfg config) error {
 		key := fmt.Sprintf("%02d %s %s %s c=%d", order, tag, ph.Server, ph.Workload, ph.Clients)
 		sum.Phases[key] = ph
 		sum.Errors += ph.Errors
-		fmt.Fprintf(os.Stderr, "peerbench: %-42s %8.0f resources/s acknowledged, %8.0f readable (+%.2fs)  p50 %.0f ms p99 %.0f ms  errors %d refused %d  CPU s server %.1f (JIT %.1f) postgres %.1f rest of machine %.1f\n",
-			key, ph.ResourcesPerSec, ph.ReadableResourcesPerSec, ph.ReadableAfterSec, ph.P50Ms, ph.P99Ms, ph.Errors, ph.Refused, ph.CPUServerSec, ph.JITCPUSec, ph.CPUPostgresSec, ph.OtherCPUSec)
+		if ph.Workload == "search" {
+			fmt.Fprintf(os.Stderr, "peerbench: %-42s %8.1f searches/s, %8.0f Observations/s  page p50 %.1f ms p99 %.1f ms  errors %d refused %d  CPU s server %.1f (JIT %.1f) postgres %.1f rest of machine %.1f\n",
+				key, ph.SearchesPerSec, ph.ResourcesPerSec, ph.P50Ms, ph.P99Ms, ph.Errors, ph.Refused, ph.CPUServerSec, ph.JITCPUSec, ph.CPUPostgresSec, ph.OtherCPUSec)
+		} else {
+			fmt.Fprintf(os.Stderr, "peerbench: %-42s %8.0f resources/s acknowledged, %8.0f readable (+%.2fs)  p50 %.0f ms p99 %.0f ms  errors %d refused %d  CPU s server %.1f (JIT %.1f) postgres %.1f rest of machine %.1f\n",
+				key, ph.ResourcesPerSec, ph.ReadableResourcesPerSec, ph.ReadableAfterSec, ph.P50Ms, ph.P99Ms, ph.Errors, ph.Refused, ph.CPUServerSec, ph.JITCPUSec, ph.CPUPostgresSec, ph.OtherCPUSec)
+		}
 		for _, s := range ph.ErrorSamples {
 			fmt.Fprintln(os.Stderr, "    error:", s)
 		}
 	}
+	jobs := make([]job, 0, len(loads)+1)
+	for _, w := range loads {
+		jobs = append(jobs, r.importJob(ctx, w))
+	}
+	if searched.name != "" {
+		jobs = append(jobs, r.searchJob(ctx, searched, cfg))
+		sum.Notes = append(sum.Notes, fmt.Sprintf("search: %d vitals Bundles (a Patient and %d Observations each) loaded into each server after the import workloads, not measured; then GET [base]/Observation?patient=<the server's id>&code=http://loinc.org|<a vital>&date=ge<half a minute after the patient's first or middle reading>&_count=%d, every next link followed; the first page with Cache-Control: no-cache (HAPI would otherwise answer a repeated search from the results it stored for it); latencies are of pages, the unit searches read to the end with every Observation they must find", cfg.SearchPatients, cfg.ObsPerBundle, cfg.SearchCount))
+	}
 	var series []report.Point
 	var offset float64
 	var failures []error
-	for _, w := range loads {
-		if len(w.providers) > 0 {
-			for _, s := range servers {
-				if err := r.providers(ctx, s, w); err != nil {
-					return fmt.Errorf("%s providers: %w", w.name, err)
-				}
+	for _, w := range jobs {
+		if err := w.prepare(servers); err != nil {
+			if w.name != "search" {
+				return err
 			}
+			failures = append(failures, err) // the import workloads' figures stand
+			break
 		}
 		if cfg.Warmup > 0 {
 			for _, s := range servers {
-				ph, err := r.run(ctx, s, w, maxClients, cfg.Warmup, true)
+				ph, err := w.run(s, maxClients, cfg.Warmup, true)
 				record(ph)
 				if err != nil {
 					failures = append(failures, err)
@@ -361,7 +404,7 @@ func runFHIR(ctx context.Context, cfg config) error {
 				if ctx.Err() != nil {
 					return ctx.Err()
 				}
-				ph, err := r.run(ctx, s, w, c, cfg.Duration, false)
+				ph, err := w.run(s, c, cfg.Duration, false)
 				record(ph)
 				if err != nil {
 					failures = append(failures, err)
@@ -394,9 +437,55 @@ func runFHIR(ctx context.Context, cfg config) error {
 	}
 	fmt.Fprintf(os.Stderr, "peerbench: report %s (charts: %s)\n", path, report.ChartsCommand(path))
 	if sum.Errors > 0 {
-		failures = append(failures, fmt.Errorf("%d requests were not answered with a whole transaction-response", sum.Errors))
+		failures = append(failures, fmt.Errorf("%d requests were not answered with a whole transaction-response, or searches did not find what they must", sum.Errors))
 	}
 	return errors.Join(failures...)
+}
+
+// job is one workload beside HAPI: what each server needs first (not measured), and one phase
+// of it on a server.
+type job struct {
+	name    string
+	prepare func(servers []*server) error
+	run     func(s *server, clients int, d time.Duration, warmup bool) (phase, error)
+}
+
+// importJob posts w's Bundles (vitals, synthea), after its provider Bundles.
+func (r *runner) importJob(ctx context.Context, w workload) job {
+	return job{name: w.name,
+		prepare: func(servers []*server) error {
+			for _, s := range servers {
+				if err := r.providers(ctx, s, w); err != nil {
+					return fmt.Errorf("%s providers: %w", w.name, err)
+				}
+			}
+			return nil
+		},
+		run: func(s *server, clients int, d time.Duration, warmup bool) (phase, error) {
+			return r.run(ctx, s, w, clients, d, warmup)
+		}}
+}
+
+// searchJob loads w's vitals Bundles into every server and searches them (search.go).
+func (r *runner) searchJob(ctx context.Context, w workload, cfg config) job {
+	cases := searchCases(cfg.SearchPatients, cfg.ObsPerBundle)
+	plans := map[string]searchPlan{}
+	return job{name: w.name,
+		prepare: func(servers []*server) error {
+			for _, s := range servers {
+				t0 := time.Now()
+				plan, err := r.loadSearch(ctx, s, w, cases, cfg.SearchCount)
+				if err != nil {
+					return fmt.Errorf("search: %w", err)
+				}
+				fmt.Fprintf(os.Stderr, "peerbench: search: %s loaded and checked in %.0fs\n", s.name, time.Since(t0).Seconds())
+				plans[s.name] = plan
+			}
+			return nil
+		},
+		run: func(s *server, clients int, d time.Duration, warmup bool) (phase, error) {
+			return r.runSearch(ctx, s, plans[s.name], clients, d, warmup), nil
+		}}
 }
 
 func ratio(a, b float64) float64 {
@@ -408,8 +497,12 @@ func ratio(a, b float64) float64 {
 
 func compare(workload string, c, h phase) comparison {
 	unit, ca, cr, ha, hr := "resources/s", c.ResourcesPerSec, c.ReadableResourcesPerSec, h.ResourcesPerSec, h.ReadableResourcesPerSec
-	if workload == "vitals" {
+	switch workload {
+	case "vitals":
 		unit, ca, cr, ha, hr = "observations/s", c.ObservationsPerSec, c.ReadableObservationsPerSec, h.ObservationsPerSec, h.ReadableObservationsPerSec
+	case "search":
+		// A search reads what is stored: what it answers is readable.
+		unit, ca, cr, ha, hr = "searches/s", c.SearchesPerSec, c.SearchesPerSec, h.SearchesPerSec, h.SearchesPerSec
 	}
 	return comparison{Unit: unit, CarehubAcknowledged: ca, CarehubReadable: cr, HAPI: ha, HAPIReadable: hr,
 		RatioAcknowledged: ratio(ca, ha), RatioReadable: ratio(cr, hr), CarehubReadableAfterSec: c.ReadableAfterSec,
