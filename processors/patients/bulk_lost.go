@@ -14,11 +14,9 @@ import (
 
 // filesLost reports whether export id's files hold fewer than the written resources its job
 // counts.
-func filesLost(ctx context.Context, q interface {
-	QueryRow(context.Context, string, ...any) pgx.Row
-}, id string, written int64) (bool, error) {
+func (s *Service) filesLost(ctx context.Context, id string, written int64) (bool, error) {
 	var stored int64
-	if err := q.QueryRow(ctx, `select coalesce(sum(count), 0) from bulk_export_files where export_id = $1`, id).Scan(&stored); err != nil {
+	if err := s.pool.QueryRow(ctx, `select coalesce(sum(count), 0) from bulk_export_files where export_id = $1`, id).Scan(&stored); err != nil {
 		return false, fmt.Errorf("export files: %w", err)
 	}
 	return stored != written, nil

@@ -212,7 +212,7 @@ func (r *ExportRunner) RunOne(ctx context.Context) (bool, error) {
 	if err != nil {
 		return false, fmt.Errorf("lease export: %w", err)
 	}
-	lost, err := filesLost(ctx, r.s.pool, j.id, written)
+	lost, err := r.s.filesLost(ctx, j.id, written)
 	if err != nil {
 		return true, err
 	}
