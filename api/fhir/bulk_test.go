@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/klauspost/compress/s2"
+
 	"carehub/e2e/servertest"
 	"carehub/kernel/access"
 	"carehub/kernel/fault"
@@ -630,4 +632,68 @@ func TestBulkExportFilesLost(t *testing.T) {
 		t.Fatalf("made again: ran %v, %v", ran, err)
 	}
 	check("files lost after completion", download(t, awaitManifest(t, statusURL, key), key))
+}
+
+// TestBulkExportFilesCompressed: a part is stored as S2 (schemas/postgres 0044) and served as
+// the NDJSON it holds; a part stored before, as NDJSON ('identity'), is served the same.
+func TestBulkExportFilesCompressed(t *testing.T) {
+	s := servertest.Start(t)
+	key := s.DemoKey()
+	m := awaitManifest(t, kickOff(t, s, "/fhir/R4/$export?_type=Observation,Patient", key), key)
+	served := map[string][]byte{}
+	for _, f := range m.Output {
+		status, _, body := bulkGet(t, f.URL, key)
+		if status != http.StatusOK || len(body) == 0 {
+			t.Fatalf("GET %s: %d %.300s", f.URL, status, body)
+		}
+		served[f.URL] = body
+	}
+	rows, err := s.Pool().Query(t.Context(), `select export_id, type, part, ndjson, coding from bulk_export_files`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	type file struct {
+		export, typ string
+		part        int
+		ndjson      []byte
+	}
+	var files []file
+	var stored, plain int
+	for rows.Next() {
+		var f file
+		var coding string
+		if err := rows.Scan(&f.export, &f.typ, &f.part, &f.ndjson, &coding); err != nil {
+			t.Fatal(err)
+		}
+		if coding != "s2" {
+			t.Fatalf("%s part %d stored as %q, want s2", f.typ, f.part, coding)
+		}
+		stored += len(f.ndjson)
+		if f.ndjson, err = s2.Decode(nil, f.ndjson); err != nil {
+			t.Fatalf("%s part %d: %v", f.typ, f.part, err)
+		}
+		plain += len(f.ndjson)
+		files = append(files, f)
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if len(files) != len(m.Output) {
+		t.Fatalf("%d parts stored, the manifest lists %d", len(files), len(m.Output))
+	}
+	t.Logf("%d parts: %d bytes of NDJSON stored in %d", len(files), plain, stored)
+	if stored >= plain {
+		t.Errorf("stored %d bytes for %d of NDJSON: not compressed", stored, plain)
+	}
+	for _, f := range files { // as a node before 0044 stored them
+		if _, err := s.Pool().Exec(t.Context(), `update bulk_export_files set ndjson = $4, coding = 'identity'
+			where export_id = $1 and type = $2 and part = $3`, f.export, f.typ, f.part, f.ndjson); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, f := range m.Output {
+		if status, _, body := bulkGet(t, f.URL, key); status != http.StatusOK || !bytes.Equal(body, served[f.URL]) {
+			t.Errorf("GET %s of a part stored as NDJSON: %d, %d bytes, want the %d served from S2", f.URL, status, len(body), len(served[f.URL]))
+		}
+	}
 }

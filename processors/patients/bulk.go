@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/klauspost/compress/s2"
 
 	"carehub/kernel/access"
 	"carehub/kernel/fault"
@@ -313,14 +314,20 @@ func (s *Service) ExportFileData(ctx context.Context, id, t string, part int) ([
 	var data []byte
 	var patients []string
 	var fhirForm bool
-	err = s.pool.QueryRow(ctx, `select f.ndjson, f.patient_ids, f.fhir_form from bulk_export_files f join bulk_exports e on e.id = f.export_id
+	var coding string
+	err = s.pool.QueryRow(ctx, `select f.ndjson, f.patient_ids, f.fhir_form, f.coding from bulk_export_files f join bulk_exports e on e.id = f.export_id
 		where f.export_id = $1 and f.type = $2 and f.part = $3 and e.key_id = $4 and e.status = 'completed' and e.expires_at > now()`,
-		id, t, part, p.KeyID).Scan(&data, &patients, &fhirForm)
+		id, t, part, p.KeyID).Scan(&data, &patients, &fhirForm, &coding)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, fault.NotFound("export file", fmt.Sprintf("%s/%s.%d", id, t, part))
 	}
 	if err != nil {
 		return nil, fmt.Errorf("export file: %w", err)
+	}
+	if coding == "s2" {
+		if data, err = s2.Decode(nil, data); err != nil {
+			return nil, fmt.Errorf("export file %s/%s.%d: %w", id, t, part, err)
+		}
 	}
 	for _, pid := range patients {
 		access.Touch(ctx, access.KindPatient, pid)

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/klauspost/compress/s2"
 
 	"carehub/kernel/access"
 	"carehub/kernel/fault"
@@ -276,7 +277,7 @@ func (r *ExportRunner) run(ctx context.Context, j *exportJob) error {
 		if part.after == nil {
 			next = exportPosition{Type: len(j.types) + 1}
 		}
-		if err := r.commitPart(ctx, j, DeletedFile, part, next); err != nil {
+		if err := r.commitPart(ctx, j, DeletedFile, part, part.encode(), next); err != nil {
 			return err
 		}
 		j.position = next
@@ -321,9 +322,17 @@ func (r *ExportRunner) renew(ctx context.Context, j *exportJob, cancel context.C
 // starts (nil at the type's end).
 type exportPart struct {
 	ndjson   bytes.Buffer
+	s2       []byte // ndjson as stored (encode)
 	count    int
 	patients []string
 	after    []*string
+}
+
+// encode puts p's NDJSON in the form it is stored in, S2's block format (schemas/postgres
+// 0044), into p's own buffer, reused as ndjson's is.
+func (p *exportPart) encode() []byte {
+	p.s2 = s2.Encode(p.s2, p.ndjson.Bytes())
+	return p.s2
 }
 
 // reset empties p for the next part, keeping its room: a lane's parts are written into one
@@ -386,10 +395,11 @@ func (r *ExportRunner) exportTypes(ctx context.Context, j *exportJob) error {
 func (r *ExportRunner) exportType(ctx context.Context, j *exportJob, k int, mu *sync.Mutex, part *exportPart) error {
 	t := j.types[k]
 	commit := func(part *exportPart, after []*string, done bool) error {
+		stored := part.encode() // before the lock: the lanes compress at once
 		mu.Lock()
 		defer mu.Unlock()
 		next := j.position.moved(k, after, done)
-		if err := r.commitPart(ctx, j, t, part, next); err != nil {
+		if err := r.commitPart(ctx, j, t, part, stored, next); err != nil {
 			return err
 		}
 		j.position = next
@@ -512,9 +522,10 @@ order by type, id limit $9`, p.OrgFilter(), *j.since, j.txTime, p.SeesRealPatien
 	return part, nil
 }
 
-// commitPart writes a part (if it holds anything) and the job's next position in one
-// transaction, and renews the lease; errExportGone when the job was cancelled meanwhile.
-func (r *ExportRunner) commitPart(ctx context.Context, j *exportJob, t string, part *exportPart, next exportPosition) error {
+// commitPart writes a part (if it holds anything), stored as part.encode() returned it, and the
+// job's next position in one transaction, and renews the lease; errExportGone when the job was
+// cancelled meanwhile.
+func (r *ExportRunner) commitPart(ctx context.Context, j *exportJob, t string, part *exportPart, stored []byte, next exportPosition) error {
 	return pgx.BeginFunc(ctx, r.s.pool, func(tx pgx.Tx) error {
 		tag, err := tx.Exec(ctx, `update bulk_exports set position = $2, written = written + $3, lease_until = now() + $4::interval
 			where id = $1 and status = 'in-progress' and lease_token = $5`, j.id, next, part.count, exportLease.String(), j.token)
@@ -527,9 +538,9 @@ func (r *ExportRunner) commitPart(ctx context.Context, j *exportJob, t string, p
 		if part.count == 0 {
 			return nil
 		}
-		_, err = tx.Exec(ctx, `insert into bulk_export_files (export_id, type, part, count, patient_ids, ndjson, fhir_form)
-			values ($1, $2, (select coalesce(max(part), 0) + 1 from bulk_export_files where export_id = $1 and type = $2), $3, $4, $5, true)`,
-			j.id, t, part.count, nonNilStrings(part.patients), part.ndjson.Bytes())
+		_, err = tx.Exec(ctx, `insert into bulk_export_files (export_id, type, part, count, patient_ids, ndjson, fhir_form, coding)
+			values ($1, $2, (select coalesce(max(part), 0) + 1 from bulk_export_files where export_id = $1 and type = $2), $3, $4, $5, true, 's2')`,
+			j.id, t, part.count, nonNilStrings(part.patients), stored)
 		if err != nil {
 			return fmt.Errorf("export part: %w", err)
 		}
