@@ -2,6 +2,7 @@ package rest
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 
 	"github.com/gorilla/mux"
@@ -25,7 +26,8 @@ type Invoker interface {
 // (score the values given, e.g. {"vitals": {"respiratory_rate": 26, "spo2": 91}}); input carries
 // skill options. 200 answers deployments.InvokeResult. A deployment whose replicas on this node
 // are all busy queues the request briefly, then answers 503 UNAVAILABLE with Retry-After: 1; a
-// PENDING deployment answers 503 with Retry-After: 1 as well.
+// PENDING deployment answers 503 with Retry-After: 1 as well. A deployment on an external
+// inference server answers Server-Timing: backend;dur=<ms>, the server's round trip.
 func InvokeRoutes(authed *mux.Router, inv Invoker) {
 	h := &invokeHandler{inv: inv}
 	authed.HandleFunc("/v1/deployments/{id}/invoke", h.invoke).Methods(http.MethodPost)
@@ -51,6 +53,9 @@ func (h *invokeHandler) invoke(w http.ResponseWriter, r *http.Request) {
 		}
 		envelope.WriteError(w, r, err)
 		return
+	}
+	if res.Backend > 0 { // the external server's share of the answer's time (W3C Server Timing)
+		w.Header().Set("Server-Timing", fmt.Sprintf("backend;dur=%.3f", float64(res.Backend.Microseconds())/1000))
 	}
 	envelope.WriteJSON(w, http.StatusOK, res)
 }

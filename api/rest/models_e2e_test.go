@@ -12,6 +12,7 @@ import (
 	"math"
 	"net/http"
 	"net/http/httptest"
+	"regexp"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -390,6 +391,10 @@ func TestBackendDeployment(t *testing.T) {
 		if r.Status != http.StatusOK || res.Runtime != "oip-v2" || len(out) != 1 || len(out[0].Data) != 2 ||
 			math.Abs(out[0].Data[1]-c.Output) > max(tolerance, 1e-6) {
 			t.Fatalf("%s: %d %s, want P = %v", c.Name, r.Status, r.Body, c.Output)
+		}
+		// The server's round trip, so a client can tell carehub's time from the backend's.
+		if st := r.Header.Get("Server-Timing"); !regexp.MustCompile(`^backend;dur=\d+\.\d{3}$`).MatchString(st) {
+			t.Errorf("%s: Server-Timing %q, want backend;dur=<ms>", c.Name, st)
 		}
 	}
 	if r := s.Do(http.MethodPost, path, key, map[string]any{"patientId": demo.DeterioratingPatientID}); r.Status != http.StatusOK ||

@@ -234,11 +234,14 @@ func (inv *Invoker) invokeBackend(ctx context.Context, p *access.Principal, d *s
 		}
 		tensors[i] = oip.Tensor{Name: t.Name, Datatype: "FP32", Shape: t.Shape, Data: data}
 	}
+	sent := time.Now()
 	out, err := r.client.Infer(ctx, tensors)
 	if oip.Retryable(err) && ctx.Err() == nil {
 		out, err = r.client.Infer(ctx, tensors)
 	}
-	r.record(err, time.Now())
+	answered := time.Now()
+	res.Backend = answered.Sub(sent)
+	r.record(err, answered)
 	var se *oip.StatusError
 	switch {
 	case err == nil:

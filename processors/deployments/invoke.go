@@ -161,6 +161,10 @@ type InvokeResult struct {
 	// Redacted is true when patientId and output were removed: scores of a stored patient are
 	// patient data (phi.InvokeResult), served only to a caller that may read it.
 	Redacted bool `json:"redacted,omitempty"`
+	// Backend is how long an external inference server took to answer (its round trip, a retry
+	// included); zero for the embedded runtimes. The REST route reports it as Server-Timing, so
+	// a client can tell carehub's time from the server's.
+	Backend time.Duration `json:"-"`
 }
 
 // Invoke runs deployment id's runtime for the caller. A deployment of another organization is

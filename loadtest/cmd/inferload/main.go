@@ -29,7 +29,8 @@
 // summary, the HTTP phases' second-by-second series laid end to end) gives each phase's
 // requests/s, latency p50/p99/max, errors and refusals (429/503), the CPU this process (node and
 // clients) and MLServer used, the machine's busy and stolen time; and the issue's figures:
-// b ÷ a throughput (target ≥ 0.9) and b − a latency (added p99 target ≤ 2 ms), and runs per CPU
+// b ÷ a throughput (target ≥ 0.9), b − a latency (added p99 target ≤ 2 ms) and b's own time per
+// request (each answer's latency less its Server-Timing backend;dur), and runs per CPU
 // second: embedded invocations (c: the node's whole HTTP path, and the clients, which share this
 // process) and onnx.Run alone, each against onnxruntime's.
 //
@@ -59,6 +60,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime"
+	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
@@ -119,8 +121,21 @@ func inferload() int {
 	flag.StringVar(&cfg.Out, "out", "", "write the report as JSON to this file (- for stdout)")
 	flag.StringVar(&only, "only", "a,b,c,d", "phases to run, comma-separated: a (or mlserver), b (backend), c (embedded), d (onnxruntime), e (stream)")
 	flag.BoolVar(&cfg.Quiet, "quiet", false, "no progress line on stderr")
+	cpuProfile := flag.String("cpuprofile", "", "write this process's CPU profile (the node and the clients) over the whole run to this file")
 	cfg.Stream.flags(flag.CommandLine)
 	flag.Parse()
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err == nil {
+			err = pprof.StartCPUProfile(f)
+		}
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "inferload:", err)
+			return 2
+		}
+		defer f.Close()
+		defer pprof.StopCPUProfile()
+	}
 	var err error
 	if cfg.Only, err = parseOnly(only); err == nil {
 		err = cfg.validate()
@@ -483,17 +498,20 @@ func checkInvoke(runtime string) func([]byte) error {
 
 // phase is one HTTP phase's figures. Latencies in milliseconds.
 type phase struct {
-	ID         string         `json:"id"`
-	Name       string         `json:"name"`
-	Label      string         `json:"label"`
-	URL        string         `json:"url"`
-	Elapsed    float64        `json:"elapsedSeconds"`
-	Requests   int64          `json:"requests"` // answered 200
-	PerSecond  float64        `json:"requestsPerSecond"`
-	Latency    loadcli.MsDist `json:"latencyMs"`
-	Errors     int64          `json:"errors"`               // transport errors and answers other than 200, 429, 503
-	Refused    int64          `json:"refused"`              // 429 and 503
-	FirstError string         `json:"firstError,omitempty"` // the first error's, else the first refusal's answer
+	ID        string         `json:"id"`
+	Name      string         `json:"name"`
+	Label     string         `json:"label"`
+	URL       string         `json:"url"`
+	Elapsed   float64        `json:"elapsedSeconds"`
+	Requests  int64          `json:"requests"` // answered 200
+	PerSecond float64        `json:"requestsPerSecond"`
+	Latency   loadcli.MsDist `json:"latencyMs"`
+	// Own is carehub's own time per request, where the answer says the backend's
+	// (Server-Timing backend;dur): the client's latency less the backend's round trip.
+	Own        *loadcli.MsDist `json:"ownMs,omitempty"`
+	Errors     int64           `json:"errors"`               // transport errors and answers other than 200, 429, 503
+	Refused    int64           `json:"refused"`              // 429 and 503
+	FirstError string          `json:"firstError,omitempty"` // the first error's, else the first refusal's answer
 	// CPU in the phase, in cores (CPU seconds per second): this process (the clients, and the
 	// node when it runs) and MLServer's process; per CPU second: requests ÷ this process's CPU.
 	ProcessCores        float64 `json:"processCores"`
@@ -510,7 +528,7 @@ func runHTTP(ctx context.Context, cfg config, hc *http.Client, t target) (phase,
 	p := phase{URL: t.url}
 	// Every body once: the answers are what the phase expects.
 	for i, b := range t.bodies {
-		status, body, err := post(ctx, hc, t, i, b)
+		status, body, _, err := post(ctx, hc, t, i, b)
 		if err == nil && status != http.StatusOK {
 			err = fmt.Errorf("%d %.300s", status, body)
 		}
@@ -542,6 +560,10 @@ func runHTTP(ctx context.Context, cfg config, hc *http.Client, t target) (phase,
 	p.Requests, p.Errors, p.Refused, p.FirstError = int64(len(res.latencies)), res.errors, res.refused, res.firstError
 	p.PerSecond = float64(p.Requests) / elapsed.Seconds()
 	p.Latency = loadcli.Ms(res.latencies)
+	if len(res.own) > 0 {
+		own := loadcli.Ms(res.own)
+		p.Own = &own
+	}
 	p.ProcessCores = cpu.Seconds() / elapsed.Seconds()
 	if t.mlPID > 0 {
 		p.MLServerCores = ml.Seconds() / elapsed.Seconds()
@@ -554,6 +576,7 @@ func runHTTP(ctx context.Context, cfg config, hc *http.Client, t target) (phase,
 
 type loadResult struct {
 	latencies       []time.Duration
+	own             []time.Duration // latency less the backend's Server-Timing, where an answer gave it
 	errors, refused int64
 	firstError      string
 }
@@ -572,12 +595,15 @@ func load(ctx context.Context, d time.Duration, clients int, hc *http.Client, t 
 				// A request in flight is measured to its answer, not cut by the end of the phase.
 				callCtx, stop := context.WithTimeout(context.WithoutCancel(loadCtx), 30*time.Second)
 				sent := time.Now()
-				status, body, err := post(callCtx, hc, t, w, t.bodies[i%len(t.bodies)])
+				status, body, backend, err := post(callCtx, hc, t, w, t.bodies[i%len(t.bodies)])
 				took := time.Since(sent)
 				stop()
 				switch {
 				case err == nil && status == http.StatusOK:
 					r.latencies = append(r.latencies, took)
+					if backend > 0 {
+						r.own = append(r.own, took-backend)
+					}
 					if rec != nil {
 						rec.Observe(1, took)
 					}
@@ -606,6 +632,7 @@ func load(ctx context.Context, d time.Duration, clients int, hc *http.Client, t 
 	var out loadResult
 	for _, r := range results {
 		out.latencies = append(out.latencies, r.latencies...)
+		out.own = append(out.own, r.own...)
 		out.errors += r.errors
 		out.refused += r.refused
 		if out.firstError == "" {
@@ -615,11 +642,12 @@ func load(ctx context.Context, d time.Duration, clients int, hc *http.Client, t 
 	return out
 }
 
-// post sends one request of client w and returns the answer's status and body.
-func post(ctx context.Context, hc *http.Client, t target, w int, body []byte) (int, []byte, error) {
+// post sends one request of client w and returns the answer's status and body, and the
+// backend's time its Server-Timing gives (0 without one).
+func post(ctx context.Context, hc *http.Client, t target, w int, body []byte) (int, []byte, time.Duration, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, t.url, bytes.NewReader(body))
 	if err != nil {
-		return 0, nil, err
+		return 0, nil, 0, err
 	}
 	req.Header.Set("Content-Type", "application/json")
 	if len(t.keys) > 0 {
@@ -627,11 +655,30 @@ func post(ctx context.Context, hc *http.Client, t target, w int, body []byte) (i
 	}
 	resp, err := hc.Do(req)
 	if err != nil {
-		return 0, nil, err
+		return 0, nil, 0, err
 	}
 	defer resp.Body.Close()
 	b, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
-	return resp.StatusCode, b, err
+	return resp.StatusCode, b, backendTiming(resp.Header.Get("Server-Timing")), err
+}
+
+// backendTiming reads the backend metric's duration from a Server-Timing header
+// ("backend;dur=12.345", milliseconds); 0 when there is none.
+func backendTiming(h string) time.Duration {
+	for metric := range strings.SplitSeq(h, ",") {
+		name, params, _ := strings.Cut(strings.TrimSpace(metric), ";")
+		if name != "backend" {
+			continue
+		}
+		for param := range strings.SplitSeq(params, ";") {
+			if v, ok := strings.CutPrefix(strings.TrimSpace(param), "dur="); ok {
+				if ms, err := strconv.ParseFloat(v, 64); err == nil && ms > 0 {
+					return time.Duration(ms * float64(time.Millisecond))
+				}
+			}
+		}
+	}
+	return 0
 }
 
 // runtimeBench is a runtime's own figure at batch 1 on one thread: runs in Seconds (wall) and
@@ -926,6 +973,10 @@ type ratios struct {
 	BackendToDirect float64 `json:"backendToDirect,omitempty"`
 	AddedP50Ms      float64 `json:"addedP50Ms,omitempty"`
 	AddedP99Ms      float64 `json:"addedP99Ms,omitempty"`
+	// OwnP50Ms, OwnP99Ms are b's own time per request (phase.Own): what carehub adds, measured
+	// per request rather than as the difference of two runs' percentiles.
+	OwnP50Ms float64 `json:"ownP50Ms,omitempty"`
+	OwnP99Ms float64 `json:"ownP99Ms,omitempty"`
 	// EmbeddedPerCore is c's invocations per CPU second of this process (node and clients);
 	// EmbeddedToORT that ÷ onnxruntime's runs per CPU second; GoToORT onnx.Run's ÷ onnxruntime's.
 	EmbeddedPerCore float64 `json:"embeddedPerCore,omitempty"`
@@ -947,6 +998,9 @@ func (r *report) ratios() {
 	if a != nil && b != nil {
 		r.Ratios.BackendToDirect = b.PerSecond / a.PerSecond
 		r.Ratios.AddedP50Ms, r.Ratios.AddedP99Ms = b.Latency.P50-a.Latency.P50, b.Latency.P99-a.Latency.P99
+	}
+	if b != nil && b.Own != nil {
+		r.Ratios.OwnP50Ms, r.Ratios.OwnP99Ms = b.Own.P50, b.Own.P99
 	}
 	ort := 0.0
 	if r.ORT != nil {
@@ -1000,6 +1054,10 @@ func (r *report) Print(w io.Writer) {
 		fmt.Fprintf(w, "b ÷ a throughput            %6.3f   (target ≥ 0.9: %s)\n", q.BackendToDirect, met(q.BackendToDirect >= 0.9))
 		fmt.Fprintf(w, "b − a added latency         p50 %+.2f ms, p99 %+.2f ms   (target p99 ≤ 2 ms: %s)\n",
 			q.AddedP50Ms, q.AddedP99Ms, met(q.AddedP99Ms <= 2))
+	}
+	if q.OwnP99Ms > 0 {
+		fmt.Fprintf(w, "b carehub's own time        p50 %.2f ms, p99 %.2f ms   (each answer's latency less its Server-Timing backend;dur; target p99 ≤ 2 ms: %s)\n",
+			q.OwnP50Ms, q.OwnP99Ms, met(q.OwnP99Ms <= 2))
 	}
 	if q.EmbeddedPerCore > 0 {
 		fmt.Fprintf(w, "embedded per core           %6.0f invocations per CPU second of this process (node and clients)", q.EmbeddedPerCore)
