@@ -241,6 +241,14 @@ func TestWholeRecords(t *testing.T) {
 		if b.Total != 0 {
 			t.Fatalf("a transaction refused by intake kept its Condition")
 		}
+		var orphans int
+		if err := s.Pool().QueryRow(t.Context(), `select count(*) from fhir_resource_versions v where not exists (
+			select 1 from fhir_resources r where r.org_id = v.org_id and r.type = v.type and r.id = v.id)`).Scan(&orphans); err != nil {
+			t.Fatal(err)
+		}
+		if orphans != 0 {
+			t.Fatalf("%d versions left of resources a refused transaction removed", orphans)
+		}
 	})
 
 	t.Run("the typed table's encounters beside the store's", func(t *testing.T) {

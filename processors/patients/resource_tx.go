@@ -476,8 +476,10 @@ func (s *Service) RemoveTransaction(ctx context.Context, undo *TxUndo) error {
 	if err != nil {
 		return err
 	}
-	if len(undo.resources) > 0 {
-		if _, err := s.pool.Exec(ctx, `delete from fhir_resources where org_id = $1 and type || '/' || id = any($2)`,
+	if len(undo.resources) > 0 { // and their versions: no foreign key cascades (schemas/postgres 0045)
+		if _, err := s.pool.Exec(ctx, `with gone as (
+	delete from fhir_resources where org_id = $1 and type || '/' || id = any($2) returning org_id, type, id)
+delete from fhir_resource_versions v using gone g where v.org_id = g.org_id and v.type = g.type and v.id = g.id`,
 			w.orgID, undo.resources); err != nil {
 			return fmt.Errorf("remove transaction: %w", err)
 		}
