@@ -13,6 +13,7 @@ import (
 	"carehub/ingest/intake"
 	"carehub/kernel/fault"
 	"carehub/kernel/ids"
+	"carehub/kernel/jsonwire"
 	"carehub/processors/patients"
 )
 
@@ -296,10 +297,8 @@ func entryTarget(e inEntry) (string, error) {
 	if e.Request == nil {
 		return "", fault.Validation("an entry needs a request", map[string]string{"request": "is required: {method: POST, url: [type]}"})
 	}
-	var rt struct {
-		ResourceType string `json:"resourceType"`
-	}
-	if len(e.Resource) == 0 || json.Unmarshal(e.Resource, &rt) != nil {
+	var rt string
+	if !resourceType(e.Resource, &rt) {
 		return "", fault.Validation("an entry needs a resource", map[string]string{"resource": "is required: the resource to create"})
 	}
 	url := strings.TrimPrefix(strings.TrimPrefix(e.Request.URL, Base+"/"), "/")
@@ -308,11 +307,35 @@ func entryTarget(e inEntry) (string, error) {
 			msg: "Bundle entries may be POST [type] of a type served here (Patient, Observation, Encounter, Condition …), not " +
 				e.Request.Method + " " + e.Request.URL}
 	}
-	if rt.ResourceType != url {
+	if rt != url {
 		return "", fault.Validation("the resource does not match request.url", map[string]string{"resource.resourceType": "must be " + url})
 	}
 	return url, nil
 }
+
+// resourceType reads the resourceType of an entry's resource, valid JSON as the Bundle's decoding
+// left it, into rt, as decoding it into a struct would (a key matched case-insensitively, the
+// last one winning, null leaving rt empty), without decoding the rest; false where that decoding
+// fails (no resource, not an object, a resourceType that is not a string).
+func resourceType(resource json.RawMessage, rt *string) bool {
+	v := bytes.TrimSpace(resource)
+	switch {
+	case len(v) == 0:
+		return false
+	case jsonwire.IsNull(v):
+		return true
+	case v[0] != '{':
+		return false
+	}
+	return jsonwire.Members(v, func(key, value []byte) error {
+		if jsonwire.Fold(key, resourceTypeKey) == "" {
+			return nil
+		}
+		return jsonwire.String(value, rt)
+	}) == nil
+}
+
+var resourceTypeKey = []string{"resourceType"}
 
 // resolve returns an Observation entry with its subject, when it names a Patient entry of the
 // Bundle (fullUrl), replaced by an existing patient id for checking: intake checks the form, the

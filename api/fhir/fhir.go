@@ -259,18 +259,29 @@ func withCarehubID(body []byte, id string) ([]byte, error) {
 
 // idVersion reads id and meta.versionId of a resource.
 func idVersion(doc json.RawMessage) (id, version string) {
-	var head struct {
-		ID   string `json:"id"`
-		Meta struct {
-			VersionID string `json:"versionId"`
-		} `json:"meta"`
+	if jsonwire.Valid(doc) { // read in place, as decoding the two into a struct would
+		_ = jsonwire.Members(doc, func(key, value []byte) error {
+			switch jsonwire.Fold(key, idMetaKeys) {
+			case "id":
+				return jsonwire.String(value, &id)
+			case "meta":
+				return jsonwire.Members(value, func(key, value []byte) error {
+					if jsonwire.Fold(key, versionIDKey) == "" {
+						return nil
+					}
+					return jsonwire.String(value, &version)
+				})
+			}
+			return nil
+		})
 	}
-	_ = json.Unmarshal(doc, &head)
-	if head.Meta.VersionID == "" {
-		head.Meta.VersionID = "1"
+	if version == "" {
+		version = "1"
 	}
-	return head.ID, head.Meta.VersionID
+	return id, version
 }
+
+var idMetaKeys, versionIDKey = []string{"id", "meta"}, []string{"versionId"}
 
 // writeDoc writes one resource as FHIR JSON with FHIR ids.
 func writeDoc(w http.ResponseWriter, r *http.Request, status int, doc json.RawMessage) {

@@ -71,10 +71,10 @@ type txState struct {
 	docs    []resourceDoc
 	res     []TxResult
 	bad     EntryErrors
-	urls    map[string]string              // fullUrl → Type/id
-	local   map[string]*patientScope       // Type/id of entries created here → scope
-	byIdent map[string]map[string][]string // Type → identifier token → Type/id (conditional references)
-	obsDeps map[int]map[string]bool        // Observation entry → fullUrls of Observations it names
+	urls    map[string]string        // fullUrl → Type/id
+	local   map[string]*patientScope // Type/id of entries created here → scope
+	cond    conditionals             // conditional references: the entries' identifiers, and matches in the store
+	obsDeps map[int]map[string]bool  // Observation entry → fullUrls of Observations it names
 }
 
 // WriteTransaction writes the Patients and generic resources of entries in one Postgres
@@ -88,7 +88,8 @@ func (s *Service) WriteTransaction(ctx context.Context, entries []TxEntry, obsID
 		return nil, nil, err
 	}
 	st := &txState{entries: entries, docs: make([]resourceDoc, len(entries)), res: make([]TxResult, len(entries)),
-		bad: EntryErrors{}, urls: map[string]string{}, local: map[string]*patientScope{}, byIdent: map[string]map[string][]string{},
+		bad: EntryErrors{}, urls: map[string]string{}, local: map[string]*patientScope{},
+		cond:    conditionals{pending: map[string]map[string][]string{}, matched: map[string]string{}},
 		obsDeps: map[int]map[string]bool{}}
 	for i, e := range entries {
 		if st.docs[i], err = parseResource(e.Type, e.Body); err != nil {
@@ -197,11 +198,11 @@ func (st *txState) name(i int, id string) {
 	if e.FullURL != "" {
 		st.urls[e.FullURL] = ref
 	}
-	if st.byIdent[e.Type] == nil {
-		st.byIdent[e.Type] = map[string][]string{}
+	if st.cond.pending[e.Type] == nil {
+		st.cond.pending[e.Type] = map[string][]string{}
 	}
 	for _, tok := range tokens(nil, st.docs[i]["identifier"], "value") {
-		st.byIdent[e.Type][tok] = appendNew(st.byIdent[e.Type][tok], ref)
+		st.cond.pending[e.Type][tok] = appendNew(st.cond.pending[e.Type][tok], ref)
 	}
 }
 
@@ -232,7 +233,7 @@ func (st *txState) resolveObservations(ctx context.Context, s *Service, tx pgx.T
 			delete(pending, i)
 			progress = true
 			st.rewrite(i)
-			if err := s.resolveConditional(ctx, tx, w, st.docs[i], st.byIdent); err != nil {
+			if err := s.resolveConditional(ctx, tx, w, st.docs[i], &st.cond); err != nil {
 				if fault.As(err) == nil {
 					return err
 				}
@@ -293,7 +294,7 @@ func (st *txState) resolveAll(ctx context.Context, s *Service, tx pgx.Tx, w writ
 			continue
 		}
 		st.rewrite(i)
-		if err := s.resolveConditional(ctx, tx, w, st.docs[i], st.byIdent); err != nil {
+		if err := s.resolveConditional(ctx, tx, w, st.docs[i], &st.cond); err != nil {
 			if fault.As(err) == nil {
 				return err
 			}

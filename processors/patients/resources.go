@@ -456,21 +456,39 @@ end)`, w.orgID, w.p.SeesRealPatients(), refs)
 	return missing, nil
 }
 
+// conditionals is what a transaction's conditional references are resolved against besides the
+// store: its own entries, and the references it has matched in the store already. A Synthea
+// patient's hundreds of resources name the same few practitioners and organizations: one query
+// each, not one a reference.
+type conditionals struct {
+	pending map[string]map[string][]string // Type → identifier token → Type/id, of the entries
+	matched map[string]string              // Type?query → Type/id, matched in the store
+}
+
 // resolveConditional replaces every conditional reference of doc (Type?identifier=system|value,
 // as Synthea names its organizations and practitioners) by the one resource it matches: among
-// pending (the same transaction's entries, Type → identifier token → Type/id) first, then the
-// stored resources the writer sees. None or several is a 422 naming the reference.
-func (s *Service) resolveConditional(ctx context.Context, tx pgx.Tx, w writer, doc resourceDoc, pending map[string]map[string][]string) error {
+// c's pending entries (c may be nil: a write of one resource) first, then the stored resources
+// the writer sees. None or several is a 422 naming the reference.
+func (s *Service) resolveConditional(ctx context.Context, tx pgx.Tx, w writer, doc resourceDoc, c *conditionals) error {
+	if c == nil {
+		c = &conditionals{}
+	}
 	var firstErr error
 	walkRefs(map[string]any(doc), func(ref string) string {
 		t, query, ok := strings.Cut(ref, "?")
 		if !ok || firstErr != nil || strings.Contains(t, "/") {
 			return ref
 		}
-		resolved, err := s.matchConditional(ctx, tx, w, t, query, pending)
+		if to, ok := c.matched[ref]; ok {
+			return to
+		}
+		resolved, err := s.matchConditional(ctx, tx, w, t, query, c.pending)
 		if err != nil {
 			firstErr = fault.Validation("conditional reference "+ref+": "+err.Error(), map[string]string{"reference": ref + ": " + err.Error()})
 			return ref
+		}
+		if c.matched != nil {
+			c.matched[ref] = resolved
 		}
 		return resolved
 	})
