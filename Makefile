@@ -289,7 +289,9 @@ bench-bulk: postgres-binaries ## FHIR Bulk Data export of SYNTHEA_BENCH_PATIENTS
 # Bundles loaded into both); and subscription fan-out (fanout) beside a graphql-ws server on
 # Node (loadtest/peers/graphqlws, its pinned npm packages installed into GRAPHQLWS_DIR), both
 # reading one Apache Kafka broker's events topic (deploy/local/kafka, fetched from Maven
-# Central), at PEERS_SOCKETS sockets.
+# Central), at PEERS_SOCKETS sockets; and Kafka → ClickHouse (analytics, not in the default
+# list: carehub's event-log writer beside ClickHouse's own Kafka table engine, a backlog and
+# steady rates, on a broker and a ClickHouse engine of its own, deploy/local/clickhouse).
 PEERS_DURATION  ?= 20s
 PEERS_WARMUP    ?= 180s
 PEERS_WORKLOADS ?= vitals,synthea,fanout
@@ -301,10 +303,11 @@ peers_comma     := ,
 peers_workloads  = $(subst $(peers_comma), ,$(PEERS_WORKLOADS))
 PEERS_NEEDS      = $(if $(filter synthea,$(peers_workloads)),synthea-deps) \
 	$(if $(filter vitals synthea search,$(peers_workloads)),peers-hapi-deps) \
-	$(if $(filter fanout,$(peers_workloads)),peers-graphqlws-deps)
+	$(if $(filter fanout,$(peers_workloads)),peers-graphqlws-deps) \
+	$(if $(filter analytics,$(peers_workloads)),peers-analytics-deps)
 
 .PHONY: peers-deps
-peers-deps: peers-hapi-deps peers-graphqlws-deps ## build every peer of bench-peers (HAPI FHIR JPA 8.8.0; graphql-ws on Node and its Kafka broker)
+peers-deps: peers-hapi-deps peers-graphqlws-deps peers-analytics-deps ## build every peer of bench-peers (HAPI FHIR JPA 8.8.0; graphql-ws on Node and its Kafka broker; Kafka and ClickHouse for analytics)
 
 .PHONY: peers-hapi-deps
 peers-hapi-deps: ## build the HAPI FHIR JPA server 8.8.0 peer (loadtest/peers/hapi) from Maven Central into CAREHUB_M2_REPO
@@ -318,12 +321,17 @@ peers-graphqlws-deps: ## install the graphql-ws peer's npm packages (loadtest/pe
 	fi
 	@$(KAFKA_SH) prepare
 
+.PHONY: peers-analytics-deps
+peers-analytics-deps: ## fetch Apache Kafka and the ClickHouse engine for bench-peers' analytics workload
+	@$(KAFKA_SH) prepare
+	@$(CLICKHOUSE_SH) fetch
+
 .PHONY: bench-peers
-bench-peers: postgres-binaries build $(PEERS_NEEDS) ## carehub beside its peers, same bytes and machine: FHIR import and search vs HAPI FHIR JPA 8.8.0, subscription fan-out vs graphql-ws (PEERS_WORKLOADS, PEERS_DURATION per phase, PEERS_WARMUP, PEERS_SOCKETS); JSON, PNG and HTML under BENCH_RESULTS
+bench-peers: postgres-binaries build $(PEERS_NEEDS) ## carehub beside its peers, same bytes and machine: FHIR import and search vs HAPI FHIR JPA 8.8.0, subscription fan-out vs graphql-ws, Kafka → ClickHouse vs ClickHouse's Kafka engine (PEERS_WORKLOADS, PEERS_DURATION per phase, PEERS_WARMUP, PEERS_SOCKETS); JSON, PNG and HTML under BENCH_RESULTS
 	$(GO) build -o bin/peerbench ./loadtest/cmd/peerbench
 	CAREHUB_M2_REPO=$(CAREHUB_M2_REPO) bin/peerbench -carehub $(BIN) -synthea $(SYNTHEA_DIR) -workloads $(PEERS_WORKLOADS) \
 		-d $(PEERS_DURATION) -warmup $(PEERS_WARMUP) -fanout-sockets $(PEERS_SOCKETS) -graphqlws-modules $(GRAPHQLWS_DIR) \
-		-kafka-sh $(KAFKA_SH) -results $(BENCH_RESULTS)
+		-kafka-sh $(KAFKA_SH) -clickhouse-sh $(CLICKHOUSE_SH) -results $(BENCH_RESULTS)
 	$(MAKE) --no-print-directory charts DIR=$(BENCH_RESULTS)
 
 SOAK_DURATION ?= 10m

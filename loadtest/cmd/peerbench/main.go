@@ -1,8 +1,10 @@
 // Command peerbench measures carehub against peers on the same machine, in the same run, with
 // the same bytes: FHIR transaction import against the HAPI FHIR JPA server (workloads vitals
-// and synthea), FHIR search against it (workload search, below) and subscription fan-out
+// and synthea), FHIR search against it (workload search, below), subscription fan-out
 // against a graphql-ws server on Node (workload fanout, fanout.go: carehub's eventStream and
-// the peer's on one Kafka topic, N sockets, publish → receive, at each of -fanout-sockets).
+// the peer's on one Kafka topic, N sockets, publish → receive, at each of -fanout-sockets) and
+// Kafka → analytical store against ClickHouse's own Kafka table engine (workload analytics,
+// below and analytics.go).
 //
 // FHIR transaction import is against the HAPI FHIR JPA server 8.8.0 (loadtest/peers/hapi): both servers are started by this command (carehub
 // serve on its embedded defaults; HAPI on a fresh PostgreSQL cluster of its own, through
@@ -40,9 +42,21 @@
 // read to the end and Observations found per second. The first page asks for no cached answer
 // (HAPI reuses a repeated search's stored results for a minute otherwise).
 //
+// The analytics workload (analytics.go) starts an Apache Kafka broker (-kafka-sh) and a
+// ClickHouse engine (-clickhouse-sh) of its own and puts carehub's event-log writer
+// (processors/eventlog on storage/clickhouse's store, in this process) beside ClickHouse's Kafka
+// table engine with a materialized view into the same event_log schema, each run into a fresh
+// database, one side at a time: a backlog of -analytics-records carehub event envelopes already
+// in the topic (rows/s from the side's start until every row is visible), then each of
+// -analytics-rates for -d (publish → visible p50/p99/max, polled per 50-ms bucket of
+// created_at). Every run must end with exactly the records published stored, each id once;
+// the report gives carehub ÷ engine for rows/s (goal ≥ 0.8×) and lag, and the engine's flush
+// interval (goal: carehub's p99 below it).
+//
 //	go build -o bin/peerbench ./loadtest/cmd/peerbench
 //	bin/peerbench -d 20s -warmup 10s -results loadtest/results      # make bench-peers
 //	bin/peerbench -workloads fanout -fanout-sockets 2000,10000      # the fan-out alone
+//	bin/peerbench -workloads analytics -analytics-rates 5000 -d 30s  # Kafka → ClickHouse alone
 package main
 
 import (
@@ -93,6 +107,9 @@ type config struct {
 	Fanout         fanoutConfig  `json:"fanout"`
 	workloadsFlag  string
 	clientsFlag    string
+
+	// Analytics is the analytics workload's part of the flags (analytics.go).
+	Analytics analyticsConfig `json:"analytics"`
 }
 
 // fhir reports whether a workload beside HAPI (vitals, synthea, search) is to run.
@@ -125,7 +142,7 @@ func main() {
 	flag.StringVar(&cfg.HAPIHeap, "hapi-heap", "4g", "HAPI's JVM heap (-Xms and -Xmx)")
 	flag.IntVar(&cfg.HAPIPool, "hapi-pool", 10, "HAPI's JDBC connections (HikariCP)")
 	flag.StringVar(&cfg.SyntheaDir, "synthea", defaultSyntheaDir(), "Synthea's output (tests/synthea/generate.sh; make synthea-deps)")
-	flag.StringVar(&cfg.workloadsFlag, "workloads", "vitals,synthea,fanout", "workloads to run, comma-separated: vitals, synthea (FHIR import beside HAPI), search (FHIR search beside HAPI), fanout (subscriptions beside graphql-ws)")
+	flag.StringVar(&cfg.workloadsFlag, "workloads", "vitals,synthea,fanout", "workloads to run, comma-separated: vitals, synthea (FHIR import beside HAPI), search (FHIR search beside HAPI), fanout (subscriptions beside graphql-ws), analytics (Kafka → ClickHouse beside ClickHouse's Kafka engine)")
 	flag.StringVar(&cfg.clientsFlag, "clients", "1,4", "concurrent clients of the measured phases, comma-separated")
 	flag.DurationVar(&cfg.Duration, "d", 20*time.Second, "length of each measured phase")
 	flag.DurationVar(&cfg.Warmup, "warmup", 180*time.Second, "warm-up of each server and workload, at the highest concurrency, before any phase is measured (0: none); HAPI's JIT compilers settle after about three minutes of load")
@@ -146,14 +163,22 @@ func main() {
 	flag.IntVar(&fo.Publishers, "fanout-publishers", 8, "fanout: concurrent publishEvent calls")
 	flag.IntVar(&fo.PublishKeys, "fanout-publish-keys", 4, "fanout: publisher keys, taken in turn")
 	flag.IntVar(&fo.Dial, "fanout-dial", 100, "fanout: sockets opened at once")
-	flag.StringVar(&fo.KafkaScript, "kafka-sh", "deploy/local/kafka/kafka.sh", "fanout: the script that runs an Apache Kafka broker (its own ports and state)")
+	flag.StringVar(&fo.KafkaScript, "kafka-sh", "deploy/local/kafka/kafka.sh", "fanout, analytics: the script that runs an Apache Kafka broker (its own ports and state)")
 	flag.StringVar(&fo.Node, "node", "node", "fanout: the Node.js binary (20 or later)")
 	flag.StringVar(&fo.PeerScript, "graphqlws", "loadtest/peers/graphqlws/server.cjs", "fanout: the graphql-ws peer")
 	flag.StringVar(&fo.PeerModules, "graphqlws-modules", defaultPeerModules(), "fanout: where make peers-deps installed the peer's packages (CAREHUB_GRAPHQLWS_DIR)")
 	flag.StringVar(&fo.ProfileDir, "fanout-profile", "", "fanout: save carehub's heap and goroutine profiles (sockets subscribed) and CPU profile (the load) under this directory")
+	an := &cfg.Analytics
+	flag.IntVar(&an.Records, "analytics-records", 1_000_000, "analytics: records in the topic before the backlog runs (each side reads them all)")
+	flag.StringVar(&an.ratesFlag, "analytics-rates", "5000,10000", "analytics: steady publish rates, records/s, comma-separated (each a run of -d per side; empty: the backlog alone)")
+	flag.DurationVar(&an.Window, "analytics-window", 5*time.Minute, "analytics: the most a run waits for every row to be visible, from the side's start (backlog) or the last record published (steady rate); then it fails")
+	flag.IntVar(&an.Partitions, "analytics-partitions", 6, "analytics: partitions of each topic")
+	flag.IntVar(&an.FlushMs, "analytics-flush-ms", 0, "analytics: the Kafka table's kafka_flush_interval_ms (0: the server's stream_flush_interval_ms, reported)")
+	flag.StringVar(&an.ClickHouseScript, "clickhouse-sh", "deploy/local/clickhouse/clickhouse.sh", "analytics: the script that runs a ClickHouse engine (its own ports and state)")
 	flag.Parse()
 	cfg.DurationS, cfg.WarmupS, cfg.ReadableS = cfg.Duration.String(), cfg.Warmup.String(), cfg.Readable.String()
 	fo.Duration, fo.DurationS, fo.WarmupS, fo.DrainS = cfg.Duration, cfg.Duration.String(), fo.Warmup.String(), fo.Drain.String()
+	an.Duration, an.DurationS, an.WindowS, an.KafkaScript = cfg.Duration, cfg.Duration.String(), an.Window.String(), fo.KafkaScript
 	if err := cfg.parse(); err != nil {
 		fmt.Fprintln(os.Stderr, "peerbench:", err)
 		os.Exit(2)
@@ -171,7 +196,7 @@ func (c *config) parse() error {
 	var errs []error
 	for w := range strings.SplitSeq(c.workloadsFlag, ",") {
 		switch w = strings.TrimSpace(w); w {
-		case "vitals", "synthea", "search", "fanout":
+		case "vitals", "synthea", "search", "fanout", "analytics":
 			c.Workloads = append(c.Workloads, w)
 		case "":
 		default:
@@ -208,6 +233,10 @@ func (c *config) parse() error {
 		if fo.Warmup < 0 || fo.Warmup > time.Minute || fo.Drain < 0 || fo.Drain > time.Minute {
 			errs = append(errs, errors.New("-fanout-warmup and -fanout-drain must be within [0, 1m]"))
 		}
+	}
+	if slices.Contains(c.Workloads, "analytics") {
+		c.Analytics.Duration = c.Duration
+		errs = append(errs, c.Analytics.parse()...)
 	}
 	if c.Duration <= 0 || c.Duration > 10*time.Minute || c.Warmup < 0 || c.Warmup > 10*time.Minute {
 		errs = append(errs, errors.New("-d must be within (0, 10m] and -warmup within [0, 10m]"))
@@ -271,6 +300,11 @@ func run(ctx context.Context, cfg config) error {
 	if slices.Contains(cfg.Workloads, "fanout") && ctx.Err() == nil {
 		if err := runFanout(ctx, cfg.Fanout, cfg.Carehub, cfg.Results, cfg.Quiet); err != nil {
 			failures = append(failures, fmt.Errorf("fanout: %w", err))
+		}
+	}
+	if slices.Contains(cfg.Workloads, "analytics") && ctx.Err() == nil {
+		if err := runAnalytics(ctx, cfg.Analytics, cfg.Results, cfg.Quiet); err != nil {
+			failures = append(failures, fmt.Errorf("analytics: %w", err))
 		}
 	}
 	return errors.Join(failures...)
