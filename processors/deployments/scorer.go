@@ -85,10 +85,11 @@ func (s *Service) Scorer(cfg ScorerConfig) (*Scorer, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
+	kcfg := kafka.ClientConfig{Brokers: cfg.Brokers, Credentials: cfg.Credentials, ClientID: cfg.Group,
+		Registerer: cfg.Registerer, Logger: cfg.Logger}
 	opts := append(consume.GroupOpts(cfg.Group, s.eventsTopic),
-		kgo.ConsumeResetOffset(kgo.NewOffset().AfterMilli(time.Now().Add(-time.Minute).UnixMilli())))
-	cl, err := kafka.NewClient(kafka.ClientConfig{Brokers: cfg.Brokers, Credentials: cfg.Credentials, ClientID: cfg.Group,
-		Registerer: cfg.Registerer, Logger: cfg.Logger}, append(opts, cfg.ClientOpts...)...)
+		consume.StartRecent(kcfg, cfg.Group, s.eventsTopic, time.Minute, cfg.ClientOpts...))
+	cl, err := kafka.NewClient(kcfg, append(opts, cfg.ClientOpts...)...)
 	if err != nil {
 		return nil, fmt.Errorf("deployment scorer: %w", err)
 	}

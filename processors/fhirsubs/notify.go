@@ -84,10 +84,11 @@ func (s *Service) NewNotifier(cfg NotifierConfig) (*Notifier, error) {
 	}
 	// A new group starts with the last minute's events, not the topic's history: a subscription
 	// is notified of events after it was created.
+	kcfg := kafka.ClientConfig{Brokers: cfg.Brokers, Credentials: cfg.Credentials, ClientID: cfg.ClientID,
+		Registerer: cfg.Registerer, Logger: cfg.Logger}
 	opts := append(consume.GroupOpts(cfg.Group, cfg.Topic),
-		kgo.ConsumeResetOffset(kgo.NewOffset().AfterMilli(time.Now().Add(-time.Minute).UnixMilli())))
-	cl, err := kafka.NewClient(kafka.ClientConfig{Brokers: cfg.Brokers, Credentials: cfg.Credentials, ClientID: cfg.ClientID,
-		Registerer: cfg.Registerer, Logger: cfg.Logger}, append(opts, cfg.ClientOpts...)...)
+		consume.StartRecent(kcfg, cfg.Group, cfg.Topic, time.Minute, cfg.ClientOpts...))
+	cl, err := kafka.NewClient(kcfg, append(opts, cfg.ClientOpts...)...)
 	if err != nil {
 		return nil, fmt.Errorf("fhir subscriptions: %w", err)
 	}

@@ -105,10 +105,11 @@ func NewTriggers(cfg TriggersConfig) (*Triggers, error) {
 		return nil, errors.New("workflow triggers: no workflow service")
 	}
 	cfg.defaults()
+	kcfg := kafka.ClientConfig{Brokers: cfg.Brokers, Credentials: cfg.Credentials, ClientID: cfg.ClientID, Registerer: cfg.Registerer,
+		Logger: cfg.Logger}
 	opts := append(consume.GroupOpts(cfg.Group, cfg.Service.eventsTopic),
-		kgo.ConsumeResetOffset(kgo.NewOffset().AfterMilli(time.Now().Add(-time.Minute).UnixMilli())))
-	cl, err := kafka.NewClient(kafka.ClientConfig{Brokers: cfg.Brokers, Credentials: cfg.Credentials, ClientID: cfg.ClientID, Registerer: cfg.Registerer,
-		Logger: cfg.Logger}, append(opts, cfg.ClientOpts...)...)
+		consume.StartRecent(kcfg, cfg.Group, cfg.Service.eventsTopic, time.Minute, cfg.ClientOpts...))
+	cl, err := kafka.NewClient(kcfg, append(opts, cfg.ClientOpts...)...)
 	if err != nil {
 		return nil, fmt.Errorf("workflow triggers: %w", err)
 	}
