@@ -290,3 +290,44 @@ func TestCountsBackfill(t *testing.T) {
 		t.Errorf("days: %+v, want 3 on Jan 31 and 4 on Feb 1", rows)
 	}
 }
+
+// TestLargeBatchOfCopiesCountedOnce appends a batch far larger than a query's text could name
+// (the ids of the lookup go to the server as a table of their own): 6,000 events, 5,000 of them
+// stored already and 100 twice in the batch. Each id is stored and counted once.
+func TestLargeBatchOfCopiesCountedOnce(t *testing.T) {
+	url := chtest.NewURL(t)
+	store := newStoreAt(t, url)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	at := time.Now().UTC().Add(-time.Hour).Truncate(time.Hour)
+	batch := make([]events.Event, 6000)
+	for i := range batch {
+		batch[i] = events.Event{ID: ids.New(ids.Event), OrgID: "org_a", ProjectID: "prj_" + string(rune('a'+i%7)), Type: "agent.run_completed",
+			Source: "agent", Severity: "info", Payload: json.RawMessage(`{"status":"COMPLETED"}`), CreatedAt: at.Add(time.Duration(i) * time.Millisecond)}
+	}
+	if err := store.AppendEvents(ctx, batch[:5000]); err != nil {
+		t.Fatal(err)
+	}
+	if err := store.AppendEvents(ctx, append(batch, batch[4900:5000]...)); err != nil {
+		t.Fatal(err)
+	}
+	opts, err := ch.ParseDSN(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn, err := ch.Open(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = conn.Close() }()
+	var rows, distinct, counted uint64
+	if err := conn.QueryRow(ctx, "SELECT count(), uniqExact(id) FROM event_log").Scan(&rows, &distinct); err != nil {
+		t.Fatal(err)
+	}
+	if err := conn.QueryRow(ctx, "SELECT sum(events) FROM event_counts_hourly").Scan(&counted); err != nil {
+		t.Fatal(err)
+	}
+	if rows != 6000 || distinct != 6000 || counted != 6000 {
+		t.Errorf("event_log holds %d rows of %d ids and the hourly sums count %d; want 6,000 each", rows, distinct, counted)
+	}
+}
