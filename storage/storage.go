@@ -150,6 +150,15 @@ type DeferredEventLog interface {
 	Durable(ctx context.Context) (DurableMark, error)
 }
 
+// BatchedEventLog is an EventLog that says how many events the event log writer should take in
+// one poll and append at once: its default Config.BatchSize. ClickHouse writes a part (and
+// its projections' and hourly sums' parts) per insert and looks the batch's ids up once, so it
+// wants fewer, larger appends than Postgres.
+type BatchedEventLog interface {
+	EventLog
+	AppendBatch() int
+}
+
 // DurableMark places a deferred append in the order in which a DeferredEventLog makes appends
 // durable. The zero mark is durable from the start.
 type DurableMark struct {

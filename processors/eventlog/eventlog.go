@@ -118,7 +118,8 @@ type Config struct {
 	// Registerer receives the writer's metrics, the Kafka client's and the group's lag gauge
 	// when set.
 	Registerer prometheus.Registerer
-	// BatchSize is the most records taken by one poll and committed together. Default
+	// BatchSize is the most records taken by one poll and committed together. Default: the
+	// store's AppendBatch when it is a storage.BatchedEventLog (ClickHouse), else
 	// DefaultBatchSize.
 	BatchSize int
 	// ChunkSize is the most events of one AppendEvents call. Default: BatchSize, one append
@@ -152,6 +153,9 @@ func (c *Config) defaults() {
 	config.Default(&c.DeadLetterTopic, kafka.DefaultTopics().EventsDLQ)
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	if b, ok := c.Store.(storage.BatchedEventLog); ok {
+		config.Default(&c.BatchSize, b.AppendBatch())
 	}
 	config.Default(&c.BatchSize, DefaultBatchSize)
 	config.Default(&c.ChunkSize, c.BatchSize)

@@ -554,3 +554,37 @@ func TestConfigValidate(t *testing.T) {
 		}
 	}
 }
+
+// batchedStore is a countingStore that asks for batches of its own size
+// (storage.BatchedEventLog, as ClickHouse's store does).
+type batchedStore struct {
+	*countingStore
+	batch int
+}
+
+func (s batchedStore) AppendBatch() int { return s.batch }
+
+// TestWriterTakesTheStoresBatch: without a BatchSize of its own the writer polls and appends as
+// many events at once as the store asks for, and a BatchSize set still wins.
+func TestWriterTakesTheStoresBatch(t *testing.T) {
+	for _, c := range []struct {
+		name            string
+		batch, explicit int
+		want            int64
+	}{{"the store's", 120, 0, 120}, {"an explicit one", 120, 40, 40}} {
+		t.Run(c.name, func(t *testing.T) {
+			e := newEnv(t)
+			store := batchedStore{newCountingStore(t), c.batch}
+			evs := newEvents(t, 1000, 4)
+			produce(t, e.cl, e.topic, evs...)
+			start(t, e, store, func(cfg *eventlog.Config) { cfg.BatchSize, cfg.ChunkSize, cfg.Concurrency = c.explicit, 0, 1 })
+			waitFor(t, "the writer to commit every record", func() bool { return caughtUp(t, e) })
+			if n := store.largestAppend(); n == 0 || n > c.want {
+				t.Errorf("largest append: %d events, want 1..%d", n, c.want)
+			}
+			if got := stored(t, store, 4); !slices.Equal(got, ids(evs)) {
+				t.Fatalf("the log holds %d events, want %d", len(got), len(evs))
+			}
+		})
+	}
+}

@@ -450,7 +450,7 @@ func runAnalytics(ctx context.Context, cfg analyticsConfig, results string, quie
 			"kafka":      "Apache Kafka " + strings.TrimSpace(kafkaVersion) + " (deploy/local/kafka), this run's own broker, on " + kb.addr,
 			sideEngine: fmt.Sprintf("ClickHouse's Kafka table engine: ENGINE = Kafka (JSONEachRow, kafka_num_consumers 1, kafka_flush_interval_ms %d: %s) and a materialized view into event_log, parseDateTime64BestEffort(createdAt)",
 				b.flushMs, flush),
-			sideCarehub: "carehub's event-log writer (processors/eventlog.Writer with its defaults: batches of up to 5,000, one append each) in this process, storing through storage/clickhouse's store (AppendEvents: the ids of the batch already stored are looked up, the rest inserted)",
+			sideCarehub: "carehub's event-log writer (processors/eventlog.Writer with its defaults: on ClickHouse batches of up to 20,000, the store's AppendBatch, one append each) in this process, storing through storage/clickhouse's store (AppendEvents: the ids of the batch already stored are looked up, sent as an external table, the rest inserted)",
 		},
 		Notes: []string{
 			"one broker and one ClickHouse engine for both sides, on the same 2-core machine as this process; one side runs at a time, the first side alternating from one comparison to the next; each run writes into a fresh database with carehub's schema (storage/clickhouse.Open), dropped after",
