@@ -51,7 +51,7 @@ func (rr randReader) Read(p []byte) (int, error) {
 }
 
 func BenchmarkAppendEvents(b *testing.B) {
-	for _, tc := range []struct{ batch, writers int }{{1, 1}, {100, 1}, {5000, 1}, {5000, 4}} {
+	for _, tc := range []struct{ batch, writers int }{{1, 1}, {100, 1}, {5000, 1}, {5000, 4}, {20000, 1}} {
 		b.Run(fmt.Sprintf("batch=%d/writers=%d", tc.batch, tc.writers), func(b *testing.B) {
 			store := newStore(b)
 			r := rand.New(rand.NewPCG(1, 2))
