@@ -365,7 +365,7 @@ func (e *wsExecutor) subscribeShared(ctx context.Context, p *access.Principal, d
 		return nil, err
 	}
 	start, op := time.Now(), d.operation(req.OperationName)
-	mapped := make(chan any)
+	mapped := make(chan *ws.Response)
 	go func() {
 		defer close(mapped)
 		defer leave()
@@ -410,7 +410,7 @@ func (e *wsExecutor) subscribeShared(ctx context.Context, p *access.Principal, d
 			}
 		}
 	}()
-	return ws.ResponsesFrom(ctx, mapped), nil
+	return mapped, nil
 }
 
 // maxAuditBatch bounds the results of a member audited in one record.

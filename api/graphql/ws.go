@@ -155,26 +155,28 @@ func (e *wsExecutor) Execute(ctx context.Context, req ws.Request) (<-chan *ws.Re
 		cancel()
 		return nil, &gqlerrors.QueryError{Message: err.Error(), Extensions: map[string]any{"code": CodeInternal}}
 	}
-	// Map each response's errors on the way; keep draining src after ctx ends so graph-gophers'
-	// goroutines finish (ws.ResponsesFrom relies on the channel closing).
-	mapped := make(chan any)
+	// Map each response on the way, in the one goroutine the operation holds besides
+	// graph-gophers' own; keep draining src after ctx ends so those finish, and close the result
+	// only then: a closed result means the operation's goroutines are done (Executor.Execute).
+	mapped := make(chan *ws.Response)
 	go func() {
 		defer close(mapped)
 		defer cancel()
 		for item := range src {
-			if res, ok := item.(*gql.Response); ok {
-				if budget != nil {
-					e.h.settle(opCtx, budget)
-				}
-				item = e.audit(ctx, op, start, e.h.finishWS(opCtx, d.doc, req.OperationName, res))
+			res, ok := item.(*gql.Response)
+			if !ok {
+				continue
+			}
+			if budget != nil {
+				e.h.settle(opCtx, budget)
 			}
 			select {
-			case mapped <- item:
+			case mapped <- e.audit(ctx, op, start, e.h.finishWS(opCtx, d.doc, req.OperationName, res)):
 			case <-ctx.Done():
 			}
 		}
 	}()
-	return ws.ResponsesFrom(ctx, mapped), nil
+	return mapped, nil
 }
 
 // finishWS is finish for a WebSocket response: a response with no data stays without data (a

@@ -105,7 +105,14 @@ type conn struct {
 	pongsOwed int
 
 	opsWG sync.WaitGroup // operation goroutines
-	bgWG  sync.WaitGroup // writer and keeper
+	bgWG  sync.WaitGroup // the writer, and the goroutine answering owed pings
+
+	// The timed duties (keep): their timers, whether they are stopped for good, and the duties
+	// under way.
+	keepMu      sync.Mutex
+	keepTimers  []*time.Timer
+	keepStopped bool
+	keepWG      sync.WaitGroup
 }
 
 func newConn(h *Handler, wsc *websocket.Conn, r *http.Request, proto *protocol, log *slog.Logger) *conn {
@@ -133,7 +140,7 @@ func (c *conn) serve() {
 	c.log.Debug("ws: socket opened")
 
 	c.bgWG.Go(c.writeLoop)
-	c.bgWG.Go(c.keepLoop)
+	c.keep()
 
 	c.readLoop()
 
@@ -151,6 +158,7 @@ func (c *conn) serve() {
 	}
 	c.mu.Unlock()
 	c.opsWG.Wait()
+	c.stopKeeping()
 	c.bgWG.Wait()
 	c.h.counts.closeSocket(c.owner)
 	c.log.Debug("ws: socket closed", "close_code", int(c.closeCode), "close_reason", c.closeReason)
@@ -322,56 +330,99 @@ func (c *conn) finish() {
 	}
 }
 
-// recheckTimeout bounds one Rechecker.Recheck call; the keeper waits for it.
+// recheckTimeout bounds one Rechecker.Recheck call; the next recheck waits for it.
 const recheckTimeout = 5 * time.Second
 
-// keepLoop enforces InitTimeout, keeps the socket alive and, with a Rechecker, re-checks the
-// credential of an authenticated socket.
-func (c *conn) keepLoop() {
-	initTimer := time.NewTimer(c.h.cfg.InitTimeout)
-	defer initTimer.Stop()
-	ticker := time.NewTicker(c.h.cfg.KeepAlive)
-	defer ticker.Stop()
-	var recheck <-chan time.Time
-	rc, _ := c.h.exec.(Rechecker)
-	if rc != nil {
-		t := time.NewTicker(c.h.cfg.RecheckInterval)
-		defer t.Stop()
-		recheck = t.C
-	}
-	for {
-		select {
-		case <-c.ctx.Done():
-			return
-		case <-recheck:
+// keep arms the socket's timed duties: InitTimeout, the keep-alive (the protocol's message and a
+// WebSocket ping) every KeepAlive and, with a Rechecker, the credential's re-check every
+// RecheckInterval. They run on timers, not on a goroutine of the socket's own: a socket between
+// duties holds no stack, which is most of what an idle subscriber costs. A duty runs on its
+// timer's goroutine for as long as it takes (a ping waits for its pong) and arms its timer
+// again when it is done, so duties of one kind never overlap; duties of different kinds run
+// independently (a recheck is not held up by a slow pong). The timers stop when the connection
+// starts closing; stopKeeping also waits for a duty under way.
+func (c *conn) keep() {
+	c.after(c.h.cfg.InitTimeout, func() bool {
+		if !c.acked.Load() {
+			c.log.Info("ws: no connection_init in time", "init_timeout", c.h.cfg.InitTimeout)
+			c.fail(CloseInitTimeout, "Connection initialisation timeout", closeHandshake)
+		}
+		return false
+	})
+	c.after(c.h.cfg.KeepAlive, c.keepAlive)
+	if rc, ok := c.h.exec.(Rechecker); ok {
+		c.after(c.h.cfg.RecheckInterval, func() bool {
 			// acked is stored after authCtx is set: once it reads true, authCtx is safe to read.
-			if c.acked.Load() && !c.recheck(rc) {
-				return
-			}
-		case <-initTimer.C:
-			if !c.acked.Load() {
-				c.log.Info("ws: no connection_init in time", "init_timeout", c.h.cfg.InitTimeout)
-				c.fail(CloseInitTimeout, "Connection initialisation timeout", closeHandshake)
-				return
-			}
-		case <-ticker.C:
-			if c.proto.keepAlive != nil && c.acked.Load() {
-				if c.send(nil, c.proto.keepAlive) != nil {
-					return
-				}
-			}
-			// Not derived from c.ctx: see write. Ping waits for the pong the reader receives.
-			ctx, cancel := context.WithTimeout(context.Background(), c.h.cfg.KeepAlive)
-			err := c.ws.Ping(ctx)
-			cancel()
-			if err != nil && c.ctx.Err() == nil {
-				if c.fail(websocket.StatusGoingAway, "keep-alive timeout", closeNow) {
-					c.log.Info("ws: peer did not answer ping, dropping socket", "error", err)
-				}
-				return
-			}
+			return !c.acked.Load() || c.recheck(rc)
+		})
+	}
+	context.AfterFunc(c.ctx, func() {
+		c.keepMu.Lock()
+		defer c.keepMu.Unlock()
+		for _, t := range c.keepTimers {
+			t.Stop()
+		}
+	})
+}
+
+// keepAlive sends the protocol's keep-alive message, if it has one, once the socket is
+// acknowledged, and pings; it reports whether the socket stays open.
+func (c *conn) keepAlive() bool {
+	if c.proto.keepAlive != nil && c.acked.Load() {
+		if c.send(nil, c.proto.keepAlive) != nil {
+			return false
 		}
 	}
+	// Not derived from c.ctx: see write. Ping waits for the pong the reader receives.
+	ctx, cancel := context.WithTimeout(context.Background(), c.h.cfg.KeepAlive)
+	err := c.ws.Ping(ctx)
+	cancel()
+	if err != nil && c.ctx.Err() == nil {
+		if c.fail(websocket.StatusGoingAway, "keep-alive timeout", closeNow) {
+			c.log.Info("ws: peer did not answer ping, dropping socket", "error", err)
+		}
+		return false
+	}
+	return c.ctx.Err() == nil
+}
+
+// after runs duty d after the socket is accepted, and again d after each run that returns true,
+// until the connection starts closing.
+func (c *conn) after(d time.Duration, duty func() bool) {
+	c.keepMu.Lock()
+	defer c.keepMu.Unlock()
+	var t *time.Timer
+	t = time.AfterFunc(d, func() {
+		c.keepMu.Lock()
+		if c.keepStopped || c.ctx.Err() != nil {
+			c.keepMu.Unlock()
+			return
+		}
+		c.keepWG.Add(1)
+		c.keepMu.Unlock()
+		defer c.keepWG.Done()
+		if !duty() {
+			return
+		}
+		c.keepMu.Lock()
+		if !c.keepStopped && c.ctx.Err() == nil {
+			t.Reset(d)
+		}
+		c.keepMu.Unlock()
+	})
+	c.keepTimers = append(c.keepTimers, t)
+}
+
+// stopKeeping stops the timers of keep and waits for a duty under way; nothing of keep runs
+// after it returns.
+func (c *conn) stopKeeping() {
+	c.keepMu.Lock()
+	c.keepStopped = true
+	for _, t := range c.keepTimers {
+		t.Stop()
+	}
+	c.keepMu.Unlock()
+	c.keepWG.Wait()
 }
 
 // authenticated records the identity context of a successful connection_init. When that

@@ -77,15 +77,17 @@
 // # Concurrency and backpressure
 //
 // Each connection has exactly these goroutines, all owned by the ServeHTTP call that accepted
-// it, which waits for every one of them before it returns:
+// it, which waits for every one of them before it returns (the timed duties' too):
 //
 //   - the reader (the ServeHTTP goroutine itself): reads and handles client messages in order;
 //     connection_init is authenticated inline, so nothing runs before the ack.
 //   - while a ping waits for operations to start (below), one goroutine that answers it.
 //   - the writer: the only goroutine that writes data frames. It drains the send queue, one
 //     frame at a time, each under WriteTimeout, and performs the close handshake at the end.
-//   - the keeper: init timeout, the protocol keep-alive (legacy "ka"), WebSocket pings, and
-//     the credential re-check (Rechecker).
+//   - while a timed duty runs, its timer's goroutine: the init timeout, the protocol keep-alive
+//     (legacy "ka") with a WebSocket ping (the goroutine waits for the pong), and the
+//     credential re-check (Rechecker). Between duties a socket has no goroutine for them: an
+//     idle subscriber costs its reader, its writer and its operations' goroutines only.
 //   - one per operation: runs Executor.Execute and turns its responses into messages.
 //
 // Every outgoing message goes through one bounded queue per connection (SubscriberBuffer
@@ -108,7 +110,7 @@
 // # Files
 //
 //	handler.go    Executor, Rechecker, Request, Response, Config, Handler (upgrade, shutdown)
-//	conn.go       one socket: reader, send queue, writer, keeper, operations, closing
+//	conn.go       one socket: reader, send queue, writer, timed duties, operations, closing
 //	limits.go     Owner, Limits: sockets and operations per credential and per node
 //	transport.go  graphql-transport-ws messages
 //	legacy.go     subscriptions-transport-ws messages
