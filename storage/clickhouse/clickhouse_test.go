@@ -93,7 +93,6 @@ func TestServerSurvivesConnectionReset(t *testing.T) {
 	}
 }
 
-// exec runs statements on the database of dsn.
 // openConn is a plain connection to dsn, closed when t ends.
 func openConn(t testing.TB, dsn string) driver.Conn {
 	t.Helper()
@@ -109,6 +108,7 @@ func openConn(t testing.TB, dsn string) driver.Conn {
 	return conn
 }
 
+// exec runs statements on the database of dsn.
 func exec(t *testing.T, dsn string, stmts ...string) {
 	t.Helper()
 	conn := openConn(t, dsn)
@@ -255,15 +255,7 @@ func TestCountsBackfill(t *testing.T) {
 	if err := store.AppendEvents(ctx, before); err != nil {
 		t.Fatal(err)
 	}
-	opts, err := ch.ParseDSN(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	conn, err := ch.Open(opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = conn.Close() }()
+	conn := openConn(t, url)
 	for _, stmt := range []string{"DROP VIEW event_counts_hourly_mv", "DROP TABLE event_counts_hourly"} {
 		if err := conn.Exec(ctx, stmt); err != nil {
 			t.Fatal(err)
@@ -311,15 +303,7 @@ func TestLargeBatchOfCopiesCountedOnce(t *testing.T) {
 	if err := store.AppendEvents(ctx, append(batch, batch[4900:5000]...)); err != nil {
 		t.Fatal(err)
 	}
-	opts, err := ch.ParseDSN(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	conn, err := ch.Open(opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = conn.Close() }()
+	conn := openConn(t, url)
 	var rows, distinct, counted uint64
 	if err := conn.QueryRow(ctx, "SELECT count(), uniqExact(id) FROM event_log").Scan(&rows, &distinct); err != nil {
 		t.Fatal(err)

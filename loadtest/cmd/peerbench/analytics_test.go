@@ -39,15 +39,8 @@ func TestParseAnalytics(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			c := valid()
 			tc.edit(&c)
-			err := c.parse()
-			if tc.wantErr != "" {
-				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
-					t.Fatalf("parse() = %v, want an error with %q", err, tc.wantErr)
-				}
+			if !parsedAsWanted(t, &c, tc.wantErr) {
 				return
-			}
-			if err != nil {
-				t.Fatalf("parse() = %v", err)
 			}
 			if !slices.Equal(c.Analytics.Rates, tc.rates) {
 				t.Errorf("rates = %v, want %v", c.Analytics.Rates, tc.rates)

@@ -3,7 +3,6 @@ package main
 import (
 	"os"
 	"slices"
-	"strings"
 	"testing"
 	"time"
 
@@ -34,15 +33,8 @@ func TestParseFanout(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			c := valid()
 			tc.edit(&c)
-			err := c.parse()
-			if tc.wantErr != "" {
-				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
-					t.Fatalf("parse() = %v, want an error with %q", err, tc.wantErr)
-				}
+			if !parsedAsWanted(t, &c, tc.wantErr) {
 				return
-			}
-			if err != nil {
-				t.Fatalf("parse() = %v", err)
 			}
 			if !slices.Equal(c.Fanout.Sockets, tc.sockets) {
 				t.Errorf("sockets = %v, want %v", c.Fanout.Sockets, tc.sockets)

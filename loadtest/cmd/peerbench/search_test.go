@@ -235,21 +235,32 @@ func TestParseSearch(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			c := valid()
 			tc.edit(&c)
-			err := c.parse()
-			if tc.wantErr != "" {
-				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
-					t.Fatalf("parse() = %v, want an error with %q", err, tc.wantErr)
-				}
+			if !parsedAsWanted(t, &c, tc.wantErr) {
 				return
-			}
-			if err != nil {
-				t.Fatalf("parse() = %v", err)
 			}
 			if !c.fhir() {
 				t.Errorf("fhir() = false for %v", c.Workloads)
 			}
 		})
 	}
+}
+
+// parsedAsWanted parses c, a valid config a table case edited: with wantErr, it checks that
+// parse fails naming it; otherwise that parse succeeds. It reports whether the case goes on to
+// check what parse made of c.
+func parsedAsWanted(t *testing.T, c *config, wantErr string) bool {
+	t.Helper()
+	err := c.parse()
+	if wantErr != "" {
+		if err == nil || !strings.Contains(err.Error(), wantErr) {
+			t.Fatalf("parse() = %v, want an error with %q", err, wantErr)
+		}
+		return false
+	}
+	if err != nil {
+		t.Fatalf("parse() = %v", err)
+	}
+	return true
 }
 
 func validFanout() fanoutConfig {
