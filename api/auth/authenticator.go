@@ -223,6 +223,10 @@ func keysUnavailable(err error) error {
 		Details: map[string]any{"dependency": postgres.Dependency}}
 }
 
+// recheckFetchTimeout bounds Recheck's read of the key store on a cache miss; past it the key is
+// unknown for now (UNAVAILABLE), and the socket is asked again at its next recheck.
+const recheckFetchTimeout = 5 * time.Second
+
 // Recheck reports whether p, a principal this Authenticator returned, still stands: it has not
 // expired (a JWT's exp, a rotated key's grace), its key (a JWT's parent key) is neither revoked
 // nor expired, still holds every scope p carries and still admits p's client address. Long-lived
@@ -243,7 +247,13 @@ func (a *Authenticator) Recheck(ctx context.Context, p *access.Principal) error 
 	if !p.ExpiresAt.IsZero() && !now.Before(p.ExpiresAt) {
 		return refuse(ErrInvalidCredential, ReasonExpired, "", principalKey(p), ip)
 	}
-	key, err := a.lookup("i:"+p.KeyID, func() (*apikeys.Key, error) { return a.keys.Get(ctx, "", p.KeyID) })
+	key, err := a.lookup("i:"+p.KeyID, func() (*apikeys.Key, error) {
+		// The key store is read on a cache miss only, so only then is the time bounded: a socket
+		// rechecks every second, and a deadline per call would cost a timer per socket per second.
+		fctx, cancel := context.WithTimeout(ctx, recheckFetchTimeout)
+		defer cancel()
+		return a.keys.Get(fctx, "", p.KeyID)
+	})
 	if err != nil {
 		return keysUnavailable(err)
 	}

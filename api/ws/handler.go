@@ -64,12 +64,15 @@ type Executor interface {
 
 // Rechecker is implemented by an Executor whose credentials can be withdrawn while a socket is
 // open: an API key revoked, rotated past its grace, narrowed. Every Config.RecheckInterval after
-// connection_ack the socket's keeper calls Recheck with the context Authenticate returned (and a
-// timeout); an error closes the socket with 4403 "Forbidden: credential no longer valid",
-// cancelling its operations, and the client must reconnect with a valid credential. Recheck
-// returns nil while the credential stands and also when it cannot tell (its store is out of
-// reach): a socket is closed on a definite answer only, and asked again next time. The error is
-// logged, so it must not contain the credential.
+// connection_ack the socket calls Recheck with the context Authenticate returned, which ends
+// when the socket closes; an error closes the socket with 4403 "Forbidden: credential no
+// longer valid", cancelling its operations, and the client must reconnect with a valid
+// credential. Recheck returns nil while the credential stands and also when it cannot tell (its
+// store is out of reach): a socket is closed on a definite answer only, and asked again next
+// time. It bounds its own slow paths (a store to reach): the next recheck of the socket waits
+// for it, and it runs every second on every socket, so it should be a lookup in memory that
+// allocates nothing per call on its usual path. The error is logged, so it must not contain the
+// credential.
 type Rechecker interface {
 	Recheck(ctx context.Context) error
 }
