@@ -67,7 +67,7 @@ type operation struct {
 var errConnClosing = errors.New("ws: connection closing")
 
 // conn is one accepted socket. Its reader runs on the ServeHTTP goroutine; serve starts and
-// waits for the writer, the keeper and the operations.
+// waits for the writer, the timed duties and the operations.
 type conn struct {
 	h     *Handler
 	ws    *websocket.Conn
