@@ -33,8 +33,9 @@
 // append: on Postgres, concurrent COPYs into event_log wait on each other to extend the table
 // and share the cores with the node, and one stream of up to 5,000 rows kept the tail of
 // publish → log at 80 % of the arrays' rate at 269–313 ms p99 where three chunks of 1,000 at
-// once gave 498–883 (docs/PERFORMANCE.md); on ClickHouse each append is a part, so fewer is
-// better too. A record that is not a valid envelope is logged by topic, partition and offset,
+// once gave 498–883 (docs/PERFORMANCE.md); on ClickHouse each append is a part (and a lookup of
+// the batch's ids), so fewer is better too, and its store asks for batches of up to 20,000
+// (storage.BatchedEventLog), which a backlog fills and a steady rate does not wait for. A record that is not a valid envelope is logged by topic, partition and offset,
 // counted, and skipped: it is committed with its batch and never blocks its partition
 // (consume.Decode).
 //
