@@ -10,14 +10,12 @@ import (
 	"math"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"text/tabwriter"
 	"time"
 
@@ -293,58 +291,22 @@ func analyticsEvent(i int, t time.Time) ([]byte, error) {
 // this process on free ports with its state in a directory of its own, stopped and deleted by
 // Close.
 type clickhouseServer struct {
-	script, state string
-	env           []string
-	tcp, http     string
-	pid           int
-	client        *http.Client
+	*localDaemon
+	tcp, http string
+	client    *http.Client
 }
 
 func startClickHouse(ctx context.Context, script string, logw io.Writer) (*clickhouseServer, error) {
-	tcp, err := freePort()
+	d, err := startDaemon(ctx, "clickhouse", script, logw, [2]string{"CLICKHOUSE_TCP_PORT", "CLICKHOUSE_HTTP_PORT"}, "CLICKHOUSE_STATE_DIR",
+		"CLICKHOUSE_DATABASE=peerbench")
 	if err != nil {
 		return nil, err
 	}
-	hp, err := freePort()
-	if err != nil {
-		return nil, err
+	if b, err := os.ReadFile(filepath.Join(d.state, "clickhouse.pid")); err == nil {
+		d.pid, _ = strconv.Atoi(strings.TrimSpace(string(b)))
 	}
-	state, err := os.MkdirTemp("/tmp", "carehub-peerbench-clickhouse-")
-	if err != nil {
-		return nil, err
-	}
-	s := &clickhouseServer{script: script, state: state, tcp: fmt.Sprintf("127.0.0.1:%d", tcp), http: fmt.Sprintf("127.0.0.1:%d", hp),
-		client: &http.Client{Timeout: 2 * time.Minute},
-		env: append(os.Environ(), fmt.Sprintf("CLICKHOUSE_TCP_PORT=%d", tcp), fmt.Sprintf("CLICKHOUSE_HTTP_PORT=%d", hp),
-			"CLICKHOUSE_STATE_DIR="+state, "CLICKHOUSE_DATABASE=peerbench")}
-	if err := s.run(ctx, logw, "up"); err != nil {
-		s.Close()
-		return nil, fmt.Errorf("clickhouse.sh up: %w", err)
-	}
-	if b, err := os.ReadFile(filepath.Join(state, "clickhouse.pid")); err == nil {
-		s.pid, _ = strconv.Atoi(strings.TrimSpace(string(b)))
-	}
-	return s, nil
-}
-
-func (s *clickhouseServer) run(ctx context.Context, logw io.Writer, args ...string) error {
-	cmd := exec.CommandContext(ctx, s.script, args...)
-	cmd.Env, cmd.Stdout, cmd.Stderr = s.env, logw, logw
-	return cmd.Run()
-}
-
-// Close stops the engine (`clickhouse.sh down`: SIGTERM, SIGKILL after its timeout) and deletes
-// its state, whatever the run's context.
-func (s *clickhouseServer) Close() {
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	if err := s.run(ctx, io.Discard, "down"); err != nil {
-		fmt.Fprintln(os.Stderr, "peerbench: clickhouse.sh down:", err)
-		if s.pid > 0 {
-			_ = syscall.Kill(s.pid, syscall.SIGKILL)
-		}
-	}
-	_ = os.RemoveAll(s.state)
+	return &clickhouseServer{localDaemon: d, tcp: fmt.Sprintf("127.0.0.1:%d", d.ports[0]), http: fmt.Sprintf("127.0.0.1:%d", d.ports[1]),
+		client: &http.Client{Timeout: 2 * time.Minute}}, nil
 }
 
 // query runs one statement over HTTP and returns the answer, trimmed.

@@ -18,64 +18,82 @@ import (
 // kafkaBroker is an Apache Kafka broker of deploy/local/kafka/kafka.sh started by this process on
 // free ports with its state in a directory of its own, stopped and deleted by Close.
 type kafkaBroker struct {
-	script, state string
-	env           []string
-	addr          string
-	pid           int
+	*localDaemon
+	addr string
 }
 
 // startKafka runs `kafka.sh up` (it fetches the jars once, formats the state dir, starts the
 // broker and waits until it serves metadata) on two free loopback ports.
 func startKafka(ctx context.Context, script string, logw io.Writer) (*kafkaBroker, error) {
-	port, err := freePort()
+	d, err := startDaemon(ctx, "kafka", script, logw, [2]string{"KAFKA_PORT", "KAFKA_CONTROLLER_PORT"}, "KAFKA_STATE_DIR")
 	if err != nil {
 		return nil, err
 	}
-	cport, err := freePort()
-	if err != nil {
-		return nil, err
+	if out, err := d.output(ctx, "pid"); err == nil {
+		d.pid, _ = strconv.Atoi(strings.TrimSpace(out))
 	}
-	state, err := os.MkdirTemp("/tmp", "carehub-peerbench-kafka-")
-	if err != nil {
-		return nil, err
-	}
-	k := &kafkaBroker{script: script, state: state, addr: fmt.Sprintf("127.0.0.1:%d", port),
-		env: append(os.Environ(), fmt.Sprintf("KAFKA_PORT=%d", port), fmt.Sprintf("KAFKA_CONTROLLER_PORT=%d", cport), "KAFKA_STATE_DIR="+state)}
-	if err := k.run(ctx, logw, "up"); err != nil {
-		k.Close()
-		return nil, fmt.Errorf("kafka.sh up: %w", err)
-	}
-	if out, err := k.output(ctx, "pid"); err == nil {
-		k.pid, _ = strconv.Atoi(strings.TrimSpace(out))
-	}
-	return k, nil
+	return &kafkaBroker{localDaemon: d, addr: fmt.Sprintf("127.0.0.1:%d", d.ports[0])}, nil
 }
 
-func (k *kafkaBroker) run(ctx context.Context, logw io.Writer, args ...string) error {
-	cmd := exec.CommandContext(ctx, k.script, args...)
-	cmd.Env, cmd.Stdout, cmd.Stderr = k.env, logw, logw
+// localDaemon is a server of deploy/local (kafka.sh, clickhouse.sh) that this process started
+// on two free loopback ports, with its state in a directory of its own under /tmp.
+type localDaemon struct {
+	name, script, state string
+	env                 []string
+	ports               [2]int
+	pid                 int // when known: Close kills it if the script cannot stop it
+}
+
+// startDaemon runs `script up` with the two ports in portVars and the state directory in
+// stateVar, plus env; it stops and deletes what it started if up fails.
+func startDaemon(ctx context.Context, name, script string, logw io.Writer, portVars [2]string, stateVar string, env ...string) (*localDaemon, error) {
+	d := &localDaemon{name: name, script: script}
+	for i := range d.ports {
+		port, err := freePort()
+		if err != nil {
+			return nil, err
+		}
+		d.ports[i] = port
+	}
+	state, err := os.MkdirTemp("/tmp", "carehub-peerbench-"+name+"-")
+	if err != nil {
+		return nil, err
+	}
+	d.state = state
+	d.env = append(append(os.Environ(), fmt.Sprintf("%s=%d", portVars[0], d.ports[0]), fmt.Sprintf("%s=%d", portVars[1], d.ports[1]),
+		stateVar+"="+state), env...)
+	if err := d.run(ctx, logw, "up"); err != nil {
+		d.Close()
+		return nil, fmt.Errorf("%s up: %w", filepath.Base(script), err)
+	}
+	return d, nil
+}
+
+func (d *localDaemon) run(ctx context.Context, logw io.Writer, args ...string) error {
+	cmd := exec.CommandContext(ctx, d.script, args...)
+	cmd.Env, cmd.Stdout, cmd.Stderr = d.env, logw, logw
 	return cmd.Run()
 }
 
-func (k *kafkaBroker) output(ctx context.Context, args ...string) (string, error) {
-	cmd := exec.CommandContext(ctx, k.script, args...)
-	cmd.Env = k.env
+func (d *localDaemon) output(ctx context.Context, args ...string) (string, error) {
+	cmd := exec.CommandContext(ctx, d.script, args...)
+	cmd.Env = d.env
 	out, err := cmd.Output()
 	return string(out), err
 }
 
-// Close stops the broker (`kafka.sh down`: SIGTERM, SIGKILL after its timeout) and deletes its
+// Close stops the server (`script down`: SIGTERM, SIGKILL after its timeout) and deletes its
 // state. It does not depend on the run's context, which may be over.
-func (k *kafkaBroker) Close() {
+func (d *localDaemon) Close() {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	if err := k.run(ctx, io.Discard, "down"); err != nil {
-		fmt.Fprintln(os.Stderr, "peerbench: kafka.sh down:", err)
-		if k.pid > 0 {
-			_ = syscall.Kill(k.pid, syscall.SIGKILL)
+	if err := d.run(ctx, io.Discard, "down"); err != nil {
+		fmt.Fprintf(os.Stderr, "peerbench: %s down: %v\n", filepath.Base(d.script), err)
+		if d.pid > 0 {
+			_ = syscall.Kill(d.pid, syscall.SIGKILL)
 		}
 	}
-	_ = os.RemoveAll(k.state)
+	_ = os.RemoveAll(d.state)
 }
 
 // graphqlwsPeer is loadtest/peers/graphqlws/server.cjs on Node, started by this process.
