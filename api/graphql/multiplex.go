@@ -89,8 +89,8 @@ type sharedResult struct {
 func (r sharedResult) size() int { return len(r.res.Data) }
 
 // member is one subscription of a shared execution: the results its socket has still to be
-// sent, in order. The pump pushes and closes it, the member's own goroutine takes from it
-// (next).
+// sent, in order. The pump pushes and closes it, the member's operation takes from it
+// (memberResults.Next).
 type member struct {
 	mu     sync.Mutex
 	queue  []sharedResult // waiting from queue[head] on
@@ -342,7 +342,7 @@ func others(all, patients []string) []string {
 // subscribeShared runs a subscription as a member of the shared execution of its key: the
 // member's results are audited on its own context, those waiting together in one record of the
 // ids they touched.
-func (e *wsExecutor) subscribeShared(ctx context.Context, p *access.Principal, d readDoc, req ws.Request, key string) (<-chan *ws.Response, error) {
+func (e *wsExecutor) subscribeShared(ctx context.Context, p *access.Principal, d readDoc, req ws.Request, key string) (ws.Results, error) {
 	results, leave, err := e.h.subs.join(key, p, func(gctx context.Context) (<-chan any, *access.Recorder, error) {
 		gctx = withLoaders(gctx, newLoaders(e.h.s))
 		gctx, rec := access.WithRecorder(gctx)
@@ -364,53 +364,75 @@ func (e *wsExecutor) subscribeShared(ctx context.Context, p *access.Principal, d
 	if err != nil {
 		return nil, err
 	}
-	start, op := time.Now(), d.operation(req.OperationName)
-	mapped := make(chan *ws.Response)
-	go func() {
-		defer close(mapped)
-		defer leave()
-		for {
-			batch, ok := results.nextBatch(ctx, maxAuditBatch)
-			if !ok {
-				return
+	return &memberResults{e: e, p: p, op: d.operation(req.OperationName), start: time.Now(), mb: results, leave: leave}, nil
+}
+
+// memberResults are a member's results as its operation takes them (ws.Results), on the
+// operation's own goroutine: a shared subscription holds no goroutine of its own besides it.
+type memberResults struct {
+	e     *wsExecutor
+	p     *access.Principal
+	op    string
+	start time.Time
+	mb    *member
+	leave func()
+	// ready are results audited and not yet taken.
+	ready []*ws.Response
+}
+
+// Next implements ws.Results. The results waiting when it finds none ready are taken together:
+// charged to the organization's fan-out rate, then audited in one record.
+func (m *memberResults) Next(ctx context.Context) (*ws.Response, bool) {
+	if len(m.ready) == 0 {
+		batch, ok := m.mb.nextBatch(ctx, maxAuditBatch)
+		if !ok {
+			return nil, false
+		}
+		// Each member's message is charged to its organization's fan-out rate: past it the
+		// member waits, falls behind and is dropped, while other organizations' members are
+		// sent at once.
+		size := 0
+		for _, r := range batch {
+			size += len(r.res.Data)
+		}
+		if m.e.h.fanOut.wait(ctx, m.p.OrgID, int64(size)) != nil {
+			return nil, false
+		}
+		// The results waiting are audited together: one record names the patients of them
+		// all, acknowledged before any is sent, rather than a broker round trip each (a
+		// stream of predictions names a patient in every message).
+		actx, _ := access.WithRecorder(ctx)
+		for _, r := range batch {
+			for _, id := range r.patients {
+				access.Touch(actx, access.KindPatient, id)
 			}
-			// Each member's message is charged to its organization's fan-out rate: past it the
-			// member waits, falls behind and is dropped, while other organizations' members are
-			// sent at once.
-			size := 0
-			for _, r := range batch {
-				size += len(r.res.Data)
-			}
-			if e.h.fanOut.wait(ctx, p.OrgID, int64(size)) != nil {
-				return
-			}
-			// The results waiting are audited together: one record names the patients of them
-			// all, acknowledged before any is sent, rather than a broker round trip each (a
-			// stream of predictions names a patient in every message).
-			actx, _ := access.WithRecorder(ctx)
-			for _, r := range batch {
-				for _, id := range r.patients {
-					access.Touch(actx, access.KindPatient, id)
-				}
-				for _, id := range r.resources {
-					access.Touch(actx, "resource", id)
-				}
-			}
-			denied := e.audit(actx, op, start, batch[0].res)
-			for _, r := range batch {
-				res := r.res
-				if denied != batch[0].res {
-					res = denied
-				}
-				select {
-				case mapped <- res:
-				case <-ctx.Done():
-					return
-				}
+			for _, id := range r.resources {
+				access.Touch(actx, "resource", id)
 			}
 		}
-	}()
-	return mapped, nil
+		denied := m.e.audit(actx, m.op, m.start, batch[0].res)
+		for _, r := range batch {
+			res := r.res
+			if denied != batch[0].res {
+				res = denied
+			}
+			m.ready = append(m.ready, res)
+		}
+	}
+	r := m.ready[0]
+	m.ready[0] = nil
+	m.ready = m.ready[1:]
+	if len(m.ready) == 0 {
+		m.ready = nil
+	}
+	return r, true
+}
+
+// Close implements ws.Results: the member leaves its execution (the last one ends it).
+func (m *memberResults) Close(time.Duration) bool {
+	m.leave()
+	m.ready = nil
+	return true
 }
 
 // maxAuditBatch bounds the results of a member audited in one record.

@@ -112,13 +112,13 @@ func (e *wsExecutor) audit(ctx context.Context, op string, start time.Time, res 
 		Extensions: map[string]any{"code": CodeInternal}}}}
 }
 
-func (e *wsExecutor) Execute(ctx context.Context, req ws.Request) (<-chan *ws.Response, error) {
+func (e *wsExecutor) Execute(ctx context.Context, req ws.Request) (ws.Results, error) {
 	d, errs := e.h.precheck(Request(req))
 	if errs != nil {
 		c := make(chan *ws.Response, 1)
 		c <- &ws.Response{Errors: errs}
 		close(c)
-		return c, nil
+		return ws.Chan(c), nil
 	}
 	if p := access.From(ctx); p != nil && isSubscription(d.doc, req.OperationName) {
 		if key, ok := shareKey(p, req); ok {
@@ -146,7 +146,7 @@ func (e *wsExecutor) Execute(ctx context.Context, req ws.Request) (<-chan *ws.Re
 			c := make(chan *ws.Response, 1)
 			c <- &ws.Response{Errors: refused.Errors}
 			close(c)
-			return c, nil
+			return ws.Chan(c), nil
 		}
 	}
 	start, op := time.Now(), d.operation(req.OperationName)
@@ -176,7 +176,7 @@ func (e *wsExecutor) Execute(ctx context.Context, req ws.Request) (<-chan *ws.Re
 			}
 		}
 	}()
-	return mapped, nil
+	return ws.Chan(mapped), nil
 }
 
 // finishWS is finish for a WebSocket response: a response with no data stays without data (a

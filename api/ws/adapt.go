@@ -7,7 +7,7 @@ import (
 )
 
 // ResponsesFrom adapts the channel of (*graphql.Schema).Subscribe, which also runs queries and
-// mutations, to what Executor.Execute returns; items of other types are skipped. Once ctx ends
+// mutations, to a channel of Responses (for Chan); items of other types are skipped. Once ctx ends
 // it discards what src still yields and closes the result when src closes, so that a closed
 // result means graph-gophers' goroutines for the operation are done. It owns one goroutine,
 // which ends with the result channel.

@@ -66,7 +66,7 @@ type operation struct {
 
 var errConnClosing = errors.New("ws: connection closing")
 
-// conn is one accepted socket. Its reader runs on the ServeHTTP goroutine; serve starts and
+// conn is one accepted socket. Its reader runs serve on a goroutine of its own; serve starts and
 // waits for the writer, the timed duties and the operations.
 type conn struct {
 	h     *Handler
@@ -107,6 +107,12 @@ type conn struct {
 	opsWG sync.WaitGroup // operation goroutines
 	bgWG  sync.WaitGroup // the writer, and the goroutine answering owed pings
 
+	// The writer runs only while there is something to write or the close to perform
+	// (wakeWriter): writerUp while it runs, writerDone once it has closed the socket.
+	writerMu   sync.Mutex
+	writerUp   bool
+	writerDone bool
+
 	// The timed duties (keep): their timers, whether they are stopped for good, and the duties
 	// under way.
 	keepMu      sync.Mutex
@@ -116,8 +122,8 @@ type conn struct {
 }
 
 func newConn(h *Handler, wsc *websocket.Conn, r *http.Request, proto *protocol, log *slog.Logger) *conn {
-	// r.Context stays valid after the hijack until ServeHTTP returns, which is after serve.
-	ctx, cancel := context.WithCancel(r.Context())
+	// The socket outlives ServeHTTP, whose return ends r's context: its values are kept.
+	ctx, cancel := context.WithCancel(context.WithoutCancel(r.Context()))
 	return &conn{
 		h:          h,
 		ws:         wsc,
@@ -139,7 +145,6 @@ func (c *conn) serve() {
 	defer c.h.metrics.connClosed(c.proto.name)
 	c.log.Debug("ws: socket opened")
 
-	c.bgWG.Go(c.writeLoop)
 	c.keep()
 
 	c.readLoop()
@@ -181,6 +186,7 @@ func (c *conn) fail(code websocket.StatusCode, reason string, mode closeMode, be
 			// The writer may be stuck in a write to this peer; this unblocks it.
 			_ = c.ws.CloseNow()
 		}
+		c.wakeWriter()
 	})
 	return first
 }
@@ -238,6 +244,7 @@ func (c *conn) enqueue(ctx context.Context, op *operation, data []byte) error {
 	if c.queueBytes.TryAcquire(m.weight) {
 		select {
 		case c.queue <- m:
+			c.wakeWriter()
 			return nil
 		default:
 			c.queueBytes.Release(m.weight)
@@ -249,6 +256,7 @@ func (c *conn) enqueue(ctx context.Context, op *operation, data []byte) error {
 	if err == nil {
 		select {
 		case c.queue <- m:
+			c.wakeWriter()
 			return nil
 		case <-wctx.Done():
 			c.queueBytes.Release(m.weight)
@@ -269,23 +277,52 @@ func (c *conn) slow(why string, attrs ...any) {
 	}
 }
 
-// writeLoop is the only writer of data frames, and performs the close.
+// wakeWriter starts the writer unless it runs or has closed the socket. A subscriber between
+// messages holds no writer goroutine, which with the reader's is most of what an idle socket
+// costs; a burst of messages is written by the one writer it wakes.
+func (c *conn) wakeWriter() {
+	c.writerMu.Lock()
+	defer c.writerMu.Unlock()
+	if c.writerUp || c.writerDone {
+		return
+	}
+	c.writerUp = true
+	c.bgWG.Go(c.writeLoop)
+}
+
+// writeLoop is the only writer of data frames, and performs the close. It returns once the queue
+// is empty; whoever queues next (or fail) starts it again.
 func (c *conn) writeLoop() {
 	for {
 		// Closing takes precedence over whatever is still queued.
 		select {
 		case <-c.closing:
 			c.finish()
+			c.writerMu.Lock()
+			c.writerUp, c.writerDone = false, true
+			c.writerMu.Unlock()
 			return
 		default:
 		}
 		select {
-		case <-c.closing:
-			c.finish()
-			return
 		case m := <-c.queue:
 			c.write(m)
+			continue
+		default:
 		}
+		// Nothing queued: end, unless a message or the close came in meanwhile (whoever queued
+		// it saw the writer up and left it to this one).
+		c.writerMu.Lock()
+		select {
+		case <-c.closing:
+		default:
+			if len(c.queue) == 0 {
+				c.writerUp = false
+				c.writerMu.Unlock()
+				return
+			}
+		}
+		c.writerMu.Unlock()
 	}
 }
 
@@ -604,23 +641,13 @@ func (c *conn) release(op *operation) bool {
 	return true
 }
 
-// drainTimeout bounds the wait for an executor to close its channel after cancellation.
+// drainTimeout bounds the wait for an executor's goroutines after cancellation (Results.Close).
 const drainTimeout = 5 * time.Second
 
-func (c *conn) drain(op *operation, results <-chan *Response) {
+func (c *conn) drain(op *operation, results Results) {
 	op.cancel()
-	t := time.NewTimer(drainTimeout)
-	defer t.Stop()
-	for {
-		select {
-		case _, ok := <-results:
-			if !ok {
-				return
-			}
-		case <-t.C:
-			c.log.Error("ws: executor did not close its channel after cancellation", "op_id", op.id, "waited", drainTimeout)
-			return
-		}
+	if !results.Close(drainTimeout) {
+		c.log.Error("ws: executor's operation did not end after cancellation", "op_id", op.id, "waited", drainTimeout)
 	}
 }
 
@@ -638,7 +665,7 @@ func (c *conn) runOperation(ctx context.Context, op *operation, req Request) {
 		}
 	}()
 
-	results, err := func() (<-chan *Response, error) {
+	results, err := func() (Results, error) {
 		defer close(op.started)
 		return c.h.exec.Execute(ctx, req)
 	}()
@@ -654,37 +681,34 @@ func (c *conn) runOperation(ctx context.Context, op *operation, req Request) {
 		return
 	}
 
-	// However the operation ends, wait for the executor to close its channel: its goroutines
-	// belong to this operation, and this operation to the connection that waits for it.
+	// However the operation ends, wait for the executor's goroutines: they belong to this
+	// operation, and this operation to the connection that waits for it.
 	defer c.drain(op, results)
 
 	first := true
 	for {
-		select {
-		case <-ctx.Done():
+		r, ok := results.Next(ctx)
+		switch {
+		case ctx.Err() != nil:
 			c.release(op)
 			return
-		case r, ok := <-results:
-			if !ok {
-				if c.release(op) {
-					_ = c.enqueue(ctx, op, c.proto.complete(op.id))
-				}
-				return
+		case !ok:
+			if c.release(op) {
+				_ = c.enqueue(ctx, op, c.proto.complete(op.id))
 			}
-			if r == nil {
-				continue
+			return
+		case r == nil:
+			continue
+		case first && len(r.Data) == 0 && len(r.Errors) > 0:
+			if c.release(op) {
+				_ = c.enqueue(ctx, op, c.proto.requestError(op.id, r.Errors))
 			}
-			if first && len(r.Data) == 0 && len(r.Errors) > 0 {
-				if c.release(op) {
-					_ = c.enqueue(ctx, op, c.proto.requestError(op.id, r.Errors))
-				}
-				return
-			}
-			first = false
-			if c.enqueue(ctx, op, c.proto.next(op.id, r)) != nil {
-				c.release(op)
-				return
-			}
+			return
+		}
+		first = false
+		if c.enqueue(ctx, op, c.proto.next(op.id, r)) != nil {
+			c.release(op)
+			return
 		}
 	}
 }

@@ -76,18 +76,21 @@
 //
 // # Concurrency and backpressure
 //
-// Each connection has exactly these goroutines, all owned by the ServeHTTP call that accepted
-// it, which waits for every one of them before it returns (the timed duties' too):
+// Each connection has exactly these goroutines, all owned by its reader, which waits for every
+// one of them before it ends (the timed duties' too); Handler.Shutdown waits for the readers:
 //
-//   - the reader (the ServeHTTP goroutine itself): reads and handles client messages in order;
+//   - the reader, started by the ServeHTTP call that accepted the socket, which then returns:
+//     reads and handles client messages in order;
 //     connection_init is authenticated inline, so nothing runs before the ack.
 //   - while a ping waits for operations to start (below), one goroutine that answers it.
-//   - the writer: the only goroutine that writes data frames. It drains the send queue, one
-//     frame at a time, each under WriteTimeout, and performs the close handshake at the end.
+//   - while something is queued, the writer: the only goroutine that writes data frames. It
+//     drains the send queue, one frame at a time, each under WriteTimeout, and ends when the
+//     queue is empty; the next message queued starts it again. It performs the close handshake
+//     at the end.
 //   - while a timed duty runs, its timer's goroutine: the init timeout, the protocol keep-alive
 //     (legacy "ka") with a WebSocket ping (the goroutine waits for the pong), and the
 //     credential re-check (Rechecker). Between duties a socket has no goroutine for them: an
-//     idle subscriber costs its reader, its writer and its operations' goroutines only.
+//     idle subscriber costs its reader and its operations' goroutines only.
 //   - one per operation: runs Executor.Execute and turns its responses into messages.
 //
 // Every outgoing message goes through one bounded queue per connection (SubscriberBuffer

@@ -52,14 +52,54 @@ type Executor interface {
 	Authenticate(ctx context.Context, r *http.Request, authorization string) (context.Context, error)
 	// Execute runs one operation under ctx, which derives from the context Authenticate
 	// returned and is cancelled when the client stops the operation or the socket closes.
-	// For a subscription the channel yields one response per event and closes when the source
-	// ends or ctx is cancelled; for a query or mutation it yields exactly one. A first response
+	// For a subscription the results are one response per event and end when the source ends
+	// or ctx is cancelled; for a query or mutation there is exactly one. A first response
 	// with Errors and no Data (nil, not JSON null) means the operation was rejected before it
 	// ran (syntax, validation, authorization) and is sent as an error message. The caller
-	// receives promptly, except while the connection's send queue is full, and then for at most
-	// Config.SlowConsumerTimeout. An error return is sent to the client as an error message:
-	// a *gqlerrors.QueryError as it is, anything else as a generic internal error.
-	Execute(ctx context.Context, req Request) (<-chan *Response, error)
+	// takes them promptly, except while the connection's send queue is full, and then for at
+	// most Config.SlowConsumerTimeout. An error return is sent to the client as an error
+	// message: a *gqlerrors.QueryError as it is, anything else as a generic internal error.
+	Execute(ctx context.Context, req Request) (Results, error)
+}
+
+// Results are an operation's responses, taken in order by the operation's goroutine.
+type Results interface {
+	// Next returns the next response, waiting for it; false when there are no more or ctx
+	// (the operation's) ended.
+	Next(ctx context.Context) (*Response, bool)
+	// Close is called once, after the operation's context is cancelled: it lets go of what the
+	// results hold and waits up to wait for the operation's goroutines; false if they did not
+	// end in that time.
+	Close(wait time.Duration) bool
+}
+
+// Chan is Results read from a channel that the executor's goroutine closes once it is done.
+type Chan <-chan *Response
+
+// Next implements Results.
+func (c Chan) Next(ctx context.Context) (*Response, bool) {
+	select {
+	case r, ok := <-c:
+		return r, ok
+	case <-ctx.Done():
+		return nil, false
+	}
+}
+
+// Close implements Results: it discards what the channel still yields until it closes.
+func (c Chan) Close(wait time.Duration) bool {
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	for {
+		select {
+		case _, ok := <-c:
+			if !ok {
+				return true
+			}
+		case <-t.C:
+			return false
+		}
+	}
 }
 
 // Rechecker is implemented by an Executor whose credentials can be withdrawn while a socket is
@@ -205,7 +245,7 @@ type Handler struct {
 	mu     sync.Mutex
 	closed bool
 	conns  map[*conn]struct{}
-	wg     sync.WaitGroup // one per ServeHTTP call past the closed check
+	wg     sync.WaitGroup // one per ServeHTTP call past the closed check, then per socket served
 }
 
 // New returns a Handler that runs operations on exec, configured by cfg with its defaults
@@ -225,7 +265,10 @@ func New(exec Executor, cfg Config) (*Handler, error) {
 	}, nil
 }
 
-// ServeHTTP upgrades the request and serves the socket until it closes.
+// ServeHTTP upgrades the request and starts serving the socket. It returns once the socket is
+// accepted: the connection is hijacked, so net/http is done with it, and the socket is served on
+// a goroutine of its own (Shutdown waits for it). The goroutine that ran the middleware chain
+// would otherwise hold that chain's stack for as long as the socket stays open.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h.mu.Lock()
 	if h.closed {
@@ -235,7 +278,12 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	h.wg.Add(1)
 	h.mu.Unlock()
-	defer h.wg.Done()
+	served := false
+	defer func() {
+		if !served {
+			h.wg.Done()
+		}
+	}()
 
 	log := h.log.With("remote_addr", r.RemoteAddr)
 	defer func() {
@@ -245,7 +293,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 	}()
 
-	wsc, err := websocket.Accept(w, r, &websocket.AcceptOptions{
+	wsc, err := websocket.Accept(smallBuffers{w}, r, &websocket.AcceptOptions{
 		Subprotocols:   []string{ProtocolTransportWS, ProtocolLegacy},
 		OriginPatterns: h.cfg.OriginPatterns,
 	})
@@ -277,13 +325,21 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	h.conns[c] = struct{}{}
 	h.mu.Unlock()
-	defer func() {
-		h.mu.Lock()
-		delete(h.conns, c)
-		h.mu.Unlock()
+	served = true
+	go func() {
+		defer h.wg.Done()
+		defer func() {
+			h.mu.Lock()
+			delete(h.conns, c)
+			h.mu.Unlock()
+		}()
+		defer func() {
+			if v := recover(); v != nil {
+				log.Error("ws: panic serving socket", "panic", v)
+			}
+		}()
+		c.serve()
 	}()
-
-	c.serve()
 }
 
 // Shutdown refuses new sockets, closes every open one with 1001 "Going away" (cancelling

@@ -174,7 +174,7 @@ func (e *testExecutor) Authenticate(ctx context.Context, _ *http.Request, author
 	return context.WithValue(ctx, identityKey{}, who), nil
 }
 
-func (e *testExecutor) Execute(ctx context.Context, req Request) (<-chan *Response, error) {
+func (e *testExecutor) Execute(ctx context.Context, req Request) (Results, error) {
 	switch req.OperationName {
 	case opPanic:
 		panic("execute blew up")
@@ -193,7 +193,7 @@ func (e *testExecutor) Execute(ctx context.Context, req Request) (<-chan *Respon
 	if err != nil {
 		return nil, err
 	}
-	return ResponsesFrom(ctx, src), nil
+	return Chan(ResponsesFrom(ctx, src)), nil
 }
 
 type testServer struct {

@@ -19,7 +19,7 @@ import (
 // behind: an operation named Dropped yields one result and then reports itself too slow.
 type droppingExecutor struct{ Executor }
 
-func (e droppingExecutor) Execute(ctx context.Context, req Request) (<-chan *Response, error) {
+func (e droppingExecutor) Execute(ctx context.Context, req Request) (Results, error) {
 	if !strings.Contains(req.Query, "Dropped") { // wstest sends no operationName
 		return e.Executor.Execute(ctx, req)
 	}
@@ -35,7 +35,7 @@ func (e droppingExecutor) Execute(ctx context.Context, req Request) (<-chan *Res
 			panic("CloseSlow: the operation's context has no connection")
 		}
 	}()
-	return out, nil
+	return Chan(out), nil
 }
 
 // TestCloseSlow: an executor that calls CloseSlow ends the socket with 4008 in both protocols
