@@ -49,7 +49,7 @@ const (
 type outbound struct {
 	op     *operation
 	data   []byte
-	weight int64 // of the send queue's bytes: len(data), at most Limits.QueueBytes
+	weight int64 // of the send queue's room (queueRoom)
 }
 
 // operation is one running subscribe (legacy start).
@@ -69,20 +69,23 @@ var errConnClosing = errors.New("ws: connection closing")
 // conn is one accepted socket. Its reader runs serve on a goroutine of its own; serve starts and
 // waits for the writer, the timed duties and the operations.
 type conn struct {
-	h     *Handler
-	ws    *websocket.Conn
-	req   *http.Request
-	proto *protocol
-	log   *slog.Logger
+	h  *Handler
+	ws *websocket.Conn
+	// req is the upgrade request until connection_init takes it (takeRequest): only
+	// Authenticate reads it, once, and the socket need not keep it.
+	req        *http.Request
+	remoteAddr string
+	proto      *protocol
 
 	// ctx is cancelled when the connection starts closing; operations derive from it.
 	ctx    context.Context
 	cancel context.CancelFunc
 
-	queue chan outbound
-	// queueBytes holds the bytes of the messages queued or being written, up to QueueBytes:
-	// the queue's bound in bytes beside its bound in messages.
-	queueBytes *semaphore.Weighted
+	// queueRoom is the send queue's room, in bytes: a message weighs its length, at least
+	// QueueBytes/SubscriberBuffer and at most QueueBytes, so the queue holds at most
+	// SubscriberBuffer messages and QueueBytes bytes with one count. The messages themselves wait
+	// in queued (writerMu): a socket with nothing to send holds no buffer for them.
+	queueRoom *semaphore.Weighted
 
 	closeOnce   sync.Once
 	closing     chan struct{} // closed by fail; closeCode, closeReason, closeMode are set before
@@ -110,6 +113,7 @@ type conn struct {
 	// The writer runs only while there is something to write or the close to perform
 	// (wakeWriter): writerUp while it runs, writerDone once it has closed the socket.
 	writerMu   sync.Mutex
+	queued     []outbound
 	writerUp   bool
 	writerDone bool
 
@@ -121,19 +125,18 @@ type conn struct {
 	keepWG      sync.WaitGroup
 }
 
-func newConn(h *Handler, wsc *websocket.Conn, r *http.Request, proto *protocol, log *slog.Logger) *conn {
+func newConn(h *Handler, wsc *websocket.Conn, r *http.Request, proto *protocol) *conn {
 	// The socket outlives ServeHTTP, whose return ends r's context: its values are kept.
 	ctx, cancel := context.WithCancel(context.WithoutCancel(r.Context()))
 	return &conn{
 		h:          h,
 		ws:         wsc,
 		req:        r,
+		remoteAddr: r.RemoteAddr,
 		proto:      proto,
-		log:        log,
 		ctx:        ctx,
 		cancel:     cancel,
-		queue:      make(chan outbound, h.cfg.SubscriberBuffer),
-		queueBytes: semaphore.NewWeighted(h.cfg.QueueBytes),
+		queueRoom:  semaphore.NewWeighted(h.cfg.QueueBytes),
 		closing:    make(chan struct{}),
 		ops:        make(map[string]*operation),
 	}
@@ -143,7 +146,7 @@ func newConn(h *Handler, wsc *websocket.Conn, r *http.Request, proto *protocol, 
 func (c *conn) serve() {
 	c.h.metrics.connOpened(c.proto.name)
 	defer c.h.metrics.connClosed(c.proto.name)
-	c.log.Debug("ws: socket opened")
+	c.debug("ws: socket opened")
 
 	c.keep()
 
@@ -166,7 +169,27 @@ func (c *conn) serve() {
 	c.stopKeeping()
 	c.bgWG.Wait()
 	c.h.counts.closeSocket(c.owner)
-	c.log.Debug("ws: socket closed", "close_code", int(c.closeCode), "close_reason", c.closeReason)
+	c.debug("ws: socket closed", "close_code", int(c.closeCode), "close_reason", c.closeReason)
+}
+
+// takeRequest returns the upgrade request for connection_init, which both protocols accept
+// once; the reader goroutine's.
+func (c *conn) takeRequest() *http.Request {
+	r := c.req
+	c.req = nil
+	return r
+}
+
+// logger is the connection's logger, made when there is something to log.
+func (c *conn) logger() *slog.Logger {
+	return c.h.log.With("remote_addr", c.remoteAddr, "protocol", c.proto.name)
+}
+
+// debug logs at debug level, making the logger only when that level is on.
+func (c *conn) debug(msg string, args ...any) {
+	if c.h.log.Enabled(context.Background(), slog.LevelDebug) {
+		c.logger().Debug(msg, args...)
+	}
 }
 
 // fail starts closing the connection with code and reason; the first call wins. It cancels
@@ -182,6 +205,7 @@ func (c *conn) fail(code websocket.StatusCode, reason string, mode closeMode, be
 		c.closeCode, c.closeReason, c.closeMode = code, closeReason(reason), mode
 		c.cancel()
 		close(c.closing)
+		c.stopTimers()
 		if mode == closeNow {
 			// The writer may be stuck in a write to this peer; this unblocks it.
 			_ = c.ws.CloseNow()
@@ -203,12 +227,12 @@ func (c *conn) readLoop() {
 			switch {
 			case errors.Is(err, websocket.ErrMessageTooBig):
 				// The library has sent the 1009 close frame; the writer completes the handshake.
-				c.log.Info("ws: message too big", "limit_bytes", c.h.cfg.MaxMessageBytes)
+				c.logger().Info("ws: message too big", "limit_bytes", c.h.cfg.MaxMessageBytes)
 				c.fail(websocket.StatusMessageTooBig, "message too big", closeHandshake)
 			case websocket.CloseStatus(err) != -1:
 				c.fail(websocket.CloseStatus(err), "closed by client", closeHandshake)
 			default:
-				c.log.Debug("ws: read failed", "error", err)
+				c.debug("ws: read failed", "error", err)
 				c.fail(websocket.StatusGoingAway, "read failed", closeNow)
 			}
 			return
@@ -222,7 +246,7 @@ func (c *conn) readLoop() {
 func (c *conn) handle(data []byte) {
 	defer func() {
 		if v := recover(); v != nil {
-			c.log.Error("ws: panic handling message", "panic", v)
+			c.logger().Error("ws: panic handling message", "panic", v)
 			c.fail(c.proto.internalErrorCode, "Internal server error", closeHandshake)
 		}
 	}()
@@ -240,40 +264,59 @@ func (c *conn) enqueue(ctx context.Context, op *operation, data []byte) error {
 	if ctx.Err() != nil {
 		return errConnClosing
 	}
-	m := outbound{op: op, data: data, weight: min(int64(len(data)), c.h.cfg.QueueBytes)}
-	if c.queueBytes.TryAcquire(m.weight) {
-		select {
-		case c.queue <- m:
-			c.wakeWriter()
-			return nil
-		default:
-			c.queueBytes.Release(m.weight)
-		}
+	m := outbound{op: op, data: data, weight: c.weigh(data)}
+	if c.queueRoom.TryAcquire(m.weight) {
+		c.push(m)
+		return nil
 	}
 	wctx, cancel := context.WithTimeout(ctx, c.h.cfg.SlowConsumerTimeout)
 	defer cancel()
-	err := c.queueBytes.Acquire(wctx, m.weight)
-	if err == nil {
-		select {
-		case c.queue <- m:
-			c.wakeWriter()
-			return nil
-		case <-wctx.Done():
-			c.queueBytes.Release(m.weight)
-		}
+	if c.queueRoom.Acquire(wctx, m.weight) == nil {
+		c.push(m)
+		return nil
 	}
 	if ctx.Err() == nil {
-		c.slow("send queue full", "queue_capacity", cap(c.queue), "queue_bytes", c.h.cfg.QueueBytes,
+		c.slow("send queue full", "queue_capacity", c.h.cfg.SubscriberBuffer, "queue_bytes", c.h.cfg.QueueBytes,
 			"message_bytes", len(data), "wait", c.h.cfg.SlowConsumerTimeout)
 	}
 	return errConnClosing
+}
+
+// weigh is what data takes of the send queue's room (queueRoom).
+func (c *conn) weigh(data []byte) int64 {
+	least := max(c.h.cfg.QueueBytes/int64(max(c.h.cfg.SubscriberBuffer, 1)), 1)
+	return min(max(int64(len(data)), least), c.h.cfg.QueueBytes)
+}
+
+// push queues m, whose room is taken, and wakes the writer.
+func (c *conn) push(m outbound) {
+	c.writerMu.Lock()
+	c.queued = append(c.queued, m)
+	c.writerMu.Unlock()
+	c.wakeWriter()
+}
+
+// pop takes the first message queued, if any.
+func (c *conn) pop() (outbound, bool) {
+	c.writerMu.Lock()
+	defer c.writerMu.Unlock()
+	if len(c.queued) == 0 {
+		return outbound{}, false
+	}
+	m := c.queued[0]
+	c.queued[0] = outbound{}
+	c.queued = c.queued[1:]
+	if len(c.queued) == 0 {
+		c.queued = nil // a burst's room is let go
+	}
+	return m, true
 }
 
 // slow closes the connection with 4008 "Subscriber too slow"; why and attrs are logged.
 func (c *conn) slow(why string, attrs ...any) {
 	// Counted before the close is set in motion: a peer that sees the close may look for it.
 	if c.fail(CloseSlowConsumer, "Subscriber too slow", closeHandshake, c.h.metrics.slowConsumerClosed) {
-		c.log.Warn("ws: closing slow consumer", append([]any{"reason", why}, attrs...)...)
+		c.logger().Warn("ws: closing slow consumer", append([]any{"reason", why}, attrs...)...)
 	}
 }
 
@@ -304,11 +347,9 @@ func (c *conn) writeLoop() {
 			return
 		default:
 		}
-		select {
-		case m := <-c.queue:
+		if m, ok := c.pop(); ok {
 			c.write(m)
 			continue
-		default:
 		}
 		// Nothing queued: end, unless a message or the close came in meanwhile (whoever queued
 		// it saw the writer up and left it to this one).
@@ -316,7 +357,7 @@ func (c *conn) writeLoop() {
 		select {
 		case <-c.closing:
 		default:
-			if len(c.queue) == 0 {
+			if len(c.queued) == 0 {
 				c.writerUp = false
 				c.writerMu.Unlock()
 				return
@@ -327,7 +368,7 @@ func (c *conn) writeLoop() {
 }
 
 func (c *conn) write(m outbound) {
-	defer c.queueBytes.Release(m.weight)
+	defer c.queueRoom.Release(m.weight)
 	if m.op != nil && m.op.stopped.Load() {
 		return
 	}
@@ -337,7 +378,7 @@ func (c *conn) write(m outbound) {
 	cancel()
 	if err != nil {
 		if c.fail(websocket.StatusGoingAway, "write failed", closeNow) {
-			c.log.Info("ws: write failed, dropping socket", "error", err)
+			c.logger().Info("ws: write failed, dropping socket", "error", err)
 		}
 		return
 	}
@@ -351,19 +392,14 @@ func (c *conn) finish() {
 		_ = c.ws.CloseNow()
 		return
 	case closeAfterFlush:
-		for flushing := true; flushing; {
-			select {
-			case m := <-c.queue:
-				c.write(m)
-			default:
-				flushing = false
-			}
+		for m, ok := c.pop(); ok; m, ok = c.pop() {
+			c.write(m)
 		}
 	}
 	// Close writes the close frame (5 s limit) and waits for the peer's (5 s), then drops
 	// the TCP connection, which also ends the reader.
 	if err := c.ws.Close(c.closeCode, c.closeReason); err != nil {
-		c.log.Debug("ws: close handshake incomplete", "error", err)
+		c.debug("ws: close handshake incomplete", "error", err)
 	}
 }
 
@@ -378,7 +414,7 @@ func (c *conn) finish() {
 func (c *conn) keep() {
 	c.after(c.h.cfg.InitTimeout, func() bool {
 		if !c.acked.Load() {
-			c.log.Info("ws: no connection_init in time", "init_timeout", c.h.cfg.InitTimeout)
+			c.logger().Info("ws: no connection_init in time", "init_timeout", c.h.cfg.InitTimeout)
 			c.fail(CloseInitTimeout, "Connection initialisation timeout", closeHandshake)
 		}
 		return false
@@ -390,13 +426,6 @@ func (c *conn) keep() {
 			return !c.acked.Load() || c.recheck(rc)
 		})
 	}
-	context.AfterFunc(c.ctx, func() {
-		c.keepMu.Lock()
-		defer c.keepMu.Unlock()
-		for _, t := range c.keepTimers {
-			t.Stop()
-		}
-	})
 }
 
 // keepAlive sends the protocol's keep-alive message, if it has one, once the socket is
@@ -413,7 +442,7 @@ func (c *conn) keepAlive() bool {
 	cancel()
 	if err != nil && c.ctx.Err() == nil {
 		if c.fail(websocket.StatusGoingAway, "keep-alive timeout", closeNow) {
-			c.log.Info("ws: peer did not answer ping, dropping socket", "error", err)
+			c.logger().Info("ws: peer did not answer ping, dropping socket", "error", err)
 		}
 		return false
 	}
@@ -447,6 +476,16 @@ func (c *conn) after(d time.Duration, duty func() bool) {
 	c.keepTimers = append(c.keepTimers, t)
 }
 
+// stopTimers stops the timers of keep; fail calls it as the connection starts closing (a duty
+// that runs meanwhile finds c.ctx ended and does nothing).
+func (c *conn) stopTimers() {
+	c.keepMu.Lock()
+	defer c.keepMu.Unlock()
+	for _, t := range c.keepTimers {
+		t.Stop()
+	}
+}
+
 // stopKeeping stops the timers of keep and waits for a duty under way; nothing of keep runs
 // after it returns.
 func (c *conn) stopKeeping() {
@@ -468,7 +507,7 @@ func (c *conn) authenticated(ctx context.Context) {
 	c.acked.Store(true)
 	c.stopAuthWatch = context.AfterFunc(ctx, func() {
 		if c.ctx.Err() == nil && c.fail(CloseForbidden, "Forbidden: credential expired", closeHandshake) {
-			c.log.Info("ws: credential expired, closing socket")
+			c.logger().Info("ws: credential expired, closing socket")
 		}
 	})
 }
@@ -485,7 +524,7 @@ func (c *conn) admit(ctx context.Context) bool {
 	who.key, who.org = o.Owner(ctx)
 	if !c.h.counts.openSocket(who) {
 		c.h.metrics.socketRefused()
-		c.log.Info("ws: too many sockets for the credential or its organization",
+		c.logger().Info("ws: too many sockets for the credential or its organization",
 			"key_limit", c.h.cfg.SocketsPerKey, "org_limit", c.h.cfg.SocketsPerOrg)
 		return false
 	}
@@ -517,7 +556,7 @@ func (c *conn) recheck(rc Rechecker) bool {
 	}
 	if c.fail(CloseForbidden, "Forbidden: credential no longer valid", closeHandshake) {
 		c.h.metrics.credentialWithdrawn()
-		c.log.Info("ws: credential no longer valid, closing socket", "error", err)
+		c.logger().Info("ws: credential no longer valid, closing socket", "error", err)
 	}
 	return false
 }
@@ -647,7 +686,7 @@ const drainTimeout = 5 * time.Second
 func (c *conn) drain(op *operation, results Results) {
 	op.cancel()
 	if !results.Close(drainTimeout) {
-		c.log.Error("ws: executor's operation did not end after cancellation", "op_id", op.id, "waited", drainTimeout)
+		c.logger().Error("ws: executor's operation did not end after cancellation", "op_id", op.id, "waited", drainTimeout)
 	}
 }
 
@@ -658,7 +697,7 @@ func (c *conn) runOperation(ctx context.Context, op *operation, req Request) {
 	defer op.cancel()
 	defer func() {
 		if v := recover(); v != nil {
-			c.log.Error("ws: panic in operation", "op_id", op.id, "panic", v)
+			c.logger().Error("ws: panic in operation", "op_id", op.id, "panic", v)
 			if c.release(op) {
 				_ = c.enqueue(ctx, op, c.proto.requestError(op.id, []*gqlerrors.QueryError{internalError()}))
 			}
@@ -672,7 +711,7 @@ func (c *conn) runOperation(ctx context.Context, op *operation, req Request) {
 	if err != nil {
 		var qe *gqlerrors.QueryError
 		if !errors.As(err, &qe) {
-			c.log.Error("ws: execute failed", "op_id", op.id, "error", err)
+			c.logger().Error("ws: execute failed", "op_id", op.id, "error", err)
 			qe = internalError()
 		}
 		if c.release(op) {

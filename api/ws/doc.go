@@ -94,7 +94,9 @@
 //   - one per operation: runs Executor.Execute and turns its responses into messages.
 //
 // Every outgoing message goes through one bounded queue per connection (SubscriberBuffer
-// messages and Limits.QueueBytes bytes). An operation that finds the queue full, in either,
+// messages and Limits.QueueBytes bytes, held as one count of bytes in which a message weighs at
+// least QueueBytes/SubscriberBuffer; the queue holds memory only while something waits in it).
+// An operation that finds the queue full, in either,
 // waits at most SlowConsumerTimeout for room and then closes the connection with 4008; memory
 // per connection is thus bounded by the queue plus one pending message per operation, and a slow client stalls nothing but its own
 // operations. Closing a connection, for whatever reason, cancels the context of all its

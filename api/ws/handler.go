@@ -285,11 +285,13 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 	}()
 
-	log := h.log.With("remote_addr", r.RemoteAddr)
+	// Loggers are made when there is something to log: a clone of the handler's per socket
+	// would be held for the socket's life.
+	log := func() *slog.Logger { return h.log.With("remote_addr", r.RemoteAddr) }
 	defer func() {
 		// A panic here would take the whole server down with it; the socket is lost anyway.
 		if v := recover(); v != nil {
-			log.Error("ws: panic serving socket", "panic", v)
+			log().Error("ws: panic serving socket", "panic", v)
 		}
 	}()
 
@@ -299,7 +301,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	})
 	if err != nil {
 		// Accept has already answered the request.
-		log.Debug("ws: upgrade rejected", "error", err)
+		log().Debug("ws: upgrade rejected", "error", err)
 		return
 	}
 	wsc.SetReadLimit(h.cfg.MaxMessageBytes)
@@ -311,12 +313,12 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case ProtocolLegacy:
 		proto = legacyProtocol
 	default:
-		log.Debug("ws: no acceptable subprotocol", "offered", r.Header.Values("Sec-WebSocket-Protocol"))
+		log().Debug("ws: no acceptable subprotocol", "offered", r.Header.Values("Sec-WebSocket-Protocol"))
 		_ = wsc.Close(CloseSubprotocolNotAcceptable, "Subprotocol not acceptable")
 		return
 	}
 
-	c := newConn(h, wsc, r, proto, log.With("protocol", proto.name))
+	c := newConn(h, wsc, r, proto)
 	h.mu.Lock()
 	if h.closed {
 		h.mu.Unlock()
@@ -335,7 +337,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}()
 		defer func() {
 			if v := recover(); v != nil {
-				log.Error("ws: panic serving socket", "panic", v)
+				log().Error("ws: panic serving socket", "panic", v)
 			}
 		}()
 		c.serve()

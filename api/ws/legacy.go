@@ -74,9 +74,9 @@ func (c *conn) handleLegacy(data []byte) {
 		c.initSeen = true
 		// A payload that is not an object carries no credential; Authenticate rejects that.
 		auth, _ := initAuthorization(m.Payload)
-		ctx, err := c.h.exec.Authenticate(c.ctx, c.req, auth)
+		ctx, err := c.h.exec.Authenticate(c.ctx, c.takeRequest(), auth)
 		if err != nil {
-			c.log.Info("ws: connection_init rejected", "error", err)
+			c.logger().Info("ws: connection_init rejected", "error", err)
 			_ = c.send(nil, legacyMessageError("", typeLegacyConnectionError, forbidden(auth)))
 			c.fail(CloseForbidden, forbidden(auth), closeAfterFlush)
 			return

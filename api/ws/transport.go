@@ -58,10 +58,10 @@ func (c *conn) handleTransport(data []byte) {
 			c.fail(CloseBadRequest, "connection_init payload must be an object", closeHandshake)
 			return
 		}
-		ctx, err := c.h.exec.Authenticate(c.ctx, c.req, auth)
+		ctx, err := c.h.exec.Authenticate(c.ctx, c.takeRequest(), auth)
 		if err != nil {
 			// The error may describe the credential; it is logged, never echoed or the key itself.
-			c.log.Info("ws: connection_init rejected", "error", err)
+			c.logger().Info("ws: connection_init rejected", "error", err)
 			c.fail(CloseForbidden, forbidden(auth), closeHandshake)
 			return
 		}
