@@ -100,6 +100,9 @@ type member struct {
 	// ready holds a token when something has happened since the reader last looked: a result
 	// queued or the member closed. One token stands for any number of them.
 	ready chan struct{}
+	// notify, when set, is called (once) on the next result queued or on the close, in place
+	// of a reader waiting (memberResults.Notify).
+	notify func()
 }
 
 func newMember() *member { return &member{ready: make(chan struct{}, 1)} }
@@ -111,14 +114,18 @@ func newMember() *member { return &member{ready: make(chan struct{}, 1)} }
 func (mb *member) push(r sharedResult) bool {
 	n := r.size()
 	mb.mu.Lock()
-	defer mb.mu.Unlock()
 	if waiting := len(mb.queue) - mb.head; waiting > 0 && (waiting >= MemberMaxResults || mb.bytes+n > MemberMaxBytes) {
+		mb.mu.Unlock()
 		return false
 	}
 	mb.compact()
 	mb.queue = append(mb.queue, r)
 	mb.bytes += n
-	mb.wake()
+	notify := mb.wake()
+	mb.mu.Unlock()
+	if notify != nil {
+		notify()
+	}
 	return true
 }
 
@@ -137,17 +144,44 @@ func (mb *member) compact() {
 // close ends the member: its reader is given what is queued, then the end.
 func (mb *member) close() {
 	mb.mu.Lock()
-	defer mb.mu.Unlock()
 	mb.closed = true
-	mb.wake()
+	notify := mb.wake()
+	mb.mu.Unlock()
+	if notify != nil {
+		notify()
+	}
 }
 
 // wake tells the reader something happened, without waiting: a token already there says so.
-func (mb *member) wake() {
+// It returns the notify function set, if any, for the caller to call once it has let go of mu;
+// the caller holds mu.
+func (mb *member) wake() func() {
 	select {
 	case mb.ready <- struct{}{}:
 	default:
 	}
+	notify := mb.notify
+	mb.notify = nil
+	return notify
+}
+
+// hasNext reports whether next would return at once: a result is queued or the member closed.
+func (mb *member) hasNext() bool {
+	mb.mu.Lock()
+	defer mb.mu.Unlock()
+	return mb.head < len(mb.queue) || mb.closed
+}
+
+// onNext has f called once, when hasNext is true: at once if it is now.
+func (mb *member) onNext(f func()) {
+	mb.mu.Lock()
+	if mb.head < len(mb.queue) || mb.closed {
+		mb.mu.Unlock()
+		f()
+		return
+	}
+	mb.notify = f
+	mb.mu.Unlock()
 }
 
 // next returns the member's next result, waiting for one; false when the member was closed and
@@ -367,8 +401,9 @@ func (e *wsExecutor) subscribeShared(ctx context.Context, p *access.Principal, d
 	return &memberResults{e: e, p: p, op: d.operation(req.OperationName), start: time.Now(), mb: results, leave: leave}, nil
 }
 
-// memberResults are a member's results as its operation takes them (ws.Results), on the
-// operation's own goroutine: a shared subscription holds no goroutine of its own besides it.
+// memberResults are a member's results as its operation takes them (ws.Results), and say when
+// one is there (ws.Notifier): a shared subscription holds no goroutine while it waits for its
+// next event.
 type memberResults struct {
 	e     *wsExecutor
 	p     *access.Principal
@@ -426,6 +461,18 @@ func (m *memberResults) Next(ctx context.Context) (*ws.Response, bool) {
 		m.ready = nil
 	}
 	return r, true
+}
+
+// Ready implements ws.Notifier.
+func (m *memberResults) Ready() bool { return len(m.ready) > 0 || m.mb.hasNext() }
+
+// Notify implements ws.Notifier.
+func (m *memberResults) Notify(f func()) {
+	if len(m.ready) > 0 {
+		f()
+		return
+	}
+	m.mb.onNext(f)
 }
 
 // Close implements ws.Results: the member leaves its execution (the last one ends it).

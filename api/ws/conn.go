@@ -691,18 +691,13 @@ func (c *conn) drain(op *operation, results Results) {
 }
 
 func (c *conn) runOperation(ctx context.Context, op *operation, req Request) {
-	defer c.opsWG.Done()
-	defer c.h.counts.endOperation(c.owner)
-	defer c.h.metrics.operationEnded(c.proto.name)
-	defer op.cancel()
+	ended := true
 	defer func() {
-		if v := recover(); v != nil {
-			c.logger().Error("ws: panic in operation", "op_id", op.id, "panic", v)
-			if c.release(op) {
-				_ = c.enqueue(ctx, op, c.proto.requestError(op.id, []*gqlerrors.QueryError{internalError()}))
-			}
+		if ended {
+			c.endOperation(op, nil, nil)
 		}
 	}()
+	defer c.recoverOperation(ctx, op)
 
 	results, err := func() (Results, error) {
 		defer close(op.started)
@@ -720,34 +715,140 @@ func (c *conn) runOperation(ctx context.Context, op *operation, req Request) {
 		return
 	}
 
+	if n, ok := results.(Notifier); ok {
+		ended = false
+		// This goroutine runs the first step; a wake meanwhile (the context ended already) has
+		// it look again.
+		p := &parked{ctx: ctx, op: op, results: results, n: n, first: true, running: true}
+		p.stopWatch = context.AfterFunc(ctx, func() { c.wake(p) })
+		c.step(p)
+		return
+	}
+
 	// However the operation ends, wait for the executor's goroutines: they belong to this
 	// operation, and this operation to the connection that waits for it.
 	defer c.drain(op, results)
-
-	first := true
-	for {
+	for first := true; ; {
 		r, ok := results.Next(ctx)
-		switch {
-		case ctx.Err() != nil:
-			c.release(op)
+		if !c.deliver(ctx, op, r, ok, first) {
 			return
-		case !ok:
-			if c.release(op) {
-				_ = c.enqueue(ctx, op, c.proto.complete(op.id))
+		}
+		if r != nil {
+			first = false
+		}
+	}
+}
+
+// recoverOperation, deferred, turns a panic of an operation's code into an internal error for
+// the client; the operation then ends.
+func (c *conn) recoverOperation(ctx context.Context, op *operation) {
+	if v := recover(); v != nil {
+		c.logger().Error("ws: panic in operation", "op_id", op.id, "panic", v)
+		if c.release(op) {
+			_ = c.enqueue(ctx, op, c.proto.requestError(op.id, []*gqlerrors.QueryError{internalError()}))
+		}
+	}
+}
+
+// endOperation is the end of every operation, once: its context, its results (drain), its counts.
+func (c *conn) endOperation(op *operation, results Results, stopWatch func() bool) {
+	if stopWatch != nil {
+		stopWatch()
+	}
+	if results != nil {
+		c.drain(op, results)
+	}
+	op.cancel()
+	c.h.metrics.operationEnded(c.proto.name)
+	c.h.counts.endOperation(c.owner)
+	c.opsWG.Done()
+}
+
+// deliver turns what Next returned into the operation's message; false once the operation is
+// over (ended, stopped, refused, or its message could not be queued).
+func (c *conn) deliver(ctx context.Context, op *operation, r *Response, ok, first bool) bool {
+	switch {
+	case ctx.Err() != nil:
+		c.release(op)
+		return false
+	case !ok:
+		if c.release(op) {
+			_ = c.enqueue(ctx, op, c.proto.complete(op.id))
+		}
+		return false
+	case r == nil:
+		return true
+	case first && len(r.Data) == 0 && len(r.Errors) > 0:
+		if c.release(op) {
+			_ = c.enqueue(ctx, op, c.proto.requestError(op.id, r.Errors))
+		}
+		return false
+	}
+	if c.enqueue(ctx, op, c.proto.next(op.id, r)) != nil {
+		c.release(op)
+		return false
+	}
+	return true
+}
+
+// parked is an operation whose results are a Notifier: between responses it holds no goroutine.
+// A goroutine runs it (step) when a response is ready or its context ends (wake), one at a time.
+type parked struct {
+	ctx       context.Context
+	op        *operation
+	results   Results
+	n         Notifier
+	first     bool
+	stopWatch func() bool // the context's AfterFunc
+
+	mu      sync.Mutex
+	running bool // a goroutine runs step
+	again   bool // woken while running: look once more before parking
+}
+
+// wake runs p's step on a goroutine of its own, unless one runs it already.
+func (c *conn) wake(p *parked) {
+	p.mu.Lock()
+	if p.running {
+		p.again = true
+		p.mu.Unlock()
+		return
+	}
+	p.running = true
+	p.mu.Unlock()
+	go c.step(p)
+}
+
+// step delivers what is ready, then parks the operation until the results notify (or its
+// context ends), or ends it. The caller has set p.running.
+func (c *conn) step(p *parked) {
+	over := true
+	defer func() {
+		if over {
+			c.endOperation(p.op, p.results, p.stopWatch)
+		}
+	}()
+	defer c.recoverOperation(p.ctx, p.op)
+	for {
+		for p.n.Ready() || p.ctx.Err() != nil {
+			r, ok := p.results.Next(p.ctx)
+			if !c.deliver(p.ctx, p.op, r, ok, p.first) {
+				return
 			}
-			return
-		case r == nil:
+			if r != nil {
+				p.first = false
+			}
+		}
+		p.mu.Lock()
+		if p.again {
+			p.again = false
+			p.mu.Unlock()
 			continue
-		case first && len(r.Data) == 0 && len(r.Errors) > 0:
-			if c.release(op) {
-				_ = c.enqueue(ctx, op, c.proto.requestError(op.id, r.Errors))
-			}
-			return
 		}
-		first = false
-		if c.enqueue(ctx, op, c.proto.next(op.id, r)) != nil {
-			c.release(op)
-			return
-		}
+		p.running = false
+		p.mu.Unlock()
+		over = false
+		p.n.Notify(func() { c.wake(p) })
+		return
 	}
 }

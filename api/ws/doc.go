@@ -90,8 +90,10 @@
 //   - while a timed duty runs, its timer's goroutine: the init timeout, the protocol keep-alive
 //     (legacy "ka") with a WebSocket ping (the goroutine waits for the pong), and the
 //     credential re-check (Rechecker). Between duties a socket has no goroutine for them: an
-//     idle subscriber costs its reader and its operations' goroutines only.
-//   - one per operation: runs Executor.Execute and turns its responses into messages.
+//     idle subscriber costs its reader goroutine only.
+//   - one per operation: runs Executor.Execute and turns its responses into messages. Results
+//     that are a Notifier (the GraphQL layer's shared subscriptions) hold it only while a
+//     response is there to send: a subscriber waiting for its next event holds none.
 //
 // Every outgoing message goes through one bounded queue per connection (SubscriberBuffer
 // messages and Limits.QueueBytes bytes, held as one count of bytes in which a message weighs at

@@ -73,6 +73,16 @@ type Results interface {
 	Close(wait time.Duration) bool
 }
 
+// Notifier is implemented by Results that can say when Next would not wait: the operation
+// then holds no goroutine between responses (a subscriber waiting for its next event costs no
+// stack), and Next is called only when Ready or once the operation's context has ended.
+type Notifier interface {
+	// Ready reports whether Next would return at once: a response is there or there are no more.
+	Ready() bool
+	// Notify has f called once, as soon as Ready is true (at once if it is now). f must not wait.
+	Notify(f func())
+}
+
 // Chan is Results read from a channel that the executor's goroutine closes once it is done.
 type Chan <-chan *Response
 

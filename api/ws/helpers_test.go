@@ -193,7 +193,79 @@ func (e *testExecutor) Execute(ctx context.Context, req Request) (Results, error
 	if err != nil {
 		return nil, err
 	}
-	return Chan(ResponsesFrom(ctx, src)), nil
+	return notifyingFrom(ResponsesFrom(ctx, src)), nil
+}
+
+// notifying is Results over a channel that say when Next would not wait (Notifier), as the
+// GraphQL layer's shared subscriptions do: the operations of these tests park between
+// responses. (droppingExecutor's are a Chan: the other path.)
+type notifying struct {
+	mu     sync.Mutex
+	queue  []*Response
+	ended  bool
+	notify func()
+	done   chan struct{}
+}
+
+func notifyingFrom(c <-chan *Response) *notifying {
+	n := &notifying{done: make(chan struct{})}
+	go func() {
+		defer close(n.done)
+		for r := range c {
+			n.add(func() { n.queue = append(n.queue, r) })
+		}
+		n.add(func() { n.ended = true })
+	}()
+	return n
+}
+
+func (n *notifying) add(change func()) {
+	n.mu.Lock()
+	change()
+	f := n.notify
+	n.notify = nil
+	n.mu.Unlock()
+	if f != nil {
+		f()
+	}
+}
+
+func (n *notifying) Ready() bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return len(n.queue) > 0 || n.ended
+}
+
+func (n *notifying) Notify(f func()) {
+	n.mu.Lock()
+	if len(n.queue) > 0 || n.ended {
+		n.mu.Unlock()
+		f()
+		return
+	}
+	n.notify = f
+	n.mu.Unlock()
+}
+
+// Next is called when Ready, or once the operation's context ended: it never waits.
+func (n *notifying) Next(context.Context) (*Response, bool) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if len(n.queue) == 0 {
+		return nil, false
+	}
+	r := n.queue[0]
+	n.queue = n.queue[1:]
+	return r, true
+}
+
+func (n *notifying) Close(wait time.Duration) bool {
+	select {
+	case <-n.done:
+		return true
+	case <-time.After(wait):
+		return false
+	}
 }
 
 type testServer struct {
