@@ -327,7 +327,7 @@ peers-analytics-deps: ## fetch Apache Kafka and the ClickHouse engine for bench-
 	@$(CLICKHOUSE_SH) fetch
 
 .PHONY: bench-peers
-bench-peers: postgres-binaries build $(PEERS_NEEDS) ## carehub beside its peers, same bytes and machine: FHIR import and search vs HAPI FHIR JPA 8.8.0, subscription fan-out vs graphql-ws, Kafka → ClickHouse vs ClickHouse's Kafka engine (PEERS_WORKLOADS, PEERS_DURATION per phase, PEERS_WARMUP, PEERS_SOCKETS); JSON, PNG and HTML under BENCH_RESULTS
+bench-peers: postgres-binaries build $(PEERS_NEEDS) ## carehub beside its peers, same bytes and machine: FHIR import and search vs HAPI FHIR JPA 8.8.0, subscription fan-out vs graphql-ws, Kafka → ClickHouse vs ClickHouse's Kafka engine (PEERS_WORKLOADS, PEERS_DURATION per phase, PEERS_WARMUP, PEERS_SOCKETS); JSON, PNG and HTML under BENCH_RESULTS, each workload's and one peers-summary of every goal met or not
 	$(GO) build -o bin/peerbench ./loadtest/cmd/peerbench
 	CAREHUB_M2_REPO=$(CAREHUB_M2_REPO) bin/peerbench -carehub $(BIN) -synthea $(SYNTHEA_DIR) -workloads $(PEERS_WORKLOADS) \
 		-d $(PEERS_DURATION) -warmup $(PEERS_WARMUP) -fanout-sockets $(PEERS_SOCKETS) -graphqlws-modules $(GRAPHQLWS_DIR) \

@@ -369,7 +369,7 @@ type analyticsSummary struct {
 	Errors                int                            `json:"errors"`
 }
 
-func runAnalytics(ctx context.Context, cfg analyticsConfig, results string, quiet bool) error {
+func runAnalytics(ctx context.Context, cfg analyticsConfig, results string, quiet bool, v *verdicts) error {
 	started := time.Now()
 	fmt.Fprintln(os.Stderr, "peerbench: analytics: starting Apache Kafka (deploy/local/kafka/kafka.sh up)")
 	kb, err := startKafka(ctx, cfg.KafkaScript, prefixWriter(os.Stderr, "  "))
@@ -490,6 +490,7 @@ func runAnalytics(ctx context.Context, cfg analyticsConfig, results string, quie
 		failures = append(failures, err)
 	} else {
 		fmt.Fprintf(os.Stderr, "peerbench: report %s (charts: %s)\n", path, report.ChartsCommand(path))
+		v.add(analyticsVerdicts(sum, path)...)
 	}
 	if ctx.Err() != nil {
 		failures = append(failures, ctx.Err())

@@ -232,7 +232,7 @@ func (r *fanoutRunner) profile(ctx context.Context, name, file string) {
 	}
 }
 
-func runFanout(ctx context.Context, cfg fanoutConfig, carehubBin string, results string, quiet bool) error {
+func runFanout(ctx context.Context, cfg fanoutConfig, carehubBin string, results string, quiet bool, v *verdicts) error {
 	started := time.Now()
 	maxN := slices.Max(cfg.Sockets)
 	// The client holds every socket and carehub serves at most half its open-file limit as HTTP
@@ -382,6 +382,7 @@ func runFanout(ctx context.Context, cfg fanoutConfig, carehubBin string, results
 		return err
 	}
 	fmt.Fprintf(os.Stderr, "peerbench: report %s (charts: %s)\n", path, report.ChartsCommand(path))
+	v.add(fanoutVerdicts(sum, path)...)
 	return errors.Join(failures...)
 }
 

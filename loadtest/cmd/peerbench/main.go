@@ -4,7 +4,8 @@
 // against a graphql-ws server on Node (workload fanout, fanout.go: carehub's eventStream and
 // the peer's on one Kafka topic, N sockets, publish → receive, at each of -fanout-sockets) and
 // Kafka → analytical store against ClickHouse's own Kafka table engine (workload analytics,
-// below and analytics.go).
+// below and analytics.go). Each workload writes its report; the run then writes one more,
+// peers-summary, of every goal of issue 59 it judged, met or not (verdicts.go).
 //
 // FHIR transaction import is against the HAPI FHIR JPA server 8.8.0 (loadtest/peers/hapi): both servers are started by this command (carehub
 // serve on its embedded defaults; HAPI on a fresh PostgreSQL cluster of its own, through
@@ -290,28 +291,35 @@ type summary struct {
 	Errors      int64              `json:"errors"`
 }
 
+// run runs the workloads asked for, each writing its report, then the run's one report of
+// every goal judged (writeVerdicts).
 func run(ctx context.Context, cfg config) error {
+	started := time.Now()
 	var failures []error
+	v := &verdicts{}
 	if cfg.fhir() {
-		if err := runFHIR(ctx, cfg); err != nil {
+		if err := runFHIR(ctx, cfg, v); err != nil {
 			failures = append(failures, err)
 		}
 	}
 	if slices.Contains(cfg.Workloads, "fanout") && ctx.Err() == nil {
-		if err := runFanout(ctx, cfg.Fanout, cfg.Carehub, cfg.Results, cfg.Quiet); err != nil {
+		if err := runFanout(ctx, cfg.Fanout, cfg.Carehub, cfg.Results, cfg.Quiet, v); err != nil {
 			failures = append(failures, fmt.Errorf("fanout: %w", err))
 		}
 	}
 	if slices.Contains(cfg.Workloads, "analytics") && ctx.Err() == nil {
-		if err := runAnalytics(ctx, cfg.Analytics, cfg.Results, cfg.Quiet); err != nil {
+		if err := runAnalytics(ctx, cfg.Analytics, cfg.Results, cfg.Quiet, v); err != nil {
 			failures = append(failures, fmt.Errorf("analytics: %w", err))
 		}
+	}
+	if err := writeVerdicts(cfg.Results, started, cfg.Workloads, v, failures); err != nil {
+		failures = append(failures, err)
 	}
 	return errors.Join(failures...)
 }
 
 // runFHIR is FHIR transaction import (the vitals and synthea workloads) beside HAPI.
-func runFHIR(ctx context.Context, cfg config) error {
+func runFHIR(ctx context.Context, cfg config, v *verdicts) error {
 	var loads []workload
 	for _, name := range cfg.Workloads {
 		switch name {
@@ -470,6 +478,7 @@ func runFHIR(ctx context.Context, cfg config) error {
 		return err
 	}
 	fmt.Fprintf(os.Stderr, "peerbench: report %s (charts: %s)\n", path, report.ChartsCommand(path))
+	v.add(fhirVerdicts(sum, path)...)
 	if sum.Errors > 0 {
 		failures = append(failures, fmt.Errorf("%d requests were not answered with a whole transaction-response, or searches did not find what they must", sum.Errors))
 	}
