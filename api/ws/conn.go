@@ -717,8 +717,8 @@ func (c *conn) runOperation(ctx context.Context, op *operation, req Request) {
 
 	if n, ok := results.(Notifier); ok {
 		ended = false
-		// This goroutine runs the first step; a wake meanwhile (the context ended already) has
-		// it look again.
+		// This goroutine runs the first step (p is claimed); a wake meanwhile (the context
+		// ended already) has it look again.
 		p := &parked{ctx: ctx, op: op, results: results, n: n, first: true, running: true}
 		p.stopWatch = context.AfterFunc(ctx, func() { c.wake(p) })
 		c.step(p)
@@ -806,21 +806,40 @@ type parked struct {
 	again   bool // woken while running: look once more before parking
 }
 
-// wake runs p's step on a goroutine of its own, unless one runs it already.
-func (c *conn) wake(p *parked) {
+// claim reports whether the caller is to run p's step: false when a goroutine runs it already,
+// which is then told to look once more before it parks.
+func (p *parked) claim() bool {
 	p.mu.Lock()
+	defer p.mu.Unlock()
 	if p.running {
 		p.again = true
-		p.mu.Unlock()
-		return
+		return false
 	}
 	p.running = true
-	p.mu.Unlock()
-	go c.step(p)
+	return true
+}
+
+// park reports whether the step may end here: false when it was woken meanwhile.
+func (p *parked) park() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.again {
+		p.again = false
+		return false
+	}
+	p.running = false
+	return true
+}
+
+// wake runs p's step on a goroutine of its own, unless one runs it already.
+func (c *conn) wake(p *parked) {
+	if p.claim() {
+		go c.step(p)
+	}
 }
 
 // step delivers what is ready, then parks the operation until the results notify (or its
-// context ends), or ends it. The caller has set p.running.
+// context ends), or ends it. The caller has claimed p.
 func (c *conn) step(p *parked) {
 	over := true
 	defer func() {
@@ -839,16 +858,13 @@ func (c *conn) step(p *parked) {
 				p.first = false
 			}
 		}
-		p.mu.Lock()
-		if p.again {
-			p.again = false
-			p.mu.Unlock()
-			continue
-		}
-		p.running = false
-		p.mu.Unlock()
-		over = false
+		// Ask to be woken before letting go: once parked, another goroutine may run the
+		// results, and only the one that runs the step may touch them. A notification that
+		// comes before park is a look again.
 		p.n.Notify(func() { c.wake(p) })
-		return
+		if p.park() {
+			over = false
+			return
+		}
 	}
 }

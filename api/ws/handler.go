@@ -79,7 +79,8 @@ type Results interface {
 type Notifier interface {
 	// Ready reports whether Next would return at once: a response is there or there are no more.
 	Ready() bool
-	// Notify has f called once, as soon as Ready is true (at once if it is now). f must not wait.
+	// Notify has f called once, as soon as Ready is true (at once if it is now); a later Notify
+	// replaces an f not called yet. f must not wait.
 	Notify(f func())
 }
 
