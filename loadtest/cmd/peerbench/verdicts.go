@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"slices"
 	"strings"
@@ -56,7 +57,7 @@ func judged(workload, scenario, peer, figure string, carehub, peerFig, ratio flo
 // resources/s on Synthea, p99 lower; search p99 lower.
 func fhirVerdicts(sum summary, path string) []verdict {
 	var out []verdict
-	for _, k := range sortedKeys(sum.Comparisons) {
+	for _, k := range slices.Sorted(maps.Keys(sum.Comparisons)) {
 		c := sum.Comparisons[k]
 		workload, _, _ := strings.Cut(k, " ")
 		switch workload {
@@ -77,7 +78,7 @@ func fhirVerdicts(sum summary, path string) []verdict {
 // fanoutVerdicts: p99 and memory per socket no worse than the peer's.
 func fanoutVerdicts(sum fanoutSummary, path string) []verdict {
 	var out []verdict
-	for _, k := range sortedKeys(sum.Comparisons) {
+	for _, k := range slices.Sorted(maps.Keys(sum.Comparisons)) {
 		c := sum.Comparisons[k]
 		g, met := noWorse()
 		out = append(out,
@@ -91,7 +92,7 @@ func fanoutVerdicts(sum fanoutSummary, path string) []verdict {
 // flush interval.
 func analyticsVerdicts(sum analyticsSummary, path string) []verdict {
 	var out []verdict
-	for _, k := range sortedKeys(sum.Comparisons) {
+	for _, k := range slices.Sorted(maps.Keys(sum.Comparisons)) {
 		c := sum.Comparisons[k]
 		g, met := atLeast(minRowsRatio)
 		out = append(out, judged("analytics", k, "ClickHouse Kafka engine", "rows/s", c.CarehubRowsPerSec, c.EngineRowsPerSec, c.RatioRows, g, met, path))
@@ -103,15 +104,6 @@ func analyticsVerdicts(sum analyticsSummary, path string) []verdict {
 		}
 	}
 	return out
-}
-
-func sortedKeys[V any](m map[string]V) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	return keys
 }
 
 // verdictSummary is the summary of the run's one report.
