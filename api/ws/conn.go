@@ -491,10 +491,8 @@ func (c *conn) stopTimers() {
 func (c *conn) stopKeeping() {
 	c.keepMu.Lock()
 	c.keepStopped = true
-	for _, t := range c.keepTimers {
-		t.Stop()
-	}
 	c.keepMu.Unlock()
+	c.stopTimers()
 	c.keepWG.Wait()
 }
 

@@ -299,12 +299,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// Loggers are made when there is something to log: a clone of the handler's per socket
 	// would be held for the socket's life.
 	log := func() *slog.Logger { return h.log.With("remote_addr", r.RemoteAddr) }
-	defer func() {
-		// A panic here would take the whole server down with it; the socket is lost anyway.
-		if v := recover(); v != nil {
-			log().Error("ws: panic serving socket", "panic", v)
-		}
-	}()
+	defer logPanic(log)
 
 	wsc, err := websocket.Accept(smallBuffers{w}, r, &websocket.AcceptOptions{
 		Subprotocols:   []string{ProtocolTransportWS, ProtocolLegacy},
@@ -346,13 +341,17 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			delete(h.conns, c)
 			h.mu.Unlock()
 		}()
-		defer func() {
-			if v := recover(); v != nil {
-				log().Error("ws: panic serving socket", "panic", v)
-			}
-		}()
+		defer logPanic(log)
 		c.serve()
 	}()
+}
+
+// logPanic, deferred, logs a panic of serving a socket and ends it there: a panic would take
+// the whole server down with it, and the socket is lost anyway.
+func logPanic(log func() *slog.Logger) {
+	if v := recover(); v != nil {
+		log().Error("ws: panic serving socket", "panic", v)
+	}
 }
 
 // Shutdown refuses new sockets, closes every open one with 1001 "Going away" (cancelling
