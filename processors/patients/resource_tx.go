@@ -75,6 +75,7 @@ type txState struct {
 	local   map[string]*patientScope // Type/id of entries created here → scope
 	cond    conditionals             // conditional references: the entries' identifiers, and matches in the store
 	obsDeps map[int]map[string]bool  // Observation entry → fullUrls of Observations it names
+	xs      []*extracted             // the search values of the generic entries to write (checkAllRefs)
 }
 
 // WriteTransaction writes the Patients and generic resources of entries in one Postgres
@@ -87,10 +88,10 @@ func (s *Service) WriteTransaction(ctx context.Context, entries []TxEntry, obsID
 	if err != nil {
 		return nil, nil, err
 	}
-	st := &txState{entries: entries, docs: make([]resourceDoc, len(entries)), res: make([]TxResult, len(entries)),
+	st := &txState{entries: entries, docs: make([]resourceDoc, len(entries)), res: make([]TxResult, len(entries)), xs: make([]*extracted, len(entries)),
 		bad: EntryErrors{}, urls: map[string]string{}, local: map[string]*patientScope{},
-		cond:    conditionals{pending: map[string]map[string][]string{}, matched: map[string]string{}},
 		obsDeps: map[int]map[string]bool{}}
+	st.cond = conditionals{pending: map[string]map[string][]string{}, matched: map[string]string{}, urls: st.urls}
 	for i, e := range entries {
 		if st.docs[i], err = parseResource(e.Type, e.Body); err != nil {
 			st.bad[i] = err
@@ -232,7 +233,6 @@ func (st *txState) resolveObservations(ctx context.Context, s *Service, tx pgx.T
 			}
 			delete(pending, i)
 			progress = true
-			st.rewrite(i)
 			if err := s.resolveConditional(ctx, tx, w, st.docs[i], &st.cond); err != nil {
 				if fault.As(err) == nil {
 					return err
@@ -275,25 +275,14 @@ func (st *txState) entryByURL(url string) int {
 	return -1
 }
 
-// rewrite replaces the fullUrls of entries by the Type/id they were given in entry i.
-func (st *txState) rewrite(i int) {
-	walkRefs(map[string]any(st.docs[i]), func(ref string) string {
-		if to, ok := st.urls[ref]; ok {
-			return to
-		}
-		return ref
-	})
-}
-
 // resolveAll resolves every entry's remaining references: fullUrls, and conditional references
-// against the transaction's entries and the store. A urn: reference that names no entry is
+// against the transaction's entries and the store (resolveConditional, in one walk). A urn: reference that names no entry is
 // refused: it could only dangle.
 func (st *txState) resolveAll(ctx context.Context, s *Service, tx pgx.Tx, w writer) error {
 	for i := range st.entries {
 		if st.bad[i] != nil {
 			continue
 		}
-		st.rewrite(i)
 		if err := s.resolveConditional(ctx, tx, w, st.docs[i], &st.cond); err != nil {
 			if fault.As(err) == nil {
 				return err
@@ -353,6 +342,8 @@ func (st *txState) write(ctx context.Context, s *Service, tx pgx.Tx, w writer, u
 	if err := st.checkAllRefs(ctx, tx, w); err != nil {
 		return err
 	}
+	var batch pgx.Batch
+	var rows []*storedRow
 	for i, e := range st.entries {
 		switch {
 		case st.bad[i] != nil:
@@ -367,16 +358,30 @@ func (st *txState) write(ctx context.Context, s *Service, tx pgx.Tx, w writer, u
 				st.bad[i] = err
 			}
 		case e.Type != "Patient" && st.res[i].Created:
-			doc, err := s.store(ctx, tx, w, e.Type, st.res[i].ID, st.docs[i], st.local, nil)
+			row, err := s.prepareStore(ctx, tx, w, e.Type, st.res[i].ID, st.docs[i], st.xs[i], st.local, nil)
 			if f := fault.As(err); f != nil {
 				st.bad[i] = err
 				continue
 			} else if err != nil {
 				return err
 			}
-			st.res[i].Doc = doc
+			row.queue(&batch)
+			rows = append(rows, row)
+			st.res[i].Doc = row.out
 			undo.resources = append(undo.resources, e.Type+"/"+st.res[i].ID)
 		}
+	}
+	if len(st.bad) > 0 { // refused: the transaction is rolled back, nothing to write
+		return nil
+	}
+	// Every resource in one round trip: a Synthea patient is hundreds of them.
+	if batch.Len() > 0 {
+		if err := tx.SendBatch(ctx, &batch).Close(); err != nil {
+			return err
+		}
+	}
+	for _, row := range rows {
+		row.touch(ctx)
 	}
 	return st.fillMatched(ctx, s, tx, w)
 }
@@ -391,9 +396,12 @@ func (st *txState) checkAllRefs(ctx context.Context, tx pgx.Tx, w writer) error 
 		if st.bad[i] != nil || e.Type == "Patient" || !st.res[i].Created && e.Type != "Observation" {
 			continue
 		}
-		refs := extract(e.Type, st.docs[i]).refs
+		var refs []string
 		if e.Type == "Observation" {
 			refs = observationRefs(st.docs[i])
+		} else {
+			st.xs[i] = new(extract(e.Type, st.docs[i]))
+			refs = st.xs[i].refs
 		}
 		for _, r := range refs {
 			if _, ok := st.local[r]; !ok && !seen[r] {

@@ -12,6 +12,7 @@ package patients
 // being attached to another tenant's or a real patient through a test key.
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -46,7 +47,7 @@ type resourceDoc map[string]any
 // is t, with a Meta object if any. What the server sets (id, meta.versionId, meta.lastUpdated) is
 // dropped. Numbers keep their text (json.Number), so a decimal is stored as sent.
 func parseResource(t string, body []byte) (resourceDoc, error) {
-	dec := json.NewDecoder(strings.NewReader(string(body)))
+	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.UseNumber()
 	var doc map[string]any
 	if err := dec.Decode(&doc); err != nil || doc == nil || dec.More() {
@@ -327,10 +328,40 @@ type patientScope struct {
 // not stored yet (Type/id → their patient's scope): references to them are not looked up.
 // Every other reference must name a resource the writer sees.
 func (s *Service) store(ctx context.Context, tx pgx.Tx, w writer, t, id string, doc resourceDoc, local map[string]*patientScope, update *int) (json.RawMessage, error) {
+	row, err := s.prepareStore(ctx, tx, w, t, id, doc, nil, local, update)
+	if err != nil {
+		return nil, err
+	}
+	var b pgx.Batch
+	row.queue(&b)
+	if err := tx.SendBatch(ctx, &b).Close(); err != nil {
+		return nil, err
+	}
+	row.touch(ctx)
+	return row.out, nil
+}
+
+// storedRow is a resource checked and rendered by prepareStore, to be written by queue.
+type storedRow struct {
+	orgID, t, id string
+	version      int
+	synthetic    bool
+	patientID    *string
+	x            extracted
+	out          json.RawMessage
+	now          time.Time
+}
+
+// prepareStore does store's checks and renders the resource, without writing it: a transaction
+// queues all of its resources in one batch. x is doc's search values when the caller has them
+// (nil: extracted here).
+func (s *Service) prepareStore(ctx context.Context, tx pgx.Tx, w writer, t, id string, doc resourceDoc, x *extracted, local map[string]*patientScope, update *int) (*storedRow, error) {
 	if err := refuseEntryRefs(doc); err != nil {
 		return nil, err
 	}
-	x := extract(t, doc)
+	if x == nil {
+		x = new(extract(t, doc))
+	}
 	if err := s.checkRefs(ctx, tx, w, x.refs, local); err != nil {
 		return nil, err
 	}
@@ -369,24 +400,28 @@ func (s *Service) store(ctx context.Context, tx pgx.Tx, w writer, t, id string, 
 	if err != nil {
 		return nil, err
 	}
-	_, err = tx.Exec(ctx, `insert into fhir_resources (org_id, type, id, version_id, synthetic, patient_id, resource, last_updated,
+	return &storedRow{orgID: w.orgID, t: t, id: id, version: version, synthetic: synthetic, patientID: patientID,
+		x: *x, out: out, now: now}, nil
+}
+
+// queue adds the row's two writes (the resource and its version) to b.
+func (r *storedRow) queue(b *pgx.Batch) {
+	b.Queue(`insert into fhir_resources (org_id, type, id, version_id, synthetic, patient_id, resource, last_updated,
 	refs, codes, categories, identifiers, status, date_from, date_to)
 values ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)
 on conflict (org_id, type, id) do update set version_id = excluded.version_id, synthetic = excluded.synthetic,
 	patient_id = excluded.patient_id, resource = excluded.resource, last_updated = excluded.last_updated, deleted = false,
 	refs = excluded.refs, codes = excluded.codes, categories = excluded.categories, identifiers = excluded.identifiers,
 	status = excluded.status, date_from = excluded.date_from, date_to = excluded.date_to`,
-		w.orgID, t, id, version, synthetic, patientID, out, now, nonNilStrings(x.refs), nonNilStrings(x.codes),
-		nonNilStrings(x.categories), nonNilStrings(x.identifiers), nonNilStrings(x.status), x.dateFrom, x.dateTo)
-	if err != nil {
-		return nil, err
-	}
-	if _, err := tx.Exec(ctx, `insert into fhir_resource_versions (org_id, type, id, version_id, resource, last_updated)
-values ($1, $2, $3, $4, $5, $6)`, w.orgID, t, id, version, out, now); err != nil {
-		return nil, err
-	}
-	touch(ctx, t, id, x.patientID)
-	return out, nil
+		r.orgID, r.t, r.id, r.version, r.synthetic, r.patientID, r.out, r.now, nonNilStrings(r.x.refs), nonNilStrings(r.x.codes),
+		nonNilStrings(r.x.categories), nonNilStrings(r.x.identifiers), nonNilStrings(r.x.status), r.x.dateFrom, r.x.dateTo)
+	b.Queue(`insert into fhir_resource_versions (org_id, type, id, version_id, resource, last_updated)
+values ($1, $2, $3, $4, $5, $6)`, r.orgID, r.t, r.id, r.version, r.out, r.now)
+}
+
+// touch records the written resource for the audit record, once it is written.
+func (r *storedRow) touch(ctx context.Context) {
+	touch(ctx, r.t, r.id, r.x.patientID)
 }
 
 // refuseEntryRefs refuses a reference to a Bundle entry (urn:uuid:, urn:oid:) outside a
@@ -463,18 +498,23 @@ end)`, w.orgID, w.p.SeesRealPatients(), refs)
 type conditionals struct {
 	pending map[string]map[string][]string // Type → identifier token → Type/id, of the entries
 	matched map[string]string              // Type?query → Type/id, matched in the store
+	urls    map[string]string              // fullUrl → Type/id, of the entries given theirs so far
 }
 
 // resolveConditional replaces every conditional reference of doc (Type?identifier=system|value,
 // as Synthea names its organizations and practitioners) by the one resource it matches: among
 // c's pending entries (c may be nil: a write of one resource) first, then the stored resources
-// the writer sees. None or several is a 422 naming the reference.
+// the writer sees. None or several is a 422 naming the reference. A reference to an entry's
+// fullUrl in c.urls is replaced by the entry's Type/id in the same walk.
 func (s *Service) resolveConditional(ctx context.Context, tx pgx.Tx, w writer, doc resourceDoc, c *conditionals) error {
 	if c == nil {
 		c = &conditionals{}
 	}
 	var firstErr error
 	walkRefs(map[string]any(doc), func(ref string) string {
+		if to, ok := c.urls[ref]; ok {
+			return to
+		}
 		t, query, ok := strings.Cut(ref, "?")
 		if !ok || firstErr != nil || strings.Contains(t, "/") {
 			return ref
