@@ -294,10 +294,7 @@ func writeDoc(w http.ResponseWriter, r *http.Request, status int, doc json.RawMe
 // writeResource encodes v (a resource, or a value that marshals to one) with FHIR ids and
 // without empty elements.
 func writeResource(w http.ResponseWriter, status int, v any) {
-	b, err := json.Marshal(v)
-	if err == nil {
-		b, err = fhirJSON(b)
-	}
+	b, err := encodeResource(v)
 	if err != nil {
 		status, b = http.StatusInternalServerError, []byte(`{"resourceType":"OperationOutcome","issue":[{"severity":"fatal","code":"exception","diagnostics":"encode response"}]}`)
 	}
@@ -305,6 +302,75 @@ func writeResource(w http.ResponseWriter, status int, v any) {
 	w.Header().Set("Content-Length", strconv.Itoa(len(b)))
 	w.WriteHeader(status)
 	_, _ = w.Write(b)
+}
+
+// encodeResource encodes v in the FHIR base's JSON form (fhirJSON). A resource encoded already
+// (json.RawMessage) and the resources of a Bundle's entries do not go through encoding/json,
+// which would check and compact each of them once more: the rewrite checks and tidies them in its
+// one pass.
+func encodeResource(v any) ([]byte, error) {
+	switch x := v.(type) {
+	case json.RawMessage:
+		if x != nil {
+			return fhirJSON(x)
+		}
+	case bundle:
+		return encodeBundle(x)
+	}
+	b, err := json.Marshal(v)
+	if err != nil {
+		return nil, err
+	}
+	return fhirJSON(b)
+}
+
+// encodeBundle is encodeResource of a Bundle: its entries' resources are copied as they are
+// between the members encoding/json writes, in the same order as the structs', then the whole is
+// rewritten once.
+func encodeBundle(b bundle) ([]byte, error) {
+	entries := b.Entry
+	b.Entry = nil
+	head, err := json.Marshal(b)
+	if err != nil {
+		return nil, err
+	}
+	if len(entries) == 0 {
+		return fhirJSON(head)
+	}
+	size := len(head) + 16
+	for _, e := range entries {
+		size += len(e.Resource) + len(e.FullURL) + 128
+	}
+	out := append(make([]byte, 0, size), head[:len(head)-1]...)
+	out = append(out, `,"entry":[`...)
+	for i, e := range entries {
+		if i > 0 {
+			out = append(out, ',')
+		}
+		out = append(out, '{')
+		if e.FullURL != "" {
+			out = jsonwire.AppendString(append(out, `"fullUrl":`...), e.FullURL)
+		}
+		if len(e.Resource) > 0 {
+			if e.FullURL != "" {
+				out = append(out, ',')
+			}
+			out = append(append(out, `"resource":`...), e.Resource...)
+		}
+		e.FullURL, e.Resource = "", nil
+		rest, err := json.Marshal(e)
+		if err != nil {
+			return nil, err
+		}
+		if len(rest) > 2 { // {"search":…,"request":…,"response":…}
+			if out[len(out)-1] != '{' {
+				out = append(out, ',')
+			}
+			out = append(out, rest[1:len(rest)-1]...)
+		}
+		out = append(out, '}')
+	}
+	return fhirJSON(append(out, "]}"...))
 }
 
 // fhirJSON rewrites a resource for the FHIR base (fhirjson.Rewrite).

@@ -2,7 +2,8 @@
 // record at a time at tens of thousands a second: the observation writer's records, every
 // consumer's event envelopes and every call's audit record. Each decoder built on it decodes as
 // json.Unmarshal into its struct would, which a fuzz test beside it checks against
-// encoding/json itself; everything else in carehub uses encoding/json.
+// encoding/json itself. Tree and AppendTree decode and encode the resources the FHIR base writes
+// as encoding/json would, without reflection. Everything else in carehub uses encoding/json.
 //
 // Reading is two steps: Valid checks a whole record once, then Members walks its top-level
 // object without checking again, handing each value to String, Strings, Int, Float, Bool or the

@@ -3,7 +3,10 @@ package jsonwire_test
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
+	"io"
 	"math"
+	"reflect"
 	"testing"
 	"unicode/utf8"
 
@@ -122,6 +125,69 @@ func FuzzAppendCompact(f *testing.F) {
 		}
 		if string(got) != string(prefix)+want.String() {
 			t.Fatalf("AppendCompact(%q) = %q, json.Compact %q", v, got, want.String())
+		}
+	})
+}
+
+// FuzzTree checks Tree against encoding/json itself: the same value or both refusing.
+func FuzzTree(f *testing.F) {
+	for _, s := range []string{
+		`{"a":[1,{"b":[0,"x"]}],"c":-0.5E+3,"d":null,"e":true,"f":false}`, `{"a":1,"a":2}`, `[]`, `{}`,
+		"{\"k\xff\":\"v\xfe\"}", `{"s":"\ud83d\ude00\n\u00e9"}`, `  7 `, `{"a":1} {}`, `{"a":1,}`, `[1 2]`,
+		`"x"`, `null`, `{"n":12345678901234567890123456789.5e-7}`,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		got, err := jsonwire.Tree(b)
+		var want any
+		d := json.NewDecoder(bytes.NewReader(b))
+		d.UseNumber()
+		werr := d.Decode(&want)
+		if werr == nil && d.More() {
+			werr = errors.New("more than one value")
+		}
+		if werr == nil {
+			if _, e := d.Token(); e != io.EOF {
+				werr = errors.New("trailing")
+			}
+		}
+		if (err == nil) != (werr == nil) {
+			t.Fatalf("Tree(%q): error %v, encoding/json's %v", b, err, werr)
+		}
+		if err == nil && !reflect.DeepEqual(got, want) {
+			t.Fatalf("Tree(%q) = %#v, encoding/json decodes %#v", b, got, want)
+		}
+	})
+}
+
+// FuzzAppendTree checks AppendTree against json.Marshal, byte for byte, on what Tree decodes and
+// on strings and numbers of any bytes.
+func FuzzAppendTree(f *testing.F) {
+	for _, s := range []string{
+		`{"b":[1,{"a":"<x>&\u2028"}],"a":-0.5E+3,"d":null,"e":true}`, "{\"k\xff\":\"v\xfe\\u0001\\b\\f\"}", `[]`, `"x"`,
+	} {
+		f.Add([]byte(s), "1e5")
+	}
+	f.Add([]byte(`{}`), "")
+	f.Add([]byte(`{}`), " 1")
+	f.Add([]byte(`{}`), "01")
+	f.Fuzz(func(t *testing.T, b []byte, n string) {
+		for _, v := range []any{map[string]any{"s": string(b), "n": json.Number(n)}, json.Number(n), string(b)} {
+			got, err := jsonwire.AppendTree(nil, v)
+			want, werr := json.Marshal(v)
+			if (err == nil) != (werr == nil) || err == nil && !bytes.Equal(got, want) {
+				t.Fatalf("AppendTree(%#v) = %s, %v; json.Marshal: %s, %v", v, got, err, want, werr)
+			}
+		}
+		tree, err := jsonwire.Tree(b)
+		if err != nil {
+			return
+		}
+		got, err := jsonwire.AppendTree(nil, tree)
+		want, werr := json.Marshal(tree)
+		if err != nil || werr != nil || !bytes.Equal(got, want) {
+			t.Fatalf("AppendTree(Tree(%q)) = %s, %v; json.Marshal: %s, %v", b, got, err, want, werr)
 		}
 	})
 }

@@ -14,6 +14,7 @@ import (
 // extracted are the search values of one resource.
 type extracted struct {
 	refs        []string // every relative reference, Type/id with carehub ids
+	entryRefs   []string // every reference to a Bundle entry (urn:uuid:, urn:oid:)
 	patientID   string   // the patient it is about ("" when none)
 	codes       []string
 	categories  []string
@@ -28,6 +29,8 @@ func extract(t string, doc map[string]any) extracted {
 	walkRefs(doc, func(ref string) string {
 		if norm, ok := normalRef(ref); ok {
 			x.refs = appendNew(x.refs, norm)
+		} else if strings.HasPrefix(ref, "urn:") {
+			x.entryRefs = append(x.entryRefs, ref)
 		}
 		return ref
 	})

@@ -75,7 +75,7 @@ type txState struct {
 	local   map[string]*patientScope // Type/id of entries created here → scope
 	cond    conditionals             // conditional references: the entries' identifiers, and matches in the store
 	obsDeps map[int]map[string]bool  // Observation entry → fullUrls of Observations it names
-	xs      []*extracted             // the search values of the generic entries to write (checkAllRefs)
+	xs      []*extracted             // each entry's search values, once its references are resolved (resolveAll)
 }
 
 // WriteTransaction writes the Patients and generic resources of entries in one Postgres
@@ -242,7 +242,7 @@ func (st *txState) resolveObservations(ctx context.Context, s *Service, tx pgx.T
 			}
 			if client, ok := strings.CutPrefix(st.entries[i].FullURL, "urn:uuid:"); ok && validID(client) {
 				st.docs[i]["id"] = client
-				body, _ := json.Marshal(map[string]any(st.docs[i]))
+				body, _ := st.docs[i].encode()
 				id := obsID(w.orgID, client, body)
 				st.res[i] = TxResult{ID: id, Created: true, Body: body}
 				st.urls[st.entries[i].FullURL] = "Observation/" + id
@@ -290,14 +290,8 @@ func (st *txState) resolveAll(ctx context.Context, s *Service, tx pgx.Tx, w writ
 			st.bad[i] = err
 			continue
 		}
-		var dangling []string
-		walkRefs(map[string]any(st.docs[i]), func(ref string) string {
-			if strings.HasPrefix(ref, "urn:") {
-				dangling = append(dangling, ref)
-			}
-			return ref
-		})
-		if len(dangling) > 0 {
+		st.xs[i] = new(extract(st.entries[i].Type, st.docs[i]))
+		if dangling := st.xs[i].entryRefs; len(dangling) > 0 {
 			st.bad[i] = fault.Validation("a reference names no entry of the transaction: "+strings.Join(dangling, ", "),
 				map[string]string{"reference": "no entry has fullUrl " + strings.Join(dangling, ", ")})
 		}
@@ -313,7 +307,7 @@ func (st *txState) write(ctx context.Context, s *Service, tx pgx.Tx, w writer, u
 		if e.Type != "Patient" || !st.res[i].Created {
 			continue
 		}
-		body, _ := json.Marshal(map[string]any(st.docs[i]))
+		body, _ := st.docs[i].encode()
 		doc, err := insertPatient(ctx, tx, w, st.res[i].ID, body, st.local["Patient/"+st.res[i].ID].synthetic, now)
 		if f := fault.As(err); f != nil {
 			st.bad[i] = err
@@ -350,9 +344,9 @@ func (st *txState) write(ctx context.Context, s *Service, tx pgx.Tx, w writer, u
 		case e.Type == "Observation":
 			if st.res[i].Body == nil {
 				st.res[i] = TxResult{Created: true}
-				st.res[i].Body, _ = json.Marshal(map[string]any(st.docs[i]))
+				st.res[i].Body, _ = st.docs[i].encode()
 			}
-			if err := s.checkRefs(ctx, tx, w, observationRefs(st.docs[i]), st.local); err != nil {
+			if err := s.checkRefs(ctx, tx, w, observationRefs(*st.xs[i]), st.local); err != nil {
 				st.bad[i] = err
 			} else if err := check(i, st.res[i].Body); err != nil {
 				st.bad[i] = err
@@ -396,12 +390,9 @@ func (st *txState) checkAllRefs(ctx context.Context, tx pgx.Tx, w writer) error 
 		if st.bad[i] != nil || e.Type == "Patient" || !st.res[i].Created && e.Type != "Observation" {
 			continue
 		}
-		var refs []string
+		refs := st.xs[i].refs
 		if e.Type == "Observation" {
-			refs = observationRefs(st.docs[i])
-		} else {
-			st.xs[i] = new(extract(e.Type, st.docs[i]))
-			refs = st.xs[i].refs
+			refs = observationRefs(*st.xs[i])
 		}
 		for _, r := range refs {
 			if _, ok := st.local[r]; !ok && !seen[r] {
@@ -422,9 +413,9 @@ func (st *txState) checkAllRefs(ctx context.Context, tx pgx.Tx, w writer) error 
 	return nil
 }
 
-// observationRefs are an Observation's references other than its subject (intake checks that).
-func observationRefs(doc resourceDoc) []string {
-	x := extract("Observation", doc)
+// observationRefs are an Observation's references other than its subject (intake checks that),
+// of its search values x.
+func observationRefs(x extracted) []string {
 	var out []string
 	for _, r := range x.refs {
 		if !strings.HasPrefix(r, "Patient/") {

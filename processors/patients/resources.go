@@ -12,7 +12,6 @@ package patients
 // being attached to another tenant's or a real patient through a test key.
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -27,6 +26,7 @@ import (
 	"carehub/kernel/access"
 	"carehub/kernel/fault"
 	"carehub/kernel/ids"
+	"carehub/kernel/jsonwire"
 )
 
 // KindResource is the audit kind of a generic resource (recorded as Type/id).
@@ -47,10 +47,9 @@ type resourceDoc map[string]any
 // is t, with a Meta object if any. What the server sets (id, meta.versionId, meta.lastUpdated) is
 // dropped. Numbers keep their text (json.Number), so a decimal is stored as sent.
 func parseResource(t string, body []byte) (resourceDoc, error) {
-	dec := json.NewDecoder(bytes.NewReader(body))
-	dec.UseNumber()
-	var doc map[string]any
-	if err := dec.Decode(&doc); err != nil || doc == nil || dec.More() {
+	v, err := jsonwire.Tree(body)
+	doc, _ := v.(map[string]any)
+	if err != nil || doc == nil {
 		return nil, fault.Invalid("the body must be a FHIR %s as one JSON object", t)
 	}
 	bad := map[string]string{}
@@ -91,11 +90,16 @@ func (d resourceDoc) render(t, id string, version int, updated time.Time) (json.
 	}
 	meta["versionId"], meta["lastUpdated"] = strconv.Itoa(version), updated.UTC().Format(time.RFC3339Nano)
 	d["meta"] = meta
-	b, err := json.Marshal(map[string]any(d))
+	b, err := d.encode()
 	if err != nil {
 		return nil, fmt.Errorf("encode %s: %w", t, err)
 	}
 	return b, nil
+}
+
+// encode is json.Marshal of d, without reflection (jsonwire.AppendTree).
+func (d resourceDoc) encode() ([]byte, error) {
+	return jsonwire.AppendTree(nil, map[string]any(d))
 }
 
 // testTagged reports whether doc carries the HTEST meta tag (test health data).
@@ -356,11 +360,11 @@ type storedRow struct {
 // queues all of its resources in one batch. x is doc's search values when the caller has them
 // (nil: extracted here).
 func (s *Service) prepareStore(ctx context.Context, tx pgx.Tx, w writer, t, id string, doc resourceDoc, x *extracted, local map[string]*patientScope, update *int) (*storedRow, error) {
-	if err := refuseEntryRefs(doc); err != nil {
-		return nil, err
-	}
 	if x == nil {
 		x = new(extract(t, doc))
+	}
+	if err := refuseEntryRefs(x.entryRefs); err != nil {
+		return nil, err
 	}
 	if err := s.checkRefs(ctx, tx, w, x.refs, local); err != nil {
 		return nil, err
@@ -404,19 +408,21 @@ func (s *Service) prepareStore(ctx context.Context, tx pgx.Tx, w writer, t, id s
 		x: *x, out: out, now: now}, nil
 }
 
-// queue adds the row's two writes (the resource and its version) to b.
+// queue adds the row's write to b: the resource and its version, in one statement, so that
+// Postgres parses the resource into jsonb once.
 func (r *storedRow) queue(b *pgx.Batch) {
-	b.Queue(`insert into fhir_resources (org_id, type, id, version_id, synthetic, patient_id, resource, last_updated,
+	b.Queue(`with current as (
+insert into fhir_resources (org_id, type, id, version_id, synthetic, patient_id, resource, last_updated,
 	refs, codes, categories, identifiers, status, date_from, date_to)
 values ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)
 on conflict (org_id, type, id) do update set version_id = excluded.version_id, synthetic = excluded.synthetic,
 	patient_id = excluded.patient_id, resource = excluded.resource, last_updated = excluded.last_updated, deleted = false,
 	refs = excluded.refs, codes = excluded.codes, categories = excluded.categories, identifiers = excluded.identifiers,
-	status = excluded.status, date_from = excluded.date_from, date_to = excluded.date_to`,
+	status = excluded.status, date_from = excluded.date_from, date_to = excluded.date_to
+returning org_id, type, id, version_id, resource, last_updated)
+insert into fhir_resource_versions (org_id, type, id, version_id, resource, last_updated) select * from current`,
 		r.orgID, r.t, r.id, r.version, r.synthetic, r.patientID, r.out, r.now, nonNilStrings(r.x.refs), nonNilStrings(r.x.codes),
 		nonNilStrings(r.x.categories), nonNilStrings(r.x.identifiers), nonNilStrings(r.x.status), r.x.dateFrom, r.x.dateTo)
-	b.Queue(`insert into fhir_resource_versions (org_id, type, id, version_id, resource, last_updated)
-values ($1, $2, $3, $4, $5, $6)`, r.orgID, r.t, r.id, r.version, r.out, r.now)
 }
 
 // touch records the written resource for the audit record, once it is written.
@@ -424,16 +430,10 @@ func (r *storedRow) touch(ctx context.Context) {
 	touch(ctx, r.t, r.id, r.x.patientID)
 }
 
-// refuseEntryRefs refuses a reference to a Bundle entry (urn:uuid:, urn:oid:) outside a
-// transaction, or one a transaction could not resolve: stored, it would name nothing.
-func refuseEntryRefs(doc resourceDoc) error {
-	var found []string
-	walkRefs(map[string]any(doc), func(ref string) string {
-		if strings.HasPrefix(ref, "urn:") {
-			found = append(found, ref)
-		}
-		return ref
-	})
+// refuseEntryRefs refuses references to a Bundle entry (urn:uuid:, urn:oid:; extracted's
+// entryRefs) outside a transaction, or ones a transaction could not resolve: stored, they would
+// name nothing.
+func refuseEntryRefs(found []string) error {
 	if len(found) == 0 {
 		return nil
 	}
