@@ -341,7 +341,6 @@ func skipValue(b []byte, i int) int {
 // escaped (encoding/json also escapes <, > and & for HTML; the two decode alike), and s is
 // expected to be valid UTF-8, as what a JSON decoder produced is.
 func AppendString(b []byte, s string) []byte {
-	const hex = "0123456789abcdef"
 	b = append(b, '"')
 	start := 0
 	for i := 0; i < len(s); i++ {
@@ -349,23 +348,28 @@ func AppendString(b []byte, s string) []byte {
 		if c >= 0x20 && c != '"' && c != '\\' {
 			continue
 		}
-		b = append(b, s[start:i]...)
-		switch c {
-		case '"', '\\':
-			b = append(b, '\\', c)
-		case '\n':
-			b = append(b, '\\', 'n')
-		case '\r':
-			b = append(b, '\\', 'r')
-		case '\t':
-			b = append(b, '\\', 't')
-		default:
-			b = append(b, '\\', 'u', '0', '0', hex[c>>4], hex[c&0xf])
-		}
+		b = appendEscape(append(b, s[start:i]...), c)
 		start = i + 1
 	}
 	b = append(b, s[start:]...)
 	return append(b, '"')
+}
+
+// appendEscape appends the ASCII byte c escaped in a JSON string: \", \\, \n, \r and \t, and
+// \u00XX for the rest.
+func appendEscape(b []byte, c byte) []byte {
+	const hex = "0123456789abcdef"
+	switch c {
+	case '"', '\\':
+		return append(b, '\\', c)
+	case '\n':
+		return append(b, '\\', 'n')
+	case '\r':
+		return append(b, '\\', 'r')
+	case '\t':
+		return append(b, '\\', 't')
+	}
+	return append(b, '\\', 'u', '0', '0', hex[c>>4], hex[c&0xf])
 }
 
 // AppendFloat appends f as encoding/json writes a float64: fixed notation, exponent notation

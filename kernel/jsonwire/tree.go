@@ -137,20 +137,12 @@ func appendMarshalString(dst []byte, s string) []byte {
 			}
 			dst = append(dst, s[start:i]...)
 			switch c {
-			case '"', '\\':
-				dst = append(dst, '\\', c)
 			case '\b':
 				dst = append(dst, '\\', 'b')
 			case '\f':
 				dst = append(dst, '\\', 'f')
-			case '\n':
-				dst = append(dst, '\\', 'n')
-			case '\r':
-				dst = append(dst, '\\', 'r')
-			case '\t':
-				dst = append(dst, '\\', 't')
-			default:
-				dst = append(dst, '\\', 'u', '0', '0', hex[c>>4], hex[c&0xf])
+			default: // <, > and & too, as \u003c …
+				dst = appendEscape(dst, c)
 			}
 			i++
 			start = i
