@@ -75,7 +75,7 @@ type txState struct {
 	local   map[string]*patientScope // Type/id of entries created here → scope
 	cond    conditionals             // conditional references: the entries' identifiers, and matches in the store
 	obsDeps map[int]map[string]bool  // Observation entry → fullUrls of Observations it names
-	xs      []*extracted             // each entry's search values, once its references are resolved (resolveAll)
+	xs      []extracted              // each entry's search values, once its references are resolved (resolveAll)
 }
 
 // WriteTransaction writes the Patients and generic resources of entries in one Postgres
@@ -88,7 +88,7 @@ func (s *Service) WriteTransaction(ctx context.Context, entries []TxEntry, obsID
 	if err != nil {
 		return nil, nil, err
 	}
-	st := &txState{entries: entries, docs: make([]resourceDoc, len(entries)), res: make([]TxResult, len(entries)), xs: make([]*extracted, len(entries)),
+	st := &txState{entries: entries, docs: make([]resourceDoc, len(entries)), res: make([]TxResult, len(entries)), xs: make([]extracted, len(entries)),
 		bad: EntryErrors{}, urls: map[string]string{}, local: map[string]*patientScope{},
 		obsDeps: map[int]map[string]bool{}}
 	st.cond = conditionals{pending: map[string]map[string][]string{}, matched: map[string]string{}, urls: st.urls}
@@ -275,9 +275,10 @@ func (st *txState) entryByURL(url string) int {
 	return -1
 }
 
-// resolveAll resolves every entry's remaining references: fullUrls, and conditional references
-// against the transaction's entries and the store (resolveConditional, in one walk). A urn: reference that names no entry is
-// refused: it could only dangle.
+// resolveAll resolves every entry's remaining references (fullUrls, and conditional references
+// against the transaction's entries and the store, in resolveConditional's one walk) and
+// extracts its search values. A urn: reference that names no entry is refused: it could only
+// dangle.
 func (st *txState) resolveAll(ctx context.Context, s *Service, tx pgx.Tx, w writer) error {
 	for i := range st.entries {
 		if st.bad[i] != nil {
@@ -290,7 +291,7 @@ func (st *txState) resolveAll(ctx context.Context, s *Service, tx pgx.Tx, w writ
 			st.bad[i] = err
 			continue
 		}
-		st.xs[i] = new(extract(st.entries[i].Type, st.docs[i]))
+		st.xs[i] = extract(st.entries[i].Type, st.docs[i])
 		if dangling := st.xs[i].entryRefs; len(dangling) > 0 {
 			st.bad[i] = fault.Validation("a reference names no entry of the transaction: "+strings.Join(dangling, ", "),
 				map[string]string{"reference": "no entry has fullUrl " + strings.Join(dangling, ", ")})
@@ -346,20 +347,20 @@ func (st *txState) write(ctx context.Context, s *Service, tx pgx.Tx, w writer, u
 				st.res[i] = TxResult{Created: true}
 				st.res[i].Body, _ = st.docs[i].encode()
 			}
-			if err := s.checkRefs(ctx, tx, w, observationRefs(*st.xs[i]), st.local); err != nil {
+			if err := s.checkRefs(ctx, tx, w, observationRefs(st.xs[i]), st.local); err != nil {
 				st.bad[i] = err
 			} else if err := check(i, st.res[i].Body); err != nil {
 				st.bad[i] = err
 			}
 		case e.Type != "Patient" && st.res[i].Created:
-			row, err := s.prepareStore(ctx, tx, w, e.Type, st.res[i].ID, st.docs[i], st.xs[i], st.local, nil)
+			row, err := s.prepareStore(ctx, tx, w, e.Type, st.res[i].ID, st.docs[i], &st.xs[i], st.local, nil)
 			if f := fault.As(err); f != nil {
 				st.bad[i] = err
 				continue
 			} else if err != nil {
 				return err
 			}
-			row.queue(&batch)
+			batch.Queue(storeSQL, row.args()...)
 			rows = append(rows, row)
 			st.res[i].Doc = row.out
 			undo.resources = append(undo.resources, e.Type+"/"+st.res[i].ID)
@@ -392,7 +393,7 @@ func (st *txState) checkAllRefs(ctx context.Context, tx pgx.Tx, w writer) error 
 		}
 		refs := st.xs[i].refs
 		if e.Type == "Observation" {
-			refs = observationRefs(*st.xs[i])
+			refs = observationRefs(st.xs[i])
 		}
 		for _, r := range refs {
 			if _, ok := st.local[r]; !ok && !seen[r] {

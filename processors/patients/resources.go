@@ -336,16 +336,14 @@ func (s *Service) store(ctx context.Context, tx pgx.Tx, w writer, t, id string, 
 	if err != nil {
 		return nil, err
 	}
-	var b pgx.Batch
-	row.queue(&b)
-	if err := tx.SendBatch(ctx, &b).Close(); err != nil {
+	if _, err := tx.Exec(ctx, storeSQL, row.args()...); err != nil {
 		return nil, err
 	}
 	row.touch(ctx)
 	return row.out, nil
 }
 
-// storedRow is a resource checked and rendered by prepareStore, to be written by queue.
+// storedRow is a resource checked and rendered by prepareStore, to be written by storeSQL.
 type storedRow struct {
 	orgID, t, id string
 	version      int
@@ -357,7 +355,7 @@ type storedRow struct {
 }
 
 // prepareStore does store's checks and renders the resource, without writing it: a transaction
-// queues all of its resources in one batch. x is doc's search values when the caller has them
+// sends all of its resources in one batch. x is doc's search values when the caller has them
 // (nil: extracted here).
 func (s *Service) prepareStore(ctx context.Context, tx pgx.Tx, w writer, t, id string, doc resourceDoc, x *extracted, local map[string]*patientScope, update *int) (*storedRow, error) {
 	if x == nil {
@@ -408,10 +406,9 @@ func (s *Service) prepareStore(ctx context.Context, tx pgx.Tx, w writer, t, id s
 		x: *x, out: out, now: now}, nil
 }
 
-// queue adds the row's write to b: the resource and its version, in one statement, so that
+// storeSQL writes a storedRow (args): the resource and its version, in one statement, so that
 // Postgres parses the resource into jsonb once.
-func (r *storedRow) queue(b *pgx.Batch) {
-	b.Queue(`with current as (
+const storeSQL = `with current as (
 insert into fhir_resources (org_id, type, id, version_id, synthetic, patient_id, resource, last_updated,
 	refs, codes, categories, identifiers, status, date_from, date_to)
 values ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)
@@ -420,9 +417,13 @@ on conflict (org_id, type, id) do update set version_id = excluded.version_id, s
 	refs = excluded.refs, codes = excluded.codes, categories = excluded.categories, identifiers = excluded.identifiers,
 	status = excluded.status, date_from = excluded.date_from, date_to = excluded.date_to
 returning org_id, type, id, version_id, resource, last_updated)
-insert into fhir_resource_versions (org_id, type, id, version_id, resource, last_updated) select * from current`,
-		r.orgID, r.t, r.id, r.version, r.synthetic, r.patientID, r.out, r.now, nonNilStrings(r.x.refs), nonNilStrings(r.x.codes),
-		nonNilStrings(r.x.categories), nonNilStrings(r.x.identifiers), nonNilStrings(r.x.status), r.x.dateFrom, r.x.dateTo)
+insert into fhir_resource_versions (org_id, type, id, version_id, resource, last_updated) select * from current`
+
+// args are storeSQL's arguments for the row.
+func (r *storedRow) args() []any {
+	return []any{r.orgID, r.t, r.id, r.version, r.synthetic, r.patientID, r.out, r.now, nonNilStrings(r.x.refs),
+		nonNilStrings(r.x.codes), nonNilStrings(r.x.categories), nonNilStrings(r.x.identifiers), nonNilStrings(r.x.status),
+		r.x.dateFrom, r.x.dateTo}
 }
 
 // touch records the written resource for the audit record, once it is written.
