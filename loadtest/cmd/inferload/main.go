@@ -8,7 +8,9 @@
 // createDeployment (embedded, and with backend {oip-v2, MLServer, deterioration, 1}; replicas
 // -c, at most 16), waits for both to be RUNNING, and runs its phases one after another, each for
 // -d after a short warm-up, with -c clients posting batch-1 requests (one row of vital signs, the
-// rows of models.DeteriorationCases in turn) on keep-alive connections:
+// rows of models.DeteriorationCases in turn) on keep-alive connections. With -rounds N the HTTP
+// phases (a, b, c) take turns, N of -d ÷ N each (a b a b …), and each phase's answers are pooled,
+// so that a drift of the machine or of MLServer's speed falls on the baseline and on carehub alike:
 //
 //	a  MLServer direct: POST {mlserver}/v2/models/deterioration/versions/1/infer (the baseline)
 //	b  carehub → MLServer: POST /v1/deployments/{backend deployment}/invoke, the same tensor
@@ -36,6 +38,7 @@
 //
 //	go run ./loadtest/cmd/inferload -d 20s -c 4 -out /tmp/inferload.json
 //	go run ./loadtest/cmd/inferload -d 5s -only a,b
+//	go run ./loadtest/cmd/inferload -d 60s -rounds 6 -only a,b          # b ÷ a and b − a, interleaved
 //	go run ./loadtest/cmd/inferload -only e -stream-rate-window 20s -stream-window 30s
 //
 // Rate limits: the node is started with --rate-per-key and --rate-per-org raised to 1,000,000/s
@@ -98,6 +101,7 @@ var phases = []struct{ id, name, label string }{
 const (
 	maxDuration = 10 * time.Minute
 	maxClients  = 64
+	maxRounds   = 100
 	// liftedRate is the per-key and per-organization rate the node is started with.
 	liftedRate = 1_000_000
 )
@@ -105,6 +109,7 @@ const (
 type config struct {
 	Duration time.Duration
 	Clients  int
+	Rounds   int
 	Out      string
 	Only     map[string]bool // phase ids
 	Quiet    bool
@@ -118,6 +123,7 @@ func inferload() int {
 	var only string
 	flag.DurationVar(&cfg.Duration, "d", 20*time.Second, "length of each phase (after a warm-up of a quarter of it, at most 2 s)")
 	flag.IntVar(&cfg.Clients, "c", 4, "concurrent clients of the HTTP phases (also the deployments' replicas, at most 16)")
+	flag.IntVar(&cfg.Rounds, "rounds", 1, "run the HTTP phases (a, b, c) this many times in turn (a b c a b c …), each for -d ÷ rounds, their answers pooled: drift in the machine or MLServer then falls on every phase alike")
 	flag.StringVar(&cfg.Out, "out", "", "write the report as JSON to this file (- for stdout)")
 	flag.StringVar(&only, "only", "a,b,c,d", "phases to run, comma-separated: a (or mlserver), b (backend), c (embedded), d (onnxruntime), e (stream)")
 	flag.BoolVar(&cfg.Quiet, "quiet", false, "no progress line on stderr")
@@ -194,6 +200,9 @@ func (c *config) validate() error {
 	if c.Clients < 1 || c.Clients > maxClients {
 		errs = append(errs, fmt.Errorf("-c %d: must be 1..%d", c.Clients, maxClients))
 	}
+	if c.Rounds < 1 || c.Rounds > maxRounds || c.Duration/time.Duration(max(c.Rounds, 1)) < 100*time.Millisecond {
+		errs = append(errs, fmt.Errorf("-rounds %d: must be 1..%d, and -d ÷ rounds at least 100ms", c.Rounds, maxRounds))
+	}
 	errs = append(errs, c.Stream.validate())
 	return errors.Join(errs...)
 }
@@ -205,7 +214,7 @@ func (c *config) warmup() time.Duration { return min(c.Duration/4, 2*time.Second
 // run starts what the phases need, runs them and returns the report (also when it ends early
 // with an error, with the phases done).
 func run(ctx context.Context, cfg config, logw io.Writer) (*report, error) {
-	rep := &report{Duration: cfg.Duration.String(), Clients: cfg.Clients, Cores: runtime.NumCPU(), Replicas: min(cfg.Clients, 16),
+	rep := &report{Duration: cfg.Duration.String(), Rounds: cfg.Rounds, Clients: cfg.Clients, Cores: runtime.NumCPU(), Replicas: min(cfg.Clients, 16),
 		MLServerModel: mlservertest.Model, MLServerVersion: "1"}
 	cases, _ := models.DeteriorationCases()
 	bodies := make([][]byte, len(cases))
@@ -255,37 +264,34 @@ func run(ctx context.Context, cfg config, logw io.Writer) (*report, error) {
 	if ml != nil {
 		mlPID = childNamed("mlserver")
 	}
-	for _, ph := range phases {
-		if !cfg.Only[ph.id] || ctx.Err() != nil {
+	var http []target // the HTTP phases, a b c; d and e come after them
+	for _, ph := range phases[:3] {
+		if !cfg.Only[ph.id] {
 			continue
 		}
-		var t target
+		t := target{id: ph.id, name: ph.name, label: ph.label, bodies: bodies, mlPID: mlPID}
 		switch ph.id {
 		case "a":
-			t = target{url: ml.URL + "/v2/models/" + mlservertest.Model + "/versions/1/infer", check: checkOIP}
+			t.url, t.check = ml.URL+"/v2/models/"+mlservertest.Model+"/versions/1/infer", checkOIP
 		case "b":
-			t = target{url: n.URL + "/v1/deployments/" + backendDep + "/invoke", keys: n.Keys, check: checkInvoke("oip-v2")}
+			t.url, t.keys, t.check = n.URL+"/v1/deployments/"+backendDep+"/invoke", n.Keys, checkInvoke("oip-v2")
 		case "c":
-			t = target{url: n.URL + "/v1/deployments/" + embeddedDep + "/invoke", keys: n.Keys, check: checkInvoke("onnx")}
-		case "d":
-			fmt.Fprintf(logw, "inferload: phase d (%s) for %v each: onnxruntime (Python), then onnx.Run (Go)\n", ph.label, cfg.Duration)
-			rep.ORT = runPython(ctx, cfg)
-			rep.GoONNX = runGoONNX(ctx, cfg)
-			continue
-		case "e":
-			fmt.Fprintf(logw, "inferload: phase e (%s): a scoreStream deployment of %d replicas; stored rate over %v unpaced, then accept → prediction at %.0f %% of it over %v\n",
-				ph.label, cfg.Stream.Replicas, cfg.Stream.RateWindow, 100*cfg.Stream.Fraction, cfg.Stream.Window)
-			rep.Stream = runStream(ctx, n, cfg.Stream, logw)
-			continue
+			t.url, t.keys, t.check = n.URL+"/v1/deployments/"+embeddedDep+"/invoke", n.Keys, checkInvoke("onnx")
 		}
-		t.bodies, t.mlPID = bodies, mlPID
-		fmt.Fprintf(logw, "inferload: phase %s (%s): %d clients for %v after %v of warm-up → %s\n", ph.id, ph.label, cfg.Clients, cfg.Duration, cfg.warmup(), t.url)
-		p, err := runHTTP(ctx, cfg, hc, t)
-		p.ID, p.Name, p.Label = ph.id, ph.name, ph.label
-		rep.Phases = append(rep.Phases, p)
-		if err != nil {
-			return rep, fmt.Errorf("phase %s: %w", ph.id, err)
-		}
+		http = append(http, t)
+	}
+	if err := runPhases(ctx, cfg, hc, http, rep, logw); err != nil {
+		return rep, err
+	}
+	if cfg.Only["d"] && ctx.Err() == nil {
+		fmt.Fprintf(logw, "inferload: phase d (%s) for %v each: onnxruntime (Python), then onnx.Run (Go)\n", phases[3].label, cfg.Duration)
+		rep.ORT = runPython(ctx, cfg)
+		rep.GoONNX = runGoONNX(ctx, cfg)
+	}
+	if cfg.Only["e"] && ctx.Err() == nil {
+		fmt.Fprintf(logw, "inferload: phase e (%s): a scoreStream deployment of %d replicas; stored rate over %v unpaced, then accept → prediction at %.0f %% of it over %v\n",
+			phases[4].label, cfg.Stream.Replicas, cfg.Stream.RateWindow, 100*cfg.Stream.Fraction, cfg.Stream.Window)
+		rep.Stream = runStream(ctx, n, cfg.Stream, logw)
 	}
 	rep.ratios()
 	return rep, ctx.Err()
@@ -464,11 +470,12 @@ func waitRunning(ctx context.Context, admin *pipelinetest.Client, id string) err
 
 // target is what an HTTP phase posts to.
 type target struct {
-	url    string
-	keys   []string // one a client in turn; none for MLServer
-	bodies [][]byte // taken in turn
-	check  func([]byte) error
-	mlPID  int // MLServer's process, for its CPU (0: unknown)
+	id, name, label string // the phase's
+	url             string
+	keys            []string // one a client in turn; none for MLServer
+	bodies          [][]byte // taken in turn
+	check           func([]byte) error
+	mlPID           int // MLServer's process, for its CPU (0: unknown)
 }
 
 // checkOIP checks an OIP v2 answer: an output of two probabilities (predict_proba).
@@ -502,6 +509,7 @@ type phase struct {
 	Name      string         `json:"name"`
 	Label     string         `json:"label"`
 	URL       string         `json:"url"`
+	Turns     int            `json:"turns"` // measured stretches, pooled (-rounds)
 	Elapsed   float64        `json:"elapsedSeconds"`
 	Requests  int64          `json:"requests"` // answered 200
 	PerSecond float64        `json:"requestsPerSecond"`
@@ -523,10 +531,42 @@ type phase struct {
 	Series              []loadreport.Point `json:"series,omitempty"`
 }
 
-// runHTTP warms target up, then measures it for cfg.Duration.
-func runHTTP(ctx context.Context, cfg config, hc *http.Client, t target) (phase, error) {
-	p := phase{URL: t.url}
-	// Every body once: the answers are what the phase expects.
+// runPhases runs the HTTP phases ts -rounds times in turn (a b c a b c …), each turn for
+// -d ÷ -rounds, and adds each phase's figures, its turns' answers pooled, to rep. Each target's
+// bodies are checked and its connections warmed before the first turn.
+func runPhases(ctx context.Context, cfg config, hc *http.Client, ts []target, rep *report, logw io.Writer) error {
+	if len(ts) == 0 {
+		return nil
+	}
+	turns := make([][]turn, len(ts))
+	each := cfg.Duration / time.Duration(cfg.Rounds)
+	for round := range cfg.Rounds {
+		for i, t := range ts {
+			if round == 0 {
+				fmt.Fprintf(logw, "inferload: phase %s (%s): %d clients for %v after %v of warm-up → %s\n", t.id, t.label, cfg.Clients, cfg.Duration, cfg.warmup(), t.url)
+				if err := warm(ctx, cfg, hc, t); err != nil {
+					rep.Phases = append(rep.Phases, phaseOf(t, turns[i]))
+					return fmt.Errorf("phase %s: %w", t.id, err)
+				}
+			} else if i == 0 {
+				fmt.Fprintf(logw, "inferload: round %d of %d, %v a phase\n", round+1, cfg.Rounds, each)
+			}
+			tu := measure(ctx, cfg, hc, t, each)
+			turns[i] = append(turns[i], tu)
+			if ctx.Err() != nil {
+				break
+			}
+		}
+	}
+	for i, t := range ts {
+		rep.Phases = append(rep.Phases, phaseOf(t, turns[i]))
+	}
+	return ctx.Err()
+}
+
+// warm checks that every body of t gets the answer the phase expects, then loads t unmeasured
+// for the warm-up.
+func warm(ctx context.Context, cfg config, hc *http.Client, t target) error {
 	for i, b := range t.bodies {
 		status, body, _, err := post(ctx, hc, t, i, b)
 		if err == nil && status != http.StatusOK {
@@ -536,42 +576,87 @@ func runHTTP(ctx context.Context, cfg config, hc *http.Client, t target) (phase,
 			err = t.check(body)
 		}
 		if err != nil {
-			return p, fmt.Errorf("check request: %w", err)
+			return fmt.Errorf("check request: %w", err)
 		}
 	}
 	load(ctx, cfg.warmup(), cfg.Clients, hc, t, nil)
-	if ctx.Err() != nil {
-		return p, ctx.Err()
-	}
+	return ctx.Err()
+}
+
+// turn is one measured stretch of a phase.
+type turn struct {
+	res          loadResult
+	elapsed      time.Duration
+	cpu, mlCPU   time.Duration
+	busy, steal  float64 // percent of the machine, over the turn
+	machineKnown bool
+	series       []loadreport.Point
+	started      time.Time
+}
+
+// measure loads t for d and records what it took.
+func measure(ctx context.Context, cfg config, hc *http.Client, t target, d time.Duration) turn {
 	rec := loadreport.NewRecorder(loadreport.Options{Unit: "requests/s", Quiet: cfg.Quiet})
 	cpu0, ml0 := loadcli.ProcessCPU(), treeCPU(t.mlPID)
 	machine := loadtest.StartMachineWindow()
 	rec.Start()
 	began := time.Now()
-	res := load(ctx, cfg.Duration, cfg.Clients, hc, t, rec)
-	elapsed := time.Since(began)
-	p.Series = rec.Stop()
-	p.seriesStart = rec.Started()
-	cpu, ml := loadcli.ProcessCPU()-cpu0, treeCPU(t.mlPID)-ml0
-	if busy, steal, ok := machine.End(); ok {
-		p.MachineBusyPct, p.MachineStealPct = busy, steal
+	var tu turn
+	tu.res = load(ctx, d, cfg.Clients, hc, t, rec)
+	tu.elapsed = time.Since(began)
+	tu.series, tu.started = rec.Stop(), rec.Started()
+	tu.cpu, tu.mlCPU = loadcli.ProcessCPU()-cpu0, treeCPU(t.mlPID)-ml0
+	tu.busy, tu.steal, tu.machineKnown = machine.End()
+	return tu
+}
+
+// phaseOf is t's figures over its turns: answers pooled, rates and CPU over their summed time.
+func phaseOf(t target, turns []turn) phase {
+	p := phase{ID: t.id, Name: t.name, Label: t.label, URL: t.url, Turns: len(turns)}
+	var lat, own []time.Duration
+	var elapsed, cpu, ml time.Duration
+	var busy, steal, known float64
+	for i, tu := range turns {
+		lat, own = append(lat, tu.res.latencies...), append(own, tu.res.own...)
+		p.Errors, p.Refused = p.Errors+tu.res.errors, p.Refused+tu.res.refused
+		if p.FirstError == "" {
+			p.FirstError = tu.res.firstError
+		}
+		elapsed, cpu, ml = elapsed+tu.elapsed, cpu+tu.cpu, ml+tu.mlCPU
+		if tu.machineKnown {
+			busy, steal, known = busy+tu.busy*tu.elapsed.Seconds(), steal+tu.steal*tu.elapsed.Seconds(), known+tu.elapsed.Seconds()
+		}
+		if i == 0 {
+			p.seriesStart = tu.started
+		}
+		off := tu.started.Sub(p.seriesStart).Seconds()
+		for _, pt := range tu.series {
+			pt.Seconds += off
+			p.Series = append(p.Series, pt)
+		}
+	}
+	if elapsed <= 0 {
+		return p
 	}
 	p.Elapsed = elapsed.Seconds()
-	p.Requests, p.Errors, p.Refused, p.FirstError = int64(len(res.latencies)), res.errors, res.refused, res.firstError
-	p.PerSecond = float64(p.Requests) / elapsed.Seconds()
-	p.Latency = loadcli.Ms(res.latencies)
-	if len(res.own) > 0 {
-		own := loadcli.Ms(res.own)
-		p.Own = &own
+	p.Requests = int64(len(lat))
+	p.PerSecond = float64(p.Requests) / p.Elapsed
+	p.Latency = loadcli.Ms(lat)
+	if len(own) > 0 {
+		o := loadcli.Ms(own)
+		p.Own = &o
 	}
-	p.ProcessCores = cpu.Seconds() / elapsed.Seconds()
+	p.ProcessCores = cpu.Seconds() / p.Elapsed
 	if t.mlPID > 0 {
-		p.MLServerCores = ml.Seconds() / elapsed.Seconds()
+		p.MLServerCores = ml.Seconds() / p.Elapsed
 	}
 	if cpu > 0 {
 		p.PerProcessCPUSecond = float64(p.Requests) / cpu.Seconds()
 	}
-	return p, ctx.Err()
+	if known > 0 {
+		p.MachineBusyPct, p.MachineStealPct = busy/known, steal/known
+	}
+	return p
 }
 
 type loadResult struct {
@@ -948,7 +1033,8 @@ func treeCPU(pid int) time.Duration {
 
 // report is a run's figures.
 type report struct {
-	Duration           string        `json:"duration"` // of each phase
+	Duration           string        `json:"duration"` // of each phase, its turns together
+	Rounds             int           `json:"rounds"`   // turns of each HTTP phase (-rounds)
 	Clients            int           `json:"clients"`
 	Cores              int           `json:"cores"`
 	Replicas           int           `json:"replicas"` // of each deployment
@@ -1018,7 +1104,7 @@ func (r *report) ratios() {
 }
 
 func (r *report) Print(w io.Writer) {
-	fmt.Fprintf(w, "inferload: %s a phase, %d clients, batch 1, deployments of %d replicas, %d cores\n", r.Duration, r.Clients, r.Replicas, r.Cores)
+	fmt.Fprintf(w, "inferload: %s a phase in %d turns, %d clients, batch 1, deployments of %d replicas, %d cores\n", r.Duration, r.Rounds, r.Clients, r.Replicas, r.Cores)
 	if len(r.Phases) > 0 {
 		fmt.Fprintf(w, "%-28s %9s %8s %8s %8s %6s %7s %9s %9s %10s %6s %6s\n",
 			"phase", "req/s", "p50 ms", "p99 ms", "max ms", "errors", "refused", "proc CPU", "MLServer", "req/CPU-s", "busy%", "steal%")
