@@ -264,7 +264,7 @@ func run(ctx context.Context, cfg config, logw io.Writer) (*report, error) {
 	if ml != nil {
 		mlPID = childNamed("mlserver")
 	}
-	var http []target // the HTTP phases, a b c; d and e come after them
+	var targets []target // the HTTP phases, a b c; d and e come after them
 	for _, ph := range phases[:3] {
 		if !cfg.Only[ph.id] {
 			continue
@@ -278,9 +278,9 @@ func run(ctx context.Context, cfg config, logw io.Writer) (*report, error) {
 		case "c":
 			t.url, t.keys, t.check = n.URL+"/v1/deployments/"+embeddedDep+"/invoke", n.Keys, checkInvoke("onnx")
 		}
-		http = append(http, t)
+		targets = append(targets, t)
 	}
-	if err := runPhases(ctx, cfg, hc, http, rep, logw); err != nil {
+	if err := runPhases(ctx, cfg, hc, targets, rep, logw); err != nil {
 		return rep, err
 	}
 	if cfg.Only["d"] && ctx.Err() == nil {
@@ -540,26 +540,28 @@ func runPhases(ctx context.Context, cfg config, hc *http.Client, ts []target, re
 	}
 	turns := make([][]turn, len(ts))
 	each := cfg.Duration / time.Duration(cfg.Rounds)
-	for round := range cfg.Rounds {
+	reached := len(ts) // the phases begun
+	var err error
+rounds:
+	for round := 0; round < cfg.Rounds && ctx.Err() == nil; round++ {
 		for i, t := range ts {
 			if round == 0 {
 				fmt.Fprintf(logw, "inferload: phase %s (%s): %d clients for %v after %v of warm-up → %s\n", t.id, t.label, cfg.Clients, cfg.Duration, cfg.warmup(), t.url)
-				if err := warm(ctx, cfg, hc, t); err != nil {
-					rep.Phases = append(rep.Phases, phaseOf(t, turns[i]))
-					return fmt.Errorf("phase %s: %w", t.id, err)
+				if werr := warm(ctx, cfg, hc, t); werr != nil {
+					reached, err = i+1, fmt.Errorf("phase %s: %w", t.id, werr)
+					break rounds
 				}
 			} else if i == 0 {
 				fmt.Fprintf(logw, "inferload: round %d of %d, %v a phase\n", round+1, cfg.Rounds, each)
 			}
-			tu := measure(ctx, cfg, hc, t, each)
-			turns[i] = append(turns[i], tu)
-			if ctx.Err() != nil {
-				break
-			}
+			turns[i] = append(turns[i], measure(ctx, cfg, hc, t, each))
 		}
 	}
-	for i, t := range ts {
+	for i, t := range ts[:reached] {
 		rep.Phases = append(rep.Phases, phaseOf(t, turns[i]))
+	}
+	if err != nil {
+		return err
 	}
 	return ctx.Err()
 }
