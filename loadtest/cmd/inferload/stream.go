@@ -421,9 +421,10 @@ func (s *streamRun) pacedWindow(ctx context.Context, bodies [][]byte, rate float
 	if err != nil {
 		return w, err
 	}
-	w.LoggedPredictions = int64(len(logged))
 	dist := s.tr.toLogged(windowPaced, logged)
-	w.ToLogged = &dist
+	// The log's rows since just before the window include predictions of observations posted
+	// before it (the probe's, the last of the unpaced window's): only the window's count.
+	w.ToLogged, w.LoggedPredictions = &dist, int64(dist.N)
 	drops1, why := s.tr.ends()
 	w.Drops, w.DropReason = drops1-drops0, why
 	return w, ctx.Err()
