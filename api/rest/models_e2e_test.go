@@ -216,6 +216,7 @@ func TestModelDeployment(t *testing.T) {
 			{"inputs": []any{map[string]any{"name": "other", "shape": []int{1, 5}, "datatype": "FP32", "data": []float64{1, 2, 3, 4, 5}}}},
 			{"vitals": map[string]any{"heart_rate": 80}},
 			{"inputs": []any{map[string]any{"name": "vitals", "shape": []int{1, 5}, "datatype": "FP32", "data": []float64{1, 2, 3, 4, 5}}}, "patientId": demo.StablePatientID},
+			{"inputs": []any{map[string]any{"name": "vitals", "shape": []int{1, 5}, "datatype": "FP32", "data": []float64{1e39, 2, 3, 4, 5}}}},
 		} {
 			if r := invoke(key, bad); r.Status != http.StatusUnprocessableEntity {
 				t.Errorf("%v: %d %s, want 422", bad, r.Status, r.Body)

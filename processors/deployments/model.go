@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"sync"
 
 	"github.com/jackc/pgx/v5"
@@ -135,6 +136,10 @@ func (inv *Invoker) inputs(ctx context.Context, f features, req InvokeRequest, b
 		for i, t := range req.Inputs {
 			if t.Datatype != "" && t.Datatype != "FP32" {
 				bad[fmt.Sprintf("inputs[%d].datatype", i)] = "only FP32 is served"
+			}
+			// A number past FP32's range would reach the model as an infinity, and be scored.
+			if j := slices.IndexFunc(t.Data, func(x float64) bool { return math.Abs(x) > math.MaxFloat32 }); j >= 0 {
+				bad[fmt.Sprintf("inputs[%d].data[%d]", i, j)] = "outside FP32's range"
 			}
 		}
 		return req.Inputs, pred
