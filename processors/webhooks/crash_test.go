@@ -24,6 +24,7 @@ const (
 	crashChildBrokers = "CAREHUB_WEBHOOKS_CRASH_BROKERS"
 	crashChildTopic   = "CAREHUB_WEBHOOKS_CRASH_TOPIC"
 	crashChildGroup   = "CAREHUB_WEBHOOKS_CRASH_GROUP"
+	crashChildWait    = "CAREHUB_WEBHOOKS_CRASH_FAST_WAIT"
 )
 
 // crashLease is the lease of the dispatchers in the crash test: short, so the test is quick.
@@ -36,6 +37,11 @@ var crashClientOpts = []kgo.Opt{kgo.SessionTimeout(6 * time.Second), kgo.Heartbe
 // crashChild runs a dispatcher until it is killed.
 func crashChild() int {
 	ctx := context.Background()
+	wait, err := time.ParseDuration(os.Getenv(crashChildWait))
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "crash child:", err)
+		return 2
+	}
 	pool, err := postgres.Connect(ctx, os.Getenv(crashChildDSN))
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "crash child:", err)
@@ -51,6 +57,7 @@ func crashChild() int {
 		Schedule:     fastSchedule,
 		Lease:        crashLease,
 		PollInterval: 20 * time.Millisecond,
+		FastWait:     wait,
 		ClientOpts:   crashClientOpts,
 	})
 	if err != nil {
@@ -65,9 +72,25 @@ func crashChild() int {
 }
 
 // TestKilledMidAttemptLosesNothing kills (SIGKILL) a dispatcher process while its attempt is at
-// the receiver, before it can record anything, then starts another: the delivery comes again,
-// with the same webhook-id, once its lease has run out.
+// the receiver, then starts another: the delivery comes again, with the same webhook-id, and is
+// recorded once, with one attempt. The attempt is the consumer's own, killed before it recorded
+// anything (its event is read again) or after it recorded the delivery delivering (fast.go), or a
+// lane's (the lease runs out).
 func TestKilledMidAttemptLosesNothing(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		fastWait  time.Duration
+		delivered bool // the delivery is recorded delivering before the kill
+	}{
+		{"the consumer's attempt, unrecorded", time.Minute, false},
+		{"the consumer's attempt, recorded delivering", time.Millisecond, true},
+		{"a lane's attempt", -1, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) { testKilledMidAttempt(t, tc.fastWait, tc.delivered) })
+	}
+}
+
+func testKilledMidAttempt(t *testing.T, fastWait time.Duration, delivering bool) {
 	f := newFixture(t)
 	held := make(chan struct{})
 	rc := newReceiver(t, func(n int, w http.ResponseWriter, r *http.Request) {
@@ -87,18 +110,29 @@ func TestKilledMidAttemptLosesNothing(t *testing.T) {
 		crashChildBrokers+"="+strings.Join(f.brokers, ","),
 		crashChildTopic+"="+f.topic,
 		crashChildGroup+"="+group,
+		crashChildWait+"="+fastWait.String(),
 	)
 
 	first := rc.waitRequests(t, 1, 30*time.Second)[0]
+	var deadOwner string
+	if delivering {
+		testenv.Eventually(t, 20*time.Second, "the delivery recorded delivering", func() bool {
+			rows := f.deliveries(sub.ID)
+			return len(rows) == 1 && rows[0].Status == DeliveryDelivering
+		})
+	}
 	if err := child.Kill(); err != nil { // SIGKILL: no deferred cleanup, no hand-back
 		t.Fatal(err)
 	}
-
 	rows := f.deliveries(sub.ID)
-	if len(rows) != 1 || rows[0].Status != DeliveryDelivering || rows[0].LeaseOwner == nil || rows[0].AttemptCount != 0 {
+	switch {
+	case !delivering && len(rows) != 0:
+		t.Fatalf("after the kill: %+v, want nothing recorded", rows)
+	case delivering && (len(rows) != 1 || rows[0].Status != DeliveryDelivering || rows[0].LeaseOwner == nil || rows[0].AttemptCount != 0):
 		t.Fatalf("after the kill: %+v, want one delivery left delivering under the dead dispatcher's lease", rows)
+	case delivering:
+		deadOwner = *rows[0].LeaseOwner
 	}
-	deadOwner := *rows[0].LeaseOwner
 
 	d := f.start(func(c *DispatcherConfig) { c.Group = group; c.Lease = crashLease; c.ClientOpts = crashClientOpts })
 	again := rc.waitRequests(t, 2, 30*time.Second)[1]

@@ -40,6 +40,7 @@ const (
 	DefaultLaneBatch    = 512
 	DefaultPollInterval = 500 * time.Millisecond
 	DefaultCacheTTL     = 5 * time.Second
+	DefaultFastWait     = 250 * time.Millisecond
 )
 
 // creationSkew is how much earlier than a subscription's creation an event may have been
@@ -76,9 +77,10 @@ type DispatcherConfig struct {
 	// dispatcher renews its leases every Lease/3, so a delivery outlives its dispatcher by at
 	// most Lease before another sends it again (DefaultLease).
 	Lease time.Duration
-	// MaxInFlight bounds the attempts in flight, and the subscriptions being sent (a lane waiting
-	// for its inbox does not count), at once on this dispatcher (DefaultMaxInFlight). Each
-	// subscription's own bound is its maxInFlight (ordered: one).
+	// MaxInFlight bounds the attempts in flight (the consumer's first attempts and the lanes'),
+	// and the subscriptions being sent (a lane waiting for its inbox does not count), at once on
+	// this dispatcher (DefaultMaxInFlight). Each subscription's own bound is its maxInFlight
+	// (ordered: one).
 	MaxInFlight int
 	// LaneBatch is the most of a subscription's due deliveries one claim takes
 	// (DefaultLaneBatch); a claim takes eight times the subscription's maxInFlight, or four
@@ -90,6 +92,10 @@ type DispatcherConfig struct {
 	// CacheTTL bounds how long the subscriptions of a project are cached; changes made through
 	// the Service invalidate them at once (DefaultCacheTTL).
 	CacheTTL time.Duration
+	// FastWait is how long the consumer waits for the first attempts it makes itself before it
+	// records those still running as delivering and goes on (DefaultFastWait; fast.go). Negative:
+	// the consumer sends nothing itself, and every delivery goes through the schedule.
+	FastWait time.Duration
 	// ClientOpts are extra franz-go options (tests).
 	ClientOpts []kgo.Opt
 }
@@ -110,6 +116,9 @@ func (c *DispatcherConfig) defaults() {
 	config.Default(&c.LaneBatch, DefaultLaneBatch)
 	config.Default(&c.PollInterval, DefaultPollInterval)
 	config.Default(&c.CacheTTL, DefaultCacheTTL)
+	if c.FastWait == 0 { // negative turns it off
+		c.FastWait = DefaultFastWait
+	}
 }
 
 // validate reports a config that cannot build a dispatcher (after defaults).
@@ -128,10 +137,12 @@ func (c *DispatcherConfig) validate() error {
 }
 
 // Dispatcher turns platform events into signed webhook deliveries. It is two loops that share
-// only Postgres: the consumer (group DefaultGroup on the events topic) records one delivery per
-// matching (subscription, event) and commits offsets only after the rows are written; the worker
-// pool claims due deliveries, a subscription at a time, attempts them and records the outcome.
-// Any number of dispatchers may run against one database and group.
+// only Postgres: the consumer (group DefaultGroup on the events topic) makes the first attempts
+// of healthy concurrent subscriptions itself and records each of those deliveries once, finished
+// (fast.go), records the other matching (subscription, event) pairs pending for the schedule,
+// and commits offsets only after the rows are written; the worker pool claims due deliveries
+// (retries, backlogs, ordered and throttled subscriptions), a subscription at a time, attempts
+// them and records the outcome. Any number of dispatchers may run against one database and group.
 type Dispatcher struct {
 	cfg    DispatcherConfig
 	logger *slog.Logger
@@ -157,6 +168,10 @@ type Dispatcher struct {
 
 	servingMu sync.Mutex
 	serving   map[string]*inbox // subscriptions with a lane on this dispatcher, and its inbox (inbox.go)
+
+	cool   map[string]time.Time     // by subscription: until when the consumer leaves it to the schedule (fast.go)
+	sent   map[[2]string]fastResult // first attempts made whose deliveries were not recorded, by (subscription, event)
+	spills sync.WaitGroup           // first attempts that outran fastWait, their outcomes not yet written
 
 	runOnce  sync.Once
 	closeErr error
@@ -185,7 +200,7 @@ func NewDispatcher(cfg DispatcherConfig) (*Dispatcher, error) {
 		cl.Close()
 		return nil, fmt.Errorf("webhook dispatcher: %w", err)
 	}
-	r, err := consume.New(cl, consume.Config{Name: "webhooks", MaxRecords: 1000, Logger: cfg.Logger, Registerer: cfg.Registerer})
+	r, err := consume.New(cl, consume.Config{Name: "webhooks", MaxRecords: 4000, Logger: cfg.Logger, Registerer: cfg.Registerer})
 	if err != nil {
 		cl.Close()
 		return nil, fmt.Errorf("webhook dispatcher: %w", err)
@@ -204,6 +219,8 @@ func NewDispatcher(cfg DispatcherConfig) (*Dispatcher, error) {
 		m:      m,
 		wake:   make(chan struct{}, 1),
 		sem:    make(chan struct{}, cfg.MaxInFlight),
+		cool:   map[string]time.Time{},
+		sent:   map[[2]string]fastResult{},
 	}, nil
 }
 
@@ -243,6 +260,7 @@ func (d *Dispatcher) run(ctx context.Context) error {
 	start("consumer", d.consume)
 	wg.Wait()
 	lanes.Wait()
+	d.spills.Wait()
 	select {
 	case err := <-errc:
 		return err
@@ -350,9 +368,11 @@ func (d *Dispatcher) record(ctx context.Context, all []events.Event) error {
 		return fmt.Errorf("load subscriptions: %w", err)
 	}
 	var rows []newDelivery
+	subs := map[string]cachedSub{}
 	for _, ev := range evs {
 		var body []byte
 		for _, sub := range byProject[ev.ProjectID] {
+			subs[sub.id] = sub
 			if !sub.wants(ev.OrgID, ev.Type) || ev.CreatedAt.Before(sub.createdAt.Add(-creationSkew)) {
 				continue
 			}
@@ -364,6 +384,25 @@ func (d *Dispatcher) record(ctx context.Context, all []events.Event) error {
 			rows = append(rows, newDelivery{id: ids.New(ids.Delivery), orgID: sub.orgID, webhookID: sub.id, ev: ev, body: body})
 		}
 	}
+	if len(rows) == 0 {
+		return nil
+	}
+	fast, rows, err := d.pickFast(ctx, rows, subs)
+	if err != nil {
+		return err
+	}
+	run := d.startFast(ctx, fast)
+	err = d.recordQueued(ctx, rows)
+	n, ferr := d.finishFast(ctx, run)
+	d.m.recorded.Add(float64(n))
+	if err != nil {
+		return err
+	}
+	return ferr
+}
+
+// recordQueued records rows for the schedule: pending, or delivering and handed to their lane.
+func (d *Dispatcher) recordQueued(ctx context.Context, rows []newDelivery) error {
 	if len(rows) == 0 {
 		return nil
 	}

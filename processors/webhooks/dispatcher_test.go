@@ -448,7 +448,7 @@ func TestRotationSignsWithBothSecrets(t *testing.T) {
 	if rotated.Secret == sub.Secret || len(rotated.Secret) != len(sub.Secret) {
 		t.Fatalf("rotation returned %q", rotated.Secret)
 	}
-	f.start()
+	d := f.start()
 	f.publish("agent.run_completed", nil)
 	req := rc.waitRequests(t, 1, 20*time.Second)[0]
 	sigs := bytes.Fields([]byte(req.Header.Get(whsig.HeaderSignature)))
@@ -469,6 +469,7 @@ func TestRotationSignsWithBothSecrets(t *testing.T) {
 	if _, err := f.pool.Exec(context.Background(), `update webhooks set previous_secret_expires_at = now() - interval '1 second' where id = $1`, sub.ID); err != nil {
 		t.Fatal(err)
 	}
+	d.subs.invalidate("") // as if the overlap had run out while cached: the cache knows when it ends
 	f.publish("agent.run_completed", nil)
 	req = rc.waitRequests(t, 2, 20*time.Second)[1]
 	if sigs := bytes.Fields([]byte(req.Header.Get(whsig.HeaderSignature))); len(sigs) != 1 ||
@@ -584,8 +585,12 @@ func TestRefusedDeliveryIsDeadLettered(t *testing.T) {
 	}
 	f.waitDeliveryStatus(sub.ID, bad.ID, DeliverySucceeded)
 	quiet(t, d, rc, 3)
-	if ids := requestIDs(rc.requests()); !slices.Equal(ids, []string{good.ID, bad.ID}) {
-		t.Errorf("requests for %v, want each event once: %s then %s", ids, good.ID, bad.ID)
+	// The consumer attempted both before Postgres refused one: the attempts are kept, and
+	// recorded when their events are handled again, not made again (fast.go).
+	ids := requestIDs(rc.requests())
+	slices.Sort(ids)
+	if want := []string{good.ID, bad.ID}; !slices.Equal(ids, slices.Sorted(slices.Values(want))) {
+		t.Errorf("requests for %v, want each event once: %v", ids, want)
 	}
 }
 

@@ -155,6 +155,14 @@ func (d *Dispatcher) served() []string {
 	return out
 }
 
+// servedHere reports whether id has a lane on this dispatcher.
+func (d *Dispatcher) servedHere(id string) bool {
+	d.servingMu.Lock()
+	defer d.servingMu.Unlock()
+	_, ok := d.serving[id]
+	return ok
+}
+
 // inboxes returns the open inboxes of ids' lanes on this dispatcher, and whether every one of ids
 // has a lane here.
 func (d *Dispatcher) inboxes(ids []string) (map[string]*inbox, bool) {

@@ -12,12 +12,13 @@ import (
 
 // A subscription with a lane on the dispatcher gets its new deliveries straight from the
 // consumer (recorded delivering, handed to the lane's inbox): each is delivered once, and a URL
-// changed while the lane lives applies to the deliveries handed to it afterwards.
+// changed while the lane lives applies to the deliveries handed to it afterwards. (The consumer
+// makes no first attempts itself here, so every delivery has a lane.)
 func TestLaneTakesDeliveriesStraightFromTheStream(t *testing.T) {
 	f := newFixture(t)
 	first, second := newReceiver(t, nil), newReceiver(t, nil)
 	sub := f.create(first.URL, "*")
-	d := f.start()
+	d := f.start(func(c *DispatcherConfig) { c.FastWait = -1 })
 	sent := []string{f.publish("agent.run_completed", nil).ID}
 	first.waitRequests(t, 1, 20*time.Second) // a lane is up, waiting laneIdle for more
 	// Bursts close together, until some went straight to the lane (the first of a run may find

@@ -2,6 +2,7 @@ package webhooks
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -214,19 +215,11 @@ func (d *Dispatcher) recordOutcomes(ctx context.Context, l *lane, batch []finish
 		}
 		// A batch moves as one: the same next attempt (one jittered delay), so it is due again
 		// whole, from the schedule of its most tried event.
-		status := DeliverySucceeded
-		var delay time.Duration
-		if !out.Succeeded() {
-			pos := 0
-			for _, it := range f.group {
-				pos = max(pos, it.schedulePos)
-			}
-			if next, ok := retryDelay(d.cfg.Schedule, pos+1, out.RetryAfter); ok {
-				status, delay = DeliveryPending, next
-			} else {
-				status = DeliveryFailed
-			}
+		pos := 0
+		for _, it := range f.group {
+			pos = max(pos, it.schedulePos)
 		}
+		status, delay := outcomeStatus(d.cfg.Schedule, pos, out)
 		for _, it := range f.group {
 			attemptIDs, deliveryIDs, statuses = append(attemptIDs, ids.New(ids.Attempt)), append(deliveryIDs, it.id), append(statuses, status)
 			delays, latencies = append(delays, delay.Microseconds()), append(latencies, int32(out.Latency.Milliseconds()))
@@ -250,7 +243,7 @@ with r as (
 ),
 att as (
 	insert into webhook_attempts (id, delivery_id, webhook_id, org_id, status_code, latency_ms, error, response_body, attempted_at)
-	select attempt_id, delivery_id, $10, $11, status_code, latency_ms, error, response_body, attempted_at from r
+	select attempt_id, delivery_id, $10, $16, status_code, latency_ms, error, response_body, attempted_at from r
 ),
 dl as (
 	update webhook_deliveries d set
@@ -263,24 +256,10 @@ dl as (
 		completed_at = case when r.status = 'pending' then null else now() end,
 		lease_owner = null, lease_until = null, updated_at = now()
 	from r
-	where d.id = r.delivery_id and d.status = 'delivering' and d.lease_owner = $12
+	where d.id = r.delivery_id and d.status = 'delivering' and d.lease_owner = $17
 ),
 upd as (
-	-- Skipped when nothing would change: a lane of successes to an active subscription, whose
-	-- last delivery time was set within the second. Concurrent writes of a lane then never wait
-	-- on the subscription's row.
-	update webhooks set
-		failure_count = case when $13::int >= 0 then $13::int else failure_count + $14::int end,
-		status = case
-			when $15 then 'disabled'
-			when status not in ('active', 'failing') then status
-			when (case when $13::int >= 0 then $13::int else failure_count + $14::int end) = 0 then 'active'
-			when (case when $13::int >= 0 then $13::int else failure_count + $14::int end) >= $16 then 'paused'
-			else 'failing' end,
-		last_delivered_at = case when $17 then now() else last_delivered_at end,
-		updated_at = now()
-	where id = $10 and not ($13::int = 0 and failure_count = 0 and status = 'active' and not $15
-		and coalesce(last_delivered_at >= now() - interval '1 second', false))
+	`+hookOutcome(10)+`
 	returning status, deleted_at is not null as deleted, url, project_id, patient_scopes, patient_mode, `+secretColumns+`
 )
 select * from upd
@@ -288,7 +267,7 @@ union all
 select status, deleted_at is not null, url, project_id, patient_scopes, patient_mode, `+secretColumns+`
 from webhooks where id = $10 and not exists (select 1 from upd)`,
 			attemptIDs, deliveryIDs, statuses, delays, attemptedAt, codes, latencies, errTexts, respBodies,
-			l.webhookID, l.orgID, d.node, trailing, failures, gone, PauseAfter, anySuccess,
+			l.webhookID, trailing, failures, gone, PauseAfter, anySuccess, l.orgID, d.node,
 		).Scan(append([]any{&hookStatus, &deleted, &st.url, &project, &patientScopes, &patientMode}, stored.dest()...)...)
 	})
 	if err != nil {
@@ -297,11 +276,36 @@ from webhooks where id = $10 and not exists (select 1 from upd)`,
 	st.secrets = d.secrets(l.webhookID, stored)
 	st.reader = phi.ReaderFrom(patientScopes, patientMode)
 	st.deliverable = !deleted && (hookStatus == StatusActive || hookStatus == StatusFailing)
-	if gone {
-		// Disabled subscriptions record no deliveries: every dispatcher's cache must know.
+	if gone || failures > 0 && hookStatus != StatusActive {
+		// Disabled subscriptions record no deliveries, and only active ones are sent to by the
+		// consumer (fast.go): every dispatcher's cache must know.
 		if _, err := d.pool.Exec(ctx, `select pg_notify($1, $2)`, NotifyChannel, "sub:"+project); err != nil {
 			d.logger.Warn("webhook notify failed", "err", err)
 		}
 	}
 	return st, nil
+}
+
+// hookOutcome is the update of a subscription by outcomes, its parameters numbered from first:
+// the subscription's id, the failures after the last success (or -1: none succeeded), the
+// failures, whether one was a 410, PauseAfter, and whether one succeeded. It sets the failure
+// count and the status (active, failing, paused at PauseAfter failures in a row, disabled by a
+// 410) and the last delivery time. It is skipped when nothing would change: successes to an
+// active subscription whose last delivery time was set within the second, so concurrent writes
+// never wait on the subscription's row.
+func hookOutcome(first int) string {
+	id, trailing, failures, gone, pauseAfter, success := first, first+1, first+2, first+3, first+4, first+5
+	count := fmt.Sprintf("(case when $%d::int >= 0 then $%d::int else failure_count + $%d::int end)", trailing, trailing, failures)
+	return fmt.Sprintf(`update webhooks set
+		failure_count = %[1]s,
+		status = case
+			when $%[4]d then 'disabled'
+			when status not in ('active', 'failing') then status
+			when %[1]s = 0 then 'active'
+			when %[1]s >= $%[5]d then 'paused'
+			else 'failing' end,
+		last_delivered_at = case when $%[6]d then now() else last_delivered_at end,
+		updated_at = now()
+	where id = $%[2]d and not ($%[3]d::int = 0 and failure_count = 0 and status = 'active' and not $%[4]d
+		and coalesce(last_delivered_at >= now() - interval '1 second', false))`, count, id, trailing, gone, pauseAfter, success)
 }

@@ -506,10 +506,12 @@ update webhooks set previous_secret = secret, previous_secret_sealed = secret_se
 	secret = null, secret_sealed = $3, updated_at = now()
 where id = $1 and deleted_at is null and ($2 = '' or org_id = $2)
 returning `+subscriptionColumns, id, p.OrgFilter(), s.box.seal(id, secret), int64(RotationOverlap/time.Second)))
-		if err == nil {
-			sub.Secret = secret
+		if err != nil {
+			return err
 		}
-		return err
+		sub.Secret = secret
+		// The consumer signs with the secrets it caches (fast.go): it must drop them.
+		return notify(ctx, tx, "sub:"+sub.ProjectID)
 	})
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, fault.NotFound("webhook", id)

@@ -1,0 +1,542 @@
+package webhooks
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"carehub/kernel/ids"
+	"carehub/kernel/phi"
+	"carehub/storage/postgres"
+)
+
+// First attempts in the consumer. A healthy concurrent subscription's deliveries are sent by the
+// consumer that reads their events, before it records them: each delivery is then written once,
+// finished, with its attempt, instead of inserted pending, claimed and finished (three versions
+// of the row and its indexes). The backlog of such a subscription stays in Kafka, as consumer
+// lag, and is sent at the consumer's pace. The offsets are committed only after the deliveries
+// are recorded, so a crash before that sends them again with the same webhook-id: at least once,
+// as after any crash mid-attempt.
+//
+// A subscription is sent to this way while it is active, concurrent (maxInFlight above one, no
+// rate limit), has nothing queued (no pending or delivering delivery: retries and backlogs go
+// through the schedule, its lanes and their order) and has no lane on this dispatcher; its
+// events come from one partition of the project, so from one consumer, and the consumer sends at
+// most maxInFlight of them at once. A poll's attempts are waited for up to FastWait: those still
+// running then are recorded delivering under this dispatcher's lease and their outcomes written
+// when they end, and those not begun are recorded pending for a lane, so a slow endpoint holds
+// the consumer (and the subscriptions behind it) for at most FastWait. A subscription whose
+// attempt failed or outran FastWait goes through the schedule for fastCooldown. When recording
+// fails (Postgres down, or refusing one of the batch's events), the attempts made are kept
+// (sent) and the batch, read again, records them rather than sending them again.
+
+// fastCooldown is how long a subscription that failed or was slow is left to the schedule.
+const fastCooldown = 10 * time.Second
+
+// maxCooling is how many cooling subscriptions are kept before the expired ones are dropped, and
+// how many unrecorded attempts before they are forgotten (their deliveries are then sent again).
+const maxCooling = 1000
+
+// States of a fastItem: waiting to be sent, being sent, sent (its result in res), or dropped by
+// the consumer before it was sent.
+const (
+	fastWaiting int32 = iota
+	fastSending
+	fastSent
+	fastDropped
+)
+
+// fastItem is one delivery the consumer sends.
+type fastItem struct {
+	fl    *fastLane
+	row   newDelivery
+	state atomic.Int32
+	began atomic.Int64  // when its attempt began, in Unix nanoseconds
+	res   fastResult    // its result, once sent
+	sent  chan struct{} // closed once sent
+	taken bool          // the consumer has its result (the consumer's only)
+}
+
+// fastResult is an attempt's outcome; sent is false when nothing was sent (the patient data could
+// not be checked, or the dispatcher is stopping) and the delivery is pending, unattempted.
+type fastResult struct {
+	out  outcome
+	sent bool
+}
+
+// fastLane is one subscription's deliveries of a poll.
+type fastLane struct {
+	l     *lane
+	items []*fastItem
+	next  atomic.Int64
+	cool  bool // an attempt failed or was slow (the consumer's only)
+}
+
+// fastRun is a poll's first attempts.
+type fastRun struct {
+	lanes   []*fastLane
+	items   int
+	stop    atomic.Bool
+	stopped chan struct{}  // closed when stop is set
+	results chan *fastItem // each item once sent
+}
+
+// fastEligible reports whether the consumer sends sub's deliveries itself (before asking Postgres
+// whether it has any queued).
+func (d *Dispatcher) fastEligible(sub cachedSub, now time.Time) bool {
+	return d.cfg.FastWait >= 0 && sub.status == StatusActive && !sub.settings.Ordered && sub.settings.MaxInFlight > 1 &&
+		sub.settings.RateLimit == 0 && now.After(d.cool[sub.id]) && !d.servedHere(sub.id)
+}
+
+// pickFast splits rows into the deliveries the consumer sends itself and the rest.
+func (d *Dispatcher) pickFast(ctx context.Context, rows []newDelivery, subs map[string]cachedSub) ([]*fastLane, []newDelivery, error) {
+	now := time.Now()
+	var hooks, evIDs []string
+	for _, r := range rows {
+		if d.fastEligible(subs[r.webhookID], now) {
+			hooks = append(hooks, r.webhookID)
+			evIDs = append(evIDs, r.ev.ID)
+		}
+	}
+	if len(hooks) == 0 {
+		return nil, rows, nil
+	}
+	// Subscriptions with deliveries queued, and deliveries recorded already (an event read again).
+	res, err := d.pool.Query(ctx, `
+select webhook_id, event_id from webhook_deliveries where webhook_id = any($1) and event_id = any($2)
+union all
+select w, '' from unnest($1::text[]) w
+where exists (select 1 from webhook_deliveries d where d.webhook_id = w and d.status = 'pending')
+	or exists (select 1 from webhook_deliveries d where d.webhook_id = w and d.status = 'delivering')`, dedupe(hooks), evIDs)
+	if err != nil {
+		return nil, nil, fmt.Errorf("look up queued deliveries: %w", err)
+	}
+	queued, recorded := map[string]bool{}, map[[2]string]bool{}
+	for res.Next() {
+		var hook, ev string
+		if err := res.Scan(&hook, &ev); err != nil {
+			res.Close()
+			return nil, nil, fmt.Errorf("look up queued deliveries: %w", err)
+		}
+		if ev == "" {
+			queued[hook] = true
+		} else {
+			recorded[[2]string{hook, ev}] = true
+		}
+	}
+	if err := res.Err(); err != nil {
+		return nil, nil, fmt.Errorf("look up queued deliveries: %w", err)
+	}
+	var lanes []*fastLane
+	byHook := map[string]*fastLane{}
+	rest := rows[:0:0]
+	for _, r := range rows {
+		sub := subs[r.webhookID]
+		switch {
+		case !d.fastEligible(sub, now) || queued[sub.id]:
+			rest = append(rest, r)
+		case recorded[[2]string{sub.id, r.ev.ID}]:
+			// Recorded already: its outcome is the schedule's.
+		default:
+			fl := byHook[sub.id]
+			if fl == nil {
+				stored := sub.stored
+				if !now.Before(sub.previousUntil) {
+					stored.previous, stored.previousSealed = nil, nil
+				}
+				fl = &fastLane{l: &lane{webhookID: sub.id, orgID: sub.orgID, settings: sub.settings, url: sub.url,
+					secrets: d.secrets(sub.id, stored), reader: phi.ReaderFrom(sub.patientScopes, sub.patientMode)}}
+				byHook[sub.id] = fl
+				lanes = append(lanes, fl)
+			}
+			fl.items = append(fl.items, &fastItem{fl: fl, row: r, sent: make(chan struct{})})
+		}
+	}
+	return lanes, rest, nil
+}
+
+func dedupe(list []string) []string {
+	seen := make(map[string]bool, len(list))
+	out := list[:0:0]
+	for _, s := range list {
+		if !seen[s] {
+			seen[s] = true
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// startFast sends lanes' deliveries, at most each subscription's maxInFlight at once, in the
+// background. A delivery attempted before whose record failed (sent) is not sent again.
+func (d *Dispatcher) startFast(ctx context.Context, lanes []*fastLane) *fastRun {
+	run := &fastRun{lanes: lanes, stopped: make(chan struct{})}
+	for _, fl := range lanes {
+		run.items += len(fl.items)
+	}
+	run.results = make(chan *fastItem, run.items)
+	for _, fl := range lanes {
+		for _, it := range fl.items {
+			if res, ok := d.sent[[2]string{fl.l.webhookID, it.row.ev.ID}]; ok {
+				it.finish(res, fastWaiting, run.results)
+			}
+		}
+		for range min(fl.l.settings.MaxInFlight, len(fl.items)) {
+			go func() {
+				for {
+					i := int(fl.next.Add(1)) - 1
+					if i >= len(fl.items) || !run.slot(ctx, d.sem) {
+						return
+					}
+					if it := fl.items[i]; it.state.CompareAndSwap(fastWaiting, fastSending) {
+						it.began.Store(time.Now().UnixNano())
+						it.finish(d.sendFast(ctx, fl.l, it), fastSending, run.results)
+					}
+					<-d.sem
+				}
+			}()
+		}
+	}
+	return run
+}
+
+// slot takes one of the dispatcher's attempts in flight (shared with its lanes), unless the
+// consumer stopped waiting for run meanwhile.
+func (run *fastRun) slot(ctx context.Context, sem chan struct{}) bool {
+	if run.stop.Load() {
+		return false
+	}
+	select {
+	case sem <- struct{}{}:
+		return true
+	case <-run.stopped:
+	case <-ctx.Done():
+	}
+	return false
+}
+
+// finish sets the item's result and hands it to the consumer, unless the consumer dropped it.
+func (it *fastItem) finish(res fastResult, from int32, results chan<- *fastItem) {
+	it.res = res
+	if it.state.CompareAndSwap(from, fastSent) {
+		close(it.sent)
+		results <- it
+	}
+}
+
+// sendFast makes one delivery's first attempt.
+func (d *Dispatcher) sendFast(ctx context.Context, l *lane, it *fastItem) fastResult {
+	body, err := servedBody(ctx, d.guard, l.reader, it.row.body)
+	if err != nil {
+		d.logger.Warn("webhook delivery held back: its patient data cannot be checked", "webhook_id", l.webhookID, "err", err)
+		return fastResult{}
+	}
+	d.m.firstAttemptLag.Observe(time.Since(it.row.ev.CreatedAt).Seconds())
+	out := d.sender.send(ctx, l.url, it.row.ev.ID, body, l.secrets)
+	if ctx.Err() != nil && out.StatusCode == 0 {
+		return fastResult{} // cut short by stopping: unknown, and not the receiver's fault
+	}
+	d.m.observe(out)
+	return fastResult{out: out, sent: true}
+}
+
+// fastRow is a delivery the consumer sent (or meant to), as it is recorded.
+type fastRow struct {
+	it     *fastItem
+	status string // succeeded, pending, failed, or delivering (still being sent)
+	delay  time.Duration
+	res    fastResult
+}
+
+// fastChunk is how many finished first attempts are recorded at a time while the rest are sent.
+const fastChunk = 256
+
+// finishFast records run's deliveries as their attempts finish, fastChunk at a time, until all
+// have or an attempt has run for FastWait (or the poll for fastCap): then it records each of the
+// rest as it stands, pending if not begun and delivering if its attempt goes on (its outcome is
+// written when it ends). It updates the subscriptions by their outcomes.
+func (d *Dispatcher) finishFast(ctx context.Context, run *fastRun) (int, error) {
+	if run.items == 0 {
+		return 0, nil
+	}
+	began := time.Now()
+	check := time.NewTicker(max(d.cfg.FastWait/4, time.Millisecond))
+	defer check.Stop()
+	var rows []fastRow
+	var firstErr error
+	inserted := 0
+	record := func(final bool) {
+		if len(rows) == 0 || !final && len(rows) < fastChunk {
+			return
+		}
+		if firstErr == nil {
+			n, err := d.recordFast(ctx, rows)
+			inserted, firstErr = inserted+n, err
+		}
+		d.afterRecord(ctx, rows, firstErr)
+		rows = rows[:0]
+	}
+	seen := 0
+wait:
+	for seen < run.items {
+		select {
+		case it := <-run.results:
+			seen++
+			it.taken = true
+			rows = append(rows, d.finishedRow(it))
+			record(false)
+		case now := <-check.C:
+			if now.Sub(began) >= fastCap(d.cfg.FastWait) || run.slowest(now) >= d.cfg.FastWait {
+				break wait
+			}
+		case <-ctx.Done():
+			break wait
+		}
+	}
+	run.stop.Store(true)
+	close(run.stopped)
+	for _, fl := range run.lanes {
+		for _, it := range fl.items {
+			switch {
+			case it.taken:
+			case it.state.CompareAndSwap(fastWaiting, fastDropped):
+				fl.cool = true
+				rows = append(rows, fastRow{it: it, status: DeliveryPending})
+			case it.state.Load() == fastSent:
+				it.taken = true
+				rows = append(rows, d.finishedRow(it))
+			default: // still being sent: recorded delivering, its outcome when it ends
+				fl.cool = true
+				d.held.add(it.row.id)
+				rows = append(rows, fastRow{it: it, status: DeliveryDelivering})
+			}
+		}
+	}
+	record(true)
+	now := time.Now()
+	for _, fl := range run.lanes {
+		if fl.cool {
+			d.cool[fl.l.webhookID] = now.Add(fastCooldown)
+		}
+	}
+	if len(d.cool) > maxCooling {
+		for id, until := range d.cool {
+			if now.After(until) {
+				delete(d.cool, id)
+			}
+		}
+	}
+	return inserted, firstErr
+}
+
+// fastCap bounds how long a poll's first attempts hold the consumer.
+func fastCap(wait time.Duration) time.Duration { return 8 * wait }
+
+// slowest is how long the longest running attempt of run has been running.
+func (run *fastRun) slowest(now time.Time) time.Duration {
+	var most time.Duration
+	for _, fl := range run.lanes {
+		for _, it := range fl.items {
+			if it.state.Load() == fastSending {
+				if b := it.began.Load(); b != 0 {
+					most = max(most, now.Sub(time.Unix(0, b)))
+				}
+			}
+		}
+	}
+	return most
+}
+
+// finishedRow is a sent item as it is recorded.
+func (d *Dispatcher) finishedRow(it *fastItem) fastRow {
+	r := fastRow{it: it, status: DeliveryPending, res: it.res}
+	if r.res.sent {
+		r.status, r.delay = outcomeStatus(d.cfg.Schedule, 0, r.res.out)
+	}
+	if !r.res.out.Succeeded() {
+		it.fl.cool = true
+	}
+	return r
+}
+
+// afterRecord follows a record of rows that ended with err: attempts whose deliveries were not
+// recorded are kept for when their events are handled again, and those recorded delivering are
+// followed to their end (or, not recorded, no longer held).
+func (d *Dispatcher) afterRecord(ctx context.Context, rows []fastRow, err error) {
+	if len(d.sent) > maxCooling {
+		clear(d.sent)
+	}
+	spilled := map[*fastLane][]*fastItem{}
+	for _, r := range rows {
+		key := [2]string{r.it.row.webhookID, r.it.row.ev.ID}
+		switch {
+		case r.status == DeliveryDelivering && err != nil:
+			d.held.remove(r.it.row.id)
+		case r.status == DeliveryDelivering:
+			spilled[r.it.fl] = append(spilled[r.it.fl], r.it)
+		case err == nil || !r.res.sent:
+			delete(d.sent, key)
+		default:
+			d.sent[key] = r.res
+		}
+	}
+	for fl, its := range spilled {
+		d.spills.Go(func() { d.finishSpilled(ctx, fl.l, its) })
+	}
+}
+
+// outcomeStatus is where an attempt leaves its delivery, at schedule position pos: succeeded,
+// pending again after a delay, or failed.
+func outcomeStatus(schedule []time.Duration, pos int, out outcome) (string, time.Duration) {
+	if out.Succeeded() {
+		return DeliverySucceeded, 0
+	}
+	if next, ok := retryDelay(schedule, pos+1, out.RetryAfter); ok {
+		return DeliveryPending, next
+	}
+	return DeliveryFailed, 0
+}
+
+// finishSpilled records the outcomes of attempts that outran fastWait, as a lane's writer does.
+func (d *Dispatcher) finishSpilled(ctx context.Context, l *lane, items []*fastItem) {
+	w := d.newOutcomeWriter(ctx, l)
+	defer w.close()
+	for _, it := range items {
+		<-it.sent
+		res := it.res
+		c := claimed{id: it.row.id, eventID: it.row.ev.ID, body: it.row.body, eventCreatedAt: it.row.ev.CreatedAt}
+		if !res.sent {
+			d.release([]claimed{c})
+			continue
+		}
+		w.add([]claimed{c}, res.out, func() {})
+	}
+}
+
+// recordFast inserts rows, each with its attempt when it was sent, and updates each subscription
+// by its outcomes, in one transaction. It returns how many deliveries it inserted (a delivery
+// recorded meanwhile by another consumer of the partition is left as it is).
+func (d *Dispatcher) recordFast(ctx context.Context, rows []fastRow) (int, error) {
+	n := len(rows)
+	dids, orgs, hooks, evIDs, types, statuses := make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+	created, bodies, delays := make([]time.Time, n), make([][]byte, n), make([]int64, n)
+	attemptIDs, errTexts, respBodies := make([]*string, n), make([]*string, n), make([]*string, n)
+	attemptedAt, codes, latencies := make([]*time.Time, n), make([]*int32, n), make([]int32, n)
+	type tally struct {
+		trailing, failures int
+		gone, success      bool
+	}
+	tallies := map[string]*tally{}
+	var order []string // the subscriptions with attempts, as they first come
+	pendingAny := false
+	for i, r := range rows {
+		row := r.it.row
+		dids[i], orgs[i], hooks[i], evIDs[i], types[i] = row.id, row.orgID, row.webhookID, row.ev.ID, row.ev.Type
+		created[i], bodies[i], statuses[i], delays[i] = row.ev.CreatedAt, row.body, r.status, r.delay.Microseconds()
+		pendingAny = pendingAny || r.status == DeliveryPending
+		if !r.res.sent || r.status == DeliveryDelivering {
+			continue
+		}
+		out := r.res.out
+		aid := ids.New(ids.Attempt)
+		attemptIDs[i], attemptedAt[i], latencies[i] = &aid, &out.AttemptedAt, int32(out.Latency.Milliseconds())
+		if out.StatusCode != 0 {
+			c := int32(out.StatusCode)
+			codes[i], respBodies[i] = &c, &out.ResponseBody
+		}
+		if out.Err != "" {
+			errTexts[i] = &out.Err
+		}
+		t := tallies[row.webhookID]
+		if t == nil {
+			t = &tally{}
+			tallies[row.webhookID] = t
+			order = append(order, row.webhookID)
+		}
+		if out.Succeeded() {
+			t.success, t.trailing = true, 0
+		} else {
+			t.trailing++
+			t.failures++
+		}
+		t.gone = t.gone || out.Gone()
+	}
+	inserted := 0
+	var notify []string
+	err := pgx.BeginTxFunc(ctx, d.pool, postgres.AsyncCommit, func(tx pgx.Tx) error {
+		b := &pgx.Batch{}
+		b.Queue(`
+with r as (
+	select * from unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::timestamptz[], $7::bytea[],
+		$8::text[], $9::bigint[], $10::text[], $11::timestamptz[], $12::int[], $13::int[], $14::text[], $15::text[])
+		with ordinality as t(id, org_id, webhook_id, event_id, event_type, created, body, status, delay_us,
+			attempt_id, attempted_at, status_code, latency_ms, error, response_body, n)
+),
+ins as (
+	insert into webhook_deliveries (id, org_id, webhook_id, event_id, event_type, event_created_at, body, status,
+		attempt_count, schedule_pos, next_attempt_at, last_attempt_at, last_status_code, completed_at, lease_owner, lease_until)
+	select id, org_id, webhook_id, event_id, event_type, created, body, status,
+		(attempt_id is not null)::int, (attempt_id is not null)::int,
+		statement_timestamp() + delay_us * interval '1 microsecond', attempted_at, status_code,
+		case when status in ('succeeded', 'failed') then statement_timestamp() end,
+		case when status = 'delivering' then $16 end,
+		case when status = 'delivering' then statement_timestamp() + $17 * interval '1 millisecond' end
+	from r order by n
+	on conflict (webhook_id, event_id) do nothing
+	returning id
+),
+att as (
+	insert into webhook_attempts (id, delivery_id, webhook_id, org_id, status_code, latency_ms, error, response_body, attempted_at)
+	select r.attempt_id, r.id, r.webhook_id, r.org_id, r.status_code, r.latency_ms, r.error, r.response_body, r.attempted_at
+	from r join ins on ins.id = r.id where r.attempt_id is not null
+)
+select count(*) from ins`, dids, orgs, hooks, evIDs, types, created, bodies, statuses, delays,
+			attemptIDs, attemptedAt, codes, latencies, errTexts, respBodies, d.node, d.cfg.Lease.Milliseconds())
+		for _, id := range order {
+			t := tallies[id]
+			trailing := t.trailing
+			if !t.success {
+				trailing = -1 // grows by failures
+			}
+			b.Queue(hookOutcome(1)+` returning status, project_id`, id, trailing, t.failures, t.gone, PauseAfter, t.success)
+		}
+		res := tx.SendBatch(ctx, b)
+		defer res.Close()
+		if err := res.QueryRow().Scan(&inserted); err != nil {
+			return err
+		}
+		for _, id := range order {
+			var status, project string
+			err := res.QueryRow().Scan(&status, &project)
+			if errors.Is(err, pgx.ErrNoRows) {
+				continue // nothing to change
+			}
+			if err != nil {
+				return err
+			}
+			if t := tallies[id]; t.gone || t.failures > 0 && status != StatusActive {
+				notify = append(notify, "sub:"+project)
+			}
+		}
+		if pendingAny {
+			notify = append(notify, "due")
+		}
+		return res.Close()
+	})
+	if err != nil {
+		return 0, fmt.Errorf("record first attempts: %w", postgres.Refused(err))
+	}
+	for _, payload := range notify {
+		if payload == "due" {
+			d.nudge()
+		}
+		if _, err := d.pool.Exec(ctx, `select pg_notify($1, $2)`, NotifyChannel, payload); err != nil && ctx.Err() == nil {
+			d.logger.Warn("webhook notify failed", "err", err)
+		}
+	}
+	return inserted, nil
+}

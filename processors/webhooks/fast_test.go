@@ -1,0 +1,108 @@
+package webhooks
+
+import (
+	"context"
+	"net/http"
+	"slices"
+	"testing"
+	"time"
+
+	dto "github.com/prometheus/client_model/go"
+)
+
+// A healthy subscription's deliveries are attempted by the consumer and recorded once each,
+// succeeded with their one attempt, without a lane.
+func TestConsumerRecordsEachFirstAttemptOnce(t *testing.T) {
+	f := newFixture(t)
+	rc := newReceiver(t, nil)
+	sub := f.create(rc.URL, "*")
+	d := f.start()
+	var sent []string
+	for range 50 {
+		sent = append(sent, f.publish("agent.run_completed", nil).ID)
+	}
+	for _, id := range sent {
+		f.waitDeliveryStatus(sub.ID, id, DeliverySucceeded)
+	}
+	rows := f.deliveries(sub.ID)
+	if len(rows) != len(sent) {
+		t.Fatalf("%d deliveries, want %d", len(rows), len(sent))
+	}
+	for _, r := range rows {
+		if r.AttemptCount != 1 || r.LeaseOwner != nil {
+			t.Fatalf("delivery %+v, want one attempt and no lease", r)
+		}
+		if codes := f.attemptCodes(r.ID); !slices.Equal(codes, []int{http.StatusOK}) {
+			t.Fatalf("delivery %s attempts %v, want one 200", r.ID, codes)
+		}
+	}
+	var m dto.Metric
+	if err := d.m.outcomeWrites.Write(&m); err != nil || m.GetHistogram().GetSampleCount() != 0 {
+		t.Errorf("a lane wrote outcomes (%d writes, %v): every delivery should have been the consumer's", m.GetHistogram().GetSampleCount(), err)
+	}
+	got := requestIDs(rc.requests())
+	slices.Sort(got)
+	slices.Sort(sent)
+	if !slices.Equal(got, sent) {
+		t.Errorf("received %d requests, want each of %d events once", len(got), len(sent))
+	}
+}
+
+// A first attempt that fails is recorded pending with its attempt, and the schedule retries it;
+// the subscription is left to the schedule meanwhile.
+func TestConsumerFirstAttemptFailureIsRetried(t *testing.T) {
+	f := newFixture(t)
+	rc := newReceiver(t, func(n int, w http.ResponseWriter, _ *http.Request) {
+		if n == 0 {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			return
+		}
+		w.WriteHeader(http.StatusNoContent)
+	})
+	sub := f.create(rc.URL, "*")
+	f.start()
+	ev := f.publish("agent.run_completed", nil)
+	row := f.waitDeliveryStatus(sub.ID, ev.ID, DeliverySucceeded)
+	if row.AttemptCount != 2 {
+		t.Errorf("attempt count %d, want 2", row.AttemptCount)
+	}
+	if codes := f.attemptCodes(row.ID); !slices.Equal(codes, []int{http.StatusServiceUnavailable, http.StatusNoContent}) {
+		t.Errorf("attempts %v, want 503 then 204", codes)
+	}
+	if ids := requestIDs(rc.requests()); !slices.Equal(ids, []string{ev.ID, ev.ID}) {
+		t.Errorf("requests %v, want %s twice (a retry, the same webhook-id)", ids, ev.ID)
+	}
+	if got := f.get(sub.ID); got.Status != StatusActive || got.FailureCount != 0 {
+		t.Errorf("subscription %s with %d failures, want active with none after the success", got.Status, got.FailureCount)
+	}
+}
+
+// An attempt that outruns FastWait is recorded delivering while it goes on, so the consumer
+// moves on: a fast subscription beside it is delivered meanwhile, and the slow one's delivery
+// ends succeeded with one attempt.
+func TestConsumerLeavesASlowAttemptBehind(t *testing.T) {
+	f := newFixture(t)
+	release := make(chan struct{})
+	slow := newReceiver(t, func(_ int, w http.ResponseWriter, _ *http.Request) {
+		<-release
+		w.WriteHeader(http.StatusNoContent)
+	})
+	fast := newReceiver(t, nil)
+	slowSub, fastSub := f.create(slow.URL, "agent.*"), f.create(fast.URL, "agent.*")
+	f.start(func(c *DispatcherConfig) { c.FastWait = 50 * time.Millisecond })
+	first := f.publish("agent.run_completed", nil)
+	slow.waitRequests(t, 1, 20*time.Second)
+	f.waitDeliveryStatus(slowSub.ID, first.ID, DeliveryDelivering)
+	second := f.publish("agent.run_completed", nil)
+	f.waitDeliveryStatus(fastSub.ID, second.ID, DeliverySucceeded)
+	close(release)
+	for _, ev := range []string{first.ID, second.ID} {
+		if row := f.waitDeliveryStatus(slowSub.ID, ev, DeliverySucceeded); row.AttemptCount != 1 {
+			t.Errorf("slow delivery of %s: %d attempts, want 1", ev, row.AttemptCount)
+		}
+	}
+	var n int
+	if err := f.pool.QueryRow(context.Background(), `select count(*) from webhook_attempts where webhook_id = $1`, slowSub.ID).Scan(&n); err != nil || n != 2 {
+		t.Errorf("%d attempts recorded for the slow subscription (%v), want 2", n, err)
+	}
+}
