@@ -200,6 +200,9 @@ func NewDispatcher(cfg DispatcherConfig) (*Dispatcher, error) {
 		cl.Close()
 		return nil, fmt.Errorf("webhook dispatcher: %w", err)
 	}
+	// Polls of up to 4,000 events: a poll's first attempts are sent while the ones before them
+	// are recorded, and what a poll costs besides (the look-up, the last write, the commit) is
+	// paid once for all of them.
 	r, err := consume.New(cl, consume.Config{Name: "webhooks", MaxRecords: 4000, Logger: cfg.Logger, Registerer: cfg.Registerer})
 	if err != nil {
 		cl.Close()

@@ -105,13 +105,16 @@ func (d *Dispatcher) pickFast(ctx context.Context, rows []newDelivery, subs map[
 	if len(hooks) == 0 {
 		return nil, rows, nil
 	}
-	// Subscriptions with deliveries queued, and deliveries recorded already (an event read again).
+	// Deliveries recorded already (an event read again), one probe of the unique key each (a
+	// webhook_id = any(…) and event_id = any(…) plan reads every delivery of the subscriptions),
+	// and subscriptions with deliveries queued.
 	res, err := d.pool.Query(ctx, `
-select webhook_id, event_id from webhook_deliveries where webhook_id = any($1) and event_id = any($2)
+select d.webhook_id, d.event_id from unnest($1::text[], $2::text[]) r(webhook_id, event_id)
+	join webhook_deliveries d on d.webhook_id = r.webhook_id and d.event_id = r.event_id
 union all
-select w, '' from unnest($1::text[]) w
+select w, '' from unnest($3::text[]) w
 where exists (select 1 from webhook_deliveries d where d.webhook_id = w and d.status = 'pending')
-	or exists (select 1 from webhook_deliveries d where d.webhook_id = w and d.status = 'delivering')`, dedupe(hooks), evIDs)
+	or exists (select 1 from webhook_deliveries d where d.webhook_id = w and d.status = 'delivering')`, hooks, evIDs, dedupe(hooks))
 	if err != nil {
 		return nil, nil, fmt.Errorf("look up queued deliveries: %w", err)
 	}

@@ -100,7 +100,7 @@ func (s *sender) send(ctx context.Context, url, id string, body []byte, secrets 
 	h.Set("Content-Type", "application/json")
 	h.Set("User-Agent", userAgent)
 	req.Header = h
-	out.Header = req.Header.Clone()
+	out.Header = h // the client does not change a request's headers
 
 	resp, err := s.client.Do(req)
 	if err != nil {
