@@ -348,7 +348,8 @@ type newDelivery struct {
 }
 
 // record writes one delivery per matching subscription of each event in evs, in record order
-// (so seq follows each partition's order), idempotently.
+// (so seq follows each partition's order), idempotently: attempted first by the consumer
+// (fast.go), or pending, or delivering and handed to its lane (recordQueued).
 func (d *Dispatcher) record(ctx context.Context, all []events.Event) error {
 	evs := make([]events.Event, 0, len(all))
 	var projects []string

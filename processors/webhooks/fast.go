@@ -25,14 +25,16 @@ import (
 // A subscription is sent to this way while it is active, concurrent (maxInFlight above one, no
 // rate limit), has nothing queued (no pending or delivering delivery: retries and backlogs go
 // through the schedule, its lanes and their order) and has no lane on this dispatcher; its
-// events come from one partition of the project, so from one consumer, and the consumer sends at
-// most maxInFlight of them at once. A poll's attempts are waited for up to FastWait: those still
-// running then are recorded delivering under this dispatcher's lease and their outcomes written
-// when they end, and those not begun are recorded pending for a lane, so a slow endpoint holds
-// the consumer (and the subscriptions behind it) for at most FastWait. A subscription whose
-// attempt failed or outran FastWait goes through the schedule for fastCooldown. When recording
-// fails (Postgres down, or refusing one of the batch's events), the attempts made are kept
-// (sent) and the batch, read again, records them rather than sending them again.
+// events come from one partition (the topic is keyed by project), so from one consumer, and the
+// consumer sends at most maxInFlight of them at once. Finished attempts are recorded fastChunk at
+// a time while the rest are sent. The consumer waits for a poll's attempts until one has run for
+// FastWait, or the poll for fastCap: then those still running are recorded delivering under this
+// dispatcher's lease and their outcomes written when they end, and those not begun are recorded
+// pending for a lane, so a slow endpoint holds the consumer (and the subscriptions behind it) for
+// about FastWait. A subscription whose attempt failed or outran the wait goes through the schedule
+// for fastCooldown. When recording fails (Postgres down, or refusing one of the batch's events),
+// the attempts made are kept (sent) and the batch, read again, records them rather than sending
+// them again.
 
 // fastCooldown is how long a subscription that failed or was slow is left to the schedule.
 const fastCooldown = 10 * time.Second
@@ -283,7 +285,7 @@ func (d *Dispatcher) finishFast(ctx context.Context, run *fastRun) (int, error) 
 		d.afterRecord(ctx, rows, firstErr)
 		rows = rows[:0]
 	}
-	seen := 0
+	seen, capped := 0, false
 wait:
 	for seen < run.items {
 		select {
@@ -293,7 +295,8 @@ wait:
 			rows = append(rows, d.finishedRow(it))
 			record(false)
 		case now := <-check.C:
-			if now.Sub(began) >= fastCap(d.cfg.FastWait) || run.slowest(now) >= d.cfg.FastWait {
+			capped = now.Sub(began) >= fastCap(d.cfg.FastWait)
+			if capped || run.slow(now, d.cfg.FastWait) {
 				break wait
 			}
 		case <-ctx.Done():
@@ -302,18 +305,20 @@ wait:
 	}
 	run.stop.Store(true)
 	close(run.stopped)
+	// What is left is recorded as it stands. A subscription is left to the schedule when its own
+	// attempt was slow, or when it had more than the poll could send; the others' deliveries not
+	// sent are pending, and their lanes send them.
 	for _, fl := range run.lanes {
 		for _, it := range fl.items {
 			switch {
 			case it.taken:
 			case it.state.CompareAndSwap(fastWaiting, fastDropped):
-				fl.cool = true
+				fl.cool = fl.cool || capped
 				rows = append(rows, fastRow{it: it, status: DeliveryPending})
 			case it.state.Load() == fastSent:
 				it.taken = true
 				rows = append(rows, d.finishedRow(it))
 			default: // still being sent: recorded delivering, its outcome when it ends
-				fl.cool = true
 				d.held.add(it.row.id)
 				rows = append(rows, fastRow{it: it, status: DeliveryDelivering})
 			}
@@ -339,19 +344,18 @@ wait:
 // fastCap bounds how long a poll's first attempts hold the consumer.
 func fastCap(wait time.Duration) time.Duration { return 8 * wait }
 
-// slowest is how long the longest running attempt of run has been running.
-func (run *fastRun) slowest(now time.Time) time.Duration {
-	var most time.Duration
+// slow reports whether an attempt of run has been running for wait, and marks the subscriptions
+// of those that have to be left to the schedule.
+func (run *fastRun) slow(now time.Time, wait time.Duration) bool {
+	found := false
 	for _, fl := range run.lanes {
 		for _, it := range fl.items {
-			if it.state.Load() == fastSending {
-				if b := it.began.Load(); b != 0 {
-					most = max(most, now.Sub(time.Unix(0, b)))
-				}
+			if b := it.began.Load(); b != 0 && it.state.Load() == fastSending && now.Sub(time.Unix(0, b)) >= wait {
+				fl.cool, found = true, true
 			}
 		}
 	}
-	return most
+	return found
 }
 
 // finishedRow is a sent item as it is recorded.

@@ -7,6 +7,8 @@
 //	testsend.go       Service.Test: POST /api/v1/webhooks/test
 //	dispatcher.go     Dispatcher: the "carehub-webhooks" consumer group on carehub.events.v1; it
 //	                  records one delivery per (subscription, event) before committing offsets
+//	fast.go           the consumer's own first attempts to healthy subscriptions, each delivery
+//	                  recorded once, finished, before the offsets are committed
 //	subscriptions.go  the dispatcher's per-project subscription cache
 //	deliver.go        the delivery worker pool: claims and refills lanes, attempts, leases
 //	outcomes.go       each lane's outcome writer: attempts, deliveries and the subscription's state
@@ -20,10 +22,11 @@
 //	nodeverify/       the reference verifier (npm standardwebhooks) the tests check against
 //
 // Delivery is at least once: concurrent per subscription by default, or in order (Settings). An
-// event becomes a delivery row before its Kafka offset is committed; a delivery is attempted by
-// the dispatcher that holds its subscription's lane lease, and a lease that is not renewed (a
-// dispatcher killed mid-attempt) expires and the delivery is sent again, with the same
-// webhook-id, so receivers deduplicate.
+// event becomes a delivery row before its Kafka offset is committed: attempted already by the
+// consumer (fast.go), or for the dispatcher that holds its subscription's lane lease to attempt.
+// A consumer killed before it records its attempts reads their events again, and a lease that is
+// not renewed (a dispatcher killed mid-attempt) expires: either way the delivery is sent again,
+// with the same webhook-id, so receivers deduplicate.
 package webhooks
 
 import (
