@@ -43,6 +43,11 @@ const (
 	DefaultFastWait     = 250 * time.Millisecond
 )
 
+// pollRecords is the most events a poll takes: a poll's first attempts are sent while the ones
+// before them are recorded, and what a poll costs besides (the look-up, the last write, the
+// commit) is paid once for all of them.
+const pollRecords = 4000
+
 // creationSkew is how much earlier than a subscription's creation an event may have been
 // created and still be delivered to it: events and subscriptions are timestamped by different
 // clocks (the producing node's and Postgres's).
@@ -200,10 +205,7 @@ func NewDispatcher(cfg DispatcherConfig) (*Dispatcher, error) {
 		cl.Close()
 		return nil, fmt.Errorf("webhook dispatcher: %w", err)
 	}
-	// Polls of up to 4,000 events: a poll's first attempts are sent while the ones before them
-	// are recorded, and what a poll costs besides (the look-up, the last write, the commit) is
-	// paid once for all of them.
-	r, err := consume.New(cl, consume.Config{Name: "webhooks", MaxRecords: 4000, Logger: cfg.Logger, Registerer: cfg.Registerer})
+	r, err := consume.New(cl, consume.Config{Name: "webhooks", MaxRecords: pollRecords, Logger: cfg.Logger, Registerer: cfg.Registerer})
 	if err != nil {
 		cl.Close()
 		return nil, fmt.Errorf("webhook dispatcher: %w", err)

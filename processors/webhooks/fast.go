@@ -39,9 +39,12 @@ import (
 // fastCooldown is how long a subscription that failed or was slow is left to the schedule.
 const fastCooldown = 10 * time.Second
 
-// maxCooling is how many cooling subscriptions are kept before the expired ones are dropped, and
-// how many unrecorded attempts before they are forgotten (their deliveries are then sent again).
+// maxCooling is how many cooling subscriptions are kept before the expired ones are dropped.
 const maxCooling = 1000
+
+// maxUnrecorded is how many attempts whose deliveries were not recorded are kept (two polls'
+// worth) before they are forgotten, and their deliveries sent again when read again.
+const maxUnrecorded = 2 * pollRecords
 
 // States of a fastItem: waiting to be sent, being sent, sent (its result in res), or dropped by
 // the consumer before it was sent.
@@ -374,7 +377,7 @@ func (d *Dispatcher) finishedRow(it *fastItem) fastRow {
 // recorded are kept for when their events are handled again, and those recorded delivering are
 // followed to their end (or, not recorded, no longer held).
 func (d *Dispatcher) afterRecord(ctx context.Context, rows []fastRow, err error) {
-	if len(d.sent) > maxCooling {
+	if len(d.sent) > maxUnrecorded {
 		clear(d.sent)
 	}
 	spilled := map[*fastLane][]*fastItem{}
