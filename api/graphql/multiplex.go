@@ -340,6 +340,12 @@ func (m *multiplexer) pump(key string, g *subGroup, src <-chan any, rec *access.
 			if m.groups[key] == g {
 				delete(m.groups, key)
 			}
+			// Its members are done: they get the error, then the end, now rather than when the
+			// execution's channel closes, so no refused subscription counts as running.
+			for mb := range g.members {
+				m.remove(g, mb)
+				mb.close()
+			}
 		}
 		if len(g.members) == 0 {
 			m.end(key, g)
