@@ -501,12 +501,14 @@ func (d *Dispatcher) handOver(ctx context.Context, boxes map[string]*inbox, dire
 // laneTarget is a subscription as a lane sends to it.
 type laneTarget struct {
 	hookState
+	active   bool // active, not failing
 	settings Settings
 }
 
 // laneTargets reads subscriptions ids as they are now.
 func (d *Dispatcher) laneTargets(ctx context.Context, ids []string) (map[string]*laneTarget, error) {
-	rows, err := d.pool.Query(ctx, `select id, deleted_at is null and status in ('active', 'failing'), url, patient_scopes,
+	rows, err := d.pool.Query(ctx, `select id, deleted_at is null and status in ('active', 'failing'),
+	deleted_at is null and status = 'active', url, patient_scopes,
 	patient_mode, ordered, max_in_flight, batch_size, rate_limit, `+secretColumns+`
 from webhooks where id = any($1)`, ids)
 	if err != nil {
@@ -519,7 +521,7 @@ from webhooks where id = any($1)`, ids)
 		var id, mode string
 		var scopes []string
 		var stored storedSecrets
-		if err := rows.Scan(append([]any{&id, &t.deliverable, &t.url, &scopes, &mode, &t.settings.Ordered,
+		if err := rows.Scan(append([]any{&id, &t.deliverable, &t.active, &t.url, &scopes, &mode, &t.settings.Ordered,
 			&t.settings.MaxInFlight, &t.settings.BatchSize, &t.settings.RateLimit}, stored.dest()...)...); err != nil {
 			return nil, err
 		}

@@ -10,7 +10,6 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"carehub/kernel/ids"
-	"carehub/kernel/phi"
 	"carehub/storage/postgres"
 )
 
@@ -90,12 +89,15 @@ type fastRun struct {
 	results chan *fastItem // each item once sent
 }
 
-// fastEligible reports whether the consumer sends sub's deliveries itself (before asking Postgres
-// whether it has any queued).
+// fastEligible reports whether the consumer may send sub's deliveries itself, as the cache knows
+// it (pickFast then asks Postgres whether it has any queued, and how it is now).
 func (d *Dispatcher) fastEligible(sub cachedSub, now time.Time) bool {
-	return d.cfg.FastWait >= 0 && sub.status == StatusActive && !sub.settings.Ordered && sub.settings.MaxInFlight > 1 &&
-		sub.settings.RateLimit == 0 && now.After(d.cool[sub.id]) && !d.servedHere(sub.id)
+	return d.cfg.FastWait >= 0 && sub.status == StatusActive && fastMode(sub.settings) && now.After(d.cool[sub.id]) &&
+		!d.servedHere(sub.id)
 }
+
+// fastMode reports settings the consumer sends by: concurrent, more than one at once, no limit.
+func fastMode(set Settings) bool { return !set.Ordered && set.MaxInFlight > 1 && set.RateLimit == 0 }
 
 // pickFast splits rows into the deliveries the consumer sends itself and the rest.
 func (d *Dispatcher) pickFast(ctx context.Context, rows []newDelivery, subs map[string]cachedSub) ([]*fastLane, []newDelivery, error) {
@@ -139,25 +141,28 @@ where exists (select 1 from webhook_deliveries d where d.webhook_id = w and d.st
 	if err := res.Err(); err != nil {
 		return nil, nil, fmt.Errorf("look up queued deliveries: %w", err)
 	}
+	// The subscriptions as they are now, as a lane's claim reads them: a secret rotated, a URL
+	// changed or a grant narrowed a moment ago applies, whether or not the cache has heard.
+	targets, err := d.laneTargets(ctx, dedupe(hooks))
+	if err != nil {
+		return nil, nil, fmt.Errorf("look up subscriptions: %w", err)
+	}
 	var lanes []*fastLane
 	byHook := map[string]*fastLane{}
 	rest := rows[:0:0]
 	for _, r := range rows {
 		sub := subs[r.webhookID]
+		t := targets[sub.id]
 		switch {
-		case !d.fastEligible(sub, now) || queued[sub.id]:
+		case !d.fastEligible(sub, now) || queued[sub.id] || t == nil || !t.active || !fastMode(t.settings):
 			rest = append(rest, r)
 		case recorded[[2]string{sub.id, r.ev.ID}]:
 			// Recorded already: its outcome is the schedule's.
 		default:
 			fl := byHook[sub.id]
 			if fl == nil {
-				stored := sub.stored
-				if !now.Before(sub.previousUntil) {
-					stored.previous, stored.previousSealed = nil, nil
-				}
-				fl = &fastLane{l: &lane{webhookID: sub.id, orgID: sub.orgID, settings: sub.settings, url: sub.url,
-					secrets: d.secrets(sub.id, stored), reader: phi.ReaderFrom(sub.patientScopes, sub.patientMode)}}
+				fl = &fastLane{l: &lane{webhookID: sub.id, orgID: sub.orgID, settings: t.settings, url: t.url,
+					secrets: t.secrets, reader: t.reader}}
 				byHook[sub.id] = fl
 				lanes = append(lanes, fl)
 			}

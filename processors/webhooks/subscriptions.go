@@ -10,19 +10,15 @@ import (
 	"carehub/kernel/events"
 )
 
-// cachedSub is what the consumer needs of a subscription to match events to it, and to make
-// their first attempts itself (fast.go).
+// cachedSub is what the consumer needs of a subscription to match events to it, and to know
+// whether it may make their first attempts itself (fast.go).
 type cachedSub struct {
 	id, orgID string
 	patterns  []string
 	createdAt time.Time
 
-	status, url   string
-	settings      Settings
-	patientScopes []string
-	patientMode   string
-	stored        storedSecrets
-	previousUntil time.Time // when stored's previous secret stops signing
+	status   string
+	settings Settings
 }
 
 // wants reports whether an event of type typ from organization orgID matches the subscription
@@ -87,9 +83,8 @@ func (c *subCache) get(ctx context.Context, projects []string) (map[string][]cac
 	if len(missing) == 0 {
 		return out, nil
 	}
-	rows, err := c.pool.Query(ctx, `select id, org_id, project_id, events, created_at, status, url, ordered, max_in_flight,
-	batch_size, rate_limit, patient_scopes, patient_mode, coalesce(previous_secret_expires_at, 'epoch'),
-	`+secretColumns+` from webhooks
+	rows, err := c.pool.Query(ctx, `select id, org_id, project_id, events, created_at, status, ordered, max_in_flight,
+	batch_size, rate_limit from webhooks
 where project_id = any($1) and deleted_at is null and status <> 'disabled' order by created_at, id`, missing)
 	if err != nil {
 		return nil, err
@@ -99,9 +94,8 @@ where project_id = any($1) and deleted_at is null and status <> 'disabled' order
 	for rows.Next() {
 		var s cachedSub
 		var project string
-		if err := rows.Scan(append([]any{&s.id, &s.orgID, &project, &s.patterns, &s.createdAt, &s.status, &s.url,
-			&s.settings.Ordered, &s.settings.MaxInFlight, &s.settings.BatchSize, &s.settings.RateLimit,
-			&s.patientScopes, &s.patientMode, &s.previousUntil}, s.stored.dest()...)...); err != nil {
+		if err := rows.Scan(&s.id, &s.orgID, &project, &s.patterns, &s.createdAt, &s.status,
+			&s.settings.Ordered, &s.settings.MaxInFlight, &s.settings.BatchSize, &s.settings.RateLimit); err != nil {
 			return nil, err
 		}
 		loaded[project] = append(loaded[project], s)
