@@ -510,20 +510,29 @@ func (d *Dispatcher) attempt(ctx context.Context, l *lane, group []claimed, batc
 		}
 		id, body = BatchBody(ids, bodies)
 	}
-	out := d.sender.send(ctx, url, id, body, secrets)
-	if ctx.Err() != nil && out.StatusCode == 0 {
-		// Stopping cut the attempt short: the outcome is unknown, and not the receiver's fault.
+	out, ok := d.sendAttempt(ctx, url, secrets, id, body)
+	if !ok {
 		// Hand the deliveries back uncounted; they are sent again, with the same webhook-id.
 		d.release(group)
 		w.stop()
 		return
 	}
-	d.m.observe(out)
 	written = true
 	done := w.add(group, out, recorded)
 	if !out.Succeeded() {
 		<-done
 	}
+}
+
+// sendAttempt makes one attempt: body, as webhook-id id, to url signed with secrets. It reports
+// false when stopping cut the attempt short: its outcome is unknown, and not the receiver's fault.
+func (d *Dispatcher) sendAttempt(ctx context.Context, url string, secrets []string, id string, body []byte) (outcome, bool) {
+	out := d.sender.send(ctx, url, id, body, secrets)
+	if ctx.Err() != nil && out.StatusCode == 0 {
+		return out, false
+	}
+	d.m.observe(out)
+	return out, true
 }
 
 // release hands claimed deliveries back, due as they were, without counting an attempt. It runs

@@ -507,10 +507,16 @@ type laneTarget struct {
 
 // laneTargets reads subscriptions ids as they are now.
 func (d *Dispatcher) laneTargets(ctx context.Context, ids []string) (map[string]*laneTarget, error) {
-	rows, err := d.pool.Query(ctx, `select id, deleted_at is null and status in ('active', 'failing'),
+	return d.scanLaneTargets(d.pool.Query(ctx, laneTargetsQuery, ids))
+}
+
+// laneTargetsQuery reads the subscriptions $1 as a lane sends to them (scanLaneTargets).
+const laneTargetsQuery = `select id, deleted_at is null and status in ('active', 'failing'),
 	deleted_at is null and status = 'active', url, patient_scopes,
-	patient_mode, ordered, max_in_flight, batch_size, rate_limit, `+secretColumns+`
-from webhooks where id = any($1)`, ids)
+	patient_mode, ordered, max_in_flight, batch_size, rate_limit, ` + secretColumns + `
+from webhooks where id = any($1)`
+
+func (d *Dispatcher) scanLaneTargets(rows pgx.Rows, err error) (map[string]*laneTarget, error) {
 	if err != nil {
 		return nil, err
 	}

@@ -612,7 +612,7 @@ where webhook_id = $1 and event_id = $2`, sub.ID, old.ID); err != nil {
 	}
 	var deliveries, attempts int
 	if err := f.pool.QueryRow(ctx, `select (select count(*) from webhook_deliveries where webhook_id = $1),
-	(select count(*) from webhook_attempts where webhook_id = $1)`, sub.ID).Scan(&deliveries, &attempts); err != nil {
+	(select count(*) from webhook_attempt_log where webhook_id = $1)`, sub.ID).Scan(&deliveries, &attempts); err != nil {
 		t.Fatal(err)
 	}
 	if deliveries != 1 || attempts != 1 {

@@ -4,12 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 
-	"carehub/kernel/ids"
 	"carehub/storage/postgres"
 )
 
@@ -112,38 +112,28 @@ func (d *Dispatcher) pickFast(ctx context.Context, rows []newDelivery, subs map[
 	if len(hooks) == 0 {
 		return nil, rows, nil
 	}
-	// Deliveries recorded already (an event read again), one probe of the unique key each (a
-	// webhook_id = any(…) and event_id = any(…) plan reads every delivery of the subscriptions),
-	// and subscriptions with deliveries queued.
-	res, err := d.pool.Query(ctx, `
+	// In one round trip: deliveries recorded already (an event read again), one probe of the
+	// unique key each (a webhook_id = any(…) and event_id = any(…) plan reads every delivery of
+	// the subscriptions); subscriptions with deliveries queued; and the subscriptions as they are
+	// now, as a lane's claim reads them, so a secret rotated, a URL changed or a grant narrowed a
+	// moment ago applies, whether or not the cache has heard.
+	subIDs := slices.Compact(slices.Sorted(slices.Values(hooks)))
+	b := &pgx.Batch{}
+	b.Queue(`
 select d.webhook_id, d.event_id from unnest($1::text[], $2::text[]) r(webhook_id, event_id)
 	join webhook_deliveries d on d.webhook_id = r.webhook_id and d.event_id = r.event_id
 union all
 select w, '' from unnest($3::text[]) w
 where exists (select 1 from webhook_deliveries d where d.webhook_id = w and d.status = 'pending')
-	or exists (select 1 from webhook_deliveries d where d.webhook_id = w and d.status = 'delivering')`, hooks, evIDs, dedupe(hooks))
+	or exists (select 1 from webhook_deliveries d where d.webhook_id = w and d.status = 'delivering')`, hooks, evIDs, subIDs)
+	b.Queue(laneTargetsQuery, subIDs)
+	res := d.pool.SendBatch(ctx, b)
+	defer res.Close()
+	queued, recorded, err := scanRecorded(res.Query())
 	if err != nil {
 		return nil, nil, fmt.Errorf("look up queued deliveries: %w", err)
 	}
-	queued, recorded := map[string]bool{}, map[[2]string]bool{}
-	for res.Next() {
-		var hook, ev string
-		if err := res.Scan(&hook, &ev); err != nil {
-			res.Close()
-			return nil, nil, fmt.Errorf("look up queued deliveries: %w", err)
-		}
-		if ev == "" {
-			queued[hook] = true
-		} else {
-			recorded[[2]string{hook, ev}] = true
-		}
-	}
-	if err := res.Err(); err != nil {
-		return nil, nil, fmt.Errorf("look up queued deliveries: %w", err)
-	}
-	// The subscriptions as they are now, as a lane's claim reads them: a secret rotated, a URL
-	// changed or a grant narrowed a moment ago applies, whether or not the cache has heard.
-	targets, err := d.laneTargets(ctx, dedupe(hooks))
+	targets, err := d.scanLaneTargets(res.Query())
 	if err != nil {
 		return nil, nil, fmt.Errorf("look up subscriptions: %w", err)
 	}
@@ -172,16 +162,26 @@ where exists (select 1 from webhook_deliveries d where d.webhook_id = w and d.st
 	return lanes, rest, nil
 }
 
-func dedupe(list []string) []string {
-	seen := make(map[string]bool, len(list))
-	out := list[:0:0]
-	for _, s := range list {
-		if !seen[s] {
-			seen[s] = true
-			out = append(out, s)
+// scanRecorded reads pickFast's look-up: the subscriptions with deliveries queued, and the
+// deliveries recorded already.
+func scanRecorded(rows pgx.Rows, err error) (map[string]bool, map[[2]string]bool, error) {
+	if err != nil {
+		return nil, nil, err
+	}
+	defer rows.Close()
+	queued, recorded := map[string]bool{}, map[[2]string]bool{}
+	for rows.Next() {
+		var hook, ev string
+		if err := rows.Scan(&hook, &ev); err != nil {
+			return nil, nil, err
+		}
+		if ev == "" {
+			queued[hook] = true
+		} else {
+			recorded[[2]string{hook, ev}] = true
 		}
 	}
-	return out
+	return queued, recorded, rows.Err()
 }
 
 // startFast sends lanes' deliveries, at most each subscription's maxInFlight at once, in the
@@ -249,12 +249,8 @@ func (d *Dispatcher) sendFast(ctx context.Context, l *lane, it *fastItem) fastRe
 		return fastResult{}
 	}
 	d.m.firstAttemptLag.Observe(time.Since(it.row.ev.CreatedAt).Seconds())
-	out := d.sender.send(ctx, l.url, it.row.ev.ID, body, l.secrets)
-	if ctx.Err() != nil && out.StatusCode == 0 {
-		return fastResult{} // cut short by stopping: unknown, and not the receiver's fault
-	}
-	d.m.observe(out)
-	return fastResult{out: out, sent: true}
+	out, ok := d.sendAttempt(ctx, l.url, l.secrets, it.row.ev.ID, body)
+	return fastResult{out: out, sent: ok}
 }
 
 // fastRow is a delivery the consumer sent (or meant to), as it is recorded.
@@ -432,19 +428,15 @@ func (d *Dispatcher) finishSpilled(ctx context.Context, l *lane, items []*fastIt
 	}
 }
 
-// recordFast inserts rows, each with its attempt when it was sent, and updates each subscription
-// by its outcomes, in one transaction. It returns how many deliveries it inserted (a delivery
-// recorded meanwhile by another consumer of the partition is left as it is).
+// recordFast inserts rows, each with its first attempt in its own row when it was sent, and
+// updates each subscription by its outcomes, in one transaction. It returns how many deliveries
+// it inserted (a delivery recorded meanwhile by another consumer of the partition is left as it
+// is).
 func (d *Dispatcher) recordFast(ctx context.Context, rows []fastRow) (int, error) {
 	n := len(rows)
 	dids, orgs, hooks, evIDs, types, statuses := make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
 	created, bodies, delays := make([]time.Time, n), make([][]byte, n), make([]int64, n)
-	attemptIDs, errTexts, respBodies := make([]*string, n), make([]*string, n), make([]*string, n)
-	attemptedAt, codes, latencies := make([]*time.Time, n), make([]*int32, n), make([]int32, n)
-	type tally struct {
-		trailing, failures int
-		gone, success      bool
-	}
+	var cols attemptColumns
 	tallies := map[string]*tally{}
 	var order []string // the subscriptions with attempts, as they first come
 	pendingAny := false
@@ -454,76 +446,51 @@ func (d *Dispatcher) recordFast(ctx context.Context, rows []fastRow) (int, error
 		created[i], bodies[i], statuses[i], delays[i] = row.ev.CreatedAt, row.body, r.status, r.delay.Microseconds()
 		pendingAny = pendingAny || r.status == DeliveryPending
 		if !r.res.sent || r.status == DeliveryDelivering {
+			cols.add(nil)
 			continue
 		}
-		out := r.res.out
-		aid := ids.New(ids.Attempt)
-		attemptIDs[i], attemptedAt[i], latencies[i] = &aid, &out.AttemptedAt, int32(out.Latency.Milliseconds())
-		if out.StatusCode != 0 {
-			c := int32(out.StatusCode)
-			codes[i], respBodies[i] = &c, &out.ResponseBody
-		}
-		if out.Err != "" {
-			errTexts[i] = &out.Err
-		}
+		cols.add(&r.res.out)
 		t := tallies[row.webhookID]
 		if t == nil {
 			t = &tally{}
 			tallies[row.webhookID] = t
 			order = append(order, row.webhookID)
 		}
-		if out.Succeeded() {
-			t.success, t.trailing = true, 0
-		} else {
-			t.trailing++
-			t.failures++
-		}
-		t.gone = t.gone || out.Gone()
+		t.add(r.res.out)
 	}
 	inserted := 0
 	var notify []string
 	err := pgx.BeginTxFunc(ctx, d.pool, postgres.AsyncCommit, func(tx pgx.Tx) error {
 		b := &pgx.Batch{}
 		b.Queue(`
-with r as (
-	select * from unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::timestamptz[], $7::bytea[],
-		$8::text[], $9::bigint[], $10::text[], $11::timestamptz[], $12::int[], $13::int[], $14::text[], $15::text[])
-		with ordinality as t(id, org_id, webhook_id, event_id, event_type, created, body, status, delay_us,
-			attempt_id, attempted_at, status_code, latency_ms, error, response_body, n)
-),
-ins as (
-	insert into webhook_deliveries (id, org_id, webhook_id, event_id, event_type, event_created_at, body, status,
-		attempt_count, schedule_pos, next_attempt_at, last_attempt_at, last_status_code, completed_at, lease_owner, lease_until)
-	select id, org_id, webhook_id, event_id, event_type, created, body, status,
-		(attempt_id is not null)::int, (attempt_id is not null)::int,
-		statement_timestamp() + delay_us * interval '1 microsecond', attempted_at, status_code,
-		case when status in ('succeeded', 'failed') then statement_timestamp() end,
-		case when status = 'delivering' then $16 end,
-		case when status = 'delivering' then statement_timestamp() + $17 * interval '1 millisecond' end
-	from r order by n
-	on conflict (webhook_id, event_id) do nothing
-	returning id
-),
-att as (
-	insert into webhook_attempts (id, delivery_id, webhook_id, org_id, status_code, latency_ms, error, response_body, attempted_at)
-	select r.attempt_id, r.id, r.webhook_id, r.org_id, r.status_code, r.latency_ms, r.error, r.response_body, r.attempted_at
-	from r join ins on ins.id = r.id where r.attempt_id is not null
-)
-select count(*) from ins`, dids, orgs, hooks, evIDs, types, created, bodies, statuses, delays,
-			attemptIDs, attemptedAt, codes, latencies, errTexts, respBodies, d.node, d.cfg.Lease.Milliseconds())
+insert into webhook_deliveries (id, org_id, webhook_id, event_id, event_type, event_created_at, body, status,
+	attempt_count, schedule_pos, next_attempt_at, last_attempt_at, last_status_code, completed_at, lease_owner, lease_until,
+	first_attempted_at, first_status_code, first_latency_ms, first_error, first_response_body)
+select id, org_id, webhook_id, event_id, event_type, created, body, status,
+	(attempted_at is not null)::int, (attempted_at is not null)::int,
+	statement_timestamp() + delay_us * interval '1 microsecond', attempted_at, status_code,
+	case when status in ('succeeded', 'failed') then statement_timestamp() end,
+	case when status = 'delivering' then $15 end,
+	case when status = 'delivering' then statement_timestamp() + $16 * interval '1 millisecond' end,
+	attempted_at, status_code, latency_ms, error, response_body
+from unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::timestamptz[], $7::bytea[],
+	$8::text[], $9::bigint[], $10::timestamptz[], $11::int[], $12::int[], $13::text[], $14::text[])
+	with ordinality as t(id, org_id, webhook_id, event_id, event_type, created, body, status, delay_us,
+		attempted_at, status_code, latency_ms, error, response_body, n)
+order by n
+on conflict (webhook_id, event_id) do nothing`, dids, orgs, hooks, evIDs, types, created, bodies, statuses, delays,
+			cols.at, cols.codes, cols.latencies, cols.errs, cols.bodies, d.node, d.cfg.Lease.Milliseconds())
 		for _, id := range order {
 			t := tallies[id]
-			trailing := t.trailing
-			if !t.success {
-				trailing = -1 // grows by failures
-			}
-			b.Queue(hookOutcome(1)+` returning status, project_id`, id, trailing, t.failures, t.gone, PauseAfter, t.success)
+			b.Queue(hookOutcome(1)+` returning status, project_id`, id, t.trailingArg(), t.failures, t.gone, PauseAfter, t.success)
 		}
 		res := tx.SendBatch(ctx, b)
 		defer res.Close()
-		if err := res.QueryRow().Scan(&inserted); err != nil {
+		tag, err := res.Exec()
+		if err != nil {
 			return err
 		}
+		inserted = int(tag.RowsAffected())
 		for _, id := range order {
 			var status, project string
 			err := res.QueryRow().Scan(&status, &project)

@@ -102,7 +102,7 @@ func TestConsumerLeavesASlowAttemptBehind(t *testing.T) {
 		}
 	}
 	var n int
-	if err := f.pool.QueryRow(context.Background(), `select count(*) from webhook_attempts where webhook_id = $1`, slowSub.ID).Scan(&n); err != nil || n != 2 {
+	if err := f.pool.QueryRow(context.Background(), `select count(*) from webhook_attempt_log where webhook_id = $1`, slowSub.ID).Scan(&n); err != nil || n != 2 {
 		t.Errorf("%d attempts recorded for the slow subscription (%v), want 2", n, err)
 	}
 }

@@ -189,30 +189,12 @@ func countItems(batch []finished) int {
 func (d *Dispatcher) recordOutcomes(ctx context.Context, l *lane, batch []finished) (hookState, error) {
 	n := countItems(batch)
 	attemptIDs, deliveryIDs, statuses := make([]string, 0, n), make([]string, 0, n), make([]string, 0, n)
-	delays, latencies := make([]int64, 0, n), make([]int32, 0, n)
-	attemptedAt := make([]time.Time, 0, n)
-	codes := make([]*int32, 0, n)
-	errTexts, respBodies := make([]*string, 0, n), make([]*string, 0, n)
-	anySuccess, gone := false, false
-	trailing, failures := 0, 0
+	delays := make([]int64, 0, n)
+	var cols attemptColumns
+	var t tally
 	for _, f := range batch {
 		out := f.out
-		if out.Succeeded() {
-			anySuccess, trailing = true, 0
-		} else {
-			trailing++
-			failures++
-		}
-		gone = gone || out.Gone()
-		var code *int32
-		var errText, respBody *string
-		if out.StatusCode != 0 {
-			c := int32(out.StatusCode)
-			code, respBody = &c, &out.ResponseBody
-		}
-		if out.Err != "" {
-			errText = &out.Err
-		}
+		t.add(out)
 		// A batch moves as one: the same next attempt (one jittered delay), so it is due again
 		// whole, from the schedule of its most tried event.
 		pos := 0
@@ -222,13 +204,9 @@ func (d *Dispatcher) recordOutcomes(ctx context.Context, l *lane, batch []finish
 		status, delay := outcomeStatus(d.cfg.Schedule, pos, out)
 		for _, it := range f.group {
 			attemptIDs, deliveryIDs, statuses = append(attemptIDs, ids.New(ids.Attempt)), append(deliveryIDs, it.id), append(statuses, status)
-			delays, latencies = append(delays, delay.Microseconds()), append(latencies, int32(out.Latency.Milliseconds()))
-			attemptedAt, codes = append(attemptedAt, out.AttemptedAt), append(codes, code)
-			errTexts, respBodies = append(errTexts, errText), append(respBodies, respBody)
+			delays = append(delays, delay.Microseconds())
+			cols.add(&out)
 		}
-	}
-	if !anySuccess {
-		trailing = -1 // grows by failures
 	}
 	var st hookState
 	var hookStatus, project, patientMode string
@@ -266,8 +244,8 @@ select * from upd
 union all
 select status, deleted_at is not null, url, project_id, patient_scopes, patient_mode, `+secretColumns+`
 from webhooks where id = $10 and not exists (select 1 from upd)`,
-			attemptIDs, deliveryIDs, statuses, delays, attemptedAt, codes, latencies, errTexts, respBodies,
-			l.webhookID, trailing, failures, gone, PauseAfter, anySuccess, l.orgID, d.node,
+			attemptIDs, deliveryIDs, statuses, delays, cols.at, cols.codes, cols.latencies, cols.errs, cols.bodies,
+			l.webhookID, t.trailingArg(), t.failures, t.gone, PauseAfter, t.success, l.orgID, d.node,
 		).Scan(append([]any{&hookStatus, &deleted, &st.url, &project, &patientScopes, &patientMode}, stored.dest()...)...)
 	})
 	if err != nil {
@@ -276,7 +254,7 @@ from webhooks where id = $10 and not exists (select 1 from upd)`,
 	st.secrets = d.secrets(l.webhookID, stored)
 	st.reader = phi.ReaderFrom(patientScopes, patientMode)
 	st.deliverable = !deleted && (hookStatus == StatusActive || hookStatus == StatusFailing)
-	if gone || failures > 0 && hookStatus != StatusActive {
+	if t.gone || t.failures > 0 && hookStatus != StatusActive {
 		// Disabled subscriptions record no deliveries, and only active ones are sent to by the
 		// consumer (fast.go): every dispatcher's cache must know.
 		if _, err := d.pool.Exec(ctx, `select pg_notify($1, $2)`, NotifyChannel, "sub:"+project); err != nil {
@@ -284,6 +262,58 @@ from webhooks where id = $10 and not exists (select 1 from upd)`,
 		}
 	}
 	return st, nil
+}
+
+// attemptColumns are attempts as a statement's array parameters, one element each.
+type attemptColumns struct {
+	at               []*time.Time
+	codes, latencies []*int32
+	errs, bodies     []*string
+}
+
+// add appends out's attempt, or nulls for an attempt not made when out is nil.
+func (c *attemptColumns) add(out *outcome) {
+	var at *time.Time
+	var code, latency *int32
+	var errText, body *string
+	if out != nil {
+		ms := int32(out.Latency.Milliseconds())
+		at, latency = &out.AttemptedAt, &ms
+		if out.StatusCode != 0 {
+			status := int32(out.StatusCode)
+			code, body = &status, &out.ResponseBody
+		}
+		if out.Err != "" {
+			errText = &out.Err
+		}
+	}
+	c.at, c.codes, c.latencies = append(c.at, at), append(c.codes, code), append(c.latencies, latency)
+	c.errs, c.bodies = append(c.errs, errText), append(c.bodies, body)
+}
+
+// tally is a subscription's outcomes, in the order they finished, as hookOutcome takes them.
+type tally struct {
+	trailing, failures int // failures after the last success, and in all
+	success, gone      bool
+}
+
+func (t *tally) add(out outcome) {
+	if out.Succeeded() {
+		t.success, t.trailing = true, 0
+	} else {
+		t.trailing++
+		t.failures++
+	}
+	t.gone = t.gone || out.Gone()
+}
+
+// trailingArg is hookOutcome's trailing failures: -1 when none succeeded, so the count grows by
+// the failures.
+func (t tally) trailingArg() int {
+	if !t.success {
+		return -1
+	}
+	return t.trailing
 }
 
 // hookOutcome is the update of a subscription by outcomes, its parameters numbered from first:

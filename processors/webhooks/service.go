@@ -657,7 +657,7 @@ func (s *Service) Attempts(ctx context.Context, deliveryIDs []string) (map[strin
 		return out, nil
 	}
 	rows, err := s.pool.Query(ctx, `select id, delivery_id, status_code, latency_ms, error, response_body, attempted_at
-from webhook_attempts where delivery_id = any($1) and ($2 = '' or org_id = $2) order by attempted_at, id`,
+from webhook_attempt_log where delivery_id = any($1) and ($2 = '' or org_id = $2) order by attempted_at, id`,
 		deliveryIDs, p.OrgFilter())
 	if err != nil {
 		return nil, wrap("load attempts", err)
