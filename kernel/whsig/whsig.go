@@ -12,6 +12,7 @@ import (
 	"encoding/base64"
 	"errors"
 	"net/http"
+	"net/textproto"
 	"strconv"
 	"strings"
 	"time"
@@ -65,40 +66,55 @@ func secretKey(secret string) ([]byte, error) {
 // space-separated in the order given: "v1,<base64 HMAC-SHA256 of {id}.{ts}.{body}>". It is what
 // the webhook-signature header carries.
 func Sign(id string, ts time.Time, body []byte, secrets ...string) (string, error) {
+	return sign(id, strconv.FormatInt(ts.Unix(), 10), body, secrets)
+}
+
+// sign is Sign with the timestamp as the header carries it. The signed content's head,
+// "{id}.{ts}.", is written once for every secret, and the signatures appended to one buffer: an
+// attempt signs on every send, thousands a second.
+func sign(id, unix string, body []byte, secrets []string) (string, error) {
 	if len(secrets) == 0 {
 		return "", errors.New("no signing secret") // an empty header would go out unsigned
 	}
-	unix := strconv.FormatInt(ts.Unix(), 10)
-	sigs := make([]string, 0, len(secrets))
-	for _, s := range secrets {
+	head := make([]byte, 0, len(id)+len(unix)+2)
+	head = append(append(append(append(head, id...), '.'), unix...), '.')
+	out := make([]byte, 0, len(secrets)*48)
+	var sum [sha256.Size]byte
+	for i, s := range secrets {
 		key, err := secretKey(s)
 		if err != nil {
 			return "", err
 		}
 		mac := hmac.New(sha256.New, key)
-		mac.Write([]byte(id))
-		mac.Write([]byte{'.'})
-		mac.Write([]byte(unix))
-		mac.Write([]byte{'.'})
+		mac.Write(head)
 		mac.Write(body)
-		sigs = append(sigs, "v1,"+base64.StdEncoding.EncodeToString(mac.Sum(nil)))
+		if i > 0 {
+			out = append(out, ' ')
+		}
+		out = base64.StdEncoding.AppendEncode(append(out, "v1,"...), mac.Sum(sum[:0]))
 	}
-	return strings.Join(sigs, " "), nil
+	return string(out), nil
 }
 
 // SetHeaders signs body and sets webhook-id, webhook-timestamp (unix seconds) and
 // webhook-signature on h. It sets nothing when signing fails (no secret, or one that is not a
 // whsec_ secret), so a request is never sent half-signed.
 func SetHeaders(h http.Header, id string, ts time.Time, body []byte, secrets ...string) error {
-	sig, err := Sign(id, ts, body, secrets...)
+	unix := strconv.FormatInt(ts.Unix(), 10)
+	sig, err := sign(id, unix, body, secrets)
 	if err != nil {
 		return err
 	}
-	h.Set(HeaderID, id)
-	h.Set(HeaderTimestamp, strconv.FormatInt(ts.Unix(), 10))
-	h.Set(HeaderSignature, sig)
+	h[canonicalID], h[canonicalTimestamp], h[canonicalSignature] = []string{id}, []string{unix}, []string{sig}
 	return nil
 }
+
+// The headers' keys as net/http sends them (and Header.Set would make them, on every call).
+var (
+	canonicalID        = textproto.CanonicalMIMEHeaderKey(HeaderID)
+	canonicalTimestamp = textproto.CanonicalMIMEHeaderKey(HeaderTimestamp)
+	canonicalSignature = textproto.CanonicalMIMEHeaderKey(HeaderSignature)
+)
 
 // Verify reports whether one of the signatures in header (webhook-signature) is body's signature
 // for id and the unix timestamp ts under secret. It checks no clock tolerance: receivers should.

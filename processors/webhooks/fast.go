@@ -5,12 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 
 	"carehub/storage/postgres"
+	"carehub/storage/postgres/pgcopy"
 )
 
 // First attempts in the consumer. A healthy concurrent subscription's deliveries are sent by the
@@ -432,85 +434,73 @@ func (d *Dispatcher) finishSpilled(ctx context.Context, l *lane, items []*fastIt
 // updates each subscription by its outcomes, in one transaction. It returns how many deliveries
 // it inserted (a delivery recorded meanwhile by another consumer of the partition is left as it
 // is).
+//
+// The rows are copied (COPY costs Postgres about three quarters of an INSERT … SELECT from
+// arrays, docs/PERFORMANCE.md): pickFast left out the deliveries recorded already, so a copy
+// fails only when another consumer of the partition recorded one meanwhile (a rebalance), and
+// then the rows are copied into a staging table and inserted from there, those recorded
+// skipped. The times the rows carry (when a retry is due, a lease ends, a delivery finished) are
+// this node's clock, as an outcome's attempt time always was.
 func (d *Dispatcher) recordFast(ctx context.Context, rows []fastRow) (int, error) {
-	n := len(rows)
-	dids, orgs, hooks, evIDs, types, statuses := make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
-	created, bodies, delays := make([]time.Time, n), make([][]byte, n), make([]int64, n)
-	var cols attemptColumns
+	body := d.fastCopy(rows)
 	tallies := map[string]*tally{}
 	var order []string // the subscriptions with attempts, as they first come
 	pendingAny := false
-	for i, r := range rows {
-		row := r.it.row
-		dids[i], orgs[i], hooks[i], evIDs[i], types[i] = row.id, row.orgID, row.webhookID, row.ev.ID, row.ev.Type
-		created[i], bodies[i], statuses[i], delays[i] = row.ev.CreatedAt, row.body, r.status, r.delay.Microseconds()
+	for _, r := range rows {
 		pendingAny = pendingAny || r.status == DeliveryPending
 		if !r.res.sent || r.status == DeliveryDelivering {
-			cols.add(nil)
 			continue
 		}
-		cols.add(&r.res.out)
-		t := tallies[row.webhookID]
+		hook := r.it.row.webhookID
+		t := tallies[hook]
 		if t == nil {
 			t = &tally{}
-			tallies[row.webhookID] = t
-			order = append(order, row.webhookID)
+			tallies[hook] = t
+			order = append(order, hook)
 		}
 		t.add(r.res.out)
 	}
-	inserted := 0
+	var inserted int
 	var notify []string
-	err := pgx.BeginTxFunc(ctx, d.pool, postgres.AsyncCommit, func(tx pgx.Tx) error {
-		b := &pgx.Batch{}
-		b.Queue(`
-insert into webhook_deliveries (id, org_id, webhook_id, event_id, event_type, event_created_at, body, status,
-	attempt_count, schedule_pos, next_attempt_at, last_attempt_at, last_status_code, completed_at, lease_owner, lease_until,
-	first_attempted_at, first_status_code, first_latency_ms, first_error, first_response_body)
-select id, org_id, webhook_id, event_id, event_type, created, body, status,
-	(attempted_at is not null)::int, (attempted_at is not null)::int,
-	statement_timestamp() + delay_us * interval '1 microsecond', attempted_at, status_code,
-	case when status in ('succeeded', 'failed') then statement_timestamp() end,
-	case when status = 'delivering' then $15 end,
-	case when status = 'delivering' then statement_timestamp() + $16 * interval '1 millisecond' end,
-	attempted_at, status_code, latency_ms, error, response_body
-from unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::timestamptz[], $7::bytea[],
-	$8::text[], $9::bigint[], $10::timestamptz[], $11::int[], $12::int[], $13::text[], $14::text[])
-	with ordinality as t(id, org_id, webhook_id, event_id, event_type, created, body, status, delay_us,
-		attempted_at, status_code, latency_ms, error, response_body, n)
-order by n
-on conflict (webhook_id, event_id) do nothing`, dids, orgs, hooks, evIDs, types, created, bodies, statuses, delays,
-			cols.at, cols.codes, cols.latencies, cols.errs, cols.bodies, d.node, d.cfg.Lease.Milliseconds())
-		for _, id := range order {
-			t := tallies[id]
-			b.Queue(hookOutcome(1)+` returning status, project_id`, id, t.trailingArg(), t.failures, t.gone, PauseAfter, t.success)
-		}
-		res := tx.SendBatch(ctx, b)
-		defer res.Close()
-		tag, err := res.Exec()
-		if err != nil {
-			return err
-		}
-		inserted = int(tag.RowsAffected())
-		for _, id := range order {
-			var status, project string
-			err := res.QueryRow().Scan(&status, &project)
-			if errors.Is(err, pgx.ErrNoRows) {
-				continue // nothing to change
-			}
+	write := func(staged bool) error {
+		return pgx.BeginTxFunc(ctx, d.pool, postgres.AsyncCommit, func(tx pgx.Tx) error {
+			n, err := copyFast(ctx, tx, body, staged)
 			if err != nil {
 				return err
 			}
-			if t := tallies[id]; t.gone || t.failures > 0 && status != StatusActive {
-				notify = append(notify, "sub:"+project)
+			inserted, notify = int(n), notify[:0]
+			b := &pgx.Batch{}
+			for _, id := range order {
+				t := tallies[id]
+				b.Queue(hookOutcome(1)+` returning status, project_id`, id, t.trailingArg(), t.failures, t.gone, PauseAfter, t.success)
 			}
-		}
-		if pendingAny {
-			notify = append(notify, "due")
-		}
-		return res.Close()
-	})
+			res := tx.SendBatch(ctx, b)
+			defer res.Close()
+			for _, id := range order {
+				var status, project string
+				err := res.QueryRow().Scan(&status, &project)
+				if errors.Is(err, pgx.ErrNoRows) {
+					continue // nothing to change
+				}
+				if err != nil {
+					return err
+				}
+				if t := tallies[id]; t.gone || t.failures > 0 && status != StatusActive {
+					notify = append(notify, "sub:"+project)
+				}
+			}
+			return res.Close()
+		})
+	}
+	err := write(false)
+	if postgres.UniqueViolation(err) {
+		err = write(true)
+	}
 	if err != nil {
 		return 0, fmt.Errorf("record first attempts: %w", postgres.Refused(err))
+	}
+	if pendingAny {
+		notify = append(notify, "due")
 	}
 	for _, payload := range notify {
 		if payload == "due" {
@@ -521,4 +511,94 @@ on conflict (webhook_id, event_id) do nothing`, dids, orgs, hooks, evIDs, types,
 		}
 	}
 	return inserted, nil
+}
+
+// fastColumns are the columns of webhook_deliveries fastCopy gives, in order.
+var fastColumns = []string{"id", "org_id", "webhook_id", "event_id", "event_type", "event_created_at", "body", "status",
+	"attempt_count", "schedule_pos", "next_attempt_at", "lease_owner", "lease_until", "completed_at",
+	"last_attempt_at", "first_attempted_at", "last_status_code", "first_status_code", "first_latency_ms", "first_error",
+	"first_response_body"}
+
+// fastCopy is rows as the body of a COPY into fastColumns: each delivery as it stands, with its
+// first attempt when it was sent and has ended.
+func (d *Dispatcher) fastCopy(rows []fastRow) *pgcopy.Rows {
+	now := time.Now()
+	size := 0
+	for _, r := range rows {
+		size += len(r.it.row.body) + len(r.res.out.ResponseBody) + 256
+	}
+	body := pgcopy.New(len(fastColumns), size)
+	for _, r := range rows {
+		row := r.it.row
+		body.Row()
+		body.Texts(row.id, row.orgID, row.webhookID, row.ev.ID, row.ev.Type)
+		body.Timestamptz(row.ev.CreatedAt)
+		body.Bytes(row.body)
+		body.Text(r.status)
+		attempted := r.res.sent && r.status != DeliveryDelivering
+		tried := int32(0)
+		if attempted {
+			tried = 1
+		}
+		body.Int4(tried) // attempt_count
+		body.Int4(tried) // schedule_pos
+		body.Timestamptz(now.Add(r.delay))
+		if r.status == DeliveryDelivering {
+			body.Text(d.node)
+			body.Timestamptz(now.Add(d.cfg.Lease))
+		} else {
+			body.Null()
+			body.Null()
+		}
+		if r.status == DeliverySucceeded || r.status == DeliveryFailed {
+			body.Timestamptz(now)
+		} else {
+			body.Null()
+		}
+		if !attempted {
+			for range len(fastColumns) - 14 {
+				body.Null()
+			}
+			continue
+		}
+		out := r.res.out
+		body.Timestamptz(out.AttemptedAt) // last_attempt_at
+		body.Timestamptz(out.AttemptedAt) // first_attempted_at
+		if out.StatusCode != 0 {
+			body.Int4(int32(out.StatusCode))
+			body.Int4(int32(out.StatusCode))
+		} else {
+			body.Null()
+			body.Null()
+		}
+		body.Int4(int32(out.Latency.Milliseconds()))
+		body.TextOrNull(out.Err)
+		if out.StatusCode != 0 {
+			body.Text(out.ResponseBody)
+		} else {
+			body.Null()
+		}
+	}
+	return body
+}
+
+// copyFast copies body into webhook_deliveries in tx and returns how many deliveries it
+// inserted; staged, it copies into a staging table first and skips those recorded already.
+func copyFast(ctx context.Context, tx pgx.Tx, body *pgcopy.Rows, staged bool) (int64, error) {
+	if !staged {
+		return body.Copy(ctx, tx.Conn().PgConn(), "webhook_deliveries", fastColumns)
+	}
+	cols := strings.Join(fastColumns, ", ")
+	if _, err := tx.Exec(ctx, `create temp table webhook_deliveries_stage on commit drop as
+select `+cols+` from webhook_deliveries with no data`); err != nil {
+		return 0, err
+	}
+	if _, err := body.Copy(ctx, tx.Conn().PgConn(), "webhook_deliveries_stage", fastColumns); err != nil {
+		return 0, err
+	}
+	// In the order copied, so seq follows the partition's order (a fresh heap is read in order).
+	tag, err := tx.Exec(ctx, `insert into webhook_deliveries (`+cols+`)
+select `+cols+` from webhook_deliveries_stage
+on conflict (webhook_id, event_id) do nothing`)
+	return tag.RowsAffected(), err
 }

@@ -4,10 +4,14 @@ import (
 	"context"
 	"net/http"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
 	dto "github.com/prometheus/client_model/go"
+
+	"carehub/kernel/events"
+	"carehub/kernel/ids"
 )
 
 // A healthy subscription's deliveries are attempted by the consumer and recorded once each,
@@ -104,5 +108,44 @@ func TestConsumerLeavesASlowAttemptBehind(t *testing.T) {
 	var n int
 	if err := f.pool.QueryRow(context.Background(), `select count(*) from webhook_attempt_log where webhook_id = $1`, slowSub.ID).Scan(&n); err != nil || n != 2 {
 		t.Errorf("%d attempts recorded for the slow subscription (%v), want 2", n, err)
+	}
+}
+
+// The consumer's write copies its deliveries; a delivery another consumer of the partition
+// recorded meanwhile (a rebalance) fails the copy, and the write then skips it and records the
+// rest, each with its first attempt, as the attempt log serves it.
+func TestRecordFastSkipsADeliveryRecordedMeanwhile(t *testing.T) {
+	f := newFixture(t)
+	sub := f.create("http://127.0.0.1:9/hook", "*")
+	d := f.start()
+	ctx := context.Background()
+	at := time.Now().Add(-time.Second).UTC().Truncate(time.Microsecond)
+	row := func(eventID string) fastRow {
+		fl := &fastLane{l: &lane{webhookID: sub.ID, orgID: sub.OrgID}}
+		it := &fastItem{fl: fl, row: newDelivery{id: ids.New(ids.Delivery), orgID: sub.OrgID, webhookID: sub.ID,
+			ev: events.Event{ID: eventID, Type: "agent.run_completed", CreatedAt: at}, body: []byte(`{"n":1}`)}}
+		out := outcome{AttemptedAt: at, Latency: 7 * time.Millisecond, StatusCode: http.StatusAccepted, ResponseBody: "queued"}
+		return fastRow{it: it, status: DeliverySucceeded, res: fastResult{out: out, sent: true}}
+	}
+	first := row("evt_b")
+	if n, err := d.recordFast(ctx, []fastRow{first}); err != nil || n != 1 {
+		t.Fatalf("recordFast of one: %d, %v", n, err)
+	}
+	rows := []fastRow{row("evt_a"), row("evt_b"), row("evt_c")}
+	if n, err := d.recordFast(ctx, rows); err != nil || n != 2 {
+		t.Fatalf("recordFast with one recorded meanwhile: %d, %v; want 2 inserted", n, err)
+	}
+	got := f.deliveries(sub.ID)
+	if len(got) != 3 || got[0].ID != first.it.row.id || got[1].ID != rows[0].it.row.id || got[2].ID != rows[2].it.row.id {
+		t.Fatalf("deliveries %+v, want evt_b's first delivery, then evt_a's and evt_c's in order", got)
+	}
+	atts, err := f.svc.Attempts(f.admin, []string{rows[2].it.row.id})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := atts[rows[2].it.row.id]
+	if len(a) != 1 || a[0].ID != ids.Attempt+strings.TrimPrefix(rows[2].it.row.id, ids.Delivery) || *a[0].StatusCode != http.StatusAccepted ||
+		a[0].LatencyMs != 7 || *a[0].ResponseBody != "queued" || a[0].Error != nil || !a[0].AttemptedAt.Equal(at) {
+		t.Errorf("attempts %+v, want the one first attempt as sent", a)
 	}
 }

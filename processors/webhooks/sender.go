@@ -84,8 +84,8 @@ func (o outcome) Gone() bool { return o.StatusCode == http.StatusGone }
 // send POSTs body to url signed for message id with secrets (current first).
 func (s *sender) send(ctx context.Context, url, id string, body []byte, secrets []string) outcome {
 	now := time.Now()
-	out := outcome{AttemptedAt: now, Header: http.Header{}}
 	h := http.Header{}
+	out := outcome{AttemptedAt: now, Header: h} // the client does not change a request's headers
 	if err := whsig.SetHeaders(h, id, now, body, secrets...); err != nil {
 		out.Err = "signing: " + err.Error()
 		return out
@@ -100,7 +100,6 @@ func (s *sender) send(ctx context.Context, url, id string, body []byte, secrets 
 	h.Set("Content-Type", "application/json")
 	h.Set("User-Agent", userAgent)
 	req.Header = h
-	out.Header = h // the client does not change a request's headers
 
 	resp, err := s.client.Do(req)
 	if err != nil {

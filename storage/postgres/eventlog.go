@@ -163,7 +163,7 @@ func (l *EventLog) append(ctx context.Context, events []events.Event, deferred b
 	var err error
 	if len(events) < copyThreshold {
 		err = statement(func(w writer) error { return appendUnnest(ctx, w, events) })
-	} else if err = statement(func(w writer) error { return copyNew(ctx, w, events) }); isUniqueViolation(err) {
+	} else if err = statement(func(w writer) error { return copyNew(ctx, w, events) }); UniqueViolation(err) {
 		// stored before (a redelivery) or repeated in events
 		err = pgx.BeginTxFunc(ctx, l.pool, opts, func(tx pgx.Tx) error { return appendCopy(ctx, tx, events) })
 	}
@@ -266,7 +266,8 @@ func copyRows(events []events.Event, order []int) *pgcopy.Rows {
 	return rows
 }
 
-func isUniqueViolation(err error) bool {
+// UniqueViolation reports Postgres refusing a row whose key is stored already (23505).
+func UniqueViolation(err error) bool {
 	var pg *pgconn.PgError
 	return errors.As(err, &pg) && pg.Code == "23505"
 }

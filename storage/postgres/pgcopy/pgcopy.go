@@ -86,7 +86,7 @@ func (r *Rows) TextOrNull(s string) {
 	r.Text(s)
 }
 
-// Bytes appends b as a text, varchar or json value.
+// Bytes appends b as a text, varchar, json or bytea value.
 func (r *Rows) Bytes(b []byte) {
 	r.buf = binary.BigEndian.AppendUint32(r.buf, uint32(len(b)))
 	r.buf = append(r.buf, b...)
@@ -111,6 +111,12 @@ func (r *Rows) JSONB(b []byte) {
 func (r *Rows) Float8(f float64) {
 	r.buf = binary.BigEndian.AppendUint32(r.buf, 8)
 	r.buf = binary.BigEndian.AppendUint64(r.buf, math.Float64bits(f))
+}
+
+// Int4 appends n as an integer value.
+func (r *Rows) Int4(n int32) {
+	r.buf = binary.BigEndian.AppendUint32(r.buf, 4)
+	r.buf = binary.BigEndian.AppendUint32(r.buf, uint32(n))
 }
 
 // Timestamptz appends t as a timestamptz value, to the microsecond (truncated, as pgx does).

@@ -26,9 +26,10 @@ type row struct {
 	value *float64
 	at    time.Time
 	doc   string // json and jsonb
+	count *int32
 }
 
-var columns = []string{"key", "text", "value", "at", "doc", "docb"}
+var columns = []string{"key", "text", "value", "at", "doc", "docb", "count"}
 
 func (r row) appendTo(rows *pgcopy.Rows) {
 	rows.Row()
@@ -50,6 +51,11 @@ func (r row) appendTo(rows *pgcopy.Rows) {
 		rows.Append(func(b []byte) []byte { return append(b, r.doc...) })
 	}
 	rows.JSONB([]byte(r.doc))
+	if r.count == nil {
+		rows.Null()
+	} else {
+		rows.Int4(*r.count)
+	}
 }
 
 func (r row) values() []any {
@@ -57,30 +63,31 @@ func (r row) values() []any {
 	if r.text != nil && *r.text != "" {
 		text = r.text
 	}
-	return []any{r.key, text, r.value, r.at, []byte(r.doc), []byte(r.doc)}
+	return []any{r.key, text, r.value, r.at, []byte(r.doc), []byte(r.doc), r.count}
 }
 
 // TestRowsStoreWhatPgxStores copies the same rows with Rows and with pgx's CopyFrom into two
 // tables and compares every column as Postgres reads it back: edge values (empty, long and
 // multi-byte text, nulls, NaN, infinities and signed zero, times before 2000, far ahead, with
-// nanoseconds and in other zones, nested JSON with escapes) and random ones.
+// nanoseconds and in other zones, nested JSON with escapes, the smallest integer) and random ones.
 func TestRowsStoreWhatPgxStores(t *testing.T) {
 	pool := pgtest.New(t)
 	ctx := context.Background()
 	for _, table := range []string{"by_rows", "by_pgx"} {
 		if _, err := pool.Exec(ctx, `create table `+table+` (key text primary key, text text, value double precision,
-			at timestamptz, doc json, docb jsonb)`); err != nil {
+			at timestamptz, doc json, docb jsonb, count integer)`); err != nil {
 			t.Fatal(err)
 		}
 	}
 	str := func(s string) *string { return &s }
 	num := func(f float64) *float64 { return &f }
+	count := func(n int32) *int32 { return &n }
 	east := time.FixedZone("east", 5*3600+1800)
 	rows := []row{
-		{key: "empty", text: str(""), value: num(0), at: time.Unix(0, 0), doc: `{}`},
+		{key: "empty", text: str(""), value: num(0), at: time.Unix(0, 0), doc: `{}`, count: count(0)},
 		{key: "nulls", at: time.Date(2000, 1, 1, 0, 0, 0, 0, time.UTC), doc: `null`},
 		{key: "unicode", text: str("héllo, 世界 \u2028 🩺"), value: num(-0.0), at: time.Date(1999, 12, 31, 23, 59, 59, 999_999_999, time.UTC), doc: `{"a":"\u00e9\n\"q\"","b":[1,2.5e-3,{"c":null}]}`},
-		{key: "nan", value: num(math.NaN()), at: time.Date(1, 1, 1, 0, 0, 0, 0, time.UTC), doc: `[]`},
+		{key: "nan", value: num(math.NaN()), at: time.Date(1, 1, 1, 0, 0, 0, 0, time.UTC), doc: `[]`, count: count(math.MinInt32)},
 		{key: "inf", value: num(math.Inf(1)), at: time.Date(9999, 12, 31, 23, 59, 59, 999_999_000, east), doc: `"s"`},
 		{key: "-inf", value: num(math.Inf(-1)), at: time.Date(1969, 7, 20, 20, 17, 40, 123_456_789, east), doc: `123.456`},
 		{key: "long", text: str(strings.Repeat("ab\tc", 50_000)), value: num(math.MaxFloat64), at: time.Date(2026, 11, 29, 14, 0, 0, 1, time.UTC), doc: `{"long":"` + strings.Repeat("x", 100_000) + `"}`},
@@ -105,7 +112,7 @@ func TestRowsStoreWhatPgxStores(t *testing.T) {
 		}
 		at := time.Unix(r.Int64N(1<<36)-1<<35, r.Int64N(1e9))
 		rows = append(rows, row{key: fmt.Sprintf("r%03d", i), text: text, value: value, at: at,
-			doc: fmt.Sprintf(`{"n":%d,"s":%q}`, r.Int64(), fmt.Sprint(r.Float64()))})
+			doc: fmt.Sprintf(`{"n":%d,"s":%q}`, r.Int64(), fmt.Sprint(r.Float64())), count: count(int32(r.Uint32()))})
 	}
 
 	conn, err := pool.Acquire(ctx)
@@ -132,7 +139,8 @@ func TestRowsStoreWhatPgxStores(t *testing.T) {
 	qr, err := pool.Query(ctx, `select coalesce(a.key, b.key) from by_rows a full join by_pgx b using (key)
 		where a.key is null or b.key is null or a.text is distinct from b.text
 		or a.value::text is distinct from b.value::text or a.at is distinct from b.at
-		or a.doc::text is distinct from b.doc::text or a.docb is distinct from b.docb`)
+		or a.doc::text is distinct from b.doc::text or a.docb is distinct from b.docb
+		or a.count is distinct from b.count`)
 	if err != nil {
 		t.Fatal(err)
 	}
