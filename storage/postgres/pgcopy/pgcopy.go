@@ -1,5 +1,6 @@
 // Package pgcopy writes the rows of a COPY … FROM STDIN (FORMAT binary) directly, for the
-// writers whose COPY is their hot path (processors/observations, the event log).
+// writers whose COPY is their hot path (processors/observations, the event log, the webhook
+// consumer's deliveries).
 //
 // pgx's CopyFrom takes each row as []any and encodes every value through its type map: a
 // string, a float or a time boxed into an interface is an allocation, and a time is wrapped and
