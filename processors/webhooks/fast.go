@@ -519,6 +519,9 @@ var fastColumns = []string{"id", "org_id", "webhook_id", "event_id", "event_type
 	"last_attempt_at", "first_attempted_at", "last_status_code", "first_status_code", "first_latency_ms", "first_error",
 	"first_response_body"}
 
+// fastFirstAttemptColumn is where fastColumns' attempt begins: null for a delivery not sent.
+var fastFirstAttemptColumn = slices.Index(fastColumns, "last_attempt_at")
+
 // fastCopy is rows as the body of a COPY into fastColumns: each delivery as it stands, with its
 // first attempt when it was sent and has ended.
 func (d *Dispatcher) fastCopy(rows []fastRow) *pgcopy.Rows {
@@ -556,7 +559,7 @@ func (d *Dispatcher) fastCopy(rows []fastRow) *pgcopy.Rows {
 			body.Null()
 		}
 		if !attempted {
-			for range len(fastColumns) - 14 {
+			for range len(fastColumns) - fastFirstAttemptColumn {
 				body.Null()
 			}
 			continue

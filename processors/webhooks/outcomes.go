@@ -266,28 +266,25 @@ from webhooks where id = $10 and not exists (select 1 from upd)`,
 
 // attemptColumns are attempts as a statement's array parameters, one element each.
 type attemptColumns struct {
-	at               []*time.Time
-	codes, latencies []*int32
-	errs, bodies     []*string
+	at           []time.Time
+	codes        []*int32
+	latencies    []int32
+	errs, bodies []*string
 }
 
-// add appends out's attempt, or nulls for an attempt not made when out is nil.
+// add appends out's attempt: no status code or body when nothing answered, no error text when
+// it succeeded.
 func (c *attemptColumns) add(out *outcome) {
-	var at *time.Time
-	var code, latency *int32
+	var code *int32
 	var errText, body *string
-	if out != nil {
-		ms := int32(out.Latency.Milliseconds())
-		at, latency = &out.AttemptedAt, &ms
-		if out.StatusCode != 0 {
-			status := int32(out.StatusCode)
-			code, body = &status, &out.ResponseBody
-		}
-		if out.Err != "" {
-			errText = &out.Err
-		}
+	if out.StatusCode != 0 {
+		status := int32(out.StatusCode)
+		code, body = &status, &out.ResponseBody
 	}
-	c.at, c.codes, c.latencies = append(c.at, at), append(c.codes, code), append(c.latencies, latency)
+	if out.Err != "" {
+		errText = &out.Err
+	}
+	c.at, c.codes, c.latencies = append(c.at, out.AttemptedAt), append(c.codes, code), append(c.latencies, int32(out.Latency.Milliseconds()))
 	c.errs, c.bodies = append(c.errs, errText), append(c.bodies, body)
 }
 
