@@ -17,6 +17,7 @@ import (
 	"carehub/api/ws"
 	"carehub/ingest/intake"
 	"carehub/kernel/apikeys"
+	"carehub/kernel/egress"
 	"carehub/kernel/jsonwire"
 	"carehub/processors/fanout"
 	"carehub/processors/feed"
@@ -105,6 +106,7 @@ func limits() map[string]string {
 		"events per batched POST":               fmt.Sprint(webhooks.MaxBatchSize),
 		"subscription rate limit":               fmt.Sprint(webhooks.MaxRateLimit),
 		"attempts in flight per node":           fmt.Sprint(webhooks.DefaultMaxInFlight),
+		"answer headers":                        size(egress.MaxAnswerHeaderBytes),
 		"steps":                                 fmt.Sprint(workflows.MaxSteps),
 		"trigger depth":                         fmt.Sprint(workflows.MaxTriggerDepth),
 	}

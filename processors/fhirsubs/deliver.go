@@ -75,8 +75,9 @@ func (s *Service) NewDeliverer(cfg DelivererConfig) *Deliverer {
 	}
 	d := &Deliverer{s: s, cfg: cfg, log: cfg.Logger.With("component", "fhir_subscription_delivery"),
 		client: &http.Client{
-			Transport: &http.Transport{Proxy: nil, DialContext: dialer.DialContext, ForceAttemptHTTP2: true,
-				MaxIdleConnsPerHost: 64, IdleConnTimeout: 90 * time.Second, TLSHandshakeTimeout: 10 * time.Second},
+			Transport: egress.Guard(&http.Transport{Proxy: nil, DialContext: dialer.DialContext, ForceAttemptHTTP2: true,
+				MaxIdleConnsPerHost: 64, IdleConnTimeout: 90 * time.Second, TLSHandshakeTimeout: 10 * time.Second,
+				MaxResponseHeaderBytes: egress.MaxAnswerHeaderBytes}),
 			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
 		},
 		sent: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "carehub", Subsystem: "fhir_subscriptions",
@@ -316,7 +317,9 @@ func (d *Deliverer) attempt(ctx context.Context, j *job, base string) {
 	outcome := "ok"
 	if j.err != nil {
 		outcome = "failed"
-		d.log.Info("fhir subscription notification failed", "subscription_id", j.sub.ID, "failures", j.sub.Failures+1, "err", j.err)
+		// Clipped: net/http quotes what a receiver sent in some of its errors.
+		d.log.Info("fhir subscription notification failed", "subscription_id", j.sub.ID, "failures", j.sub.Failures+1,
+			"err", egress.Clip(j.err.Error(), 512))
 	}
 	d.sent.WithLabelValues(j.typ, outcome).Inc()
 }

@@ -31,8 +31,9 @@ func fetchClient(allowPrivate bool) *http.Client {
 		dialer.Control = egress.DialControl
 	}
 	return &http.Client{
-		Timeout:   FetchTimeout,
-		Transport: &http.Transport{DialContext: dialer.DialContext, TLSHandshakeTimeout: 10 * time.Second, ResponseHeaderTimeout: 30 * time.Second},
+		Timeout: FetchTimeout,
+		Transport: egress.Guard(&http.Transport{DialContext: dialer.DialContext, TLSHandshakeTimeout: 10 * time.Second,
+			ResponseHeaderTimeout: 30 * time.Second, MaxResponseHeaderBytes: egress.MaxAnswerHeaderBytes}),
 		CheckRedirect: func(req *http.Request, via []*http.Request) error {
 			if len(via) >= 3 {
 				return errors.New("more than 3 redirects")

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 	"time"
@@ -25,9 +26,14 @@ const responseBodyLimit = 1 << 10
 // drainLimit is how much more of an answer is read, unkept, so the connection can be reused.
 const drainLimit = 64 << 10
 
+// errorLimit bounds an attempt's error: net/http quotes what a receiver sent in some of its
+// errors (a malformed header line, whole).
+const errorLimit = 512
+
 // sender makes signed delivery attempts. Its client refuses non-public destinations at connect
-// time (unless allowPrivate), follows no redirects and uses no proxy from the environment (a
-// proxy would connect on our behalf, past the address check).
+// time (unless allowPrivate), follows no redirects, uses no proxy from the environment (a proxy
+// would connect on our behalf, past the address check) and bounds what an answer may hold it
+// with (egress.Guard, egress.MaxAnswerHeaderBytes).
 type sender struct {
 	client  *http.Client
 	timeout time.Duration
@@ -42,20 +48,21 @@ func newSender(allowPrivate bool, timeout time.Duration, maxConnsPerHost int) *s
 		dialer.Control = egress.DialControl
 	}
 	tr := &http.Transport{
-		Proxy:                 nil,
-		DialContext:           dialer.DialContext,
-		ForceAttemptHTTP2:     true,
-		MaxIdleConns:          256,
-		MaxIdleConnsPerHost:   max(maxConnsPerHost, 2),
-		IdleConnTimeout:       90 * time.Second,
-		TLSHandshakeTimeout:   timeout,
-		ResponseHeaderTimeout: timeout,
-		ExpectContinueTimeout: time.Second,
+		Proxy:                  nil,
+		DialContext:            dialer.DialContext,
+		ForceAttemptHTTP2:      true,
+		MaxIdleConns:           256,
+		MaxIdleConnsPerHost:    max(maxConnsPerHost, 2),
+		IdleConnTimeout:        90 * time.Second,
+		TLSHandshakeTimeout:    timeout,
+		ResponseHeaderTimeout:  timeout,
+		ExpectContinueTimeout:  time.Second,
+		MaxResponseHeaderBytes: egress.MaxAnswerHeaderBytes,
 	}
 	return &sender{
 		timeout: timeout,
 		client: &http.Client{
-			Transport: tr,
+			Transport: egress.Guard(tr),
 			// 3xx is a failed attempt: the subscription's URL is the only destination.
 			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
 		},
@@ -69,7 +76,7 @@ type outcome struct {
 	StatusCode   int // 0 when there was no response
 	Latency      time.Duration
 	Err          string // why there was no response or the response is a failure; "" on success
-	ResponseBody string // the first responseBodyLimit bytes, as valid UTF-8
+	ResponseBody string // the answer's first bytes as valid UTF-8 without NUL, at most responseBodyLimit
 	RetryAfter   time.Duration
 	Header       http.Header // the request headers sent
 	AttemptedAt  time.Time
@@ -104,7 +111,7 @@ func (s *sender) send(ctx context.Context, url, id string, body []byte, secrets 
 	resp, err := s.client.Do(req)
 	if err != nil {
 		out.Latency = time.Since(now)
-		out.Err = describeSendError(err, ctx)
+		out.Err = egress.Clip(describeSendError(err, ctx), errorLimit)
 		return out
 	}
 	buf := make([]byte, responseBodyLimit)
@@ -113,7 +120,7 @@ func (s *sender) send(ctx context.Context, url, id string, body []byte, secrets 
 	resp.Body.Close()
 	out.Latency = time.Since(now)
 	out.StatusCode = resp.StatusCode
-	out.ResponseBody = cleanText(buf[:n])
+	out.ResponseBody = egress.Clip(cleanText(buf[:n]), responseBodyLimit)
 	switch {
 	case out.Succeeded():
 	case resp.StatusCode >= 300 && resp.StatusCode < 400:
@@ -149,13 +156,20 @@ func describeSendError(err error, ctx context.Context) string {
 		return opErr.Op + " failed"
 	}
 	msg := err.Error()
-	if i := strings.LastIndex(msg, ": "); i >= 0 { // drop the "Post \"url\"" preamble
-		msg = msg[i+2:]
+	if uerr, ok := errors.AsType[*url.Error](err); ok { // without the "Post \"url\"" preamble
+		msg = uerr.Err.Error()
+	}
+	msg = strings.TrimPrefix(msg, "net/http: ")
+	// net/http quotes what the receiver sent when it cannot read it (a malformed status or
+	// header line, bytes that are not HTTP): the error keeps only what went wrong.
+	if i := strings.IndexByte(msg, '"'); i >= 0 {
+		msg = strings.TrimRight(msg[:i], ": ")
 	}
 	return msg
 }
 
-// cleanText makes b storable as Postgres text: valid UTF-8 without NUL.
+// cleanText makes b storable as Postgres text: valid UTF-8 without NUL. Each invalid byte
+// becomes U+FFFD (three bytes), so the text can be longer than b.
 func cleanText(b []byte) string {
 	s := string(b)
 	if !utf8.ValidString(s) {

@@ -15,6 +15,8 @@ import (
 	"net/http"
 	"net/url"
 	"time"
+
+	"carehub/kernel/egress"
 )
 
 // MaxErrorBody is how much of a non-2xx body is read for the error message.
@@ -71,8 +73,9 @@ func Retryable(err error) bool {
 	return false
 }
 
-// SharedClient is the keep-alive client of every inference client built without one.
-var SharedClient = &http.Client{Transport: &http.Transport{
+// SharedClient is the keep-alive client of every inference client built without one. Its
+// transport refuses an unasked protocol switch (egress.Guard), whose answer no deadline bounds.
+var SharedClient = &http.Client{Transport: egress.Guard(&http.Transport{
 	Proxy: http.ProxyFromEnvironment,
 	DialContext: (&net.Dialer{
 		Timeout:   5 * time.Second,
@@ -84,7 +87,7 @@ var SharedClient = &http.Client{Transport: &http.Transport{
 	IdleConnTimeout:       90 * time.Second,
 	TLSHandshakeTimeout:   5 * time.Second,
 	ExpectContinueTimeout: time.Second,
-}}
+})}
 
 // Request is one call.
 type Request struct {

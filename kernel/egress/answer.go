@@ -1,0 +1,48 @@
+package egress
+
+import (
+	"errors"
+	"net/http"
+	"unicode/utf8"
+)
+
+// MaxAnswerHeaderBytes bounds the headers of an answer from a destination that callers choose
+// (http.Transport.MaxResponseHeaderBytes, whose default is 10 MiB): a receiver needs no more to
+// say 2xx, and attempts in flight at once (hundreds) must not each hold megabytes of a hostile
+// receiver's headers.
+const MaxAnswerHeaderBytes = 64 << 10
+
+// ErrProtocolSwitch is returned (wrapped) when a destination answers 101 Switching Protocols to a
+// request that asked for no upgrade.
+var ErrProtocolSwitch = errors.New("the receiver switched protocols (101) unasked")
+
+// Guard wraps rt, the transport of a client that calls destinations callers choose, so that
+// reading an answer never outlives its request. net/http hands back a 101 Switching Protocols
+// answer's connection as its body, and the request's context no longer bounds reads from it: a
+// receiver that switches and then says nothing would hold the reader, and the caller's slot for
+// attempts in flight, until it hung up. Guard refuses such an answer to a request that asked for
+// no upgrade and closes its connection.
+func Guard(rt http.RoundTripper) http.RoundTripper { return guard{rt} }
+
+type guard struct{ rt http.RoundTripper }
+
+func (g guard) RoundTrip(req *http.Request) (*http.Response, error) {
+	resp, err := g.rt.RoundTrip(req)
+	if err != nil || resp.StatusCode != http.StatusSwitchingProtocols || req.Header.Get("Upgrade") != "" {
+		return resp, err
+	}
+	resp.Body.Close()
+	return nil, ErrProtocolSwitch
+}
+
+// Clip returns s cut to at most n bytes at a character boundary: for text a destination wrote
+// (an answer's body, an error that quotes it) that carehub stores or logs.
+func Clip(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n]
+}

@@ -1,0 +1,90 @@
+package egress
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"net"
+	"net/http"
+	"testing"
+	"time"
+	"unicode/utf8"
+)
+
+// switcher answers every request on ln with 101 Switching Protocols and then says nothing until
+// the test ends.
+func switcher(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	t.Cleanup(func() { close(done); ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				if _, err := http.ReadRequest(bufio.NewReader(c)); err != nil {
+					return
+				}
+				_, _ = c.Write([]byte("HTTP/1.1 101 Switching Protocols\r\nUpgrade: rcv\r\nConnection: Upgrade\r\n\r\n"))
+				<-done
+			}()
+		}
+	}()
+	return "http://" + ln.Addr().String() + "/"
+}
+
+func TestGuardRefusesAnUnaskedProtocolSwitch(t *testing.T) {
+	url := switcher(t)
+	client := &http.Client{Transport: Guard(&http.Transport{})}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, url, nil)
+	resp, err := client.Do(req)
+	if !errors.Is(err, ErrProtocolSwitch) {
+		if err == nil {
+			resp.Body.Close()
+		}
+		t.Fatalf("a 101 to a plain POST: err %v, want ErrProtocolSwitch", err)
+	}
+
+	// A caller that asked for the upgrade gets the connection, as net/http gives it.
+	req, _ = http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	req.Header.Set("Connection", "Upgrade")
+	req.Header.Set("Upgrade", "rcv")
+	resp, err = client.Do(req)
+	if err != nil {
+		t.Fatalf("an asked-for upgrade: %v", err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusSwitchingProtocols {
+		t.Fatalf("an asked-for upgrade: status %d", resp.StatusCode)
+	}
+}
+
+func TestClip(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		n    int
+		want string
+	}{
+		{"short", 10, "short"},
+		{"exactly", 7, "exactly"},
+		{"abcdef", 3, "abc"},
+		{"ab\u00e9cd", 3, "ab"},       // é is two bytes: not cut in half
+		{"\uFFFD\uFFFD", 4, "\uFFFD"}, // three bytes each
+		{"x", 0, ""},
+	} {
+		got := Clip(tc.in, tc.n)
+		if got != tc.want || !utf8.ValidString(got) || len(got) > tc.n {
+			t.Errorf("Clip(%q, %d) = %q, want %q", tc.in, tc.n, got, tc.want)
+		}
+	}
+}

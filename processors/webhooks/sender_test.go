@@ -1,0 +1,75 @@
+package webhooks
+
+import (
+	"bufio"
+	"context"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+	"unicode/utf8"
+
+	"carehub/kernel/whsig"
+)
+
+// rawReceiver answers every request with answer, as bytes, and closes the connection.
+func rawReceiver(t *testing.T, answer string) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				if _, err := http.ReadRequest(bufio.NewReader(c)); err == nil {
+					_, _ = c.Write([]byte(answer))
+				}
+			}()
+		}
+	}()
+	return "http://" + ln.Addr().String() + "/hook"
+}
+
+// TestSendKeepsWhatWentWrongNotWhatTheReceiverSent: an attempt's error and excerpt are stored and
+// served; a receiver that answers garbage must not put its bytes (or megabytes of them) there.
+func TestSendKeepsWhatWentWrongNotWhatTheReceiverSent(t *testing.T) {
+	s := newSender(true, 5*time.Second, 1)
+	defer s.close()
+	for _, tc := range []struct {
+		name, answer string
+		status       int
+		err          string
+	}{
+		{"malformed status line", "HTTP/1.1 2x0 \x00\xffOK\r\nContent-Length: 0\r\n\r\n", 0, "malformed HTTP status code"},
+		{"not HTTP", "\x00\xff\xfe SSH-2.0-rcv\r\n\r\n", 0, "malformed HTTP"},
+		{"long header line", "HTTP/1.1 200 OK\r\nX" + strings.Repeat("\x00\xffA", 10<<10) + "\r\n\r\n", 0, "malformed MIME header"},
+		{"headers over the limit", "HTTP/1.1 200 OK\r\nX-Big: " + strings.Repeat("h", 100<<10) + "\r\n\r\n", 0, "headers exceeded"},
+		{"unasked protocol switch", "HTTP/1.1 101 Switching Protocols\r\nUpgrade: rcv\r\nConnection: Upgrade\r\n\r\n", 0, "switched protocols"},
+		{"invalid UTF-8 over the whole excerpt", "HTTP/1.1 422 No\r\nContent-Length: 4096\r\n\r\n" + strings.Repeat("\xffa", 2048), 422, "HTTP 422"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			out := s.send(ctx, rawReceiver(t, tc.answer), "evt_1", []byte(`{}`), []string{whsig.NewSecret()})
+			if out.StatusCode != tc.status || !strings.Contains(out.Err, tc.err) {
+				t.Fatalf("status %d, error %.200q; want %d and an error naming %q", out.StatusCode, out.Err, tc.status, tc.err)
+			}
+			for what, text := range map[string]string{"error": out.Err, "excerpt": out.ResponseBody} {
+				if !utf8.ValidString(text) || strings.ContainsAny(text, "\x00\"") || strings.Contains(text, `\x`) {
+					t.Errorf("%s %.200q echoes the receiver's bytes", what, text)
+				}
+			}
+			if len(out.Err) > errorLimit || len(out.ResponseBody) > responseBodyLimit {
+				t.Errorf("error of %d bytes, excerpt of %d: over %d and %d", len(out.Err), len(out.ResponseBody), errorLimit, responseBodyLimit)
+			}
+		})
+	}
+}
