@@ -106,6 +106,19 @@ fhir-py-deps: ## install the Python FHIR clients, pinned in tests/fhir-py/requir
 		cp $(FHIR_PY_REQS) $(FHIR_PY_VENV)/requirements.txt; \
 	fi
 
+# The Python webhook client (e2e/pyclient TestPythonAttemptLog: PyPI's standardwebhooks and
+# requests, every package pinned in e2e/pyclient/requirements.txt) runs from its own virtualenv.
+PYCLIENT_VENV ?= $(HOME)/.cache/carehub/pyclient-venv
+PYCLIENT_REQS := e2e/pyclient/requirements.txt
+
+.PHONY: pyclient-deps
+pyclient-deps: ## install the Python webhook client's packages, pinned in e2e/pyclient/requirements.txt, into PYCLIENT_VENV
+	@if ! cmp -s $(PYCLIENT_REQS) $(PYCLIENT_VENV)/requirements.txt; then \
+		rm -rf $(PYCLIENT_VENV) && $(PYTHON) -m venv $(PYCLIENT_VENV) && \
+		$(PYCLIENT_VENV)/bin/pip install -q --disable-pip-version-check -r $(PYCLIENT_REQS) && \
+		cp $(PYCLIENT_REQS) $(PYCLIENT_VENV)/requirements.txt; \
+	fi
+
 # Synthea patients (api/fhir TestSyntheaTransactions): the generator from Maven Central
 # (org.mitre.synthea:synthea, tests/synthea/pom.xml) into CAREHUB_M2_REPO, its patients made once
 # with a fixed seed into SYNTHEA_DIR; made again only when the pom or the script change.
@@ -122,7 +135,7 @@ synthea-deps: ## fetch Synthea from Maven Central and generate its fixed-seed FH
 TEST_APT_PKGS := chromium:/usr/bin/chromium jq:jq curl:curl openjdk-17-jdk-headless:javac maven:mvn cmake:cmake g++:g++
 
 .PHONY: test-deps
-test-deps: postgres-binaries node-deps fuzz-deps fhir-py-deps onnxruntime-deps mlserver-deps llamacpp-deps ## install everything make test needs on a fresh Debian/Ubuntu machine (PostgreSQL, Chromium, jq, npm packages, Schemathesis, the Python FHIR clients, Maven, HAPI FHIR, Synthea's patients, ONNX Runtime, MLServer, llama.cpp's server)
+test-deps: postgres-binaries node-deps fuzz-deps fhir-py-deps pyclient-deps onnxruntime-deps mlserver-deps llamacpp-deps ## install everything make test needs on a fresh Debian/Ubuntu machine (PostgreSQL, Chromium, jq, npm packages, Schemathesis, the Python FHIR and webhook clients, Maven, HAPI FHIR, Synthea's patients, ONNX Runtime, MLServer, llama.cpp's server)
 	@missing=; for p in $(TEST_APT_PKGS); do 		command -v $${p#*:} >/dev/null 2>&1 || missing="$$missing $${p%%:*}"; 	done; 	if [ -n "$$missing" ]; then 		if [ "$$(id -u)" != 0 ]; then echo "missing:$$missing; run: sudo apt-get install -y$$missing" >&2; exit 1; fi; 		echo "installing$$missing (apt-get)..." >&2; 		DEBIAN_FRONTEND=noninteractive apt-get update -qq && 		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing >/dev/null; 	fi
 	@$(MAKE) --no-print-directory -j1 fhir-client-deps synthea-deps # one Maven at a time on the shared repository
 
