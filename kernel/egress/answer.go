@@ -35,6 +35,13 @@ func (g guard) RoundTrip(req *http.Request) (*http.Response, error) {
 	return nil, ErrProtocolSwitch
 }
 
+// CloseIdleConnections closes rt's idle connections, as http.Client.CloseIdleConnections asks.
+func (g guard) CloseIdleConnections() {
+	if c, ok := g.rt.(interface{ CloseIdleConnections() }); ok {
+		c.CloseIdleConnections()
+	}
+}
+
 // Clip returns s cut to at most n bytes at a character boundary: for text a destination wrote
 // (an answer's body, an error that quotes it) that carehub stores or logs.
 func Clip(s string, n int) string {

@@ -67,6 +67,9 @@ func TestGuardRefusesAnUnaskedProtocolSwitch(t *testing.T) {
 	if resp.StatusCode != http.StatusSwitchingProtocols {
 		t.Fatalf("an asked-for upgrade: status %d", resp.StatusCode)
 	}
+	if _, ok := client.Transport.(interface{ CloseIdleConnections() }); !ok {
+		t.Fatal("the guarded transport hides CloseIdleConnections from http.Client")
+	}
 }
 
 func TestClip(t *testing.T) {
