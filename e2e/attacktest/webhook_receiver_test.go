@@ -1,23 +1,21 @@
 package attacktest
 
 import (
-	"bufio"
 	"bytes"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 	"unicode"
 	"unicode/utf8"
 
 	"carehub/e2e/servertest"
+	"carehub/internal/testenv/rawhttp"
 	"carehub/kernel/access"
 	"carehub/processors/webhooks"
 	"carehub/storage/demo"
@@ -155,7 +153,7 @@ func TestWebhookUpgradeAnswerEndsAttempt(t *testing.T) {
 	attacker := s.Key(demo.DemoOrgSlug, access.Live, access.AdminOrg, access.ExecWorkflows)
 	project := s.ProjectID(demo.SepsisProjectName)
 	_, otherProject, otherKey := otherTenant(t, s)
-	url, answered := rcvRawServer(t, []byte("HTTP/1.1 101 Switching Protocols\r\nUpgrade: rcv\r\nConnection: Upgrade\r\n\r\n"), true)
+	url, answered := rawhttp.Serve(t, []byte("HTTP/1.1 101 Switching Protocols\r\nUpgrade: rcv\r\nConnection: Upgrade\r\n\r\n"), true)
 	healthy := newRcvHealthy(t)
 	healthy.hook = rcvCreate(t, s, otherKey, otherProject, healthy.URL)
 
@@ -358,58 +356,11 @@ func rcvServe(t *testing.T, h http.HandlerFunc) string {
 	return srv.URL
 }
 
-// rcvRaw starts a TCP receiver on loopback that reads each request and answers the bytes answer,
-// HTTP or not, then closes the connection.
+// rcvRaw starts a TCP receiver on loopback that answers each request with the bytes answer,
+// HTTP or not.
 func rcvRaw(t *testing.T, answer []byte) string {
-	url, _ := rcvRawServer(t, answer, false)
+	url, _ := rawhttp.Serve(t, answer, false)
 	return url
-}
-
-// rcvRawServer starts a TCP receiver on loopback that reads a request and answers the bytes
-// answer, then either reads the next request or, with hold, keeps the connection open and
-// silent until the test ends. answered counts the answers written.
-func rcvRawServer(t *testing.T, answer []byte, hold bool) (url string, answered *atomic.Int64) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	answered = new(atomic.Int64)
-	var wg sync.WaitGroup
-	t.Cleanup(func() {
-		_ = ln.Close()
-		wg.Wait()
-	})
-	wg.Go(func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			wg.Go(func() {
-				defer c.Close()
-				if !hold {
-					_ = c.SetDeadline(time.Now().Add(30 * time.Second))
-				}
-				br := bufio.NewReader(c)
-				for {
-					req, err := http.ReadRequest(br)
-					if err != nil {
-						return
-					}
-					_, _ = io.Copy(io.Discard, req.Body)
-					if _, err := c.Write(answer); err != nil {
-						return
-					}
-					answered.Add(1)
-					if hold {
-						<-t.Context().Done()
-						return
-					}
-				}
-			})
-		}
-	})
-	return "http://" + ln.Addr().String() + "/hook", answered
 }
 
 // rcvHook is a subscription as created.

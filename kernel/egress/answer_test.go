@@ -1,47 +1,18 @@
 package egress
 
 import (
-	"bufio"
 	"context"
 	"errors"
-	"net"
 	"net/http"
 	"testing"
 	"time"
 	"unicode/utf8"
+
+	"carehub/internal/testenv/rawhttp"
 )
 
-// switcher answers every request on ln with 101 Switching Protocols and then says nothing until
-// the test ends.
-func switcher(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan struct{})
-	t.Cleanup(func() { close(done); ln.Close() })
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer c.Close()
-				if _, err := http.ReadRequest(bufio.NewReader(c)); err != nil {
-					return
-				}
-				_, _ = c.Write([]byte("HTTP/1.1 101 Switching Protocols\r\nUpgrade: rcv\r\nConnection: Upgrade\r\n\r\n"))
-				<-done
-			}()
-		}
-	}()
-	return "http://" + ln.Addr().String() + "/"
-}
-
 func TestGuardRefusesAnUnaskedProtocolSwitch(t *testing.T) {
-	url := switcher(t)
+	url, _ := rawhttp.Serve(t, []byte("HTTP/1.1 101 Switching Protocols\r\nUpgrade: rcv\r\nConnection: Upgrade\r\n\r\n"), true)
 	client := &http.Client{Transport: Guard(&http.Transport{})}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()

@@ -1,42 +1,15 @@
 package webhooks
 
 import (
-	"bufio"
 	"context"
-	"net"
-	"net/http"
 	"strings"
 	"testing"
 	"time"
 	"unicode/utf8"
 
+	"carehub/internal/testenv/rawhttp"
 	"carehub/kernel/whsig"
 )
-
-// rawReceiver answers every request with answer, as bytes, and closes the connection.
-func rawReceiver(t *testing.T, answer string) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ln.Close() })
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer c.Close()
-				if _, err := http.ReadRequest(bufio.NewReader(c)); err == nil {
-					_, _ = c.Write([]byte(answer))
-				}
-			}()
-		}
-	}()
-	return "http://" + ln.Addr().String() + "/hook"
-}
 
 // TestSendKeepsWhatWentWrongNotWhatTheReceiverSent: an attempt's error and excerpt are stored and
 // served; a receiver that answers garbage must not put its bytes (or megabytes of them) there.
@@ -58,7 +31,8 @@ func TestSendKeepsWhatWentWrongNotWhatTheReceiverSent(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
-			out := s.send(ctx, rawReceiver(t, tc.answer), "evt_1", []byte(`{}`), []string{whsig.NewSecret()})
+			url, _ := rawhttp.Serve(t, []byte(tc.answer), false)
+			out := s.send(ctx, url, "evt_1", []byte(`{}`), []string{whsig.NewSecret()})
 			if out.StatusCode != tc.status || !strings.Contains(out.Err, tc.err) {
 				t.Fatalf("status %d, error %.200q; want %d and an error naming %q", out.StatusCode, out.Err, tc.status, tc.err)
 			}
