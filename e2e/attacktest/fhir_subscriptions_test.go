@@ -802,6 +802,7 @@ func TestFHIRSubscriptionHostileInput(t *testing.T) {
 		"a 2 KB header":                          raw("", `"r"`, q([]string{"X-A: " + strings.Repeat("v", 2048)}), "", ""),
 		"the Host header":                        raw("", `"r"`, `["Host: evil.example"]`, "", ""),
 		"a signature header":                     raw("", `"r"`, `["webhook-signature: v1,forged"]`, "", ""),
+		"an Upgrade header":                      raw("", `"r"`, `["Upgrade: h2c"]`, "", ""),
 		"max-count 0":                            raw("", `"r"`, "", ext("backport-max-count", "valuePositiveInt", 0), ""),
 		"max-count 101":                          raw("", `"r"`, "", ext("backport-max-count", "valuePositiveInt", 101), ""),
 		"max-count -1":                           raw("", `"r"`, "", ext("backport-max-count", "valueUnsignedInt", -1), ""),

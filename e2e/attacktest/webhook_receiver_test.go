@@ -147,7 +147,7 @@ func (f *rcvFindings) report(t *testing.T) {
 // context, so reading the answer's body blocked until the receiver closed it: the attempt never
 // ended, its delivery stayed delivering, and it kept one of the dispatcher's 256 attempts in
 // flight. One key's four subscriptions of maxInFlight 64 took all of them, and no tenant's
-// webhook was delivered by that node again. The fix refuses an unasked switch (egress.Guard).
+// webhook was delivered by that node again. The fix refuses every switch (egress.Guard).
 func TestWebhookUpgradeAnswerEndsAttempt(t *testing.T) {
 	s := servertest.Start(t)
 	attacker := s.Key(demo.DemoOrgSlug, access.Live, access.AdminOrg, access.ExecWorkflows)

@@ -12,23 +12,23 @@ import (
 // receiver's headers.
 const MaxAnswerHeaderBytes = 64 << 10
 
-// ErrProtocolSwitch is returned (wrapped) when a destination answers 101 Switching Protocols to a
-// request that asked for no upgrade.
-var ErrProtocolSwitch = errors.New("the receiver switched protocols (101) unasked")
+// ErrProtocolSwitch is returned (wrapped) when a destination answers 101 Switching Protocols.
+var ErrProtocolSwitch = errors.New("the receiver switched protocols (101)")
 
 // Guard wraps rt, the transport of a client that calls destinations callers choose, so that
 // reading an answer never outlives its request. net/http hands back a 101 Switching Protocols
 // answer's connection as its body, and the request's context no longer bounds reads from it: a
 // receiver that switches and then says nothing would hold the reader, and the caller's slot for
-// attempts in flight, until it hung up. Guard refuses such an answer to a request that asked for
-// no upgrade and closes its connection.
+// attempts in flight, until it hung up. None of carehub's calls to such destinations switches
+// protocols, so Guard refuses every 101 answer and closes its connection, whatever headers the
+// request carried (a FHIR rest-hook's may be its owner's).
 func Guard(rt http.RoundTripper) http.RoundTripper { return guard{rt} }
 
 type guard struct{ rt http.RoundTripper }
 
 func (g guard) RoundTrip(req *http.Request) (*http.Response, error) {
 	resp, err := g.rt.RoundTrip(req)
-	if err != nil || resp.StatusCode != http.StatusSwitchingProtocols || req.Header.Get("Upgrade") != "" {
+	if err != nil || resp.StatusCode != http.StatusSwitchingProtocols {
 		return resp, err
 	}
 	resp.Body.Close()

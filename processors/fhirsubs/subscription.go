@@ -271,7 +271,8 @@ func parse(body []byte, allowPrivate bool) (Subscription, error) {
 }
 
 // validHeaderName reports whether name is an HTTP token carehub lets a subscription set: not the
-// headers carehub's signature and transport own.
+// headers carehub's signature and transport own (hop-by-hop ones included: a subscription asks
+// for no protocol switch or connection handling).
 func validHeaderName(name string) bool {
 	if name == "" {
 		return false
@@ -282,7 +283,8 @@ func validHeaderName(name string) bool {
 		}
 	}
 	switch strings.ToLower(name) {
-	case "host", "content-length", "content-type", "transfer-encoding", "connection", "webhook-id", "webhook-timestamp", "webhook-signature":
+	case "host", "content-length", "content-type", "transfer-encoding", "connection", "upgrade", "keep-alive", "te", "trailer",
+		"proxy-connection", "webhook-id", "webhook-timestamp", "webhook-signature":
 		return false
 	}
 	return true

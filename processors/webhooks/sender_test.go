@@ -25,7 +25,7 @@ func TestSendKeepsWhatWentWrongNotWhatTheReceiverSent(t *testing.T) {
 		{"not HTTP", "\x00\xff\xfe SSH-2.0-rcv\r\n\r\n", 0, "malformed HTTP"},
 		{"long header line", "HTTP/1.1 200 OK\r\nX" + strings.Repeat("\x00\xffA", 10<<10) + "\r\n\r\n", 0, "malformed MIME header"},
 		{"headers over the limit", "HTTP/1.1 200 OK\r\nX-Big: " + strings.Repeat("h", 100<<10) + "\r\n\r\n", 0, "headers exceeded"},
-		{"unasked protocol switch", "HTTP/1.1 101 Switching Protocols\r\nUpgrade: rcv\r\nConnection: Upgrade\r\n\r\n", 0, "switched protocols"},
+		{"protocol switch", "HTTP/1.1 101 Switching Protocols\r\nUpgrade: rcv\r\nConnection: Upgrade\r\n\r\n", 0, "switched protocols"},
 		{"invalid UTF-8 over the whole excerpt", "HTTP/1.1 422 No\r\nContent-Length: 4096\r\n\r\n" + strings.Repeat("\xffa", 2048), 422, "HTTP 422"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

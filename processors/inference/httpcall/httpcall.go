@@ -74,7 +74,7 @@ func Retryable(err error) bool {
 }
 
 // SharedClient is the keep-alive client of every inference client built without one. Its
-// transport refuses an unasked protocol switch (egress.Guard), whose answer no deadline bounds.
+// transport refuses a protocol switch (egress.Guard), whose answer no deadline bounds.
 var SharedClient = &http.Client{Transport: egress.Guard(&http.Transport{
 	Proxy: http.ProxyFromEnvironment,
 	DialContext: (&net.Dialer{
