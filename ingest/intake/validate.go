@@ -11,6 +11,7 @@ import (
 	jsonv1 "github.com/go-json-experiment/json/v1"
 
 	"carehub/kernel/clinical"
+	"carehub/kernel/egress"
 	"carehub/kernel/ids"
 	"carehub/kernel/jsonwire"
 	"carehub/schemas/kafka/observation"
@@ -320,18 +321,7 @@ func validFHIRID(s string) bool {
 }
 
 // truncate bounds client strings that are echoed in messages or stored as columns.
-func truncate(s string) string {
-	const max = 200
-	if len(s) <= max {
-		return s
-	}
-	for i := max; i > 0; i-- {
-		if utf8.RuneStart(s[i]) {
-			return s[:i]
-		}
-	}
-	return ""
-}
+func truncate(s string) string { return egress.Clip(s, 200) }
 
 func entryErr(code, format string, args ...any) *EntryError {
 	return &EntryError{Code: code, Message: fmt.Sprintf(format, args...)}

@@ -12,6 +12,10 @@ import (
 // receiver's headers.
 const MaxAnswerHeaderBytes = 64 << 10
 
+// MaxErrorText bounds the text of an error about a destination that carehub stores or logs:
+// net/http quotes what a destination sent in some of its errors (a malformed header line, whole).
+const MaxErrorText = 512
+
 // ErrProtocolSwitch is returned (wrapped) when a destination answers 101 Switching Protocols.
 var ErrProtocolSwitch = errors.New("the receiver switched protocols (101)")
 
@@ -42,8 +46,8 @@ func (g guard) CloseIdleConnections() {
 	}
 }
 
-// Clip returns s cut to at most n bytes at a character boundary: for text a destination wrote
-// (an answer's body, an error that quotes it) that carehub stores or logs.
+// Clip returns s cut to at most n bytes at a character boundary: for text carehub did not write
+// (a destination's answer, an error that quotes it, a client's string) that it stores or echoes.
 func Clip(s string, n int) string {
 	if len(s) <= n {
 		return s

@@ -317,9 +317,8 @@ func (d *Deliverer) attempt(ctx context.Context, j *job, base string) {
 	outcome := "ok"
 	if j.err != nil {
 		outcome = "failed"
-		// Clipped: net/http quotes what a receiver sent in some of its errors.
 		d.log.Info("fhir subscription notification failed", "subscription_id", j.sub.ID, "failures", j.sub.Failures+1,
-			"err", egress.Clip(j.err.Error(), 512))
+			"err", egress.Clip(j.err.Error(), egress.MaxErrorText))
 	}
 	d.sent.WithLabelValues(j.typ, outcome).Inc()
 }
@@ -339,11 +338,9 @@ func (d *Deliverer) record(ctx context.Context, jobs []*job) {
 			okIDs, through = append(okIDs, j.sub.ID), append(through, last)
 			continue
 		}
-		msg := j.err.Error()
-		if len(msg) > 500 {
-			msg = msg[:500]
-		}
-		failIDs, msgs = append(failIDs, j.sub.ID), append(msgs, msg)
+		// At a character boundary: a byte cut could leave text Postgres refuses, and the whole
+		// round's outcomes with it.
+		failIDs, msgs = append(failIDs, j.sub.ID), append(msgs, egress.Clip(j.err.Error(), egress.MaxErrorText))
 		waits = append(waits, min(FirstRetry<<min(j.sub.Failures, 20), LastRetry).String())
 	}
 	_, err := d.s.pool.Exec(ctx, `update fhir_subscriptions s set status = 'active', delivered_through = greatest(s.delivered_through, u.through),

@@ -26,10 +26,6 @@ const responseBodyLimit = 1 << 10
 // drainLimit is how much more of an answer is read, unkept, so the connection can be reused.
 const drainLimit = 64 << 10
 
-// errorLimit bounds an attempt's error: net/http quotes what a receiver sent in some of its
-// errors (a malformed header line, whole).
-const errorLimit = 512
-
 // sender makes signed delivery attempts. Its client refuses non-public destinations at connect
 // time (unless allowPrivate), follows no redirects, uses no proxy from the environment (a proxy
 // would connect on our behalf, past the address check) and bounds what an answer may hold it
@@ -111,7 +107,7 @@ func (s *sender) send(ctx context.Context, url, id string, body []byte, secrets 
 	resp, err := s.client.Do(req)
 	if err != nil {
 		out.Latency = time.Since(now)
-		out.Err = egress.Clip(describeSendError(err, ctx), errorLimit)
+		out.Err = egress.Clip(describeSendError(err, ctx), egress.MaxErrorText)
 		return out
 	}
 	buf := make([]byte, responseBodyLimit)

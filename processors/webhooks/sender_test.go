@@ -8,6 +8,7 @@ import (
 	"unicode/utf8"
 
 	"carehub/internal/testenv/rawhttp"
+	"carehub/kernel/egress"
 	"carehub/kernel/whsig"
 )
 
@@ -41,8 +42,8 @@ func TestSendKeepsWhatWentWrongNotWhatTheReceiverSent(t *testing.T) {
 					t.Errorf("%s %.200q echoes the receiver's bytes", what, text)
 				}
 			}
-			if len(out.Err) > errorLimit || len(out.ResponseBody) > responseBodyLimit {
-				t.Errorf("error of %d bytes, excerpt of %d: over %d and %d", len(out.Err), len(out.ResponseBody), errorLimit, responseBodyLimit)
+			if len(out.Err) > egress.MaxErrorText || len(out.ResponseBody) > responseBodyLimit {
+				t.Errorf("error of %d bytes, excerpt of %d: over %d and %d", len(out.Err), len(out.ResponseBody), egress.MaxErrorText, responseBodyLimit)
 			}
 		})
 	}
