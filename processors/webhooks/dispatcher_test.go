@@ -378,7 +378,10 @@ func TestSlowReceiverDoesNotDelayAnotherSubscription(t *testing.T) {
 	for range 5 {
 		evs = append(evs, f.publish("workflow.completed", nil))
 	}
-	// Every fast delivery completes while the slow receiver still holds its first request.
+	// Every fast delivery completes while the slow receiver still holds its first request. The
+	// slow subscription's first attempt comes through a claim, which may follow the fast one's
+	// deliveries (sent by the consumer): it is waited for, not assumed.
+	slow.waitRequests(t, 1, 10*time.Second)
 	for _, ev := range evs {
 		f.waitDeliveryStatus(fastSub.ID, ev.ID, DeliverySucceeded)
 	}
