@@ -129,6 +129,7 @@ func serveFlags(fs *flag.FlagSet, cfg *node.Config) {
 		"file holding the server sealing key, 32 bytes base64 (openssl rand -base64 32), the same on every node (empty: <data-dir>/sealing.key, made on first start)")
 	fs.BoolVar(&cfg.AllowInsecureHTTP, "allow-insecure-http", cfg.AllowInsecureHTTP, "serve plain HTTP on a non-loopback address (behind a TLS proxy)")
 	fs.BoolVar(&cfg.WebhooksAllowPrivate, "webhooks-allow-private", cfg.WebhooksAllowPrivate, "allow webhook delivery to private and loopback addresses (development, tests)")
+	fs.StringVar(&cfg.WebhooksCAFile, "webhooks-ca-file", cfg.WebhooksCAFile, "PEM file of certificate authorities trusted for webhook receivers' certificates, beside the system's (a private PKI)")
 	fs.DurationVar(&cfg.IngestLatencyBudget, "ingest-latency-budget", cfg.IngestLatencyBudget, "accept → stored bound: intake holds a request up to 250ms or answers 503 with Retry-After while more waits to be stored than the observation writers store within it (0: default 1s; negative: off)")
 	fs.Int64Var(&cfg.IngestMaxLag, "ingest-max-lag", cfg.IngestMaxLag, "hard bound on the observation writer lag (records) that makes intake answer 503 (0: default 200000; -1: off)")
 	fs.IntVar(&cfg.IngestProducers, "ingest-producers", cfg.IngestProducers, "concurrent transactional producers of observation intake (0: default 16)")

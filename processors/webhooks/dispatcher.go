@@ -3,6 +3,7 @@ package webhooks
 import (
 	"cmp"
 	"context"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -73,6 +74,9 @@ type DispatcherConfig struct {
 	// AllowPrivate lets deliveries connect to private and loopback addresses (development and
 	// tests; --webhooks-allow-private).
 	AllowPrivate bool
+	// RootCAs are the certificate authorities a receiver's certificate is checked against (nil:
+	// the system's; --webhooks-ca-file adds a private one).
+	RootCAs *x509.CertPool
 	// Schedule is the delay before each attempt (DefaultSchedule); its length is the number of
 	// attempts before a delivery fails. Tests shorten it.
 	Schedule []time.Duration
@@ -217,7 +221,7 @@ func NewDispatcher(cfg DispatcherConfig) (*Dispatcher, error) {
 		r:      r,
 		pool:   cfg.Pool,
 		guard:  phi.NewGuard(postgres.SyntheticPatients{Pool: cfg.Pool}),
-		sender: newSender(cfg.AllowPrivate, cfg.Timeout, MaxInFlightPerSubscription),
+		sender: newSender(cfg.AllowPrivate, cfg.Timeout, MaxInFlightPerSubscription, cfg.RootCAs),
 		box:    newSecretBox(cfg.Key),
 		subs:   newSubCache(cfg.Pool, cfg.CacheTTL),
 		node:   ids.New("wdsp_"),

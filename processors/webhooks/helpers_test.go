@@ -222,6 +222,8 @@ type request struct {
 	Header http.Header
 	Body   []byte
 	At     time.Time
+	Proto  string // HTTP/1.1, HTTP/2.0
+	Remote string // the connection's client address
 }
 
 func (r request) id() string { return r.Header.Get(whsig.HeaderID) }
@@ -264,7 +266,7 @@ func (rc *receiver) serve(w http.ResponseWriter, r *http.Request) {
 	body, _ := io.ReadAll(r.Body)
 	rc.mu.Lock()
 	n := len(rc.reqs)
-	rc.reqs = append(rc.reqs, request{Header: r.Header.Clone(), Body: body, At: time.Now()})
+	rc.reqs = append(rc.reqs, request{Header: r.Header.Clone(), Body: body, At: time.Now(), Proto: r.Proto, Remote: r.RemoteAddr})
 	rc.mu.Unlock()
 	select {
 	case rc.arrived <- struct{}{}:

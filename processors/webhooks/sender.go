@@ -3,6 +3,8 @@ package webhooks
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"io"
 	"net"
@@ -29,13 +31,17 @@ const drainLimit = 64 << 10
 // sender makes signed delivery attempts. Its client refuses non-public destinations at connect
 // time (unless allowPrivate), follows no redirects, uses no proxy from the environment (a proxy
 // would connect on our behalf, past the address check) and bounds what an answer may hold it
-// with (egress.Guard, egress.MaxAnswerHeaderBytes).
+// with (egress.Guard, egress.MaxAnswerHeaderBytes). Over TLS it offers HTTP/2 and HTTP/1.1 and
+// takes what the receiver chooses; plain http:// (allowPrivate only) is HTTP/1.1. Connections
+// are kept alive and reused either way.
 type sender struct {
 	client  *http.Client
 	timeout time.Duration
 }
 
-func newSender(allowPrivate bool, timeout time.Duration, maxConnsPerHost int) *sender {
+// newSender returns a sender; roots, when not nil, are the certificate authorities receivers'
+// certificates are checked against (nil: the system's).
+func newSender(allowPrivate bool, timeout time.Duration, maxConnsPerHost int, roots *x509.CertPool) *sender {
 	if timeout <= 0 {
 		timeout = DefaultTimeout
 	}
@@ -54,6 +60,9 @@ func newSender(allowPrivate bool, timeout time.Duration, maxConnsPerHost int) *s
 		ResponseHeaderTimeout:  timeout,
 		ExpectContinueTimeout:  time.Second,
 		MaxResponseHeaderBytes: egress.MaxAnswerHeaderBytes,
+	}
+	if roots != nil {
+		tr.TLSClientConfig = &tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS12}
 	}
 	return &sender{
 		timeout: timeout,

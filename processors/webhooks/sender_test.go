@@ -15,7 +15,7 @@ import (
 // TestSendKeepsWhatWentWrongNotWhatTheReceiverSent: an attempt's error and excerpt are stored and
 // served; a receiver that answers garbage must not put its bytes (or megabytes of them) there.
 func TestSendKeepsWhatWentWrongNotWhatTheReceiverSent(t *testing.T) {
-	s := newSender(true, 5*time.Second, 1)
+	s := newSender(true, 5*time.Second, 1, nil)
 	defer s.close()
 	for _, tc := range []struct {
 		name, answer string

@@ -31,6 +31,7 @@ package webhooks
 
 import (
 	"context"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -192,6 +193,9 @@ type ServiceConfig struct {
 	AllowPrivate bool
 	// Timeout bounds a test send. Default DefaultTimeout.
 	Timeout time.Duration
+	// RootCAs are the certificate authorities a receiver's certificate is checked against (nil:
+	// the system's; --webhooks-ca-file adds a private one).
+	RootCAs *x509.CertPool
 	// Key is the server sealing key that signing secrets are sealed under (seal.go); the
 	// dispatchers and every node sharing the database must have the same. Default: a random key
 	// of this Service's own, whose secrets nothing else opens: for tests only.
@@ -220,7 +224,7 @@ type Service struct {
 // NewService returns the service on pool.
 func NewService(pool *pgxpool.Pool, cfg ServiceConfig) *Service {
 	cfg.defaults()
-	return &Service{pool: pool, guard: phi.NewGuard(postgres.SyntheticPatients{Pool: pool}), cfg: cfg, sender: newSender(cfg.AllowPrivate, cfg.Timeout, 2),
+	return &Service{pool: pool, guard: phi.NewGuard(postgres.SyntheticPatients{Pool: pool}), cfg: cfg, sender: newSender(cfg.AllowPrivate, cfg.Timeout, 2, cfg.RootCAs),
 		box: newSecretBox(cfg.Key)}
 }
 

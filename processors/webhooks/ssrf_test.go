@@ -91,7 +91,7 @@ func TestDialerRefusesNonPublicAddressesAtConnect(t *testing.T) {
 	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { hit = true }))
 	defer srv.Close()
 	port := srv.URL[strings.LastIndexByte(srv.URL, ':')+1:]
-	s := newSender(false, 5*time.Second, 1)
+	s := newSender(false, 5*time.Second, 1, nil)
 	for _, u := range []string{"https://localhost:" + port + "/", srv.URL} {
 		out := s.send(context.Background(), u, "evt_1", []byte(`{}`), []string{whsig.NewSecret()})
 		if out.StatusCode != 0 || !strings.Contains(out.Err, "webhook destination is not a public address") {

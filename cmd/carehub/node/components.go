@@ -88,6 +88,7 @@ var components = []component{
 	{name: "edge", needs: []string{"authenticator", "audit-publisher", "log-stores"}, start: startEdge},
 	{name: "fhir-subscriptions", needs: []string{"postgres", "sealing-key", "audit-publisher"}, start: startFHIRSubscriptions},
 	{name: "sealing-key", start: startSealingKey},
+	{name: "webhook-roots", start: startWebhookRoots},
 	{name: "webhook-secrets", needs: []string{"postgres", "sealing-key"}, start: startWebhookSecrets},
 	// Idempotency-Key claims and answers of every POST, the intake's included, and their sweeper.
 	{name: "idempotency-keys", needs: []string{"postgres", "sealing-key"}, start: func(s *Node, _, wctx context.Context) error {
@@ -98,7 +99,7 @@ var components = []component{
 
 	// api: GraphQL, WebSocket subscriptions, REST, and the workers behind them.
 	{name: "api", roles: []string{RoleAPI},
-		needs: []string{"router", "edge", "agents", "workflows", "deployment-invoker", "log-stores", "sealing-key", "webhook-secrets", "idempotency-keys"}, start: startAPI},
+		needs: []string{"router", "edge", "agents", "workflows", "deployment-invoker", "log-stores", "sealing-key", "webhook-secrets", "webhook-roots", "idempotency-keys"}, start: startAPI},
 
 	// ingest: what writes into Kafka.
 	{name: "observation-intake", roles: []string{RoleIngest}, needs: []string{"router", "edge", "kafka", "idempotency-keys"}, start: startIntake},
@@ -134,7 +135,7 @@ var components = []component{
 		s.run("deployment-scorer", sc.Run, wctx)
 		return nil
 	}},
-	{name: "webhook-dispatcher", roles: []string{RoleProcessors}, needs: []string{"postgres", "kafka", "sealing-key", "webhook-secrets"}, start: startWebhookDispatcher},
+	{name: "webhook-dispatcher", roles: []string{RoleProcessors}, needs: []string{"postgres", "kafka", "sealing-key", "webhook-secrets", "webhook-roots"}, start: startWebhookDispatcher},
 	// Writes the files of FHIR Bulk Data exports, as the key that asked for each while it is usable.
 	{name: "bulk-export", roles: []string{RoleProcessors}, needs: []string{"postgres"}, start: func(s *Node, _, wctx context.Context) error {
 		keys := postgres.NewAPIKeys(s.pool)
@@ -351,7 +352,7 @@ func startAPI(s *Node, ctx, wctx context.Context) error {
 		return fmt.Errorf("event fan-out: %w", err)
 	}
 	s.run("fanout", hub.Run, wctx)
-	webhookSvc := webhooks.NewService(s.pool, webhooks.ServiceConfig{AllowPrivate: s.cfg.WebhooksAllowPrivate, Key: s.sealKey})
+	webhookSvc := webhooks.NewService(s.pool, webhooks.ServiceConfig{AllowPrivate: s.cfg.WebhooksAllowPrivate, RootCAs: s.webhookRoots, Key: s.sealKey})
 	patientSvc := patients.New(s.pool)
 	// Event batches go straight to the events topic, each in a transaction (feed.Config.Direct);
 	// single events too, as one record of the node's client (feed.Config.Producer).
@@ -479,7 +480,7 @@ func startWebhookDispatcher(s *Node, _, wctx context.Context) error {
 	d, err := webhooks.NewDispatcher(webhooks.DispatcherConfig{
 		Pool: s.pool, Brokers: s.brokers, Credentials: s.kafkaCreds, Topic: s.topics.Events, Group: s.ns.Name(webhooks.DefaultGroup),
 		Logger: s.logger.With("component", "webhooks"), Registerer: s.registry, Key: s.sealKey, DeadLetterTopic: s.topics.EventsDLQ,
-		AllowPrivate: s.cfg.WebhooksAllowPrivate,
+		AllowPrivate: s.cfg.WebhooksAllowPrivate, RootCAs: s.webhookRoots,
 	})
 	if err != nil {
 		return fmt.Errorf("webhook dispatcher: %w", err)

@@ -67,7 +67,10 @@ type Config struct {
 	TLSCert, TLSKey      string
 	AllowInsecureHTTP    bool // serve plain HTTP on a non-loopback address (behind a TLS proxy)
 	WebhooksAllowPrivate bool // allow webhook delivery to private and loopback addresses
-	TrustedProxies       []string
+	// WebhooksCAFile holds PEM certificates of authorities trusted, beside the system's, for
+	// webhook receivers' certificates (a hospital's private PKI).
+	WebhooksCAFile string
+	TrustedProxies []string
 	// SealingKeyFile holds the server sealing key (kernel/sealing), which what is kept sealed
 	// at rest is sealed under; every node sharing the database must use the same file's key.
 	// Empty: DataDir/sealing.key, created on first start (mode 0600).

@@ -1,8 +1,14 @@
 package node
 
 import (
+	"crypto/x509"
+	"encoding/pem"
+	"net/http"
+	"net/http/httptest"
 	"os"
+	"path/filepath"
 	"regexp"
+	"strings"
 	"testing"
 )
 
@@ -22,5 +28,36 @@ func TestMakefileDataDir(t *testing.T) {
 	}
 	if got := Defaults().DataDir; got != DefaultDataDir {
 		t.Errorf("Defaults().DataDir = %s, want %s", got, DefaultDataDir)
+	}
+}
+
+// --webhooks-ca-file adds its authorities to the system's; a file that cannot be read or holds
+// no certificate stops the node at start rather than failing every delivery later.
+func TestWebhookRoots(t *testing.T) {
+	if roots, err := (&Config{}).webhookRoots(); roots != nil || err != nil {
+		t.Errorf("no file: %v, %v; want the system's (nil)", roots, err)
+	}
+	srv := httptest.NewTLSServer(http.NotFoundHandler())
+	defer srv.Close()
+	dir := t.TempDir()
+	good := filepath.Join(dir, "ca.pem")
+	if err := os.WriteFile(good, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	roots, err := (&Config{WebhooksCAFile: good}).webhookRoots()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := srv.Certificate().Verify(x509.VerifyOptions{Roots: roots}); err != nil {
+		t.Errorf("the file's authority is not trusted: %v", err)
+	}
+	garbage := filepath.Join(dir, "not.pem")
+	if err := os.WriteFile(garbage, []byte("not a certificate"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, path := range []string{garbage, filepath.Join(dir, "missing.pem")} {
+		if _, err := (&Config{WebhooksCAFile: path}).webhookRoots(); err == nil || !strings.Contains(err.Error(), "--webhooks-ca-file") {
+			t.Errorf("%s: %v, want an error naming the flag", path, err)
+		}
 	}
 }

@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -69,10 +70,13 @@ type Node struct {
 	invoker     *deployments.Invoker
 	intake      *intake.Intake // nil unless the node runs the ingest role
 	sealKey     *sealing.Key   // the server sealing key (sealing.go)
-	idemKeys    *idemstore.Store
-	auditPub    *audit.Publisher
-	fhirSubs    *fhirsubs.Service // FHIR Subscriptions and their websocket wake-ups
-	fhirWake    *fhirsubs.Wake
+	// webhookRoots are the authorities receivers' certificates are checked against (nil: the
+	// system's; sealing.go).
+	webhookRoots *x509.CertPool
+	idemKeys     *idemstore.Store
+	auditPub     *audit.Publisher
+	fhirSubs     *fhirsubs.Service // FHIR Subscriptions and their websocket wake-ups
+	fhirWake     *fhirsubs.Wake
 
 	http     *http.Server
 	debug    *http.Server // --debug-addr, when set

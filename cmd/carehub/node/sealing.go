@@ -2,6 +2,9 @@ package node
 
 import (
 	"context"
+	"crypto/x509"
+	"fmt"
+	"os"
 	"path/filepath"
 
 	"carehub/kernel/sealing"
@@ -34,5 +37,31 @@ func startWebhookSecrets(s *Node, ctx, _ context.Context) error {
 	if n > 0 {
 		s.logger.Info("webhook signing secrets sealed", "webhooks", n)
 	}
+	return err
+}
+
+// webhookRoots are the authorities webhook receivers' certificates are checked against: nil (the
+// system's) unless --webhooks-ca-file adds some.
+func (c *Config) webhookRoots() (*x509.CertPool, error) {
+	if c.WebhooksCAFile == "" {
+		return nil, nil
+	}
+	pem, err := os.ReadFile(c.WebhooksCAFile)
+	if err != nil {
+		return nil, fmt.Errorf("--webhooks-ca-file: %w", err)
+	}
+	roots, err := x509.SystemCertPool()
+	if err != nil {
+		roots = x509.NewCertPool()
+	}
+	if !roots.AppendCertsFromPEM(pem) {
+		return nil, fmt.Errorf("--webhooks-ca-file %s: no PEM certificate in it", c.WebhooksCAFile)
+	}
+	return roots, nil
+}
+
+func startWebhookRoots(s *Node, _, _ context.Context) error {
+	roots, err := s.cfg.webhookRoots()
+	s.webhookRoots = roots
 	return err
 }
