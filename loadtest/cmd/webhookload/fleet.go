@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"slices"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -30,6 +31,7 @@ type fleet struct {
 	failing []int
 
 	slowAnswered, failingAnswered atomic.Int64
+	overHTTP2, requests           atomic.Int64 // POSTs to the subscriptions' receivers, and those over HTTP/2
 }
 
 // role of subscription i: the first -slow after the main one are slow, the next -failing fail.
@@ -98,10 +100,19 @@ func (f *fleet) delete(ctx context.Context, admin *pipelinetest.Client, logw io.
 	}
 }
 
-// ServeHTTP routes /hook/{i} to subscription i's receiver.
+// ServeHTTP routes /hook/{i} to subscription i's receiver, and answers the probe.
 func (f *fleet) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	i, err := strconv.Atoi(r.URL.Path[len("/hook/"):])
-	if err != nil || i < 0 || i >= len(f.hooks) || len(r.URL.Path) <= len("/hook/") {
+	if r.URL.Path == probePath {
+		w.WriteHeader(http.StatusNoContent)
+		return
+	}
+	f.requests.Add(1)
+	if r.ProtoMajor == 2 {
+		f.overHTTP2.Add(1)
+	}
+	n, ok := strings.CutPrefix(r.URL.Path, "/hook/")
+	i, err := strconv.Atoi(n)
+	if !ok || err != nil || i < 0 || i >= len(f.hooks) {
 		w.WriteHeader(http.StatusNotFound)
 		return
 	}

@@ -49,6 +49,10 @@ type config struct {
 	// The fleet (fleet.go): Subs subscriptions to the same events (0: one), Slow of them answering
 	// after a second and Failing answering 500.
 	Subs, Slow, Failing int
+	// TLSDir makes the receivers HTTPS with the certificate kept there (tls.go); H1 has them
+	// offer HTTP/1.1 only.
+	TLSDir string
+	H1     bool
 }
 
 func (c *config) validate() error {
@@ -64,6 +68,9 @@ func (c *config) validate() error {
 	}
 	if subs := max(c.Subs, 1); c.Subs < 0 || subs > maxSubs || c.Slow < 0 || c.Failing < 0 || c.Slow+c.Failing >= subs {
 		errs = append(errs, fmt.Errorf("-subs %d, -slow %d, -failing %d: want 1..%d subscriptions, of which the first stays healthy", c.Subs, c.Slow, c.Failing, maxSubs))
+	}
+	if c.H1 && c.TLSDir == "" {
+		errs = append(errs, errors.New("-h1 needs -tls-dir (plain HTTP is HTTP/1.1 already)"))
 	}
 	if host, _, err := net.SplitHostPort(c.Listen); err != nil {
 		errs = append(errs, fmt.Errorf("-listen %q: %w", c.Listen, err))
@@ -89,6 +96,8 @@ func main() {
 	flag.IntVar(&cfg.Subs, "subs", 1, "subscriptions to the events, each with the settings above and a receiver of its own")
 	flag.IntVar(&cfg.Slow, "slow", 0, "of -subs, how many answer only after a second")
 	flag.IntVar(&cfg.Failing, "failing", 0, "of -subs, how many answer 500")
+	flag.StringVar(&cfg.TLSDir, "tls-dir", "", "serve the receivers over HTTPS with the certificate in this directory (made if missing); start the node with --webhooks-ca-file DIR/receiver.pem")
+	flag.BoolVar(&cfg.H1, "h1", false, "with -tls-dir: the receivers offer HTTP/1.1 only (default: HTTP/2 and HTTP/1.1)")
 	flag.BoolVar(&cfg.Raw, "raw", true, "after the run, POST as many signed bodies of the same shape straight to a receiver, at the subscription's concurrency (the baseline)")
 	loadcli.Main(&cfg.Command, "webhookload", cfg.validate, func(ctx context.Context) (*report, error) { return run(ctx, cfg, os.Stderr) })
 }
@@ -113,6 +122,13 @@ type webhook struct {
 
 // run executes one load and returns its report (also when it ends early with an error).
 func run(ctx context.Context, cfg config, logw io.Writer) (*report, error) {
+	var rtls *receiverTLS
+	if cfg.TLSDir != "" { // before anything else: the first run makes the certificate the node needs
+		var err error
+		if rtls, err = loadReceiverTLS(cfg.TLSDir, cfg.H1); err != nil {
+			return nil, err
+		}
+	}
 	hc := loadcli.HTTPClient(cfg.Clients)
 	base := strings.TrimRight(cfg.URL, "/")
 	admin := &pipelinetest.Client{BaseURL: base, Key: cfg.Keys[0], HTTP: hc}
@@ -126,7 +142,7 @@ func run(ctx context.Context, cfg config, logw io.Writer) (*report, error) {
 	}
 	defer ln.Close()
 	typ := "webhookload.r" + loadcli.RandomHex(5) + ".load"
-	receiver := "http://" + ln.Addr().String()
+	receiver := rtls.scheme() + "://" + ln.Addr().String()
 	fl, err := subscribe(ctx, admin, cfg, project, typ, receiver)
 	defer fl.delete(ctx, admin, logw)
 	if err != nil {
@@ -140,11 +156,14 @@ func run(ctx context.Context, cfg config, logw io.Writer) (*report, error) {
 	rec = loadreport.NewRecorder(loadreport.Options{Unit: unit, LagName: lagName, Quiet: cfg.Quiet,
 		Lag: func() float64 { return float64(tr.lag()) }})
 	srv := &http.Server{Handler: fl, ReadHeaderTimeout: 10 * time.Second}
-	go func() { _ = srv.Serve(ln) }()
+	go rtls.serve(srv, ln)
 	defer srv.Close()
+	if err := rtls.checkTrusted(ctx, admin, receiver); err != nil {
+		return nil, err
+	}
 
 	rep := &report{URL: cfg.URL, Project: project, Type: typ, Webhook: hook.ID, Receiver: hookURL, Clients: cfg.Clients,
-		Batch: cfg.Batch, Keys: len(cfg.Keys), Duration: cfg.Duration.String(), TargetRate: cfg.Rate}
+		Batch: cfg.Batch, Keys: len(cfg.Keys), Duration: cfg.Duration.String(), TargetRate: cfg.Rate, Protocol: rtls.protocol()}
 	fmt.Fprintf(logw, "webhookload: %d clients on %d keys for %v into %s (type %s) → webhook %s at %s\n",
 		cfg.Clients, len(cfg.Keys), cfg.Duration, project, typ, hook.ID, hookURL)
 
@@ -223,6 +242,7 @@ func run(ctx context.Context, cfg config, logw io.Writer) (*report, error) {
 	rep.OutOfOrder, rep.Ordered, rep.MaxInFlight, rep.HookBatch, rep.RateLimit = t.OutOfOrder, hook.Ordered, hook.MaxInFlight, hook.BatchSize, cfg.RateLimit
 	rep.DeliveredPerSec = float64(t.Delivered) / delivering.Seconds()
 	rep.Latency = loadcli.Ms(t.Latencies)
+	rep.Requests, rep.OverHTTP2 = fl.requests.Load(), fl.overHTTP2.Load()
 	rep.Undelivered = max(t.Published-t.Delivered, 0)
 	if len(fl.hooks) > 1 {
 		rep.Fleet = fl.report(delivering)
@@ -233,7 +253,7 @@ func run(ctx context.Context, cfg config, logw io.Writer) (*report, error) {
 			conc, size = 1, max(hook.BatchSize, 1)
 		}
 		fmt.Fprintf(logw, "webhookload: raw baseline: %d signed bodies straight to a receiver, %d at a time, %d a POST\n", t.Delivered, conc, size)
-		raw, err := rawBaseline(ctx, hook.Secret, typ, int(t.Delivered), conc, size, filler)
+		raw, err := rawBaseline(ctx, rtls, hook.Secret, typ, int(t.Delivered), conc, size, filler)
 		if err != nil {
 			return rep, fmt.Errorf("raw baseline: %w", err)
 		}
@@ -275,6 +295,9 @@ type report struct {
 	Type            string         `json:"type"`
 	Webhook         string         `json:"webhook"`
 	Receiver        string         `json:"receiver"`
+	Protocol        string         `json:"protocol"`  // what the receivers offer
+	Requests        int64          `json:"requests"`  // POSTs the receivers got
+	OverHTTP2       int64          `json:"overHttp2"` // of them, over HTTP/2
 	Clients         int            `json:"clients"`
 	Keys            int            `json:"keys"`
 	Batch           int            `json:"batch"`
@@ -314,7 +337,7 @@ func (r *report) Chart() loadreport.Report {
 }
 
 func (r *report) Print(w io.Writer) {
-	fmt.Fprintf(w, "clients %d on %d keys, batch %d, %s (elapsed %s), webhook %s → %s\n", r.Clients, r.Keys, r.Batch, r.Duration, r.Elapsed, r.Webhook, r.Receiver)
+	fmt.Fprintf(w, "clients %d on %d keys, batch %d, %s (elapsed %s), webhook %s → %s, %s\n", r.Clients, r.Keys, r.Batch, r.Duration, r.Elapsed, r.Webhook, r.Receiver, r.Protocol)
 	fmt.Fprintf(w, "published      %d events in %d calls (%.1f events/s), %d calls failed, %d refused\n",
 		r.Published, r.Calls, r.PublishedPerSec, r.Failed, r.Refused)
 	if r.FirstError != "" {
@@ -323,6 +346,7 @@ func (r *report) Print(w io.Writer) {
 	fmt.Fprintf(w, "delivered      %d (%.1f/s), %d undelivered, %d duplicates, %d bad signatures, %d stale, %d malformed\n",
 		r.Delivered, r.DeliveredPerSec, r.Undelivered, r.Duplicates, r.BadSignature, r.Stale, r.Malformed)
 	fmt.Fprintf(w, "publish→hook   %v\n", r.Latency)
+	fmt.Fprintf(w, "requests       %d to the receivers, %d of them over HTTP/2\n", r.Requests, r.OverHTTP2)
 	mode := fmt.Sprintf("concurrent, maxInFlight %d", r.MaxInFlight)
 	if r.Ordered {
 		mode = fmt.Sprintf("ordered, batchSize %d", r.HookBatch)

@@ -1,7 +1,11 @@
 package main
 
 import (
+	"io"
+	"net"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -129,5 +133,46 @@ func TestValidate(t *testing.T) {
 		{Name: "fleet", Edit: func(c *config) { c.Subs, c.Slow, c.Failing = 100, 1, 1 }},
 		{Name: "fleet all unhealthy", Edit: func(c *config) { c.Subs, c.Slow, c.Failing = 2, 1, 1 }, Want: "-subs"},
 		{Name: "fleet too large", Edit: func(c *config) { c.Subs = maxSubs + 1 }, Want: "-subs"},
+		{Name: "https receivers, HTTP/1.1 only", Edit: func(c *config) { c.TLSDir, c.H1 = "/tmp/whl", true }},
+		{Name: "-h1 over plain HTTP", Edit: func(c *config) { c.H1 = true }, Want: "-h1"},
 	})
+}
+
+// -tls-dir makes its certificate once and keeps it (the node trusts that file), and the
+// receivers speak HTTP/2 unless -h1, to a client that, like carehub's, offers it.
+func TestReceiverTLS(t *testing.T) {
+	dir := t.TempDir()
+	for _, h1 := range []bool{false, true} {
+		rt, err := loadReceiverTLS(dir, h1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		srv := &http.Server{ReadHeaderTimeout: time.Second, Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			_, _ = io.WriteString(w, r.Proto)
+		})}
+		go rt.serve(srv, ln)
+		hc := &http.Client{Transport: rt.transport(2), Timeout: 10 * time.Second}
+		resp, err := hc.Get(rt.scheme() + "://" + ln.Addr().String() + "/")
+		if err != nil {
+			t.Fatal(err)
+		}
+		proto, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		srv.Close()
+		want := map[bool]string{false: "HTTP/2.0", true: "HTTP/1.1"}[h1]
+		if string(proto) != want {
+			t.Errorf("h1 %v: the receiver saw %s, want %s", h1, proto, want)
+		}
+	}
+	first, _ := os.ReadFile(filepath.Join(dir, "receiver.pem"))
+	if _, err := loadReceiverTLS(dir, false); err != nil {
+		t.Fatal(err)
+	}
+	if again, _ := os.ReadFile(filepath.Join(dir, "receiver.pem")); string(again) != string(first) || len(first) == 0 {
+		t.Error("the certificate was made again: a node started with the first would not trust the receivers")
+	}
 }

@@ -35,17 +35,17 @@ type rawReport struct {
 }
 
 // rawBaseline POSTs n events, size a POST, conc POSTs at a time, and reports the rate.
-func rawBaseline(ctx context.Context, secret, typ string, n, conc, size int, filler string) (*rawReport, error) {
+func rawBaseline(ctx context.Context, rtls *receiverTLS, secret, typ string, n, conc, size int, filler string) (*rawReport, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, err
 	}
 	tr := newTracker(secret, time.Now, nil)
 	srv := &http.Server{Handler: tr, ReadHeaderTimeout: 10 * time.Second}
-	go func() { _ = srv.Serve(ln) }()
+	go rtls.serve(srv, ln)
 	defer srv.Close()
-	url := "http://" + ln.Addr().String() + "/hook"
-	hc := &http.Client{Transport: &http.Transport{MaxIdleConns: conc, MaxIdleConnsPerHost: conc, IdleConnTimeout: time.Minute}}
+	url := rtls.scheme() + "://" + ln.Addr().String() + "/hook"
+	hc := &http.Client{Transport: rtls.transport(conc)}
 	defer hc.CloseIdleConnections()
 
 	posts := (n + size - 1) / size
