@@ -330,19 +330,20 @@ func (m *multiplexer) pump(key string, g *subGroup, src <-chan any, rec *access.
 			rec.Reset()
 		}
 		m.mu.Lock()
-		for mb := range g.members {
-			if !mb.push(r) { // behind by a full queue: dropped, not waited for
-				m.remove(g, mb)
-				mb.close()
-			}
+		refused := len(res.Data) == 0 && len(res.Errors) > 0
+		if refused && m.groups[key] == g {
+			delete(m.groups, key)
 		}
-		if len(res.Data) == 0 && len(res.Errors) > 0 {
-			if m.groups[key] == g {
-				delete(m.groups, key)
-			}
-			// Its members are done: they get the error, then the end, now rather than when the
-			// execution's channel closes, so no refused subscription counts as running.
-			for mb := range g.members {
+		for mb := range g.members {
+			switch {
+			case refused:
+				// Done: out of the count before the error can reach its client (who may look at
+				// the count once it reads the error), then the error and the end, now rather than
+				// when the execution's channel closes, so no refused subscription counts as running.
+				m.remove(g, mb)
+				mb.push(r)
+				mb.close()
+			case !mb.push(r): // behind by a full queue: dropped, not waited for
 				m.remove(g, mb)
 				mb.close()
 			}
