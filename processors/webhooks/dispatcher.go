@@ -46,8 +46,12 @@ const (
 
 // pollRecords is the most events a poll takes: a poll's first attempts are sent while the ones
 // before them are recorded, and what a poll costs besides (the look-up, the last write, the
-// commit) is paid once for all of them.
-const pollRecords = 4000
+// commit) is paid once for all of them. Polls start at minPollRecords and are sized by how long
+// their first attempts took (sizePolls).
+const (
+	pollRecords    = 4000
+	minPollRecords = 500
+)
 
 // creationSkew is how much earlier than a subscription's creation an event may have been
 // created and still be delivered to it: events and subscriptions are timestamped by different
@@ -153,6 +157,8 @@ func (c *DispatcherConfig) validate() error {
 // (retries, backlogs, ordered and throttled subscriptions), a subscription at a time, attempts
 // them and records the outcome. Any number of dispatchers may run against one database and group.
 type Dispatcher struct {
+	// polls is the most events the next poll takes (sizePolls; the consumer's only writer).
+	polls  *atomic.Int64
 	cfg    DispatcherConfig
 	logger *slog.Logger
 	cl     *kgo.Client
@@ -209,7 +215,13 @@ func NewDispatcher(cfg DispatcherConfig) (*Dispatcher, error) {
 		cl.Close()
 		return nil, fmt.Errorf("webhook dispatcher: %w", err)
 	}
-	r, err := consume.New(cl, consume.Config{Name: "webhooks", MaxRecords: pollRecords, Logger: cfg.Logger, Registerer: cfg.Registerer})
+	polls := &atomic.Int64{}
+	polls.Store(minPollRecords)
+	if cfg.FastWait < 0 { // no first attempts in the consumer: nothing to size polls by
+		polls.Store(pollRecords)
+	}
+	r, err := consume.New(cl, consume.Config{Name: "webhooks", MaxRecords: pollRecords, Records: func() int { return int(polls.Load()) },
+		Logger: cfg.Logger, Registerer: cfg.Registerer})
 	if err != nil {
 		cl.Close()
 		return nil, fmt.Errorf("webhook dispatcher: %w", err)
@@ -230,6 +242,7 @@ func NewDispatcher(cfg DispatcherConfig) (*Dispatcher, error) {
 		sem:    make(chan struct{}, cfg.MaxInFlight),
 		cool:   map[string]time.Time{},
 		sent:   map[[2]string]fastResult{},
+		polls:  polls,
 	}, nil
 }
 

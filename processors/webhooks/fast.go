@@ -272,6 +272,7 @@ const fastChunk = 256
 // written when it ends). It updates the subscriptions by their outcomes.
 func (d *Dispatcher) finishFast(ctx context.Context, run *fastRun) (int, error) {
 	if run.items == 0 {
+		d.sizePolls(0) // nothing sent here: polls as large as recording likes
 		return 0, nil
 	}
 	began := time.Now()
@@ -332,6 +333,7 @@ wait:
 	}
 	record(true)
 	now := time.Now()
+	d.sizePolls(now.Sub(began))
 	for _, fl := range run.lanes {
 		if fl.cool {
 			d.cool[fl.l.webhookID] = now.Add(fastCooldown)
@@ -345,6 +347,23 @@ wait:
 		}
 	}
 	return inserted, firstErr
+}
+
+// sizePolls sizes the next poll by how long this one's first attempts took: a poll that cannot
+// send its deliveries within fastCap leaves the rest of its subscription's to the schedule, which
+// is slower than this path and keeps its backlog (a burst on a receiver that takes deliveries
+// more slowly, or on a busy machine, would be delivered at the schedule's pace to its end). A
+// poll that took more than half of fastCap halves the next; one that took less than an eighth
+// doubles it, between minPollRecords and pollRecords.
+func (d *Dispatcher) sizePolls(took time.Duration) {
+	limit, n := fastCap(d.cfg.FastWait), d.polls.Load()
+	switch {
+	case took > limit/2:
+		n /= 2
+	case took < limit/8:
+		n *= 2
+	}
+	d.polls.Store(min(max(n, minPollRecords), pollRecords))
 }
 
 // fastCap bounds how long a poll's first attempts hold the consumer.

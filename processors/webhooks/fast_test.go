@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -147,5 +148,32 @@ func TestRecordFastSkipsADeliveryRecordedMeanwhile(t *testing.T) {
 	if len(a) != 1 || a[0].ID != ids.Attempt+strings.TrimPrefix(rows[2].it.row.id, ids.Delivery) || *a[0].StatusCode != http.StatusAccepted ||
 		a[0].LatencyMs != 7 || *a[0].ResponseBody != "queued" || a[0].Error != nil || !a[0].AttemptedAt.Equal(at) {
 		t.Errorf("attempts %+v, want the one first attempt as sent", a)
+	}
+}
+
+// Polls start small and are sized by how long their first attempts took: halved past half of
+// fastCap, doubled under an eighth of it, within minPollRecords..pollRecords.
+func TestSizePolls(t *testing.T) {
+	d := &Dispatcher{cfg: DispatcherConfig{FastWait: 250 * time.Millisecond}, polls: &atomic.Int64{}}
+	d.polls.Store(minPollRecords)
+	limit := fastCap(d.cfg.FastWait)
+	for _, step := range []struct {
+		took time.Duration
+		want int64
+	}{
+		{limit / 10, 2 * minPollRecords},
+		{limit / 10, 4 * minPollRecords},
+		{limit / 4, 4 * minPollRecords}, // between: as it was
+		{0, pollRecords},
+		{0, pollRecords},
+		{limit, pollRecords / 2},
+		{limit, pollRecords / 4},
+		{limit, minPollRecords},
+		{limit, minPollRecords},
+	} {
+		d.sizePolls(step.took)
+		if got := d.polls.Load(); got != step.want {
+			t.Fatalf("after a poll of %v: the next takes %d, want %d", step.took, got, step.want)
+		}
 	}
 }

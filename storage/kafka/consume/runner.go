@@ -49,6 +49,9 @@ type Config struct {
 	// MaxRecords is the most records one poll (one handler call) takes. Default
 	// DefaultMaxRecords.
 	MaxRecords int
+	// Records, when set, is asked before each poll for the most records it takes, up to
+	// MaxRecords: for a consumer that sizes its polls by how long the last ones took.
+	Records func() int
 	// Backoff is the wait before a failed batch is polled again, by consecutive failure
 	// (1, 2, …). Default Backoff.
 	Backoff func(attempt int) time.Duration
@@ -115,6 +118,14 @@ func reason(err error) string {
 	return err.Error()
 }
 
+// pollSize is the most records the next poll takes.
+func (r *Runner) pollSize() int {
+	if r.cfg.Records == nil {
+		return r.cfg.MaxRecords
+	}
+	return min(max(r.cfg.Records(), 1), r.cfg.MaxRecords)
+}
+
 // Run polls until ctx ends or the client is closed and hands every poll's records to h wrapped
 // in mw (the first is outermost) and in the metrics middleware. A batch h fails is rewound and
 // handed over again after Config.Backoff (by a Transact source that failed beyond retrying, a
@@ -128,7 +139,7 @@ func (r *Runner) Run(ctx context.Context, h Handler, mw ...Middleware) error {
 	defer r.src.AllowRebalance()
 	failures := 0
 	for ctx.Err() == nil {
-		fetches := r.src.PollRecords(ctx, r.cfg.MaxRecords)
+		fetches := r.src.PollRecords(ctx, r.pollSize())
 		if fetches.IsClientClosed() {
 			return nil
 		}
