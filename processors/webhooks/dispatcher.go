@@ -157,8 +157,6 @@ func (c *DispatcherConfig) validate() error {
 // (retries, backlogs, ordered and throttled subscriptions), a subscription at a time, attempts
 // them and records the outcome. Any number of dispatchers may run against one database and group.
 type Dispatcher struct {
-	// polls is the most events the next poll takes (sizePolls; the consumer's only writer).
-	polls  *atomic.Int64
 	cfg    DispatcherConfig
 	logger *slog.Logger
 	cl     *kgo.Client
@@ -186,6 +184,7 @@ type Dispatcher struct {
 
 	cool   map[string]time.Time     // by subscription: until when the consumer leaves it to the schedule (fast.go)
 	sent   map[[2]string]fastResult // first attempts made whose deliveries were not recorded, by (subscription, event)
+	polls  *atomic.Int64            // the most events the next poll takes (sizePolls)
 	spills sync.WaitGroup           // first attempts that outran fastWait, their outcomes not yet written
 
 	runOnce  sync.Once

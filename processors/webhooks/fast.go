@@ -356,6 +356,9 @@ wait:
 // poll that took more than half of fastCap halves the next; one that took less than an eighth
 // doubles it, between minPollRecords and pollRecords.
 func (d *Dispatcher) sizePolls(took time.Duration) {
+	if d.cfg.FastWait < 0 {
+		return // no first attempts here: polls stay at pollRecords
+	}
 	limit, n := fastCap(d.cfg.FastWait), d.polls.Load()
 	switch {
 	case took > limit/2:

@@ -177,3 +177,15 @@ func TestSizePolls(t *testing.T) {
 		}
 	}
 }
+
+// Without first attempts in the consumer (FastWait negative) polls stay at their largest.
+func TestSizePollsWithoutFirstAttempts(t *testing.T) {
+	d := &Dispatcher{cfg: DispatcherConfig{FastWait: -1}, polls: &atomic.Int64{}}
+	d.polls.Store(pollRecords)
+	for range 3 {
+		d.sizePolls(0)
+	}
+	if got := d.polls.Load(); got != pollRecords {
+		t.Errorf("polls of %d, want %d", got, pollRecords)
+	}
+}
