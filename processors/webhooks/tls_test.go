@@ -1,9 +1,16 @@
 package webhooks
 
 import (
+	"bufio"
 	"crypto/x509"
+	"encoding/json"
+	"encoding/pem"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -109,5 +116,109 @@ func TestDeliveryRefusesAnUntrustedCertificate(t *testing.T) {
 	}
 	if rc.count() != 0 {
 		t.Errorf("the receiver got %d requests, want none", rc.count())
+	}
+}
+
+// A receiver nobody here wrote: Node.js's HTTP/2 server (node:http2, on nghttp2), which speaks
+// nothing but HTTP/2. Every delivery arrives over HTTP/2 and the Standard Webhooks reference
+// verifier (npm standardwebhooks) accepts each one's signature.
+func TestDeliveryToNodeHTTP2Receiver(t *testing.T) {
+	node, err := exec.LookPath("node")
+	if err != nil {
+		testenv.Missing(t, "node is not installed: the Node.js HTTP/2 receiver cannot run")
+	}
+	// httptest's certificate for 127.0.0.1, handed to Node.
+	tlsSrv := httptest.NewUnstartedServer(http.NotFoundHandler())
+	tlsSrv.StartTLS()
+	cert := tlsSrv.TLS.Certificates[0]
+	tlsSrv.Close()
+	key, err := x509.MarshalPKCS8PrivateKey(cert.PrivateKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	certFile, keyFile := filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem")
+	if err := os.WriteFile(certFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: cert.Certificate[0]}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: key}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	leaf, err := x509.ParseCertificate(cert.Certificate[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	roots := x509.NewCertPool()
+	roots.AddCert(leaf)
+
+	cmd := exec.Command(node, filepath.Join("nodeverify", "h2receiver.mjs"))
+	cmd.Env = append(os.Environ(), "CERT="+certFile, "KEY="+keyFile)
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stderr = t.Output()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { stdin.Close(); _ = cmd.Wait() })
+	lines := make(chan []byte, 1024)
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		sc.Buffer(make([]byte, 1<<20), 1<<20)
+		for sc.Scan() {
+			lines <- append([]byte(nil), sc.Bytes()...)
+		}
+		close(lines)
+	}()
+	var listening struct{ Port int }
+	select {
+	case l, ok := <-lines:
+		if !ok || json.Unmarshal(l, &listening) != nil || listening.Port == 0 {
+			t.Fatalf("the Node receiver did not start: %s", l)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the Node receiver did not start within 30 s")
+	}
+
+	f := newFixture(t)
+	sub := f.create("https://127.0.0.1:"+strconv.Itoa(listening.Port)+"/hooks", "*")
+	const n = 50
+	for i := range n {
+		f.publish("device.observation_received", map[string]int{"n": i})
+	}
+	f.start(func(c *DispatcherConfig) { c.RootCAs = roots })
+	var ds []signedDelivery
+	ids := map[string]bool{}
+	deadline := time.After(60 * time.Second)
+	for len(ids) < n {
+		select {
+		case l, ok := <-lines:
+			if !ok {
+				t.Fatal("the Node receiver ended")
+			}
+			var got struct {
+				HTTPVersion string            `json:"httpVersion"`
+				Headers     map[string]string `json:"headers"`
+				BodyBase64  string            `json:"bodyBase64"`
+			}
+			if err := json.Unmarshal(l, &got); err != nil {
+				t.Fatalf("receiver line %s: %v", l, err)
+			}
+			if got.HTTPVersion != "2.0" {
+				t.Errorf("a delivery over HTTP/%s, want 2.0", got.HTTPVersion)
+			}
+			ids[got.Headers["webhook-id"]] = true
+			ds = append(ds, signedDelivery{Name: got.Headers["webhook-id"], Secret: sub.Secret, Headers: got.Headers, BodyBase64: got.BodyBase64})
+		case <-deadline:
+			t.Fatalf("%d of %d deliveries at the Node receiver after 60 s", len(ids), n)
+		}
+	}
+	if code, rejected := verifyWithNode(t, ds); code != 0 || len(rejected) > 0 {
+		t.Errorf("the reference verifier rejected %v (exit %d)", rejected, code)
 	}
 }
