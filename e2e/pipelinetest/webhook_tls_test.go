@@ -1,18 +1,16 @@
 package pipelinetest_test
 
 import (
-	"encoding/pem"
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"os"
-	"path/filepath"
 	"sync"
 	"testing"
 	"time"
 
 	carehubnode "carehub/cmd/carehub/node"
 	"carehub/e2e/servertest"
+	"carehub/internal/testenv"
 	"carehub/kernel/access"
 	"carehub/kernel/whsig"
 	"carehub/storage/demo"
@@ -39,10 +37,7 @@ func TestWebhooksToAReceiverOfAPrivateCA(t *testing.T) {
 	rcv.EnableHTTP2 = true
 	rcv.StartTLS()
 	defer rcv.Close()
-	ca := filepath.Join(t.TempDir(), "hospital-ca.pem")
-	if err := os.WriteFile(ca, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: rcv.Certificate().Raw}), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	ca, _ := testenv.TLSFiles(t, rcv) // the hospital's authority
 
 	s := servertest.Start(t, func(c *carehubnode.Config) { c.WebhooksCAFile = ca })
 	admin := s.Key(demo.DemoOrgSlug, access.Live, access.AdminOrg, access.ExecWorkflows)

@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"crypto/x509"
 	"encoding/json"
-	"encoding/pem"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -130,26 +129,10 @@ func TestDeliveryToNodeHTTP2Receiver(t *testing.T) {
 	// httptest's certificate for 127.0.0.1, handed to Node.
 	tlsSrv := httptest.NewUnstartedServer(http.NotFoundHandler())
 	tlsSrv.StartTLS()
-	cert := tlsSrv.TLS.Certificates[0]
-	tlsSrv.Close()
-	key, err := x509.MarshalPKCS8PrivateKey(cert.PrivateKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := t.TempDir()
-	certFile, keyFile := filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem")
-	if err := os.WriteFile(certFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: cert.Certificate[0]}), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: key}), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	leaf, err := x509.ParseCertificate(cert.Certificate[0])
-	if err != nil {
-		t.Fatal(err)
-	}
+	certFile, keyFile := testenv.TLSFiles(t, tlsSrv)
 	roots := x509.NewCertPool()
-	roots.AddCert(leaf)
+	roots.AddCert(tlsSrv.Certificate())
+	tlsSrv.Close()
 
 	cmd := exec.Command(node, filepath.Join("nodeverify", "h2receiver.mjs"))
 	cmd.Env = append(os.Environ(), "CERT="+certFile, "KEY="+keyFile)

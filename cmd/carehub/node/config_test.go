@@ -2,7 +2,6 @@ package node
 
 import (
 	"crypto/x509"
-	"encoding/pem"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -10,6 +9,8 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+
+	"carehub/internal/testenv"
 )
 
 // The Makefile's DATA_DIR and the commands' --data-dir default are one value: a key made with
@@ -39,11 +40,8 @@ func TestWebhookRoots(t *testing.T) {
 	}
 	srv := httptest.NewTLSServer(http.NotFoundHandler())
 	defer srv.Close()
+	good, _ := testenv.TLSFiles(t, srv)
 	dir := t.TempDir()
-	good := filepath.Join(dir, "ca.pem")
-	if err := os.WriteFile(good, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw}), 0o600); err != nil {
-		t.Fatal(err)
-	}
 	roots, err := (&Config{WebhooksCAFile: good}).webhookRoots()
 	if err != nil {
 		t.Fatal(err)
