@@ -216,9 +216,6 @@ func NewDispatcher(cfg DispatcherConfig) (*Dispatcher, error) {
 	}
 	polls := &atomic.Int64{}
 	polls.Store(minPollRecords)
-	if cfg.FastWait < 0 { // no first attempts in the consumer: nothing to size polls by
-		polls.Store(pollRecords)
-	}
 	r, err := consume.New(cl, consume.Config{Name: "webhooks", MaxRecords: pollRecords, Records: func() int { return int(polls.Load()) },
 		Logger: cfg.Logger, Registerer: cfg.Registerer})
 	if err != nil {

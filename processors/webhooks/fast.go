@@ -356,8 +356,9 @@ wait:
 // poll that took more than half of fastCap halves the next; one that took less than an eighth
 // doubles it, between minPollRecords and pollRecords.
 func (d *Dispatcher) sizePolls(took time.Duration) {
-	if d.cfg.FastWait < 0 {
-		return // no first attempts here: polls stay at pollRecords
+	if d.cfg.FastWait < 0 { // no first attempts here: nothing to size polls by
+		d.polls.Store(pollRecords)
+		return
 	}
 	limit, n := fastCap(d.cfg.FastWait), d.polls.Load()
 	switch {
