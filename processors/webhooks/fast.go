@@ -114,30 +114,41 @@ func (d *Dispatcher) pickFast(ctx context.Context, rows []newDelivery, subs map[
 	if len(hooks) == 0 {
 		return nil, rows, nil
 	}
-	// In one round trip: deliveries recorded already (an event read again), one probe of the
-	// unique key each (a webhook_id = any(…) and event_id = any(…) plan reads every delivery of
-	// the subscriptions); subscriptions with deliveries queued; and the subscriptions as they are
-	// now, as a lane's claim reads them, so a secret rotated, a URL changed or a grant narrowed a
-	// moment ago applies, whether or not the cache has heard.
+	// In one round trip: deliveries recorded already (an event read again), the subscriptions
+	// with deliveries queued, and the subscriptions as they are now, as a lane's claim reads
+	// them, so a secret rotated, a URL changed or a grant narrowed a moment ago applies, whether
+	// or not the cache has heard.
+	//
+	// A subscription's events are one project's, so one partition's, and a poll's ids (ULIDs,
+	// made as events are accepted) lie in a narrow range: the deliveries recorded in that range
+	// are few (those of the poll's events read again, and of the previous poll's last ones)
+	// and are read in one range of the unique key per subscription. A range holding more rows
+	// than the poll has deliveries (old events replayed among new ones) is left, and the
+	// poll's deliveries are probed one by one in a second round trip. Probing each of a
+	// poll's deliveries was 5 % of the consumer's time on one busy subscription.
 	subIDs := slices.Compact(slices.Sorted(slices.Values(hooks)))
+	limit := len(evIDs) + 1
 	b := &pgx.Batch{}
+	// The range's ends are taken in SQL, in the column's collation, which orders its index.
 	b.Queue(`
-select d.webhook_id, d.event_id from unnest($1::text[], $2::text[]) r(webhook_id, event_id)
-	join webhook_deliveries d on d.webhook_id = r.webhook_id and d.event_id = r.event_id
+with poll as (select min(e) first, max(e) last from unnest($2::text[]) e)
+(select d.webhook_id, d.event_id from webhook_deliveries d, poll
+	where d.webhook_id = any($1::text[]) and d.event_id between poll.first and poll.last limit $3)
 union all
-select w, '' from unnest($3::text[]) w
+select w, '' from unnest($1::text[]) w
 where exists (select 1 from webhook_deliveries d where d.webhook_id = w and d.status = 'pending')
-	or exists (select 1 from webhook_deliveries d where d.webhook_id = w and d.status = 'delivering')`, hooks, evIDs, subIDs)
+	or exists (select 1 from webhook_deliveries d where d.webhook_id = w and d.status = 'delivering')`,
+		subIDs, evIDs, limit)
 	b.Queue(laneTargetsQuery, subIDs)
-	res := d.pool.SendBatch(ctx, b)
-	defer res.Close()
-	queued, recorded, err := scanRecorded(res.Query())
+	queued, recorded, targets, err := d.readPick(ctx, b)
 	if err != nil {
-		return nil, nil, fmt.Errorf("look up queued deliveries: %w", err)
+		return nil, nil, err
 	}
-	targets, err := d.scanLaneTargets(res.Query())
-	if err != nil {
-		return nil, nil, fmt.Errorf("look up subscriptions: %w", err)
+	if len(recorded) >= limit {
+		recorded, err = d.recordedOneByOne(ctx, hooks, evIDs)
+		if err != nil {
+			return nil, nil, err
+		}
 	}
 	var lanes []*fastLane
 	byHook := map[string]*fastLane{}
@@ -162,6 +173,32 @@ where exists (select 1 from webhook_deliveries d where d.webhook_id = w and d.st
 		}
 	}
 	return lanes, rest, nil
+}
+
+// readPick sends pickFast's round trip and reads it.
+func (d *Dispatcher) readPick(ctx context.Context, b *pgx.Batch) (queued map[string]bool, recorded map[[2]string]bool, targets map[string]*laneTarget, err error) {
+	res := d.pool.SendBatch(ctx, b)
+	defer res.Close()
+	queued, recorded, err = scanRecorded(res.Query())
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("look up queued deliveries: %w", err)
+	}
+	if targets, err = d.scanLaneTargets(res.Query()); err != nil {
+		return nil, nil, nil, fmt.Errorf("look up subscriptions: %w", err)
+	}
+	return queued, recorded, targets, nil
+}
+
+// recordedOneByOne returns which of the deliveries (hooks[i], evIDs[i]) are recorded, one
+// probe of the unique key each.
+func (d *Dispatcher) recordedOneByOne(ctx context.Context, hooks, evIDs []string) (map[[2]string]bool, error) {
+	_, recorded, err := scanRecorded(d.pool.Query(ctx, `
+select d.webhook_id, d.event_id from unnest($1::text[], $2::text[]) r(webhook_id, event_id)
+	join webhook_deliveries d on d.webhook_id = r.webhook_id and d.event_id = r.event_id`, hooks, evIDs))
+	if err != nil {
+		return nil, fmt.Errorf("look up recorded deliveries: %w", err)
+	}
+	return recorded, nil
 }
 
 // scanRecorded reads pickFast's look-up: the subscriptions with deliveries queued, and the

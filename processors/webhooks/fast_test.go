@@ -53,6 +53,49 @@ func TestConsumerRecordsEachFirstAttemptOnce(t *testing.T) {
 	}
 }
 
+// Events read again among new ones in a poll (a replay, a relay's second publish) are not sent
+// again: the range of the poll's ids then holds every delivery recorded in between, more than the
+// poll has, and pickFast probes the poll's deliveries one by one instead.
+func TestConsumerDoesNotSendAnEventReadAgainAmongNewOnes(t *testing.T) {
+	f := newFixture(t)
+	rc := newReceiver(t, nil)
+	sub := f.create(rc.URL, "*")
+	d := f.start()
+	var old []events.Event
+	for range 30 {
+		old = append(old, f.publish("agent.run_completed", nil))
+	}
+	for _, ev := range old {
+		f.waitDeliveryStatus(sub.ID, ev.ID, DeliverySucceeded)
+	}
+	var fresh []events.Event
+	for range 3 {
+		ev, err := events.New("agent.run_completed", f.orgID, f.projectID, events.SourceIntegration, events.SeverityInfo, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fresh = append(fresh, ev)
+	}
+	f.produce(old[0], fresh[0], old[15], fresh[1], old[29], fresh[2])
+	for _, ev := range fresh {
+		f.waitDeliveryStatus(sub.ID, ev.ID, DeliverySucceeded)
+	}
+	quiet(t, d, rc, 3)
+	want := []string{}
+	for _, ev := range append(old, fresh...) {
+		want = append(want, ev.ID)
+	}
+	got := requestIDs(rc.requests())
+	slices.Sort(got)
+	slices.Sort(want)
+	if !slices.Equal(got, want) {
+		t.Errorf("received %d requests, want each of %d events once", len(got), len(want))
+	}
+	if rows := f.deliveries(sub.ID); len(rows) != len(want) {
+		t.Errorf("%d deliveries recorded, want %d", len(rows), len(want))
+	}
+}
+
 // A first attempt that fails is recorded pending with its attempt, and the schedule retries it;
 // the subscription is left to the schedule meanwhile.
 func TestConsumerFirstAttemptFailureIsRetried(t *testing.T) {
