@@ -21,7 +21,11 @@ import (
 // of the row and its indexes). The backlog of such a subscription stays in Kafka, as consumer
 // lag, and is sent at the consumer's pace. The offsets are committed only after the deliveries
 // are recorded, so a crash before that sends them again with the same webhook-id: at least once,
-// as after any crash mid-attempt.
+// as after any crash mid-attempt. Recorded means on disk: the records' commits wait for the WAL,
+// unlike a lane's claims and outcomes (which a lost commit turns into a retry), because nothing
+// reads these events again once their offsets are committed, and a failed first attempt whose
+// row a crash of Postgres took would never be retried. The commits of the chunks recorded while
+// the rest are sent do not hold up the sending; the poll's last one does, by one WAL flush.
 //
 // A subscription is sent to this way while it is active, concurrent (maxInFlight above one, no
 // rate limit), has nothing queued (no pending or delivering delivery: retries and backlogs go
@@ -523,7 +527,7 @@ func (d *Dispatcher) recordFast(ctx context.Context, rows []fastRow) (int, error
 	var inserted int
 	var notify []string
 	write := func(staged bool) error {
-		return pgx.BeginTxFunc(ctx, d.pool, postgres.AsyncCommit, func(tx pgx.Tx) error {
+		return pgx.BeginTxFunc(ctx, d.pool, pgx.TxOptions{}, func(tx pgx.Tx) error { // durable: see the file's comment
 			n, err := copyFast(ctx, tx, body, staged)
 			if err != nil {
 				return err

@@ -69,7 +69,13 @@ type fixture struct {
 
 func newFixture(t testing.TB) *fixture {
 	t.Helper()
-	f := &fixture{t: t, dsn: pgtest.NewDSN(t), brokers: kafkatest.Brokers(t)}
+	return newFixtureOn(t, pgtest.NewDSN(t))
+}
+
+// newFixtureOn is newFixture on the database at dsn, which must be migrated.
+func newFixtureOn(t testing.TB, dsn string) *fixture {
+	t.Helper()
+	f := &fixture{t: t, dsn: dsn, brokers: kafkatest.Brokers(t)}
 	pool, err := postgres.Connect(t.Context(), f.dsn)
 	if err != nil {
 		t.Fatal(err)

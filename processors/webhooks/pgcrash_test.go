@@ -1,0 +1,132 @@
+package webhooks
+
+import (
+	"context"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+
+	"carehub/internal/testenv"
+	"carehub/storage/kafka/kafkatest"
+	"carehub/storage/postgres"
+)
+
+// A first attempt that failed is on disk, pending its retry, before the consumer commits its
+// event's offset: nothing reads the event again after that. Postgres's WAL writer is made slow
+// (a commit that did not wait for the WAL would stay in memory for seconds), Postgres is stopped
+// at once (SIGQUIT: nothing more reaches disk) as soon as the consumer has committed, and the
+// retry still comes once it is back.
+func TestFirstAttemptOutlivesACrashOfPostgres(t *testing.T) {
+	dir, err := os.MkdirTemp("/tmp", "carehub-webhooks-pgcrash-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(dir) })
+	if err := os.Chmod(dir, 0o755); err != nil { // the server's user must reach its data dir
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	local := startCluster(t, dir)
+	dsn := local.DSN("postgres")
+	pool, err := postgres.Connect(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := postgres.Migrate(ctx, pool, nil); err != nil {
+		t.Fatal(err)
+	}
+	for _, q := range []string{`alter system set wal_writer_delay = '10s'`, `select pg_reload_conf()`} {
+		if _, err := pool.Exec(ctx, q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	pool.Close()
+
+	f := newFixtureOn(t, dsn)
+	rc := newReceiver(t, func(n int, w http.ResponseWriter, _ *http.Request) {
+		if n == 0 {
+			w.WriteHeader(http.StatusInternalServerError)
+		}
+	})
+	sub := f.create(rc.URL, "*")
+	group := kafkatest.Group(t, "pgcrash")
+	retryLater := []time.Duration{0, 5 * time.Second, time.Second, time.Second, time.Second, time.Second, time.Second, time.Second}
+	first := f.start(func(c *DispatcherConfig) { c.Group, c.Schedule = group, retryLater })
+	ev := f.publish("agent.run_completed", nil)
+
+	adm := kadm.NewClient(kafkatest.Client(t))
+	testenv.Eventually(t, 30*time.Second, "the consumer to commit the event's offset", func() bool {
+		ends, err := adm.ListEndOffsets(ctx, f.topic)
+		if err != nil {
+			return false
+		}
+		committed, err := adm.FetchOffsets(ctx, group)
+		if err != nil {
+			return false
+		}
+		caught := true
+		ends.Each(func(o kadm.ListedOffset) {
+			if o.Offset > 0 {
+				c, ok := committed.Lookup(o.Topic, o.Partition)
+				caught = caught && ok && c.At >= o.Offset
+			}
+		})
+		return caught
+	})
+	if got := rc.count(); got != 1 {
+		t.Fatalf("%d attempts before the crash, want the first", got)
+	}
+	pid := postmasterPID(t, local.DataDir())
+	if err := syscall.Kill(pid, syscall.SIGQUIT); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 30*time.Second, "the postmaster to exit", func() bool { return syscall.Kill(pid, 0) != nil })
+	first.stop(t)
+	f.pool.Close()
+
+	startCluster(t, dir)
+	pool, err = postgres.Connect(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	f.pool = pool
+	f.start(func(c *DispatcherConfig) { c.Group, c.Schedule = group, retryLater })
+	f.waitDeliveryStatus(sub.ID, ev.ID, DeliverySucceeded)
+	if got := requestIDs(rc.requests()); len(got) != 2 || got[0] != ev.ID || got[1] != ev.ID {
+		t.Errorf("receiver got %v, want the event's first attempt and its retry", got)
+	}
+}
+
+// startCluster starts (or recovers) the durable cluster kept in dir until the test ends.
+func startCluster(t *testing.T, dir string) *postgres.Local {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	l, err := postgres.StartLocal(ctx, dir, postgres.LocalConfig{Logger: testLogger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = l.Stop(context.Background()) })
+	return l
+}
+
+func postmasterPID(t *testing.T, dataDir string) int {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(dataDir, "postmaster.pid"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid, err := strconv.Atoi(strings.SplitN(string(b), "\n", 2)[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pid
+}
