@@ -12,7 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"carehub/internal/testenv"
@@ -411,26 +410,8 @@ func TestEventConsumedTwiceIsDeliveredOnce(t *testing.T) {
 	// A second group reads the whole topic again.
 	group := kafkatest.Group(t, "replay")
 	f.start(func(c *DispatcherConfig) { c.Group = group })
-	adm := kadm.NewClient(kafkatest.Client(t))
 	testenv.Eventually(t, 30*time.Second, "the replay group to commit the end of the topic", func() bool {
-		ctx := context.Background()
-		ends, err := adm.ListEndOffsets(ctx, f.topic)
-		if err != nil {
-			return false
-		}
-		committed, err := adm.FetchOffsets(ctx, group)
-		if err != nil {
-			return false
-		}
-		caught := true
-		ends.Each(func(o kadm.ListedOffset) {
-			if o.Offset == 0 {
-				return
-			}
-			c, ok := committed.Lookup(o.Topic, o.Partition)
-			caught = caught && ok && c.At >= o.Offset
-		})
-		return caught
+		return f.committedAll(group)
 	})
 	if ids := requestIDs(rc.requests()); !slices.Equal(ids, []string{ev.ID, sentinel.ID}) {
 		t.Errorf("receiver got %v, want each event once", ids)

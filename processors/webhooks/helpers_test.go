@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"carehub/internal/testenv"
@@ -65,6 +66,7 @@ type fixture struct {
 	admin     context.Context // a principal of orgID holding admin:org
 	svc       *Service        // AllowPrivate: receivers are httptest servers on loopback
 	prod      *kgo.Client
+	adm       *kadm.Client // committedAll's, made when first needed
 }
 
 func newFixture(t testing.TB) *fixture {
@@ -317,6 +319,31 @@ func quiet(t testing.TB, d *running, rc *receiver, passes int64) {
 	if got := rc.count(); got != before {
 		t.Fatalf("receiver got %d more requests while none were due", got-before)
 	}
+}
+
+// committedAll reports whether group has committed the end of every partition of f's topic
+// that holds records.
+func (f *fixture) committedAll(group string) bool {
+	ctx := context.Background()
+	if f.adm == nil {
+		f.adm = kadm.NewClient(kafkatest.Client(f.t))
+	}
+	ends, err := f.adm.ListEndOffsets(ctx, f.topic)
+	if err != nil {
+		return false
+	}
+	committed, err := f.adm.FetchOffsets(ctx, group)
+	if err != nil {
+		return false
+	}
+	caught := true
+	ends.Each(func(o kadm.ListedOffset) {
+		if o.Offset > 0 {
+			c, ok := committed.Lookup(o.Topic, o.Partition)
+			caught = caught && ok && c.At >= o.Offset
+		}
+	})
+	return caught
 }
 
 // deliveryRow is a delivery as stored.

@@ -4,14 +4,9 @@ import (
 	"context"
 	"net/http"
 	"os"
-	"path/filepath"
-	"strconv"
-	"strings"
 	"syscall"
 	"testing"
 	"time"
-
-	"github.com/twmb/franz-go/pkg/kadm"
 
 	"carehub/internal/testenv"
 	"carehub/storage/kafka/kafkatest"
@@ -61,29 +56,16 @@ func TestFirstAttemptOutlivesACrashOfPostgres(t *testing.T) {
 	first := f.start(func(c *DispatcherConfig) { c.Group, c.Schedule = group, retryLater })
 	ev := f.publish("agent.run_completed", nil)
 
-	adm := kadm.NewClient(kafkatest.Client(t))
 	testenv.Eventually(t, 30*time.Second, "the consumer to commit the event's offset", func() bool {
-		ends, err := adm.ListEndOffsets(ctx, f.topic)
-		if err != nil {
-			return false
-		}
-		committed, err := adm.FetchOffsets(ctx, group)
-		if err != nil {
-			return false
-		}
-		caught := true
-		ends.Each(func(o kadm.ListedOffset) {
-			if o.Offset > 0 {
-				c, ok := committed.Lookup(o.Topic, o.Partition)
-				caught = caught && ok && c.At >= o.Offset
-			}
-		})
-		return caught
+		return f.committedAll(group)
 	})
 	if got := rc.count(); got != 1 {
 		t.Fatalf("%d attempts before the crash, want the first", got)
 	}
-	pid := postmasterPID(t, local.DataDir())
+	pid, ok := local.PID()
+	if !ok {
+		t.Fatal("no postmaster to crash")
+	}
 	if err := syscall.Kill(pid, syscall.SIGQUIT); err != nil {
 		t.Fatal(err)
 	}
@@ -116,17 +98,4 @@ func startCluster(t *testing.T, dir string) *postgres.Local {
 	}
 	t.Cleanup(func() { _ = l.Stop(context.Background()) })
 	return l
-}
-
-func postmasterPID(t *testing.T, dataDir string) int {
-	t.Helper()
-	b, err := os.ReadFile(filepath.Join(dataDir, "postmaster.pid"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	pid, err := strconv.Atoi(strings.SplitN(string(b), "\n", 2)[0])
-	if err != nil {
-		t.Fatal(err)
-	}
-	return pid
 }

@@ -227,6 +227,10 @@ func StartLocal(ctx context.Context, dir string, cfg LocalConfig) (*Local, error
 // running rather than stopping it under its owner.
 func (l *Local) Reused() bool { return l.reused }
 
+// PID returns the pid of the cluster's running postmaster; false when none runs. Tests that
+// crash the server on purpose signal it.
+func (l *Local) PID() (int, bool) { return l.running() }
+
 // DataDir returns the cluster's data directory (PGDATA).
 func (l *Local) DataDir() string { return l.dataDir }
 
