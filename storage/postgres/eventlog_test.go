@@ -109,6 +109,60 @@ from generate_series(1, 200000) as i`)
 	}
 }
 
+// TestTimeIndexesFillTheirPages: rows stored in time order, as the writers store them, leave
+// the time-ordered indexes of the event log, the audit log and the webhook deliveries mostly
+// full (schemas/postgres/0048). Led by (group, time desc), each new entry went to the left of
+// its page and every full page split in half, so those indexes stayed half full: twice the
+// pages, page splits and WAL. The rows are one project's events of one type, the audit of one
+// organization and one subscription's deliveries: a b-tree fills the pages of the group that
+// sorts last (the embedded default's single organization); a busy group among many fills its
+// pages only when its entries are of one size (nbtsplitloc.c).
+func TestTimeIndexesFillTheirPages(t *testing.T) {
+	pool := pgtest.New(t)
+	ctx := context.Background()
+	if _, err := pool.Exec(ctx, "create extension if not exists pgstattuple"); err != nil {
+		t.Fatal(err)
+	}
+	log := postgres.NewEventLog(pool)
+	start := time.Now().UTC().Add(-time.Hour)
+	for b := range 20 {
+		evs := benchEvents(1000, func(int) string { return "prj_1" }, func(j int) time.Time { return start.Add(time.Duration(b*1000+j) * time.Millisecond) })
+		for i := range evs {
+			evs[i].Type = benchTypes[0]
+		}
+		if err := log.AppendEvents(ctx, evs); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for b := range 20 {
+		if _, err := pool.Exec(ctx, `
+insert into audit_log (id, time, org_id, key_id, mode, client_ip, user_agent, operation, outcome, status, latency_ms)
+select 'req_' || lpad(i::text, 26, '0'), $2::timestamptz + i * interval '1 millisecond', 'org_1', 'key_1', 'live',
+       '127.0.0.1', 'test', 'query events', 'ok', 200, 1
+from generate_series($1::int * 1000, $1::int * 1000 + 999) as i`, b, start); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := pool.Exec(ctx, `
+insert into webhook_deliveries (id, org_id, webhook_id, event_id, event_type, event_created_at, body, status, created_at)
+select 'dlv_' || lpad(i::text, 26, '0'), 'org_1', 'wh_1', 'evt_' || lpad(i::text, 26, '0'), 'asset.installed',
+       $2::timestamptz + i * interval '1 millisecond', '{}', 'succeeded', $2::timestamptz + i * interval '1 millisecond'
+from generate_series($1::int * 1000, $1::int * 1000 + 999) as i`, b, start); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, index := range []string{"event_log_project", "event_log_project_type", "event_log_deployment",
+		"audit_log_time", "audit_log_org_time", "audit_log_key_time", "audit_log_operation_time",
+		"webhook_deliveries_webhook"} {
+		var density float64
+		if err := pool.QueryRow(ctx, "select avg_leaf_density from pgstatindex($1)", index).Scan(&density); err != nil {
+			t.Fatal(err)
+		}
+		if density < 80 {
+			t.Errorf("%s: leaf pages %.1f %% full, want at least 80 %%", index, density)
+		}
+	}
+}
+
 // TestAppendEventsCopyConflicts: a batch large enough to be copied straight into the log, that
 // holds an event stored before and an id twice, still stores every new event once and leaves
 // the stored one as it was (the direct COPY fails on the conflict; the staged insert skips it).
