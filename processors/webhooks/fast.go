@@ -286,7 +286,7 @@ func (it *fastItem) finish(res fastResult, from int32, results chan<- *fastItem)
 
 // sendFast makes one delivery's first attempt.
 func (d *Dispatcher) sendFast(ctx context.Context, l *lane, it *fastItem) fastResult {
-	body, err := servedBody(ctx, d.guard, l.reader, it.row.body)
+	body, err := servedEvent(ctx, d.guard, l.reader, it.row.ev, it.row.body)
 	if err != nil {
 		d.logger.Warn("webhook delivery held back: its patient data cannot be checked", "webhook_id", l.webhookID, "err", err)
 		return fastResult{}

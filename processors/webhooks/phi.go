@@ -39,7 +39,13 @@ func servedBody(ctx context.Context, g *phi.Guard, r phi.Reader, body []byte) ([
 	if err != nil {
 		return nil, fmt.Errorf("delivery body: %w", err)
 	}
-	evs, err := g.EventsFor(ctx, r, []events.Event{{Type: typ, OrgID: orgID, Payload: payload}})
+	return servedEvent(ctx, g, r, events.Event{Type: typ, OrgID: orgID, Payload: payload}, body)
+}
+
+// servedEvent is servedBody for ev's body (Body(ev)), which it need not read unless patient data
+// must go: the consumer's first attempts, made from the events it reads.
+func servedEvent(ctx context.Context, g *phi.Guard, r phi.Reader, ev events.Event, body []byte) ([]byte, error) {
+	evs, err := g.EventsFor(ctx, r, []events.Event{ev})
 	if err != nil {
 		return nil, err
 	}

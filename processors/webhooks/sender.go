@@ -12,6 +12,8 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 	"unicode/utf8"
 
@@ -28,16 +30,27 @@ const responseBodyLimit = 1 << 10
 // drainLimit is how much more of an answer is read, unkept, so the connection can be reused.
 const drainLimit = 64 << 10
 
-// sender makes signed delivery attempts. Its client refuses non-public destinations at connect
-// time (unless allowPrivate), follows no redirects, uses no proxy from the environment (a proxy
-// would connect on our behalf, past the address check) and bounds what an answer may hold it
-// with (egress.Guard, egress.MaxAnswerHeaderBytes). Over TLS it offers HTTP/2 and HTTP/1.1 and
-// takes what the receiver chooses; plain http:// (allowPrivate only) is HTTP/1.1. Connections
-// are kept alive and reused either way.
+// sender makes signed delivery attempts. Its transport refuses non-public destinations at
+// connect time (unless allowPrivate), uses no proxy from the environment (a proxy would connect
+// on our behalf, past the address check) and bounds what an answer may hold it with
+// (egress.Guard, egress.MaxAnswerHeaderBytes). Over TLS it offers HTTP/2 and HTTP/1.1 and takes
+// what the receiver chooses; plain http:// (allowPrivate only) is HTTP/1.1. Connections are kept
+// alive and reused either way.
+//
+// Attempts go to the transport itself, not through an http.Client: a client's only work here
+// would be following redirects, which an attempt never does (a 3xx is a failed attempt: the
+// subscription's URL is the only destination), and copying every request's headers for them.
+// A subscription's URL is parsed once (urls), not on every attempt.
 type sender struct {
-	client  *http.Client
+	rt      http.RoundTripper
 	timeout time.Duration
+	urls    sync.Map // URL string → *url.URL, parsed; cleared when it holds maxParsedURLs
+	nurls   atomic.Int32
 }
+
+// maxParsedURLs bounds sender.urls: URLs of subscriptions since deleted or re-pointed stay in it
+// until it is cleared.
+const maxParsedURLs = 4096
 
 // newSender returns a sender; roots, when not nil, are the certificate authorities receivers'
 // certificates are checked against (nil: the system's).
@@ -64,17 +77,41 @@ func newSender(allowPrivate bool, timeout time.Duration, maxConnsPerHost int, ro
 	if roots != nil {
 		tr.TLSClientConfig = &tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS12}
 	}
-	return &sender{
-		timeout: timeout,
-		client: &http.Client{
-			Transport: egress.Guard(tr),
-			// 3xx is a failed attempt: the subscription's URL is the only destination.
-			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
-		},
+	return &sender{timeout: timeout, rt: egress.Guard(tr)}
+}
+
+func (s *sender) close() {
+	if c, ok := s.rt.(interface{ CloseIdleConnections() }); ok {
+		c.CloseIdleConnections()
 	}
 }
 
-func (s *sender) close() { s.client.CloseIdleConnections() }
+// parse returns raw parsed, from s.urls when it was parsed before. A URL that does not parse is
+// not kept.
+func (s *sender) parse(raw string) (*url.URL, error) {
+	if u, ok := s.urls.Load(raw); ok {
+		return u.(*url.URL), nil
+	}
+	u, err := url.Parse(raw)
+	if err != nil {
+		return nil, err
+	}
+	if s.nurls.Add(1) > maxParsedURLs {
+		s.urls.Clear()
+		s.nurls.Store(1)
+	}
+	s.urls.Store(raw, u)
+	return u, nil
+}
+
+// The headers every attempt sends beside its signature's, as set on each request's header map.
+var (
+	contentTypeJSON = []string{"application/json"}
+	userAgentHeader = []string{userAgent}
+)
+
+// answers holds the buffers an attempt reads the first bytes of an answer into.
+var answers = sync.Pool{New: func() any { return new([responseBodyLimit]byte) }}
 
 // outcome is what one attempt found.
 type outcome struct {
@@ -94,7 +131,7 @@ func (o outcome) Succeeded() bool { return o.StatusCode >= 200 && o.StatusCode <
 func (o outcome) Gone() bool { return o.StatusCode == http.StatusGone }
 
 // send POSTs body to url signed for message id with secrets (current first).
-func (s *sender) send(ctx context.Context, url, id string, body []byte, secrets []string) outcome {
+func (s *sender) send(ctx context.Context, rawURL, id string, body []byte, secrets []string) outcome {
 	now := time.Now()
 	h := http.Header{}
 	out := outcome{AttemptedAt: now, Header: h} // the client does not change a request's headers
@@ -102,30 +139,38 @@ func (s *sender) send(ctx context.Context, url, id string, body []byte, secrets 
 		out.Err = "signing: " + err.Error()
 		return out
 	}
+	u, err := s.parse(rawURL)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		out.Err = "bad url"
+		return out
+	}
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
+	// An empty URL parses to nothing in particular: the request is then given u, which requests
+	// only read, and the body's length and GetBody (for a retry on a new HTTP/2 stream).
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "", bytes.NewReader(body))
 	if err != nil {
 		out.Err = "bad url"
 		return out
 	}
-	h.Set("Content-Type", "application/json")
-	h.Set("User-Agent", userAgent)
+	req.URL = u
+	h["Content-Type"], h["User-Agent"] = contentTypeJSON, userAgentHeader
 	req.Header = h
 
-	resp, err := s.client.Do(req)
+	resp, err := s.rt.RoundTrip(req)
 	if err != nil {
 		out.Latency = time.Since(now)
 		out.Err = egress.Clip(describeSendError(err, ctx), egress.MaxErrorText)
 		return out
 	}
-	buf := make([]byte, responseBodyLimit)
-	n, _ := io.ReadFull(resp.Body, buf)
+	buf := answers.Get().(*[responseBodyLimit]byte)
+	n, _ := io.ReadFull(resp.Body, buf[:])
 	_, _ = io.CopyN(io.Discard, resp.Body, drainLimit)
 	resp.Body.Close()
 	out.Latency = time.Since(now)
 	out.StatusCode = resp.StatusCode
 	out.ResponseBody = egress.Clip(cleanText(buf[:n]), responseBodyLimit)
+	answers.Put(buf)
 	switch {
 	case out.Succeeded():
 	case resp.StatusCode >= 300 && resp.StatusCode < 400:
