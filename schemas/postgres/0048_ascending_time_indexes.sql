@@ -1,23 +1,29 @@
 -- Time-ordered indexes of the tables written at stream speed, in ascending order.
 --
--- Their rows arrive in time order, so each new entry of an index led by (group, time desc, id
--- desc) goes before every other entry of its group: to the left of the page it lands on. A
--- b-tree page that fills up is split in half unless the entry goes at its right end (the
--- rightmost page, or a group's ever-increasing tail, nbtsplitloc.c), so these indexes stayed
--- half full: after one webhook load, event_log_project 50.6 % and webhook_deliveries_webhook
--- 51.7 % of their leaf pages used, against 85-90 % for the ascending ones beside them
--- (pgstattuple). Twice the pages meant twice the page splits, each one logged with half a page,
--- and twice the new pages the table's files grow by.
+-- Rows arrive in time order, so each new entry of an index led by (group, time desc, id desc)
+-- goes before every other entry of its group, to the left of where the last one went. A b-tree
+-- leaf that fills up splits in half, and the left half, which takes the next entries, splits
+-- again: the right half is never written to again. After one subscription's webhook load,
+-- event_log_project was 50.6 % full and webhook_deliveries_webhook 51.7 %, against 85-90 % for
+-- the ascending indexes beside them (pgstattuple). Twice the pages meant twice the page splits,
+-- each logged with half a page, and twice the new pages the files grow by.
 --
--- In ascending order the same entries go to their group's right end. A b-tree is read in
--- either direction, so the pages newest first (order by created_at desc, id desc) read the same
--- index backwards, and every query keeps its plan.
+-- In ascending order the entries go to their group's right end. Postgres packs the rightmost
+-- leaf of an index to its fillfactor (90 %) when it splits, so the index led by time alone
+-- (audit_log_time) and the group that sorts last in the others (an installation's only project,
+-- organization or subscription, or the newest subscription, ids being ULIDs) fill their pages.
+-- A busy group in the middle of the key range still splits in half, as before: Postgres packs
+-- such a range only for entries no wider than two int8s (nbtsplitloc.c, _bt_afternewitemoff).
+-- Nothing is worse either way. A b-tree is read in both directions, so the pages newest first
+-- (order by created_at desc, id desc) read these indexes backwards, and every query keeps its
+-- plan (TestQueryEventsPlans).
 --
 -- Rebuilding an index holds the table's writes until it is built (this file runs in one
 -- transaction). All three tables are written by Kafka consumers (the event log's, the audit
 -- log's, the webhook dispatcher's), which wait and then go on from their committed offsets; a
--- redelivery asked for over the API waits with them. A production event log lives in
--- ClickHouse, so there these Postgres tables are small.
+-- redelivery asked for over the API waits with them. Where the event log and the audit log
+-- live in ClickHouse these two Postgres tables are empty; webhook_deliveries holds the
+-- deliveries of its retention period in every installation.
 
 drop index event_log_project;
 create index event_log_project on event_log (project_id, created_at, id) include (org_id);
