@@ -3,7 +3,6 @@ package webhooks
 import (
 	"context"
 	"net/http"
-	"os"
 	"syscall"
 	"testing"
 	"time"
@@ -19,14 +18,7 @@ import (
 // at once (SIGQUIT: nothing more reaches disk) as soon as the consumer has committed, and the
 // retry still comes once it is back.
 func TestFirstAttemptOutlivesACrashOfPostgres(t *testing.T) {
-	dir, err := os.MkdirTemp("/tmp", "carehub-webhooks-pgcrash-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = os.RemoveAll(dir) })
-	if err := os.Chmod(dir, 0o755); err != nil { // the server's user must reach its data dir
-		t.Fatal(err)
-	}
+	dir := testenv.ClusterDir(t)
 	ctx := context.Background()
 	local := startCluster(t, dir)
 	dsn := local.DSN("postgres")

@@ -12,6 +12,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"carehub/internal/testenv"
 	"carehub/kernel/events"
 	"carehub/kernel/ids"
 	"carehub/storage"
@@ -234,7 +235,7 @@ func BenchmarkAppendEventsDurable(b *testing.B) {
 	if os.Getenv("CAREHUB_BENCH_DURABLE") == "" {
 		b.Skip("set CAREHUB_BENCH_DURABLE=1 to start a durable cluster and measure appends on it")
 	}
-	l, _ := startLocal(b, clusterDir(b), postgres.LocalConfig{Attached: true})
+	l, _ := startLocal(b, testenv.ClusterDir(b), postgres.LocalConfig{Attached: true})
 	ctx := context.Background()
 	pool, err := postgres.Connect(ctx, l.DSN("postgres"))
 	if err != nil {

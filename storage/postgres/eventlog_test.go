@@ -116,7 +116,7 @@ from generate_series(1, 200000) as i`)
 // pages, page splits and WAL. The rows are one project's events of one type, the audit of one
 // organization and one subscription's deliveries: a b-tree fills the pages of the group that
 // sorts last (the embedded default's single organization); a busy group among many fills its
-// pages only when its entries are of one size (nbtsplitloc.c).
+// pages only when its entries are of one size and no wider than two int8s (nbtsplitloc.c).
 func TestTimeIndexesFillTheirPages(t *testing.T) {
 	pool := pgtest.New(t)
 	ctx := context.Background()

@@ -110,7 +110,7 @@ func fullDiskDir(t *testing.T) string {
 	if os.Geteuid() != 0 {
 		testenv.Missing(t, "needs root to mount a tmpfs as the full disk")
 	}
-	mnt := clusterDir(t)
+	mnt := testenv.ClusterDir(t)
 	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size=128m,mode=0755", "tmpfs", mnt).CombinedOutput(); err != nil {
 		testenv.Missing(t, "cannot mount a tmpfs: %v: %s", err, bytes.TrimSpace(out))
 	}

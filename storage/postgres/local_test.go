@@ -18,6 +18,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"carehub/internal/testenv"
 	"carehub/storage/postgres"
 )
 
@@ -34,7 +35,7 @@ func TestFindBinaries(t *testing.T) {
 }
 
 func TestLocalLifecycle(t *testing.T) {
-	dir := clusterDir(t)
+	dir := testenv.ClusterDir(t)
 	l, first := startLocal(t, dir, postgres.LocalConfig{})
 	t.Logf("first start (initdb + start): %v", first)
 
@@ -104,7 +105,7 @@ func TestLocalLifecycle(t *testing.T) {
 // A carehub that was SIGKILLed leaves its (detached) server running; the next start adopts it
 // rather than restarting it.
 func TestLocalAdoptsRunningServer(t *testing.T) {
-	dir := clusterDir(t)
+	dir := testenv.ClusterDir(t)
 	first, _ := startLocal(t, dir, postgres.LocalConfig{Unsafe: true})
 	pid := postmasterPID(t, first)
 	conn := connect(t, first.DSN("postgres"))
@@ -127,7 +128,7 @@ func TestLocalAdoptsRunningServer(t *testing.T) {
 // Two carehubs starting on one fresh dir at once: one creates and starts the cluster, the
 // other waits and adopts it.
 func TestLocalConcurrentStarts(t *testing.T) {
-	dir := clusterDir(t)
+	dir := testenv.ClusterDir(t)
 	var (
 		wg     sync.WaitGroup
 		locals [2]*postgres.Local
@@ -157,7 +158,7 @@ func TestLocalConcurrentStarts(t *testing.T) {
 }
 
 func TestLocalCrashRecovery(t *testing.T) {
-	dir := clusterDir(t)
+	dir := testenv.ClusterDir(t)
 	l, _ := startLocal(t, dir, postgres.LocalConfig{})
 	if _, err := connect(t, l.DSN("postgres")).Exec(context.Background(),
 		"CREATE TABLE durable (v int); INSERT INTO durable VALUES (42)"); err != nil {
@@ -205,7 +206,7 @@ func TestLocalCrashRecovery(t *testing.T) {
 }
 
 func TestLocalLongDirUsesShortSocketDir(t *testing.T) {
-	dir := filepath.Join(clusterDir(t), strings.Repeat("d", 100))
+	dir := filepath.Join(testenv.ClusterDir(t), strings.Repeat("d", 100))
 	l, _ := startLocal(t, dir, postgres.LocalConfig{Unsafe: true})
 	t.Cleanup(func() { _ = os.RemoveAll(l.SocketDir()) })
 	if !strings.HasPrefix(l.DataDir(), dir) {
@@ -231,7 +232,7 @@ func TestLocalRelocatesUnreachableDir(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("relocation happens only when running as root")
 	}
-	parent := clusterDir(t)
+	parent := testenv.ClusterDir(t)
 	if err := os.Chmod(parent, 0o700); err != nil { // root's, closed to postgres, like /root
 		t.Fatal(err)
 	}
@@ -280,7 +281,7 @@ func TestLocalSweepsClustersOfDeletedTemporaryDirs(t *testing.T) {
 		t.Skip("relocation happens only when running as root")
 	}
 	closed := func() string {
-		parent := clusterDir(t)
+		parent := testenv.ClusterDir(t)
 		if err := os.Chmod(parent, 0o700); err != nil { // closed to postgres: relocated
 			t.Fatal(err)
 		}
@@ -306,7 +307,7 @@ func TestLocalSweepsClustersOfDeletedTemporaryDirs(t *testing.T) {
 // An attached server dies with its parent, so a killed test binary leaves none behind, and
 // the next start recovers its data dir.
 func TestLocalAttachedDiesWithParent(t *testing.T) {
-	dir := clusterDir(t)
+	dir := testenv.ClusterDir(t)
 	helper := exec.Command(os.Args[0], "-test.run=^$")
 	helper.Env = append(os.Environ(), helperEnv+"="+dir)
 	helper.Stderr = os.Stderr
@@ -346,21 +347,6 @@ func TestLocalAttachedDiesWithParent(t *testing.T) {
 		t.Errorf("attached server still running after Stop: %v", err)
 	}
 	stop(t, l)
-}
-
-// clusterDir returns a fresh directory under /tmp, reachable by user postgres with its
-// subdirectories (t.TempDir's are not: 0700 parents), and short enough for a socket path.
-func clusterDir(t testing.TB) string {
-	t.Helper()
-	dir, err := os.MkdirTemp("/tmp", "carehub-localtest-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = os.RemoveAll(dir) })
-	if err := os.Chmod(dir, 0o755); err != nil { // MkdirTemp's 0700 would close subdirs to postgres
-		t.Fatal(err)
-	}
-	return dir
 }
 
 func startLocal(t testing.TB, dir string, cfg postgres.LocalConfig) (*postgres.Local, time.Duration) {
