@@ -161,15 +161,9 @@ func marshalPayload(payload any) (json.RawMessage, error) {
 	switch p := payload.(type) {
 	case nil:
 		return json.RawMessage(`{}`), nil
-	case json.RawMessage:
-		if !json.Valid(p) {
-			return nil, fmt.Errorf("%w: payload is not valid JSON", ErrInvalidEnvelope)
-		}
+	case json.RawMessage: // New's Validate checks it
 		return p, nil
 	case []byte:
-		if !json.Valid(p) {
-			return nil, fmt.Errorf("%w: payload is not valid JSON", ErrInvalidEnvelope)
-		}
 		return json.RawMessage(p), nil
 	}
 	raw, err := json.Marshal(payload)

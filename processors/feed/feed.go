@@ -11,6 +11,7 @@
 package feed
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -263,44 +264,16 @@ func (s *Service) publish(ctx context.Context, drafts []Draft, field func(int) s
 		return nil, err
 	}
 	bad := map[string]string{}
+	evs := make([]events.Event, len(drafts))
 	for i, d := range drafts {
-		if d.ProjectID == "" {
-			bad[field(i)+"projectId"] = "is required"
-		}
-		if !events.ValidType(d.Type) {
-			bad[field(i)+"type"] = "must be two or more dot-separated segments of a-z, 0-9 and _, such as device.observation_received"
-		}
-		// What the event log cannot store must not be acknowledged: it would reach the log's
-		// writer, which cannot commit past it. Storable also says whether it is JSON at all.
-		var storable error
-		if len(d.Payload) <= MaxPayloadBytes {
-			storable = jsonwire.Storable(d.Payload)
-		}
-		switch t := strings.TrimSpace(string(d.Payload)); {
-		case len(d.Payload) > MaxPayloadBytes:
-			bad[field(i)+"payload"] = fmt.Sprintf("is %d bytes; at most %d (256 KiB) are allowed", len(d.Payload), MaxPayloadBytes)
-		case !strings.HasPrefix(t, "{") || errors.Is(storable, jsonwire.ErrInvalidJSON):
-			bad[field(i)+"payload"] = "must be a JSON object"
-		default:
-			if name := repeatedMember(d.Payload); name != "" {
-				bad[field(i)+"payload"] = fmt.Sprintf("names the member %q twice", name)
-			}
-			if se, ok := errors.AsType[*jsonwire.StorableError](storable); ok {
-				bad[strings.TrimSuffix(field(i)+"payload."+se.Path, ".")] = se.Reason
-			}
-		}
+		evs[i] = draftEvent(d, field(i), bad)
 	}
 	if len(bad) > 0 {
 		return nil, fault.Validation("invalid event", bad)
 	}
-	evs := make([]events.Event, len(drafts))
 	for i, d := range drafts {
-		orgID, err := s.projects.Lookup(ctx, s.pool, p, d.ProjectID)
-		if err != nil {
+		if evs[i].OrgID, err = s.projects.Lookup(ctx, s.pool, p, d.ProjectID); err != nil {
 			return nil, err
-		}
-		if evs[i], err = events.New(d.Type, orgID, d.ProjectID, events.SourceIntegration, events.SeverityInfo, d.Payload); err != nil {
-			return nil, fault.Invalid("invalid event %s: %v", strings.TrimSuffix(field(i), "."), err)
 		}
 	}
 	if !p.SeesRealPatients() {
@@ -327,6 +300,46 @@ func (s *Service) publish(ctx context.Context, drafts []Draft, field func(int) s
 		return nil, fmt.Errorf("publish events: %w", err)
 	}
 	return s.serve(ctx, evs), nil
+}
+
+// draftEvent is the event d makes, but for its organization (its project's, looked up once
+// every draft is valid), or the zero Event with each invalid field of d in bad, its name
+// prefixed. The payload is read once for all its checks: events.New's (jsonwire.Storable, which
+// also says whether it is JSON at all) and the repeated member's. What the event log cannot
+// store must not be acknowledged: it would reach the log's writer, which cannot commit past it.
+func draftEvent(d Draft, prefix string, bad map[string]string) events.Event {
+	if d.ProjectID == "" {
+		bad[prefix+"projectId"] = "is required"
+	}
+	if t := bytes.TrimLeft(d.Payload, " \t\r\n"); len(d.Payload) > MaxPayloadBytes {
+		bad[prefix+"payload"] = fmt.Sprintf("is %d bytes; at most %d (256 KiB) are allowed", len(d.Payload), MaxPayloadBytes)
+	} else if len(t) == 0 || t[0] != '{' {
+		bad[prefix+"payload"] = "must be a JSON object"
+	}
+	var (
+		ev  events.Event
+		err error
+	)
+	switch {
+	case !events.ValidType(d.Type):
+		bad[prefix+"type"] = "must be two or more dot-separated segments of a-z, 0-9 and _, such as device.observation_received"
+		if bad[prefix+"payload"] == "" {
+			err = jsonwire.Storable(d.Payload)
+		}
+	case bad[prefix+"payload"] == "":
+		// The only faults New can find in it now are the payload's: the rest is set here.
+		ev, err = events.New(d.Type, "", d.ProjectID, events.SourceIntegration, events.SeverityInfo, d.Payload)
+	}
+	if se, ok := errors.AsType[*jsonwire.StorableError](err); ok {
+		bad[strings.TrimSuffix(prefix+"payload."+se.Path, ".")] = se.Reason
+	} else if err != nil {
+		bad[prefix+"payload"] = "must be a JSON object"
+	} else if bad[prefix+"payload"] == "" {
+		if name := repeatedMember(d.Payload); name != "" {
+			bad[prefix+"payload"] = fmt.Sprintf("names the member %q twice", name)
+		}
+	}
+	return ev
 }
 
 // syntheticOnly refuses the events of a test credential that name a patient other than a
