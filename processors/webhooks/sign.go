@@ -4,10 +4,13 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"fmt"
 	"strconv"
 	"time"
+	"unicode/utf8"
 
 	"carehub/kernel/events"
+	"carehub/kernel/jsonwire"
 )
 
 // userAgent identifies carehub's deliveries to receivers.
@@ -25,19 +28,31 @@ type deliveredEvent struct {
 }
 
 // Body returns the bytes delivered for ev: {event, timestamp, org_id, project_id, payload}, with
-// timestamp the event's createdAt in RFC 3339 UTC.
+// timestamp the event's createdAt in RFC 3339 UTC. It writes what json.Marshal writes of a
+// deliveredEvent, without reflection and without escaping <, > and & for HTML (the two decode
+// alike, as events.Encode's envelope does): every delivery's body is made here, and
+// json.Marshal was a fiftieth of the node's CPU at stream speed. It fails as json.Marshal
+// does, when the payload is not JSON.
 func Body(ev events.Event) ([]byte, error) {
 	payload := ev.Payload
 	if len(payload) == 0 {
 		payload = json.RawMessage(`{}`)
 	}
-	return json.Marshal(deliveredEvent{
-		Event:     ev.Type,
-		Timestamp: ev.CreatedAt.UTC().Format(time.RFC3339Nano),
-		OrgID:     ev.OrgID,
-		ProjectID: ev.ProjectID,
-		Payload:   payload,
-	})
+	if !utf8.ValidString(ev.Type) || !utf8.ValidString(ev.OrgID) || !utf8.ValidString(ev.ProjectID) {
+		// Not what a decoded event holds: encoding/json says what it makes of them.
+		return json.Marshal(deliveredEvent{Event: ev.Type, Timestamp: ev.CreatedAt.UTC().Format(time.RFC3339Nano),
+			OrgID: ev.OrgID, ProjectID: ev.ProjectID, Payload: payload})
+	}
+	b := make([]byte, 0, len(payload)+len(ev.Type)+len(ev.OrgID)+len(ev.ProjectID)+96)
+	b = jsonwire.AppendString(append(b, `{"event":`...), ev.Type)
+	b = ev.CreatedAt.UTC().AppendFormat(append(b, `,"timestamp":"`...), time.RFC3339Nano)
+	b = jsonwire.AppendString(append(b, `","org_id":`...), ev.OrgID)
+	b = jsonwire.AppendString(append(b, `,"project_id":`...), ev.ProjectID)
+	b, err := jsonwire.AppendCompact(append(b, `,"payload":`...), payload)
+	if err != nil {
+		return nil, fmt.Errorf("the payload is not JSON: %w", err)
+	}
+	return append(b, '}'), nil
 }
 
 // BatchIDPrefix starts the webhook-id of a batched POST (an ordered subscription with batchSize
