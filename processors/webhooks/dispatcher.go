@@ -386,7 +386,7 @@ func (d *Dispatcher) record(ctx context.Context, all []events.Event) error {
 	if err != nil {
 		return fmt.Errorf("load subscriptions: %w", err)
 	}
-	var rows []newDelivery
+	rows := make([]newDelivery, 0, len(evs)) // one subscription an event, as most are
 	subs := map[string]cachedSub{}
 	for _, ev := range evs {
 		var body []byte

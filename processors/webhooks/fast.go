@@ -108,7 +108,7 @@ func fastMode(set Settings) bool { return !set.Ordered && set.MaxInFlight > 1 &&
 // pickFast splits rows into the deliveries the consumer sends itself and the rest.
 func (d *Dispatcher) pickFast(ctx context.Context, rows []newDelivery, subs map[string]cachedSub) ([]*fastLane, []newDelivery, error) {
 	now := time.Now()
-	var hooks, evIDs []string
+	hooks, evIDs := make([]string, 0, len(rows)), make([]string, 0, len(rows))
 	for _, r := range rows {
 		if d.fastEligible(subs[r.webhookID], now) {
 			hooks = append(hooks, r.webhookID)
@@ -157,6 +157,7 @@ where exists (select 1 from webhook_deliveries d where d.webhook_id = w and d.st
 	var lanes []*fastLane
 	byHook := map[string]*fastLane{}
 	rest := rows[:0:0]
+	items := make([]fastItem, len(hooks)) // the poll's items in one allocation: at most one an eligible row
 	for _, r := range rows {
 		sub := subs[r.webhookID]
 		t := targets[sub.id]
@@ -173,7 +174,10 @@ where exists (select 1 from webhook_deliveries d where d.webhook_id = w and d.st
 				byHook[sub.id] = fl
 				lanes = append(lanes, fl)
 			}
-			fl.items = append(fl.items, &fastItem{fl: fl, row: r, sent: make(chan struct{})})
+			it := &items[0]
+			items = items[1:]
+			*it = fastItem{fl: fl, row: r, sent: make(chan struct{})}
+			fl.items = append(fl.items, it)
 		}
 	}
 	return lanes, rest, nil
