@@ -46,9 +46,10 @@ func benchEvents(n int, project func(i int) string, at func(i int) time.Time) []
 }
 
 // BenchmarkAppendEvents measures AppendEvents' throughput per batch size and path (the COPY
-// path through a staging table, the unnest path, and AppendEvents itself, which picks one by
-// size). The test server runs with fsync and synchronous_commit off, so these are upper bounds
-// of what a durable server does; the relative order of the paths is what picks copyThreshold.
+// through a staging table, the COPY straight in, the unnest insert, and AppendEvents itself,
+// which picks one by size). The test server runs with fsync and synchronous_commit off, so
+// these are upper bounds of what a durable server does; the relative order of the paths is what
+// picks copyThreshold, together with what the loaded node's log writer does (docs/PERFORMANCE.md).
 //
 //	go test ./storage/postgres -run '^$' -bench AppendEvents -benchtime 20x
 func BenchmarkAppendEvents(b *testing.B) {
@@ -57,10 +58,11 @@ func BenchmarkAppendEvents(b *testing.B) {
 		append func(*postgres.EventLog, context.Context, []events.Event) error
 	}{
 		{"copy", (*postgres.EventLog).AppendEventsCopy},
+		{"copynew", (*postgres.EventLog).AppendEventsCopyNew},
 		{"unnest", (*postgres.EventLog).AppendEventsUnnest},
 		{"AppendEvents", (*postgres.EventLog).AppendEvents},
 	}
-	for _, size := range []int{10, 100, 1000, 5000} {
+	for _, size := range []int{10, 30, 100, 300, 1000, 5000} {
 		for _, path := range paths {
 			b.Run(fmt.Sprintf("batch=%d/%s", size, path.name), func(b *testing.B) {
 				log := postgres.NewEventLog(pgtest.New(b))

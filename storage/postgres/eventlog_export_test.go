@@ -11,10 +11,15 @@ import (
 	"carehub/storage"
 )
 
-// AppendEventsCopy and AppendEventsUnnest expose AppendEvents' two paths to the benchmarks,
-// which pick the threshold between them (copyThreshold).
+// AppendEventsCopy, AppendEventsCopyNew and AppendEventsUnnest expose AppendEvents' paths (a
+// batch staged, copied straight in, inserted from arrays) to the benchmarks, which pick the
+// threshold between them (copyThreshold).
 func (l *EventLog) AppendEventsCopy(ctx context.Context, evs []events.Event) error {
 	return pgx.BeginFunc(ctx, l.pool, func(tx pgx.Tx) error { return appendCopy(ctx, tx, evs) })
+}
+
+func (l *EventLog) AppendEventsCopyNew(ctx context.Context, evs []events.Event) error {
+	return l.pool.AcquireFunc(ctx, func(c *pgxpool.Conn) error { return copyNew(ctx, c, evs) })
 }
 
 func (l *EventLog) AppendEventsUnnest(ctx context.Context, evs []events.Event) error {
