@@ -259,6 +259,7 @@ func (d *Dispatcher) run(ctx context.Context) error {
 	errc := make(chan error, 1)
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	defer context.AfterFunc(ctx, d.sender.abort)() // fasthttp's attempts take no context (plain.go)
 	start := func(name string, fn func(context.Context) error) {
 		wg.Go(func() {
 			if err := fn(ctx); err != nil && ctx.Err() == nil {

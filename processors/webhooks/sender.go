@@ -34,15 +34,16 @@ const drainLimit = 64 << 10
 // connect time (unless allowPrivate), uses no proxy from the environment (a proxy would connect
 // on our behalf, past the address check) and bounds what an answer may hold it with
 // (egress.Guard, egress.MaxAnswerHeaderBytes). Over TLS it offers HTTP/2 and HTTP/1.1 and takes
-// what the receiver chooses; plain http:// (allowPrivate only) is HTTP/1.1. Connections are kept
-// alive and reused either way.
+// what the receiver chooses; plain http:// (allowPrivate only) is HTTP/1.1, through fasthttp's
+// client under the same rules (plain.go). Connections are kept alive and reused either way.
 //
-// Attempts go to the transport itself, not through an http.Client: a client's only work here
-// would be following redirects, which an attempt never does (a 3xx is a failed attempt: the
+// Attempts over TLS go to the transport itself, not through an http.Client: a client's only work
+// here would be following redirects, which an attempt never does (a 3xx is a failed attempt: the
 // subscription's URL is the only destination), and copying every request's headers for them.
 // A subscription's URL is parsed once (urls), not on every attempt.
 type sender struct {
-	rt      http.RoundTripper
+	rt      http.RoundTripper // https://
+	plain   *plainClient      // http:// (plain.go)
 	timeout time.Duration
 	urls    sync.Map // URL string → *url.URL, parsed; cleared when it holds maxParsedURLs
 	nurls   atomic.Int32
@@ -77,14 +78,19 @@ func newSender(allowPrivate bool, timeout time.Duration, maxConnsPerHost int, ro
 	if roots != nil {
 		tr.TLSClientConfig = &tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS12}
 	}
-	return &sender{timeout: timeout, rt: egress.Guard(tr)}
+	return &sender{timeout: timeout, rt: egress.Guard(tr), plain: newPlainClient(dialer, timeout)}
 }
 
 func (s *sender) close() {
 	if c, ok := s.rt.(interface{ CloseIdleConnections() }); ok {
 		c.CloseIdleConnections()
 	}
+	s.plain.c.CloseIdleConnections()
 }
+
+// abort ends the plain attempts in flight (an https attempt ends with its context) and refuses
+// new ones: for a dispatcher that is stopping.
+func (s *sender) abort() { s.plain.conns.closeAll() }
 
 // parse returns raw parsed, from s.urls when it was parsed before. A URL that does not parse is
 // not kept.
@@ -144,6 +150,26 @@ func (s *sender) send(ctx context.Context, rawURL, id string, body []byte, secre
 		out.Err = "bad url"
 		return out
 	}
+	h["Content-Type"], h["User-Agent"] = contentTypeJSON, userAgentHeader
+	if u.Scheme == "http" {
+		s.plain.send(ctx, rawURL, h, body, now.Add(s.timeout), &out)
+	} else {
+		s.sendTLS(ctx, u, h, body, &out)
+	}
+	out.Latency = time.Since(now)
+	switch {
+	case out.StatusCode == 0, out.Succeeded():
+	case out.StatusCode >= 300 && out.StatusCode < 400:
+		out.Err = "redirect not followed"
+	default:
+		out.Err = "HTTP " + strconv.Itoa(out.StatusCode)
+	}
+	return out
+}
+
+// sendTLS POSTs body to u over net/http, HTTP/2 where the receiver offers it. It fills out's
+// status, answer and error.
+func (s *sender) sendTLS(ctx context.Context, u *url.URL, h http.Header, body []byte, out *outcome) {
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
 	// An empty URL parses to nothing in particular: the request is then given u, which requests
@@ -151,37 +177,25 @@ func (s *sender) send(ctx context.Context, rawURL, id string, body []byte, secre
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "", bytes.NewReader(body))
 	if err != nil {
 		out.Err = "bad url"
-		return out
+		return
 	}
 	req.URL = u
-	h["Content-Type"], h["User-Agent"] = contentTypeJSON, userAgentHeader
 	req.Header = h
-
 	resp, err := s.rt.RoundTrip(req)
 	if err != nil {
-		out.Latency = time.Since(now)
 		out.Err = egress.Clip(describeSendError(err, ctx), egress.MaxErrorText)
-		return out
+		return
 	}
 	buf := answers.Get().(*[responseBodyLimit]byte)
 	n, _ := io.ReadFull(resp.Body, buf[:])
 	_, _ = io.CopyN(io.Discard, resp.Body, drainLimit)
 	resp.Body.Close()
-	out.Latency = time.Since(now)
 	out.StatusCode = resp.StatusCode
 	out.ResponseBody = egress.Clip(cleanText(buf[:n]), responseBodyLimit)
 	answers.Put(buf)
-	switch {
-	case out.Succeeded():
-	case resp.StatusCode >= 300 && resp.StatusCode < 400:
-		out.Err = "redirect not followed"
-	default:
-		out.Err = "HTTP " + strconv.Itoa(resp.StatusCode)
-	}
 	if resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode == http.StatusServiceUnavailable {
 		out.RetryAfter = parseRetryAfter(resp.Header.Get("Retry-After"), time.Now())
 	}
-	return out
 }
 
 // describeSendError names a transport failure without echoing anything the receiver sent.

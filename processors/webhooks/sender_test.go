@@ -24,7 +24,7 @@ func TestSendKeepsWhatWentWrongNotWhatTheReceiverSent(t *testing.T) {
 	}{
 		{"malformed status line", "HTTP/1.1 2x0 \x00\xffOK\r\nContent-Length: 0\r\n\r\n", 0, "malformed HTTP status code"},
 		{"not HTTP", "\x00\xff\xfe SSH-2.0-rcv\r\n\r\n", 0, "malformed HTTP"},
-		{"long header line", "HTTP/1.1 200 OK\r\nX" + strings.Repeat("\x00\xffA", 10<<10) + "\r\n\r\n", 0, "malformed MIME header"},
+		{"long header line", "HTTP/1.1 200 OK\r\nX" + strings.Repeat("\x00\xffA", 10<<10) + "\r\n\r\n", 0, "malformed HTTP header"},
 		{"headers over the limit", "HTTP/1.1 200 OK\r\nX-Big: " + strings.Repeat("h", 100<<10) + "\r\n\r\n", 0, "headers exceeded"},
 		{"protocol switch", "HTTP/1.1 101 Switching Protocols\r\nUpgrade: rcv\r\nConnection: Upgrade\r\n\r\n", 0, "switched protocols"},
 		{"redirect", "HTTP/1.1 302 Found\r\nLocation: http://127.0.0.1:1/\r\nContent-Length: 0\r\n\r\n", 302, "redirect not followed"},

@@ -85,14 +85,15 @@ func TestURLRefusalNamesAllowPrivate(t *testing.T) {
 }
 
 // The dialer judges the address it connects to, after name resolution: "localhost" passes no
-// literal check here, resolves to loopback, and is refused before any byte is sent.
+// literal check here, resolves to loopback, and is refused before any byte is sent; over plain
+// http:// (fasthttp's client, plain.go) as over TLS.
 func TestDialerRefusesNonPublicAddressesAtConnect(t *testing.T) {
 	hit := false
 	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { hit = true }))
 	defer srv.Close()
 	port := srv.URL[strings.LastIndexByte(srv.URL, ':')+1:]
 	s := newSender(false, 5*time.Second, 1, nil)
-	for _, u := range []string{"https://localhost:" + port + "/", srv.URL} {
+	for _, u := range []string{"https://localhost:" + port + "/", srv.URL, "http://localhost:" + port + "/"} {
 		out := s.send(context.Background(), u, "evt_1", []byte(`{}`), []string{whsig.NewSecret()})
 		if out.StatusCode != 0 || !strings.Contains(out.Err, "webhook destination is not a public address") {
 			t.Errorf("%s: status %d, error %q; want refused at connect", u, out.StatusCode, out.Err)
