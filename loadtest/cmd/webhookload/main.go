@@ -45,7 +45,8 @@ type config struct {
 	MaxInFlight int
 	HookBatch   int
 	RateLimit   int
-	Raw         bool // also POST the same signed bodies straight to a receiver: the baseline
+	Raw         bool   // also POST the same signed bodies straight to a receiver: the baseline
+	RawClient   string // the baseline's HTTP client: net/http, or fasthttp (plain http only)
 	// The fleet (fleet.go): Subs subscriptions to the same events (0: one), Slow of them answering
 	// after a second and Failing answering 500.
 	Subs, Slow, Failing int
@@ -71,6 +72,9 @@ func (c *config) validate() error {
 	}
 	if c.H1 && c.TLSDir == "" {
 		errs = append(errs, errors.New("-h1 needs -tls-dir (plain HTTP is HTTP/1.1 already)"))
+	}
+	if c.RawClient != rawNetHTTP && c.RawClient != rawFastHTTP || c.RawClient == rawFastHTTP && c.TLSDir != "" {
+		errs = append(errs, fmt.Errorf("-raw-client %q: net/http, or fasthttp without -tls-dir", c.RawClient))
 	}
 	if host, _, err := net.SplitHostPort(c.Listen); err != nil {
 		errs = append(errs, fmt.Errorf("-listen %q: %w", c.Listen, err))
@@ -99,6 +103,7 @@ func main() {
 	flag.StringVar(&cfg.TLSDir, "tls-dir", "", "serve the receivers over HTTPS with the certificate in this directory (made if missing); start the node with --webhooks-ca-file DIR/receiver.pem")
 	flag.BoolVar(&cfg.H1, "h1", false, "with -tls-dir: the receivers offer HTTP/1.1 only (default: HTTP/2 and HTTP/1.1)")
 	flag.BoolVar(&cfg.Raw, "raw", true, "after the run, POST as many signed bodies of the same shape straight to a receiver, at the subscription's concurrency (the baseline)")
+	flag.StringVar(&cfg.RawClient, "raw-client", rawNetHTTP, "the baseline's HTTP client: net/http, or fasthttp (the client of carehub's plain http:// attempts; without -tls-dir)")
 	loadcli.Main(&cfg.Command, "webhookload", cfg.validate, func(ctx context.Context) (*report, error) { return run(ctx, cfg, os.Stderr) })
 }
 
@@ -253,7 +258,7 @@ func run(ctx context.Context, cfg config, logw io.Writer) (*report, error) {
 			conc, size = 1, max(hook.BatchSize, 1)
 		}
 		fmt.Fprintf(logw, "webhookload: raw baseline: %d signed bodies straight to a receiver, %d at a time, %d a POST\n", t.Delivered, conc, size)
-		raw, err := rawBaseline(ctx, rtls, hook.Secret, typ, int(t.Delivered), conc, size, filler)
+		raw, err := rawBaseline(ctx, rtls, cfg.RawClient, hook.Secret, typ, int(t.Delivered), conc, size, filler)
 		if err != nil {
 			return rep, fmt.Errorf("raw baseline: %w", err)
 		}
@@ -356,8 +361,8 @@ func (r *report) Print(w io.Writer) {
 	}
 	fmt.Fprintf(w, "subscription   %s; %d events out of order\n", mode, r.OutOfOrder)
 	if r.Raw != nil {
-		fmt.Fprintf(w, "raw baseline   %d events in %d POSTs, %d at a time: %.1f events/s, POST %v; carehub ÷ raw %.3f\n",
-			r.Raw.Events, r.Raw.Posts, r.Raw.Concurrency, r.Raw.PerSec, r.Raw.Latency, r.RawRatio)
+		fmt.Fprintf(w, "raw baseline   %d events in %d POSTs, %d at a time through %s: %.1f events/s, POST %v; carehub ÷ raw %.3f\n",
+			r.Raw.Events, r.Raw.Posts, r.Raw.Concurrency, r.Raw.Client, r.Raw.PerSec, r.Raw.Latency, r.RawRatio)
 	}
 	if r.Fleet != nil {
 		r.Fleet.Print(w)

@@ -119,7 +119,7 @@ func TestTrackerRefusesBadDeliveries(t *testing.T) {
 
 func TestValidate(t *testing.T) {
 	ok := func() config {
-		return config{Listen: "127.0.0.1:0", Command: loadcli.Command{URL: "http://127.0.0.1:8080", Keys: []string{"chk_live_x"},
+		return config{Listen: "127.0.0.1:0", RawClient: rawNetHTTP, Command: loadcli.Command{URL: "http://127.0.0.1:8080", Keys: []string{"chk_live_x"},
 			Load: loadcli.Load{Clients: 4, Duration: 10 * time.Second, Drain: 30 * time.Second, Batch: 1}}}
 	}
 	loadclitest.Validate(t, ok, (*config).validate, []loadclitest.Case[config]{
@@ -135,6 +135,9 @@ func TestValidate(t *testing.T) {
 		{Name: "fleet too large", Edit: func(c *config) { c.Subs = maxSubs + 1 }, Want: "-subs"},
 		{Name: "https receivers, HTTP/1.1 only", Edit: func(c *config) { c.TLSDir, c.H1 = "/tmp/whl", true }},
 		{Name: "-h1 over plain HTTP", Edit: func(c *config) { c.H1 = true }, Want: "-h1"},
+		{Name: "fasthttp baseline", Edit: func(c *config) { c.RawClient = rawFastHTTP }},
+		{Name: "fasthttp baseline over TLS", Edit: func(c *config) { c.RawClient, c.TLSDir = rawFastHTTP, "/tmp/whl" }, Want: "-raw-client"},
+		{Name: "unknown baseline client", Edit: func(c *config) { c.RawClient = "curl" }, Want: "-raw-client"},
 	})
 }
 

@@ -13,6 +13,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/valyala/fasthttp"
+
 	"carehub/kernel/events"
 	"carehub/kernel/whsig"
 	"carehub/loadtest/loadcli"
@@ -25,6 +27,7 @@ import (
 // same verifying tracker) over keep-alive connections, concurrency POSTs at a time. What carehub
 // adds is everything else: the publish, Kafka, the delivery's record, claim and outcome.
 type rawReport struct {
+	Client      string         `json:"client"` // rawNetHTTP or rawFastHTTP
 	Events      int            `json:"events"`
 	Posts       int            `json:"posts"`
 	Concurrency int            `json:"concurrency"`
@@ -34,8 +37,16 @@ type rawReport struct {
 	Failed      int64          `json:"failed"`
 }
 
-// rawBaseline POSTs n events, size a POST, conc POSTs at a time, and reports the rate.
-func rawBaseline(ctx context.Context, rtls *receiverTLS, secret, typ string, n, conc, size int, filler string) (*rawReport, error) {
+// The baseline's clients: Go's own, which carehub's https:// attempts use, and fasthttp's, which
+// its plain http:// attempts use (processors/webhooks/plain.go).
+const (
+	rawNetHTTP  = "net/http"
+	rawFastHTTP = "fasthttp"
+)
+
+// rawBaseline POSTs n events, size a POST, conc POSTs at a time through client, and reports the
+// rate.
+func rawBaseline(ctx context.Context, rtls *receiverTLS, client, secret, typ string, n, conc, size int, filler string) (*rawReport, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, err
@@ -47,6 +58,12 @@ func rawBaseline(ctx context.Context, rtls *receiverTLS, secret, typ string, n, 
 	url := rtls.scheme() + "://" + ln.Addr().String() + "/hook"
 	hc := &http.Client{Transport: rtls.transport(conc)}
 	defer hc.CloseIdleConnections()
+	post := func(id string, body []byte) error { return rawPost(ctx, hc, url, secret, id, body) }
+	if client == rawFastHTTP {
+		fc := &fasthttp.Client{MaxConnsPerHost: conc, MaxConnWaitTimeout: time.Minute}
+		defer fc.CloseIdleConnections()
+		post = func(id string, body []byte) error { return rawPostFast(fc, url, secret, id, body) }
+	}
 
 	posts := (n + size - 1) / size
 	var next atomic.Int64
@@ -63,7 +80,7 @@ func rawBaseline(ctx context.Context, rtls *receiverTLS, secret, typ string, n, 
 				}
 				id, body := rawBody(typ, p, size, min(size, n-p*size), filler)
 				t0 := time.Now()
-				if err := rawPost(ctx, hc, url, secret, id, body); err != nil {
+				if err := post(id, body); err != nil {
 					failed.Add(1)
 					continue
 				}
@@ -81,7 +98,7 @@ func rawBaseline(ctx context.Context, rtls *receiverTLS, secret, typ string, n, 
 	if got.BadSignature+got.Malformed > 0 {
 		return nil, fmt.Errorf("the baseline's own receiver refused %d bodies", got.BadSignature+got.Malformed)
 	}
-	return &rawReport{Events: int(got.Delivered), Posts: posts, Concurrency: conc, Seconds: secs,
+	return &rawReport{Client: client, Events: int(got.Delivered), Posts: posts, Concurrency: conc, Seconds: secs,
 		PerSec: float64(got.Delivered) / secs, Latency: loadcli.Ms(all), Failed: failed.Load()}, ctx.Err()
 }
 
@@ -123,6 +140,30 @@ func rawPost(ctx context.Context, hc *http.Client, url, secret, id string, body 
 	resp.Body.Close()
 	if resp.StatusCode/100 != 2 {
 		return fmt.Errorf("HTTP %d", resp.StatusCode)
+	}
+	return nil
+}
+
+func rawPostFast(fc *fasthttp.Client, url, secret, id string, body []byte) error {
+	h := http.Header{}
+	if err := whsig.SetHeaders(h, id, time.Now(), body, secret); err != nil {
+		return err
+	}
+	req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
+	defer fasthttp.ReleaseRequest(req)
+	defer fasthttp.ReleaseResponse(resp)
+	req.SetRequestURI(url)
+	req.Header.SetMethod(http.MethodPost)
+	req.Header.SetContentType("application/json")
+	for k, vs := range h {
+		req.Header.Set(k, vs[0])
+	}
+	req.SetBodyRaw(body)
+	if err := fc.Do(req, resp); err != nil {
+		return err
+	}
+	if resp.StatusCode()/100 != 2 {
+		return fmt.Errorf("HTTP %d", resp.StatusCode())
 	}
 	return nil
 }
