@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/valyala/fasthttp"
@@ -59,17 +60,37 @@ func newPlainClient(dialer *net.Dialer, timeout time.Duration) *plainClient {
 		StreamResponseBody:  true,
 		// The subscription's URL as it was given, as net/http sends it: fasthttp would otherwise
 		// rewrite "//" and "/../" in its path.
-		DisablePathNormalizing: true,
-		// A POST is not retried by fasthttp, with one exception: a kept-alive connection the
-		// receiver closed before it answered (it closed it while idle, as receivers with a short
-		// keep-alive do, just as the attempt was written). The attempt is then made once more, on
-		// a new connection, with the same webhook-id: at least once, as every retry.
+		DisablePathNormalizing:    true,
 		MaxIdemponentCallAttempts: 2,
-		RetryIfErr: func(_ *fasthttp.Request, attempts int, err error) (bool, bool) {
-			return false, attempts < 2 && (errors.Is(err, io.EOF) || errors.Is(err, fasthttp.ErrConnectionClosed))
+		ConfigureClient: func(hc *fasthttp.HostClient) error {
+			hc.RetryIfErr = retryStale(hc)
+			return nil
 		},
 	}
 	return p
+}
+
+// stale reports an error of a connection the receiver had closed: the end of it, or its reset
+// (when the receiver's reset reached the client before its close was read).
+func stale(err error) bool {
+	return errors.Is(err, io.EOF) || errors.Is(err, fasthttp.ErrConnectionClosed) ||
+		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)
+}
+
+// retryStale is a receiver's RetryIfErr. fasthttp retries no POST by itself, and unlike
+// net/http it does not notice that a receiver closed a kept-alive connection while it was idle
+// (as receivers with a keep-alive shorter than the client's 90 s do: Node's is 5 s): the next
+// attempt on it finds it closed before any answer. Such an attempt is made once more, with the
+// same webhook-id (at least once, as every retry), after the receiver's other idle connections
+// are closed too: they were idle as long, and the retry would take the next of them.
+func retryStale(hc *fasthttp.HostClient) fasthttp.RetryIfErrFunc {
+	return func(_ *fasthttp.Request, attempts int, err error) (bool, bool) {
+		if attempts >= 2 || !stale(err) {
+			return false, false
+		}
+		hc.CloseIdleConnections()
+		return false, true
+	}
 }
 
 // send POSTs body to rawURL with the headers h (net/http's header map, as recorded), until

@@ -3,14 +3,18 @@ package webhooks
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os/exec"
+	"strconv"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"carehub/internal/testenv"
 	"carehub/internal/testenv/rawhttp"
 	"carehub/kernel/whsig"
 )
@@ -138,5 +142,86 @@ func TestAbortEndsPlainAttemptsInFlight(t *testing.T) {
 	}
 	if out := s.send(context.Background(), url, "evt_2", []byte(`{}`), []string{whsig.NewSecret()}); out.StatusCode != 0 || out.Err != "stopping" {
 		t.Errorf("attempt after abort: status %d, error %q; want none, stopping", out.StatusCode, out.Err)
+	}
+}
+
+// A receiver nobody here wrote, over plain HTTP/1.1: Node.js's own server (node:http) with a
+// keep-alive of 150 ms (Node 20 closes an idle connection about a second after it), so that
+// between rounds of deliveries 1.5 s apart it closes every connection the dispatcher keeps
+// (Node's default is 5 s; many receivers are shorter than the client's 90 s).
+// Each round's first attempts find their connections closed and are made again on new ones:
+// every delivery arrives once, is recorded succeeded at its first attempt, and the Standard
+// Webhooks reference verifier accepts each signature.
+func TestDeliveryToNodeHTTP1ReceiverWithShortKeepAlive(t *testing.T) {
+	node, err := exec.LookPath("node")
+	if err != nil {
+		testenv.Missing(t, "node is not installed: the Node.js HTTP/1.1 receiver cannot run")
+	}
+	port, lines := startNodeReceiver(t, node, "h1receiver.mjs", "KEEPALIVE_MS=150")
+	f := newFixture(t)
+	sub := f.create("http://127.0.0.1:"+strconv.Itoa(port)+"/hooks", "*")
+	f.start()
+	const rounds, perRound = 3, 20
+	var ds []signedDelivery
+	ids := map[string]bool{}
+	for round := range rounds {
+		for i := range perRound {
+			f.publish("device.observation_received", map[string]int{"round": round, "n": i})
+		}
+		deadline := time.After(60 * time.Second)
+		for len(ds) < (round+1)*perRound {
+			select {
+			case l, ok := <-lines:
+				if !ok {
+					t.Fatal("the Node receiver ended")
+				}
+				var got struct {
+					HTTPVersion string            `json:"httpVersion"`
+					Headers     map[string]string `json:"headers"`
+					BodyBase64  string            `json:"bodyBase64"`
+				}
+				if err := json.Unmarshal(l, &got); err != nil {
+					t.Fatalf("receiver line %s: %v", l, err)
+				}
+				if got.HTTPVersion != "1.1" {
+					t.Errorf("a delivery over HTTP/%s, want 1.1", got.HTTPVersion)
+				}
+				ids[got.Headers["webhook-id"]] = true
+				ds = append(ds, signedDelivery{Name: got.Headers["webhook-id"], Secret: sub.Secret, Headers: got.Headers, BodyBase64: got.BodyBase64})
+			case <-deadline:
+				t.Fatalf("round %d: %d of %d deliveries at the Node receiver after 60 s", round, len(ds), (round+1)*perRound)
+			}
+		}
+		time.Sleep(1500 * time.Millisecond) // past the receiver's keep-alive: it closes the connections
+	}
+	if len(ids) != len(ds) {
+		t.Errorf("%d requests for %d deliveries: some were sent twice", len(ds), len(ids))
+	}
+	testenv.Eventually(t, 20*time.Second, "every delivery recorded", func() bool {
+		rows := f.deliveries(sub.ID)
+		for _, d := range rows {
+			if d.Status != DeliverySucceeded {
+				return false
+			}
+		}
+		return len(rows) == rounds*perRound
+	})
+	for _, d := range f.deliveries(sub.ID) {
+		if d.AttemptCount != 1 {
+			atts, err := f.svc.Attempts(f.admin, []string{d.ID})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var errs []string
+			for _, a := range atts[d.ID] {
+				if a.Error != nil {
+					errs = append(errs, *a.Error)
+				}
+			}
+			t.Errorf("delivery %s succeeded at attempt %d; the failed ones: %q", d.ID, d.AttemptCount, errs)
+		}
+	}
+	if code, rejected := verifyWithNode(t, ds); code != 0 || len(rejected) > 0 {
+		t.Errorf("the reference verifier rejected %v (exit %d)", rejected, code)
 	}
 }

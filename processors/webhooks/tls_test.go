@@ -134,42 +134,9 @@ func TestDeliveryToNodeHTTP2Receiver(t *testing.T) {
 	roots.AddCert(tlsSrv.Certificate())
 	tlsSrv.Close()
 
-	cmd := exec.Command(node, filepath.Join("nodeverify", "h2receiver.mjs"))
-	cmd.Env = append(os.Environ(), "CERT="+certFile, "KEY="+keyFile)
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd.Stderr = t.Output()
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { stdin.Close(); _ = cmd.Wait() })
-	lines := make(chan []byte, 1024)
-	go func() {
-		sc := bufio.NewScanner(stdout)
-		sc.Buffer(make([]byte, 1<<20), 1<<20)
-		for sc.Scan() {
-			lines <- append([]byte(nil), sc.Bytes()...)
-		}
-		close(lines)
-	}()
-	var listening struct{ Port int }
-	select {
-	case l, ok := <-lines:
-		if !ok || json.Unmarshal(l, &listening) != nil || listening.Port == 0 {
-			t.Fatalf("the Node receiver did not start: %s", l)
-		}
-	case <-time.After(30 * time.Second):
-		t.Fatal("the Node receiver did not start within 30 s")
-	}
-
+	port, lines := startNodeReceiver(t, node, "h2receiver.mjs", "CERT="+certFile, "KEY="+keyFile)
 	f := newFixture(t)
-	sub := f.create("https://127.0.0.1:"+strconv.Itoa(listening.Port)+"/hooks", "*")
+	sub := f.create("https://127.0.0.1:"+strconv.Itoa(port)+"/hooks", "*")
 	const n = 50
 	for i := range n {
 		f.publish("device.observation_received", map[string]int{"n": i})
@@ -204,4 +171,44 @@ func TestDeliveryToNodeHTTP2Receiver(t *testing.T) {
 	if code, rejected := verifyWithNode(t, ds); code != 0 || len(rejected) > 0 {
 		t.Errorf("the reference verifier rejected %v (exit %d)", rejected, code)
 	}
+}
+
+// startNodeReceiver runs nodeverify/script under node with env added and returns the port it
+// listens on and its lines (one a request). The receiver ends with the test.
+func startNodeReceiver(t *testing.T, node, script string, env ...string) (int, <-chan []byte) {
+	t.Helper()
+	cmd := exec.Command(node, filepath.Join("nodeverify", script))
+	cmd.Env = append(os.Environ(), env...)
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stderr = t.Output()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { stdin.Close(); _ = cmd.Wait() })
+	lines := make(chan []byte, 1024)
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		sc.Buffer(make([]byte, 1<<20), 1<<20)
+		for sc.Scan() {
+			lines <- append([]byte(nil), sc.Bytes()...)
+		}
+		close(lines)
+	}()
+	var listening struct{ Port int }
+	select {
+	case l, ok := <-lines:
+		if !ok || json.Unmarshal(l, &listening) != nil || listening.Port == 0 {
+			t.Fatalf("the Node receiver did not start: %s", l)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the Node receiver did not start within 30 s")
+	}
+	return listening.Port, lines
 }
