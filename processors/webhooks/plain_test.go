@@ -3,7 +3,6 @@ package webhooks
 import (
 	"bufio"
 	"context"
-	"encoding/json"
 	"io"
 	"net"
 	"net/http"
@@ -157,45 +156,21 @@ func TestDeliveryToNodeHTTP1ReceiverWithShortKeepAlive(t *testing.T) {
 	if err != nil {
 		testenv.Missing(t, "node is not installed: the Node.js HTTP/1.1 receiver cannot run")
 	}
-	port, lines := startNodeReceiver(t, node, "h1receiver.mjs", "KEEPALIVE_MS=150")
+	port, lines := startNodeReceiver(t, node, "KEEPALIVE_MS=150")
 	f := newFixture(t)
 	sub := f.create("http://127.0.0.1:"+strconv.Itoa(port)+"/hooks", "*")
 	f.start()
 	const rounds, perRound = 3, 20
 	var ds []signedDelivery
-	ids := map[string]bool{}
 	for round := range rounds {
 		for i := range perRound {
 			f.publish("device.observation_received", map[string]int{"round": round, "n": i})
 		}
-		deadline := time.After(60 * time.Second)
-		for len(ds) < (round+1)*perRound {
-			select {
-			case l, ok := <-lines:
-				if !ok {
-					t.Fatal("the Node receiver ended")
-				}
-				var got struct {
-					HTTPVersion string            `json:"httpVersion"`
-					Headers     map[string]string `json:"headers"`
-					BodyBase64  string            `json:"bodyBase64"`
-				}
-				if err := json.Unmarshal(l, &got); err != nil {
-					t.Fatalf("receiver line %s: %v", l, err)
-				}
-				if got.HTTPVersion != "1.1" {
-					t.Errorf("a delivery over HTTP/%s, want 1.1", got.HTTPVersion)
-				}
-				ids[got.Headers["webhook-id"]] = true
-				ds = append(ds, signedDelivery{Name: got.Headers["webhook-id"], Secret: sub.Secret, Headers: got.Headers, BodyBase64: got.BodyBase64})
-			case <-deadline:
-				t.Fatalf("round %d: %d of %d deliveries at the Node receiver after 60 s", round, len(ds), (round+1)*perRound)
-			}
-		}
+		ds = nodeDeliveries(t, lines, (round+1)*perRound, "1.1", sub.Secret, ds)
 		time.Sleep(1500 * time.Millisecond) // past the receiver's keep-alive: it closes the connections
 	}
-	if len(ids) != len(ds) {
-		t.Errorf("%d requests for %d deliveries: some were sent twice", len(ds), len(ids))
+	if len(ds) != rounds*perRound {
+		t.Errorf("%d requests for %d deliveries: some were sent twice", len(ds), rounds*perRound)
 	}
 	testenv.Eventually(t, 20*time.Second, "every delivery recorded", func() bool {
 		rows := f.deliveries(sub.ID)

@@ -134,7 +134,7 @@ func TestDeliveryToNodeHTTP2Receiver(t *testing.T) {
 	roots.AddCert(tlsSrv.Certificate())
 	tlsSrv.Close()
 
-	port, lines := startNodeReceiver(t, node, "h2receiver.mjs", "CERT="+certFile, "KEY="+keyFile)
+	port, lines := startNodeReceiver(t, node, "CERT="+certFile, "KEY="+keyFile)
 	f := newFixture(t)
 	sub := f.create("https://127.0.0.1:"+strconv.Itoa(port)+"/hooks", "*")
 	const n = 50
@@ -142,42 +142,17 @@ func TestDeliveryToNodeHTTP2Receiver(t *testing.T) {
 		f.publish("device.observation_received", map[string]int{"n": i})
 	}
 	f.start(func(c *DispatcherConfig) { c.RootCAs = roots })
-	var ds []signedDelivery
-	ids := map[string]bool{}
-	deadline := time.After(60 * time.Second)
-	for len(ids) < n {
-		select {
-		case l, ok := <-lines:
-			if !ok {
-				t.Fatal("the Node receiver ended")
-			}
-			var got struct {
-				HTTPVersion string            `json:"httpVersion"`
-				Headers     map[string]string `json:"headers"`
-				BodyBase64  string            `json:"bodyBase64"`
-			}
-			if err := json.Unmarshal(l, &got); err != nil {
-				t.Fatalf("receiver line %s: %v", l, err)
-			}
-			if got.HTTPVersion != "2.0" {
-				t.Errorf("a delivery over HTTP/%s, want 2.0", got.HTTPVersion)
-			}
-			ids[got.Headers["webhook-id"]] = true
-			ds = append(ds, signedDelivery{Name: got.Headers["webhook-id"], Secret: sub.Secret, Headers: got.Headers, BodyBase64: got.BodyBase64})
-		case <-deadline:
-			t.Fatalf("%d of %d deliveries at the Node receiver after 60 s", len(ids), n)
-		}
-	}
+	ds := nodeDeliveries(t, lines, n, "2.0", sub.Secret, nil)
 	if code, rejected := verifyWithNode(t, ds); code != 0 || len(rejected) > 0 {
 		t.Errorf("the reference verifier rejected %v (exit %d)", rejected, code)
 	}
 }
 
-// startNodeReceiver runs nodeverify/script under node with env added and returns the port it
-// listens on and its lines (one a request). The receiver ends with the test.
-func startNodeReceiver(t *testing.T, node, script string, env ...string) (int, <-chan []byte) {
+// startNodeReceiver runs nodeverify/receiver.mjs under node with env added and returns the port
+// it listens on and its lines (one a request). The receiver ends with the test.
+func startNodeReceiver(t *testing.T, node string, env ...string) (int, <-chan []byte) {
 	t.Helper()
-	cmd := exec.Command(node, filepath.Join("nodeverify", script))
+	cmd := exec.Command(node, filepath.Join("nodeverify", "receiver.mjs"))
 	cmd.Env = append(os.Environ(), env...)
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
@@ -211,4 +186,40 @@ func startNodeReceiver(t *testing.T, node, script string, env ...string) (int, <
 		t.Fatal("the Node receiver did not start within 30 s")
 	}
 	return listening.Port, lines
+}
+
+// nodeDeliveries reads a Node receiver's lines onto ds until they hold n deliveries (distinct
+// webhook-ids), each of which must have come over HTTP/version, and returns every request read
+// as a delivery signed with secret.
+func nodeDeliveries(t *testing.T, lines <-chan []byte, n int, version, secret string, ds []signedDelivery) []signedDelivery {
+	t.Helper()
+	ids := map[string]bool{}
+	for _, d := range ds {
+		ids[d.Name] = true
+	}
+	deadline := time.After(60 * time.Second)
+	for len(ids) < n {
+		select {
+		case l, ok := <-lines:
+			if !ok {
+				t.Fatal("the Node receiver ended")
+			}
+			var got struct {
+				HTTPVersion string            `json:"httpVersion"`
+				Headers     map[string]string `json:"headers"`
+				BodyBase64  string            `json:"bodyBase64"`
+			}
+			if err := json.Unmarshal(l, &got); err != nil {
+				t.Fatalf("receiver line %s: %v", l, err)
+			}
+			if got.HTTPVersion != version {
+				t.Errorf("a delivery over HTTP/%s, want %s", got.HTTPVersion, version)
+			}
+			ids[got.Headers["webhook-id"]] = true
+			ds = append(ds, signedDelivery{Name: got.Headers["webhook-id"], Secret: secret, Headers: got.Headers, BodyBase64: got.BodyBase64})
+		case <-deadline:
+			t.Fatalf("%d of %d deliveries at the Node receiver after 60 s", len(ids), n)
+		}
+	}
+	return ds
 }
