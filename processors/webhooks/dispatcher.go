@@ -185,6 +185,8 @@ type Dispatcher struct {
 	cool   map[string]time.Time     // by subscription: until when the consumer leaves it to the schedule (fast.go)
 	sent   map[[2]string]fastResult // first attempts made whose deliveries were not recorded, by (subscription, event)
 	polls  *atomic.Int64            // the most events the next poll takes (sizePolls)
+	slots  map[string]subSlots      // by subscription: its first attempts in flight, across polls (fast.go)
+	rebal  *consume.Rebalancing     // tells the consumer that a rebalance waits for the polls it holds
 	spills sync.WaitGroup           // first attempts that outran fastWait, their outcomes not yet written
 
 	runOnce  sync.Once
@@ -199,7 +201,8 @@ func NewDispatcher(cfg DispatcherConfig) (*Dispatcher, error) {
 	}
 	// The runner blocks rebalances while a poll is in hand, so a revoked partition's offsets are
 	// committed (after its deliveries are recorded) before another member takes it.
-	opts := append(consume.GroupOpts(cfg.Group, cfg.Topic),
+	rebal := &consume.Rebalancing{}
+	opts := append(consume.GroupOpts(cfg.Group, cfg.Topic), rebal.Opt(),
 		// A new group starts at the beginning: subscriptions only get events created after them
 		// (within creationSkew), so the history of the topic is not replayed to anyone.
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
@@ -239,6 +242,8 @@ func NewDispatcher(cfg DispatcherConfig) (*Dispatcher, error) {
 		cool:   map[string]time.Time{},
 		sent:   map[[2]string]fastResult{},
 		polls:  polls,
+		slots:  map[string]subSlots{},
+		rebal:  rebal,
 	}, nil
 }
 
@@ -323,7 +328,21 @@ func (d *Dispatcher) consume(ctx context.Context) error {
 		Reason:       storage.Refusal,
 		OnDeadLetter: func(*kgo.Record) { d.m.deadLettered.Inc() },
 	})
-	return d.r.Run(ctx, consume.Select(d.subscribed, consume.Decode(d.r.Skip, events.Decode, d.record)), consume.Commit(d.cl, d.logger), deadLetter)
+	// A poll's first attempts are begun before the poll before is recorded and committed
+	// (consume.Runner.Overlap), so that the subscriptions' attempts go on while the consumer
+	// looks the next poll up and writes the last one. After a failure, polls are handled one at a
+	// time, with the dead-letter middleware, by record.
+	begin := func(ctx context.Context, recs []*kgo.Record) (consume.Effect, error) {
+		eff := consume.Effect{End: func() error { return nil }}
+		err := consume.Select(d.subscribed, consume.Decode(d.r.Skip, events.Decode, func(ctx context.Context, evs []events.Event) error {
+			var err error
+			eff, err = d.beginRecord(ctx, evs)
+			return err
+		}))(ctx, recs)
+		return eff, err
+	}
+	return d.r.Overlap(ctx, consume.Overlapped{Begin: begin, Commit: d.cl, Rebalancing: d.rebal},
+		consume.Select(d.subscribed, consume.Decode(d.r.Skip, events.Decode, d.record)), consume.Commit(d.cl, d.logger), deadLetter)
 }
 
 // subscribed returns the records of recs that a subscription may want, read by their head
@@ -367,6 +386,17 @@ type newDelivery struct {
 // (so seq follows each partition's order), idempotently: attempted first by the consumer
 // (fast.go), or pending, or delivering and handed to its lane (recordQueued).
 func (d *Dispatcher) record(ctx context.Context, all []events.Event) error {
+	eff, err := d.beginRecord(ctx, all)
+	if err != nil {
+		return err
+	}
+	return eff.End()
+}
+
+// beginRecord begins record: it records the deliveries for the schedule and begins the first
+// attempts; the effect's End waits for those and records them.
+func (d *Dispatcher) beginRecord(ctx context.Context, all []events.Event) (consume.Effect, error) {
+	none := consume.Effect{End: func() error { return nil }}
 	evs := make([]events.Event, 0, len(all))
 	var projects []string
 	seen := map[string]bool{}
@@ -381,11 +411,11 @@ func (d *Dispatcher) record(ctx context.Context, all []events.Event) error {
 		}
 	}
 	if len(evs) == 0 {
-		return nil
+		return none, nil
 	}
 	byProject, err := d.subs.get(ctx, projects)
 	if err != nil {
-		return fmt.Errorf("load subscriptions: %w", err)
+		return none, fmt.Errorf("load subscriptions: %w", err)
 	}
 	rows := make([]newDelivery, 0, len(evs)) // one subscription an event, as most are
 	subs := map[string]cachedSub{}
@@ -398,27 +428,30 @@ func (d *Dispatcher) record(ctx context.Context, all []events.Event) error {
 			}
 			if body == nil {
 				if body, err = Body(ev); err != nil { // the same event fails again: set it aside
-					return fmt.Errorf("event %s: %w: %w", ev.ID, storage.ErrUnstorable, err)
+					return none, fmt.Errorf("event %s: %w: %w", ev.ID, storage.ErrUnstorable, err)
 				}
 			}
 			rows = append(rows, newDelivery{id: ids.New(ids.Delivery), orgID: sub.orgID, webhookID: sub.id, ev: ev, body: body})
 		}
 	}
 	if len(rows) == 0 {
-		return nil
+		return none, nil
 	}
 	fast, rows, err := d.pickFast(ctx, rows, subs)
 	if err != nil {
-		return err
+		return none, err
 	}
 	run := d.startFast(ctx, fast)
-	err = d.recordQueued(ctx, rows)
-	n, ferr := d.finishFast(ctx, run)
-	d.m.recorded.Add(float64(n))
-	if err != nil {
+	end := func() error {
+		n, err := d.finishFast(ctx, run)
+		d.m.recorded.Add(float64(n))
 		return err
 	}
-	return ferr
+	if err := d.recordQueued(ctx, rows); err != nil {
+		_ = end() // the attempts made are kept for when the batch is read again
+		return none, err
+	}
+	return consume.Effect{End: end, Ready: run.ready, Next: run.next}, nil
 }
 
 // recordQueued records rows for the schedule: pending, or delivering and handed to their lane.

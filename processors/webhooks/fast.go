@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -93,6 +94,18 @@ type fastRun struct {
 	stop    atomic.Bool
 	stopped chan struct{}  // closed when stop is set
 	results chan *fastItem // each item once sent
+	sent    atomic.Int64   // items sent
+	begun   atomic.Int64   // items whose attempts were begun, or found sent before
+	// next is closed once every item's attempt is begun: the consumer polls the next events
+	// then, so that their first attempts follow these (Dispatcher.consume).
+	next     chan struct{}
+	nextOnce sync.Once
+	// ready is closed once every item is sent, or FastWait after the poll's attempts were begun:
+	// then finishFast would not wait long (the consumer ends the poll rather than wait for the
+	// next one's events, Dispatcher.consume).
+	ready     chan struct{}
+	readyOnce sync.Once
+	readyTime *time.Timer
 }
 
 // fastEligible reports whether the consumer may send sub's deliveries itself, as the cache knows
@@ -231,30 +244,71 @@ func scanRecorded(rows pgx.Rows, err error) (map[string]bool, map[[2]string]bool
 	return queued, recorded, rows.Err()
 }
 
-// startFast sends lanes' deliveries, at most each subscription's maxInFlight at once, in the
-// background. A delivery attempted before whose record failed (sent) is not sent again.
+// subSlots are a subscription's first attempts in flight: a slot is held by each goroutine that
+// sends its deliveries, from its first attempt to its last, whichever poll they are of.
+type subSlots struct {
+	n  int // the subscription's maxInFlight when they were made
+	ch chan struct{}
+}
+
+// fastSlots returns the slots of l's subscription. A maxInFlight changed since they were made
+// gets new ones: until the attempts on the old ones end, both are in use.
+func (d *Dispatcher) fastSlots(l *lane) chan struct{} {
+	s, ok := d.slots[l.webhookID]
+	if ok && s.n == l.settings.MaxInFlight {
+		return s.ch
+	}
+	if len(d.slots) > maxCooling {
+		for id, s := range d.slots {
+			if len(s.ch) == 0 {
+				delete(d.slots, id)
+			}
+		}
+	}
+	s = subSlots{n: l.settings.MaxInFlight, ch: make(chan struct{}, l.settings.MaxInFlight)}
+	d.slots[l.webhookID] = s
+	return s.ch
+}
+
+// startFast sends lanes' deliveries in the background, at most each subscription's maxInFlight
+// at once, those of the polls before included: the consumer begins a poll's attempts while the
+// poll before's last ones are in flight (Dispatcher.consume), and they take their slots as those
+// end. A delivery attempted before whose record failed (sent) is not sent again.
 func (d *Dispatcher) startFast(ctx context.Context, lanes []*fastLane) *fastRun {
-	run := &fastRun{lanes: lanes, stopped: make(chan struct{})}
+	run := &fastRun{lanes: lanes, stopped: make(chan struct{}), ready: make(chan struct{}), next: make(chan struct{})}
 	for _, fl := range lanes {
 		run.items += len(fl.items)
 	}
 	run.results = make(chan *fastItem, run.items)
+	if run.items == 0 {
+		run.markReady()
+		close(run.next)
+	} else {
+		run.readyTime = time.AfterFunc(max(d.cfg.FastWait, 0), run.markReady)
+	}
 	for _, fl := range lanes {
 		for _, it := range fl.items {
 			if res, ok := d.sent[[2]string{fl.l.webhookID, it.row.ev.ID}]; ok {
-				it.finish(res, fastWaiting, run.results)
+				it.finish(res, fastWaiting, run)
+				run.markBegun()
 			}
 		}
+		slots := d.fastSlots(fl.l)
 		for range min(fl.l.settings.MaxInFlight, len(fl.items)) {
 			go func() {
+				if !run.slot(ctx, slots) {
+					return
+				}
+				defer func() { <-slots }()
 				for {
 					i := int(fl.next.Add(1)) - 1
 					if i >= len(fl.items) || !run.slot(ctx, d.sem) {
 						return
 					}
 					if it := fl.items[i]; it.state.CompareAndSwap(fastWaiting, fastSending) {
+						run.markBegun()
 						it.began.Store(time.Now().UnixNano())
-						it.finish(d.sendFast(ctx, fl.l, it), fastSending, run.results)
+						it.finish(d.sendFast(ctx, fl.l, it), fastSending, run)
 					}
 					<-d.sem
 				}
@@ -264,8 +318,8 @@ func (d *Dispatcher) startFast(ctx context.Context, lanes []*fastLane) *fastRun 
 	return run
 }
 
-// slot takes one of the dispatcher's attempts in flight (shared with its lanes), unless the
-// consumer stopped waiting for run meanwhile.
+// slot takes one of sem, the dispatcher's attempts in flight (shared with its lanes) or a
+// subscription's (fastSlots), unless the consumer stopped waiting for run meanwhile.
 func (run *fastRun) slot(ctx context.Context, sem chan struct{}) bool {
 	if run.stop.Load() {
 		return false
@@ -280,11 +334,23 @@ func (run *fastRun) slot(ctx context.Context, sem chan struct{}) bool {
 }
 
 // finish sets the item's result and hands it to the consumer, unless the consumer dropped it.
-func (it *fastItem) finish(res fastResult, from int32, results chan<- *fastItem) {
+func (it *fastItem) finish(res fastResult, from int32, run *fastRun) {
 	it.res = res
 	if it.state.CompareAndSwap(from, fastSent) {
 		close(it.sent)
-		results <- it
+		run.results <- it
+		if run.sent.Add(1) == int64(run.items) {
+			run.markReady()
+		}
+	}
+}
+
+func (run *fastRun) markReady() { run.readyOnce.Do(func() { close(run.ready) }) }
+
+// markBegun counts an item begun.
+func (run *fastRun) markBegun() {
+	if run.begun.Add(1) == int64(run.items) {
+		run.nextOnce.Do(func() { close(run.next) })
 	}
 }
 
@@ -357,6 +423,9 @@ wait:
 	}
 	run.stop.Store(true)
 	close(run.stopped)
+	if run.readyTime != nil {
+		run.readyTime.Stop()
+	}
 	// What is left is recorded as it stands. A subscription is left to the schedule when its own
 	// attempt was slow, or when it had more than the poll could send; the others' deliveries not
 	// sent are pending, and their lanes send them.

@@ -33,6 +33,11 @@
 // the effect is durable, and flushes that queue from OnPartitionsRevoked: between polls, so the
 // callback never meets a batch in hand (processors/eventlog durable.go).
 //
+// Overlap holds two polls at times (the webhook consumer begins a poll's attempts while it
+// records the poll before). Rebalances stay blocked while either is in hand; the client tells
+// the runner when one waits (kgo.OnPartitionsCallbackBlocked), and the runner then ends and
+// commits what it holds, lets the rebalance through, and only then polls again.
+//
 // # Transactions
 //
 // A consumer that commits its offsets inside a Kafka transaction (produce what it derives and
@@ -57,6 +62,8 @@
 // # Files
 //
 //	runner.go   Config, Runner, Run: the poll loop, rewind and backoff, draining at shutdown
+//	overlap.go  Overlap: Run for a consumer whose effect is mostly waiting (webhook attempts): a
+//	            poll's effect is begun before the poll before is ended and committed
 //	handler.go  Handler, Middleware, GroupOpts
 //	commit.go   Commit: commit a batch's offsets after its effect
 //	metrics.go  carehub_consumer_* by consumer: records, batches, failures, handler latency, poison

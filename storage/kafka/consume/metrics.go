@@ -61,12 +61,17 @@ func (m *metrics) measure(next Handler) Handler {
 	return func(ctx context.Context, recs []*kgo.Record) error {
 		start := time.Now()
 		err := next(ctx, recs)
-		m.latency.Observe(time.Since(start).Seconds())
-		m.records.Add(float64(len(recs)))
-		m.batches.Inc()
-		if err != nil {
-			m.failures.Inc()
-		}
+		m.observe(start, len(recs), err)
 		return err
+	}
+}
+
+// observe counts a batch of n records handled since start, and its failure.
+func (m *metrics) observe(start time.Time, n int, err error) {
+	m.latency.Observe(time.Since(start).Seconds())
+	m.records.Add(float64(n))
+	m.batches.Inc()
+	if err != nil {
+		m.failures.Inc()
 	}
 }

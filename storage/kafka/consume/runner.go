@@ -132,10 +132,7 @@ func (r *Runner) pollSize() int {
 // new session); errors never end Run. Run returns nil, after letting
 // the last poll's rebalance through (leaving the group waits for it). Call it once.
 func (r *Runner) Run(ctx context.Context, h Handler, mw ...Middleware) error {
-	for i := len(mw) - 1; i >= 0; i-- {
-		h = mw[i](h)
-	}
-	h = r.m.measure(h)
+	h = r.wrap(h, mw)
 	defer r.src.AllowRebalance()
 	failures := 0
 	for ctx.Err() == nil {
@@ -143,13 +140,7 @@ func (r *Runner) Run(ctx context.Context, h Handler, mw ...Middleware) error {
 		if fetches.IsClientClosed() {
 			return nil
 		}
-		fetchFailed := false
-		fetches.EachError(func(topic string, partition int32, err error) {
-			if !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) {
-				fetchFailed = true
-				r.log.Warn("fetch failed", "topic", topic, "partition", partition, "error", err)
-			}
-		})
+		fetchFailed := r.fetchFailed(fetches)
 		recs := fetches.Records()
 		switch {
 		case len(recs) == 0:
@@ -162,26 +153,10 @@ func (r *Runner) Run(ctx context.Context, h Handler, mw ...Middleware) error {
 			// Stopping: the batch is left uncommitted for the next owner.
 		default:
 			if err := r.handle(ctx, h, recs); err != nil {
-				if ctx.Err() != nil && (errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)) {
-					// Stopped in the middle of the batch: nothing is wrong, and nothing was committed.
-					r.log.Info("stopped while handling a batch; left uncommitted for the next owner", "records", len(recs))
+				if r.stopped(ctx, err, len(recs)) {
 					return nil
 				}
-				failures++
-				var wait time.Duration
-				if failures == 1 && errors.Is(err, ErrNotCommitted) {
-					// The group rebalanced under the batch (a member joined or left): routine in a
-					// group, and the batch is read again at once. A commit refused again backs off.
-					r.log.Info("the group rebalanced during a batch; it is read again", "records", len(recs))
-				} else {
-					wait = r.cfg.Backoff(failures)
-					r.log.Error("handling a batch failed; rewound to retry", "error", err, "records", len(recs),
-						"attempt", failures, "retry_in", wait)
-				}
-				r.rewind(recs)
-				r.src.AllowRebalance()
-				sleep(ctx, wait)
-				failures = r.renew(ctx, failures)
+				failures = r.retry(ctx, err, recs, failures+1)
 				continue
 			}
 			failures = 0
@@ -189,6 +164,56 @@ func (r *Runner) Run(ctx context.Context, h Handler, mw ...Middleware) error {
 		}
 	}
 	return nil
+}
+
+// wrap wraps h in mw (the first outermost) and in the metrics middleware.
+func (r *Runner) wrap(h Handler, mw []Middleware) Handler {
+	for i := len(mw) - 1; i >= 0; i-- {
+		h = mw[i](h)
+	}
+	return r.m.measure(h)
+}
+
+// fetchFailed logs the errors of a poll, if any but a cancelled poll's, and reports them.
+func (r *Runner) fetchFailed(fetches kgo.Fetches) bool {
+	failed := false
+	fetches.EachError(func(topic string, partition int32, err error) {
+		if !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) {
+			failed = true
+			r.log.Warn("fetch failed", "topic", topic, "partition", partition, "error", err)
+		}
+	})
+	return failed
+}
+
+// stopped reports whether err is Run's context ending in the middle of a batch: nothing is
+// wrong, and nothing was committed.
+func (r *Runner) stopped(ctx context.Context, err error, records int) bool {
+	if ctx.Err() == nil || !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) {
+		return false
+	}
+	r.log.Info("stopped while handling a batch; left uncommitted for the next owner", "records", records)
+	return true
+}
+
+// retry follows the failure (the failures-th in a row) of the batch recs: it rewinds recs, lets
+// a rebalance through, waits Config.Backoff and has a renewable source renew itself. It returns
+// the consecutive failures, those of renewing included.
+func (r *Runner) retry(ctx context.Context, err error, recs []*kgo.Record, failures int) int {
+	var wait time.Duration
+	if failures == 1 && errors.Is(err, ErrNotCommitted) {
+		// The group rebalanced under the batch (a member joined or left): routine in a
+		// group, and the batch is read again at once. A commit refused again backs off.
+		r.log.Info("the group rebalanced during a batch; it is read again", "records", len(recs))
+	} else {
+		wait = r.cfg.Backoff(failures)
+		r.log.Error("handling a batch failed; rewound to retry", "error", err, "records", len(recs),
+			"attempt", failures, "retry_in", wait)
+	}
+	r.rewind(recs)
+	r.src.AllowRebalance()
+	sleep(ctx, wait)
+	return r.renew(ctx, failures)
 }
 
 // handle calls h with a context that ends Config.Drain after ctx (at once without a Drain).
