@@ -1,6 +1,7 @@
 package webhooks
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"io"
@@ -121,21 +122,12 @@ func (p *plainClient) send(ctx context.Context, rawURL string, h http.Header, bo
 		}
 		return
 	}
-	buf := answers.Get().(*[responseBodyLimit]byte)
-	defer answers.Put(buf)
-	n := 0
-	if s := resp.BodyStream(); s != nil {
-		n, _ = io.ReadFull(s, buf[:])
-		_, _ = io.CopyN(io.Discard, s, drainLimit)
-		_ = resp.CloseBodyStream() // a body not read to its end closes the connection
-	} else {
-		n = copy(buf[:], resp.Body())
+	answer := resp.BodyStream()
+	if answer == nil { // an answer without a body
+		answer = bytes.NewReader(resp.Body())
 	}
-	out.StatusCode = resp.StatusCode()
-	out.ResponseBody = egress.Clip(cleanText(buf[:n]), responseBodyLimit)
-	if out.StatusCode == http.StatusTooManyRequests || out.StatusCode == http.StatusServiceUnavailable {
-		out.RetryAfter = parseRetryAfter(string(resp.Header.Peek("Retry-After")), time.Now())
-	}
+	readAnswer(out, resp.StatusCode(), answer, func() string { return string(resp.Header.Peek("Retry-After")) })
+	_ = resp.CloseBodyStream() // a body not read to its end closes the connection
 }
 
 // describePlainError names a failed plain attempt without echoing anything the receiver sent:
@@ -169,7 +161,7 @@ func describePlainError(err error, ctx context.Context) string {
 	switch {
 	case strings.Contains(msg, "status code"), strings.Contains(msg, "first line of response"):
 		return "malformed HTTP status code"
-	case strings.Contains(msg, "response header"), strings.Contains(msg, "header"):
+	case strings.Contains(msg, "header"):
 		return "malformed HTTP header"
 	case strings.Contains(msg, "body"), strings.Contains(msg, "chunk"):
 		return "malformed HTTP body"

@@ -186,15 +186,22 @@ func (s *sender) sendTLS(ctx context.Context, u *url.URL, h http.Header, body []
 		out.Err = egress.Clip(describeSendError(err, ctx), egress.MaxErrorText)
 		return
 	}
-	buf := answers.Get().(*[responseBodyLimit]byte)
-	n, _ := io.ReadFull(resp.Body, buf[:])
-	_, _ = io.CopyN(io.Discard, resp.Body, drainLimit)
+	readAnswer(out, resp.StatusCode, resp.Body, func() string { return resp.Header.Get("Retry-After") })
 	resp.Body.Close()
-	out.StatusCode = resp.StatusCode
+}
+
+// readAnswer records an answer in out: its status, the first KiB of its body as storable text
+// (the rest read and dropped, up to drainLimit, so that the connection can be used again), and
+// on 429 and 503 its Retry-After.
+func readAnswer(out *outcome, status int, body io.Reader, retryAfter func() string) {
+	buf := answers.Get().(*[responseBodyLimit]byte)
+	defer answers.Put(buf)
+	n, _ := io.ReadFull(body, buf[:])
+	_, _ = io.CopyN(io.Discard, body, drainLimit)
+	out.StatusCode = status
 	out.ResponseBody = egress.Clip(cleanText(buf[:n]), responseBodyLimit)
-	answers.Put(buf)
-	if resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode == http.StatusServiceUnavailable {
-		out.RetryAfter = parseRetryAfter(resp.Header.Get("Retry-After"), time.Now())
+	if status == http.StatusTooManyRequests || status == http.StatusServiceUnavailable {
+		out.RetryAfter = parseRetryAfter(retryAfter(), time.Now())
 	}
 }
 

@@ -140,6 +140,13 @@ type tally struct {
 	Latencies                                                                    []time.Duration
 }
 
+// deliveredSoFar is how many events were delivered so far.
+func (t *tracker) deliveredSoFar() int64 {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return int64(len(t.delivered))
+}
+
 func (t *tracker) tally() tally {
 	t.mu.Lock()
 	defer t.mu.Unlock()
