@@ -161,13 +161,11 @@ func (r *Runner) Overlap(ctx context.Context, o Overlapped, h Handler, mw ...Mid
 		if held != nil {
 			pctx, cancel = pollContext(ctx, held, o.Rebalancing)
 		}
-		fetches := r.src.PollRecords(pctx, r.pollSize())
+		recs, fetchFailed, closed := r.poll(pctx)
 		cancel()
-		if fetches.IsClientClosed() {
+		if closed {
 			return nil
 		}
-		fetchFailed := r.fetchFailed(fetches)
-		recs := fetches.Records()
 		switch {
 		case len(recs) == 0:
 			if held == nil {

@@ -136,12 +136,10 @@ func (r *Runner) Run(ctx context.Context, h Handler, mw ...Middleware) error {
 	defer r.src.AllowRebalance()
 	failures := 0
 	for ctx.Err() == nil {
-		fetches := r.src.PollRecords(ctx, r.pollSize())
-		if fetches.IsClientClosed() {
+		recs, fetchFailed, closed := r.poll(ctx)
+		if closed {
 			return nil
 		}
-		fetchFailed := r.fetchFailed(fetches)
-		recs := fetches.Records()
 		switch {
 		case len(recs) == 0:
 			// A poll that returned only errors still blocks rebalances; nothing is in hand.
@@ -174,16 +172,20 @@ func (r *Runner) wrap(h Handler, mw []Middleware) Handler {
 	return r.m.measure(h)
 }
 
-// fetchFailed logs the errors of a poll, if any but a cancelled poll's, and reports them.
-func (r *Runner) fetchFailed(fetches kgo.Fetches) bool {
-	failed := false
+// poll polls once. It returns the records, whether a fetch failed (logged; a cancelled poll's
+// errors are not failures), and whether the client is closed.
+func (r *Runner) poll(ctx context.Context) (recs []*kgo.Record, fetchFailed, closed bool) {
+	fetches := r.src.PollRecords(ctx, r.pollSize())
+	if fetches.IsClientClosed() {
+		return nil, false, true
+	}
 	fetches.EachError(func(topic string, partition int32, err error) {
 		if !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) {
-			failed = true
+			fetchFailed = true
 			r.log.Warn("fetch failed", "topic", topic, "partition", partition, "error", err)
 		}
 	})
-	return failed
+	return fetches.Records(), fetchFailed, false
 }
 
 // stopped reports whether err is Run's context ending in the middle of a batch: nothing is
