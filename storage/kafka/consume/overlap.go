@@ -110,7 +110,8 @@ func pollContext(ctx context.Context, b *begun, rb *Rebalancing) (context.Contex
 // DeadLetter among them), one poll at a time, until one succeeds. So the failures are handled
 // exactly as Run handles them, and the effects a consumer begins must be idempotent, as a
 // Handler's are. Config.Drain applies to the polls in hand when ctx ends: they are ended and
-// committed within it, or, without a Drain, ended with ctx and left uncommitted.
+// committed within it, or, without a Drain, ended with ctx and left uncommitted. A poll's
+// carehub_consumer_handler_seconds run from its Begin to the end of its End.
 func (r *Runner) Overlap(ctx context.Context, o Overlapped, h Handler, mw ...Middleware) error {
 	if o.Begin == nil || o.Commit == nil || o.Rebalancing == nil {
 		return errors.New("consume: Overlap needs a Begin, a Committer and a Rebalancing")
