@@ -334,15 +334,21 @@ func (d *Dispatcher) consume(ctx context.Context) error {
 	// time, with the dead-letter middleware, by record.
 	begin := func(ctx context.Context, recs []*kgo.Record) (consume.Effect, error) {
 		eff := consume.Effect{End: func() error { return nil }}
-		err := consume.Select(d.subscribed, consume.Decode(d.r.Skip, events.Decode, func(ctx context.Context, evs []events.Event) error {
+		err := d.events(func(ctx context.Context, evs []events.Event) error {
 			var err error
 			eff, err = d.beginRecord(ctx, evs)
 			return err
-		}))(ctx, recs)
+		})(ctx, recs)
 		return eff, err
 	}
 	return d.r.Overlap(ctx, consume.Overlapped{Begin: begin, Commit: d.cl, Rebalancing: d.rebal},
-		consume.Select(d.subscribed, consume.Decode(d.r.Skip, events.Decode, d.record)), consume.Commit(d.cl, d.logger), deadLetter)
+		d.events(d.record), consume.Commit(d.cl, d.logger), deadLetter)
+}
+
+// events hands next the events of a poll that a subscription may want, decoded (the poison
+// ones skipped).
+func (d *Dispatcher) events(next func(context.Context, []events.Event) error) consume.Handler {
+	return consume.Select(d.subscribed, consume.Decode(d.r.Skip, events.Decode, next))
 }
 
 // subscribed returns the records of recs that a subscription may want, read by their head

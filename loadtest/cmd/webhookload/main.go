@@ -247,7 +247,7 @@ func run(ctx context.Context, cfg config, logw io.Writer) (*report, error) {
 	rep.Delivered, rep.Duplicates, rep.BadSignature, rep.Stale, rep.Malformed = t.Delivered, t.Duplicates, t.BadSignature, t.Stale, t.Malformed
 	rep.OutOfOrder, rep.Ordered, rep.MaxInFlight, rep.HookBatch, rep.RateLimit = t.OutOfOrder, hook.Ordered, hook.MaxInFlight, hook.BatchSize, cfg.RateLimit
 	rep.DeliveredPerSec = float64(t.Delivered) / delivering.Seconds()
-	rep.WhilePublishingPerSec = float64(whilePublishing) / elapsed.Seconds()
+	rep.DeliveredLive = float64(whilePublishing) / elapsed.Seconds()
 	rep.Latency = loadcli.Ms(t.Latencies)
 	rep.Requests, rep.OverHTTP2 = fl.requests.Load(), fl.overHTTP2.Load()
 	rep.Undelivered = max(t.Published-t.Delivered, 0)
@@ -297,46 +297,43 @@ func refusal(err error) (time.Duration, bool) {
 
 // report is what a run measured. Latencies are in milliseconds.
 type report struct {
-	URL             string  `json:"url"`
-	Project         string  `json:"project"`
-	Type            string  `json:"type"`
-	Webhook         string  `json:"webhook"`
-	Receiver        string  `json:"receiver"`
-	Protocol        string  `json:"protocol"`  // what the receivers offer
-	Requests        int64   `json:"requests"`  // POSTs the receivers got
-	OverHTTP2       int64   `json:"overHttp2"` // of them, over HTTP/2
-	Clients         int     `json:"clients"`
-	Keys            int     `json:"keys"`
-	Batch           int     `json:"batch"`
-	Duration        string  `json:"duration"`
-	TargetRate      float64 `json:"targetRate,omitempty"`
-	Elapsed         string  `json:"elapsed"`
-	Calls           int64   `json:"calls"`
-	Published       int64   `json:"published"`
-	Failed          int64   `json:"failedCalls"`
-	Refused         int64   `json:"refusedCalls"`
-	FirstError      string  `json:"firstError,omitempty"`
-	PublishedPerSec float64 `json:"publishedPerSec"`
-	Delivered       int64   `json:"delivered"`
-	DeliveredPerSec float64 `json:"deliveredPerSec"` // over publishing and drain
-	// WhilePublishingPerSec is the deliveries/s while events were being published: with
-	// publishing unpaced, the rate the node sustains doing both (the drain after it delivers
-	// with the machine to itself).
-	WhilePublishingPerSec float64        `json:"deliveredWhilePublishingPerSec"`
-	Latency               loadcli.MsDist `json:"publishToDeliveredMs"`
-	Undelivered           int64          `json:"undelivered"`
-	Duplicates            int64          `json:"duplicates"`
-	BadSignature          int64          `json:"badSignature"`
-	Stale                 int64          `json:"staleTimestamp"`
-	Malformed             int64          `json:"malformed"`
-	OutOfOrder            int64          `json:"outOfOrder"` // first deliveries of a client's event after a later one of it
-	Ordered               bool           `json:"ordered"`
-	MaxInFlight           int            `json:"maxInFlight"`
-	HookBatch             int            `json:"batchSize"`
-	RateLimit             int            `json:"rateLimit,omitempty"`
-	Raw                   *rawReport     `json:"raw,omitempty"`
-	RawRatio              float64        `json:"deliveredOverRaw,omitempty"` // deliveries/s ÷ the raw baseline's`
-	Fleet                 *fleetReport   `json:"fleet,omitempty"`            // -subs above 1
+	URL             string         `json:"url"`
+	Project         string         `json:"project"`
+	Type            string         `json:"type"`
+	Webhook         string         `json:"webhook"`
+	Receiver        string         `json:"receiver"`
+	Protocol        string         `json:"protocol"`  // what the receivers offer
+	Requests        int64          `json:"requests"`  // POSTs the receivers got
+	OverHTTP2       int64          `json:"overHttp2"` // of them, over HTTP/2
+	Clients         int            `json:"clients"`
+	Keys            int            `json:"keys"`
+	Batch           int            `json:"batch"`
+	Duration        string         `json:"duration"`
+	TargetRate      float64        `json:"targetRate,omitempty"`
+	Elapsed         string         `json:"elapsed"`
+	Calls           int64          `json:"calls"`
+	Published       int64          `json:"published"`
+	Failed          int64          `json:"failedCalls"`
+	Refused         int64          `json:"refusedCalls"`
+	FirstError      string         `json:"firstError,omitempty"`
+	PublishedPerSec float64        `json:"publishedPerSec"`
+	Delivered       int64          `json:"delivered"`
+	DeliveredPerSec float64        `json:"deliveredPerSec"`                // over publishing and drain
+	DeliveredLive   float64        `json:"deliveredWhilePublishingPerSec"` // deliveries/s before publishing ended
+	Latency         loadcli.MsDist `json:"publishToDeliveredMs"`
+	Undelivered     int64          `json:"undelivered"`
+	Duplicates      int64          `json:"duplicates"`
+	BadSignature    int64          `json:"badSignature"`
+	Stale           int64          `json:"staleTimestamp"`
+	Malformed       int64          `json:"malformed"`
+	OutOfOrder      int64          `json:"outOfOrder"` // first deliveries of a client's event after a later one of it
+	Ordered         bool           `json:"ordered"`
+	MaxInFlight     int            `json:"maxInFlight"`
+	HookBatch       int            `json:"batchSize"`
+	RateLimit       int            `json:"rateLimit,omitempty"`
+	Raw             *rawReport     `json:"raw,omitempty"`
+	RawRatio        float64        `json:"deliveredOverRaw,omitempty"` // deliveries/s ÷ the raw baseline's`
+	Fleet           *fleetReport   `json:"fleet,omitempty"`            // -subs above 1
 	// Series is the run second by second (deliveries/s, publish → delivered latency, events
 	// published and not yet delivered, refused calls), the series loadtest/charts draws.
 	Series []loadreport.Point `json:"-"`
@@ -356,7 +353,7 @@ func (r *report) Print(w io.Writer) {
 	}
 	fmt.Fprintf(w, "delivered      %d (%.1f/s), %d undelivered, %d duplicates, %d bad signatures, %d stale, %d malformed\n",
 		r.Delivered, r.DeliveredPerSec, r.Undelivered, r.Duplicates, r.BadSignature, r.Stale, r.Malformed)
-	fmt.Fprintf(w, "while publishing %.1f delivered/s\n", r.WhilePublishingPerSec)
+	fmt.Fprintf(w, "while publishing %.1f delivered/s\n", r.DeliveredLive)
 	fmt.Fprintf(w, "publish→hook   %v\n", r.Latency)
 	fmt.Fprintf(w, "requests       %d to the receivers, %d of them over HTTP/2\n", r.Requests, r.OverHTTP2)
 	mode := fmt.Sprintf("concurrent, maxInFlight %d", r.MaxInFlight)

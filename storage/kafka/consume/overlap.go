@@ -120,13 +120,8 @@ func (r *Runner) Overlap(ctx context.Context, o Overlapped, h Handler, mw ...Mid
 		return errors.New("consume: Overlap needs its Rebalancing's Opt among the client's options")
 	}
 	h = r.wrap(h, mw)
-	hctx := ctx
-	if r.cfg.Drain > 0 {
-		var cancel context.CancelFunc
-		hctx, cancel = context.WithCancel(context.WithoutCancel(ctx))
-		defer cancel()
-		defer context.AfterFunc(ctx, func() { time.AfterFunc(r.cfg.Drain, cancel) })()
-	}
+	hctx, stop := r.drainContext(ctx)
+	defer stop()
 	defer r.src.AllowRebalance()
 	var held *begun
 	defer func() {
@@ -221,13 +216,10 @@ func (r *Runner) Overlap(ctx context.Context, o Overlapped, h Handler, mw ...Mid
 // end ends b's effect and, when it ended well, commits its offsets (a failed commit is logged
 // and not returned, as Commit does).
 func (r *Runner) end(ctx context.Context, o Overlapped, b *begun) error {
-	err := b.eff.End()
-	r.m.observe(b.start, len(b.recs), err)
-	if err != nil {
+	end := func(context.Context, []*kgo.Record) error {
+		err := b.eff.End()
+		r.m.observe(b.start, len(b.recs), err)
 		return err
 	}
-	if cerr := o.Commit.CommitRecords(ctx, b.recs...); cerr != nil && ctx.Err() == nil {
-		r.log.Warn("commit after the effect failed; the records will be read and handled again", "error", cerr)
-	}
-	return nil
+	return Commit(o.Commit, r.log)(end)(ctx, b.recs)
 }

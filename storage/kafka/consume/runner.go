@@ -220,14 +220,20 @@ func (r *Runner) retry(ctx context.Context, err error, recs []*kgo.Record, failu
 
 // handle calls h with a context that ends Config.Drain after ctx (at once without a Drain).
 func (r *Runner) handle(ctx context.Context, h Handler, recs []*kgo.Record) error {
-	if r.cfg.Drain <= 0 {
-		return h(ctx, recs)
-	}
-	hctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	defer cancel()
-	stop := context.AfterFunc(ctx, func() { time.AfterFunc(r.cfg.Drain, cancel) })
+	hctx, stop := r.drainContext(ctx)
 	defer stop()
 	return h(hctx, recs)
+}
+
+// drainContext is the handlers' context: it ends Config.Drain after ctx (with ctx without a
+// Drain). stop releases it.
+func (r *Runner) drainContext(ctx context.Context) (hctx context.Context, stop func()) {
+	if r.cfg.Drain <= 0 {
+		return ctx, func() {}
+	}
+	hctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	after := context.AfterFunc(ctx, func() { time.AfterFunc(r.cfg.Drain, cancel) })
+	return hctx, func() { after(); cancel() }
 }
 
 // rewind moves the fetch position of every partition in recs back to its first record there,
