@@ -22,18 +22,20 @@ import (
 // of the row and its indexes). The backlog of such a subscription stays in Kafka, as consumer
 // lag, and is sent at the consumer's pace. The offsets are committed only after the deliveries
 // are recorded, so a crash before that sends them again with the same webhook-id: at least once,
-// as after any crash mid-attempt. Recorded means on disk: the records' commits wait for the WAL,
+// as after any crash mid-attempt. Recorded means on disk: a poll's last record waits for the WAL,
 // unlike a lane's claims and outcomes (which a lost commit turns into a retry), because nothing
 // reads these events again once their offsets are committed, and a failed first attempt whose
-// row a crash of Postgres took would never be retried. The commits of the chunks recorded while
-// the rest are sent do not hold up the sending; the poll's last one does, by one WAL flush.
+// row a crash of Postgres took would never be retried. The WAL is flushed in order, so that one
+// flush makes the poll's earlier records durable too: the chunks recorded while the rest are sent
+// commit without waiting for it (a crash of Postgres that takes one also takes the poll's offsets,
+// and the poll is read again).
 //
 // A subscription is sent to this way while it is active, concurrent (maxInFlight above one, no
 // rate limit), has nothing queued (no pending or delivering delivery: retries and backlogs go
 // through the schedule, its lanes and their order) and has no lane on this dispatcher; its
 // events come from one partition (the topic is keyed by project), so from one consumer, and the
-// consumer sends at most maxInFlight of them at once. Finished attempts are recorded fastChunk at
-// a time while the rest are sent. The consumer waits for a poll's attempts until one has run for
+// consumer sends at most maxInFlight of them at once. Finished attempts are recorded fastChunk (or
+// a quarter of the poll, if more) at a time while the rest are sent. The consumer waits for a poll's attempts until one has run for
 // FastWait, or the poll for fastCap: then those still running are recorded delivering under this
 // dispatcher's lease and their outcomes written when they end, and those not begun are recorded
 // pending for a lane, so a slow endpoint holds the consumer (and the subscriptions behind it) for
@@ -377,10 +379,12 @@ type fastRow struct {
 // fastChunk is how many finished first attempts are recorded at a time while the rest are sent.
 const fastChunk = 256
 
-// finishFast records run's deliveries as their attempts finish, fastChunk at a time, until all
-// have or an attempt has run for FastWait (or the poll for fastCap): then it records each of the
-// rest as it stands, pending if not begun and delivering if its attempt goes on (its outcome is
-// written when it ends). It updates the subscriptions by their outcomes.
+// finishFast records run's deliveries as their attempts finish, a chunk at a time (fastChunk, or
+// a quarter of the poll if more: each chunk costs a transaction and its subscriptions' updates),
+// until all have or an attempt has run for FastWait (or the poll for fastCap): then it records
+// each of the rest as it stands, pending if not begun and delivering if its attempt goes on (its
+// outcome is written when it ends). The last record is durable. It updates the subscriptions by
+// their outcomes.
 func (d *Dispatcher) finishFast(ctx context.Context, run *fastRun) (int, error) {
 	if run.items == 0 {
 		d.sizePolls(0) // nothing sent here: polls as large as recording likes
@@ -392,12 +396,13 @@ func (d *Dispatcher) finishFast(ctx context.Context, run *fastRun) (int, error) 
 	var rows []fastRow
 	var firstErr error
 	inserted := 0
+	chunk := max(fastChunk, run.items/4)
 	record := func(final bool) {
-		if len(rows) == 0 || !final && len(rows) < fastChunk {
+		if len(rows) == 0 || !final && len(rows) < chunk {
 			return
 		}
 		if firstErr == nil {
-			n, err := d.recordFast(ctx, rows)
+			n, err := d.recordFast(ctx, rows, final)
 			inserted, firstErr = inserted+n, err
 		}
 		d.afterRecord(ctx, rows, firstErr)
@@ -411,7 +416,9 @@ wait:
 			seen++
 			it.taken = true
 			rows = append(rows, d.finishedRow(it))
-			record(false)
+			if seen < run.items { // the last is recorded durably, below
+				record(false)
+			}
 		case now := <-check.C:
 			capped = now.Sub(began) >= fastCap(d.cfg.FastWait)
 			if capped || run.slow(now, d.cfg.FastWait) {
@@ -568,7 +575,8 @@ func (d *Dispatcher) finishSpilled(ctx context.Context, l *lane, items []*fastIt
 }
 
 // recordFast inserts rows, each with its first attempt in its own row when it was sent, and
-// updates each subscription by its outcomes, in one transaction. It returns how many deliveries
+// updates each subscription by its outcomes, in one transaction, whose commit waits for the WAL
+// flush when durable (and then makes every commit before it durable). It returns how many deliveries
 // it inserted (a delivery recorded meanwhile by another consumer of the partition is left as it
 // is).
 //
@@ -578,7 +586,7 @@ func (d *Dispatcher) finishSpilled(ctx context.Context, l *lane, items []*fastIt
 // then the rows are copied into a staging table and inserted from there, those recorded
 // skipped. The times the rows carry (when a retry is due, a lease ends, a delivery finished) are
 // this node's clock, as an outcome's attempt time always was.
-func (d *Dispatcher) recordFast(ctx context.Context, rows []fastRow) (int, error) {
+func (d *Dispatcher) recordFast(ctx context.Context, rows []fastRow, durable bool) (int, error) {
 	body := d.fastCopy(rows)
 	tallies := map[string]*tally{}
 	var order []string // the subscriptions with attempts, as they first come
@@ -600,7 +608,11 @@ func (d *Dispatcher) recordFast(ctx context.Context, rows []fastRow) (int, error
 	var inserted int
 	var notify []string
 	write := func(staged bool) error {
-		return pgx.BeginTxFunc(ctx, d.pool, pgx.TxOptions{}, func(tx pgx.Tx) error { // durable: see the file's comment
+		opts := postgres.AsyncCommit
+		if durable {
+			opts = pgx.TxOptions{}
+		}
+		return pgx.BeginTxFunc(ctx, d.pool, opts, func(tx pgx.Tx) error {
 			n, err := copyFast(ctx, tx, body, staged)
 			if err != nil {
 				return err

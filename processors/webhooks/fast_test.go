@@ -172,11 +172,11 @@ func TestRecordFastSkipsADeliveryRecordedMeanwhile(t *testing.T) {
 		return fastRow{it: it, status: DeliverySucceeded, res: fastResult{out: out, sent: true}}
 	}
 	first := row("evt_b")
-	if n, err := d.recordFast(ctx, []fastRow{first}); err != nil || n != 1 {
+	if n, err := d.recordFast(ctx, []fastRow{first}, true); err != nil || n != 1 {
 		t.Fatalf("recordFast of one: %d, %v", n, err)
 	}
 	rows := []fastRow{row("evt_a"), row("evt_b"), row("evt_c")}
-	if n, err := d.recordFast(ctx, rows); err != nil || n != 2 {
+	if n, err := d.recordFast(ctx, rows, true); err != nil || n != 2 {
 		t.Fatalf("recordFast with one recorded meanwhile: %d, %v; want 2 inserted", n, err)
 	}
 	got := f.deliveries(sub.ID)
