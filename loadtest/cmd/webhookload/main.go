@@ -239,6 +239,11 @@ func run(ctx context.Context, cfg config, logw io.Writer) (*report, error) {
 	}
 	delivering := time.Since(began)
 	rep.Series = rec.Stop()
+	for _, p := range rep.Series {
+		if p.Seconds <= elapsed.Seconds() {
+			rep.MostBehind = max(rep.MostBehind, int64(p.Lag))
+		}
+	}
 
 	t := tr.tally()
 	rep.Elapsed = elapsed.Round(time.Millisecond).String()
@@ -320,6 +325,7 @@ type report struct {
 	Delivered       int64          `json:"delivered"`
 	DeliveredPerSec float64        `json:"deliveredPerSec"`                // over publishing and drain
 	DeliveredLive   float64        `json:"deliveredWhilePublishingPerSec"` // deliveries/s before publishing ended
+	MostBehind      int64          `json:"mostBehindWhilePublishing"`      // the most events undelivered at a second's sample
 	Latency         loadcli.MsDist `json:"publishToDeliveredMs"`
 	Undelivered     int64          `json:"undelivered"`
 	Duplicates      int64          `json:"duplicates"`
@@ -353,7 +359,8 @@ func (r *report) Print(w io.Writer) {
 	}
 	fmt.Fprintf(w, "delivered      %d (%.1f/s), %d undelivered, %d duplicates, %d bad signatures, %d stale, %d malformed\n",
 		r.Delivered, r.DeliveredPerSec, r.Undelivered, r.Duplicates, r.BadSignature, r.Stale, r.Malformed)
-	fmt.Fprintf(w, "while publishing %.1f delivered/s\n", r.DeliveredLive)
+	fmt.Fprintf(w, "while publishing %.1f delivered/s, at most %d events behind (%.2f s of publishing)\n",
+		r.DeliveredLive, r.MostBehind, float64(r.MostBehind)/max(r.PublishedPerSec, 1))
 	fmt.Fprintf(w, "publish→hook   %v\n", r.Latency)
 	fmt.Fprintf(w, "requests       %d to the receivers, %d of them over HTTP/2\n", r.Requests, r.OverHTTP2)
 	mode := fmt.Sprintf("concurrent, maxInFlight %d", r.MaxInFlight)
