@@ -35,11 +35,11 @@ import (
 // through the schedule, its lanes and their order) and has no lane on this dispatcher; its
 // events come from one partition (the topic is keyed by project), so from one consumer, and the
 // consumer sends at most maxInFlight of them at once. Finished attempts are recorded fastChunk (or
-// a quarter of the poll, if more) at a time while the rest are sent. The consumer waits for a poll's attempts until one has run for
-// FastWait, or the poll for fastCap: then those still running are recorded delivering under this
-// dispatcher's lease and their outcomes written when they end, and those not begun are recorded
-// pending for a lane, so a slow endpoint holds the consumer (and the subscriptions behind it) for
-// about FastWait. A subscription whose attempt failed or outran the wait goes through the schedule
+// a quarter of the poll, if more) at a time while the rest are sent. The consumer waits for a
+// poll's attempts until one has run for FastWait, or the poll for fastCap: then those still
+// running are recorded delivering under this dispatcher's lease and their outcomes written when
+// they end, and those not begun are recorded pending for a lane, so a slow endpoint holds the
+// consumer (and the subscriptions behind it) for about FastWait. A subscription whose attempt failed or outran the wait goes through the schedule
 // for fastCooldown. When recording fails (Postgres down, or refusing one of the batch's events),
 // the attempts made are kept (sent) and the batch, read again, records them rather than sending
 // them again.

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"carehub/internal/testenv"
+	"carehub/kernel/events"
 	"carehub/storage/kafka/kafkatest"
 	"carehub/storage/postgres"
 )
@@ -76,6 +77,80 @@ func TestFirstAttemptOutlivesACrashOfPostgres(t *testing.T) {
 	f.waitDeliveryStatus(sub.ID, ev.ID, DeliverySucceeded)
 	if got := requestIDs(rc.requests()); len(got) != 2 || got[0] != ev.ID || got[1] != ev.ID {
 		t.Errorf("receiver got %v, want the event's first attempt and its retry", got)
+	}
+}
+
+// A poll's deliveries recorded in several chunks are all on disk before its offsets are
+// committed, though only the poll's last chunk waits for the WAL flush: the flush takes the
+// chunks before it along. 600 events make a poll of 500 (two chunks) and one of 100; Postgres is
+// stopped at once when the consumer has committed, and every delivery is found after it comes
+// back, none sent twice.
+func TestAPollsChunksOutliveACrashOfPostgres(t *testing.T) {
+	dir := testenv.ClusterDir(t)
+	ctx := context.Background()
+	local := startCluster(t, dir)
+	dsn := local.DSN("postgres")
+	pool, err := postgres.Connect(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := postgres.Migrate(ctx, pool, nil); err != nil {
+		t.Fatal(err)
+	}
+	for _, q := range []string{`alter system set wal_writer_delay = '10s'`, `select pg_reload_conf()`} {
+		if _, err := pool.Exec(ctx, q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	pool.Close()
+
+	f := newFixtureOn(t, dsn)
+	rc := newReceiver(t, status(http.StatusNoContent))
+	sub := f.create(rc.URL, "*")
+	evs := make([]events.Event, 600)
+	for i := range evs {
+		ev, err := events.New("agent.run_completed", f.orgID, f.projectID, events.SourceIntegration, events.SeverityInfo, map[string]int{"i": i})
+		if err != nil {
+			t.Fatal(err)
+		}
+		evs[i] = ev
+	}
+	f.produce(evs...) // before the consumer starts, so that its first poll takes 500
+	group := kafkatest.Group(t, "pgcrash-chunks")
+	first := f.start(func(c *DispatcherConfig) { c.Group = group })
+	testenv.Eventually(t, 30*time.Second, "the consumer to commit the events' offsets", func() bool {
+		return f.committedAll(group)
+	})
+	pid, ok := local.PID()
+	if !ok {
+		t.Fatal("no postmaster to crash")
+	}
+	if err := syscall.Kill(pid, syscall.SIGQUIT); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 30*time.Second, "the postmaster to exit", func() bool { return syscall.Kill(pid, 0) != nil })
+	first.stop(t)
+	f.pool.Close()
+
+	startCluster(t, dir)
+	if f.pool, err = postgres.Connect(ctx, dsn); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(f.pool.Close)
+	recorded := map[string]bool{}
+	for _, d := range f.deliveries(sub.ID) {
+		if d.Status != DeliverySucceeded {
+			t.Errorf("delivery of %s: %s, want succeeded", d.EventID, d.Status)
+		}
+		recorded[d.EventID] = true
+	}
+	for _, ev := range evs {
+		if !recorded[ev.ID] {
+			t.Errorf("delivery of %s lost with Postgres after its offset was committed", ev.ID)
+		}
+	}
+	if got := rc.count(); got != len(evs) {
+		t.Errorf("receiver got %d requests, want %d (each event once)", got, len(evs))
 	}
 }
 
