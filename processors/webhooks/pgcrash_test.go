@@ -19,25 +19,8 @@ import (
 // at once (SIGQUIT: nothing more reaches disk) as soon as the consumer has committed, and the
 // retry still comes once it is back.
 func TestFirstAttemptOutlivesACrashOfPostgres(t *testing.T) {
-	dir := testenv.ClusterDir(t)
-	ctx := context.Background()
-	local := startCluster(t, dir)
-	dsn := local.DSN("postgres")
-	pool, err := postgres.Connect(ctx, dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := postgres.Migrate(ctx, pool, nil); err != nil {
-		t.Fatal(err)
-	}
-	for _, q := range []string{`alter system set wal_writer_delay = '10s'`, `select pg_reload_conf()`} {
-		if _, err := pool.Exec(ctx, q); err != nil {
-			t.Fatal(err)
-		}
-	}
-	pool.Close()
-
-	f := newFixtureOn(t, dsn)
+	pg := slowWALCluster(t)
+	f := newFixtureOn(t, pg.dsn)
 	rc := newReceiver(t, func(n int, w http.ResponseWriter, _ *http.Request) {
 		if n == 0 {
 			w.WriteHeader(http.StatusInternalServerError)
@@ -55,24 +38,7 @@ func TestFirstAttemptOutlivesACrashOfPostgres(t *testing.T) {
 	if got := rc.count(); got != 1 {
 		t.Fatalf("%d attempts before the crash, want the first", got)
 	}
-	pid, ok := local.PID()
-	if !ok {
-		t.Fatal("no postmaster to crash")
-	}
-	if err := syscall.Kill(pid, syscall.SIGQUIT); err != nil {
-		t.Fatal(err)
-	}
-	testenv.Eventually(t, 30*time.Second, "the postmaster to exit", func() bool { return syscall.Kill(pid, 0) != nil })
-	first.stop(t)
-	f.pool.Close()
-
-	startCluster(t, dir)
-	pool, err = postgres.Connect(ctx, dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
-	f.pool = pool
+	pg.crash(t, f, first)
 	f.start(func(c *DispatcherConfig) { c.Group, c.Schedule = group, retryLater })
 	f.waitDeliveryStatus(sub.ID, ev.ID, DeliverySucceeded)
 	if got := requestIDs(rc.requests()); len(got) != 2 || got[0] != ev.ID || got[1] != ev.ID {
@@ -86,25 +52,8 @@ func TestFirstAttemptOutlivesACrashOfPostgres(t *testing.T) {
 // stopped at once when the consumer has committed, and every delivery is found after it comes
 // back, none sent twice.
 func TestAPollsChunksOutliveACrashOfPostgres(t *testing.T) {
-	dir := testenv.ClusterDir(t)
-	ctx := context.Background()
-	local := startCluster(t, dir)
-	dsn := local.DSN("postgres")
-	pool, err := postgres.Connect(ctx, dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := postgres.Migrate(ctx, pool, nil); err != nil {
-		t.Fatal(err)
-	}
-	for _, q := range []string{`alter system set wal_writer_delay = '10s'`, `select pg_reload_conf()`} {
-		if _, err := pool.Exec(ctx, q); err != nil {
-			t.Fatal(err)
-		}
-	}
-	pool.Close()
-
-	f := newFixtureOn(t, dsn)
+	pg := slowWALCluster(t)
+	f := newFixtureOn(t, pg.dsn)
 	rc := newReceiver(t, status(http.StatusNoContent))
 	sub := f.create(rc.URL, "*")
 	evs := make([]events.Event, 600)
@@ -121,22 +70,7 @@ func TestAPollsChunksOutliveACrashOfPostgres(t *testing.T) {
 	testenv.Eventually(t, 30*time.Second, "the consumer to commit the events' offsets", func() bool {
 		return f.committedAll(group)
 	})
-	pid, ok := local.PID()
-	if !ok {
-		t.Fatal("no postmaster to crash")
-	}
-	if err := syscall.Kill(pid, syscall.SIGQUIT); err != nil {
-		t.Fatal(err)
-	}
-	testenv.Eventually(t, 30*time.Second, "the postmaster to exit", func() bool { return syscall.Kill(pid, 0) != nil })
-	first.stop(t)
-	f.pool.Close()
-
-	startCluster(t, dir)
-	if f.pool, err = postgres.Connect(ctx, dsn); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(f.pool.Close)
+	pg.crash(t, f, first)
 	recorded := map[string]bool{}
 	for _, d := range f.deliveries(sub.ID) {
 		if d.Status != DeliverySucceeded {
@@ -152,6 +86,60 @@ func TestAPollsChunksOutliveACrashOfPostgres(t *testing.T) {
 	if got := rc.count(); got != len(evs) {
 		t.Errorf("receiver got %d requests, want %d (each event once)", got, len(evs))
 	}
+}
+
+// crashable is a durable cluster that a test stops at once and starts again.
+type crashable struct {
+	dir, dsn string
+	local    *postgres.Local
+}
+
+// slowWALCluster starts a durable cluster in a directory of the test's, migrated, whose WAL
+// writer waits 10 s between flushes (a commit that did not wait for the WAL stays in memory
+// for seconds).
+func slowWALCluster(t *testing.T) *crashable {
+	t.Helper()
+	dir := testenv.ClusterDir(t)
+	ctx := context.Background()
+	local := startCluster(t, dir)
+	pg := &crashable{dir: dir, dsn: local.DSN("postgres"), local: local}
+	pool, err := postgres.Connect(ctx, pg.dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	if _, err := postgres.Migrate(ctx, pool, nil); err != nil {
+		t.Fatal(err)
+	}
+	for _, q := range []string{`alter system set wal_writer_delay = '10s'`, `select pg_reload_conf()`} {
+		if _, err := pool.Exec(ctx, q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return pg
+}
+
+// crash stops the postmaster at once (SIGQUIT: nothing more reaches disk), stops d, and starts
+// the cluster again (recovering it) with f connected to it.
+func (pg *crashable) crash(t *testing.T, f *fixture, d *running) {
+	t.Helper()
+	pid, ok := pg.local.PID()
+	if !ok {
+		t.Fatal("no postmaster to crash")
+	}
+	if err := syscall.Kill(pid, syscall.SIGQUIT); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 30*time.Second, "the postmaster to exit", func() bool { return syscall.Kill(pid, 0) != nil })
+	d.stop(t)
+	f.pool.Close()
+	pg.local = startCluster(t, pg.dir)
+	pool, err := postgres.Connect(context.Background(), pg.dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	f.pool = pool
 }
 
 // startCluster starts (or recovers) the durable cluster kept in dir until the test ends.
