@@ -39,10 +39,10 @@ import (
 // poll's attempts until one has run for FastWait, or the poll for fastCap: then those still
 // running are recorded delivering under this dispatcher's lease and their outcomes written when
 // they end, and those not begun are recorded pending for a lane, so a slow endpoint holds the
-// consumer (and the subscriptions behind it) for about FastWait. A subscription whose attempt failed or outran the wait goes through the schedule
-// for fastCooldown. When recording fails (Postgres down, or refusing one of the batch's events),
-// the attempts made are kept (sent) and the batch, read again, records them rather than sending
-// them again.
+// consumer (and the subscriptions behind it) for about FastWait. A subscription whose attempt
+// failed or outran the wait goes through the schedule for fastCooldown. When recording fails
+// (Postgres down, or refusing one of the batch's events), the attempts made are kept (sent) and
+// the batch, read again, records them rather than sending them again.
 
 // fastCooldown is how long a subscription that failed or was slow is left to the schedule.
 const fastCooldown = 10 * time.Second
@@ -576,9 +576,9 @@ func (d *Dispatcher) finishSpilled(ctx context.Context, l *lane, items []*fastIt
 
 // recordFast inserts rows, each with its first attempt in its own row when it was sent, and
 // updates each subscription by its outcomes, in one transaction, whose commit waits for the WAL
-// flush when durable (and then makes every commit before it durable). It returns how many deliveries
-// it inserted (a delivery recorded meanwhile by another consumer of the partition is left as it
-// is).
+// flush when durable (and then makes every commit before it durable). It returns how many
+// deliveries it inserted (a delivery recorded meanwhile by another consumer of the partition is
+// left as it is).
 //
 // The rows are copied (COPY costs Postgres about three quarters of an INSERT … SELECT from
 // arrays, docs/PERFORMANCE.md): pickFast left out the deliveries recorded already, so a copy
