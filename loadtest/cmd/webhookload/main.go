@@ -12,6 +12,9 @@
 // (make run passes it). The first key needs admin:org (it creates and deletes the webhook), and
 // every key exec:workflows (publish calls take them in turn). Load is bounded (duration,
 // optional -max and -rate) and loopback only.
+//
+// With WEBHOOKLOAD_RAW_SENDER in its environment the binary is not the command but the raw
+// baseline's sender, which the command starts as a process of its own (raw.go).
 package main
 
 import (
@@ -47,6 +50,7 @@ type config struct {
 	RateLimit   int
 	Raw         bool   // also POST the same signed bodies straight to a receiver: the baseline
 	RawClient   string // the baseline's HTTP client: net/http, or fasthttp (plain http only)
+	RawProcess  string // where the baseline's sender runs: rawOwn or rawShared
 	// The fleet (fleet.go): Subs subscriptions to the same events (0: one), Slow of them answering
 	// after a second and Failing answering 500.
 	Subs, Slow, Failing int
@@ -76,6 +80,9 @@ func (c *config) validate() error {
 	if c.RawClient != rawNetHTTP && c.RawClient != rawFastHTTP || c.RawClient == rawFastHTTP && c.TLSDir != "" {
 		errs = append(errs, fmt.Errorf("-raw-client %q: net/http, or fasthttp without -tls-dir", c.RawClient))
 	}
+	if c.RawProcess != rawOwn && c.RawProcess != rawShared {
+		errs = append(errs, fmt.Errorf("-raw-process %q: own or shared", c.RawProcess))
+	}
 	if host, _, err := net.SplitHostPort(c.Listen); err != nil {
 		errs = append(errs, fmt.Errorf("-listen %q: %w", c.Listen, err))
 	} else if err := loadcli.LoopbackHost(host); err != nil {
@@ -85,6 +92,9 @@ func (c *config) validate() error {
 }
 
 func main() {
+	if os.Getenv(rawSenderEnv) != "" {
+		os.Exit(rawSender(os.Stdin, os.Stdout))
+	}
 	var cfg config
 	cfg.Flags(flag.CommandLine, loadcli.Help{
 		Key:   "API key(s), comma-separated: the first with admin:org, all with exec:workflows",
@@ -104,6 +114,7 @@ func main() {
 	flag.BoolVar(&cfg.H1, "h1", false, "with -tls-dir: the receivers offer HTTP/1.1 only (default: HTTP/2 and HTTP/1.1)")
 	flag.BoolVar(&cfg.Raw, "raw", true, "after the run, POST as many signed bodies of the same shape straight to a receiver, at the subscription's concurrency (the baseline)")
 	flag.StringVar(&cfg.RawClient, "raw-client", rawNetHTTP, "the baseline's HTTP client: net/http, or fasthttp (the client of carehub's plain http:// attempts; without -tls-dir)")
+	flag.StringVar(&cfg.RawProcess, "raw-process", rawOwn, "where the baseline's sender runs: own (a process of its own, as carehub's node is) or shared (the receiver's process, which overstates it)")
 	loadcli.Main(&cfg.Command, "webhookload", cfg.validate, func(ctx context.Context) (*report, error) { return run(ctx, cfg, os.Stderr) })
 }
 
@@ -231,6 +242,7 @@ func run(ctx context.Context, cfg config, logw io.Writer) (*report, error) {
 	}
 	wg.Wait()
 	elapsed := time.Since(began)
+	ended := began.Add(elapsed)
 	whilePublishing := tr.deliveredSoFar()
 	fmt.Fprintf(logw, "webhookload: publishing ended after %v; waiting up to %v for the deliveries\n", elapsed.Round(time.Millisecond), cfg.Drain)
 	drainEnd := time.Now().Add(cfg.Drain)
@@ -253,6 +265,10 @@ func run(ctx context.Context, cfg config, logw io.Writer) (*report, error) {
 	rep.OutOfOrder, rep.Ordered, rep.MaxInFlight, rep.HookBatch, rep.RateLimit = t.OutOfOrder, hook.Ordered, hook.MaxInFlight, hook.BatchSize, cfg.RateLimit
 	rep.DeliveredPerSec = float64(t.Delivered) / delivering.Seconds()
 	rep.DeliveredLive = float64(whilePublishing) / elapsed.Seconds()
+	rep.DeliveredAfter = max(t.Delivered-whilePublishing, 0)
+	if rep.DeliveredAfter > 0 && t.Last.After(ended) {
+		rep.DeliveredDrain = float64(rep.DeliveredAfter) / t.Last.Sub(ended).Seconds()
+	}
 	rep.Latency = loadcli.Ms(t.Latencies)
 	rep.Requests, rep.OverHTTP2 = fl.requests.Load(), fl.overHTTP2.Load()
 	rep.Undelivered = max(t.Published-t.Delivered, 0)
@@ -264,13 +280,15 @@ func run(ctx context.Context, cfg config, logw io.Writer) (*report, error) {
 		if hook.Ordered {
 			conc, size = 1, max(hook.BatchSize, 1)
 		}
-		fmt.Fprintf(logw, "webhookload: raw baseline: %d signed bodies straight to a receiver, %d at a time, %d a POST\n", t.Delivered, conc, size)
-		raw, err := rawBaseline(ctx, rtls, cfg.RawClient, hook.Secret, typ, int(t.Delivered), conc, size, filler)
+		fmt.Fprintf(logw, "webhookload: raw baseline: %d signed bodies straight to a receiver, %d at a time, %d a POST, sender process %s\n", t.Delivered, conc, size, cfg.RawProcess)
+		job := rawJob{Client: cfg.RawClient, Secret: hook.Secret, Type: typ, N: int(t.Delivered), Conc: conc, Size: size, Filler: filler}
+		raw, err := rawBaseline(ctx, rtls, cfg.RawProcess, job, logw)
 		if err != nil {
 			return rep, fmt.Errorf("raw baseline: %w", err)
 		}
 		rep.Raw = raw
 		rep.RawRatio = rep.DeliveredPerSec / raw.PerSec
+		rep.DrainRatio = rep.DeliveredDrain / raw.PerSec
 	}
 	if v, ok := firstErr.Load().(string); ok {
 		rep.FirstError = v
@@ -325,6 +343,8 @@ type report struct {
 	Delivered       int64          `json:"delivered"`
 	DeliveredPerSec float64        `json:"deliveredPerSec"`                // over publishing and drain
 	DeliveredLive   float64        `json:"deliveredWhilePublishingPerSec"` // deliveries/s before publishing ended
+	DeliveredAfter  int64          `json:"deliveredAfterPublishing"`       // the drain: events delivered after publishing ended
+	DeliveredDrain  float64        `json:"deliveredAfterPublishingPerSec"` // their deliveries/s, from the end of publishing to the last delivery
 	MostBehind      int64          `json:"mostBehindWhilePublishing"`      // the most events undelivered at a second's sample
 	Latency         loadcli.MsDist `json:"publishToDeliveredMs"`
 	Undelivered     int64          `json:"undelivered"`
@@ -338,7 +358,8 @@ type report struct {
 	HookBatch       int            `json:"batchSize"`
 	RateLimit       int            `json:"rateLimit,omitempty"`
 	Raw             *rawReport     `json:"raw,omitempty"`
-	RawRatio        float64        `json:"deliveredOverRaw,omitempty"` // deliveries/s ÷ the raw baseline's`
+	RawRatio        float64        `json:"deliveredOverRaw,omitempty"` // deliveries/s ÷ the raw baseline's
+	DrainRatio      float64        `json:"drainOverRaw,omitempty"`     // deliveries/s after publishing ÷ the raw baseline's
 	Fleet           *fleetReport   `json:"fleet,omitempty"`            // -subs above 1
 	// Series is the run second by second (deliveries/s, publish → delivered latency, events
 	// published and not yet delivered, refused calls), the series loadtest/charts draws.
@@ -361,6 +382,7 @@ func (r *report) Print(w io.Writer) {
 		r.Delivered, r.DeliveredPerSec, r.Undelivered, r.Duplicates, r.BadSignature, r.Stale, r.Malformed)
 	fmt.Fprintf(w, "while publishing %.1f delivered/s, at most %d events behind (%.2f s of publishing)\n",
 		r.DeliveredLive, r.MostBehind, float64(r.MostBehind)/max(r.PublishedPerSec, 1))
+	fmt.Fprintf(w, "after publishing %.1f delivered/s (the drain: %d events)\n", r.DeliveredDrain, r.DeliveredAfter)
 	fmt.Fprintf(w, "publish→hook   %v\n", r.Latency)
 	fmt.Fprintf(w, "requests       %d to the receivers, %d of them over HTTP/2\n", r.Requests, r.OverHTTP2)
 	mode := fmt.Sprintf("concurrent, maxInFlight %d", r.MaxInFlight)
@@ -372,8 +394,16 @@ func (r *report) Print(w io.Writer) {
 	}
 	fmt.Fprintf(w, "subscription   %s; %d events out of order\n", mode, r.OutOfOrder)
 	if r.Raw != nil {
-		fmt.Fprintf(w, "raw baseline   %d events in %d POSTs, %d at a time through %s: %.1f events/s, POST %v; carehub ÷ raw %.3f\n",
-			r.Raw.Events, r.Raw.Posts, r.Raw.Concurrency, r.Raw.Client, r.Raw.PerSec, r.Raw.Latency, r.RawRatio)
+		where := "in its own process"
+		if r.Raw.Process == rawShared {
+			where = "in the receiver's process"
+		}
+		drain := ""
+		if r.DrainRatio > 0 {
+			drain = fmt.Sprintf(", drain ÷ raw %.3f", r.DrainRatio)
+		}
+		fmt.Fprintf(w, "raw baseline   %d events in %d POSTs, %d at a time through %s, sender %s: %.1f events/s, POST %v; carehub ÷ raw %.3f%s\n",
+			r.Raw.Events, r.Raw.Posts, r.Raw.Concurrency, r.Raw.Client, where, r.Raw.PerSec, r.Raw.Latency, r.RawRatio, drain)
 	}
 	if r.Fleet != nil {
 		r.Fleet.Print(w)

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"bytes"
+	"context"
 	"io"
 	"net"
 	"net/http"
@@ -17,6 +19,15 @@ import (
 )
 
 const secret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw" // 24 bytes of base64
+
+// TestMain lets the test binary be the raw baseline's sender, as webhookload's main does:
+// rawInChild re-executes os.Executable(), which under go test is this binary.
+func TestMain(m *testing.M) {
+	if os.Getenv(rawSenderEnv) != "" {
+		os.Exit(rawSender(os.Stdin, os.Stdout))
+	}
+	os.Exit(m.Run())
+}
 
 // fakeClock is a clock the test moves by hand.
 type fakeClock struct{ t time.Time }
@@ -75,6 +86,10 @@ func TestTrackerCountsVerifiedDeliveriesOnce(t *testing.T) {
 	if tl.Delivered != 2 || tl.Duplicates != 1 || tl.Published != 3 || tl.BadSignature+tl.Stale+tl.Malformed != 0 {
 		t.Fatalf("tally %+v", tl)
 	}
+	// The drain's rate runs to the latest first delivery: the retry at 2 s is not one.
+	if want := sent.Add(250 * time.Millisecond); !tl.Last.Equal(want) {
+		t.Fatalf("last first delivery at %v, want %v", tl.Last, want)
+	}
 }
 
 func TestTrackerRefusesBadDeliveries(t *testing.T) {
@@ -119,7 +134,7 @@ func TestTrackerRefusesBadDeliveries(t *testing.T) {
 
 func TestValidate(t *testing.T) {
 	ok := func() config {
-		return config{Listen: "127.0.0.1:0", RawClient: rawNetHTTP, Command: loadcli.Command{URL: "http://127.0.0.1:8080", Keys: []string{"chk_live_x"},
+		return config{Listen: "127.0.0.1:0", RawClient: rawNetHTTP, RawProcess: rawOwn, Command: loadcli.Command{URL: "http://127.0.0.1:8080", Keys: []string{"chk_live_x"},
 			Load: loadcli.Load{Clients: 4, Duration: 10 * time.Second, Drain: 30 * time.Second, Batch: 1}}}
 	}
 	loadclitest.Validate(t, ok, (*config).validate, []loadclitest.Case[config]{
@@ -138,6 +153,8 @@ func TestValidate(t *testing.T) {
 		{Name: "fasthttp baseline", Edit: func(c *config) { c.RawClient = rawFastHTTP }},
 		{Name: "fasthttp baseline over TLS", Edit: func(c *config) { c.RawClient, c.TLSDir = rawFastHTTP, "/tmp/whl" }, Want: "-raw-client"},
 		{Name: "unknown baseline client", Edit: func(c *config) { c.RawClient = "curl" }, Want: "-raw-client"},
+		{Name: "baseline in the receiver's process", Edit: func(c *config) { c.RawProcess = rawShared }},
+		{Name: "unknown baseline process", Edit: func(c *config) { c.RawProcess = "thread" }, Want: "-raw-process"},
 	})
 }
 
@@ -177,5 +194,91 @@ func TestReceiverTLS(t *testing.T) {
 	}
 	if again, _ := os.ReadFile(filepath.Join(dir, "receiver.pem")); string(again) != string(first) || len(first) == 0 {
 		t.Error("the certificate was made again: a node started with the first would not trust the receivers")
+	}
+}
+
+// The baseline's sender, in a process of its own or in the receiver's, makes every POST to the
+// baseline's receiver, which counts each event once under the subscription's secret: one event
+// a POST, or an ordered subscription's batches, over plain HTTP through either client or over
+// TLS.
+func TestRawBaseline(t *testing.T) {
+	tlsDir := t.TempDir()
+	cases := []struct {
+		name, process, client string
+		n, conc, size         int
+		tls, h1               bool
+	}{
+		{name: "own process, net/http", process: rawOwn, client: rawNetHTTP, n: 40, conc: 4, size: 1},
+		{name: "own process, fasthttp", process: rawOwn, client: rawFastHTTP, n: 40, conc: 4, size: 1},
+		{name: "own process, net/http, batches", process: rawOwn, client: rawNetHTTP, n: 23, conc: 1, size: 5},
+		{name: "own process, fasthttp, batches", process: rawOwn, client: rawFastHTTP, n: 23, conc: 1, size: 5},
+		{name: "own process, HTTP/2 over TLS", process: rawOwn, client: rawNetHTTP, n: 20, conc: 2, size: 1, tls: true},
+		{name: "own process, HTTP/1.1 over TLS", process: rawOwn, client: rawNetHTTP, n: 20, conc: 2, size: 1, tls: true, h1: true},
+		{name: "shared process, fasthttp, batches", process: rawShared, client: rawFastHTTP, n: 23, conc: 1, size: 5},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			var rtls *receiverTLS
+			if tc.tls {
+				var err error
+				if rtls, err = loadReceiverTLS(tlsDir, tc.h1); err != nil {
+					t.Fatal(err)
+				}
+			}
+			ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+			defer cancel()
+			var logw bytes.Buffer
+			job := rawJob{Client: tc.client, Secret: secret, Type: "webhookload.rtest.load", N: tc.n, Conc: tc.conc, Size: tc.size, Filler: "xx"}
+			raw, err := rawBaseline(ctx, rtls, tc.process, job, &logw)
+			if err != nil {
+				t.Fatalf("baseline: %v; sender's stderr: %s", err, logw.String())
+			}
+			posts := (tc.n + tc.size - 1) / tc.size
+			if raw.Events != tc.n || raw.Posts != posts || raw.Failed != 0 || raw.Latency.N != posts {
+				t.Fatalf("%d events in %d POSTs (%d failed, %d timed), want %d in %d", raw.Events, raw.Posts, raw.Failed, raw.Latency.N, tc.n, posts)
+			}
+			if raw.Process != tc.process || raw.Client != tc.client || raw.Concurrency != tc.conc || raw.Seconds <= 0 || raw.PerSec <= 0 {
+				t.Fatalf("report %+v", raw)
+			}
+		})
+	}
+}
+
+// A sender process that cannot reach the receiver fails the baseline and says why.
+func TestRawSenderUnreachable(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	url := "http://" + ln.Addr().String() + "/hook"
+	ln.Close() // nothing listens there now
+	for _, client := range []string{rawNetHTTP, rawFastHTTP} {
+		t.Run(client, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+			defer cancel()
+			job := rawJob{Client: client, URL: url, Secret: secret, Type: "webhookload.rtest.load", N: 3, Conc: 1, Size: 1}
+			_, err := rawInChild(ctx, job, io.Discard)
+			if err == nil || !strings.Contains(err.Error(), "sender process") || !strings.Contains(err.Error(), "none of 3 POSTs") {
+				t.Fatalf("err = %v, want the sender process's none of 3 POSTs", err)
+			}
+		})
+	}
+}
+
+// The report names where the baseline's sender ran and gives the drain beside the whole run.
+func TestReportPrintsBaselineProcessAndDrain(t *testing.T) {
+	for _, tc := range []struct{ process, want string }{
+		{rawOwn, "through fasthttp, sender in its own process: 40000.0 events/s"},
+		{rawShared, "through fasthttp, sender in the receiver's process: 40000.0 events/s"},
+	} {
+		r := &report{Delivered: 30000, DeliveredPerSec: 10000, DeliveredAfter: 20000, DeliveredDrain: 25000, RawRatio: 0.25, DrainRatio: 0.625,
+			Raw: &rawReport{Client: rawFastHTTP, Process: tc.process, Events: 30000, Posts: 30000, Concurrency: 16, PerSec: 40000}}
+		var out strings.Builder
+		r.Print(&out)
+		for _, want := range []string{tc.want, "carehub ÷ raw 0.250, drain ÷ raw 0.625", "after publishing 25000.0 delivered/s (the drain: 20000 events)"} {
+			if !strings.Contains(out.String(), want) {
+				t.Errorf("report lacks %q:\n%s", want, out.String())
+			}
+		}
 	}
 }

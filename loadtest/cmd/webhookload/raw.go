@@ -8,6 +8,9 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -24,10 +27,12 @@ import (
 // rawReport is the baseline: the same number of events, in bodies of the shape carehub delivers
 // (docs/WEBHOOKS.md: one event, or an ordered subscription's batch of {id, body}), signed with
 // the subscription's secret as each is sent and POSTed straight to a receiver of their own (the
-// same verifying tracker) over keep-alive connections, concurrency POSTs at a time. What carehub
+// same verifying tracker) over keep-alive connections, concurrency POSTs at a time, by a sender in
+// a process of its own as carehub's is (or, -raw-process shared, in the receiver's). What carehub
 // adds is everything else: the publish, Kafka, the delivery's record, claim and outcome.
 type rawReport struct {
-	Client      string         `json:"client"` // rawNetHTTP or rawFastHTTP
+	Client      string         `json:"client"`  // rawNetHTTP or rawFastHTTP
+	Process     string         `json:"process"` // rawOwn or rawShared: where the sender ran
 	Events      int            `json:"events"`
 	Posts       int            `json:"posts"`
 	Concurrency int            `json:"concurrency"`
@@ -44,44 +49,184 @@ const (
 	rawFastHTTP = "fasthttp"
 )
 
-// rawBaseline POSTs n events, size a POST, conc POSTs at a time through client, and reports the
-// rate.
-func rawBaseline(ctx context.Context, rtls *receiverTLS, client, secret, typ string, n, conc, size int, filler string) (*rawReport, error) {
+// Where the baseline's sender runs (-raw-process). carehub's node is a process of its own, so
+// each of its POSTs wakes the receiver's process from another one. A sender in the receiver's
+// process hands each POST from goroutine to goroutine in one scheduler instead, and made 53,600
+// POSTs/s where one in a process of its own made 40,700–44,800 in the same half hour (fasthttp,
+// 16 at a time, 2 cores): the shared process overstates what a sender can do.
+const (
+	rawOwn    = "own"
+	rawShared = "shared"
+)
+
+// rawSenderEnv, set in its environment, makes webhookload the baseline's sender: it reads a
+// rawJob on stdin, makes its POSTs and writes a rawResult on stdout (rawSender).
+const rawSenderEnv = "WEBHOOKLOAD_RAW_SENDER"
+
+// rawJob is the baseline's POSTs: n events, size a POST, conc POSTs at a time through client to
+// url. TLSDir and H1 are the receivers' -tls-dir and -h1 (empty: plain HTTP), from which a
+// sender in its own process rebuilds the same TLS and protocols.
+type rawJob struct {
+	Client string `json:"client"`
+	URL    string `json:"url"`
+	Secret string `json:"secret"`
+	Type   string `json:"type"`
+	N      int    `json:"n"`
+	Conc   int    `json:"conc"`
+	Size   int    `json:"size"`
+	Filler string `json:"filler,omitempty"`
+	TLSDir string `json:"tlsDir,omitempty"`
+	H1     bool   `json:"h1,omitempty"`
+}
+
+// rawResult is what the sender measured: Seconds from its first POST to its last answer, the
+// POSTs that failed, and the latency of those that did not. Error is why it gave up, if it did.
+type rawResult struct {
+	Seconds float64        `json:"seconds"`
+	Failed  int64          `json:"failed"`
+	Latency loadcli.MsDist `json:"postMs"`
+	Error   string         `json:"error,omitempty"`
+}
+
+// rawBaseline starts the baseline's receiver, has job's POSTs made to it by a sender in a process
+// of its own or, when process is rawShared, in this one, and reports the rate. The receiver's
+// tracker counts what arrived, as for carehub's deliveries; the URL and TLS are the receiver's.
+func rawBaseline(ctx context.Context, rtls *receiverTLS, process string, job rawJob, logw io.Writer) (*rawReport, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, err
 	}
-	tr := newTracker(secret, time.Now, nil)
+	tr := newTracker(job.Secret, time.Now, nil)
 	srv := &http.Server{Handler: tr, ReadHeaderTimeout: 10 * time.Second}
 	go rtls.serve(srv, ln)
 	defer srv.Close()
-	url := rtls.scheme() + "://" + ln.Addr().String() + "/hook"
-	hc := &http.Client{Transport: rtls.transport(conc)}
-	defer hc.CloseIdleConnections()
-	post := func(id string, body []byte) error { return rawPost(ctx, hc, url, secret, id, body) }
-	if client == rawFastHTTP {
-		fc := &fasthttp.Client{MaxConnsPerHost: conc, MaxConnWaitTimeout: time.Minute}
-		defer fc.CloseIdleConnections()
-		post = func(id string, body []byte) error { return rawPostFast(fc, url, secret, id, body) }
+	job.URL = rtls.scheme() + "://" + ln.Addr().String() + "/hook"
+	if rtls != nil {
+		job.TLSDir, job.H1 = filepath.Dir(rtls.certFile), rtls.h1
 	}
 
-	posts := (n + size - 1) / size
-	var next atomic.Int64
-	var failed atomic.Int64
-	lat := make([][]time.Duration, conc)
+	var res rawResult
+	if process == rawShared {
+		res, err = job.send(ctx, rtls)
+	} else {
+		res, err = rawInChild(ctx, job, logw)
+	}
+	if err != nil {
+		return nil, err
+	}
+	got := tr.tally()
+	if got.BadSignature+got.Malformed > 0 {
+		return nil, fmt.Errorf("the baseline's own receiver refused %d bodies", got.BadSignature+got.Malformed)
+	}
+	// The sender's own seconds, not the child's lifetime: its start and its JSON are no part of
+	// the POSTs it times.
+	return &rawReport{Client: job.Client, Process: process, Events: int(got.Delivered), Posts: job.posts(), Concurrency: job.Conc,
+		Seconds: res.Seconds, PerSec: float64(got.Delivered) / res.Seconds, Latency: res.Latency, Failed: res.Failed}, ctx.Err()
+}
+
+// rawInChild runs job in a child process: webhookload's own binary as rawSender. Its stderr goes
+// to logw.
+func rawInChild(ctx context.Context, job rawJob, logw io.Writer) (rawResult, error) {
+	exe, err := os.Executable()
+	if err != nil {
+		return rawResult{}, fmt.Errorf("find webhookload's binary for the sender process: %w", err)
+	}
+	in, err := json.Marshal(job)
+	if err != nil {
+		return rawResult{}, err
+	}
+	// On stdin, not in the environment: the job holds the subscription's secret.
+	cmd := exec.CommandContext(ctx, exe)
+	cmd.Env = append(os.Environ(), rawSenderEnv+"=1")
+	cmd.Stdin = bytes.NewReader(in)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, logw
+	runErr := cmd.Run()
+	if ctx.Err() != nil {
+		return rawResult{}, ctx.Err()
+	}
+	var res rawResult
+	if err := json.Unmarshal(out.Bytes(), &res); err != nil {
+		if runErr != nil {
+			return rawResult{}, fmt.Errorf("the sender process %s: %w", exe, runErr)
+		}
+		return rawResult{}, fmt.Errorf("the sender process's result: %w", err)
+	}
+	if res.Error != "" {
+		return rawResult{}, fmt.Errorf("the sender process: %s", res.Error)
+	}
+	if runErr != nil {
+		return rawResult{}, fmt.Errorf("the sender process %s: %w", exe, runErr)
+	}
+	return res, nil
+}
+
+// rawSender is the child's side of rawInChild: it reads a rawJob from in, makes its POSTs and
+// writes the rawResult to out, why it gave up included. It returns the exit status: 1 when it
+// gave up.
+func rawSender(in io.Reader, out io.Writer) int {
+	res, err := runRawJob(in)
+	if err != nil {
+		res.Error = err.Error()
+	}
+	if werr := json.NewEncoder(out).Encode(res); werr != nil || err != nil {
+		return 1
+	}
+	return 0
+}
+
+func runRawJob(in io.Reader) (rawResult, error) {
+	var job rawJob
+	if err := json.NewDecoder(in).Decode(&job); err != nil {
+		return rawResult{}, fmt.Errorf("read the job: %w", err)
+	}
+	var rtls *receiverTLS
+	if job.TLSDir != "" {
+		var err error
+		if rtls, err = loadReceiverTLS(job.TLSDir, job.H1); err != nil {
+			return rawResult{}, err
+		}
+	}
+	// No signal handling: an interrupt stops the parent's run too, and it discards the baseline.
+	return job.send(context.Background(), rtls)
+}
+
+// posts is how many POSTs carry the job's events.
+func (j rawJob) posts() int { return (j.N + j.Size - 1) / j.Size }
+
+// send makes job's POSTs, TLS as rtls says, and measures them. Both -raw-process modes run it.
+// It fails only when not one POST succeeded: there is then no rate to compare with.
+func (j rawJob) send(ctx context.Context, rtls *receiverTLS) (rawResult, error) {
+	if j.N < 1 || j.Conc < 1 || j.Size < 1 || j.Client != rawNetHTTP && j.Client != rawFastHTTP {
+		return rawResult{}, fmt.Errorf("a job of %d events, %d a POST, %d at a time through %q", j.N, j.Size, j.Conc, j.Client)
+	}
+	hc := &http.Client{Transport: rtls.transport(j.Conc)}
+	defer hc.CloseIdleConnections()
+	post := func(id string, body []byte) error { return rawPost(ctx, hc, j.URL, j.Secret, id, body) }
+	if j.Client == rawFastHTTP {
+		fc := &fasthttp.Client{MaxConnsPerHost: j.Conc, MaxConnWaitTimeout: time.Minute}
+		defer fc.CloseIdleConnections()
+		post = func(id string, body []byte) error { return rawPostFast(fc, j.URL, j.Secret, id, body) }
+	}
+
+	posts := j.posts()
+	var next, failed atomic.Int64
+	var firstErr atomic.Value
+	lat := make([][]time.Duration, j.Conc)
 	start := time.Now()
 	var wg sync.WaitGroup
-	for w := range conc {
+	for w := range j.Conc {
 		wg.Go(func() {
 			for ctx.Err() == nil {
 				p := int(next.Add(1)) - 1
 				if p >= posts {
 					return
 				}
-				id, body := rawBody(typ, p, size, min(size, n-p*size), filler)
+				id, body := rawBody(j.Type, p, j.Size, min(j.Size, j.N-p*j.Size), j.Filler)
 				t0 := time.Now()
 				if err := post(id, body); err != nil {
 					failed.Add(1)
+					firstErr.CompareAndSwap(nil, err.Error())
 					continue
 				}
 				lat[w] = append(lat[w], time.Since(t0))
@@ -94,12 +239,11 @@ func rawBaseline(ctx context.Context, rtls *receiverTLS, client, secret, typ str
 	for _, l := range lat {
 		all = append(all, l...)
 	}
-	got := tr.tally()
-	if got.BadSignature+got.Malformed > 0 {
-		return nil, fmt.Errorf("the baseline's own receiver refused %d bodies", got.BadSignature+got.Malformed)
+	res := rawResult{Seconds: secs, Failed: failed.Load(), Latency: loadcli.Ms(all)}
+	if len(all) == 0 && ctx.Err() == nil {
+		return res, fmt.Errorf("none of %d POSTs to %s succeeded; the first: %v", posts, j.URL, firstErr.Load())
 	}
-	return &rawReport{Client: client, Events: int(got.Delivered), Posts: posts, Concurrency: conc, Seconds: secs,
-		PerSec: float64(got.Delivered) / secs, Latency: loadcli.Ms(all), Failed: failed.Load()}, ctx.Err()
+	return res, nil
 }
 
 // rawBody is POST p's webhook-id and body: events p*size.. of the run, k of them, each the body

@@ -36,6 +36,7 @@ type tracker struct {
 	malformed  int64       // signed, but no sentAt in the payload
 	outOfOrder int64       // first deliveries of a client's event before one it published earlier
 	lastSeq    map[int]int // by publishing client: the highest seq delivered
+	last       time.Time   // when the latest first delivery of an event arrived
 }
 
 func newTracker(secret string, now func() time.Time, observed func(time.Duration)) *tracker {
@@ -118,6 +119,9 @@ func (t *tracker) receive(h http.Header, body []byte) int {
 		latency := now.Sub(time.Unix(0, p.SentAt))
 		t.latencies = append(t.latencies, latency)
 		fresh = append(fresh, latency)
+		if now.After(t.last) { // concurrent deliveries may take the lock out of order
+			t.last = now
+		}
 	}
 	t.mu.Unlock()
 	for _, l := range fresh {
@@ -151,6 +155,7 @@ func (t *tracker) lag() int64 {
 type tally struct {
 	Published, Delivered, Duplicates, BadSignature, Stale, Malformed, OutOfOrder int64
 	Latencies                                                                    []time.Duration
+	Last                                                                         time.Time // the latest first delivery's arrival
 }
 
 // deliveredSoFar is how many events were delivered so far.
@@ -165,7 +170,7 @@ func (t *tracker) tally() tally {
 	defer t.mu.Unlock()
 	return tally{Published: t.published, Delivered: int64(len(t.delivered)), Duplicates: t.duplicates,
 		BadSignature: t.badSig, Stale: t.stale, Malformed: t.malformed, OutOfOrder: t.outOfOrder,
-		Latencies: append([]time.Duration(nil), t.latencies...)}
+		Latencies: append([]time.Duration(nil), t.latencies...), Last: t.last}
 }
 
 // ServeHTTP is the receiver: POST only, the body read whole (bounded) before verification.
