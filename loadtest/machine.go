@@ -122,3 +122,12 @@ func (w MachineWindow) End() (busyPct, stealPct float64, ok bool) {
 	m := end.sub(w.start)
 	return m.pctOf(m.busy), m.pctOf(m.steal), true
 }
+
+// MachineCPU is the whole machine's CPU time so far, all cores: busy (every process's and the
+// kernel's) and idle (waiting for I/O included). A load tool that drives a node on the same
+// machine subtracts what it knows (its own, the node's) from busy to tell the rest: Postgres
+// and anything else. Outside Linux it fails.
+func MachineCPU() (busy, idle time.Duration, err error) {
+	m, err := readMachineCPU()
+	return m.busy, m.idle + m.iowait, err
+}

@@ -35,6 +35,7 @@ import (
 	"carehub/kernel/tick"
 	"carehub/loadtest/loadcli"
 	loadreport "carehub/loadtest/report"
+	"carehub/loadtest/wsfleet"
 	"carehub/processors/webhooks"
 )
 
@@ -194,6 +195,8 @@ func run(ctx context.Context, cfg config, logw io.Writer) (*report, error) {
 	for i, k := range cfg.Keys {
 		byKey[i] = &pipelinetest.Client{BaseURL: base, Key: k, HTTP: hc}
 	}
+	metrics := wsfleet.NewNode(base, 1)
+	cpu0, cpuOK := sampleCPU(ctx, metrics, base+"/metrics")
 	rec.Start()
 	defer rec.Stop()
 	loadCtx, endLoad := context.WithTimeout(ctx, cfg.Duration)
@@ -250,6 +253,7 @@ func run(ctx context.Context, cfg config, logw io.Writer) (*report, error) {
 		tick.Sleep(ctx, 50*time.Millisecond)
 	}
 	delivering := time.Since(began)
+	cpu1, cpuOK1 := sampleCPU(ctx, metrics, base+"/metrics")
 	rep.Series = rec.Stop()
 	for _, p := range rep.Series {
 		if p.Seconds <= elapsed.Seconds() {
@@ -268,6 +272,9 @@ func run(ctx context.Context, cfg config, logw io.Writer) (*report, error) {
 	rep.DeliveredAfter = max(t.Delivered-whilePublishing, 0)
 	if rep.DeliveredAfter > 0 && t.Last.After(ended) {
 		rep.DeliveredDrain = float64(rep.DeliveredAfter) / t.Last.Sub(ended).Seconds()
+	}
+	if cpuOK && cpuOK1 {
+		rep.CPU = cpuBetween(cpu0, cpu1, t.Delivered)
 	}
 	rep.Latency = loadcli.Ms(t.Latencies)
 	rep.Requests, rep.OverHTTP2 = fl.requests.Load(), fl.overHTTP2.Load()
@@ -346,6 +353,7 @@ type report struct {
 	DeliveredAfter  int64          `json:"deliveredAfterPublishing"`       // the drain: events delivered after publishing ended
 	DeliveredDrain  float64        `json:"deliveredAfterPublishingPerSec"` // their deliveries/s, from the end of publishing to the last delivery
 	MostBehind      int64          `json:"mostBehindWhilePublishing"`      // the most events undelivered at a second's sample
+	CPU             *cpuReport     `json:"cpuPerEvent,omitempty"`          // the run's CPU by process (cpu.go); absent when unreadable
 	Latency         loadcli.MsDist `json:"publishToDeliveredMs"`
 	Undelivered     int64          `json:"undelivered"`
 	Duplicates      int64          `json:"duplicates"`
@@ -383,6 +391,10 @@ func (r *report) Print(w io.Writer) {
 	fmt.Fprintf(w, "while publishing %.1f delivered/s, at most %d events behind (%.2f s of publishing)\n",
 		r.DeliveredLive, r.MostBehind, float64(r.MostBehind)/max(r.PublishedPerSec, 1))
 	fmt.Fprintf(w, "after publishing %.1f delivered/s (the drain: %d events)\n", r.DeliveredDrain, r.DeliveredAfter)
+	if c := r.CPU; c != nil {
+		fmt.Fprintf(w, "cpu an event   node %.1f µs, webhookload %.1f µs (publishing and receiving), the rest of the machine %.1f µs (Postgres, …); %.2f cores idle\n",
+			c.NodeUs, c.Webhookload, c.RestUs, c.IdleCores)
+	}
 	fmt.Fprintf(w, "publish→hook   %v\n", r.Latency)
 	fmt.Fprintf(w, "requests       %d to the receivers, %d of them over HTTP/2\n", r.Requests, r.OverHTTP2)
 	mode := fmt.Sprintf("concurrent, maxInFlight %d", r.MaxInFlight)
@@ -402,8 +414,12 @@ func (r *report) Print(w io.Writer) {
 		if r.DrainRatio > 0 {
 			drain = fmt.Sprintf(", drain ÷ raw %.3f", r.DrainRatio)
 		}
-		fmt.Fprintf(w, "raw baseline   %d events in %d POSTs, %d at a time through %s, sender %s: %.1f events/s, POST %v; carehub ÷ raw %.3f%s\n",
-			r.Raw.Events, r.Raw.Posts, r.Raw.Concurrency, r.Raw.Client, where, r.Raw.PerSec, r.Raw.Latency, r.RawRatio, drain)
+		cpu := ""
+		if r.Raw.CPUUs > 0 {
+			cpu = fmt.Sprintf(" (%.1f µs of CPU an event, sender and receiver)", r.Raw.CPUUs)
+		}
+		fmt.Fprintf(w, "raw baseline   %d events in %d POSTs, %d at a time through %s, sender %s: %.1f events/s%s, POST %v; carehub ÷ raw %.3f%s\n",
+			r.Raw.Events, r.Raw.Posts, r.Raw.Concurrency, r.Raw.Client, where, r.Raw.PerSec, cpu, r.Raw.Latency, r.RawRatio, drain)
 	}
 	if r.Fleet != nil {
 		r.Fleet.Print(w)

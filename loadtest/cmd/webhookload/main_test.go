@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -16,6 +17,7 @@ import (
 	"carehub/kernel/whsig"
 	"carehub/loadtest/loadcli"
 	"carehub/loadtest/loadcli/loadclitest"
+	"carehub/loadtest/wsfleet"
 )
 
 const secret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw" // 24 bytes of base64
@@ -237,7 +239,7 @@ func TestRawBaseline(t *testing.T) {
 			if raw.Events != tc.n || raw.Posts != posts || raw.Failed != 0 || raw.Latency.N != posts {
 				t.Fatalf("%d events in %d POSTs (%d failed, %d timed), want %d in %d", raw.Events, raw.Posts, raw.Failed, raw.Latency.N, tc.n, posts)
 			}
-			if raw.Process != tc.process || raw.Client != tc.client || raw.Concurrency != tc.conc || raw.Seconds <= 0 || raw.PerSec <= 0 {
+			if raw.Process != tc.process || raw.Client != tc.client || raw.Concurrency != tc.conc || raw.Seconds <= 0 || raw.PerSec <= 0 || raw.CPUUs <= 0 {
 				t.Fatalf("report %+v", raw)
 			}
 		})
@@ -280,5 +282,41 @@ func TestReportPrintsBaselineProcessAndDrain(t *testing.T) {
 				t.Errorf("report lacks %q:\n%s", want, out.String())
 			}
 		}
+	}
+}
+
+// The run's CPU is told apart by process: the node's from its /metrics, this process's, and the
+// rest of the machine's busy time; an event's share of each, and the cores left idle.
+func TestCPUByProcess(t *testing.T) {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /metrics", func(w http.ResponseWriter, r *http.Request) {
+		io.WriteString(w, "# HELP process_cpu_seconds_total Total user and system CPU time spent in seconds.\n"+
+			"# TYPE process_cpu_seconds_total counter\nprocess_cpu_seconds_total 12.5\n")
+	})
+	srv := httptest.NewServer(mux)
+	defer srv.Close()
+	node := wsfleet.NewNode(srv.URL, 1)
+	a, ok := sampleCPU(t.Context(), node, srv.URL+"/metrics")
+	if !ok || a.node != 12500*time.Millisecond || a.busy <= 0 {
+		t.Fatalf("sample %+v, ok %v", a, ok)
+	}
+	if _, ok := sampleCPU(t.Context(), node, srv.URL+"/nothing-here"); ok {
+		t.Fatal("a page without the process metric gave a sample")
+	}
+
+	b := cpuSample{node: a.node + 4*time.Second, self: a.self + 3*time.Second, busy: a.busy + 10*time.Second,
+		idle: a.idle + 2*time.Second, at: a.at.Add(10 * time.Second)}
+	c := cpuBetween(a, b, 100_000)
+	if c.NodeUs != 40 || c.Webhookload != 30 || c.RestUs != 30 || c.IdleCores != 0.2 {
+		t.Fatalf("cpu %+v, want node 40, webhookload 30, rest 30 µs an event, 0.2 cores idle", *c)
+	}
+	if cpuBetween(a, b, 0) != nil {
+		t.Fatal("no event delivered, yet a cost an event")
+	}
+	r := &report{CPU: c}
+	var out strings.Builder
+	r.Print(&out)
+	if want := "cpu an event   node 40.0 µs, webhookload 30.0 µs (publishing and receiving), the rest of the machine 30.0 µs"; !strings.Contains(out.String(), want) {
+		t.Errorf("report lacks %q:\n%s", want, out.String())
 	}
 }

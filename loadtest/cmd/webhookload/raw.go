@@ -40,6 +40,7 @@ type rawReport struct {
 	PerSec      float64        `json:"eventsPerSec"`
 	Latency     loadcli.MsDist `json:"postMs"`
 	Failed      int64          `json:"failed"`
+	CPUUs       float64        `json:"cpuUsPerEvent,omitempty"` // the sender's and the receiver's CPU, µs an event
 }
 
 // The baseline's clients: Go's own, which carehub's https:// attempts use, and fasthttp's, which
@@ -86,6 +87,7 @@ type rawResult struct {
 	Failed  int64          `json:"failed"`
 	Latency loadcli.MsDist `json:"postMs"`
 	Error   string         `json:"error,omitempty"`
+	cpu     time.Duration  // a child sender's CPU, from its exit status (rawInChild)
 }
 
 // rawBaseline starts the baseline's receiver, has job's POSTs made to it by a sender in a process
@@ -106,6 +108,7 @@ func rawBaseline(ctx context.Context, rtls *receiverTLS, process string, job raw
 	}
 
 	var res rawResult
+	self := loadcli.ProcessCPU() // the receiver's, and a shared sender's
 	if process == rawShared {
 		res, err = job.send(ctx, rtls)
 	} else {
@@ -114,6 +117,7 @@ func rawBaseline(ctx context.Context, rtls *receiverTLS, process string, job raw
 	if err != nil {
 		return nil, err
 	}
+	cpu := loadcli.ProcessCPU() - self + res.cpu
 	got := tr.tally()
 	if got.BadSignature+got.Malformed > 0 {
 		return nil, fmt.Errorf("the baseline's own receiver refused %d bodies", got.BadSignature+got.Malformed)
@@ -121,7 +125,8 @@ func rawBaseline(ctx context.Context, rtls *receiverTLS, process string, job raw
 	// The sender's own seconds, not the child's lifetime: its start and its JSON are no part of
 	// the POSTs it times.
 	return &rawReport{Client: job.Client, Process: process, Events: int(got.Delivered), Posts: job.posts(), Concurrency: job.Conc,
-		Seconds: res.Seconds, PerSec: float64(got.Delivered) / res.Seconds, Latency: res.Latency, Failed: res.Failed}, ctx.Err()
+		Seconds: res.Seconds, PerSec: float64(got.Delivered) / res.Seconds, Latency: res.Latency, Failed: res.Failed,
+		CPUUs: float64(cpu.Microseconds()) / float64(max(got.Delivered, 1))}, ctx.Err()
 }
 
 // rawInChild runs job in a child process: webhookload's own binary as rawSender. Its stderr goes
@@ -158,6 +163,7 @@ func rawInChild(ctx context.Context, job rawJob, logw io.Writer) (rawResult, err
 	if runErr != nil {
 		return rawResult{}, fmt.Errorf("the sender process %s: %w", exe, runErr)
 	}
+	res.cpu = cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime()
 	return res, nil
 }
 
