@@ -195,8 +195,8 @@ func run(ctx context.Context, cfg config, logw io.Writer) (*report, error) {
 	for i, k := range cfg.Keys {
 		byKey[i] = &pipelinetest.Client{BaseURL: base, Key: k, HTTP: hc}
 	}
-	metrics := wsfleet.NewNode(base, 1)
-	cpu0, cpuOK := sampleCPU(ctx, metrics, base+"/metrics")
+	metrics, metricsURL := wsfleet.NewNode(base, 1), base+"/metrics"
+	cpu0, cpuOK := sampleCPU(ctx, metrics, metricsURL)
 	rec.Start()
 	defer rec.Stop()
 	loadCtx, endLoad := context.WithTimeout(ctx, cfg.Duration)
@@ -253,7 +253,7 @@ func run(ctx context.Context, cfg config, logw io.Writer) (*report, error) {
 		tick.Sleep(ctx, 50*time.Millisecond)
 	}
 	delivering := time.Since(began)
-	cpu1, cpuOK1 := sampleCPU(ctx, metrics, base+"/metrics")
+	cpu1, cpuOK1 := sampleCPU(ctx, metrics, metricsURL)
 	rep.Series = rec.Stop()
 	for _, p := range rep.Series {
 		if p.Seconds <= elapsed.Seconds() {

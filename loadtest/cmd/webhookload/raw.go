@@ -151,17 +151,14 @@ func rawInChild(ctx context.Context, job rawJob, logw io.Writer) (rawResult, err
 		return rawResult{}, ctx.Err()
 	}
 	var res rawResult
-	if err := json.Unmarshal(out.Bytes(), &res); err != nil {
-		if runErr != nil {
-			return rawResult{}, fmt.Errorf("the sender process %s: %w", exe, runErr)
-		}
-		return rawResult{}, fmt.Errorf("the sender process's result: %w", err)
-	}
-	if res.Error != "" {
+	jsonErr := json.Unmarshal(out.Bytes(), &res)
+	switch {
+	case jsonErr == nil && res.Error != "": // why it gave up, in its own words
 		return rawResult{}, fmt.Errorf("the sender process: %s", res.Error)
-	}
-	if runErr != nil {
+	case runErr != nil:
 		return rawResult{}, fmt.Errorf("the sender process %s: %w", exe, runErr)
+	case jsonErr != nil:
+		return rawResult{}, fmt.Errorf("the sender process's result: %w", jsonErr)
 	}
 	res.cpu = cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime()
 	return res, nil
