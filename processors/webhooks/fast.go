@@ -98,8 +98,9 @@ type fastRun struct {
 	results chan *fastItem // each item once sent
 	sent    atomic.Int64   // items sent
 	begun   atomic.Int64   // items whose attempts were begun, or found sent before
-	// next is closed once every item's attempt is begun: the consumer polls the next events
-	// then, so that their first attempts follow these (Dispatcher.consume).
+	// next is closed once all but the last 1/nextLead of the items' attempts are begun: the
+	// consumer polls and begins the next events then (Dispatcher.consume), so that their first
+	// attempts follow these without a gap.
 	next     chan struct{}
 	nextOnce sync.Once
 	// ready is closed once every item is sent, or FastWait after the poll's attempts were begun:
@@ -349,9 +350,17 @@ func (it *fastItem) finish(res fastResult, from int32, run *fastRun) {
 
 func (run *fastRun) markReady() { run.readyOnce.Do(func() { close(run.ready) }) }
 
+// 1/nextLead of a poll's attempts are still to begin when the consumer begins the next poll.
+// Beginning one (a fetch, the events decoded, a look-up in Postgres) takes about 15-20 ms on two
+// busy cores. Begun once the last attempt had begun, the subscription's slots emptied meanwhile
+// and the machine idled a fifth of its time in a drain (docs/PERFORMANCE.md, "twelfth
+// session"). A quarter of a poll of 4,000 is about 40 ms of attempts at 25,000 a second. The
+// next poll's attempts wait for the slots these hold, so they still follow them.
+const nextLead = 4
+
 // markBegun counts an item begun.
 func (run *fastRun) markBegun() {
-	if run.begun.Add(1) == int64(run.items) {
+	if run.begun.Add(1) == int64(run.items-run.items/nextLead) {
 		run.nextOnce.Do(func() { close(run.next) })
 	}
 }

@@ -23,10 +23,10 @@ type Effect struct {
 	// Ready, when set, is closed once End would not wait for long; until then Overlap waits for
 	// Next and the next poll's records rather than for End. Nil: End is called at once.
 	Ready <-chan struct{}
-	// Next, when set, is closed once the next poll's effect had best be begun (the effect has
-	// begun all its work, and what is left of it is in flight): Overlap polls the next records
-	// then, or when Ready is closed. Nil: at once. Polling later rather than at once lets
-	// records gather into larger polls.
+	// Next, when set, is closed once the next poll's effect had best be begun (what is left of
+	// this one takes about as long as beginning the next): Overlap polls the next records then,
+	// or when Ready is closed. Nil: at once. Polling later rather than at once lets records
+	// gather into larger polls.
 	Next <-chan struct{}
 }
 
