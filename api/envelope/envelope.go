@@ -142,6 +142,12 @@ func WriteJSON(w http.ResponseWriter, status int, v any) {
 		http.Error(w, `{"error":{"code":"INTERNAL","message":"encode response"}}`, http.StatusInternalServerError)
 		return
 	}
+	WriteEncoded(w, status, b)
+}
+
+// WriteEncoded writes b, JSON its caller encoded, as WriteJSON writes a value: for an answer
+// encoded without encoding/json, which would read it through again to check it.
+func WriteEncoded(w http.ResponseWriter, status int, b []byte) {
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Content-Length", strconv.Itoa(len(b)+1))
 	w.WriteHeader(status)

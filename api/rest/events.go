@@ -90,8 +90,13 @@ func (h *handlers) publishEvents(w http.ResponseWriter, r *http.Request) {
 		for i, e := range evs {
 			out.Data[i] = EventRef{ID: e.ID, CreatedAt: e.CreatedAt.UTC()}
 		}
+		b, err := out.MarshalJSON()
+		if err != nil {
+			envelope.WriteError(w, r, err)
+			return
+		}
 		w.Header().Set("Preference-Applied", "return=minimal")
-		envelope.WriteJSON(w, http.StatusAccepted, out)
+		envelope.WriteEncoded(w, http.StatusAccepted, b)
 		return
 	}
 	out := PublishedEvents{Data: make([]Event, len(evs))}

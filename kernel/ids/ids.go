@@ -48,13 +48,26 @@ func New(prefix string) string {
 	mu.Lock()
 	id := ulid.MustNew(ulid.Timestamp(time.Now()), entropy)
 	mu.Unlock()
-	return prefix + strings.ToLower(id.String())
+	return withPrefix(prefix, id)
+}
+
+// withPrefix is prefix + id in lower case, in one allocation: every event and every webhook
+// delivery takes an id.
+func withPrefix(prefix string, id ulid.ULID) string {
+	var text [ulid.EncodedSize]byte
+	_ = id.MarshalTextTo(text[:]) // fails only for a shorter buffer
+	for i, c := range text {
+		if c >= 'A' && c <= 'Z' {
+			text[i] = c + 'a' - 'A'
+		}
+	}
+	return prefix + string(text[:])
 }
 
 // At returns prefix + a lowercase ULID for time t drawn from r. With a seeded r it is
 // deterministic, which the demo data relies on.
 func At(prefix string, t time.Time, r io.Reader) string {
-	return prefix + strings.ToLower(ulid.MustNew(ulid.Timestamp(t), r).String())
+	return withPrefix(prefix, ulid.MustNew(ulid.Timestamp(t), r))
 }
 
 // Valid reports whether id has the given prefix followed by a well-formed ULID.

@@ -1,6 +1,13 @@
 package ids
 
-import "testing"
+import (
+	"bytes"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/oklog/ulid/v2"
+)
 
 func TestValid(t *testing.T) {
 	for _, tc := range []struct {
@@ -21,5 +28,17 @@ func TestValid(t *testing.T) {
 		if got := Valid(Event, tc.id); got != tc.want {
 			t.Errorf("Valid(%q) = %v, want %v", tc.id, got, tc.want)
 		}
+	}
+}
+
+func TestIDsAreLowerCaseULIDs(t *testing.T) {
+	at := time.UnixMilli(1700000000123)
+	id := ulid.MustNew(ulid.Timestamp(at), bytes.NewReader(make([]byte, 16)))
+	if got, want := At(Event, at, bytes.NewReader(make([]byte, 16))), Event+strings.ToLower(id.String()); got != want {
+		t.Errorf("At = %s, want %s", got, want)
+	}
+	a, b := New(Delivery), New(Delivery)
+	if a >= b || !Valid(Delivery, a) || strings.ToLower(a) != a {
+		t.Errorf("New gave %s then %s", a, b)
 	}
 }

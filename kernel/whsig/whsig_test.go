@@ -111,3 +111,21 @@ func BenchmarkSetHeaders(b *testing.B) {
 		})
 	}
 }
+
+func TestSignAfterTheKeyedHMACsAreLetGo(t *testing.T) {
+	const vector = "v1,g0hM9SsE+OTPJTGt/tmIKtSyZlE3uFJELVlNIOLJ1OE="
+	secret, body, at := "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw", []byte(`{"test": 2432232314}`), time.Unix(1614265330, 0)
+	for i := range maxKeyed + 2 {
+		other := NewSecret()
+		a, _ := Sign("msg_1", at, body, other)
+		b, _ := Sign("msg_1", at, body, other) // from the pool, reset
+		if a != b {
+			t.Fatalf("secret %d signed the same content twice differently: %s, %s", i, a, b)
+		}
+		if i%1000 == 0 || i > maxKeyed-2 {
+			if got, _ := Sign("msg_p5jXN8AQM9LWM0D4loKWxJek", at, body, secret); got != vector {
+				t.Fatalf("after %d other secrets: %s, want %s", i, got, vector)
+			}
+		}
+	}
+}
