@@ -191,6 +191,7 @@ func run(ctx context.Context, cfg config, logw io.Writer) (*report, error) {
 	pace, stopPace := loadcli.Pace(cfg.Rate)
 	defer stopPace()
 	filler := strings.Repeat("x", cfg.Payload)
+	batch := newBatchBody(project, typ, filler, cfg.Batch)
 	byKey := make([]*pipelinetest.Client, len(cfg.Keys))
 	for i, k := range cfg.Keys {
 		byKey[i] = &pipelinetest.Client{BaseURL: base, Key: k, HTTP: hc}
@@ -213,19 +214,14 @@ func run(ctx context.Context, cfg config, logw io.Writer) (*report, error) {
 				if cfg.Max > 0 && attempts.Add(1) > int64(cfg.Max) {
 					return
 				}
-				sent := time.Now()
-				payload := map[string]any{"client": w, "seq": seq, "sentAt": sent.UnixNano()}
-				if filler != "" {
-					payload["filler"] = filler
-				}
-				drafts := make([]pipelinetest.Draft, cfg.Batch)
-				for i := range drafts {
-					drafts[i] = pipelinetest.Draft{Type: typ, Payload: payload}
-				}
+				body := batch.encode(w, seq, time.Now())
 				// A call in flight is measured to its answer, not cut by the end of the phase.
 				callCtx, cancel := context.WithTimeout(context.WithoutCancel(loadCtx), 30*time.Second)
-				_, err := byKey[nextKey.Add(1)%uint64(len(byKey))].PublishBatch(callCtx, project, drafts)
+				n, err := byKey[nextKey.Add(1)%uint64(len(byKey))].PublishEncoded(callCtx, body)
 				cancel()
+				if err == nil && n != cfg.Batch {
+					err = fmt.Errorf("POST /v1/events answered %d events for %d", n, cfg.Batch)
+				}
 				if wait, ok := refusal(err); ok {
 					refused.Add(1)
 					rec.Refuse(1)
