@@ -11,13 +11,24 @@ import (
 //
 // Every consumer group (event log, webhooks, triggers) decodes every event, so Decode reads the
 // envelope without reflection (jsonwire), as json.Unmarshal into a Event does
-// (FuzzDecode checks it against encoding/json), and checks the record's JSON once.
+// (FuzzDecode checks it against encoding/json), and checks the record's JSON once. It does not
+// check that the payload is storable (jsonwire.Storable, which every publishing path checks): a
+// record that is not, which only a producer other than carehub's can write, is refused by the
+// event log's stores and set aside (consume.DeadLetter); a webhook sends it as it stands.
 func Decode(data []byte) (Event, error) {
-	if !jsonwire.Valid(data) {
-		return Event{}, fmt.Errorf("%w: not valid JSON", ErrInvalidEnvelope)
-	}
 	var ev Event
-	if err := jsonwire.Members(data, func(key, v []byte) error { return setEnvelope(&ev, key, v) }); err != nil {
+	set := func(key, v []byte) error { return setEnvelope(&ev, key, v) }
+	// One pass checks and reads a plain envelope; anything else (escaped keys, deep nesting, not
+	// valid) is checked, then read, as before. Every consumer of the events decodes every event.
+	ok, err := jsonwire.ValidMembers(data, set)
+	if !ok {
+		if !jsonwire.Valid(data) {
+			return Event{}, fmt.Errorf("%w: not valid JSON", ErrInvalidEnvelope)
+		}
+		ev = Event{}
+		err = jsonwire.Members(data, set)
+	}
+	if err != nil {
 		return Event{}, fmt.Errorf("%w: %v", ErrInvalidEnvelope, err)
 	}
 	if err := validateFields(ev); err != nil {
