@@ -144,7 +144,7 @@ func (c *Client) PublishBatch(ctx context.Context, projectID string, drafts []Dr
 
 // PublishEncoded publishes body, a JSON array of events as POST /v1/events takes them, with one
 // call (all or nothing) and returns how many events the node answered. For load tools: encoding
-// each event afresh, as PublishBatch does, costs a load tool about as much CPU as the node spends
+// each event afresh, as PublishBatch does, costs a load tool about half the CPU the node spends
 // accepting it, on the machine the node runs on.
 func (c *Client) PublishEncoded(ctx context.Context, body []byte) (int, error) {
 	b, err := c.do(ctx, http.MethodPost, "/v1/events", body, "Prefer", "return=minimal")

@@ -353,9 +353,9 @@ func (run *fastRun) markReady() { run.readyOnce.Do(func() { close(run.ready) }) 
 // 1/nextLead of a poll's attempts are still to begin when the consumer begins the next poll.
 // Beginning one (a fetch, the events decoded, a look-up in Postgres) takes about 15-20 ms on two
 // busy cores. Begun once the last attempt had begun, the subscription's slots emptied meanwhile
-// and the machine idled a fifth of its time in a drain (docs/PERFORMANCE.md, "twelfth
-// session"). A quarter of a poll of 4,000 is about 40 ms of attempts at 25,000 a second. The
-// next poll's attempts wait for the slots these hold, so they still follow them.
+// and a third of a core idled in a drain (docs/PERFORMANCE.md, "twelfth session"). A quarter of
+// a poll of 4,000 is about 40 ms of attempts at 25,000 a second. The next poll's attempts wait
+// for the slots these hold, so they still follow them.
 const nextLead = 4
 
 // markBegun counts an item begun.

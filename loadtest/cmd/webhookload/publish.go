@@ -9,8 +9,8 @@ import (
 // batchBody encodes what a publishing client posts: an array of n copies of one event, whose
 // payload names the client, its call and when the call was made (what the receiver reads: the
 // order of a client's events, and publish → delivered). The parts that never change are encoded
-// once: with json.Marshal each call, the clients spent about as much CPU an event as the node
-// took to accept it, on the two cores the node runs on.
+// once: with json.Marshal each call, the clients spent 3-4 µs of CPU an event, about half what
+// the node took to accept it, on the two cores the node runs on.
 type batchBody struct {
 	prefix []byte // {"projectId":…,"type":…,"payload":{"client":
 	suffix []byte // the filler, if any, and the closing braces
