@@ -1,9 +1,10 @@
 package main
 
 import (
-	"encoding/json"
 	"strconv"
 	"time"
+
+	"carehub/kernel/jsonwire"
 )
 
 // batchBody encodes what a publishing client posts: an array of n copies of one event, whose
@@ -18,10 +19,12 @@ type batchBody struct {
 }
 
 func newBatchBody(project, typ, filler string, n int) batchBody {
-	quote := func(s string) string { b, _ := json.Marshal(s); return string(b) }
-	b := batchBody{n: n, prefix: []byte(`{"projectId":` + quote(project) + `,"type":` + quote(typ) + `,"payload":{"client":`)}
+	b := batchBody{n: n}
+	b.prefix = jsonwire.AppendString(append(b.prefix, `{"projectId":`...), project)
+	b.prefix = jsonwire.AppendString(append(b.prefix, `,"type":`...), typ)
+	b.prefix = append(b.prefix, `,"payload":{"client":`...)
 	if filler != "" {
-		b.suffix = []byte(`,"filler":` + quote(filler))
+		b.suffix = jsonwire.AppendString(append(b.suffix, `,"filler":`...), filler)
 	}
 	b.suffix = append(b.suffix, "}}"...)
 	return b
